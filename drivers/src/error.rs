@@ -1,0 +1,279 @@
+//! The one error type of the drivers crate.
+
+use std::time::Duration;
+
+use crate::power::PowerState;
+
+/// Result alias of the drivers crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while talking to a BMC.
+///
+/// Each variant names the BMC (its address without credentials) so that a message is useful on
+/// its own in an Event or a log line. Use [`Error::is_retryable`] to decide whether to try again.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The BMC address could not be parsed.
+    #[error("invalid BMC address {address:?}: {reason}")]
+    InvalidAddress {
+        /// The address as given, with any user information removed.
+        address: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The driver configuration is unusable (bad CA bundle, empty username, ...).
+    #[error("invalid configuration for BMC {bmc}: {reason}")]
+    Configuration {
+        /// The BMC the configuration is for.
+        bmc: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The BMC or driver does not support the requested operation.
+    #[error("BMC {bmc} does not support {operation}")]
+    Unsupported {
+        /// The BMC.
+        bmc: String,
+        /// The operation, e.g. `graceful power off (advertised reset types: On, ForceOff)`.
+        operation: String,
+    },
+    /// No connection could be made (refused, reset, DNS failure, connection dropped).
+    #[error("BMC {bmc} is unreachable: {detail}")]
+    Unreachable {
+        /// The BMC.
+        bmc: String,
+        /// The transport error.
+        detail: String,
+    },
+    /// A request got no answer in time.
+    #[error("BMC {bmc} did not answer {operation} within {timeout:?}")]
+    Timeout {
+        /// The BMC.
+        bmc: String,
+        /// What was asked.
+        operation: String,
+        /// The time allowed.
+        timeout: Duration,
+    },
+    /// The BMC says it is busy or overloaded (HTTP 429/503, IPMI node busy).
+    #[error("BMC {bmc} is busy: {detail}")]
+    Busy {
+        /// The BMC.
+        bmc: String,
+        /// What it answered.
+        detail: String,
+    },
+    /// The BMC answered with an error status that is not covered by a more specific variant.
+    #[error("BMC {bmc} answered {operation} with HTTP {status}: {message}")]
+    Http {
+        /// The BMC.
+        bmc: String,
+        /// What was asked.
+        operation: String,
+        /// The HTTP status code.
+        status: u16,
+        /// The BMC's error message, shortened.
+        message: String,
+    },
+    /// The credentials were refused, or the account lacks the privilege.
+    #[error("BMC {bmc} refused the credentials: {detail}")]
+    Authentication {
+        /// The BMC.
+        bmc: String,
+        /// What the BMC answered (never the credentials).
+        detail: String,
+    },
+    /// The TLS handshake failed, usually because the certificate could not be verified.
+    #[error("TLS verification of BMC {bmc} failed: {detail}")]
+    Tls {
+        /// The BMC.
+        bmc: String,
+        /// The TLS error.
+        detail: String,
+    },
+    /// The system named in the address (or any system) does not exist on the BMC.
+    #[error("BMC {bmc} has no system {system}")]
+    SystemNotFound {
+        /// The BMC.
+        bmc: String,
+        /// The system that was looked for.
+        system: String,
+    },
+    /// The address names no system and the BMC manages several.
+    #[error(
+        "BMC {bmc} manages {} systems ({}); put the system path in the address",
+        members.len(),
+        members.join(", ")
+    )]
+    AmbiguousSystem {
+        /// The BMC.
+        bmc: String,
+        /// The systems it lists.
+        members: Vec<String>,
+    },
+    /// The BMC answered something that is not what the protocol promises.
+    #[error("BMC {bmc} sent a malformed response to {operation}: {detail}")]
+    MalformedResponse {
+        /// The BMC.
+        bmc: String,
+        /// What was asked.
+        operation: String,
+        /// What is wrong with the answer.
+        detail: String,
+    },
+    /// An asynchronous BMC task ended without success.
+    #[error("BMC {bmc} task for {operation} ended {state}: {detail}")]
+    TaskFailed {
+        /// The BMC.
+        bmc: String,
+        /// What was asked.
+        operation: String,
+        /// The final task state.
+        state: String,
+        /// The task's messages.
+        detail: String,
+    },
+    /// A power state was not read back before the deadline.
+    #[error("BMC {bmc} did not reach power state {target} within {waited:?} (last seen: {})", describe_last(last_seen.as_ref(), last_error.as_deref()))]
+    StateNotReached {
+        /// The BMC.
+        bmc: String,
+        /// The state waited for.
+        target: PowerState,
+        /// How long the caller waited.
+        waited: Duration,
+        /// The last state read, if any read succeeded.
+        last_seen: Option<PowerState>,
+        /// The last read error, if the last read failed.
+        last_error: Option<String>,
+    },
+}
+
+fn describe_last(state: Option<&PowerState>, error: Option<&str>) -> String {
+    match (state, error) {
+        (Some(state), None) => state.to_string(),
+        (Some(state), Some(error)) => format!("{state}, then error: {error}"),
+        (None, Some(error)) => format!("no state, error: {error}"),
+        (None, None) => "nothing".to_owned(),
+    }
+}
+
+impl Error {
+    /// Whether trying the same operation again later can succeed.
+    ///
+    /// Transport failures, timeouts, busy answers, 5xx and "state not reached yet" are retryable.
+    /// Authentication, TLS, configuration, unsupported operations, missing systems and malformed
+    /// responses are permanent: retrying them only locks accounts or repeats the same answer.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Unreachable { .. }
+            | Error::Timeout { .. }
+            | Error::Busy { .. }
+            | Error::StateNotReached { .. } => true,
+            Error::Http { status, .. } => *status >= 500,
+            Error::InvalidAddress { .. }
+            | Error::Configuration { .. }
+            | Error::Unsupported { .. }
+            | Error::Authentication { .. }
+            | Error::Tls { .. }
+            | Error::SystemNotFound { .. }
+            | Error::AmbiguousSystem { .. }
+            | Error::MalformedResponse { .. }
+            | Error::TaskFailed { .. } => false,
+        }
+    }
+
+    /// A short, bounded label for metrics and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::InvalidAddress { .. } => "invalid_address",
+            Error::Configuration { .. } => "configuration",
+            Error::Unsupported { .. } => "unsupported",
+            Error::Unreachable { .. } => "unreachable",
+            Error::Timeout { .. } => "timeout",
+            Error::Busy { .. } => "busy",
+            Error::Http { .. } => "http_error",
+            Error::Authentication { .. } => "authentication",
+            Error::Tls { .. } => "tls",
+            Error::SystemNotFound { .. } => "system_not_found",
+            Error::AmbiguousSystem { .. } => "ambiguous_system",
+            Error::MalformedResponse { .. } => "malformed_response",
+            Error::TaskFailed { .. } => "task_failed",
+            Error::StateNotReached { .. } => "state_not_reached",
+        }
+    }
+}
+
+/// Cuts a BMC-supplied message to a length that is safe to put into an Event or a log line.
+pub(crate) fn shorten(message: &str) -> String {
+    const MAX: usize = 300;
+    let message = message.trim();
+    if message.len() <= MAX {
+        return message.to_owned();
+    }
+    let mut end = MAX;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transport_and_server_side_failures_are_retryable() {
+        let bmc = "redfish://bmc".to_owned();
+        let http = |status| Error::Http {
+            bmc: bmc.clone(),
+            operation: "GET".into(),
+            status,
+            message: String::new(),
+        };
+        assert!(http(500).is_retryable());
+        assert!(http(503).is_retryable());
+        assert!(!http(400).is_retryable());
+        assert!(
+            Error::Unreachable {
+                bmc: bmc.clone(),
+                detail: "refused".into()
+            }
+            .is_retryable()
+        );
+        assert!(
+            !Error::Authentication {
+                bmc: bmc.clone(),
+                detail: "401".into()
+            }
+            .is_retryable()
+        );
+        assert!(
+            !Error::Tls {
+                bmc,
+                detail: "unknown issuer".into()
+            }
+            .is_retryable()
+        );
+    }
+
+    #[test]
+    fn long_bmc_messages_are_shortened_on_a_char_boundary() {
+        let message = "é".repeat(400);
+        let short = shorten(&message);
+        assert!(short.len() <= 304);
+        assert!(short.ends_with('…'));
+    }
+
+    #[test]
+    fn state_not_reached_names_the_last_state_seen() {
+        let error = Error::StateNotReached {
+            bmc: "redfish://bmc".into(),
+            target: PowerState::Off,
+            waited: Duration::from_secs(3),
+            last_seen: Some(PowerState::On),
+            last_error: None,
+        };
+        assert!(error.to_string().contains("last seen: On"), "{error}");
+    }
+}

@@ -1,0 +1,32 @@
+//! Power drivers for baremend.
+//!
+//! A [`PowerDriver`] reads and changes the power state of one bare-metal host through its BMC. The
+//! remediation controller fences hosts only through this API, so its guarantees matter:
+//!
+//! - A power state is only ever reported from a fresh read of the BMC; nothing is cached or assumed
+//!   after a command was accepted. [`wait_for_power_state`] is how a caller learns that a command
+//!   took effect.
+//! - Every error says whether retrying can help ([`Error::is_retryable`]); authentication and TLS
+//!   failures are permanent so callers do not lock BMC accounts with retry storms.
+//! - Credentials and session tokens never appear in `Debug`, `Display`, errors or logs.
+//!
+//! Drivers are created from a metal3-style BMC address (see [`BmcAddress`]) by a [`Connector`],
+//! which also enforces at most one request in flight per BMC endpoint.
+#![forbid(unsafe_code)]
+
+mod address;
+mod connector;
+mod credentials;
+mod error;
+mod power;
+pub mod redfish;
+mod tls;
+mod wait;
+
+pub use address::{BmcAddress, DriverKind};
+pub use connector::{Connector, DriverConfig};
+pub use credentials::{Credentials, Password};
+pub use error::{Error, Result};
+pub use power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
+pub use tls::TlsOptions;
+pub use wait::{WaitOptions, wait_for_power_state};

@@ -1,0 +1,141 @@
+//! The power-driver API: what every BMC protocol implements.
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+
+/// A power state as read from a BMC.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PowerState {
+    /// The host is powered on.
+    On,
+    /// The host is powered off.
+    Off,
+    /// The host is between Off and On.
+    PoweringOn,
+    /// The host is between On and Off.
+    PoweringOff,
+    /// A value this driver does not know (vendor extension, `Paused`, missing field); kept raw so
+    /// that it can be shown. Never treated as Off.
+    Unknown(String),
+}
+
+impl PowerState {
+    /// Maps a Redfish `PowerState` value. Unknown values are kept, never rejected.
+    pub fn from_redfish(value: &str) -> Self {
+        match value {
+            "On" => PowerState::On,
+            "Off" => PowerState::Off,
+            "PoweringOn" => PowerState::PoweringOn,
+            "PoweringOff" => PowerState::PoweringOff,
+            other => PowerState::Unknown(other.to_owned()),
+        }
+    }
+
+    /// Whether this state is the settled state `On` or `Off` (not a transition or unknown).
+    pub fn is_settled(&self) -> bool {
+        matches!(self, PowerState::On | PowerState::Off)
+    }
+}
+
+impl fmt::Display for PowerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PowerState::On => f.write_str("On"),
+            PowerState::Off => f.write_str("Off"),
+            PowerState::PoweringOn => f.write_str("PoweringOn"),
+            PowerState::PoweringOff => f.write_str("PoweringOff"),
+            PowerState::Unknown(raw) if raw.is_empty() => f.write_str("Unknown"),
+            PowerState::Unknown(raw) => write!(f, "Unknown({raw})"),
+        }
+    }
+}
+
+/// How to power a host off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PowerOffMode {
+    /// Ask the operating system to shut down (ACPI). It may ignore the request: a hung kernel
+    /// will. Callers that need the host off escalate to [`PowerOffMode::Forced`].
+    Graceful,
+    /// Cut the power now.
+    Forced,
+}
+
+/// What a BMC says about itself; the output of `baremend bmc probe`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProbeReport {
+    /// The protocol spoken, e.g. `Redfish 1.15.0`.
+    pub protocol: String,
+    /// How the driver authenticated, e.g. `session` or `basic`.
+    pub authentication: String,
+    /// The service description, e.g. vendor, product or service name.
+    pub service: String,
+    /// The systems the BMC lists.
+    pub systems: Vec<String>,
+    /// The system this driver controls.
+    pub selected_system: String,
+    /// The power operations the BMC advertises (Redfish reset types).
+    pub power_operations: Vec<String>,
+    /// The power state read while probing.
+    pub power_state: Option<PowerState>,
+}
+
+/// Reads and changes the power state of one host through its BMC.
+///
+/// # Guarantees
+/// - [`PowerDriver::power_state`] always asks the BMC; it never answers from a cache.
+/// - [`PowerDriver::power_off`] and [`PowerDriver::power_on`] return once the BMC accepted the
+///   request (and, for asynchronous BMCs, once its task completed). They do **not** mean the
+///   state was reached: use [`crate::wait_for_power_state`] to read it back.
+/// - Every method may be called again after any outcome, including a timeout; commands are
+///   idempotent (a host already in the requested state gets no command).
+///
+/// # Errors
+/// Every failure is an [`crate::Error`]; [`crate::Error::is_retryable`] tells whether a retry can
+/// help.
+#[async_trait]
+pub trait PowerDriver: Send + Sync + fmt::Debug {
+    /// The BMC address this driver talks to, without credentials; for logs and messages.
+    fn bmc(&self) -> &str;
+
+    /// Reads the current power state from the BMC.
+    async fn power_state(&self) -> Result<PowerState>;
+
+    /// Requests power off.
+    async fn power_off(&self, mode: PowerOffMode) -> Result<()>;
+
+    /// Requests power on.
+    async fn power_on(&self) -> Result<()>;
+
+    /// Describes the BMC and what it advertises.
+    async fn probe(&self) -> Result<ProbeReport>;
+
+    /// Releases what the driver holds on the BMC (a Redfish session, an IPMI session). The
+    /// driver stays usable: the next call logs in again.
+    async fn close(&self) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redfish_values_map_to_states_and_unknown_values_are_kept() {
+        assert_eq!(PowerState::from_redfish("On"), PowerState::On);
+        assert_eq!(PowerState::from_redfish("Off"), PowerState::Off);
+        assert_eq!(
+            PowerState::from_redfish("PoweringOff"),
+            PowerState::PoweringOff
+        );
+        let paused = PowerState::from_redfish("Paused");
+        assert_eq!(paused, PowerState::Unknown("Paused".into()));
+        assert_eq!(paused.to_string(), "Unknown(Paused)");
+        assert!(!paused.is_settled());
+        assert_eq!(
+            PowerState::from_redfish("off"),
+            PowerState::Unknown("off".into())
+        );
+    }
+}

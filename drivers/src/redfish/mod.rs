@@ -1,0 +1,485 @@
+//! The Redfish power driver (DMTF Redfish over HTTPS, reqwest + rustls).
+//!
+//! # Expected flow
+//! 1. `GET /redfish/v1/` (no auth) finds the session service and the systems collection.
+//! 2. `POST` to `Links.Sessions` logs in; the `X-Auth-Token` authenticates what follows. A BMC
+//!    without sessions gets HTTP Basic instead. A 401 later means the session expired: the
+//!    driver logs in once more and repeats the request once.
+//! 3. The system is the path in the address, or the only member of `Systems`.
+//! 4. Power commands `POST` the system's `#ComputerSystem.Reset` target with a `ResetType` the
+//!    BMC advertises (see `reset.rs`); a `202 Accepted` is followed through its task monitor.
+//! 5. `close` deletes the session.
+//!
+//! # Guarantees
+//! At most one request per BMC endpoint is in flight (the [`crate::Connector`]'s gate), every
+//! request has a timeout, and the session token never leaves this module except in the
+//! `X-Auth-Token` header, marked sensitive.
+
+mod model;
+mod reset;
+mod session;
+mod transport;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use self::model::{ActionInfo, Collection, ComputerSystem, ServiceRoot, Task};
+use self::reset::{PowerIntent, ResetDecision, decide_reset};
+use self::session::{Auth, log_in, log_out, sessions_path};
+use self::transport::{Reply, Transport};
+use crate::address::BmcAddress;
+use crate::connector::{DriverConfig, EndpointGate};
+use crate::credentials::Credentials;
+use crate::error::{Error, Result, shorten};
+use crate::power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
+
+/// The systems collection when the service root does not link one.
+const DEFAULT_SYSTEMS_PATH: &str = "/redfish/v1/Systems";
+
+/// A Redfish BMC.
+pub struct RedfishDriver {
+    address: BmcAddress,
+    credentials: Credentials,
+    transport: Transport,
+    task_timeout: Duration,
+    state: Mutex<DriverState>,
+}
+
+/// What the driver learned from the BMC so far.
+#[derive(Debug, Default)]
+struct DriverState {
+    auth: Auth,
+    root: Option<ServiceRoot>,
+    system_path: Option<String>,
+}
+
+impl std::fmt::Debug for RedfishDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedfishDriver")
+            .field("bmc", &self.transport.bmc())
+            .field("username", &self.credentials.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A system resource just read, with the path it was read from.
+struct SystemSnapshot {
+    path: String,
+    system: ComputerSystem,
+}
+
+impl SystemSnapshot {
+    fn power_state(&self) -> PowerState {
+        PowerState::from_redfish(self.system.power_state.as_deref().unwrap_or(""))
+    }
+}
+
+impl RedfishDriver {
+    /// A driver with its own request gate. Prefer [`crate::Connector::connect`], which shares
+    /// the gate with every other driver of the same BMC endpoint.
+    pub fn new(config: DriverConfig) -> Result<Self> {
+        Self::with_gate(config, EndpointGate::default())
+    }
+
+    pub(crate) fn with_gate(config: DriverConfig, gate: EndpointGate) -> Result<Self> {
+        let bmc = config.address.to_string();
+        if config.credentials.username.is_empty() {
+            return Err(Error::Configuration {
+                bmc,
+                reason: "the username is empty".into(),
+            });
+        }
+        let transport = Transport::new(
+            bmc,
+            config.address.base_url(),
+            &config.tls,
+            config.request_timeout,
+            gate,
+        )?;
+        Ok(RedfishDriver {
+            address: config.address,
+            credentials: config.credentials,
+            transport,
+            task_timeout: config.task_timeout,
+            state: Mutex::new(DriverState::default()),
+        })
+    }
+
+    /// Reads the service root once; it needs no authentication.
+    async fn root(&self, state: &mut DriverState) -> Result<ServiceRoot> {
+        if let Some(root) = &state.root {
+            return Ok(root.clone());
+        }
+        const OPERATION: &str = "GET service root";
+        let reply = self
+            .transport
+            .send(
+                Method::GET,
+                "/redfish/v1/",
+                transport::RequestAuth::None,
+                None,
+                OPERATION,
+            )
+            .await?;
+        // Some BMCs protect the root as well; that only tells us to use Basic.
+        let root = if reply.status == StatusCode::UNAUTHORIZED {
+            state.auth = Auth::Basic;
+            let reply = self
+                .transport
+                .send(
+                    Method::GET,
+                    "/redfish/v1/",
+                    state.auth.request_auth(&self.credentials),
+                    None,
+                    OPERATION,
+                )
+                .await?;
+            let reply = self.transport.check(reply, OPERATION)?;
+            self.transport.parse::<ServiceRoot>(&reply, OPERATION)?
+        } else {
+            let reply = self.transport.check(reply, OPERATION)?;
+            self.transport.parse::<ServiceRoot>(&reply, OPERATION)?
+        };
+        state.root = Some(root.clone());
+        Ok(root)
+    }
+
+    async fn ensure_logged_in(&self, state: &mut DriverState) -> Result<()> {
+        let root = self.root(state).await?;
+        if matches!(state.auth, Auth::LoggedOut) {
+            state.auth = log_in(
+                &self.transport,
+                &self.credentials,
+                sessions_path(&root).as_deref(),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Sends an authenticated request; on a 401 with a session, logs in once more and repeats
+    /// the request once.
+    async fn authed(
+        &self,
+        state: &mut DriverState,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        operation: &str,
+    ) -> Result<Reply> {
+        self.ensure_logged_in(state).await?;
+        let reply = self
+            .transport
+            .send(
+                method.clone(),
+                path,
+                state.auth.request_auth(&self.credentials),
+                body,
+                operation,
+            )
+            .await?;
+        if reply.status != StatusCode::UNAUTHORIZED || !matches!(state.auth, Auth::Session { .. }) {
+            return Ok(reply);
+        }
+        tracing::debug!(bmc = self.bmc(), "session rejected; logging in again");
+        state.auth = Auth::LoggedOut;
+        self.ensure_logged_in(state).await?;
+        self.transport
+            .send(
+                method,
+                path,
+                state.auth.request_auth(&self.credentials),
+                body,
+                operation,
+            )
+            .await
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        state: &mut DriverState,
+        path: &str,
+        operation: &str,
+    ) -> Result<T> {
+        let reply = self
+            .authed(state, Method::GET, path, None, operation)
+            .await?;
+        let reply = self.transport.check(reply, operation)?;
+        self.transport.parse(&reply, operation)
+    }
+
+    async fn list_systems(&self, state: &mut DriverState) -> Result<Vec<String>> {
+        let root = self.root(state).await?;
+        let path = root
+            .systems
+            .map(|l| l.id)
+            .unwrap_or_else(|| DEFAULT_SYSTEMS_PATH.to_owned());
+        let collection: Collection = self.get_json(state, &path, "GET systems").await?;
+        Ok(collection.members.into_iter().map(|m| m.id).collect())
+    }
+
+    async fn system_path(&self, state: &mut DriverState) -> Result<String> {
+        if let Some(path) = &state.system_path {
+            return Ok(path.clone());
+        }
+        let path = match self.address.system_path() {
+            Some(path) => path.to_owned(),
+            None => {
+                let mut members = self.list_systems(state).await?;
+                match members.len() {
+                    1 => members.remove(0),
+                    0 => {
+                        return Err(Error::SystemNotFound {
+                            bmc: self.bmc().to_owned(),
+                            system: "(the Systems collection is empty)".into(),
+                        });
+                    }
+                    _ => {
+                        return Err(Error::AmbiguousSystem {
+                            bmc: self.bmc().to_owned(),
+                            members,
+                        });
+                    }
+                }
+            }
+        };
+        state.system_path = Some(path.clone());
+        Ok(path)
+    }
+
+    /// Reads the system afresh.
+    async fn read_system(&self, state: &mut DriverState) -> Result<SystemSnapshot> {
+        const OPERATION: &str = "GET system";
+        let path = self.system_path(state).await?;
+        let reply = self
+            .authed(state, Method::GET, &path, None, OPERATION)
+            .await?;
+        if reply.status == StatusCode::NOT_FOUND {
+            return Err(Error::SystemNotFound {
+                bmc: self.bmc().to_owned(),
+                system: path,
+            });
+        }
+        let reply = self.transport.check(reply, OPERATION)?;
+        let system = self.transport.parse(&reply, OPERATION)?;
+        Ok(SystemSnapshot { path, system })
+    }
+
+    /// The reset types the BMC advertises: the annotation, else the ActionInfo resource.
+    async fn advertised_reset_types(
+        &self,
+        state: &mut DriverState,
+        snapshot: &SystemSnapshot,
+    ) -> Result<Option<Vec<String>>> {
+        let Some(reset) = snapshot
+            .system
+            .actions
+            .as_ref()
+            .and_then(|a| a.reset.as_ref())
+        else {
+            return Ok(None);
+        };
+        if let Some(values) = &reset.allowable_values {
+            return Ok(Some(values.clone()));
+        }
+        let Some(info_path) = &reset.action_info else {
+            return Ok(None);
+        };
+        let info: ActionInfo = self
+            .get_json(state, info_path, "GET reset ActionInfo")
+            .await?;
+        Ok(info
+            .parameters
+            .into_iter()
+            .find(|p| p.name.as_deref() == Some("ResetType"))
+            .and_then(|p| p.allowable_values))
+    }
+
+    async fn change_power(&self, intent: PowerIntent) -> Result<()> {
+        let mut state = self.state.lock().await;
+        let state = &mut *state;
+        let snapshot = self.read_system(state).await?;
+        let current = snapshot.power_state();
+        let advertised = self.advertised_reset_types(state, &snapshot).await?;
+        let reset_type = match decide_reset(intent, &current, advertised.as_deref()) {
+            ResetDecision::Send(value) => value,
+            ResetDecision::AlreadyThere => {
+                tracing::debug!(bmc = self.bmc(), %current, "no reset needed");
+                return Ok(());
+            }
+            ResetDecision::NotAdvertised => {
+                return Err(Error::Unsupported {
+                    bmc: self.bmc().to_owned(),
+                    operation: format!(
+                        "{} (advertised reset types: {})",
+                        intent.describe(),
+                        advertised.unwrap_or_default().join(", ")
+                    ),
+                });
+            }
+            ResetDecision::ButtonUnsafeNow => {
+                return Err(Error::Busy {
+                    bmc: self.bmc().to_owned(),
+                    detail: format!(
+                        "only PushPowerButton is advertised and the host is {current}; \
+                         pressing it now could do the opposite of {}",
+                        intent.describe()
+                    ),
+                });
+            }
+        };
+        let target = snapshot
+            .system
+            .actions
+            .as_ref()
+            .and_then(|a| a.reset.as_ref())
+            .and_then(|r| r.target.clone())
+            .unwrap_or_else(|| format!("{}/Actions/ComputerSystem.Reset", snapshot.path));
+        let operation = format!("Reset {reset_type}");
+        tracing::info!(bmc = self.bmc(), reset_type, %current, "sending reset");
+        let body = json!({ "ResetType": reset_type });
+        let reply = self
+            .authed(state, Method::POST, &target, Some(&body), &operation)
+            .await?;
+        let reply = self.transport.check(reply, &operation)?;
+        if reply.status == StatusCode::ACCEPTED
+            && let Some(monitor) = reply.header("Location")
+        {
+            let monitor = monitor.to_owned();
+            self.follow_task(state, &monitor, reply_retry_after(&reply), &operation)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Polls a task monitor until the task is done.
+    async fn follow_task(
+        &self,
+        state: &mut DriverState,
+        monitor: &str,
+        mut pause: Duration,
+        operation: &str,
+    ) -> Result<()> {
+        let deadline = Instant::now() + self.task_timeout;
+        loop {
+            if Instant::now() + pause > deadline {
+                return Err(Error::Timeout {
+                    bmc: self.bmc().to_owned(),
+                    operation: format!("{operation} (task {monitor})"),
+                    timeout: self.task_timeout,
+                });
+            }
+            tokio::time::sleep(pause).await;
+            let reply = self
+                .authed(state, Method::GET, monitor, None, operation)
+                .await?;
+            match reply.status {
+                StatusCode::ACCEPTED => pause = reply_retry_after(&reply),
+                // Some BMCs drop the monitor as soon as the task completes.
+                StatusCode::NOT_FOUND | StatusCode::NO_CONTENT => return Ok(()),
+                status if status.is_success() => {
+                    let task: Task = serde_json::from_slice(&reply.body).unwrap_or_default();
+                    match task.task_state.as_deref() {
+                        None | Some("Completed") => return Ok(()),
+                        Some(
+                            final_state @ ("Exception" | "Killed" | "Cancelled" | "Interrupted"),
+                        ) => {
+                            let detail = task
+                                .messages
+                                .iter()
+                                .filter_map(|m| m.message.as_deref())
+                                .collect::<Vec<_>>()
+                                .join("; ");
+                            return Err(Error::TaskFailed {
+                                bmc: self.bmc().to_owned(),
+                                operation: operation.to_owned(),
+                                state: final_state.to_owned(),
+                                detail: shorten(&detail),
+                            });
+                        }
+                        Some(_) => pause = reply_retry_after(&reply),
+                    }
+                }
+                _ => {
+                    self.transport.check(reply, operation)?;
+                }
+            }
+        }
+    }
+}
+
+/// The pause a `Retry-After` asks for, between 100 ms and 5 s (1 s when absent).
+fn reply_retry_after(reply: &Reply) -> Duration {
+    reply
+        .header("Retry-After")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1))
+        .clamp(Duration::from_millis(100), Duration::from_secs(5))
+}
+
+#[async_trait]
+impl PowerDriver for RedfishDriver {
+    fn bmc(&self) -> &str {
+        self.transport.bmc()
+    }
+
+    async fn power_state(&self) -> Result<PowerState> {
+        let mut state = self.state.lock().await;
+        Ok(self.read_system(&mut state).await?.power_state())
+    }
+
+    async fn power_off(&self, mode: PowerOffMode) -> Result<()> {
+        self.change_power(PowerIntent::Off(mode)).await
+    }
+
+    async fn power_on(&self) -> Result<()> {
+        self.change_power(PowerIntent::On).await
+    }
+
+    async fn probe(&self) -> Result<ProbeReport> {
+        let mut state = self.state.lock().await;
+        let state = &mut *state;
+        self.ensure_logged_in(state).await?;
+        let root = self.root(state).await?;
+        let systems = self.list_systems(state).await?;
+        let snapshot = self.read_system(state).await?;
+        let advertised = self.advertised_reset_types(state, &snapshot).await?;
+        let service = [
+            root.vendor.as_deref(),
+            root.product.as_deref(),
+            root.name.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ");
+        Ok(ProbeReport {
+            protocol: format!(
+                "Redfish {}",
+                root.redfish_version
+                    .as_deref()
+                    .unwrap_or("(version not given)")
+            ),
+            authentication: state.auth.describe().to_owned(),
+            service,
+            systems,
+            selected_system: snapshot.path.clone(),
+            power_operations: advertised
+                .unwrap_or_else(|| vec!["(not advertised; standard values assumed)".into()]),
+            power_state: Some(snapshot.power_state()),
+        })
+    }
+
+    async fn close(&self) -> Result<()> {
+        let mut state = self.state.lock().await;
+        let auth = std::mem::take(&mut state.auth);
+        log_out(&self.transport, auth).await;
+        Ok(())
+    }
+}

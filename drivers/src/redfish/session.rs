@@ -1,0 +1,155 @@
+//! How the driver authenticates: a Redfish session when the BMC offers one, HTTP Basic when it
+//! does not.
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use super::model::ServiceRoot;
+use super::transport::{RequestAuth, SessionToken, Transport};
+use crate::credentials::Credentials;
+use crate::error::{Error, Result};
+
+/// Where sessions are created when the service root does not say (the Redfish default).
+const DEFAULT_SESSIONS_PATH: &str = "/redfish/v1/SessionService/Sessions";
+
+/// The authentication the driver currently uses.
+#[derive(Debug, Default)]
+pub(crate) enum Auth {
+    /// Not logged in yet (or the session was dropped).
+    #[default]
+    LoggedOut,
+    /// A Redfish session: the token, and the session resource to delete on close.
+    Session {
+        token: SessionToken,
+        location: Option<String>,
+    },
+    /// HTTP Basic on every request: the BMC has no usable session service.
+    Basic,
+}
+
+impl Auth {
+    pub(crate) fn request_auth<'a>(&'a self, credentials: &'a Credentials) -> RequestAuth<'a> {
+        match self {
+            Auth::LoggedOut => RequestAuth::None,
+            Auth::Session { token, .. } => RequestAuth::Token(token),
+            Auth::Basic => RequestAuth::Basic(credentials),
+        }
+    }
+
+    pub(crate) fn describe(&self) -> &'static str {
+        match self {
+            Auth::LoggedOut => "none",
+            Auth::Session { .. } => "session",
+            Auth::Basic => "basic",
+        }
+    }
+}
+
+/// Where the service root says sessions are created, if it has a session service at all.
+pub(crate) fn sessions_path(root: &ServiceRoot) -> Option<String> {
+    if let Some(link) = root.links.as_ref().and_then(|l| l.sessions.as_ref()) {
+        return Some(link.id.clone());
+    }
+    root.session_service
+        .as_ref()
+        .map(|_| DEFAULT_SESSIONS_PATH.to_owned())
+}
+
+/// Creates a session; falls back to Basic when the BMC has no session service.
+///
+/// A 401 or 403 on login is final: the same credentials would fail with Basic too, and every
+/// failed attempt counts towards the BMC's account lock-out.
+pub(crate) async fn log_in(
+    transport: &Transport,
+    credentials: &Credentials,
+    sessions_path: Option<&str>,
+) -> Result<Auth> {
+    let Some(path) = sessions_path else {
+        return Ok(Auth::Basic);
+    };
+    const OPERATION: &str = "session login";
+    let body = json!({
+        "UserName": credentials.username,
+        "Password": credentials.password.expose(),
+    });
+    let reply = transport
+        .send(
+            Method::POST,
+            path,
+            RequestAuth::None,
+            Some(&body),
+            OPERATION,
+        )
+        .await?;
+    match reply.status {
+        status if status.is_success() => match reply.header("X-Auth-Token") {
+            Some(token) if !token.is_empty() => {
+                let location = reply.header("Location").map(str::to_owned).or_else(|| {
+                    serde_json::from_slice::<serde_json::Value>(&reply.body)
+                        .ok()
+                        .and_then(|v| v.get("@odata.id")?.as_str().map(str::to_owned))
+                });
+                Ok(Auth::Session {
+                    token: SessionToken(token.to_owned()),
+                    location,
+                })
+            }
+            _ => {
+                tracing::debug!(
+                    bmc = transport.bmc(),
+                    "session created without a token; using Basic auth"
+                );
+                Ok(Auth::Basic)
+            }
+        },
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(Error::Authentication {
+            bmc: transport.bmc().to_owned(),
+            detail: format!(
+                "session login as {:?} refused with HTTP {} ({})",
+                credentials.username,
+                reply.status.as_u16(),
+                reply.error_message()
+            ),
+        }),
+        status if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS => {
+            Err(transport.status_error(&reply, OPERATION))
+        }
+        _ => {
+            tracing::debug!(
+                bmc = transport.bmc(),
+                status = reply.status.as_u16(),
+                "no usable session service; using Basic auth"
+            );
+            Ok(Auth::Basic)
+        }
+    }
+}
+
+/// Deletes a session. Failures are only logged: the BMC expires sessions on its own.
+pub(crate) async fn log_out(transport: &Transport, auth: Auth) {
+    let Auth::Session {
+        token,
+        location: Some(location),
+    } = auth
+    else {
+        return;
+    };
+    let result = transport
+        .send(
+            Method::DELETE,
+            &location,
+            RequestAuth::Token(&token),
+            None,
+            "session logout",
+        )
+        .await;
+    match result {
+        Ok(reply) if reply.status.is_success() || reply.status == StatusCode::NOT_FOUND => {}
+        Ok(reply) => tracing::debug!(
+            bmc = transport.bmc(),
+            status = reply.status.as_u16(),
+            "session logout was refused"
+        ),
+        Err(error) => tracing::debug!(bmc = transport.bmc(), %error, "session logout failed"),
+    }
+}

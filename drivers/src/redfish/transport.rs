@@ -1,0 +1,328 @@
+//! One HTTP exchange with a Redfish service: request building, the per-BMC gate, bounded body
+//! reads and the mapping of transport failures to driver errors.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+
+use super::model::ErrorBody;
+use crate::connector::EndpointGate;
+use crate::credentials::Credentials;
+use crate::error::{Error, Result, shorten};
+use crate::tls::TlsOptions;
+
+/// Answers larger than this are refused: a BMC resource is a few kilobytes.
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// A Redfish session token; `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct SessionToken(pub(crate) String);
+
+impl std::fmt::Debug for SessionToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionToken(<redacted>)")
+    }
+}
+
+/// The credentials attached to one request.
+#[derive(Clone, Copy)]
+pub(crate) enum RequestAuth<'a> {
+    None,
+    Basic(&'a Credentials),
+    Token(&'a SessionToken),
+}
+
+/// An answer, read completely.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The BMC's own error text, if the body is a Redfish error.
+    pub(crate) fn error_message(&self) -> String {
+        serde_json::from_slice::<ErrorBody>(&self.body)
+            .ok()
+            .and_then(|body| body.describe())
+            .map(|text| shorten(&text))
+            .unwrap_or_else(|| {
+                self.status
+                    .canonical_reason()
+                    .unwrap_or("no reason")
+                    .to_owned()
+            })
+    }
+}
+
+/// The HTTP side of a Redfish driver.
+#[derive(Debug)]
+pub(crate) struct Transport {
+    bmc: String,
+    base_url: String,
+    http: reqwest::Client,
+    gate: EndpointGate,
+    request_timeout: Duration,
+}
+
+impl Transport {
+    pub(crate) fn new(
+        bmc: String,
+        base_url: String,
+        tls: &TlsOptions,
+        request_timeout: Duration,
+        gate: EndpointGate,
+    ) -> Result<Self> {
+        let origin = base_url.clone();
+        // Only same-origin redirects (sushy-tools redirects a system name to its UUID); a
+        // redirect elsewhere would carry the session token to another host.
+        let redirects = reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() < 5 && attempt.url().as_str().starts_with(&origin) {
+                attempt.follow()
+            } else {
+                attempt.stop()
+            }
+        });
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .timeout(request_timeout)
+            .connect_timeout(request_timeout.min(Duration::from_secs(10)))
+            .pool_max_idle_per_host(1)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .redirect(redirects)
+            .user_agent(concat!("baremend/", env!("CARGO_PKG_VERSION")));
+        if tls.insecure {
+            builder = builder.danger_accept_invalid_certs(true);
+        }
+        if let Some(pem) = &tls.ca_bundle_pem {
+            let certificates =
+                reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::Configuration {
+                    bmc: bmc.clone(),
+                    reason: format!("the CA bundle is not valid PEM: {e}"),
+                })?;
+            if certificates.is_empty() {
+                return Err(Error::Configuration {
+                    bmc,
+                    reason: "the CA bundle holds no certificate".into(),
+                });
+            }
+            builder = builder.tls_built_in_root_certs(false);
+            for certificate in certificates {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let http = builder.build().map_err(|e| Error::Configuration {
+            bmc: bmc.clone(),
+            reason: format!("cannot build the HTTP client: {}", error_chain(&e)),
+        })?;
+        Ok(Transport {
+            bmc,
+            base_url,
+            http,
+            gate,
+            request_timeout,
+        })
+    }
+
+    pub(crate) fn bmc(&self) -> &str {
+        &self.bmc
+    }
+
+    /// Resolves a path or a same-origin absolute URL from the BMC into a request URL.
+    fn url(&self, path: &str, operation: &str) -> Result<String> {
+        if path.starts_with('/') {
+            return Ok(format!("{}{path}", self.base_url));
+        }
+        if path.starts_with(&format!("{}/", self.base_url)) {
+            return Ok(path.to_owned());
+        }
+        Err(self.malformed(
+            operation,
+            format!("link {:?} does not point into this BMC", shorten(path)),
+        ))
+    }
+
+    /// Sends one request and reads the whole answer. At most one request per BMC endpoint is
+    /// in flight at a time; callers waiting for the gate count against nobody's timeout.
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        auth: RequestAuth<'_>,
+        body: Option<&serde_json::Value>,
+        operation: &str,
+    ) -> Result<Reply> {
+        let url = self.url(path, operation)?;
+        let mut request = self
+            .http
+            .request(method, &url)
+            .header("OData-Version", HeaderValue::from_static("4.0"))
+            .header("Accept", HeaderValue::from_static("application/json"));
+        request = match auth {
+            RequestAuth::None => request,
+            RequestAuth::Basic(credentials) => {
+                request.basic_auth(&credentials.username, Some(credentials.password.expose()))
+            }
+            RequestAuth::Token(token) => {
+                let mut value = HeaderValue::from_str(&token.0).map_err(|_| {
+                    self.malformed(operation, "the session token is not a valid header value")
+                })?;
+                value.set_sensitive(true);
+                request.header("X-Auth-Token", value)
+            }
+        };
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let _in_flight = self.gate.lock().await;
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e, operation))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport_error(&e, operation))?
+        {
+            if body.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(self.malformed(
+                    operation,
+                    format!("the answer is larger than {MAX_BODY_BYTES} bytes"),
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        tracing::trace!(bmc = %self.bmc, operation, status = status.as_u16(), "redfish exchange");
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// Turns a non-success answer into the matching error. 401 and 403 become
+    /// [`Error::Authentication`]; 429 and 503 [`Error::Busy`]; 404 on a system is handled by the
+    /// caller, which knows what was looked for.
+    pub(crate) fn check(&self, reply: Reply, operation: &str) -> Result<Reply> {
+        if reply.status.is_success() {
+            return Ok(reply);
+        }
+        Err(self.status_error(&reply, operation))
+    }
+
+    /// The error for a non-success answer (see [`Transport::check`]).
+    pub(crate) fn status_error(&self, reply: &Reply, operation: &str) -> Error {
+        let status = reply.status;
+        let message = reply.error_message();
+        match status.as_u16() {
+            401 => Error::Authentication {
+                bmc: self.bmc.clone(),
+                detail: format!("{operation}: HTTP 401 ({message})"),
+            },
+            403 => Error::Authentication {
+                bmc: self.bmc.clone(),
+                detail: format!(
+                    "{operation}: HTTP 403, the account lacks the privilege ({message})"
+                ),
+            },
+            429 | 503 => Error::Busy {
+                bmc: self.bmc.clone(),
+                detail: format!("{operation}: HTTP {} ({message})", status.as_u16()),
+            },
+            code => Error::Http {
+                bmc: self.bmc.clone(),
+                operation: operation.to_owned(),
+                status: code,
+                message,
+            },
+        }
+    }
+
+    /// Parses a JSON body, or says precisely why it cannot.
+    pub(crate) fn parse<T: DeserializeOwned>(&self, reply: &Reply, operation: &str) -> Result<T> {
+        serde_json::from_slice(&reply.body).map_err(|e| {
+            self.malformed(operation, format!("the body is not the expected JSON: {e}"))
+        })
+    }
+
+    pub(crate) fn malformed(&self, operation: &str, detail: impl Into<String>) -> Error {
+        Error::MalformedResponse {
+            bmc: self.bmc.clone(),
+            operation: operation.to_owned(),
+            detail: detail.into(),
+        }
+    }
+
+    fn transport_error(&self, error: &reqwest::Error, operation: &str) -> Error {
+        if let Some(tls) = find_tls_error(error) {
+            return Error::Tls {
+                bmc: self.bmc.clone(),
+                detail: tls,
+            };
+        }
+        if error.is_timeout() {
+            return Error::Timeout {
+                bmc: self.bmc.clone(),
+                operation: operation.to_owned(),
+                timeout: self.request_timeout,
+            };
+        }
+        Error::Unreachable {
+            bmc: self.bmc.clone(),
+            detail: format!("{operation}: {}", error_chain(error)),
+        }
+    }
+}
+
+/// The rustls error somewhere in the cause chain, if the failure was a TLS one.
+fn find_tls_error(error: &(dyn StdError + 'static)) -> Option<String> {
+    let mut current: Option<&(dyn StdError + 'static)> = Some(error);
+    while let Some(error) = current {
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls.to_string());
+        }
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && let Some(inner) = io.get_ref()
+            && let Some(tls) = inner.downcast_ref::<rustls::Error>()
+        {
+            return Some(tls.to_string());
+        }
+        current = error.source();
+    }
+    None
+}
+
+/// `outer: inner: innermost`, without the URL that reqwest puts into its own message.
+fn error_chain(error: &reqwest::Error) -> String {
+    let mut parts = Vec::new();
+    let mut current = error.source();
+    while let Some(cause) = current {
+        let text = cause.to_string();
+        if !parts.contains(&text) {
+            parts.push(text);
+        }
+        current = cause.source();
+    }
+    if parts.is_empty() {
+        parts.push(
+            if error.is_connect() {
+                "connection failed"
+            } else {
+                "request failed"
+            }
+            .to_owned(),
+        );
+    }
+    parts.join(": ")
+}

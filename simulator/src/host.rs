@@ -1,0 +1,440 @@
+//! One simulated host: its power state machine and the faults its BMC can show.
+//!
+//! The host is protocol-neutral: the Redfish service (and later the IPMI one) translate their
+//! requests into [`PowerAction`]s and read [`ObservedPower`] back, so one host can be reached by
+//! several protocols at once.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Clock;
+
+/// The physical power of a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Power {
+    /// Powered on.
+    On,
+    /// Powered off.
+    Off,
+}
+
+/// What a BMC reports when asked for the power state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ObservedPower {
+    /// On.
+    On,
+    /// Off.
+    Off,
+    /// Turning on.
+    PoweringOn,
+    /// Turning off.
+    PoweringOff,
+}
+
+impl ObservedPower {
+    /// The Redfish `PowerState` value.
+    pub fn redfish(self) -> &'static str {
+        match self {
+            ObservedPower::On => "On",
+            ObservedPower::Off => "Off",
+            ObservedPower::PoweringOn => "PoweringOn",
+            ObservedPower::PoweringOff => "PoweringOff",
+        }
+    }
+}
+
+/// A power request, whatever protocol carried it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PowerAction {
+    /// Power on.
+    On,
+    /// Cut the power.
+    ForceOff,
+    /// Ask the OS to shut down (ignored by a hung OS, see [`Faults::ignore_graceful_shutdown`]).
+    GracefulShutdown,
+    /// Cut the power, then power on.
+    ForceRestart,
+    /// Press the power button: toggles.
+    PushPowerButton,
+}
+
+/// Misbehaviour a host's BMC shows. All off by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Faults {
+    /// Added to every request that touches this host.
+    pub latency_ms: u64,
+    /// Answer requests that touch this host with this HTTP status.
+    pub error_status: Option<u16>,
+    /// How many requests get `error_status`; unlimited when absent.
+    pub error_count: Option<u32>,
+    /// Close the connection without answering requests that touch this host.
+    pub drop_connections: bool,
+    /// Accept power requests but never change the power.
+    pub stuck_power: bool,
+    /// Report On and Off alternately on every read, whatever the real state.
+    pub flapping: bool,
+    /// Answer resets with 202 Accepted and a task monitor that completes with the transition.
+    pub async_reset: bool,
+    /// Advertise only `PushPowerButton` as reset type.
+    pub push_button_only: bool,
+    /// The OS ignores graceful shutdown requests (a hung kernel).
+    pub ignore_graceful_shutdown: bool,
+}
+
+/// One change of the physical power, for the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PowerChange {
+    /// When the power reached its new state (clock time, milliseconds).
+    pub at_ms: u128,
+    /// The new power.
+    pub power: Power,
+}
+
+/// A fault that applies to one request, decided when the request arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFault {
+    /// Answer normally.
+    None,
+    /// Answer with this HTTP status.
+    Status(u16),
+    /// Drop the connection.
+    Drop,
+}
+
+#[derive(Debug)]
+struct Pending {
+    to: Power,
+    due: Duration,
+}
+
+#[derive(Debug)]
+struct HostState {
+    power: Power,
+    pending: Option<Pending>,
+    faults: Faults,
+    errors_sent: u32,
+    flap: bool,
+    version: u64,
+    history: Vec<PowerChange>,
+    boot_target: String,
+    boot_enabled: String,
+}
+
+/// A simulated host.
+#[derive(Debug)]
+pub struct SimHost {
+    id: String,
+    uuid: String,
+    clock: Arc<dyn Clock>,
+    power_delay: Duration,
+    state: Mutex<HostState>,
+}
+
+impl SimHost {
+    /// A host that starts in `power`; transitions take `power_delay`.
+    pub fn new(id: &str, power: Power, power_delay: Duration, clock: Arc<dyn Clock>) -> Self {
+        let number = id
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(b as u64));
+        SimHost {
+            id: id.to_owned(),
+            uuid: format!("8d2c1f3e-5b7a-4c1e-9f00-{:012x}", number & 0xffff_ffff_ffff),
+            clock,
+            power_delay,
+            state: Mutex::new(HostState {
+                power,
+                pending: None,
+                faults: Faults::default(),
+                errors_sent: 0,
+                flap: false,
+                version: 1,
+                history: Vec::new(),
+                boot_target: "None".into(),
+                boot_enabled: "Disabled".into(),
+            }),
+        }
+    }
+
+    /// The host's identifier (the Redfish system id).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// A stable UUID derived from the id.
+    pub fn uuid(&self) -> &str {
+        &self.uuid
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HostState> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.clock.now();
+        if let Some(pending) = &state.pending
+            && pending.due <= now
+        {
+            let to = pending.to;
+            state.pending = None;
+            state.power = to;
+            state.version += 1;
+            state.history.push(PowerChange {
+                at_ms: pending_ms(now),
+                power: to,
+            });
+        }
+        state
+    }
+
+    /// The physical power right now (transitions that came due are applied).
+    pub fn power(&self) -> Power {
+        self.lock().power
+    }
+
+    /// What the BMC reports: the transition in progress, or the flapping lie.
+    pub fn observe(&self) -> ObservedPower {
+        let mut state = self.lock();
+        if state.faults.flapping {
+            state.flap = !state.flap;
+            return if state.flap {
+                ObservedPower::Off
+            } else {
+                ObservedPower::On
+            };
+        }
+        match (&state.pending, state.power) {
+            (Some(p), _) if p.to == Power::On => ObservedPower::PoweringOn,
+            (Some(_), _) => ObservedPower::PoweringOff,
+            (None, Power::On) => ObservedPower::On,
+            (None, Power::Off) => ObservedPower::Off,
+        }
+    }
+
+    /// Whether a transition is still under way.
+    pub fn transition_pending(&self) -> bool {
+        self.lock().pending.is_some()
+    }
+
+    /// A version that changes whenever the host's resource changes (for ETags).
+    pub fn version(&self) -> u64 {
+        self.lock().version
+    }
+
+    /// Applies a power request. Accepted requests never fail; faults decide whether anything
+    /// happens.
+    pub fn request(&self, action: PowerAction) {
+        let mut state = self.lock();
+        if state.faults.stuck_power {
+            return;
+        }
+        let now = self.clock.now();
+        let heading_to = state.pending.as_ref().map_or(state.power, |p| p.to);
+        let target = match action {
+            PowerAction::On => Power::On,
+            PowerAction::ForceOff => Power::Off,
+            PowerAction::GracefulShutdown if state.faults.ignore_graceful_shutdown => return,
+            PowerAction::GracefulShutdown => Power::Off,
+            PowerAction::PushPowerButton => match heading_to {
+                Power::On => Power::Off,
+                Power::Off => Power::On,
+            },
+            PowerAction::ForceRestart => {
+                // Off now, on after the delay.
+                state.power = Power::Off;
+                state.history.push(PowerChange {
+                    at_ms: pending_ms(now),
+                    power: Power::Off,
+                });
+                Power::On
+            }
+        };
+        if target == heading_to && action != PowerAction::ForceRestart {
+            return;
+        }
+        state.version += 1;
+        if self.power_delay.is_zero() {
+            state.pending = None;
+            state.power = target;
+            state.history.push(PowerChange {
+                at_ms: pending_ms(now),
+                power: target,
+            });
+        } else {
+            state.pending = Some(Pending {
+                to: target,
+                due: now + self.power_delay,
+            });
+        }
+    }
+
+    /// Sets the power at once, without a transition (scenario set-up).
+    pub fn set_power(&self, power: Power) {
+        let mut state = self.lock();
+        state.pending = None;
+        if state.power != power {
+            state.power = power;
+            state.version += 1;
+            state.history.push(PowerChange {
+                at_ms: pending_ms(self.clock.now()),
+                power,
+            });
+        }
+    }
+
+    /// The current faults.
+    pub fn faults(&self) -> Faults {
+        self.lock().faults.clone()
+    }
+
+    /// Replaces the faults (and restarts the error count).
+    pub fn set_faults(&self, faults: Faults) {
+        let mut state = self.lock();
+        state.faults = faults;
+        state.errors_sent = 0;
+        state.version += 1;
+    }
+
+    /// Decides what happens to a request that touches this host, and counts it.
+    pub fn request_fault(&self) -> (RequestFault, Duration) {
+        let mut state = self.lock();
+        let latency = Duration::from_millis(state.faults.latency_ms);
+        if state.faults.drop_connections {
+            return (RequestFault::Drop, latency);
+        }
+        if let Some(status) = state.faults.error_status {
+            let within = state
+                .faults
+                .error_count
+                .is_none_or(|count| state.errors_sent < count);
+            if within {
+                state.errors_sent += 1;
+                return (RequestFault::Status(status), latency);
+            }
+        }
+        (RequestFault::None, latency)
+    }
+
+    /// Every physical power change so far.
+    pub fn history(&self) -> Vec<PowerChange> {
+        self.lock().history.clone()
+    }
+
+    /// The boot override: (target, enabled).
+    pub fn boot_override(&self) -> (String, String) {
+        let state = self.lock();
+        (state.boot_target.clone(), state.boot_enabled.clone())
+    }
+
+    /// Changes the boot override.
+    pub fn set_boot_override(&self, target: Option<String>, enabled: Option<String>) {
+        let mut state = self.lock();
+        if let Some(target) = target {
+            state.boot_target = target;
+        }
+        if let Some(enabled) = enabled {
+            state.boot_enabled = enabled;
+        }
+        state.version += 1;
+    }
+}
+
+fn pending_ms(at: Duration) -> u128 {
+    at.as_millis()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    fn host(delay_ms: u64) -> (Arc<ManualClock>, SimHost) {
+        let clock = Arc::new(ManualClock::new());
+        let host = SimHost::new(
+            "1",
+            Power::On,
+            Duration::from_millis(delay_ms),
+            clock.clone(),
+        );
+        (clock, host)
+    }
+
+    #[test]
+    fn power_off_goes_through_powering_off_after_the_delay() {
+        let (clock, host) = host(1000);
+        host.request(PowerAction::ForceOff);
+        assert_eq!(host.observe(), ObservedPower::PoweringOff);
+        assert_eq!(host.power(), Power::On);
+        clock.advance(Duration::from_millis(999));
+        assert_eq!(host.observe(), ObservedPower::PoweringOff);
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(host.observe(), ObservedPower::Off);
+        assert_eq!(host.history().len(), 1);
+        host.request(PowerAction::On);
+        assert_eq!(host.observe(), ObservedPower::PoweringOn);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(host.observe(), ObservedPower::On);
+    }
+
+    #[test]
+    fn a_stuck_host_accepts_requests_and_never_changes() {
+        let (clock, host) = host(10);
+        host.set_faults(Faults {
+            stuck_power: true,
+            ..Faults::default()
+        });
+        host.request(PowerAction::ForceOff);
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(host.observe(), ObservedPower::On);
+        assert!(host.history().is_empty());
+    }
+
+    #[test]
+    fn a_flapping_host_alternates_whatever_its_power() {
+        let (_clock, host) = host(0);
+        host.set_faults(Faults {
+            flapping: true,
+            ..Faults::default()
+        });
+        let reads: Vec<_> = (0..4).map(|_| host.observe()).collect();
+        assert_eq!(
+            reads,
+            [
+                ObservedPower::Off,
+                ObservedPower::On,
+                ObservedPower::Off,
+                ObservedPower::On
+            ]
+        );
+        assert_eq!(host.power(), Power::On);
+    }
+
+    #[test]
+    fn the_push_button_toggles_and_a_hung_os_ignores_graceful_shutdown() {
+        let (_clock, host) = host(0);
+        host.request(PowerAction::PushPowerButton);
+        assert_eq!(host.power(), Power::Off);
+        host.request(PowerAction::PushPowerButton);
+        assert_eq!(host.power(), Power::On);
+        host.set_faults(Faults {
+            ignore_graceful_shutdown: true,
+            ..Faults::default()
+        });
+        host.request(PowerAction::GracefulShutdown);
+        assert_eq!(host.power(), Power::On);
+        host.request(PowerAction::ForceOff);
+        assert_eq!(host.power(), Power::Off);
+    }
+
+    #[test]
+    fn error_faults_apply_to_the_configured_number_of_requests() {
+        let (_clock, host) = host(0);
+        host.set_faults(Faults {
+            error_status: Some(503),
+            error_count: Some(2),
+            ..Faults::default()
+        });
+        assert_eq!(host.request_fault().0, RequestFault::Status(503));
+        assert_eq!(host.request_fault().0, RequestFault::Status(503));
+        assert_eq!(host.request_fault().0, RequestFault::None);
+    }
+}

@@ -1,0 +1,144 @@
+//! `baremend-sim`: run simulated BMCs (and later a simulated cluster) as a process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use baremend_sim::host::Power;
+use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
+use baremend_sim::tls::TlsIdentity;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(name = "baremend-sim", version, about = "Simulated BMCs for baremend")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve a Redfish BMC with N systems until killed; prints `READY <base-url>` once it
+    /// accepts connections.
+    Redfish(RedfishArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum InitialPower {
+    On,
+    Off,
+}
+
+#[derive(Args)]
+struct RedfishArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: SocketAddr,
+    /// Number of systems, with ids 1..=N.
+    #[arg(long, default_value_t = 1)]
+    systems: usize,
+    /// Administrator account name.
+    #[arg(long, default_value = "admin")]
+    username: String,
+    /// Administrator password (a simulator: no secret is at stake).
+    #[arg(long, default_value = "password")]
+    password: String,
+    /// TLS certificate (PEM); needs --tls-key.
+    #[arg(long, requires = "tls_key", conflicts_with = "tls_self_signed")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve HTTPS with a certificate generated at start.
+    #[arg(long)]
+    tls_self_signed: bool,
+    /// With --tls-self-signed: write the generated certificate here, for clients to trust.
+    #[arg(long, requires = "tls_self_signed")]
+    cert_out: Option<PathBuf>,
+    /// How long a power transition takes, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    power_delay_ms: u64,
+    /// The power state systems start in.
+    #[arg(long, value_enum, default_value = "on")]
+    initial_power: InitialPower,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Redfish(args) => run_redfish(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_redfish(args: RedfishArgs) -> Result<(), String> {
+    let tls = match (&args.tls_cert, &args.tls_key, args.tls_self_signed) {
+        (Some(cert), Some(key), _) => TlsMode::Identity(TlsIdentity {
+            cert_pem: read(cert)?,
+            key_pem: read(key)?,
+        }),
+        (_, _, true) => TlsMode::SelfSigned,
+        _ => TlsMode::Plain,
+    };
+    let config = RedfishSimConfig {
+        listen: args.listen,
+        systems: args.systems,
+        username: args.username,
+        password: args.password,
+        power_delay: Duration::from_millis(args.power_delay_ms),
+        initial_power: match args.initial_power {
+            InitialPower::On => Power::On,
+            InitialPower::Off => Power::Off,
+        },
+        tls,
+    };
+    let sim = RedfishSim::start(config).await.map_err(|e| e.to_string())?;
+    if let (Some(path), Some(pem)) = (&args.cert_out, sim.self_signed_cert_pem()) {
+        std::fs::write(path, pem).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    println!("READY {}", sim.base_url());
+    wait_for_termination().await;
+    Ok(())
+}
+
+fn read(path: &PathBuf) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+async fn wait_for_termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

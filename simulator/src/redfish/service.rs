@@ -1,0 +1,492 @@
+//! The state of a simulated Redfish service: hosts, accounts, sessions, tasks and statistics.
+//! Routes only translate HTTP to calls on [`RedfishService`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use base64::Engine;
+use ring::rand::{SecureRandom, SystemRandom};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Clock;
+use crate::host::{Power, PowerAction, SimHost};
+
+/// A predefined Redfish role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// Everything.
+    Administrator,
+    /// May operate components, including power.
+    Operator,
+    /// May only read.
+    ReadOnly,
+}
+
+impl Role {
+    /// The role id.
+    pub fn id(self) -> &'static str {
+        match self {
+            Role::Administrator => "Administrator",
+            Role::Operator => "Operator",
+            Role::ReadOnly => "ReadOnly",
+        }
+    }
+
+    /// The Redfish privileges the role grants.
+    pub fn privileges(self) -> &'static [&'static str] {
+        match self {
+            Role::Administrator => &[
+                "Login",
+                "ConfigureManager",
+                "ConfigureUsers",
+                "ConfigureSelf",
+                "ConfigureComponents",
+            ],
+            Role::Operator => &["Login", "ConfigureSelf", "ConfigureComponents"],
+            Role::ReadOnly => &["Login", "ConfigureSelf"],
+        }
+    }
+
+    /// Whether the role may reset systems or change their settings.
+    pub fn may_configure_components(self) -> bool {
+        self.privileges().contains(&"ConfigureComponents")
+    }
+
+    /// Every role.
+    pub const ALL: [Role; 3] = [Role::Administrator, Role::Operator, Role::ReadOnly];
+
+    /// The role with this id.
+    pub fn from_id(id: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.id() == id)
+    }
+}
+
+/// A BMC account.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Account {
+    /// The account's login name.
+    pub username: String,
+    /// Its password.
+    pub password: String,
+    /// Its role.
+    pub role: Role,
+}
+
+impl std::fmt::Debug for Account {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Account")
+            .field("username", &self.username)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Who made a request.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    /// The account name.
+    pub username: String,
+    /// Its role.
+    pub role: Role,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    pub id: String,
+    pub username: String,
+    last_used: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Task {
+    pub id: u64,
+    pub host: Arc<SimHost>,
+    pub reset_type: String,
+}
+
+/// One reset a client sent, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResetRecord {
+    /// The system id.
+    pub system: String,
+    /// The ResetType sent.
+    pub reset_type: String,
+}
+
+/// Counters of what clients did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Requests received (control API excluded).
+    pub requests: u64,
+    /// The most requests ever handled at the same time.
+    pub max_in_flight: u64,
+    /// Sessions currently open.
+    pub open_sessions: usize,
+    /// Sessions created so far.
+    pub sessions_created: u64,
+    /// Sessions deleted by clients.
+    pub sessions_deleted: u64,
+    /// Refused logins and refused credentials.
+    pub authentication_failures: u64,
+    /// Every reset received, in order.
+    pub resets: Vec<ResetRecord>,
+}
+
+/// Service-wide switches, settable at runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthSettings {
+    /// Accept `Authorization: Basic`. Off means sessions only.
+    pub basic_auth: bool,
+    /// Offer the session service. Off means Basic only (the service root does not link it).
+    pub sessions: bool,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        AuthSettings {
+            basic_auth: true,
+            sessions: true,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ServiceState {
+    accounts: Vec<Account>,
+    auth: AuthSettings,
+    sessions: HashMap<String, Session>,
+    next_session: u64,
+    tasks: HashMap<u64, Task>,
+    next_task: u64,
+    sessions_created: u64,
+    sessions_deleted: u64,
+    authentication_failures: u64,
+    resets: Vec<ResetRecord>,
+}
+
+/// Why a login or a request's credentials were refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LoginError {
+    BadCredentials,
+    TooManySessions,
+    SessionsDisabled,
+}
+
+/// A simulated Redfish service.
+#[derive(Debug)]
+pub struct RedfishService {
+    hosts: Vec<Arc<SimHost>>,
+    clock: Arc<dyn Clock>,
+    uuid: String,
+    session_timeout: Duration,
+    max_sessions: usize,
+    state: Mutex<ServiceState>,
+    random: SystemRandom,
+    requests: AtomicU64,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
+impl RedfishService {
+    /// A service in front of `hosts` with one Administrator account.
+    pub fn new(hosts: Vec<Arc<SimHost>>, admin: Account, clock: Arc<dyn Clock>) -> Self {
+        RedfishService {
+            hosts,
+            clock,
+            uuid: "5a4f2e10-9b3c-4d8e-a7f1-0c2b3d4e5f60".into(),
+            session_timeout: Duration::from_secs(1800),
+            max_sessions: 64,
+            state: Mutex::new(ServiceState {
+                accounts: vec![admin],
+                auth: AuthSettings::default(),
+                sessions: HashMap::new(),
+                next_session: 1,
+                tasks: HashMap::new(),
+                next_task: 1,
+                sessions_created: 0,
+                sessions_deleted: 0,
+                authentication_failures: 0,
+                resets: Vec::new(),
+            }),
+            random: SystemRandom::new(),
+            requests: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ServiceState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The service UUID.
+    pub fn uuid(&self) -> &str {
+        &self.uuid
+    }
+
+    /// How long an idle session lives.
+    pub fn session_timeout(&self) -> Duration {
+        self.session_timeout
+    }
+
+    /// The hosts, in system-id order.
+    pub fn hosts(&self) -> &[Arc<SimHost>] {
+        &self.hosts
+    }
+
+    /// The host with this system id.
+    pub fn host(&self, id: &str) -> Option<&Arc<SimHost>> {
+        self.hosts.iter().find(|h| h.id() == id)
+    }
+
+    /// Adds an account.
+    pub fn add_account(&self, account: Account) {
+        self.lock().accounts.push(account);
+    }
+
+    /// The accounts (passwords included: this is the simulator's own view).
+    pub fn accounts(&self) -> Vec<Account> {
+        self.lock().accounts.clone()
+    }
+
+    /// Changes the first account's credentials at runtime and ends its sessions, as a BMC
+    /// does when an administrator rotates the password.
+    pub fn set_credentials(&self, username: &str, password: &str) {
+        let mut state = self.lock();
+        let Some(account) = state.accounts.first_mut() else {
+            return;
+        };
+        let old = std::mem::replace(&mut account.username, username.to_owned());
+        account.password = password.to_owned();
+        state.sessions.retain(|_, s| s.username != old);
+    }
+
+    /// The current authentication switches.
+    pub fn auth_settings(&self) -> AuthSettings {
+        self.lock().auth.clone()
+    }
+
+    /// Changes the authentication switches.
+    pub fn set_auth_settings(&self, settings: AuthSettings) {
+        let mut state = self.lock();
+        if !settings.sessions {
+            state.sessions.clear();
+        }
+        state.auth = settings;
+    }
+
+    /// Ends every session at once, as if they had all timed out.
+    pub fn expire_sessions(&self) {
+        self.lock().sessions.clear();
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        let state = self.lock();
+        Stats {
+            requests: self.requests.load(Ordering::Relaxed),
+            max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
+            open_sessions: state.sessions.len(),
+            sessions_created: state.sessions_created,
+            sessions_deleted: state.sessions_deleted,
+            authentication_failures: state.authentication_failures,
+            resets: state.resets.clone(),
+        }
+    }
+
+    /// Counts a request in; the guard counts it out.
+    pub(crate) fn begin_request(&self) -> InFlight<'_> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::Relaxed);
+        InFlight(self)
+    }
+
+    fn check_password(state: &ServiceState, username: &str, password: &str) -> Option<Role> {
+        state
+            .accounts
+            .iter()
+            .find(|a| a.username == username && a.password == password)
+            .map(|a| a.role)
+    }
+
+    /// Creates a session; returns (token, session id, username).
+    pub(crate) fn log_in(
+        &self,
+        username: &str,
+        password: &str,
+    ) -> Result<(String, String), LoginError> {
+        let mut state = self.lock();
+        if !state.auth.sessions {
+            return Err(LoginError::SessionsDisabled);
+        }
+        if Self::check_password(&state, username, password).is_none() {
+            state.authentication_failures += 1;
+            return Err(LoginError::BadCredentials);
+        }
+        let now = self.clock.now();
+        let timeout = self.session_timeout;
+        state.sessions.retain(|_, s| now < s.last_used + timeout);
+        if state.sessions.len() >= self.max_sessions {
+            return Err(LoginError::TooManySessions);
+        }
+        let token = self.new_token();
+        let id = state.next_session.to_string();
+        state.next_session += 1;
+        state.sessions_created += 1;
+        state.sessions.insert(
+            token.clone(),
+            Session {
+                id: id.clone(),
+                username: username.to_owned(),
+                last_used: now,
+            },
+        );
+        Ok((token, id))
+    }
+
+    fn new_token(&self) -> String {
+        let mut bytes = [0u8; 24];
+        // The system RNG failing is not something a simulator can recover from; a fixed
+        // token would be worse, so fall back to the clock, which still makes tokens distinct.
+        if self.random.fill(&mut bytes).is_err() {
+            bytes[..16].copy_from_slice(&self.clock.now().as_nanos().to_le_bytes());
+        }
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Checks a request's `X-Auth-Token` or `Authorization: Basic`.
+    pub(crate) fn authenticate(
+        &self,
+        token: Option<&str>,
+        authorization: Option<&str>,
+    ) -> Option<Principal> {
+        let mut state = self.lock();
+        let now = self.clock.now();
+        if let Some(token) = token {
+            let timeout = self.session_timeout;
+            let username = match state.sessions.get_mut(token) {
+                Some(session) if now < session.last_used + timeout => {
+                    session.last_used = now;
+                    Some(session.username.clone())
+                }
+                Some(_) => {
+                    state.sessions.remove(token);
+                    None
+                }
+                None => None,
+            };
+            let principal = username.and_then(|username| {
+                let role = state.accounts.iter().find(|a| a.username == username)?.role;
+                Some(Principal { username, role })
+            });
+            if principal.is_none() {
+                state.authentication_failures += 1;
+            }
+            return principal;
+        }
+        let basic = authorization
+            .and_then(|value| value.strip_prefix("Basic "))
+            .and_then(|encoded| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(encoded.trim())
+                    .ok()
+            })
+            .and_then(|bytes| String::from_utf8(bytes).ok());
+        let principal = match basic {
+            Some(pair) if state.auth.basic_auth => pair.split_once(':').and_then(|(u, p)| {
+                Self::check_password(&state, u, p).map(|role| Principal {
+                    username: u.to_owned(),
+                    role,
+                })
+            }),
+            _ => None,
+        };
+        if principal.is_none() && authorization.is_some() {
+            state.authentication_failures += 1;
+        }
+        principal
+    }
+
+    /// The open sessions: (id, username).
+    pub(crate) fn sessions(&self) -> Vec<(String, String)> {
+        let mut sessions: Vec<_> = self
+            .lock()
+            .sessions
+            .values()
+            .map(|s| (s.id.clone(), s.username.clone()))
+            .collect();
+        sessions.sort_by_key(|(id, _)| id.parse::<u64>().unwrap_or(u64::MAX));
+        sessions
+    }
+
+    /// Deletes the session with this id; false when there is none.
+    pub(crate) fn delete_session(&self, id: &str) -> bool {
+        let mut state = self.lock();
+        let before = state.sessions.len();
+        state.sessions.retain(|_, s| s.id != id);
+        let deleted = state.sessions.len() < before;
+        if deleted {
+            state.sessions_deleted += 1;
+        }
+        deleted
+    }
+
+    /// Records and applies a reset; returns a task id when the host answers asynchronously.
+    pub(crate) fn reset(
+        &self,
+        host: &Arc<SimHost>,
+        reset_type: &str,
+        action: PowerAction,
+    ) -> Option<u64> {
+        let asynchronous = host.faults().async_reset;
+        host.request(action);
+        let mut state = self.lock();
+        state.resets.push(ResetRecord {
+            system: host.id().to_owned(),
+            reset_type: reset_type.to_owned(),
+        });
+        if !asynchronous {
+            return None;
+        }
+        let id = state.next_task;
+        state.next_task += 1;
+        state.tasks.insert(
+            id,
+            Task {
+                id,
+                host: host.clone(),
+                reset_type: reset_type.to_owned(),
+            },
+        );
+        Some(id)
+    }
+
+    /// A task by id.
+    pub(crate) fn task(&self, id: u64) -> Option<Task> {
+        self.lock().tasks.get(&id).cloned()
+    }
+
+    /// Sets a host's power at once (scenario set-up).
+    pub fn set_power(&self, id: &str, power: Power) -> bool {
+        match self.host(id) {
+            Some(host) => {
+                host.set_power(power);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Counts a request out when dropped.
+pub(crate) struct InFlight<'a>(&'a RedfishService);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,97 @@
+//! The accept loop shared by the simulated services: plain or TLS, HTTP/1.1 keep-alive, and the
+//! ability to drop a connection without answering (a fault real BMCs show).
+
+use std::convert::Infallible;
+use std::fmt;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+
+/// Put into a response's extensions to close the connection instead of sending the response.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DropConnection;
+
+#[derive(Debug)]
+struct DroppedByFault;
+
+impl fmt::Display for DroppedByFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("connection dropped by an injected fault")
+    }
+}
+
+impl std::error::Error for DroppedByFault {}
+
+/// Serves `router` on `listener` until the returned task is aborted; aborting it also ends
+/// every open connection.
+pub(crate) fn spawn(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut connections = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _peer)) => {
+                        // Small request/response exchanges: do not wait for Nagle.
+                        let _ = stream.set_nodelay(true);
+                        connections.spawn(serve_connection(stream, tls.clone(), router.clone()));
+                    }
+                    Err(error) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+    })
+}
+
+async fn serve_connection(stream: tokio::net::TcpStream, tls: Option<TlsAcceptor>, router: Router) {
+    match tls {
+        None => serve_io(stream, router).await,
+        Some(acceptor) => match acceptor.accept(stream).await {
+            Ok(stream) => serve_io(stream, router).await,
+            Err(error) => tracing::debug!(%error, "TLS handshake failed"),
+        },
+    }
+}
+
+async fn serve_io<I>(io: I, router: Router)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let router = router.clone();
+        async move {
+            let response = router
+                .oneshot(request)
+                .await
+                .unwrap_or_else(|never: Infallible| match never {});
+            if response.extensions().get::<DropConnection>().is_some() {
+                Err(DroppedByFault)
+            } else {
+                Ok(response)
+            }
+        }
+    });
+    if let Err(error) = http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(io), service)
+        .await
+    {
+        tracing::trace!(%error, "connection ended with an error");
+    }
+}

@@ -1,0 +1,53 @@
+//! Durations on the command line: `90`, `90s`, `500ms`, `2m`, `1h`.
+
+use std::time::Duration;
+
+/// Parses a duration; a bare number means seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (examples: 90s, 500ms, 2m)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {text:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    if !seconds.is_finite() || seconds <= 0.0 || seconds > 7.0 * 86400.0 {
+        return Err(format!(
+            "{text:?} is out of range (more than 0, at most 7 days)"
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_and_bare_seconds_parse() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn nonsense_and_out_of_range_values_are_refused() {
+        for bad in ["", "s", "-1s", "0", "10x", "1e9", "8d", "nan"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}

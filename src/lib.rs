@@ -1,0 +1,52 @@
+//! baremend: fences and heals hung bare-metal Kubernetes/OpenShift nodes.
+//!
+//! This crate holds the controller library and the `baremend` command. Today it offers:
+//! - [`bmc`]: `baremend bmc`, the operator's tool to check a BMC address and credentials
+//!   and to read or change a host's power, with every change read back from the BMC;
+//! - [`lab`]: `baremend lab`, a self-contained run against simulated hardware.
+//!
+//! Power control itself lives in the `baremend-drivers` crate; simulated BMCs in `baremend-sim`.
+#![forbid(unsafe_code)]
+
+pub mod bmc;
+pub mod duration;
+pub mod lab;
+
+use std::path::PathBuf;
+
+/// Errors of the `baremend` crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A BMC operation failed.
+    #[error(transparent)]
+    Driver(#[from] baremend_drivers::Error),
+    /// No password was given.
+    #[error("no BMC password: give --password-file FILE or set BMC_PASSWORD")]
+    MissingPassword,
+    /// A file named on the command line could not be read.
+    #[error("cannot read {what} {path}: {source}")]
+    ReadFile {
+        /// What the file is for.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file was read but its content is unusable.
+    #[error("{what} {path} is unusable: {reason}")]
+    BadFile {
+        /// What the file is for.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The simulator could not start.
+    #[error("simulator: {0}")]
+    Simulator(#[from] baremend_sim::Error),
+}
+
+/// Result alias of the `baremend` crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
