@@ -285,22 +285,21 @@ impl Transport {
     }
 }
 
-/// The rustls error somewhere in the cause chain, if the failure was a TLS one.
+/// The rustls error somewhere in the cause chain, if the failure was a TLS one. `io::Error`
+/// hides its wrapped error from `source()`, and reqwest nests one in another, so those are
+/// opened explicitly.
 fn find_tls_error(error: &(dyn StdError + 'static)) -> Option<String> {
-    let mut current: Option<&(dyn StdError + 'static)> = Some(error);
-    while let Some(error) = current {
-        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
-            return Some(tls.to_string());
-        }
-        if let Some(io) = error.downcast_ref::<std::io::Error>()
-            && let Some(inner) = io.get_ref()
-            && let Some(tls) = inner.downcast_ref::<rustls::Error>()
-        {
-            return Some(tls.to_string());
-        }
-        current = error.source();
+    if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+        return Some(tls.to_string());
     }
-    None
+    if let Some(inner) = error
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+        && let Some(found) = find_tls_error(inner)
+    {
+        return Some(found);
+    }
+    error.source().and_then(find_tls_error)
 }
 
 /// `outer: inner: innermost`, without the URL that reqwest puts into its own message.

@@ -1,0 +1,570 @@
+//! The Redfish driver against the Redfish simulator: every simulator fault, and TLS set up the
+//! way an operator would (a private CA).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baremend_drivers::{
+    BmcAddress, Connector, Credentials, DriverConfig, Error, PowerDriver, PowerOffMode, PowerState,
+    TlsOptions, WaitOptions, wait_for_power_state,
+};
+use baremend_sim::host::{Faults, Power};
+use baremend_sim::redfish::{Account, AuthSettings, RedfishSim, RedfishSimConfig, Role, TlsMode};
+use baremend_sim::tls::{LOCAL_NAMES, TestCa};
+
+async fn sim_with(config: RedfishSimConfig) -> RedfishSim {
+    RedfishSim::start(RedfishSimConfig {
+        power_delay: Duration::from_millis(200),
+        ..config
+    })
+    .await
+    .expect("the simulator starts")
+}
+
+async fn sim() -> RedfishSim {
+    sim_with(RedfishSimConfig::default()).await
+}
+
+fn config_for(address: &str, username: &str, password: &str, tls: TlsOptions) -> DriverConfig {
+    let mut config = DriverConfig::new(
+        BmcAddress::parse(address).unwrap(),
+        Credentials::new(username, password),
+        tls,
+    );
+    config.request_timeout = Duration::from_secs(2);
+    config.task_timeout = Duration::from_secs(5);
+    config
+}
+
+fn driver(sim: &RedfishSim) -> Arc<dyn PowerDriver> {
+    let config = config_for(
+        &sim.bmc_address("1"),
+        "admin",
+        "password",
+        TlsOptions::default(),
+    );
+    Connector::new().connect(config).unwrap()
+}
+
+fn quick_wait(timeout_ms: u64) -> WaitOptions {
+    WaitOptions {
+        timeout: Duration::from_millis(timeout_ms),
+        initial_interval: Duration::from_millis(50),
+        max_interval: Duration::from_millis(200),
+        consecutive_reads: 2,
+    }
+}
+
+async fn wait_for(
+    driver: &dyn PowerDriver,
+    target: PowerState,
+    timeout_ms: u64,
+) -> Result<PowerState, Error> {
+    wait_for_power_state(driver, &target, &quick_wait(timeout_ms), |_| {}).await
+}
+
+fn set_faults(sim: &RedfishSim, faults: Faults) {
+    sim.host("1").unwrap().set_faults(faults);
+}
+
+fn resets(sim: &RedfishSim) -> Vec<String> {
+    sim.service()
+        .stats()
+        .resets
+        .into_iter()
+        .map(|r| r.reset_type)
+        .collect()
+}
+
+#[tokio::test]
+async fn power_off_and_on_are_confirmed_only_by_read_back() {
+    let sim = sim().await;
+    let driver = driver(&sim);
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::PoweringOff);
+    wait_for(driver.as_ref(), PowerState::Off, 5000)
+        .await
+        .unwrap();
+    assert_eq!(sim.host("1").unwrap().power(), Power::Off);
+    driver.power_on().await.unwrap();
+    wait_for(driver.as_ref(), PowerState::On, 5000)
+        .await
+        .unwrap();
+    // Already on: nothing is sent.
+    driver.power_on().await.unwrap();
+    assert_eq!(resets(&sim), ["ForceOff", "On"]);
+    driver.close().await.unwrap();
+    assert_eq!(sim.service().stats().open_sessions, 0);
+}
+
+#[tokio::test]
+async fn graceful_off_that_a_hung_os_ignores_is_not_confirmed_and_forced_off_then_is() {
+    let sim = sim().await;
+    set_faults(
+        &sim,
+        Faults {
+            ignore_graceful_shutdown: true,
+            ..Faults::default()
+        },
+    );
+    let driver = driver(&sim);
+    driver.power_off(PowerOffMode::Graceful).await.unwrap();
+    let error = wait_for(driver.as_ref(), PowerState::Off, 800)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::StateNotReached {
+                last_seen: Some(PowerState::On),
+                ..
+            }
+        ),
+        "{error}"
+    );
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    wait_for(driver.as_ref(), PowerState::Off, 5000)
+        .await
+        .unwrap();
+    assert_eq!(resets(&sim), ["GracefulShutdown", "ForceOff"]);
+}
+
+#[tokio::test]
+async fn added_latency_is_tolerated_within_the_request_timeout_and_a_timeout_beyond_it() {
+    let sim = sim().await;
+    set_faults(
+        &sim,
+        Faults {
+            latency_ms: 300,
+            ..Faults::default()
+        },
+    );
+    let driver = driver(&sim);
+    let started = Instant::now();
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    set_faults(
+        &sim,
+        Faults {
+            latency_ms: 3000,
+            ..Faults::default()
+        },
+    );
+    let error = driver.power_state().await.unwrap_err();
+    assert!(matches!(error, Error::Timeout { .. }), "{error}");
+    assert!(error.is_retryable());
+}
+
+#[tokio::test]
+async fn error_statuses_are_retryable_and_tolerated_while_waiting() {
+    let sim = sim().await;
+    let driver = driver(&sim);
+    set_faults(
+        &sim,
+        Faults {
+            error_status: Some(503),
+            ..Faults::default()
+        },
+    );
+    let busy = driver.power_state().await.unwrap_err();
+    assert!(
+        matches!(busy, Error::Busy { .. }) && busy.is_retryable(),
+        "{busy}"
+    );
+    set_faults(
+        &sim,
+        Faults {
+            error_status: Some(500),
+            ..Faults::default()
+        },
+    );
+    let broken = driver.power_state().await.unwrap_err();
+    assert!(
+        matches!(broken, Error::Http { status: 500, .. }) && broken.is_retryable(),
+        "{broken}"
+    );
+    set_faults(
+        &sim,
+        Faults {
+            error_status: Some(500),
+            error_count: Some(3),
+            ..Faults::default()
+        },
+    );
+    wait_for(driver.as_ref(), PowerState::On, 5000)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn dropped_connections_are_a_retryable_unreachable_error() {
+    let sim = sim().await;
+    let driver = driver(&sim);
+    driver.power_state().await.unwrap();
+    set_faults(
+        &sim,
+        Faults {
+            drop_connections: true,
+            ..Faults::default()
+        },
+    );
+    let error = driver.power_state().await.unwrap_err();
+    assert!(matches!(error, Error::Unreachable { .. }), "{error}");
+    assert!(error.is_retryable());
+    set_faults(&sim, Faults::default());
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+}
+
+#[tokio::test]
+async fn a_reset_that_is_accepted_but_never_acted_on_is_never_confirmed() {
+    let sim = sim().await;
+    set_faults(
+        &sim,
+        Faults {
+            stuck_power: true,
+            ..Faults::default()
+        },
+    );
+    let driver = driver(&sim);
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    let error = wait_for(driver.as_ref(), PowerState::Off, 1000)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::StateNotReached {
+                last_seen: Some(PowerState::On),
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("last seen: On"), "{error}");
+}
+
+#[tokio::test]
+async fn a_flapping_power_state_is_never_confirmed_off() {
+    let sim = sim().await;
+    set_faults(
+        &sim,
+        Faults {
+            flapping: true,
+            ..Faults::default()
+        },
+    );
+    let driver = driver(&sim);
+    let mut seen = Vec::new();
+    let error = wait_for_power_state(driver.as_ref(), &PowerState::Off, &quick_wait(1000), |s| {
+        seen.push(s.clone())
+    })
+    .await
+    .unwrap_err();
+    assert!(matches!(error, Error::StateNotReached { .. }), "{error}");
+    assert!(
+        seen.contains(&PowerState::Off) && seen.contains(&PowerState::On),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn resets_answered_202_are_followed_to_completion() {
+    let sim = sim().await;
+    set_faults(
+        &sim,
+        Faults {
+            async_reset: true,
+            ..Faults::default()
+        },
+    );
+    let driver = driver(&sim);
+    let started = Instant::now();
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    // The task completes with the transition, so the power is already off when it returns.
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(sim.host("1").unwrap().power(), Power::Off);
+    wait_for(driver.as_ref(), PowerState::Off, 2000)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn only_push_power_button_advertised_is_pressed_only_when_it_toggles_the_right_way() {
+    let sim = sim().await;
+    set_faults(
+        &sim,
+        Faults {
+            push_button_only: true,
+            ..Faults::default()
+        },
+    );
+    let driver = driver(&sim);
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    // While powering off, pressing again would power it back on: refused as busy.
+    let error = driver.power_on().await.unwrap_err();
+    assert!(matches!(error, Error::Busy { .. }), "{error}");
+    wait_for(driver.as_ref(), PowerState::Off, 5000)
+        .await
+        .unwrap();
+    driver.power_on().await.unwrap();
+    wait_for(driver.as_ref(), PowerState::On, 5000)
+        .await
+        .unwrap();
+    let graceful = driver.power_off(PowerOffMode::Graceful).await.unwrap_err();
+    assert!(matches!(graceful, Error::Unsupported { .. }), "{graceful}");
+    assert_eq!(resets(&sim), ["PushPowerButton", "PushPowerButton"]);
+}
+
+#[tokio::test]
+async fn a_bmc_with_basic_auth_disabled_is_driven_through_a_session() {
+    let sim = sim().await;
+    sim.service().set_auth_settings(AuthSettings {
+        basic_auth: false,
+        sessions: true,
+    });
+    let driver = driver(&sim);
+    assert_eq!(driver.probe().await.unwrap().authentication, "session");
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    wait_for(driver.as_ref(), PowerState::Off, 5000)
+        .await
+        .unwrap();
+    assert_eq!(sim.service().stats().sessions_created, 1);
+}
+
+#[tokio::test]
+async fn a_bmc_without_sessions_is_driven_with_basic_auth() {
+    let sim = sim().await;
+    sim.service().set_auth_settings(AuthSettings {
+        basic_auth: true,
+        sessions: false,
+    });
+    let driver = driver(&sim);
+    assert_eq!(driver.probe().await.unwrap().authentication, "basic");
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    assert_eq!(sim.service().stats().sessions_created, 0);
+}
+
+#[tokio::test]
+async fn expired_sessions_are_renewed_transparently() {
+    let sim = sim().await;
+    let driver = driver(&sim);
+    driver.power_state().await.unwrap();
+    sim.service().expire_sessions();
+    driver.power_state().await.unwrap();
+    assert_eq!(sim.service().stats().sessions_created, 2);
+}
+
+#[tokio::test]
+async fn credentials_changed_at_runtime_give_a_permanent_authentication_error_without_retry_storm()
+{
+    let sim = sim().await;
+    let driver = driver(&sim);
+    driver.power_state().await.unwrap();
+    sim.service().set_credentials("admin", "rotated");
+    let error = driver.power_state().await.unwrap_err();
+    assert!(matches!(error, Error::Authentication { .. }), "{error}");
+    assert!(!error.is_retryable());
+    // The dead token, then one login: no more attempts against the account.
+    assert_eq!(sim.service().stats().authentication_failures, 2);
+    let error = wait_for(driver.as_ref(), PowerState::On, 5000)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Authentication { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn a_read_only_account_cannot_power_off() {
+    let sim = sim().await;
+    sim.service().add_account(Account {
+        username: "viewer".into(),
+        password: "view".into(),
+        role: Role::ReadOnly,
+    });
+    let config = config_for(
+        &sim.bmc_address("1"),
+        "viewer",
+        "view",
+        TlsOptions::default(),
+    );
+    let driver = Connector::new().connect(config).unwrap();
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+    let error = driver.power_off(PowerOffMode::Forced).await.unwrap_err();
+    assert!(matches!(error, Error::Authentication { .. }), "{error}");
+    assert!(error.to_string().contains("privilege"), "{error}");
+    assert_eq!(sim.host("1").unwrap().power(), Power::On);
+}
+
+#[tokio::test]
+async fn a_system_that_does_not_exist_is_a_permanent_error() {
+    let sim = sim().await;
+    let config = config_for(
+        &sim.bmc_address("9"),
+        "admin",
+        "password",
+        TlsOptions::default(),
+    );
+    let error = Connector::new()
+        .connect(config)
+        .unwrap()
+        .power_state()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::SystemNotFound { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn drivers_sharing_a_connector_never_have_two_requests_in_flight_at_one_bmc() {
+    let sim = sim_with(RedfishSimConfig {
+        systems: 2,
+        ..RedfishSimConfig::default()
+    })
+    .await;
+    for id in ["1", "2"] {
+        sim.host(id).unwrap().set_faults(Faults {
+            latency_ms: 20,
+            ..Faults::default()
+        });
+    }
+    let run_burst = |connector: &Connector| {
+        let drivers: Vec<_> = ["1", "2", "1", "2"]
+            .iter()
+            .map(|id| {
+                let config = config_for(
+                    &sim.bmc_address(id),
+                    "admin",
+                    "password",
+                    TlsOptions::default(),
+                );
+                connector.connect(config).unwrap()
+            })
+            .collect();
+        async move {
+            let mut reads = tokio::task::JoinSet::new();
+            for driver in drivers {
+                for _ in 0..3 {
+                    let driver = driver.clone();
+                    reads.spawn(async move { driver.power_state().await.unwrap() });
+                }
+            }
+            while reads.join_next().await.is_some() {}
+        }
+    };
+    run_burst(&Connector::new()).await;
+    assert_eq!(sim.service().stats().max_in_flight, 1);
+    // Without a shared connector the same burst does overlap: the check above can fail.
+    let separate: Vec<_> = (0..4).map(|_| Connector::new()).collect();
+    let mut bursts = tokio::task::JoinSet::new();
+    for connector in separate {
+        let burst = run_burst(&connector);
+        bursts.spawn(burst);
+    }
+    while bursts.join_next().await.is_some() {}
+    assert!(sim.service().stats().max_in_flight > 1);
+}
+
+#[tokio::test]
+async fn tls_is_verified_against_the_configured_ca_and_insecure_is_an_explicit_opt_in() {
+    let ca = TestCa::generate("baremend test BMC CA").unwrap();
+    let identity = ca.issue(LOCAL_NAMES).unwrap();
+    let sim = sim_with(RedfishSimConfig {
+        tls: TlsMode::Identity(identity),
+        ..RedfishSimConfig::default()
+    })
+    .await;
+    let address = sim.bmc_address("1");
+    assert!(address.starts_with("redfish+https://"), "{address}");
+    let connect = |tls: TlsOptions| {
+        let config = config_for(&address, "admin", "password", tls);
+        Connector::new().connect(config).unwrap()
+    };
+
+    let trusted = connect(TlsOptions {
+        ca_bundle_pem: Some(ca.ca_pem().as_bytes().to_vec()),
+        insecure: false,
+    });
+    trusted.power_off(PowerOffMode::Forced).await.unwrap();
+    wait_for(trusted.as_ref(), PowerState::Off, 5000)
+        .await
+        .unwrap();
+
+    let default_roots = connect(TlsOptions::default())
+        .power_state()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(default_roots, Error::Tls { .. }),
+        "{default_roots}"
+    );
+    assert!(!default_roots.is_retryable());
+
+    let other_ca = TestCa::generate("some other CA").unwrap();
+    let wrong = connect(TlsOptions {
+        ca_bundle_pem: Some(other_ca.ca_pem().as_bytes().to_vec()),
+        insecure: false,
+    });
+    let error = wrong.power_state().await.unwrap_err();
+    assert!(matches!(error, Error::Tls { .. }), "{error}");
+
+    let insecure = connect(TlsOptions {
+        ca_bundle_pem: None,
+        insecure: true,
+    });
+    assert_eq!(insecure.power_state().await.unwrap(), PowerState::Off);
+
+    let garbage = config_for(
+        &address,
+        "admin",
+        "password",
+        TlsOptions {
+            ca_bundle_pem: Some(b"not pem".to_vec()),
+            insecure: false,
+        },
+    );
+    let error = Connector::new().connect(garbage).unwrap_err();
+    assert!(matches!(error, Error::Configuration { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn a_plain_http_bmc_addressed_as_https_is_a_tls_error() {
+    let sim = sim().await;
+    let address = sim
+        .bmc_address("1")
+        .replace("redfish+http://", "redfish+https://");
+    let config = config_for(&address, "admin", "password", TlsOptions::default());
+    let error = Connector::new()
+        .connect(config)
+        .unwrap()
+        .power_state()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Tls { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn faults_can_be_injected_through_the_control_api() {
+    let sim = sim().await;
+    let http = reqwest::Client::new();
+    let response = http
+        .put(format!("{}/control/systems/1/faults", sim.base_url()))
+        .json(&serde_json::json!({"stuck_power": true, "latency_ms": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    assert!(sim.host("1").unwrap().faults().stuck_power);
+    let bad = http
+        .put(format!("{}/control/systems/1/faults", sim.base_url()))
+        .json(&serde_json::json!({"no_such_fault": true}))
+        .send()
+        .await
+        .unwrap();
+    assert!(bad.status().is_client_error());
+    let missing = http
+        .put(format!("{}/control/systems/7/faults", sim.base_url()))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+}

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The single test command of baremend:   bash scripts/test.sh
+#
+# Works on a fresh Debian 12 machine (as root) that has rustup's cargo and
+# python3; everything else comes from the package registries. Each step stops
+# the run on the first failure.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo_root=$PWD
+
+# Debian packages the tests need. Add here, e.g. openipmi ipmitool
+# freeipmi-tools once the IPMI tests exist.
+APT_PACKAGES=()
+
+venv=$repo_root/target/venv
+requirements=scripts/requirements-interop.txt
+
+step_no=0
+step() {
+    step_no=$((step_no + 1))
+    printf '\n==> [%d] %s\n' "$step_no" "$*"
+}
+die() {
+    printf '\ntest.sh: FAILED: %s\n' "$*" >&2
+    exit 1
+}
+
+command -v cargo >/dev/null || die "cargo not found (install Rust with rustup)"
+command -v python3 >/dev/null || die "python3 not found"
+
+# ---------------------------------------------------------------------------
+step "system packages"
+# Debian's own python3 ships venv without ensurepip; python3-venv adds it.
+if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    APT_PACKAGES+=(python3-venv)
+fi
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+    [[ $status == installed ]] || missing+=("$pkg")
+done
+if ((${#missing[@]} == 0)); then
+    echo "nothing to install (${APT_PACKAGES[*]:-no packages required})"
+elif [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    echo "installing: ${missing[*]}"
+    # One update only: the package lists of a fresh machine are empty.
+    DEBIAN_FRONTEND=noninteractive apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    echo "missing Debian packages: ${missing[*]}" >&2
+    echo "install them with:  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+
+# ---------------------------------------------------------------------------
+step "python venv for interop tests ($venv)"
+# The venv is rebuilt from scratch whenever the requirements change, so a
+# developer's venv never carries packages that a fresh CI machine lacks. The
+# stamp is written only after a successful install.
+stamp=$venv/.requirements.sha256
+want=$(sha256sum "$requirements" | cut -d' ' -f1)
+have=$(cat "$stamp" 2>/dev/null || true)
+if [[ $have != "$want" ]] || ! "$venv/bin/python" -c '' 2>/dev/null; then
+    echo "(re)creating venv from $requirements"
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv" || die "python3 -m venv failed (on Debian's python3: apt-get install python3-venv)"
+    "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
+        -r "$requirements" || die "pip install -r $requirements failed"
+    echo "$want" >"$stamp"
+else
+    echo "up to date ($requirements unchanged)"
+fi
+export BAREMEND_VENV=$venv
+
+# ---------------------------------------------------------------------------
+step "cargo fmt --check"
+cargo fmt --version >/dev/null 2>&1 || die "rustfmt missing: rustup component add rustfmt"
+cargo fmt --all -- --check || die "code is not formatted: run 'cargo fmt --all'"
+
+# ---------------------------------------------------------------------------
+step "no second rustls crypto provider (aws-lc-rs / aws-lc-sys)"
+# We build rustls with ring only. If anything pulls in aws-lc-rs, rustls sees
+# two providers, has no process default and panics at the first TLS
+# connection unless a provider is installed explicitly; aws-lc-sys also needs
+# cmake and a long C build. `cargo tree -i` fails with "did not match any
+# packages" when the crate is absent from the lock file: that is the only
+# outcome accepted. Anything else (a tree, "nothing to print" for a crate
+# locked for another platform, "ambiguous" for two versions, a resolution
+# error) fails the check, with cargo's output shown.
+for crate in aws-lc-rs aws-lc-sys; do
+    rc=0
+    out=$(cargo tree --workspace --edges normal,build,dev -i "$crate" 2>&1) || rc=$?
+    if ((rc != 0)) && grep -q "package ID specification \`$crate\` did not match any packages" <<<"$out"; then
+        echo "$crate: not in the dependency graph"
+    else
+        printf '%s\n' "$out" >&2
+        die "$crate is in the dependency graph (or cargo tree failed, exit $rc); see above"
+    fi
+done
+
+# ---------------------------------------------------------------------------
+step "cargo clippy -D warnings"
+cargo clippy --version >/dev/null 2>&1 || die "clippy missing: rustup component add clippy"
+cargo clippy --workspace --all-targets -- -D warnings || die "clippy found problems"
+
+# ---------------------------------------------------------------------------
+step "cargo test (BAREMEND_VENV=$BAREMEND_VENV)"
+# cargo test ends with the (empty) doc-test summaries, which reads like "no test
+# ran"; the totals over every test binary are printed last, as one plain line.
+log=$repo_root/target/test-output.log
+rc=0
+cargo test --workspace 2>&1 | tee "$log" || rc=$?
+totals=$(awk '/^test result:/ {
+        for (i = 1; i <= NF; i++) {
+            if ($(i + 1) ~ /^passed/) passed += $i
+            if ($(i + 1) ~ /^failed/) failed += $i
+        }
+    } END { printf "%d %d", passed, failed }' "$log")
+read -r passed failed <<<"$totals"
+((rc == 0)) || die "tests failed ($failed failed; log in $log)"
+((passed > 0)) || die "no test ran"
+echo
+echo "all tests: $passed passed, $failed failed"

@@ -1,0 +1,100 @@
+//! Helpers shared by the end-to-end tests: the Python tools venv, free ports, scratch folders
+//! and running the `baremend` binary.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The virtualenv that `scripts/test.sh` builds with the interop tools; a missing one fails the
+/// test with the command that installs it.
+pub fn venv() -> PathBuf {
+    let venv = std::env::var_os("BAREMEND_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/venv"));
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "the interop tools are not installed ({} is missing).\n\
+         Install them with `bash scripts/test.sh` (it builds the venv), or by hand:\n  \
+         python3 -m venv target/venv && target/venv/bin/pip install -r scripts/requirements-interop.txt",
+        python.display()
+    );
+    venv
+}
+
+/// A tool from the venv, checked to exist.
+pub fn venv_tool(name: &str) -> PathBuf {
+    let tool = venv().join("bin").join(name);
+    assert!(
+        tool.exists(),
+        "{} is missing from the venv; reinstall with: target/venv/bin/pip install -r scripts/requirements-interop.txt",
+        tool.display()
+    );
+    tool
+}
+
+/// A fresh scratch folder under cargo's per-test temporary directory.
+pub fn scratch(name: &str) -> PathBuf {
+    let unique = format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    );
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(unique);
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    dir
+}
+
+/// A TCP port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Polls `ready` every 50 ms until it is true or `timeout` passes.
+pub async fn wait_until(timeout: Duration, mut ready: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if ready().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// Runs the `baremend` binary with a password in `BMC_PASSWORD`.
+pub async fn baremend(args: &[&str], password: Option<&str>) -> Output {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"));
+    command
+        .args(args)
+        .env_remove("BMC_PASSWORD")
+        .kill_on_drop(true);
+    if let Some(password) = password {
+        command.env("BMC_PASSWORD", password);
+    }
+    tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("baremend finishes within 120 s")
+        .expect("baremend runs")
+}
+
+/// stdout and stderr of a finished process, for assertions and failure messages.
+pub fn texts(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
