@@ -8,11 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use baremend_drivers::ipmi::PrivilegeLevel;
+use baremend_drivers::ipmi::wire::crypto::CipherSuite;
 use baremend_drivers::{
     BmcAddress, Connector, Credentials, DriverConfig, PowerDriver, PowerOffMode, PowerState,
-    TlsOptions, WaitOptions, wait_for_power_state,
+    TlsOptions, WaitOptions, power_off_confirmed, wait_for_power_state,
 };
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
 use crate::{Error, Result};
@@ -43,9 +45,18 @@ pub struct BmcArgs {
     /// How long `on`, `off` and `cycle` wait for the state to be read back.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub timeout: Duration,
-    /// The limit for one request to the BMC.
+    /// The limit for one Redfish request to the BMC.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// IPMI: the session privilege (OPERATOR is enough for power control).
+    #[arg(long, value_enum, default_value = "operator")]
+    pub ipmi_privilege: IpmiPrivilege,
+    /// IPMI: cipher suites allowed, in order of preference (3 and 17 are supported).
+    #[arg(long, value_delimiter = ',', default_value = "17,3", value_parser = parse_suite)]
+    pub ipmi_cipher_suites: Vec<CipherSuite>,
+    /// IPMI: how long to wait for each reply before retrying with a new session.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub ipmi_reply_timeout: Duration,
     /// What to do.
     #[command(subcommand)]
     pub action: BmcAction,
@@ -63,6 +74,10 @@ pub enum BmcAction {
         /// Ask the OS to shut down instead of cutting the power.
         #[arg(long)]
         graceful: bool,
+        /// With --graceful: cut the power if Off is not read within this time (a hung OS
+        /// ignores shutdown requests). Without it, wait up to --timeout for the OS.
+        #[arg(long, requires = "graceful", value_parser = parse_duration)]
+        escalate_after: Option<Duration>,
     },
     /// Forced power off, confirmed, then power on, confirmed.
     Cycle,
@@ -89,6 +104,9 @@ pub async fn run(args: BmcArgs) -> Result<()> {
     );
     config.request_timeout = args.request_timeout;
     config.task_timeout = args.timeout;
+    config.ipmi.privilege = args.ipmi_privilege.into();
+    config.ipmi.cipher_suites = args.ipmi_cipher_suites;
+    config.ipmi.reply_timeout = args.ipmi_reply_timeout;
     let driver = Connector::new().connect(config)?;
     let outcome = act(&driver, args.action, args.timeout).await;
     // Release the BMC session whatever happened: sessions are a scarce resource on BMCs.
@@ -105,14 +123,27 @@ async fn act(driver: &Arc<dyn PowerDriver>, action: BmcAction, timeout: Duration
             driver.power_on().await?;
             confirm(driver.as_ref(), PowerState::On, timeout).await?;
         }
-        BmcAction::Off { graceful } => {
-            let mode = if graceful {
-                PowerOffMode::Graceful
-            } else {
-                PowerOffMode::Forced
+        BmcAction::Off {
+            graceful,
+            escalate_after,
+        } => {
+            let graceful_for = graceful.then_some(escalate_after.unwrap_or(timeout));
+            let started = Instant::now();
+            let mut printer = StatePrinter::new();
+            let options = WaitOptions {
+                timeout,
+                ..WaitOptions::default()
             };
-            driver.power_off(mode).await?;
-            confirm(driver.as_ref(), PowerState::Off, timeout).await?;
+            let outcome =
+                power_off_confirmed(driver.as_ref(), graceful_for, &options, |s| printer.show(s))
+                    .await?;
+            if outcome.escalated {
+                println!("graceful shutdown did not finish in time: the power was cut");
+            }
+            println!(
+                "Off confirmed by the BMC after {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
         }
         BmcAction::Cycle => {
             driver.power_off(PowerOffMode::Forced).await?;
@@ -137,6 +168,28 @@ async fn act(driver: &Arc<dyn PowerDriver>, action: BmcAction, timeout: Duration
     Ok(())
 }
 
+/// Prints each new state read, with the time since the printer was created.
+struct StatePrinter {
+    started: Instant,
+    last: Option<PowerState>,
+}
+
+impl StatePrinter {
+    fn new() -> Self {
+        StatePrinter {
+            started: Instant::now(),
+            last: None,
+        }
+    }
+
+    fn show(&mut self, state: &PowerState) {
+        if self.last.as_ref() != Some(state) {
+            println!("{:>7.1}s  {state}", self.started.elapsed().as_secs_f64());
+            self.last = Some(state.clone());
+        }
+    }
+}
+
 /// Waits for `target`, printing every change of the state read.
 pub async fn confirm(
     driver: &dyn PowerDriver,
@@ -144,23 +197,46 @@ pub async fn confirm(
     timeout: Duration,
 ) -> Result<()> {
     let started = Instant::now();
-    let mut last: Option<PowerState> = None;
+    let mut printer = StatePrinter::new();
     let options = WaitOptions {
         timeout,
         ..WaitOptions::default()
     };
-    let state = wait_for_power_state(driver, &target, &options, |state| {
-        if last.as_ref() != Some(state) {
-            println!("{:>7.1}s  {state}", started.elapsed().as_secs_f64());
-            last = Some(state.clone());
-        }
-    })
-    .await?;
+    let state = wait_for_power_state(driver, &target, &options, |s| printer.show(s)).await?;
     println!(
         "{state} confirmed by the BMC after {:.1}s",
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// IPMI session privilege levels offered on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum IpmiPrivilege {
+    /// USER: reading only; power control will be refused.
+    User,
+    /// OPERATOR: enough for chassis power control.
+    Operator,
+    /// ADMINISTRATOR.
+    Administrator,
+}
+
+impl From<IpmiPrivilege> for PrivilegeLevel {
+    fn from(level: IpmiPrivilege) -> PrivilegeLevel {
+        match level {
+            IpmiPrivilege::User => PrivilegeLevel::User,
+            IpmiPrivilege::Operator => PrivilegeLevel::Operator,
+            IpmiPrivilege::Administrator => PrivilegeLevel::Administrator,
+        }
+    }
+}
+
+fn parse_suite(text: &str) -> std::result::Result<CipherSuite, String> {
+    text.trim()
+        .parse::<u8>()
+        .ok()
+        .and_then(CipherSuite::from_id)
+        .ok_or_else(|| format!("unsupported cipher suite {text:?} (supported: 3, 17)"))
 }
 
 fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>> {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::address::{BmcAddress, DriverKind};
 use crate::credentials::Credentials;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::ipmi::{IpmiDriver, IpmiOptions};
 use crate::power::PowerDriver;
 use crate::redfish::RedfishDriver;
 use crate::tls::TlsOptions;
@@ -24,6 +25,8 @@ pub struct DriverConfig {
     pub request_timeout: Duration,
     /// The limit for an asynchronous BMC task (a Redfish task monitor) to finish.
     pub task_timeout: Duration,
+    /// IPMI settings (ignored for Redfish).
+    pub ipmi: IpmiOptions,
 }
 
 impl DriverConfig {
@@ -35,6 +38,7 @@ impl DriverConfig {
             tls,
             request_timeout: Duration::from_secs(20),
             task_timeout: Duration::from_secs(120),
+            ipmi: IpmiOptions::default(),
         }
     }
 }
@@ -63,10 +67,10 @@ impl Connector {
                 let gate = self.gate(&config.address.endpoint());
                 Ok(Arc::new(RedfishDriver::with_gate(config, gate)?))
             }
-            DriverKind::Ipmi => Err(Error::Unsupported {
-                bmc: config.address.to_string(),
-                operation: "IPMI (the IPMI driver is not available yet)".into(),
-            }),
+            DriverKind::Ipmi => {
+                let gate = self.gate(&config.address.endpoint());
+                Ok(Arc::new(IpmiDriver::with_gate(config, gate)?))
+            }
         }
     }
 

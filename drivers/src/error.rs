@@ -133,6 +133,38 @@ pub enum Error {
         /// The task's messages.
         detail: String,
     },
+    /// The BMC answered an IPMI request with a non-zero completion code.
+    #[error("BMC {bmc} refused {operation}: {detail}")]
+    Completion {
+        /// The BMC.
+        bmc: String,
+        /// What was asked.
+        operation: String,
+        /// The completion code.
+        code: u8,
+        /// The code, described.
+        detail: String,
+    },
+    /// The BMC refused to open an RMCP+ session for a reason other than the credentials.
+    #[error("BMC {bmc} refused the IPMI session: {detail} (RMCP+ status {status:#04x})")]
+    SessionRejected {
+        /// The BMC.
+        bmc: String,
+        /// The RMCP+ status code.
+        status: u8,
+        /// The status, described.
+        detail: String,
+    },
+    /// The BMC reports that a power control action failed (IPMI power control fault).
+    #[error("BMC {bmc} reports a fault after {operation}: {detail}")]
+    PowerFault {
+        /// The BMC.
+        bmc: String,
+        /// The action.
+        operation: String,
+        /// The fault bits.
+        detail: String,
+    },
     /// A power state was not read back before the deadline.
     #[error("BMC {bmc} did not reach power state {target} within {waited:?} (last seen: {})", describe_last(last_seen.as_ref(), last_error.as_deref()))]
     StateNotReached {
@@ -171,6 +203,12 @@ impl Error {
             | Error::Busy { .. }
             | Error::StateNotReached { .. } => true,
             Error::Http { status, .. } => *status >= 500,
+            Error::Completion { code, .. } => {
+                crate::ipmi::completion::classify(*code)
+                    == crate::ipmi::completion::CompletionClass::Retry
+            }
+            Error::SessionRejected { status, .. } => matches!(status, 0x01 | 0x02 | 0x08 | 0x0B),
+            Error::PowerFault { .. } => true,
             Error::InvalidAddress { .. }
             | Error::Configuration { .. }
             | Error::Unsupported { .. }
@@ -200,6 +238,9 @@ impl Error {
             Error::MalformedResponse { .. } => "malformed_response",
             Error::TaskFailed { .. } => "task_failed",
             Error::StateNotReached { .. } => "state_not_reached",
+            Error::Completion { .. } => "completion_code",
+            Error::SessionRejected { .. } => "session_rejected",
+            Error::PowerFault { .. } => "power_fault",
         }
     }
 }

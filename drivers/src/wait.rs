@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::power::{PowerDriver, PowerState};
+use crate::power::{PowerDriver, PowerOffMode, PowerState};
 
 /// How to poll for a power state.
 #[derive(Debug, Clone)]
@@ -102,6 +102,68 @@ pub async fn wait_for_power_state(
         };
         tokio::time::sleep(pause.min(deadline - now)).await;
     }
+}
+
+/// How a confirmed power-off went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PowerOffOutcome {
+    /// The graceful shutdown did not finish in time (or was not possible) and the power was
+    /// cut.
+    pub escalated: bool,
+}
+
+/// Powers the host off and waits until Off is read back.
+///
+/// With `graceful_for`, an ACPI graceful shutdown is asked first; if Off is not read within
+/// that time (a hung OS ignores the request), or the BMC cannot do a graceful shutdown, the
+/// power is cut. Without it, the power is cut at once. `wait.timeout` bounds the wait after
+/// the forced request.
+///
+/// # Errors
+/// As [`wait_for_power_state`]; a permanent error of the graceful request other than
+/// "unsupported" ends the call without escalating.
+pub async fn power_off_confirmed(
+    driver: &dyn PowerDriver,
+    graceful_for: Option<Duration>,
+    wait: &WaitOptions,
+    mut on_read: impl FnMut(&PowerState) + Send,
+) -> Result<PowerOffOutcome> {
+    if let Some(grace) = graceful_for {
+        match driver.power_off(PowerOffMode::Graceful).await {
+            Ok(()) => {
+                let graceful_wait = WaitOptions {
+                    timeout: grace,
+                    ..wait.clone()
+                };
+                match wait_for_power_state(driver, &PowerState::Off, &graceful_wait, &mut on_read)
+                    .await
+                {
+                    Ok(_) => return Ok(PowerOffOutcome { escalated: false }),
+                    Err(Error::StateNotReached { .. }) => {
+                        tracing::warn!(
+                            bmc = driver.bmc(),
+                            ?grace,
+                            "graceful shutdown did not finish; cutting the power"
+                        );
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            Err(Error::Unsupported { .. }) => {
+                tracing::warn!(
+                    bmc = driver.bmc(),
+                    "no graceful shutdown available; cutting the power"
+                );
+            }
+            Err(other) => return Err(other),
+        }
+        driver.power_off(PowerOffMode::Forced).await?;
+        wait_for_power_state(driver, &PowerState::Off, wait, on_read).await?;
+        return Ok(PowerOffOutcome { escalated: true });
+    }
+    driver.power_off(PowerOffMode::Forced).await?;
+    wait_for_power_state(driver, &PowerState::Off, wait, on_read).await?;
+    Ok(PowerOffOutcome { escalated: false })
 }
 
 #[cfg(test)]

@@ -314,6 +314,16 @@ impl SimHost {
         (RequestFault::None, latency)
     }
 
+    /// The faults that hit every datagram or connection, without counting anything:
+    /// (drop it, added latency).
+    pub fn transport_faults(&self) -> (bool, Duration) {
+        let state = self.lock();
+        (
+            state.faults.drop_connections,
+            Duration::from_millis(state.faults.latency_ms),
+        )
+    }
+
     /// Every physical power change so far.
     pub fn history(&self) -> Vec<PowerChange> {
         self.lock().history.clone()

@@ -11,6 +11,7 @@
 
 pub mod clock;
 pub mod host;
+pub mod ipmi;
 pub mod redfish;
 mod server;
 pub mod tls;

@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use baremend_sim::host::Power;
+use std::sync::Arc;
+
+use baremend_sim::clock::{Clock, SystemClock};
+use baremend_sim::host::{Power, SimHost};
+use baremend_sim::ipmi::{IpmiSim, IpmiSimConfig, IpmiUser, privilege};
 use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
 use baremend_sim::tls::TlsIdentity;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -22,6 +26,40 @@ enum Command {
     /// Serve a Redfish BMC with N systems until killed; prints `READY <base-url>` once it
     /// accepts connections.
     Redfish(RedfishArgs),
+    /// Serve an IPMI-over-LAN BMC (RMCP+, cipher suites 3 and 17) for one host until killed;
+    /// prints `READY <address>` once it accepts datagrams.
+    Ipmi(IpmiArgs),
+}
+
+#[derive(Args)]
+struct IpmiArgs {
+    /// UDP address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:6230")]
+    listen: SocketAddr,
+    /// Administrator account name (1-16 bytes).
+    #[arg(long, default_value = "admin")]
+    username: String,
+    /// Its password (at most 20 bytes; a simulator: no secret is at stake).
+    #[arg(long, default_value = "password")]
+    password: String,
+    /// An extra account limited to OPERATOR privilege, as NAME:PASSWORD.
+    #[arg(long)]
+    operator: Option<String>,
+    /// An extra account limited to USER privilege, as NAME:PASSWORD.
+    #[arg(long)]
+    user: Option<String>,
+    /// How many sessions may be open at once.
+    #[arg(long, default_value_t = 16)]
+    max_sessions: usize,
+    /// Seconds after which an idle session is dropped.
+    #[arg(long, default_value_t = 60)]
+    idle_timeout_s: u64,
+    /// How long a power transition takes, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    power_delay_ms: u64,
+    /// The power state the host starts in.
+    #[arg(long, value_enum, default_value = "on")]
+    initial_power: InitialPower,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -62,6 +100,19 @@ struct RedfishArgs {
     /// The power state systems start in.
     #[arg(long, value_enum, default_value = "on")]
     initial_power: InitialPower,
+    /// Also serve system 1 over IPMI on this UDP address (same host, same faults), with the
+    /// same administrator account.
+    #[arg(long)]
+    ipmi_listen: Option<SocketAddr>,
+}
+
+impl From<InitialPower> for Power {
+    fn from(power: InitialPower) -> Power {
+        match power {
+            InitialPower::On => Power::On,
+            InitialPower::Off => Power::Off,
+        }
+    }
 }
 
 #[tokio::main]
@@ -77,6 +128,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Redfish(args) => run_redfish(args).await,
+        Command::Ipmi(args) => run_ipmi(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -102,17 +154,83 @@ async fn run_redfish(args: RedfishArgs) -> Result<(), String> {
         username: args.username,
         password: args.password,
         power_delay: Duration::from_millis(args.power_delay_ms),
-        initial_power: match args.initial_power {
-            InitialPower::On => Power::On,
-            InitialPower::Off => Power::Off,
-        },
+        initial_power: args.initial_power.into(),
         tls,
     };
-    let sim = RedfishSim::start(config).await.map_err(|e| e.to_string())?;
+    let sim = RedfishSim::start(config.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ipmi = match (args.ipmi_listen, sim.host("1")) {
+        (Some(listen), Some(host)) => {
+            let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+            let users = vec![IpmiUser {
+                username: config.username.clone(),
+                password: config.password.clone(),
+                max_privilege: privilege::ADMINISTRATOR,
+            }];
+            let ipmi = IpmiSim::start(
+                IpmiSimConfig {
+                    listen,
+                    users,
+                    ..IpmiSimConfig::default()
+                },
+                host.clone(),
+                clock,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            eprintln!("system 1 also served over IPMI at {}", ipmi.bmc_address());
+            Some(ipmi)
+        }
+        _ => None,
+    };
     if let (Some(path), Some(pem)) = (&args.cert_out, sim.self_signed_cert_pem()) {
         std::fs::write(path, pem).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     println!("READY {}", sim.base_url());
+    wait_for_termination().await;
+    Ok(())
+}
+
+async fn run_ipmi(args: IpmiArgs) -> Result<(), String> {
+    let mut users = vec![IpmiUser {
+        username: args.username,
+        password: args.password,
+        max_privilege: privilege::ADMINISTRATOR,
+    }];
+    for (account, level) in [
+        (&args.operator, privilege::OPERATOR),
+        (&args.user, privilege::USER),
+    ] {
+        if let Some(account) = account {
+            let (name, password) = account
+                .split_once(':')
+                .ok_or_else(|| format!("{account:?} is not NAME:PASSWORD"))?;
+            users.push(IpmiUser {
+                username: name.to_owned(),
+                password: password.to_owned(),
+                max_privilege: level,
+            });
+        }
+    }
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let host = Arc::new(SimHost::new(
+        "1",
+        args.initial_power.into(),
+        Duration::from_millis(args.power_delay_ms),
+        clock.clone(),
+    ));
+    let config = IpmiSimConfig {
+        listen: args.listen,
+        users,
+        max_sessions: args.max_sessions,
+        idle_timeout: Duration::from_secs(args.idle_timeout_s),
+        ..IpmiSimConfig::default()
+    };
+    let sim = IpmiSim::start(config, host, clock)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("READY {}", sim.bmc_address());
     wait_for_termination().await;
     Ok(())
 }

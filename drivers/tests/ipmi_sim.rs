@@ -1,0 +1,495 @@
+//! The IPMI driver against the simulated IPMI BMC: both cipher suites, privileges, failures,
+//! faults, reply matching under injected garbage and stale replies, and session hygiene.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baremend_drivers::ipmi::wire::crypto::CipherSuite;
+use baremend_drivers::ipmi::{IpmiOptions, PrivilegeLevel};
+use baremend_drivers::{
+    BmcAddress, Connector, Credentials, DriverConfig, Error, PowerDriver, PowerOffMode, PowerState,
+    TlsOptions, WaitOptions, power_off_confirmed, wait_for_power_state,
+};
+use baremend_sim::clock::{Clock, SystemClock};
+use baremend_sim::host::{Faults, Power, SimHost};
+use baremend_sim::ipmi::{IpmiSim, IpmiSimConfig, IpmiUser, privilege};
+use tokio::net::UdpSocket;
+
+fn users() -> Vec<IpmiUser> {
+    let user = |name: &str, password: &str, max_privilege| IpmiUser {
+        username: name.into(),
+        password: password.into(),
+        max_privilege,
+    };
+    vec![
+        user("admin", "password", privilege::ADMINISTRATOR),
+        user("oper", "operpass", privilege::OPERATOR),
+        user("viewer", "viewpass", privilege::USER),
+    ]
+}
+
+async fn sim_with(config: IpmiSimConfig, delay_ms: u64) -> IpmiSim {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let host = Arc::new(SimHost::new(
+        "1",
+        Power::On,
+        Duration::from_millis(delay_ms),
+        clock.clone(),
+    ));
+    IpmiSim::start(
+        IpmiSimConfig {
+            users: users(),
+            ..config
+        },
+        host,
+        clock,
+    )
+    .await
+    .expect("the IPMI simulator starts")
+}
+
+async fn sim() -> IpmiSim {
+    sim_with(IpmiSimConfig::default(), 200).await
+}
+
+fn options(suites: &[CipherSuite]) -> IpmiOptions {
+    IpmiOptions {
+        cipher_suites: suites.to_vec(),
+        reply_timeout: Duration::from_millis(300),
+        retries: 2,
+        retry_backoff: Duration::from_millis(50),
+        ..IpmiOptions::default()
+    }
+}
+
+fn driver_for(
+    address: &str,
+    user: &str,
+    password: &str,
+    ipmi: IpmiOptions,
+) -> Arc<dyn PowerDriver> {
+    let mut config = DriverConfig::new(
+        BmcAddress::parse(address).unwrap(),
+        Credentials::new(user, password),
+        TlsOptions::default(),
+    );
+    config.ipmi = ipmi;
+    Connector::new().connect(config).unwrap()
+}
+
+fn driver(sim: &IpmiSim, suites: &[CipherSuite]) -> Arc<dyn PowerDriver> {
+    driver_for(&sim.bmc_address(), "admin", "password", options(suites))
+}
+
+fn quick_wait(timeout_ms: u64) -> WaitOptions {
+    WaitOptions {
+        timeout: Duration::from_millis(timeout_ms),
+        initial_interval: Duration::from_millis(50),
+        max_interval: Duration::from_millis(200),
+        consecutive_reads: 2,
+    }
+}
+
+async fn wait_for(
+    driver: &dyn PowerDriver,
+    target: PowerState,
+    timeout_ms: u64,
+) -> Result<PowerState, Error> {
+    wait_for_power_state(driver, &target, &quick_wait(timeout_ms), |_| {}).await
+}
+
+#[tokio::test]
+async fn status_off_and_on_work_with_cipher_suite_3_and_17() {
+    for suite in CipherSuite::ALL {
+        let sim = sim().await;
+        let driver = driver(&sim, &[suite]);
+        assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+        assert!(
+            driver
+                .probe()
+                .await
+                .unwrap()
+                .protocol
+                .contains(&format!("cipher suite {}", suite.id()))
+        );
+        driver.power_off(PowerOffMode::Forced).await.unwrap();
+        wait_for(driver.as_ref(), PowerState::Off, 5000)
+            .await
+            .unwrap();
+        assert_eq!(sim.host().power(), Power::Off);
+        driver.power_on().await.unwrap();
+        wait_for(driver.as_ref(), PowerState::On, 5000)
+            .await
+            .unwrap();
+        // Already on: no second Chassis Control.
+        driver.power_on().await.unwrap();
+        let stats = sim.stats();
+        assert_eq!(stats.chassis_controls, [0x00, 0x01], "{suite:?}");
+        assert_eq!(
+            stats.open_sessions, 0,
+            "{suite:?}: every session was closed"
+        );
+        assert_eq!(stats.sessions_closed, stats.sessions_activated, "{suite:?}");
+    }
+}
+
+#[tokio::test]
+async fn suite_17_is_preferred_when_offered_and_3_used_when_it_is_not() {
+    let both = sim().await;
+    let probe = driver(&both, &[CipherSuite::Suite17, CipherSuite::Suite3])
+        .probe()
+        .await
+        .unwrap();
+    assert!(
+        probe.protocol.contains("cipher suite 17"),
+        "{}",
+        probe.protocol
+    );
+    let only3 = sim_with(
+        IpmiSimConfig {
+            suites: vec![CipherSuite::Suite3],
+            ..IpmiSimConfig::default()
+        },
+        0,
+    )
+    .await;
+    let probe = driver(&only3, &[CipherSuite::Suite17, CipherSuite::Suite3])
+        .probe()
+        .await
+        .unwrap();
+    assert!(
+        probe.protocol.contains("cipher suite 3"),
+        "{}",
+        probe.protocol
+    );
+    let error = driver(&only3, &[CipherSuite::Suite17])
+        .power_state()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Unsupported { .. }), "{error}");
+    assert!(error.to_string().contains("[3]"), "{error}");
+}
+
+#[tokio::test]
+async fn graceful_off_ignored_by_a_hung_os_escalates_to_a_hard_off() {
+    let sim = sim().await;
+    sim.host().set_faults(Faults {
+        ignore_graceful_shutdown: true,
+        ..Faults::default()
+    });
+    let driver = driver(&sim, &CipherSuite::ALL);
+    let started = Instant::now();
+    let outcome = power_off_confirmed(
+        driver.as_ref(),
+        Some(Duration::from_millis(800)),
+        &quick_wait(5000),
+        |_| {},
+    )
+    .await
+    .unwrap();
+    assert!(outcome.escalated);
+    assert!(started.elapsed() >= Duration::from_millis(800));
+    assert_eq!(sim.stats().chassis_controls, [0x05, 0x00]);
+    assert_eq!(sim.host().power(), Power::Off);
+
+    let healthy = self::sim().await;
+    let driver = self::driver(&healthy, &CipherSuite::ALL);
+    let outcome = power_off_confirmed(
+        driver.as_ref(),
+        Some(Duration::from_secs(3)),
+        &quick_wait(5000),
+        |_| {},
+    )
+    .await
+    .unwrap();
+    assert!(!outcome.escalated);
+    assert_eq!(healthy.stats().chassis_controls, [0x05]);
+}
+
+#[tokio::test]
+async fn a_wrong_password_fails_fast_as_a_permanent_authentication_error() {
+    let sim = sim().await;
+    let driver = driver_for(
+        &sim.bmc_address(),
+        "admin",
+        "not-the-password",
+        options(&CipherSuite::ALL),
+    );
+    let started = Instant::now();
+    let error = driver.power_state().await.unwrap_err();
+    assert!(matches!(error, Error::Authentication { .. }), "{error}");
+    assert!(!error.is_retryable());
+    assert!(error.to_string().contains("password"), "{error}");
+    assert!(!error.to_string().contains("not-the-password"), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    // The abort reaches the BMC a moment after the driver returned.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stats = sim.stats();
+    assert_eq!(
+        stats.authentication_failures, 1,
+        "one attempt, no retry storm"
+    );
+    assert_eq!(
+        stats.open_sessions, 0,
+        "the aborted session was freed at once"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_user_and_a_too_weak_account_are_authentication_errors() {
+    let sim = sim().await;
+    let unknown = driver_for(
+        &sim.bmc_address(),
+        "nobody",
+        "x",
+        options(&CipherSuite::ALL),
+    )
+    .power_state()
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(unknown, Error::Authentication { .. })
+            && unknown.to_string().contains("unknown user"),
+        "{unknown}"
+    );
+    let viewer = driver_for(
+        &sim.bmc_address(),
+        "viewer",
+        "viewpass",
+        options(&CipherSuite::ALL),
+    );
+    let refused = viewer.power_off(PowerOffMode::Forced).await.unwrap_err();
+    assert!(matches!(refused, Error::Authentication { .. }), "{refused}");
+    let user_level = IpmiOptions {
+        privilege: PrivilegeLevel::User,
+        ..options(&CipherSuite::ALL)
+    };
+    let reader = driver_for(&sim.bmc_address(), "viewer", "viewpass", user_level);
+    assert_eq!(reader.power_state().await.unwrap(), PowerState::On);
+    let refused = reader.power_off(PowerOffMode::Forced).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::Authentication { .. }) && refused.to_string().contains("0xd4"),
+        "{refused}"
+    );
+    let operator = driver_for(
+        &sim.bmc_address(),
+        "oper",
+        "operpass",
+        options(&CipherSuite::ALL),
+    );
+    operator.power_off(PowerOffMode::Forced).await.unwrap();
+    assert_eq!(sim.host().power(), Power::On, "still powering off");
+    assert_eq!(sim.stats().open_sessions, 0);
+}
+
+#[tokio::test]
+async fn a_silent_bmc_times_out_within_the_retry_budget_and_leaves_no_session() {
+    let sim = sim().await;
+    sim.host().set_faults(Faults {
+        drop_connections: true,
+        ..Faults::default()
+    });
+    let driver = driver(&sim, &CipherSuite::ALL);
+    let started = Instant::now();
+    let error = driver.power_state().await.unwrap_err();
+    assert!(matches!(error, Error::Timeout { .. }), "{error}");
+    assert!(error.is_retryable());
+    // 3 attempts × (cipher suite query + open session) × 300 ms + backoff, well under 5 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    sim.host().set_faults(Faults::default());
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+    assert_eq!(sim.stats().open_sessions, 0);
+}
+
+#[tokio::test]
+async fn busy_completion_codes_are_retried_with_a_new_session() {
+    let sim = sim().await;
+    sim.host().set_faults(Faults {
+        error_status: Some(503),
+        error_count: Some(2),
+        ..Faults::default()
+    });
+    let driver = driver(&sim, &CipherSuite::ALL);
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+    // First session: Set Session Privilege Level answered busy, and its Close Session too (the
+    // close is repeated); the second session works.
+    let stats = sim.stats();
+    assert_eq!(stats.sessions_activated, 2);
+    assert_eq!(stats.sessions_closed, 2);
+    assert_eq!(stats.open_sessions, 0);
+    sim.host().set_faults(Faults {
+        error_status: Some(500),
+        ..Faults::default()
+    });
+    let error = driver.power_state().await.unwrap_err();
+    assert!(
+        matches!(error, Error::Completion { code: 0xFF, .. }),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn two_hundred_operations_leave_no_session_open() {
+    let sim = sim_with(
+        IpmiSimConfig {
+            max_sessions: 4,
+            ..IpmiSimConfig::default()
+        },
+        0,
+    )
+    .await;
+    let driver = driver(&sim, &CipherSuite::ALL);
+    for n in 0..200 {
+        let state = driver
+            .power_state()
+            .await
+            .unwrap_or_else(|e| panic!("operation {n}: {e}"));
+        assert_eq!(state, PowerState::On);
+    }
+    let stats = sim.stats();
+    assert_eq!(stats.open_sessions, 0);
+    assert_eq!(stats.sessions_activated, 200);
+    assert_eq!(stats.sessions_closed, 200);
+    assert_eq!(stats.max_open_sessions, 1);
+    assert_eq!(stats.refused_for_capacity, 0);
+}
+
+#[tokio::test]
+async fn a_cancelled_operation_still_closes_its_session() {
+    let sim = sim().await;
+    let driver = driver(&sim, &CipherSuite::ALL);
+    driver.power_state().await.unwrap();
+    // Slow replies: the caller gives up while the session is open.
+    sim.host().set_faults(Faults {
+        latency_ms: 150,
+        ..Faults::default()
+    });
+    let cancelled = tokio::time::timeout(Duration::from_millis(700), driver.power_state()).await;
+    assert!(cancelled.is_err(), "the operation should still be running");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let stats = sim.stats();
+    assert!(stats.sessions_activated >= 2, "{stats:?}");
+    assert_eq!(stats.open_sessions, 0, "{stats:?}");
+}
+
+#[tokio::test]
+async fn the_session_limit_and_the_idle_timeout_of_the_bmc_hold() {
+    let sim = sim_with(
+        IpmiSimConfig {
+            max_sessions: 1,
+            idle_timeout: Duration::from_millis(300),
+            ..IpmiSimConfig::default()
+        },
+        0,
+    )
+    .await;
+    // A half-open session from a client that went away takes the only slot.
+    let stray = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    stray.connect(sim.local_addr()).await.unwrap();
+    let open = baremend_drivers::ipmi::wire::rakp::OpenSessionRequest {
+        message_tag: 1,
+        max_privilege: 4,
+        console_session_id: 42,
+        algorithms: CipherSuite::Suite3.algorithms(),
+    };
+    let datagram = baremend_drivers::ipmi::wire::encode_v20_plain(0x10, &open.encode());
+    stray.send(&datagram).await.unwrap();
+    let mut buffer = [0u8; 256];
+    stray.recv(&mut buffer).await.unwrap();
+    let driver = driver_for(
+        &sim.bmc_address(),
+        "admin",
+        "password",
+        IpmiOptions {
+            retries: 0,
+            ..options(&CipherSuite::ALL)
+        },
+    );
+    let error = driver.power_state().await.unwrap_err();
+    assert!(
+        matches!(error, Error::SessionRejected { status: 0x01, .. }),
+        "{error}"
+    );
+    assert!(error.is_retryable());
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+    assert_eq!(sim.stats().sessions_expired, 1);
+}
+
+/// A UDP relay between the driver and the BMC that, before each reply, sends the driver a
+/// garbage datagram, a copy of the previous reply (stale, from another session or request)
+/// and, for session packets, a copy with one flipped bit.
+async fn hostile_relay(bmc: SocketAddr) -> SocketAddr {
+    let front = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let address = front.local_addr().unwrap();
+    let back = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    back.connect(bmc).await.unwrap();
+    tokio::spawn(async move {
+        let mut client = None;
+        let mut previous: Option<Vec<u8>> = None;
+        let mut request = [0u8; 2048];
+        let mut answer = [0u8; 2048];
+        loop {
+            tokio::select! {
+                Ok((n, from)) = front.recv_from(&mut request) => {
+                    client = Some(from);
+                    let _ = back.send(&request[..n]).await;
+                }
+                Ok(n) = back.recv(&mut answer) => {
+                    let Some(client) = client else { continue };
+                    let reply = answer[..n].to_vec();
+                    let _ = front.send_to(b"\x06\x00\xff\x07garbage", client).await;
+                    if let Some(old) = &previous {
+                        let _ = front.send_to(old, client).await;
+                    }
+                    // Only session packets carry an integrity code; set-up messages cannot be
+                    // told from a forgery by anyone, so only those are forged here.
+                    if reply.get(5).is_some_and(|t| t & 0x40 != 0) {
+                        let mut flipped = reply.clone();
+                        let middle = flipped.len() / 2;
+                        flipped[middle] ^= 0x01;
+                        let _ = front.send_to(&flipped, client).await;
+                    }
+                    let _ = front.send_to(&reply, client).await;
+                    previous = Some(reply);
+                }
+            }
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn garbage_stale_and_forged_replies_are_dropped_and_the_real_ones_matched() {
+    for suite in CipherSuite::ALL {
+        let sim = sim().await;
+        let relay = hostile_relay(sim.local_addr()).await;
+        let driver = driver_for(
+            &format!("ipmi://{relay}"),
+            "admin",
+            "password",
+            options(&[suite]),
+        );
+        for _ in 0..5 {
+            assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+        }
+        driver.power_off(PowerOffMode::Forced).await.unwrap();
+        wait_for(driver.as_ref(), PowerState::Off, 5000)
+            .await
+            .unwrap();
+        let stats = sim.stats();
+        assert_eq!(stats.chassis_controls, [0x00], "{suite:?}");
+        assert_eq!(stats.open_sessions, 0, "{suite:?}");
+        // No retry was needed: every operation used exactly one session.
+        assert_eq!(stats.sessions_activated, stats.sessions_closed);
+    }
+}
