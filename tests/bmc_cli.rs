@@ -208,16 +208,23 @@ async fn failures_exit_non_zero_with_one_clear_line() {
         &[
             "bmc",
             "--address",
-            "ipmi://127.0.0.1:6230",
+            "ipmi://127.0.0.1:9",
             "--username",
             "admin",
+            "--ipmi-reply-timeout",
+            "200ms",
             "status",
         ],
         Some(PASSWORD),
     )
     .await;
+    let (_, err) = texts(&ipmi);
     assert!(!ipmi.status.success());
-    assert!(texts(&ipmi).1.contains("IPMI"), "{:?}", texts(&ipmi));
+    assert!(
+        err.contains("ipmi://127.0.0.1:9")
+            && (err.contains("unreachable") || err.contains("did not answer")),
+        "{err}"
+    );
 
     sim.host("1").unwrap().set_faults(Faults {
         stuck_power: true,
