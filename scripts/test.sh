@@ -9,9 +9,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo_root=$PWD
 
-# Debian packages the tests need. Add here, e.g. openipmi ipmitool
-# freeipmi-tools once the IPMI tests exist.
-APT_PACKAGES=()
+# Debian packages the tests need: the reference IPMI BMC (ipmi_sim) and the
+# IPMI clients that check our simulator (ipmitool, FreeIPMI's ipmipower).
+APT_PACKAGES=(openipmi ipmitool freeipmi-tools)
 
 venv=$repo_root/target/venv
 requirements=scripts/requirements-interop.txt

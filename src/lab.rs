@@ -1,14 +1,17 @@
 //! `baremend lab`: the story on simulated hardware, in one process.
 //!
-//! For now it starts a simulated Redfish BMC in-process, powers its host off and on through the
-//! Redfish driver exactly as `baremend bmc` does, prints every state read back, and ends with a
-//! timing table.
+//! For now it starts a simulated BMC in-process (Redfish, or IPMI with `--ipmi`; both in front of
+//! the same simulated host), powers the host off and on through the driver exactly as
+//! `baremend bmc` does, prints every state read back, and ends with a timing table.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baremend_drivers::{
     BmcAddress, Connector, Credentials, DriverConfig, PowerOffMode, PowerState, TlsOptions,
 };
+use baremend_sim::clock::{Clock, SystemClock};
+use baremend_sim::ipmi::{IpmiSim, IpmiSimConfig};
 use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
 use clap::Args;
 
@@ -23,8 +26,11 @@ pub struct LabArgs {
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub power_delay: Duration,
     /// Serve the simulated BMC over HTTPS (self-signed; the driver trusts that certificate).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ipmi")]
     pub tls: bool,
+    /// Drive the host over IPMI (RMCP+) instead of Redfish.
+    #[arg(long)]
+    pub ipmi: bool,
 }
 
 /// Runs the lab.
@@ -39,8 +45,23 @@ pub async fn run(args: LabArgs) -> Result<()> {
         ..RedfishSimConfig::default()
     })
     .await?;
-    let address = sim.bmc_address("1");
-    println!("simulated Redfish BMC at {}", sim.base_url());
+    let ipmi = match (args.ipmi, sim.host("1")) {
+        (true, Some(host)) => {
+            let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+            Some(IpmiSim::start(IpmiSimConfig::default(), host.clone(), clock).await?)
+        }
+        _ => None,
+    };
+    let address = match &ipmi {
+        Some(ipmi) => {
+            println!("simulated IPMI BMC at {}", ipmi.bmc_address());
+            ipmi.bmc_address()
+        }
+        None => {
+            println!("simulated Redfish BMC at {}", sim.base_url());
+            sim.bmc_address("1")
+        }
+    };
     let tls = TlsOptions {
         ca_bundle_pem: sim
             .self_signed_cert_pem()
@@ -70,23 +91,34 @@ pub async fn run(args: LabArgs) -> Result<()> {
     steps.push(("power on, confirmed", started.elapsed()));
     driver.close().await?;
 
-    let stats = sim.service().stats();
     println!();
     println!("| step | time |");
     println!("|---|---|");
     for (step, took) in &steps {
         println!("| {step} | {:.2} s |", took.as_secs_f64());
     }
-    println!(
-        "\nBMC requests: {}; resets sent: {}; sessions left open: {}",
-        stats.requests,
-        stats
-            .resets
-            .iter()
-            .map(|r| r.reset_type.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
-        stats.open_sessions
-    );
+    match &ipmi {
+        Some(ipmi) => {
+            let stats = ipmi.stats();
+            println!(
+                "\nIPMI sessions opened: {}; chassis controls sent: {:?}; sessions left open: {}",
+                stats.sessions_activated, stats.chassis_controls, stats.open_sessions
+            );
+        }
+        None => {
+            let stats = sim.service().stats();
+            println!(
+                "\nBMC requests: {}; resets sent: {}; sessions left open: {}",
+                stats.requests,
+                stats
+                    .resets
+                    .iter()
+                    .map(|r| r.reset_type.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                stats.open_sessions
+            );
+        }
+    }
     Ok(())
 }

@@ -98,3 +98,27 @@ pub fn texts(output: &Output) -> (String, String) {
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// The path of a program from a Debian package; a missing one fails the test with the
+/// command that installs it.
+pub fn require_program(program: &str, package: &str) -> PathBuf {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "{program} is not installed. Run `bash scripts/test.sh` as root (it installs the \
+             test peers), or: apt-get install -y {package}"
+        )
+    })
+}
+
+/// A UDP port that was free a moment ago.
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port")
+}
