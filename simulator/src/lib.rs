@@ -9,6 +9,7 @@
 //! Everything runs in-process (library) or as the `baremend-sim` binary.
 #![forbid(unsafe_code)]
 
+pub mod apiserver;
 pub mod clock;
 pub mod host;
 pub mod ipmi;

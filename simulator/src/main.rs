@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
+use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
 use baremend_sim::clock::{Clock, SystemClock};
 use baremend_sim::host::{Power, SimHost};
 use baremend_sim::ipmi::{IpmiSim, IpmiSimConfig, IpmiUser, privilege};
@@ -29,6 +30,25 @@ enum Command {
     /// Serve an IPMI-over-LAN BMC (RMCP+, cipher suites 3 and 17) for one host until killed;
     /// prints `READY <address>` once it accepts datagrams.
     Ipmi(IpmiArgs),
+    /// Serve a simulated Kubernetes API server until killed; writes a kubeconfig and prints
+    /// `READY <api-url>`.
+    Apiserver(ApiserverArgs),
+}
+
+#[derive(Args)]
+struct ApiserverArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Where to write the kubeconfig for kubectl and the controller.
+    #[arg(long)]
+    kubeconfig_out: PathBuf,
+    /// Serve plain HTTP instead of HTTPS.
+    #[arg(long)]
+    insecure_http: bool,
+    /// The bearer token (generated when absent).
+    #[arg(long)]
+    token: Option<String>,
 }
 
 #[derive(Args)]
@@ -129,6 +149,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Redfish(args) => run_redfish(args).await,
         Command::Ipmi(args) => run_ipmi(args).await,
+        Command::Apiserver(args) => run_apiserver(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -231,6 +252,21 @@ async fn run_ipmi(args: IpmiArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     println!("READY {}", sim.bmc_address());
+    wait_for_termination().await;
+    Ok(())
+}
+
+async fn run_apiserver(args: ApiserverArgs) -> Result<(), String> {
+    let config = ApiServerConfig {
+        listen: args.listen,
+        tls: !args.insecure_http,
+        token: args.token,
+        ..ApiServerConfig::default()
+    };
+    let server = ApiServer::start(config).await.map_err(|e| e.to_string())?;
+    std::fs::write(&args.kubeconfig_out, server.kubeconfig())
+        .map_err(|e| format!("cannot write {}: {e}", args.kubeconfig_out.display()))?;
+    println!("READY {}", server.url());
     wait_for_termination().await;
     Ok(())
 }

@@ -1,0 +1,486 @@
+//! What the API server and the controller-manager do around writes, that a faithful simulator
+//! must do too: create-time defaults, CRD registration, the PodDisruptionBudget status
+//! (disruption controller), namespace termination, owner-reference garbage collection and
+//! pod grace periods.
+
+use serde_json::{Value, json};
+
+use super::errors::{ApiError, ApiResult};
+use super::kinds::{ResourceType, crd_type};
+use super::objects::{meta_str, metadata_mut};
+use super::store::{DeleteOptions, EventType, Inner, ObjectKey, Store};
+
+/// Defaults and resets applied when an object is created.
+pub(crate) fn prepare_for_create(ty: &ResourceType, object: &mut Value, now: &str) {
+    match (ty.group.as_str(), ty.plural.as_str()) {
+        ("", "pods") => {
+            // The API server resets pod status on create; the kubelet reports it later.
+            object["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+        }
+        ("", "namespaces") => {
+            object["status"] = json!({"phase": "Active"});
+            if object.pointer("/spec/finalizers").is_none() {
+                object["spec"] = json!({"finalizers": ["kubernetes"]});
+            }
+        }
+        ("", "nodes") => {
+            // Nodes may be created with their status (the kubelet does).
+        }
+        ("", "events") | ("events.k8s.io", "events")
+            if object.get("eventTime").is_none() && object.get("firstTimestamp").is_none() =>
+        {
+            object["firstTimestamp"] = json!(now);
+            object["lastTimestamp"] = json!(now);
+        }
+        _ if ty.status_subresource => {
+            if let Value::Object(map) = object {
+                map.remove("status");
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Create-time validation beyond metadata.
+pub(crate) fn validate_create(ty: &ResourceType, object: &Value) -> ApiResult<()> {
+    if ty.group == "apiextensions.k8s.io" && ty.plural == "customresourcedefinitions" {
+        crd_type(object).map_err(|why| {
+            ApiError::invalid(
+                &ty.group,
+                &ty.kind,
+                meta_str(object, "name").unwrap_or_default(),
+                &[("spec", why)],
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Update rules of specific kinds.
+pub(crate) fn validate_update(ty: &ResourceType, before: &Value, after: &Value) -> ApiResult<()> {
+    if ty.group.is_empty() && ty.plural == "pods" {
+        let comparable = |pod: &Value| {
+            let mut spec = pod.get("spec").cloned().unwrap_or_default();
+            if let Some(containers) = spec.get_mut("containers").and_then(Value::as_array_mut) {
+                for container in containers {
+                    if let Value::Object(map) = container {
+                        map.remove("image");
+                    }
+                }
+            }
+            if let Value::Object(map) = &mut spec {
+                map.remove("tolerations");
+                map.remove("activeDeadlineSeconds");
+            }
+            spec
+        };
+        if comparable(before) != comparable(after) {
+            return Err(ApiError::invalid("", "Pod", meta_str(after, "name").unwrap_or_default(), &[("spec", "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, `spec.activeDeadlineSeconds` or `spec.tolerations` (only additions to existing tolerations)".into())]));
+        }
+    }
+    if ty.group == "apiextensions.k8s.io" && ty.plural == "customresourcedefinitions" {
+        let name = meta_str(after, "name").unwrap_or_default();
+        let new = crd_type(after)
+            .map_err(|why| ApiError::invalid(&ty.group, &ty.kind, name, &[("spec", why)]))?;
+        if let Ok(old) = crd_type(before)
+            && (old.namespaced != new.namespaced || old.kind != new.kind)
+        {
+            return Err(ApiError::invalid(
+                &ty.group,
+                &ty.kind,
+                name,
+                &[("spec.scope", "Invalid value: field is immutable".into())],
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The grace period of a delete: pods bound to a node get theirs (the kubelet confirms the
+/// deletion); everything else goes at once.
+pub(crate) fn grace_period(ty: &ResourceType, object: &Value, requested: Option<i64>) -> i64 {
+    if ty.group.is_empty() && ty.plural == "namespaces" {
+        // Namespaces stay until their content is gone (see `namespace_cleanup`).
+        return 1;
+    }
+    if !(ty.group.is_empty() && ty.plural == "pods") {
+        return 0;
+    }
+    let bound = object
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let terminal = matches!(
+        object.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    if !bound || terminal {
+        return 0;
+    }
+    requested
+        .or_else(|| {
+            object
+                .pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(30)
+        .max(0)
+}
+
+/// After any write of `ty` in `namespace`.
+pub(crate) fn after_write(store: &Store, inner: &mut Inner, ty: &ResourceType, namespace: &str) {
+    match (ty.group.as_str(), ty.plural.as_str()) {
+        ("", "pods") | ("policy", "poddisruptionbudgets") => {
+            update_pdb_status(store, inner, namespace)
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => register_crds(store, inner),
+        _ => {}
+    }
+    namespace_cleanup(store, inner);
+}
+
+fn register_crds(store: &Store, inner: &mut Inner) {
+    let crds: Vec<(ObjectKey, Value)> = inner
+        .objects
+        .iter()
+        .filter(|(k, _)| {
+            k.group == "apiextensions.k8s.io" && k.plural == "customresourcedefinitions"
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (key, crd) in crds {
+        if crd.pointer("/metadata/deletionTimestamp").is_some() {
+            continue;
+        }
+        if inner.registry.register_crd(&crd).is_err() {
+            continue;
+        }
+        let established = crd
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+            });
+        if !established {
+            let mut next = crd.clone();
+            next["status"] = json!({
+                "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or_default(),
+                "storedVersions": crd.pointer("/spec/versions").and_then(Value::as_array).map(|v| v.iter().filter(|v| v["storage"] == true).filter_map(|v| v.get("name").cloned()).collect::<Vec<_>>()).unwrap_or_default(),
+                "conditions": [
+                    {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found"},
+                    {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"},
+                ],
+            });
+            store.commit(inner, key, Some(next), EventType::Modified);
+        }
+    }
+}
+
+/// Whether a label selector object (`matchLabels`, `matchExpressions`) selects `labels`.
+pub(crate) fn selector_matches(selector: &Value, object: &Value) -> bool {
+    let labels = object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object);
+    let get = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
+    let match_labels = selector
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .is_none_or(|wanted| wanted.iter().all(|(k, v)| get(k) == v.as_str()));
+    let expressions = selector
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .is_none_or(|expressions| {
+            expressions.iter().all(|e| {
+                let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
+                let values: Vec<&str> = e
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|v| v.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                match e.get("operator").and_then(Value::as_str) {
+                    Some("In") => get(key).is_some_and(|v| values.contains(&v)),
+                    Some("NotIn") => get(key).is_none_or(|v| !values.contains(&v)),
+                    Some("Exists") => get(key).is_some(),
+                    Some("DoesNotExist") => get(key).is_none(),
+                    _ => false,
+                }
+            })
+        });
+    match_labels && expressions
+}
+
+fn pod_ready(pod: &Value) -> bool {
+    pod.pointer("/metadata/deletionTimestamp").is_none()
+        && pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+}
+
+/// An int-or-percent value against a total (percentages round up, as the disruption
+/// controller does).
+fn scaled(value: &Value, total: i64) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => {
+            let percent: i64 = s.strip_suffix('%')?.parse().ok()?;
+            Some((percent * total + 99) / 100)
+        }
+        _ => None,
+    }
+}
+
+/// The pods a PDB selects in its namespace.
+pub(crate) fn pdb_pods<'a>(inner: &'a Inner, namespace: &str, pdb: &Value) -> Vec<&'a Value> {
+    let Some(selector) = pdb.pointer("/spec/selector").filter(|s| !s.is_null()) else {
+        return Vec::new();
+    };
+    inner
+        .objects
+        .iter()
+        .filter(|(k, _)| k.group.is_empty() && k.plural == "pods" && k.namespace == namespace)
+        .map(|(_, pod)| pod)
+        .filter(|pod| selector_matches(selector, pod))
+        .collect()
+}
+
+/// The status the disruption controller would write for a PDB.
+pub(crate) fn pdb_status(inner: &Inner, namespace: &str, pdb: &Value) -> Value {
+    let pods = pdb_pods(inner, namespace, pdb);
+    let expected = pods.len() as i64;
+    let healthy = pods.iter().filter(|p| pod_ready(p)).count() as i64;
+    let desired = if let Some(min) = pdb.pointer("/spec/minAvailable") {
+        scaled(min, expected).unwrap_or(expected)
+    } else if let Some(max) = pdb.pointer("/spec/maxUnavailable") {
+        expected - scaled(max, expected).unwrap_or(0)
+    } else {
+        expected
+    };
+    let disrupted = pdb
+        .pointer("/status/disruptedPods")
+        .cloned()
+        .unwrap_or(json!({}));
+    let pending = disrupted.as_object().map_or(0, |m| m.len() as i64);
+    let allowed = (healthy - desired - pending).max(0);
+    json!({
+        "observedGeneration": pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+        "disruptionsAllowed": allowed,
+        "currentHealthy": healthy,
+        "desiredHealthy": desired,
+        "expectedPods": expected,
+        "disruptedPods": disrupted,
+        "conditions": [{
+            "type": "DisruptionAllowed",
+            "status": if allowed > 0 { "True" } else { "False" },
+            "reason": if allowed > 0 { "SufficientPods" } else { "InsufficientPods" },
+            "message": "",
+            "observedGeneration": pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1)),
+            "lastTransitionTime": pdb.pointer("/metadata/creationTimestamp").cloned().unwrap_or_default(),
+        }],
+    })
+}
+
+fn update_pdb_status(store: &Store, inner: &mut Inner, namespace: &str) {
+    let pdbs: Vec<(ObjectKey, Value)> = inner
+        .objects
+        .iter()
+        .filter(|(k, _)| {
+            k.group == "policy" && k.plural == "poddisruptionbudgets" && k.namespace == namespace
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (key, pdb) in pdbs {
+        // Pods that were evicted and are gone leave the disrupted list.
+        let mut pdb = pdb;
+        if let Some(disrupted) = pdb
+            .pointer_mut("/status/disruptedPods")
+            .and_then(Value::as_object_mut)
+        {
+            disrupted.retain(|name, _| {
+                inner.objects.contains_key(&ObjectKey {
+                    group: String::new(),
+                    plural: "pods".into(),
+                    namespace: namespace.to_owned(),
+                    name: name.clone(),
+                }) && inner
+                    .objects
+                    .get(&ObjectKey {
+                        group: String::new(),
+                        plural: "pods".into(),
+                        namespace: namespace.to_owned(),
+                        name: name.clone(),
+                    })
+                    .is_some_and(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+            });
+        }
+        let status = pdb_status(inner, namespace, &pdb);
+        let mut compared_old = pdb.get("status").cloned().unwrap_or_default();
+        let mut compared_new = status.clone();
+        for value in [&mut compared_old, &mut compared_new] {
+            if let Some(conditions) = value.get_mut("conditions").and_then(Value::as_array_mut) {
+                for c in conditions {
+                    if let Value::Object(map) = c {
+                        map.remove("lastTransitionTime");
+                    }
+                }
+            }
+        }
+        if compared_old != compared_new {
+            let mut next = pdb.clone();
+            next["status"] = status;
+            store.commit(inner, key, Some(next), EventType::Modified);
+        }
+    }
+}
+
+/// Deletes the content of terminating namespaces, and the namespaces once empty.
+fn namespace_cleanup(store: &Store, inner: &mut Inner) {
+    let terminating: Vec<(ObjectKey, Value)> = inner
+        .objects
+        .iter()
+        .filter(|(k, v)| {
+            k.group.is_empty()
+                && k.plural == "namespaces"
+                && v.pointer("/metadata/deletionTimestamp").is_some()
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (key, namespace) in terminating {
+        let name = key.name.clone();
+        if namespace.pointer("/status/phase") != Some(&json!("Terminating")) {
+            let mut next = namespace.clone();
+            next["status"] = json!({"phase": "Terminating"});
+            store.commit(inner, key.clone(), Some(next), EventType::Modified);
+        }
+        let content: Vec<ObjectKey> = inner
+            .objects
+            .iter()
+            .filter(|(k, v)| {
+                k.namespace == name && v.pointer("/metadata/deletionTimestamp").is_none()
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for object in content {
+            let registry = inner.registry.clone();
+            if let Some(ty) = registry.all().find(|t| {
+                super::store::storage_group(t) == object.group && t.plural == object.plural
+            }) {
+                let version = ty.versions[0].clone();
+                let _ = store.delete_locked(
+                    inner,
+                    ty,
+                    &version,
+                    &name,
+                    &object.name,
+                    &DeleteOptions {
+                        grace_period_seconds: Some(0),
+                        ..DeleteOptions::default()
+                    },
+                );
+            }
+        }
+        let empty = !inner.objects.keys().any(|k| k.namespace == name);
+        if empty {
+            store.commit(inner, key, None, EventType::Deleted);
+        }
+    }
+}
+
+/// After an object is gone: CRD instances, dependents (background garbage collection).
+pub(crate) fn after_delete(
+    store: &Store,
+    inner: &mut Inner,
+    ty: &ResourceType,
+    key: &ObjectKey,
+    gone: &Value,
+) {
+    if ty.group == "apiextensions.k8s.io"
+        && ty.plural == "customresourcedefinitions"
+        && let Ok(defined) = crd_type(gone)
+    {
+        let instances: Vec<ObjectKey> = inner
+            .objects
+            .keys()
+            .filter(|k| k.group == defined.group && k.plural == defined.plural)
+            .cloned()
+            .collect();
+        for instance in instances {
+            store.commit(inner, instance, None, EventType::Deleted);
+        }
+        inner.registry.unregister(&defined.group, &defined.plural);
+    }
+    collect_dependents(store, inner, key, gone, false);
+}
+
+/// After an object is gone with `propagationPolicy: Orphan`: dependents lose the reference.
+pub(crate) fn after_delete_orphaning(
+    store: &Store,
+    inner: &mut Inner,
+    _ty: &ResourceType,
+    key: &ObjectKey,
+    gone: &Value,
+) {
+    collect_dependents(store, inner, key, gone, true);
+}
+
+fn collect_dependents(
+    store: &Store,
+    inner: &mut Inner,
+    owner_key: &ObjectKey,
+    gone: &Value,
+    orphan: bool,
+) {
+    let Some(uid) = meta_str(gone, "uid").map(str::to_owned) else {
+        return;
+    };
+    let dependents: Vec<(ObjectKey, Value)> = inner
+        .objects
+        .iter()
+        .filter(|(k, _)| owner_key.namespace.is_empty() || k.namespace == owner_key.namespace)
+        .filter(|(_, v)| {
+            v.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| {
+                    refs.iter()
+                        .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
+                })
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (key, dependent) in dependents {
+        let owners = dependent
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let remaining: Vec<Value> = owners
+            .into_iter()
+            .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()))
+            .collect();
+        if orphan || !remaining.is_empty() {
+            let mut next = dependent.clone();
+            metadata_mut(&mut next).insert("ownerReferences".into(), json!(remaining));
+            store.commit(inner, key, Some(next), EventType::Modified);
+            continue;
+        }
+        let registry = inner.registry.clone();
+        if let Some(ty) = registry
+            .all()
+            .find(|t| super::store::storage_group(t) == key.group && t.plural == key.plural)
+        {
+            let version = ty.versions[0].clone();
+            let _ = store.delete_locked(
+                inner,
+                ty,
+                &version,
+                &key.namespace,
+                &key.name,
+                &DeleteOptions::default(),
+            );
+        }
+    }
+}

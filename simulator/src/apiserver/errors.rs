@@ -1,0 +1,208 @@
+//! API errors as `Status` bodies, the way `kube::Error::Api` and kubectl read them.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// An API error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub code: u16,
+    /// `StatusReason`, e.g. `NotFound`, `Conflict`.
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+    /// `details` of the Status (name, group, kind, causes).
+    pub details: Option<Value>,
+    /// A `Retry-After` header, in seconds.
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
+    }
+
+    fn with_details(mut self, group: &str, kind: &str, name: &str) -> Self {
+        self.details = Some(json!({"name": name, "group": group, "kind": kind}));
+        self
+    }
+
+    /// 404 for a named object.
+    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+        let resource = qualified(group, plural);
+        ApiError::new(404, "NotFound", format!("{resource} \"{name}\" not found"))
+            .with_details(group, plural, name)
+    }
+
+    /// 404 for a path that names no resource.
+    pub fn no_route(path: &str) -> Self {
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
+    }
+
+    /// 409 AlreadyExists.
+    pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
+        let resource = qualified(group, plural);
+        ApiError::new(
+            409,
+            "AlreadyExists",
+            format!("{resource} \"{name}\" already exists"),
+        )
+        .with_details(group, plural, name)
+    }
+
+    /// 409 Conflict on a stale resourceVersion or a failed precondition.
+    pub fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
+        let resource = qualified(group, plural);
+        ApiError::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
+        )
+        .with_details(group, plural, name)
+    }
+
+    /// 422 Invalid with causes.
+    pub fn invalid(group: &str, kind: &str, name: &str, causes: &[(&str, String)]) -> Self {
+        let text: Vec<String> = causes
+            .iter()
+            .map(|(field, message)| format!("{field}: {message}"))
+            .collect();
+        let mut error = ApiError::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {}", text.join(", ")),
+        );
+        error.details = Some(json!({
+            "name": name,
+            "group": group,
+            "kind": kind,
+            "causes": causes.iter().map(|(field, message)| json!({"reason": "FieldValueInvalid", "message": message, "field": field})).collect::<Vec<_>>(),
+        }));
+        error
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(400, "BadRequest", message)
+    }
+
+    /// 401 Unauthorized.
+    pub fn unauthorized() -> Self {
+        ApiError::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// 405 MethodNotAllowed.
+    pub fn method_not_allowed(verb: &str, resource: &str) -> Self {
+        ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!(
+                "the server does not allow this method on the requested resource ({verb} {resource})"
+            ),
+        )
+    }
+
+    /// 410 Gone for an expired resourceVersion.
+    pub fn gone(message: impl Into<String>) -> Self {
+        ApiError::new(410, "Expired", message)
+    }
+
+    /// 415 for an unsupported patch type.
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})"
+            ),
+        )
+    }
+
+    /// 429 TooManyRequests.
+    pub fn too_many_requests(message: impl Into<String>, retry_after: Option<u64>) -> Self {
+        let mut error = ApiError::new(429, "TooManyRequests", message);
+        error.retry_after = retry_after;
+        error
+    }
+
+    /// 500 InternalError.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError::new(500, "InternalError", message)
+    }
+
+    /// An injected failure with an arbitrary status code.
+    pub fn injected(code: u16, retry_after: Option<u64>) -> Self {
+        let reason = match code {
+            403 => "Forbidden",
+            409 => "Conflict",
+            422 => "Invalid",
+            429 => "TooManyRequests",
+            503 => "ServiceUnavailable",
+            504 => "Timeout",
+            _ => "InternalError",
+        };
+        let mut error = ApiError::new(code, reason, format!("injected failure ({code})"));
+        error.retry_after = retry_after;
+        error
+    }
+
+    /// The `Status` object.
+    pub fn status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(details) = &self.details {
+            status["details"] = details.clone();
+        }
+        if let Some(seconds) = self.retry_after {
+            let details = status["details"].as_object().cloned().unwrap_or_default();
+            let mut details = Value::Object(details);
+            details["retryAfterSeconds"] = json!(seconds);
+            status["details"] = details;
+        }
+        status
+    }
+}
+
+/// `pods`, or `machines.machine.openshift.io`.
+pub fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() {
+        plural.to_owned()
+    } else {
+        format!("{plural}.{group}")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, axum::Json(self.status())).into_response();
+        if let Some(seconds) = self.retry_after
+            && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        response
+    }
+}
+
+/// Result alias for API operations.
+pub type ApiResult<T> = Result<T, ApiError>;

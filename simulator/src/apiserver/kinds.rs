@@ -1,0 +1,338 @@
+//! The resource types served: the built-in kinds and every CustomResourceDefinition created.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+/// A column of `kubectl get` output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrinterColumn {
+    /// Column name.
+    pub name: String,
+    /// `string`, `integer`, `date`…
+    pub kind: String,
+    /// JSONPath (`.spec.x`).
+    pub json_path: String,
+    /// Shown only with `-o wide` when non-zero.
+    pub priority: i64,
+}
+
+/// One served resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceType {
+    /// API group ("" for core).
+    pub group: String,
+    /// Served versions; the first is the preferred one.
+    pub versions: Vec<String>,
+    /// Kind.
+    pub kind: String,
+    /// Plural (the URL segment).
+    pub plural: String,
+    /// Singular name.
+    pub singular: String,
+    /// Short names (`bmh`).
+    pub short_names: Vec<String>,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Has a `/status` subresource.
+    pub status_subresource: bool,
+    /// Printer columns (CRDs' additionalPrinterColumns; a few built-ins).
+    pub printer_columns: Vec<PrinterColumn>,
+    /// Categories (`all`).
+    pub categories: Vec<String>,
+    /// Defined by a CRD.
+    pub custom: bool,
+}
+
+impl ResourceType {
+    fn builtin(
+        group: &str,
+        version: &str,
+        kind: &str,
+        plural: &str,
+        namespaced: bool,
+        status: bool,
+    ) -> Self {
+        ResourceType {
+            group: group.into(),
+            versions: vec![version.into()],
+            kind: kind.into(),
+            plural: plural.into(),
+            singular: kind.to_ascii_lowercase(),
+            short_names: Vec::new(),
+            namespaced,
+            status_subresource: status,
+            printer_columns: Vec::new(),
+            categories: Vec::new(),
+            custom: false,
+        }
+    }
+
+    fn short(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|n| (*n).to_owned()).collect();
+        self
+    }
+
+    /// `v1` or `group/version`.
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() {
+            version.to_owned()
+        } else {
+            format!("{}/{version}", self.group)
+        }
+    }
+
+    /// Whether the kind keeps `metadata.generation` (bumped on spec changes).
+    pub fn tracks_generation(&self) -> bool {
+        self.custom
+            || matches!(
+                self.plural.as_str(),
+                "pods" | "poddisruptionbudgets" | "customresourcedefinitions"
+            )
+    }
+}
+
+/// The served resource types.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    types: BTreeMap<(String, String), Arc<ResourceType>>,
+}
+
+impl Registry {
+    /// The built-in kinds.
+    pub fn new() -> Self {
+        let mut pods = ResourceType::builtin("", "v1", "Pod", "pods", true, true).short(&["po"]);
+        pods.categories = vec!["all".into()];
+        let builtins = [
+            ResourceType::builtin("", "v1", "Namespace", "namespaces", false, true).short(&["ns"]),
+            ResourceType::builtin("", "v1", "Node", "nodes", false, true).short(&["no"]),
+            pods,
+            ResourceType::builtin("", "v1", "Secret", "secrets", true, false),
+            ResourceType::builtin("", "v1", "ConfigMap", "configmaps", true, false).short(&["cm"]),
+            ResourceType::builtin("", "v1", "Event", "events", true, false).short(&["ev"]),
+            ResourceType::builtin("events.k8s.io", "v1", "Event", "events", true, false)
+                .short(&["ev"]),
+            ResourceType::builtin("coordination.k8s.io", "v1", "Lease", "leases", true, false),
+            ResourceType::builtin(
+                "policy",
+                "v1",
+                "PodDisruptionBudget",
+                "poddisruptionbudgets",
+                true,
+                true,
+            )
+            .short(&["pdb"]),
+            ResourceType::builtin(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition",
+                "customresourcedefinitions",
+                false,
+                true,
+            )
+            .short(&["crd", "crds"]),
+        ];
+        Registry {
+            types: builtins
+                .into_iter()
+                .map(|t| ((t.group.clone(), t.plural.clone()), Arc::new(t)))
+                .collect(),
+        }
+    }
+
+    /// The type served at `group`/`version`/`plural`.
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        self.types
+            .get(&(group.to_owned(), plural.to_owned()))
+            .filter(|t| t.versions.iter().any(|v| v == version))
+            .cloned()
+    }
+
+    /// The type of a group and kind.
+    pub fn by_kind(&self, group: &str, kind: &str) -> Option<Arc<ResourceType>> {
+        self.types
+            .values()
+            .find(|t| t.group == group && t.kind == kind)
+            .cloned()
+    }
+
+    /// Every type.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<ResourceType>> {
+        self.types.values()
+    }
+
+    /// Registers (or replaces) the types a CRD defines; returns an error text for a CRD that
+    /// cannot be served.
+    pub fn register_crd(&mut self, crd: &Value) -> Result<(), String> {
+        let ty = crd_type(crd)?;
+        self.types
+            .insert((ty.group.clone(), ty.plural.clone()), Arc::new(ty));
+        Ok(())
+    }
+
+    /// Removes the type of a deleted CRD.
+    pub fn unregister(&mut self, group: &str, plural: &str) {
+        self.types.remove(&(group.to_owned(), plural.to_owned()));
+    }
+
+    /// API groups other than core, with their versions.
+    pub fn groups(&self) -> BTreeMap<String, Vec<String>> {
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for ty in self.types.values().filter(|t| !t.group.is_empty()) {
+            let versions = groups.entry(ty.group.clone()).or_default();
+            for version in &ty.versions {
+                if !versions.contains(version) {
+                    versions.push(version.clone());
+                }
+            }
+        }
+        groups
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new()
+    }
+}
+
+fn text<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
+    value.pointer(pointer).and_then(Value::as_str)
+}
+
+/// The resource type a CRD defines (validated as the API server would, in its essentials).
+pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
+    let group = text(crd, "/spec/group").ok_or("spec.group is required")?;
+    let plural = text(crd, "/spec/names/plural").ok_or("spec.names.plural is required")?;
+    let kind = text(crd, "/spec/names/kind").ok_or("spec.names.kind is required")?;
+    let name = text(crd, "/metadata/name").unwrap_or_default();
+    if name != format!("{plural}.{group}") {
+        return Err(format!(
+            "metadata.name must be spec.names.plural+\".\"+spec.group ({plural}.{group})"
+        ));
+    }
+    let scope = text(crd, "/spec/scope").ok_or("spec.scope is required")?;
+    let namespaced = match scope {
+        "Namespaced" => true,
+        "Cluster" => false,
+        other => {
+            return Err(format!(
+                "spec.scope {other:?} must be Namespaced or Cluster"
+            ));
+        }
+    };
+    let versions = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .filter(|v| !v.is_empty())
+        .ok_or("spec.versions must have at least one version")?;
+    let served: Vec<&Value> = versions
+        .iter()
+        .filter(|v| v.get("served").and_then(Value::as_bool).unwrap_or(false))
+        .collect();
+    let storage = versions
+        .iter()
+        .filter(|v| v.get("storage").and_then(Value::as_bool).unwrap_or(false))
+        .count();
+    if storage != 1 {
+        return Err("exactly one version must be the storage version".into());
+    }
+    let first = served.first().copied().unwrap_or(&versions[0]);
+    let printer_columns = first
+        .get("additionalPrinterColumns")
+        .and_then(Value::as_array)
+        .map(|columns| {
+            columns
+                .iter()
+                .filter_map(|c| {
+                    Some(PrinterColumn {
+                        name: c.get("name")?.as_str()?.to_owned(),
+                        kind: c
+                            .get("type")
+                            .and_then(Value::as_str)
+                            .unwrap_or("string")
+                            .to_owned(),
+                        json_path: c.get("jsonPath")?.as_str()?.to_owned(),
+                        priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let strings = |pointer: &str| -> Vec<String> {
+        crd.pointer(pointer)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Ok(ResourceType {
+        group: group.to_owned(),
+        versions: served
+            .iter()
+            .filter_map(|v| v.get("name").and_then(Value::as_str).map(str::to_owned))
+            .collect(),
+        kind: kind.to_owned(),
+        plural: plural.to_owned(),
+        singular: text(crd, "/spec/names/singular")
+            .map(str::to_owned)
+            .unwrap_or_else(|| kind.to_ascii_lowercase()),
+        short_names: strings("/spec/names/shortNames"),
+        namespaced,
+        status_subresource: first.pointer("/subresources/status").is_some(),
+        printer_columns,
+        categories: strings("/spec/names/categories"),
+        custom: true,
+    })
+}
+
+/// The APIResource entries of `kubectl api-resources` for one type.
+pub fn api_resources(ty: &ResourceType) -> Vec<Value> {
+    let mut verbs = vec![
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
+    if ty.plural == "events" && ty.group.is_empty() {
+        verbs.sort_unstable();
+    }
+    let mut resources = vec![json!({
+        "name": ty.plural,
+        "singularName": ty.singular,
+        "namespaced": ty.namespaced,
+        "kind": ty.kind,
+        "verbs": verbs,
+        "shortNames": ty.short_names,
+        "categories": ty.categories,
+    })];
+    if ty.status_subresource {
+        resources.push(json!({
+            "name": format!("{}/status", ty.plural),
+            "singularName": "",
+            "namespaced": ty.namespaced,
+            "kind": ty.kind,
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if ty.plural == "pods" && ty.group.is_empty() {
+        resources.push(json!({
+            "name": "pods/eviction",
+            "singularName": "",
+            "namespaced": true,
+            "group": "policy",
+            "version": "v1",
+            "kind": "Eviction",
+            "verbs": ["create"],
+        }));
+    }
+    resources
+}

@@ -1,0 +1,317 @@
+//! A simulated Kubernetes API server that real clients (kube-rs, kubectl) use over HTTP(S).
+//!
+//! Built-in kinds: Namespace, Node, Pod (with eviction), Secret, ConfigMap, Event (core/v1 and
+//! events.k8s.io/v1 over one store), Lease, PodDisruptionBudget (status computed like the
+//! disruption controller) and CustomResourceDefinition — every CRD created is served at once,
+//! with its status subresource and printer columns.
+//!
+//! Semantics follow the real API server where clients can tell (see the fake-conformance
+//! tests): one global resourceVersion; list with selectors and consistent pagination; watch
+//! with bookmarks, timeouts and 410 Gone; create/update/patch (merge, JSON, strategic,
+//! server-side apply with field managers); status separation; finalizers; graceful pod
+//! deletion; owner-reference garbage collection; eviction against PDBs; Status error bodies;
+//! injectable failures. It does not emulate RBAC, admission webhooks, OpenAPI schema
+//! validation or defaulting of CRDs.
+
+mod apply;
+mod controllers;
+mod discovery;
+mod errors;
+mod kinds;
+mod objects;
+mod operations;
+mod patch;
+mod routes;
+pub mod selectors;
+mod store;
+mod table;
+pub mod time;
+mod watch;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{HeaderMap, Method};
+use base64::Engine;
+use ring::rand::{SecureRandom, SystemRandom};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+pub use self::errors::ApiError;
+pub use self::store::Store;
+use self::time::{SystemWallClock, WallClock};
+use crate::tls::{self, TlsIdentity};
+use crate::{Error, Result};
+
+/// A failure to inject into matching requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultRule {
+    /// Only requests with this method (GET, PUT, PATCH, POST, DELETE).
+    #[serde(default)]
+    pub method: Option<String>,
+    /// Only requests whose path contains this.
+    #[serde(default)]
+    pub path_contains: Option<String>,
+    /// Answer with this status (403, 409, 422, 429, 500, 503…); 0 only delays.
+    #[serde(default)]
+    pub status: u16,
+    /// How many requests it hits; unlimited when absent.
+    #[serde(default)]
+    pub count: Option<u32>,
+    /// `Retry-After` seconds for 429/503.
+    #[serde(default)]
+    pub retry_after: Option<u64>,
+    /// Delay before answering, in milliseconds.
+    #[serde(default)]
+    pub delay_ms: u64,
+}
+
+/// How to start the API server.
+#[derive(Debug, Clone)]
+pub struct ApiServerConfig {
+    /// Where to listen; port 0 picks one.
+    pub listen: SocketAddr,
+    /// Serve HTTPS with a generated certificate (the CA goes into the kubeconfig).
+    pub tls: bool,
+    /// The bearer token clients must present; generated when None.
+    pub token: Option<String>,
+    /// How many changes the watch log keeps before older resourceVersions get 410 Gone.
+    pub event_log_capacity: usize,
+    /// How often watches with bookmarks get one.
+    pub bookmark_interval: Duration,
+    /// The Kubernetes version reported by /version.
+    pub kubernetes_version: (u32, u32),
+}
+
+impl Default for ApiServerConfig {
+    fn default() -> Self {
+        ApiServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tls: false,
+            token: None,
+            event_log_capacity: 100_000,
+            bookmark_interval: Duration::from_secs(10),
+            kubernetes_version: (1, 32),
+        }
+    }
+}
+
+/// What request handlers share.
+pub(crate) struct ServerState {
+    pub store: Arc<Store>,
+    token: String,
+    faults: Mutex<Vec<FaultRule>>,
+    pub stop_watches: broadcast::Sender<()>,
+    pub bookmark_interval: Duration,
+    pub wall: Arc<dyn WallClock>,
+    pub address: String,
+    version: (u32, u32),
+}
+
+impl ServerState {
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|token| {
+                constant_time_equal(token.trim().as_bytes(), self.token.as_bytes())
+            })
+    }
+
+    /// The first fault that matches the request, consumed.
+    fn take_fault(&self, method: &Method, path: &str) -> Option<(Option<ApiError>, Duration)> {
+        let mut faults = self.faults.lock().unwrap_or_else(|e| e.into_inner());
+        let index = faults.iter().position(|rule| {
+            rule.method
+                .as_deref()
+                .is_none_or(|m| m.eq_ignore_ascii_case(method.as_str()))
+                && rule
+                    .path_contains
+                    .as_deref()
+                    .is_none_or(|p| path.contains(p))
+        })?;
+        let rule = faults[index].clone();
+        match rule.count {
+            Some(1) => {
+                faults.remove(index);
+            }
+            Some(n) => faults[index].count = Some(n - 1),
+            None => {}
+        }
+        let error = (rule.status != 0).then(|| ApiError::injected(rule.status, rule.retry_after));
+        Some((error, Duration::from_millis(rule.delay_ms)))
+    }
+
+    fn version_info(&self) -> Value {
+        let (major, minor) = self.version;
+        json!({
+            "major": major.to_string(),
+            "minor": minor.to_string(),
+            "gitVersion": format!("v{major}.{minor}.0"),
+            "gitCommit": "baremend-sim",
+            "gitTreeState": "clean",
+            "buildDate": "2026-11-01T00:00:00Z",
+            "goVersion": "go1.23.0",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        })
+    }
+}
+
+/// Compares two byte strings without an early exit on the first difference.
+fn constant_time_equal(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A running simulated API server. Dropping it stops it.
+pub struct ApiServer {
+    state: Arc<ServerState>,
+    url: String,
+    ca_pem: Option<String>,
+    token: String,
+    task: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiServer {
+    /// Starts a server on the system wall clock.
+    pub async fn start(config: ApiServerConfig) -> Result<Self> {
+        Self::start_with_clock(config, Arc::new(SystemWallClock)).await
+    }
+
+    /// Starts a server whose timestamps come from `wall`.
+    pub async fn start_with_clock(
+        config: ApiServerConfig,
+        wall: Arc<dyn WallClock>,
+    ) -> Result<Self> {
+        let token = match config.token {
+            Some(token) if !token.is_empty() => token,
+            _ => {
+                let mut bytes = [0u8; 24];
+                let _ = SystemRandom::new().fill(&mut bytes);
+                bytes.iter().map(|b| format!("{b:02x}")).collect()
+            }
+        };
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| Error::Listen {
+                address: config.listen.to_string(),
+                source,
+            })?;
+        let local = listener.local_addr().map_err(|source| Error::Listen {
+            address: config.listen.to_string(),
+            source,
+        })?;
+        let (acceptor, ca_pem) = if config.tls {
+            let identity: TlsIdentity = tls::self_signed(tls::LOCAL_NAMES)?;
+            (Some(tls::acceptor(&identity)?), Some(identity.cert_pem))
+        } else {
+            (None, None)
+        };
+        let scheme = if acceptor.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{local}");
+        let (stop_watches, _) = broadcast::channel(4);
+        let state = Arc::new(ServerState {
+            store: Store::new(wall.clone(), config.event_log_capacity),
+            token: token.clone(),
+            faults: Mutex::new(Vec::new()),
+            stop_watches,
+            bookmark_interval: config.bookmark_interval,
+            wall,
+            address: local.to_string(),
+            version: config.kubernetes_version,
+        });
+        let router = Router::new()
+            .fallback(routes::dispatch)
+            .with_state(state.clone());
+        let task = crate::server::spawn(listener, acceptor, router);
+        Ok(ApiServer {
+            state,
+            url,
+            ca_pem,
+            token,
+            task,
+        })
+    }
+
+    /// `http(s)://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The store, for in-process actors and tests.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.state.store
+    }
+
+    /// A kubeconfig (YAML) that points kubectl and kube-rs at this server.
+    pub fn kubeconfig(&self) -> String {
+        let ca = self
+            .ca_pem
+            .as_ref()
+            .map(|pem| {
+                format!(
+                    "    certificate-authority-data: {}\n",
+                    base64::engine::general_purpose::STANDARD.encode(pem)
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: baremend-sim\n  cluster:\n    server: {}\n{ca}contexts:\n- name: baremend-sim\n  context:\n    cluster: baremend-sim\n    user: baremend-sim\n    namespace: default\ncurrent-context: baremend-sim\nusers:\n- name: baremend-sim\n  user:\n    token: {}\npreferences: {{}}\n",
+            self.url, self.token
+        )
+    }
+
+    /// Injects a failure into the requests it matches.
+    pub fn inject(&self, rule: FaultRule) {
+        self.state
+            .faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(rule);
+    }
+
+    /// Removes every injected failure.
+    pub fn clear_faults(&self) {
+        self.state
+            .faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Ends every open watch stream now (clients must re-watch).
+    pub fn drop_watches(&self) {
+        let _ = self.state.stop_watches.send(());
+    }
+
+    /// Forgets the watch history: every older resourceVersion becomes 410 Gone.
+    pub fn compact(&self) {
+        self.state.store.compact();
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,562 @@
+//! The HTTP face of the simulated API server: authentication, injected faults, discovery and
+//! the REST verbs on every served resource.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Bytes, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::ServerState;
+use super::discovery::{group_document, group_list, openapi_document, openapi_root, resource_list};
+use super::errors::{ApiError, ApiResult};
+use super::kinds::ResourceType;
+use super::operations::{PatchKind, evict, patch};
+use super::selectors::{FieldSelector, LabelSelector};
+use super::store::DeleteOptions;
+use super::watch::{WatchRequest, start};
+
+/// Request bodies larger than this are refused (etcd's limit is about 1.5 MiB).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+fn percent_decode(text: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        match bytes[index] {
+            b'+' => out.push(b' '),
+            b'%' if index + 2 < bytes.len() => match (hex(bytes[index + 1]), hex(bytes[index + 2]))
+            {
+                (Some(high), Some(low)) => {
+                    out.push(high * 16 + low);
+                    index += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            other => out.push(other),
+        }
+        index += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn query_map(query: Option<&str>) -> HashMap<String, String> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) => (percent_decode(k), percent_decode(v)),
+            None => (percent_decode(pair), String::new()),
+        })
+        .collect()
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (status, axum::Json(body.clone())).into_response()
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| {
+            accept
+                .split(',')
+                .next()
+                .is_some_and(|first| first.contains("as=Table"))
+        })
+}
+
+/// The entry point of every request.
+pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let public = matches!(
+        path.as_str(),
+        "/healthz" | "/readyz" | "/livez" | "/version"
+    );
+    if !public && !state.authorized(&parts.headers) {
+        return ApiError::unauthorized().into_response();
+    }
+    let body = match to_bytes(body, MAX_BODY).await {
+        Ok(body) => body,
+        Err(_) => {
+            return ApiError {
+                code: 413,
+                reason: "RequestEntityTooLarge",
+                message: "the request body is too large".into(),
+                details: None,
+                retry_after: None,
+            }
+            .into_response();
+        }
+    };
+    if let Some((error, delay)) = state.take_fault(&parts.method, &path) {
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        if let Some(error) = error {
+            return error.into_response();
+        }
+    }
+    if !body.is_empty() && matches!(parts.method, Method::POST | Method::PUT) {
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json");
+        if !content_type.starts_with("application/json") && !content_type.starts_with("*/*") {
+            // No protobuf or CBOR here: clients fall back to JSON on 415, as with any server
+            // that does not serve those encodings.
+            return ApiError::unsupported_media_type(content_type).into_response();
+        }
+    }
+    let query = query_map(parts.uri.query());
+    match route(&state, &parts.method, &path, &query, &parts.headers, body).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn route(
+    state: &Arc<ServerState>,
+    method: &Method,
+    path: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    match segments.as_slice() {
+        ["healthz"] | ["readyz"] | ["livez"] => Ok("ok".into_response()),
+        ["version"] => Ok(json_response(StatusCode::OK, &state.version_info())),
+        ["api"] => Ok(json_response(
+            StatusCode::OK,
+            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": state.address}]}),
+        )),
+        ["api", "v1"] => Ok(json_response(
+            StatusCode::OK,
+            &resource_list(state, "", "v1"),
+        )),
+        ["apis"] => Ok(json_response(StatusCode::OK, &group_list(state))),
+        ["openapi", "v3"] => Ok(json_response(StatusCode::OK, &openapi_root(state))),
+        ["openapi", "v3", "api", "v1"] => Ok(json_response(
+            StatusCode::OK,
+            &openapi_document(state, "", "v1"),
+        )),
+        ["openapi", "v3", "apis", group, version] => {
+            if !state
+                .store
+                .registry()
+                .groups()
+                .get(*group)
+                .is_some_and(|v| v.iter().any(|x| x == version))
+            {
+                return Err(ApiError::no_route(path));
+            }
+            Ok(json_response(
+                StatusCode::OK,
+                &openapi_document(state, group, version),
+            ))
+        }
+        ["apis", group] => group_document(state, group).map(|g| json_response(StatusCode::OK, &g)),
+        ["apis", group, version] => {
+            if !state
+                .store
+                .registry()
+                .groups()
+                .get(*group)
+                .is_some_and(|v| v.iter().any(|x| x == version))
+            {
+                return Err(ApiError::no_route(path));
+            }
+            Ok(json_response(
+                StatusCode::OK,
+                &resource_list(state, group, version),
+            ))
+        }
+        ["api", "v1", rest @ ..] => {
+            resource(state, method, "", "v1", rest, path, query, headers, body).await
+        }
+        ["apis", group, version, rest @ ..] => {
+            resource(
+                state, method, group, version, rest, path, query, headers, body,
+            )
+            .await
+        }
+        _ => Err(ApiError::no_route(path)),
+    }
+}
+
+/// What a resource path names.
+struct Target {
+    ty: Arc<ResourceType>,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+fn parse_target(
+    state: &ServerState,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    path: &str,
+) -> ApiResult<Target> {
+    let registry = state.store.registry();
+    let lookup = |plural: &str| {
+        registry
+            .get(group, version, plural)
+            .ok_or_else(|| ApiError::no_route(path))
+    };
+    let namespace_object = group.is_empty()
+        && rest.first() == Some(&"namespaces")
+        && (rest.len() <= 2 || (rest.len() == 3 && matches!(rest[2], "status" | "finalize")));
+    let (namespace, rest) = match rest {
+        ["namespaces", namespace, tail @ ..] if !namespace_object && !tail.is_empty() => {
+            (Some((*namespace).to_owned()), tail)
+        }
+        other => (None, other),
+    };
+    let (plural, name, subresource) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some((*name).to_owned()), None),
+        [plural, name, sub] => (*plural, Some((*name).to_owned()), Some((*sub).to_owned())),
+        _ => return Err(ApiError::no_route(path)),
+    };
+    let ty = lookup(plural)?;
+    if namespace.is_some() && !ty.namespaced {
+        return Err(ApiError::no_route(path));
+    }
+    if ty.namespaced && namespace.is_none() && name.is_some() {
+        return Err(ApiError::no_route(path));
+    }
+    match (subresource.as_deref(), ty.plural.as_str()) {
+        (None, _) => {}
+        (Some("status"), _) if ty.status_subresource => {}
+        (Some("eviction"), "pods") if ty.group.is_empty() => {}
+        (Some("finalize"), "namespaces") => {}
+        _ => return Err(ApiError::no_route(path)),
+    }
+    Ok(Target {
+        ty,
+        namespace,
+        name,
+        subresource,
+    })
+}
+
+fn parse_json(body: &Bytes) -> ApiResult<Value> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e} (this simulator accepts JSON, also for apply patches)")))
+}
+
+fn dry_run(query: &HashMap<String, String>) -> bool {
+    query.get("dryRun").is_some_and(|v| v == "All")
+}
+
+fn manager(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
+    query
+        .get("fieldManager")
+        .cloned()
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| {
+            headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|ua| ua.split('/').next())
+                .filter(|m| !m.is_empty())
+                .unwrap_or("unknown")
+                .to_owned()
+        })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn resource(
+    state: &Arc<ServerState>,
+    method: &Method,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    path: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let target = parse_target(state, group, version, rest, path)?;
+    let store = &state.store;
+    let ty = target.ty.clone();
+    let namespace = target.namespace.clone().unwrap_or_default();
+    let status = target.subresource.as_deref() == Some("status");
+    let table = wants_table(headers);
+    let include_object = query.get("includeObject").is_some_and(|v| v == "Object");
+    match (method.clone(), target.name.as_deref()) {
+        (Method::GET, None) => {
+            let labels =
+                LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
+                    .map_err(ApiError::bad_request)?;
+            let fields = FieldSelector::parse(
+                query.get("fieldSelector").map_or("", String::as_str),
+                &ty.plural,
+            )
+            .map_err(ApiError::bad_request)?;
+            let namespace = target.namespace.clone();
+            if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+                let resource_version = match query.get("resourceVersion").map(String::as_str) {
+                    None | Some("") => None,
+                    Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+                        ApiError::bad_request(format!("invalid resource version {rv:?}"))
+                    })?),
+                };
+                let timeout = query
+                    .get("timeoutSeconds")
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .map_or(Duration::from_secs(1800), Duration::from_secs);
+                let request = WatchRequest {
+                    ty,
+                    version: version.to_owned(),
+                    namespace,
+                    labels,
+                    fields,
+                    resource_version,
+                    bookmarks: query
+                        .get("allowWatchBookmarks")
+                        .is_some_and(|v| v == "true"),
+                    timeout,
+                    bookmark_interval: state.bookmark_interval,
+                    table,
+                    initial_events_end: query.get("sendInitialEvents").is_some_and(|v| v == "true"),
+                };
+                let wall = state.wall.clone();
+                return start(
+                    store.clone(),
+                    request,
+                    state.stop_watches.subscribe(),
+                    move || wall.since_epoch(),
+                );
+            }
+            let limit = query
+                .get("limit")
+                .and_then(|l| l.parse::<usize>().ok())
+                .filter(|l| *l > 0);
+            let list = store.list(
+                &ty,
+                version,
+                namespace.as_deref(),
+                &labels,
+                &fields,
+                limit,
+                query
+                    .get("continue")
+                    .map(String::as_str)
+                    .filter(|c| !c.is_empty()),
+            )?;
+            if table {
+                let items = list["items"].as_array().cloned().unwrap_or_default();
+                let rv = list["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default();
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &super::table::table(
+                        &ty,
+                        &items,
+                        rv,
+                        list["metadata"]["continue"].as_str(),
+                        state.wall.since_epoch(),
+                        include_object,
+                    ),
+                ));
+            }
+            Ok(json_response(StatusCode::OK, &list))
+        }
+        (Method::GET, Some(name)) => {
+            let object = store.get(&ty, version, &namespace, name)?;
+            if table && !status {
+                let rv = object["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &super::table::table(
+                        &ty,
+                        &[object],
+                        &rv,
+                        None,
+                        state.wall.since_epoch(),
+                        include_object,
+                    ),
+                ));
+            }
+            Ok(json_response(StatusCode::OK, &object))
+        }
+        (Method::POST, None) => {
+            if target.namespace.is_none() && ty.namespaced {
+                return Err(ApiError::method_not_allowed("POST", path));
+            }
+            let created =
+                store.create(&ty, version, &namespace, parse_json(&body)?, dry_run(query))?;
+            Ok(json_response(StatusCode::CREATED, &created))
+        }
+        (Method::POST, Some(name)) if target.subresource.as_deref() == Some("eviction") => {
+            let eviction = parse_json(&body)?;
+            evict(store, &namespace, name, &eviction)?;
+            Ok(json_response(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            ))
+        }
+        (Method::PUT, Some(name)) => {
+            let updated = store.update(
+                &ty,
+                version,
+                &namespace,
+                name,
+                parse_json(&body)?,
+                status,
+                dry_run(query),
+            )?;
+            Ok(json_response(StatusCode::OK, &updated))
+        }
+        (Method::PATCH, Some(name)) => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let mut kind = PatchKind::from_content_type(content_type)
+                .ok_or_else(|| ApiError::unsupported_media_type(content_type))?;
+            if let PatchKind::Apply { manager: m, force } = &mut kind {
+                *m = query.get("fieldManager").cloned().unwrap_or_default();
+                *force = query.get("force").is_some_and(|f| f == "true");
+            }
+            let existed = store.get(&ty, version, &namespace, name).is_ok();
+            let patched = patch(
+                store,
+                &ty,
+                version,
+                &namespace,
+                name,
+                &kind,
+                &parse_json(&body)?,
+                status,
+                &manager(query, headers),
+                dry_run(query),
+            )?;
+            let code = if existed {
+                StatusCode::OK
+            } else {
+                StatusCode::CREATED
+            };
+            Ok(json_response(code, &patched))
+        }
+        (Method::DELETE, Some(name)) => {
+            let options = delete_options(query, &body)?;
+            let deleted = store.delete(&ty, version, &namespace, name, &options)?;
+            Ok(json_response(StatusCode::OK, &deleted))
+        }
+        (Method::DELETE, None) => {
+            let labels =
+                LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
+                    .map_err(ApiError::bad_request)?;
+            let fields = FieldSelector::parse(
+                query.get("fieldSelector").map_or("", String::as_str),
+                &ty.plural,
+            )
+            .map_err(ApiError::bad_request)?;
+            let options = delete_options(query, &body)?;
+            let list = store.list(
+                &ty,
+                version,
+                target.namespace.as_deref(),
+                &labels,
+                &fields,
+                None,
+                None,
+            )?;
+            let mut deleted = Vec::new();
+            for item in list["items"].as_array().cloned().unwrap_or_default() {
+                let name = item["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let ns = item["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                if let Ok(object) = store.delete(&ty, version, &ns, &name, &options) {
+                    deleted.push(object);
+                }
+            }
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"apiVersion": ty.api_version(version), "kind": format!("{}List", ty.kind), "metadata": {"resourceVersion": store.revision().to_string()}, "items": deleted}),
+            ))
+        }
+        (method, _) => Err(ApiError::method_not_allowed(method.as_str(), path)),
+    }
+}
+
+fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<DeleteOptions> {
+    let body: Value = if body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+    };
+    let grace = query
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse::<i64>().ok())
+        .or_else(|| body.get("gracePeriodSeconds").and_then(Value::as_i64));
+    let propagation = query.get("propagationPolicy").cloned().or_else(|| {
+        body.get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    let dry_run = dry_run(query)
+        || body
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.iter().any(|v| v == "All"));
+    Ok(DeleteOptions {
+        uid: body
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        resource_version: body
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        grace_period_seconds: grace,
+        orphan: propagation.as_deref() == Some("Orphan")
+            || body.get("orphanDependents").and_then(Value::as_bool) == Some(true),
+        dry_run,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        let query = query_map(Some("labelSelector=app%3Ddb%2Ctier+in+%28a%29&watch=1&x"));
+        assert_eq!(query["labelSelector"], "app=db,tier in (a)");
+        assert_eq!(query["watch"], "1");
+        assert_eq!(query["x"], "");
+        assert_eq!(percent_decode("%zz%4"), "%zz%4");
+    }
+}

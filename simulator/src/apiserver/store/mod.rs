@@ -1,0 +1,403 @@
+//! The object store: one global, monotonic resourceVersion, an event log for watches (with
+//! compaction, so an old resourceVersion gets 410 Gone), and the write rules of the real API
+//! server — optimistic concurrency, status separation, generation, finalizers, graceful pod
+//! deletion, delete preconditions.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ring::rand::{SecureRandom, SystemRandom};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+mod writes;
+
+use super::errors::{ApiError, ApiResult};
+use super::kinds::{Registry, ResourceType};
+use super::selectors::{FieldSelector, LabelSelector};
+use super::time::{WallClock, format_time};
+use crate::apiserver::objects::metadata_mut;
+
+/// Where an object lives.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    /// Storage group ("" for core; events.k8s.io events are stored as core events).
+    pub group: String,
+    /// Resource plural.
+    pub plural: String,
+    /// Namespace ("" for cluster-scoped).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// Watch event types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Created.
+    Added,
+    /// Changed.
+    Modified,
+    /// Gone.
+    Deleted,
+}
+
+impl EventType {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as watches see it.
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    /// The revision of the change.
+    pub revision: u64,
+    /// What changed.
+    pub key: ObjectKey,
+    /// How.
+    pub kind: EventType,
+    /// The object after the change (before it, for deletions; with the deletion's revision).
+    pub object: Value,
+    /// The object before the change (None for creations), so that watches with selectors
+    /// can tell an object that stopped matching.
+    pub previous: Option<Value>,
+}
+
+/// The storage group of a type (the two Event APIs share one store).
+pub fn storage_group(ty: &ResourceType) -> &str {
+    if ty.group == "events.k8s.io" && ty.plural == "events" {
+        ""
+    } else {
+        &ty.group
+    }
+}
+
+/// Options of a delete.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// `preconditions.uid`.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `gracePeriodSeconds`.
+    pub grace_period_seconds: Option<i64>,
+    /// `propagationPolicy` is `Orphan`.
+    pub orphan: bool,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+}
+
+/// A page of a list kept for its continue token, so that later pages come from the same
+/// snapshot (as etcd serves them).
+#[derive(Debug)]
+struct Snapshot {
+    revision: u64,
+    items: Vec<Value>,
+}
+
+pub(crate) struct Inner {
+    pub registry: Registry,
+    pub objects: BTreeMap<ObjectKey, Value>,
+    pub revision: u64,
+    log: VecDeque<Arc<WatchEvent>>,
+    log_capacity: usize,
+    compacted_through: u64,
+    snapshots: HashMap<u64, Snapshot>,
+    next_snapshot: u64,
+}
+
+/// The store.
+pub struct Store {
+    inner: Mutex<Inner>,
+    sender: broadcast::Sender<Arc<WatchEvent>>,
+    wall: Arc<dyn WallClock>,
+    rng: SystemRandom,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+/// Namespaces that exist from the start, as in every cluster.
+const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+impl Store {
+    /// An empty store with the system namespaces; the event log keeps `log_capacity` events.
+    pub fn new(wall: Arc<dyn WallClock>, log_capacity: usize) -> Arc<Self> {
+        let (sender, _) = broadcast::channel(65_536);
+        let store = Arc::new(Store {
+            inner: Mutex::new(Inner {
+                registry: Registry::new(),
+                objects: BTreeMap::new(),
+                revision: 1,
+                log: VecDeque::new(),
+                log_capacity: log_capacity.max(16),
+                compacted_through: 0,
+                snapshots: HashMap::new(),
+                next_snapshot: 1,
+            }),
+            sender,
+            wall,
+            rng: SystemRandom::new(),
+        });
+        for name in SYSTEM_NAMESPACES {
+            let mut inner = store.lock();
+            if let Some(ty) = inner.registry.get("", "v1", "namespaces") {
+                let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+                let _ = store.create_locked(&mut inner, &ty, "v1", "", namespace, false);
+            }
+        }
+        store
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The registry (a copy: types are few).
+    pub fn registry(&self) -> Registry {
+        self.lock().registry.clone()
+    }
+
+    /// The current revision.
+    pub fn revision(&self) -> u64 {
+        self.lock().revision
+    }
+
+    /// Subscribes to every future change.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<WatchEvent>> {
+        self.sender.subscribe()
+    }
+
+    fn now(&self) -> String {
+        format_time(self.wall.since_epoch())
+    }
+
+    fn uid(&self) -> String {
+        let mut bytes = [0u8; 16];
+        let _ = self.rng.fill(&mut bytes);
+        bytes[6] = (bytes[6] & 0x0F) | 0x40;
+        bytes[8] = (bytes[8] & 0x3F) | 0x80;
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "{}-{}-{}-{}-{}",
+            &hex[..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..]
+        )
+    }
+
+    fn suffix(&self) -> String {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let mut bytes = [0u8; 5];
+        let _ = self.rng.fill(&mut bytes);
+        bytes
+            .iter()
+            .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+            .collect()
+    }
+
+    /// Records a change: bumps the revision, stores or removes the object, logs and broadcasts.
+    pub(crate) fn commit(
+        &self,
+        inner: &mut Inner,
+        key: ObjectKey,
+        object: Option<Value>,
+        kind: EventType,
+    ) -> Value {
+        inner.revision += 1;
+        let revision = inner.revision;
+        let previous = inner.objects.get(&key).cloned();
+        let mut value = match object {
+            Some(value) => value,
+            None => inner.objects.get(&key).cloned().unwrap_or(Value::Null),
+        };
+        metadata_mut(&mut value).insert("resourceVersion".into(), json!(revision.to_string()));
+        match kind {
+            EventType::Deleted => {
+                inner.objects.remove(&key);
+            }
+            _ => {
+                inner.objects.insert(key.clone(), value.clone());
+            }
+        }
+        let event = Arc::new(WatchEvent {
+            revision,
+            key,
+            kind,
+            object: value.clone(),
+            previous,
+        });
+        inner.log.push_back(event.clone());
+        while inner.log.len() > inner.log_capacity {
+            if let Some(old) = inner.log.pop_front() {
+                inner.compacted_through = old.revision;
+            }
+        }
+        let _ = self.sender.send(event);
+        value
+    }
+
+    /// Forgets the event log up to now: every older resourceVersion becomes 410 Gone.
+    pub fn compact(&self) {
+        let mut inner = self.lock();
+        inner.compacted_through = inner.revision;
+        inner.log.clear();
+        inner.snapshots.clear();
+    }
+
+    /// The events after `revision` for a watch, or 410 when they were compacted away.
+    pub fn events_since(&self, revision: u64) -> ApiResult<(Vec<Arc<WatchEvent>>, u64)> {
+        let inner = self.lock();
+        if revision < inner.compacted_through {
+            return Err(ApiError::gone(format!(
+                "too old resource version: {revision} ({})",
+                inner.compacted_through + 1
+            )));
+        }
+        let events = inner
+            .log
+            .iter()
+            .filter(|e| e.revision > revision)
+            .cloned()
+            .collect();
+        Ok((events, inner.revision))
+    }
+
+    pub(crate) fn key(ty: &ResourceType, namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            group: storage_group(ty).to_owned(),
+            plural: ty.plural.clone(),
+            namespace: if ty.namespaced {
+                namespace.to_owned()
+            } else {
+                String::new()
+            },
+            name: name.to_owned(),
+        }
+    }
+
+    /// The object as served in `version` of `ty`.
+    pub fn present(ty: &ResourceType, version: &str, object: &Value) -> Value {
+        if ty.group == "events.k8s.io" {
+            return crate::apiserver::objects::event_to_events_v1(object);
+        }
+        let mut object = object.clone();
+        if let Value::Object(map) = &mut object {
+            map.insert("apiVersion".into(), json!(ty.api_version(version)));
+            map.insert("kind".into(), json!(ty.kind));
+        }
+        object
+    }
+
+    pub(crate) fn stored_shape(ty: &ResourceType, body: Value) -> Value {
+        if ty.group == "events.k8s.io" {
+            crate::apiserver::objects::event_from_events_v1(&body)
+        } else {
+            body
+        }
+    }
+
+    /// Reads an object.
+    pub fn get(
+        &self,
+        ty: &ResourceType,
+        version: &str,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<Value> {
+        let inner = self.lock();
+        inner
+            .objects
+            .get(&Self::key(ty, namespace, name))
+            .map(|o| Self::present(ty, version, o))
+            .ok_or_else(|| ApiError::not_found(&ty.group, &ty.plural, name))
+    }
+
+    /// Lists objects; `namespace` None means all namespaces.
+    #[allow(clippy::too_many_arguments)]
+    pub fn list(
+        &self,
+        ty: &ResourceType,
+        version: &str,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        limit: Option<usize>,
+        continue_token: Option<&str>,
+    ) -> ApiResult<Value> {
+        let mut inner = self.lock();
+        let (revision, items, offset) = match continue_token {
+            Some(token) => {
+                let (id, offset) = token
+                    .split_once(':')
+                    .and_then(|(id, offset)| {
+                        Some((id.parse::<u64>().ok()?, offset.parse::<usize>().ok()?))
+                    })
+                    .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+                let snapshot = inner.snapshots.get(&id).ok_or_else(|| {
+                    ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+                })?;
+                (snapshot.revision, snapshot.items.clone(), offset)
+            }
+            None => {
+                let group = storage_group(ty).to_owned();
+                let items: Vec<Value> = inner
+                    .objects
+                    .iter()
+                    .filter(|(key, _)| key.group == group && key.plural == ty.plural)
+                    .filter(|(key, _)| namespace.is_none_or(|ns| key.namespace == ns))
+                    .map(|(_, object)| Self::present(ty, version, object))
+                    .filter(|object| labels.matches(object) && fields.matches(object))
+                    .collect();
+                (inner.revision, items, 0)
+            }
+        };
+        let end = limit.map_or(items.len(), |limit| {
+            (offset + limit.max(1)).min(items.len())
+        });
+        let page: Vec<Value> = items
+            .get(offset..end)
+            .map(<[Value]>::to_vec)
+            .unwrap_or_default();
+        let mut metadata = json!({"resourceVersion": revision.to_string()});
+        if end < items.len() {
+            let id = match continue_token
+                .and_then(|t| t.split_once(':'))
+                .and_then(|(id, _)| id.parse::<u64>().ok())
+            {
+                Some(id) => id,
+                None => {
+                    let id = inner.next_snapshot;
+                    inner.next_snapshot += 1;
+                    inner.snapshots.insert(
+                        id,
+                        Snapshot {
+                            revision,
+                            items: items.clone(),
+                        },
+                    );
+                    id
+                }
+            };
+            metadata["continue"] = json!(format!("{id}:{end}"));
+            metadata["remainingItemCount"] = json!(items.len() - end);
+        }
+        Ok(json!({
+            "apiVersion": ty.api_version(version),
+            "kind": format!("{}List", ty.kind),
+            "metadata": metadata,
+            "items": page,
+        }))
+    }
+}

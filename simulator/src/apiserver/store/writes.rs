@@ -1,0 +1,481 @@
+//! The write rules of the store: create, update (and status update), the shared `write`
+//! path every change goes through, and delete.
+
+use serde_json::{Value, json};
+
+use super::{DeleteOptions, EventType, Inner, ObjectKey, Store};
+use crate::apiserver::errors::{ApiError, ApiResult};
+use crate::apiserver::kinds::ResourceType;
+use crate::apiserver::objects::{
+    finalizers, meta_str, metadata_mut, valid_label_name, valid_label_value, valid_qualified_name,
+    valid_subdomain,
+};
+
+impl Store {
+    fn validate_metadata(ty: &ResourceType, object: &Value, name: &str) -> ApiResult<()> {
+        let mut causes = Vec::new();
+        let name_ok = if ty.plural == "namespaces" {
+            valid_label_name(name)
+        } else {
+            valid_subdomain(name)
+        };
+        if !name_ok && ty.plural != "events" {
+            causes.push(("metadata.name", format!("Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'")));
+        }
+        if let Some(labels) = object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+        {
+            for (key, value) in labels {
+                if !valid_qualified_name(key) {
+                    causes.push(("metadata.labels", format!("Invalid value: {key:?}: name part must consist of alphanumeric characters, '-', '_' or '.'")));
+                }
+                match value.as_str() {
+                    Some(v) if valid_label_value(v) => {}
+                    _ => causes.push(("metadata.labels", format!("Invalid value: {value}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.'"))),
+                }
+            }
+        }
+        if let Some(annotations) = object.pointer("/metadata/annotations") {
+            match annotations.as_object() {
+                Some(map) => {
+                    for (key, value) in map {
+                        if !valid_qualified_name(key) {
+                            causes.push(("metadata.annotations", format!("Invalid value: {key:?}: name part must consist of alphanumeric characters, '-', '_' or '.'")));
+                        }
+                        if !value.is_string() {
+                            causes.push((
+                                "metadata.annotations",
+                                format!("Invalid value: annotation {key:?} must be a string"),
+                            ));
+                        }
+                    }
+                }
+                None if annotations.is_null() => {}
+                None => causes.push((
+                    "metadata.annotations",
+                    "Invalid value: must be a map of strings".into(),
+                )),
+            }
+        }
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(&ty.group, &ty.kind, name, &causes))
+        }
+    }
+
+    fn check_kind(ty: &ResourceType, body: &Value) -> ApiResult<()> {
+        let kind = body.get("kind").and_then(Value::as_str);
+        if kind.is_some_and(|k| k != ty.kind) {
+            return Err(ApiError::bad_request(format!(
+                "the kind of the object ({}) does not match the resource ({})",
+                kind.unwrap_or_default(),
+                ty.kind
+            )));
+        }
+        if let Some(api_version) = body.get("apiVersion").and_then(Value::as_str)
+            && !ty.versions.iter().any(|v| ty.api_version(v) == api_version)
+            && !(ty.plural == "events" && matches!(api_version, "v1" | "events.k8s.io/v1"))
+        {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({api_version}) does not match the expected API version ({})",
+                ty.api_version(&ty.versions[0])
+            )));
+        }
+        Ok(())
+    }
+
+    /// Creates an object.
+    pub fn create(
+        &self,
+        ty: &ResourceType,
+        version: &str,
+        namespace: &str,
+        body: Value,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        let mut inner = self.lock();
+        let created = self.create_locked(&mut inner, ty, version, namespace, body, dry_run)?;
+        if !dry_run {
+            crate::apiserver::controllers::after_write(self, &mut inner, ty, namespace);
+        }
+        Ok(created)
+    }
+
+    pub(crate) fn create_locked(
+        &self,
+        inner: &mut Inner,
+        ty: &ResourceType,
+        version: &str,
+        namespace: &str,
+        body: Value,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
+        }
+        Self::check_kind(ty, &body)?;
+        let mut object = Self::stored_shape(ty, body);
+        if ty.namespaced {
+            if let Some(ns) = meta_str(&object, "namespace")
+                && ns != namespace
+            {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            let ns_key = ObjectKey {
+                group: String::new(),
+                plural: "namespaces".into(),
+                namespace: String::new(),
+                name: namespace.to_owned(),
+            };
+            match inner.objects.get(&ns_key) {
+                None => return Err(ApiError::not_found("", "namespaces", namespace)),
+                Some(ns) if ns.pointer("/metadata/deletionTimestamp").is_some() => {
+                    return Err(ApiError {
+                        code: 403,
+                        reason: "Forbidden",
+                        message: format!(
+                            "{} is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                            crate::apiserver::errors::qualified(&ty.group, &ty.plural)
+                        ),
+                        details: None,
+                        retry_after: None,
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        let name = match (meta_str(&object, "name"), meta_str(&object, "generateName")) {
+            (Some(name), _) if !name.is_empty() => name.to_owned(),
+            (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{}", self.suffix()),
+            _ => {
+                return Err(ApiError::invalid(
+                    &ty.group,
+                    &ty.kind,
+                    "",
+                    &[(
+                        "metadata.name",
+                        "Required value: name or generateName is required".into(),
+                    )],
+                ));
+            }
+        };
+        Self::validate_metadata(ty, &object, &name)?;
+        let key = Self::key(ty, namespace, &name);
+        if inner.objects.contains_key(&key) {
+            return Err(ApiError::already_exists(&ty.group, &ty.plural, &name));
+        }
+        let uid = self.uid();
+        let now = self.now();
+        {
+            let metadata = metadata_mut(&mut object);
+            metadata.insert("name".into(), json!(name));
+            if ty.namespaced {
+                metadata.insert("namespace".into(), json!(namespace));
+            } else {
+                metadata.remove("namespace");
+            }
+            metadata.insert("uid".into(), json!(uid));
+            metadata.insert("creationTimestamp".into(), json!(now));
+            metadata.remove("deletionTimestamp");
+            metadata.remove("deletionGracePeriodSeconds");
+            metadata.remove("resourceVersion");
+            if ty.tracks_generation() {
+                metadata.insert("generation".into(), json!(1));
+            } else {
+                metadata.remove("generation");
+            }
+        }
+        crate::apiserver::controllers::prepare_for_create(ty, &mut object, &now);
+        crate::apiserver::controllers::validate_create(ty, &object)?;
+        let object = Self::present(ty, version, &object);
+        let stored = if ty.group == "events.k8s.io" {
+            crate::apiserver::objects::event_from_events_v1(&object)
+        } else {
+            object
+        };
+        if dry_run {
+            return Ok(Self::present(ty, version, &stored));
+        }
+        let committed = self.commit(inner, key, Some(stored), EventType::Added);
+        Ok(Self::present(ty, version, &committed))
+    }
+
+    /// The wall clock's time since the epoch.
+    pub fn wall_time(&self) -> std::time::Duration {
+        self.wall.since_epoch()
+    }
+
+    /// Replaces an object (PUT), or its status (PUT …/status).
+    #[allow(clippy::too_many_arguments)]
+    pub fn update(
+        &self,
+        ty: &ResourceType,
+        version: &str,
+        namespace: &str,
+        name: &str,
+        body: Value,
+        status: bool,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        let mut inner = self.lock();
+        Self::check_kind(ty, &body)?;
+        let body = Self::stored_shape(ty, body);
+        if meta_str(&body, "name").is_some_and(|n| n != name) {
+            return Err(ApiError::bad_request(
+                "the name of the object does not match the name on the URL",
+            ));
+        }
+        let key = Self::key(ty, namespace, name);
+        let Some(current) = inner.objects.get(&key).cloned() else {
+            return Err(ApiError::not_found(&ty.group, &ty.plural, name));
+        };
+        if let Some(expected) = meta_str(&body, "resourceVersion").filter(|rv| !rv.is_empty())
+            && Some(expected) != meta_str(&current, "resourceVersion")
+        {
+            return Err(ApiError::conflict(
+                &ty.group,
+                &ty.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+        let result = self.write(
+            &mut inner, ty, version, &key, current, body, status, dry_run,
+        )?;
+        if !dry_run {
+            crate::apiserver::controllers::after_write(self, &mut inner, ty, namespace);
+        }
+        Ok(result)
+    }
+
+    /// Applies the rules every write follows, then commits. `proposed` is the whole object the
+    /// client wants; `status` says whether it came through the status subresource.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write(
+        &self,
+        inner: &mut Inner,
+        ty: &ResourceType,
+        version: &str,
+        key: &ObjectKey,
+        current: Value,
+        proposed: Value,
+        status: bool,
+        dry_run: bool,
+    ) -> ApiResult<Value> {
+        let mut next = proposed;
+        if !next.is_object() {
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
+        }
+        // Server-owned metadata comes from the stored object.
+        let current_meta = current.get("metadata").cloned().unwrap_or_default();
+        {
+            let metadata = metadata_mut(&mut next);
+            for field in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "name",
+                "namespace",
+                "generateName",
+            ] {
+                match current_meta.get(field) {
+                    Some(value) => metadata.insert(field.into(), value.clone()),
+                    None => metadata.remove(field),
+                };
+            }
+        }
+        if ty.status_subresource {
+            if status {
+                // Through /status only the status changes.
+                let new_status = next.get("status").cloned();
+                next = current.clone();
+                match new_status {
+                    Some(s) => next["status"] = s,
+                    None => {
+                        if let Value::Object(map) = &mut next {
+                            map.remove("status");
+                        }
+                    }
+                }
+            } else {
+                match current.get("status") {
+                    Some(s) => next["status"] = s.clone(),
+                    None => {
+                        if let Value::Object(map) = &mut next {
+                            map.remove("status");
+                        }
+                    }
+                }
+            }
+        }
+        Self::validate_metadata(ty, &next, &key.name)?;
+        let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
+        if deleting {
+            let before = finalizers(&current);
+            if let Some(added) = finalizers(&next).into_iter().find(|f| !before.contains(f)) {
+                return Err(ApiError::invalid(
+                    &ty.group,
+                    &ty.kind,
+                    &key.name,
+                    &[(
+                        "metadata.finalizers",
+                        format!(
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers [{added:?}]"
+                        ),
+                    )],
+                ));
+            }
+        }
+        if ty.tracks_generation() && spec_changed(&current, &next) {
+            let generation = current
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            metadata_mut(&mut next).insert("generation".into(), json!(generation + 1));
+        }
+        crate::apiserver::controllers::validate_update(ty, &current, &next)?;
+        let unchanged = strip_rv(&current) == strip_rv(&next);
+        if dry_run {
+            return Ok(Self::present(ty, version, &next));
+        }
+        if unchanged {
+            return Ok(Self::present(ty, version, &current));
+        }
+        if deleting && finalizers(&next).is_empty() && ty.plural != "pods" {
+            let gone = self.commit(inner, key.clone(), Some(next), EventType::Deleted);
+            crate::apiserver::controllers::after_delete(self, inner, ty, key, &gone);
+            return Ok(Self::present(ty, version, &gone));
+        }
+        let committed = self.commit(inner, key.clone(), Some(next), EventType::Modified);
+        Ok(Self::present(ty, version, &committed))
+    }
+
+    /// Deletes an object, honouring preconditions, finalizers and pod grace periods.
+    pub fn delete(
+        &self,
+        ty: &ResourceType,
+        version: &str,
+        namespace: &str,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> ApiResult<Value> {
+        let mut inner = self.lock();
+        let result = self.delete_locked(&mut inner, ty, version, namespace, name, options)?;
+        if !options.dry_run {
+            crate::apiserver::controllers::after_write(self, &mut inner, ty, namespace);
+        }
+        Ok(result)
+    }
+
+    pub(crate) fn delete_locked(
+        &self,
+        inner: &mut Inner,
+        ty: &ResourceType,
+        version: &str,
+        namespace: &str,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> ApiResult<Value> {
+        let key = Self::key(ty, namespace, name);
+        let Some(current) = inner.objects.get(&key).cloned() else {
+            return Err(ApiError::not_found(&ty.group, &ty.plural, name));
+        };
+        if let Some(uid) = &options.uid
+            && Some(uid.as_str()) != meta_str(&current, "uid")
+        {
+            return Err(ApiError::conflict(
+                &ty.group,
+                &ty.plural,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(&current, "uid").unwrap_or_default()
+                ),
+            ));
+        }
+        if let Some(rv) = &options.resource_version
+            && Some(rv.as_str()) != meta_str(&current, "resourceVersion")
+        {
+            return Err(ApiError::conflict(
+                &ty.group,
+                &ty.plural,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta_str(&current, "resourceVersion").unwrap_or_default()
+                ),
+            ));
+        }
+        if options.dry_run {
+            return Ok(Self::present(ty, version, &current));
+        }
+        let grace =
+            crate::apiserver::controllers::grace_period(ty, &current, options.grace_period_seconds);
+        let pending_finalizers = !finalizers(&current).is_empty();
+        if pending_finalizers || grace > 0 {
+            let mut next = current.clone();
+            let already = current.pointer("/metadata/deletionTimestamp").is_some();
+            let metadata = metadata_mut(&mut next);
+            if !already {
+                metadata.insert("deletionTimestamp".into(), json!(self.now()));
+            }
+            let previous_grace = current
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64);
+            let grace = previous_grace.map_or(grace, |p| p.min(grace));
+            metadata.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            if grace == 0 && !pending_finalizers {
+                let gone = self.commit(inner, key.clone(), Some(next), EventType::Deleted);
+                crate::apiserver::controllers::after_delete(self, inner, ty, &key, &gone);
+                return Ok(Self::present(ty, version, &gone));
+            }
+            if already && previous_grace == Some(grace) {
+                return Ok(Self::present(ty, version, &current));
+            }
+            let committed = self.commit(inner, key, Some(next), EventType::Modified);
+            return Ok(Self::present(ty, version, &committed));
+        }
+        let gone = self.commit(inner, key.clone(), None, EventType::Deleted);
+        if !options.orphan {
+            crate::apiserver::controllers::after_delete(self, inner, ty, &key, &gone);
+        } else {
+            crate::apiserver::controllers::after_delete_orphaning(self, inner, ty, &key, &gone);
+        }
+        Ok(Self::present(ty, version, &gone))
+    }
+}
+
+/// The object without its resourceVersion and managedFields, for change detection.
+fn strip_rv(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("resourceVersion");
+        metadata.remove("managedFields");
+    }
+    object
+}
+
+/// Whether anything but metadata and status changed.
+fn spec_changed(before: &Value, after: &Value) -> bool {
+    let strip = |object: &Value| {
+        let mut object = object.clone();
+        if let Value::Object(map) = &mut object {
+            map.remove("metadata");
+            map.remove("status");
+            map.remove("apiVersion");
+            map.remove("kind");
+        }
+        object
+    };
+    strip(before) != strip(after)
+}

@@ -1,0 +1,295 @@
+//! `meta.k8s.io/v1` Table answers, which kubectl asks for to print `get` output: the columns
+//! of the built-in kinds baremend uses, and the printer columns of CRDs.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::kinds::{PrinterColumn, ResourceType};
+use super::time::parse_time;
+
+/// `5m3s`, `3h`, `2d` (as kubectl's HumanDuration, in short).
+pub fn human_age(age: Duration) -> String {
+    let secs = age.as_secs();
+    match secs {
+        0..=119 => format!("{secs}s"),
+        120..=599 => format!("{}m{}s", secs / 60, secs % 60),
+        600..=10_799 => format!("{}m", secs / 60),
+        10_800..=172_799 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
+}
+
+fn age_of(object: &Value, now: Duration) -> String {
+    object
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(parse_time)
+        .map(|created| human_age(now.saturating_sub(created)))
+        .unwrap_or_else(|| "<unknown>".into())
+}
+
+/// Evaluates the simple JSONPath of printer columns: `.a.b`, `.a['x.y']`, `.a[0]`.
+pub fn json_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut current = object;
+    let mut rest = path.trim().trim_start_matches('{').trim_end_matches('}');
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            let (field, tail) = after.split_at(end);
+            if !field.is_empty() {
+                current = current.get(field)?;
+            }
+            rest = tail;
+        } else if let Some(after) = rest.strip_prefix('[') {
+            let end = after.find(']')?;
+            let (inside, tail) = after.split_at(end);
+            rest = &tail[1..];
+            let key = inside.trim_matches(|c| c == '\'' || c == '"');
+            current = match inside.parse::<usize>() {
+                Ok(index) => current.get(index)?,
+                Err(_) => current.get(key)?,
+            };
+        } else {
+            return None;
+        }
+    }
+    Some(current)
+}
+
+fn cell(value: Option<&Value>) -> Value {
+    match value {
+        None | Some(Value::Null) => json!("<none>"),
+        Some(Value::String(s)) => json!(s),
+        Some(other) => other.clone(),
+    }
+}
+
+fn column(name: &str, kind: &str, priority: i64) -> Value {
+    json!({"name": name, "type": kind, "format": if name == "Name" { "name" } else { "" }, "description": "", "priority": priority})
+}
+
+fn node_status(node: &Value) -> String {
+    let ready = node
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .and_then(|c| c["status"].as_str());
+    let mut status = match ready {
+        Some("True") => "Ready".to_owned(),
+        Some("False") => "NotReady".to_owned(),
+        _ => "Unknown".to_owned(),
+    };
+    if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        status.push_str(",SchedulingDisabled");
+    }
+    status
+}
+
+fn node_roles(node: &Value) -> String {
+    let roles: Vec<&str> = node
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels
+                .keys()
+                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                .collect()
+        })
+        .unwrap_or_default();
+    if roles.is_empty() {
+        "<none>".into()
+    } else {
+        roles.join(",")
+    }
+}
+
+fn pod_cells(pod: &Value, now: Duration) -> Vec<Value> {
+    let statuses = pod
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array);
+    let total = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    let ready = statuses.map_or(0, |s| s.iter().filter(|c| c["ready"] == true).count());
+    let restarts: i64 = statuses.map_or(0, |s| {
+        s.iter().filter_map(|c| c["restartCount"].as_i64()).sum()
+    });
+    let status = if pod.pointer("/metadata/deletionTimestamp").is_some() {
+        "Terminating".to_owned()
+    } else {
+        pod.pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or("Unknown")
+            .to_owned()
+    };
+    vec![
+        json!(format!("{ready}/{total}")),
+        json!(status),
+        json!(restarts),
+        json!(age_of(pod, now)),
+        cell(pod.pointer("/status/podIP")),
+        cell(pod.pointer("/spec/nodeName")),
+    ]
+}
+
+/// (column definitions, cells of one object) for a type.
+fn columns_and_cells(ty: &ResourceType, object: &Value, now: Duration) -> (Vec<Value>, Vec<Value>) {
+    let name = json!(
+        object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    );
+    let age = json!(age_of(object, now));
+    match (ty.group.as_str(), ty.plural.as_str()) {
+        ("", "nodes") => (
+            vec![
+                column("Name", "string", 0),
+                column("Status", "string", 0),
+                column("Roles", "string", 0),
+                column("Age", "string", 0),
+                column("Version", "string", 0),
+            ],
+            vec![
+                name,
+                json!(node_status(object)),
+                json!(node_roles(object)),
+                age,
+                cell(object.pointer("/status/nodeInfo/kubeletVersion")),
+            ],
+        ),
+        ("", "pods") => {
+            let mut cells = vec![name];
+            cells.extend(pod_cells(object, now));
+            (
+                vec![
+                    column("Name", "string", 0),
+                    column("Ready", "string", 0),
+                    column("Status", "string", 0),
+                    column("Restarts", "string", 0),
+                    column("Age", "string", 0),
+                    column("IP", "string", 1),
+                    column("Node", "string", 1),
+                ],
+                cells,
+            )
+        }
+        ("policy", "poddisruptionbudgets") => (
+            vec![
+                column("Name", "string", 0),
+                column("Min Available", "string", 0),
+                column("Max Unavailable", "string", 0),
+                column("Allowed Disruptions", "integer", 0),
+                column("Age", "string", 0),
+            ],
+            vec![
+                name,
+                json!(
+                    object
+                        .pointer("/spec/minAvailable")
+                        .map_or("N/A".to_owned(), |v| v
+                            .to_string()
+                            .trim_matches('"')
+                            .to_owned())
+                ),
+                json!(
+                    object
+                        .pointer("/spec/maxUnavailable")
+                        .map_or("N/A".to_owned(), |v| v
+                            .to_string()
+                            .trim_matches('"')
+                            .to_owned())
+                ),
+                cell(object.pointer("/status/disruptionsAllowed")),
+                age,
+            ],
+        ),
+        ("coordination.k8s.io", "leases") => (
+            vec![
+                column("Name", "string", 0),
+                column("Holder", "string", 0),
+                column("Age", "string", 0),
+            ],
+            vec![name, cell(object.pointer("/spec/holderIdentity")), age],
+        ),
+        _ if ty.custom && !ty.printer_columns.is_empty() => {
+            let mut columns = vec![column("Name", "string", 0)];
+            let mut cells = vec![name];
+            for PrinterColumn {
+                name,
+                kind,
+                json_path: path,
+                priority,
+            } in &ty.printer_columns
+            {
+                columns.push(column(name, kind, *priority));
+                let value = json_path(object, path);
+                cells.push(if kind == "date" {
+                    value
+                        .and_then(Value::as_str)
+                        .and_then(parse_time)
+                        .map_or(json!("<none>"), |t| json!(human_age(now.saturating_sub(t))))
+                } else {
+                    cell(value)
+                });
+            }
+            (columns, cells)
+        }
+        _ => (
+            vec![column("Name", "string", 0), column("Age", "string", 0)],
+            vec![name, age],
+        ),
+    }
+}
+
+fn partial_metadata(object: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object.get("metadata").cloned().unwrap_or_default()})
+}
+
+/// A Table of `objects`; `include_object` puts the whole object in each row instead of its
+/// metadata.
+pub fn table(
+    ty: &ResourceType,
+    objects: &[Value],
+    resource_version: &str,
+    continue_token: Option<&str>,
+    now: Duration,
+    include_object: bool,
+) -> Value {
+    let (columns, _) = columns_and_cells(ty, &json!({}), now);
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|object| {
+            let (_, cells) = columns_and_cells(ty, object, now);
+            json!({"cells": cells, "object": if include_object { object.clone() } else { partial_metadata(object) }})
+        })
+        .collect();
+    let mut metadata = json!({"resourceVersion": resource_version});
+    if let Some(token) = continue_token {
+        metadata["continue"] = json!(token);
+    }
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": columns, "rows": rows})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printer_json_paths_and_ages_evaluate() {
+        let object = json!({"metadata": {"labels": {"a.b/c": "x"}}, "status": {"list": [{"n": 1}], "phase": "Running"}});
+        assert_eq!(json_path(&object, ".status.phase"), Some(&json!("Running")));
+        assert_eq!(
+            json_path(&object, ".metadata.labels['a.b/c']"),
+            Some(&json!("x"))
+        );
+        assert_eq!(json_path(&object, ".status.list[0].n"), Some(&json!(1)));
+        assert_eq!(json_path(&object, ".status.nope"), None);
+        assert_eq!(human_age(Duration::from_secs(59)), "59s");
+        assert_eq!(human_age(Duration::from_secs(185)), "3m5s");
+        assert_eq!(human_age(Duration::from_secs(7200)), "120m");
+        assert_eq!(human_age(Duration::from_secs(90_000)), "25h");
+    }
+}

@@ -1,0 +1,228 @@
+//! Watch streams: newline-delimited `{"type","object"}` events from a resourceVersion, with
+//! selectors (an object that starts or stops matching is ADDED or DELETED), bookmarks, a
+//! timeout, 410 for compacted versions, and an ERROR 410 for a watcher that falls behind.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use super::errors::ApiResult;
+use super::kinds::ResourceType;
+use super::selectors::{FieldSelector, LabelSelector};
+use super::store::{EventType, Store, WatchEvent, storage_group};
+
+/// What a watch asks for.
+#[derive(Debug, Clone)]
+pub struct WatchRequest {
+    /// The type watched and the version served.
+    pub ty: Arc<ResourceType>,
+    /// The API version.
+    pub version: String,
+    /// Namespace, or all.
+    pub namespace: Option<String>,
+    /// Label selector.
+    pub labels: LabelSelector,
+    /// Field selector.
+    pub fields: FieldSelector,
+    /// Start after this revision; None or 0 starts with the current objects as ADDED.
+    pub resource_version: Option<u64>,
+    /// Send BOOKMARK events.
+    pub bookmarks: bool,
+    /// End the stream after this long.
+    pub timeout: Duration,
+    /// How often bookmarks go out.
+    pub bookmark_interval: Duration,
+    /// Objects as Table rows (kubectl `get -w`).
+    pub table: bool,
+    /// Send the initial-events-end bookmark (sendInitialEvents=true).
+    pub initial_events_end: bool,
+}
+
+fn line(kind: &str, object: Value) -> Bytes {
+    let mut bytes =
+        serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+/// Starts a watch: 410 up front for a compacted resourceVersion, else a streaming response.
+pub fn start(
+    store: Arc<Store>,
+    request: WatchRequest,
+    stop: broadcast::Receiver<()>,
+    wall: impl Fn() -> Duration + Send + 'static,
+) -> ApiResult<Response> {
+    let mut live = store.subscribe();
+    let (backlog, revision) = match request.resource_version.filter(|rv| *rv > 0) {
+        Some(rv) => store.events_since(rv)?,
+        None => {
+            let list = store.list(
+                &request.ty,
+                &request.version,
+                request.namespace.as_deref(),
+                &request.labels,
+                &request.fields,
+                None,
+                None,
+            )?;
+            let revision: u64 = list["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0);
+            let adds = list["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|object| {
+                    Arc::new(WatchEvent {
+                        revision,
+                        key: super::store::ObjectKey {
+                            group: storage_group(&request.ty).to_owned(),
+                            plural: request.ty.plural.clone(),
+                            namespace: String::new(),
+                            name: String::new(),
+                        },
+                        kind: EventType::Added,
+                        object,
+                        previous: None,
+                    })
+                })
+                .collect();
+            (adds, revision)
+        }
+    };
+    let (sender, receiver) = mpsc::channel::<Bytes>(256);
+    let table = request.table;
+    tokio::spawn(async move {
+        let mut stop = stop;
+        let mut last = revision;
+        let synthetic = request.resource_version.filter(|rv| *rv > 0).is_none();
+        for event in backlog {
+            let Some(out) = render(&request, &event, synthetic, &wall) else {
+                continue;
+            };
+            last = last.max(event.revision);
+            if sender.send(out).await.is_err() {
+                return;
+            }
+        }
+        if request.initial_events_end && request.bookmarks {
+            let bookmark = json!({"kind": request.ty.kind, "apiVersion": request.ty.api_version(&request.version), "metadata": {"resourceVersion": last.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
+            if sender.send(line("BOOKMARK", bookmark)).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + request.timeout;
+        let mut bookmarks = tokio::time::interval(request.bookmark_interval);
+        bookmarks.tick().await;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = stop.recv() => return,
+                _ = bookmarks.tick(), if request.bookmarks => {
+                    let current = store.revision().max(last);
+                    let bookmark = json!({"kind": request.ty.kind, "apiVersion": request.ty.api_version(&request.version), "metadata": {"resourceVersion": current.to_string()}});
+                    if sender.send(line("BOOKMARK", bookmark)).await.is_err() {
+                        return;
+                    }
+                }
+                received = live.recv() => match received {
+                    Ok(event) => {
+                        if event.revision <= last {
+                            continue;
+                        }
+                        last = event.revision;
+                        if let Some(out) = render(&request, &event, false, &wall)
+                            && sender.send(out).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let status = super::errors::ApiError::gone("too old resource version: the watch fell behind").status();
+                        let _ = sender.send(line("ERROR", status)).await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver
+            .recv()
+            .await
+            .map(|bytes| (Ok::<Bytes, Infallible>(bytes), receiver))
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    let content_type = if table {
+        "application/json;as=Table;v=v1;g=meta.k8s.io"
+    } else {
+        "application/json"
+    };
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response.headers_mut().insert(
+        header::TRANSFER_ENCODING,
+        HeaderValue::from_static("chunked"),
+    );
+    Ok(response)
+}
+
+/// The line for one event, or None when the watch does not see it.
+fn render(
+    request: &WatchRequest,
+    event: &WatchEvent,
+    synthetic: bool,
+    wall: &impl Fn() -> Duration,
+) -> Option<Bytes> {
+    if !synthetic {
+        if event.key.group != storage_group(&request.ty) || event.key.plural != request.ty.plural {
+            return None;
+        }
+        if let Some(namespace) = &request.namespace
+            && &event.key.namespace != namespace
+        {
+            return None;
+        }
+    }
+    let now = Store::present(&request.ty, &request.version, &event.object);
+    let matches = |object: &Value| request.labels.matches(object) && request.fields.matches(object);
+    let kind = if synthetic {
+        EventType::Added
+    } else {
+        let before = event
+            .previous
+            .as_ref()
+            .map(|p| Store::present(&request.ty, &request.version, p));
+        let was = before.as_ref().is_some_and(&matches);
+        let is = matches(&now);
+        match (event.kind, was, is) {
+            (EventType::Deleted, true, _) => EventType::Deleted,
+            (EventType::Deleted, false, _) => return None,
+            (_, false, true) => EventType::Added,
+            (_, true, true) => EventType::Modified,
+            (_, true, false) => EventType::Deleted,
+            (_, false, false) => return None,
+        }
+    };
+    let object = if request.table {
+        let rv = now
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        super::table::table(&request.ty, &[now], &rv, None, wall(), false)
+    } else {
+        now
+    };
+    Some(line(kind.as_str(), object))
+}

@@ -1,0 +1,451 @@
+//! kubectl (v1.32, a real client) against the simulated API server over HTTPS with a bearer
+//! token: the commands operators and our docs use must behave as against a real cluster.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
+use common::{require_program, scratch};
+
+struct Cluster {
+    _server: ApiServer,
+    kubeconfig: PathBuf,
+    dir: PathBuf,
+}
+
+async fn cluster() -> Cluster {
+    require_program(
+        "kubectl",
+        "kubernetes-client (the machine image ships kubectl v1.32)",
+    );
+    let server = ApiServer::start(ApiServerConfig {
+        tls: true,
+        ..ApiServerConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = scratch("kubectl");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    Cluster {
+        _server: server,
+        kubeconfig,
+        dir,
+    }
+}
+
+impl Cluster {
+    async fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+        let mut command = tokio::process::Command::new("kubectl");
+        command
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", &self.dir)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("kubectl runs");
+        if let Some(input) = stdin {
+            use tokio::io::AsyncWriteExt;
+            let mut pipe = child.stdin.take().unwrap();
+            pipe.write_all(input.as_bytes()).await.unwrap();
+        }
+        let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("kubectl finishes")
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    async fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (ok, out, err) = self.kubectl(args, stdin).await;
+        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
+        out
+    }
+}
+
+const NAMESPACE: &str = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo\n";
+
+fn configmap(name: &str, labels: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: demo\n  labels: {labels}\ndata:\n  k: \"{value}\"\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_apply_patch_label_and_selectors_work() {
+    let c = cluster().await;
+    assert!(
+        c.ok(&["get", "namespaces"], None)
+            .await
+            .contains("kube-system")
+    );
+    c.ok(&["apply", "-f", "-"], Some(NAMESPACE)).await;
+    assert!(
+        c.ok(
+            &["apply", "-f", "-"],
+            Some(&configmap("one", "{app: db}", "1"))
+        )
+        .await
+        .contains("created")
+    );
+    assert!(
+        c.ok(
+            &["apply", "-f", "-"],
+            Some(&configmap("one", "{app: db}", "1"))
+        )
+        .await
+        .contains("unchanged")
+    );
+    assert!(
+        c.ok(
+            &["apply", "-f", "-"],
+            Some(&configmap("one", "{app: db}", "2"))
+        )
+        .await
+        .contains("configured")
+    );
+    c.ok(
+        &["apply", "-f", "-"],
+        Some(&configmap("two", "{app: web}", "1")),
+    )
+    .await;
+    assert_eq!(
+        c.ok(
+            &["-n", "demo", "get", "cm", "-l", "app=db", "-o", "name"],
+            None
+        )
+        .await
+        .trim(),
+        "configmap/one"
+    );
+    assert_eq!(
+        c.ok(
+            &[
+                "-n",
+                "demo",
+                "get",
+                "cm",
+                "--field-selector",
+                "metadata.name=two",
+                "-o",
+                "name"
+            ],
+            None
+        )
+        .await
+        .trim(),
+        "configmap/two"
+    );
+    c.ok(&["-n", "demo", "label", "cm", "one", "tier=back"], None)
+        .await;
+    c.ok(&["-n", "demo", "annotate", "cm", "one", "note=hi"], None)
+        .await;
+    c.ok(
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "cm",
+            "one",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"m":"1"}}"#,
+        ],
+        None,
+    )
+    .await;
+    c.ok(
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "cm",
+            "one",
+            "--type=json",
+            "-p",
+            r#"[{"op":"add","path":"/data/j","value":"1"}]"#,
+        ],
+        None,
+    )
+    .await;
+    c.ok(
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "cm",
+            "one",
+            "-p",
+            r#"{"metadata":{"finalizers":["a/b"]}}"#,
+        ],
+        None,
+    )
+    .await;
+    c.ok(
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "cm",
+            "one",
+            "--type=strategic",
+            "-p",
+            r#"{"metadata":{"finalizers":["c/d"]}}"#,
+        ],
+        None,
+    )
+    .await;
+    let out = c.ok(&["-n", "demo", "get", "cm", "one", "-o", "jsonpath={.data.k},{.data.m},{.data.j},{.metadata.labels.tier},{.metadata.annotations.note},{.metadata.finalizers}"], None).await;
+    assert_eq!(out, r#"2,1,1,back,hi,["a/b","c/d"]"#);
+    let (ok, _, err) = c
+        .kubectl(
+            &[
+                "-n",
+                "demo",
+                "patch",
+                "cm",
+                "one",
+                "--type=json",
+                "-p",
+                r#"[{"op":"test","path":"/data/k","value":"9"}]"#,
+            ],
+            None,
+        )
+        .await;
+    assert!(!ok && err.contains("invalid"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_reports_conflicts_and_forces() {
+    let c = cluster().await;
+    c.ok(&["apply", "-f", "-"], Some(NAMESPACE)).await;
+    c.ok(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&configmap("s", "{}", "1")),
+    )
+    .await;
+    let (ok, _, err) = c
+        .kubectl(
+            &["apply", "--server-side", "--field-manager=other", "-f", "-"],
+            Some(&configmap("s", "{}", "2")),
+        )
+        .await;
+    assert!(!ok && err.contains("conflict with \"kubectl\""), "{err}");
+    c.ok(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=other",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        Some(&configmap("s", "{}", "2")),
+    )
+    .await;
+    assert_eq!(
+        c.ok(
+            &["-n", "demo", "get", "cm", "s", "-o", "jsonpath={.data.k}"],
+            None
+        )
+        .await,
+        "2"
+    );
+    let json = c
+        .ok(
+            &[
+                "-n",
+                "demo",
+                "get",
+                "cm",
+                "s",
+                "-o",
+                "json",
+                "--show-managed-fields",
+            ],
+            None,
+        )
+        .await;
+    let object: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let owners_of_data: Vec<&str> = object["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["fieldsV1"]["f:data"].is_object())
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        owners_of_data,
+        ["other"],
+        "the forced apply took .data.k over"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_waits_for_finalizers_and_watch_sees_changes() {
+    let c = cluster().await;
+    c.ok(&["apply", "-f", "-"], Some(NAMESPACE)).await;
+    c.ok(&["apply", "-f", "-"], Some(&configmap("f", "{}", "1")))
+        .await;
+    let watch_kubeconfig = c.kubeconfig.clone();
+    let watcher = tokio::spawn(async move {
+        let output = tokio::process::Command::new("kubectl")
+            .args([
+                "-n",
+                "demo",
+                "get",
+                "cm",
+                "-w",
+                "--output-watch-events",
+                "--request-timeout=4s",
+            ])
+            .env("KUBECONFIG", watch_kubeconfig)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    c.ok(
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "cm",
+            "f",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["x/y"]}}"#,
+        ],
+        None,
+    )
+    .await;
+    c.ok(&["-n", "demo", "delete", "cm", "f", "--wait=false"], None)
+        .await;
+    assert!(
+        c.ok(
+            &[
+                "-n",
+                "demo",
+                "get",
+                "cm",
+                "f",
+                "-o",
+                "jsonpath={.metadata.deletionTimestamp}"
+            ],
+            None
+        )
+        .await
+        .ends_with('Z')
+    );
+    let waiter_kubeconfig = c.kubeconfig.clone();
+    let waiter = tokio::spawn(async move {
+        tokio::process::Command::new("kubectl")
+            .args([
+                "-n",
+                "demo",
+                "wait",
+                "--for=delete",
+                "cm/f",
+                "--timeout=20s",
+            ])
+            .env("KUBECONFIG", waiter_kubeconfig)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiter.is_finished(),
+        "kubectl wait must wait for the finalizer"
+    );
+    c.ok(
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "cm",
+            "f",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+        ],
+        None,
+    )
+    .await;
+    let waited = waiter.await.unwrap();
+    assert!(
+        waited.status.success(),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    let events = watcher.await.unwrap();
+    for expected in ["ADDED", "MODIFIED", "DELETED"] {
+        assert!(
+            events.contains(expected),
+            "{expected} missing from:\n{events}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_print_their_columns_and_refuse_strategic_patches() {
+    let c = cluster().await;
+    c.ok(&["apply", "-f", "-"], Some(NAMESPACE)).await;
+    let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec:\n  group: example.com\n  names: {kind: Widget, plural: widgets, singular: widget, shortNames: [wd]}\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n    subresources: {status: {}}\n    additionalPrinterColumns:\n    - {name: Size, type: integer, jsonPath: .spec.size}\n    - {name: Phase, type: string, jsonPath: .status.phase}\n";
+    c.ok(&["apply", "-f", "-"], Some(crd)).await;
+    c.ok(&["apply", "-f", "-"], Some("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: demo}\nspec: {size: 3}\n")).await;
+    c.ok(
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "widget",
+            "w1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Ready"}}"#,
+        ],
+        None,
+    )
+    .await;
+    let table = c.ok(&["-n", "demo", "get", "wd"], None).await;
+    assert!(table.contains("SIZE") && table.contains("PHASE"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["w1", "3", "Ready"]),
+        "{table}"
+    );
+    let (ok, _, err) = c
+        .kubectl(
+            &[
+                "-n",
+                "demo",
+                "patch",
+                "widget",
+                "w1",
+                "-p",
+                r#"{"spec":{"size":4}}"#,
+            ],
+            None,
+        )
+        .await;
+    assert!(!ok && err.contains("strategic"), "{err}");
+}
