@@ -449,3 +449,116 @@ async fn custom_resources_print_their_columns_and_refuse_strategic_patches() {
         .await;
     assert!(!ok && err.contains("strategic"), "{err}");
 }
+
+fn pod(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: demo\n  labels: {{app: db}}\n  ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: db, uid: 0b0c7a52-5a8e-4f55-9b70-2a1d6c6f0e11, controller: true}}]\nspec:\n  nodeName: w0\n  containers: [{{name: c, image: db}}]\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_commands_and_a_drain_blocked_by_a_pdb_until_it_allows_it() {
+    let c = cluster().await;
+    // Typed clients: protobuf bodies.
+    c.ok(&["create", "namespace", "demo"], None).await;
+    c.ok(
+        &[
+            "-n",
+            "demo",
+            "create",
+            "configmap",
+            "cm",
+            "--from-literal=a=1",
+        ],
+        None,
+    )
+    .await;
+    c.ok(
+        &[
+            "-n",
+            "demo",
+            "create",
+            "secret",
+            "generic",
+            "s",
+            "--from-literal=p=q",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(
+        c.ok(
+            &[
+                "-n",
+                "demo",
+                "get",
+                "secret",
+                "s",
+                "-o",
+                "jsonpath={.data.p}"
+            ],
+            None
+        )
+        .await,
+        "cQ=="
+    );
+    c.ok(&["apply", "-f", "-"], Some("apiVersion: v1\nkind: Node\nmetadata: {name: w0}\nstatus:\n  conditions: [{type: Ready, status: \"True\"}]\n")).await;
+    c.ok(&["apply", "-f", "-"], Some("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: db, namespace: demo}\nspec:\n  minAvailable: 2\n  selector: {matchLabels: {app: db}}\n")).await;
+    for name in ["db-0", "db-1"] {
+        c.ok(&["apply", "-f", "-"], Some(&pod(name))).await;
+        c.ok(
+            &[
+                "-n",
+                "demo",
+                "patch",
+                "pod",
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+            ],
+            None,
+        )
+        .await;
+    }
+    let (ok, out, err) = c
+        .kubectl(&["drain", "w0", "--timeout=3s", "--grace-period=0"], None)
+        .await;
+    assert!(!ok, "the drain must be refused:\n{out}\n{err}");
+    assert!(err.contains("disruption budget"), "{err}");
+    assert!(
+        c.ok(&["get", "node", "w0"], None)
+            .await
+            .contains("SchedulingDisabled"),
+        "cordoned"
+    );
+    let pods = c
+        .ok(&["-n", "demo", "get", "pods", "-o", "name"], None)
+        .await;
+    assert_eq!(pods.lines().count(), 2, "nothing was evicted: {pods}");
+    c.ok(
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "pdb",
+            "db",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"minAvailable":0}}"#,
+        ],
+        None,
+    )
+    .await;
+    let out = c
+        .ok(&["drain", "w0", "--timeout=20s", "--grace-period=0"], None)
+        .await;
+    assert!(out.contains("drained"), "{out}");
+    assert_eq!(
+        c.ok(&["-n", "demo", "get", "pods", "-o", "name"], None)
+            .await
+            .trim(),
+        ""
+    );
+}

@@ -21,6 +21,7 @@ mod kinds;
 mod objects;
 mod operations;
 mod patch;
+mod protobuf;
 mod routes;
 pub mod selectors;
 mod store;

@@ -205,9 +205,11 @@ pub fn evict(store: &Store, namespace: &str, name: &str, body: &Value) -> ApiRes
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
             if allowed <= 0 {
+                // No Retry-After, as the real eviction handler (client-go would otherwise retry
+                // the request by itself instead of reporting the refusal).
                 let mut error = ApiError::too_many_requests(
                     "Cannot evict pod as it would violate the pod's disruption budget.",
-                    Some(10),
+                    None,
                 );
                 error.details = Some(
                     json!({"causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {} needs {} healthy pods and has {} currently", pdb_key.name, status["desiredHealthy"], status["currentHealthy"])}]}),
@@ -239,5 +241,8 @@ pub fn evict(store: &Store, namespace: &str, name: &str, body: &Value) -> ApiRes
         ..DeleteOptions::default()
     };
     store.delete_locked(&mut inner, &pods, "v1", namespace, name, &options)?;
+    // The disruption controller notices the deletion: a pod that is gone leaves the PDB's
+    // disrupted list.
+    super::controllers::after_write(store, &mut inner, &pods, namespace);
     Ok(())
 }

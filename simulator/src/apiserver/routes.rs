@@ -106,18 +106,34 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
             return error.into_response();
         }
     }
-    if !body.is_empty() && matches!(parts.method, Method::POST | Method::PUT) {
-        let content_type = parts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/json");
-        if !content_type.starts_with("application/json") && !content_type.starts_with("*/*") {
-            // No protobuf or CBOR here: clients fall back to JSON on 415, as with any server
-            // that does not serve those encodings.
-            return ApiError::unsupported_media_type(content_type).into_response();
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let writes = matches!(parts.method, Method::POST | Method::PUT | Method::DELETE);
+    let body = if !body.is_empty()
+        && writes
+        && content_type.starts_with("application/vnd.kubernetes.protobuf")
+    {
+        // kubectl's typed clients (create namespace/configmap/secret, drain) send protobuf.
+        match super::protobuf::decode(&body) {
+            Ok(object) => Bytes::from(object.to_string()),
+            Err(why) => {
+                return ApiError::unsupported_media_type(&format!("{content_type}: {why}"))
+                    .into_response();
+            }
         }
-    }
+    } else if !body.is_empty()
+        && matches!(parts.method, Method::POST | Method::PUT)
+        && !content_type.starts_with("application/json")
+        && !content_type.starts_with("*/*")
+    {
+        return ApiError::unsupported_media_type(&content_type).into_response();
+    } else {
+        body
+    };
     let query = query_map(parts.uri.query());
     match route(&state, &parts.method, &path, &query, &parts.headers, body).await {
         Ok(response) => response,

@@ -1,0 +1,307 @@
+//! Decoding of the Kubernetes protobuf encoding for the request bodies kubectl's typed clients
+//! send (`kubectl create namespace|configmap|secret`, and the Eviction and DeleteOptions of
+//! `kubectl drain`). Answers stay JSON, which every client accepts. Other kinds in protobuf get
+//! 415, as from a server that does not serve them in that encoding.
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+/// The envelope magic: `k8s\0`.
+const MAGIC: &[u8] = b"k8s\0";
+
+enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+}
+
+/// Splits a message into (field number, value); errors on malformed input.
+fn fields(mut bytes: &[u8]) -> Result<Vec<(u64, Field<'_>)>, String> {
+    fn varint(bytes: &mut &[u8]) -> Result<u64, String> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = bytes.split_first().ok_or("truncated varint")?;
+            *bytes = rest;
+            value |= u64::from(byte & 0x7F) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err("varint too long".into())
+    }
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes)?;
+        let number = key >> 3;
+        match key & 7 {
+            0 => out.push((number, Field::Varint(varint(&mut bytes)?))),
+            2 => {
+                let length = usize::try_from(varint(&mut bytes)?).map_err(|_| "length overflow")?;
+                if length > bytes.len() {
+                    return Err("truncated field".into());
+                }
+                let (value, rest) = bytes.split_at(length);
+                out.push((number, Field::Bytes(value)));
+                bytes = rest;
+            }
+            1 => {
+                bytes = bytes.get(8..).ok_or("truncated fixed64")?;
+            }
+            5 => {
+                bytes = bytes.get(4..).ok_or("truncated fixed32")?;
+            }
+            other => return Err(format!("unsupported wire type {other}")),
+        }
+    }
+    Ok(out)
+}
+
+fn text(bytes: &[u8]) -> Result<String, String> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| "a string field is not UTF-8".into())
+}
+
+fn map_entry(bytes: &[u8], base64_values: bool) -> Result<(String, Value), String> {
+    let mut key = String::new();
+    let mut value = Value::String(String::new());
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => key = text(b)?,
+            (2, Field::Bytes(b)) if base64_values => {
+                value = json!(base64::engine::general_purpose::STANDARD.encode(b))
+            }
+            (2, Field::Bytes(b)) => value = json!(text(b)?),
+            _ => {}
+        }
+    }
+    Ok((key, value))
+}
+
+fn object_meta(bytes: &[u8]) -> Result<Value, String> {
+    let mut meta = Map::new();
+    let mut labels = Map::new();
+    let mut annotations = Map::new();
+    let mut finalizers = Vec::new();
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => {
+                meta.insert("name".into(), json!(text(b)?));
+            }
+            (2, Field::Bytes(b)) => {
+                meta.insert("generateName".into(), json!(text(b)?));
+            }
+            (3, Field::Bytes(b)) => {
+                meta.insert("namespace".into(), json!(text(b)?));
+            }
+            (5, Field::Bytes(b)) => {
+                meta.insert("uid".into(), json!(text(b)?));
+            }
+            (6, Field::Bytes(b)) => {
+                meta.insert("resourceVersion".into(), json!(text(b)?));
+            }
+            (11, Field::Bytes(b)) => {
+                let (k, v) = map_entry(b, false)?;
+                labels.insert(k, v);
+            }
+            (12, Field::Bytes(b)) => {
+                let (k, v) = map_entry(b, false)?;
+                annotations.insert(k, v);
+            }
+            (14, Field::Bytes(b)) => finalizers.push(json!(text(b)?)),
+            _ => {}
+        }
+    }
+    if !labels.is_empty() {
+        meta.insert("labels".into(), Value::Object(labels));
+    }
+    if !annotations.is_empty() {
+        meta.insert("annotations".into(), Value::Object(annotations));
+    }
+    if !finalizers.is_empty() {
+        meta.insert("finalizers".into(), Value::Array(finalizers));
+    }
+    Ok(Value::Object(meta))
+}
+
+fn delete_options(bytes: &[u8]) -> Result<Value, String> {
+    let mut options = Map::new();
+    let mut dry_run = Vec::new();
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Varint(v)) => {
+                options.insert("gracePeriodSeconds".into(), json!(v as i64));
+            }
+            (2, Field::Bytes(b)) => {
+                let mut preconditions = Map::new();
+                for (n, f) in fields(b)? {
+                    match (n, f) {
+                        (1, Field::Bytes(u)) => {
+                            preconditions.insert("uid".into(), json!(text(u)?));
+                        }
+                        (2, Field::Bytes(r)) => {
+                            preconditions.insert("resourceVersion".into(), json!(text(r)?));
+                        }
+                        _ => {}
+                    }
+                }
+                options.insert("preconditions".into(), Value::Object(preconditions));
+            }
+            (3, Field::Varint(v)) => {
+                options.insert("orphanDependents".into(), json!(v != 0));
+            }
+            (4, Field::Bytes(b)) => {
+                options.insert("propagationPolicy".into(), json!(text(b)?));
+            }
+            (5, Field::Bytes(b)) => dry_run.push(json!(text(b)?)),
+            _ => {}
+        }
+    }
+    if !dry_run.is_empty() {
+        options.insert("dryRun".into(), Value::Array(dry_run));
+    }
+    Ok(Value::Object(options))
+}
+
+/// The kind's own fields (all but metadata) of a message.
+fn body(kind: &str, bytes: &[u8]) -> Result<Map<String, Value>, String> {
+    let mut object = Map::new();
+    for (number, field) in fields(bytes)? {
+        let Field::Bytes(b) = field else {
+            if let ("ConfigMap" | "Secret", 4 | 5, Field::Varint(v)) = (kind, number, field) {
+                object.insert("immutable".into(), json!(v != 0));
+            }
+            continue;
+        };
+        match (kind, number) {
+            (_, 1) => {
+                object.insert("metadata".into(), object_meta(b)?);
+            }
+            ("Namespace", 2) => {
+                let finalizers: Vec<Value> = fields(b)?
+                    .into_iter()
+                    .filter_map(|(n, f)| match (n, f) {
+                        (1, Field::Bytes(v)) => text(v).ok().map(Value::String),
+                        _ => None,
+                    })
+                    .collect();
+                object.insert("spec".into(), json!({"finalizers": finalizers}));
+            }
+            ("ConfigMap", 2) | ("Secret", 4) => {
+                let (k, v) = map_entry(b, false)?;
+                let key = if kind == "Secret" {
+                    "stringData"
+                } else {
+                    "data"
+                };
+                object.entry(key).or_insert_with(|| json!({}))[&k] = v;
+            }
+            ("ConfigMap", 3) | ("Secret", 2) => {
+                let (k, v) = map_entry(b, true)?;
+                let key = if kind == "Secret" {
+                    "data"
+                } else {
+                    "binaryData"
+                };
+                object.entry(key).or_insert_with(|| json!({}))[&k] = v;
+            }
+            ("Secret", 3) => {
+                object.insert("type".into(), json!(text(b)?));
+            }
+            ("Eviction", 2) | ("DeleteOptions", 2) if kind == "Eviction" => {
+                object.insert("deleteOptions".into(), delete_options(b)?);
+            }
+            _ => {}
+        }
+    }
+    Ok(object)
+}
+
+/// Decodes a protobuf request body into the JSON object it stands for.
+pub fn decode(bytes: &[u8]) -> Result<Value, String> {
+    let envelope = bytes
+        .strip_prefix(MAGIC)
+        .ok_or("the body lacks the k8s protobuf magic")?;
+    let mut api_version = String::new();
+    let mut kind = String::new();
+    let mut raw: &[u8] = &[];
+    for (number, field) in fields(envelope)? {
+        match (number, field) {
+            (1, Field::Bytes(type_meta)) => {
+                for (n, f) in fields(type_meta)? {
+                    match (n, f) {
+                        (1, Field::Bytes(v)) => api_version = text(v)?,
+                        (2, Field::Bytes(k)) => kind = text(k)?,
+                        _ => {}
+                    }
+                }
+            }
+            (2, Field::Bytes(b)) => raw = b,
+            _ => {}
+        }
+    }
+    let mut object = match kind.as_str() {
+        "Namespace" | "ConfigMap" | "Secret" | "Eviction" => body(&kind, raw)?,
+        "DeleteOptions" => match delete_options(raw)? {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        },
+        other => {
+            return Err(format!(
+                "protobuf bodies of kind {other:?} are not supported by this simulator; send JSON"
+            ));
+        }
+    };
+    object.insert("apiVersion".into(), json!(api_version));
+    object.insert("kind".into(), json!(kind));
+    Ok(Value::Object(object))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_bytes(number: u64, value: &[u8]) -> Vec<u8> {
+        let mut out = vec![((number << 3) | 2) as u8, value.len() as u8];
+        out.extend_from_slice(value);
+        out
+    }
+
+    #[test]
+    fn a_namespace_and_an_eviction_decode_and_garbage_is_an_error() {
+        let meta = [
+            field_bytes(1, b"demo"),
+            field_bytes(11, &[field_bytes(1, b"a"), field_bytes(2, b"b")].concat()),
+        ]
+        .concat();
+        let namespace = field_bytes(1, &meta);
+        let type_meta = [field_bytes(1, b"v1"), field_bytes(2, b"Namespace")].concat();
+        let envelope = [
+            MAGIC.to_vec(),
+            field_bytes(1, &type_meta),
+            field_bytes(2, &namespace),
+        ]
+        .concat();
+        assert_eq!(
+            decode(&envelope).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo", "labels": {"a": "b"}}})
+        );
+        let options = [vec![0x08, 0x00], field_bytes(5, b"All")].concat();
+        let eviction = [
+            field_bytes(1, &field_bytes(1, b"p")),
+            field_bytes(2, &options),
+        ]
+        .concat();
+        let type_meta = [field_bytes(1, b"policy/v1"), field_bytes(2, b"Eviction")].concat();
+        let envelope = [
+            MAGIC.to_vec(),
+            field_bytes(1, &type_meta),
+            field_bytes(2, &eviction),
+        ]
+        .concat();
+        let decoded = decode(&envelope).unwrap();
+        assert_eq!(
+            decoded["deleteOptions"],
+            json!({"gracePeriodSeconds": 0, "dryRun": ["All"]})
+        );
+        assert!(decode(b"k8s\0\x0a\xff").is_err());
+        assert!(decode(b"{}").is_err());
+    }
+}
