@@ -11,6 +11,7 @@
 
 pub mod apiserver;
 pub mod clock;
+pub mod cluster;
 pub mod host;
 pub mod ipmi;
 pub mod redfish;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
 use baremend_sim::clock::{Clock, SystemClock};
+use baremend_sim::cluster::{ClusterSpec, SimCluster};
 use baremend_sim::host::{Power, SimHost};
 use baremend_sim::ipmi::{IpmiSim, IpmiSimConfig, IpmiUser, privilege};
 use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
@@ -33,6 +34,46 @@ enum Command {
     /// Serve a simulated Kubernetes API server until killed; writes a kubeconfig and prints
     /// `READY <api-url>`.
     Apiserver(ApiserverArgs),
+    /// Run a whole simulated cluster (API server, hosts with BMCs, kubelets, node lifecycle,
+    /// MachineHealthCheck, BareMetal Operator) until killed; prints `READY <api-url>`.
+    Cluster(ClusterArgs),
+    /// Inject a fault into a running cluster through its control address.
+    Fault(FaultArgs),
+}
+
+#[derive(Args)]
+struct ClusterArgs {
+    /// A scenario file (YAML); the options below override its counts.
+    #[arg(long)]
+    scenario: Option<PathBuf>,
+    /// Control-plane hosts.
+    #[arg(long)]
+    masters: Option<usize>,
+    /// Worker hosts.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Where to write the kubeconfig.
+    #[arg(long)]
+    kubeconfig_out: PathBuf,
+    /// Where to serve the control API (faults).
+    #[arg(long)]
+    control: Option<SocketAddr>,
+}
+
+#[derive(Args)]
+struct FaultArgs {
+    /// The cluster's control address.
+    #[arg(long)]
+    control: SocketAddr,
+    /// hang | nic-down | recover (a node), bmc (a host; JSON faults in --json),
+    /// api (an API server fault rule in --json), drop-watches, compact.
+    fault: String,
+    /// The node or host name (for node and BMC faults).
+    target: Option<String>,
+    /// JSON body for bmc and api faults, e.g. '{"stuck_power":true}' or
+    /// '{"status":503,"count":3}'.
+    #[arg(long)]
+    json: Option<String>,
 }
 
 #[derive(Args)]
@@ -150,6 +191,8 @@ async fn main() -> ExitCode {
         Command::Redfish(args) => run_redfish(args).await,
         Command::Ipmi(args) => run_ipmi(args).await,
         Command::Apiserver(args) => run_apiserver(args).await,
+        Command::Cluster(args) => run_cluster(args).await,
+        Command::Fault(args) => run_fault(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -269,6 +312,97 @@ async fn run_apiserver(args: ApiserverArgs) -> Result<(), String> {
     println!("READY {}", server.url());
     wait_for_termination().await;
     Ok(())
+}
+
+async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
+    let mut spec = match &args.scenario {
+        Some(path) => ClusterSpec::from_yaml(&read(path)?)?,
+        None => ClusterSpec::default(),
+    };
+    if let Some(masters) = args.masters {
+        spec.masters = masters;
+    }
+    if let Some(workers) = args.workers {
+        spec.workers = workers;
+    }
+    let started = std::time::Instant::now();
+    let cluster = Arc::new(SimCluster::start(spec).await.map_err(|e| e.to_string())?);
+    std::fs::write(&args.kubeconfig_out, cluster.kubeconfig())
+        .map_err(|e| format!("cannot write {}: {e}", args.kubeconfig_out.display()))?;
+    if let Some(control) = args.control {
+        let listener = tokio::net::TcpListener::bind(control)
+            .await
+            .map_err(|e| format!("cannot listen on {control}: {e}"))?;
+        let router = baremend_sim::cluster::control::router(cluster.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+    }
+    eprintln!(
+        "{} of {} nodes Ready after {:.2}s",
+        cluster.ready_nodes(),
+        cluster.hosts().len(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("READY {}", cluster.api_server().url());
+    wait_for_termination().await;
+    Ok(())
+}
+
+async fn run_fault(args: FaultArgs) -> Result<(), String> {
+    let target = || {
+        args.target
+            .clone()
+            .ok_or_else(|| format!("the {} fault needs a target", args.fault))
+    };
+    let (method, path, body) = match args.fault.as_str() {
+        "hang" | "nic-down" | "recover" => (
+            "POST",
+            format!("/nodes/{}/{}", target()?, args.fault),
+            String::new(),
+        ),
+        "bmc" => (
+            "PUT",
+            format!("/bmc/{}/faults", target()?),
+            args.json.clone().ok_or("bmc faults need --json")?,
+        ),
+        "api" => (
+            "POST",
+            "/apiserver/faults".to_owned(),
+            args.json.clone().ok_or("api faults need --json")?,
+        ),
+        "drop-watches" => ("POST", "/apiserver/drop-watches".to_owned(), String::new()),
+        "compact" => ("POST", "/apiserver/compact".to_owned(), String::new()),
+        other => return Err(format!("unknown fault {other:?}")),
+    };
+    let mut stream = tokio::net::TcpStream::connect(args.control)
+        .await
+        .map_err(|e| format!("cannot reach {}: {e}", args.control))?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        args.control,
+        body.len()
+    );
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = answer.split_whitespace().nth(1).unwrap_or("?");
+    if status.starts_with('2') {
+        println!("ok");
+        Ok(())
+    } else {
+        Err(format!(
+            "the cluster answered {status}: {}",
+            answer.split("\r\n\r\n").nth(1).unwrap_or("").trim()
+        ))
+    }
 }
 
 fn read(path: &PathBuf) -> Result<String, String> {

@@ -16,15 +16,15 @@
 mod apply;
 mod controllers;
 mod discovery;
-mod errors;
-mod kinds;
+pub(crate) mod errors;
+pub(crate) mod kinds;
 mod objects;
-mod operations;
+pub(crate) mod operations;
 mod patch;
 mod protobuf;
 mod routes;
 pub mod selectors;
-mod store;
+pub(crate) mod store;
 mod table;
 pub mod time;
 mod watch;
@@ -48,6 +48,11 @@ pub use self::store::Store;
 use self::time::{SystemWallClock, WallClock};
 use crate::tls::{self, TlsIdentity};
 use crate::{Error, Result};
+
+/// Whether a label selector object (`matchLabels`, `matchExpressions`) selects an object.
+pub(crate) fn controllers_selector(selector: &Value, object: &Value) -> bool {
+    controllers::selector_matches(selector, object)
+}
 
 /// A failure to inject into matching requests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

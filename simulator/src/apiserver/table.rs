@@ -75,10 +75,11 @@ fn node_status(node: &Value) -> String {
         .and_then(Value::as_array)
         .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
         .and_then(|c| c["status"].as_str());
+    // As kubectl's node printer: anything but Ready=True is NotReady.
     let mut status = match ready {
         Some("True") => "Ready".to_owned(),
-        Some("False") => "NotReady".to_owned(),
-        _ => "Unknown".to_owned(),
+        Some(_) => "NotReady".to_owned(),
+        None => "Unknown".to_owned(),
     };
     if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
         status.push_str(",SchedulingDisabled");

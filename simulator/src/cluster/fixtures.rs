@@ -1,0 +1,131 @@
+//! Minimal CustomResourceDefinitions of the third-party kinds the simulated cluster serves,
+//! written for baremend's tests (names, scopes, subresources and printer columns as in
+//! OpenShift and metal3; schemas keep unknown fields).
+
+use serde_json::{Value, json};
+
+fn crd(
+    group: &str,
+    kind: &str,
+    plural: &str,
+    short: &[&str],
+    scope: &str,
+    version: &str,
+    columns: Value,
+) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural, "singular": kind.to_ascii_lowercase(), "shortNames": short},
+            "scope": scope,
+            "versions": [{
+                "name": version,
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "additionalPrinterColumns": columns,
+            }],
+        },
+    })
+}
+
+/// Machine (machine.openshift.io/v1beta1).
+pub fn machine_crd() -> Value {
+    crd(
+        "machine.openshift.io",
+        "Machine",
+        "machines",
+        &["machine"],
+        "Namespaced",
+        "v1beta1",
+        json!([
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Node", "type": "string", "jsonPath": ".status.nodeRef.name"},
+            {"name": "ProviderID", "type": "string", "jsonPath": ".spec.providerID", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ]),
+    )
+}
+
+/// MachineHealthCheck (machine.openshift.io/v1beta1).
+pub fn machine_health_check_crd() -> Value {
+    crd(
+        "machine.openshift.io",
+        "MachineHealthCheck",
+        "machinehealthchecks",
+        &["mhc", "mhcs"],
+        "Namespaced",
+        "v1beta1",
+        json!([
+            {"name": "MaxUnhealthy", "type": "string", "jsonPath": ".spec.maxUnhealthy"},
+            {"name": "ExpectedMachines", "type": "integer", "jsonPath": ".status.expectedMachines"},
+            {"name": "CurrentHealthy", "type": "integer", "jsonPath": ".status.currentHealthy"},
+        ]),
+    )
+}
+
+/// BareMetalHost (metal3.io/v1alpha1).
+pub fn bare_metal_host_crd() -> Value {
+    crd(
+        "metal3.io",
+        "BareMetalHost",
+        "baremetalhosts",
+        &["bmh", "bmhost"],
+        "Namespaced",
+        "v1alpha1",
+        json!([
+            {"name": "State", "type": "string", "jsonPath": ".status.provisioning.state"},
+            {"name": "Consumer", "type": "string", "jsonPath": ".spec.consumerRef.name"},
+            {"name": "Online", "type": "boolean", "jsonPath": ".spec.online"},
+            {"name": "PoweredOn", "type": "boolean", "jsonPath": ".status.poweredOn"},
+            {"name": "OperationalStatus", "type": "string", "jsonPath": ".status.operationalStatus", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ]),
+    )
+}
+
+/// MachineConfigPool (machineconfiguration.openshift.io/v1, cluster-scoped).
+pub fn machine_config_pool_crd() -> Value {
+    crd(
+        "machineconfiguration.openshift.io",
+        "MachineConfigPool",
+        "machineconfigpools",
+        &["mcp"],
+        "Cluster",
+        "v1",
+        json!([
+            {"name": "Config", "type": "string", "jsonPath": ".status.configuration.name"},
+            {"name": "MachineCount", "type": "integer", "jsonPath": ".status.machineCount"},
+        ]),
+    )
+}
+
+/// MachineConfig (machineconfiguration.openshift.io/v1, cluster-scoped).
+pub fn machine_config_crd() -> Value {
+    crd(
+        "machineconfiguration.openshift.io",
+        "MachineConfig",
+        "machineconfigs",
+        &["mc"],
+        "Cluster",
+        "v1",
+        json!([
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ]),
+    )
+}
+
+/// Every fixture CRD.
+pub fn all() -> Vec<Value> {
+    vec![
+        machine_crd(),
+        machine_health_check_crd(),
+        bare_metal_host_crd(),
+        machine_config_pool_crd(),
+        machine_config_crd(),
+    ]
+}

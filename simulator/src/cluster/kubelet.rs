@@ -1,0 +1,195 @@
+//! A simulated kubelet per host: while the host is on, booted, and neither hung nor cut off,
+//! it registers its Node (again, after a deletion), renews its Lease in `kube-node-lease`,
+//! keeps the Node Ready, starts the pods bound to it and confirms their deletion. When the
+//! host is off or a fault hits, it goes silent, as a real one does.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::local::{LEASES, Local, NODES, PODS};
+use super::timing::Timing;
+use crate::apiserver::time::{format_micro_time, format_time};
+use crate::host::{Power, SimHost};
+
+/// Faults of the node's OS (the BMC still answers).
+#[derive(Debug, Default)]
+pub struct NodeFaults {
+    /// Kernel hang: nothing runs until the next power cycle.
+    pub hung: AtomicBool,
+    /// Dead NIC: the node cannot reach the API server until the next power cycle.
+    pub nic_down: AtomicBool,
+}
+
+impl NodeFaults {
+    fn silent(&self) -> bool {
+        self.hung.load(Ordering::Relaxed) || self.nic_down.load(Ordering::Relaxed)
+    }
+
+    fn clear(&self) {
+        self.hung.store(false, Ordering::Relaxed);
+        self.nic_down.store(false, Ordering::Relaxed);
+    }
+}
+
+/// What a kubelet knows about its node.
+#[derive(Debug, Clone)]
+pub struct NodeIdentity {
+    /// Node name (the host name).
+    pub name: String,
+    /// `master` or `worker`.
+    pub role: String,
+}
+
+fn node_object(identity: &NodeIdentity, now: &str) -> Value {
+    let role_label = format!("node-role.kubernetes.io/{}", identity.role);
+    let mut labels = json!({
+        "kubernetes.io/hostname": identity.name,
+        "kubernetes.io/os": "linux",
+        "beta.kubernetes.io/os": "linux",
+        role_label: "",
+    });
+    if identity.role == "master" {
+        labels["node-role.kubernetes.io/control-plane"] = json!("");
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": identity.name, "labels": labels, "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+        "spec": {"providerID": format!("baremetalhost:///openshift-machine-api/{}", identity.name)},
+        "status": {
+            "conditions": conditions(now, now),
+            "addresses": [{"type": "Hostname", "address": identity.name}],
+            "nodeInfo": {"kubeletVersion": "v1.32.0", "operatingSystem": "linux", "architecture": "amd64"},
+            "capacity": {"cpu": "32", "memory": "131072Mi", "pods": "250"},
+            "allocatable": {"cpu": "31500m", "memory": "130000Mi", "pods": "250"},
+        },
+    })
+}
+
+fn conditions(heartbeat: &str, transition: &str) -> Value {
+    let condition = |kind: &str, status: &str, reason: &str| json!({"type": kind, "status": status, "reason": reason, "message": reason, "lastHeartbeatTime": heartbeat, "lastTransitionTime": transition});
+    json!([
+        condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+        condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+        condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+        condition("Ready", "True", "KubeletReady"),
+    ])
+}
+
+fn is_ready(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// Runs the kubelet of one host until the task is aborted.
+pub async fn run(
+    api: Local,
+    host: Arc<SimHost>,
+    identity: NodeIdentity,
+    faults: Arc<NodeFaults>,
+    timing: Timing,
+) {
+    let mut booted_at: Option<Instant> = None;
+    let mut last_status = Instant::now() - Duration::from_secs(3600);
+    loop {
+        tokio::time::sleep(timing.heartbeat).await;
+        if host.power() != Power::On {
+            // A power cycle clears OS faults.
+            booted_at = None;
+            faults.clear();
+            continue;
+        }
+        let booted = *booted_at.get_or_insert_with(|| Instant::now() + timing.boot_delay);
+        if Instant::now() < booted || faults.silent() {
+            continue;
+        }
+        let now = format_time(api.store().wall_time());
+        // Node status at most every 10 heartbeats, unless it needs a change.
+        let node = api.get(NODES, "", &identity.name);
+        match node {
+            Err(error) if error.code == 404 => {
+                let _ = api.create(NODES, "", node_object(&identity, &now));
+                last_status = Instant::now();
+            }
+            Ok(node) if !is_ready(&node) || last_status.elapsed() >= timing.heartbeat * 10 => {
+                let transition = if is_ready(&node) {
+                    node.pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                        .and_then(|c| c["lastTransitionTime"].as_str())
+                        .unwrap_or(&now)
+                        .to_owned()
+                } else {
+                    now.clone()
+                };
+                let _ = api.merge(
+                    NODES,
+                    "",
+                    &identity.name,
+                    &json!({"status": {"conditions": conditions(&now, &transition)}}),
+                    true,
+                );
+                last_status = Instant::now();
+            }
+            _ => {}
+        }
+        renew_lease(&api, &identity.name, &timing);
+        run_pods(&api, &identity.name);
+    }
+}
+
+fn renew_lease(api: &Local, node: &str, timing: &Timing) {
+    let renew = format_micro_time(api.store().wall_time());
+    let seconds = timing.node_grace.as_secs().max(1);
+    match api.get(LEASES, "kube-node-lease", node) {
+        Ok(_) => {
+            let _ = api.merge(
+                LEASES,
+                "kube-node-lease",
+                node,
+                &json!({"spec": {"renewTime": renew}}),
+                false,
+            );
+        }
+        Err(_) => {
+            let _ = api.create(
+                LEASES,
+                "kube-node-lease",
+                json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": node}, "spec": {"holderIdentity": node, "leaseDurationSeconds": seconds, "renewTime": renew}}),
+            );
+        }
+    }
+}
+
+/// Starts pending pods bound here and confirms the deletion of terminating ones.
+fn run_pods(api: &Local, node: &str) {
+    for pod in api.list_selected(PODS, None, &format!("spec.nodeName={node}")) {
+        let namespace = pod
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let name = pod
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            let _ = api.delete(PODS, namespace, name, Some(0));
+        } else if pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending") {
+            let containers: Vec<Value> = pod
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map(|c| c.iter().map(|c| json!({"name": c["name"], "ready": true, "restartCount": 0, "image": c["image"], "started": true, "state": {"running": {}}})).collect())
+                .unwrap_or_default();
+            let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}, {"type": "PodScheduled", "status": "True"}], "containerStatuses": containers}});
+            let _ = api.merge(PODS, namespace, name, &status, true);
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The node lifecycle and pod garbage collection of the controller-manager: a Node whose
+//! Lease is not renewed within the grace period becomes Unknown and gets the
+//! `node.kubernetes.io/unreachable` taints; pods of deleted Nodes, and of out-of-service
+//! Nodes, are removed.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::local::{LEASES, Local, NODES, PODS};
+use super::timing::Timing;
+use crate::apiserver::time::{format_time, parse_time};
+
+const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+
+fn ready_status(node: &Value) -> Option<String> {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .and_then(|c| c["status"].as_str())
+        .map(str::to_owned)
+}
+
+fn taints(node: &Value) -> Vec<Value> {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Runs the controller until the task is aborted.
+pub async fn run(api: Local, timing: Timing) {
+    loop {
+        tokio::time::sleep(timing.monitor_period).await;
+        pass(&api, timing.node_grace);
+    }
+}
+
+/// One pass over every Node and pod.
+pub fn pass(api: &Local, grace: Duration) {
+    let now = api.store().wall_time();
+    let stamp = format_time(now);
+    let nodes = api.list(NODES, None);
+    for node in &nodes {
+        let name = node
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let renewed = api
+            .get(LEASES, "kube-node-lease", name)
+            .ok()
+            .and_then(|lease| {
+                lease
+                    .pointer("/spec/renewTime")
+                    .and_then(Value::as_str)
+                    .and_then(parse_time)
+            });
+        // A Node without a Lease yet is judged from its creation, as the real controller
+        // starts its grace period when it first sees the Node.
+        let created = node
+            .pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str)
+            .and_then(parse_time);
+        let silent = renewed
+            .or(created)
+            .is_none_or(|at| now.saturating_sub(at) > grace);
+        let ready = ready_status(node);
+        let mut current = taints(node);
+        if silent && ready.as_deref() != Some("Unknown") {
+            let conditions: Vec<Value> = node
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|mut c| {
+                    c["status"] = json!("Unknown");
+                    c["reason"] = json!("NodeStatusUnknown");
+                    c["message"] = json!("Kubelet stopped posting node status.");
+                    c["lastTransitionTime"] = json!(stamp);
+                    c
+                })
+                .collect();
+            let _ = api.merge(
+                NODES,
+                "",
+                name,
+                &json!({"status": {"conditions": conditions}}),
+                true,
+            );
+        }
+        let has_unreachable = current.iter().any(|t| t["key"] == UNREACHABLE);
+        if silent && !has_unreachable {
+            current.push(json!({"key": UNREACHABLE, "effect": "NoSchedule", "timeAdded": stamp}));
+            current.push(json!({"key": UNREACHABLE, "effect": "NoExecute", "timeAdded": stamp}));
+            let _ = api.merge(
+                NODES,
+                "",
+                name,
+                &json!({"spec": {"taints": current}}),
+                false,
+            );
+        } else if !silent && ready.as_deref() == Some("True") && has_unreachable {
+            current.retain(|t| t["key"] != UNREACHABLE);
+            let _ = api.merge(
+                NODES,
+                "",
+                name,
+                &json!({"spec": {"taints": current}}),
+                false,
+            );
+        }
+    }
+    collect_pods(api, &nodes);
+}
+
+/// Pod GC: pods bound to a Node that no longer exists, and pods on out-of-service Nodes that
+/// are not Ready, are deleted at once.
+fn collect_pods(api: &Local, nodes: &[Value]) {
+    let out_of_service: Vec<&str> = nodes
+        .iter()
+        .filter(|n| {
+            taints(n)
+                .iter()
+                .any(|t| t["key"] == OUT_OF_SERVICE && t["effect"] == "NoExecute")
+        })
+        .filter(|n| ready_status(n).as_deref() != Some("True"))
+        .filter_map(|n| n.pointer("/metadata/name").and_then(Value::as_str))
+        .collect();
+    let existing: Vec<&str> = nodes
+        .iter()
+        .filter_map(|n| n.pointer("/metadata/name").and_then(Value::as_str))
+        .collect();
+    for pod in api.list(PODS, None) {
+        let Some(node) = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        else {
+            continue;
+        };
+        if !existing.contains(&node) || out_of_service.contains(&node) {
+            let namespace = pod
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let name = pod
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let _ = api.delete(PODS, namespace, name, Some(0));
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! In-process access to the store for the simulated actors (like the controllers that run
+//! next to a real API server): the same write rules and watch events as HTTP clients get.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::apiserver::Store;
+use crate::apiserver::errors::{ApiError, ApiResult};
+use crate::apiserver::kinds::ResourceType;
+use crate::apiserver::operations::{PatchKind, patch};
+use crate::apiserver::selectors::{FieldSelector, LabelSelector};
+use crate::apiserver::store::DeleteOptions;
+
+/// A group, version and plural.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gvr {
+    /// API group.
+    pub group: &'static str,
+    /// Version.
+    pub version: &'static str,
+    /// Plural.
+    pub plural: &'static str,
+}
+
+/// Nodes.
+pub const NODES: Gvr = Gvr {
+    group: "",
+    version: "v1",
+    plural: "nodes",
+};
+/// Pods.
+pub const PODS: Gvr = Gvr {
+    group: "",
+    version: "v1",
+    plural: "pods",
+};
+/// Secrets.
+pub const SECRETS: Gvr = Gvr {
+    group: "",
+    version: "v1",
+    plural: "secrets",
+};
+/// Namespaces.
+pub const NAMESPACES: Gvr = Gvr {
+    group: "",
+    version: "v1",
+    plural: "namespaces",
+};
+/// Events (core).
+pub const EVENTS: Gvr = Gvr {
+    group: "",
+    version: "v1",
+    plural: "events",
+};
+/// Leases.
+pub const LEASES: Gvr = Gvr {
+    group: "coordination.k8s.io",
+    version: "v1",
+    plural: "leases",
+};
+/// PodDisruptionBudgets.
+pub const PDBS: Gvr = Gvr {
+    group: "policy",
+    version: "v1",
+    plural: "poddisruptionbudgets",
+};
+/// CRDs.
+pub const CRDS: Gvr = Gvr {
+    group: "apiextensions.k8s.io",
+    version: "v1",
+    plural: "customresourcedefinitions",
+};
+/// Machines.
+pub const MACHINES: Gvr = Gvr {
+    group: "machine.openshift.io",
+    version: "v1beta1",
+    plural: "machines",
+};
+/// MachineHealthChecks.
+pub const MHCS: Gvr = Gvr {
+    group: "machine.openshift.io",
+    version: "v1beta1",
+    plural: "machinehealthchecks",
+};
+/// BareMetalHosts.
+pub const BMHS: Gvr = Gvr {
+    group: "metal3.io",
+    version: "v1alpha1",
+    plural: "baremetalhosts",
+};
+
+/// The store, seen by an in-process actor.
+#[derive(Clone)]
+pub struct Local {
+    store: Arc<Store>,
+    manager: &'static str,
+}
+
+impl std::fmt::Debug for Local {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Local")
+            .field("manager", &self.manager)
+            .finish()
+    }
+}
+
+impl Local {
+    /// Access as field manager `manager`.
+    pub fn new(store: Arc<Store>, manager: &'static str) -> Self {
+        Local { store, manager }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn ty(&self, gvr: Gvr) -> ApiResult<Arc<ResourceType>> {
+        self.store
+            .registry()
+            .get(gvr.group, gvr.version, gvr.plural)
+            .ok_or_else(|| ApiError::no_route(gvr.plural))
+    }
+
+    /// Reads an object.
+    pub fn get(&self, gvr: Gvr, namespace: &str, name: &str) -> ApiResult<Value> {
+        self.store
+            .get(&*self.ty(gvr)?, gvr.version, namespace, name)
+    }
+
+    /// Lists objects (all namespaces when `namespace` is None).
+    pub fn list(&self, gvr: Gvr, namespace: Option<&str>) -> Vec<Value> {
+        self.list_selected(gvr, namespace, "")
+    }
+
+    /// Lists objects with a field selector.
+    pub fn list_selected(&self, gvr: Gvr, namespace: Option<&str>, fields: &str) -> Vec<Value> {
+        let Ok(ty) = self.ty(gvr) else {
+            return Vec::new();
+        };
+        let Ok(fields) = FieldSelector::parse(fields, gvr.plural) else {
+            return Vec::new();
+        };
+        self.store
+            .list(
+                &ty,
+                gvr.version,
+                namespace,
+                &LabelSelector::default(),
+                &fields,
+                None,
+                None,
+            )
+            .ok()
+            .and_then(|list| list.get("items").and_then(Value::as_array).cloned())
+            .unwrap_or_default()
+    }
+
+    /// Creates an object.
+    pub fn create(&self, gvr: Gvr, namespace: &str, body: Value) -> ApiResult<Value> {
+        self.store
+            .create(&*self.ty(gvr)?, gvr.version, namespace, body, false)
+    }
+
+    /// Merge-patches an object or its status.
+    pub fn merge(
+        &self,
+        gvr: Gvr,
+        namespace: &str,
+        name: &str,
+        body: &Value,
+        status: bool,
+    ) -> ApiResult<Value> {
+        patch(
+            &self.store,
+            &*self.ty(gvr)?,
+            gvr.version,
+            namespace,
+            name,
+            &PatchKind::Merge,
+            body,
+            status,
+            self.manager,
+            false,
+        )
+    }
+
+    /// Deletes an object with a grace period (None: the object's own).
+    pub fn delete(
+        &self,
+        gvr: Gvr,
+        namespace: &str,
+        name: &str,
+        grace: Option<i64>,
+    ) -> ApiResult<Value> {
+        let options = DeleteOptions {
+            grace_period_seconds: grace,
+            ..DeleteOptions::default()
+        };
+        self.store
+            .delete(&*self.ty(gvr)?, gvr.version, namespace, name, &options)
+    }
+
+    /// Records an Event about an object.
+    pub fn event(
+        &self,
+        regarding: &Value,
+        kind: &str,
+        reason: &str,
+        message: &str,
+        component: &str,
+    ) {
+        let namespace = regarding
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_owned();
+        let name = regarding
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let now = crate::apiserver::time::format_time(self.store.wall_time());
+        let event = serde_json::json!({
+            "metadata": {"generateName": format!("{name}.")},
+            "involvedObject": {
+                "apiVersion": regarding.get("apiVersion"),
+                "kind": regarding.get("kind"),
+                "name": name,
+                "namespace": regarding.pointer("/metadata/namespace"),
+                "uid": regarding.pointer("/metadata/uid"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "source": {"component": component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        });
+        let _ = self.create(EVENTS, &namespace, event);
+    }
+}

@@ -1,0 +1,184 @@
+//! The MachineHealthCheck controller of the OpenShift machine-api, as far as baremend meets
+//! it: Machines selected by an MHC are unhealthy when their Node is gone, never came
+//! (`nodeStartupTimeout`), or holds an unhealthy condition longer than its timeout; more
+//! unhealthy Machines than `maxUnhealthy` short-circuit remediation; with the
+//! `external-baremetal` strategy the Machine is annotated for external remediation (the
+//! annotation is never removed by the MHC).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::local::{Local, MACHINES, MHCS, NODES};
+use super::timing::{Timing, parse_go_duration};
+use crate::apiserver::time::parse_time;
+
+/// The MHC annotation that selects external remediation.
+pub const STRATEGY_ANNOTATION: &str = "machine.openshift.io/remediation-strategy";
+/// The Machine annotation that asks for external remediation.
+pub const EXTERNAL_REMEDIATION: &str = "host.metal3.io/external-remediation";
+
+fn labels_match(selector: &Value, machine: &Value) -> bool {
+    crate::apiserver::controllers_selector(selector, machine)
+}
+
+/// Why a Machine is unhealthy, if it is.
+fn unhealthy(machine: &Value, mhc: &Value, now: Duration, api: &Local) -> Option<String> {
+    let node_name = machine
+        .pointer("/status/nodeRef/name")
+        .and_then(Value::as_str);
+    let Some(node_name) = node_name else {
+        let startup = mhc
+            .pointer("/spec/nodeStartupTimeout")
+            .and_then(Value::as_str)
+            .and_then(parse_go_duration)
+            .unwrap_or(Duration::from_secs(600));
+        let created = machine
+            .pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str)
+            .and_then(parse_time)?;
+        return (now.saturating_sub(created) > startup)
+            .then(|| "the node did not start within nodeStartupTimeout".to_owned());
+    };
+    let Ok(node) = api.get(NODES, "", node_name) else {
+        return Some(format!("node {node_name} not found"));
+    };
+    let conditions = node
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for rule in mhc
+        .pointer("/spec/unhealthyConditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+    {
+        let timeout = rule
+            .get("timeout")
+            .and_then(Value::as_str)
+            .and_then(parse_go_duration)
+            .unwrap_or(Duration::from_secs(300));
+        for condition in &conditions {
+            if condition["type"] == rule["type"] && condition["status"] == rule["status"] {
+                let since = condition["lastTransitionTime"]
+                    .as_str()
+                    .and_then(parse_time)
+                    .unwrap_or(now);
+                if now.saturating_sub(since) > timeout {
+                    return Some(format!(
+                        "condition {}={} for more than {timeout:?}",
+                        rule["type"].as_str().unwrap_or_default(),
+                        rule["status"].as_str().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+    None
+}
+
+fn allowed_unhealthy(max: Option<&Value>, total: usize) -> usize {
+    match max {
+        Some(Value::Number(n)) => n.as_u64().unwrap_or(0) as usize,
+        Some(Value::String(s)) => match s.strip_suffix('%').and_then(|p| p.parse::<usize>().ok()) {
+            Some(percent) => percent * total / 100,
+            None => s.parse().unwrap_or(total),
+        },
+        _ => total,
+    }
+}
+
+/// Runs the controller until the task is aborted.
+pub async fn run(api: Local, timing: Timing) {
+    loop {
+        tokio::time::sleep(timing.mhc_period).await;
+        pass(&api);
+    }
+}
+
+/// One pass over every MachineHealthCheck.
+pub fn pass(api: &Local) {
+    let now = api.store().wall_time();
+    for mhc in api.list(MHCS, None) {
+        let namespace = mhc
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let name = mhc
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let selector = mhc.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+        let machines: Vec<Value> = api
+            .list(MACHINES, Some(&namespace))
+            .into_iter()
+            .filter(|m| labels_match(&selector, m))
+            .collect();
+        let sick: Vec<(Value, String)> = machines
+            .iter()
+            .filter_map(|m| unhealthy(m, &mhc, now, api).map(|why| (m.clone(), why)))
+            .collect();
+        let allowed = allowed_unhealthy(mhc.pointer("/spec/maxUnhealthy"), machines.len());
+        let remediation_allowed = sick.len() <= allowed;
+        let status = json!({"status": {
+            "expectedMachines": machines.len(),
+            "currentHealthy": machines.len() - sick.len(),
+            "remediationsAllowed": allowed.saturating_sub(sick.len()),
+            "conditions": [{"type": "RemediationAllowed", "status": if remediation_allowed { "True" } else { "False" }, "reason": if remediation_allowed { "" } else { "TooManyUnhealthy" }}],
+        }});
+        if mhc.get("status") != status.get("status") {
+            let _ = api.merge(MHCS, &namespace, &name, &status, true);
+        }
+        if !remediation_allowed {
+            if !sick.is_empty() {
+                api.event(
+                    &mhc,
+                    "Warning",
+                    "RemediationRestricted",
+                    &format!(
+                        "Remediation restricted: {} unhealthy machines exceed maxUnhealthy",
+                        sick.len()
+                    ),
+                    "machinehealthcheck-controller",
+                );
+            }
+            continue;
+        }
+        let external = mhc
+            .pointer(&format!(
+                "/metadata/annotations/{}",
+                STRATEGY_ANNOTATION.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+            == Some("external-baremetal");
+        for (machine, why) in sick {
+            let machine_name = machine
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let annotated = machine
+                .pointer("/metadata/annotations")
+                .and_then(Value::as_object)
+                .is_some_and(|a| a.contains_key(EXTERNAL_REMEDIATION));
+            let failed = machine.pointer("/status/phase").and_then(Value::as_str) == Some("Failed");
+            if external && !annotated && !failed {
+                let patch = json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: ""}}});
+                if api
+                    .merge(MACHINES, &namespace, machine_name, &patch, false)
+                    .is_ok()
+                {
+                    api.event(
+                        &machine,
+                        "Normal",
+                        "ExternalAnnotationAdded",
+                        &format!("Requesting external remediation of {machine_name}: {why}"),
+                        "machinehealthcheck-controller",
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! A simulated OpenShift bare-metal cluster in one process: the API server, the hosts with
+//! their BMCs (Redfish, optionally IPMI), and the actors around the controller under test —
+//! kubelets, the node lifecycle controller, the MachineHealthCheck controller and the
+//! BareMetal Operator. Machines, BareMetalHosts and Nodes are linked as in OpenShift
+//! (`status.nodeRef`, `spec.providerID`, the `metal3.io/BareMetalHost` annotation).
+
+mod bmo;
+pub mod control;
+pub mod fixtures;
+mod kubelet;
+mod lifecycle;
+pub mod local;
+mod mhc;
+pub mod scenario;
+pub mod timing;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+pub use self::bmo::{DETACHED, PAUSED, REBOOT, REBOOT_PREFIX};
+pub use self::kubelet::NodeFaults;
+use self::local::{BMHS, CRDS, Local, MACHINES, MHCS, NAMESPACES, NODES, SECRETS};
+pub use self::mhc::{EXTERNAL_REMEDIATION, STRATEGY_ANNOTATION};
+pub use self::scenario::ClusterSpec;
+use crate::apiserver::{ApiServer, ApiServerConfig};
+use crate::clock::{Clock, SystemClock};
+use crate::host::{Power, SimHost};
+use crate::ipmi::{IpmiSim, IpmiSimConfig, IpmiUser, privilege};
+use crate::redfish::{RedfishSim, RedfishSimConfig};
+use crate::{Error, Result};
+
+/// The namespace of Machines, BareMetalHosts and BMC Secrets.
+pub const MACHINE_NAMESPACE: &str = "openshift-machine-api";
+/// The BMC account of every simulated host.
+pub const BMC_USERNAME: &str = "admin";
+
+/// One simulated host and its links.
+#[derive(Debug, Clone)]
+pub struct HostInfo {
+    /// Host, Machine, BareMetalHost and Node name.
+    pub name: String,
+    /// `master` or `worker`.
+    pub role: String,
+    /// The host.
+    pub host: Arc<SimHost>,
+    /// OS faults.
+    pub faults: Arc<NodeFaults>,
+    /// Its Redfish address.
+    pub redfish_address: String,
+    /// Its IPMI address, when IPMI is served.
+    pub ipmi_address: Option<String>,
+}
+
+/// A running simulated cluster. Dropping it stops everything.
+pub struct SimCluster {
+    server: ApiServer,
+    redfish: RedfishSim,
+    ipmi: Vec<IpmiSim>,
+    hosts: Vec<HostInfo>,
+    actors: Vec<JoinHandle<()>>,
+    bmc_password: String,
+    spec: ClusterSpec,
+}
+
+impl std::fmt::Debug for SimCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCluster")
+            .field("url", &self.server.url())
+            .field("hosts", &self.hosts.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn secret_data(value: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(value)
+}
+
+impl SimCluster {
+    /// Builds and starts a cluster; returns once every Node is registered and Ready (or
+    /// after `spec.ready_timeout`).
+    pub async fn start(spec: ClusterSpec) -> Result<Self> {
+        let started = Instant::now();
+        let server = ApiServer::start(ApiServerConfig {
+            tls: spec.tls,
+            ..ApiServerConfig::default()
+        })
+        .await?;
+        let api = Local::new(server.store().clone(), "baremend-sim-installer");
+        let fail =
+            |e: crate::apiserver::ApiError| Error::Config(format!("cluster set-up: {}", e.message));
+        for crd in fixtures::all() {
+            api.create(CRDS, "", crd).map_err(fail)?;
+        }
+        api.create(
+            NAMESPACES,
+            "",
+            json!({"metadata": {"name": MACHINE_NAMESPACE}}),
+        )
+        .map_err(fail)?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let names: Vec<(String, &str)> = (0..spec.masters)
+            .map(|i| (format!("master-{i}"), "master"))
+            .chain((0..spec.workers).map(|i| (format!("worker-{i}"), "worker")))
+            .collect();
+        let sim_hosts: Vec<Arc<SimHost>> = names
+            .iter()
+            .map(|(name, _)| {
+                Arc::new(SimHost::new(
+                    name,
+                    Power::On,
+                    spec.timing.power_delay,
+                    clock.clone(),
+                ))
+            })
+            .collect();
+        let bmc_password = spec.bmc_password.clone();
+        let redfish = RedfishSim::start_with_hosts(
+            RedfishSimConfig {
+                username: BMC_USERNAME.into(),
+                password: bmc_password.clone(),
+                power_delay: spec.timing.power_delay,
+                ..RedfishSimConfig::default()
+            },
+            sim_hosts.clone(),
+            clock.clone(),
+        )
+        .await?;
+        let mut ipmi = Vec::new();
+        let mut hosts = Vec::new();
+        for ((name, role), host) in names.iter().zip(&sim_hosts) {
+            let ipmi_address = if spec.ipmi {
+                let users = vec![IpmiUser {
+                    username: BMC_USERNAME.into(),
+                    password: bmc_password.clone(),
+                    max_privilege: privilege::ADMINISTRATOR,
+                }];
+                let sim = IpmiSim::start(
+                    IpmiSimConfig {
+                        users,
+                        ..IpmiSimConfig::default()
+                    },
+                    host.clone(),
+                    clock.clone(),
+                )
+                .await?;
+                let address = sim.bmc_address();
+                ipmi.push(sim);
+                Some(address)
+            } else {
+                None
+            };
+            hosts.push(HostInfo {
+                name: name.clone(),
+                role: (*role).to_owned(),
+                host: host.clone(),
+                faults: Arc::new(NodeFaults::default()),
+                redfish_address: redfish.bmc_address(name),
+                ipmi_address,
+            });
+        }
+        for info in &hosts {
+            Self::register(&api, info, &bmc_password, spec.bmh_uses_ipmi).map_err(fail)?;
+        }
+        let mhc = json!({
+            "apiVersion": "machine.openshift.io/v1beta1",
+            "kind": "MachineHealthCheck",
+            "metadata": {"name": "workers", "namespace": MACHINE_NAMESPACE, "annotations": {STRATEGY_ANNOTATION: "external-baremetal"}},
+            "spec": {
+                "selector": {"matchLabels": {"machine.openshift.io/cluster-api-machine-role": "worker"}},
+                "unhealthyConditions": [
+                    {"type": "Ready", "status": "False", "timeout": format!("{}ms", spec.timing.unhealthy_timeout.as_millis())},
+                    {"type": "Ready", "status": "Unknown", "timeout": format!("{}ms", spec.timing.unhealthy_timeout.as_millis())},
+                ],
+                "maxUnhealthy": spec.max_unhealthy,
+                "nodeStartupTimeout": format!("{}ms", spec.timing.node_startup_timeout.as_millis()),
+            },
+        });
+        api.create(MHCS, MACHINE_NAMESPACE, mhc).map_err(fail)?;
+        let mut actors = Vec::new();
+        for info in &hosts {
+            let identity = kubelet::NodeIdentity {
+                name: info.name.clone(),
+                role: info.role.clone(),
+            };
+            actors.push(tokio::spawn(kubelet::run(
+                Local::new(server.store().clone(), "kubelet"),
+                info.host.clone(),
+                identity,
+                info.faults.clone(),
+                spec.timing.clone(),
+            )));
+        }
+        actors.push(tokio::spawn(lifecycle::run(
+            Local::new(server.store().clone(), "kube-controller-manager"),
+            spec.timing.clone(),
+        )));
+        actors.push(tokio::spawn(mhc::run(
+            Local::new(server.store().clone(), "machine-healthcheck-controller"),
+            spec.timing.clone(),
+        )));
+        actors.push(tokio::spawn(bmo::run(
+            Local::new(server.store().clone(), "metal3-baremetal-controller"),
+            spec.timing.clone(),
+        )));
+        let cluster = SimCluster {
+            server,
+            redfish,
+            ipmi,
+            hosts,
+            actors,
+            bmc_password,
+            spec,
+        };
+        let deadline = started + cluster.spec.ready_timeout;
+        while Instant::now() < deadline && cluster.ready_nodes() < cluster.hosts.len() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(cluster)
+    }
+
+    /// Creates the Secret, BareMetalHost and Machine of a host.
+    fn register(
+        api: &Local,
+        info: &HostInfo,
+        password: &str,
+        use_ipmi: bool,
+    ) -> std::result::Result<(), crate::apiserver::ApiError> {
+        let secret_name = format!("{}-bmc-secret", info.name);
+        api.create(SECRETS, MACHINE_NAMESPACE, json!({"metadata": {"name": secret_name}, "type": "Opaque", "data": {"username": secret_data(BMC_USERNAME), "password": secret_data(password)}}))?;
+        let address = match (&info.ipmi_address, use_ipmi) {
+            (Some(ipmi), true) => ipmi.clone(),
+            _ => info.redfish_address.clone(),
+        };
+        let bmh = api.create(BMHS, MACHINE_NAMESPACE, json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "metadata": {"name": info.name},
+            "spec": {"online": true, "bmc": {"address": address, "credentialsName": secret_name}, "bootMACAddress": "52:54:00:00:00:01", "consumerRef": {"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine", "name": info.name, "namespace": MACHINE_NAMESPACE}},
+        }))?;
+        api.merge(BMHS, MACHINE_NAMESPACE, &info.name, &json!({"status": {"poweredOn": true, "operationalStatus": "OK", "provisioning": {"state": "provisioned"}}}), true)?;
+        let uid = bmh
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        api.create(MACHINES, MACHINE_NAMESPACE, json!({
+            "apiVersion": "machine.openshift.io/v1beta1",
+            "kind": "Machine",
+            "metadata": {
+                "name": info.name,
+                "labels": {"machine.openshift.io/cluster-api-machine-role": info.role, "machine.openshift.io/cluster-api-machine-type": info.role},
+                "annotations": {"metal3.io/BareMetalHost": format!("{MACHINE_NAMESPACE}/{}", info.name)},
+            },
+            "spec": {"providerID": format!("baremetalhost:///{MACHINE_NAMESPACE}/{}/{uid}", info.name)},
+        }))?;
+        api.merge(MACHINES, MACHINE_NAMESPACE, &info.name, &json!({"status": {"phase": "Running", "nodeRef": {"kind": "Node", "name": info.name}}}), true)?;
+        Ok(())
+    }
+
+    /// How many Nodes are Ready.
+    pub fn ready_nodes(&self) -> usize {
+        let api = Local::new(self.server.store().clone(), "reader");
+        api.list(NODES, None)
+            .iter()
+            .filter(|n| {
+                n.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+            })
+            .count()
+    }
+
+    /// The API server.
+    pub fn api_server(&self) -> &ApiServer {
+        &self.server
+    }
+
+    /// A kubeconfig for kubectl and controllers.
+    pub fn kubeconfig(&self) -> String {
+        self.server.kubeconfig()
+    }
+
+    /// The Redfish service of every host.
+    pub fn redfish(&self) -> &RedfishSim {
+        &self.redfish
+    }
+
+    /// The hosts.
+    pub fn hosts(&self) -> &[HostInfo] {
+        &self.hosts
+    }
+
+    /// A host by name.
+    pub fn host(&self, name: &str) -> Option<&HostInfo> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// The BMC password of every host.
+    pub fn bmc_password(&self) -> &str {
+        &self.bmc_password
+    }
+
+    /// The IPMI BMCs (empty unless the spec asked for IPMI).
+    pub fn ipmi(&self) -> &[IpmiSim] {
+        &self.ipmi
+    }
+
+    /// Hangs a node's kernel: heartbeats stop until the next power cycle.
+    pub fn hang(&self, name: &str) -> bool {
+        self.host(name)
+            .map(|h| h.faults.hung.store(true, Ordering::Relaxed))
+            .is_some()
+    }
+
+    /// Cuts a node's network: heartbeats stop until the next power cycle.
+    pub fn nic_down(&self, name: &str) -> bool {
+        self.host(name)
+            .map(|h| h.faults.nic_down.store(true, Ordering::Relaxed))
+            .is_some()
+    }
+
+    /// Clears a node's OS faults without a power cycle (the admin fixed it).
+    pub fn recover(&self, name: &str) -> bool {
+        self.host(name)
+            .map(|h| {
+                h.faults.hung.store(false, Ordering::Relaxed);
+                h.faults.nic_down.store(false, Ordering::Relaxed);
+            })
+            .is_some()
+    }
+
+    /// Node names by readiness, for status output.
+    pub fn node_summary(&self) -> HashMap<String, String> {
+        let api = Local::new(self.server.store().clone(), "reader");
+        api.list(NODES, None)
+            .into_iter()
+            .map(|n| {
+                let name = n
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let ready = n
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                    .and_then(|c| c["status"].as_str())
+                    .unwrap_or("Unknown")
+                    .to_owned();
+                (name, ready)
+            })
+            .collect()
+    }
+}
+
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        for actor in &self.actors {
+            actor.abort();
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The simulated cluster: it comes up, a hung worker is marked by the MachineHealthCheck for
+//! external remediation within its timeout, and hosts powered off through the BareMetalHost
+//! reboot API come back and re-register after power-on.
+
+use std::time::{Duration, Instant};
+
+use baremend_sim::cluster::local::{BMHS, Local, MACHINES, NODES};
+use baremend_sim::cluster::timing::Timing;
+use baremend_sim::cluster::{ClusterSpec, EXTERNAL_REMEDIATION, MACHINE_NAMESPACE, SimCluster};
+use baremend_sim::host::Power;
+use serde_json::{Value, json};
+
+fn fast() -> ClusterSpec {
+    ClusterSpec {
+        timing: Timing {
+            power_delay: Duration::from_millis(300),
+            boot_delay: Duration::from_millis(400),
+            heartbeat: Duration::from_millis(100),
+            node_grace: Duration::from_millis(600),
+            monitor_period: Duration::from_millis(100),
+            mhc_period: Duration::from_millis(100),
+            unhealthy_timeout: Duration::from_millis(500),
+            bmo_period: Duration::from_millis(100),
+            ..Timing::default()
+        },
+        ..ClusterSpec::default()
+    }
+}
+
+async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    started.elapsed()
+}
+
+fn ready(api: &Local, node: &str) -> Option<String> {
+    let node = api.get(NODES, "", node).ok()?;
+    node.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?["status"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_comes_up_linked_like_openshift() {
+    let cluster = SimCluster::start(fast()).await.unwrap();
+    assert_eq!(cluster.ready_nodes(), 6);
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    let machines = api.list(MACHINES, Some(MACHINE_NAMESPACE));
+    assert_eq!(machines.len(), 6);
+    for machine in &machines {
+        let name = machine["metadata"]["name"].as_str().unwrap();
+        assert_eq!(machine["status"]["nodeRef"]["name"], name);
+        assert!(
+            machine["spec"]["providerID"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("baremetalhost:///{MACHINE_NAMESPACE}/{name}/"))
+        );
+        assert_eq!(
+            machine["metadata"]["annotations"]["metal3.io/BareMetalHost"],
+            format!("{MACHINE_NAMESPACE}/{name}")
+        );
+        let bmh = api.get(BMHS, MACHINE_NAMESPACE, name).unwrap();
+        assert_eq!(bmh["status"]["poweredOn"], true);
+        assert!(
+            bmh["spec"]["bmc"]["address"]
+                .as_str()
+                .unwrap()
+                .starts_with("redfish+http://")
+        );
+    }
+    let master = api.get(NODES, "", "master-0").unwrap();
+    assert!(
+        master["metadata"]["labels"]
+            .get("node-role.kubernetes.io/master")
+            .is_some()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_worker_becomes_unknown_tainted_and_is_marked_for_external_remediation() {
+    let mut spec = fast();
+    spec.timing.unhealthy_timeout = Duration::from_millis(1500);
+    let cluster = SimCluster::start(spec).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    let hung = Instant::now();
+    assert!(cluster.hang("worker-0"));
+    let unknown = eventually("the node to become Unknown", Duration::from_secs(5), || {
+        ready(&api, "worker-0").as_deref() == Some("Unknown")
+    })
+    .await;
+    assert!(
+        unknown >= Duration::from_millis(500),
+        "not before the grace period (less the last heartbeat's age): {unknown:?}"
+    );
+    let node = api.get(NODES, "", "worker-0").unwrap();
+    let taints: Vec<String> = node["spec"]["taints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            format!(
+                "{}:{}",
+                t["key"].as_str().unwrap(),
+                t["effect"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        taints.contains(&"node.kubernetes.io/unreachable:NoExecute".to_owned()),
+        "{taints:?}"
+    );
+    let marked = eventually(
+        "the external-remediation annotation",
+        Duration::from_secs(5),
+        || {
+            api.get(MACHINES, MACHINE_NAMESPACE, "worker-0")
+                .is_ok_and(|m| {
+                    m["metadata"]["annotations"]
+                        .get(EXTERNAL_REMEDIATION)
+                        .is_some()
+                })
+        },
+    )
+    .await;
+    // Condition timestamps have a one-second resolution, as in Kubernetes: the timeout runs
+    // from the truncated transition time.
+    assert!(
+        hung.elapsed() >= Duration::from_millis(500 + 500),
+        "not before the unhealthy timeout: {:?}",
+        hung.elapsed()
+    );
+    println!("hung worker: Unknown after {unknown:?}, marked {marked:?} later");
+    for other in ["worker-1", "worker-2", "master-0"] {
+        let machine = api.get(MACHINES, MACHINE_NAMESPACE, other).unwrap();
+        assert!(
+            machine["metadata"]["annotations"]
+                .get(EXTERNAL_REMEDIATION)
+                .is_none(),
+            "{other} is healthy"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reboot_api_holds_a_host_off_and_it_re_registers_after_power_on() {
+    let cluster = SimCluster::start(fast()).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    let key = "reboot.metal3.io/test-requester";
+    api.merge(
+        BMHS,
+        MACHINE_NAMESPACE,
+        "worker-1",
+        &json!({"metadata": {"annotations": {key: "{\"mode\":\"hard\"}"}}}),
+        false,
+    )
+    .unwrap();
+    eventually("poweredOn=false", Duration::from_secs(5), || {
+        api.get(BMHS, MACHINE_NAMESPACE, "worker-1")
+            .is_ok_and(|b| b["status"]["poweredOn"] == false)
+    })
+    .await;
+    assert_eq!(
+        cluster.host("worker-1").unwrap().host.power(),
+        Power::Off,
+        "poweredOn follows the BMC"
+    );
+    let resets: Vec<String> = cluster
+        .redfish()
+        .service()
+        .stats()
+        .resets
+        .iter()
+        .map(|r| format!("{}:{}", r.system, r.reset_type))
+        .collect();
+    assert_eq!(resets, ["worker-1:ForceOff"], "hard mode cuts the power");
+    // While the annotation stays, the host stays off; the Node may be deleted meanwhile.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(cluster.host("worker-1").unwrap().host.power(), Power::Off);
+    api.delete(NODES, "", "worker-1", None).unwrap();
+    api.merge(
+        BMHS,
+        MACHINE_NAMESPACE,
+        "worker-1",
+        &json!({"metadata": {"annotations": {key: Value::Null}}}),
+        false,
+    )
+    .unwrap();
+    let back = eventually(
+        "the node to re-register Ready",
+        Duration::from_secs(10),
+        || ready(&api, "worker-1").as_deref() == Some("True"),
+    )
+    .await;
+    println!("re-registered {back:?} after the annotation was removed");
+    assert_eq!(
+        api.get(BMHS, MACHINE_NAMESPACE, "worker-1").unwrap()["status"]["poweredOn"],
+        true
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_suffixless_reboot_annotation_power_cycles_and_goes_away() {
+    let cluster = SimCluster::start(fast()).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    api.merge(
+        BMHS,
+        MACHINE_NAMESPACE,
+        "worker-2",
+        &json!({"metadata": {"annotations": {"reboot.metal3.io": ""}}}),
+        false,
+    )
+    .unwrap();
+    eventually(
+        "the annotation to be consumed",
+        Duration::from_secs(8),
+        || {
+            api.get(BMHS, MACHINE_NAMESPACE, "worker-2").is_ok_and(|b| {
+                b["metadata"]["annotations"]
+                    .get("reboot.metal3.io")
+                    .is_none()
+            })
+        },
+    )
+    .await;
+    eventually("power back on", Duration::from_secs(8), || {
+        cluster.host("worker-2").unwrap().host.power() == Power::On
+    })
+    .await;
+    let history: Vec<Power> = cluster
+        .host("worker-2")
+        .unwrap()
+        .host
+        .history()
+        .iter()
+        .map(|c| c.power)
+        .collect();
+    assert_eq!(history, [Power::Off, Power::On]);
+    let resets: Vec<String> = cluster
+        .redfish()
+        .service()
+        .stats()
+        .resets
+        .into_iter()
+        .map(|r| r.reset_type)
+        .collect();
+    assert_eq!(resets, ["GracefulShutdown", "On"], "no mode means soft");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detached_and_paused_hosts_are_not_powered() {
+    let cluster = SimCluster::start(fast()).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    for (host, annotation) in [
+        ("worker-0", "baremetalhost.metal3.io/detached"),
+        ("worker-1", "baremetalhost.metal3.io/paused"),
+    ] {
+        api.merge(BMHS, MACHINE_NAMESPACE, host, &json!({"metadata": {"annotations": {annotation: "", "reboot.metal3.io/x": "{\"mode\":\"hard\"}"}}}), false).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(cluster.host("worker-0").unwrap().host.power(), Power::On);
+    assert_eq!(cluster.host("worker-1").unwrap().host.power(), Power::On);
+    assert_eq!(
+        api.get(BMHS, MACHINE_NAMESPACE, "worker-0").unwrap()["status"]["operationalStatus"],
+        "detached"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_unhealthy_workers_than_max_unhealthy_short_circuit_remediation() {
+    let cluster = SimCluster::start(fast()).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    // 40% of 3 workers rounds down to 1: two hung workers exceed it.
+    cluster.hang("worker-0");
+    cluster.hang("worker-1");
+    eventually(
+        "the MHC to hold remediation",
+        Duration::from_secs(5),
+        || {
+            api.get(
+                baremend_sim::cluster::local::MHCS,
+                MACHINE_NAMESPACE,
+                "workers",
+            )
+            .is_ok_and(|m| m.pointer("/status/conditions/0/status") == Some(&json!("False")))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The two can cross the timeout in different passes (transition times have a one-second
+    // resolution): the first may be marked while it is the only one, never the second.
+    let marked = ["worker-0", "worker-1"]
+        .iter()
+        .filter(|w| {
+            api.get(MACHINES, MACHINE_NAMESPACE, w).unwrap()["metadata"]["annotations"]
+                .get(EXTERNAL_REMEDIATION)
+                .is_some()
+        })
+        .count();
+    assert!(marked <= 1, "{marked} machines marked with maxUnhealthy 1");
+}

@@ -1,0 +1,150 @@
+//! `baremend-sim cluster` and `baremend-sim fault` as processes, seen through kubectl.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+const SCENARIO: &str = "masters: 1\nworkers: 2\nmaxUnhealthy: \"50%\"\ntiming:\n  powerDelay: 300ms\n  bootDelay: 300ms\n  heartbeat: 100ms\n  nodeGrace: 600ms\n  monitorPeriod: 100ms\n  mhcPeriod: 100ms\n  unhealthyTimeout: 1s\n  bmoPeriod: 100ms\n";
+
+fn scratch() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cluster-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let output = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .await
+        .expect("kubectl is installed (the machine image ships v1.32)");
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+async fn sim(args: &[&str]) -> (bool, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_baremend-sim"))
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_process_is_seen_by_kubectl_and_takes_faults() {
+    let dir = scratch();
+    let scenario = dir.join("scenario.yaml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let control = format!("127.0.0.1:{}", free_port());
+    let mut cluster = Command::new(env!("CARGO_BIN_EXE_baremend-sim"))
+        .args(["cluster", "--scenario"])
+        .arg(&scenario)
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .args(["--control", &control])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(cluster.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(ready.starts_with("READY https://127.0.0.1:"), "{ready}");
+
+    let (ok, out) = kubectl(&kubeconfig, &["get", "nodes,machines,baremetalhosts", "-A"]).await;
+    assert!(ok, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.contains(" Ready ")).count(),
+        3,
+        "{out}"
+    );
+    assert!(
+        out.contains("machine.machine.openshift.io/worker-0")
+            && out.contains("baremetalhost.metal3.io/worker-1"),
+        "{out}"
+    );
+
+    let (ok, out) = sim(&["fault", "--control", &control, "hang", "worker-0"]).await;
+    assert!(ok, "{out}");
+    let started = Instant::now();
+    loop {
+        let (_, annotations) = kubectl(
+            &kubeconfig,
+            &[
+                "-n",
+                "openshift-machine-api",
+                "get",
+                "machine",
+                "worker-0",
+                "-o",
+                "jsonpath={.metadata.annotations}",
+            ],
+        )
+        .await;
+        if annotations.contains("host.metal3.io/external-remediation") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the MHC did not mark worker-0: {annotations}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (ok, out) = sim(&[
+        "fault",
+        "--control",
+        &control,
+        "bmc",
+        "worker-1",
+        "--json",
+        r#"{"stuck_power":true}"#,
+    ])
+    .await;
+    assert!(ok, "{out}");
+    let (ok, out) = sim(&["fault", "--control", &control, "hang", "nobody"]).await;
+    assert!(!ok && out.contains("404"), "{out}");
+    let (ok, out) = sim(&[
+        "fault",
+        "--control",
+        &control,
+        "api",
+        "--json",
+        r#"{"status":503,"count":1}"#,
+    ])
+    .await;
+    assert!(ok, "{out}");
+    let (ok, _) = kubectl(&kubeconfig, &["get", "nodes", "--request-timeout=5s"]).await;
+    let (ok_after, out) = kubectl(&kubeconfig, &["get", "nodes"]).await;
+    assert!(ok || ok_after, "{out}");
+}
