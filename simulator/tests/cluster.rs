@@ -305,3 +305,42 @@ async fn more_unhealthy_workers_than_max_unhealthy_short_circuit_remediation() {
         .count();
     assert!(marked <= 1, "{marked} machines marked with maxUnhealthy 1");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workloads_run_under_their_pdb_and_scenario_faults_fire_on_time() {
+    let mut spec = fast();
+    spec.workloads = baremend_sim::cluster::scenario::Workloads {
+        pods_per_worker: 1,
+        pdb_min_available: Some(3),
+    };
+    spec.faults = vec![baremend_sim::cluster::scenario::TimedFault {
+        at: Duration::from_millis(300),
+        fault: "hang".into(),
+        target: "worker-2".into(),
+    }];
+    let cluster = SimCluster::start(spec).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    eventually("the pods to run", Duration::from_secs(5), || {
+        api.list(baremend_sim::cluster::local::PODS, Some("workloads"))
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .count()
+            == 3
+    })
+    .await;
+    let pdb = api
+        .get(baremend_sim::cluster::local::PDBS, "workloads", "app")
+        .unwrap();
+    assert_eq!(
+        (
+            pdb["status"]["currentHealthy"].as_i64(),
+            pdb["status"]["disruptionsAllowed"].as_i64()
+        ),
+        (Some(3), Some(0))
+    );
+    eventually("the scheduled hang", Duration::from_secs(5), || {
+        ready(&api, "worker-2").as_deref() == Some("Unknown")
+    })
+    .await;
+    assert_eq!(ready(&api, "worker-1").as_deref(), Some("True"));
+}

@@ -96,7 +96,9 @@ pub async fn run(
     identity: NodeIdentity,
     faults: Arc<NodeFaults>,
     timing: Timing,
+    phase: Duration,
 ) {
+    tokio::time::sleep(phase).await;
     let mut booted_at: Option<Instant> = None;
     let mut last_status = Instant::now() - Duration::from_secs(3600);
     loop {

@@ -3,6 +3,7 @@
 //! `node.kubernetes.io/unreachable` taints; pods of deleted Nodes, and of out-of-service
 //! Nodes, are removed.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -31,14 +32,15 @@ fn taints(node: &Value) -> Vec<Value> {
 
 /// Runs the controller until the task is aborted.
 pub async fn run(api: Local, timing: Timing) {
+    let mut missing = HashMap::new();
     loop {
         tokio::time::sleep(timing.monitor_period).await;
-        pass(&api, timing.node_grace);
+        pass(&api, timing.node_grace, &mut missing);
     }
 }
 
-/// One pass over every Node and pod.
-pub fn pass(api: &Local, grace: Duration) {
+/// One pass over every Node and pod; `missing` remembers since when a pod's Node is gone.
+pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration>) {
     let now = api.store().wall_time();
     let stamp = format_time(now);
     let nodes = api.list(NODES, None);
@@ -112,12 +114,18 @@ pub fn pass(api: &Local, grace: Duration) {
             );
         }
     }
-    collect_pods(api, &nodes);
+    collect_pods(api, &nodes, now, grace, missing);
 }
 
-/// Pod GC: pods bound to a Node that no longer exists, and pods on out-of-service Nodes that
-/// are not Ready, are deleted at once.
-fn collect_pods(api: &Local, nodes: &[Value]) {
+/// Pod GC: pods bound to a Node that has been gone for the quarantine time (the grace period
+/// here, 40 s in Kubernetes), and pods on out-of-service Nodes that are not Ready, are deleted.
+fn collect_pods(
+    api: &Local,
+    nodes: &[Value],
+    now: Duration,
+    quarantine: Duration,
+    missing: &mut HashMap<String, Duration>,
+) {
     let out_of_service: Vec<&str> = nodes
         .iter()
         .filter(|n| {
@@ -140,7 +148,11 @@ fn collect_pods(api: &Local, nodes: &[Value]) {
         else {
             continue;
         };
-        if !existing.contains(&node) || out_of_service.contains(&node) {
+        let orphaned = !existing.contains(&node) && {
+            let since = *missing.entry(node.to_owned()).or_insert(now);
+            now.saturating_sub(since) >= quarantine
+        };
+        if orphaned || out_of_service.contains(&node) {
             let namespace = pod
                 .pointer("/metadata/namespace")
                 .and_then(Value::as_str)

@@ -182,18 +182,26 @@ impl SimCluster {
             },
         });
         api.create(MHCS, MACHINE_NAMESPACE, mhc).map_err(fail)?;
+        Self::place_workloads(&api, &hosts, &spec.workloads).map_err(fail)?;
         let mut actors = Vec::new();
+        let mut seed = spec.seed.max(1);
         for info in &hosts {
             let identity = kubelet::NodeIdentity {
                 name: info.name.clone(),
                 role: info.role.clone(),
             };
+            // Spread heartbeats over the interval, deterministically for a seed (xorshift).
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let phase = spec.timing.heartbeat.mul_f64((seed % 1000) as f64 / 1000.0);
             actors.push(tokio::spawn(kubelet::run(
                 Local::new(server.store().clone(), "kubelet"),
                 info.host.clone(),
                 identity,
                 info.faults.clone(),
                 spec.timing.clone(),
+                phase,
             )));
         }
         actors.push(tokio::spawn(lifecycle::run(
@@ -208,7 +216,8 @@ impl SimCluster {
             Local::new(server.store().clone(), "metal3-baremetal-controller"),
             spec.timing.clone(),
         )));
-        let cluster = SimCluster {
+        let faults = spec.faults.clone();
+        let mut cluster = SimCluster {
             server,
             redfish,
             ipmi,
@@ -220,6 +229,12 @@ impl SimCluster {
         let deadline = started + cluster.spec.ready_timeout;
         while Instant::now() < deadline && cluster.ready_nodes() < cluster.hosts.len() {
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if !faults.is_empty() {
+            let hosts = cluster.hosts.clone();
+            cluster
+                .actors
+                .push(tokio::spawn(scenario::play_faults(faults, hosts)));
         }
         Ok(cluster)
     }
@@ -259,6 +274,36 @@ impl SimCluster {
             "spec": {"providerID": format!("baremetalhost:///{MACHINE_NAMESPACE}/{}/{uid}", info.name)},
         }))?;
         api.merge(MACHINES, MACHINE_NAMESPACE, &info.name, &json!({"status": {"phase": "Running", "nodeRef": {"kind": "Node", "name": info.name}}}), true)?;
+        Ok(())
+    }
+
+    /// Creates the workload pods (bound to workers, owned by a ReplicaSet-like controller so
+    /// that `kubectl drain` accepts them) and the PDB.
+    fn place_workloads(
+        api: &Local,
+        hosts: &[HostInfo],
+        workloads: &scenario::Workloads,
+    ) -> std::result::Result<(), crate::apiserver::ApiError> {
+        let workers: Vec<&HostInfo> = hosts.iter().filter(|h| h.role == "worker").collect();
+        if workers.is_empty() || workloads.pods_per_worker == 0 {
+            return Ok(());
+        }
+        api.create(NAMESPACES, "", json!({"metadata": {"name": "workloads"}}))?;
+        for worker in &workers {
+            for index in 0..workloads.pods_per_worker {
+                api.create(local::PODS, "workloads", json!({
+                    "metadata": {
+                        "name": format!("app-{}-{index}", worker.name),
+                        "labels": {"app": "app"},
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "app", "uid": "5d4f0c3a-8b2e-4f6a-9c1d-7e8f9a0b1c2d", "controller": true}],
+                    },
+                    "spec": {"nodeName": worker.name, "terminationGracePeriodSeconds": 30, "containers": [{"name": "app", "image": "registry.example/app:1"}]},
+                }))?;
+            }
+        }
+        if let Some(min) = workloads.pdb_min_available {
+            api.create(local::PDBS, "workloads", json!({"metadata": {"name": "app"}, "spec": {"minAvailable": min, "selector": {"matchLabels": {"app": "app"}}}}))?;
+        }
         Ok(())
     }
 

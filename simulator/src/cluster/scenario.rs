@@ -44,6 +44,45 @@ pub struct ClusterSpec {
     /// Every interval and delay.
     #[serde(rename = "timing")]
     pub timing: TimingSpec,
+    /// Seeds the pseudo-random choices (kubelet heartbeat phases), so runs repeat.
+    pub seed: u64,
+    /// Pods on the workers.
+    pub workloads: Workloads,
+    /// Faults applied at given times after start.
+    pub faults: Vec<TimedFault>,
+}
+
+/// Pods placed on the workers, so that drains and evictions meet real PDBs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Workloads {
+    /// Pods per worker (a replicated app spread over the workers).
+    pub pods_per_worker: usize,
+    /// A PodDisruptionBudget with this `minAvailable` covers the app (none when absent).
+    pub pdb_min_available: Option<usize>,
+}
+
+impl Default for Workloads {
+    fn default() -> Self {
+        Workloads {
+            pods_per_worker: 2,
+            pdb_min_available: None,
+        }
+    }
+}
+
+/// One fault of a scenario.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TimedFault {
+    /// When, after the cluster is up.
+    #[serde(with = "humantime_ms")]
+    pub at: Duration,
+    /// `hang`, `nic-down` or `recover` (a node); `bmc-stuck`, `bmc-unreachable`, `bmc-clear`
+    /// (a host's BMC).
+    pub fault: String,
+    /// The node or host.
+    pub target: String,
 }
 
 /// Timing in a scenario file (camelCase keys over [`Timing`]).
@@ -61,14 +100,28 @@ impl Default for ClusterSpec {
             bmc_password: "sim-bmc-password".into(),
             ready_timeout: Duration::from_secs(30),
             timing: Timing::default(),
+            seed: 1,
+            workloads: Workloads::default(),
+            faults: Vec::new(),
         }
     }
 }
 
 impl ClusterSpec {
-    /// Parses a scenario; unknown keys are errors, so a typo never goes unnoticed.
+    /// Parses a scenario; unknown keys and unknown faults are errors, so a typo never goes
+    /// unnoticed.
     pub fn from_yaml(text: &str) -> Result<Self, String> {
-        serde_yaml::from_str(text).map_err(|e| format!("invalid scenario: {e}"))
+        let spec: ClusterSpec =
+            serde_yaml::from_str(text).map_err(|e| format!("invalid scenario: {e}"))?;
+        for fault in &spec.faults {
+            if !matches!(
+                fault.fault.as_str(),
+                "hang" | "nic-down" | "recover" | "bmc-stuck" | "bmc-unreachable" | "bmc-clear"
+            ) {
+                return Err(format!("invalid scenario: unknown fault {:?}", fault.fault));
+            }
+        }
+        Ok(spec)
     }
 }
 
@@ -103,5 +156,47 @@ mod tests {
         assert_eq!(spec.timing.node_grace, Duration::from_secs(2));
         assert!(ClusterSpec::from_yaml("workerz: 2\n").is_err());
         assert!(ClusterSpec::from_yaml("timing: {powerDelay: soon}\n").is_err());
+        let faults =
+            ClusterSpec::from_yaml("faults:\n- {at: 5s, fault: hang, target: worker-0}\n").unwrap();
+        assert_eq!(faults.faults[0].at, Duration::from_secs(5));
+        assert!(
+            ClusterSpec::from_yaml("faults:\n- {at: 5s, fault: explode, target: worker-0}\n")
+                .is_err()
+        );
+    }
+}
+
+/// Applies a scenario's faults at their times (after the cluster is up).
+pub(crate) async fn play_faults(mut faults: Vec<TimedFault>, hosts: Vec<super::HostInfo>) {
+    use std::sync::atomic::Ordering;
+
+    use crate::host::Faults;
+
+    faults.sort_by_key(|f| f.at);
+    let started = tokio::time::Instant::now();
+    for fault in faults {
+        tokio::time::sleep_until(started + fault.at).await;
+        let Some(host) = hosts.iter().find(|h| h.name == fault.target) else {
+            tracing::warn!(target = %fault.target, "scenario fault for an unknown host");
+            continue;
+        };
+        match fault.fault.as_str() {
+            "hang" => host.faults.hung.store(true, Ordering::Relaxed),
+            "nic-down" => host.faults.nic_down.store(true, Ordering::Relaxed),
+            "recover" => {
+                host.faults.hung.store(false, Ordering::Relaxed);
+                host.faults.nic_down.store(false, Ordering::Relaxed);
+            }
+            "bmc-stuck" => host.host.set_faults(Faults {
+                stuck_power: true,
+                ..host.host.faults()
+            }),
+            "bmc-unreachable" => host.host.set_faults(Faults {
+                drop_connections: true,
+                ..host.host.faults()
+            }),
+            _ => host.host.set_faults(Faults::default()),
+        }
+        tracing::info!(fault = %fault.fault, target = %fault.target, "scenario fault applied");
     }
 }
