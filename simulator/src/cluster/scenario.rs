@@ -141,31 +141,6 @@ mod humantime_ms {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scenarios_parse_and_typos_are_refused() {
-        let spec = ClusterSpec::from_yaml(
-            "masters: 1\nworkers: 2\ntiming:\n  powerDelay: 200ms\n  nodeGrace: 2s\n",
-        )
-        .unwrap();
-        assert_eq!((spec.masters, spec.workers), (1, 2));
-        assert_eq!(spec.timing.power_delay, Duration::from_millis(200));
-        assert_eq!(spec.timing.node_grace, Duration::from_secs(2));
-        assert!(ClusterSpec::from_yaml("workerz: 2\n").is_err());
-        assert!(ClusterSpec::from_yaml("timing: {powerDelay: soon}\n").is_err());
-        let faults =
-            ClusterSpec::from_yaml("faults:\n- {at: 5s, fault: hang, target: worker-0}\n").unwrap();
-        assert_eq!(faults.faults[0].at, Duration::from_secs(5));
-        assert!(
-            ClusterSpec::from_yaml("faults:\n- {at: 5s, fault: explode, target: worker-0}\n")
-                .is_err()
-        );
-    }
-}
-
 /// Applies a scenario's faults at their times (after the cluster is up).
 pub(crate) async fn play_faults(mut faults: Vec<TimedFault>, hosts: Vec<super::HostInfo>) {
     use std::sync::atomic::Ordering;
@@ -198,5 +173,30 @@ pub(crate) async fn play_faults(mut faults: Vec<TimedFault>, hosts: Vec<super::H
             _ => host.host.set_faults(Faults::default()),
         }
         tracing::info!(fault = %fault.fault, target = %fault.target, "scenario fault applied");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenarios_parse_and_typos_are_refused() {
+        let spec = ClusterSpec::from_yaml(
+            "masters: 1\nworkers: 2\ntiming:\n  powerDelay: 200ms\n  nodeGrace: 2s\n",
+        )
+        .unwrap();
+        assert_eq!((spec.masters, spec.workers), (1, 2));
+        assert_eq!(spec.timing.power_delay, Duration::from_millis(200));
+        assert_eq!(spec.timing.node_grace, Duration::from_secs(2));
+        assert!(ClusterSpec::from_yaml("workerz: 2\n").is_err());
+        assert!(ClusterSpec::from_yaml("timing: {powerDelay: soon}\n").is_err());
+        let faults =
+            ClusterSpec::from_yaml("faults:\n- {at: 5s, fault: hang, target: worker-0}\n").unwrap();
+        assert_eq!(faults.faults[0].at, Duration::from_secs(5));
+        assert!(
+            ClusterSpec::from_yaml("faults:\n- {at: 5s, fault: explode, target: worker-0}\n")
+                .is_err()
+        );
     }
 }
