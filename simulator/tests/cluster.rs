@@ -344,3 +344,104 @@ async fn workloads_run_under_their_pdb_and_scenario_faults_fire_on_time() {
     .await;
     assert_eq!(ready(&api, "worker-1").as_deref(), Some("True"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_reboot_requesters_hold_the_host_until_the_last_is_gone_and_hard_wins() {
+    let cluster = SimCluster::start(fast()).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    let annotate = |value: Value| {
+        api.merge(
+            BMHS,
+            MACHINE_NAMESPACE,
+            "worker-0",
+            &json!({"metadata": {"annotations": value}}),
+            false,
+        )
+        .unwrap()
+    };
+    annotate(
+        json!({"reboot.metal3.io/a": "{\"mode\":\"soft\"}", "reboot.metal3.io/b": "{\"mode\":\"hard\"}"}),
+    );
+    eventually("power off", Duration::from_secs(5), || {
+        cluster.host("worker-0").unwrap().host.power() == Power::Off
+    })
+    .await;
+    let resets: Vec<String> = cluster
+        .redfish()
+        .service()
+        .stats()
+        .resets
+        .into_iter()
+        .map(|r| r.reset_type)
+        .collect();
+    assert_eq!(resets, ["ForceOff"], "hard wins over soft");
+    annotate(json!({"reboot.metal3.io/a": Value::Null}));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        cluster.host("worker-0").unwrap().host.power(),
+        Power::Off,
+        "b still holds it off"
+    );
+    annotate(json!({"reboot.metal3.io/b": Value::Null}));
+    eventually("power on", Duration::from_secs(5), || {
+        cluster.host("worker-0").unwrap().host.power() == Power::On
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_online_false_powers_a_host_off_and_true_back_on() {
+    let cluster = SimCluster::start(fast()).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    api.merge(
+        BMHS,
+        MACHINE_NAMESPACE,
+        "worker-1",
+        &json!({"spec": {"online": false}}),
+        false,
+    )
+    .unwrap();
+    eventually("poweredOn=false", Duration::from_secs(5), || {
+        api.get(BMHS, MACHINE_NAMESPACE, "worker-1")
+            .is_ok_and(|b| b["status"]["poweredOn"] == false)
+    })
+    .await;
+    api.merge(
+        BMHS,
+        MACHINE_NAMESPACE,
+        "worker-1",
+        &json!({"spec": {"online": true}}),
+        false,
+    )
+    .unwrap();
+    eventually("poweredOn=true", Duration::from_secs(5), || {
+        api.get(BMHS, MACHINE_NAMESPACE, "worker-1")
+            .is_ok_and(|b| b["status"]["poweredOn"] == true)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_whose_node_never_starts_is_unhealthy_after_node_startup_timeout() {
+    let mut spec = fast();
+    spec.timing.node_startup_timeout = Duration::from_millis(1500);
+    let cluster = SimCluster::start(spec).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    // A new worker Machine that never gets a Node.
+    api.create(MACHINES, MACHINE_NAMESPACE, json!({"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine", "metadata": {"name": "worker-9", "labels": {"machine.openshift.io/cluster-api-machine-role": "worker"}}, "spec": {}})).unwrap();
+    let started = Instant::now();
+    eventually("the annotation", Duration::from_secs(6), || {
+        api.get(MACHINES, MACHINE_NAMESPACE, "worker-9")
+            .is_ok_and(|m| {
+                m["metadata"]["annotations"]
+                    .get(EXTERNAL_REMEDIATION)
+                    .is_some()
+            })
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "not before nodeStartupTimeout (less timestamp resolution): {:?}",
+        started.elapsed()
+    );
+}
