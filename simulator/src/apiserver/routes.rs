@@ -172,13 +172,7 @@ async fn route(
             &openapi_document(state, "", "v1"),
         )),
         ["openapi", "v3", "apis", group, version] => {
-            if !state
-                .store
-                .registry()
-                .groups()
-                .get(*group)
-                .is_some_and(|v| v.iter().any(|x| x == version))
-            {
+            if !serves(state, group, version) {
                 return Err(ApiError::no_route(path));
             }
             Ok(json_response(
@@ -188,13 +182,7 @@ async fn route(
         }
         ["apis", group] => group_document(state, group).map(|g| json_response(StatusCode::OK, &g)),
         ["apis", group, version] => {
-            if !state
-                .store
-                .registry()
-                .groups()
-                .get(*group)
-                .is_some_and(|v| v.iter().any(|x| x == version))
-            {
+            if !serves(state, group, version) {
                 return Err(ApiError::no_route(path));
             }
             Ok(json_response(
@@ -213,6 +201,16 @@ async fn route(
         }
         _ => Err(ApiError::no_route(path)),
     }
+}
+
+/// Whether `group/version` is served.
+fn serves(state: &ServerState, group: &str, version: &str) -> bool {
+    state
+        .store
+        .registry()
+        .groups()
+        .get(group)
+        .is_some_and(|v| v.iter().any(|x| x == version))
 }
 
 /// What a resource path names.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::local::{LEASES, Local, NODES, PODS};
+use super::local::{LEASES, Local, NODES, PODS, namespace_and_name};
 use super::timing::Timing;
 use crate::apiserver::time::{format_micro_time, format_time};
 use crate::host::{Power, SimHost};
@@ -174,14 +174,7 @@ fn renew_lease(api: &Local, node: &str, timing: &Timing) {
 /// Starts pending pods bound here and confirms the deletion of terminating ones.
 fn run_pods(api: &Local, node: &str) {
     for pod in api.list_selected(PODS, None, &format!("spec.nodeName={node}")) {
-        let namespace = pod
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let name = pod
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let (namespace, name) = namespace_and_name(&pod);
         if pod.pointer("/metadata/deletionTimestamp").is_some() {
             let _ = api.delete(PODS, namespace, name, Some(0));
         } else if pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending") {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::local::{LEASES, Local, NODES, PODS};
+use super::local::{LEASES, Local, NODES, PODS, namespace_and_name};
 use super::timing::Timing;
 use crate::apiserver::time::{format_time, parse_time};
 
@@ -153,14 +153,7 @@ fn collect_pods(
             now.saturating_sub(since) >= quarantine
         };
         if orphaned || out_of_service.contains(&node) {
-            let namespace = pod
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let name = pod
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let (namespace, name) = namespace_and_name(&pod);
             let _ = api.delete(PODS, namespace, name, Some(0));
         }
     }

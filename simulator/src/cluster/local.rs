@@ -90,6 +90,17 @@ pub const BMHS: Gvr = Gvr {
     plural: "baremetalhosts",
 };
 
+/// (namespace, name) of an object ("" for what is missing).
+pub fn namespace_and_name(object: &Value) -> (&str, &str) {
+    let field = |f: &str| {
+        object
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    (field("namespace"), field("name"))
+}
+
 /// The store, seen by an in-process actor.
 #[derive(Clone)]
 pub struct Local {
