@@ -1,0 +1,268 @@
+//! kube-rs, the client the controller uses, against the simulated API server over HTTPS with
+//! a kubeconfig: typed CRUD and conflicts, the watcher across dropped watches and compaction,
+//! `finalizer()`, server-side apply, the events Recorder and eviction. The controller must
+//! not be able to tell this server from a real one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
+use futures_util::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, finalizer, watcher};
+use kube::{Client, Config, Resource};
+use serde_json::json;
+
+async fn start() -> (ApiServer, Client) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let server = ApiServer::start(ApiServerConfig {
+        tls: true,
+        bookmark_interval: Duration::from_millis(200),
+        ..ApiServerConfig::default()
+    })
+    .await
+    .unwrap();
+    let kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    // kube retries 429/503 by itself (15 times, up to 1000 s apart) unless told not to; the
+    // tests want to see the refusals, as the controller will.
+    config.default_retry = false;
+    let client = Client::try_from(config).unwrap();
+    (server, client)
+}
+
+fn configmap(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_crud_and_a_stale_replace_conflicts() {
+    let (_server, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let created = api
+        .create(&PostParams::default(), &configmap("a"))
+        .await
+        .unwrap();
+    let mut changed = created.clone();
+    changed.data = Some([("k".to_owned(), "w".to_owned())].into());
+    api.replace("a", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    let error = api
+        .replace("a", &PostParams::default(), &changed)
+        .await
+        .unwrap_err();
+    match error {
+        kube::Error::Api(status) => {
+            assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"))
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let missing = api.get_opt("nope").await.unwrap();
+    assert!(missing.is_none());
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    assert!(
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_sees_every_change_across_dropped_watches_and_compaction() {
+    let (server, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+    let watch_api = api.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(watch_api, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Ok(Some(object)) = stream.try_next().await {
+            let value = object
+                .data
+                .as_ref()
+                .and_then(|d| d.get("k").cloned())
+                .unwrap_or_default();
+            let _ = sender.send(format!(
+                "{}={value}",
+                object.metadata.name.unwrap_or_default()
+            ));
+        }
+    });
+    let mut seen = Vec::new();
+    let mut expect =
+        async |wanted: &str, receiver: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+            while !seen.iter().any(|s: &String| s == wanted) {
+                let next = tokio::time::timeout(Duration::from_secs(10), receiver.recv())
+                    .await
+                    .expect("the watcher delivers")
+                    .unwrap();
+                seen.push(next);
+            }
+        };
+    api.create(&PostParams::default(), &configmap("w"))
+        .await
+        .unwrap();
+    expect("w=v", &mut receiver).await;
+    server.drop_watches();
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "after-drop"}})),
+    )
+    .await
+    .unwrap();
+    expect("w=after-drop", &mut receiver).await;
+    server.drop_watches();
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "after-compaction"}})),
+    )
+    .await
+    .unwrap();
+    server.compact();
+    expect("w=after-compaction", &mut receiver).await;
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_finalizer_helper_adds_runs_cleanup_and_removes() {
+    let (_server, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &configmap("f"))
+        .await
+        .unwrap();
+    let run = |object: ConfigMap| {
+        let api = api.clone();
+        async move {
+            finalizer(
+                &api,
+                "baremend.io/test",
+                Arc::new(object),
+                |event| async move {
+                    match event {
+                        finalizer::Event::Apply(_) | finalizer::Event::Cleanup(_) => {
+                            Ok::<_, kube::Error>(kube::runtime::controller::Action::await_change())
+                        }
+                    }
+                },
+            )
+            .await
+        }
+    };
+    run(api.get("f").await.unwrap()).await.unwrap();
+    assert_eq!(
+        api.get("f").await.unwrap().metadata.finalizers,
+        Some(vec!["baremend.io/test".to_owned()])
+    );
+    api.delete("f", &DeleteParams::default()).await.unwrap();
+    let deleting = api.get("f").await.unwrap();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    run(deleting).await.unwrap();
+    assert!(api.get_opt("f").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_and_conflicts_through_kube() {
+    let (_server, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let apply = |manager: &'static str, value: &'static str, force: bool| {
+        let api = api.clone();
+        async move {
+            let mut params = PatchParams::apply(manager);
+            params.force = force;
+            api.patch("s", &params, &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "data": {"k": value}}))).await
+        }
+    };
+    apply("one", "1", false).await.unwrap();
+    match apply("two", "2", false).await.unwrap_err() {
+        kube::Error::Api(status) => assert_eq!(status.code, 409),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let forced = apply("two", "2", true).await.unwrap();
+    assert_eq!(forced.data.unwrap()["k"], "2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recorder_publishes_events_readable_by_involved_object() {
+    let (_server, client) = start().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "w0"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "baremend".into(),
+            instance: Some("test".into()),
+        },
+    );
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Fenced".into(),
+        note: Some("host is off".into()),
+        action: "Fence".into(),
+        secondary: None,
+    };
+    recorder
+        .publish(&event, &node.object_ref(&()))
+        .await
+        .unwrap();
+    recorder
+        .publish(&event, &node.object_ref(&()))
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(client);
+    let list = events
+        .list(&ListParams::default().fields("involvedObject.name=w0"))
+        .await
+        .unwrap();
+    assert!(!list.items.is_empty());
+    assert_eq!(list.items[0].reason.as_deref(), Some("Fenced"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_through_kube_respects_the_pdb() {
+    let (_server, client) = start().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"nodeName": "w0", "containers": [{"name": "c", "image": "i"}]}})).unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.patch_status("p", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}))).await.unwrap();
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, "default");
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({"metadata": {"name": "x"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}}})).unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    match pods.evict("p", &EvictParams::default()).await.unwrap_err() {
+        kube::Error::Api(status) => assert_eq!(status.code, 429),
+        other => panic!("expected 429, got {other:?}"),
+    }
+    pdbs.patch(
+        "x",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"minAvailable": 0}})),
+    )
+    .await
+    .unwrap();
+    pods.evict("p", &EvictParams::default()).await.unwrap();
+    assert!(
+        pods.get("p")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+}
