@@ -881,3 +881,68 @@ async fn a_crd_is_served_at_once_with_status_and_its_instances_go_with_it() {
         StatusCode::NOT_FOUND
     );
 }
+
+#[tokio::test]
+async fn injected_slowness_and_refusals_match_only_their_requests() {
+    let api = Api::start().await;
+    api.server.inject(FaultRule {
+        method: Some("PATCH".into()),
+        path_contains: Some("/nodes/".into()),
+        status: 403,
+        count: None,
+        retry_after: None,
+        delay_ms: 0,
+    });
+    api.server.inject(FaultRule {
+        method: Some("GET".into()),
+        path_contains: Some("/configmaps".into()),
+        status: 0,
+        count: Some(1),
+        retry_after: None,
+        delay_ms: 300,
+    });
+    api.post("/api/v1/nodes", json!({"metadata": {"name": "n"}}))
+        .await;
+    let (status, body) = api
+        .patch(
+            "/api/v1/nodes/n",
+            "application/merge-patch+json",
+            json!({"metadata": {"labels": {"a": "b"}}}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (StatusCode::FORBIDDEN, Some("Forbidden"))
+    );
+    assert_eq!(
+        api.get("/api/v1/nodes/n").await.0,
+        StatusCode::OK,
+        "GETs are not refused"
+    );
+    let started = std::time::Instant::now();
+    assert_eq!(
+        api.get("/api/v1/namespaces/default/configmaps").await.0,
+        StatusCode::OK
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "slowed down"
+    );
+    let started = std::time::Instant::now();
+    api.get("/api/v1/namespaces/default/configmaps").await;
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "count 1: only once"
+    );
+    api.server.clear_faults();
+    assert_eq!(
+        api.patch(
+            "/api/v1/nodes/n",
+            "application/merge-patch+json",
+            json!({"metadata": {"labels": {"a": "b"}}})
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+}
