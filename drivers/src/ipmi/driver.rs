@@ -12,7 +12,8 @@ use tokio::net::UdpSocket;
 
 use super::commands::{ChassisControl, ChassisStatus, GetChassisStatus};
 use super::completion::{CompletionClass, classify};
-use super::session::{Session, SessionParams, offered_suites};
+use super::session::{Session, SessionParams};
+use super::suites::offered_suites;
 use super::wire::crypto::CipherSuite;
 use crate::address::BmcAddress;
 use crate::connector::{DriverConfig, EndpointGate};

@@ -8,10 +8,11 @@ pub mod commands;
 pub mod completion;
 mod driver;
 mod session;
+mod suites;
 pub mod wire;
 
 pub use self::driver::{IpmiDriver, IpmiOptions};
-pub use self::session::suite_ids;
+pub use self::suites::suite_ids;
 pub use ipmi_rs_core::app::auth::PrivilegeLevel;
 
 /// Feeds `bytes` to every decoder that sees network input, for the fuzz target and the

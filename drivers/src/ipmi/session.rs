@@ -25,7 +25,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use super::commands::{CloseSession, SetSessionPrivilegeLevel, numbers};
+use super::commands::{CloseSession, SetSessionPrivilegeLevel};
 use super::completion::{CompletionClass, classify, describe};
 use super::wire::crypto::{CipherSuite, RakpContext, SessionCrypto, user_key};
 use super::wire::rakp::{
@@ -55,7 +55,7 @@ pub(crate) fn random<const N: usize>(rng: &SystemRandom) -> [u8; N] {
 
 /// Sends `datagram` and waits for the first reply that `accept` takes; other datagrams
 /// (stale, foreign, garbled) are dropped.
-async fn exchange<T>(
+pub(crate) async fn exchange<T>(
     socket: &UdpSocket,
     params: &SessionParams,
     operation: &str,
@@ -100,68 +100,6 @@ fn malformed(params: &SessionParams, operation: &str, detail: impl ToString) -> 
         operation: operation.to_owned(),
         detail: detail.to_string(),
     }
-}
-
-/// Asks the BMC which cipher suites it offers; `None` when it does not say.
-pub(crate) async fn offered_suites(socket: &UdpSocket, params: &SessionParams) -> Option<Vec<u8>> {
-    let mut records = Vec::new();
-    for index in 0..8u8 {
-        let request = wire::encode_request(
-            0x06,
-            numbers::GET_CHANNEL_CIPHER_SUITES,
-            index,
-            &[0x0E, 0x00, 0x80 | index],
-        );
-        let datagram = wire::encode_v15(&request);
-        let reply = exchange(
-            socket,
-            params,
-            "Get Channel Cipher Suites",
-            &datagram,
-            |bytes| {
-                let Ok(Frame::V15 { message, .. }) = wire::decode(bytes) else {
-                    return None;
-                };
-                let response = wire::decode_response(message).ok()?;
-                (response.cmd == numbers::GET_CHANNEL_CIPHER_SUITES && response.rq_seq == index)
-                    .then_some(Ok(response))
-            },
-        )
-        .await
-        .ok()?;
-        if reply.completion_code != 0 || reply.data.is_empty() {
-            return None;
-        }
-        // Byte 0 is the channel; up to 16 bytes of record data follow.
-        let data = &reply.data[1..];
-        records.extend_from_slice(data);
-        if data.len() < 16 {
-            break;
-        }
-    }
-    Some(suite_ids(&records))
-}
-
-/// The standard cipher suite ids in Get Channel Cipher Suites record data (OEM records and
-/// algorithm bytes are skipped).
-pub fn suite_ids(records: &[u8]) -> Vec<u8> {
-    let mut ids = Vec::new();
-    let mut index = 0;
-    while index < records.len() {
-        match records[index] {
-            0xC0 => {
-                if let Some(id) = records.get(index + 1) {
-                    ids.push(*id);
-                }
-                index += 2;
-            }
-            // OEM record: id, 3-byte IANA.
-            0xC1 => index += 5,
-            // Algorithm numbers (tagged 00b, 01b, 10b in the top bits).
-            _ => index += 1,
-        }
-    }
-    ids
 }
 
 /// An open RMCP+ session.
@@ -561,22 +499,5 @@ fn session_error(params: &SessionParams, code: u8) -> Error {
             status: code,
             detail: describe_status(code).to_owned(),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn suite_ids_are_read_from_records_with_algorithms_and_oem_entries() {
-        let records = [
-            0xC0, 0x03, 0x01, 0x41, 0x81, // suite 3
-            0xC1, 0x80, 0x11, 0x22, 0x33, 0x01, 0x41, 0x81, // OEM suite
-            0xC0, 0x11, 0x03, 0x44, 0x81, // suite 17
-        ];
-        assert_eq!(suite_ids(&records), [3, 17]);
-        assert_eq!(suite_ids(&[0xC0]), Vec::<u8>::new());
-        assert_eq!(suite_ids(&[]), Vec::<u8>::new());
     }
 }
