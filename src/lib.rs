@@ -11,6 +11,7 @@
 pub mod bmc;
 pub mod duration;
 pub mod lab;
+pub mod remediation;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,10 @@
+//! Machine remediation: fence the host, release its Node, power it on, wait for the Node,
+//! restore it.
+//!
+//! The decisions live in [`plan`]: a pure function from (persisted state, observations,
+//! policy) to the next step. Reconcilers only gather observations and carry steps out, and
+//! every step is persisted before it acts, so that a restart resumes without repeating a
+//! destructive step.
+
+pub mod fence;
+pub mod plan;
