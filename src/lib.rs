@@ -3,11 +3,15 @@
 //! This crate holds the controller library and the `baremend` command. Today it offers:
 //! - [`bmc`]: `baremend bmc`, the operator's tool to check a BMC address and credentials
 //!   and to read or change a host's power, with every change read back from the BMC;
+//! - [`api`]: baremend's custom resources (`baremend crds` prints them) and the annotation
+//!   names it shares with MachineHealthCheck and the BareMetal Operator;
+//! - [`remediation`]: the pure remediation planner and the power-off proof;
 //! - [`lab`]: `baremend lab`, a self-contained run against simulated hardware.
 //!
 //! Power control itself lives in the `baremend-drivers` crate; simulated BMCs in `baremend-sim`.
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod bmc;
 pub mod duration;
 pub mod lab;
@@ -33,6 +37,24 @@ pub enum Error {
         path: PathBuf,
         /// The cause.
         source: std::io::Error,
+    },
+    /// A file could not be written.
+    #[error("cannot write {what} {path}: {source}")]
+    WriteFile {
+        /// What the file is for.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// An object could not be rendered.
+    #[error("cannot render {what}: {reason}")]
+    Render {
+        /// What was rendered.
+        what: &'static str,
+        /// Why not.
+        reason: String,
     },
     /// A file was read but its content is unusable.
     #[error("{what} {path} is unusable: {reason}")]

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use baremend::api::CrdsArgs;
 use baremend::bmc::BmcArgs;
 use baremend::lab::LabArgs;
 use clap::{Parser, Subcommand};
@@ -23,6 +24,8 @@ enum Command {
     Bmc(BmcArgs),
     /// Run the story on simulated hardware, in this process.
     Lab(LabArgs),
+    /// Print baremend's CustomResourceDefinitions (or write them with --out).
+    Crds(CrdsArgs),
 }
 
 #[tokio::main]
@@ -41,6 +44,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bmc(args) => baremend::bmc::run(args).await,
         Command::Lab(args) => baremend::lab::run(args).await,
+        Command::Crds(args) => baremend::api::run_crds(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -266,3 +266,86 @@ async fn eviction_through_kube_respects_the_pdb() {
             .is_some()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_crds_register_and_our_typed_objects_round_trip_with_status() {
+    use baremend::api::{
+        NodeBackup, Remediation, RemediationPhase, RemediationPolicy, RemediationSpec,
+        RemediationStatus, StepTime, all_crds,
+    };
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    let (_server, client) = start().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in all_crds() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    // Discovery serves them at once: a typed list works.
+    let remediations: Api<Remediation> = Api::namespaced(client.clone(), "default");
+    assert!(
+        remediations
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    let mut object = Remediation::new(
+        "worker-0-1",
+        RemediationSpec {
+            machine_name: "worker-0".into(),
+            machine_uid: Some("uid-1".into()),
+            node_name: Some("worker-0".into()),
+            host: Some("openshift-machine-api/worker-0".into()),
+        },
+    );
+    object.status = Some(RemediationStatus {
+        phase: RemediationPhase::Succeeded,
+        ..RemediationStatus::default()
+    });
+    let created = remediations
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    // Status is a subresource: a create does not set it.
+    assert_eq!(created.status, None);
+
+    let status = RemediationStatus {
+        phase: RemediationPhase::Fenced,
+        attempt: Some(1),
+        strategy: Some("BareMetalHostRebootApi".into()),
+        node_backup: Some(NodeBackup {
+            labels: [("role".to_string(), "db".to_string())].into(),
+            annotations: Default::default(),
+        }),
+        steps: vec![StepTime {
+            step: "Fenced".into(),
+            attempt: 1,
+            time: "2026-11-21T10:00:00Z".into(),
+        }],
+        ..RemediationStatus::default()
+    };
+    remediations
+        .patch_status(
+            "worker-0-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .unwrap();
+    let read = remediations.get("worker-0-1").await.unwrap();
+    assert_eq!(read.status, Some(status));
+    assert_eq!(read.spec.machine_name, "worker-0");
+
+    // The cluster-scoped policy is cluster-scoped.
+    let policies: Api<RemediationPolicy> = Api::all(client);
+    let policy: RemediationPolicy =
+        serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": {}})).unwrap();
+    let created = policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    assert_eq!(created.spec.max_concurrent, 1);
+    assert_eq!(created.metadata.namespace, None);
+}

@@ -562,3 +562,28 @@ async fn create_commands_and_a_drain_blocked_by_a_pdb_until_it_allows_it() {
         ""
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_age() {
+    let c = cluster().await;
+    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    let out = c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
+    assert_eq!(out.matches("created").count(), 3, "{out}");
+    c.ok(
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: baremend.io/v1alpha1\nkind: Remediation\nmetadata:\n  name: worker-1-1\n  namespace: default\nspec:\n  machineName: worker-1\n  nodeName: worker-1\n",
+        ),
+    )
+    .await;
+    let table = c.ok(&["get", "brem"], None).await;
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "MACHINE", "NODE", "PHASE", "STRATEGY", "AGE"]
+    );
+    assert!(
+        table.contains("worker-1-1   worker-1   worker-1"),
+        "{table}"
+    );
+}

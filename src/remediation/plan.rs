@@ -23,35 +23,8 @@ use std::time::Duration;
 
 use super::fence::NotFenced;
 
-/// Where a remediation is; persisted in the remediation object before each step acts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// Triggered; nothing done yet.
-    Pending,
-    /// Power-off requested; waiting for proof.
-    PoweringOff,
-    /// The host is proven off.
-    Fenced,
-    /// The Node is deleted or tainted out-of-service.
-    NodeReleased,
-    /// Power-on requested; waiting for the Node.
-    PoweringOn,
-    /// Restoring the Node and cleaning up.
-    Restoring,
-    /// Done: the Node is back.
-    Succeeded,
-    /// Given up, with a reason; a fenced host stays off.
-    Failed,
-    /// The trigger went away before the host was fenced.
-    Cancelled,
-}
-
-impl Phase {
-    /// Whether nothing more will happen.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Phase::Succeeded | Phase::Failed | Phase::Cancelled)
-    }
-}
+/// Where a remediation is: the phase persisted in the `Remediation` object.
+pub use crate::api::RemediationPhase as Phase;
 
 /// How the Node of a fenced host is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,29 @@
+//! Annotation and taint names shared with MachineHealthCheck, the BareMetal Operator and the
+//! Kubernetes node lifecycle; exact spellings matter, so they live in one place.
+
+/// Set on a Machine by MachineHealthCheck to ask an external controller for remediation.
+pub const EXTERNAL_REMEDIATION: &str = "host.metal3.io/external-remediation";
+
+/// Set on a Machine while its host is fenced for remediation.
+pub const POWERED_OFF_FOR_REMEDIATION: &str = "remediation.metal3.io/powered-off-for-remediation";
+
+/// Prefix of the BareMetalHost reboot API annotations; the key follows the slash.
+pub const REBOOT_PREFIX: &str = "reboot.metal3.io/";
+
+/// Default key of our power-off request in the reboot API.
+pub const DEFAULT_REBOOT_KEY: &str = "capbm-requested-power-off";
+
+/// On a Machine, names its BareMetalHost as `namespace/name`.
+pub const MACHINE_HOST: &str = "metal3.io/BareMetalHost";
+
+/// On a BareMetalHost: the BareMetal Operator leaves the host alone.
+pub const BMH_DETACHED: &str = "baremetalhost.metal3.io/detached";
+
+/// On a BareMetalHost: reconciliation is paused.
+pub const BMH_PAUSED: &str = "baremetalhost.metal3.io/paused";
+
+/// The taint key that lets pods of a shut-down Node be force-deleted (Kubernetes ≥ 1.28).
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+
+/// The value of our out-of-service taint.
+pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";

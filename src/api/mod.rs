@@ -1,0 +1,29 @@
+//! The Kubernetes objects baremend reads and writes: its own custom resources and the
+//! well-known annotation names of the systems it works with.
+//!
+//! - [`Remediation`]: one per Machine and trigger; the audit trail and the state a restarted
+//!   controller resumes from.
+//! - [`RemediationPolicy`]: cluster-scoped knobs and safety gates, all defaulted.
+//! - [`HostBmc`]: maps a Machine or Node without a BareMetalHost to its BMC.
+//!
+//! The YAML under `crds/` is generated from these types by `baremend crds`.
+
+pub mod annotations;
+mod crds;
+mod host_bmc;
+mod policy;
+mod remediation;
+
+pub use crds::{CrdsArgs, all_crds, render_crds, run as run_crds};
+pub use host_bmc::{HostBmc, HostBmcSpec};
+pub use policy::{
+    ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyTimeouts, RemediationPolicy,
+    RemediationPolicySpec, StormGate,
+};
+pub use remediation::{
+    Condition, NodeBackup, Remediation, RemediationPhase, RemediationSpec, RemediationStatus,
+    StepTime,
+};
+
+/// The API group of baremend's own resources.
+pub const GROUP: &str = "baremend.io";

@@ -1,0 +1,252 @@
+//! `RemediationPolicy`: the cluster-scoped knobs and safety gates. Every field is defaulted in
+//! the schema, so an empty `spec: {}` is a complete, conservative policy; the controller uses
+//! the object named `default` and the same defaults when there is none.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::annotations::DEFAULT_REBOOT_KEY;
+
+/// The policy. See the README's policy table for what each field does.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "baremend.io",
+    version = "v1alpha1",
+    kind = "RemediationPolicy",
+    shortname = "brpol",
+    category = "baremend",
+    printcolumn = r#"{"name":"Max","type":"integer","jsonPath":".spec.maxConcurrent"}"#,
+    printcolumn = r#"{"name":"Release","type":"string","jsonPath":".spec.nodeRelease"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationPolicySpec {
+    /// Remediations running at once, all machines together.
+    #[serde(default = "default_max_concurrent")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_concurrent: u32,
+    /// The storm gate.
+    #[serde(default)]
+    pub storm: StormGate,
+    /// The control-plane gate.
+    #[serde(default)]
+    pub control_plane: ControlPlaneGate,
+    /// Fencing strategies, tried in this order when one cannot prove the host off.
+    #[serde(default = "default_strategies")]
+    #[schemars(length(min = 1, max = 3))]
+    pub strategies: Vec<FenceStrategyName>,
+    /// The key of our request in the BareMetalHost reboot API
+    /// (`reboot.metal3.io/<key>`).
+    #[serde(default = "default_reboot_key")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"))]
+    pub reboot_key: String,
+    /// Delete the Node, or keep it tainted out-of-service (Kubernetes ≥ 1.28).
+    #[serde(default)]
+    pub node_release: NodeReleaseMode,
+    /// Per-step deadlines and the grace period.
+    #[serde(default)]
+    pub timeouts: PolicyTimeouts,
+    /// Whole power cycles before the remediation fails.
+    #[serde(default = "default_max_attempts")]
+    #[schemars(range(min = 1, max = 10))]
+    pub max_attempts: u32,
+    /// When a remediation fails with the host fenced, delete the Machine so that its
+    /// MachineSet replaces it (only for Machines owned by a MachineSet).
+    #[serde(default)]
+    pub delete_machine_on_failure: bool,
+}
+
+impl Default for RemediationPolicySpec {
+    fn default() -> Self {
+        RemediationPolicySpec {
+            max_concurrent: default_max_concurrent(),
+            storm: StormGate::default(),
+            control_plane: ControlPlaneGate::default(),
+            strategies: default_strategies(),
+            reboot_key: default_reboot_key(),
+            node_release: NodeReleaseMode::default(),
+            timeouts: PolicyTimeouts::default(),
+            max_attempts: default_max_attempts(),
+            delete_machine_on_failure: false,
+        }
+    }
+}
+
+/// No new remediation while too many machines are unhealthy at once: a storm is more likely a
+/// network or control-plane problem than many hung hosts, and fencing would make it worse.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StormGate {
+    /// Share of machines (percent) that may be triggered before the gate holds.
+    #[serde(default = "default_max_unhealthy_percent")]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_unhealthy_percent: u32,
+}
+
+impl Default for StormGate {
+    fn default() -> Self {
+        StormGate {
+            max_unhealthy_percent: default_max_unhealthy_percent(),
+        }
+    }
+}
+
+/// Control-plane machines: one at a time, and never below etcd quorum.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneGate {
+    /// Remediate control-plane machines at all.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Refuse when fencing would leave fewer Ready control-plane Nodes than a quorum.
+    #[serde(default = "default_true")]
+    pub quorum_guard: bool,
+}
+
+impl Default for ControlPlaneGate {
+    fn default() -> Self {
+        ControlPlaneGate {
+            enabled: true,
+            quorum_guard: true,
+        }
+    }
+}
+
+/// A fencing strategy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum FenceStrategyName {
+    /// Ask the BareMetal Operator through the BareMetalHost reboot annotation.
+    BareMetalHostRebootApi,
+    /// Power the host off through its BMC directly (Redfish or IPMI, from the address).
+    DirectBmc,
+}
+
+/// How the Node of a fenced host is released.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
+pub enum NodeReleaseMode {
+    /// Back up labels and annotations, delete the Node.
+    #[default]
+    Delete,
+    /// Keep the Node, taint it `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
+    OutOfService,
+}
+
+/// Deadlines, in seconds.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyTimeouts {
+    /// Waiting for power-off proof, per strategy.
+    #[serde(default = "default_power_off_seconds")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub power_off_seconds: u32,
+    /// Waiting for the Node to be Ready after power-on, per attempt.
+    #[serde(default = "default_node_ready_seconds")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub node_ready_seconds: u32,
+    /// How long the Node must stay Ready to count as back.
+    #[serde(default = "default_ready_grace_seconds")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub ready_grace_seconds: u32,
+}
+
+impl Default for PolicyTimeouts {
+    fn default() -> Self {
+        PolicyTimeouts {
+            power_off_seconds: default_power_off_seconds(),
+            node_ready_seconds: default_node_ready_seconds(),
+            ready_grace_seconds: default_ready_grace_seconds(),
+        }
+    }
+}
+
+fn default_max_concurrent() -> u32 {
+    1
+}
+fn default_max_unhealthy_percent() -> u32 {
+    40
+}
+fn default_true() -> bool {
+    true
+}
+fn default_strategies() -> Vec<FenceStrategyName> {
+    vec![
+        FenceStrategyName::BareMetalHostRebootApi,
+        FenceStrategyName::DirectBmc,
+    ]
+}
+fn default_reboot_key() -> String {
+    DEFAULT_REBOOT_KEY.to_string()
+}
+fn default_max_attempts() -> u32 {
+    3
+}
+fn default_power_off_seconds() -> u32 {
+    180
+}
+fn default_node_ready_seconds() -> u32 {
+    900
+}
+fn default_ready_grace_seconds() -> u32 {
+    30
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    #[test]
+    fn an_empty_spec_is_the_default_policy() {
+        let spec: RemediationPolicySpec = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(spec, RemediationPolicySpec::default());
+        assert_eq!(spec.max_concurrent, 1);
+        assert_eq!(spec.reboot_key, "capbm-requested-power-off");
+        assert_eq!(spec.node_release, NodeReleaseMode::Delete);
+    }
+
+    #[test]
+    fn the_schema_defaults_are_the_rust_defaults() {
+        // The API server fills defaults from the schema, the controller from serde: both
+        // must give the same policy, or a policy applied with kubectl would differ from the
+        // built-in one.
+        let crd = serde_json::to_value(RemediationPolicy::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let defaults = fill_defaults(spec);
+        let from_schema: RemediationPolicySpec = serde_json::from_value(defaults).unwrap();
+        assert_eq!(from_schema, RemediationPolicySpec::default());
+    }
+
+    fn fill_defaults(schema: &Value) -> Value {
+        let mut object = serde_json::Map::new();
+        if let Some(properties) = schema["properties"].as_object() {
+            for (name, property) in properties {
+                let value = if property["type"] == "object" {
+                    fill_defaults(property)
+                } else {
+                    property["default"].clone()
+                };
+                if !value.is_null() {
+                    object.insert(name.clone(), value);
+                }
+            }
+        }
+        Value::Object(object)
+    }
+
+    #[test]
+    fn unknown_strategies_and_modes_are_refused() {
+        for bad in [
+            json!({"strategies": ["Telepathy"]}),
+            json!({"nodeRelease": "Evaporate"}),
+            json!({"maxConcurrent": -1}),
+        ] {
+            assert!(
+                serde_json::from_value::<RemediationPolicySpec>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! `Remediation`: one object per Machine and trigger. It is the audit trail an operator reads
+//! with `kubectl get remediations`, and the only state the controller resumes from.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// What is being remediated. Written once at creation; the status carries the progress.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "baremend.io",
+    version = "v1alpha1",
+    kind = "Remediation",
+    namespaced,
+    status = "RemediationStatus",
+    shortname = "brem",
+    category = "baremend",
+    printcolumn = r#"{"name":"Machine","type":"string","jsonPath":".spec.machineName"}"#,
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Strategy","type":"string","jsonPath":".status.strategy"}"#,
+    printcolumn = r#"{"name":"Attempt","type":"integer","jsonPath":".status.attempt","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationSpec {
+    /// The Machine (same namespace) that carried the external-remediation annotation.
+    #[schemars(length(min = 1, max = 253))]
+    pub machine_name: String,
+    /// The Machine's UID when the remediation began; a recreated Machine is another one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_uid: Option<String>,
+    /// The Node of the Machine (`status.nodeRef`) when the remediation began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// The BareMetalHost as `namespace/name`, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// Where a remediation is.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
+pub enum RemediationPhase {
+    /// Triggered; nothing done yet (a safety gate may hold it).
+    #[default]
+    Pending,
+    /// Power-off requested; waiting for proof.
+    PoweringOff,
+    /// The host is proven off.
+    Fenced,
+    /// The Node is deleted or tainted out-of-service.
+    NodeReleased,
+    /// Power-on requested; waiting for the Node to be Ready for the grace period.
+    PoweringOn,
+    /// Restoring the Node and removing our marks and the trigger.
+    Restoring,
+    /// The Node is back.
+    Succeeded,
+    /// Given up; the reason is in the conditions and `lastError`. A fenced host stays off.
+    Failed,
+    /// The trigger went away before the host was fenced; nothing destructive happened.
+    Cancelled,
+}
+
+impl RemediationPhase {
+    /// Whether nothing more will happen.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RemediationPhase::Succeeded | RemediationPhase::Failed | RemediationPhase::Cancelled
+        )
+    }
+}
+
+/// A condition in the usual Kubernetes shape.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// The condition type, e.g. `Fenced`, `Succeeded`, `Held`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    #[schemars(regex(pattern = r"^(True|False|Unknown)$"))]
+    pub status: String,
+    /// A CamelCase reason.
+    pub reason: String,
+    /// A human-readable message.
+    #[serde(default)]
+    pub message: String,
+    /// When the status last changed (RFC 3339).
+    pub last_transition_time: String,
+}
+
+/// When a step was persisted.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepTime {
+    /// The step, e.g. `PowerOffRequested`, `Fenced`, `NodeDeleted`.
+    pub step: String,
+    /// The power cycle it belongs to, from 1.
+    pub attempt: u32,
+    /// When it was persisted (RFC 3339).
+    pub time: String,
+}
+
+/// The labels and annotations of the Node before it was released; restored where the new
+/// Node lacks them.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeBackup {
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Progress of a remediation, persisted before each step acts.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationStatus {
+    /// The phase.
+    #[serde(default)]
+    pub phase: RemediationPhase,
+    /// When the phase began (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<String>,
+    /// The power cycle under way, from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// The fencing strategy in use, as named in the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+    /// The power driver in use (`bmh-reboot-api`, `redfish`, `ipmi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// The last power state read, with the time of the read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_power_state: Option<String>,
+    /// The last error, one line, never with credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// The Node's labels and annotations, saved before it was released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_backup: Option<NodeBackup>,
+    /// Every persisted step, in order.
+    #[serde(default)]
+    pub steps: Vec<StepTime>,
+    /// Conditions.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
