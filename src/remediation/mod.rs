@@ -7,4 +7,5 @@
 //! destructive step.
 
 pub mod fence;
+pub mod observe;
 pub mod plan;

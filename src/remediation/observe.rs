@@ -1,0 +1,399 @@
+//! Reading the cluster's objects into the planner's views. Pure: objects in, views or a clear
+//! reason out. Malformed objects never panic and never count as evidence of power-off.
+
+use std::time::Duration;
+
+use baremend_drivers::Credentials;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use serde_json::Value;
+
+use super::fence::BareMetalHostView;
+use super::plan::NodeView;
+use crate::api::annotations::{BMH_DETACHED, BMH_PAUSED, MACHINE_HOST, REBOOT_PREFIX};
+
+/// A BareMetalHost, by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for HostRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Where a host's BMC is and which Secret holds its credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BmcRef {
+    /// The address in BareMetalHost form.
+    pub address: String,
+    /// The Secret (same namespace as the object that named it).
+    pub credentials_name: String,
+}
+
+/// Why an object cannot be used; becomes a condition and an Event, never a panic.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct Unusable {
+    /// The field at fault, e.g. `spec.providerID`.
+    pub field: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+fn unusable(field: &str, reason: impl Into<String>) -> Unusable {
+    Unusable {
+        field: field.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn text<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
+    object.pointer(pointer).and_then(Value::as_str)
+}
+
+/// A DNS-1123 subdomain, as object names are.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+}
+
+fn host_ref(namespace: &str, name: &str, field: &str) -> Result<HostRef, Unusable> {
+    if !valid_name(namespace) || !valid_name(name) {
+        return Err(unusable(
+            field,
+            format!("{namespace:?}/{name:?} is not a valid namespace/name"),
+        ));
+    }
+    Ok(HostRef {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    })
+}
+
+/// The BareMetalHost of a Machine: from `spec.providerID` (`baremetalhost:///ns/name/uid`),
+/// else from the `metal3.io/BareMetalHost: ns/name` annotation. `Ok(None)` when the Machine
+/// names no host (direct BMC through a `HostBmc` may still apply).
+pub fn machine_host(machine: &Value) -> Result<Option<HostRef>, Unusable> {
+    let provider_id = text(machine, "/spec/providerID").unwrap_or_default();
+    if let Some(rest) = provider_id.strip_prefix("baremetalhost:///") {
+        let parts: Vec<&str> = rest.split('/').collect();
+        return match parts.as_slice() {
+            [namespace, name] | [namespace, name, _] => {
+                host_ref(namespace, name, "spec.providerID").map(Some)
+            }
+            _ => Err(unusable(
+                "spec.providerID",
+                format!("{provider_id:?} is not baremetalhost:///<namespace>/<name>[/<uid>]"),
+            )),
+        };
+    }
+    let Some(annotation) = text(
+        machine,
+        &format!("/metadata/annotations/{}", pointer_escape(MACHINE_HOST)),
+    ) else {
+        return Ok(None);
+    };
+    let field = format!("metadata.annotations[{MACHINE_HOST}]");
+    match annotation.split_once('/') {
+        Some((namespace, name)) => host_ref(namespace, name, &field).map(Some),
+        None => Err(unusable(
+            &field,
+            format!("{annotation:?} is not <namespace>/<name>"),
+        )),
+    }
+}
+
+/// Escapes a key for a JSON pointer (`/` and `~`).
+pub fn pointer_escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The Node of a Machine (`status.nodeRef.name`), if it has one.
+pub fn machine_node(machine: &Value) -> Option<String> {
+    text(machine, "/status/nodeRef/name")
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+}
+
+/// Whether a Machine is a control-plane machine (OpenShift's machine role label).
+pub fn machine_is_control_plane(machine: &Value) -> bool {
+    matches!(
+        text(
+            machine,
+            "/metadata/labels/machine.openshift.io~1cluster-api-machine-role"
+        ),
+        Some("master" | "control-plane")
+    )
+}
+
+/// What the reboot-API strategy needs from a BareMetalHost.
+pub fn bare_metal_host_view(host: &Value, reboot_key: &str) -> BareMetalHostView {
+    let annotations = host.pointer("/metadata/annotations");
+    let has = |key: &str| annotations.and_then(|a| a.get(key)).is_some();
+    BareMetalHostView {
+        powered_on: host.pointer("/status/poweredOn").and_then(Value::as_bool),
+        operational_status: text(host, "/status/operationalStatus").map(str::to_string),
+        detached: has(BMH_DETACHED),
+        paused: has(BMH_PAUSED),
+        disable_power_off: host
+            .pointer("/spec/disablePowerOff")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        power_off_requested: has(&format!("{REBOOT_PREFIX}{reboot_key}")),
+    }
+}
+
+/// The BMC a BareMetalHost names (`spec.bmc.address`, `spec.bmc.credentialsName`).
+pub fn bare_metal_host_bmc(host: &Value) -> Result<BmcRef, Unusable> {
+    let address = text(host, "/spec/bmc/address")
+        .filter(|a| !a.trim().is_empty())
+        .ok_or_else(|| unusable("spec.bmc.address", "is missing"))?;
+    let credentials_name = text(host, "/spec/bmc/credentialsName")
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| unusable("spec.bmc.credentialsName", "is missing"))?;
+    Ok(BmcRef {
+        address: address.to_string(),
+        credentials_name: credentials_name.to_string(),
+    })
+}
+
+/// The credentials in a BMC Secret (`username` and `password` keys). The error never
+/// contains the values.
+pub fn secret_credentials(secret: &Secret) -> Result<Credentials, Unusable> {
+    let data = secret.data.as_ref();
+    let string_data = secret.string_data.as_ref();
+    let read = |key: &str| -> Result<String, Unusable> {
+        let field = format!("data.{key}");
+        if let Some(bytes) = data.and_then(|d| d.get(key)) {
+            let value =
+                String::from_utf8(bytes.0.clone()).map_err(|_| unusable(&field, "is not UTF-8"))?;
+            let value = value.trim_end_matches(['\n', '\r']).to_string();
+            if value.is_empty() {
+                return Err(unusable(&field, "is empty"));
+            }
+            return Ok(value);
+        }
+        match string_data.and_then(|d| d.get(key)) {
+            Some(value) if !value.is_empty() => Ok(value.clone()),
+            Some(_) => Err(unusable(&field, "is empty")),
+            None => Err(unusable(&field, "is missing")),
+        }
+    };
+    Ok(Credentials::new(read("username")?, read("password")?))
+}
+
+/// The Node as the planner sees it: missing, or present and Ready since when (time since the
+/// Unix epoch, the planner's clock).
+pub fn node_view(node: Option<&Node>) -> NodeView {
+    let Some(node) = node else {
+        return NodeView::Missing;
+    };
+    let ready_since = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"))
+        .filter(|c| c.status == "True")
+        .map(|c| {
+            c.last_transition_time
+                .as_ref()
+                .map(|t| Duration::from_secs(u64::try_from(t.0.as_second()).unwrap_or(0)))
+                .unwrap_or_default()
+        });
+    NodeView::Present { ready_since }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
+    use serde_json::json;
+
+    use super::*;
+
+    fn machine(spec: Value, annotations: Value) -> Value {
+        json!({"metadata": {"name": "m", "annotations": annotations}, "spec": spec})
+    }
+
+    #[test]
+    fn the_host_comes_from_the_provider_id_then_the_annotation() {
+        let m = machine(
+            json!({"providerID": "baremetalhost:///openshift-machine-api/host-0/0c5e"}),
+            json!({}),
+        );
+        assert_eq!(
+            machine_host(&m).unwrap().unwrap().to_string(),
+            "openshift-machine-api/host-0"
+        );
+        let m = machine(
+            json!({}),
+            json!({"metal3.io/BareMetalHost": "openshift-machine-api/host-1"}),
+        );
+        assert_eq!(machine_host(&m).unwrap().unwrap().name, "host-1");
+        assert_eq!(machine_host(&machine(json!({}), json!({}))).unwrap(), None);
+    }
+
+    #[test]
+    fn malformed_host_references_are_unusable_with_the_field_named() {
+        for (spec, annotations, field) in [
+            (
+                json!({"providerID": "baremetalhost:///only"}),
+                json!({}),
+                "spec.providerID",
+            ),
+            (
+                json!({"providerID": "baremetalhost:///a/b/c/d"}),
+                json!({}),
+                "spec.providerID",
+            ),
+            (
+                json!({"providerID": "baremetalhost:///NS/Bad_Name"}),
+                json!({}),
+                "spec.providerID",
+            ),
+            (
+                json!({}),
+                json!({"metal3.io/BareMetalHost": "no-slash"}),
+                "metal3.io/BareMetalHost",
+            ),
+            (
+                json!({}),
+                json!({"metal3.io/BareMetalHost": "/x"}),
+                "metal3.io/BareMetalHost",
+            ),
+        ] {
+            let error = machine_host(&machine(spec, annotations)).unwrap_err();
+            assert!(error.field.contains(field), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_view_of_a_host_reads_power_status_and_every_distrust_mark() {
+        let host = json!({
+            "metadata": {"annotations": {
+                "reboot.metal3.io/capbm-requested-power-off": "{\"mode\":\"hard\"}",
+                "baremetalhost.metal3.io/paused": ""}},
+            "spec": {"disablePowerOff": true},
+            "status": {"poweredOn": false, "operationalStatus": "OK"}
+        });
+        let view = bare_metal_host_view(&host, "capbm-requested-power-off");
+        assert_eq!(view.powered_on, Some(false));
+        assert!(view.paused && view.disable_power_off && view.power_off_requested);
+        assert!(!view.detached);
+        assert!(!bare_metal_host_view(&host, "other-key").power_off_requested);
+        // A host without status knows nothing about its power.
+        assert_eq!(bare_metal_host_view(&json!({}), "k").powered_on, None);
+    }
+
+    fn secret(pairs: &[(&str, &[u8])]) -> Secret {
+        Secret {
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    #[test]
+    fn credentials_need_both_keys_and_never_show_the_password() {
+        let good = secret_credentials(&secret(&[
+            ("username", b"admin"),
+            ("password", b"s3cret\n"),
+        ]))
+        .unwrap();
+        assert_eq!(good.password.expose(), "s3cret");
+        assert!(!format!("{good:?} {good}").contains("s3cret"));
+        for (pairs, want) in [
+            (
+                vec![("username", b"admin".as_slice())],
+                "data.password: is missing",
+            ),
+            (
+                vec![("password", b"x".as_slice())],
+                "data.username: is missing",
+            ),
+            (
+                vec![
+                    ("username", b"admin".as_slice()),
+                    ("password", b"".as_slice()),
+                ],
+                "data.password: is empty",
+            ),
+            (
+                vec![
+                    ("username", b"\xff".as_slice()),
+                    ("password", b"x".as_slice()),
+                ],
+                "data.username: is not UTF-8",
+            ),
+        ] {
+            let error = secret_credentials(&secret(&pairs)).unwrap_err();
+            assert_eq!(error.to_string(), want);
+        }
+    }
+
+    #[test]
+    fn a_bmh_without_bmc_details_says_which_field_is_missing() {
+        let error =
+            bare_metal_host_bmc(&json!({"spec": {"bmc": {"address": "ipmi://h"}}})).unwrap_err();
+        assert_eq!(error.field, "spec.bmc.credentialsName");
+        let bmc = bare_metal_host_bmc(
+            &json!({"spec": {"bmc": {"address": "ipmi://h", "credentialsName": "s"}}}),
+        )
+        .unwrap();
+        assert_eq!(bmc.credentials_name, "s");
+    }
+
+    #[test]
+    fn a_node_is_back_only_when_ready_and_ready_since_comes_from_the_condition() {
+        assert_eq!(node_view(None), NodeView::Missing);
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                "lastTransitionTime": "1970-01-01T00:01:40Z"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            node_view(Some(&node)),
+            NodeView::Present {
+                ready_since: Some(Duration::from_secs(100))
+            }
+        );
+        let not_ready: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            node_view(Some(&not_ready)),
+            NodeView::Present { ready_since: None }
+        );
+    }
+
+    #[test]
+    fn control_plane_machines_are_known_by_their_role_label() {
+        let m = json!({"metadata": {"labels": {"machine.openshift.io/cluster-api-machine-role": "master"}}});
+        assert!(machine_is_control_plane(&m));
+        assert!(!machine_is_control_plane(&json!({"metadata": {}})));
+    }
+}
