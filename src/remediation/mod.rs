@@ -7,5 +7,6 @@
 //! destructive step.
 
 pub mod fence;
+pub mod gates;
 pub mod observe;
 pub mod plan;

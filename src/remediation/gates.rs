@@ -1,0 +1,266 @@
+//! The safety gates a remediation must pass before it starts. Pure: counts in, verdict out.
+//! They only hold new starts; a remediation already under way always finishes its cycle, so
+//! that no host is left off by a gate closing behind it.
+
+use crate::api::RemediationPolicySpec;
+
+/// The fleet, as counted by the reconciler when a remediation wants to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fleet {
+    /// Machines in scope.
+    pub machines: usize,
+    /// Machines carrying the external-remediation trigger (this one included).
+    pub triggered: usize,
+    /// Remediations started and not ended (this one excluded).
+    pub running: usize,
+    /// Of those, on control-plane machines.
+    pub running_control_plane: usize,
+    /// Control-plane machines.
+    pub control_plane: usize,
+    /// Control-plane Nodes Ready now.
+    pub control_plane_ready: usize,
+}
+
+/// The machine that wants to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    /// A control-plane machine.
+    pub control_plane: bool,
+    /// Its Node is Ready now (fencing it removes one Ready member).
+    pub node_ready: bool,
+}
+
+/// Which gate holds, and why; the reason becomes the `Held` condition and an Event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Held {
+    /// `maxConcurrent` remediations are running.
+    #[error("{running} remediation(s) running, the policy allows {max} at once")]
+    Concurrency {
+        /// Running now.
+        running: usize,
+        /// The policy's limit.
+        max: u32,
+    },
+    /// Too many machines are unhealthy at once.
+    #[error(
+        "storm: {triggered} of {machines} machines are unhealthy, more than the policy's {max_percent}%"
+    )]
+    Storm {
+        /// Triggered machines.
+        triggered: usize,
+        /// All machines.
+        machines: usize,
+        /// The policy's share.
+        max_percent: u32,
+    },
+    /// The policy excludes control-plane machines.
+    #[error("control-plane remediation is disabled by the policy")]
+    ControlPlaneDisabled,
+    /// Another control-plane machine is being remediated.
+    #[error("another control-plane machine is being remediated")]
+    ControlPlaneBusy,
+    /// Fencing would leave fewer Ready control-plane Nodes than an etcd quorum.
+    #[error(
+        "etcd quorum: {ready_after} Ready control-plane node(s) would remain, a quorum of {members} is {quorum}"
+    )]
+    Quorum {
+        /// Ready control-plane Nodes after fencing.
+        ready_after: usize,
+        /// Control-plane members.
+        members: usize,
+        /// Their quorum.
+        quorum: usize,
+    },
+}
+
+/// Whether a remediation may start now.
+pub fn may_start(
+    candidate: Candidate,
+    fleet: Fleet,
+    policy: &RemediationPolicySpec,
+) -> Result<(), Held> {
+    if fleet.running >= policy.max_concurrent as usize {
+        return Err(Held::Concurrency {
+            running: fleet.running,
+            max: policy.max_concurrent,
+        });
+    }
+    // Integer arithmetic: triggered/machines > percent/100, without rounding surprises.
+    let max_percent = policy.storm.max_unhealthy_percent;
+    if fleet.machines > 0 && fleet.triggered * 100 > max_percent as usize * fleet.machines {
+        return Err(Held::Storm {
+            triggered: fleet.triggered,
+            machines: fleet.machines,
+            max_percent,
+        });
+    }
+    if candidate.control_plane {
+        if !policy.control_plane.enabled {
+            return Err(Held::ControlPlaneDisabled);
+        }
+        if fleet.running_control_plane > 0 {
+            return Err(Held::ControlPlaneBusy);
+        }
+        if policy.control_plane.quorum_guard {
+            let quorum = fleet.control_plane / 2 + 1;
+            let ready_after = fleet
+                .control_plane_ready
+                .saturating_sub(usize::from(candidate.node_ready));
+            if ready_after < quorum {
+                return Err(Held::Quorum {
+                    ready_after,
+                    members: fleet.control_plane,
+                    quorum,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WORKER: Candidate = Candidate {
+        control_plane: false,
+        node_ready: false,
+    };
+    const HUNG_MASTER: Candidate = Candidate {
+        control_plane: true,
+        node_ready: false,
+    };
+
+    fn fleet() -> Fleet {
+        Fleet {
+            machines: 6,
+            triggered: 1,
+            running: 0,
+            running_control_plane: 0,
+            control_plane: 3,
+            control_plane_ready: 3,
+        }
+    }
+
+    #[test]
+    fn one_hung_worker_in_a_healthy_fleet_may_start() {
+        assert_eq!(
+            may_start(WORKER, fleet(), &RemediationPolicySpec::default()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn the_concurrency_limit_holds_further_starts() {
+        let policy = RemediationPolicySpec::default();
+        let busy = Fleet {
+            running: 1,
+            triggered: 2,
+            ..fleet()
+        };
+        assert!(matches!(
+            may_start(WORKER, busy, &policy),
+            Err(Held::Concurrency { .. })
+        ));
+        let wider = RemediationPolicySpec {
+            max_concurrent: 2,
+            ..policy
+        };
+        assert_eq!(may_start(WORKER, busy, &wider), Ok(()));
+    }
+
+    #[test]
+    fn the_storm_gate_holds_above_the_share_and_not_at_it() {
+        let mut policy = RemediationPolicySpec {
+            max_concurrent: 10,
+            ..Default::default()
+        };
+        policy.storm.max_unhealthy_percent = 40;
+        // 2 of 5 is exactly 40 %: allowed. 3 of 5 is 60 %: held.
+        let at = Fleet {
+            machines: 5,
+            triggered: 2,
+            ..fleet()
+        };
+        assert_eq!(may_start(WORKER, at, &policy), Ok(()));
+        let above = Fleet {
+            machines: 5,
+            triggered: 3,
+            ..fleet()
+        };
+        let held = may_start(WORKER, above, &policy).unwrap_err();
+        assert_eq!(
+            held.to_string(),
+            "storm: 3 of 5 machines are unhealthy, more than the policy's 40%"
+        );
+    }
+
+    #[test]
+    fn control_plane_machines_go_one_at_a_time_and_never_below_quorum() {
+        let policy = RemediationPolicySpec {
+            max_concurrent: 5,
+            ..Default::default()
+        };
+        // One hung master of three: two Ready remain, the quorum of three.
+        let one_hung = Fleet {
+            control_plane_ready: 2,
+            ..fleet()
+        };
+        assert_eq!(may_start(HUNG_MASTER, one_hung, &policy), Ok(()));
+        // A second master while one is being remediated: held.
+        let busy = Fleet {
+            running: 1,
+            running_control_plane: 1,
+            ..one_hung
+        };
+        assert_eq!(
+            may_start(HUNG_MASTER, busy, &policy),
+            Err(Held::ControlPlaneBusy)
+        );
+        // Two of three hung: one Ready remains, below quorum.
+        let two_hung = Fleet {
+            control_plane_ready: 1,
+            triggered: 2,
+            ..fleet()
+        };
+        assert!(matches!(
+            may_start(HUNG_MASTER, two_hung, &policy),
+            Err(Held::Quorum {
+                ready_after: 1,
+                members: 3,
+                quorum: 2
+            })
+        ));
+        // A Ready master whose fencing would break quorum: held.
+        let ready_master = Candidate {
+            control_plane: true,
+            node_ready: true,
+        };
+        assert!(matches!(
+            may_start(ready_master, one_hung, &policy),
+            Err(Held::Quorum { ready_after: 1, .. })
+        ));
+        // Workers are not subject to the quorum guard.
+        assert_eq!(may_start(WORKER, two_hung, &policy), Ok(()));
+    }
+
+    #[test]
+    fn the_policy_can_disable_the_guard_or_control_plane_remediation() {
+        let mut policy = RemediationPolicySpec {
+            max_concurrent: 5,
+            ..Default::default()
+        };
+        let two_hung = Fleet {
+            control_plane_ready: 1,
+            triggered: 2,
+            ..fleet()
+        };
+        policy.control_plane.quorum_guard = false;
+        assert_eq!(may_start(HUNG_MASTER, two_hung, &policy), Ok(()));
+        policy.control_plane.enabled = false;
+        assert_eq!(
+            may_start(HUNG_MASTER, fleet(), &policy),
+            Err(Held::ControlPlaneDisabled)
+        );
+    }
+}
