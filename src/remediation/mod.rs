@@ -10,3 +10,4 @@ pub mod fence;
 pub mod gates;
 pub mod observe;
 pub mod plan;
+pub mod state;

@@ -1,0 +1,190 @@
+//! The persisted state: a `Remediation`'s status, read into the planner's [`Persisted`] and
+//! advanced step by step. Times are RFC 3339 in the object and time since the Unix epoch in
+//! the planner.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::plan::{Persisted, Phase};
+use crate::api::{Condition, FenceStrategyName, RemediationStatus, StepTime};
+
+/// The source of "now", injected so that tests and the lab control time.
+pub trait Clock: Send + Sync {
+    /// Now.
+    fn now(&self) -> SystemTime;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// Time since the Unix epoch (the planner's clock).
+pub fn since_epoch(time: SystemTime) -> Duration {
+    time.duration_since(UNIX_EPOCH).unwrap_or_default()
+}
+
+/// RFC 3339 with milliseconds, as stored in status.
+pub fn rfc3339(time: SystemTime) -> String {
+    let since = since_epoch(time);
+    let millis = i64::try_from(since.as_millis()).unwrap_or(i64::MAX);
+    Timestamp::from_millisecond(millis)
+        .map(|t| format!("{t:.3}"))
+        .unwrap_or_default()
+}
+
+/// Parses an RFC 3339 time into time since the epoch; unparsable times read as the epoch,
+/// which makes every deadline look passed — the safe direction for waits, never for proofs.
+pub fn parse_rfc3339(text: &str) -> Duration {
+    text.parse::<Timestamp>()
+        .ok()
+        .and_then(|t| u64::try_from(t.as_millisecond()).ok())
+        .map(Duration::from_millis)
+        .unwrap_or_default()
+}
+
+/// The planner's view of a status, given the policy's strategy order.
+pub fn persisted(
+    status: &RemediationStatus,
+    strategies: &[FenceStrategyName],
+    created: Duration,
+) -> Persisted {
+    let strategy = status
+        .strategy
+        .as_deref()
+        .and_then(|name| strategies.iter().position(|s| strategy_name(*s) == name))
+        .unwrap_or(0);
+    Persisted {
+        phase: status.phase,
+        strategy,
+        attempt: status.attempt.unwrap_or(1).max(1),
+        phase_since: status
+            .phase_since
+            .as_deref()
+            .map(parse_rfc3339)
+            .unwrap_or(created),
+        node_backed_up: status.node_backup.is_some(),
+    }
+}
+
+/// The name a strategy has in status and Events.
+pub fn strategy_name(strategy: FenceStrategyName) -> &'static str {
+    match strategy {
+        FenceStrategyName::BareMetalHostRebootApi => "BareMetalHostRebootApi",
+        FenceStrategyName::DirectBmc => "DirectBmc",
+    }
+}
+
+/// Records a step in the status: its time, and the phase it enters (if any).
+pub fn record_step(
+    status: &mut RemediationStatus,
+    step: &str,
+    phase: Option<Phase>,
+    now: SystemTime,
+) {
+    let time = rfc3339(now);
+    status.steps.push(StepTime {
+        step: step.to_string(),
+        attempt: status.attempt.unwrap_or(1),
+        time: time.clone(),
+    });
+    if let Some(phase) = phase
+        && phase != status.phase
+    {
+        status.phase = phase;
+        status.phase_since = Some(time);
+    }
+}
+
+/// Sets a condition, keeping its transition time when the status does not change.
+pub fn set_condition(
+    status: &mut RemediationStatus,
+    type_: &str,
+    truth: bool,
+    reason: &str,
+    message: &str,
+    now: SystemTime,
+) {
+    let value = if truth { "True" } else { "False" };
+    let message: String = message.chars().take(1024).collect();
+    match status.conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(condition) => {
+            if condition.status != value {
+                condition.last_transition_time = rfc3339(now);
+            }
+            condition.status = value.to_string();
+            condition.reason = reason.to_string();
+            condition.message = message;
+        }
+        None => status.conditions.push(Condition {
+            type_: type_.to_string(),
+            status: value.to_string(),
+            reason: reason.to_string(),
+            message,
+            last_transition_time: rfc3339(now),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip_through_rfc3339_to_the_millisecond() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_790_000_000_123);
+        let text = rfc3339(t);
+        assert!(text.ends_with(".123Z"), "{text}");
+        assert_eq!(
+            parse_rfc3339(&text),
+            Duration::from_millis(1_790_000_000_123)
+        );
+        assert_eq!(parse_rfc3339("garbage"), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_persisted_view_reads_phase_strategy_attempt_and_backup() {
+        let mut status = RemediationStatus {
+            strategy: Some("DirectBmc".into()),
+            attempt: Some(2),
+            ..RemediationStatus::default()
+        };
+        let now = UNIX_EPOCH + Duration::from_secs(100);
+        record_step(
+            &mut status,
+            "PowerOffRequested",
+            Some(Phase::PoweringOff),
+            now,
+        );
+        let order = [
+            FenceStrategyName::BareMetalHostRebootApi,
+            FenceStrategyName::DirectBmc,
+        ];
+        let p = persisted(&status, &order, Duration::ZERO);
+        assert_eq!(p.phase, Phase::PoweringOff);
+        assert_eq!(p.strategy, 1);
+        assert_eq!(p.attempt, 2);
+        assert_eq!(p.phase_since, Duration::from_secs(100));
+        assert!(!p.node_backed_up);
+        assert_eq!(status.steps[0].attempt, 2);
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
+        let mut status = RemediationStatus::default();
+        let t1 = UNIX_EPOCH + Duration::from_secs(1);
+        let t2 = UNIX_EPOCH + Duration::from_secs(2);
+        set_condition(&mut status, "Held", true, "Storm", "a", t1);
+        set_condition(&mut status, "Held", true, "Storm", "b", t2);
+        assert_eq!(status.conditions[0].last_transition_time, rfc3339(t1));
+        assert_eq!(status.conditions[0].message, "b");
+        set_condition(&mut status, "Held", false, "Released", "", t2);
+        assert_eq!(status.conditions[0].last_transition_time, rfc3339(t2));
+    }
+}
