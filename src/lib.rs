@@ -48,6 +48,22 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// A Kubernetes API call failed.
+    #[error("{op}: {source}")]
+    Kube {
+        /// The operation, e.g. `DeleteNode`.
+        op: &'static str,
+        /// The cause.
+        source: kube::Error,
+    },
+    /// An object is unusable as it stands.
+    #[error("{object}: {reason}")]
+    Invalid {
+        /// The object, e.g. `Machine openshift-machine-api/worker-0`.
+        object: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An object could not be rendered.
     #[error("cannot render {what}: {reason}")]
     Render {

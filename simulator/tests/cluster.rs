@@ -12,17 +12,7 @@ use serde_json::{Value, json};
 
 fn fast() -> ClusterSpec {
     ClusterSpec {
-        timing: Timing {
-            power_delay: Duration::from_millis(300),
-            boot_delay: Duration::from_millis(400),
-            heartbeat: Duration::from_millis(100),
-            node_grace: Duration::from_millis(600),
-            monitor_period: Duration::from_millis(100),
-            mhc_period: Duration::from_millis(100),
-            unhealthy_timeout: Duration::from_millis(500),
-            bmo_period: Duration::from_millis(100),
-            ..Timing::default()
-        },
+        timing: Timing::fast(),
         ..ClusterSpec::default()
     }
 }

@@ -27,3 +27,10 @@ pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
 
 /// The value of our out-of-service taint.
 pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
+
+/// On a Node, names its Machine as `namespace/name` (set by the machine-api nodelink
+/// controller).
+pub const NODE_MACHINE: &str = "machine.openshift.io/machine";
+
+/// The role label of an OpenShift Machine (`master`, `worker`, …).
+pub const MACHINE_ROLE: &str = "machine.openshift.io/cluster-api-machine-role";

@@ -6,8 +6,11 @@
 //! every step is persisted before it acts, so that a restart resumes without repeating a
 //! destructive step.
 
+pub mod controller;
+pub mod execute;
 pub mod fence;
 pub mod gates;
 pub mod observe;
 pub mod plan;
+pub mod run;
 pub mod state;

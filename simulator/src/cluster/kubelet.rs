@@ -58,7 +58,12 @@ fn node_object(identity: &NodeIdentity, now: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": identity.name, "labels": labels, "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+        "metadata": {"name": identity.name, "labels": labels, "annotations": {
+            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            // Set by the machine-api nodelink controller in OpenShift; the simulator has none,
+            // so the kubelet writes it (machine and host names are equal here).
+            "machine.openshift.io/machine": format!("openshift-machine-api/{}", identity.name),
+        }},
         "spec": {"providerID": format!("baremetalhost:///openshift-machine-api/{}", identity.name)},
         "status": {
             "conditions": conditions(now, now),

@@ -90,6 +90,21 @@ impl Default for Timing {
 }
 
 impl Timing {
+    /// The quickest intervals that still keep every actor's order of events: for tests.
+    pub fn fast() -> Self {
+        Timing {
+            power_delay: Duration::from_millis(300),
+            boot_delay: Duration::from_millis(400),
+            heartbeat: Duration::from_millis(100),
+            node_grace: Duration::from_millis(600),
+            monitor_period: Duration::from_millis(100),
+            mhc_period: Duration::from_millis(100),
+            unhealthy_timeout: Duration::from_millis(500),
+            bmo_period: Duration::from_millis(100),
+            ..Timing::default()
+        }
+    }
+
     /// Kubernetes' own defaults (kubelet lease 10 s, grace 40 s, MHC 300 s, BMO soft-off 180 s),
     /// divided by `scale` (1.0 = real time).
     pub fn kubernetes_defaults(scale: f64) -> Self {

@@ -1,0 +1,227 @@
+//! The remediation controller: a kube `Controller` over Machines that gathers observations,
+//! asks the planner for the next step and carries it out, persisting every step in the
+//! Machine's `Remediation` before it acts.
+//!
+//! Event-driven: Machines, BareMetalHosts, Nodes and Remediations are watched once each
+//! (shared reflector stores), and changes map back to the Machine they concern; timed
+//! requeues only cover deadlines and the wait for a BMC to settle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baremend_drivers::Connector;
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tracing::{Instrument, info, warn};
+
+use super::run::Pass;
+use super::state::Clock;
+use crate::api::annotations::NODE_MACHINE;
+use crate::api::{HostBmc, Remediation, RemediationPolicy, RemediationPolicySpec};
+use crate::{Error, Result};
+
+/// The Machine resource (machine.openshift.io/v1beta1).
+pub fn machine_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("machine.openshift.io", "v1beta1", "Machine"),
+        "machines",
+    )
+}
+
+/// The BareMetalHost resource (metal3.io/v1alpha1).
+pub fn host_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("metal3.io", "v1alpha1", "BareMetalHost"),
+        "baremetalhosts",
+    )
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Machines (the controller's own store).
+    pub machines: Store<DynamicObject>,
+    /// BareMetalHosts.
+    pub hosts: Store<DynamicObject>,
+    /// Nodes.
+    pub nodes: Store<Node>,
+    /// Remediations.
+    pub remediations: Store<Remediation>,
+    /// Policies (the one named `default` applies).
+    pub policies: Store<RemediationPolicy>,
+    /// BMC mappings.
+    pub host_bmcs: Store<HostBmc>,
+    /// BMC drivers, one request gate per BMC.
+    pub connector: Connector,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// Events.
+    pub recorder: Recorder,
+    /// How soon to look again while waiting for a BMC or a Node.
+    pub poll: Duration,
+}
+
+impl Context {
+    /// The policy in force: the object named `default`, else the built-in defaults.
+    pub fn policy(&self) -> RemediationPolicySpec {
+        self.policies
+            .get(&ObjectRef::new("default"))
+            .map(|p| p.spec.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Options of [`run`].
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// The Events' reporting instance (e.g. the pod name).
+    pub instance: String,
+    /// How soon to look again while waiting.
+    pub poll: Duration,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            instance: "baremend".into(),
+            poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    options: ControllerOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<()> {
+    let machine_ar = machine_resource();
+    let host_ar = host_resource();
+    let config = watcher::Config::default();
+
+    let (hosts, host_writer) = {
+        let writer = reflector::store::Writer::new(host_ar.clone());
+        (writer.as_reader(), writer)
+    };
+    let host_stream = watcher(
+        Api::<DynamicObject>::all_with(client.clone(), &host_ar),
+        config.clone(),
+    )
+    .default_backoff()
+    .reflect(host_writer)
+    .touched_objects();
+
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let node_stream = watcher(Api::<Node>::all(client.clone()), config.clone())
+        .default_backoff()
+        .reflect(node_writer)
+        .touched_objects();
+
+    let (remediations, remediation_writer) = reflector::store::<Remediation>();
+    let remediation_stream = watcher(Api::<Remediation>::all(client.clone()), config.clone())
+        .default_backoff()
+        .reflect(remediation_writer)
+        .touched_objects();
+
+    let (policies, policy_writer) = reflector::store::<RemediationPolicy>();
+    let policy_stream = watcher(
+        Api::<RemediationPolicy>::all(client.clone()),
+        config.clone(),
+    )
+    .default_backoff()
+    .reflect(policy_writer)
+    .touched_objects();
+
+    let (host_bmcs, host_bmc_writer) = reflector::store::<HostBmc>();
+    let host_bmc_stream = watcher(Api::<HostBmc>::all(client.clone()), config.clone())
+        .default_backoff()
+        .reflect(host_bmc_writer)
+        .touched_objects();
+
+    let controller = Controller::new_with(
+        Api::<DynamicObject>::all_with(client.clone(), &machine_ar),
+        config,
+        machine_ar.clone(),
+    );
+    let context = Arc::new(Context {
+        client: client.clone(),
+        machines: controller.store(),
+        hosts,
+        nodes,
+        remediations: remediations.clone(),
+        policies,
+        host_bmcs,
+        connector: Connector::new(),
+        clock,
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: "baremend".into(),
+                instance: Some(options.instance.clone()),
+            },
+        ),
+        poll: options.poll,
+    });
+
+    let ar = machine_ar.clone();
+    let by_consumer = move |host: DynamicObject| {
+        let consumer = host.data.pointer("/spec/consumerRef").cloned();
+        consumer.filter(|c| c["kind"] == "Machine").and_then(|c| {
+            let name = c["name"].as_str()?;
+            let namespace = c["namespace"].as_str()?;
+            Some(ObjectRef::new_with(name, ar.clone()).within(namespace))
+        })
+    };
+    let ar = machine_ar.clone();
+    let by_node = move |node: Node| {
+        node.annotations()
+            .get(NODE_MACHINE)
+            .and_then(|value| value.split_once('/'))
+            .map(|(namespace, name)| ObjectRef::new_with(name, ar.clone()).within(namespace))
+    };
+    let ar = machine_ar.clone();
+    let by_spec = move |remediation: Remediation| {
+        remediation.namespace().map(|namespace| {
+            ObjectRef::new_with(&remediation.spec.machine_name, ar.clone()).within(&namespace)
+        })
+    };
+    // A policy or BMC mapping change may unblock anything: look at every Machine again.
+    let reconcile_all =
+        futures_util::stream::select(policy_stream.map(|_| ()), host_bmc_stream.map(|_| ()));
+
+    controller
+        .watches_stream_with(host_stream, by_consumer, host_ar)
+        .watches_stream(node_stream, by_node)
+        .watches_stream(remediation_stream, by_spec)
+        .reconcile_all_on(reconcile_all)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                warn!(%error, "reconcile failed");
+            }
+        })
+        .await;
+    info!("controller stopped");
+    Ok(())
+}
+
+async fn reconcile(machine: Arc<DynamicObject>, context: Arc<Context>) -> Result<Action> {
+    let name = machine.name_any();
+    let namespace = machine.namespace().unwrap_or_default();
+    let span = tracing::info_span!("remediate", machine = %name, namespace = %namespace);
+    Pass::new(machine, context).run().instrument(span).await
+}
+
+fn error_policy(machine: Arc<DynamicObject>, error: &Error, context: Arc<Context>) -> Action {
+    warn!(machine = %machine.name_any(), %error, "remediation step failed; retrying");
+    Action::requeue(context.poll.max(Duration::from_secs(1)))
+}
