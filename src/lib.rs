@@ -16,6 +16,7 @@ pub mod bmc;
 pub mod duration;
 pub mod lab;
 pub mod remediation;
+pub mod run;
 
 use std::path::PathBuf;
 

@@ -24,6 +24,8 @@ enum Command {
     Bmc(BmcArgs),
     /// Run the story on simulated hardware, in this process.
     Lab(LabArgs),
+    /// Run the remediation controller against a cluster.
+    Run(baremend::run::RunArgs),
     /// Print baremend's CustomResourceDefinitions (or write them with --out).
     Crds(CrdsArgs),
 }
@@ -44,6 +46,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bmc(args) => baremend::bmc::run(args).await,
         Command::Lab(args) => baremend::lab::run(args).await,
+        Command::Run(args) => baremend::run::run(args).await,
         Command::Crds(args) => baremend::api::run_crds(args),
     };
     match result {

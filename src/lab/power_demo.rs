@@ -1,6 +1,6 @@
-//! `baremend lab`: the story on simulated hardware, in one process.
+//! `baremend lab --scenario power-demo`: the drivers alone.
 //!
-//! For now it starts a simulated BMC in-process (Redfish, or IPMI with `--ipmi`; both in front of
+//! Starts a simulated BMC in-process (Redfish, or IPMI with `--ipmi`; both in front of
 //! the same simulated host), powers the host off and on through the driver exactly as
 //! `baremend bmc` does, prints every state read back, and ends with a timing table.
 
@@ -13,28 +13,13 @@ use baremend_drivers::{
 use baremend_sim::clock::{Clock, SystemClock};
 use baremend_sim::ipmi::{IpmiSim, IpmiSimConfig};
 use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
-use clap::Args;
 
+use super::LabArgs;
 use crate::Result;
 use crate::bmc::confirm;
-use crate::duration::parse_duration;
 
-/// Arguments of `baremend lab`.
-#[derive(Debug, Args)]
-pub struct LabArgs {
-    /// How long the simulated host takes to change power.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
-    pub power_delay: Duration,
-    /// Serve the simulated BMC over HTTPS (self-signed; the driver trusts that certificate).
-    #[arg(long, conflicts_with = "ipmi")]
-    pub tls: bool,
-    /// Drive the host over IPMI (RMCP+) instead of Redfish.
-    #[arg(long)]
-    pub ipmi: bool,
-}
-
-/// Runs the lab.
-pub async fn run(args: LabArgs) -> Result<()> {
+/// Runs the power demo.
+pub async fn run(args: &LabArgs) -> Result<()> {
     let sim = RedfishSim::start(RedfishSimConfig {
         power_delay: args.power_delay,
         tls: if args.tls {

@@ -1,0 +1,64 @@
+//! `baremend lab`: the whole story on simulated hardware, in one process.
+//!
+//! The default starts the simulated cluster (3 control-plane hosts, 3 workers, BareMetal
+//! Operator, MachineHealthCheck, kubelets, Redfish BMCs), runs the controller against its API
+//! server over HTTPS on a real kube client, hangs a worker and prints what happens until the
+//! Node is back, with a per-step timing table. `--scenario power-demo` is the drivers alone.
+
+mod power_demo;
+mod story;
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::Result;
+use crate::duration::parse_duration;
+
+/// Which story to tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// A hung worker, fenced through the BareMetalHost reboot API (the BareMetal Operator
+    /// powers the host).
+    Bmh,
+    /// A hung worker whose BareMetalHost is detached, fenced directly over Redfish.
+    Redfish,
+    /// A hung worker whose BareMetalHost is detached, fenced directly over IPMI (RMCP+).
+    Ipmi,
+    /// A hung worker remediated in out-of-service mode: the Node is tainted, not deleted.
+    OutOfService,
+    /// A hung control-plane host (one at a time, etcd quorum kept).
+    ControlPlane,
+    /// A BMC that accepts power-off and never does it: the Node must never be deleted.
+    StuckBmc,
+    /// The drivers alone: power one simulated host off and on (Redfish, or IPMI with --ipmi).
+    PowerDemo,
+}
+
+/// Arguments of `baremend lab`.
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    /// The story to tell.
+    #[arg(long, value_enum, default_value = "bmh")]
+    pub scenario: Scenario,
+    /// Give up when the remediation has not ended after this long.
+    #[arg(long, default_value = "100s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// power-demo: how long the simulated host takes to change power.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub power_delay: Duration,
+    /// power-demo: serve the simulated BMC over HTTPS.
+    #[arg(long, conflicts_with = "ipmi")]
+    pub tls: bool,
+    /// power-demo: drive the host over IPMI instead of Redfish.
+    #[arg(long)]
+    pub ipmi: bool,
+}
+
+/// Runs the lab.
+pub async fn run(args: LabArgs) -> Result<()> {
+    match args.scenario {
+        Scenario::PowerDemo => power_demo::run(&args).await,
+        scenario => story::run(scenario, args.timeout).await,
+    }
+}
