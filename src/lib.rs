@@ -65,6 +65,9 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A crash injected by a chaos test right after a step was persisted.
+    #[error("injected crash after step {0}")]
+    InjectedCrash(String),
     /// An object could not be rendered.
     #[error("cannot render {what}: {reason}")]
     Render {

@@ -71,6 +71,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         ControllerOptions {
             instance: args.instance,
             poll: args.poll,
+            crash_after_step: None,
         },
         shutdown,
     )

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use baremend::api::{Remediation, RemediationPhase, all_crds};
 use baremend::remediation::controller::{ControllerOptions, run};
 use baremend::remediation::state::SystemClock;
-use baremend_sim::cluster::local::{Local, MACHINES, NODES};
+use baremend_sim::cluster::local::{BMHS, Local, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, SimCluster};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -35,6 +35,11 @@ struct Lab {
 
 impl Lab {
     async fn start(spec: ClusterSpec, policy: Value) -> Lab {
+        Lab::start_prepared(spec, policy, |_| {}).await
+    }
+
+    /// Starts the cluster, lets `prepare` change it, then starts the controller.
+    async fn start_prepared(spec: ClusterSpec, policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let cluster = SimCluster::start(spec).await.unwrap();
         let kubeconfig = Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
@@ -63,11 +68,93 @@ impl Lab {
             stop: None,
             controller: None,
         };
+        prepare(&lab);
         lab.start_controller();
         lab
     }
 
+    async fn reach(&self, name: &str, phase: RemediationPhase) -> Remediation {
+        self.wait_phase(name, phase, Duration::from_secs(60)).await
+    }
+
+    async fn succeeded(&self, name: &str) -> Remediation {
+        self.wait_phase(name, RemediationPhase::Succeeded, Duration::from_secs(60))
+            .await
+    }
+
+    async fn failed(&self, name: &str) -> Remediation {
+        self.wait_phase(name, RemediationPhase::Failed, Duration::from_secs(60))
+            .await
+    }
+
+    fn label(&self, node: &str) {
+        self.api
+            .merge(
+                NODES,
+                "",
+                node,
+                &json!({"metadata": {"labels": {"team": "db"}}}),
+                false,
+            )
+            .unwrap();
+    }
+
+    fn assert_label_restored(&self, node: &str, context: &str) {
+        let node = self.api.get(NODES, "", node).unwrap();
+        assert_eq!(node["metadata"]["labels"]["team"], "db", "{context}");
+    }
+
+    fn detach(&self, host: &str) {
+        self.api
+            .merge(
+                BMHS,
+                MACHINE_NAMESPACE,
+                host,
+                &json!({"metadata": {"annotations": {"baremetalhost.metal3.io/detached": ""}}}),
+                false,
+            )
+            .unwrap();
+    }
+
+    fn stuck(&self, host: &str) {
+        let host = &self.cluster.host(host).unwrap().host;
+        let mut faults = host.faults();
+        faults.stuck_power = true;
+        host.set_faults(faults);
+    }
+
+    async fn stop_controller(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.controller.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    fn node_exists(&self, name: &str) -> bool {
+        self.api.get(NODES, "", name).is_ok()
+    }
+
+    fn trigger(&self, machine: &str, on: bool) {
+        let value = if on { json!("") } else { Value::Null };
+        self.api
+            .merge(
+                MACHINES,
+                MACHINE_NAMESPACE,
+                machine,
+                &json!({"metadata": {"annotations": {"host.metal3.io/external-remediation": value}}}),
+                false,
+            )
+            .unwrap();
+    }
+
     fn start_controller(&mut self) {
+        self.start_controller_crashing(None);
+    }
+
+    fn start_controller_crashing(&mut self, crash: Option<String>) {
         let (stop, stopped) = oneshot::channel::<()>();
         let client = self.client.clone();
         self.stop = Some(stop);
@@ -78,6 +165,7 @@ impl Lab {
                 ControllerOptions {
                     instance: "test".into(),
                     poll: Duration::from_millis(100),
+                    crash_after_step: crash,
                 },
                 async move {
                     let _ = stopped.await;
@@ -132,24 +220,10 @@ fn fast_policy() -> Value {
 async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_restored() {
     let lab = Lab::start(fast(), fast_policy()).await;
     // A label an operator added, which the new Node will not have.
-    lab.api
-        .merge(
-            NODES,
-            "",
-            "worker-0",
-            &json!({"metadata": {"labels": {"team": "db"}}}),
-            false,
-        )
-        .unwrap();
+    lab.label("worker-0");
     let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
     assert!(lab.cluster.hang("worker-0"));
-    let done = lab
-        .wait_phase(
-            "worker-0-1",
-            RemediationPhase::Succeeded,
-            Duration::from_secs(60),
-        )
-        .await;
+    let done = lab.succeeded("worker-0-1").await;
     let steps = steps(&done);
     let position = |s: &str| {
         steps
@@ -203,4 +277,369 @@ async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_r
         done.status.unwrap().strategy.as_deref(),
         Some("BareMetalHostRebootApi")
     );
+}
+
+fn assert_in_order(remediation: &Remediation, order: &[&str]) {
+    let steps = steps(remediation);
+    let mut last = 0;
+    for step in order {
+        let at = steps
+            .iter()
+            .position(|s| s == step)
+            .unwrap_or_else(|| panic!("{step} missing in {steps:?}"));
+        assert!(at >= last, "{step} out of order in {steps:?}");
+        last = at;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_host_is_fenced_directly_over_redfish() {
+    let mut policy = fast_policy();
+    policy["strategies"] = json!(["DirectBmc"]);
+    let lab = Lab::start_prepared(fast(), policy, |lab| lab.detach("worker-1")).await;
+    lab.cluster.hang("worker-1");
+    let done = lab.succeeded("worker-1-1").await;
+    assert_in_order(
+        &done,
+        &[
+            "PowerOffRequested",
+            "Fenced",
+            "NodeDeleted",
+            "PowerOnRequested",
+            "Succeeded",
+        ],
+    );
+    let status = done.status.unwrap();
+    assert_eq!(status.strategy.as_deref(), Some("DirectBmc"));
+    // The host really went off and on through its BMC.
+    let history = lab.cluster.host("worker-1").unwrap().host.history();
+    assert!(history.len() >= 2, "{history:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_host_is_fenced_directly_over_ipmi() {
+    let mut policy = fast_policy();
+    policy["strategies"] = json!(["DirectBmc"]);
+    let spec = ClusterSpec {
+        ipmi: true,
+        bmh_uses_ipmi: true,
+        ..fast()
+    };
+    let lab = Lab::start_prepared(spec, policy, |lab| lab.detach("worker-2")).await;
+    lab.cluster.hang("worker-2");
+    let done = lab.succeeded("worker-2-1").await;
+    assert_in_order(&done, &["Fenced", "NodeDeleted", "Succeeded"]);
+    assert_eq!(done.status.unwrap().driver.as_deref(), Some("ipmi"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_service_mode_taints_instead_of_deleting_and_removes_the_taint_after() {
+    let mut policy = fast_policy();
+    policy["nodeRelease"] = json!("OutOfService");
+    let lab = Lab::start(fast(), policy).await;
+    let uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    lab.cluster.hang("worker-0");
+    let done = lab.succeeded("worker-0-1").await;
+    assert_in_order(
+        &done,
+        &["Fenced", "NodeTainted", "PowerOnRequested", "Succeeded"],
+    );
+    let node = lab.api.get(NODES, "", "worker-0").unwrap();
+    assert_eq!(node["metadata"]["uid"], uid, "the Node was kept");
+    let taints = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !taints
+            .iter()
+            .any(|t| t["key"] == "node.kubernetes.io/out-of-service"),
+        "{taints:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_that_never_powers_off_fails_the_remediation_and_the_node_is_never_deleted() {
+    let mut policy = fast_policy();
+    policy["timeouts"]["powerOffSeconds"] = json!(2);
+    let lab = Lab::start_prepared(fast(), policy, |lab| lab.stuck("worker-0")).await;
+    lab.cluster.hang("worker-0");
+    let failed = lab.failed("worker-0-1").await;
+    assert!(lab.node_exists("worker-0"));
+    let steps = steps(&failed);
+    // Both strategies were tried: the reboot API, then the BMC directly (refused: the host is
+    // managed by the BareMetal Operator).
+    assert!(steps.contains(&"Escalated".to_string()), "{steps:?}");
+    assert!(!steps.iter().any(|s| s.starts_with("Node")), "{steps:?}");
+    let status = failed.status.unwrap();
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("never confirmed"),
+        "{status:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_or_detached_host_is_never_taken_as_fenced() {
+    let mut policy = fast_policy();
+    policy["strategies"] = json!(["BareMetalHostRebootApi"]);
+    policy["timeouts"]["powerOffSeconds"] = json!(2);
+    policy["maxConcurrent"] = json!(2);
+    let lab = Lab::start_prepared(fast(), policy, |lab| {
+        lab.api
+            .merge(
+                BMHS,
+                MACHINE_NAMESPACE,
+                "worker-0",
+                &json!({"metadata": {"annotations": {"baremetalhost.metal3.io/paused": ""}}}),
+                false,
+            )
+            .unwrap();
+        lab.detach("worker-1");
+    })
+    .await;
+    // The MachineHealthCheck would short-circuit with two of three workers down
+    // (maxUnhealthy): trigger both directly.
+    lab.trigger("worker-0", true);
+    lab.trigger("worker-1", true);
+    for name in ["worker-0-1", "worker-1-1"] {
+        let failed = lab
+            .wait_phase(name, RemediationPhase::Failed, Duration::from_secs(60))
+            .await;
+        assert!(
+            !steps(&failed).iter().any(|s| s.starts_with("Node")),
+            "{name}: {:?}",
+            steps(&failed)
+        );
+    }
+    assert!(lab.node_exists("worker-0") && lab.node_exists("worker-1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trigger_removed_before_the_proof_cancels_and_withdraws_the_request() {
+    let lab = Lab::start_prepared(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
+    lab.trigger("worker-0", true);
+    lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
+    lab.trigger("worker-0", false);
+    let cancelled = lab.reach("worker-0-1", RemediationPhase::Cancelled).await;
+    assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));
+    let bmh = lab.api.get(BMHS, MACHINE_NAMESPACE, "worker-0").unwrap();
+    assert!(
+        bmh["metadata"]["annotations"]
+            .as_object()
+            .is_none_or(|a| !a.keys().any(|k| k.starts_with("reboot.metal3.io/"))),
+        "{bmh}"
+    );
+    assert!(lab.node_exists("worker-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trigger_removed_after_the_proof_still_completes_the_cycle() {
+    let lab = Lab::start(fast(), fast_policy()).await;
+    lab.cluster.hang("worker-0");
+    lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
+    lab.trigger("worker-0", false);
+    lab.succeeded("worker-0-1").await;
+    let host = &lab.cluster.host("worker-0").unwrap().host;
+    assert_eq!(
+        host.power(),
+        baremend_sim::host::Power::On,
+        "the host was not left off"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_stopped_while_fencing_and_while_powering_on_resumes_without_repeats() {
+    let spec = ClusterSpec {
+        timing: Timing {
+            power_delay: Duration::from_millis(1500),
+            boot_delay: Duration::from_millis(1500),
+            ..Timing::fast()
+        },
+        ..fast()
+    };
+    let mut lab = Lab::start(spec, fast_policy()).await;
+    lab.label("worker-0");
+    lab.cluster.hang("worker-0");
+    // Stopped with the power-off requested and not yet proven: the host goes off meanwhile.
+    lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
+    lab.stop_controller().await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(
+        lab.node_exists("worker-0"),
+        "nothing is released while the controller is down"
+    );
+    lab.start_controller();
+    // Stopped again while waiting for the Node.
+    lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
+    lab.stop_controller().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    lab.start_controller();
+    let done = lab.succeeded("worker-0-1").await;
+    let steps = steps(&done);
+    for once in [
+        "PowerOffRequested",
+        "Fenced",
+        "NodeBackedUp",
+        "NodeDeleted",
+        "PowerOnRequested",
+        "Succeeded",
+    ] {
+        assert_eq!(
+            steps.iter().filter(|s| *s == once).count(),
+            1,
+            "{once} in {steps:?}"
+        );
+    }
+    lab.assert_label_restored("worker-0", "the backup survived the restarts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_storm_gate_holds_new_remediations_with_a_condition() {
+    let mut policy = fast_policy();
+    policy["maxConcurrent"] = json!(5);
+    policy["storm"] = json!({"maxUnhealthyPercent": 10});
+    let lab = Lab::start(fast(), policy).await;
+    // One or two of six machines (17 %, 33 %) triggered: above 10 %.
+    lab.trigger("worker-0", true);
+    lab.trigger("worker-1", true);
+    let held = lab.reach("worker-0-1", RemediationPhase::Pending).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = lab.remediation("worker-0-1").await.unwrap_or(held);
+    let status = held.status.unwrap_or_default();
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Held")
+        .expect("a Held condition");
+    assert_eq!(condition.status, "True");
+    assert!(
+        condition.message.starts_with("storm: 2 of 6"),
+        "{condition:?}"
+    );
+    assert!(lab.node_exists("worker-0") && lab.node_exists("worker-1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_machine_is_held_when_fencing_would_break_etcd_quorum() {
+    let mut policy = fast_policy();
+    policy["maxConcurrent"] = json!(5);
+    policy["storm"] = json!({"maxUnhealthyPercent": 100});
+    let lab = Lab::start(fast(), policy).await;
+    // Two of three control-plane hosts hang: one Ready remains, below a quorum of two.
+    lab.cluster.hang("master-0");
+    lab.cluster.hang("master-1");
+    let started = Instant::now();
+    while lab.api.get(NODES, "", "master-1").ok().and_then(|n| {
+        n.pointer("/status/conditions")?
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .map(|c| c["status"] == "Unknown")
+    }) != Some(true)
+    {
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    lab.trigger("master-0", true);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let held = lab.remediation("master-0-1").await.expect("a Remediation");
+    let status = held.status.unwrap_or_default();
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Held")
+        .expect("a Held condition");
+    assert!(condition.message.contains("etcd quorum"), "{condition:?}");
+    assert!(lab.node_exists("master-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_bmc_address_is_reported_and_nothing_is_deleted() {
+    let mut policy = fast_policy();
+    policy["strategies"] = json!(["DirectBmc"]);
+    policy["timeouts"]["powerOffSeconds"] = json!(2);
+    let lab = Lab::start_prepared(fast(), policy, |lab| {
+        lab.detach("worker-0");
+        lab.api
+            .merge(
+                BMHS,
+                MACHINE_NAMESPACE,
+                "worker-0",
+                &json!({"spec": {"bmc": {"address": "redfish://:99999/x"}}}),
+                false,
+            )
+            .unwrap();
+    })
+    .await;
+    lab.cluster.hang("worker-0");
+    let failed = lab.failed("worker-0-1").await;
+    let status = failed.status.unwrap();
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("redfish://:99999/x"),
+        "the error names the address: {status:?}"
+    );
+    assert!(lab.node_exists("worker-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_right_after_each_persisted_step_repeats_no_destructive_action() {
+    // Each run crashes once, after the step is persisted and before it acts; the pass that
+    // follows starts from what the server holds.
+    for (crash, mode) in [
+        ("PowerOffRequested", "Delete"),
+        ("Fenced", "Delete"),
+        ("NodeBackedUp", "Delete"),
+        ("NodeDeleting", "Delete"),
+        ("NodeDeleted", "Delete"),
+        ("NodeTainting", "OutOfService"),
+        ("PowerOnRequested", "Delete"),
+        ("Restoring", "Delete"),
+    ] {
+        let mut policy = fast_policy();
+        policy["nodeRelease"] = json!(mode);
+        let mut lab = Lab::start_prepared(fast(), policy, |_| {}).await;
+        lab.stop_controller().await;
+        lab.start_controller_crashing(Some(crash.to_string()));
+        lab.label("worker-0");
+        lab.cluster.hang("worker-0");
+        let done = lab.succeeded("worker-0-1").await;
+        let steps = steps(&done);
+        for once in [
+            "PowerOffRequested",
+            "Fenced",
+            "PowerOnRequested",
+            "Succeeded",
+        ] {
+            assert_eq!(
+                steps.iter().filter(|s| *s == once).count(),
+                1,
+                "crash after {crash}: {once} in {steps:?}"
+            );
+        }
+        let released = if mode == "Delete" {
+            "NodeDeleted"
+        } else {
+            "NodeTainted"
+        };
+        assert_eq!(
+            steps.iter().filter(|s| *s == released).count(),
+            1,
+            "crash after {crash}: {steps:?}"
+        );
+        // The host went off once and on once.
+        let history = lab.cluster.host("worker-0").unwrap().host.history();
+        assert_eq!(history.len(), 2, "crash after {crash}: {history:?}");
+        lab.assert_label_restored("worker-0", &format!("crash after {crash}"));
+        lab.stop_controller().await;
+    }
 }

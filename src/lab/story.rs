@@ -159,6 +159,7 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
         ControllerOptions {
             instance: "lab".into(),
             poll: Duration::from_millis(250),
+            crash_after_step: None,
         },
         async move {
             let _ = stopped.await;

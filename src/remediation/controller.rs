@@ -66,6 +66,11 @@ pub struct Context {
     pub recorder: Recorder,
     /// How soon to look again while waiting for a BMC or a Node.
     pub poll: Duration,
+    /// Chaos testing: abandon the pass once right after this step is persisted, before it
+    /// acts — what a crash at that point leaves behind.
+    pub crash_after_step: Option<String>,
+    /// Whether the injected crash happened.
+    pub crashed: std::sync::atomic::AtomicBool,
 }
 
 impl Context {
@@ -85,6 +90,9 @@ pub struct ControllerOptions {
     pub instance: String,
     /// How soon to look again while waiting.
     pub poll: Duration,
+    /// Chaos testing: abandon one pass right after this step is persisted (see
+    /// [`Context::crash_after_step`]).
+    pub crash_after_step: Option<String>,
 }
 
 impl Default for ControllerOptions {
@@ -92,6 +100,7 @@ impl Default for ControllerOptions {
         ControllerOptions {
             instance: "baremend".into(),
             poll: Duration::from_secs(1),
+            crash_after_step: None,
         }
     }
 }
@@ -169,6 +178,8 @@ pub async fn run(
             },
         ),
         poll: options.poll,
+        crash_after_step: options.crash_after_step,
+        crashed: std::sync::atomic::AtomicBool::new(false),
     });
 
     let ar = machine_ar.clone();

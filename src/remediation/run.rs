@@ -459,6 +459,20 @@ impl Pass {
                 source,
             })?;
         *remediation = updated;
+        let last = remediation
+            .status
+            .as_ref()
+            .and_then(|s| s.steps.last())
+            .map(|s| s.step.as_str());
+        if let Some(crash) = &self.context.crash_after_step
+            && last == Some(crash.as_str())
+            && !self
+                .context
+                .crashed
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(Error::InjectedCrash(crash.clone()));
+        }
         Ok(())
     }
 
@@ -561,7 +575,20 @@ impl Pass {
         let nodes: Api<Node> = Api::all(self.context.client.clone());
         match step {
             Step::Done => return Ok(Some(Action::await_change())),
-            Step::Wait { after } => return Ok(Some(Action::requeue(after))),
+            Step::Wait { after } => {
+                // A crash between persisting a request and making it leaves the phase without
+                // its request: make sure it is in place while waiting.
+                match state.phase {
+                    Phase::PoweringOff => {
+                        self.ensure_request(remediation, &state, true).await?;
+                    }
+                    Phase::PoweringOn => {
+                        self.ensure_request(remediation, &state, false).await?;
+                    }
+                    _ => {}
+                }
+                return Ok(Some(Action::requeue(after)));
+            }
             Step::Hold { reason } => {
                 let was = status
                     .conditions
@@ -803,6 +830,49 @@ impl Pass {
             }
         }
         Ok(None)
+    }
+
+    /// Re-makes a power request that a crash may have lost: at once for the reboot API (the
+    /// cached host shows whether our annotation is there), after a quiet period for a BMC
+    /// (which may still be acting on the first request).
+    async fn ensure_request(
+        &self,
+        remediation: &mut Remediation,
+        state: &super::plan::Persisted,
+        off: bool,
+    ) -> Result<()> {
+        let strategy = self.strategy_at(state.strategy);
+        match strategy {
+            FenceStrategyName::BareMetalHostRebootApi => {
+                let Some((_, Some(host))) = self.host(remediation) else {
+                    return Ok(());
+                };
+                let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
+                let requested =
+                    bare_metal_host_view(&json, &self.policy.reboot_key).power_off_requested;
+                if off && !requested {
+                    self.request_power(remediation, strategy, true).await?;
+                } else if !off && requested {
+                    self.withdraw_all(remediation, state.strategy).await?;
+                }
+            }
+            FenceStrategyName::DirectBmc => {
+                let quiet = (self.context.poll * 10).max(Duration::from_secs(5));
+                let waited =
+                    since_epoch(self.context.clock.now()).saturating_sub(state.phase_since);
+                if waited < quiet {
+                    return Ok(());
+                }
+                let bmc = self.direct_bmc(remediation).await?;
+                let power = bmc.driver.power_state().await?;
+                if off && power == PowerState::On {
+                    bmc.driver.power_off(PowerOffMode::Forced).await?;
+                } else if !off && power == PowerState::Off {
+                    bmc.driver.power_on().await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn driver_name(&self, remediation: &Remediation, strategy: FenceStrategyName) -> String {
