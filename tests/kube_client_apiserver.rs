@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
@@ -86,7 +86,14 @@ async fn the_watcher_sees_every_change_across_dropped_watches_and_compaction() {
         let mut stream = watcher(watch_api, watcher::Config::default())
             .applied_objects()
             .boxed();
-        while let Ok(Some(object)) = stream.try_next().await {
+        // A dropped or compacted watch surfaces as an error item (410 Gone and the like)
+        // before the watcher re-lists; a consumer keeps reading, as the controller's
+        // backoff-wrapped streams do.
+        while let Some(item) = stream.next().await {
+            let Ok(object) = item else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
             let value = object
                 .data
                 .as_ref()
@@ -104,7 +111,7 @@ async fn the_watcher_sees_every_change_across_dropped_watches_and_compaction() {
             while !seen.iter().any(|s: &String| s == wanted) {
                 let next = tokio::time::timeout(Duration::from_secs(10), receiver.recv())
                     .await
-                    .expect("the watcher delivers")
+                    .unwrap_or_else(|_| panic!("the watcher delivers {wanted}"))
                     .unwrap();
                 seen.push(next);
             }

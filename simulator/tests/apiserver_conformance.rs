@@ -717,16 +717,19 @@ async fn watch_sends_bookmarks_ends_at_its_timeout_and_an_expired_version_is_gon
     );
     api.configmap("later", json!({})).await;
     api.server.compact();
-    let (status, body) = api
-        .get(&format!(
-            "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={}",
-            rv(&cm)
-        ))
+    // As the real API server: 200, then one ERROR event with the 410 Status, then the end.
+    let events = api
+        .watch(
+            &format!(
+                "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={}",
+                rv(&cm)
+            ),
+            Duration::from_secs(5),
+        )
         .await;
-    assert_eq!(
-        (status, body["code"].as_i64()),
-        (StatusCode::GONE, Some(410))
-    );
+    assert_eq!(types(&events), ["ERROR"], "{events:?}");
+    assert_eq!(events[0]["object"]["code"], 410);
+    assert_eq!(events[0]["object"]["reason"], "Expired");
 }
 
 #[tokio::test]

@@ -51,7 +51,9 @@ fn line(kind: &str, object: Value) -> Bytes {
     Bytes::from(bytes)
 }
 
-/// Starts a watch: 410 up front for a compacted resourceVersion, else a streaming response.
+/// Starts a watch. A compacted resourceVersion gets what the real API server sends: a
+/// successful response whose only event is an ERROR carrying the 410 Status (clients such as
+/// kube-rs relist on that event, while an HTTP 410 would make them retry the same watch).
 pub fn start(
     store: Arc<Store>,
     request: WatchRequest,
@@ -60,7 +62,18 @@ pub fn start(
 ) -> ApiResult<Response> {
     let mut live = store.subscribe();
     let (backlog, revision) = match request.resource_version.filter(|rv| *rv > 0) {
-        Some(rv) => store.events_since(rv)?,
+        Some(rv) => match store.events_since(rv) {
+            Ok(found) => found,
+            Err(error) if error.code == 410 => {
+                let bytes = line("ERROR", error.status());
+                let once =
+                    futures_util::stream::once(async move { Ok::<Bytes, Infallible>(bytes) });
+                let mut response = Response::new(Body::from_stream(once));
+                stream_headers(&mut response, request.table);
+                return Ok(response);
+            }
+            Err(error) => return Err(error),
+        },
         None => {
             let list = store.list(
                 &request.ty,
@@ -162,6 +175,11 @@ pub fn start(
             .map(|bytes| (Ok::<Bytes, Infallible>(bytes), receiver))
     });
     let mut response = Response::new(Body::from_stream(stream));
+    stream_headers(&mut response, table);
+    Ok(response)
+}
+
+fn stream_headers(response: &mut Response, table: bool) {
     let content_type = if table {
         "application/json;as=Table;v=v1;g=meta.k8s.io"
     } else {
@@ -174,7 +192,6 @@ pub fn start(
         header::TRANSFER_ENCODING,
         HeaderValue::from_static("chunked"),
     );
-    Ok(response)
 }
 
 /// The line for one event, or None when the watch does not see it.
