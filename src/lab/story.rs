@@ -226,6 +226,10 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
         }
         if now != seen {
             let at = format!("{:.2} s", t0.elapsed().as_secs_f64());
+            // Within one look, power first: it is what the other changes follow from.
+            if now.power != seen.power {
+                println!("{at:>7}  host {target}: power {}", now.power);
+            }
             if now.node != seen.node {
                 println!("{at:>7}  Node {target}: {}", now.node);
             }
@@ -241,9 +245,6 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
             }
             if now.phase != seen.phase {
                 println!("{at:>7}  Remediation {name}: {}", now.phase);
-            }
-            if now.power != seen.power {
-                println!("{at:>7}  host {target}: power {}", now.power);
             }
             seen = now;
         }
