@@ -643,3 +643,65 @@ async fn a_crash_right_after_each_persisted_step_repeats_no_destructive_action()
         lab.stop_controller().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_node_or_leaking() {
+    use baremend_sim::cluster::local::{EVENTS, SECRETS};
+    use base64::Engine;
+    const WRONG: &str = "not-the-password-Xq9";
+    let mut policy = fast_policy();
+    policy["strategies"] = json!(["DirectBmc"]);
+    policy["timeouts"]["powerOffSeconds"] = json!(2);
+    policy["maxConcurrent"] = json!(2);
+    let lab = Lab::start_prepared(fast(), policy, |lab| {
+        lab.detach("worker-0");
+        lab.detach("worker-1");
+        let encoded = base64::engine::general_purpose::STANDARD.encode(WRONG);
+        lab.api
+            .merge(
+                SECRETS,
+                MACHINE_NAMESPACE,
+                "worker-0-bmc-secret",
+                &json!({"data": {"password": encoded}}),
+                false,
+            )
+            .unwrap();
+        lab.api
+            .merge(
+                BMHS,
+                MACHINE_NAMESPACE,
+                "worker-1",
+                &json!({"spec": {"bmc": {"address": "redfish+http://127.0.0.1:1/redfish/v1/Systems/1"}}}),
+                false,
+            )
+            .unwrap();
+    })
+    .await;
+    lab.trigger("worker-0", true);
+    lab.trigger("worker-1", true);
+    for name in ["worker-0-1", "worker-1-1"] {
+        let failed = lab.failed(name).await;
+        let status = failed.status.clone().unwrap();
+        assert!(
+            !steps(&failed).iter().any(|s| s.starts_with("Node")),
+            "{name}: {status:?}"
+        );
+        let text = serde_json::to_string(&status).unwrap();
+        assert!(!text.contains(WRONG), "{name} leaks the password: {text}");
+    }
+    let status = lab.remediation("worker-0-1").await.unwrap().status.unwrap();
+    let error = status.last_error.unwrap_or_default();
+    assert!(error.contains("BMC read failed"), "{error}");
+    assert!(lab.node_exists("worker-0") && lab.node_exists("worker-1"));
+    // The hosts were never powered off.
+    for host in ["worker-0", "worker-1"] {
+        assert!(
+            lab.cluster.host(host).unwrap().host.history().is_empty(),
+            "{host}"
+        );
+    }
+    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+    let text = serde_json::to_string(&events).unwrap();
+    assert!(text.contains("Failed"), "a Failed Event: {text}");
+    assert!(!text.contains(WRONG), "Events leak the password");
+}
