@@ -74,6 +74,23 @@ pub struct Context {
 }
 
 impl Context {
+    /// Whether every cache holds a full list. Acting on a half-filled cache would be acting
+    /// on a wrong picture: without the policy, on built-in defaults the operator replaced;
+    /// without all Machines, on wrong storm and quorum counts. Checked without waiting, so the
+    /// controller keeps polling the watches that fill the caches.
+    pub fn caches_ready(&self) -> bool {
+        use futures_util::FutureExt;
+        let ready = |wait: Option<Result<(), reflector::store::WriterDropped>>| {
+            matches!(wait, Some(Ok(())))
+        };
+        ready(self.machines.wait_until_ready().now_or_never())
+            && ready(self.hosts.wait_until_ready().now_or_never())
+            && ready(self.nodes.wait_until_ready().now_or_never())
+            && ready(self.remediations.wait_until_ready().now_or_never())
+            && ready(self.policies.wait_until_ready().now_or_never())
+            && ready(self.host_bmcs.wait_until_ready().now_or_never())
+    }
+
     /// The policy in force: the object named `default`, else the built-in defaults.
     pub fn policy(&self) -> RemediationPolicySpec {
         self.policies
@@ -229,6 +246,9 @@ async fn reconcile(machine: Arc<DynamicObject>, context: Arc<Context>) -> Result
     let name = machine.name_any();
     let namespace = machine.namespace().unwrap_or_default();
     let span = tracing::info_span!("remediate", machine = %name, namespace = %namespace);
+    if !context.caches_ready() {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     Pass::new(machine, context).run().instrument(span).await
 }
 
