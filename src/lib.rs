@@ -91,5 +91,12 @@ pub enum Error {
     Simulator(#[from] baremend_sim::Error),
 }
 
+impl Error {
+    /// Maps a failed Kubernetes API call of operation `op` (for `map_err`).
+    pub fn kube(op: &'static str) -> impl FnOnce(kube::Error) -> Error {
+        move |source| Error::Kube { op, source }
+    }
+}
+
 /// Result alias of the `baremend` crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -42,10 +42,7 @@ async fn client(args: &RunArgs) -> Result<Client> {
     };
     // kube would retry 429 and 503 itself for minutes; the controller requeues instead.
     config.default_retry = false;
-    Client::try_from(config).map_err(|source| Error::Kube {
-        op: "Connect",
-        source,
-    })
+    Client::try_from(config).map_err(Error::kube("Connect"))
 }
 
 /// Runs the controller until SIGINT or SIGTERM.

@@ -20,10 +20,6 @@ use crate::remediation::controller::{ControllerOptions, run as run_controller};
 use crate::remediation::state::{SystemClock, parse_rfc3339, since_epoch};
 use crate::{Error, Result};
 
-fn lab_error(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error::Kube { op: what, source }
-}
-
 /// What the story watches, as last printed.
 #[derive(Default, PartialEq, Eq, Clone)]
 struct Seen {
@@ -94,13 +90,13 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
             reason: e.to_string(),
         })?;
     config.default_retry = false;
-    let client = Client::try_from(config).map_err(lab_error("Connect"))?;
+    let client = Client::try_from(config).map_err(Error::kube("Connect"))?;
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (_, crd) in all_crds() {
         crds.create(&PostParams::default(), &crd)
             .await
-            .map_err(lab_error("CreateCrd"))?;
+            .map_err(Error::kube("CreateCrd"))?;
     }
     let mut policy = json!({
         "timeouts": {"powerOffSeconds": 15, "nodeReadySeconds": 60, "readyGraceSeconds": 2},
@@ -150,7 +146,7 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
     policies
         .create(&PostParams::default(), &policy)
         .await
-        .map_err(lab_error("CreatePolicy"))?;
+        .map_err(Error::kube("CreatePolicy"))?;
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run_controller(
@@ -180,7 +176,7 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
         let remediation = remediations
             .get_opt(&name)
             .await
-            .map_err(lab_error("GetRemediation"))?;
+            .map_err(Error::kube("GetRemediation"))?;
         let phase = remediation
             .as_ref()
             .and_then(|r| r.status.as_ref())

@@ -12,10 +12,6 @@ use crate::api::NodeBackup;
 use crate::api::annotations::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE};
 use crate::{Error, Result};
 
-fn kube_error(op: &'static str) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error::Kube { op, source }
-}
-
 fn not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
@@ -32,7 +28,7 @@ pub async fn set_annotation(
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
-        .map_err(kube_error(op))
+        .map_err(Error::kube(op))
 }
 
 /// Deletes the Node of a host proven off. The UID precondition keeps a Node that has already
@@ -58,10 +54,7 @@ pub async fn delete_node(
         Err(error) if not_found(&error) => Ok(()),
         // A UID mismatch: the old Node is gone already; the one there now is new.
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(error) => Err(Error::Kube {
-            op: "DeleteNode",
-            source: error,
-        }),
+        Err(error) => Err(Error::kube("DeleteNode")(error)),
     }
 }
 
@@ -125,7 +118,7 @@ async fn write_taints(
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
-        .map_err(kube_error(op))
+        .map_err(Error::kube(op))
 }
 
 /// The labels and annotations worth restoring.
@@ -161,7 +154,7 @@ pub async fn restore_node(nodes: &Api<Node>, node: &Node, backup: &NodeBackup) -
     nodes
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(kube_error("RestoreNode"))?;
+        .map_err(Error::kube("RestoreNode"))?;
     Ok(restored)
 }
 

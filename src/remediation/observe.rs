@@ -1,6 +1,7 @@
 //! Reading the cluster's objects into the planner's views. Pure: objects in, views or a clear
 //! reason out. Malformed objects never panic and never count as evidence of power-off.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baremend_drivers::Credentials;
@@ -9,7 +10,9 @@ use serde_json::Value;
 
 use super::fence::BareMetalHostView;
 use super::plan::NodeView;
-use crate::api::annotations::{BMH_DETACHED, BMH_PAUSED, MACHINE_HOST, REBOOT_PREFIX};
+use crate::api::annotations::{
+    BMH_DETACHED, BMH_PAUSED, MACHINE_HOST, MACHINE_ROLE, REBOOT_PREFIX,
+};
 
 /// A BareMetalHost, by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -131,13 +134,10 @@ pub fn machine_node(machine: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Whether a Machine is a control-plane machine (OpenShift's machine role label).
-pub fn machine_is_control_plane(machine: &Value) -> bool {
+/// Whether a Machine is a control-plane machine, from its labels (OpenShift's machine role).
+pub fn machine_is_control_plane(labels: &BTreeMap<String, String>) -> bool {
     matches!(
-        text(
-            machine,
-            "/metadata/labels/machine.openshift.io~1cluster-api-machine-role"
-        ),
+        labels.get(MACHINE_ROLE).map(String::as_str),
         Some("master" | "control-plane")
     )
 }
@@ -392,8 +392,14 @@ mod tests {
 
     #[test]
     fn control_plane_machines_are_known_by_their_role_label() {
-        let m = json!({"metadata": {"labels": {"machine.openshift.io/cluster-api-machine-role": "master"}}});
-        assert!(machine_is_control_plane(&m));
-        assert!(!machine_is_control_plane(&json!({"metadata": {}})));
+        let labels = |role: &str| {
+            BTreeMap::from([(
+                "machine.openshift.io/cluster-api-machine-role".to_string(),
+                role.to_string(),
+            )])
+        };
+        assert!(machine_is_control_plane(&labels("master")));
+        assert!(!machine_is_control_plane(&labels("worker")));
+        assert!(!machine_is_control_plane(&BTreeMap::new()));
     }
 }

@@ -2,6 +2,7 @@
 //! act until the planner says wait. Every step is written to the Remediation's status before
 //! it acts, so a restart resumes where the last persisted step left off.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use super::observe::{
     machine_is_control_plane, node_view,
 };
 use super::plan::{
-    FailReason, NodeView, Observed, Phase, PlanPolicy, ReleaseMode, Step, next_step,
+    FailReason, NodeView, Observed, Persisted, Phase, PlanPolicy, ReleaseMode, Step, next_step,
 };
 use super::state::{persisted, record_step, set_condition, since_epoch, strategy_name};
 use crate::api::annotations::{
@@ -156,16 +157,8 @@ impl Pass {
             Err(kube::Error::Api(status)) if status.code == 409 => api
                 .get(&object.name_any())
                 .await
-                .map_err(|source| Error::Kube {
-                    op: "GetRemediation",
-                    source,
-                })?,
-            Err(source) => {
-                return Err(Error::Kube {
-                    op: "CreateRemediation",
-                    source,
-                });
-            }
+                .map_err(Error::kube("GetRemediation"))?,
+            Err(source) => return Err(Error::kube("CreateRemediation")(source)),
         };
         info!(machine = %self.name, remediation = %created.name_any(), "remediation started");
         Ok(created)
@@ -247,7 +240,8 @@ impl Pass {
         };
         let step = next_step(&state, &observed, &self.plan_policy());
         tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
-        self.act(remediation, status, step, proof.ok(), node).await
+        self.act(remediation, status, &state, step, proof.ok(), node)
+            .await
     }
 
     fn gates(
@@ -266,12 +260,13 @@ impl Pass {
                     && r.name_any() != remediation.name_any()
             })
             .collect();
-        let is_cp = |machine: &DynamicObject| {
-            serde_json::to_value(machine)
-                .map(|v| machine_is_control_plane(&v))
-                .unwrap_or(false)
-        };
-        let control_plane: Vec<_> = machines.iter().filter(|m| is_cp(m)).collect();
+        // Each Machine's role is read once, from its labels, not per comparison.
+        let control_plane: Vec<&Arc<DynamicObject>> = machines
+            .iter()
+            .filter(|m| machine_is_control_plane(m.labels()))
+            .collect();
+        let control_plane_names: HashSet<String> =
+            control_plane.iter().map(|m| m.name_any()).collect();
         let ready = |node_name: Option<String>| {
             node_name
                 .and_then(|n| self.context.nodes.get(&ObjectRef::new(&n)))
@@ -293,24 +288,17 @@ impl Pass {
             running: running.len(),
             running_control_plane: running
                 .iter()
-                .filter(|r| {
-                    machines
-                        .iter()
-                        .any(|m| m.name_any() == r.spec.machine_name && is_cp(m))
-                })
+                .filter(|r| control_plane_names.contains(&r.spec.machine_name))
                 .count(),
             control_plane: control_plane.len(),
+            // DynamicObject keeps everything but metadata in `data`: status.nodeRef is there.
             control_plane_ready: control_plane
                 .iter()
-                .filter(|m| {
-                    let machine: &DynamicObject = m;
-                    let json = serde_json::to_value(machine).unwrap_or(Value::Null);
-                    ready(observe::machine_node(&json))
-                })
+                .filter(|m| ready(observe::machine_node(&m.data)))
                 .count(),
         };
         let candidate = Candidate {
-            control_plane: is_cp(&self.machine),
+            control_plane: machine_is_control_plane(self.machine.labels()),
             node_ready: matches!(
                 node_view(node),
                 NodeView::Present {
@@ -454,10 +442,7 @@ impl Pass {
             .remediation_api()
             .replace_status(&remediation.name_any(), &PostParams::default(), &object)
             .await
-            .map_err(|source| Error::Kube {
-                op: "PersistRemediation",
-                source,
-            })?;
+            .map_err(Error::kube("PersistRemediation"))?;
         *remediation = updated;
         let last = remediation
             .status
@@ -566,12 +551,12 @@ impl Pass {
         &self,
         remediation: &mut Remediation,
         mut status: RemediationStatus,
+        state: &Persisted,
         step: Step,
         proof: Option<ConfirmedOff>,
         node: Option<Arc<Node>>,
     ) -> Result<Option<Action>> {
         let now = self.context.clock.now();
-        let state = persisted(&status, &self.policy.strategies, Duration::ZERO);
         let nodes: Api<Node> = Api::all(self.context.client.clone());
         match step {
             Step::Done => return Ok(Some(Action::await_change())),
@@ -580,10 +565,10 @@ impl Pass {
                 // its request: make sure it is in place while waiting.
                 match state.phase {
                     Phase::PoweringOff => {
-                        self.ensure_request(remediation, &state, true).await?;
+                        self.ensure_request(remediation, state, true).await?;
                     }
                     Phase::PoweringOn => {
-                        self.ensure_request(remediation, &state, false).await?;
+                        self.ensure_request(remediation, state, false).await?;
                     }
                     _ => {}
                 }
@@ -838,7 +823,7 @@ impl Pass {
     async fn ensure_request(
         &self,
         remediation: &mut Remediation,
-        state: &super::plan::Persisted,
+        state: &Persisted,
         off: bool,
     ) -> Result<()> {
         let strategy = self.strategy_at(state.strategy);
