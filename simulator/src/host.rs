@@ -84,6 +84,15 @@ pub struct Faults {
     pub ignore_graceful_shutdown: bool,
 }
 
+/// One power request as the BMC received it, for the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PowerRequest {
+    /// When it arrived (clock time, milliseconds).
+    pub at_ms: u128,
+    /// What was asked.
+    pub action: PowerAction,
+}
+
 /// One change of the physical power, for the record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PowerChange {
@@ -119,6 +128,7 @@ struct HostState {
     flap: bool,
     version: u64,
     history: Vec<PowerChange>,
+    requests: Vec<PowerRequest>,
     boot_target: String,
     boot_enabled: String,
 }
@@ -152,6 +162,7 @@ impl SimHost {
                 flap: false,
                 version: 1,
                 history: Vec::new(),
+                requests: Vec::new(),
                 boot_target: "None".into(),
                 boot_enabled: "Disabled".into(),
             }),
@@ -224,10 +235,14 @@ impl SimHost {
     /// happens.
     pub fn request(&self, action: PowerAction) {
         let mut state = self.lock();
+        let now = self.clock.now();
+        state.requests.push(PowerRequest {
+            at_ms: pending_ms(now),
+            action,
+        });
         if state.faults.stuck_power {
             return;
         }
-        let now = self.clock.now();
         let heading_to = state.pending.as_ref().map_or(state.power, |p| p.to);
         let target = match action {
             PowerAction::On => Power::On,
@@ -327,6 +342,26 @@ impl SimHost {
     /// Every physical power change so far.
     pub fn history(&self) -> Vec<PowerChange> {
         self.lock().history.clone()
+    }
+
+    /// How many times the host has gone off (a power cycle shows here even when nobody
+    /// looked while it was off).
+    pub fn power_offs(&self) -> usize {
+        self.lock()
+            .history
+            .iter()
+            .filter(|c| c.power == Power::Off)
+            .count()
+    }
+
+    /// Every power request received, in order (stuck or not, acted on or not).
+    pub fn requests(&self) -> Vec<PowerRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// The host's clock now, in the milliseconds its records use.
+    pub fn clock_ms(&self) -> u128 {
+        pending_ms(self.clock.now())
     }
 
     /// The boot override: (target, enabled).

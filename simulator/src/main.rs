@@ -65,7 +65,7 @@ struct FaultArgs {
     /// The cluster's control address.
     #[arg(long)]
     control: SocketAddr,
-    /// hang | nic-down | recover (a node), bmc (a host; JSON faults in --json),
+    /// hang | nic-down | broken | recover (a node), bmc (a host; JSON faults in --json),
     /// api (an API server fault rule in --json), drop-watches, compact.
     fault: String,
     /// The node or host name (for node and BMC faults).
@@ -356,7 +356,7 @@ async fn run_fault(args: FaultArgs) -> Result<(), String> {
             .ok_or_else(|| format!("the {} fault needs a target", args.fault))
     };
     let (method, path, body) = match args.fault.as_str() {
-        "hang" | "nic-down" | "recover" => (
+        "hang" | "nic-down" | "broken" | "recover" => (
             "POST",
             format!("/nodes/{}/{}", target()?, args.fault),
             String::new(),

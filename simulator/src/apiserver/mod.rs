@@ -296,6 +296,15 @@ impl ApiServer {
             .push(rule);
     }
 
+    /// The injected failures not used up yet.
+    pub fn pending_faults(&self) -> Vec<FaultRule> {
+        self.state
+            .faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Removes every injected failure.
     pub fn clear_faults(&self) {
         self.state

@@ -45,11 +45,12 @@ async fn node_fault(
     let found = match fault.as_str() {
         "hang" => cluster.hang(&name),
         "nic-down" => cluster.nic_down(&name),
+        "broken" => cluster.break_host(&name),
         "recover" => cluster.recover(&name),
         other => {
             return (
                 StatusCode::BAD_REQUEST,
-                format!("unknown node fault {other:?} (hang, nic-down, recover)\n"),
+                format!("unknown node fault {other:?} (hang, nic-down, broken, recover)\n"),
             )
                 .into_response();
         }

@@ -15,6 +15,9 @@ use super::timing::Timing;
 use crate::apiserver::time::{format_micro_time, format_time};
 use crate::host::{Power, SimHost};
 
+/// How often a kubelet of a powered-off host looks whether the power came back.
+const OFF_POLL: Duration = Duration::from_millis(50);
+
 /// Faults of the node's OS (the BMC still answers).
 #[derive(Debug, Default)]
 pub struct NodeFaults {
@@ -22,13 +25,19 @@ pub struct NodeFaults {
     pub hung: AtomicBool,
     /// Dead NIC: the node cannot reach the API server until the next power cycle.
     pub nic_down: AtomicBool,
+    /// Broken hardware (a dead disk, a failed DIMM): the OS never comes up, and power cycles
+    /// do not help; only `recover` (someone fixed it) clears it.
+    pub broken: AtomicBool,
 }
 
 impl NodeFaults {
     fn silent(&self) -> bool {
-        self.hung.load(Ordering::Relaxed) || self.nic_down.load(Ordering::Relaxed)
+        self.hung.load(Ordering::Relaxed)
+            || self.nic_down.load(Ordering::Relaxed)
+            || self.broken.load(Ordering::Relaxed)
     }
 
+    /// Clears the faults a power cycle clears (not `broken`).
     fn clear(&self) {
         self.hung.store(false, Ordering::Relaxed);
         self.nic_down.store(false, Ordering::Relaxed);
@@ -106,16 +115,31 @@ pub async fn run(
     tokio::time::sleep(phase).await;
     let mut booted_at: Option<Instant> = None;
     let mut last_status = Instant::now() - Duration::from_secs(3600);
+    let mut offs_seen = host.power_offs();
+    let mut nap = Duration::ZERO;
     loop {
-        tokio::time::sleep(timing.heartbeat).await;
-        if host.power() != Power::On {
-            // A power cycle clears OS faults.
+        tokio::time::sleep(nap).await;
+        nap = timing.heartbeat;
+        // A power cycle clears OS faults and reboots, even one shorter than a heartbeat.
+        let offs = host.power_offs();
+        if offs != offs_seen {
+            offs_seen = offs;
             booted_at = None;
             faults.clear();
+        }
+        if host.power() != Power::On {
+            // Off: the next boot starts when the power comes back, so look often.
+            nap = OFF_POLL.min(timing.heartbeat);
             continue;
         }
         let booted = *booted_at.get_or_insert_with(|| Instant::now() + timing.boot_delay);
-        if Instant::now() < booted || faults.silent() {
+        let now = Instant::now();
+        if now < booted {
+            // The kubelet starts when the OS is up, not at a heartbeat.
+            nap = booted - now;
+            continue;
+        }
+        if faults.silent() {
             continue;
         }
         let now = format_time(api.store().wall_time());

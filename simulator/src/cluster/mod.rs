@@ -88,6 +88,7 @@ impl SimCluster {
         let started = Instant::now();
         let server = ApiServer::start(ApiServerConfig {
             tls: spec.tls,
+            kubernetes_version: spec.kubernetes_version,
             ..ApiServerConfig::default()
         })
         .await?;
@@ -208,10 +209,6 @@ impl SimCluster {
             Local::new(server.store().clone(), "kube-controller-manager"),
             spec.timing.clone(),
         )));
-        actors.push(tokio::spawn(mhc::run(
-            Local::new(server.store().clone(), "machine-healthcheck-controller"),
-            spec.timing.clone(),
-        )));
         actors.push(tokio::spawn(bmo::run(
             Local::new(server.store().clone(), "metal3-baremetal-controller"),
             spec.timing.clone(),
@@ -230,6 +227,16 @@ impl SimCluster {
         while Instant::now() < deadline && cluster.ready_nodes() < cluster.hosts.len() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Machines carry their nodeRef from the start here (in OpenShift it appears when the
+        // Node registers), so the health check starts once the Nodes are up; before, it would
+        // take a Node still registering for a missing one.
+        cluster.actors.push(tokio::spawn(mhc::run(
+            Local::new(
+                cluster.server.store().clone(),
+                "machine-healthcheck-controller",
+            ),
+            cluster.spec.timing.clone(),
+        )));
         if !faults.is_empty() {
             let hosts = cluster.hosts.clone();
             cluster
@@ -372,12 +379,21 @@ impl SimCluster {
             .is_some()
     }
 
-    /// Clears a node's OS faults without a power cycle (the admin fixed it).
+    /// Breaks a node's hardware: its OS never comes up again, whatever the power does, until
+    /// [`SimCluster::recover`].
+    pub fn break_host(&self, name: &str) -> bool {
+        self.host(name)
+            .map(|h| h.faults.broken.store(true, Ordering::Relaxed))
+            .is_some()
+    }
+
+    /// Clears a node's faults without a power cycle (the admin fixed it).
     pub fn recover(&self, name: &str) -> bool {
         self.host(name)
             .map(|h| {
                 h.faults.hung.store(false, Ordering::Relaxed);
                 h.faults.nic_down.store(false, Ordering::Relaxed);
+                h.faults.broken.store(false, Ordering::Relaxed);
             })
             .is_some()
     }

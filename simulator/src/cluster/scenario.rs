@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::timing::Timing;
+use crate::apiserver::ApiServerConfig;
 
 /// The shape of a simulated cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,6 +51,9 @@ pub struct ClusterSpec {
     pub workloads: Workloads,
     /// Faults applied at given times after start.
     pub faults: Vec<TimedFault>,
+    /// The Kubernetes version `/version` reports, `[major, minor]` (e.g. an old cluster
+    /// without the out-of-service taint: `[1, 27]`).
+    pub kubernetes_version: (u32, u32),
 }
 
 /// Pods placed on the workers, so that drains and evictions meet real PDBs.
@@ -78,7 +82,7 @@ pub struct TimedFault {
     /// When, after the cluster is up.
     #[serde(with = "humantime_ms")]
     pub at: Duration,
-    /// `hang`, `nic-down` or `recover` (a node); `bmc-stuck`, `bmc-unreachable`, `bmc-clear`
+    /// `hang`, `nic-down`, `broken` or `recover` (a node); `bmc-stuck`, `bmc-unreachable`, `bmc-clear`
     /// (a host's BMC).
     pub fault: String,
     /// The node or host.
@@ -103,6 +107,7 @@ impl Default for ClusterSpec {
             seed: 1,
             workloads: Workloads::default(),
             faults: Vec::new(),
+            kubernetes_version: ApiServerConfig::default().kubernetes_version,
         }
     }
 }
@@ -116,7 +121,13 @@ impl ClusterSpec {
         for fault in &spec.faults {
             if !matches!(
                 fault.fault.as_str(),
-                "hang" | "nic-down" | "recover" | "bmc-stuck" | "bmc-unreachable" | "bmc-clear"
+                "hang"
+                    | "nic-down"
+                    | "broken"
+                    | "recover"
+                    | "bmc-stuck"
+                    | "bmc-unreachable"
+                    | "bmc-clear"
             ) {
                 return Err(format!("invalid scenario: unknown fault {:?}", fault.fault));
             }
@@ -158,9 +169,11 @@ pub(crate) async fn play_faults(mut faults: Vec<TimedFault>, hosts: Vec<super::H
         match fault.fault.as_str() {
             "hang" => host.faults.hung.store(true, Ordering::Relaxed),
             "nic-down" => host.faults.nic_down.store(true, Ordering::Relaxed),
+            "broken" => host.faults.broken.store(true, Ordering::Relaxed),
             "recover" => {
                 host.faults.hung.store(false, Ordering::Relaxed);
                 host.faults.nic_down.store(false, Ordering::Relaxed);
+                host.faults.broken.store(false, Ordering::Relaxed);
             }
             "bmc-stuck" => host.host.set_faults(Faults {
                 stuck_power: true,
