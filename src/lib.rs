@@ -6,6 +6,7 @@
 //! - [`api`]: baremend's custom resources (`baremend crds` prints them) and the annotation
 //!   names it shares with MachineHealthCheck and the BareMetal Operator;
 //! - [`remediation`]: the pure remediation planner and the power-off proof;
+//! - [`metrics`]: the Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` endpoint;
 //! - [`lab`]: `baremend lab`, a self-contained run against simulated hardware.
 //!
 //! Power control itself lives in the `baremend-drivers` crate; simulated BMCs in `baremend-sim`.
@@ -15,6 +16,7 @@ pub mod api;
 pub mod bmc;
 pub mod duration;
 pub mod lab;
+pub mod metrics;
 pub mod remediation;
 pub mod run;
 
@@ -85,6 +87,14 @@ pub enum Error {
         path: PathBuf,
         /// What is wrong.
         reason: String,
+    },
+    /// A listening socket could not be opened.
+    #[error("cannot listen on {listen}: {source}")]
+    Listen {
+        /// The address.
+        listen: std::net::SocketAddr,
+        /// The cause.
+        source: std::io::Error,
     },
     /// The simulator could not start.
     #[error("simulator: {0}")]

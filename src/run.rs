@@ -1,5 +1,6 @@
 //! `baremend run`: the controller against a cluster.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::duration::parse_duration;
+use crate::metrics::{Metrics, serve};
 use crate::remediation::controller::{ControllerOptions, run as run_controller};
 use crate::remediation::state::SystemClock;
 use crate::{Error, Result};
@@ -24,6 +26,9 @@ pub struct RunArgs {
     /// How soon to look again while waiting for a BMC or a Node.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub poll: Duration,
+    /// Where to serve `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR:PORT")]
+    pub metrics_listen: SocketAddr,
 }
 
 async fn client(args: &RunArgs) -> Result<Client> {
@@ -48,6 +53,9 @@ async fn client(args: &RunArgs) -> Result<Client> {
 /// Runs the controller until SIGINT or SIGTERM.
 pub async fn run(args: RunArgs) -> Result<()> {
     let client = client(&args).await?;
+    let metrics = Arc::new(Metrics::new());
+    let bound = serve(args.metrics_listen, metrics.clone()).await?;
+    tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
     let shutdown = async {
         let terminate = async {
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -69,6 +77,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             instance: args.instance,
             poll: args.poll,
             crash_after_step: None,
+            metrics,
         },
         shutdown,
     )

@@ -20,6 +20,7 @@ async fn the_default_lab_tells_the_whole_story_and_exits_zero() {
         "Remediation worker-0-1: Succeeded",
         "| Fenced |",
         "| NodeDeleted |",
+        "baremend_remediations_succeeded_total{strategy=\"BareMetalHostRebootApi\"} 1",
     ] {
         assert!(out.contains(line), "missing {line:?} in:\n{out}");
     }
@@ -44,4 +45,46 @@ async fn an_unknown_scenario_is_refused_with_the_choices() {
     let (_, err) = texts(&output);
     assert!(!output.status.success());
     assert!(err.contains("bmh") && err.contains("stuck-bmc"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_storm_lab_holds_every_start_until_an_operator_acts_then_goes_one_at_a_time() {
+    let output = baremend(&["lab", "--scenario", "storm"], None).await;
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    // The time printed on the first line that has `needle` (lines of one look share it).
+    let at = |needle: &str| -> f64 {
+        let line = out
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("missing {needle:?} in:\n{out}"));
+        line.split_whitespace()
+            .next()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no time on {line:?}"))
+    };
+    let held = at("worker-0-1: held: storm: 3 of 6 machines are unhealthy");
+    let operator = at("operator: worker-2 fixed by hand");
+    let untriggered = at("operator: worker-2 is Ready, its trigger removed");
+    let cancelled = at("Remediation worker-2-1: Cancelled");
+    // Either worker may go first; the other waits for it.
+    let (one, two) =
+        if at("Remediation worker-0-1: PoweringOff") <= at("Remediation worker-1-1: PoweringOff") {
+            ("worker-0-1", "worker-1-1")
+        } else {
+            ("worker-1-1", "worker-0-1")
+        };
+    let first = at(&format!("Remediation {one}: PoweringOff"));
+    let waiting = at(&format!("{two}: held: 1 remediation(s) running"));
+    let first_done = at(&format!("Remediation {one}: Succeeded"));
+    let second = at(&format!("Remediation {two}: PoweringOff"));
+    // Nothing starts while the storm holds: not before the operator took a trigger away.
+    assert!(held < operator && operator <= untriggered, "{out}");
+    assert!(untriggered <= cancelled && untriggered <= first, "{out}");
+    // One at a time: the second starts once the first is done, and waits meanwhile.
+    assert!(
+        first <= waiting && waiting < first_done && first_done <= second,
+        "{out}"
+    );
+    assert!(out.contains("worker-1-1 Succeeded"), "{out}");
 }

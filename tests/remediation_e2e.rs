@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baremend::api::{Remediation, RemediationPhase, all_crds};
+use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run};
 use baremend::remediation::state::SystemClock;
 use baremend_sim::cluster::local::{BMHS, Local, MACHINES, NODES};
@@ -31,6 +32,7 @@ struct Lab {
     api: Local,
     stop: Option<oneshot::Sender<()>>,
     controller: Option<tokio::task::JoinHandle<()>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Lab {
@@ -67,6 +69,7 @@ impl Lab {
             api,
             stop: None,
             controller: None,
+            metrics: Arc::new(Metrics::new()),
         };
         prepare(&lab);
         lab.start_controller();
@@ -116,6 +119,26 @@ impl Lab {
             .unwrap();
     }
 
+    /// Merges `patch` into a Machine.
+    fn merge_machine(&self, name: &str, patch: Value) {
+        self.api
+            .merge(MACHINES, MACHINE_NAMESPACE, name, &patch, false)
+            .unwrap();
+    }
+
+    /// Merges `bmc` into a BareMetalHost's `spec.bmc`.
+    fn set_bmc(&self, host: &str, bmc: Value) {
+        self.api
+            .merge(
+                BMHS,
+                MACHINE_NAMESPACE,
+                host,
+                &json!({"spec": {"bmc": bmc}}),
+                false,
+            )
+            .unwrap();
+    }
+
     fn stuck(&self, host: &str) {
         let host = &self.cluster.host(host).unwrap().host;
         let mut faults = host.faults();
@@ -133,21 +156,31 @@ impl Lab {
         }
     }
 
+    /// Neither the trigger nor our power-off mark is left on the Machine.
+    fn assert_machine_clean(&self, name: &str) {
+        let machine = self.api.get(MACHINES, MACHINE_NAMESPACE, name).unwrap();
+        let annotations = machine["metadata"]["annotations"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        for key in [
+            "host.metal3.io/external-remediation",
+            "remediation.metal3.io/powered-off-for-remediation",
+        ] {
+            assert!(!annotations.contains_key(key), "{name}: {annotations:?}");
+        }
+    }
+
     fn node_exists(&self, name: &str) -> bool {
         self.api.get(NODES, "", name).is_ok()
     }
 
     fn trigger(&self, machine: &str, on: bool) {
         let value = if on { json!("") } else { Value::Null };
-        self.api
-            .merge(
-                MACHINES,
-                MACHINE_NAMESPACE,
-                machine,
-                &json!({"metadata": {"annotations": {"host.metal3.io/external-remediation": value}}}),
-                false,
-            )
-            .unwrap();
+        self.merge_machine(
+            machine,
+            json!({"metadata": {"annotations": {"host.metal3.io/external-remediation": value}}}),
+        );
     }
 
     fn start_controller(&mut self) {
@@ -157,6 +190,7 @@ impl Lab {
     fn start_controller_crashing(&mut self, crash: Option<String>) {
         let (stop, stopped) = oneshot::channel::<()>();
         let client = self.client.clone();
+        let metrics = self.metrics.clone();
         self.stop = Some(stop);
         self.controller = Some(tokio::spawn(async move {
             run(
@@ -166,6 +200,7 @@ impl Lab {
                     instance: "test".into(),
                     poll: Duration::from_millis(100),
                     crash_after_step: crash,
+                    metrics,
                 },
                 async move {
                     let _ = stopped.await;
@@ -174,6 +209,26 @@ impl Lab {
             .await
             .unwrap();
         }));
+    }
+
+    /// Every Event in the Machines' namespace, as JSON text.
+    fn events_text(&self) -> String {
+        let events = self.api.list(
+            baremend_sim::cluster::local::EVENTS,
+            Some(MACHINE_NAMESPACE),
+        );
+        serde_json::to_string(&events).unwrap()
+    }
+
+    fn power_history(&self, host: &str) -> Vec<baremend_sim::host::Power> {
+        self.cluster
+            .host(host)
+            .unwrap()
+            .host
+            .history()
+            .into_iter()
+            .map(|change| change.power)
+            .collect()
     }
 
     async fn remediation(&self, name: &str) -> Option<Remediation> {
@@ -212,6 +267,25 @@ fn steps(remediation: &Remediation) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Every step of a deleting remediation happened exactly once.
+fn assert_each_step_once(remediation: &Remediation) {
+    let steps = steps(remediation);
+    for once in [
+        "PowerOffRequested",
+        "Fenced",
+        "NodeBackedUp",
+        "NodeDeleted",
+        "PowerOnRequested",
+        "Succeeded",
+    ] {
+        assert_eq!(
+            steps.iter().filter(|s| *s == once).count(),
+            1,
+            "{once} in {steps:?}"
+        );
+    }
+}
+
 fn fast_policy() -> Value {
     json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
 }
@@ -246,19 +320,7 @@ async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_r
         node["metadata"]["labels"]["team"], "db",
         "the label was restored"
     );
-    let machine = lab
-        .api
-        .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
-        .unwrap();
-    let annotations = machine["metadata"]["annotations"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    assert!(
-        !annotations.contains_key("host.metal3.io/external-remediation"),
-        "{annotations:?}"
-    );
-    assert!(!annotations.contains_key("remediation.metal3.io/powered-off-for-remediation"));
+    lab.assert_machine_clean("worker-0");
     let bmh = lab
         .api
         .get(
@@ -297,8 +359,25 @@ async fn a_detached_host_is_fenced_directly_over_redfish() {
     let mut policy = fast_policy();
     policy["strategies"] = json!(["DirectBmc"]);
     let lab = Lab::start_prepared(fast(), policy, |lab| lab.detach("worker-1")).await;
+    let before = lab.cluster.redfish().service().stats();
     lab.cluster.hang("worker-1");
     let done = lab.succeeded("worker-1-1").await;
+    // One login for the whole remediation, and its session closed at the end.
+    let started = Instant::now();
+    loop {
+        let after = lab.cluster.redfish().service().stats();
+        let created = after.sessions_created - before.sessions_created;
+        if created == 1 && after.open_sessions == before.open_sessions {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{created} session(s) created, {} open (before: {})",
+            after.open_sessions,
+            before.open_sessions
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_in_order(
         &done,
         &[
@@ -479,21 +558,7 @@ async fn a_controller_stopped_while_fencing_and_while_powering_on_resumes_withou
     tokio::time::sleep(Duration::from_millis(500)).await;
     lab.start_controller();
     let done = lab.succeeded("worker-0-1").await;
-    let steps = steps(&done);
-    for once in [
-        "PowerOffRequested",
-        "Fenced",
-        "NodeBackedUp",
-        "NodeDeleted",
-        "PowerOnRequested",
-        "Succeeded",
-    ] {
-        assert_eq!(
-            steps.iter().filter(|s| *s == once).count(),
-            1,
-            "{once} in {steps:?}"
-        );
-    }
+    assert_each_step_once(&done);
     lab.assert_label_restored("worker-0", "the backup survived the restarts");
 }
 
@@ -566,15 +631,7 @@ async fn a_malformed_bmc_address_is_reported_and_nothing_is_deleted() {
     policy["timeouts"]["powerOffSeconds"] = json!(2);
     let lab = Lab::start_prepared(fast(), policy, |lab| {
         lab.detach("worker-0");
-        lab.api
-            .merge(
-                BMHS,
-                MACHINE_NAMESPACE,
-                "worker-0",
-                &json!({"spec": {"bmc": {"address": "redfish://:99999/x"}}}),
-                false,
-            )
-            .unwrap();
+        lab.set_bmc("worker-0", json!({"address": "redfish://:99999/x"}));
     })
     .await;
     lab.cluster.hang("worker-0");
@@ -666,15 +723,10 @@ async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_
                 false,
             )
             .unwrap();
-        lab.api
-            .merge(
-                BMHS,
-                MACHINE_NAMESPACE,
-                "worker-1",
-                &json!({"spec": {"bmc": {"address": "redfish+http://127.0.0.1:1/redfish/v1/Systems/1"}}}),
-                false,
-            )
-            .unwrap();
+        lab.set_bmc(
+            "worker-1",
+            json!({"address": "redfish+http://127.0.0.1:1/redfish/v1/Systems/1"}),
+        );
     })
     .await;
     lab.trigger("worker-0", true);
@@ -704,4 +756,282 @@ async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_
     let text = serde_json::to_string(&events).unwrap();
     assert!(text.contains("Failed"), "a Failed Event: {text}");
     assert!(!text.contains(WRONG), "Events leak the password");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_host_left_off() {
+    use baremend_sim::host::Power;
+    let mut policy = fast_policy();
+    policy["maxAttempts"] = json!(2);
+    policy["timeouts"]["nodeReadySeconds"] = json!(3);
+    let lab = Lab::start(fast(), policy).await;
+    lab.label("worker-0");
+    // Broken hardware: no power cycle brings the OS back.
+    lab.cluster.break_host("worker-0");
+    let failed = lab.failed("worker-0-1").await;
+    let steps = steps(&failed);
+    assert_eq!(
+        steps.iter().filter(|s| *s == "Retry").count(),
+        1,
+        "one more power cycle: {steps:?}"
+    );
+    assert_eq!(
+        steps.last().map(String::as_str),
+        Some("Failed"),
+        "{steps:?}"
+    );
+    let status = failed.status.unwrap();
+    assert_eq!(status.attempt, Some(2));
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Succeeded")
+        .expect("a Succeeded condition");
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "NodeNeverReady")
+    );
+    // Off, on, off (the retry), on, and off again: left off after the failure.
+    let started = Instant::now();
+    while lab.power_history("worker-0").len() < 5 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            lab.power_history("worker-0")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        lab.power_history("worker-0"),
+        [Power::Off, Power::On, Power::Off, Power::On, Power::Off]
+    );
+    // The trigger stays (nothing was healed) and the Machine is kept (the policy's default).
+    let machine = lab
+        .api
+        .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
+        .unwrap();
+    assert!(
+        machine["metadata"]["annotations"]
+            .get("host.metal3.io/external-remediation")
+            .is_some()
+    );
+    let events = lab.events_text();
+    assert!(events.contains("NodeNeverReady") || events.contains("did not come back"));
+    let metrics = lab.metrics.encode();
+    assert!(
+        metrics.contains(
+            "baremend_remediations_failed_total{strategy=\"BareMetalHostRebootApi\",reason=\"NodeNeverReady\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("baremend_remediations_started_total{strategy=\"BareMetalHostRebootApi\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_machine_on_failure_deletes_only_a_machine_set_worker() {
+    let mut policy = fast_policy();
+    policy["maxAttempts"] = json!(1);
+    policy["maxConcurrent"] = json!(2);
+    policy["storm"] = json!({"maxUnhealthyPercent": 100});
+    policy["deleteMachineOnFailure"] = json!(true);
+    policy["timeouts"]["nodeReadySeconds"] = json!(2);
+    let lab = Lab::start_prepared(fast(), policy, |lab| {
+        lab.merge_machine(
+            "worker-0",
+            json!({"metadata": {"ownerReferences": [{
+                    "apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
+                    "name": "workers", "uid": "set-uid", "controller": true}]}}),
+        );
+    })
+    .await;
+    for worker in ["worker-0", "worker-1"] {
+        lab.cluster.break_host(worker);
+        lab.trigger(worker, true);
+    }
+    let kept = lab.failed("worker-1-1").await;
+    assert!(!steps(&kept).contains(&"MachineDeleting".to_string()));
+    let started = Instant::now();
+    while lab.api.get(MACHINES, MACHINE_NAMESPACE, "worker-0").is_ok() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the MachineSet's Machine was not deleted: {:#?}",
+            lab.remediation("worker-0-1").await.and_then(|r| r.status)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(lab.api.get(MACHINES, MACHINE_NAMESPACE, "worker-1").is_ok());
+    let events = lab.events_text();
+    assert!(events.contains("MachineDeleted"), "{events}");
+    assert!(events.contains("no MachineSet controls it"), "{events}");
+    assert!(
+        lab.metrics
+            .encode()
+            .contains("baremend_machines_deleted_total 1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_machines_and_secrets_get_an_error_and_an_event_and_nothing_is_deleted() {
+    use baremend_sim::cluster::local::SECRETS;
+    let mut policy = fast_policy();
+    policy["maxConcurrent"] = json!(3);
+    policy["storm"] = json!({"maxUnhealthyPercent": 100});
+    policy["timeouts"]["powerOffSeconds"] = json!(2);
+    let lab = Lab::start_prepared(fast(), policy, |lab| {
+        // worker-0: a providerID that names no host.
+        lab.merge_machine(
+            "worker-0",
+            json!({"spec": {"providerID": "baremetalhost:///just-a-name"}}),
+        );
+        // worker-1: direct BMC whose Secret does not exist.
+        lab.detach("worker-1");
+        lab.set_bmc("worker-1", json!({"credentialsName": "no-such-secret"}));
+        // worker-2: direct BMC whose Secret lacks the password.
+        lab.detach("worker-2");
+        lab.api
+            .create(
+                SECRETS,
+                MACHINE_NAMESPACE,
+                json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "half-secret", "namespace": MACHINE_NAMESPACE},
+                    "data": {"username": "YWRtaW4="}}),
+            )
+            .unwrap();
+        lab.set_bmc("worker-2", json!({"credentialsName": "half-secret"}));
+    })
+    .await;
+    for worker in ["worker-0", "worker-1", "worker-2"] {
+        lab.trigger(worker, true);
+    }
+    for (worker, expected) in [
+        ("worker-0", "no HostBmc and no BareMetalHost names its BMC"),
+        ("worker-1", "Secret no-such-secret"),
+        ("worker-2", "Secret half-secret: data.password: is missing"),
+    ] {
+        let failed = lab.failed(&format!("{worker}-1")).await;
+        let status = failed.status.clone().unwrap();
+        let error = status.last_error.clone().unwrap_or_default();
+        assert!(error.contains(expected), "{worker}: {error}");
+        let condition = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Succeeded")
+            .expect("a condition");
+        assert_eq!(condition.reason, "PowerOffNotConfirmed", "{worker}");
+        assert!(
+            !steps(&failed).iter().any(|s| s.starts_with("Node")),
+            "{worker}: {:?}",
+            steps(&failed)
+        );
+        assert!(lab.node_exists(worker), "{worker}");
+        assert!(lab.power_history(worker).is_empty(), "{worker}");
+    }
+    let events = lab.events_text();
+    assert!(
+        events.contains("InvalidMachine") && events.contains("spec.providerID"),
+        "the malformed providerID is named in an Event: {events}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_errors_and_conflicts_injected_by_the_server_lose_no_update_and_repeat_nothing() {
+    use baremend_sim::apiserver::FaultRule;
+    // Injected before the controller starts, so that its start meets them too.
+    let lab = Lab::start_prepared(fast(), fast_policy(), |lab| {
+        lab.label("worker-0");
+        for (method, path, status) in [
+            ("GET", "/version", 500),
+            ("PUT", "/remediations/worker-0-1/status", 409),
+            ("PATCH", "/baremetalhosts/worker-0", 429),
+            ("DELETE", "/nodes/worker-0", 500),
+            ("PATCH", "/machines/worker-0", 503),
+            ("PATCH", "/nodes/worker-0", 409),
+        ] {
+            lab.cluster.api_server().inject(FaultRule {
+                method: Some(method.into()),
+                path_contains: Some(path.into()),
+                status,
+                count: Some(2),
+                retry_after: Some(1),
+                delay_ms: 0,
+            });
+        }
+    })
+    .await;
+    let server = lab.cluster.api_server();
+    lab.cluster.hang("worker-0");
+    let done = lab.succeeded("worker-0-1").await;
+    assert_each_step_once(&done);
+    assert!(
+        server.pending_faults().is_empty(),
+        "every injected failure was met: {:?}",
+        server.pending_faults()
+    );
+    lab.assert_label_restored("worker-0", "after injected failures");
+    assert_eq!(
+        lab.power_history("worker-0"),
+        [
+            baremend_sim::host::Power::Off,
+            baremend_sim::host::Power::On
+        ]
+    );
+    lab.assert_machine_clean("worker-0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_service_mode_is_held_on_a_server_older_than_1_28_until_the_policy_changes() {
+    let spec = ClusterSpec {
+        kubernetes_version: (1, 27),
+        ..fast()
+    };
+    let mut policy = fast_policy();
+    policy["nodeRelease"] = json!("OutOfService");
+    let lab = Lab::start(spec, policy).await;
+    lab.trigger("worker-0", true);
+    let started = Instant::now();
+    let condition = loop {
+        let held = lab
+            .remediation("worker-0-1")
+            .await
+            .and_then(|r| r.status)
+            .and_then(|s| {
+                s.conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "Held" && c.status == "True")
+            });
+        if let Some(condition) = held {
+            break condition;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(condition.reason, "OutOfServiceUnsupported");
+    assert!(condition.message.contains("1.28"), "{condition:?}");
+    assert!(lab.power_history("worker-0").is_empty());
+    let metrics = lab.metrics.encode();
+    let started = Instant::now();
+    while !lab
+        .metrics
+        .encode()
+        .contains("baremend_remediations_held{gate=\"OutOfServiceUnsupported\"} 1")
+    {
+        assert!(started.elapsed() < Duration::from_secs(5), "{metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Deleting Nodes works on any version: the operator switches and the start goes ahead.
+    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
+    policies
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"nodeRelease": "Delete"}})),
+        )
+        .await
+        .unwrap();
+    lab.succeeded("worker-0-1").await;
 }

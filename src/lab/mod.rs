@@ -6,6 +6,8 @@
 //! Node is back, with a per-step timing table. `--scenario power-demo` is the drivers alone.
 
 mod power_demo;
+mod scale;
+mod setup;
 mod story;
 
 use std::time::Duration;
@@ -31,8 +33,15 @@ pub enum Scenario {
     ControlPlane,
     /// A BMC that accepts power-off and never does it: the Node must never be deleted.
     StuckBmc,
+    /// Half the workers hang at once: the storm gate holds every start until an operator
+    /// fixes one by hand; then the other two are remediated one at a time.
+    Storm,
     /// The drivers alone: power one simulated host off and on (Redfish, or IPMI with --ipmi).
     PowerDemo,
+    /// The benchmark: `--machines` simulated machines, `--samples` remediations one after
+    /// another over Redfish, with the controller as its own process; prints fence latency,
+    /// overhead, BMC requests and the controller's memory.
+    Scale,
 }
 
 /// Arguments of `baremend lab`.
@@ -53,12 +62,19 @@ pub struct LabArgs {
     /// power-demo: drive the host over IPMI instead of Redfish.
     #[arg(long)]
     pub ipmi: bool,
+    /// scale: machines in the simulated cluster (3 of them control-plane).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(4..=20000))]
+    pub machines: u32,
+    /// scale: remediations to measure, one after another.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub samples: u32,
 }
 
 /// Runs the lab.
 pub async fn run(args: LabArgs) -> Result<()> {
     match args.scenario {
         Scenario::PowerDemo => power_demo::run(&args).await,
+        Scenario::Scale => scale::run(&args).await,
         scenario => story::run(scenario, args.timeout).await,
     }
 }

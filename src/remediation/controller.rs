@@ -20,10 +20,14 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{Instrument, info, warn};
 
-use super::run::Pass;
+use super::bmc_cache::DriverCache;
+use super::run::{Launched, Pass};
 use super::state::Clock;
 use crate::api::annotations::NODE_MACHINE;
-use crate::api::{HostBmc, Remediation, RemediationPolicy, RemediationPolicySpec};
+use crate::api::{
+    HostBmc, Remediation, RemediationPhase, RemediationPolicy, RemediationPolicySpec,
+};
+use crate::metrics::{GATES, Metrics};
 use crate::{Error, Result};
 
 /// The Machine resource (machine.openshift.io/v1beta1).
@@ -60,6 +64,8 @@ pub struct Context {
     pub host_bmcs: Store<HostBmc>,
     /// BMC drivers, one request gate per BMC.
     pub connector: Connector,
+    /// The BMC drivers of remediations under way, one login each.
+    pub bmc_drivers: DriverCache,
     /// The clock.
     pub clock: Arc<dyn Clock>,
     /// Events.
@@ -71,6 +77,12 @@ pub struct Context {
     pub crash_after_step: Option<String>,
     /// Whether the injected crash happened.
     pub crashed: std::sync::atomic::AtomicBool,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Serializes start decisions and remembers the starts the cache may not show yet.
+    pub starts: tokio::sync::Mutex<Launched>,
+    /// The API server knows the out-of-service taint (Kubernetes ≥ 1.28).
+    pub out_of_service_taint: bool,
 }
 
 impl Context {
@@ -89,6 +101,39 @@ impl Context {
             && ready(self.remediations.wait_until_ready().now_or_never())
             && ready(self.policies.wait_until_ready().now_or_never())
             && ready(self.host_bmcs.wait_until_ready().now_or_never())
+    }
+
+    /// Recounts the gauges from the caches: remediations in progress, starts held per gate.
+    pub fn refresh_metrics(&self) {
+        let ready = self.caches_ready();
+        self.metrics.set_ready(ready);
+        if !ready {
+            return;
+        }
+        let mut in_progress = 0;
+        let mut held: Vec<(&str, usize)> = GATES.iter().map(|g| (*g, 0)).collect();
+        for remediation in self.remediations.state() {
+            let Some(status) = &remediation.status else {
+                continue;
+            };
+            if status.phase.is_terminal() {
+                continue;
+            }
+            if status.phase != RemediationPhase::Pending {
+                in_progress += 1;
+                continue;
+            }
+            let holding = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Held" && c.status == "True");
+            if let Some(condition) = holding
+                && let Some(entry) = held.iter_mut().find(|(g, _)| *g == condition.reason)
+            {
+                entry.1 += 1;
+            }
+        }
+        self.metrics.set_counts(in_progress, &held);
     }
 
     /// The policy in force: the object named `default`, else the built-in defaults.
@@ -110,6 +155,8 @@ pub struct ControllerOptions {
     /// Chaos testing: abandon one pass right after this step is persisted (see
     /// [`Context::crash_after_step`]).
     pub crash_after_step: Option<String>,
+    /// Where the metrics go (the caller serves them, see [`crate::metrics::serve`]).
+    pub metrics: Arc<Metrics>,
 }
 
 impl Default for ControllerOptions {
@@ -118,8 +165,43 @@ impl Default for ControllerOptions {
             instance: "baremend".into(),
             poll: Duration::from_secs(1),
             crash_after_step: None,
+            metrics: Arc::new(Metrics::new()),
         }
     }
+}
+
+/// Whether the API server knows the out-of-service taint: Kubernetes 1.28 or later.
+async fn out_of_service_taint(client: &Client) -> bool {
+    // The watches retry forever; so does this, rather than fail a start on one bad answer.
+    let mut backoff = Duration::from_millis(200);
+    let version = loop {
+        match client.apiserver_version().await {
+            Ok(version) => break version,
+            Err(error) => {
+                warn!(%error, "cannot read the API server's version; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    };
+    // Minor versions may carry a suffix ("28+" on some distributions).
+    let number = |text: &str| {
+        text.trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse::<u32>()
+            .ok()
+    };
+    let supported = match (number(&version.major), number(&version.minor)) {
+        (Some(major), Some(minor)) => (major, minor) >= (1, 28),
+        _ => false,
+    };
+    if !supported {
+        warn!(
+            major = %version.major,
+            minor = %version.minor,
+            "the API server predates the out-of-service taint (1.28): nodeRelease OutOfService is held"
+        );
+    }
+    supported
 }
 
 /// Runs the controller until `shutdown` resolves.
@@ -131,6 +213,7 @@ pub async fn run(
 ) -> Result<()> {
     let machine_ar = machine_resource();
     let host_ar = host_resource();
+    let out_of_service_taint = out_of_service_taint(&client).await;
     let config = watcher::Config::default();
 
     let (hosts, host_writer) = {
@@ -186,6 +269,7 @@ pub async fn run(
         policies,
         host_bmcs,
         connector: Connector::new(),
+        bmc_drivers: DriverCache::default(),
         clock,
         recorder: Recorder::new(
             client,
@@ -197,7 +281,19 @@ pub async fn run(
         poll: options.poll,
         crash_after_step: options.crash_after_step,
         crashed: std::sync::atomic::AtomicBool::new(false),
+        metrics: options.metrics,
+        starts: tokio::sync::Mutex::new(Launched::new()),
+        out_of_service_taint,
     });
+    let gauges = {
+        let context = context.clone();
+        tokio::spawn(async move {
+            loop {
+                context.refresh_metrics();
+                tokio::time::sleep(GAUGE_REFRESH).await;
+            }
+        })
+    };
 
     let ar = machine_ar.clone();
     let by_consumer = move |host: DynamicObject| {
@@ -216,10 +312,24 @@ pub async fn run(
             .map(|(namespace, name)| ObjectRef::new_with(name, ar.clone()).within(namespace))
     };
     let ar = machine_ar.clone();
+    let store = remediations.clone();
     let by_spec = move |remediation: Remediation| {
-        remediation.namespace().map(|namespace| {
-            ObjectRef::new_with(&remediation.spec.machine_name, ar.clone()).within(&namespace)
-        })
+        let mut machines: Vec<ObjectRef<DynamicObject>> = remediation
+            .namespace()
+            .map(|namespace| {
+                ObjectRef::new_with(&remediation.spec.machine_name, ar.clone()).within(&namespace)
+            })
+            .into_iter()
+            .collect();
+        // A remediation that ended may open a gate: wake the held ones at once.
+        let ended = remediation
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_terminal());
+        if ended {
+            machines.extend(held_machines(&store, &ar));
+        }
+        machines
     };
     // A policy or BMC mapping change may unblock anything: look at every Machine again.
     let reconcile_all =
@@ -231,15 +341,38 @@ pub async fn run(
         .watches_stream(remediation_stream, by_spec)
         .reconcile_all_on(reconcile_all)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
+        .run(reconcile, error_policy, context.clone())
         .for_each(|result| async move {
             if let Err(error) = result {
                 warn!(%error, "reconcile failed");
             }
         })
         .await;
+    gauges.abort();
+    context.refresh_metrics();
     info!("controller stopped");
     Ok(())
+}
+
+/// How often the gauges are recounted from the caches.
+const GAUGE_REFRESH: Duration = Duration::from_secs(1);
+
+/// The Machines whose remediation waits for a gate.
+fn held_machines(
+    remediations: &Store<Remediation>,
+    machine_ar: &ApiResource,
+) -> Vec<ObjectRef<DynamicObject>> {
+    remediations
+        .state()
+        .iter()
+        .filter(|r| {
+            r.status.as_ref().map(|s| s.phase).unwrap_or_default() == RemediationPhase::Pending
+        })
+        .filter_map(|r| {
+            let namespace = r.namespace()?;
+            Some(ObjectRef::new_with(&r.spec.machine_name, machine_ar.clone()).within(&namespace))
+        })
+        .collect()
 }
 
 async fn reconcile(machine: Arc<DynamicObject>, context: Arc<Context>) -> Result<Action> {

@@ -42,6 +42,30 @@ pub async fn delete_node(
     name: &str,
     uid: Option<String>,
 ) -> Result<()> {
+    delete_exactly(nodes, name, uid, "DeleteNode").await
+}
+
+/// Deletes a Machine so that its MachineSet replaces it (after a failed remediation whose host
+/// was fenced and released; the caller checks that the Machine is replaceable). The UID
+/// precondition keeps a replacement of the same name safe.
+pub async fn delete_machine(
+    machines: &Api<DynamicObject>,
+    name: &str,
+    uid: Option<String>,
+) -> Result<()> {
+    delete_exactly(machines, name, uid, "DeleteMachine").await
+}
+
+/// Deletes the object `name` if it still has `uid`; gone already, or replaced, is done.
+async fn delete_exactly<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: Option<String>,
+    op: &'static str,
+) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let params = DeleteParams {
         preconditions: uid.map(|uid| Preconditions {
             uid: Some(uid),
@@ -49,12 +73,12 @@ pub async fn delete_node(
         }),
         ..DeleteParams::default()
     };
-    match nodes.delete(name, &params).await {
+    match api.delete(name, &params).await {
         Ok(_) => Ok(()),
         Err(error) if not_found(&error) => Ok(()),
-        // A UID mismatch: the old Node is gone already; the one there now is new.
+        // A UID mismatch: the old object is gone already; the one there now is new.
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(error) => Err(Error::kube("DeleteNode")(error)),
+        Err(error) => Err(Error::kube(op)(error)),
     }
 }
 

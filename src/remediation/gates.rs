@@ -2,15 +2,17 @@
 //! They only hold new starts; a remediation already under way always finishes its cycle, so
 //! that no host is left off by a gate closing behind it.
 
-use crate::api::RemediationPolicySpec;
+use crate::api::{NodeReleaseMode, RemediationPolicySpec};
 
 /// The fleet, as counted by the reconciler when a remediation wants to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Fleet {
     /// Machines in scope.
     pub machines: usize,
-    /// Machines carrying the external-remediation trigger (this one included).
-    pub triggered: usize,
+    /// Unhealthy machines: carrying the external-remediation trigger or with a Node that is
+    /// not Ready (this one included). A storm shows in Node readiness before health checks
+    /// time out, so counting both keeps the first trigger of a storm from slipping through.
+    pub unhealthy: usize,
     /// Remediations started and not ended (this one excluded).
     pub running: usize,
     /// Of those, on control-plane machines.
@@ -19,6 +21,8 @@ pub struct Fleet {
     pub control_plane: usize,
     /// Control-plane Nodes Ready now.
     pub control_plane_ready: usize,
+    /// The API server knows the out-of-service taint (Kubernetes ≥ 1.28).
+    pub out_of_service_taint: bool,
 }
 
 /// The machine that wants to start.
@@ -43,11 +47,11 @@ pub enum Held {
     },
     /// Too many machines are unhealthy at once.
     #[error(
-        "storm: {triggered} of {machines} machines are unhealthy, more than the policy's {max_percent}%"
+        "storm: {unhealthy} of {machines} machines are unhealthy, more than the policy's {max_percent}%"
     )]
     Storm {
-        /// Triggered machines.
-        triggered: usize,
+        /// Unhealthy machines.
+        unhealthy: usize,
         /// All machines.
         machines: usize,
         /// The policy's share.
@@ -71,6 +75,26 @@ pub enum Held {
         /// Their quorum.
         quorum: usize,
     },
+    /// The policy releases Nodes with the out-of-service taint, which this API server does
+    /// not know: the Node would keep its pods after the host is off.
+    #[error(
+        "the policy's nodeRelease OutOfService needs Kubernetes 1.28 or later; this API server is older"
+    )]
+    OutOfServiceUnsupported,
+}
+
+impl Held {
+    /// The gate, as a bounded name: the `Held` condition's reason and a metric label.
+    pub fn gate(&self) -> &'static str {
+        match self {
+            Held::Concurrency { .. } => "Concurrency",
+            Held::Storm { .. } => "Storm",
+            Held::ControlPlaneDisabled => "ControlPlaneDisabled",
+            Held::ControlPlaneBusy => "ControlPlaneBusy",
+            Held::Quorum { .. } => "Quorum",
+            Held::OutOfServiceUnsupported => "OutOfServiceUnsupported",
+        }
+    }
 }
 
 /// Whether a remediation may start now.
@@ -79,17 +103,20 @@ pub fn may_start(
     fleet: Fleet,
     policy: &RemediationPolicySpec,
 ) -> Result<(), Held> {
+    if policy.node_release == NodeReleaseMode::OutOfService && !fleet.out_of_service_taint {
+        return Err(Held::OutOfServiceUnsupported);
+    }
     if fleet.running >= policy.max_concurrent as usize {
         return Err(Held::Concurrency {
             running: fleet.running,
             max: policy.max_concurrent,
         });
     }
-    // Integer arithmetic: triggered/machines > percent/100, without rounding surprises.
+    // Integer arithmetic: unhealthy/machines > percent/100, without rounding surprises.
     let max_percent = policy.storm.max_unhealthy_percent;
-    if fleet.machines > 0 && fleet.triggered * 100 > max_percent as usize * fleet.machines {
+    if fleet.machines > 0 && fleet.unhealthy * 100 > max_percent as usize * fleet.machines {
         return Err(Held::Storm {
-            triggered: fleet.triggered,
+            unhealthy: fleet.unhealthy,
             machines: fleet.machines,
             max_percent,
         });
@@ -134,11 +161,12 @@ mod tests {
     fn fleet() -> Fleet {
         Fleet {
             machines: 6,
-            triggered: 1,
+            unhealthy: 1,
             running: 0,
             running_control_plane: 0,
             control_plane: 3,
             control_plane_ready: 3,
+            out_of_service_taint: true,
         }
     }
 
@@ -155,7 +183,7 @@ mod tests {
         let policy = RemediationPolicySpec::default();
         let busy = Fleet {
             running: 1,
-            triggered: 2,
+            unhealthy: 2,
             ..fleet()
         };
         assert!(matches!(
@@ -179,13 +207,13 @@ mod tests {
         // 2 of 5 is exactly 40 %: allowed. 3 of 5 is 60 %: held.
         let at = Fleet {
             machines: 5,
-            triggered: 2,
+            unhealthy: 2,
             ..fleet()
         };
         assert_eq!(may_start(WORKER, at, &policy), Ok(()));
         let above = Fleet {
             machines: 5,
-            triggered: 3,
+            unhealthy: 3,
             ..fleet()
         };
         let held = may_start(WORKER, above, &policy).unwrap_err();
@@ -220,7 +248,7 @@ mod tests {
         // Two of three hung: one Ready remains, below quorum.
         let two_hung = Fleet {
             control_plane_ready: 1,
-            triggered: 2,
+            unhealthy: 2,
             ..fleet()
         };
         assert!(matches!(
@@ -252,7 +280,7 @@ mod tests {
         };
         let two_hung = Fleet {
             control_plane_ready: 1,
-            triggered: 2,
+            unhealthy: 2,
             ..fleet()
         };
         policy.control_plane.quorum_guard = false;
@@ -261,6 +289,27 @@ mod tests {
         assert_eq!(
             may_start(HUNG_MASTER, fleet(), &policy),
             Err(Held::ControlPlaneDisabled)
+        );
+    }
+
+    #[test]
+    fn out_of_service_mode_is_held_on_an_api_server_older_than_1_28() {
+        let policy = RemediationPolicySpec {
+            node_release: NodeReleaseMode::OutOfService,
+            ..Default::default()
+        };
+        assert_eq!(may_start(WORKER, fleet(), &policy), Ok(()));
+        let old = Fleet {
+            out_of_service_taint: false,
+            ..fleet()
+        };
+        let held = may_start(WORKER, old, &policy).unwrap_err();
+        assert_eq!(held, Held::OutOfServiceUnsupported);
+        assert_eq!(held.gate(), "OutOfServiceUnsupported");
+        // Deleting Nodes works on any version.
+        assert_eq!(
+            may_start(WORKER, old, &RemediationPolicySpec::default()),
+            Ok(())
         );
     }
 }

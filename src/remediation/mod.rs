@@ -6,11 +6,14 @@
 //! every step is persisted before it acts, so that a restart resumes without repeating a
 //! destructive step.
 
+mod act;
+pub mod bmc_cache;
 pub mod controller;
 pub mod execute;
 pub mod fence;
 pub mod gates;
 pub mod observe;
 pub mod plan;
+mod power;
 pub mod run;
 pub mod state;

@@ -142,6 +142,36 @@ pub fn machine_is_control_plane(labels: &BTreeMap<String, String>) -> bool {
     )
 }
 
+/// Whether deleting a Machine gets it replaced and nothing else (the rule of the older
+/// OpenShift bare-metal provider): a MachineSet controls it, it is not a control-plane
+/// machine, and its BareMetalHost (if any) is not externally provisioned, which would leave
+/// no one to provision a replacement.
+pub fn reprovisionable(
+    machine: &kube::api::DynamicObject,
+    host: Option<&Value>,
+) -> Result<(), String> {
+    let owned_by_machine_set = machine
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "MachineSet");
+    if !owned_by_machine_set {
+        return Err("no MachineSet controls it".into());
+    }
+    if machine_is_control_plane(&machine.metadata.labels.clone().unwrap_or_default()) {
+        return Err("it is a control-plane machine".into());
+    }
+    let external = host
+        .and_then(|h| h.pointer("/spec/externallyProvisioned"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if external {
+        return Err("its BareMetalHost is externally provisioned".into());
+    }
+    Ok(())
+}
+
 /// What the reboot-API strategy needs from a BareMetalHost.
 pub fn bare_metal_host_view(host: &Value, reboot_key: &str) -> BareMetalHostView {
     let annotations = host.pointer("/metadata/annotations");
@@ -401,5 +431,38 @@ mod tests {
         assert!(machine_is_control_plane(&labels("master")));
         assert!(!machine_is_control_plane(&labels("worker")));
         assert!(!machine_is_control_plane(&BTreeMap::new()));
+    }
+
+    #[test]
+    fn only_machine_set_workers_on_provisioned_hosts_are_reprovisionable() {
+        let machine = |owner: Value, role: &str| -> kube::api::DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+                "metadata": {"name": "m", "ownerReferences": owner,
+                    "labels": {MACHINE_ROLE: role}},
+            }))
+            .unwrap()
+        };
+        let set = json!([{"apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
+            "name": "workers", "uid": "u", "controller": true}]);
+        let host = json!({"spec": {"online": true}});
+        assert_eq!(
+            reprovisionable(&machine(set.clone(), "worker"), Some(&host)),
+            Ok(())
+        );
+        assert_eq!(
+            reprovisionable(&machine(set.clone(), "worker"), None),
+            Ok(())
+        );
+        let not_controller = json!([{"apiVersion": "machine.openshift.io/v1beta1",
+            "kind": "MachineSet", "name": "workers", "uid": "u"}]);
+        assert!(reprovisionable(&machine(not_controller, "worker"), Some(&host)).is_err());
+        assert!(reprovisionable(&machine(json!([]), "worker"), Some(&host)).is_err());
+        assert!(reprovisionable(&machine(set.clone(), "master"), Some(&host)).is_err());
+        let external = json!({"spec": {"externallyProvisioned": true}});
+        assert_eq!(
+            reprovisionable(&machine(set, "worker"), Some(&external)),
+            Err("its BareMetalHost is externally provisioned".into())
+        );
     }
 }

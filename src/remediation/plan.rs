@@ -22,6 +22,10 @@
 use std::time::Duration;
 
 use super::fence::NotFenced;
+use super::gates::Held;
+
+/// The earliest look at the power after a power-off request.
+const FIRST_LOOK: Duration = Duration::from_millis(100);
 
 /// Where a remediation is: the phase persisted in the `Remediation` object.
 pub use crate::api::RemediationPhase as Phase;
@@ -87,7 +91,7 @@ pub struct Observed {
     /// The Node.
     pub node: NodeView,
     /// The safety gates (concurrency, storm, control-plane quorum) for a start.
-    pub may_start: Result<(), String>,
+    pub may_start: Result<(), Held>,
 }
 
 /// The knobs of the policy the planner needs.
@@ -127,10 +131,7 @@ pub enum Step {
         after: Duration,
     },
     /// A safety gate holds the start.
-    Hold {
-        /// Which gate and why.
-        reason: String,
-    },
+    Hold(Held),
     /// The trigger went away before anything happened.
     Cancel,
     /// Persist `PoweringOff` with this strategy, then request power-off with it.
@@ -187,9 +188,7 @@ pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) ->
         Phase::Succeeded | Phase::Failed | Phase::Cancelled => Step::Done,
         Phase::Pending => match (observed.triggered, &observed.may_start) {
             (false, _) => Step::Cancel,
-            (true, Err(reason)) => Step::Hold {
-                reason: reason.clone(),
-            },
+            (true, Err(held)) => Step::Hold(held.clone()),
             (true, Ok(())) => Step::RequestPowerOff { strategy: 0 },
         },
         Phase::PoweringOff => match &observed.fence {
@@ -202,7 +201,11 @@ pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) ->
                 policy,
                 format!("not proven off after {waited:?}: {why}"),
             ),
-            Err(NotFenced::NotYet(_)) => Step::Wait { after: policy.poll },
+            // Look soon after the request (a quick BMC is off in a fraction of a second),
+            // then less and less often, up to the policy's poll interval.
+            Err(NotFenced::NotYet(_)) => Step::Wait {
+                after: (waited / 2).max(FIRST_LOOK).min(policy.poll),
+            },
         },
         Phase::Fenced => match (policy.release, observed.node, state.node_backed_up) {
             (ReleaseMode::Delete, NodeView::Present { .. }, false) => Step::BackUpNode,
@@ -310,7 +313,7 @@ mod tests {
             for triggered in [true, false] {
                 for fence in fences() {
                     for node in nodes() {
-                        for may_start in [Ok(()), Err("storm".to_owned())] {
+                        for may_start in [Ok(()), Err(Held::ControlPlaneBusy)] {
                             for elapsed in [0u64, 59, 60, 599, 600, 5000] {
                                 for backed_up in [false, true] {
                                     for (strategy, attempt) in [(0, 1), (1, 1), (0, 2), (1, 2)] {
@@ -398,19 +401,20 @@ mod tests {
     #[test]
     fn gates_hold_only_the_start() {
         let closed = Observed {
-            may_start: Err("storm gate: 3 of 6 machines unhealthy".into()),
+            may_start: Err(Held::Storm {
+                unhealthy: 3,
+                machines: 6,
+                max_percent: 40,
+            }),
             ..observed()
         };
         assert!(matches!(
             next_step(&state(Phase::Pending), &closed, &policy()),
-            Step::Hold { .. }
+            Step::Hold(_)
         ));
         for phase in PHASES.into_iter().filter(|p| *p != Phase::Pending) {
             assert!(
-                !matches!(
-                    next_step(&state(phase), &closed, &policy()),
-                    Step::Hold { .. }
-                ),
+                !matches!(next_step(&state(phase), &closed, &policy()), Step::Hold(_)),
                 "{phase:?}"
             );
         }
@@ -454,6 +458,24 @@ mod tests {
             next_step(&state(Phase::PoweringOff), &late, &policy()),
             Step::Escalate { to: 1, .. }
         ));
+    }
+
+    #[test]
+    fn power_off_is_looked_at_soon_then_less_often_up_to_the_poll_interval() {
+        let at = |millis: u64| Observed {
+            now: Duration::from_secs(1000) + Duration::from_millis(millis),
+            ..observed()
+        };
+        let wait = |millis: u64| match next_step(&state(Phase::PoweringOff), &at(millis), &policy())
+        {
+            Step::Wait { after } => after,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(wait(0), Duration::from_millis(100));
+        assert_eq!(wait(150), Duration::from_millis(100));
+        assert_eq!(wait(1000), Duration::from_millis(500));
+        assert_eq!(wait(9000), Duration::from_millis(4500));
+        assert_eq!(wait(30_000), Duration::from_secs(5));
     }
 
     #[test]

@@ -1,0 +1,110 @@
+//! What every lab run needs: the simulated cluster, a kube client on it, baremend's CRDs and
+//! policy, and the controller running in this process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baremend_sim::cluster::local::Local;
+use baremend_sim::cluster::{ClusterSpec, SimCluster};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::api::{RemediationPolicy, all_crds};
+use crate::metrics::Metrics;
+use crate::remediation::controller::{ControllerOptions, run as run_controller};
+use crate::remediation::state::SystemClock;
+use crate::{Error, Result};
+
+/// A running simulated cluster with baremend's CRDs installed.
+pub struct LabCluster {
+    /// The cluster.
+    pub cluster: SimCluster,
+    /// A kube client on its API server (HTTPS, as a real cluster).
+    pub client: Client,
+    /// Direct access to the server's store, for the lab's own observations and faults.
+    pub api: Local,
+}
+
+impl LabCluster {
+    /// Starts the cluster and installs the CRDs.
+    pub async fn start(spec: ClusterSpec) -> Result<Self> {
+        let cluster = SimCluster::start(spec).await?;
+        let invalid = |reason: String| Error::Invalid {
+            object: "the simulated cluster's kubeconfig".into(),
+            reason,
+        };
+        let kubeconfig =
+            Kubeconfig::from_yaml(&cluster.kubeconfig()).map_err(|e| invalid(e.to_string()))?;
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| invalid(e.to_string()))?;
+        // The controller requeues by itself; kube's own retries would hide what happens.
+        config.default_retry = false;
+        let client = Client::try_from(config).map_err(Error::kube("Connect"))?;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for (_, crd) in all_crds() {
+            crds.create(&PostParams::default(), &crd)
+                .await
+                .map_err(Error::kube("CreateCrd"))?;
+        }
+        let api = Local::new(cluster.api_server().store().clone(), "lab");
+        Ok(LabCluster {
+            cluster,
+            client,
+            api,
+        })
+    }
+
+    /// Creates the policy `default` with this spec.
+    pub async fn install_policy(&self, spec: Value) -> Result<()> {
+        let policy: RemediationPolicy =
+            serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": spec}))
+                .map_err(|e| Error::Invalid {
+                    object: "lab policy".into(),
+                    reason: e.to_string(),
+                })?;
+        Api::<RemediationPolicy>::all(self.client.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .map_err(Error::kube("CreatePolicy"))?;
+        Ok(())
+    }
+
+    /// Starts the controller on this cluster; it runs until the handle is stopped.
+    pub fn start_controller(&self, metrics: Arc<Metrics>, poll: Duration) -> RunningController {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(run_controller(
+            self.client.clone(),
+            Arc::new(SystemClock),
+            ControllerOptions {
+                instance: "lab".into(),
+                poll,
+                crash_after_step: None,
+                metrics,
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        RunningController { stop, task }
+    }
+}
+
+/// The controller running in a task.
+pub struct RunningController {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl RunningController {
+    /// Stops it and waits until it has.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}

@@ -1,0 +1,319 @@
+//! The controller's Prometheus metrics (OpenMetrics text) and the HTTP endpoint that serves
+//! them with the health and readiness probes.
+//!
+//! Counters move when a step is carried out; the gauges (remediations in progress, starts
+//! held by each safety gate) are recounted from the watch caches by the controller, so a
+//! restart does not leave them wrong.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::{Error, Result};
+
+/// Every gate that can hold a start, as named in the `Held` condition's reason.
+pub const GATES: [&str; 6] = [
+    "Concurrency",
+    "Storm",
+    "ControlPlaneDisabled",
+    "ControlPlaneBusy",
+    "Quorum",
+    "OutOfServiceUnsupported",
+];
+
+/// Labels of a remediation counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StrategyLabels {
+    /// The fencing strategy (`BareMetalHostRebootApi`, `DirectBmc`).
+    pub strategy: String,
+}
+
+/// Labels of the failure counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// The fencing strategy in use when it failed.
+    pub strategy: String,
+    /// `PowerOffNotConfirmed` or `NodeNeverReady`.
+    pub reason: String,
+}
+
+/// Labels of the safety-gate gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GateLabels {
+    /// The gate (see [`GATES`]).
+    pub gate: String,
+}
+
+type DurationHistograms = Family<StrategyLabels, Histogram, fn() -> Histogram>;
+
+/// The controller's metrics.
+pub struct Metrics {
+    registry: Registry,
+    started: Family<StrategyLabels, Counter>,
+    succeeded: Family<StrategyLabels, Counter>,
+    failed: Family<FailureLabels, Counter>,
+    machines_deleted: Counter,
+    in_progress: Gauge,
+    held: Family<GateLabels, Gauge>,
+    duration: DurationHistograms,
+    ready: AtomicBool,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn duration_histogram() -> Histogram {
+    // 1 s .. about 4.5 h: a lab run takes seconds, a slow server's boot an hour.
+    Histogram::new(exponential_buckets(1.0, 2.0, 15))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("baremend");
+        let started = Family::<StrategyLabels, Counter>::default();
+        registry.register(
+            "remediations_started",
+            "Remediations that requested a power-off",
+            started.clone(),
+        );
+        let succeeded = Family::<StrategyLabels, Counter>::default();
+        registry.register(
+            "remediations_succeeded",
+            "Remediations whose Node came back Ready",
+            succeeded.clone(),
+        );
+        let failed = Family::<FailureLabels, Counter>::default();
+        registry.register(
+            "remediations_failed",
+            "Remediations that failed, by reason",
+            failed.clone(),
+        );
+        let machines_deleted = Counter::default();
+        registry.register(
+            "machines_deleted",
+            "Machines deleted after a failed remediation (deleteMachineOnFailure)",
+            machines_deleted.clone(),
+        );
+        let in_progress = Gauge::default();
+        registry.register(
+            "remediations_in_progress",
+            "Remediations past their start and not ended",
+            in_progress.clone(),
+        );
+        let held = Family::<GateLabels, Gauge>::default();
+        registry.register(
+            "remediations_held",
+            "Remediations whose start a safety gate holds, by gate",
+            held.clone(),
+        );
+        for gate in GATES {
+            held.get_or_create(&GateLabels { gate: gate.into() }).set(0);
+        }
+        let duration: DurationHistograms = Family::new_with_constructor(duration_histogram);
+        registry.register(
+            "remediation_duration_seconds",
+            "Time from a remediation's creation to its success",
+            duration.clone(),
+        );
+        Metrics {
+            registry,
+            started,
+            succeeded,
+            failed,
+            machines_deleted,
+            in_progress,
+            held,
+            duration,
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// A remediation requested its first power-off.
+    pub fn remediation_started(&self, strategy: &str) {
+        self.started
+            .get_or_create(&StrategyLabels {
+                strategy: strategy.into(),
+            })
+            .inc();
+    }
+
+    /// A remediation succeeded after `took`.
+    pub fn remediation_succeeded(&self, strategy: &str, took: Duration) {
+        let labels = StrategyLabels {
+            strategy: strategy.into(),
+        };
+        self.succeeded.get_or_create(&labels).inc();
+        self.duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// A remediation failed.
+    pub fn remediation_failed(&self, strategy: &str, reason: &str) {
+        self.failed
+            .get_or_create(&FailureLabels {
+                strategy: strategy.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// A Machine was deleted after a failed remediation.
+    pub fn machine_deleted(&self) {
+        self.machines_deleted.inc();
+    }
+
+    /// Sets the gauges recounted from the caches.
+    pub fn set_counts(&self, in_progress: usize, held: &[(&str, usize)]) {
+        self.in_progress
+            .set(i64::try_from(in_progress).unwrap_or(i64::MAX));
+        for gate in GATES {
+            let count = held
+                .iter()
+                .filter(|(g, _)| *g == gate)
+                .map(|(_, n)| *n)
+                .sum::<usize>();
+            self.held
+                .get_or_create(&GateLabels { gate: gate.into() })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Marks the controller ready (every watch cache filled) or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Whether the controller is ready.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        if encode(&mut text, &self.registry).is_err() {
+            text.clear();
+        }
+        text
+    }
+}
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn metrics_text(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, OPENMETRICS)], metrics.encode())
+}
+
+async fn readiness(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    if metrics.is_ready() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "watch caches not filled yet\n",
+        )
+    }
+}
+
+/// Binds `listen` and serves `/metrics`, `/healthz` and `/readyz` from a spawned task.
+/// Returns the bound address (`listen` may ask for port 0).
+pub async fn serve(listen: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| Error::Listen { listen, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| Error::Listen { listen, source })?;
+    let app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readiness))
+        .with_state(metrics);
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::warn!(%error, "the metrics endpoint stopped");
+        }
+    });
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_gauges_appear_in_openmetrics_text() {
+        let metrics = Metrics::new();
+        metrics.remediation_started("DirectBmc");
+        metrics.remediation_succeeded("DirectBmc", Duration::from_secs(3));
+        metrics.remediation_failed("BareMetalHostRebootApi", "NodeNeverReady");
+        metrics.set_counts(2, &[("Storm", 3)]);
+        let text = metrics.encode();
+        for line in [
+            "baremend_remediations_started_total{strategy=\"DirectBmc\"} 1",
+            "baremend_remediations_succeeded_total{strategy=\"DirectBmc\"} 1",
+            "baremend_remediations_failed_total{strategy=\"BareMetalHostRebootApi\",reason=\"NodeNeverReady\"} 1",
+            "baremend_remediations_in_progress 2",
+            "baremend_remediations_held{gate=\"Storm\"} 3",
+            "baremend_remediations_held{gate=\"Quorum\"} 0",
+            "baremend_remediation_duration_seconds_count{strategy=\"DirectBmc\"} 1",
+            "baremend_machines_deleted_total 0",
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    async fn get(at: SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(at).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn the_endpoint_serves_metrics_health_and_readiness() {
+        let metrics = Arc::new(Metrics::new());
+        let at = serve(([127, 0, 0, 1], 0).into(), metrics.clone())
+            .await
+            .unwrap();
+        metrics.remediation_started("DirectBmc");
+        let answer = get(at, "/metrics").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("application/openmetrics-text"), "{answer}");
+        assert!(answer.contains("baremend_remediations_started_total{strategy=\"DirectBmc\"} 1"));
+        assert!(get(at, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(at, "/readyz").await.starts_with("HTTP/1.1 503"));
+        metrics.set_ready(true);
+        assert!(get(at, "/readyz").await.starts_with("HTTP/1.1 200"));
+    }
+}

@@ -1,0 +1,396 @@
+//! Carrying out a planned step: persist it, then act, then tell (Event, metric).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+
+use super::execute;
+use super::fence::ConfirmedOff;
+use super::plan::{FailReason, Persisted, Phase, ReleaseMode, Step};
+use super::power::Withdraw;
+use super::run::Pass;
+use super::state::{record_step, set_condition, strategy_name};
+use crate::Result;
+use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION};
+use crate::api::{Remediation, RemediationStatus};
+
+/// How soon a held start is looked at again, at least and at most.
+const HELD_RECHECK_MIN: Duration = Duration::from_secs(1);
+const HELD_RECHECK_MAX: Duration = Duration::from_secs(5);
+
+impl Pass {
+    pub(super) async fn act(
+        &self,
+        remediation: &mut Remediation,
+        mut status: RemediationStatus,
+        state: &Persisted,
+        step: Step,
+        proof: Option<ConfirmedOff>,
+        node: Option<Arc<Node>>,
+    ) -> Result<Option<Action>> {
+        let now = self.context.clock.now();
+        let nodes: Api<Node> = Api::all(self.context.client.clone());
+        match step {
+            Step::Done => return Ok(Some(Action::await_change())),
+            Step::Wait { after } => {
+                // A crash between persisting a request and making it leaves the phase without
+                // its request: make sure it is in place while waiting.
+                match state.phase {
+                    Phase::PoweringOff => {
+                        self.ensure_request(remediation, state, true).await?;
+                    }
+                    Phase::PoweringOn => {
+                        self.ensure_request(remediation, state, false).await?;
+                    }
+                    _ => {}
+                }
+                return Ok(Some(Action::requeue(after)));
+            }
+            Step::Hold(held) => {
+                let reason = held.to_string();
+                let was = status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Held" && c.status == "True" && c.message == reason);
+                if !was {
+                    set_condition(&mut status, "Held", true, held.gate(), &reason, now);
+                    self.persist(remediation, status).await?;
+                    self.event(remediation, true, "Held", reason).await;
+                }
+                // Gates open when other Machines change; their events do not reach this one,
+                // so look again after a while (a finished remediation wakes held ones at once).
+                let recheck = (self.context.poll * 4).clamp(HELD_RECHECK_MIN, HELD_RECHECK_MAX);
+                return Ok(Some(Action::requeue(recheck)));
+            }
+            Step::Cancel => {
+                record_step(&mut status, "Cancelled", Some(Phase::Cancelled), now);
+                self.persist(remediation, status).await?;
+                self.event(
+                    remediation,
+                    false,
+                    "Cancelled",
+                    "the trigger went away before anything was done".into(),
+                )
+                .await;
+                return Ok(Some(Action::await_change()));
+            }
+            Step::RequestPowerOff { strategy } => {
+                let name = self.strategy_at(strategy);
+                status.strategy = Some(strategy_name(name).into());
+                status.driver = Some(self.driver_name(remediation, name).await);
+                status.attempt = Some(state.attempt);
+                set_condition(&mut status, "Held", false, "Started", "", now);
+                record_step(
+                    &mut status,
+                    "PowerOffRequested",
+                    Some(Phase::PoweringOff),
+                    now,
+                );
+                self.persist(remediation, status).await?;
+                // The request first: every moment before it, the hung host may still write
+                // to shared storage.
+                let requested = self.request_power(remediation, name, true).await;
+                self.event(
+                    remediation,
+                    false,
+                    "PowerOffRequested",
+                    format!("fencing with {}", strategy_name(name)),
+                )
+                .await;
+                self.context
+                    .metrics
+                    .remediation_started(strategy_name(name));
+                if let Err(error) = requested {
+                    self.note_error(remediation, &error).await?;
+                }
+            }
+            Step::WithdrawPowerOff => {
+                self.withdraw_all(remediation, state.strategy, Withdraw::Everything)
+                    .await?;
+                record_step(
+                    &mut status,
+                    "PowerOffWithdrawn",
+                    Some(Phase::Cancelled),
+                    now,
+                );
+                self.persist(remediation, status).await?;
+                self.event(
+                    remediation,
+                    false,
+                    "Cancelled",
+                    "the trigger went away before the host was proven off; power-off withdrawn"
+                        .into(),
+                )
+                .await;
+                return Ok(Some(Action::await_change()));
+            }
+            Step::MarkFenced => {
+                if proof.is_none() {
+                    return Ok(Some(Action::requeue(self.context.poll)));
+                }
+                status.last_power_state = Some("Off".into());
+                let by = status.strategy.clone().unwrap_or_default();
+                set_condition(
+                    &mut status,
+                    "Fenced",
+                    true,
+                    "PowerOffConfirmed",
+                    &format!("confirmed by {by}"),
+                    now,
+                );
+                record_step(&mut status, "Fenced", Some(Phase::Fenced), now);
+                self.persist(remediation, status).await?;
+                execute::set_annotation(
+                    &self.machines_api(),
+                    &self.name,
+                    POWERED_OFF_FOR_REMEDIATION,
+                    Some(""),
+                    "MarkMachine",
+                )
+                .await?;
+                self.event(
+                    remediation,
+                    false,
+                    "Fenced",
+                    "the host is proven off".into(),
+                )
+                .await;
+            }
+            Step::BackUpNode => {
+                if let Some(node) = &node {
+                    status.node_backup = Some(execute::backup_of(node));
+                    record_step(&mut status, "NodeBackedUp", None, now);
+                    self.persist(remediation, status).await?;
+                }
+            }
+            Step::ReleaseNode(mode) => {
+                // The proof is taken again now, not remembered: a host turned back on since
+                // the Fenced step is not off any more.
+                let Some(proof) = proof else {
+                    return Ok(Some(Action::requeue(self.context.poll)));
+                };
+                let node_name = remediation.spec.node_name.clone();
+                match (mode, &node, node_name) {
+                    (ReleaseMode::Delete, Some(node), Some(name)) => {
+                        record_step(&mut status, "NodeDeleting", None, now);
+                        self.persist(remediation, status.clone()).await?;
+                        execute::delete_node(&proof, &nodes, &name, node.uid()).await?;
+                        record_step(&mut status, "NodeDeleted", Some(Phase::NodeReleased), now);
+                    }
+                    (ReleaseMode::OutOfService, Some(node), Some(_)) => {
+                        record_step(&mut status, "NodeTainting", None, now);
+                        self.persist(remediation, status.clone()).await?;
+                        execute::taint_out_of_service(&proof, &nodes, node).await?;
+                        record_step(&mut status, "NodeTainted", Some(Phase::NodeReleased), now);
+                    }
+                    _ => record_step(&mut status, "NodeAbsent", Some(Phase::NodeReleased), now),
+                }
+                self.persist(remediation, status).await?;
+            }
+            Step::RequestPowerOn => {
+                record_step(
+                    &mut status,
+                    "PowerOnRequested",
+                    Some(Phase::PoweringOn),
+                    now,
+                );
+                self.persist(remediation, status).await?;
+                self.withdraw_all(remediation, state.strategy, Withdraw::Everything)
+                    .await?;
+                self.event(
+                    remediation,
+                    false,
+                    "PowerOnRequested",
+                    "powering the host on".into(),
+                )
+                .await;
+            }
+            Step::Restore => {
+                if state.phase != Phase::Restoring {
+                    record_step(&mut status, "Restoring", Some(Phase::Restoring), now);
+                    self.persist(remediation, status.clone()).await?;
+                }
+                if let Some(node) = &node {
+                    if let Some(backup) = &status.node_backup {
+                        execute::restore_node(&nodes, node, backup).await?;
+                    }
+                    execute::remove_out_of_service(&nodes, node).await?;
+                }
+                self.withdraw_all(remediation, state.strategy, Withdraw::RebootRequestsOnly)
+                    .await?;
+                let machines = self.machines_api();
+                execute::set_annotation(
+                    &machines,
+                    &self.name,
+                    POWERED_OFF_FOR_REMEDIATION,
+                    None,
+                    "UnmarkMachine",
+                )
+                .await?;
+                execute::set_annotation(
+                    &machines,
+                    &self.name,
+                    EXTERNAL_REMEDIATION,
+                    None,
+                    "RemoveTrigger",
+                )
+                .await?;
+                set_condition(
+                    &mut status,
+                    "Succeeded",
+                    true,
+                    "NodeBack",
+                    "the Node is Ready again",
+                    now,
+                );
+                record_step(&mut status, "Succeeded", Some(Phase::Succeeded), now);
+                let strategy = status.strategy.clone().unwrap_or_default();
+                self.persist(remediation, status).await?;
+                self.event(remediation, false, "Succeeded", "the Node is back".into())
+                    .await;
+                self.context
+                    .metrics
+                    .remediation_succeeded(&strategy, self.age(remediation));
+                return Ok(Some(Action::await_change()));
+            }
+            Step::Escalate { to, why } => {
+                let name = self.strategy_at(to);
+                status.strategy = Some(strategy_name(name).into());
+                status.driver = Some(self.driver_name(remediation, name).await);
+                status.last_error = Some(why.clone());
+                record_step(&mut status, "Escalated", None, now);
+                status.phase_since = Some(super::state::rfc3339(now));
+                self.persist(remediation, status).await?;
+                self.event(
+                    remediation,
+                    true,
+                    "Escalated",
+                    format!("{why}; trying {}", strategy_name(name)),
+                )
+                .await;
+                if let Err(error) = self.request_power(remediation, name, true).await {
+                    self.note_error(remediation, &error).await?;
+                }
+            }
+            Step::Retry { attempt } => {
+                status.attempt = Some(attempt);
+                let name = self.strategy_at(0);
+                status.strategy = Some(strategy_name(name).into());
+                status.last_error = Some("the Node did not come back".into());
+                record_step(&mut status, "Retry", Some(Phase::PoweringOff), now);
+                status.phase_since = Some(super::state::rfc3339(now));
+                self.persist(remediation, status).await?;
+                self.event(remediation, true, "Retry", format!("power cycle {attempt}"))
+                    .await;
+                if let Err(error) = self.request_power(remediation, name, true).await {
+                    self.note_error(remediation, &error).await?;
+                }
+            }
+            Step::Fail(reason) => {
+                self.fail(remediation, status, state, reason).await?;
+                return Ok(Some(Action::await_change()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Fails the remediation. A host whose Node never came back was fenced and released: it
+    /// is left powered off (nothing it runs may compete with the replacements), and with
+    /// `deleteMachineOnFailure` a replaceable Machine is deleted. An unfenced host is left
+    /// alone entirely.
+    async fn fail(
+        &self,
+        remediation: &mut Remediation,
+        mut status: RemediationStatus,
+        state: &Persisted,
+        reason: FailReason,
+    ) -> Result<()> {
+        let now = self.context.clock.now();
+        let (message, label) = match &reason {
+            FailReason::PowerOffNotConfirmed(why) => (
+                format!("power-off never confirmed, the Node is left alone: {why}"),
+                "PowerOffNotConfirmed",
+            ),
+            FailReason::NodeNeverReady => (
+                format!(
+                    "the Node did not come back in {} power cycle(s); the host is left powered off",
+                    state.attempt
+                ),
+                "NodeNeverReady",
+            ),
+        };
+        let strategy = status.strategy.clone().unwrap_or_default();
+        status.last_error = Some(message.clone());
+        set_condition(&mut status, "Succeeded", false, label, &message, now);
+        record_step(&mut status, "Failed", Some(Phase::Failed), now);
+        self.persist(remediation, status).await?;
+        self.event(remediation, true, "Failed", message).await;
+        self.context.metrics.remediation_failed(&strategy, label);
+        if reason != FailReason::NodeNeverReady {
+            return Ok(());
+        }
+        let name = self.strategy_at(state.strategy);
+        if let Err(error) = self.request_power(remediation, name, true).await {
+            self.note_error(remediation, &error).await?;
+        }
+        if self.policy.delete_machine_on_failure {
+            self.delete_machine(remediation).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the Machine so that its MachineSet replaces it, where that is safe: see
+    /// [`super::observe::reprovisionable`].
+    async fn delete_machine(&self, remediation: &mut Remediation) -> Result<()> {
+        let host = self
+            .host(remediation)
+            .and_then(|(_, host)| host)
+            .map(|h| serde_json::to_value(&*h).unwrap_or_default());
+        if let Err(why) = super::observe::reprovisionable(&self.machine, host.as_ref()) {
+            self.event(
+                remediation,
+                false,
+                "MachineKept",
+                format!("deleteMachineOnFailure: the Machine is kept: {why}"),
+            )
+            .await;
+            return Ok(());
+        }
+        let mut status = remediation.status.clone().unwrap_or_default();
+        record_step(
+            &mut status,
+            "MachineDeleting",
+            None,
+            self.context.clock.now(),
+        );
+        self.persist(remediation, status).await?;
+        // The Remediation is owned by the Machine and goes with it: the Event stays behind.
+        self.event(
+            remediation,
+            true,
+            "MachineDeleted",
+            "deleteMachineOnFailure: deleting the Machine so that its MachineSet replaces it"
+                .into(),
+        )
+        .await;
+        execute::delete_machine(&self.machines_api(), &self.name, self.machine.uid()).await?;
+        self.context.metrics.machine_deleted();
+        Ok(())
+    }
+
+    /// Time since the Remediation was created.
+    fn age(&self, remediation: &Remediation) -> Duration {
+        let created = remediation
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| u64::try_from(t.0.as_millisecond()).ok())
+            .map(Duration::from_millis)
+            .unwrap_or_default();
+        super::state::since_epoch(self.context.clock.now()).saturating_sub(created)
+    }
+}
