@@ -186,13 +186,12 @@ impl SimHost {
             && pending.due <= now
         {
             let to = pending.to;
+            // Recorded when it happened, not when someone next looked.
+            let at_ms = pending_ms(pending.due);
             state.pending = None;
             state.power = to;
             state.version += 1;
-            state.history.push(PowerChange {
-                at_ms: pending_ms(now),
-                power: to,
-            });
+            state.history.push(PowerChange { at_ms, power: to });
         }
         state
     }

@@ -141,11 +141,7 @@ pub(crate) fn after_write(store: &Store, inner: &mut Inner, ty: &ResourceType, n
 
 fn register_crds(store: &Store, inner: &mut Inner) {
     let crds: Vec<(ObjectKey, Value)> = inner
-        .objects
-        .iter()
-        .filter(|(k, _)| {
-            k.group == "apiextensions.k8s.io" && k.plural == "customresourcedefinitions"
-        })
+        .objects_of("apiextensions.k8s.io", "customresourcedefinitions", None)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     for (key, crd) in crds {
@@ -240,9 +236,7 @@ pub(crate) fn pdb_pods<'a>(inner: &'a Inner, namespace: &str, pdb: &Value) -> Ve
         return Vec::new();
     };
     inner
-        .objects
-        .iter()
-        .filter(|(k, _)| k.group.is_empty() && k.plural == "pods" && k.namespace == namespace)
+        .objects_of("", "pods", Some(namespace))
         .map(|(_, pod)| pod)
         .filter(|pod| selector_matches(selector, pod))
         .collect()
@@ -286,11 +280,7 @@ pub(crate) fn pdb_status(inner: &Inner, namespace: &str, pdb: &Value) -> Value {
 
 fn update_pdb_status(store: &Store, inner: &mut Inner, namespace: &str) {
     let pdbs: Vec<(ObjectKey, Value)> = inner
-        .objects
-        .iter()
-        .filter(|(k, _)| {
-            k.group == "policy" && k.plural == "poddisruptionbudgets" && k.namespace == namespace
-        })
+        .objects_of("policy", "poddisruptionbudgets", Some(namespace))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     for (key, pdb) in pdbs {
@@ -339,14 +329,10 @@ fn update_pdb_status(store: &Store, inner: &mut Inner, namespace: &str) {
 
 /// Deletes the content of terminating namespaces, and the namespaces once empty.
 fn namespace_cleanup(store: &Store, inner: &mut Inner) {
+    // Runs after every write: only namespaces are walked, the content only when one ends.
     let terminating: Vec<(ObjectKey, Value)> = inner
-        .objects
-        .iter()
-        .filter(|(k, v)| {
-            k.group.is_empty()
-                && k.plural == "namespaces"
-                && v.pointer("/metadata/deletionTimestamp").is_some()
-        })
+        .objects_of("", "namespaces", None)
+        .filter(|(_, v)| v.pointer("/metadata/deletionTimestamp").is_some())
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     for (key, namespace) in terminating {

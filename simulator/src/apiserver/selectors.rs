@@ -199,27 +199,25 @@ impl FieldSelector {
             {
                 return Err(format!("field label not supported: {field}"));
             }
-            terms.push((field.to_owned(), equal, value.trim().to_owned()));
+            // The JSON pointer is made once here, not for every object matched.
+            let pointer = format!("/{}", field.replace('.', "/"));
+            terms.push((pointer, equal, value.trim().to_owned()));
         }
         Ok(FieldSelector(terms))
     }
 
     /// Whether an object matches.
     pub fn matches(&self, object: &Value) -> bool {
-        self.0.iter().all(|(field, equal, wanted)| {
-            let pointer = format!("/{}", field.replace('.', "/"));
-            let actual = match object.pointer(&pointer) {
-                None | Some(Value::Null) => String::new(),
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Bool(b)) => b.to_string(),
-                Some(other) => other.to_string(),
+        self.0.iter().all(|(pointer, equal, wanted)| {
+            let same = match object.pointer(pointer) {
+                Some(Value::String(s)) => s == wanted,
+                // A missing spec.unschedulable reads as false, as in Kubernetes.
+                None | Some(Value::Null) if pointer == "/spec/unschedulable" => wanted == "false",
+                None | Some(Value::Null) => wanted.is_empty(),
+                Some(Value::Bool(b)) => wanted == if *b { "true" } else { "false" },
+                Some(other) => wanted.as_str() == other.to_string().as_str(),
             };
-            let actual = if field == "spec.unschedulable" && actual.is_empty() {
-                "false".to_owned()
-            } else {
-                actual
-            };
-            (actual == *wanted) == *equal
+            same == *equal
         })
     }
 }

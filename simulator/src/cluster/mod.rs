@@ -224,8 +224,10 @@ impl SimCluster {
             spec,
         };
         let deadline = started + cluster.spec.ready_timeout;
+        // Each look lists every Node: often enough for a small cluster, not a burden for a big one.
+        let look = Duration::from_millis(20 + cluster.hosts.len() as u64 / 10);
         while Instant::now() < deadline && cluster.ready_nodes() < cluster.hosts.len() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(look).await;
         }
         // Machines carry their nodeRef from the start here (in OpenShift it appears when the
         // Node registers), so the health check starts once the Nodes are up; before, it would

@@ -190,15 +190,20 @@ pub struct RedfishService {
     max_in_flight: AtomicU64,
 }
 
+/// The session table of one simulated BMC.
+pub const SESSIONS_PER_BMC: usize = 64;
+
 impl RedfishService {
     /// A service in front of `hosts` with one Administrator account.
     pub fn new(hosts: Vec<Arc<SimHost>>, admin: Account, clock: Arc<dyn Clock>) -> Self {
+        let max_sessions = SESSIONS_PER_BMC * hosts.len().max(1);
         RedfishService {
             hosts,
             clock,
             uuid: "5a4f2e10-9b3c-4d8e-a7f1-0c2b3d4e5f60".into(),
             session_timeout: Duration::from_secs(1800),
-            max_sessions: 64,
+            // One service stands in for one BMC per host, each with its own session table.
+            max_sessions,
             state: Mutex::new(ServiceState {
                 accounts: vec![admin],
                 auth: AuthSettings::default(),

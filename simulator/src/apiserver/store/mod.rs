@@ -112,6 +112,31 @@ pub(crate) struct Inner {
     next_snapshot: u64,
 }
 
+impl Inner {
+    /// The objects of one storage group and plural (in one namespace, if given), in key order.
+    /// Keys sort by group, plural, namespace and name, so this walks only those objects.
+    pub(crate) fn objects_of(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+    ) -> impl Iterator<Item = (&ObjectKey, &Value)> + '_ {
+        let first = ObjectKey {
+            group: group.to_owned(),
+            plural: plural.to_owned(),
+            namespace: namespace.unwrap_or_default().to_owned(),
+            name: String::new(),
+        };
+        let whole_type = namespace.is_none();
+        let end = first.clone();
+        self.objects.range(first..).take_while(move |(key, _)| {
+            key.group == end.group
+                && key.plural == end.plural
+                && (whole_type || key.namespace == end.namespace)
+        })
+    }
+}
+
 /// The store.
 pub struct Store {
     inner: Mutex<Inner>,
@@ -352,13 +377,15 @@ impl Store {
             }
             None => {
                 let group = storage_group(ty).to_owned();
+                // Selectors match the stored object, except for converted kinds, whose field
+                // names differ between versions; only the matches are copied.
+                let converted = ty.group == "events.k8s.io";
+                let matches = |object: &Value| labels.matches(object) && fields.matches(object);
                 let items: Vec<Value> = inner
-                    .objects
-                    .iter()
-                    .filter(|(key, _)| key.group == group && key.plural == ty.plural)
-                    .filter(|(key, _)| namespace.is_none_or(|ns| key.namespace == ns))
+                    .objects_of(&group, &ty.plural, namespace)
+                    .filter(|(_, object)| converted || matches(object))
                     .map(|(_, object)| Self::present(ty, version, object))
-                    .filter(|object| labels.matches(object) && fields.matches(object))
+                    .filter(|object| !converted || matches(object))
                     .collect();
                 (inner.revision, items, 0)
             }
