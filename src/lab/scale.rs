@@ -16,6 +16,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
 use baremend_sim::cluster::local::{BMHS, Gvr, MACHINES, NODES};
+use baremend_sim::cluster::scenario::Workloads;
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::{Power, PowerAction};
@@ -43,17 +44,12 @@ struct Sample {
 }
 
 fn bench_timing() -> Timing {
+    // Kubernetes' own intervals (kubelet lease every 10 s, node monitor every 5 s...), with
+    // quick simulated hardware: the benchmark is about the controller, not about waiting.
     Timing {
         power_delay: Duration::from_millis(100),
         boot_delay: Duration::from_millis(200),
-        // Kubelets are the simulator's biggest load: a few seconds between lease renewals.
-        heartbeat: Duration::from_secs(3),
-        node_grace: Duration::from_secs(15),
-        monitor_period: Duration::from_secs(1),
-        mhc_period: Duration::from_secs(5),
-        unhealthy_timeout: Duration::from_secs(300),
-        bmo_period: Duration::from_secs(2),
-        ..Timing::default()
+        ..Timing::kubernetes_defaults(1.0)
     }
 }
 
@@ -64,8 +60,9 @@ fn invalid(object: &str, reason: impl std::fmt::Display) -> Error {
     }
 }
 
-/// The resident and peak resident memory of a process, in KiB.
-fn memory_kib(pid: u32) -> Option<(u64, u64)> {
+/// The resident, peak resident and anonymous (heap and stacks, no mapped binary) memory of
+/// a process, in KiB.
+fn memory_kib(pid: u32) -> Option<(u64, u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| {
         status
@@ -74,7 +71,7 @@ fn memory_kib(pid: u32) -> Option<(u64, u64)> {
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse().ok())
     };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
+    Some((field("VmRSS:")?, field("VmHWM:")?, field("RssAnon:")?))
 }
 
 fn percentile(sorted: &[Duration], percent: usize) -> Duration {
@@ -266,6 +263,11 @@ pub async fn run(args: &LabArgs) -> Result<()> {
         workers: machines - 3,
         timing: bench_timing(),
         ready_timeout: Duration::from_secs(600),
+        // No application pods: they only load the simulator's kubelets.
+        workloads: Workloads {
+            pods_per_worker: 0,
+            pdb_min_available: None,
+        },
         ..ClusterSpec::default()
     };
     println!(
@@ -293,6 +295,26 @@ pub async fn run(args: &LabArgs) -> Result<()> {
             )
             .map_err(|e| invalid(&info.name, e.message))?;
     }
+    // Wait until the operator has let go of every host (its early reads are done then).
+    let started = Instant::now();
+    loop {
+        let detached = lab
+            .api
+            .list(BMHS, Some(MACHINE_NAMESPACE))
+            .iter()
+            .filter(|h| h.pointer("/status/operationalStatus") == Some(&json!("detached")))
+            .count();
+        if detached == lab.cluster.hosts().len() {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            return Err(invalid(
+                "the BareMetal Operator",
+                format!("{detached} hosts detached after 300 s"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     lab.install_policy(json!({
         "strategies": ["DirectBmc"],
         "timeouts": {"powerOffSeconds": 30, "nodeReadySeconds": 120, "readyGraceSeconds": 0},
@@ -315,7 +337,7 @@ pub async fn run(args: &LabArgs) -> Result<()> {
     let started = Instant::now();
     let controller =
         ControllerProcess::start(&kubeconfig, dir.join("controller.log"), port).await?;
-    let (idle_rss, _) = memory_kib(controller.pid()).unwrap_or_default();
+    let (idle_rss, _, _) = memory_kib(controller.pid()).unwrap_or_default();
     println!(
         "  controller (pid {}) ready in {:.1} s, caches filled: {:.1} MiB resident",
         controller.pid(),
@@ -349,7 +371,7 @@ pub async fn run(args: &LabArgs) -> Result<()> {
         );
         samples.push(sample);
     }
-    let (rss, peak) = memory_kib(controller.pid()).unwrap_or_default();
+    let (rss, peak, anonymous) = memory_kib(controller.pid()).unwrap_or_default();
     drop(controller);
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -381,10 +403,12 @@ pub async fn run(args: &LabArgs) -> Result<()> {
     println!(
         "| Redfish requests per remediation (mean / max) | {mean_requests:.1} / {max_requests} | ≤ 12 |"
     );
+    let mb = |kib: u64| kib as f64 * 1024.0 / 1e6;
     println!(
-        "| controller resident memory (now / peak) | {:.1} MiB / {:.1} MiB | ≤ 100 MB |",
-        rss as f64 / 1024.0,
-        peak as f64 / 1024.0
+        "| controller resident memory (now / peak; heap and stacks) | {:.1} MB / {:.1} MB; {:.1} MB | ≤ 100 MB |",
+        mb(rss),
+        mb(peak),
+        mb(anonymous)
     );
     Ok(())
 }

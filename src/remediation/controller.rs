@@ -22,6 +22,7 @@ use tracing::{Instrument, info, warn};
 
 use super::bmc_cache::DriverCache;
 use super::run::{Launched, Pass};
+use super::slim;
 use super::state::Clock;
 use crate::api::annotations::NODE_MACHINE;
 use crate::api::{
@@ -225,12 +226,14 @@ pub async fn run(
         config.clone(),
     )
     .default_backoff()
+    .modify(slim::bare_metal_host)
     .reflect(host_writer)
     .touched_objects();
 
     let (nodes, node_writer) = reflector::store::<Node>();
     let node_stream = watcher(Api::<Node>::all(client.clone()), config.clone())
         .default_backoff()
+        .modify(slim::node)
         .reflect(node_writer)
         .touched_objects();
 
@@ -255,14 +258,26 @@ pub async fn run(
         .reflect(host_bmc_writer)
         .touched_objects();
 
-    let controller = Controller::new_with(
+    let (machines, machine_writer) = {
+        let writer = reflector::store::Writer::new(machine_ar.clone());
+        (writer.as_reader(), writer)
+    };
+    let machine_stream = watcher(
         Api::<DynamicObject>::all_with(client.clone(), &machine_ar),
         config,
-        machine_ar.clone(),
-    );
+    )
+    .default_backoff()
+    .modify(slim::machine)
+    .reflect(machine_writer)
+    .touched_objects();
+    // A bounded number of passes at once: at start every Machine is looked at, and thousands
+    // of passes in flight would only hold memory (and API connections) for nothing.
+    let controller =
+        Controller::for_stream_with(machine_stream, machines.clone(), machine_ar.clone())
+            .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE));
     let context = Arc::new(Context {
         client: client.clone(),
-        machines: controller.store(),
+        machines,
         hosts,
         nodes,
         remediations: remediations.clone(),
@@ -353,6 +368,9 @@ pub async fn run(
     info!("controller stopped");
     Ok(())
 }
+
+/// Reconcile passes running at once.
+const PASSES_AT_ONCE: u16 = 16;
 
 /// How often the gauges are recounted from the caches.
 const GAUGE_REFRESH: Duration = Duration::from_secs(1);

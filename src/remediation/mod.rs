@@ -16,4 +16,5 @@ pub mod observe;
 pub mod plan;
 mod power;
 pub mod run;
+pub mod slim;
 pub mod state;
