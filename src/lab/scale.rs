@@ -180,13 +180,14 @@ async fn remediate(lab: &LabCluster, worker: &str, timeout: Duration) -> Result<
         )
         .map_err(|e| invalid(worker, e.message))?;
     let started = Instant::now();
-    let mut node_gone = false;
+    // The Node is back when one with another UID exists (a look may miss the gap between
+    // the deletion and the new registration when the machine is busy).
+    let uid_of = |node: Value| node.pointer("/metadata/uid").cloned();
+    let old_uid = lab.api.get(NODES, "", worker).ok().and_then(uid_of);
     let mut node_back_ms = None;
     let succeeded_at = loop {
-        let node = lab.api.get(NODES, "", worker).is_ok();
-        if !node {
-            node_gone = true;
-        } else if node_gone && node_back_ms.is_none() {
+        let uid = lab.api.get(NODES, "", worker).ok().and_then(uid_of);
+        if uid.is_some() && uid != old_uid && node_back_ms.is_none() {
             node_back_ms = Some(host.clock_ms());
         }
         let name = format!("{worker}-1");
