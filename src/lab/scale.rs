@@ -37,6 +37,8 @@ const REMEDIATIONS: Gvr = Gvr {
 /// What one remediation measured.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
+    /// How long the simulated API server took to store the trigger.
+    write: Duration,
     fence_latency: Duration,
     overhead: Duration,
     total: Duration,
@@ -168,8 +170,7 @@ async fn remediate(lab: &LabCluster, worker: &str, timeout: Duration) -> Result<
     let requests_seen = host.requests().len();
     let history_seen = host.history().len();
     lab.cluster.hang(worker);
-    let wall0 = SystemTime::now();
-    let host0 = host.clock_ms();
+    let before_write = host.clock_ms();
     lab.api
         .merge(
             MACHINES,
@@ -179,6 +180,11 @@ async fn remediate(lab: &LabCluster, worker: &str, timeout: Duration) -> Result<
             false,
         )
         .map_err(|e| invalid(worker, e.message))?;
+    // "Written" is when the API server has stored it: the write itself may wait for the
+    // simulator's store, which is the simulator's time, not the controller's.
+    let wall0 = SystemTime::now();
+    let host0 = host.clock_ms();
+    let write = host0.saturating_sub(before_write);
     let started = Instant::now();
     // The Node is back when one with another UID exists (a look may miss the gap between
     // the deletion and the new registration when the machine is busy).
@@ -249,6 +255,7 @@ async fn remediate(lab: &LabCluster, worker: &str, timeout: Duration) -> Result<
     let floor = millis(off_reached.saturating_sub(off_request))
         + millis(node_back.saturating_sub(on_request));
     Ok(Sample {
+        write: millis(write),
         fence_latency: millis(off_request.saturating_sub(host0)),
         overhead: total.saturating_sub(floor),
         total,
@@ -363,8 +370,9 @@ pub async fn run(args: &LabArgs) -> Result<()> {
     {
         let sample = remediate(&lab, worker, args.timeout).await?;
         println!(
-            "  {:>3}. {worker}: fence latency {}, total {}, overhead {}, {} BMC requests",
+            "  {:>3}. {worker}: trigger stored in {}, fence latency {}, total {}, overhead {}, {} BMC requests",
             index + 1,
+            ms(sample.write),
             ms(sample.fence_latency),
             ms(sample.total),
             ms(sample.overhead),
