@@ -286,6 +286,18 @@ fn assert_each_step_once(remediation: &Remediation) {
     }
 }
 
+/// The condition of that type; the test fails without it.
+fn condition<'a>(
+    status: &'a baremend::api::RemediationStatus,
+    type_: &str,
+) -> &'a baremend::api::Condition {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {status:?}"))
+}
+
 fn fast_policy() -> Value {
     json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
 }
@@ -576,11 +588,7 @@ async fn the_storm_gate_holds_new_remediations_with_a_condition() {
     let held = lab.remediation("worker-0-1").await.unwrap_or(held);
     let status = held.status.unwrap_or_default();
     assert_eq!(status.phase, RemediationPhase::Pending);
-    let condition = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Held")
-        .expect("a Held condition");
+    let condition = condition(&status, "Held");
     assert_eq!(condition.status, "True");
     assert!(
         condition.message.starts_with("storm: 2 of 6"),
@@ -615,11 +623,7 @@ async fn a_control_plane_machine_is_held_when_fencing_would_break_etcd_quorum() 
     let held = lab.remediation("master-0-1").await.expect("a Remediation");
     let status = held.status.unwrap_or_default();
     assert_eq!(status.phase, RemediationPhase::Pending);
-    let condition = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Held")
-        .expect("a Held condition");
+    let condition = condition(&status, "Held");
     assert!(condition.message.contains("etcd quorum"), "{condition:?}");
     assert!(lab.node_exists("master-0"));
 }
@@ -782,11 +786,7 @@ async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_ho
     );
     let status = failed.status.unwrap();
     assert_eq!(status.attempt, Some(2));
-    let condition = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Succeeded")
-        .expect("a Succeeded condition");
+    let condition = condition(&status, "Succeeded");
     assert_eq!(
         (condition.status.as_str(), condition.reason.as_str()),
         ("False", "NodeNeverReady")
@@ -917,11 +917,7 @@ async fn malformed_machines_and_secrets_get_an_error_and_an_event_and_nothing_is
         let status = failed.status.clone().unwrap();
         let error = status.last_error.clone().unwrap_or_default();
         assert!(error.contains(expected), "{worker}: {error}");
-        let condition = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Succeeded")
-            .expect("a condition");
+        let condition = condition(&status, "Succeeded");
         assert_eq!(condition.reason, "PowerOffNotConfirmed", "{worker}");
         assert!(
             !steps(&failed).iter().any(|s| s.starts_with("Node")),

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
-use baremend_sim::cluster::local::{BMHS, Gvr, MACHINES, NODES};
+use baremend_sim::cluster::local::{BMHS, Gvr, NODES};
 use baremend_sim::cluster::scenario::Workloads;
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use super::LabArgs;
 use super::setup::LabCluster;
-use crate::api::annotations::{BMH_DETACHED, EXTERNAL_REMEDIATION};
+use crate::api::annotations::BMH_DETACHED;
 use crate::remediation::state::{parse_rfc3339, since_epoch};
 use crate::{Error, Result};
 
@@ -171,15 +171,7 @@ async fn remediate(lab: &LabCluster, worker: &str, timeout: Duration) -> Result<
     let history_seen = host.history().len();
     lab.cluster.hang(worker);
     let before_write = host.clock_ms();
-    lab.api
-        .merge(
-            MACHINES,
-            MACHINE_NAMESPACE,
-            worker,
-            &json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: ""}}}),
-            false,
-        )
-        .map_err(|e| invalid(worker, e.message))?;
+    lab.set_trigger(worker, true)?;
     // "Written" is when the API server has stored it: the write itself may wait for the
     // simulator's store, which is the simulator's time, not the controller's.
     let wall0 = SystemTime::now();

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baremend_sim::cluster::local::Local;
-use baremend_sim::cluster::{ClusterSpec, SimCluster};
+use baremend_sim::cluster::local::{Local, MACHINES};
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, SimCluster};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{RemediationPolicy, all_crds};
 use crate::metrics::Metrics;
 use crate::remediation::controller::{ControllerOptions, run as run_controller};
@@ -73,6 +74,24 @@ impl LabCluster {
             .await
             .map_err(Error::kube("CreatePolicy"))?;
         Ok(())
+    }
+
+    /// Sets (as a MachineHealthCheck does) or removes the external-remediation trigger.
+    pub fn set_trigger(&self, machine: &str, on: bool) -> Result<()> {
+        let value = if on { json!("") } else { Value::Null };
+        self.api
+            .merge(
+                MACHINES,
+                MACHINE_NAMESPACE,
+                machine,
+                &json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: value}}}),
+                false,
+            )
+            .map(|_| ())
+            .map_err(|e| Error::Invalid {
+                object: format!("Machine {machine}"),
+                reason: e.message,
+            })
     }
 
     /// Starts the controller on this cluster; it runs until the handle is stopped.

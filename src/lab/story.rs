@@ -126,17 +126,6 @@ fn triggered(api: &Local, machine: &str) -> bool {
         })
 }
 
-fn set_trigger(api: &Local, machine: &str, on: bool) {
-    let value = if on { json!("") } else { Value::Null };
-    let _ = api.merge(
-        MACHINES,
-        MACHINE_NAMESPACE,
-        machine,
-        &json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: value}}}),
-        false,
-    );
-}
-
 fn held_message(status: &RemediationStatus) -> Option<String> {
     status
         .conditions
@@ -267,7 +256,7 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
                 && !lab_triggered
             {
                 lab_triggered = true;
-                set_trigger(api, target, true);
+                let _ = lab.set_trigger(target, true);
             }
             let was = seen.entry(target).or_insert_with(|| Seen {
                 phase: "-".into(),
@@ -309,7 +298,7 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
                 }
                 Operator::Waiting => all_held_since = None,
                 Operator::Fixed if node_state(api, "worker-2") == "Ready=True" => {
-                    set_trigger(api, "worker-2", false);
+                    let _ = lab.set_trigger("worker-2", false);
                     println!("{at:>7}  operator: worker-2 is Ready, its trigger removed");
                     operator = Operator::Done;
                 }

@@ -384,13 +384,7 @@ impl Pass {
 
     /// Time since the Remediation was created.
     fn age(&self, remediation: &Remediation) -> Duration {
-        let created = remediation
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .and_then(|t| u64::try_from(t.0.as_millisecond()).ok())
-            .map(Duration::from_millis)
-            .unwrap_or_default();
+        let created = super::state::created_at(remediation).unwrap_or_default();
         super::state::since_epoch(self.context.clock.now()).saturating_sub(created)
     }
 }

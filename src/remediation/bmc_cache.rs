@@ -85,17 +85,4 @@ impl DriverCache {
             close_later(cached.driver);
         }
     }
-
-    /// How many drivers are kept.
-    pub fn len(&self) -> usize {
-        self.entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-    }
-
-    /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }

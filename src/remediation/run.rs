@@ -24,7 +24,7 @@ use super::fence::{ConfirmedOff, NotFenced};
 use super::gates::{Candidate, Fleet, Held, may_start};
 use super::observe::{self, HostRef, machine_host, machine_is_control_plane, node_view};
 use super::plan::{NodeView, Observed, Phase, PlanPolicy, ReleaseMode, Step, next_step};
-use super::state::{persisted, since_epoch};
+use super::state::{created_at, persisted, since_epoch};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{
     FenceStrategyName, NodeReleaseMode, Remediation, RemediationPolicySpec, RemediationSpec,
@@ -244,12 +244,8 @@ impl Pass {
     /// One observe–plan–act round. `None`: go on with the next step at once.
     pub(super) async fn step(&self, remediation: &mut Remediation) -> Result<Option<Action>> {
         let status = remediation.status.clone().unwrap_or_default();
-        let created = remediation
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| Duration::from_secs(u64::try_from(t.0.as_second()).unwrap_or(0)))
-            .unwrap_or_else(|| since_epoch(self.context.clock.now()));
+        let created =
+            created_at(remediation).unwrap_or_else(|| since_epoch(self.context.clock.now()));
         let state = persisted(&status, &self.policy.strategies, created);
         let strategy = self.strategy_at(state.strategy);
         let node = self.node(remediation);
@@ -353,24 +349,12 @@ impl Pass {
             .collect();
         let control_plane_names: HashSet<String> =
             control_plane.iter().map(|m| m.name_any()).collect();
-        let ready = |node_name: Option<String>| {
-            node_name
+        // The Node of a Machine: Some(Ready or not), None when it has none.
+        // DynamicObject keeps everything but metadata in `data`: status.nodeRef is there.
+        let node_ready = |machine: &DynamicObject| {
+            observe::machine_node(&machine.data)
                 .and_then(|n| self.context.nodes.get(&ObjectRef::new(&n)))
-                .is_some_and(|n| {
-                    matches!(
-                        node_view(Some(&n)),
-                        NodeView::Present {
-                            ready_since: Some(_)
-                        }
-                    )
-                })
-        };
-        let not_ready = |node_name: Option<String>| {
-            node_name
-                .and_then(|n| self.context.nodes.get(&ObjectRef::new(&n)))
-                .is_some_and(|n| {
-                    matches!(node_view(Some(&n)), NodeView::Present { ready_since: None })
-                })
+                .map(|n| is_ready(Some(&n)))
         };
         let fleet = Fleet {
             machines: machines.len(),
@@ -378,7 +362,7 @@ impl Pass {
                 .iter()
                 .filter(|m| {
                     m.annotations().contains_key(EXTERNAL_REMEDIATION)
-                        || not_ready(observe::machine_node(&m.data))
+                        || node_ready(m) == Some(false)
                 })
                 .count(),
             running: running.len(),
@@ -387,21 +371,15 @@ impl Pass {
                 .filter(|machine| control_plane_names.contains(*machine))
                 .count(),
             control_plane: control_plane.len(),
-            // DynamicObject keeps everything but metadata in `data`: status.nodeRef is there.
             control_plane_ready: control_plane
                 .iter()
-                .filter(|m| ready(observe::machine_node(&m.data)))
+                .filter(|m| node_ready(m) == Some(true))
                 .count(),
             out_of_service_taint: self.context.out_of_service_taint,
         };
         let candidate = Candidate {
             control_plane: machine_is_control_plane(self.machine.labels()),
-            node_ready: matches!(
-                node_view(node),
-                NodeView::Present {
-                    ready_since: Some(_)
-                }
-            ),
+            node_ready: is_ready(node),
         };
         may_start(candidate, fleet, &self.policy)
     }
@@ -482,6 +460,16 @@ impl Pass {
         self.event(remediation, true, "StepFailed", text).await;
         Ok(())
     }
+}
+
+/// Whether a Node is present and Ready.
+fn is_ready(node: Option<&Node>) -> bool {
+    matches!(
+        node_view(node),
+        NodeView::Present {
+            ready_since: Some(_)
+        }
+    )
 }
 
 /// The attempt number in a Remediation name `<machine>-<n>`.

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::jiff::Timestamp;
 
 use super::plan::{Persisted, Phase};
-use crate::api::{Condition, FenceStrategyName, RemediationStatus, StepTime};
+use crate::api::{Condition, FenceStrategyName, Remediation, RemediationStatus, StepTime};
 
 /// The source of "now", injected so that tests and the lab control time.
 pub trait Clock: Send + Sync {
@@ -28,6 +28,16 @@ impl Clock for SystemClock {
 /// Time since the Unix epoch (the planner's clock).
 pub fn since_epoch(time: SystemTime) -> Duration {
     time.duration_since(UNIX_EPOCH).unwrap_or_default()
+}
+
+/// When a Remediation was created (time since the Unix epoch; a time before it reads as the
+/// epoch), if the server has said.
+pub fn created_at(remediation: &Remediation) -> Option<Duration> {
+    remediation
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| Duration::from_millis(u64::try_from(t.0.as_millisecond()).unwrap_or(0)))
 }
 
 /// RFC 3339 with milliseconds, as stored in status.
