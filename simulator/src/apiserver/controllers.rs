@@ -142,7 +142,7 @@ pub(crate) fn after_write(store: &Store, inner: &mut Inner, ty: &ResourceType, n
 fn register_crds(store: &Store, inner: &mut Inner) {
     let crds: Vec<(ObjectKey, Value)> = inner
         .objects_of("apiextensions.k8s.io", "customresourcedefinitions", None)
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.clone(), Value::clone(v)))
         .collect();
     for (key, crd) in crds {
         if crd.pointer("/metadata/deletionTimestamp").is_some() {
@@ -237,7 +237,7 @@ pub(crate) fn pdb_pods<'a>(inner: &'a Inner, namespace: &str, pdb: &Value) -> Ve
     };
     inner
         .objects_of("", "pods", Some(namespace))
-        .map(|(_, pod)| pod)
+        .map(|(_, pod)| &**pod)
         .filter(|pod| selector_matches(selector, pod))
         .collect()
 }
@@ -281,7 +281,7 @@ pub(crate) fn pdb_status(inner: &Inner, namespace: &str, pdb: &Value) -> Value {
 fn update_pdb_status(store: &Store, inner: &mut Inner, namespace: &str) {
     let pdbs: Vec<(ObjectKey, Value)> = inner
         .objects_of("policy", "poddisruptionbudgets", Some(namespace))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.clone(), Value::clone(v)))
         .collect();
     for (key, pdb) in pdbs {
         // Pods that were evicted and are gone leave the disrupted list.
@@ -333,7 +333,7 @@ fn namespace_cleanup(store: &Store, inner: &mut Inner) {
     let terminating: Vec<(ObjectKey, Value)> = inner
         .objects_of("", "namespaces", None)
         .filter(|(_, v)| v.pointer("/metadata/deletionTimestamp").is_some())
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.clone(), Value::clone(v)))
         .collect();
     for (key, namespace) in terminating {
         let name = key.name.clone();
@@ -435,7 +435,7 @@ fn collect_dependents(
                         .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
                 })
         })
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.clone(), Value::clone(v)))
         .collect();
     for (key, dependent) in dependents {
         let owners = dependent

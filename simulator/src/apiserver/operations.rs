@@ -71,7 +71,7 @@ pub fn patch(
     }
     let mut inner = store.lock();
     let key = Store::key(ty, namespace, name);
-    let Some(stored) = inner.objects.get(&key).cloned() else {
+    let Some(stored) = inner.objects.get(&key).map(|v| Value::clone(v)) else {
         let PatchKind::Apply { manager, .. } = kind else {
             return Err(ApiError::not_found(&ty.group, &ty.plural, name));
         };
@@ -191,7 +191,7 @@ pub fn evict(store: &Store, namespace: &str, name: &str, body: &Value) -> ApiRes
                 pdb.pointer("/spec/selector")
                     .is_some_and(|s| !s.is_null() && super::controllers::selector_matches(s, &pod))
             })
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, v)| (k.clone(), Value::clone(v)))
             .collect();
         if pdbs.len() > 1 {
             return Err(ApiError::internal(

@@ -93,7 +93,14 @@ fn allowed_unhealthy(max: Option<&Value>, total: usize) -> usize {
 pub async fn run(api: Local, timing: Timing) {
     loop {
         tokio::time::sleep(timing.mhc_period).await;
-        pass(&api);
+        // Off the async workers, like the Node lifecycle controller's pass.
+        let api = api.clone();
+        if tokio::task::spawn_blocking(move || pass(&api))
+            .await
+            .is_err()
+        {
+            return;
+        }
     }
 }
 

@@ -98,12 +98,16 @@ pub struct DeleteOptions {
 #[derive(Debug)]
 struct Snapshot {
     revision: u64,
-    items: Vec<Value>,
+    items: Vec<Arc<Value>>,
+    /// The items are already in the served shape (converted kinds are matched after it).
+    presented: bool,
 }
 
 pub(crate) struct Inner {
     pub registry: Registry,
-    pub objects: BTreeMap<ObjectKey, Value>,
+    /// Shared, so lists copy references under the lock and the objects after it: a list of
+    /// thousands must not stall every other request while it copies.
+    pub objects: BTreeMap<ObjectKey, Arc<Value>>,
     pub revision: u64,
     log: VecDeque<Arc<WatchEvent>>,
     log_capacity: usize,
@@ -120,7 +124,7 @@ impl Inner {
         group: &str,
         plural: &str,
         namespace: Option<&str>,
-    ) -> impl Iterator<Item = (&ObjectKey, &Value)> + '_ {
+    ) -> impl Iterator<Item = (&ObjectKey, &Arc<Value>)> + '_ {
         let first = ObjectKey {
             group: group.to_owned(),
             plural: plural.to_owned(),
@@ -242,10 +246,10 @@ impl Store {
     ) -> Value {
         inner.revision += 1;
         let revision = inner.revision;
-        let previous = inner.objects.get(&key).cloned();
+        let previous = inner.objects.get(&key).map(|v| Value::clone(v));
         let mut value = match object {
             Some(value) => value,
-            None => inner.objects.get(&key).cloned().unwrap_or(Value::Null),
+            None => previous.clone().unwrap_or(Value::Null),
         };
         metadata_mut(&mut value).insert("resourceVersion".into(), json!(revision.to_string()));
         match kind {
@@ -253,7 +257,7 @@ impl Store {
                 inner.objects.remove(&key);
             }
             _ => {
-                inner.objects.insert(key.clone(), value.clone());
+                inner.objects.insert(key.clone(), Arc::new(value.clone()));
             }
         }
         let event = Arc::new(WatchEvent {
@@ -362,7 +366,7 @@ impl Store {
         continue_token: Option<&str>,
     ) -> ApiResult<Value> {
         let mut inner = self.lock();
-        let (revision, items, offset) = match continue_token {
+        let (revision, items, presented, offset) = match continue_token {
             Some(token) => {
                 let (id, offset) = token
                     .split_once(':')
@@ -373,30 +377,38 @@ impl Store {
                 let snapshot = inner.snapshots.get(&id).ok_or_else(|| {
                     ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
                 })?;
-                (snapshot.revision, snapshot.items.clone(), offset)
+                (
+                    snapshot.revision,
+                    snapshot.items.clone(),
+                    snapshot.presented,
+                    offset,
+                )
             }
             None => {
                 let group = storage_group(ty).to_owned();
                 // Selectors match the stored object, except for converted kinds, whose field
-                // names differ between versions; only the matches are copied.
+                // names differ between versions (those are few: converted under the lock).
                 let converted = ty.group == "events.k8s.io";
                 let matches = |object: &Value| labels.matches(object) && fields.matches(object);
-                let items: Vec<Value> = inner
-                    .objects_of(&group, &ty.plural, namespace)
-                    .filter(|(_, object)| converted || matches(object))
-                    .map(|(_, object)| Self::present(ty, version, object))
-                    .filter(|object| !converted || matches(object))
-                    .collect();
-                (inner.revision, items, 0)
+                let objects = inner.objects_of(&group, &ty.plural, namespace);
+                let items: Vec<Arc<Value>> = if converted {
+                    objects
+                        .map(|(_, object)| Self::present(ty, version, object))
+                        .filter(|object| matches(object))
+                        .map(Arc::new)
+                        .collect()
+                } else {
+                    objects
+                        .filter(|(_, object)| matches(object))
+                        .map(|(_, object)| object.clone())
+                        .collect()
+                };
+                (inner.revision, items, converted, 0)
             }
         };
         let end = limit.map_or(items.len(), |limit| {
             (offset + limit.max(1)).min(items.len())
         });
-        let page: Vec<Value> = items
-            .get(offset..end)
-            .map(<[Value]>::to_vec)
-            .unwrap_or_default();
         let mut metadata = json!({"resourceVersion": revision.to_string()});
         if end < items.len() {
             let id = match continue_token
@@ -412,6 +424,7 @@ impl Store {
                         Snapshot {
                             revision,
                             items: items.clone(),
+                            presented,
                         },
                     );
                     id
@@ -420,6 +433,19 @@ impl Store {
             metadata["continue"] = json!(format!("{id}:{end}"));
             metadata["remainingItemCount"] = json!(items.len() - end);
         }
+        drop(inner);
+        let page: Vec<Value> = items
+            .get(offset..end)
+            .unwrap_or_default()
+            .iter()
+            .map(|object| {
+                if presented {
+                    Value::clone(object)
+                } else {
+                    Self::present(ty, version, object)
+                }
+            })
+            .collect();
         Ok(json!({
             "apiVersion": ty.api_version(version),
             "kind": format!("{}List", ty.kind),

@@ -232,7 +232,7 @@ impl Store {
             ));
         }
         let key = Self::key(ty, namespace, name);
-        let Some(current) = inner.objects.get(&key).cloned() else {
+        let Some(current) = inner.objects.get(&key).map(|v| Value::clone(v)) else {
             return Err(ApiError::not_found(&ty.group, &ty.plural, name));
         };
         if let Some(expected) = meta_str(&body, "resourceVersion").filter(|rv| !rv.is_empty())
@@ -387,7 +387,7 @@ impl Store {
         options: &DeleteOptions,
     ) -> ApiResult<Value> {
         let key = Self::key(ty, namespace, name);
-        let Some(current) = inner.objects.get(&key).cloned() else {
+        let Some(current) = inner.objects.get(&key).map(|v| Value::clone(v)) else {
             return Err(ApiError::not_found(&ty.group, &ty.plural, name));
         };
         if let Some(uid) = &options.uid
