@@ -16,6 +16,7 @@ pub mod api;
 pub mod bmc;
 pub mod duration;
 pub mod lab;
+pub mod leader;
 pub mod metrics;
 pub mod remediation;
 pub mod run;
@@ -67,6 +68,12 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// This replica does not hold the leader Lease (any more): it must not write.
+    #[error("not the leader: another replica may be acting")]
+    NotLeader,
+    /// This replica lost the leader Lease while running.
+    #[error("lost the leader Lease {0}: stopped acting")]
+    LeadershipLost(String),
     /// A crash injected by a chaos test right after a step was persisted.
     #[error("injected crash after step {0}")]
     InjectedCrash(String),

@@ -70,6 +70,7 @@ pub struct Metrics {
     in_progress: Gauge,
     held: Family<GateLabels, Gauge>,
     duration: DurationHistograms,
+    leader: Gauge,
     ready: AtomicBool,
 }
 
@@ -139,6 +140,12 @@ impl Metrics {
             "Time from a remediation's creation to its success",
             duration.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease (or runs without election)",
+            leader.clone(),
+        );
         Metrics {
             registry,
             started,
@@ -148,6 +155,7 @@ impl Metrics {
             in_progress,
             held,
             duration,
+            leader,
             ready: AtomicBool::new(false),
         }
     }
@@ -201,6 +209,11 @@ impl Metrics {
                 .get_or_create(&GateLabels { gate: gate.into() })
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
+    }
+
+    /// Whether this replica leads.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// Marks the controller ready (every watch cache filled) or not.

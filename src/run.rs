@@ -9,8 +9,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::duration::parse_duration;
+use crate::leader::{Leadership, LeaseConfig};
 use crate::metrics::{Metrics, serve};
-use crate::remediation::controller::{ControllerOptions, run as run_controller};
+use crate::remediation::controller::{ControllerOptions, run as run_controller, run_elected};
 use crate::remediation::state::SystemClock;
 use crate::{Error, Result};
 
@@ -29,6 +30,29 @@ pub struct RunArgs {
     /// Where to serve `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR:PORT")]
     pub metrics_listen: SocketAddr,
+    /// Elect a leader among the replicas on a Lease; only the leader acts. Turn it off only
+    /// for a single replica.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub leader_elect: bool,
+    /// The leader Lease's namespace; defaults to the pod's namespace.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "baremend")]
+    pub lease_namespace: String,
+    /// The leader Lease's name: give each shard its own.
+    #[arg(long, default_value = "baremend")]
+    pub lease_name: String,
+    /// How long the other replicas wait after the last renewal they saw.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// How long the leader acts without a successful renewal (shorter than the duration).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub renew_deadline: Duration,
+    /// How often to try to acquire or renew the Lease.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub retry_period: Duration,
+    /// Only the Machines this label selector matches: one shard of a large fleet (each shard
+    /// runs its own replicas with its own --lease-name; safety gates count within the shard).
+    #[arg(long, value_name = "SELECTOR")]
+    pub machine_selector: Option<String>,
 }
 
 async fn client(args: &RunArgs) -> Result<Client> {
@@ -70,16 +94,34 @@ pub async fn run(args: RunArgs) -> Result<()> {
             _ = terminate => {}
         }
     };
-    run_controller(
-        client,
-        Arc::new(SystemClock),
-        ControllerOptions {
-            instance: args.instance,
-            poll: args.poll,
-            crash_after_step: None,
-            metrics,
-        },
-        shutdown,
-    )
-    .await
+    let options = ControllerOptions {
+        instance: args.instance.clone(),
+        poll: args.poll,
+        crash_after_step: None,
+        metrics,
+        leadership: Leadership::unconditional(),
+        machine_selector: args.machine_selector.clone(),
+    };
+    if !args.leader_elect {
+        return run_controller(client, Arc::new(SystemClock), options, shutdown).await;
+    }
+    let lease = LeaseConfig {
+        namespace: args.lease_namespace,
+        name: args.lease_name,
+        identity: identity(&args.instance),
+        lease_duration: args.lease_duration,
+        renew_deadline: args.renew_deadline,
+        retry_period: args.retry_period,
+    };
+    run_elected(client, Arc::new(SystemClock), options, lease, shutdown).await
+}
+
+/// A replica's identity: the pod name, made unique for restarts of the same pod (a restarted
+/// replica must not take its predecessor's renewals for its own).
+fn identity(instance: &str) -> String {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{instance}_{:x}_{started:x}", std::process::id())
 }

@@ -5,19 +5,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baremend::api::{Remediation, RemediationPhase, all_crds};
+use baremend::api::{Remediation, RemediationPhase};
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run};
 use baremend::remediation::state::SystemClock;
 use baremend_sim::cluster::local::{BMHS, Local, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, SimCluster};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
+use kube::api::Api;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+
+mod common;
 
 fn fast() -> ClusterSpec {
     ClusterSpec {
@@ -42,27 +42,11 @@ impl Lab {
 
     /// Starts the cluster, lets `prepare` change it, then starts the controller.
     async fn start_prepared(spec: ClusterSpec, policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let cluster = SimCluster::start(spec).await.unwrap();
-        let kubeconfig = Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
-        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        config.default_retry = false;
-        let client = Client::try_from(config).unwrap();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for (_, crd) in all_crds() {
-            crds.create(&PostParams::default(), &crd).await.unwrap();
-        }
-        let policies: Api<baremend::api::RemediationPolicy> = Api::all(client.clone());
-        let policy =
-            serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": policy}))
-                .unwrap();
-        policies
-            .create(&PostParams::default(), &policy)
-            .await
-            .unwrap();
-        let api = Local::new(cluster.api_server().store().clone(), "test");
+        let common::cluster::Prepared {
+            cluster,
+            client,
+            api,
+        } = common::cluster::prepare(spec, policy).await;
         let mut lab = Lab {
             cluster,
             client,
@@ -201,6 +185,7 @@ impl Lab {
                     poll: Duration::from_millis(100),
                     crash_after_step: crash,
                     metrics,
+                    ..ControllerOptions::default()
                 },
                 async move {
                     let _ = stopped.await;
@@ -269,21 +254,7 @@ fn steps(remediation: &Remediation) -> Vec<String> {
 
 /// Every step of a deleting remediation happened exactly once.
 fn assert_each_step_once(remediation: &Remediation) {
-    let steps = steps(remediation);
-    for once in [
-        "PowerOffRequested",
-        "Fenced",
-        "NodeBackedUp",
-        "NodeDeleted",
-        "PowerOnRequested",
-        "Succeeded",
-    ] {
-        assert_eq!(
-            steps.iter().filter(|s| *s == once).count(),
-            1,
-            "{once} in {steps:?}"
-        );
-    }
+    common::cluster::assert_each_step_once(&steps(remediation));
 }
 
 /// The condition of that type; the test fails without it.

@@ -132,6 +132,8 @@ impl ControllerProcess {
             .arg(kubeconfig)
             .arg("--metrics-listen")
             .arg(format!("127.0.0.1:{port}"))
+            // One replica: the benchmark measures remediation, not an election.
+            .arg("--leader-elect=false")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log_file)

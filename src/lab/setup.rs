@@ -103,8 +103,8 @@ impl LabCluster {
             ControllerOptions {
                 instance: "lab".into(),
                 poll,
-                crash_after_step: None,
                 metrics,
+                ..ControllerOptions::default()
             },
             async move {
                 let _ = stopped.await;

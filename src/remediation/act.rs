@@ -32,6 +32,8 @@ impl Pass {
         proof: Option<ConfirmedOff>,
         node: Option<Arc<Node>>,
     ) -> Result<Option<Action>> {
+        // Only the leader acts; checked again right before each write below.
+        self.context.leadership.ensure()?;
         let now = self.context.clock.now();
         let nodes: Api<Node> = Api::all(self.context.client.clone());
         match step {
@@ -178,12 +180,14 @@ impl Pass {
                     (ReleaseMode::Delete, Some(node), Some(name)) => {
                         record_step(&mut status, "NodeDeleting", None, now);
                         self.persist(remediation, status.clone()).await?;
+                        self.context.leadership.ensure()?;
                         execute::delete_node(&proof, &nodes, &name, node.uid()).await?;
                         record_step(&mut status, "NodeDeleted", Some(Phase::NodeReleased), now);
                     }
                     (ReleaseMode::OutOfService, Some(node), Some(_)) => {
                         record_step(&mut status, "NodeTainting", None, now);
                         self.persist(remediation, status.clone()).await?;
+                        self.context.leadership.ensure()?;
                         execute::taint_out_of_service(&proof, &nodes, node).await?;
                         record_step(&mut status, "NodeTainted", Some(Phase::NodeReleased), now);
                     }
@@ -350,7 +354,7 @@ impl Pass {
             .host(remediation)
             .and_then(|(_, host)| host)
             .map(|h| serde_json::to_value(&*h).unwrap_or_default());
-        if let Err(why) = super::observe::reprovisionable(&self.machine, host.as_ref()) {
+        if let Err(why) = super::observe::reprovisionable(&self.machine.metadata, host.as_ref()) {
             self.event(
                 remediation,
                 false,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use baremend_drivers::Connector;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, ApiResource};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -28,23 +28,18 @@ use crate::api::annotations::NODE_MACHINE;
 use crate::api::{
     HostBmc, Remediation, RemediationPhase, RemediationPolicy, RemediationPolicySpec,
 };
+use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::metrics::{GATES, Metrics};
 use crate::{Error, Result};
 
-/// The Machine resource (machine.openshift.io/v1beta1).
+/// The Machine resource (machine.openshift.io/v1beta1), for writes.
 pub fn machine_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("machine.openshift.io", "v1beta1", "Machine"),
-        "machines",
-    )
+    ApiResource::erase::<slim::Machine>(&())
 }
 
-/// The BareMetalHost resource (metal3.io/v1alpha1).
+/// The BareMetalHost resource (metal3.io/v1alpha1), for writes.
 pub fn host_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("metal3.io", "v1alpha1", "BareMetalHost"),
-        "baremetalhosts",
-    )
+    ApiResource::erase::<slim::BareMetalHost>(&())
 }
 
 /// What every reconcile shares.
@@ -52,9 +47,9 @@ pub struct Context {
     /// The API client.
     pub client: Client,
     /// Machines (the controller's own store).
-    pub machines: Store<DynamicObject>,
+    pub machines: Store<slim::Machine>,
     /// BareMetalHosts.
-    pub hosts: Store<DynamicObject>,
+    pub hosts: Store<slim::BareMetalHost>,
     /// Nodes.
     pub nodes: Store<Node>,
     /// Remediations.
@@ -84,6 +79,8 @@ pub struct Context {
     pub starts: tokio::sync::Mutex<Launched>,
     /// The API server knows the out-of-service taint (Kubernetes ≥ 1.28).
     pub out_of_service_taint: bool,
+    /// Whether this replica may write: checked right before every write.
+    pub leadership: Leadership,
 }
 
 impl Context {
@@ -158,6 +155,10 @@ pub struct ControllerOptions {
     pub crash_after_step: Option<String>,
     /// Where the metrics go (the caller serves them, see [`crate::metrics::serve`]).
     pub metrics: Arc<Metrics>,
+    /// Whether this replica may write (see [`crate::leader`]).
+    pub leadership: Leadership,
+    /// A label selector on Machines: this replica's shard (all Machines when None).
+    pub machine_selector: Option<String>,
 }
 
 impl Default for ControllerOptions {
@@ -167,6 +168,8 @@ impl Default for ControllerOptions {
             poll: Duration::from_secs(1),
             crash_after_step: None,
             metrics: Arc::new(Metrics::new()),
+            leadership: Leadership::unconditional(),
+            machine_selector: None,
         }
     }
 }
@@ -212,17 +215,12 @@ pub async fn run(
     options: ControllerOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
-    let machine_ar = machine_resource();
-    let host_ar = host_resource();
     let out_of_service_taint = out_of_service_taint(&client).await;
     let config = watcher::Config::default();
 
-    let (hosts, host_writer) = {
-        let writer = reflector::store::Writer::new(host_ar.clone());
-        (writer.as_reader(), writer)
-    };
+    let (hosts, host_writer) = reflector::store::<slim::BareMetalHost>();
     let host_stream = watcher(
-        Api::<DynamicObject>::all_with(client.clone(), &host_ar),
+        Api::<slim::BareMetalHost>::all(client.clone()),
         config.clone(),
     )
     .default_backoff()
@@ -258,23 +256,20 @@ pub async fn run(
         .reflect(host_bmc_writer)
         .touched_objects();
 
-    let (machines, machine_writer) = {
-        let writer = reflector::store::Writer::new(machine_ar.clone());
-        (writer.as_reader(), writer)
+    let (machines, machine_writer) = reflector::store::<slim::Machine>();
+    let machine_config = match &options.machine_selector {
+        Some(selector) => config.labels(selector),
+        None => config,
     };
-    let machine_stream = watcher(
-        Api::<DynamicObject>::all_with(client.clone(), &machine_ar),
-        config,
-    )
-    .default_backoff()
-    .modify(slim::machine)
-    .reflect(machine_writer)
-    .touched_objects();
+    let machine_stream = watcher(Api::<slim::Machine>::all(client.clone()), machine_config)
+        .default_backoff()
+        .modify(slim::machine)
+        .reflect(machine_writer)
+        .touched_objects();
     // A bounded number of passes at once: at start every Machine is looked at, and thousands
     // of passes in flight would only hold memory (and API connections) for nothing.
-    let controller =
-        Controller::for_stream_with(machine_stream, machines.clone(), machine_ar.clone())
-            .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE));
+    let controller = Controller::for_stream(machine_stream, machines.clone())
+        .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE));
     let context = Arc::new(Context {
         client: client.clone(),
         machines,
@@ -299,7 +294,9 @@ pub async fn run(
         metrics: options.metrics,
         starts: tokio::sync::Mutex::new(Launched::new()),
         out_of_service_taint,
+        leadership: options.leadership,
     });
+    context.metrics.set_leader(context.leadership.is_leading());
     let gauges = {
         let context = context.clone();
         tokio::spawn(async move {
@@ -310,30 +307,23 @@ pub async fn run(
         })
     };
 
-    let ar = machine_ar.clone();
-    let by_consumer = move |host: DynamicObject| {
-        let consumer = host.data.pointer("/spec/consumerRef").cloned();
-        consumer.filter(|c| c["kind"] == "Machine").and_then(|c| {
-            let name = c["name"].as_str()?;
-            let namespace = c["namespace"].as_str()?;
-            Some(ObjectRef::new_with(name, ar.clone()).within(namespace))
-        })
+    let by_consumer = |host: slim::BareMetalHost| {
+        let consumer = host.spec?.consumer_ref?;
+        let namespace = consumer.namespace?;
+        (consumer.kind.as_deref() == Some("Machine"))
+            .then(|| ObjectRef::new(&consumer.name).within(&namespace))
     };
-    let ar = machine_ar.clone();
-    let by_node = move |node: Node| {
+    let by_node = |node: Node| {
         node.annotations()
             .get(NODE_MACHINE)
             .and_then(|value| value.split_once('/'))
-            .map(|(namespace, name)| ObjectRef::new_with(name, ar.clone()).within(namespace))
+            .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
     };
-    let ar = machine_ar.clone();
     let store = remediations.clone();
     let by_spec = move |remediation: Remediation| {
-        let mut machines: Vec<ObjectRef<DynamicObject>> = remediation
+        let mut machines: Vec<ObjectRef<slim::Machine>> = remediation
             .namespace()
-            .map(|namespace| {
-                ObjectRef::new_with(&remediation.spec.machine_name, ar.clone()).within(&namespace)
-            })
+            .map(|namespace| ObjectRef::new(&remediation.spec.machine_name).within(&namespace))
             .into_iter()
             .collect();
         // A remediation that ended may open a gate: wake the held ones at once.
@@ -342,7 +332,7 @@ pub async fn run(
             .as_ref()
             .is_some_and(|s| s.phase.is_terminal());
         if ended {
-            machines.extend(held_machines(&store, &ar));
+            machines.extend(held_machines(&store));
         }
         machines
     };
@@ -351,7 +341,7 @@ pub async fn run(
         futures_util::stream::select(policy_stream.map(|_| ()), host_bmc_stream.map(|_| ()));
 
     controller
-        .watches_stream_with(host_stream, by_consumer, host_ar)
+        .watches_stream(host_stream, by_consumer)
         .watches_stream(node_stream, by_node)
         .watches_stream(remediation_stream, by_spec)
         .reconcile_all_on(reconcile_all)
@@ -369,6 +359,57 @@ pub async fn run(
     Ok(())
 }
 
+/// Runs the controller while this replica holds the Lease of `lease`, until `shutdown`
+/// resolves (then the Lease is released) or leadership is lost (then the controller is
+/// dropped at once, in-flight passes included, and [`Error::LeadershipLost`] returned: the
+/// process should exit and be restarted as a candidate, as client-go's controllers do).
+pub async fn run_elected(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    mut options: ControllerOptions,
+    lease: LeaseConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<()> {
+    lease.validate()?;
+    let leadership = Leadership::elected();
+    options.leadership = leadership.clone();
+    let metrics = options.metrics.clone();
+    metrics.set_leader(false);
+    // A standby is healthy and ready: it only waits.
+    metrics.set_ready(true);
+    let mut elector = Elector::new(client.clone(), lease.clone(), leadership);
+    let mut shutdown = std::pin::pin!(shutdown);
+    tokio::select! {
+        () = elector.acquire() => {}
+        () = &mut shutdown => return Ok(()),
+    }
+    metrics.set_leader(true);
+    metrics.set_ready(false);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = run(client, clock, options, async move {
+        let _ = stopped.await;
+    });
+    let mut controller = std::pin::pin!(controller);
+    let lost = || Error::LeadershipLost(format!("{}/{}", lease.namespace, lease.name));
+    let outcome = tokio::select! {
+        result = &mut controller => result,
+        () = elector.keep() => Err(lost()),
+        () = &mut shutdown => {
+            let _ = stop.send(());
+            // In-flight passes finish, still only while the Lease is ours.
+            tokio::select! {
+                result = &mut controller => result,
+                () = elector.keep() => Err(lost()),
+            }
+        }
+    };
+    metrics.set_leader(false);
+    if !matches!(outcome, Err(Error::LeadershipLost(_))) {
+        elector.release().await;
+    }
+    outcome
+}
+
 /// Reconcile passes running at once.
 const PASSES_AT_ONCE: u16 = 16;
 
@@ -376,10 +417,7 @@ const PASSES_AT_ONCE: u16 = 16;
 const GAUGE_REFRESH: Duration = Duration::from_secs(1);
 
 /// The Machines whose remediation waits for a gate.
-fn held_machines(
-    remediations: &Store<Remediation>,
-    machine_ar: &ApiResource,
-) -> Vec<ObjectRef<DynamicObject>> {
+fn held_machines(remediations: &Store<Remediation>) -> Vec<ObjectRef<slim::Machine>> {
     remediations
         .state()
         .iter()
@@ -388,12 +426,12 @@ fn held_machines(
         })
         .filter_map(|r| {
             let namespace = r.namespace()?;
-            Some(ObjectRef::new_with(&r.spec.machine_name, machine_ar.clone()).within(&namespace))
+            Some(ObjectRef::new(&r.spec.machine_name).within(&namespace))
         })
         .collect()
 }
 
-async fn reconcile(machine: Arc<DynamicObject>, context: Arc<Context>) -> Result<Action> {
+async fn reconcile(machine: Arc<slim::Machine>, context: Arc<Context>) -> Result<Action> {
     let name = machine.name_any();
     let namespace = machine.namespace().unwrap_or_default();
     let span = tracing::info_span!("remediate", machine = %name, namespace = %namespace);
@@ -403,7 +441,7 @@ async fn reconcile(machine: Arc<DynamicObject>, context: Arc<Context>) -> Result
     Pass::new(machine, context).run().instrument(span).await
 }
 
-fn error_policy(machine: Arc<DynamicObject>, error: &Error, context: Arc<Context>) -> Action {
+fn error_policy(machine: Arc<slim::Machine>, error: &Error, context: Arc<Context>) -> Action {
     warn!(machine = %machine.name_any(), %error, "remediation step failed; retrying");
     Action::requeue(context.poll.max(Duration::from_secs(1)))
 }

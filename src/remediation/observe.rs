@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use baremend_drivers::Credentials;
 use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use super::fence::BareMetalHostView;
@@ -146,12 +147,8 @@ pub fn machine_is_control_plane(labels: &BTreeMap<String, String>) -> bool {
 /// OpenShift bare-metal provider): a MachineSet controls it, it is not a control-plane
 /// machine, and its BareMetalHost (if any) is not externally provisioned, which would leave
 /// no one to provision a replacement.
-pub fn reprovisionable(
-    machine: &kube::api::DynamicObject,
-    host: Option<&Value>,
-) -> Result<(), String> {
+pub fn reprovisionable(machine: &ObjectMeta, host: Option<&Value>) -> Result<(), String> {
     let owned_by_machine_set = machine
-        .metadata
         .owner_references
         .iter()
         .flatten()
@@ -159,7 +156,7 @@ pub fn reprovisionable(
     if !owned_by_machine_set {
         return Err("no MachineSet controls it".into());
     }
-    if machine_is_control_plane(&machine.metadata.labels.clone().unwrap_or_default()) {
+    if machine_is_control_plane(&machine.labels.clone().unwrap_or_default()) {
         return Err("it is a control-plane machine".into());
     }
     let external = host
@@ -435,12 +432,9 @@ mod tests {
 
     #[test]
     fn only_machine_set_workers_on_provisioned_hosts_are_reprovisionable() {
-        let machine = |owner: Value, role: &str| -> kube::api::DynamicObject {
-            serde_json::from_value(json!({
-                "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
-                "metadata": {"name": "m", "ownerReferences": owner,
-                    "labels": {MACHINE_ROLE: role}},
-            }))
+        let machine = |owner: Value, role: &str| -> ObjectMeta {
+            serde_json::from_value(json!({"name": "m", "ownerReferences": owner,
+                "labels": {MACHINE_ROLE: role}}))
             .unwrap()
         };
         let set = json!([{"apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",

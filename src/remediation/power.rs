@@ -188,6 +188,7 @@ impl Pass {
                     &host_ref.namespace,
                     &host_resource(),
                 );
+                self.context.leadership.ensure()?;
                 execute::set_annotation(
                     &hosts,
                     &host_ref.name,
@@ -203,6 +204,7 @@ impl Pass {
             }
             FenceStrategyName::DirectBmc => {
                 let bmc = self.direct_bmc(remediation).await?;
+                self.context.leadership.ensure()?;
                 if off {
                     bmc.driver.power_off(PowerOffMode::Forced).await?;
                 } else {
@@ -267,6 +269,7 @@ impl Pass {
                 }
                 let bmc = self.direct_bmc(remediation).await?;
                 let power = bmc.driver.power_state().await?;
+                self.context.leadership.ensure()?;
                 if off && power == PowerState::On {
                     bmc.driver.power_off(PowerOffMode::Forced).await?;
                 } else if !off && power == PowerState::Off {

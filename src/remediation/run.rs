@@ -19,11 +19,12 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use tracing::info;
 
-use super::controller::{Context, host_resource, machine_resource};
+use super::controller::{Context, machine_resource};
 use super::fence::{ConfirmedOff, NotFenced};
 use super::gates::{Candidate, Fleet, Held, may_start};
 use super::observe::{self, HostRef, machine_host, machine_is_control_plane, node_view};
 use super::plan::{NodeView, Observed, Phase, PlanPolicy, ReleaseMode, Step, next_step};
+use super::slim;
 use super::state::{created_at, persisted, since_epoch};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{
@@ -43,7 +44,7 @@ const MAX_STEPS_PER_PASS: usize = 16;
 
 /// One reconcile of one Machine.
 pub struct Pass {
-    pub(super) machine: Arc<DynamicObject>,
+    pub(super) machine: Arc<slim::Machine>,
     pub(super) context: Arc<Context>,
     pub(super) policy: RemediationPolicySpec,
     pub(super) name: String,
@@ -54,7 +55,7 @@ pub struct Pass {
 
 impl Pass {
     /// A pass over `machine`.
-    pub fn new(machine: Arc<DynamicObject>, context: Arc<Context>) -> Self {
+    pub fn new(machine: Arc<slim::Machine>, context: Arc<Context>) -> Self {
         let policy = context.policy();
         Pass {
             name: machine.name_any(),
@@ -171,6 +172,7 @@ impl Pass {
             uid: self.machine.uid().unwrap_or_default(),
             ..OwnerReference::default()
         }]);
+        self.context.leadership.ensure()?;
         let api = self.remediation_api();
         let created = match api.create(&PostParams::default(), &object).await {
             Ok(created) => created,
@@ -227,7 +229,7 @@ impl Pass {
     pub(super) fn host(
         &self,
         remediation: &Remediation,
-    ) -> Option<(HostRef, Option<Arc<DynamicObject>>)> {
+    ) -> Option<(HostRef, Option<Arc<slim::BareMetalHost>>)> {
         let text = remediation.spec.host.as_deref()?;
         let (namespace, name) = text.split_once('/')?;
         let host_ref = HostRef {
@@ -237,7 +239,7 @@ impl Pass {
         let object = self
             .context
             .hosts
-            .get(&ObjectRef::new_with(name, host_resource()).within(namespace));
+            .get(&ObjectRef::new(name).within(namespace));
         Some((host_ref, object))
     }
 
@@ -343,17 +345,18 @@ impl Pass {
                 .map(|(_, machine)| machine.clone()),
         );
         // Each Machine's role is read once, from its labels, not per comparison.
-        let control_plane: Vec<&Arc<DynamicObject>> = machines
+        let control_plane: Vec<&Arc<slim::Machine>> = machines
             .iter()
             .filter(|m| machine_is_control_plane(m.labels()))
             .collect();
         let control_plane_names: HashSet<String> =
             control_plane.iter().map(|m| m.name_any()).collect();
         // The Node of a Machine: Some(Ready or not), None when it has none.
-        // DynamicObject keeps everything but metadata in `data`: status.nodeRef is there.
-        let node_ready = |machine: &DynamicObject| {
-            observe::machine_node(&machine.data)
-                .and_then(|n| self.context.nodes.get(&ObjectRef::new(&n)))
+        let node_ready = |machine: &slim::Machine| {
+            let node = machine.status.as_ref()?.node_ref.as_ref()?;
+            self.context
+                .nodes
+                .get(&ObjectRef::new(&node.name))
                 .map(|n| is_ready(Some(&n)))
         };
         let fleet = Fleet {
@@ -389,6 +392,7 @@ impl Pass {
         remediation: &mut Remediation,
         status: RemediationStatus,
     ) -> Result<()> {
+        self.context.leadership.ensure()?;
         let mut object = remediation.clone();
         object.status = Some(status);
         // replace_status carries the resourceVersion: a concurrent writer makes it fail with

@@ -1,14 +1,22 @@
 //! What the watch caches keep of each object: only the fields the controller reads. With
 //! thousands of Machines, Nodes and BareMetalHosts cached, the rest (managed fields, Node
 //! images and capacity, Machine conditions, host hardware details) would be most of the
-//! controller's memory.
+//! controller's memory. Machines and BareMetalHosts are cached as our own small types, not
+//! as JSON: a JSON object costs over half a kilobyte however few fields it has, and a host
+//! held as JSON is five of them.
 //!
 //! Writes never start from these copies: patches name only what they change, the Node
 //! deletion carries a UID, and status is written to our own objects.
 
+use std::borrow::Cow;
+
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
-use kube::api::DynamicObject;
-use serde_json::{Map, Value};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// Keeps a Node's metadata (labels and annotations for the backup), its taints and its
 /// Ready condition.
@@ -34,49 +42,239 @@ pub fn node(node: &mut Node) {
     }
 }
 
-/// Keeps only `keys` of a JSON object in `data[field]`.
-fn keep(data: &mut Value, field: &str, keys: &[&str]) {
-    if let Some(Value::Object(object)) = data.get_mut(field) {
-        let kept: Map<String, Value> = keys
-            .iter()
-            .filter_map(|k| object.remove(*k).map(|v| ((*k).to_owned(), v)))
-            .collect();
-        *object = kept;
-    }
-}
-
-/// Keeps a Machine's metadata, `spec.providerID` and `status.nodeRef`.
-pub fn machine(machine: &mut DynamicObject) {
+/// Drops a cached Machine's managed fields (the rest is already only what is read).
+pub fn machine(machine: &mut Machine) {
     machine.metadata.managed_fields = None;
-    keep(&mut machine.data, "spec", &["providerID"]);
-    keep(&mut machine.data, "status", &["nodeRef", "phase"]);
 }
 
-/// Keeps a BareMetalHost's metadata, its spec (BMC, consumer, power settings: small) and the
-/// status fields the power-off proof reads.
-pub fn bare_metal_host(host: &mut DynamicObject) {
+/// Drops a cached BareMetalHost's managed fields.
+pub fn bare_metal_host(host: &mut BareMetalHost) {
     host.metadata.managed_fields = None;
-    keep(
-        &mut host.data,
-        "spec",
-        &[
-            "bmc",
-            "consumerRef",
-            "online",
-            "disablePowerOff",
-            "externallyProvisioned",
-        ],
-    );
-    keep(
-        &mut host.data,
-        "status",
-        &[
-            "poweredOn",
-            "operationalStatus",
-            "errorType",
-            "errorMessage",
-        ],
-    );
+}
+
+/// Reads a field that may be malformed as absent: a BareMetalHost with `poweredOn: "yes"`
+/// must not break the watch of every host (the observers then report the field missing).
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let value = Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).ok())
+}
+
+/// Declares a cached kind of our own shape: the watch deserializes straight into it, so
+/// the fields the controller never reads are never held, not even once per object.
+macro_rules! cached_kind {
+    ($name:ident, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
+        impl Resource for $name {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+
+            fn kind(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($kind)
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($group)
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($version)
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($plural)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+/// A Machine as cached: metadata, `spec.providerID`, `status.nodeRef.name`, `status.phase`.
+/// Serializes to the same paths as the Machine, which the observers read.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Machine {
+    /// Labels (role), annotations (trigger, host), owners (MachineSet).
+    pub metadata: ObjectMeta,
+    /// The spec's `providerID`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<MachineSpec>,
+    /// The status' `nodeRef` and `phase`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub status: Option<MachineStatus>,
+}
+cached_kind!(
+    Machine,
+    "machine.openshift.io",
+    "v1beta1",
+    "Machine",
+    "machines"
+);
+
+/// What is kept of a Machine's spec.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MachineSpec {
+    /// `baremetalhost:///namespace/name/uid`.
+    #[serde(
+        rename = "providerID",
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_id: Option<String>,
+}
+
+/// What is kept of a Machine's status.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineStatus {
+    /// The Node.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub node_ref: Option<Named>,
+    /// The Machine's phase.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub phase: Option<String>,
+}
+
+/// A reference kept by name (and namespace and kind, where they matter).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Named {
+    /// The object's name.
+    #[serde(default)]
+    pub name: String,
+    /// Its namespace, if the reference names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its kind, if the reference names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+/// A BareMetalHost as cached: metadata, the spec's BMC, consumer and power settings, and the
+/// status fields the power-off proof reads.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BareMetalHost {
+    /// Annotations (detached, paused, reboot requests).
+    pub metadata: ObjectMeta,
+    /// What is kept of the spec.
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<HostSpec>,
+    /// What is kept of the status.
+    #[serde(default, deserialize_with = "lenient")]
+    pub status: Option<HostStatus>,
+}
+cached_kind!(
+    BareMetalHost,
+    "metal3.io",
+    "v1alpha1",
+    "BareMetalHost",
+    "baremetalhosts"
+);
+
+/// What is kept of a BareMetalHost's spec.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostSpec {
+    /// `address` and `credentialsName`.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub bmc: Option<HostBmcSpec>,
+    /// The Machine that consumes the host.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub consumer_ref: Option<Named>,
+    /// Whether the host should be on.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub online: Option<bool>,
+    /// The BareMetal Operator will not power it off.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub disable_power_off: Option<bool>,
+    /// Provisioned by someone else: deleting its Machine provisions nothing new.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub externally_provisioned: Option<bool>,
+}
+
+/// A BareMetalHost's BMC.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostBmcSpec {
+    /// The BMC address.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub address: Option<String>,
+    /// The Secret with `username` and `password`.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub credentials_name: Option<String>,
+}
+
+/// What is kept of a BareMetalHost's status.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostStatus {
+    /// The power state the BareMetal Operator last read.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub powered_on: Option<bool>,
+    /// `OK`, `discovered`, `error`, `delayed`, `detached`.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub operational_status: Option<String>,
+    /// The kind of error, when in error.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub error_type: Option<String>,
+    /// The error, when in error.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub error_message: Option<String>,
 }
 
 #[cfg(test)]
@@ -120,15 +318,15 @@ mod tests {
         assert_eq!(status.conditions.as_ref().unwrap().len(), 1);
         assert!(n.metadata.managed_fields.is_none());
 
-        let mut m: DynamicObject = serde_json::from_value(json!({
+        let full = json!({
             "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
             "metadata": {"name": "w", "namespace": "ns", "labels": {"r": "worker"},
                 "annotations": {"metal3.io/BareMetalHost": "ns/w"}},
             "spec": {"providerID": "baremetalhost:///ns/w/u", "providerSpec": {"value": {"big": 1}}},
             "status": {"nodeRef": {"name": "w"}, "conditions": [{"type": "x"}], "addresses": []},
-        }))
-        .unwrap();
-        let host_before = machine_host(&serde_json::to_value(&m).unwrap()).unwrap();
+        });
+        let host_before = machine_host(&full).unwrap();
+        let mut m: Machine = serde_json::from_value(full).unwrap();
         machine(&mut m);
         let after = serde_json::to_value(&m).unwrap();
         assert_eq!(machine_host(&after).unwrap(), host_before);
@@ -136,7 +334,7 @@ mod tests {
         assert!(after.pointer("/spec/providerSpec").is_none());
         assert!(after.pointer("/status/conditions").is_none());
 
-        let mut h: DynamicObject = serde_json::from_value(json!({
+        let json = json!({
             "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
             "metadata": {"name": "w", "namespace": "ns",
                 "annotations": {"reboot.metal3.io/capbm-requested-power-off": "{}"}},
@@ -144,9 +342,8 @@ mod tests {
                 "online": true, "image": {"url": "x"}},
             "status": {"poweredOn": false, "operationalStatus": "OK",
                 "hardware": {"cpu": {"count": 64}}},
-        }))
-        .unwrap();
-        let json = serde_json::to_value(&h).unwrap();
+        });
+        let mut h: BareMetalHost = serde_json::from_value(json.clone()).unwrap();
         let view = bare_metal_host_view(&json, "capbm-requested-power-off");
         let bmc = bare_metal_host_bmc(&json).unwrap();
         bare_metal_host(&mut h);
@@ -158,5 +355,40 @@ mod tests {
         assert_eq!(bare_metal_host_bmc(&after).unwrap(), bmc);
         assert!(after.pointer("/status/hardware").is_none());
         assert!(after.pointer("/spec/image").is_none());
+    }
+
+    #[test]
+    fn a_malformed_field_reads_as_absent_and_keeps_the_rest() {
+        let host: BareMetalHost = serde_json::from_value(json!({
+            "metadata": {"name": "h", "namespace": "ns"},
+            "spec": {"bmc": {"address": 7, "credentialsName": "s"}, "online": "yes",
+                "consumerRef": {"kind": "Machine", "name": "m", "namespace": "ns"}},
+            "status": "broken",
+        }))
+        .unwrap();
+        let json = serde_json::to_value(&host).unwrap();
+        assert!(json.pointer("/spec/bmc/address").is_none());
+        assert_eq!(json.pointer("/spec/bmc/credentialsName"), Some(&json!("s")));
+        assert!(json.pointer("/spec/online").is_none());
+        assert_eq!(json.pointer("/spec/consumerRef/name"), Some(&json!("m")));
+        assert_eq!(
+            bare_metal_host_bmc(&json).unwrap_err().field,
+            "spec.bmc.address"
+        );
+        assert_eq!(
+            bare_metal_host_view(&json, "k").powered_on,
+            None,
+            "a status that is not an object proves nothing"
+        );
+
+        let machine: Machine = serde_json::from_value(json!({
+            "metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"providerID": ["not", "text"]},
+            "status": {"nodeRef": "w"},
+        }))
+        .unwrap();
+        let json = serde_json::to_value(&machine).unwrap();
+        assert_eq!(machine_host(&json).unwrap(), None);
+        assert_eq!(machine_node(&json), None);
     }
 }
