@@ -110,17 +110,6 @@ fn steps(api: &Local, name: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn trigger(api: &Local, machine: &str) {
-    api.merge(
-        MACHINES,
-        MACHINE_NAMESPACE,
-        machine,
-        &json!({"metadata": {"annotations": {"host.metal3.io/external-remediation": ""}}}),
-        false,
-    )
-    .unwrap();
-}
-
 fn node_uid(api: &Local, node: &str) -> Option<String> {
     api.get(NODES, "", node)
         .ok()?
@@ -148,7 +137,7 @@ async fn the_standby_takes_over_a_killed_leader_within_the_lease_and_repeats_no_
     assert_eq!(holder(&api, "baremend").as_deref(), Some(first.as_str()));
 
     let node_before = node_uid(&api, "worker-0").unwrap();
-    trigger(&api, "worker-0");
+    common::cluster::trigger(&api, "worker-0");
     wait_for(Duration::from_secs(30), "the fence", || {
         steps(&api, "worker-0-1")
             .contains(&"Fenced".to_string())
@@ -251,8 +240,8 @@ async fn two_shards_each_remediate_only_their_machines_under_their_own_lease() {
         lease("baremend-a", "a-1"),
         Some("baremend.io/shard=a"),
     );
-    trigger(&api, "worker-0");
-    trigger(&api, "worker-1");
+    common::cluster::trigger(&api, "worker-0");
+    common::cluster::trigger(&api, "worker-1");
     wait_for(Duration::from_secs(60), "shard a's remediation", || {
         (phase(&api, "worker-0-1") == Some(RemediationPhase::Succeeded)).then_some(())
     })

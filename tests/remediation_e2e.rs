@@ -9,7 +9,7 @@ use baremend::api::{Remediation, RemediationPhase};
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run};
 use baremend::remediation::state::SystemClock;
-use baremend_sim::cluster::local::{BMHS, Local, MACHINES, NODES};
+use baremend_sim::cluster::local::{BMHS, EVENTS, Local, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, SimCluster};
 use kube::Client;
@@ -92,15 +92,7 @@ impl Lab {
     }
 
     fn detach(&self, host: &str) {
-        self.api
-            .merge(
-                BMHS,
-                MACHINE_NAMESPACE,
-                host,
-                &json!({"metadata": {"annotations": {"baremetalhost.metal3.io/detached": ""}}}),
-                false,
-            )
-            .unwrap();
+        common::cluster::detach(&self.api, host);
     }
 
     /// Merges `patch` into a Machine.
@@ -322,6 +314,34 @@ async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_r
         done.status.unwrap().strategy.as_deref(),
         Some("BareMetalHostRebootApi")
     );
+    // Every step is told on the Machine (where `kubectl describe machine` shows it) and on
+    // the Remediation, each naming the other.
+    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+    for reason in [
+        "PowerOffRequested",
+        "Fenced",
+        "NodeBackedUp",
+        "NodeDeleted",
+        "PowerOnRequested",
+        "Restoring",
+        "Succeeded",
+    ] {
+        for (kind, related) in [("Machine", "Remediation"), ("Remediation", "Machine")] {
+            assert!(
+                events.iter().any(|e| e["reason"] == reason
+                    && e["involvedObject"]["kind"] == kind
+                    && e["involvedObject"]["name"]
+                        == if kind == "Machine" {
+                            "worker-0"
+                        } else {
+                            "worker-0-1"
+                        }
+                    && e["related"]["kind"] == related),
+                "no {reason} Event on the {kind}: {}",
+                serde_json::to_string(&events).unwrap()
+            );
+        }
+    }
 }
 
 fn assert_in_order(remediation: &Remediation, order: &[&str]) {
@@ -678,7 +698,7 @@ async fn a_crash_right_after_each_persisted_step_repeats_no_destructive_action()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_node_or_leaking() {
-    use baremend_sim::cluster::local::{EVENTS, SECRETS};
+    use baremend_sim::cluster::local::SECRETS;
     use base64::Engine;
     const WRONG: &str = "not-the-password-Xq9";
     let mut policy = fast_policy();

@@ -167,6 +167,11 @@ impl Pass {
                     status.node_backup = Some(execute::backup_of(node));
                     record_step(&mut status, "NodeBackedUp", None, now);
                     self.persist(remediation, status).await?;
+                    let note = format!(
+                        "labels, annotations and taints of Node {} saved",
+                        node.name_any()
+                    );
+                    self.event(remediation, false, "NodeBackedUp", note).await;
                 }
             }
             Step::ReleaseNode(mode) => {
@@ -176,13 +181,18 @@ impl Pass {
                     return Ok(Some(Action::requeue(self.context.poll)));
                 };
                 let node_name = remediation.spec.node_name.clone();
-                match (mode, &node, node_name) {
+                let shown = node_name.clone().unwrap_or_default();
+                let (reason, note) = match (mode, &node, node_name) {
                     (ReleaseMode::Delete, Some(node), Some(name)) => {
                         record_step(&mut status, "NodeDeleting", None, now);
                         self.persist(remediation, status.clone()).await?;
                         self.context.leadership.ensure()?;
                         execute::delete_node(&proof, &nodes, &name, node.uid()).await?;
                         record_step(&mut status, "NodeDeleted", Some(Phase::NodeReleased), now);
+                        (
+                            "NodeDeleted",
+                            format!("Node {shown} deleted: its workloads may start elsewhere"),
+                        )
                     }
                     (ReleaseMode::OutOfService, Some(node), Some(_)) => {
                         record_step(&mut status, "NodeTainting", None, now);
@@ -190,10 +200,20 @@ impl Pass {
                         self.context.leadership.ensure()?;
                         execute::taint_out_of_service(&proof, &nodes, node).await?;
                         record_step(&mut status, "NodeTainted", Some(Phase::NodeReleased), now);
+                        (
+                            "NodeTainted",
+                            format!(
+                                "Node {shown} tainted out-of-service: its workloads may start elsewhere"
+                            ),
+                        )
                     }
-                    _ => record_step(&mut status, "NodeAbsent", Some(Phase::NodeReleased), now),
-                }
+                    _ => {
+                        record_step(&mut status, "NodeAbsent", Some(Phase::NodeReleased), now);
+                        ("NodeAbsent", "no Node to release".to_string())
+                    }
+                };
                 self.persist(remediation, status).await?;
+                self.event(remediation, false, reason, note).await;
             }
             Step::RequestPowerOn => {
                 record_step(
@@ -217,6 +237,10 @@ impl Pass {
                 if state.phase != Phase::Restoring {
                     record_step(&mut status, "Restoring", Some(Phase::Restoring), now);
                     self.persist(remediation, status.clone()).await?;
+                    let note =
+                        "the Node is Ready: restoring its labels and taints, removing the trigger";
+                    self.event(remediation, false, "Restoring", note.into())
+                        .await;
                 }
                 if let Some(node) = &node {
                     if let Some(backup) = &status.node_backup {

@@ -427,7 +427,7 @@ impl Pass {
         reason: &str,
         note: String,
     ) {
-        let event = Event {
+        let mut event = Event {
             type_: if warning {
                 EventType::Warning
             } else {
@@ -438,9 +438,18 @@ impl Pass {
             action: reason.into(),
             secondary: None,
         };
-        let reference = remediation.object_ref(&());
-        if let Err(error) = self.context.recorder.publish(&event, &reference).await {
-            tracing::warn!(%error, "cannot publish an Event");
+        // On both objects: `kubectl describe machine` is where an operator looks first, the
+        // Remediation keeps the whole story; each names the other as related.
+        let remediation_ref = remediation.object_ref(&());
+        let machine_ref = self.machine.object_ref(&());
+        for (regarding, related) in [
+            (&machine_ref, &remediation_ref),
+            (&remediation_ref, &machine_ref),
+        ] {
+            event.secondary = Some(related.clone());
+            if let Err(error) = self.context.recorder.publish(&event, regarding).await {
+                tracing::warn!(%error, "cannot publish an Event");
+            }
         }
     }
 

@@ -1,9 +1,11 @@
 //! A simulated cluster ready for the controller: baremend's CRDs installed, a default policy,
 //! and a kube client that does not retry on its own (as `baremend run` configures it).
 
-use baremend::api::all_crds;
-use baremend_sim::cluster::local::Local;
-use baremend_sim::cluster::{ClusterSpec, SimCluster};
+use std::time::{Duration, Instant};
+
+use baremend::api::{Remediation, all_crds};
+use baremend_sim::cluster::local::{BMHS, Gvr, Local, MACHINES};
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, SimCluster};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -65,4 +67,60 @@ pub fn assert_each_step_once(steps: &[String]) {
             "{once} in {steps:?}"
         );
     }
+}
+
+/// Our Remediations, for reads through the store.
+pub const REMEDIATIONS: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "remediations",
+};
+
+/// The Remediation once it has ended (Succeeded, Failed or Cancelled); fails after 60 s.
+pub async fn ended(api: &Local, name: &str) -> Remediation {
+    let started = Instant::now();
+    loop {
+        let remediation = api
+            .get(REMEDIATIONS, MACHINE_NAMESPACE, name)
+            .ok()
+            .and_then(|v| serde_json::from_value::<Remediation>(v).ok());
+        if let Some(remediation) = &remediation
+            && remediation
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase.is_terminal())
+        {
+            return remediation.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{name} never ended: {:?}",
+            remediation.and_then(|r| r.status)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Marks a BareMetalHost detached: no operator manages it, so it may be fenced directly.
+pub fn detach(api: &Local, host: &str) {
+    api.merge(
+        BMHS,
+        MACHINE_NAMESPACE,
+        host,
+        &json!({"metadata": {"annotations": {"baremetalhost.metal3.io/detached": ""}}}),
+        false,
+    )
+    .unwrap();
+}
+
+/// Sets the MachineHealthCheck's trigger on a Machine, as the health check would.
+pub fn trigger(api: &Local, machine: &str) {
+    api.merge(
+        MACHINES,
+        MACHINE_NAMESPACE,
+        machine,
+        &json!({"metadata": {"annotations": {"host.metal3.io/external-remediation": ""}}}),
+        false,
+    )
+    .unwrap();
 }
