@@ -14,8 +14,24 @@ use clap::{Parser, Subcommand};
     about = "Fences and heals hung bare-metal nodes"
 )]
 struct Cli {
+    /// How log lines are written to standard error: `text` for people, `json` (one object per
+    /// line, with the span fields: machine, namespace) for log collectors. RUST_LOG filters.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "BAREMEND_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -35,14 +51,20 @@ async fn main() -> ExitCode {
     // One crypto provider for the whole process, installed before any TLS is used: if two
     // were compiled in, rustls could not pick one and would panic at the first connection.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
     let result = match cli.command {
         Command::Bmc(args) => baremend::bmc::run(args).await,
         Command::Lab(args) => baremend::lab::run(args).await,

@@ -31,12 +31,34 @@ async fn the_default_lab_tells_the_whole_story_and_exits_zero() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_stuck_bmc_lab_fails_the_remediation_and_keeps_the_node() {
-    let output = baremend(&["lab", "--scenario", "stuck-bmc"], None).await;
+async fn the_stuck_bmc_lab_fails_the_remediation_and_keeps_the_node_with_json_logs() {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
+        .args(["--log-format", "json", "lab", "--scenario", "stuck-bmc"])
+        .env("RUST_LOG", "baremend=info")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
     assert!(out.contains("Remediation worker-0-1: Failed"), "{out}");
     assert!(!out.contains("Node worker-0: absent"), "{out}");
+    // Every log line is one JSON object; the remediation's carry the Machine from the span.
+    let lines: Vec<serde_json::Value> = err
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"].is_string() && l["fields"].is_object())
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["span"]["machine"] == "worker-0" && l["span"]["name"] == "remediate"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
