@@ -165,6 +165,8 @@ struct ServiceState {
     sessions_deleted: u64,
     authentication_failures: u64,
     resets: Vec<ResetRecord>,
+    /// Every session token ever issued, for tests that look for leaked tokens.
+    issued: Vec<String>,
 }
 
 /// Why a login or a request's credentials were refused.
@@ -215,6 +217,7 @@ impl RedfishService {
                 sessions_deleted: 0,
                 authentication_failures: 0,
                 resets: Vec::new(),
+                issued: Vec::new(),
             }),
             random: SystemRandom::new(),
             requests: AtomicU64::new(0),
@@ -283,6 +286,11 @@ impl RedfishService {
         state.auth = settings;
     }
 
+    /// Every session token this service has issued (open or ended).
+    pub fn issued_tokens(&self) -> Vec<String> {
+        self.lock().issued.clone()
+    }
+
     /// Ends every session at once, as if they had all timed out.
     pub fn expire_sessions(&self) {
         self.lock().sessions.clear();
@@ -342,6 +350,7 @@ impl RedfishService {
         let id = state.next_session.to_string();
         state.next_session += 1;
         state.sessions_created += 1;
+        state.issued.push(token.clone());
         state.sessions.insert(
             token.clone(),
             Session {

@@ -1,0 +1,160 @@
+//! Credentials and session tokens appear nowhere an operator or an attacker could read them:
+//! a full remediation over Redfish (login, session, power off and on, logout) and a failed
+//! one with a wrong password, with every log line captured at debug level, then the logs,
+//! Events, metrics, object status and errors are searched for the password, its base64 forms
+//! and every session token the BMC issued. One test per binary: it owns the global logger.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baremend::api::RemediationPhase;
+use baremend::metrics::Metrics;
+use baremend::remediation::controller::{ControllerOptions, run};
+use baremend::remediation::state::SystemClock;
+use baremend_sim::cluster::local::{BMHS, EVENTS, Gvr, MACHINES, NODES, SECRETS};
+use baremend_sim::cluster::timing::Timing;
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use base64::Engine;
+use serde_json::json;
+
+mod common;
+
+const PASSWORD: &str = "Sw0rdfish-7c41e9-recognizable";
+const WRONG: &str = "Wr0ngfish-0b8d2a-recognizable";
+
+/// A log sink the test can read back.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .init();
+
+    let spec = ClusterSpec {
+        timing: Timing::fast(),
+        bmc_password: PASSWORD.into(),
+        ..ClusterSpec::default()
+    };
+    let policy = json!({"strategies": ["DirectBmc"], "timeouts": {"readyGraceSeconds": 0, "powerOffSeconds": 5}});
+    let prepared = common::cluster::prepare(spec, policy).await;
+    let api = prepared.api.clone();
+    for host in ["worker-0", "worker-1"] {
+        common::cluster::detach(&api, host);
+    }
+    // worker-1's Secret holds a wrong password: its login fails, and the error must not say it.
+    let encoded = base64::engine::general_purpose::STANDARD.encode(WRONG);
+    api.merge(
+        SECRETS,
+        MACHINE_NAMESPACE,
+        "worker-1-bmc-secret",
+        &json!({"data": {"password": encoded}}),
+        false,
+    )
+    .unwrap();
+
+    let metrics = Arc::new(Metrics::new());
+    let controller = tokio::spawn(run(
+        prepared.client.clone(),
+        Arc::new(SystemClock),
+        ControllerOptions {
+            instance: "leak-test".into(),
+            poll: Duration::from_millis(100),
+            metrics: metrics.clone(),
+            ..ControllerOptions::default()
+        },
+        std::future::pending(),
+    ));
+    prepared.cluster.hang("worker-0");
+    common::cluster::trigger(&api, "worker-1");
+    let done = common::cluster::ended(&api, "worker-0-1").await;
+    let failed = common::cluster::ended(&api, "worker-1-1").await;
+    controller.abort();
+    assert_eq!(
+        done.status.as_ref().map(|s| s.phase),
+        Some(RemediationPhase::Succeeded),
+        "{:?}",
+        done.status
+    );
+    assert_eq!(
+        failed.status.as_ref().map(|s| s.phase),
+        Some(RemediationPhase::Failed)
+    );
+    let tokens = prepared.cluster.redfish().service().issued_tokens();
+    assert!(
+        !tokens.is_empty(),
+        "the remediation logged in with a session"
+    );
+
+    let listed = |gvr: Gvr| serde_json::to_string(&api.list(gvr, None)).unwrap();
+    let places = [
+        ("logs", logs.text()),
+        ("Events", listed(EVENTS)),
+        ("metrics", metrics.encode()),
+        ("Remediations", listed(common::cluster::REMEDIATIONS)),
+        ("Machines", listed(MACHINES)),
+        ("BareMetalHosts", listed(BMHS)),
+        ("Nodes", listed(NODES)),
+        ("errors", format!("{:?} {:?}", done.status, failed.status)),
+    ];
+    assert!(
+        places[0].1.contains("worker-0"),
+        "the logs were captured at debug level"
+    );
+    let error = failed
+        .status
+        .as_ref()
+        .and_then(|s| s.last_error.clone())
+        .unwrap_or_default();
+    assert!(!error.is_empty(), "the failure says why");
+
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    let mut secrets: Vec<(String, String)> = vec![
+        ("the password".into(), PASSWORD.into()),
+        ("the wrong password".into(), WRONG.into()),
+        ("the password in base64".into(), b64(PASSWORD)),
+        ("the wrong password in base64".into(), b64(WRONG)),
+    ];
+    for user in ["admin", "root", baremend_sim::cluster::BMC_USERNAME] {
+        secrets.push((
+            format!("Basic credentials of {user}"),
+            b64(&format!("{user}:{PASSWORD}")),
+        ));
+    }
+    for (index, token) in tokens.iter().enumerate() {
+        secrets.push((format!("session token {index}"), token.clone()));
+    }
+    for (place, text) in &places {
+        for (what, secret) in &secrets {
+            assert!(
+                !text.contains(secret.as_str()),
+                "{what} appears in the {place}"
+            );
+        }
+    }
+}
