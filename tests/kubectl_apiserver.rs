@@ -587,3 +587,89 @@ async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_a
         "{table}"
     );
 }
+
+/// The Prometheus Operator's two kinds that deploy/ uses, as a cluster with it has them
+/// (schemas left open: only the kinds matter to the apply).
+const MONITORING_CRDS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: servicemonitors.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: prometheusrules.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: PrometheusRule, plural: prometheusrules, singular: prometheusrule, listKind: PrometheusRuleList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_the_crds_and_the_whole_deploy_folder() {
+    let c = cluster().await;
+    let root = common::repo_root();
+    c.ok(&["apply", "-f", "-"], Some(MONITORING_CRDS)).await;
+    c.ok(&["create", "namespace", "openshift-machine-api"], None)
+        .await;
+    let crds = root.join("crds");
+    let out = c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
+    for name in ["remediations", "remediationpolicies", "hostbmcs"] {
+        assert!(
+            out.contains(&format!("{name}.baremend.io created")),
+            "{out}"
+        );
+    }
+    let deploy = root.join("deploy");
+    let out = c.ok(&["apply", "-k", deploy.to_str().unwrap()], None).await;
+    for object in [
+        "namespace/baremend created",
+        "serviceaccount/baremend created",
+        "clusterrole.rbac.authorization.k8s.io/baremend created",
+        "rolebinding.rbac.authorization.k8s.io/baremend-bmc-credentials created",
+        "role.rbac.authorization.k8s.io/baremend-leader-election created",
+        "configmap/baremend-dashboard created",
+        "service/baremend-metrics created",
+        "deployment.apps/baremend created",
+        "servicemonitor.monitoring.coreos.com/baremend created",
+        "prometheusrule.monitoring.coreos.com/baremend created",
+    ] {
+        assert!(out.contains(object), "missing {object:?} in:\n{out}");
+    }
+    // A second apply changes nothing.
+    let again = c.ok(&["apply", "-k", deploy.to_str().unwrap()], None).await;
+    assert!(
+        !again.contains("configured") && !again.contains("created"),
+        "{again}"
+    );
+    let replicas = c
+        .ok(
+            &[
+                "get",
+                "deployment",
+                "baremend",
+                "-n",
+                "baremend",
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(replicas.trim(), "2");
+}

@@ -114,6 +114,44 @@ impl Registry {
             ResourceType::builtin("events.k8s.io", "v1", "Event", "events", true, false)
                 .short(&["ev"]),
             ResourceType::builtin("coordination.k8s.io", "v1", "Lease", "leases", true, false),
+            // Stored only (no controllers behind them): enough to apply deployment manifests.
+            ResourceType::builtin("", "v1", "ServiceAccount", "serviceaccounts", true, false)
+                .short(&["sa"]),
+            ResourceType::builtin("", "v1", "Service", "services", true, true).short(&["svc"]),
+            ResourceType::builtin("apps", "v1", "Deployment", "deployments", true, true)
+                .short(&["deploy"]),
+            ResourceType::builtin(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "ClusterRole",
+                "clusterroles",
+                false,
+                false,
+            ),
+            ResourceType::builtin(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "ClusterRoleBinding",
+                "clusterrolebindings",
+                false,
+                false,
+            ),
+            ResourceType::builtin(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "Role",
+                "roles",
+                true,
+                false,
+            ),
+            ResourceType::builtin(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "RoleBinding",
+                "rolebindings",
+                true,
+                false,
+            ),
             ResourceType::builtin(
                 "policy",
                 "v1",

@@ -109,10 +109,23 @@ impl Default for ApiServerConfig {
 }
 
 /// What request handlers share.
+/// One request as an audit log keeps it: enough to tell the RBAC verb and resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// GET, POST, PUT, PATCH, DELETE.
+    pub method: String,
+    /// The URL path.
+    pub path: String,
+    /// A watch (`?watch=true`) rather than a list.
+    pub watch: bool,
+}
+
 pub(crate) struct ServerState {
     pub store: Arc<Store>,
     token: String,
     faults: Mutex<Vec<FaultRule>>,
+    /// The requests served, while a test records them (None: not recording).
+    pub audit: Mutex<Option<Vec<AuditRecord>>>,
     pub stop_watches: broadcast::Sender<()>,
     pub bookmark_interval: Duration,
     pub wall: Arc<dyn WallClock>,
@@ -234,6 +247,7 @@ impl ApiServer {
         let state = Arc::new(ServerState {
             store: Store::new(wall.clone(), config.event_log_capacity),
             token: token.clone(),
+            audit: Mutex::new(None),
             faults: Mutex::new(Vec::new()),
             stop_watches,
             bookmark_interval: config.bookmark_interval,
@@ -303,6 +317,21 @@ impl ApiServer {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Starts recording every request (and forgets the ones recorded before).
+    pub fn record_requests(&self) {
+        *self.state.audit.lock().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    }
+
+    /// The requests recorded since [`ApiServer::record_requests`].
+    pub fn recorded_requests(&self) -> Vec<AuditRecord> {
+        self.state
+            .audit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default()
     }
 
     /// Removes every injected failure.

@@ -135,6 +135,18 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
         body
     };
     let query = query_map(parts.uri.query());
+    if let Some(log) = state
+        .audit
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+    {
+        log.push(super::AuditRecord {
+            method: parts.method.to_string(),
+            path: path.clone(),
+            watch: query.get("watch").is_some_and(|w| w == "true" || w == "1"),
+        });
+    }
     match route(&state, &parts.method, &path, &query, &parts.headers, body).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
