@@ -76,7 +76,7 @@ pub async fn run(api: Local, timing: Timing) {
     let mut memory: HashMap<String, HostMemory> = HashMap::new();
     loop {
         tokio::time::sleep(timing.bmo_period).await;
-        for bmh in api.list(BMHS, None) {
+        for bmh in api.list_shared(BMHS, None) {
             let key = format!(
                 "{}/{}",
                 bmh.pointer("/metadata/namespace")

@@ -4,6 +4,7 @@
 //! Nodes, are removed.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -57,21 +58,25 @@ pub async fn run(api: Local, timing: Timing) {
 pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration>) {
     let now = api.store().wall_time();
     let stamp = format_time(now);
-    let nodes = api.list(NODES, None);
+    let leases = api.list_shared(LEASES, Some("kube-node-lease"));
+    let nodes = api.list_shared(NODES, None);
+    let renewals: HashMap<&str, Duration> = leases
+        .iter()
+        .filter_map(|lease| {
+            let name = lease.pointer("/metadata/name").and_then(Value::as_str)?;
+            let renewed = lease
+                .pointer("/spec/renewTime")
+                .and_then(Value::as_str)
+                .and_then(parse_time)?;
+            Some((name, renewed))
+        })
+        .collect();
     for node in &nodes {
         let name = node
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let renewed = api
-            .get(LEASES, "kube-node-lease", name)
-            .ok()
-            .and_then(|lease| {
-                lease
-                    .pointer("/spec/renewTime")
-                    .and_then(Value::as_str)
-                    .and_then(parse_time)
-            });
+        let renewed = renewals.get(name).copied();
         // A Node without a Lease yet is judged from its creation, as the real controller
         // starts its grace period when it first sees the Node.
         let created = node
@@ -135,7 +140,7 @@ pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration
 /// here, 40 s in Kubernetes), and pods on out-of-service Nodes that are not Ready, are deleted.
 fn collect_pods(
     api: &Local,
-    nodes: &[Value],
+    nodes: &[Arc<Value>],
     now: Duration,
     quarantine: Duration,
     missing: &mut HashMap<String, Duration>,
@@ -154,7 +159,7 @@ fn collect_pods(
         .iter()
         .filter_map(|n| n.pointer("/metadata/name").and_then(Value::as_str))
         .collect();
-    for pod in api.list(PODS, None) {
+    for pod in api.list_shared(PODS, None) {
         let Some(node) = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)

@@ -145,6 +145,15 @@ impl Local {
         self.list_selected(gvr, namespace, "")
     }
 
+    /// The stored objects, shared (no copy, no apiVersion or kind added): for passes over
+    /// thousands of objects.
+    pub fn list_shared(&self, gvr: Gvr, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        match self.ty(gvr) {
+            Ok(ty) => self.store.shared(&ty, namespace),
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// Lists objects with a field selector.
     pub fn list_selected(&self, gvr: Gvr, namespace: Option<&str>, fields: &str) -> Vec<Value> {
         let Ok(ty) = self.ty(gvr) else {

@@ -5,6 +5,8 @@
 //! `external-baremetal` strategy the Machine is annotated for external remediation (the
 //! annotation is never removed by the MHC).
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -23,7 +25,12 @@ fn labels_match(selector: &Value, machine: &Value) -> bool {
 }
 
 /// Why a Machine is unhealthy, if it is.
-fn unhealthy(machine: &Value, mhc: &Value, now: Duration, api: &Local) -> Option<String> {
+fn unhealthy(
+    machine: &Value,
+    mhc: &Value,
+    now: Duration,
+    nodes: &HashMap<String, Arc<Value>>,
+) -> Option<String> {
     let node_name = machine
         .pointer("/status/nodeRef/name")
         .and_then(Value::as_str);
@@ -40,13 +47,13 @@ fn unhealthy(machine: &Value, mhc: &Value, now: Duration, api: &Local) -> Option
         return (now.saturating_sub(created) > startup)
             .then(|| "the node did not start within nodeStartupTimeout".to_owned());
     };
-    let Ok(node) = api.get(NODES, "", node_name) else {
+    let Some(node) = nodes.get(node_name) else {
         return Some(format!("node {node_name} not found"));
     };
     let conditions = node
         .pointer("/status/conditions")
         .and_then(Value::as_array)
-        .cloned()
+        .map(Vec::as_slice)
         .unwrap_or_default();
     for rule in mhc
         .pointer("/spec/unhealthyConditions")
@@ -59,7 +66,7 @@ fn unhealthy(machine: &Value, mhc: &Value, now: Duration, api: &Local) -> Option
             .and_then(Value::as_str)
             .and_then(parse_go_duration)
             .unwrap_or(Duration::from_secs(300));
-        for condition in &conditions {
+        for condition in conditions {
             if condition["type"] == rule["type"] && condition["status"] == rule["status"] {
                 let since = condition["lastTransitionTime"]
                     .as_str()
@@ -107,6 +114,15 @@ pub async fn run(api: Local, timing: Timing) {
 /// One pass over every MachineHealthCheck.
 pub fn pass(api: &Local) {
     let now = api.store().wall_time();
+    // Read, not copied: thousands of Machines and Nodes every period.
+    let nodes: HashMap<String, Arc<Value>> = api
+        .list_shared(NODES, None)
+        .into_iter()
+        .filter_map(|node| {
+            let name = node.pointer("/metadata/name").and_then(Value::as_str)?;
+            Some((name.to_owned(), node.clone()))
+        })
+        .collect();
     for mhc in api.list(MHCS, None) {
         let namespace = mhc
             .pointer("/metadata/namespace")
@@ -119,14 +135,14 @@ pub fn pass(api: &Local) {
             .unwrap_or_default()
             .to_owned();
         let selector = mhc.pointer("/spec/selector").cloned().unwrap_or(json!({}));
-        let machines: Vec<Value> = api
-            .list(MACHINES, Some(&namespace))
+        let machines: Vec<Arc<Value>> = api
+            .list_shared(MACHINES, Some(&namespace))
             .into_iter()
             .filter(|m| labels_match(&selector, m))
             .collect();
-        let sick: Vec<(Value, String)> = machines
+        let sick: Vec<(Arc<Value>, String)> = machines
             .iter()
-            .filter_map(|m| unhealthy(m, &mhc, now, api).map(|why| (m.clone(), why)))
+            .filter_map(|m| unhealthy(m, &mhc, now, &nodes).map(|why| (m.clone(), why)))
             .collect();
         let allowed = allowed_unhealthy(mhc.pointer("/spec/maxUnhealthy"), machines.len());
         let remediation_allowed = sick.len() <= allowed;
