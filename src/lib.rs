@@ -18,6 +18,7 @@ pub mod duration;
 pub mod lab;
 pub mod leader;
 pub mod metrics;
+pub mod power_metrics;
 pub mod remediation;
 pub mod run;
 

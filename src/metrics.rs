@@ -23,6 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::power_metrics::PowerMetrics;
 use crate::{Error, Result};
 
 /// Every gate that can hold a start, as named in the `Held` condition's reason.
@@ -70,8 +71,23 @@ pub struct Metrics {
     in_progress: Gauge,
     held: Family<GateLabels, Gauge>,
     duration: DurationHistograms,
+    steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
     ready: AtomicBool,
+    /// BMC requests and host power.
+    pub power: Arc<PowerMetrics>,
+}
+
+/// Labels of the per-step duration histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    /// The step reached (`Fenced`, `NodeDeleted`…): the time is from the step before it.
+    pub step: String,
+}
+
+fn step_histogram() -> Histogram {
+    // 10 ms .. about 45 min: a Node deletion takes milliseconds, a slow boot many minutes.
+    Histogram::new(exponential_buckets(0.01, 2.0, 18))
 }
 
 impl std::fmt::Debug for Metrics {
@@ -140,6 +156,14 @@ impl Metrics {
             "Time from a remediation's creation to its success",
             duration.clone(),
         );
+        let steps: Family<StepLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(step_histogram);
+        registry.register(
+            "remediation_step_duration_seconds",
+            "Time from a remediation's previous step to this one, by step",
+            steps.clone(),
+        );
+        let power = Arc::new(PowerMetrics::register(&mut registry));
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -155,8 +179,10 @@ impl Metrics {
             in_progress,
             held,
             duration,
+            steps,
             leader,
             ready: AtomicBool::new(false),
+            power,
         }
     }
 
@@ -209,6 +235,13 @@ impl Metrics {
                 .get_or_create(&GateLabels { gate: gate.into() })
                 .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
+    }
+
+    /// A remediation reached `step`, `took` after its previous step.
+    pub fn step_reached(&self, step: &str, took: Duration) {
+        self.steps
+            .get_or_create(&StepLabels { step: step.into() })
+            .observe(took.as_secs_f64());
     }
 
     /// Whether this replica leads.

@@ -53,6 +53,11 @@ pub struct RunArgs {
     /// runs its own replicas with its own --lease-name; safety gates count within the shard).
     #[arg(long, value_name = "SELECTOR")]
     pub machine_selector: Option<String>,
+    /// How often to read every known host's power for the `baremend_host_power_state` gauge
+    /// (each host at its own offset in the interval; BMO-managed hosts from their
+    /// BareMetalHost, without a BMC request); 0s turns it off.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub power_poll: Duration,
 }
 
 async fn client(args: &RunArgs) -> Result<Client> {
@@ -101,6 +106,12 @@ pub async fn run(args: RunArgs) -> Result<()> {
         metrics,
         leadership: Leadership::unconditional(),
         machine_selector: args.machine_selector.clone(),
+        power_poll: (!args.power_poll.is_zero()).then_some(args.power_poll),
+        // Replicas read in the same order; the pod name spreads different shards apart.
+        power_poll_seed: args
+            .instance
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
     };
     if !args.leader_elect {
         return run_controller(client, Arc::new(SystemClock), options, shutdown).await;

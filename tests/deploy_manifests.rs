@@ -139,6 +139,19 @@ fn exported_metrics() -> BTreeSet<String> {
     metrics.remediation_started("DirectBmc");
     metrics.remediation_succeeded("DirectBmc", Duration::from_secs(1));
     metrics.remediation_failed("DirectBmc", "NodeNeverReady");
+    metrics.step_reached("Fenced", Duration::from_millis(300));
+    metrics
+        .power
+        .bmc_request("redfish", "power_state", "ok", Duration::from_millis(5));
+    let host = baremend::power_metrics::HostSeries {
+        machine: "ns/m".into(),
+        node: "n".into(),
+        bmc: "redfish://b".into(),
+        driver: "redfish".into(),
+    };
+    metrics
+        .power
+        .set_host_power(&host, Some(baremend_drivers::PowerState::On));
     let text = metrics.encode();
     let mut names = BTreeSet::new();
     for line in text.lines() {
@@ -206,6 +219,9 @@ fn alerts_and_dashboard_use_only_exported_metrics() {
         "BaremendRemediationStuck",
         "BaremendStormGateHolding",
         "BaremendNoLeader",
+        "BaremendBmcUnreachable",
+        "BaremendHostPowerUnknown",
+        "BaremendHostPoweredOffTooLong",
     ] {
         assert!(alerts.contains(alert), "no {alert}");
     }

@@ -134,6 +134,8 @@ impl ControllerProcess {
             .arg(format!("127.0.0.1:{port}"))
             // One replica: the benchmark measures remediation, not an election.
             .arg("--leader-elect=false")
+            // The power monitor's reads would count in each remediation's BMC requests.
+            .arg("--power-poll=0s")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log_file)

@@ -75,6 +75,15 @@ impl DriverCache {
     }
 
     /// Forgets the driver of `machine` and closes its session.
+    /// The cached driver for `machine`, if any (whatever it was made for).
+    pub fn get(&self, machine: &str) -> Option<Arc<dyn PowerDriver>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(machine)
+            .map(|cached| cached.driver.clone())
+    }
+
     pub fn release(&self, machine: &str) {
         let removed = self
             .entries

@@ -159,6 +159,10 @@ pub struct ControllerOptions {
     pub leadership: Leadership,
     /// A label selector on Machines: this replica's shard (all Machines when None).
     pub machine_selector: Option<String>,
+    /// Read every known host's power this often into `baremend_host_power_state` (None: off).
+    pub power_poll: Option<Duration>,
+    /// Spreads the power reads over the interval (see [`super::monitor`]).
+    pub power_poll_seed: u64,
 }
 
 impl Default for ControllerOptions {
@@ -170,6 +174,8 @@ impl Default for ControllerOptions {
             metrics: Arc::new(Metrics::new()),
             leadership: Leadership::unconditional(),
             machine_selector: None,
+            power_poll: None,
+            power_poll_seed: 0,
         }
     }
 }
@@ -297,6 +303,13 @@ pub async fn run(
         leadership: options.leadership,
     });
     context.metrics.set_leader(context.leadership.is_leading());
+    let monitor = options.power_poll.map(|interval| {
+        tokio::spawn(super::monitor::run(
+            context.clone(),
+            interval,
+            options.power_poll_seed,
+        ))
+    });
     let gauges = {
         let context = context.clone();
         tokio::spawn(async move {
@@ -354,6 +367,9 @@ pub async fn run(
         })
         .await;
     gauges.abort();
+    if let Some(monitor) = monitor {
+        monitor.abort();
+    }
     context.refresh_metrics();
     info!("controller stopped");
     Ok(())

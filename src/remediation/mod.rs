@@ -12,6 +12,8 @@ pub mod controller;
 pub mod execute;
 pub mod fence;
 pub mod gates;
+pub mod metered;
+pub mod monitor;
 pub mod observe;
 pub mod plan;
 mod power;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baremend_drivers::{
-    BmcAddress, DriverConfig, PowerDriver, PowerOffMode, PowerState, TlsOptions,
+    BmcAddress, DriverConfig, DriverKind, PowerDriver, PowerOffMode, PowerState, TlsOptions,
 };
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -15,12 +15,14 @@ use serde_json::Value;
 use super::controller::host_resource;
 use super::execute;
 use super::fence::{ConfirmedOff, FenceStrategy, NotFenced, PowerEvidence, confirm_powered_off};
-use super::observe::{self, BmcRef, bare_metal_host_bmc, bare_metal_host_view};
+use super::metered::Metered;
+use super::observe::{self, BmcRef, HostRef, bare_metal_host_bmc, bare_metal_host_view};
 use super::plan::Persisted;
 use super::run::Pass;
+use super::slim;
 use super::state::since_epoch;
 use crate::api::annotations::{BMH_DETACHED, REBOOT_PREFIX};
-use crate::api::{FenceStrategyName, Remediation};
+use crate::api::{FenceStrategyName, HostBmc, Remediation};
 use crate::{Error, Result};
 
 /// Which power-off requests to withdraw.
@@ -33,6 +35,70 @@ pub(super) enum Withdraw {
 }
 
 /// The BMC to use for direct fencing.
+/// Where a Machine's BMC is for direct access, and how to check its certificate: a HostBmc
+/// naming the Machine (or its Node), else a *detached* BareMetalHost's `spec.bmc`. A host its
+/// BareMetal Operator manages is refused: the operator would power it back on.
+pub fn locate_bmc(
+    host_bmcs: &[Arc<HostBmc>],
+    namespace: &str,
+    machine: &str,
+    node: Option<&str>,
+    host: Option<(&HostRef, Option<&slim::BareMetalHost>)>,
+) -> std::result::Result<(BmcRef, TlsOptions), String> {
+    let mapping = host_bmcs.iter().find(|m| {
+        m.namespace().as_deref() == Some(namespace)
+            && (m.spec.machine_name.as_deref() == Some(machine)
+                || (m.spec.node_name.is_some() && m.spec.node_name.as_deref() == node))
+    });
+    match (mapping, host) {
+        (Some(mapping), _) => Ok((
+            BmcRef {
+                address: mapping.spec.address.clone(),
+                credentials_name: mapping.spec.credentials_name.clone(),
+            },
+            TlsOptions {
+                ca_bundle_pem: mapping.spec.ca_bundle.clone().map(String::into_bytes),
+                insecure: mapping.spec.insecure_skip_verify,
+            },
+        )),
+        (None, Some((host_ref, Some(host)))) => {
+            let json = serde_json::to_value(host).unwrap_or(Value::Null);
+            let detached = host.annotations().contains_key(BMH_DETACHED)
+                || json
+                    .pointer("/status/operationalStatus")
+                    .and_then(Value::as_str)
+                    == Some("detached");
+            if !detached {
+                return Err(format!(
+                    "BareMetalHost {host_ref} is managed by the BareMetal Operator, which would power it back on; direct BMC fencing needs it detached or a HostBmc"
+                ));
+            }
+            let bmc =
+                bare_metal_host_bmc(&json).map_err(|e| format!("BareMetalHost {host_ref}: {e}"))?;
+            let insecure = json
+                .pointer("/spec/bmc/disableCertificateVerification")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            Ok((
+                bmc,
+                TlsOptions {
+                    ca_bundle_pem: None,
+                    insecure,
+                },
+            ))
+        }
+        _ => Err("no HostBmc and no BareMetalHost names its BMC".into()),
+    }
+}
+
+/// The driver kind as metrics and logs name it.
+pub fn driver_kind(address: &BmcAddress) -> &'static str {
+    match address.kind() {
+        DriverKind::Redfish => "redfish",
+        DriverKind::Ipmi => "ipmi",
+    }
+}
+
 pub(super) struct DirectBmc {
     pub(super) driver: Arc<dyn PowerDriver>,
 }
@@ -97,55 +163,15 @@ impl Pass {
             object: format!("Machine {}/{}", self.namespace, self.name),
             reason,
         };
-        let mapping = self.context.host_bmcs.state().into_iter().find(|m| {
-            m.namespace().as_deref() == Some(self.namespace.as_str())
-                && (m.spec.machine_name.as_deref() == Some(self.name.as_str())
-                    || (m.spec.node_name.is_some()
-                        && m.spec.node_name == remediation.spec.node_name))
-        });
-        let (bmc, tls) = match (&mapping, self.host(remediation)) {
-            (Some(mapping), _) => (
-                BmcRef {
-                    address: mapping.spec.address.clone(),
-                    credentials_name: mapping.spec.credentials_name.clone(),
-                },
-                TlsOptions {
-                    ca_bundle_pem: mapping.spec.ca_bundle.clone().map(String::into_bytes),
-                    insecure: mapping.spec.insecure_skip_verify,
-                },
-            ),
-            (None, Some((host_ref, Some(host)))) => {
-                let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
-                let detached = host.annotations().contains_key(BMH_DETACHED)
-                    || json
-                        .pointer("/status/operationalStatus")
-                        .and_then(Value::as_str)
-                        == Some("detached");
-                if !detached {
-                    return Err(invalid(format!(
-                        "BareMetalHost {host_ref} is managed by the BareMetal Operator, which would power it back on; direct BMC fencing needs it detached or a HostBmc"
-                    )));
-                }
-                let bmc = bare_metal_host_bmc(&json)
-                    .map_err(|e| invalid(format!("BareMetalHost {host_ref}: {e}")))?;
-                let insecure = json
-                    .pointer("/spec/bmc/disableCertificateVerification")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false);
-                (
-                    bmc,
-                    TlsOptions {
-                        ca_bundle_pem: None,
-                        insecure,
-                    },
-                )
-            }
-            _ => {
-                return Err(invalid(
-                    "no HostBmc and no BareMetalHost names its BMC".into(),
-                ));
-            }
-        };
+        let host = self.host(remediation);
+        let (bmc, tls) = locate_bmc(
+            &self.context.host_bmcs.state(),
+            &self.namespace,
+            &self.name,
+            remediation.spec.node_name.as_deref(),
+            host.as_ref().map(|(r, h)| (r, h.as_deref())),
+        )
+        .map_err(invalid)?;
         let address = BmcAddress::parse(&bmc.address).map_err(|e| invalid(e.to_string()))?;
         let secrets: Api<Secret> = Api::namespaced(self.context.client.clone(), &self.namespace);
         let secret = secrets
@@ -154,11 +180,13 @@ impl Pass {
             .map_err(|e| invalid(format!("Secret {}: {e}", bmc.credentials_name)))?;
         let credentials = observe::secret_credentials(&secret)
             .map_err(|e| invalid(format!("Secret {}: {e}", bmc.credentials_name)))?;
+        let kind = driver_kind(&address);
         let driver = self.context.bmc_drivers.get_or_connect(
             &self.machine_key(),
             DriverConfig::new(address, credentials, tls),
             &self.context.connector,
         )?;
+        let driver = Metered::wrap(driver, kind, self.context.metrics.power.clone());
         Ok(DirectBmc { driver })
     }
 

@@ -393,6 +393,7 @@ impl Pass {
         status: RemediationStatus,
     ) -> Result<()> {
         self.context.leadership.ensure()?;
+        let before = remediation.status.as_ref().map_or(0, |s| s.steps.len());
         let mut object = remediation.clone();
         object.status = Some(status);
         // replace_status carries the resourceVersion: a concurrent writer makes it fail with
@@ -403,6 +404,7 @@ impl Pass {
             .await
             .map_err(Error::kube("PersistRemediation"))?;
         *remediation = updated;
+        self.observe_step_durations(remediation, before);
         let last = remediation
             .status
             .as_ref()
@@ -449,6 +451,27 @@ impl Pass {
             event.secondary = Some(related.clone());
             if let Err(error) = self.context.recorder.publish(&event, regarding).await {
                 tracing::warn!(%error, "cannot publish an Event");
+            }
+        }
+    }
+
+    /// Feeds the per-step histogram with the steps just persisted (those from `before` on).
+    fn observe_step_durations(&self, remediation: &Remediation, before: usize) {
+        let Some(status) = &remediation.status else {
+            return;
+        };
+        let at = |index: usize| {
+            status
+                .steps
+                .get(index)
+                .and_then(|s| s.time.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        };
+        for index in before.max(1)..status.steps.len() {
+            if let (Some(previous), Some(now)) = (at(index - 1), at(index)) {
+                let took = now.duration_since(previous).unsigned_abs();
+                self.context
+                    .metrics
+                    .step_reached(&status.steps[index].step, took);
             }
         }
     }

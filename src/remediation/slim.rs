@@ -241,6 +241,13 @@ pub struct HostBmcSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub credentials_name: Option<String>,
+    /// Skip the BMC's TLS certificate check (the operator's explicit opt-in).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub disable_certificate_verification: Option<bool>,
 }
 
 /// What is kept of a BareMetalHost's status.
@@ -338,7 +345,8 @@ mod tests {
             "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
             "metadata": {"name": "w", "namespace": "ns",
                 "annotations": {"reboot.metal3.io/capbm-requested-power-off": "{}"}},
-            "spec": {"bmc": {"address": "redfish://b/redfish/v1/Systems/1", "credentialsName": "s"},
+            "spec": {"bmc": {"address": "redfish://b/redfish/v1/Systems/1", "credentialsName": "s",
+                "disableCertificateVerification": true},
                 "online": true, "image": {"url": "x"}},
             "status": {"poweredOn": false, "operationalStatus": "OK",
                 "hardware": {"cpu": {"count": 64}}},
@@ -354,6 +362,11 @@ mod tests {
         );
         assert_eq!(bare_metal_host_bmc(&after).unwrap(), bmc);
         assert!(after.pointer("/status/hardware").is_none());
+        // Every field the controller reads from a host is kept (power.rs reads this one).
+        assert_eq!(
+            after.pointer("/spec/bmc/disableCertificateVerification"),
+            Some(&json!(true))
+        );
         assert!(after.pointer("/spec/image").is_none());
     }
 

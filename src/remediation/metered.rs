@@ -1,0 +1,76 @@
+//! A BMC driver that counts and times every operation into the power metrics, so that BMC
+//! trouble (timeouts, refused logins, slow answers) shows per driver and operation.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use baremend_drivers::{PowerDriver, PowerOffMode, PowerState, ProbeReport, Result};
+
+use crate::power_metrics::PowerMetrics;
+
+/// Wraps a driver; every call goes through unchanged and is recorded.
+#[derive(Debug)]
+pub struct Metered {
+    inner: Arc<dyn PowerDriver>,
+    driver: &'static str,
+    metrics: Arc<PowerMetrics>,
+}
+
+impl Metered {
+    /// Meters `inner`, a driver of kind `driver` (`redfish`, `ipmi`).
+    pub fn wrap(
+        inner: Arc<dyn PowerDriver>,
+        driver: &'static str,
+        metrics: Arc<PowerMetrics>,
+    ) -> Arc<dyn PowerDriver> {
+        Arc::new(Metered {
+            inner,
+            driver,
+            metrics,
+        })
+    }
+
+    async fn timed<T>(
+        &self,
+        operation: &str,
+        call: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let result = call.await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(error) => error.category(),
+        };
+        self.metrics
+            .bmc_request(self.driver, operation, outcome, started.elapsed());
+        result
+    }
+}
+
+#[async_trait]
+impl PowerDriver for Metered {
+    fn bmc(&self) -> &str {
+        self.inner.bmc()
+    }
+
+    async fn power_state(&self) -> Result<PowerState> {
+        self.timed("power_state", self.inner.power_state()).await
+    }
+
+    async fn power_off(&self, mode: PowerOffMode) -> Result<()> {
+        self.timed("power_off", self.inner.power_off(mode)).await
+    }
+
+    async fn power_on(&self) -> Result<()> {
+        self.timed("power_on", self.inner.power_on()).await
+    }
+
+    async fn probe(&self) -> Result<ProbeReport> {
+        self.timed("probe", self.inner.probe()).await
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.timed("close", self.inner.close()).await
+    }
+}

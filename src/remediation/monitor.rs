@@ -1,0 +1,295 @@
+//! Power-state monitoring: the power of every host the controller knows, read in the
+//! background into `baremend_host_power_state`.
+//!
+//! BMCs are fragile, so the monitor is gentle: each host is read once per interval (default
+//! a minute) at a fixed offset within it, spread by a seeded hash so that a fleet is not read
+//! all at once; at most [`READS_AT_ONCE`] reads are in flight, and never two to one BMC (the
+//! connector's per-endpoint gate, shared with remediations). One login per host is kept
+//! between reads. Hosts under a remediation are skipped (the remediation reads the BMC
+//! itself), and hosts a BareMetal Operator manages are not read at all: their BareMetalHost's
+//! `status.poweredOn` is the operator's own reading, and a second reader would only load the
+//! BMC.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baremend_drivers::{BmcAddress, Credentials, DriverConfig, PowerState, TlsOptions};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+use serde_json::Value;
+
+use super::bmc_cache::DriverCache;
+use super::controller::Context;
+use super::metered::Metered;
+use super::observe::{self, BmcRef, machine_host};
+use super::power::{driver_kind, locate_bmc};
+use crate::api::RemediationPhase;
+use crate::api::annotations::BMH_DETACHED;
+use crate::power_metrics::HostSeries;
+
+/// BMC reads in flight at once, over all BMCs.
+pub const READS_AT_ONCE: usize = 8;
+
+/// How the monitor reads a host's power.
+#[derive(Debug, Clone, PartialEq)]
+enum Source {
+    /// The BareMetal Operator's reading (`status.poweredOn`), no BMC request.
+    OperatorStatus(Option<bool>),
+    /// The BMC, directly.
+    Bmc { bmc: BmcRef, tls: TlsOptions },
+}
+
+/// One host to look at.
+#[derive(Debug, Clone)]
+struct Target {
+    key: String,
+    namespace: String,
+    series: HostSeries,
+    source: Source,
+}
+
+/// The hosts to look at now, from the caches.
+fn targets(context: &Context) -> Vec<Target> {
+    let remediating: HashSet<(String, String)> = context
+        .remediations
+        .state()
+        .iter()
+        .filter(|r| {
+            let phase = r.status.as_ref().map(|s| s.phase).unwrap_or_default();
+            phase != RemediationPhase::Pending && !phase.is_terminal()
+        })
+        .filter_map(|r| Some((r.namespace()?, r.spec.machine_name.clone())))
+        .collect();
+    let host_bmcs = context.host_bmcs.state();
+    let mut targets = Vec::new();
+    for machine in context.machines.state() {
+        let namespace = machine.namespace().unwrap_or_default();
+        let name = machine.name_any();
+        if remediating.contains(&(namespace.clone(), name.clone())) {
+            continue;
+        }
+        let node = machine
+            .status
+            .as_ref()
+            .and_then(|s| s.node_ref.as_ref())
+            .map(|n| n.name.clone());
+        let json = serde_json::to_value(&*machine).unwrap_or(Value::Null);
+        let host_ref = machine_host(&json).ok().flatten();
+        let host = host_ref.as_ref().and_then(|r| {
+            context
+                .hosts
+                .get(&ObjectRef::new(&r.name).within(&r.namespace))
+        });
+        let series = |bmc: String, driver: &str| HostSeries {
+            machine: format!("{namespace}/{name}"),
+            node: node.clone().unwrap_or_default(),
+            bmc,
+            driver: driver.into(),
+        };
+        let direct = locate_bmc(
+            &host_bmcs,
+            &namespace,
+            &name,
+            node.as_deref(),
+            host_ref.as_ref().map(|r| (r, host.as_deref())),
+        );
+        let target = match (direct, &host_ref, &host) {
+            (Ok((bmc, tls)), _, _) => {
+                let Ok(address) = BmcAddress::parse(&bmc.address) else {
+                    continue;
+                };
+                Target {
+                    key: format!("{namespace}/{name}"),
+                    namespace: namespace.clone(),
+                    series: series(address.to_string(), driver_kind(&address)),
+                    source: Source::Bmc { bmc, tls },
+                }
+            }
+            (Err(_), Some(host_ref), Some(host))
+                if !host.annotations().contains_key(BMH_DETACHED) =>
+            {
+                Target {
+                    key: format!("{namespace}/{name}"),
+                    namespace: namespace.clone(),
+                    series: series(format!("BareMetalHost {host_ref}"), "baremetalhost"),
+                    source: Source::OperatorStatus(host.status.as_ref().and_then(|s| s.powered_on)),
+                }
+            }
+            _ => continue,
+        };
+        targets.push(target);
+    }
+    targets
+}
+
+/// Where in the interval a host is read: fixed for a host and seed, spread over the fleet.
+fn offset(seed: u64, key: &str, interval: Duration) -> Duration {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    seed.hash(&mut hasher);
+    key.hash(&mut hasher);
+    let fraction = (hasher.finish() % 10_000) as f64 / 10_000.0;
+    interval.mul_f64(fraction)
+}
+
+/// Reads every known host's power every `interval` until the task is dropped. `seed` spreads
+/// the reads (give replicas or tests their own).
+pub async fn run(context: Arc<Context>, interval: Duration, seed: u64) {
+    let drivers = DriverCache::default();
+    // Which BMC each cached login was made for: a changed mapping needs a new login.
+    let mut logged_in: HashMap<String, BmcRef> = HashMap::new();
+    let mut shown: HashSet<HostSeries> = HashSet::new();
+    loop {
+        let started = tokio::time::Instant::now();
+        if context.caches_ready() {
+            let targets = targets(&context);
+            let now: HashSet<HostSeries> = targets.iter().map(|t| t.series.clone()).collect();
+            for gone in shown.difference(&now) {
+                context.metrics.power.forget_host(gone);
+            }
+            let keys: HashSet<&str> = targets.iter().map(|t| t.key.as_str()).collect();
+            for key in logged_in.keys().filter(|k| !keys.contains(k.as_str())) {
+                drivers.release(key);
+            }
+            logged_in.retain(|k, _| keys.contains(k.as_str()));
+            shown = now;
+            let fresh: Vec<(Target, bool)> = targets
+                .into_iter()
+                .map(|t| {
+                    let relogin = match &t.source {
+                        Source::Bmc { bmc, .. } => logged_in.get(&t.key) != Some(bmc),
+                        Source::OperatorStatus(_) => false,
+                    };
+                    (t, relogin)
+                })
+                .collect();
+            let outcomes: Vec<(String, Option<BmcRef>)> = futures_util::stream::iter(fresh)
+                .map(|(target, relogin)| {
+                    let context = context.clone();
+                    let drivers = &drivers;
+                    async move {
+                        let wait =
+                            offset(seed, &target.key, interval).saturating_sub(started.elapsed());
+                        tokio::time::sleep(wait).await;
+                        let used = read(&context, drivers, &target, relogin).await;
+                        (target.key, used)
+                    }
+                })
+                .buffer_unordered(READS_AT_ONCE)
+                .collect()
+                .await;
+            for (key, used) in outcomes {
+                match used {
+                    Some(bmc) => {
+                        logged_in.insert(key, bmc);
+                    }
+                    None => {
+                        logged_in.remove(&key);
+                    }
+                }
+            }
+        }
+        let rest = interval.saturating_sub(started.elapsed());
+        tokio::time::sleep(rest.max(Duration::from_millis(200))).await;
+    }
+}
+
+/// Reads one host and records it; returns the BMC it is logged in to (None: no login kept).
+async fn read(
+    context: &Context,
+    drivers: &DriverCache,
+    target: &Target,
+    relogin: bool,
+) -> Option<BmcRef> {
+    let metrics = &context.metrics.power;
+    let (bmc, tls) = match &target.source {
+        Source::OperatorStatus(powered_on) => {
+            let state = powered_on.map(|on| if on { PowerState::On } else { PowerState::Off });
+            metrics.set_host_power(&target.series, state);
+            return None;
+        }
+        Source::Bmc { bmc, tls } => (bmc, tls),
+    };
+    let driver = match connect(context, drivers, target, bmc, tls, relogin).await {
+        Ok(driver) => driver,
+        Err(error) => {
+            tracing::debug!(machine = %target.key, %error, "cannot read the host's power");
+            metrics.set_host_power(&target.series, None);
+            return None;
+        }
+    };
+    match driver.power_state().await {
+        Ok(state) => {
+            metrics.set_host_power(&target.series, Some(state));
+            Some(bmc.clone())
+        }
+        Err(error) => {
+            tracing::debug!(machine = %target.key, %error, "cannot read the host's power");
+            metrics.set_host_power(&target.series, None);
+            // A refused login may mean new credentials: read the Secret again next time.
+            drivers.release(&target.key);
+            None
+        }
+    }
+}
+
+async fn connect(
+    context: &Context,
+    drivers: &DriverCache,
+    target: &Target,
+    bmc: &BmcRef,
+    tls: &TlsOptions,
+    relogin: bool,
+) -> crate::Result<Arc<dyn baremend_drivers::PowerDriver>> {
+    let address = BmcAddress::parse(&bmc.address)?;
+    let kind = driver_kind(&address);
+    if !relogin && let Some(driver) = drivers.get(&target.key) {
+        return Ok(Metered::wrap(driver, kind, context.metrics.power.clone()));
+    }
+    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), &target.namespace);
+    let secret = secrets
+        .get(&bmc.credentials_name)
+        .await
+        .map_err(crate::Error::kube("GetSecret"))?;
+    let credentials: Credentials =
+        observe::secret_credentials(&secret).map_err(|e| crate::Error::Invalid {
+            object: format!("Secret {}/{}", target.namespace, bmc.credentials_name),
+            reason: e.to_string(),
+        })?;
+    let driver = drivers.get_or_connect(
+        &target.key,
+        DriverConfig::new(address, credentials, tls.clone()),
+        &context.connector,
+    )?;
+    Ok(Metered::wrap(driver, kind, context.metrics.power.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_stay_within_the_interval_and_spread_the_fleet() {
+        let interval = Duration::from_secs(60);
+        let offsets: Vec<Duration> = (0..1000)
+            .map(|i| offset(7, &format!("ns/worker-{i}"), interval))
+            .collect();
+        assert!(offsets.iter().all(|o| *o < interval));
+        // Every tenth of the interval gets some hosts: not all read at once.
+        for tenth in 0..10 {
+            let low = interval.mul_f64(f64::from(tenth) / 10.0);
+            let high = interval.mul_f64(f64::from(tenth + 1) / 10.0);
+            let count = offsets.iter().filter(|o| **o >= low && **o < high).count();
+            assert!((50..=150).contains(&count), "tenth {tenth}: {count}");
+        }
+        assert_eq!(
+            offset(7, "ns/a", interval),
+            offset(7, "ns/a", interval),
+            "fixed for a host and seed"
+        );
+    }
+}
