@@ -165,10 +165,15 @@ impl Elector {
             tokio::time::sleep(self.config.retry_period).await;
             match self.try_acquire_or_renew().await {
                 Ok(true) => continue,
-                Ok(false) => {
+                Ok(false) if self.held_by_another() => {
                     warn!(lease = %self.config.name, "another replica holds the leader Lease");
                     self.leadership.set(None);
                     return;
+                }
+                // A conflicting write (a 409): retried until the renew deadline, as client-go
+                // does; the record read next tells whether someone else took the Lease.
+                Ok(false) => {
+                    warn!(lease = %self.config.name, "renewing the leader Lease conflicted; retrying")
                 }
                 Err(error) => warn!(%error, "cannot renew the leader Lease; retrying"),
             }
@@ -177,6 +182,16 @@ impl Elector {
                 return;
             }
         }
+    }
+
+    /// Whether the Lease as last read names another holder.
+    fn held_by_another(&self) -> bool {
+        self.observed.as_ref().is_some_and(|o| {
+            o.spec
+                .holder_identity
+                .as_deref()
+                .is_some_and(|h| !h.is_empty() && h != self.config.identity)
+        })
     }
 
     /// Gives the Lease up (if held) so a successor need not wait out its duration.
