@@ -88,6 +88,13 @@ pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration
             .is_none_or(|at| now.saturating_sub(at) > grace);
         let ready = ready_status(node);
         let mut current = taints(node);
+        // Conditional on what was read, as the real controller patches: a write computed from
+        // a stale copy (another writer added or removed a taint meanwhile) fails with 409 and
+        // is redone from a fresh read at the next pass, instead of undoing the other write.
+        let read = node
+            .pointer("/metadata/resourceVersion")
+            .cloned()
+            .unwrap_or(Value::Null);
         if silent && ready.as_deref() != Some("Unknown") {
             let conditions: Vec<Value> = node
                 .pointer("/status/conditions")
@@ -107,9 +114,11 @@ pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration
                 NODES,
                 "",
                 name,
-                &json!({"status": {"conditions": conditions}}),
+                &json!({"metadata": {"resourceVersion": read}, "status": {"conditions": conditions}}),
                 true,
             );
+            // The taints below are judged on the next pass, against the new version.
+            continue;
         }
         let has_unreachable = current.iter().any(|t| t["key"] == UNREACHABLE);
         if silent && !has_unreachable {
@@ -119,7 +128,7 @@ pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration
                 NODES,
                 "",
                 name,
-                &json!({"spec": {"taints": current}}),
+                &json!({"metadata": {"resourceVersion": read}, "spec": {"taints": current}}),
                 false,
             );
         } else if !silent && ready.as_deref() == Some("True") && has_unreachable {
@@ -128,7 +137,7 @@ pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration
                 NODES,
                 "",
                 name,
-                &json!({"spec": {"taints": current}}),
+                &json!({"metadata": {"resourceVersion": read}, "spec": {"taints": current}}),
                 false,
             );
         }
