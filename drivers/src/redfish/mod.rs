@@ -483,3 +483,38 @@ impl PowerDriver for RedfishDriver {
         Ok(())
     }
 }
+
+/// Runs every parser of a Redfish answer over `bytes`, as the fuzz target does: the service
+/// root, collections, a system and its reset action, ActionInfo, a task and an error body,
+/// then the reset decision from whatever parsed. Never panics, whatever the bytes.
+#[doc(hidden)]
+pub fn exercise_parsers(bytes: &[u8]) {
+    let _ = serde_json::from_slice::<model::ServiceRoot>(bytes);
+    let _ = serde_json::from_slice::<model::Collection>(bytes);
+    let _ = serde_json::from_slice::<model::Task>(bytes);
+    if let Ok(error) = serde_json::from_slice::<model::ErrorBody>(bytes) {
+        let _ = error.describe();
+    }
+    let info = serde_json::from_slice::<model::ActionInfo>(bytes).ok();
+    if let Ok(system) = serde_json::from_slice::<model::ComputerSystem>(bytes) {
+        let current = crate::PowerState::from_redfish(system.power_state.as_deref().unwrap_or(""));
+        let advertised = system
+            .actions
+            .and_then(|a| a.reset)
+            .and_then(|r| r.allowable_values);
+        let from_info: Option<Vec<String>> = info.map(|i| {
+            i.parameters
+                .into_iter()
+                .flat_map(|p| p.allowable_values.unwrap_or_default())
+                .collect()
+        });
+        for intent in [
+            reset::PowerIntent::On,
+            reset::PowerIntent::Off(crate::PowerOffMode::Forced),
+            reset::PowerIntent::Off(crate::PowerOffMode::Graceful),
+        ] {
+            let _ = reset::decide_reset(intent, &current, advertised.as_deref());
+            let _ = reset::decide_reset(intent, &current, from_info.as_deref());
+        }
+    }
+}
