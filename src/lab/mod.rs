@@ -5,6 +5,7 @@
 //! server over HTTPS on a real kube client, hangs a worker and prints what happens until the
 //! Node is back, with a per-step timing table. `--scenario power-demo` is the drivers alone.
 
+pub mod chaos;
 mod power_demo;
 mod scale;
 mod setup;
@@ -42,6 +43,10 @@ pub enum Scenario {
     /// another over Redfish, with the controller as its own process; prints fence latency,
     /// overhead, BMC requests and the controller's memory.
     Scale,
+    /// The chaos harness: `--seeds` seeded runs (from `--first-seed`, `--jobs` at a time) of
+    /// BMC and API faults, crashes, leader changes, hangs and trigger removals, each checked
+    /// against the safety invariants; prints a summary and how to replay a failing seed.
+    Chaos,
 }
 
 /// Arguments of `baremend lab`.
@@ -68,6 +73,15 @@ pub struct LabArgs {
     /// scale: remediations to measure, one after another.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub samples: u32,
+    /// chaos: how many seeds to run.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seeds: u64,
+    /// chaos: the first seed.
+    #[arg(long, default_value_t = 0)]
+    pub first_seed: u64,
+    /// chaos: seeds run at once.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub jobs: u32,
 }
 
 /// Runs the lab.
@@ -75,6 +89,7 @@ pub async fn run(args: LabArgs) -> Result<()> {
     match args.scenario {
         Scenario::PowerDemo => power_demo::run(&args).await,
         Scenario::Scale => scale::run(&args).await,
+        Scenario::Chaos => chaos::run(args.first_seed, args.seeds, args.jobs as usize).await,
         scenario => story::run(scenario, args.timeout).await,
     }
 }

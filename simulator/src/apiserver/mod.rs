@@ -44,7 +44,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 pub use self::errors::ApiError;
-pub use self::store::Store;
+pub use self::store::{EventType, ObjectKey, Store, WatchEvent};
 use self::time::{SystemWallClock, WallClock};
 use crate::tls::{self, TlsIdentity};
 use crate::{Error, Result};

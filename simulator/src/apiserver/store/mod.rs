@@ -141,9 +141,13 @@ impl Inner {
     }
 }
 
+/// Called with every change as it is committed, under the store's lock.
+pub type CommitHook = Arc<dyn Fn(&WatchEvent) + Send + Sync>;
+
 /// The store.
 pub struct Store {
     inner: Mutex<Inner>,
+    hooks: Mutex<Vec<CommitHook>>,
     sender: broadcast::Sender<Arc<WatchEvent>>,
     wall: Arc<dyn WallClock>,
     rng: SystemRandom,
@@ -163,6 +167,7 @@ impl Store {
     pub fn new(wall: Arc<dyn WallClock>, log_capacity: usize) -> Arc<Self> {
         let (sender, _) = broadcast::channel(65_536);
         let store = Arc::new(Store {
+            hooks: Mutex::new(Vec::new()),
             inner: Mutex::new(Inner {
                 registry: Registry::new(),
                 objects: BTreeMap::new(),
@@ -199,6 +204,16 @@ impl Store {
     /// The current revision.
     pub fn revision(&self) -> u64 {
         self.lock().revision
+    }
+
+    /// Calls `hook` with every future change at the moment it is committed (before any
+    /// watcher sees it): for test harnesses that must judge a change against the state of
+    /// the world at that instant. The hook must be quick and must not use the store.
+    pub fn on_commit(&self, hook: CommitHook) {
+        self.hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(hook);
     }
 
     /// Subscribes to every future change.
@@ -267,6 +282,9 @@ impl Store {
             object: value.clone(),
             previous,
         });
+        for hook in self.hooks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            hook(&event);
+        }
         inner.log.push_back(event.clone());
         while inner.log.len() > inner.log_capacity {
             if let Some(old) = inner.log.pop_front() {

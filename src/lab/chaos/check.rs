@@ -1,0 +1,416 @@
+//! The invariants, checked over the recorded history of API writes (the API server's own
+//! change stream) and of the hosts' physical power (the simulator's records):
+//!
+//! 1. no Node is deleted or tainted out-of-service unless its host is off (read Off after
+//!    its last power-on);
+//! 2. every remediation ends Succeeded, Failed or Cancelled: none stuck;
+//! 3. no host stays powered off without a Failed remediation saying so;
+//! 4. never more remediations under way than `maxConcurrent`, never two control-plane hosts
+//!    at once, never a control-plane host fenced while fewer than a quorum of the others are
+//!    Ready;
+//! 5. no step applied twice.
+
+use std::collections::{BTreeMap, HashMap};
+
+use baremend_sim::apiserver::{EventType, WatchEvent};
+use std::sync::Arc;
+
+use baremend_sim::host::{Power, SimHost};
+use serde_json::Value;
+
+use crate::api::{Remediation, RemediationPhase};
+
+/// The out-of-service taint's key.
+const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+
+/// Watches the cluster's history and collects violations.
+#[derive(Debug, Default)]
+pub struct Checker {
+    /// What went wrong, in words.
+    pub violations: Vec<String>,
+    /// The last seen phase of every Remediation (`namespace/name`).
+    phases: HashMap<String, (String, RemediationPhase)>,
+    /// Node readiness as last seen.
+    ready: HashMap<String, bool>,
+    /// The highest number of remediations under way at once.
+    pub peak_concurrent: usize,
+    max_concurrent: usize,
+    /// Hosts whose BMC reports a power state it does not have (the flapping fault).
+    pub lying_bmcs: std::collections::HashSet<String>,
+    /// Nodes released while their host was on, on a lying BMC's reading of Off.
+    pub released_on_lies: usize,
+}
+
+fn under_way(phase: RemediationPhase) -> bool {
+    phase != RemediationPhase::Pending && !phase.is_terminal()
+}
+
+fn taints_out_of_service(node: Option<&Value>) -> bool {
+    node.and_then(|n| n.pointer("/spec/taints"))
+        .and_then(Value::as_array)
+        .is_some_and(|t| t.iter().any(|t| t["key"] == OUT_OF_SERVICE))
+}
+
+fn node_ready(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+impl Checker {
+    /// A checker for a policy with this `maxConcurrent`.
+    pub fn new(max_concurrent: usize) -> Self {
+        Checker {
+            max_concurrent,
+            ..Checker::default()
+        }
+    }
+
+    /// Takes a Node as it is before the first change is seen.
+    pub fn seed_node(&mut self, node: &Value) {
+        if let Some(name) = node.pointer("/metadata/name").and_then(Value::as_str) {
+            self.ready.insert(name.to_string(), node_ready(node));
+        }
+    }
+
+    /// Looks at one change as it happens.
+    pub fn observe(&mut self, event: &WatchEvent, hosts: &HashMap<String, Arc<SimHost>>) {
+        match (event.key.group.as_str(), event.key.plural.as_str()) {
+            ("", "nodes") => self.node_change(event, hosts),
+            ("baremend.io", "remediations") => self.remediation_change(event),
+            _ => {}
+        }
+    }
+
+    fn node_change(&mut self, event: &WatchEvent, hosts: &HashMap<String, Arc<SimHost>>) {
+        let name = event.key.name.as_str();
+        let released = match event.kind {
+            EventType::Deleted => Some("deleted"),
+            EventType::Modified
+                if taints_out_of_service(Some(&event.object))
+                    && !taints_out_of_service(event.previous.as_ref()) =>
+            {
+                Some("tainted out-of-service")
+            }
+            _ => None,
+        };
+        if let Some(how) = released
+            && let Some(host) = hosts.get(name)
+        {
+            // Judged at the commit itself: the host must be off at this instant. A BMC that
+            // reports Off for a host that is on defeats any reader (the invariant is "read
+            // Off"): such releases are counted, not failed.
+            if host.power() != Power::Off && self.lying_bmcs.contains(name) {
+                self.released_on_lies += 1;
+            } else if host.power() != Power::Off {
+                let history = host.history();
+                self.violations.push(format!(
+                    "invariant 1: Node {name} {how} while its host was on (power history {:?})",
+                    history
+                ));
+            }
+        }
+        match event.kind {
+            EventType::Deleted => {
+                self.ready.remove(name);
+            }
+            _ => {
+                self.ready
+                    .insert(name.to_string(), node_ready(&event.object));
+            }
+        }
+    }
+
+    fn remediation_change(&mut self, event: &WatchEvent) {
+        let key = format!("{}/{}", event.key.namespace, event.key.name);
+        let Ok(remediation) = serde_json::from_value::<Remediation>(event.object.clone()) else {
+            return;
+        };
+        let phase = remediation
+            .status
+            .as_ref()
+            .map(|s| s.phase)
+            .unwrap_or_default();
+        let machine = remediation.spec.machine_name.clone();
+        let before = self.phases.get(&key).map(|(_, p)| *p);
+        if matches!(event.kind, EventType::Deleted) {
+            self.phases.remove(&key);
+            return;
+        }
+        self.phases.insert(key.clone(), (machine.clone(), phase));
+        let started = under_way(phase) && !before.is_some_and(under_way);
+        let running: Vec<&String> = self
+            .phases
+            .values()
+            .filter(|(_, p)| under_way(*p))
+            .map(|(m, _)| m)
+            .collect();
+        self.peak_concurrent = self.peak_concurrent.max(running.len());
+        if running.len() > self.max_concurrent {
+            self.violations.push(format!(
+                "invariant 4: {} remediations under way at once ({running:?}), maxConcurrent {}",
+                running.len(),
+                self.max_concurrent
+            ));
+        }
+        let control_plane: Vec<&&String> = running
+            .iter()
+            .filter(|m| m.starts_with("master-"))
+            .collect();
+        if control_plane.len() > 1 {
+            self.violations.push(format!(
+                "invariant 4: control-plane hosts {control_plane:?} fenced at once"
+            ));
+        }
+        if started && machine.starts_with("master-") {
+            let others_ready = (0..3)
+                .map(|i| format!("master-{i}"))
+                .filter(|m| *m != machine)
+                .filter(|m| self.ready.get(m).copied().unwrap_or(false))
+                .count();
+            // Three members: fencing one needs both others up to keep a quorum of two.
+            if others_ready < 2 {
+                self.violations.push(format!(
+                    "invariant 4: {machine} fenced with {others_ready} other control-plane Nodes Ready"
+                ));
+            }
+        }
+    }
+
+    /// The checks on the final state, after the cluster settled.
+    pub fn finish(&mut self, remediations: &[Remediation], hosts: &HashMap<String, Arc<SimHost>>) {
+        let mut latest: BTreeMap<String, &Remediation> = BTreeMap::new();
+        for remediation in remediations {
+            let name = remediation.metadata.name.clone().unwrap_or_default();
+            let status = remediation.status.clone().unwrap_or_default();
+            if !status.phase.is_terminal() {
+                self.violations.push(format!(
+                    "invariant 2: Remediation {name} stuck in {:?} (steps {:?}, last error {:?})",
+                    status.phase,
+                    status.steps.iter().map(|s| &s.step).collect::<Vec<_>>(),
+                    status.last_error
+                ));
+            }
+            let mut seen: HashMap<(String, u32), usize> = HashMap::new();
+            for step in &status.steps {
+                *seen.entry((step.step.clone(), step.attempt)).or_default() += 1;
+            }
+            for ((step, attempt), count) in seen {
+                let once = [
+                    "PowerOffRequested",
+                    "Fenced",
+                    "NodeBackedUp",
+                    "NodeDeleted",
+                    "NodeTainted",
+                    "PowerOnRequested",
+                    "Succeeded",
+                    "Failed",
+                ];
+                if count > 1 && once.contains(&step.as_str()) {
+                    self.violations.push(format!(
+                        "invariant 5: Remediation {name} did {step} {count} times in attempt {attempt}"
+                    ));
+                }
+            }
+            let machine = remediation.spec.machine_name.clone();
+            let newer = latest.get(&machine).is_some_and(|r| {
+                r.metadata.creation_timestamp > remediation.metadata.creation_timestamp
+                    || (r.metadata.creation_timestamp == remediation.metadata.creation_timestamp
+                        && r.metadata.name > remediation.metadata.name)
+            });
+            if !newer {
+                latest.insert(machine, remediation);
+            }
+        }
+        let mut names: Vec<&String> = hosts.keys().collect();
+        names.sort();
+        for name in names {
+            if hosts[name].power() != Power::Off {
+                continue;
+            }
+            let failed = latest.get(name).is_some_and(|r| {
+                r.status.as_ref().map(|s| s.phase) == Some(RemediationPhase::Failed)
+            });
+            if !failed {
+                self.violations.push(format!(
+                    "invariant 3: host {name} is off and no Failed remediation says so"
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use baremend_sim::apiserver::ObjectKey;
+    use baremend_sim::clock::ManualClock;
+    use serde_json::json;
+
+    use super::*;
+
+    fn hosts(power: Power) -> HashMap<String, Arc<SimHost>> {
+        let host = SimHost::new(
+            "worker-0",
+            power,
+            Duration::from_millis(10),
+            Arc::new(ManualClock::new()),
+        );
+        HashMap::from([("worker-0".to_string(), Arc::new(host))])
+    }
+
+    fn change(plural: &str, group: &str, name: &str, kind: EventType, object: Value) -> WatchEvent {
+        WatchEvent {
+            revision: 1,
+            key: ObjectKey {
+                group: group.into(),
+                plural: plural.into(),
+                namespace: if plural == "nodes" {
+                    String::new()
+                } else {
+                    "ns".into()
+                },
+                name: name.into(),
+            },
+            kind,
+            object,
+            previous: None,
+        }
+    }
+
+    fn remediation(name: &str, machine: &str, phase: &str, steps: &[&str]) -> Value {
+        let steps: Vec<Value> = steps
+            .iter()
+            .map(|s| json!({"step": s, "attempt": 1, "time": "2026-01-01T00:00:00Z"}))
+            .collect();
+        json!({"apiVersion": "baremend.io/v1alpha1", "kind": "Remediation",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"machineName": machine},
+            "status": {"phase": phase, "steps": steps}})
+    }
+
+    #[test]
+    fn a_node_released_while_its_host_is_on_is_a_violation_and_off_is_not() {
+        let node = json!({"metadata": {"name": "worker-0"}});
+        let mut checker = Checker::new(1);
+        checker.observe(
+            &change("nodes", "", "worker-0", EventType::Deleted, node.clone()),
+            &hosts(Power::On),
+        );
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        assert!(checker.violations[0].starts_with("invariant 1"));
+
+        let mut checker = Checker::new(1);
+        checker.observe(
+            &change("nodes", "", "worker-0", EventType::Deleted, node),
+            &hosts(Power::Off),
+        );
+        let tainted = json!({"metadata": {"name": "worker-0"},
+            "spec": {"taints": [{"key": OUT_OF_SERVICE, "effect": "NoExecute"}]}});
+        checker.observe(
+            &change("nodes", "", "worker-0", EventType::Modified, tainted),
+            &hosts(Power::Off),
+        );
+        assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    }
+
+    #[test]
+    fn too_many_remediations_at_once_or_a_step_twice_or_a_stuck_one_are_violations() {
+        let none = HashMap::new();
+        let mut checker = Checker::new(1);
+        for (name, machine) in [("worker-0-1", "worker-0"), ("worker-1-1", "worker-1")] {
+            let object = remediation(name, machine, "PoweringOff", &["PowerOffRequested"]);
+            checker.observe(
+                &change(
+                    "remediations",
+                    "baremend.io",
+                    name,
+                    EventType::Modified,
+                    object,
+                ),
+                &none,
+            );
+        }
+        assert!(
+            checker
+                .violations
+                .iter()
+                .any(|v| v.starts_with("invariant 4")),
+            "{:?}",
+            checker.violations
+        );
+        let twice: Remediation = serde_json::from_value(remediation(
+            "worker-0-1",
+            "worker-0",
+            "Succeeded",
+            &[
+                "PowerOffRequested",
+                "Fenced",
+                "NodeDeleted",
+                "NodeDeleted",
+                "Succeeded",
+            ],
+        ))
+        .unwrap();
+        let stuck: Remediation = serde_json::from_value(remediation(
+            "worker-1-1",
+            "worker-1",
+            "PoweringOn",
+            &["PowerOffRequested"],
+        ))
+        .unwrap();
+        let mut checker = Checker::new(1);
+        checker.finish(&[twice, stuck], &hosts(Power::Off));
+        let text = checker.violations.join("\n");
+        assert!(
+            text.contains("invariant 5: Remediation worker-0-1 did NodeDeleted 2 times"),
+            "{text}"
+        );
+        assert!(
+            text.contains("invariant 2: Remediation worker-1-1 stuck"),
+            "{text}"
+        );
+        // worker-0's host is off and its latest remediation Succeeded: nobody says why.
+        assert!(text.contains("invariant 3: host worker-0 is off"), "{text}");
+    }
+
+    #[test]
+    fn a_control_plane_host_fenced_without_a_quorum_of_others_is_a_violation() {
+        let none = HashMap::new();
+        let mut checker = Checker::new(2);
+        let ready = |name: &str, ready: bool| {
+            json!({"metadata": {"name": name}, "status": {"conditions": [
+                {"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
+        };
+        checker.seed_node(&ready("master-1", true));
+        checker.seed_node(&ready("master-2", false));
+        let object = remediation(
+            "master-0-1",
+            "master-0",
+            "PoweringOff",
+            &["PowerOffRequested"],
+        );
+        checker.observe(
+            &change(
+                "remediations",
+                "baremend.io",
+                "master-0-1",
+                EventType::Modified,
+                object,
+            ),
+            &none,
+        );
+        assert!(
+            checker
+                .violations
+                .iter()
+                .any(|v| v.contains("1 other control-plane Nodes Ready")),
+            "{:?}",
+            checker.violations
+        );
+    }
+}

@@ -1,0 +1,453 @@
+//! The chaos harness: seeded, reproducible runs of the controller against the simulated
+//! cluster under BMC faults (latency, 5xx, dropped connections, stuck or flapping power,
+//! credential changes), API server faults (409, 429, 5xx, dropped watches, 410 Gone),
+//! controller crashes and restarts, leader changes, node hangs, false alarms and triggers
+//! removed mid-flow — with the invariants of [`check`] checked over the recorded history.
+//!
+//! `baremend lab --scenario chaos --seeds N [--first-seed S] [--jobs J]` runs seeds S..S+N
+//! and prints a summary; a failing seed prints the command that replays it alone.
+
+pub mod check;
+pub mod plan;
+mod settle;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baremend_sim::apiserver::FaultRule;
+use baremend_sim::cluster::local::{BMHS, LEASES, SECRETS};
+use baremend_sim::cluster::timing::Timing;
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use baremend_sim::host::{Faults, SimHost};
+use base64::Engine;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use self::check::Checker;
+use self::plan::{Fault, WORKERS};
+use self::settle::{list_remediations, settle};
+use super::setup::LabCluster;
+use crate::leader::LeaseConfig;
+use crate::metrics::Metrics;
+use crate::remediation::controller::{ControllerOptions, run_elected};
+use crate::remediation::state::SystemClock;
+use crate::{Error, Result};
+
+/// The simulated physics of a chaos run: as fast as the actors keep their order.
+fn timing() -> Timing {
+    Timing {
+        power_delay: Duration::from_millis(60),
+        boot_delay: Duration::from_millis(120),
+        heartbeat: Duration::from_millis(40),
+        node_grace: Duration::from_millis(250),
+        monitor_period: Duration::from_millis(40),
+        mhc_period: Duration::from_millis(40),
+        unhealthy_timeout: Duration::from_millis(200),
+        bmo_period: Duration::from_millis(40),
+        ..Timing::fast()
+    }
+}
+
+/// Faults happen in this window; then every BMC and API fault is cleared and the cluster
+/// must settle.
+const FAULT_WINDOW: Duration = Duration::from_millis(2500);
+
+/// What one seed did.
+#[derive(Debug)]
+pub struct SeedOutcome {
+    /// The seed.
+    pub seed: u64,
+    /// Broken invariants, in words (empty: the seed passed).
+    pub violations: Vec<String>,
+    /// Remediations it created, by final phase.
+    pub phases: HashMap<String, usize>,
+    /// Faults it injected.
+    pub faults: usize,
+    /// The most remediations under way at once.
+    pub peak_concurrent: usize,
+    /// Nodes released on a lying (flapping) BMC's reading while the host was on.
+    pub released_on_lies: usize,
+    /// How long it took.
+    pub took: Duration,
+}
+
+/// Undoes a fault at its time (a fault that lasts `for_ms`).
+type Restore = (Instant, Box<dyn FnOnce(&LabCluster) + Send>);
+
+/// A controller replica in a task.
+struct Replica {
+    identity: String,
+    task: JoinHandle<Result<()>>,
+}
+
+/// Starts a replica that, like a pod, is restarted (with a new identity) whenever its
+/// controller exits — as `baremend run` does when it loses the Lease.
+fn start_replica(lab: &LabCluster, identity: String) -> Replica {
+    let client = lab.client.clone();
+    let name = identity.clone();
+    let task = tokio::spawn(async move {
+        for restart in 0u32.. {
+            let identity = format!("{name}.{restart}");
+            let options = ControllerOptions {
+                instance: identity.clone(),
+                poll: Duration::from_millis(50),
+                metrics: Arc::new(Metrics::new()),
+                ..ControllerOptions::default()
+            };
+            let lease = LeaseConfig {
+                namespace: MACHINE_NAMESPACE.into(),
+                name: "baremend".into(),
+                identity,
+                lease_duration: Duration::from_millis(1000),
+                renew_deadline: Duration::from_millis(600),
+                retry_period: Duration::from_millis(100),
+            };
+            let _ = run_elected(
+                client.clone(),
+                Arc::new(SystemClock),
+                options,
+                lease,
+                std::future::pending(),
+            )
+            .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    });
+    Replica { identity, task }
+}
+
+fn set_faults(host: &SimHost, change: impl FnOnce(&mut Faults)) {
+    let mut faults = host.faults();
+    change(&mut faults);
+    host.set_faults(faults);
+}
+
+fn secret_password(lab: &LabCluster, host: &str, password: &str) {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(password);
+    let _ = lab.api.merge(
+        SECRETS,
+        MACHINE_NAMESPACE,
+        &format!("{host}-bmc-secret"),
+        &json!({"data": {"password": encoded}}),
+        false,
+    );
+}
+
+/// Runs one seed.
+pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
+    let started = Instant::now();
+    let plan = plan::plan(seed);
+    let spec = ClusterSpec {
+        masters: 3,
+        workers: WORKERS,
+        timing: timing(),
+        seed,
+        // The health check reports every unhealthy Machine; our storm gate is what is tested.
+        max_unhealthy: "100%".into(),
+        ..ClusterSpec::default()
+    };
+    let lab = LabCluster::start(spec).await?;
+    lab.install_policy(plan.policy.clone()).await?;
+    for host in &plan.detached {
+        let _ = lab.api.merge(
+            BMHS,
+            MACHINE_NAMESPACE,
+            host,
+            &json!({"metadata": {"annotations": {"baremetalhost.metal3.io/detached": ""}}}),
+            false,
+        );
+    }
+    let hosts: HashMap<String, Arc<SimHost>> = lab
+        .cluster
+        .hosts()
+        .iter()
+        .map(|h| (h.name.clone(), h.host.clone()))
+        .collect();
+    let mut checker = Checker::new(plan.max_concurrent);
+    checker.lying_bmcs = plan
+        .events
+        .iter()
+        .filter_map(|(_, f)| match f {
+            Fault::Flapping { host, .. } => Some(host.clone()),
+            _ => None,
+        })
+        .collect();
+    for node in lab.api.list(baremend_sim::cluster::local::NODES, None) {
+        checker.seed_node(&node);
+    }
+    let checker = Arc::new(Mutex::new(checker));
+    // Every change is judged as it is committed, against the hosts' power at that instant.
+    {
+        let checker = checker.clone();
+        let hosts = hosts.clone();
+        lab.cluster
+            .api_server()
+            .store()
+            .on_commit(Arc::new(move |change| {
+                checker
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .observe(change, &hosts)
+            }));
+    }
+    let mut replicas: Vec<Replica> = (0..plan.replicas)
+        .map(|i| start_replica(&lab, format!("replica-{i}")))
+        .collect();
+    let mut next_replica = plan.replicas;
+    let mut restores: Vec<Restore> = Vec::new();
+    let window_start = Instant::now();
+    for (at, fault) in &plan.events {
+        let due = window_start + *at;
+        tokio::time::sleep_until(due.into()).await;
+        apply(
+            &lab,
+            fault,
+            &hosts,
+            &mut replicas,
+            &mut next_replica,
+            &mut restores,
+        )
+        .await;
+        restores.sort_by_key(|(at, _)| *at);
+        while restores
+            .first()
+            .is_some_and(|(at, _)| *at <= Instant::now())
+        {
+            let (_, restore) = restores.remove(0);
+            restore(&lab);
+        }
+    }
+    tokio::time::sleep_until((window_start + FAULT_WINDOW).into()).await;
+    // The window is over: every fault is cleared, every restart made.
+    for (_, restore) in restores.drain(..) {
+        restore(&lab);
+    }
+    for host in hosts.values() {
+        host.set_faults(Faults::default());
+    }
+    lab.cluster.api_server().clear_faults();
+    if replicas.is_empty() {
+        replicas.push(start_replica(&lab, format!("replica-{next_replica}")));
+    }
+
+    let settled = settle(&lab).await;
+    let remediations = list_remediations(&lab).await?;
+    for replica in &replicas {
+        replica.task.abort();
+    }
+    let mut checker = std::mem::take(&mut *checker.lock().unwrap_or_else(|e| e.into_inner()));
+    if let Err(why) = settled {
+        checker.violations.push(format!("invariant 2: {why}"));
+    }
+    checker.finish(&remediations, &hosts);
+    let mut phases = HashMap::new();
+    for remediation in &remediations {
+        let phase = remediation
+            .status
+            .as_ref()
+            .map(|s| format!("{:?}", s.phase))
+            .unwrap_or_else(|| "Pending".into());
+        *phases.entry(phase).or_default() += 1;
+    }
+    Ok(SeedOutcome {
+        seed,
+        violations: checker.violations,
+        phases,
+        faults: plan.events.len(),
+        peak_concurrent: checker.peak_concurrent,
+        released_on_lies: checker.released_on_lies,
+        took: started.elapsed(),
+    })
+}
+
+async fn apply(
+    lab: &LabCluster,
+    fault: &Fault,
+    hosts: &HashMap<String, Arc<SimHost>>,
+    replicas: &mut Vec<Replica>,
+    next_replica: &mut usize,
+    restores: &mut Vec<Restore>,
+) {
+    let later = |ms: u64| Instant::now() + Duration::from_millis(ms);
+    let host_of = |name: &str| hosts.get(name).cloned();
+    match fault {
+        Fault::Hang(host) => {
+            lab.cluster.hang(host);
+        }
+        Fault::BmcLatency { host, ms } => {
+            if let Some(h) = host_of(host) {
+                set_faults(&h, |f| f.latency_ms = *ms);
+            }
+        }
+        Fault::BmcErrors {
+            host,
+            status,
+            count,
+        } => {
+            if let Some(h) = host_of(host) {
+                set_faults(&h, |f| {
+                    f.error_status = Some(*status);
+                    f.error_count = Some(*count);
+                });
+            }
+        }
+        Fault::BmcDrops { host, for_ms }
+        | Fault::StuckPower { host, for_ms }
+        | Fault::Flapping { host, for_ms } => {
+            if let Some(h) = host_of(host) {
+                let kind = fault.clone();
+                set_faults(&h, |f| match kind {
+                    Fault::BmcDrops { .. } => f.drop_connections = true,
+                    Fault::StuckPower { .. } => f.stuck_power = true,
+                    _ => f.flapping = true,
+                });
+                restores.push((
+                    later(*for_ms),
+                    Box::new(move |_| {
+                        set_faults(&h, |f| {
+                            f.drop_connections = false;
+                            f.stuck_power = false;
+                            f.flapping = false;
+                        })
+                    }),
+                ));
+            }
+        }
+        Fault::WrongCredentials { host, for_ms } => {
+            secret_password(lab, host, "not-the-password");
+            let host = host.clone();
+            let password = lab.cluster.bmc_password().to_string();
+            restores.push((
+                later(*for_ms),
+                Box::new(move |lab| secret_password(lab, &host, &password)),
+            ));
+        }
+        Fault::Api {
+            method,
+            path,
+            status,
+            count,
+        } => lab.cluster.api_server().inject(FaultRule {
+            method: Some(method.clone()),
+            path_contains: Some(path.clone()),
+            status: *status,
+            count: Some(*count),
+            retry_after: None,
+            delay_ms: 0,
+        }),
+        Fault::DropWatches => lab.cluster.api_server().drop_watches(),
+        Fault::Compact => lab.cluster.api_server().compact(),
+        Fault::Crash { restart_ms } => {
+            // The leader dies if there is one (a standby's death changes little).
+            let leader = lab
+                .api
+                .get(LEASES, MACHINE_NAMESPACE, "baremend")
+                .ok()
+                .and_then(|l| {
+                    l.pointer("/spec/holderIdentity")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                });
+            let index = replicas
+                .iter()
+                .position(|r| {
+                    leader
+                        .as_deref()
+                        .is_some_and(|l| l.starts_with(&format!("{}.", r.identity)))
+                })
+                .unwrap_or(0);
+            if index < replicas.len() {
+                let dead = replicas.remove(index);
+                dead.task.abort();
+                let _ = dead.task.await;
+            }
+            tokio::time::sleep(Duration::from_millis(*restart_ms)).await;
+            replicas.push(start_replica(lab, format!("replica-{next_replica}")));
+            *next_replica += 1;
+        }
+        Fault::RemoveTrigger(machine) => {
+            let _ = lab.set_trigger(machine, false);
+        }
+        Fault::FalseAlarm(machine) => {
+            let _ = lab.set_trigger(machine, true);
+        }
+    }
+}
+
+/// Runs `seeds` seeds from `first`, `jobs` at a time; prints failures as they come and a
+/// summary. An error when any seed broke an invariant.
+pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
+    let started = Instant::now();
+    let outcomes: Vec<Result<SeedOutcome>> = futures_util::stream::iter(first..first + seeds)
+        .map(|seed| async move {
+            let outcome = run_seed(seed).await;
+            match &outcome {
+                Ok(o) if !o.violations.is_empty() => {
+                    println!("seed {seed}: {} violation(s):", o.violations.len());
+                    for v in &o.violations {
+                        println!("  - {v}");
+                    }
+                    println!(
+                        "  replay: baremend lab --scenario chaos --first-seed {seed} --seeds 1"
+                    );
+                }
+                Err(error) => println!("seed {seed}: harness error: {error}"),
+                Ok(_) => {}
+            }
+            outcome
+        })
+        .buffer_unordered(jobs.max(1))
+        .collect()
+        .await;
+    let mut failed = Vec::new();
+    let mut errors = 0;
+    let mut phases: HashMap<String, usize> = HashMap::new();
+    let mut faults = 0;
+    let mut slowest = Duration::ZERO;
+    let mut peak = 0;
+    let mut lies = 0;
+    for outcome in &outcomes {
+        match outcome {
+            Ok(o) => {
+                if !o.violations.is_empty() {
+                    failed.push(o.seed);
+                }
+                for (phase, count) in &o.phases {
+                    *phases.entry(phase.clone()).or_default() += count;
+                }
+                faults += o.faults;
+                slowest = slowest.max(o.took);
+                peak = peak.max(o.peak_concurrent);
+                lies += o.released_on_lies;
+            }
+            Err(_) => errors += 1,
+        }
+    }
+    failed.sort();
+    let mut phase_list: Vec<(String, usize)> = phases.into_iter().collect();
+    phase_list.sort();
+    println!(
+        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off",
+        started.elapsed().as_secs_f64(),
+        slowest.as_secs_f64(),
+        failed.len(),
+        phase_list
+            .iter()
+            .map(|(p, c)| format!("{p} {c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if failed.is_empty() && errors == 0 {
+        Ok(())
+    } else {
+        Err(Error::Invalid {
+            object: "the chaos run".into(),
+            reason: format!(
+                "seeds with violations: {failed:?}; {errors} harness errors (replay one with --first-seed N --seeds 1)"
+            ),
+        })
+    }
+}

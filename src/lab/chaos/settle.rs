@@ -1,0 +1,136 @@
+//! When a chaos seed is over: nothing left to do, or a reason why not.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use baremend_sim::cluster::MACHINE_NAMESPACE;
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+
+use super::super::setup::LabCluster;
+use crate::api::Remediation;
+use crate::{Error, Result};
+
+/// The longest a seed may take to settle after the window before it counts as stuck.
+const SETTLE_LIMIT: Duration = Duration::from_secs(40);
+
+/// Every Remediation in the Machines' namespace.
+pub(super) async fn list_remediations(lab: &LabCluster) -> Result<Vec<Remediation>> {
+    let api: Api<Remediation> = Api::namespaced(lab.client.clone(), MACHINE_NAMESPACE);
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("ListRemediations"))?
+        .items)
+}
+
+/// Waits until nothing is left to do: every Remediation ended, every Node back and Ready
+/// unless its Machine's latest remediation failed, and no trigger without a failed
+/// remediation — twice in a row, 300 ms apart.
+pub(super) async fn settle(lab: &LabCluster) -> std::result::Result<(), String> {
+    let started = Instant::now();
+    let mut calm = 0;
+    loop {
+        let why = unsettled(lab).await;
+        match why {
+            None => {
+                calm += 1;
+                if calm >= 2 {
+                    return Ok(());
+                }
+            }
+            Some(why) => {
+                calm = 0;
+                if started.elapsed() > SETTLE_LIMIT {
+                    return Err(format!(
+                        "not settled {} s after the faults: {why}",
+                        SETTLE_LIMIT.as_secs()
+                    ));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn unsettled(lab: &LabCluster) -> Option<String> {
+    let remediations = match list_remediations(lab).await {
+        Ok(list) => list,
+        Err(error) => return Some(error.to_string()),
+    };
+    let mut latest: HashMap<String, &Remediation> = HashMap::new();
+    for remediation in &remediations {
+        let status = remediation.status.clone().unwrap_or_default();
+        if !status.phase.is_terminal() {
+            return Some(format!(
+                "Remediation {} is {:?}",
+                remediation.metadata.name.as_deref().unwrap_or_default(),
+                status.phase
+            ));
+        }
+        let machine = remediation.spec.machine_name.clone();
+        let newer = latest
+            .get(&machine)
+            .is_some_and(|r| r.metadata.name > remediation.metadata.name);
+        if !newer {
+            latest.insert(machine, remediation);
+        }
+    }
+    let failed = |machine: &str| {
+        latest.get(machine).is_some_and(|r| {
+            r.status.as_ref().map(|s| s.phase) == Some(crate::api::RemediationPhase::Failed)
+        })
+    };
+    for info in lab.cluster.hosts() {
+        if failed(&info.name) {
+            continue;
+        }
+        let node = lab
+            .api
+            .get(baremend_sim::cluster::local::NODES, "", &info.name);
+        let ready = node.as_ref().is_ok_and(|n| {
+            n.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+        });
+        if !ready {
+            let latest = latest
+                .get(&info.name)
+                .and_then(|r| r.status.as_ref())
+                .map(|s| {
+                    (
+                        s.phase,
+                        s.steps.iter().map(|t| t.step.clone()).collect::<Vec<_>>(),
+                    )
+                });
+            let conditions = node
+                .as_ref()
+                .ok()
+                .and_then(|n| n.pointer("/status/conditions").cloned());
+            return Some(format!(
+                "Node {} is not back (Node {}, conditions {conditions:?}; latest remediation {latest:?}; power {:?}; faults {:?})",
+                info.name,
+                if node.is_ok() { "present" } else { "absent" },
+                info.host.history(),
+                info.faults,
+            ));
+        }
+        let machine = lab.api.get(
+            baremend_sim::cluster::local::MACHINES,
+            MACHINE_NAMESPACE,
+            &info.name,
+        );
+        let triggered = machine.as_ref().is_ok_and(|m| {
+            m.pointer("/metadata/annotations")
+                .and_then(Value::as_object)
+                .is_some_and(|a| a.contains_key("host.metal3.io/external-remediation"))
+        });
+        if triggered {
+            return Some(format!("Machine {} is still triggered", info.name));
+        }
+    }
+    None
+}
