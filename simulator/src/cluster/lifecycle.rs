@@ -91,7 +91,7 @@ pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration
         // Conditional on what was read, as the real controller patches: a write computed from
         // a stale copy (another writer added or removed a taint meanwhile) fails with 409 and
         // is redone from a fresh read at the next pass, instead of undoing the other write.
-        let read = node
+        let mut read = node
             .pointer("/metadata/resourceVersion")
             .cloned()
             .unwrap_or(Value::Null);
@@ -110,15 +110,23 @@ pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration
                     c
                 })
                 .collect();
-            let _ = api.merge(
+            match api.merge(
                 NODES,
                 "",
                 name,
                 &json!({"metadata": {"resourceVersion": read}, "status": {"conditions": conditions}}),
                 true,
-            );
-            // The taints below are judged on the next pass, against the new version.
-            continue;
+            ) {
+                // Our own write: the taints below go on the version it made.
+                Ok(updated) => {
+                    read = updated
+                        .pointer("/metadata/resourceVersion")
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                }
+                // Someone wrote first: judged again from a fresh read at the next pass.
+                Err(_) => continue,
+            }
         }
         let has_unreachable = current.iter().any(|t| t["key"] == UNREACHABLE);
         if silent && !has_unreachable {
