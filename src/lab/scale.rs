@@ -24,7 +24,6 @@ use serde_json::{Value, json};
 
 use super::LabArgs;
 use super::setup::LabCluster;
-use crate::api::annotations::BMH_DETACHED;
 use crate::remediation::state::{parse_rfc3339, since_epoch};
 use crate::{Error, Result};
 
@@ -289,15 +288,7 @@ pub async fn run(args: &LabArgs) -> Result<()> {
     // Hosts without a managing BareMetal Operator: fenced directly, and nobody else reads
     // their BMCs, so every request the simulator counts is the controller's.
     for info in lab.cluster.hosts() {
-        lab.api
-            .merge(
-                BMHS,
-                MACHINE_NAMESPACE,
-                &info.name,
-                &json!({"metadata": {"annotations": {BMH_DETACHED: ""}}}),
-                false,
-            )
-            .map_err(|e| invalid(&info.name, e.message))?;
+        lab.detach(&info.name)?;
     }
     // Wait until the operator has let go of every host (its early reads are done then).
     let started = Instant::now();

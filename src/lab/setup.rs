@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baremend_sim::cluster::local::{Local, MACHINES};
+use baremend_sim::cluster::local::{BMHS, Local, MACHINES};
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, SimCluster};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::api::annotations::EXTERNAL_REMEDIATION;
+use crate::api::annotations::{BMH_DETACHED, EXTERNAL_REMEDIATION};
 use crate::api::{RemediationPolicy, all_crds};
 use crate::metrics::Metrics;
 use crate::remediation::controller::{ControllerOptions, run as run_controller};
@@ -90,6 +90,24 @@ impl LabCluster {
             .map(|_| ())
             .map_err(|e| Error::Invalid {
                 object: format!("Machine {machine}"),
+                reason: e.message,
+            })
+    }
+
+    /// Detaches a BareMetalHost: its BareMetal Operator lets go of it (it is then fenced
+    /// directly over its BMC, and nobody else reads that BMC).
+    pub fn detach(&self, host: &str) -> Result<()> {
+        self.api
+            .merge(
+                BMHS,
+                MACHINE_NAMESPACE,
+                host,
+                &json!({"metadata": {"annotations": {BMH_DETACHED: ""}}}),
+                false,
+            )
+            .map(|_| ())
+            .map_err(|e| Error::Invalid {
+                object: format!("BareMetalHost {host}"),
                 reason: e.message,
             })
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use baremend_sim::cluster::local::{BMHS, Local, MACHINES, NODES};
+use baremend_sim::cluster::local::{Local, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::ObservedPower;
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::Scenario;
 use super::setup::LabCluster;
-use crate::api::annotations::{BMH_DETACHED, EXTERNAL_REMEDIATION};
+use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{Remediation, RemediationPhase, RemediationStatus};
 use crate::metrics::{Metrics, serve};
 use crate::remediation::state::{parse_rfc3339, since_epoch};
@@ -371,18 +371,7 @@ fn prepare(scenario: Scenario, lab: &LabCluster, target: &str) -> Result<()> {
     match scenario {
         Scenario::Redfish | Scenario::Ipmi => {
             // The BareMetal Operator must let go of the host, or it would power it back on.
-            lab.api
-                .merge(
-                    BMHS,
-                    MACHINE_NAMESPACE,
-                    target,
-                    &json!({"metadata": {"annotations": {BMH_DETACHED: ""}}}),
-                    false,
-                )
-                .map_err(|e| Error::Invalid {
-                    object: format!("BareMetalHost {target}"),
-                    reason: e.message,
-                })?;
+            lab.detach(target)?;
             println!("  BareMetalHost {target} detached; policy: fence directly through the BMC");
         }
         Scenario::OutOfService => {

@@ -10,7 +10,7 @@
 //!    Ready;
 //! 5. no step applied twice.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use baremend_sim::apiserver::{EventType, WatchEvent};
 use std::sync::Arc;
@@ -51,13 +51,44 @@ fn taints_out_of_service(node: Option<&Value>) -> bool {
         .is_some_and(|t| t.iter().any(|t| t["key"] == OUT_OF_SERVICE))
 }
 
-fn node_ready(node: &Value) -> bool {
+/// Whether a Node (as JSON) reports Ready=True.
+pub(super) fn node_ready(node: &Value) -> bool {
     node.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|c| {
             c.iter()
                 .any(|c| c["type"] == "Ready" && c["status"] == "True")
         })
+}
+
+/// The newest Remediation of each Machine (by the attempt number its name ends with).
+pub(super) fn latest_per_machine(remediations: &[Remediation]) -> HashMap<String, &Remediation> {
+    let attempt = |r: &Remediation| {
+        r.metadata
+            .name
+            .as_deref()
+            .and_then(|n| n.strip_prefix(r.spec.machine_name.as_str()))
+            .and_then(|rest| rest.strip_prefix('-'))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mut latest: HashMap<String, &Remediation> = HashMap::new();
+    for remediation in remediations {
+        let newer = latest
+            .get(&remediation.spec.machine_name)
+            .is_some_and(|r| attempt(r) > attempt(remediation));
+        if !newer {
+            latest.insert(remediation.spec.machine_name.clone(), remediation);
+        }
+    }
+    latest
+}
+
+/// Whether the Machine's newest Remediation failed.
+pub(super) fn latest_failed(latest: &HashMap<String, &Remediation>, machine: &str) -> bool {
+    latest
+        .get(machine)
+        .is_some_and(|r| r.status.as_ref().map(|s| s.phase) == Some(RemediationPhase::Failed))
 }
 
 impl Checker {
@@ -182,7 +213,6 @@ impl Checker {
 
     /// The checks on the final state, after the cluster settled.
     pub fn finish(&mut self, remediations: &[Remediation], hosts: &HashMap<String, Arc<SimHost>>) {
-        let mut latest: BTreeMap<String, &Remediation> = BTreeMap::new();
         for remediation in remediations {
             let name = remediation.metadata.name.clone().unwrap_or_default();
             let status = remediation.status.clone().unwrap_or_default();
@@ -215,26 +245,15 @@ impl Checker {
                     ));
                 }
             }
-            let machine = remediation.spec.machine_name.clone();
-            let newer = latest.get(&machine).is_some_and(|r| {
-                r.metadata.creation_timestamp > remediation.metadata.creation_timestamp
-                    || (r.metadata.creation_timestamp == remediation.metadata.creation_timestamp
-                        && r.metadata.name > remediation.metadata.name)
-            });
-            if !newer {
-                latest.insert(machine, remediation);
-            }
         }
+        let latest = latest_per_machine(remediations);
         let mut names: Vec<&String> = hosts.keys().collect();
         names.sort();
         for name in names {
             if hosts[name].power() != Power::Off {
                 continue;
             }
-            let failed = latest.get(name).is_some_and(|r| {
-                r.status.as_ref().map(|s| s.phase) == Some(RemediationPhase::Failed)
-            });
-            if !failed {
+            if !latest_failed(&latest, name) {
                 self.violations.push(format!(
                     "invariant 3: host {name} is off and no Failed remediation says so"
                 ));

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baremend_sim::apiserver::FaultRule;
-use baremend_sim::cluster::local::{BMHS, LEASES, SECRETS};
+use baremend_sim::cluster::local::{LEASES, SECRETS};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::{Faults, SimHost};
@@ -152,13 +152,7 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
     let lab = LabCluster::start(spec).await?;
     lab.install_policy(plan.policy.clone()).await?;
     for host in &plan.detached {
-        let _ = lab.api.merge(
-            BMHS,
-            MACHINE_NAMESPACE,
-            host,
-            &json!({"metadata": {"annotations": {"baremetalhost.metal3.io/detached": ""}}}),
-            false,
-        );
+        lab.detach(host)?;
     }
     let hosts: HashMap<String, Arc<SimHost>> = lab
         .cluster

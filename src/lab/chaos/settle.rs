@@ -1,6 +1,5 @@
 //! When a chaos seed is over: nothing left to do, or a reason why not.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use baremend_sim::cluster::MACHINE_NAMESPACE;
@@ -8,6 +7,7 @@ use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use super::super::setup::LabCluster;
+use super::check::{latest_failed, latest_per_machine, node_ready};
 use crate::api::Remediation;
 use crate::{Error, Result};
 
@@ -58,7 +58,6 @@ async fn unsettled(lab: &LabCluster) -> Option<String> {
         Ok(list) => list,
         Err(error) => return Some(error.to_string()),
     };
-    let mut latest: HashMap<String, &Remediation> = HashMap::new();
     for remediation in &remediations {
         let status = remediation.status.clone().unwrap_or_default();
         if !status.phase.is_terminal() {
@@ -68,34 +67,16 @@ async fn unsettled(lab: &LabCluster) -> Option<String> {
                 status.phase
             ));
         }
-        let machine = remediation.spec.machine_name.clone();
-        let newer = latest
-            .get(&machine)
-            .is_some_and(|r| r.metadata.name > remediation.metadata.name);
-        if !newer {
-            latest.insert(machine, remediation);
-        }
     }
-    let failed = |machine: &str| {
-        latest.get(machine).is_some_and(|r| {
-            r.status.as_ref().map(|s| s.phase) == Some(crate::api::RemediationPhase::Failed)
-        })
-    };
+    let latest = latest_per_machine(&remediations);
     for info in lab.cluster.hosts() {
-        if failed(&info.name) {
+        if latest_failed(&latest, &info.name) {
             continue;
         }
         let node = lab
             .api
             .get(baremend_sim::cluster::local::NODES, "", &info.name);
-        let ready = node.as_ref().is_ok_and(|n| {
-            n.pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
-        });
+        let ready = node.as_ref().is_ok_and(node_ready);
         if !ready {
             let latest = latest
                 .get(&info.name)
