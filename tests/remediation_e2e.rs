@@ -441,6 +441,48 @@ async fn out_of_service_mode_taints_instead_of_deleting_and_removes_the_taint_af
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_node_still_ready_from_before_the_power_cycle_is_not_taken_as_back() {
+    // A false alarm on a healthy host, and a node monitor slower than the power cycle (40 s
+    // in Kubernetes): the kept Node reads Ready all along. Only a new boot ID is a reboot.
+    let mut policy = fast_policy();
+    policy["nodeRelease"] = json!("OutOfService");
+    policy["timeouts"]["readyGraceSeconds"] = json!(0);
+    let spec = ClusterSpec {
+        timing: Timing {
+            boot_delay: Duration::from_millis(2000),
+            node_grace: Duration::from_secs(60),
+            ..Timing::fast()
+        },
+        ..ClusterSpec::default()
+    };
+    let lab = Lab::start(spec, policy).await;
+    let boot_id = |lab: &Lab| {
+        lab.api.get(NODES, "", "worker-1").unwrap()["status"]["nodeInfo"]["bootID"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let before = boot_id(&lab);
+    lab.trigger("worker-1", true);
+    let done = lab.succeeded("worker-1-1").await;
+    let status = done.status.clone().unwrap();
+    assert_eq!(status.node_boot_id.as_deref(), Some(before.as_str()));
+    assert_ne!(boot_id(&lab), before, "succeeded before the host rebooted");
+    let powered_on = lab.cluster.host("worker-1").unwrap().host.history();
+    assert_eq!(
+        powered_on.iter().map(|c| c.power).collect::<Vec<_>>(),
+        vec![
+            baremend_sim::host::Power::Off,
+            baremend_sim::host::Power::On
+        ]
+    );
+    assert_in_order(
+        &done,
+        &["Fenced", "NodeTainted", "PowerOnRequested", "Succeeded"],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bmc_that_never_powers_off_fails_the_remediation_and_the_node_is_never_deleted() {
     let mut policy = fast_policy();
     policy["timeouts"]["powerOffSeconds"] = json!(2);

@@ -146,6 +146,11 @@ pub struct RemediationStatus {
     /// The Node's labels and annotations, saved before it was released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_backup: Option<NodeBackup>,
+    /// The boot ID the Node reported (`status.nodeInfo.bootID`) when power-off was requested:
+    /// the Node counts as back only once it reports another one. A Node kept out-of-service
+    /// can still read Ready from before the power cycle; a new boot ID proves a reboot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_boot_id: Option<String>,
     /// Every persisted step, in order.
     #[serde(default)]
     pub steps: Vec<StepTime>,

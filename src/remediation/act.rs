@@ -10,7 +10,8 @@ use kube::runtime::controller::Action;
 
 use super::execute;
 use super::fence::ConfirmedOff;
-use super::plan::{FailReason, Persisted, Phase, ReleaseMode, Step};
+use super::observe::node_view;
+use super::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
 use super::power::Withdraw;
 use super::run::Pass;
 use super::state::{record_step, set_condition, strategy_name};
@@ -85,6 +86,7 @@ impl Pass {
                 status.strategy = Some(strategy_name(name).into());
                 status.driver = Some(self.driver_name(remediation, name).await);
                 status.attempt = Some(state.attempt);
+                remember_boot(&mut status, node.as_deref());
                 set_condition(&mut status, "Held", false, "Started", "", now);
                 record_step(
                     &mut status,
@@ -309,6 +311,7 @@ impl Pass {
                 let name = self.strategy_at(0);
                 status.strategy = Some(strategy_name(name).into());
                 status.last_error = Some("the Node did not come back".into());
+                remember_boot(&mut status, node.as_deref());
                 record_step(&mut status, "Retry", Some(Phase::PoweringOff), now);
                 status.phase_since = Some(super::state::rfc3339(now));
                 self.persist(remediation, status).await?;
@@ -414,5 +417,16 @@ impl Pass {
     fn age(&self, remediation: &Remediation) -> Duration {
         let created = super::state::created_at(remediation).unwrap_or_default();
         super::state::since_epoch(self.context.clock.now()).saturating_sub(created)
+    }
+}
+
+/// Records the boot ID the Node reports before a power-off request: the Node is back only
+/// once it reports another. A Node without one leaves the last known ID in place.
+fn remember_boot(status: &mut RemediationStatus, node: Option<&Node>) {
+    if let NodeView::Present {
+        boot_id: Some(id), ..
+    } = node_view(node)
+    {
+        status.node_boot_id = Some(id);
     }
 }

@@ -243,7 +243,16 @@ pub fn node_view(node: Option<&Node>) -> NodeView {
                 .map(|t| Duration::from_secs(u64::try_from(t.0.as_second()).unwrap_or(0)))
                 .unwrap_or_default()
         });
-    NodeView::Present { ready_since }
+    let boot_id = node
+        .status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|info| info.boot_id.clone())
+        .filter(|id| !id.is_empty());
+    NodeView::Present {
+        ready_since,
+        boot_id,
+    }
 }
 
 #[cfg(test)]
@@ -397,13 +406,18 @@ mod tests {
         let node: Node = serde_json::from_value(json!({
             "metadata": {"name": "n"},
             "status": {"conditions": [{"type": "Ready", "status": "True",
-                "lastTransitionTime": "1970-01-01T00:01:40Z"}]}
+                "lastTransitionTime": "1970-01-01T00:01:40Z"}],
+                "nodeInfo": {"bootID": "3f1c", "machineID": "", "kernelVersion": "",
+                    "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "",
+                    "kubeProxyVersion": "", "operatingSystem": "linux",
+                    "architecture": "amd64", "systemUUID": ""}}
         }))
         .unwrap();
         assert_eq!(
             node_view(Some(&node)),
             NodeView::Present {
-                ready_since: Some(Duration::from_secs(100))
+                ready_since: Some(Duration::from_secs(100)),
+                boot_id: Some("3f1c".into()),
             }
         );
         let not_ready: Node = serde_json::from_value(json!({
@@ -413,7 +427,10 @@ mod tests {
         .unwrap();
         assert_eq!(
             node_view(Some(&not_ready)),
-            NodeView::Present { ready_since: None }
+            NodeView::Present {
+                ready_since: None,
+                boot_id: None,
+            }
         );
     }
 

@@ -52,6 +52,8 @@ pub struct Persisted {
     pub phase_since: Duration,
     /// The Node's labels and annotations are saved.
     pub node_backed_up: bool,
+    /// The Node's boot ID when power-off was last requested, if it had one.
+    pub boot_id_before: Option<String>,
 }
 
 impl Persisted {
@@ -63,12 +65,13 @@ impl Persisted {
             attempt: 1,
             phase_since: now,
             node_backed_up: false,
+            boot_id_before: None,
         }
     }
 }
 
 /// The Node, as observed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeView {
     /// No Node of that name.
     Missing,
@@ -76,6 +79,8 @@ pub enum NodeView {
     Present {
         /// Since when it is Ready (None: not Ready).
         ready_since: Option<Duration>,
+        /// The boot ID its kubelet reported (`status.nodeInfo.bootID`), if any.
+        boot_id: Option<String>,
     },
 }
 
@@ -182,6 +187,18 @@ fn escalate_or_fail(state: &Persisted, policy: &PlanPolicy, why: String) -> Step
 }
 
 /// The next step of a remediation.
+/// Whether the host booted since the power-off request, as its Node tells: a boot ID other
+/// than the one recorded at the request or, with none to compare, a Ready condition that
+/// turned True at or after the power-on request (to the second: transition times have no
+/// fraction). Ready alone proves nothing: a Node kept out-of-service can still read Ready
+/// from before a power cycle shorter than the node monitor's grace period.
+fn rebooted(state: &Persisted, ready_since: Duration, boot_id: Option<&str>) -> bool {
+    match (state.boot_id_before.as_deref(), boot_id) {
+        (Some(before), Some(now)) => before != now,
+        _ => ready_since.as_secs() >= state.phase_since.as_secs(),
+    }
+}
+
 pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
     let waited = observed.now.saturating_sub(state.phase_since);
     match state.phase {
@@ -207,18 +224,21 @@ pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) ->
                 after: (waited / 2).max(FIRST_LOOK).min(policy.poll),
             },
         },
-        Phase::Fenced => match (policy.release, observed.node, state.node_backed_up) {
+        Phase::Fenced => match (policy.release, &observed.node, state.node_backed_up) {
             (ReleaseMode::Delete, NodeView::Present { .. }, false) => Step::BackUpNode,
             (mode, _, _) => Step::ReleaseNode(mode),
         },
         Phase::NodeReleased => Step::RequestPowerOn,
         Phase::PoweringOn => {
-            let back = match observed.node {
-                // Readiness counts only from the power-on request on.
+            let back = match &observed.node {
                 NodeView::Present {
                     ready_since: Some(since),
+                    boot_id,
                 } => {
-                    observed.now.saturating_sub(since.max(state.phase_since)) >= policy.ready_grace
+                    rebooted(state, *since, boot_id.as_deref())
+                        // Readiness counts only from the power-on request on.
+                        && observed.now.saturating_sub((*since).max(state.phase_since))
+                            >= policy.ready_grace
                 }
                 _ => false,
             };
@@ -280,7 +300,10 @@ mod tests {
             now: Duration::from_secs(1001),
             triggered: true,
             fence: Err(NotFenced::NotYet("on".into())),
-            node: NodeView::Present { ready_since: None },
+            node: NodeView::Present {
+                ready_since: None,
+                boot_id: None,
+            },
             may_start: Ok(()),
         }
     }
@@ -294,15 +317,18 @@ mod tests {
     }
 
     fn nodes() -> Vec<NodeView> {
+        let present = |ready: Option<u64>, boot: Option<&str>| NodeView::Present {
+            ready_since: ready.map(Duration::from_secs),
+            boot_id: boot.map(String::from),
+        };
         vec![
             NodeView::Missing,
-            NodeView::Present { ready_since: None },
-            NodeView::Present {
-                ready_since: Some(Duration::from_secs(0)),
-            },
-            NodeView::Present {
-                ready_since: Some(Duration::from_secs(2000)),
-            },
+            present(None, None),
+            present(Some(0), None),
+            present(Some(0), Some("boot-a")),
+            present(Some(0), Some("boot-b")),
+            present(Some(2000), None),
+            present(Some(2000), Some("boot-a")),
         ]
     }
 
@@ -315,17 +341,18 @@ mod tests {
                     for node in nodes() {
                         for may_start in [Ok(()), Err(Held::ControlPlaneBusy)] {
                             for elapsed in [0u64, 59, 60, 599, 600, 5000] {
-                                for backed_up in [false, true] {
+                                for (backed_up, boot) in [(false, None), (true, Some("boot-a"))] {
                                     for (strategy, attempt) in [(0, 1), (1, 1), (0, 2), (1, 2)] {
                                         let mut s = state(phase);
                                         s.node_backed_up = backed_up;
+                                        s.boot_id_before = boot.map(String::from);
                                         s.strategy = strategy;
                                         s.attempt = attempt;
                                         let o = Observed {
                                             now: s.phase_since + Duration::from_secs(elapsed),
                                             triggered,
                                             fence: fence.clone(),
-                                            node,
+                                            node: node.clone(),
                                             may_start: may_start.clone(),
                                         };
                                         cases.push((s, o));
@@ -517,36 +544,27 @@ mod tests {
             now: Duration::from_secs(secs),
             node: NodeView::Present {
                 ready_since: ready_since.map(Duration::from_secs),
+                boot_id: None,
             },
             ..observed()
         };
+        let wait = Step::Wait {
+            after: Duration::from_secs(5),
+        };
         assert_eq!(
             next_step(&powering_on, &at(1010, Some(1005)), &policy()),
-            Step::Wait {
-                after: Duration::from_secs(5)
-            }
+            wait
         );
         assert_eq!(
             next_step(&powering_on, &at(1035, Some(1005)), &policy()),
             Step::Restore
         );
-        // Ready since before the power-on request: counts from the request.
+        // Ready in the second of the request: transition times have no fraction.
         assert_eq!(
-            next_step(&powering_on, &at(1029, Some(10)), &policy()),
-            Step::Wait {
-                after: Duration::from_secs(5)
-            }
-        );
-        assert_eq!(
-            next_step(&powering_on, &at(1030, Some(10)), &policy()),
+            next_step(&powering_on, &at(1030, Some(1000)), &policy()),
             Step::Restore
         );
-        assert_eq!(
-            next_step(&powering_on, &at(1599, None), &policy()),
-            Step::Wait {
-                after: Duration::from_secs(5)
-            }
-        );
+        assert_eq!(next_step(&powering_on, &at(1599, None), &policy()), wait);
         assert_eq!(
             next_step(&powering_on, &at(1600, None), &policy()),
             Step::Retry { attempt: 2 }
@@ -559,6 +577,49 @@ mod tests {
             next_step(&last, &at(1600, None), &policy()),
             Step::Fail(FailReason::NodeNeverReady)
         );
+    }
+
+    #[test]
+    fn a_node_still_ready_from_before_the_power_cycle_is_not_back() {
+        let mut powering_on = state(Phase::PoweringOn);
+        let at = |secs: u64, boot: Option<&str>| Observed {
+            now: Duration::from_secs(secs),
+            node: NodeView::Present {
+                ready_since: Some(Duration::from_secs(10)),
+                boot_id: boot.map(String::from),
+            },
+            ..observed()
+        };
+        let wait = Step::Wait {
+            after: Duration::from_secs(5),
+        };
+        // Without a boot ID to compare, Ready since before the request proves nothing...
+        assert_eq!(next_step(&powering_on, &at(1100, None), &policy()), wait);
+        assert_eq!(
+            next_step(&powering_on, &at(1600, None), &policy()),
+            Step::Retry { attempt: 2 }
+        );
+        // ...nor does the same boot ID: the host never rebooted (a lying BMC's Off).
+        powering_on.boot_id_before = Some("boot-a".into());
+        assert_eq!(
+            next_step(&powering_on, &at(1100, Some("boot-a")), &policy()),
+            wait
+        );
+        assert_eq!(
+            next_step(&powering_on, &at(1600, Some("boot-a")), &policy()),
+            Step::Retry { attempt: 2 }
+        );
+        // A new boot ID is a reboot; the grace counts from the power-on request.
+        assert_eq!(
+            next_step(&powering_on, &at(1029, Some("boot-b")), &policy()),
+            wait
+        );
+        assert_eq!(
+            next_step(&powering_on, &at(1030, Some("boot-b")), &policy()),
+            Step::Restore
+        );
+        // A Node without a boot ID now falls back to the Ready transition.
+        assert_eq!(next_step(&powering_on, &at(1100, None), &policy()), wait);
     }
 
     #[test]

@@ -503,7 +503,8 @@ fn is_ready(node: Option<&Node>) -> bool {
     matches!(
         node_view(node),
         NodeView::Present {
-            ready_since: Some(_)
+            ready_since: Some(_),
+            ..
         }
     )
 }

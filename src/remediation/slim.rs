@@ -35,8 +35,18 @@ pub fn node(node: &mut Node) {
             .conditions
             .take()
             .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect());
+        // The boot ID tells a rebooted host from a Node still Ready from before.
+        let node_info =
+            status
+                .node_info
+                .take()
+                .map(|info| k8s_openapi::api::core::v1::NodeSystemInfo {
+                    boot_id: info.boot_id,
+                    ..Default::default()
+                });
         *status = NodeStatus {
             conditions: ready,
+            node_info,
             ..Default::default()
         };
     }
@@ -305,6 +315,10 @@ mod tests {
                 {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
                 {"type": "MemoryPressure", "status": "False"}],
                 "images": [{"names": ["a"], "sizeBytes": 1}],
+                "nodeInfo": {"bootID": "b-1", "machineID": "m", "kernelVersion": "6",
+                    "osImage": "o", "containerRuntimeVersion": "c", "kubeletVersion": "k",
+                    "kubeProxyVersion": "", "operatingSystem": "linux",
+                    "architecture": "amd64", "systemUUID": "s"},
                 "capacity": {"cpu": "32"}},
         }))
         .unwrap();
@@ -312,10 +326,11 @@ mod tests {
         node(&mut n);
         assert_eq!(node_view(Some(&n)), before);
         assert!(matches!(
-            before,
+            &before,
             NodeView::Present {
-                ready_since: Some(_)
-            }
+                ready_since: Some(_),
+                boot_id: Some(id),
+            } if id == "b-1"
         ));
         assert_eq!(n.metadata.labels.as_ref().unwrap()["team"], "db");
         assert_eq!(n.metadata.annotations.as_ref().unwrap()["a"], "b");

@@ -80,6 +80,7 @@ pub fn persisted(
             .map(parse_rfc3339)
             .unwrap_or(created),
         node_backed_up: status.node_backup.is_some(),
+        boot_id_before: status.node_boot_id.clone(),
     }
 }
 

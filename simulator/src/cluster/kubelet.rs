@@ -53,7 +53,30 @@ pub struct NodeIdentity {
     pub role: String,
 }
 
-fn node_object(identity: &NodeIdentity, now: &str) -> Value {
+/// The boot ID of a host's `boot`-th boot, UUID-shaped like `/proc/sys/kernel/random/boot_id`:
+/// another one after every power cycle, the same within one boot.
+pub fn boot_id(host: &str, boot: usize) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (host, boot).hash(&mut hasher);
+    let a = hasher.finish();
+    boot.hash(&mut hasher);
+    let b = hasher.finish();
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        b >> 52,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+fn node_info(boot_id: &str) -> Value {
+    json!({"kubeletVersion": "v1.32.0", "operatingSystem": "linux", "architecture": "amd64", "bootID": boot_id})
+}
+
+fn node_object(identity: &NodeIdentity, now: &str, boot_id: &str) -> Value {
     let role_label = format!("node-role.kubernetes.io/{}", identity.role);
     let mut labels = json!({
         "kubernetes.io/hostname": identity.name,
@@ -77,7 +100,7 @@ fn node_object(identity: &NodeIdentity, now: &str) -> Value {
         "status": {
             "conditions": conditions(now, now),
             "addresses": [{"type": "Hostname", "address": identity.name}],
-            "nodeInfo": {"kubeletVersion": "v1.32.0", "operatingSystem": "linux", "architecture": "amd64"},
+            "nodeInfo": node_info(boot_id),
             "capacity": {"cpu": "32", "memory": "131072Mi", "pods": "250"},
             "allocatable": {"cpu": "31500m", "memory": "130000Mi", "pods": "250"},
         },
@@ -116,6 +139,8 @@ pub async fn run(
     let mut booted_at: Option<Instant> = None;
     let mut last_status = Instant::now() - Duration::from_secs(3600);
     let mut offs_seen = host.power_offs();
+    // A kubelet that starts posts its status at once, with this boot's ID.
+    let mut boot_reported = false;
     let mut nap = Duration::ZERO;
     loop {
         tokio::time::sleep(nap).await;
@@ -125,6 +150,7 @@ pub async fn run(
         if offs != offs_seen {
             offs_seen = offs;
             booted_at = None;
+            boot_reported = false;
             faults.clear();
         }
         if host.power() != Power::On {
@@ -142,15 +168,25 @@ pub async fn run(
         if faults.silent() {
             continue;
         }
+        let boot = boot_id(&identity.name, offs_seen);
         let now = format_time(api.store().wall_time());
-        // Node status at most every 10 heartbeats, unless it needs a change.
+        // Node status at start, then at most every 10 heartbeats unless it needs a change.
         let node = api.get(NODES, "", &identity.name);
         match node {
             Err(error) if error.code == 404 => {
-                let _ = api.create(NODES, "", node_object(&identity, &now));
+                if api
+                    .create(NODES, "", node_object(&identity, &now, &boot))
+                    .is_ok()
+                {
+                    boot_reported = true;
+                }
                 last_status = Instant::now();
             }
-            Ok(node) if !is_ready(&node) || last_status.elapsed() >= timing.heartbeat * 10 => {
+            Ok(node)
+                if !boot_reported
+                    || !is_ready(&node)
+                    || last_status.elapsed() >= timing.heartbeat * 10 =>
+            {
                 let transition = if is_ready(&node) {
                     node.pointer("/status/conditions")
                         .and_then(Value::as_array)
@@ -161,13 +197,14 @@ pub async fn run(
                 } else {
                     now.clone()
                 };
-                let _ = api.merge(
+                let written = api.merge(
                     NODES,
                     "",
                     &identity.name,
-                    &json!({"status": {"conditions": conditions(&now, &transition)}}),
+                    &json!({"status": {"conditions": conditions(&now, &transition), "nodeInfo": node_info(&boot)}}),
                     true,
                 );
+                boot_reported |= written.is_ok();
                 last_status = Instant::now();
             }
             _ => {}

@@ -254,8 +254,18 @@ impl Checker {
                 continue;
             }
             if !latest_failed(&latest, name) {
+                let said = latest.get(name).and_then(|r| r.status.as_ref()).map(|s| {
+                    let steps: Vec<&str> = s.steps.iter().map(|t| t.step.as_str()).collect();
+                    format!("{:?} after {steps:?}", s.phase)
+                });
+                let power: Vec<String> = hosts[name]
+                    .history()
+                    .iter()
+                    .map(|c| format!("{:?}@{}ms", c.power, c.at_ms))
+                    .collect();
                 self.violations.push(format!(
-                    "invariant 3: host {name} is off and no Failed remediation says so"
+                    "invariant 3: host {name} is off and no Failed remediation says so \
+                     (latest remediation: {said:?}; power changes: {power:?})"
                 ));
             }
         }
