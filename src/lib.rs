@@ -6,6 +6,7 @@
 //! - [`api`]: baremend's custom resources (`baremend crds` prints them) and the annotation
 //!   names it shares with MachineHealthCheck and the BareMetal Operator;
 //! - [`remediation`]: the pure remediation planner and the power-off proof;
+//! - [`drift`]: the Machine Config Operator's config-drift remediation, coordinated;
 //! - [`metrics`]: the Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` endpoint;
 //! - [`lab`]: `baremend lab`, a self-contained run against simulated hardware.
 //!
@@ -14,7 +15,9 @@
 
 pub mod api;
 pub mod bmc;
+pub mod drift;
 pub mod duration;
+pub mod hostfile;
 pub mod lab;
 pub mod leader;
 pub mod metrics;
@@ -78,6 +81,9 @@ pub enum Error {
     /// A crash injected by a chaos test right after a step was persisted.
     #[error("injected crash after step {0}")]
     InjectedCrash(String),
+    /// `baremend host-file` could not do what it was asked.
+    #[error("host-file: {0}")]
+    HostFile(String),
     /// An object could not be rendered.
     #[error("cannot render {what}: {reason}")]
     Render {

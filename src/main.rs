@@ -44,6 +44,9 @@ enum Command {
     Run(baremend::run::RunArgs),
     /// Print baremend's CustomResourceDefinitions (or write them with --out).
     Crds(CrdsArgs),
+    /// On a node (in the drift coordinator's helper pod): create or remove the MCO's
+    /// forcefile, or write a file back with its expected bytes and mode.
+    HostFile(baremend::hostfile::HostFileArgs),
 }
 
 #[tokio::main]
@@ -70,6 +73,7 @@ async fn main() -> ExitCode {
         Command::Lab(args) => baremend::lab::run(args).await,
         Command::Run(args) => baremend::run::run(args).await,
         Command::Crds(args) => baremend::api::run_crds(args),
+        Command::HostFile(args) => baremend::hostfile::run(&args).map(|done| println!("{done}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,7 +3,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use super::{HostBmc, Remediation, RemediationPolicy};
+use super::{DriftPolicy, DriftRemediation, HostBmc, Remediation, RemediationPolicy};
 
 /// Every CRD of baremend, with the file name it has under `crds/`.
 pub fn all_crds() -> Vec<(&'static str, CustomResourceDefinition)> {
@@ -11,6 +11,8 @@ pub fn all_crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("remediations.yaml", Remediation::crd()),
         ("remediationpolicies.yaml", RemediationPolicy::crd()),
         ("hostbmcs.yaml", HostBmc::crd()),
+        ("driftremediations.yaml", DriftRemediation::crd()),
+        ("driftpolicies.yaml", DriftPolicy::crd()),
     ]
 }
 

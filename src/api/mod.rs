@@ -5,16 +5,25 @@
 //!   controller resumes from.
 //! - [`RemediationPolicy`]: cluster-scoped knobs and safety gates, all defaulted.
 //! - [`HostBmc`]: maps a Machine or Node without a BareMetalHost to its BMC.
+//! - [`DriftRemediation`] and [`DriftPolicy`]: the config-drift coordinator's audit trail and
+//!   knobs; [`mco`]: the Machine Config Operator's objects and annotations it reads.
 //!
 //! The YAML under `crds/` is generated from these types by `baremend crds`.
 
 pub mod annotations;
+pub(crate) mod cached;
 mod crds;
+mod drift;
 mod host_bmc;
+pub mod mco;
 mod policy;
 mod remediation;
 
 pub use crds::{CrdsArgs, all_crds, render_crds, run as run_crds};
+pub use drift::{
+    APPROVE_ANNOTATION, DriftAction, DriftPhase, DriftPolicy, DriftPolicySpec, DriftRemediation,
+    DriftRemediationSpec, DriftRemediationStatus, DriftTimeouts,
+};
 pub use host_bmc::{HostBmc, HostBmcSpec};
 pub use policy::{
     ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyTimeouts, RemediationPolicy,

@@ -8,15 +8,12 @@
 //! Writes never start from these copies: patches name only what they change, the Node
 //! deletion carries a UID, and status is written to our own objects.
 
-use std::borrow::Cow;
-
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
-use serde::de::{DeserializeOwned, Deserializer};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use crate::api::cached::{cached_kind, lenient};
 
 /// Keeps a Node's metadata (labels and annotations for the backup), its taints and its
 /// Ready condition.
@@ -62,47 +59,6 @@ pub fn bare_metal_host(host: &mut BareMetalHost) {
     host.metadata.managed_fields = None;
 }
 
-/// Reads a field that may be malformed as absent: a BareMetalHost with `poweredOn: "yes"`
-/// must not break the watch of every host (the observers then report the field missing).
-fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: DeserializeOwned,
-{
-    let value = Value::deserialize(deserializer)?;
-    Ok(serde_json::from_value(value).ok())
-}
-
-/// Declares a cached kind of our own shape: the watch deserializes straight into it, so
-/// the fields the controller never reads are never held, not even once per object.
-macro_rules! cached_kind {
-    ($name:ident, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
-        impl Resource for $name {
-            type DynamicType = ();
-            type Scope = NamespaceResourceScope;
-
-            fn kind(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($kind)
-            }
-            fn group(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($group)
-            }
-            fn version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($version)
-            }
-            fn plural(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($plural)
-            }
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-
 /// A Machine as cached: metadata, `spec.providerID`, `status.nodeRef.name`, `status.phase`.
 /// Serializes to the same paths as the Machine, which the observers read.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -121,7 +77,8 @@ cached_kind!(
     "machine.openshift.io",
     "v1beta1",
     "Machine",
-    "machines"
+    "machines",
+    NamespaceResourceScope
 );
 
 /// What is kept of a Machine's spec.
@@ -189,7 +146,8 @@ cached_kind!(
     "metal3.io",
     "v1alpha1",
     "BareMetalHost",
-    "baremetalhosts"
+    "baremetalhosts",
+    NamespaceResourceScope
 );
 
 /// What is kept of a BareMetalHost's spec.
