@@ -119,6 +119,22 @@ pub fn machine_config_crd() -> Value {
     )
 }
 
+/// MachineConfigNode (machineconfiguration.openshift.io/v1, cluster-scoped).
+pub fn machine_config_node_crd() -> Value {
+    crd(
+        "machineconfiguration.openshift.io",
+        "MachineConfigNode",
+        "machineconfignodes",
+        &["mcn"],
+        "Cluster",
+        "v1",
+        json!([
+            {"name": "PoolName", "type": "string", "jsonPath": ".spec.pool.name"},
+            {"name": "DesiredConfig", "type": "string", "jsonPath": ".spec.configVersion.desired"},
+        ]),
+    )
+}
+
 /// Every fixture CRD.
 pub fn all() -> Vec<Value> {
     vec![
@@ -127,5 +143,6 @@ pub fn all() -> Vec<Value> {
         bare_metal_host_crd(),
         machine_config_pool_crd(),
         machine_config_crd(),
+        machine_config_node_crd(),
     ]
 }

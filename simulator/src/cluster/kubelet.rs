@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::local::{LEASES, Local, NODES, PODS, namespace_and_name};
+use super::mco::disk::NodeDisk;
 use super::timing::Timing;
 use crate::apiserver::time::{format_micro_time, format_time};
 use crate::host::{Power, SimHost};
@@ -31,7 +32,7 @@ pub struct NodeFaults {
 }
 
 impl NodeFaults {
-    fn silent(&self) -> bool {
+    pub(crate) fn silent(&self) -> bool {
         self.hung.load(Ordering::Relaxed)
             || self.nic_down.load(Ordering::Relaxed)
             || self.broken.load(Ordering::Relaxed)
@@ -42,6 +43,16 @@ impl NodeFaults {
         self.hung.store(false, Ordering::Relaxed);
         self.nic_down.store(false, Ordering::Relaxed);
     }
+}
+
+/// The machine a kubelet runs on.
+pub struct Machine {
+    /// The host (power).
+    pub host: Arc<SimHost>,
+    /// OS faults.
+    pub faults: Arc<NodeFaults>,
+    /// The disk, where the simulated MCO runs (helper pods work on it).
+    pub disk: Option<Arc<NodeDisk>>,
 }
 
 /// What a kubelet knows about its node.
@@ -129,12 +140,12 @@ fn is_ready(node: &Value) -> bool {
 /// Runs the kubelet of one host until the task is aborted.
 pub async fn run(
     api: Local,
-    host: Arc<SimHost>,
+    machine: Machine,
     identity: NodeIdentity,
-    faults: Arc<NodeFaults>,
     timing: Timing,
     phase: Duration,
 ) {
+    let Machine { host, faults, disk } = machine;
     tokio::time::sleep(phase).await;
     let mut booted_at: Option<Instant> = None;
     let mut last_status = Instant::now() - Duration::from_secs(3600);
@@ -210,7 +221,7 @@ pub async fn run(
             _ => {}
         }
         renew_lease(&api, &identity.name, &timing);
-        run_pods(&api, &identity.name);
+        run_pods(&api, &identity.name, disk.as_deref());
     }
 }
 
@@ -238,12 +249,17 @@ fn renew_lease(api: &Local, node: &str, timing: &Timing) {
 }
 
 /// Starts pending pods bound here and confirms the deletion of terminating ones.
-fn run_pods(api: &Local, node: &str) {
+fn run_pods(api: &Local, node: &str, disk: Option<&NodeDisk>) {
     for pod in api.list_selected(PODS, None, &format!("spec.nodeName={node}")) {
         let (namespace, name) = namespace_and_name(&pod);
         if pod.pointer("/metadata/deletionTimestamp").is_some() {
             let _ = api.delete(PODS, namespace, name, Some(0));
         } else if pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending") {
+            // A helper that works on the node's files runs to completion, like a Job's pod.
+            if let Some(status) = disk.and_then(|d| super::mco::helper::run(api, &pod, d)) {
+                let _ = api.merge(PODS, namespace, name, &json!({"status": status}), true);
+                continue;
+            }
             let containers: Vec<Value> = pod
                 .pointer("/spec/containers")
                 .and_then(Value::as_array)

@@ -90,6 +90,25 @@ pub const BMHS: Gvr = Gvr {
     plural: "baremetalhosts",
 };
 
+/// MachineConfigPools.
+pub const MCPS: Gvr = Gvr {
+    group: "machineconfiguration.openshift.io",
+    version: "v1",
+    plural: "machineconfigpools",
+};
+/// MachineConfigs.
+pub const MCS: Gvr = Gvr {
+    group: "machineconfiguration.openshift.io",
+    version: "v1",
+    plural: "machineconfigs",
+};
+/// MachineConfigNodes.
+pub const MCNS: Gvr = Gvr {
+    group: "machineconfiguration.openshift.io",
+    version: "v1",
+    plural: "machineconfignodes",
+};
+
 /// (namespace, name) of an object ("" for what is missing).
 pub fn namespace_and_name(object: &Value) -> (&str, &str) {
     let field = |f: &str| {
@@ -222,7 +241,8 @@ impl Local {
             .delete(&*self.ty(gvr)?, gvr.version, namespace, name, &options)
     }
 
-    /// Records an Event about an object.
+    /// Records an Event about an object, in the object's namespace (`default` for a
+    /// cluster-scoped one).
     pub fn event(
         &self,
         regarding: &Value,
@@ -236,6 +256,30 @@ impl Local {
             .and_then(Value::as_str)
             .unwrap_or("default")
             .to_owned();
+        self.event_in(&namespace, regarding, kind, reason, message, component);
+    }
+
+    /// Evicts a pod through the eviction subresource (PodDisruptionBudgets respected).
+    pub fn evict(&self, namespace: &str, name: &str) -> ApiResult<()> {
+        crate::apiserver::operations::evict(
+            &self.store,
+            namespace,
+            name,
+            &serde_json::json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}),
+        )
+    }
+
+    /// Records an Event about an object in `namespace` (as the MCO records its Node Events
+    /// in its own namespace).
+    pub fn event_in(
+        &self,
+        namespace: &str,
+        regarding: &Value,
+        kind: &str,
+        reason: &str,
+        message: &str,
+        component: &str,
+    ) {
         let name = regarding
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -258,6 +302,6 @@ impl Local {
             "lastTimestamp": now,
             "count": 1,
         });
-        let _ = self.create(EVENTS, &namespace, event);
+        let _ = self.create(EVENTS, namespace, event);
     }
 }

@@ -10,6 +10,7 @@ pub mod fixtures;
 mod kubelet;
 mod lifecycle;
 pub mod local;
+pub mod mco;
 mod mhc;
 pub mod scenario;
 pub mod timing;
@@ -66,6 +67,7 @@ pub struct SimCluster {
     actors: Vec<JoinHandle<()>>,
     bmc_password: String,
     spec: ClusterSpec,
+    mco: Option<mco::SimMco>,
 }
 
 impl std::fmt::Debug for SimCluster {
@@ -184,6 +186,11 @@ impl SimCluster {
         });
         api.create(MHCS, MACHINE_NAMESPACE, mhc).map_err(fail)?;
         Self::place_workloads(&api, &hosts, &spec.workloads).map_err(fail)?;
+        let mco = if spec.mco {
+            Some(mco::SimMco::install(&api, &hosts, &spec.mco_max_unavailable).map_err(fail)?)
+        } else {
+            None
+        };
         let mut actors = Vec::new();
         let mut seed = spec.seed.max(1);
         for info in &hosts {
@@ -198,9 +205,12 @@ impl SimCluster {
             let phase = spec.timing.heartbeat.mul_f64((seed % 1000) as f64 / 1000.0);
             actors.push(tokio::spawn(kubelet::run(
                 Local::new(server.store().clone(), "kubelet"),
-                info.host.clone(),
+                kubelet::Machine {
+                    host: info.host.clone(),
+                    faults: info.faults.clone(),
+                    disk: mco.as_ref().and_then(|m| m.disks.get(&info.name).cloned()),
+                },
                 identity,
-                info.faults.clone(),
                 spec.timing.clone(),
                 phase,
             )));
@@ -213,6 +223,13 @@ impl SimCluster {
             Local::new(server.store().clone(), "metal3-baremetal-controller"),
             spec.timing.clone(),
         )));
+        if let Some(mco) = &mco {
+            actors.extend(mco.start(
+                &Local::new(server.store().clone(), "machine-config-daemon"),
+                &hosts,
+                &spec.timing,
+            ));
+        }
         let faults = spec.faults.clone();
         let mut cluster = SimCluster {
             server,
@@ -222,6 +239,7 @@ impl SimCluster {
             actors,
             bmc_password,
             spec,
+            mco,
         };
         let deadline = started + cluster.spec.ready_timeout;
         // Each look lists every Node: often enough for a small cluster, not a burden for a big one.
@@ -355,6 +373,16 @@ impl SimCluster {
     /// A host by name.
     pub fn host(&self, name: &str) -> Option<&HostInfo> {
         self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// The simulated Machine Config Operator, when the spec asked for one.
+    pub fn mco(&self) -> Option<&mco::SimMco> {
+        self.mco.as_ref()
+    }
+
+    /// A node's disk (with the simulated MCO).
+    pub fn disk(&self, node: &str) -> Option<&Arc<mco::disk::NodeDisk>> {
+        self.mco.as_ref().and_then(|m| m.disks.get(node))
     }
 
     /// The BMC password of every host.

@@ -54,6 +54,11 @@ pub struct ClusterSpec {
     /// The Kubernetes version `/version` reports, `[major, minor]` (e.g. an old cluster
     /// without the out-of-service taint: `[1, 27]`).
     pub kubernetes_version: (u32, u32),
+    /// Run a Machine Config Operator (pools, rendered configs, a daemon per node, the drain
+    /// controller), for config-drift scenarios.
+    pub mco: bool,
+    /// The pools' `maxUnavailable` (an integer or a percentage).
+    pub mco_max_unavailable: serde_json::Value,
 }
 
 /// Pods placed on the workers, so that drains and evictions meet real PDBs.
@@ -108,6 +113,8 @@ impl Default for ClusterSpec {
             workloads: Workloads::default(),
             faults: Vec::new(),
             kubernetes_version: ApiServerConfig::default().kubernetes_version,
+            mco: false,
+            mco_max_unavailable: serde_json::json!(1),
         }
     }
 }

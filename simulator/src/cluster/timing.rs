@@ -69,6 +69,20 @@ pub struct Timing {
     /// How long the BareMetal Operator waits for a soft power-off before a hard one.
     #[serde(with = "millis")]
     pub soft_power_off_timeout: Duration,
+    /// How often a Machine Config Daemon and the drain controller look (the real daemon's
+    /// drift monitor reacts at once; its retries start at 1 s).
+    #[serde(with = "millis")]
+    pub mcd_period: Duration,
+    /// The daemon's longest retry backoff while Degraded (60 s in the MCO).
+    #[serde(with = "millis")]
+    pub mcd_max_backoff: Duration,
+    /// How often the drain controller retries a refused drain (1 min in the MCO).
+    #[serde(with = "millis")]
+    pub drain_retry: Duration,
+    /// After this long failing, the drain controller reports `DrainThresholdExceeded`
+    /// (10 min in the MCO).
+    #[serde(with = "millis")]
+    pub drain_threshold: Duration,
 }
 
 impl Default for Timing {
@@ -85,6 +99,10 @@ impl Default for Timing {
             node_startup_timeout: Duration::from_secs(60),
             bmo_period: Duration::from_millis(250),
             soft_power_off_timeout: Duration::from_secs(5),
+            mcd_period: Duration::from_millis(250),
+            mcd_max_backoff: Duration::from_secs(2),
+            drain_retry: Duration::from_millis(500),
+            drain_threshold: Duration::from_secs(5),
         }
     }
 }
@@ -101,6 +119,10 @@ impl Timing {
             mhc_period: Duration::from_millis(100),
             unhealthy_timeout: Duration::from_millis(500),
             bmo_period: Duration::from_millis(100),
+            mcd_period: Duration::from_millis(100),
+            mcd_max_backoff: Duration::from_millis(800),
+            drain_retry: Duration::from_millis(200),
+            drain_threshold: Duration::from_secs(2),
             ..Timing::default()
         }
     }
@@ -120,6 +142,10 @@ impl Timing {
             node_startup_timeout: scaled(600.0),
             bmo_period: scaled(3.0),
             soft_power_off_timeout: scaled(180.0),
+            mcd_period: scaled(1.0),
+            mcd_max_backoff: scaled(60.0),
+            drain_retry: scaled(60.0),
+            drain_threshold: scaled(600.0),
         }
     }
 }
