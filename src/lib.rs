@@ -17,6 +17,7 @@ pub mod api;
 pub mod bmc;
 pub mod drift;
 pub mod duration;
+pub mod events;
 pub mod hostfile;
 pub mod lab;
 pub mod leader;

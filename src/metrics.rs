@@ -76,6 +76,8 @@ pub struct Metrics {
     ready: AtomicBool,
     /// BMC requests and host power.
     pub power: Arc<PowerMetrics>,
+    /// The drift coordinator's (`mco_…`, unprefixed).
+    pub drift: Arc<crate::drift::metrics::DriftMetrics>,
 }
 
 /// Labels of the per-step duration histogram.
@@ -110,7 +112,10 @@ impl Default for Metrics {
 impl Metrics {
     /// A registry with every metric at zero.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("baremend");
+        // Ours are `baremend_…`; the drift coordinator's carry the names the MCO dashboards
+        // expect, so the root registry has no prefix.
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("baremend");
         let started = Family::<StrategyLabels, Counter>::default();
         registry.register(
             "remediations_started",
@@ -163,15 +168,16 @@ impl Metrics {
             "Time from a remediation's previous step to this one, by step",
             steps.clone(),
         );
-        let power = Arc::new(PowerMetrics::register(&mut registry));
+        let power = Arc::new(PowerMetrics::register(registry));
         let leader = Gauge::default();
         registry.register(
             "leader",
             "1 while this replica holds the leader Lease (or runs without election)",
             leader.clone(),
         );
+        let drift = Arc::new(crate::drift::metrics::DriftMetrics::register(&mut root));
         Metrics {
-            registry,
+            registry: root,
             started,
             succeeded,
             failed,
@@ -183,6 +189,7 @@ impl Metrics {
             leader,
             ready: AtomicBool::new(false),
             power,
+            drift,
         }
     }
 

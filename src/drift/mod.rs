@@ -12,8 +12,15 @@
 //! - [`pdb`]: the PodDisruptionBudget pre-flight;
 //! - [`plan`]: the pure state machine.
 
+mod act;
 pub mod budget;
 pub mod classify;
 pub mod content;
+pub mod controller;
+pub mod helper;
+pub mod metrics;
+mod node_ops;
+pub mod observe;
+mod pass;
 pub mod pdb;
 pub mod plan;

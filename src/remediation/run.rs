@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
@@ -429,30 +428,21 @@ impl Pass {
         reason: &str,
         note: String,
     ) {
-        let mut event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note.chars().take(1024).collect()),
-            action: reason.into(),
-            secondary: None,
-        };
         // On both objects: `kubectl describe machine` is where an operator looks first, the
         // Remediation keeps the whole story; each names the other as related.
         let remediation_ref = remediation.object_ref(&());
         let machine_ref = self.machine.object_ref(&());
-        for (regarding, related) in [
-            (&machine_ref, &remediation_ref),
-            (&remediation_ref, &machine_ref),
-        ] {
-            event.secondary = Some(related.clone());
-            if let Err(error) = self.context.recorder.publish(&event, regarding).await {
-                tracing::warn!(%error, "cannot publish an Event");
-            }
-        }
+        crate::events::publish(
+            &self.context.recorder,
+            warning,
+            reason,
+            &note,
+            &[
+                (machine_ref.clone(), Some(remediation_ref.clone())),
+                (remediation_ref, Some(machine_ref)),
+            ],
+        )
+        .await;
     }
 
     /// Feeds the per-step histogram with the steps just persisted (those from `before` on).

@@ -122,9 +122,21 @@ pub fn set_condition(
     message: &str,
     now: SystemTime,
 ) {
+    upsert_condition(&mut status.conditions, type_, truth, reason, message, now);
+}
+
+/// Sets a condition in a list, keeping its transition time when the status does not change.
+pub fn upsert_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    truth: bool,
+    reason: &str,
+    message: &str,
+    now: SystemTime,
+) {
     let value = if truth { "True" } else { "False" };
     let message: String = message.chars().take(1024).collect();
-    match status.conditions.iter_mut().find(|c| c.type_ == type_) {
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(condition) => {
             if condition.status != value {
                 condition.last_transition_time = rfc3339(now);
@@ -133,7 +145,7 @@ pub fn set_condition(
             condition.reason = reason.to_string();
             condition.message = message;
         }
-        None => status.conditions.push(Condition {
+        None => conditions.push(Condition {
             type_: type_.to_string(),
             status: value.to_string(),
             reason: reason.to_string(),

@@ -1,0 +1,310 @@
+//! The drift coordinator: a kube `Controller` over Nodes. Each pass classifies the node,
+//! opens a DriftRemediation for new drift, and drives an open one a step (see [`super::pass`]).
+//! Pools, DriftRemediations, MachineConfigNodes and the policy are watched; a remediation
+//! that ends wakes the nodes its pool holds.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tracing::{Instrument, info, warn};
+
+use super::classify::{ConfigState, classify};
+use super::observe::pool_of;
+use super::pass::Pass;
+use crate::api::mco::{MachineConfigNode, MachineConfigPool};
+use crate::api::{DriftPolicy, DriftPolicySpec, DriftRemediation, Remediation};
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+use crate::remediation::state::Clock;
+use crate::{Error, Result};
+
+/// What every pass shares.
+pub struct DriftContext {
+    /// The API client.
+    pub client: Client,
+    /// Nodes.
+    pub nodes: Store<Node>,
+    /// MachineConfigPools.
+    pub pools: Store<MachineConfigPool>,
+    /// MachineConfigNodes (empty where the API does not serve them).
+    pub mcns: Store<MachineConfigNode>,
+    /// Our drift remediations.
+    pub remediations: Store<DriftRemediation>,
+    /// Our machine remediations (a node under one is disrupted).
+    pub machine_remediations: Store<Remediation>,
+    /// Policies (the one named `default` applies).
+    pub policies: Store<DriftPolicy>,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// Events.
+    pub recorder: Recorder,
+    /// How soon to look again while waiting.
+    pub poll: Duration,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Whether this replica may write.
+    pub leadership: Leadership,
+    /// The helper pods' image when the policy names none.
+    pub helper_image: String,
+    /// The not-drift reason last reported per node (one Event per change, not per pass).
+    pub reported: Mutex<HashMap<String, String>>,
+    /// Serializes start decisions: two nodes of a pool must not both pass the budget.
+    pub starts: tokio::sync::Mutex<()>,
+}
+
+impl DriftContext {
+    /// The policy in force: the object named `default`, else the defaults.
+    pub fn policy(&self) -> DriftPolicySpec {
+        self.policies
+            .get(&ObjectRef::new("default"))
+            .map(|p| p.spec.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether every cache holds a full list.
+    pub fn caches_ready(&self) -> bool {
+        use futures_util::FutureExt;
+        let ready = |wait: Option<std::result::Result<(), reflector::store::WriterDropped>>| {
+            matches!(wait, Some(Ok(())))
+        };
+        ready(self.nodes.wait_until_ready().now_or_never())
+            && ready(self.pools.wait_until_ready().now_or_never())
+            && ready(self.remediations.wait_until_ready().now_or_never())
+            && ready(self.machine_remediations.wait_until_ready().now_or_never())
+            && ready(self.policies.wait_until_ready().now_or_never())
+    }
+
+    /// Recounts the drift gauges per pool and the held starts from the caches.
+    pub fn refresh_metrics(&self) {
+        if !self.caches_ready() {
+            return;
+        }
+        let pools = self.pools.state();
+        let nodes = self.nodes.state();
+        let mut per_pool: HashMap<String, (usize, usize)> =
+            pools.iter().map(|p| (p.name_any(), (0, 0))).collect();
+        for node in &nodes {
+            let Some(pool) = pool_of(node, &pools) else {
+                continue;
+            };
+            let entry = per_pool.entry(pool.name_any()).or_default();
+            match classify(node.annotations()) {
+                ConfigState::Drifted(_) => entry.0 += 1,
+                ConfigState::Degraded(_) => entry.1 += 1,
+                _ => {}
+            }
+        }
+        for (pool, (drifted, not_drift)) in per_pool {
+            self.metrics.drift.set_pool(&pool, drifted, not_drift);
+        }
+        let mut held: Vec<(String, usize)> = Vec::new();
+        for remediation in self.remediations.state() {
+            let Some(status) = &remediation.status else {
+                continue;
+            };
+            if status.phase != crate::api::DriftPhase::Pending {
+                continue;
+            }
+            if let Some(condition) = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Held" && c.status == "True")
+            {
+                match held.iter_mut().find(|(r, _)| *r == condition.reason) {
+                    Some(entry) => entry.1 += 1,
+                    None => held.push((condition.reason.clone(), 1)),
+                }
+            }
+        }
+        let counts: Vec<(&str, usize)> = held.iter().map(|(r, n)| (r.as_str(), *n)).collect();
+        self.metrics.drift.set_held(&counts);
+    }
+}
+
+/// Options of [`run`].
+#[derive(Debug, Clone)]
+pub struct DriftOptions {
+    /// The Events' reporting instance.
+    pub instance: String,
+    /// How soon to look again while waiting.
+    pub poll: Duration,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Whether this replica may write.
+    pub leadership: Leadership,
+    /// The helper pods' image when the policy names none (the controller's own image).
+    pub helper_image: String,
+}
+
+impl Default for DriftOptions {
+    fn default() -> Self {
+        DriftOptions {
+            instance: "baremend".into(),
+            poll: Duration::from_secs(2),
+            metrics: Arc::new(Metrics::new()),
+            leadership: Leadership::unconditional(),
+            helper_image: "baremend:latest".into(),
+        }
+    }
+}
+
+/// Whether the API serves MachineConfigPools (an OpenShift cluster with the MCO).
+pub async fn mco_served(client: &Client) -> bool {
+    let pools: Api<MachineConfigPool> = Api::all(client.clone());
+    pools
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .is_ok()
+}
+
+/// Runs the coordinator until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    options: DriftOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<()> {
+    let config = watcher::Config::default();
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let node_stream = watcher(Api::<Node>::all(client.clone()), config.clone())
+        .default_backoff()
+        .modify(crate::remediation::slim::node)
+        .reflect(node_writer)
+        .touched_objects();
+    let (pools, pool_writer) = reflector::store::<MachineConfigPool>();
+    let pool_stream = watcher(
+        Api::<MachineConfigPool>::all(client.clone()),
+        config.clone(),
+    )
+    .default_backoff()
+    .reflect(pool_writer)
+    .touched_objects();
+    let (remediations, remediation_writer) = reflector::store::<DriftRemediation>();
+    let remediation_stream = watcher(Api::<DriftRemediation>::all(client.clone()), config.clone())
+        .default_backoff()
+        .reflect(remediation_writer)
+        .touched_objects();
+    let (machine_remediations, machine_writer) = reflector::store::<Remediation>();
+    let machine_stream = watcher(Api::<Remediation>::all(client.clone()), config.clone())
+        .default_backoff()
+        .reflect(machine_writer)
+        .touched_objects();
+    let (policies, policy_writer) = reflector::store::<DriftPolicy>();
+    let policy_stream = watcher(Api::<DriftPolicy>::all(client.clone()), config.clone())
+        .default_backoff()
+        .reflect(policy_writer)
+        .touched_objects();
+    // MachineConfigNodes are optional (served from OpenShift 4.15 on): without them the
+    // store stays empty and the annotations decide.
+    let (mcns, mcn_writer) = reflector::store::<MachineConfigNode>();
+    let mcn_served = {
+        let api: Api<MachineConfigNode> = Api::all(client.clone());
+        api.list(&kube::api::ListParams::default().limit(1))
+            .await
+            .is_ok()
+    };
+    let mcn_task = mcn_served.then(|| {
+        let stream = watcher(
+            Api::<MachineConfigNode>::all(client.clone()),
+            config.clone(),
+        )
+        .default_backoff()
+        .reflect(mcn_writer)
+        .touched_objects();
+        tokio::spawn(stream.for_each(|_| async {}))
+    });
+    let context = Arc::new(DriftContext {
+        client: client.clone(),
+        nodes: nodes.clone(),
+        pools,
+        mcns,
+        remediations: remediations.clone(),
+        machine_remediations,
+        policies,
+        clock,
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: "baremend-drift".into(),
+                instance: Some(options.instance.clone()),
+            },
+        ),
+        poll: options.poll,
+        metrics: options.metrics,
+        leadership: options.leadership,
+        helper_image: options.helper_image,
+        reported: Mutex::new(HashMap::new()),
+        starts: tokio::sync::Mutex::new(()),
+    });
+    let gauges = {
+        let context = context.clone();
+        tokio::spawn(async move {
+            loop {
+                context.refresh_metrics();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    let store = remediations.clone();
+    let by_node = move |remediation: DriftRemediation| {
+        let mut wake = vec![ObjectRef::<Node>::new(&remediation.spec.node_name)];
+        // An ended remediation frees budget: wake the held ones.
+        if remediation
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_terminal())
+        {
+            wake.extend(
+                store
+                    .state()
+                    .iter()
+                    .filter(|r| r.status.as_ref().is_some_and(|s| !s.phase.is_terminal()))
+                    .map(|r| ObjectRef::new(&r.spec.node_name)),
+            );
+        }
+        wake
+    };
+    let reconcile_all = futures_util::stream::select(
+        futures_util::stream::select(pool_stream.map(|_| ()), policy_stream.map(|_| ())),
+        machine_stream.map(|_| ()),
+    );
+    Controller::for_stream(node_stream, nodes)
+        .watches_stream(remediation_stream, by_node)
+        .reconcile_all_on(reconcile_all)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context.clone())
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                warn!(%error, "drift reconcile failed");
+            }
+        })
+        .await;
+    gauges.abort();
+    if let Some(task) = mcn_task {
+        task.abort();
+    }
+    info!("drift coordinator stopped");
+    Ok(())
+}
+
+async fn reconcile(node: Arc<Node>, context: Arc<DriftContext>) -> Result<Action> {
+    let span = tracing::info_span!("drift", node = %node.name_any());
+    if !context.caches_ready() {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    Pass::new(node, context).run().instrument(span).await
+}
+
+fn error_policy(node: Arc<Node>, error: &Error, context: Arc<DriftContext>) -> Action {
+    warn!(node = %node.name_any(), %error, "drift step failed; retrying");
+    Action::requeue(context.poll.max(Duration::from_secs(1)))
+}

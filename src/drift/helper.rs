@@ -1,0 +1,242 @@
+//! The short-lived helper pod that does the one file operation on a node (what
+//! `oc debug node/X -- chroot /host touch /run/machine-config-daemon-force` does): pinned to
+//! the node, privileged, the node's root mounted at `/host`, running `baremend host-file`.
+//! Restored content travels in a Secret mounted read-only, never in the pod spec, and both
+//! are owned by the DriftRemediation so they are collected with it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::json;
+
+use crate::api::mco::FORCE_FILE;
+
+/// The label that ties a helper pod or Secret to its DriftRemediation.
+pub const REMEDIATION_LABEL: &str = "baremend.io/drift-remediation";
+
+/// What a helper does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HelperOp {
+    /// Create the forcefile.
+    Force,
+    /// Remove the forcefile (an abort, or a request not picked up).
+    Unforce,
+    /// Write a file back from the Secret (`content` key).
+    Install {
+        /// The path.
+        path: String,
+        /// Permission bits.
+        mode: u32,
+        /// SHA-256 of the content.
+        sha256: String,
+    },
+    /// Set a file's permission bits.
+    Chmod {
+        /// The path.
+        path: String,
+        /// Permission bits.
+        mode: u32,
+    },
+}
+
+impl HelperOp {
+    /// The suffix of the helper's name.
+    pub fn suffix(&self) -> &'static str {
+        match self {
+            HelperOp::Force => "force",
+            HelperOp::Unforce => "unforce",
+            HelperOp::Install { .. } => "install",
+            HelperOp::Chmod { .. } => "chmod",
+        }
+    }
+
+    fn arguments(&self) -> Vec<String> {
+        let mut words: Vec<String> = ["baremend", "host-file", "--root", "/host"]
+            .iter()
+            .map(|w| w.to_string())
+            .collect();
+        match self {
+            HelperOp::Force => words.extend(["touch".into(), FORCE_FILE.into()]),
+            HelperOp::Unforce => words.extend(["remove".into(), FORCE_FILE.into()]),
+            HelperOp::Install { path, mode, sha256 } => words.extend([
+                "install".into(),
+                path.clone(),
+                "--from".into(),
+                "/content/content".into(),
+                "--mode".into(),
+                format!("{mode:04o}"),
+                "--sha256".into(),
+                sha256.clone(),
+            ]),
+            HelperOp::Chmod { path, mode } => words.extend([
+                "chmod".into(),
+                path.clone(),
+                "--mode".into(),
+                format!("{mode:04o}"),
+            ]),
+        }
+        words
+    }
+}
+
+/// Where and as whom a helper runs.
+#[derive(Debug, Clone)]
+pub struct HelperTarget<'a> {
+    /// The DriftRemediation's name (the helper's name starts with it).
+    pub remediation: &'a str,
+    /// Its UID (for the owner reference).
+    pub uid: &'a str,
+    /// The node.
+    pub node: &'a str,
+    /// The namespace.
+    pub namespace: &'a str,
+    /// The image (it carries the `baremend` command).
+    pub image: &'a str,
+}
+
+fn meta(target: &HelperTarget<'_>, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(target.namespace.into()),
+        labels: Some(BTreeMap::from([
+            ("app.kubernetes.io/managed-by".into(), "baremend".into()),
+            (REMEDIATION_LABEL.into(), target.remediation.into()),
+        ])),
+        owner_references: Some(vec![OwnerReference {
+            api_version: "baremend.io/v1alpha1".into(),
+            kind: "DriftRemediation".into(),
+            name: target.remediation.into(),
+            uid: target.uid.into(),
+            ..OwnerReference::default()
+        }]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The name of a helper pod (and of its content Secret).
+pub fn helper_name(remediation: &str, op: &HelperOp) -> String {
+    format!("{remediation}-{}", op.suffix())
+}
+
+/// The helper pod for `op`.
+pub fn pod(target: &HelperTarget<'_>, op: &HelperOp) -> Pod {
+    let name = helper_name(target.remediation, op);
+    let mut mounts = vec![json!({"name": "host", "mountPath": "/host"})];
+    let mut volumes = vec![json!({"name": "host", "hostPath": {"path": "/", "type": "Directory"}})];
+    if matches!(op, HelperOp::Install { .. }) {
+        mounts.push(json!({"name": "content", "mountPath": "/content", "readOnly": true}));
+        volumes
+            .push(json!({"name": "content", "secret": {"secretName": name, "defaultMode": 0o400}}));
+    }
+    let spec = json!({
+        "nodeName": target.node,
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": 300,
+        "priorityClassName": "system-node-critical",
+        "tolerations": [{"operator": "Exists"}],
+        "automountServiceAccountToken": false,
+        "containers": [{
+            "name": "host-file",
+            "image": target.image,
+            "command": op.arguments(),
+            "securityContext": {"privileged": true, "runAsUser": 0},
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+            "volumeMounts": mounts,
+        }],
+        "volumes": volumes,
+    });
+    Pod {
+        metadata: meta(target, name),
+        // The JSON above is a valid PodSpec by construction; a failure would be a bug here.
+        spec: serde_json::from_value(spec).ok(),
+        status: None,
+    }
+}
+
+/// The Secret that carries restored content to an install helper.
+pub fn content_secret(target: &HelperTarget<'_>, op: &HelperOp, content: Vec<u8>) -> Secret {
+    Secret {
+        metadata: meta(target, helper_name(target.remediation, op)),
+        data: Some(BTreeMap::from([("content".into(), ByteString(content))])),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    }
+}
+
+/// How a helper pod ended: None while running, Ok(message) or Err(message).
+pub fn outcome(pod: &Pod) -> Option<Result<String, String>> {
+    let status = pod.status.as_ref()?;
+    let message = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+        .unwrap_or_default();
+    match status.phase.as_deref() {
+        Some("Succeeded") => Some(Ok(message)),
+        Some("Failed") => Some(Err(if message.is_empty() {
+            status
+                .reason
+                .clone()
+                .unwrap_or_else(|| "the helper pod failed".into())
+        } else {
+            message
+        })),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> HelperTarget<'static> {
+        HelperTarget {
+            remediation: "worker-0-1",
+            uid: "u-1",
+            node: "worker-0",
+            namespace: "baremend",
+            image: "baremend:dev",
+        }
+    }
+
+    #[test]
+    fn the_force_helper_is_pinned_privileged_and_owned() {
+        let pod = pod(&target(), &HelperOp::Force);
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("worker-0"));
+        let container = &spec.containers[0];
+        assert_eq!(
+            container.command.as_ref().unwrap().join(" "),
+            "baremend host-file --root /host touch /run/machine-config-daemon-force"
+        );
+        assert_eq!(
+            container.security_context.as_ref().unwrap().privileged,
+            Some(true)
+        );
+        assert_eq!(pod.metadata.owner_references.unwrap()[0].uid, "u-1");
+        assert_eq!(pod.metadata.name.as_deref(), Some("worker-0-1-force"));
+    }
+
+    #[test]
+    fn an_install_helper_reads_its_content_from_a_mounted_secret() {
+        let op = HelperOp::Install {
+            path: "/etc/a".into(),
+            mode: 0o600,
+            sha256: "ab".into(),
+        };
+        let pod = pod(&target(), &op);
+        let text = serde_json::to_string(&pod).unwrap();
+        assert!(
+            text.contains("\"secretName\":\"worker-0-1-install\""),
+            "{text}"
+        );
+        assert!(text.contains("--mode\",\"0600\""), "{text}");
+        let secret = content_secret(&target(), &op, b"secret bytes".to_vec());
+        assert_eq!(secret.metadata.name.as_deref(), Some("worker-0-1-install"));
+        // The content is in the Secret, not in the pod.
+        assert!(!text.contains("secret bytes"));
+    }
+}

@@ -1,0 +1,190 @@
+//! The drift coordinator's metrics, under the names the seed ADR's dashboards and alerts
+//! expect (`mco_…`, no `baremend_` prefix): drift per pool, remediation outcomes and
+//! durations, held starts and reboots per node.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// A pool.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    /// The MachineConfigPool.
+    pub pool: String,
+}
+
+/// An outcome of an action.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `Force` or `Restore`.
+    pub action: String,
+    /// `Succeeded`, `SelfHealed`, `Failed`, `Aborted`, `Escalated`.
+    pub outcome: String,
+    /// The failure reason (empty unless Failed).
+    pub reason: String,
+}
+
+/// A held start.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeldLabels {
+    /// The gate (`PoolBudget`, `BlockedByPodDisruptionBudget`, …).
+    pub reason: String,
+}
+
+/// A node of a pool.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    /// The Node.
+    pub node: String,
+    /// Its pool.
+    pub pool: String,
+}
+
+/// Every drift metric.
+#[derive(Debug)]
+pub struct DriftMetrics {
+    detected: Family<PoolLabels, Gauge>,
+    count: Family<PoolLabels, Gauge>,
+    not_drift: Family<PoolLabels, Gauge>,
+    outcomes: Family<OutcomeLabels, Counter>,
+    duration: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
+    held: Family<HeldLabels, Gauge>,
+    reboots: Family<NodeLabels, Gauge>,
+}
+
+/// The gates a start can be held by (each gets a series at 0).
+pub const HELD_REASONS: [&str; 6] = [
+    "PoolRollingOut",
+    "PausedPoolNeedsApproval",
+    "SingleNodeNeedsApproval",
+    "ControlPlaneBusy",
+    "PoolBudget",
+    "BlockedByPodDisruptionBudget",
+];
+
+fn duration_histogram() -> Histogram {
+    // 1 s .. about 9 h: a restore takes seconds, a blocked drain hours.
+    Histogram::new(exponential_buckets(1.0, 2.0, 16))
+}
+
+impl DriftMetrics {
+    /// Registers the metrics (in a registry without a prefix).
+    pub fn register(registry: &mut Registry) -> Self {
+        let detected = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "mco_node_config_drift_detected",
+            "1 while at least one node of the pool has drifted from its rendered MachineConfig",
+            detected.clone(),
+        );
+        let count = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "mco_node_config_drift_count",
+            "Nodes of the pool drifted from their rendered MachineConfig",
+            count.clone(),
+        );
+        let not_drift = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "mco_node_degraded_not_drift",
+            "Degraded nodes of the pool whose cause is not drift (left to their owners)",
+            not_drift.clone(),
+        );
+        let outcomes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "mco_remediations",
+            "Drift remediations ended, by action, outcome and reason",
+            outcomes.clone(),
+        );
+        let duration: Family<OutcomeLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(duration_histogram);
+        registry.register(
+            "mco_remediation_duration_seconds",
+            "Time from drift detection to the end of its remediation",
+            duration.clone(),
+        );
+        let held = Family::<HeldLabels, Gauge>::default();
+        registry.register(
+            "mco_remediations_held",
+            "Drift remediations whose start a gate holds, by gate",
+            held.clone(),
+        );
+        for reason in HELD_REASONS {
+            held.get_or_create(&HeldLabels {
+                reason: reason.into(),
+            })
+            .set(0);
+        }
+        let reboots = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "mco_node_reboot_frequency",
+            "Reboots by drift remediations in the last 24 hours, per node",
+            reboots.clone(),
+        );
+        DriftMetrics {
+            detected,
+            count,
+            not_drift,
+            outcomes,
+            duration,
+            held,
+            reboots,
+        }
+    }
+
+    /// Sets a pool's drift gauges.
+    pub fn set_pool(&self, pool: &str, drifted: usize, not_drift: usize) {
+        let labels = PoolLabels { pool: pool.into() };
+        self.detected
+            .get_or_create(&labels)
+            .set(i64::from(drifted > 0));
+        self.count
+            .get_or_create(&labels)
+            .set(i64::try_from(drifted).unwrap_or(i64::MAX));
+        self.not_drift
+            .get_or_create(&labels)
+            .set(i64::try_from(not_drift).unwrap_or(i64::MAX));
+    }
+
+    /// A remediation ended.
+    pub fn ended(&self, action: &str, outcome: &str, reason: &str, took: Duration) {
+        let labels = OutcomeLabels {
+            action: action.into(),
+            outcome: outcome.into(),
+            reason: reason.into(),
+        };
+        self.outcomes.get_or_create(&labels).inc();
+        self.duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// Sets the held gauges from counts per reason.
+    pub fn set_held(&self, counts: &[(&str, usize)]) {
+        for reason in HELD_REASONS {
+            let count = counts
+                .iter()
+                .filter(|(r, _)| *r == reason)
+                .map(|(_, n)| *n)
+                .sum::<usize>();
+            self.held
+                .get_or_create(&HeldLabels {
+                    reason: reason.into(),
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Sets a node's reboots in the last 24 hours.
+    pub fn set_reboots(&self, node: &str, pool: &str, reboots: usize) {
+        self.reboots
+            .get_or_create(&NodeLabels {
+                node: node.into(),
+                pool: pool.into(),
+            })
+            .set(i64::try_from(reboots).unwrap_or(i64::MAX));
+    }
+}

@@ -1,0 +1,423 @@
+//! One pass over one Node: classify it, open a DriftRemediation for new drift, or drive the
+//! open one a step — observations gathered here, the decision taken by [`super::plan`], every
+//! step persisted before it acts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+
+use super::budget::may_start;
+use super::classify::{ConfigState, classify};
+use super::controller::DriftContext;
+use super::observe::{self, attempt_number, node_observation, pool_of, pool_view};
+use super::pdb::blocking_budgets;
+use super::plan::{Action as PlanAction, Observed, PlanPolicy, next_step};
+use crate::api::mco::MachineConfigPool;
+use crate::api::{
+    DriftAction, DriftPhase, DriftPolicySpec, DriftRemediation, DriftRemediationSpec,
+    DriftRemediationStatus, StepTime,
+};
+use crate::remediation::state::{rfc3339, since_epoch};
+use crate::{Error, Result};
+
+/// One pass.
+pub struct Pass {
+    pub(super) node: Arc<Node>,
+    pub(super) name: String,
+    pub(super) context: Arc<DriftContext>,
+    pub(super) policy: DriftPolicySpec,
+}
+
+fn plan_policy(policy: &DriftPolicySpec, poll: Duration) -> PlanPolicy {
+    let s = Duration::from_secs;
+    PlanPolicy {
+        action: match policy.action {
+            DriftAction::Force => PlanAction::Force,
+            DriftAction::Restore => PlanAction::Restore,
+        },
+        debounce: s(policy.debounce_seconds),
+        pickup_timeout: s(policy.timeouts.pickup_seconds),
+        drain_timeout: s(policy.timeouts.drain_seconds),
+        reboot_timeout: s(policy.timeouts.reboot_seconds),
+        restore_timeout: s(policy.timeouts.restore_seconds),
+        apply_timeout: s(policy.timeouts.apply_seconds),
+        max_attempts: policy.max_attempts,
+        escalate: policy.escalate_to_machine_remediation,
+        poll,
+    }
+}
+
+pub(super) fn record(
+    status: &mut DriftRemediationStatus,
+    step: &str,
+    phase: Option<DriftPhase>,
+    now: &str,
+) {
+    status.steps.push(StepTime {
+        step: step.into(),
+        attempt: 1,
+        time: now.into(),
+    });
+    if let Some(phase) = phase
+        && phase != status.phase
+    {
+        status.phase = phase;
+        status.phase_since = Some(now.into());
+    }
+}
+
+impl Pass {
+    /// A pass over `node`.
+    pub fn new(node: Arc<Node>, context: Arc<DriftContext>) -> Self {
+        let policy = context.policy();
+        Pass {
+            name: node.name_any(),
+            node,
+            context,
+            policy,
+        }
+    }
+
+    fn api(&self) -> Api<DriftRemediation> {
+        Api::all(self.context.client.clone())
+    }
+
+    pub(super) fn remediations(&self) -> Vec<Arc<DriftRemediation>> {
+        let mut all: Vec<Arc<DriftRemediation>> = self
+            .context
+            .remediations
+            .state()
+            .into_iter()
+            .filter(|r| r.spec.node_name == self.name)
+            .collect();
+        all.sort_by_key(|r| attempt_number(r));
+        all
+    }
+
+    /// Runs the pass.
+    pub async fn run(self) -> Result<Action> {
+        let all = self.remediations();
+        let state = classify(self.node.annotations());
+        // Terminal ones may still owe a cleanup (a forcefile that was not picked up).
+        for ended in all.iter().filter(|r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.phase.is_terminal() && s.force_file_written)
+        }) {
+            self.clean_up(ended).await?;
+        }
+        let open = all
+            .iter()
+            .rev()
+            .find(|r| !r.status.as_ref().is_some_and(|s| s.phase.is_terminal()));
+        if let Some(open) = open {
+            let mut remediation = DriftRemediation::clone(open);
+            return self.drive(&mut remediation, &state).await;
+        }
+        match &state {
+            ConfigState::Drifted(drift) => {
+                let latest = all.last();
+                // An aborted remediation of the same drift is the admin's "leave it".
+                let aborted_same = latest.is_some_and(|r| {
+                    r.status.as_ref().map(|s| s.phase) == Some(DriftPhase::Aborted)
+                        && r.spec.kind == drift.kind
+                        && r.spec.target == drift.target
+                });
+                if !aborted_same {
+                    let next = latest.map_or(0, |r| attempt_number(r)) + 1;
+                    self.open(drift, next).await?;
+                }
+            }
+            ConfigState::Degraded(why) => self.report_not_drift(&why.to_string()).await,
+            _ => {
+                if let Ok(mut reported) = self.context.reported.lock() {
+                    reported.remove(&self.name);
+                }
+            }
+        }
+        Ok(Action::await_change())
+    }
+
+    async fn report_not_drift(&self, why: &str) {
+        let changed = match self.context.reported.lock() {
+            Ok(mut reported) => {
+                reported
+                    .insert(self.name.clone(), why.to_string())
+                    .as_deref()
+                    != Some(why)
+            }
+            Err(_) => false,
+        };
+        if changed {
+            let reason = self
+                .node
+                .annotations()
+                .get(crate::api::mco::REASON)
+                .cloned()
+                .unwrap_or_default();
+            let note = format!("not config drift ({why}); left to its owner: {reason}");
+            self.node_event(true, "NotDrift", note).await;
+        }
+    }
+
+    async fn open(&self, drift: &super::classify::Drift, attempt: u64) -> Result<()> {
+        self.context.leadership.ensure()?;
+        let pools = self.context.pools.state();
+        let pool = pool_of(&self.node, &pools)
+            .map(|p| p.name_any())
+            .unwrap_or_default();
+        let name = format!("{}-{attempt}", self.name);
+        let rendered = self
+            .node
+            .annotations()
+            .get(crate::api::mco::CURRENT_CONFIG)
+            .cloned()
+            .unwrap_or_default();
+        let mut object = DriftRemediation::new(
+            &name,
+            DriftRemediationSpec {
+                node_name: self.name.clone(),
+                pool,
+                kind: drift.kind,
+                target: drift.target.clone(),
+                rendered_config: rendered,
+                action: self.policy.action,
+                abort: false,
+            },
+        );
+        let created = match self.api().create(&PostParams::default(), &object).await {
+            Ok(created) => created,
+            // Another pass (or a replica before us) made it; the next pass drives it.
+            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+            Err(e) => return Err(Error::kube("CreateDriftRemediation")(e)),
+        };
+        object = created;
+        let now = rfc3339(self.context.clock.now());
+        let mut status = DriftRemediationStatus {
+            detected_at: Some(now.clone()),
+            reason: self
+                .node
+                .annotations()
+                .get(crate::api::mco::REASON)
+                .cloned(),
+            expected_sha256: self.expected_digest(&object).await,
+            ..DriftRemediationStatus::default()
+        };
+        record(
+            &mut status,
+            "DriftDetected",
+            Some(DriftPhase::Debouncing),
+            &now,
+        );
+        self.persist(&mut object, status).await?;
+        let note = format!(
+            "{} drift on {} (against {}); waiting {} s for it to heal by itself",
+            drift.kind, drift.target, object.spec.rendered_config, self.policy.debounce_seconds
+        );
+        self.event(&object, false, "DriftDetected", note).await;
+        Ok(())
+    }
+
+    /// The SHA-256 of the drifted file's expected content, from the rendered config.
+    async fn expected_digest(&self, remediation: &DriftRemediation) -> Option<String> {
+        let expected = self.expected(remediation).await.ok()?;
+        expected.digest()
+    }
+
+    pub(super) async fn expected(
+        &self,
+        remediation: &DriftRemediation,
+    ) -> std::result::Result<super::content::Expected, String> {
+        let configs: Api<crate::api::mco::MachineConfig> = Api::all(self.context.client.clone());
+        let config = configs
+            .get(&remediation.spec.rendered_config)
+            .await
+            .map_err(|e| format!("cannot read {}: {e}", remediation.spec.rendered_config))?;
+        let ignition = config.spec.map(|s| s.config).unwrap_or_default();
+        let state = super::content::ExpectedState::from_configs([&ignition])
+            .map_err(|e| format!("{}: {e}", remediation.spec.rendered_config))?;
+        state
+            .files
+            .get(&remediation.spec.target)
+            .cloned()
+            .ok_or_else(|| {
+                format!(
+                    "{} is not in {}",
+                    remediation.spec.target, remediation.spec.rendered_config
+                )
+            })
+    }
+
+    async fn drive(
+        &self,
+        remediation: &mut DriftRemediation,
+        state: &ConfigState,
+    ) -> Result<Action> {
+        let context = &self.context;
+        let pools = context.pools.state();
+        let pool: Option<&MachineConfigPool> = pool_of(&self.node, &pools);
+        let mcn = context
+            .mcns
+            .get(&kube::runtime::reflector::ObjectRef::new(&self.name));
+        let node = node_observation(&self.node, remediation, pool, mcn.as_deref());
+        let persisted = observe::persisted(remediation);
+        let now_time = context.clock.now();
+        let now = since_epoch(now_time);
+        let policy = plan_policy(&self.policy, context.poll);
+        let phase = persisted.phase;
+        let before_start = matches!(phase, DriftPhase::Pending);
+        let _start_lock = if before_start {
+            Some(context.starts.lock().await)
+        } else {
+            None
+        };
+        let gates = match (before_start, pool) {
+            (true, Some(pool)) => {
+                let nodes = context.nodes.state();
+                let drift_busy = |n: &str| {
+                    context.remediations.state().iter().any(|r| {
+                        r.spec.node_name == n
+                            && r.status.as_ref().is_some_and(|s| {
+                                matches!(
+                                    s.phase,
+                                    DriftPhase::ForceRequested
+                                        | DriftPhase::Applying
+                                        | DriftPhase::Restoring
+                                )
+                            })
+                    })
+                };
+                let machine_busy = |n: &str| {
+                    context.machine_remediations.state().iter().any(|r| {
+                        r.spec.node_name.as_deref() == Some(n)
+                            && !r.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+                    })
+                };
+                let view = pool_view(pool, &nodes, &self.node, &drift_busy, &machine_busy);
+                may_start(&view, &self.name)
+            }
+            _ => Ok(()),
+        };
+        let needs_budgets =
+            (before_start && policy.action == PlanAction::Force) || phase == DriftPhase::Applying;
+        let blocking = if needs_budgets {
+            self.blocking_budgets().await?
+        } else {
+            Vec::new()
+        };
+        let window = Duration::from_secs(self.policy.recurrence_window_seconds);
+        let recent_attempts = self
+            .remediations()
+            .iter()
+            .filter(|r| r.name_any() != remediation.name_any())
+            .filter_map(|r| r.status.as_ref().map(|s| (s.phase, s.detected_at.clone())))
+            .filter(|(phase, _)| {
+                matches!(
+                    phase,
+                    DriftPhase::Succeeded | DriftPhase::Failed | DriftPhase::Escalated
+                )
+            })
+            .filter(|(_, at)| {
+                at.as_deref()
+                    .map(crate::remediation::state::parse_rfc3339)
+                    .is_some_and(|at| now.saturating_sub(at) <= window)
+            })
+            .count();
+        let observed = Observed {
+            now,
+            node: Some(node.clone()),
+            gates,
+            blocking,
+            recent_attempts: u32::try_from(recent_attempts).unwrap_or(u32::MAX),
+        };
+        let step = next_step(&persisted, &observed, &policy);
+        tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
+        let _ = state;
+        self.act(remediation, step, &node).await
+    }
+
+    async fn blocking_budgets(&self) -> Result<Vec<super::pdb::Blocking>> {
+        let pods: Api<Pod> = Api::all(self.context.client.clone());
+        let on_node = pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.name)))
+            .await
+            .map_err(Error::kube("ListPodsOnNode"))?
+            .items;
+        if on_node.is_empty() {
+            return Ok(Vec::new());
+        }
+        let budgets: Api<PodDisruptionBudget> = Api::all(self.context.client.clone());
+        let budgets = budgets
+            .list(&ListParams::default())
+            .await
+            .map_err(Error::kube("ListPodDisruptionBudgets"))?
+            .items;
+        Ok(blocking_budgets(&on_node, &budgets))
+    }
+
+    pub(super) fn ended(&self, remediation: &DriftRemediation, outcome: &str, reason: &str) {
+        let detected = remediation
+            .status
+            .as_ref()
+            .and_then(|s| s.detected_at.as_deref())
+            .map(crate::remediation::state::parse_rfc3339)
+            .unwrap_or_default();
+        let took = since_epoch(self.context.clock.now()).saturating_sub(detected);
+        let action = format!("{:?}", remediation.spec.action);
+        self.context
+            .metrics
+            .drift
+            .ended(&action, outcome, reason, took);
+    }
+
+    pub(super) async fn persist(
+        &self,
+        remediation: &mut DriftRemediation,
+        status: DriftRemediationStatus,
+    ) -> Result<()> {
+        self.context.leadership.ensure()?;
+        let mut object = remediation.clone();
+        object.status = Some(status);
+        *remediation = self
+            .api()
+            .replace_status(&remediation.name_any(), &PostParams::default(), &object)
+            .await
+            .map_err(Error::kube("PersistDriftRemediation"))?;
+        Ok(())
+    }
+
+    async fn node_event(&self, warning: bool, reason: &str, note: String) {
+        let node = self.node.object_ref(&());
+        crate::events::publish(
+            &self.context.recorder,
+            warning,
+            reason,
+            &note,
+            &[(node, None)],
+        )
+        .await;
+    }
+
+    /// An Event on the Node, its pool and the DriftRemediation, each naming another.
+    pub(super) async fn event(
+        &self,
+        remediation: &DriftRemediation,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let own = remediation.object_ref(&());
+        let node = self.node.object_ref(&());
+        let pools = self.context.pools.state();
+        let mut pairs = vec![(node.clone(), Some(own.clone())), (own.clone(), Some(node))];
+        if let Some(pool) = pool_of(&self.node, &pools) {
+            pairs.push((pool.object_ref(&()), Some(own)));
+        }
+        crate::events::publish(&self.context.recorder, warning, reason, &note, &pairs).await;
+    }
+}

@@ -1,0 +1,429 @@
+//! The drift coordinator end to end: the simulated cluster with its Machine Config Operator
+//! (a daemon per node validating a simulated disk, the drain controller, pools) and the
+//! coordinator on a real kube client.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baremend::api::{DriftPhase, DriftRemediation};
+use baremend::drift::controller::{DriftOptions, run};
+use baremend::metrics::Metrics;
+use baremend::remediation::state::SystemClock;
+use baremend_sim::cluster::local::{EVENTS, Local, MCPS, NAMESPACES, NODES, PDBS, PODS};
+use baremend_sim::cluster::mco::FORCE_FILE;
+use baremend_sim::cluster::mco::disk::SimFile;
+use baremend_sim::cluster::timing::Timing;
+use baremend_sim::cluster::{ClusterSpec, SimCluster};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+mod common;
+
+struct Lab {
+    cluster: SimCluster,
+    client: Client,
+    api: Local,
+    metrics: Arc<Metrics>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+const STATE: &str = "machineconfiguration.openshift.io/state";
+
+impl Lab {
+    async fn start(workers: usize, max_unavailable: Value, policy: Value) -> Lab {
+        let spec = ClusterSpec {
+            masters: 1,
+            workers,
+            timing: Timing::fast(),
+            mco: true,
+            mco_max_unavailable: max_unavailable,
+            ..ClusterSpec::default()
+        };
+        let common::cluster::Prepared {
+            cluster,
+            client,
+            api,
+        } = common::cluster::prepare(spec, json!({})).await;
+        api.create(NAMESPACES, "", json!({"metadata": {"name": "baremend"}}))
+            .unwrap();
+        let policies: Api<baremend::api::DriftPolicy> = Api::all(client.clone());
+        let mut spec = json!({"debounceSeconds": 1, "timeouts": {"pickupSeconds": 10, "drainSeconds": 4, "rebootSeconds": 10, "restoreSeconds": 10, "applySeconds": 30}});
+        if let (Some(base), Some(extra)) = (spec.as_object_mut(), policy.as_object()) {
+            for (k, v) in extra {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+        let policy =
+            serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": spec})).unwrap();
+        policies
+            .create(&PostParams::default(), &policy)
+            .await
+            .unwrap();
+        let mut lab = Lab {
+            cluster,
+            client,
+            api,
+            metrics: Arc::new(Metrics::new()),
+            stop: None,
+            task: None,
+        };
+        lab.wait("every node Done", || {
+            lab.api
+                .list(NODES, None)
+                .iter()
+                .all(|n| n["metadata"]["annotations"][STATE] == "Done")
+        })
+        .await;
+        lab.start_coordinator();
+        lab
+    }
+
+    fn start_coordinator(&mut self) {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let client = self.client.clone();
+        let metrics = self.metrics.clone();
+        self.stop = Some(stop);
+        self.task = Some(tokio::spawn(async move {
+            run(
+                client,
+                Arc::new(SystemClock),
+                DriftOptions {
+                    poll: Duration::from_millis(100),
+                    metrics,
+                    helper_image: "baremend:test".into(),
+                    ..DriftOptions::default()
+                },
+                async move {
+                    let _ = stopped.await;
+                },
+            )
+            .await
+            .unwrap();
+        }));
+    }
+
+    async fn stop_coordinator(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    async fn wait(&self, what: &str, mut check: impl FnMut() -> bool) {
+        let started = Instant::now();
+        while !check() {
+            assert!(
+                started.elapsed() < Duration::from_secs(40),
+                "timed out waiting for {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn remediation(&self, name: &str) -> Option<DriftRemediation> {
+        let api: Api<DriftRemediation> = Api::all(self.client.clone());
+        api.get_opt(name).await.unwrap()
+    }
+
+    async fn reach(&self, name: &str, phase: DriftPhase) -> DriftRemediation {
+        let started = Instant::now();
+        loop {
+            if let Some(r) = self.remediation(name).await
+                && r.status.as_ref().map(|s| s.phase) == Some(phase)
+            {
+                return r;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(40),
+                "{name} did not reach {phase:?}: {:#?}",
+                self.remediation(name).await.and_then(|r| r.status)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn drift(&self, node: &str) {
+        self.cluster.disk(node).unwrap().put(
+            "/etc/demo/rules.json",
+            SimFile::regular(b"{\"tampered\": true}", 0o644),
+        );
+    }
+
+    fn reboots(&self, node: &str) -> usize {
+        self.cluster.host(node).unwrap().host.power_offs()
+    }
+
+    fn events(&self) -> String {
+        serde_json::to_string(&self.api.list(EVENTS, None)).unwrap()
+    }
+}
+
+fn steps(remediation: &DriftRemediation) -> Vec<String> {
+    remediation
+        .status
+        .as_ref()
+        .map(|s| s.steps.iter().map(|t| t.step.clone()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_force_reapplied_by_the_mco_and_verified() {
+    let mut lab = Lab::start(2, json!(1), json!({})).await;
+    let boots = lab.reboots("worker-0");
+    let drifted_at = Instant::now();
+    lab.drift("worker-0");
+    let first = lab.reach("worker-0-1", DriftPhase::Debouncing).await;
+    assert_eq!(first.spec.target, "/etc/demo/rules.json");
+    assert_eq!(first.spec.pool, "worker");
+    let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    let took = drifted_at.elapsed();
+    assert_eq!(
+        steps(&done),
+        [
+            "DriftDetected",
+            "Debounced",
+            "ForceRequested",
+            "PickedUp",
+            "Drained",
+            "Rebooting",
+            "Rebooted",
+            "Succeeded"
+        ],
+        "{:#?}",
+        done.status
+    );
+    let status = done.status.clone().unwrap();
+    // The expected content is recorded as a hash, never as bytes.
+    assert_eq!(status.expected_sha256.as_ref().map(String::len), Some(64));
+    assert!(lab.reboots("worker-0") > boots);
+    assert!(
+        lab.cluster
+            .disk("worker-0")
+            .unwrap()
+            .get(FORCE_FILE)
+            .is_none()
+    );
+    let node = lab.api.get(NODES, "", "worker-0").unwrap();
+    assert_eq!(node["metadata"]["annotations"][STATE], "Done");
+    assert_ne!(node["spec"]["unschedulable"], true);
+    // The helper pod is gone once the MCD took the forcefile.
+    assert!(lab.api.list(PODS, Some("baremend")).is_empty());
+    let events = lab.events();
+    for reason in ["DriftDetected", "ForceRequested", "PickedUp", "Succeeded"] {
+        assert!(
+            events.contains(&format!("\"reason\":\"{reason}\"")),
+            "{reason}"
+        );
+    }
+    let metrics = lab.metrics.encode();
+    assert!(
+        metrics.contains(
+            "mco_remediations_total{action=\"Force\",outcome=\"Succeeded\",reason=\"\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains("mco_remediation_duration_seconds_count{action=\"Force\",outcome=\"Succeeded\",reason=\"\"} 1"));
+    println!("drift to verified Done: {took:?}");
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_reverted_within_the_debounce_self_heals_with_no_action() {
+    let mut lab = Lab::start(1, json!(1), json!({"debounceSeconds": 5})).await;
+    let disk = lab.cluster.disk("worker-0").unwrap().clone();
+    let original = disk.get("/etc/demo/rules.json").unwrap();
+    let boots = lab.reboots("worker-0");
+    lab.drift("worker-0");
+    lab.reach("worker-0-1", DriftPhase::Debouncing).await;
+    disk.put("/etc/demo/rules.json", original);
+    let healed = lab.reach("worker-0-1", DriftPhase::SelfHealed).await;
+    assert_eq!(steps(&healed), ["DriftDetected", "SelfHealed"]);
+    assert_eq!(lab.reboots("worker-0"), boots);
+    assert!(
+        lab.api.list(PODS, Some("baremend")).is_empty(),
+        "no helper was started"
+    );
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_drifted_nodes_of_a_pool_with_max_unavailable_one_go_one_at_a_time() {
+    let mut lab = Lab::start(2, json!(1), json!({})).await;
+    lab.drift("worker-0");
+    lab.drift("worker-1");
+    let a = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    let b = lab.reach("worker-1-1", DriftPhase::Succeeded).await;
+    let time = |r: &DriftRemediation, step: &str| {
+        r.status
+            .as_ref()
+            .unwrap()
+            .steps
+            .iter()
+            .find(|s| s.step == step)
+            .map(|s| s.time.clone())
+            .unwrap()
+    };
+    // One finished before the other started.
+    let (first, second) = if time(&a, "ForceRequested") < time(&b, "ForceRequested") {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    assert!(
+        time(first, "Succeeded") <= time(second, "ForceRequested"),
+        "{:#?} {:#?}",
+        first.status,
+        second.status
+    );
+    let held = second
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Held")
+        .cloned()
+        .unwrap();
+    assert_eq!(held.status, "False", "the hold was lifted");
+    assert!(lab.events().contains("\"reason\":\"PoolBudget\""));
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_blocked_by_a_pdb_is_refused_up_front_naming_the_budget() {
+    let mut lab = Lab::start(1, json!(1), json!({})).await;
+    // Seed 001: the router's PDB on a single worker allows no disruption.
+    lab.api
+        .create(
+            NAMESPACES,
+            "",
+            json!({"metadata": {"name": "openshift-ingress"}}),
+        )
+        .unwrap();
+    lab.api
+        .create(PODS, "openshift-ingress", json!({"metadata": {"name": "router-default-1", "labels": {"ingresscontroller.operator.openshift.io/deployment-ingresscontroller": "default"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "router-default", "uid": "8c1d2e3f-0000-4000-8000-000000000001", "controller": true}]},
+            "spec": {"nodeName": "worker-0", "containers": [{"name": "router", "image": "router"}]}}))
+        .unwrap();
+    lab.api
+        .create(PDBS, "openshift-ingress", json!({"metadata": {"name": "router-default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"ingresscontroller.operator.openshift.io/deployment-ingresscontroller": "default"}}}}))
+        .unwrap();
+    // A single-worker pool needs the admin's approval first (here on the node).
+    lab.drift("worker-0");
+    lab.wait("held for approval", || {
+        lab.events()
+            .contains("\"reason\":\"SingleNodeNeedsApproval\"")
+    })
+    .await;
+    lab.api
+        .merge(NODES, "", "worker-0", &json!({"metadata": {"annotations": {"baremend.io/approve-drift-remediation": "true"}}}), false)
+        .unwrap();
+    lab.wait("held by the PDB", || {
+        lab.events()
+            .contains("PodDisruptionBudget openshift-ingress/router-default allows no disruption")
+    })
+    .await;
+    let held = lab.remediation("worker-0-1").await.unwrap();
+    let status = held.status.unwrap();
+    assert_eq!(status.phase, DriftPhase::Pending);
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Held")
+        .unwrap();
+    assert_eq!(condition.reason, "BlockedByPodDisruptionBudget");
+    // Nothing was evicted, nothing cordoned, no forcefile.
+    assert!(
+        lab.api
+            .get(PODS, "openshift-ingress", "router-default-1")
+            .is_ok()
+    );
+    assert_ne!(
+        lab.api.get(NODES, "", "worker-0").unwrap()["spec"]["unschedulable"],
+        true
+    );
+    assert!(
+        lab.cluster
+            .disk("worker-0")
+            .unwrap()
+            .get(FORCE_FILE)
+            .is_none()
+    );
+    // The gauges are recounted from the caches every second.
+    lab.wait("the drift and held gauges", || {
+        let metrics = lab.metrics.encode();
+        metrics.contains("mco_node_config_drift_count{pool=\"worker\"} 1")
+            && metrics.contains("mco_node_config_drift_detected{pool=\"worker\"} 1")
+            && metrics.contains("mco_remediations_held{reason=\"BlockedByPodDisruptionBudget\"} 1")
+    })
+    .await;
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_restore_action_writes_the_file_back_without_a_reboot() {
+    let mut lab = Lab::start(2, json!(1), json!({"action": "Restore"})).await;
+    let boots = lab.reboots("worker-0");
+    lab.drift("worker-0");
+    let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    assert_eq!(
+        steps(&done),
+        [
+            "DriftDetected",
+            "Debounced",
+            "RestoreRequested",
+            "Succeeded"
+        ]
+    );
+    assert_eq!(lab.reboots("worker-0"), boots, "no reboot");
+    // Restored from the rendered config's gzip+base64 data URL, byte for byte.
+    let config =
+        lab.cluster.mco().unwrap().rendered["worker"].files["/etc/demo/rules.json"].clone();
+    assert_eq!(
+        lab.cluster
+            .disk("worker-0")
+            .unwrap()
+            .get("/etc/demo/rules.json")
+            .unwrap(),
+        config
+    );
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_pool_holds_until_the_admin_approves() {
+    let mut lab = Lab::start(2, json!(1), json!({})).await;
+    lab.api
+        .merge(
+            MCPS,
+            "",
+            "worker",
+            &json!({"spec": {"paused": true}}),
+            false,
+        )
+        .unwrap();
+    lab.drift("worker-0");
+    lab.wait("held for approval", || {
+        lab.events()
+            .contains("\"reason\":\"PausedPoolNeedsApproval\"")
+    })
+    .await;
+    assert!(
+        lab.cluster
+            .disk("worker-0")
+            .unwrap()
+            .get(FORCE_FILE)
+            .is_none()
+    );
+    lab.api
+        .merge(MCPS, "", "worker", &json!({"metadata": {"annotations": {"baremend.io/approve-drift-remediation": "true"}}}), false)
+        .unwrap();
+    lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    lab.stop_coordinator().await;
+}
