@@ -27,13 +27,14 @@ use crate::power_metrics::PowerMetrics;
 use crate::{Error, Result};
 
 /// Every gate that can hold a start, as named in the `Held` condition's reason.
-pub const GATES: [&str; 6] = [
+pub const GATES: [&str; 7] = [
     "Concurrency",
     "Storm",
     "ControlPlaneDisabled",
     "ControlPlaneBusy",
     "Quorum",
     "OutOfServiceUnsupported",
+    "PlannedReboot",
 ];
 
 /// Labels of a remediation counter.

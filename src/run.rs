@@ -58,6 +58,14 @@ pub struct RunArgs {
     /// BareMetalHost, without a BMC request); 0s turns it off.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub power_poll: Duration,
+    /// Also coordinate the Machine Config Operator's config-drift remediation (where the API
+    /// serves MachineConfigPools). With shards, turn it on in one shard only.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub drift: bool,
+    /// The image of the drift coordinator's helper pods when the DriftPolicy names none
+    /// (the controller's own: it carries `baremend host-file`).
+    #[arg(long, env = "BAREMEND_IMAGE", default_value = "baremend:latest")]
+    pub helper_image: String,
 }
 
 async fn client(args: &RunArgs) -> Result<Client> {
@@ -112,6 +120,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             .instance
             .bytes()
             .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
+        drift_helper_image: args.drift.then(|| args.helper_image.clone()),
     };
     if !args.leader_elect {
         return run_controller(client, Arc::new(SystemClock), options, shutdown).await;

@@ -34,3 +34,8 @@ pub const NODE_MACHINE: &str = "machine.openshift.io/machine";
 
 /// The role label of an OpenShift Machine (`master`, `worker`, …).
 pub const MACHINE_ROLE: &str = "machine.openshift.io/cluster-api-machine-role";
+
+/// On a Node: the drift coordinator asked the MCO for a re-apply that reboots it (the value
+/// names the DriftRemediation). The machine remediation holds its start while it is set —
+/// a planned reboot is not a hung host — until the coordinator ends or hands the node over.
+pub const PLANNED_REBOOT: &str = "baremend.io/planned-reboot";

@@ -109,6 +109,8 @@ impl Pass {
                     self.context.clock.now(),
                 );
                 self.persist(remediation, status).await?;
+                self.set_planned_reboot(Some(&remediation.name_any()))
+                    .await?;
                 self.start_helper(remediation, &HelperOp::Force, None)
                     .await?;
                 self.event(
@@ -161,6 +163,7 @@ impl Pass {
                     self.context.clock.now(),
                 );
                 self.persist(remediation, status).await?;
+                self.set_planned_reboot(None).await?;
                 self.remove_helpers(remediation).await;
                 self.ended(remediation, "Succeeded", "");
                 self.event(
@@ -189,6 +192,8 @@ impl Pass {
             Step::Escalate => {
                 record(&mut status, "Escalated", Some(DriftPhase::Escalated), &now);
                 self.persist(remediation, status).await?;
+                // Handed over: the machine remediation may now take the node.
+                self.set_planned_reboot(None).await?;
                 let machine = self.escalate().await;
                 let note = match machine {
                     Ok(machine) => format!(
@@ -288,6 +293,7 @@ impl Pass {
         upsert_condition(&mut status.conditions, "Failed", true, reason, &text, now);
         upsert_condition(&mut status.conditions, "Held", false, "Ended", "", now);
         self.persist(remediation, status).await?;
+        self.set_planned_reboot(None).await?;
         self.ended(remediation, "Failed", reason);
         self.event(remediation, true, reason, text).await;
         self.clean_up(remediation).await

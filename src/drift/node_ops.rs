@@ -8,7 +8,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use super::helper::{self, HelperOp, HelperTarget};
 use super::pass::Pass;
-use crate::api::annotations::{EXTERNAL_REMEDIATION, NODE_MACHINE};
+use crate::api::annotations::{EXTERNAL_REMEDIATION, NODE_MACHINE, PLANNED_REBOOT};
 use crate::api::{DriftRemediation, StepTime};
 use crate::remediation::state::rfc3339;
 use crate::{Error, Result};
@@ -204,5 +204,26 @@ impl Pass {
             .await
             .map_err(|e| e.to_string())?;
         Ok(format!("{namespace}/{name}"))
+    }
+
+    /// Marks the Node as in a reboot this remediation planned (None: not any more), so that
+    /// the machine remediation does not take it for a hung host.
+    pub(super) async fn set_planned_reboot(&self, by: Option<&str>) -> Result<()> {
+        let now = self
+            .node
+            .annotations()
+            .get(PLANNED_REBOOT)
+            .map(String::as_str);
+        if now == by {
+            return Ok(());
+        }
+        self.context.leadership.ensure()?;
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.context.client.clone());
+        let patch = serde_json::json!({"metadata": {"annotations": {PLANNED_REBOOT: by}}});
+        nodes
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube("AnnotateNode"))?;
+        Ok(())
     }
 }

@@ -115,6 +115,15 @@ impl Pass {
             .iter()
             .rev()
             .find(|r| !r.status.as_ref().is_some_and(|s| s.phase.is_terminal()));
+        // The planned-reboot mark follows the open remediation's phase (set before the
+        // forcefile is written, gone once it ends: also after a crash in between).
+        let rebooting = open.filter(|r| {
+            r.status.as_ref().is_some_and(|s| {
+                matches!(s.phase, DriftPhase::ForceRequested | DriftPhase::Applying)
+            })
+        });
+        self.set_planned_reboot(rebooting.map(|r| r.name_any()).as_deref())
+            .await?;
         if let Some(open) = open {
             let mut remediation = DriftRemediation::clone(open);
             return self.drive(&mut remediation, &state).await;
@@ -200,6 +209,9 @@ impl Pass {
         let now = rfc3339(self.context.clock.now());
         let mut status = DriftRemediationStatus {
             detected_at: Some(now.clone()),
+            // Debouncing is the default phase: its start must be set, not left to the
+            // creation time (whole seconds).
+            phase_since: Some(now.clone()),
             reason: self
                 .node
                 .annotations()

@@ -6,6 +6,7 @@
 //! Node is back, with a per-step timing table. `--scenario power-demo` is the drivers alone.
 
 pub mod chaos;
+mod drift;
 mod power_demo;
 mod scale;
 mod setup;
@@ -37,6 +38,10 @@ pub enum Scenario {
     /// Half the workers hang at once: the storm gate holds every start until an operator
     /// fixes one by hand; then the other two are remediated one at a time.
     Storm,
+    /// Config drift on a worker, coordinated with the simulated Machine Config Operator: a
+    /// file edited by hand, the debounce, the forcefile, the MCO's drain, rewrite, reboot and
+    /// uncordon, verified Done.
+    Drift,
     /// The drivers alone: power one simulated host off and on (Redfish, or IPMI with --ipmi).
     PowerDemo,
     /// The benchmark: `--machines` simulated machines, `--samples` remediations one after
@@ -90,6 +95,7 @@ pub async fn run(args: LabArgs) -> Result<()> {
         Scenario::PowerDemo => power_demo::run(&args).await,
         Scenario::Scale => scale::run(&args).await,
         Scenario::Chaos => chaos::run(args.first_seed, args.seeds, args.jobs as usize).await,
+        Scenario::Drift => drift::run(args.timeout).await,
         scenario => story::run(scenario, args.timeout).await,
     }
 }

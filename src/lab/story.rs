@@ -65,7 +65,11 @@ impl Plan {
                 // The MachineHealthCheck's own guard would hide the storm: let it report all.
                 plan.spec.max_unhealthy = "100%".into();
             }
-            Scenario::Bmh | Scenario::PowerDemo | Scenario::Scale | Scenario::Chaos => {}
+            Scenario::Bmh
+            | Scenario::PowerDemo
+            | Scenario::Scale
+            | Scenario::Chaos
+            | Scenario::Drift => {}
         }
         plan
     }

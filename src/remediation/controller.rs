@@ -163,6 +163,9 @@ pub struct ControllerOptions {
     pub power_poll: Option<Duration>,
     /// Spreads the power reads over the interval (see [`super::monitor`]).
     pub power_poll_seed: u64,
+    /// Also run the config-drift coordinator (see [`crate::drift`]) where the API serves
+    /// MachineConfigPools, with helper pods of this image. None: not at all.
+    pub drift_helper_image: Option<String>,
 }
 
 impl Default for ControllerOptions {
@@ -176,6 +179,7 @@ impl Default for ControllerOptions {
             machine_selector: None,
             power_poll: None,
             power_poll_seed: 0,
+            drift_helper_image: None,
         }
     }
 }
@@ -214,8 +218,57 @@ async fn out_of_service_taint(client: &Client) -> bool {
     supported
 }
 
-/// Runs the controller until `shutdown` resolves.
+/// Runs the controller (and the drift coordinator, when asked and served) until `shutdown`
+/// resolves.
 pub async fn run(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    options: ControllerOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<()> {
+    let drift = match &options.drift_helper_image {
+        Some(image) if crate::drift::controller::mco_served(&client).await => {
+            Some(crate::drift::controller::DriftOptions {
+                instance: options.instance.clone(),
+                poll: options.poll.max(Duration::from_millis(100)),
+                metrics: options.metrics.clone(),
+                leadership: options.leadership.clone(),
+                helper_image: image.clone(),
+            })
+        }
+        Some(_) => {
+            info!("the API serves no MachineConfigPools: the drift coordinator stays off");
+            None
+        }
+        None => None,
+    };
+    let Some(drift) = drift else {
+        return run_machines(client, clock, options, shutdown).await;
+    };
+    // One shutdown for both.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let signal = tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let (machines, drifts) = tokio::join!(
+        run_machines(
+            client.clone(),
+            clock.clone(),
+            options,
+            until_stopped(stopped.clone())
+        ),
+        crate::drift::controller::run(client, clock, drift, until_stopped(stopped)),
+    );
+    signal.abort();
+    machines.and(drifts)
+}
+
+/// Runs the machine remediation controller until `shutdown` resolves.
+async fn run_machines(
     client: Client,
     clock: Arc<dyn Clock>,
     options: ControllerOptions,

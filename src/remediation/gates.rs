@@ -81,6 +81,14 @@ pub enum Held {
         "the policy's nodeRelease OutOfService needs Kubernetes 1.28 or later; this API server is older"
     )]
     OutOfServiceUnsupported,
+    /// The Node is in a reboot the drift coordinator planned (the MCO re-applies its config).
+    #[error(
+        "the Node is in a planned reboot (DriftRemediation {by}); it is handed over if it does not come back"
+    )]
+    PlannedReboot {
+        /// The DriftRemediation.
+        by: String,
+    },
 }
 
 impl Held {
@@ -93,6 +101,7 @@ impl Held {
             Held::ControlPlaneBusy => "ControlPlaneBusy",
             Held::Quorum { .. } => "Quorum",
             Held::OutOfServiceUnsupported => "OutOfServiceUnsupported",
+            Held::PlannedReboot { .. } => "PlannedReboot",
         }
     }
 }

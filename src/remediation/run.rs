@@ -25,7 +25,7 @@ use super::observe::{self, HostRef, machine_host, machine_is_control_plane, node
 use super::plan::{NodeView, Observed, Phase, PlanPolicy, ReleaseMode, Step, next_step};
 use super::slim;
 use super::state::{created_at, persisted, since_epoch};
-use crate::api::annotations::EXTERNAL_REMEDIATION;
+use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::api::{
     FenceStrategyName, NodeReleaseMode, Remediation, RemediationPolicySpec, RemediationSpec,
     RemediationStatus,
@@ -316,6 +316,9 @@ impl Pass {
         node: Option<&Node>,
         launched: &mut Launched,
     ) -> std::result::Result<(), Held> {
+        if let Some(by) = node.and_then(|n| n.annotations().get(PLANNED_REBOOT)) {
+            return Err(Held::PlannedReboot { by: by.clone() });
+        }
         let machines = self.context.machines.state();
         let remediations = self.context.remediations.state();
         let phase_of = |r: &Remediation| r.status.as_ref().map(|s| s.phase).unwrap_or_default();

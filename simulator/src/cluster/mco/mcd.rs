@@ -202,14 +202,21 @@ impl Daemon {
         let mut phase = Phase::Steady;
         let mut offs_seen = self.host.power_offs();
         let first_backoff = timing.mcd_period * 4;
+        // The daemon is a pod: it runs once the OS is up (the kubelet's boot model).
+        let mut up_at: Option<Instant> = Some(Instant::now());
         loop {
             tokio::time::sleep(timing.mcd_period).await;
             let offs = self.host.power_offs();
             if offs != offs_seen {
                 offs_seen = offs;
+                up_at = None;
                 self.disk.boot();
             }
             if self.host.power() != Power::On || self.faults.silent() {
+                continue;
+            }
+            let up = *up_at.get_or_insert_with(|| Instant::now() + timing.boot_delay);
+            if Instant::now() < up {
                 continue;
             }
             let Ok(node) = api.get(NODES, "", &self.name) else {
