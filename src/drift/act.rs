@@ -163,6 +163,24 @@ impl Pass {
                     self.context.clock.now(),
                 );
                 self.persist(remediation, status).await?;
+                let rebooted = remediation
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.steps.iter().any(|t| t.step == "Rebooted"));
+                let cleared = if rebooted {
+                    self.clear_trigger_of_planned_reboot().await?
+                } else {
+                    None
+                };
+                if let Some(machine) = cleared {
+                    self.event(
+                        remediation,
+                        false,
+                        "TriggerCleared",
+                        format!("the health check took the planned reboot for a failure; {} is verified healthy, so the trigger on Machine {machine} is cleared", self.name),
+                    )
+                    .await;
+                }
                 self.set_planned_reboot(None).await?;
                 self.remove_helpers(remediation).await;
                 self.ended(remediation, "Succeeded", "");

@@ -226,4 +226,34 @@ impl Pass {
             .map_err(Error::kube("AnnotateNode"))?;
         Ok(())
     }
+
+    /// After a verified re-apply: a MachineHealthCheck that saw the planned reboot as a
+    /// failure left the external-remediation trigger on the node's Machine, and the machine
+    /// remediation holds it for the planned reboot. The node is healthy again, so the trigger
+    /// is cleared — before the planned-reboot mark goes, so the machine remediation cancels
+    /// instead of fencing a healthy host. Returns the Machine whose trigger was cleared.
+    pub(super) async fn clear_trigger_of_planned_reboot(&self) -> Result<Option<String>> {
+        let Some((namespace, name)) = self
+            .node
+            .annotations()
+            .get(NODE_MACHINE)
+            .and_then(|m| m.split_once('/'))
+        else {
+            return Ok(None);
+        };
+        let api: Api<crate::remediation::slim::Machine> =
+            Api::namespaced(self.context.client.clone(), namespace);
+        let Some(machine) = api.get_opt(name).await.map_err(Error::kube("GetMachine"))? else {
+            return Ok(None);
+        };
+        if !machine.annotations().contains_key(EXTERNAL_REMEDIATION) {
+            return Ok(None);
+        }
+        self.context.leadership.ensure()?;
+        let patch = serde_json::json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: null}}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube("ClearTrigger"))?;
+        Ok(Some(format!("{namespace}/{name}")))
+    }
 }

@@ -124,3 +124,10 @@ pub fn trigger(api: &Local, machine: &str) {
     )
     .unwrap();
 }
+
+/// Our DriftRemediations (cluster-scoped), for reads through the store.
+pub const DRIFT_REMEDIATIONS: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "driftremediations",
+};

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod drift;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -128,6 +128,8 @@ pub struct Daemon {
     pub disk: Arc<NodeDisk>,
     /// The node's pool config.
     pub rendered: Arc<Rendered>,
+    /// While set, the daemon is down and does nothing.
+    pub down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Daemon {
@@ -212,7 +214,10 @@ impl Daemon {
                 up_at = None;
                 self.disk.boot();
             }
-            if self.host.power() != Power::On || self.faults.silent() {
+            if self.host.power() != Power::On
+                || self.faults.silent()
+                || self.down.load(std::sync::atomic::Ordering::Relaxed)
+            {
                 continue;
             }
             let up = *up_at.get_or_insert_with(|| Instant::now() + timing.boot_delay);

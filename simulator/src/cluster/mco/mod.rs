@@ -80,6 +80,8 @@ pub struct SimMco {
     pub rendered: HashMap<String, Arc<Rendered>>,
     /// Disk per node.
     pub disks: HashMap<String, Arc<NodeDisk>>,
+    /// Per node: its daemon is down (a crash-looping MCD pod) while set.
+    pub daemon_down: HashMap<String, Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl SimMco {
@@ -120,7 +122,22 @@ impl SimMco {
             }
             disks.insert(host.name.clone(), disk);
         }
-        Ok(SimMco { rendered, disks })
+        let daemon_down = hosts
+            .iter()
+            .map(|h| (h.name.clone(), Arc::default()))
+            .collect();
+        Ok(SimMco {
+            rendered,
+            disks,
+            daemon_down,
+        })
+    }
+
+    /// Takes a node's daemon down (it does nothing, as a crash-looping pod) or back up.
+    pub fn set_daemon_down(&self, node: &str, down: bool) {
+        if let Some(flag) = self.daemon_down.get(node) {
+            flag.store(down, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Starts a daemon per node and the controller.
@@ -138,6 +155,11 @@ impl SimMco {
                 faults: host.faults.clone(),
                 disk: disk.clone(),
                 rendered: config.clone(),
+                down: self
+                    .daemon_down
+                    .get(&host.name)
+                    .cloned()
+                    .unwrap_or_default(),
             };
             actors.push(tokio::spawn(daemon.run(api.clone(), timing.clone())));
         }

@@ -1,0 +1,513 @@
+//! The drift coordinator's harder cases, end to end on the simulated cluster and its MCO:
+//! drift classes, not-drift hand-off, rollouts, escalation, recurrence, restarts, forcefiles
+//! not picked up, unmanaged files, a drain blocked mid-way, and the machine remediation
+//! never taking a planned reboot for a hang.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baremend::api::{DriftPhase, DriftRemediation, Remediation, RemediationPhase};
+use baremend::metrics::Metrics;
+use baremend::remediation::controller::{ControllerOptions, run as run_controller};
+use baremend::remediation::state::SystemClock;
+use baremend_sim::cluster::local::{MACHINES, MCPS, NAMESPACES, NODES, PDBS, PODS};
+use baremend_sim::cluster::mco::FORCE_FILE;
+use baremend_sim::cluster::mco::disk::SimFile;
+use baremend_sim::cluster::timing::Timing;
+use baremend_sim::cluster::{ClusterSpec, EXTERNAL_REMEDIATION, MACHINE_NAMESPACE};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+mod common;
+
+use common::drift::{Lab, STATE, steps};
+
+fn once(remediation: &DriftRemediation) {
+    let steps = steps(remediation);
+    for step in [
+        "DriftDetected",
+        "ForceRequested",
+        "PickedUp",
+        "Rebooted",
+        "Succeeded",
+    ] {
+        assert_eq!(
+            steps.iter().filter(|s| *s == step).count(),
+            1,
+            "{step} in {steps:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mode_missing_file_and_unit_drift_are_classified_and_each_remediated() {
+    let mut lab = Lab::start(3, json!(3), json!({})).await;
+    let disk = |n: &str| lab.cluster.disk(n).unwrap().clone();
+    disk("worker-0").chmod("/etc/sysctl.d/90-demo.conf", 0o777);
+    disk("worker-1").remove("/etc/demo/registry.key");
+    disk("worker-2").set_unit_enabled("demo-agent.service", false);
+    let expect = [
+        ("worker-0", "Mode", "/etc/sysctl.d/90-demo.conf"),
+        ("worker-1", "Missing", "/etc/demo/registry.key"),
+        ("worker-2", "UnitEnablement", "demo-agent.service"),
+    ];
+    for (node, kind, target) in expect {
+        let done = lab.reach(&format!("{node}-1"), DriftPhase::Succeeded).await;
+        assert_eq!(format!("{:?}", done.spec.kind), kind, "{node}");
+        assert_eq!(done.spec.target, target, "{node}");
+        once(&done);
+    }
+    // The re-apply rewrote what was wrong.
+    assert_eq!(
+        disk("worker-0")
+            .get("/etc/sysctl.d/90-demo.conf")
+            .unwrap()
+            .st_mode,
+        0o100_644
+    );
+    assert!(disk("worker-1").get("/etc/demo/registry.key").is_some());
+    assert_eq!(
+        disk("worker-2").unit_enabled("demo-agent.service"),
+        Some(true)
+    );
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn degraded_nodes_that_are_not_drift_are_reported_and_left_alone() {
+    let mut lab = Lab::start(2, json!(2), json!({})).await;
+    let degrade = |node: &str, state: &str, reason: &str| {
+        lab.api
+            .merge(NODES, "", node, &json!({"metadata": {"annotations": {STATE: state, "machineconfiguration.openshift.io/reason": reason}}}), false)
+            .unwrap();
+    };
+    degrade(
+        "worker-0",
+        "Degraded",
+        "missing expected kernel arguments: [nosmt]",
+    );
+    degrade(
+        "worker-1",
+        "Unreconcilable",
+        "can't reconcile config: ignition file changed",
+    );
+    lab.wait("two NotDrift Events", || {
+        lab.events().matches("\"reason\":\"NotDrift\"").count() >= 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let api: Api<DriftRemediation> = Api::all(lab.client.clone());
+    assert!(
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    // One Event per change, not one per pass.
+    assert_eq!(lab.events().matches("\"reason\":\"NotDrift\"").count(), 2);
+    lab.wait("the not-drift gauge", || {
+        lab.metrics
+            .encode()
+            .contains("mco_node_degraded_not_drift{pool=\"worker\"} 2")
+    })
+    .await;
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_rolling_out_a_config_defers_the_start() {
+    let mut lab = Lab::start(2, json!(1), json!({})).await;
+    let current = lab.api.get(MCPS, "", "worker").unwrap()["spec"]["configuration"]["name"].clone();
+    lab.api
+        .merge(MCPS, "", "worker", &json!({"spec": {"configuration": {"name": "rendered-worker-0123456789abcdef0123456789abcdef"}}}), false)
+        .unwrap();
+    lab.drift("worker-0");
+    lab.wait("held for the rollout", || {
+        lab.events().contains("\"reason\":\"PoolRollingOut\"")
+    })
+    .await;
+    assert!(
+        lab.cluster
+            .disk("worker-0")
+            .unwrap()
+            .get(FORCE_FILE)
+            .is_none()
+    );
+    lab.api
+        .merge(
+            MCPS,
+            "",
+            "worker",
+            &json!({"spec": {"configuration": {"name": current}}}),
+            false,
+        )
+        .unwrap();
+    lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_stays_not_ready_after_pickup_is_handed_to_the_machine_remediation() {
+    let mut lab = Lab::start(2, json!(1), json!({"timeouts": {"rebootSeconds": 2}})).await;
+    lab.drift("worker-0");
+    let picked = lab.reach("worker-0-1", DriftPhase::Applying).await;
+    assert!(steps(&picked).contains(&"PickedUp".to_string()));
+    let node = lab.api.get(NODES, "", "worker-0").unwrap();
+    assert_eq!(
+        node["metadata"]["annotations"]["baremend.io/planned-reboot"], "worker-0-1",
+        "the planned reboot is marked for the machine remediation"
+    );
+    // The OS dies for good during the re-apply.
+    lab.cluster.break_host("worker-0");
+    let escalated = lab.reach("worker-0-1", DriftPhase::Escalated).await;
+    assert!(
+        lab.events().contains("handed to the machine remediation"),
+        "{:?}",
+        escalated.status
+    );
+    let machine = lab
+        .api
+        .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
+        .unwrap();
+    assert!(
+        machine["metadata"]["annotations"]
+            .get(EXTERNAL_REMEDIATION)
+            .is_some()
+    );
+    let node = lab.api.get(NODES, "", "worker-0").unwrap();
+    assert!(
+        node["metadata"]["annotations"]
+            .get("baremend.io/planned-reboot")
+            .is_none()
+    );
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_that_keeps_coming_back_is_retried_up_to_the_cap_then_failed() {
+    let mut lab = Lab::start(2, json!(1), json!({"maxAttempts": 1})).await;
+    lab.drift("worker-0");
+    lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    let boots = lab.reboots("worker-0");
+    lab.drift("worker-0");
+    let capped = lab.reach("worker-0-2", DriftPhase::Failed).await;
+    let status = capped.status.unwrap();
+    assert_eq!(
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Failed")
+            .unwrap()
+            .reason,
+        "DriftRecurring"
+    );
+    assert!(!steps_of(&status).contains(&"ForceRequested".to_string()));
+    assert_eq!(lab.reboots("worker-0"), boots, "no action past the cap");
+    lab.wait("the failure metric", || {
+        lab.metrics.encode().contains("mco_remediations_total{action=\"Force\",outcome=\"Failed\",reason=\"DriftRecurring\"} 1")
+    })
+    .await;
+    lab.stop_coordinator().await;
+}
+
+fn steps_of(status: &baremend::api::DriftRemediationStatus) -> Vec<String> {
+    status.steps.iter().map(|s| s.step.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_restarted_at_every_phase_repeats_nothing() {
+    let mut lab = Lab::start(2, json!(1), json!({"debounceSeconds": 2})).await;
+    let boots = lab.reboots("worker-0");
+    lab.drift("worker-0");
+    for phase in [
+        DriftPhase::Debouncing,
+        DriftPhase::ForceRequested,
+        DriftPhase::Applying,
+    ] {
+        lab.reach("worker-0-1", phase).await;
+        lab.stop_coordinator().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        lab.start_coordinator();
+    }
+    let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    once(&done);
+    assert_eq!(lab.reboots("worker-0"), boots + 1, "one reboot");
+    let api: Api<DriftRemediation> = Api::all(lab.client.clone());
+    assert_eq!(api.list(&Default::default()).await.unwrap().items.len(), 1);
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forcefile_not_picked_up_is_removed_on_timeout_and_on_abort() {
+    let mut lab = Lab::start(2, json!(2), json!({"timeouts": {"pickupSeconds": 2}})).await;
+    let mco = lab.cluster.mco().unwrap().clone();
+    // Pickup timeout: the daemon of worker-0 goes down once it reported the drift.
+    lab.drift("worker-0");
+    lab.reach("worker-0-1", DriftPhase::Debouncing).await;
+    mco.set_daemon_down("worker-0", true);
+    lab.reach("worker-0-1", DriftPhase::ForceRequested).await;
+    lab.wait("the forcefile written", || {
+        lab.cluster
+            .disk("worker-0")
+            .unwrap()
+            .get(FORCE_FILE)
+            .is_some()
+    })
+    .await;
+    let failed = lab.reach("worker-0-1", DriftPhase::Failed).await;
+    assert_eq!(
+        failed
+            .status
+            .as_ref()
+            .unwrap()
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Failed")
+            .unwrap()
+            .reason,
+        "PickupTimeout"
+    );
+    lab.wait("the forcefile removed", || {
+        lab.cluster
+            .disk("worker-0")
+            .unwrap()
+            .get(FORCE_FILE)
+            .is_none()
+    })
+    .await;
+    lab.wait("the removal recorded", || {
+        lab.api
+            .get(common::cluster::DRIFT_REMEDIATIONS, "", "worker-0-1")
+            .ok()
+            .is_some_and(|r| {
+                r["status"]["forceFileWritten"] == false
+                    && r["status"]["steps"]
+                        .as_array()
+                        .is_some_and(|s| s.iter().any(|s| s["step"] == "ForceFileRemoved"))
+            })
+    })
+    .await;
+    // Abort: the admin sets spec.abort before the daemon took the file.
+    lab.drift("worker-1");
+    lab.reach("worker-1-1", DriftPhase::Debouncing).await;
+    mco.set_daemon_down("worker-1", true);
+    lab.reach("worker-1-1", DriftPhase::ForceRequested).await;
+    lab.wait("the forcefile written", || {
+        lab.cluster
+            .disk("worker-1")
+            .unwrap()
+            .get(FORCE_FILE)
+            .is_some()
+    })
+    .await;
+    let api: Api<DriftRemediation> = Api::all(lab.client.clone());
+    api.patch(
+        "worker-1-1",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"abort": true}})),
+    )
+    .await
+    .unwrap();
+    lab.reach("worker-1-1", DriftPhase::Aborted).await;
+    lab.wait("the forcefile removed", || {
+        lab.cluster
+            .disk("worker-1")
+            .unwrap()
+            .get(FORCE_FILE)
+            .is_none()
+    })
+    .await;
+    // The node is left Degraded (the MCO's own state), and no new attempt starts for the
+    // same drift after an abort.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(api.get_opt("worker-1-2").await.unwrap().is_none());
+    assert_eq!(
+        lab.api.get(NODES, "", "worker-1").unwrap()["metadata"]["annotations"][STATE],
+        "Degraded"
+    );
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_the_mco_does_not_manage_is_never_claimed_as_drift() {
+    let mut lab = Lab::start(1, json!(1), json!({})).await;
+    // authorized_keys is not in any MachineConfig the daemon validates (OCPBUGS-9178).
+    lab.cluster.disk("worker-0").unwrap().put(
+        "/home/core/.ssh/authorized_keys.d/ignition",
+        SimFile::regular(b"ssh-ed25519 AAAA intruder", 0o600),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let api: Api<DriftRemediation> = Api::all(lab.client.clone());
+    assert!(
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert_eq!(
+        lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["annotations"][STATE],
+        "Done"
+    );
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_blocked_mid_way_times_out_naming_the_budget_and_is_never_uncordoned_by_us() {
+    let mut lab = Lab::start(2, json!(1), json!({"timeouts": {"drainSeconds": 3}})).await;
+    lab.drift("worker-0");
+    lab.reach("worker-0-1", DriftPhase::ForceRequested).await;
+    // After the pre-flight passed: a workload arrives with a budget allowing nothing.
+    lab.api
+        .create(NAMESPACES, "", json!({"metadata": {"name": "shop"}}))
+        .unwrap();
+    lab.api
+        .create(
+            PODS,
+            "shop",
+            json!({"metadata": {"name": "db-0", "labels": {"app": "db"}},
+            "spec": {"nodeName": "worker-0", "containers": [{"name": "db", "image": "db"}]}}),
+        )
+        .unwrap();
+    lab.api
+        .create(PDBS, "shop", json!({"metadata": {"name": "db"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}}))
+        .unwrap();
+    lab.reach("worker-0-1", DriftPhase::Applying).await;
+    lab.wait("cordoned by the MCO", || {
+        lab.api.get(NODES, "", "worker-0").unwrap()["spec"]["unschedulable"] == true
+    })
+    .await;
+    // Someone uncordons by hand during the drain: the MCO cordons again; we stay out of it.
+    lab.api
+        .merge(
+            NODES,
+            "",
+            "worker-0",
+            &json!({"spec": {"unschedulable": false}}),
+            false,
+        )
+        .unwrap();
+    lab.wait("cordoned again", || {
+        lab.api.get(NODES, "", "worker-0").unwrap()["spec"]["unschedulable"] == true
+    })
+    .await;
+    let failed = lab.reach("worker-0-1", DriftPhase::Failed).await;
+    let error = failed.status.unwrap().last_error.unwrap();
+    assert!(error.contains("blocked by shop/db"), "{error}");
+    assert!(lab.api.get(PODS, "shop", "db-0").is_ok(), "never bypassed");
+    assert_eq!(
+        lab.api.get(NODES, "", "worker-0").unwrap()["spec"]["unschedulable"],
+        true,
+        "never uncordoned by us"
+    );
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_machine_remediation_never_takes_a_planned_reboot_for_a_hang() {
+    // The whole controller (machines and drift) with the health check watching: the MCO's
+    // reboot makes the Node NotReady longer than the health check's timeout.
+    let spec = ClusterSpec {
+        masters: 1,
+        workers: 2,
+        timing: Timing {
+            boot_delay: Duration::from_millis(1500),
+            ..Timing::fast()
+        },
+        mco: true,
+        max_unhealthy: "100%".into(),
+        ..ClusterSpec::default()
+    };
+    let prepared = common::cluster::prepare(
+        spec,
+        json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30}}),
+    )
+    .await;
+    let (client, api, cluster) = (prepared.client, prepared.api, prepared.cluster);
+    api.create(NAMESPACES, "", json!({"metadata": {"name": "baremend"}}))
+        .unwrap();
+    let policies: Api<baremend::api::DriftPolicy> = Api::all(client.clone());
+    let policy = serde_json::from_value(
+        json!({"metadata": {"name": "default"}, "spec": {"debounceSeconds": 1}}),
+    )
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    common::drift::wait_done(&api).await;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(run_controller(
+        client.clone(),
+        Arc::new(SystemClock),
+        ControllerOptions {
+            poll: Duration::from_millis(100),
+            metrics: Arc::new(Metrics::new()),
+            drift_helper_image: Some("baremend:test".into()),
+            ..ControllerOptions::default()
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let uid = api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    let boots = cluster.host("worker-0").unwrap().host.power_offs();
+    cluster
+        .disk("worker-0")
+        .unwrap()
+        .put("/etc/demo/rules.json", SimFile::regular(b"[]", 0o644));
+    let drifts: Api<DriftRemediation> = Api::all(client.clone());
+    let mut saw_trigger = false;
+    let done = loop {
+        let machine = api.get(MACHINES, MACHINE_NAMESPACE, "worker-0").unwrap();
+        saw_trigger |= machine["metadata"]["annotations"]
+            .get(EXTERNAL_REMEDIATION)
+            .is_some();
+        if let Some(d) = drifts.get_opt("worker-0-1").await.unwrap()
+            && d.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+        {
+            break d;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        done.status.as_ref().unwrap().phase,
+        DriftPhase::Succeeded,
+        "{:#?}",
+        done.status
+    );
+    assert!(
+        saw_trigger,
+        "the health check did take the reboot for a failure (the test needs it)"
+    );
+    // Let the machine remediation see the cleared trigger.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"],
+        uid,
+        "the Node was never deleted"
+    );
+    assert_eq!(
+        cluster.host("worker-0").unwrap().host.power_offs(),
+        boots + 1,
+        "one reboot: the MCO's"
+    );
+    let remediations: Api<Remediation> = Api::namespaced(client.clone(), MACHINE_NAMESPACE);
+    for r in remediations.list(&Default::default()).await.unwrap().items {
+        let status = r.status.unwrap_or_default();
+        assert!(
+            matches!(
+                status.phase,
+                RemediationPhase::Cancelled | RemediationPhase::Pending
+            ),
+            "{:?} {:?}",
+            status.phase,
+            status.steps
+        );
+        assert!(!status.steps.iter().any(|s| s.step == "PowerOffRequested"));
+    }
+    let _ = stop.send(());
+    let _ = task.await;
+}
