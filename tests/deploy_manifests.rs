@@ -17,6 +17,7 @@ use baremend::remediation::state::SystemClock;
 use baremend_sim::apiserver::AuditRecord;
 use baremend_sim::cluster::ClusterSpec;
 use baremend_sim::cluster::local::{Local, NAMESPACES, NODES};
+use baremend_sim::cluster::mco::disk::SimFile;
 use baremend_sim::cluster::timing::Timing;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
@@ -152,6 +153,11 @@ fn exported_metrics() -> BTreeSet<String> {
     metrics
         .power
         .set_host_power(&host, Some(baremend_drivers::PowerState::On));
+    metrics.drift.set_pool("worker", 1, 0);
+    metrics
+        .drift
+        .ended("Force", "Succeeded", "", Duration::from_secs(60));
+    metrics.drift.set_reboots("worker-0", "worker", 1);
     let text = metrics.encode();
     let mut names = BTreeSet::new();
     for line in text.lines() {
@@ -178,11 +184,17 @@ fn exported_metrics() -> BTreeSet<String> {
     names
 }
 
-/// The `baremend_…` metric names a PromQL expression uses.
+/// The `baremend_…` and `mco_…` metric names a PromQL expression uses.
 fn used_metrics(expr: &str) -> Vec<String> {
     let mut used = Vec::new();
     let mut rest = expr;
-    while let Some(at) = rest.find("baremend_") {
+    let next = |text: &str| {
+        ["baremend_", "mco_"]
+            .iter()
+            .filter_map(|prefix| text.find(prefix))
+            .min()
+    };
+    while let Some(at) = next(rest) {
         let tail = &rest[at..];
         let end = tail
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -201,17 +213,29 @@ fn alerts_and_dashboard_use_only_exported_metrics() {
         "{exported:?}"
     );
     let rule = &of_kind("PrometheusRule")[0];
+    let groups = rule["spec"]["groups"].as_array().unwrap();
+    let rules: Vec<&Value> = groups
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
+    // Recording rules make series of their own, usable by the alerts.
+    let mut known = exported.clone();
+    known.extend(
+        rules
+            .iter()
+            .filter_map(|r| r["record"].as_str().map(String::from)),
+    );
     let mut alerts = BTreeSet::new();
-    for group in rule["spec"]["groups"].as_array().unwrap() {
-        for rule in group["rules"].as_array().unwrap() {
-            let expr = rule["expr"].as_str().unwrap();
-            let used = used_metrics(expr);
-            assert!(!used.is_empty(), "{expr}");
-            for name in used {
-                assert!(exported.contains(&name), "alert uses unknown metric {name}");
-            }
+    for rule in rules {
+        let expr = rule["expr"].as_str().unwrap();
+        let used = used_metrics(expr);
+        assert!(!used.is_empty(), "{expr}");
+        for name in used {
+            assert!(known.contains(&name), "rule uses unknown metric {name}");
+        }
+        if let Some(alert) = rule["alert"].as_str() {
             assert!(rule["labels"]["severity"].is_string(), "{rule}");
-            alerts.insert(rule["alert"].as_str().unwrap().to_string());
+            alerts.insert(alert.to_string());
         }
     }
     for alert in [
@@ -222,6 +246,11 @@ fn alerts_and_dashboard_use_only_exported_metrics() {
         "BaremendBmcUnreachable",
         "BaremendHostPowerUnknown",
         "BaremendHostPoweredOffTooLong",
+        "NodeConfigurationDrift",
+        "BaremendDriftOnSeveralNodes",
+        "BaremendDriftRemediationFailureRate",
+        "BaremendNodeRebootsTooOften",
+        "BaremendDriftCoordinatorUnavailable",
     ] {
         assert!(alerts.contains(alert), "no {alert}");
     }
@@ -385,6 +414,24 @@ const RARE: &[(&str, &str, &str, &str)] = &[
         "patch",
         "a repeated Event's series count",
     ),
+    (
+        "security.openshift.io",
+        "securitycontextconstraints",
+        "use",
+        "admission of the privileged helper pods on OpenShift (no API call)",
+    ),
+    (
+        "",
+        "secrets",
+        "create",
+        "the Restore action's content Secret",
+    ),
+    (
+        "",
+        "secrets",
+        "delete",
+        "the Restore action's content Secret",
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,12 +443,23 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     });
     let spec = ClusterSpec {
         timing: Timing::fast(),
+        // With a Machine Config Operator: the drift coordinator's calls are checked too.
+        mco: true,
         ..ClusterSpec::default()
     };
     let prepared = common::cluster::prepare(spec, policy).await;
     let api = prepared.api.clone();
     api.create(NAMESPACES, "", json!({"metadata": {"name": "baremend"}}))
         .unwrap();
+    let drift_policy: baremend::api::DriftPolicy = serde_json::from_value(
+        json!({"metadata": {"name": "default"}, "spec": {"debounceSeconds": 1}}),
+    )
+    .unwrap();
+    kube::Api::<baremend::api::DriftPolicy>::all(prepared.client.clone())
+        .create(&Default::default(), &drift_policy)
+        .await
+        .unwrap();
+    common::drift::wait_done(&api).await;
     common::cluster::detach(&api, "worker-1");
     // An operator's label, which the returning Node gets back (a Node patch).
     api.merge(
@@ -420,6 +478,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         ControllerOptions {
             poll: Duration::from_millis(100),
             metrics: Arc::new(Metrics::new()),
+            drift_helper_image: Some("baremend:test".into()),
             ..ControllerOptions::default()
         },
         LeaseConfig {
@@ -436,6 +495,19 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     assert_eq!(ended(&api, "worker-0-1").await, RemediationPhase::Succeeded);
     common::cluster::trigger(&api, "worker-1");
     assert_eq!(ended(&api, "worker-1-1").await, RemediationPhase::Succeeded);
+    // Config drift on worker-2, force-reapplied through the MCO.
+    prepared
+        .cluster
+        .disk("worker-2")
+        .unwrap()
+        .put("/etc/demo/rules.json", SimFile::regular(b"[]", 0o644));
+    // Read through the store: the test's own reads must not count as the controller's.
+    let drift_done = common::wait_until(Duration::from_secs(40), async || {
+        api.get(common::cluster::DRIFT_REMEDIATIONS, "", "worker-2-1")
+            .is_ok_and(|d| d["status"]["phase"] == "Succeeded")
+    })
+    .await;
+    assert!(drift_done, "the drift remediation did not succeed");
     // A renewal or two of the Lease.
     tokio::time::sleep(Duration::from_secs(1)).await;
     controller.abort();
