@@ -70,6 +70,12 @@ async fn drift_is_force_reapplied_by_the_mco_and_verified() {
         "{metrics}"
     );
     assert!(metrics.contains("mco_remediation_duration_seconds_count{action=\"Force\",outcome=\"Succeeded\",reason=\"\"} 1"));
+    lab.wait("the reboot counted for the day", || {
+        lab.metrics
+            .encode()
+            .contains("mco_node_reboot_frequency{node=\"worker-0\",pool=\"worker\"} 1")
+    })
+    .await;
     println!("drift to verified Done: {took:?}");
     lab.stop_coordinator().await;
 }

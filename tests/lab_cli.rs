@@ -124,3 +124,27 @@ async fn the_storm_lab_holds_every_start_until_an_operator_acts_then_goes_one_at
     assert!(first_done <= second, "{out}");
     assert!(out.contains("worker-1-1 Succeeded"), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drift_lab_reapplies_the_config_through_the_mco_and_exits_zero() {
+    let output = baremend(&["lab", "--scenario", "drift"], None).await;
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    for line in [
+        "Node worker-1: MCO state Degraded (content mismatch for file \"/etc/sysctl.d/90-demo.conf\")",
+        "DriftRemediation worker-1-1: Debouncing",
+        "DriftRemediation worker-1-1: ForceRequested",
+        "Node worker-1: cordoned",
+        "Node worker-1: not Ready",
+        "Node worker-1: uncordoned",
+        "DriftRemediation worker-1-1: Succeeded",
+        "| Rebooted |",
+        "action started",
+        "mco_remediations_total{action=\"Force\",outcome=\"Succeeded\",reason=\"\"} 1",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    let at = |needle: &str| out.find(needle).unwrap();
+    assert!(at("ForceRequested") < at("Node worker-1: cordoned"));
+    assert!(at("Node worker-1: not Ready") < at("Node worker-1: uncordoned"));
+}

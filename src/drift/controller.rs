@@ -106,6 +106,29 @@ impl DriftContext {
         for (pool, (drifted, not_drift)) in per_pool {
             self.metrics.drift.set_pool(&pool, drifted, not_drift);
         }
+        // Reboots our remediations caused in the last 24 hours, per node.
+        let now = crate::remediation::state::since_epoch(self.clock.now());
+        let day = Duration::from_secs(86_400);
+        let mut reboots: HashMap<(String, String), usize> = HashMap::new();
+        for remediation in self.remediations.state() {
+            let key = (
+                remediation.spec.node_name.clone(),
+                remediation.spec.pool.clone(),
+            );
+            let count = remediation
+                .status
+                .iter()
+                .flat_map(|s| &s.steps)
+                .filter(|t| t.step == "Rebooted")
+                .filter(|t| {
+                    now.saturating_sub(crate::remediation::state::parse_rfc3339(&t.time)) <= day
+                })
+                .count();
+            *reboots.entry(key).or_default() += count;
+        }
+        for ((node, pool), count) in reboots {
+            self.metrics.drift.set_reboots(&node, &pool, count);
+        }
         let mut held: Vec<(String, usize)> = Vec::new();
         for remediation in self.remediations.state() {
             let Some(status) = &remediation.status else {
@@ -289,6 +312,7 @@ pub async fn run(
         })
         .await;
     gauges.abort();
+    context.refresh_metrics();
     if let Some(task) = mcn_task {
         task.abort();
     }
