@@ -432,6 +432,12 @@ const RARE: &[(&str, &str, &str, &str)] = &[
         "delete",
         "the Restore action's content Secret",
     ),
+    (
+        "",
+        "pods/eviction",
+        "create",
+        "drainBeforeRestore: our own drain",
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -275,3 +275,45 @@ async fn a_paused_pool_holds_until_the_admin_approves() {
     lab.reach("worker-0-1", DriftPhase::Succeeded).await;
     lab.stop_coordinator().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_with_our_own_drain_cordons_evicts_restores_and_uncordons() {
+    let mut lab = Lab::start(
+        2,
+        json!(1),
+        json!({"action": "Restore", "drainBeforeRestore": true}),
+    )
+    .await;
+    lab.api
+        .create(NAMESPACES, "", json!({"metadata": {"name": "shop"}}))
+        .unwrap();
+    lab.api
+        .create(PODS, "shop", json!({"metadata": {"name": "web-0", "labels": {"app": "web"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "2b0c7a52-0000-4000-8000-000000000002", "controller": true}]},
+            "spec": {"nodeName": "worker-0", "containers": [{"name": "web", "image": "web"}]}}))
+        .unwrap();
+    lab.api
+        .create(PDBS, "shop", json!({"metadata": {"name": "web"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}))
+        .unwrap();
+    let boots = lab.reboots("worker-0");
+    lab.drift("worker-0");
+    let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    assert_eq!(
+        steps(&done),
+        [
+            "DriftDetected",
+            "Debounced",
+            "CordonRequested",
+            "RestoreRequested",
+            "Uncordoned",
+            "Succeeded"
+        ]
+    );
+    assert!(lab.api.get(PODS, "shop", "web-0").is_err(), "evicted");
+    assert_ne!(
+        lab.api.get(NODES, "", "worker-0").unwrap()["spec"]["unschedulable"],
+        true
+    );
+    assert_eq!(lab.reboots("worker-0"), boots, "no reboot");
+    lab.stop_coordinator().await;
+}

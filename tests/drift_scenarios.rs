@@ -511,3 +511,54 @@ async fn the_machine_remediation_never_takes_a_planned_reboot_for_a_hang() {
     let _ = stop.send(());
     let _ = task.await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cordoned_by_hand_uses_budget_so_the_second_drifted_node_waits() {
+    let mut lab = Lab::start(3, json!(2), json!({})).await;
+    lab.api
+        .merge(
+            NODES,
+            "",
+            "worker-2",
+            &json!({"spec": {"unschedulable": true}}),
+            false,
+        )
+        .unwrap();
+    lab.drift("worker-0");
+    lab.drift("worker-1");
+    lab.wait("one started, one held by the budget", || {
+        let events = lab.events();
+        events.contains("\"reason\":\"PoolBudget\"")
+            && events.contains("\"reason\":\"ForceRequested\"")
+    })
+    .await;
+    assert!(
+        lab.events().contains("worker-2"),
+        "the cordoned node is named"
+    );
+    let a = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    let b = lab.reach("worker-1-1", DriftPhase::Succeeded).await;
+    let at = |r: &DriftRemediation, step: &str| {
+        r.status
+            .as_ref()
+            .unwrap()
+            .steps
+            .iter()
+            .find(|s| s.step == step)
+            .unwrap()
+            .time
+            .clone()
+    };
+    let (first, second) = if at(&a, "ForceRequested") < at(&b, "ForceRequested") {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    assert!(at(first, "Succeeded") <= at(second, "ForceRequested"));
+    // The admin's cordon is theirs: left as it was.
+    assert_eq!(
+        lab.api.get(NODES, "", "worker-2").unwrap()["spec"]["unschedulable"],
+        true
+    );
+    lab.stop_coordinator().await;
+}

@@ -75,6 +75,8 @@ pub enum DriftPhase {
     ForceRequested,
     /// The MCO is re-applying (cordon, drain, rewrite, reboot, uncordon).
     Applying,
+    /// We cordon and drain the node before a restore (`drainBeforeRestore`).
+    Draining,
     /// The expected files are being written back.
     Restoring,
     /// Verified Done.
@@ -140,6 +142,9 @@ pub struct DriftRemediationStatus {
     /// Whether a forcefile we wrote may still be on the node.
     #[serde(default)]
     pub force_file_written: bool,
+    /// Whether we cordoned the node (our drain before a restore) and have not uncordoned it.
+    #[serde(default)]
+    pub cordoned_by_us: bool,
     /// The last error, one line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -188,6 +193,10 @@ pub struct DriftPolicySpec {
     /// (its Machine gets `host.metal3.io/external-remediation`).
     #[serde(default = "default_true")]
     pub escalate_to_machine_remediation: bool,
+    /// With `Restore`: cordon and drain the node first (Eviction API, PodDisruptionBudgets
+    /// checked before and respected throughout), uncordon once verified.
+    #[serde(default)]
+    pub drain_before_restore: bool,
     /// The image of the short-lived helper pod that writes files on the node (default: the
     /// controller's own image, which carries the `baremend host-file` command).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -206,6 +215,7 @@ impl Default for DriftPolicySpec {
             max_attempts: default_max_attempts(),
             recurrence_window_seconds: default_recurrence_window(),
             escalate_to_machine_remediation: true,
+            drain_before_restore: false,
             helper_image: None,
             helper_namespace: default_helper_namespace(),
         }

@@ -126,6 +126,40 @@ impl Pass {
                 .await;
             }
             Step::RequestRestore => return self.restore(remediation, status, &now).await,
+            Step::StartDrain => {
+                status.cordoned_by_us = true;
+                started(
+                    &mut status,
+                    "CordonRequested",
+                    DriftPhase::Draining,
+                    &now,
+                    self.context.clock.now(),
+                );
+                self.persist(remediation, status).await?;
+                self.set_unschedulable(true).await?;
+                let note = format!(
+                    "cordoned {}; draining it through the Eviction API before the restore",
+                    self.name
+                );
+                self.event(remediation, false, "Cordoned", note).await;
+            }
+            Step::Evict => {
+                if let Some(refused) = self.evict_pods().await? {
+                    if status.last_error.as_deref() != Some(refused.as_str()) {
+                        status.last_error = Some(refused.clone());
+                        self.persist(remediation, status).await?;
+                        self.event(remediation, true, "EvictionRefused", refused)
+                            .await;
+                    }
+                    return Ok(Action::requeue(self.context.poll * 4));
+                }
+            }
+            Step::Uncordon => {
+                status.cordoned_by_us = false;
+                record(&mut status, "Uncordoned", None, &now);
+                self.persist(remediation, status).await?;
+                self.set_unschedulable(false).await?;
+            }
             Step::Record(milestone) => {
                 let phase = (milestone == Milestone::PickedUp).then_some(DriftPhase::Applying);
                 if milestone == Milestone::PickedUp {

@@ -99,6 +99,27 @@ impl Pass {
 
     /// Removes a forcefile this remediation wrote and the MCD did not take, then the helpers.
     pub(super) async fn clean_up(&self, remediation: &DriftRemediation) -> Result<()> {
+        // Our own cordon is lifted when we give up — never during the MCO's drain.
+        let ours = remediation
+            .status
+            .as_ref()
+            .is_some_and(|s| s.cordoned_by_us);
+        let annotations = self.node.annotations();
+        let mco_draining = annotations.get(crate::api::mco::DESIRED_DRAIN)
+            != annotations.get(crate::api::mco::LAST_APPLIED_DRAIN);
+        if ours && !mco_draining {
+            let mut object = remediation.clone();
+            let mut status = object.status.clone().unwrap_or_default();
+            status.cordoned_by_us = false;
+            let now = rfc3339(self.context.clock.now());
+            status.steps.push(StepTime {
+                step: "Uncordoned".into(),
+                attempt: 1,
+                time: now,
+            });
+            self.persist(&mut object, status).await?;
+            self.set_unschedulable(false).await?;
+        }
         let written = remediation
             .status
             .as_ref()
@@ -255,5 +276,51 @@ impl Pass {
             .await
             .map_err(Error::kube("ClearTrigger"))?;
         Ok(Some(format!("{namespace}/{name}")))
+    }
+
+    /// Cordons or uncordons the node (our own drain before a restore only).
+    pub(super) async fn set_unschedulable(&self, value: bool) -> Result<()> {
+        self.context.leadership.ensure()?;
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.context.client.clone());
+        let patch = serde_json::json!({"spec": {"unschedulable": value}});
+        nodes
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube(if value {
+                "CordonNode"
+            } else {
+                "UncordonNode"
+            }))?;
+        Ok(())
+    }
+
+    /// Evicts every pod a drain evicts from the node, through the Eviction API (a budget
+    /// may refuse: the refusal is returned, nothing is forced).
+    pub(super) async fn evict_pods(&self) -> Result<Option<String>> {
+        self.context.leadership.ensure()?;
+        let all: Api<Pod> = Api::all(self.context.client.clone());
+        let on_node = all
+            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={}", self.name)))
+            .await
+            .map_err(Error::kube("ListPodsOnNode"))?
+            .items;
+        let mut refused = None;
+        for pod in on_node.iter().filter(|p| super::pdb::evicted_by_drain(p)) {
+            let namespace = pod.namespace().unwrap_or_default();
+            let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &namespace);
+            match pods.evict(&pod.name_any(), &Default::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(kube::Error::Api(e)) if e.code == 429 => {
+                    refused = Some(format!(
+                        "cannot evict {namespace}/{}: {}",
+                        pod.name_any(),
+                        e.message
+                    ));
+                }
+                Err(e) => return Err(Error::kube("EvictPod")(e)),
+            }
+        }
+        Ok(refused)
     }
 }

@@ -89,6 +89,7 @@ pub fn node_observation(
         boot_id: boot_id(node),
         on_pool_target,
         mcn_degraded,
+        pods_to_evict: 0,
     }
 }
 
@@ -179,6 +180,7 @@ pub fn persisted(remediation: &DriftRemediation) -> Persisted {
         draining_since: time(&status.draining_since),
         milestones,
         abort: remediation.spec.abort,
+        cordoned_by_us: status.cordoned_by_us,
     }
 }
 

@@ -48,6 +48,7 @@ fn plan_policy(policy: &DriftPolicySpec, poll: Duration) -> PlanPolicy {
         apply_timeout: s(policy.timeouts.apply_seconds),
         max_attempts: policy.max_attempts,
         escalate: policy.escalate_to_machine_remediation,
+        drain_before_restore: policy.drain_before_restore,
         poll,
     }
 }
@@ -105,9 +106,9 @@ impl Pass {
         let state = classify(self.node.annotations());
         // Terminal ones may still owe a cleanup (a forcefile that was not picked up).
         for ended in all.iter().filter(|r| {
-            r.status
-                .as_ref()
-                .is_some_and(|s| s.phase.is_terminal() && s.force_file_written)
+            r.status.as_ref().is_some_and(|s| {
+                s.phase.is_terminal() && (s.force_file_written || s.cordoned_by_us)
+            })
         }) {
             self.clean_up(ended).await?;
         }
@@ -315,13 +316,20 @@ impl Pass {
             }
             _ => Ok(()),
         };
-        let needs_budgets =
-            (before_start && policy.action == PlanAction::Force) || phase == DriftPhase::Applying;
-        let blocking = if needs_budgets {
+        let needs_budgets = (before_start && policy.drains())
+            || matches!(phase, DriftPhase::Applying | DriftPhase::Draining);
+        let (blocking, on_node) = if needs_budgets {
             self.blocking_budgets().await?
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
+        let mut node = node;
+        if phase == DriftPhase::Draining {
+            node.pods_to_evict = on_node
+                .iter()
+                .filter(|p| super::pdb::evicted_by_drain(p))
+                .count();
+        }
         let window = Duration::from_secs(self.policy.recurrence_window_seconds);
         let recent_attempts = self
             .remediations()
@@ -353,7 +361,8 @@ impl Pass {
         self.act(remediation, step, &node).await
     }
 
-    async fn blocking_budgets(&self) -> Result<Vec<super::pdb::Blocking>> {
+    /// The budgets a drain of the node would meet, and the pods on the node.
+    async fn blocking_budgets(&self) -> Result<(Vec<super::pdb::Blocking>, Vec<Pod>)> {
         let pods: Api<Pod> = Api::all(self.context.client.clone());
         let on_node = pods
             .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.name)))
@@ -361,7 +370,7 @@ impl Pass {
             .map_err(Error::kube("ListPodsOnNode"))?
             .items;
         if on_node.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), on_node));
         }
         let budgets: Api<PodDisruptionBudget> = Api::all(self.context.client.clone());
         let budgets = budgets
@@ -369,7 +378,7 @@ impl Pass {
             .await
             .map_err(Error::kube("ListPodDisruptionBudgets"))?
             .items;
-        Ok(blocking_budgets(&on_node, &budgets))
+        Ok((blocking_budgets(&on_node, &budgets), on_node))
     }
 
     pub(super) fn ended(&self, remediation: &DriftRemediation, outcome: &str, reason: &str) {

@@ -30,7 +30,7 @@ impl std::fmt::Display for Blocking {
 }
 
 /// Whether a drain evicts this pod: not a DaemonSet's (the drain ignores them), not a mirror
-/// of a static pod, not finished.
+/// of a static pod, not finished, not already on its way out.
 pub fn evicted_by_drain(pod: &Pod) -> bool {
     let daemon = pod
         .owner_references()
@@ -44,7 +44,8 @@ pub fn evicted_by_drain(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .is_some_and(|p| p == "Succeeded" || p == "Failed");
-    !(daemon || mirror || finished)
+    let leaving = pod.metadata.deletion_timestamp.is_some();
+    !(daemon || mirror || finished || leaving)
 }
 
 /// The budgets that would refuse the eviction of one of `pods` (the pods on the node).

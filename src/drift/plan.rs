@@ -12,7 +12,9 @@
 //!    recorded as they are seen. Done → `Succeeded`.
 //!
 //! The restore action instead writes the expected files back (`Restoring`); the MCD's next
-//! validation then heals the node without a drain or a reboot.
+//! validation then heals the node without a drain or a reboot. With `drainBeforeRestore` the
+//! coordinator first cordons and drains the node itself (`Draining`, Eviction API only) and
+//! uncordons it once verified — never while an MCO drain is pending.
 //!
 //! # Guarantees
 //! Nothing is requested while the node heals by itself, while a gate holds, or while a
@@ -58,6 +60,8 @@ pub struct Persisted {
     pub milestones: Vec<Milestone>,
     /// The admin asked to abort (`spec.abort`).
     pub abort: bool,
+    /// We cordoned the node (our own drain before a restore) and have not uncordoned it.
+    pub cordoned_by_us: bool,
 }
 
 impl Persisted {
@@ -73,6 +77,7 @@ impl Persisted {
             draining_since: None,
             milestones: Vec::new(),
             abort: false,
+            cordoned_by_us: false,
         }
     }
 }
@@ -125,6 +130,8 @@ pub struct NodeObservation {
     pub on_pool_target: bool,
     /// The MachineConfigNode's `NodeDegraded` condition, when served (None: unknown).
     pub mcn_degraded: Option<bool>,
+    /// Pods a drain would still evict (counted only while we drain).
+    pub pods_to_evict: usize,
 }
 
 impl NodeObservation {
@@ -149,10 +156,14 @@ impl NodeObservation {
     /// on the pool's target, Ready, schedulable, no drain request pending, and the
     /// MachineConfigNode (when served) not degraded.
     fn verified(&self) -> bool {
+        !self.unschedulable && self.verified_but_cordoned()
+    }
+
+    /// Verified, except for a cordon (ours, before we lift it).
+    fn verified_but_cordoned(&self) -> bool {
         self.config == ConfigState::Done
             && self.on_pool_target
             && self.ready
-            && !self.unschedulable
             && self.desired_drain == self.last_applied_drain
             && self.mcn_degraded != Some(true)
     }
@@ -194,8 +205,18 @@ pub struct PlanPolicy {
     pub max_attempts: u32,
     /// Hand a node that stays NotReady to the machine remediation.
     pub escalate: bool,
+    /// Restore: cordon and drain the node ourselves first (Eviction API only).
+    pub drain_before_restore: bool,
     /// How often to look again while waiting.
     pub poll: Duration,
+}
+
+impl PlanPolicy {
+    /// Whether the action drains the node (the MCO's drain, or our own before a restore):
+    /// then PodDisruptionBudgets are checked before the start.
+    pub fn drains(&self) -> bool {
+        self.action == Action::Force || self.drain_before_restore
+    }
 }
 
 /// Why a remediation failed.
@@ -281,6 +302,12 @@ pub enum Step {
     RequestForce,
     /// Persist `Restoring`, then write the expected files back.
     RequestRestore,
+    /// Persist `Draining` (and that we cordon), then cordon the node.
+    StartDrain,
+    /// Evict the pods still on the node (the Eviction API; a budget may refuse).
+    Evict,
+    /// Lift our own cordon (persisted first).
+    Uncordon,
     /// Record a milestone.
     Record(Milestone),
     /// Remember when a wait began (NotReady, drain pending).
@@ -336,21 +363,34 @@ pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) ->
         if let Err(deferred) = &observed.gates {
             return Step::Hold(deferred.to_string(), deferred.reason());
         }
-        if policy.action == Action::Force
+        if policy.drains()
             && let Some(block) = observed.blocking.first()
         {
             return Step::Hold(block.to_string(), "BlockedByPodDisruptionBudget");
         }
         return match policy.action {
             Action::Force => Step::RequestForce,
+            Action::Restore if policy.drain_before_restore => Step::StartDrain,
             Action::Restore => Step::RequestRestore,
         };
     }
     match state.phase {
         Phase::ForceRequested => force_requested(state, node, waited, policy),
         Phase::Applying => applying(state, node, observed, policy),
+        Phase::Draining => {
+            if node.pods_to_evict == 0 {
+                Step::RequestRestore
+            } else if waited >= policy.drain_timeout {
+                let budgets = observed.blocking.iter().map(|b| b.budget.clone()).collect();
+                Step::Fail(FailReason::DrainTimeout(budgets))
+            } else {
+                Step::Evict
+            }
+        }
         Phase::Restoring => {
-            if node.verified() {
+            if state.cordoned_by_us && node.verified_but_cordoned() {
+                Step::Uncordon
+            } else if node.verified() {
                 Step::Succeed
             } else if waited >= policy.restore_timeout {
                 Step::Fail(FailReason::RestoreTimeout)

@@ -16,6 +16,7 @@ fn policy() -> PlanPolicy {
         apply_timeout: S(3600),
         max_attempts: 3,
         escalate: true,
+        drain_before_restore: false,
         poll: S(5),
     }
 }
@@ -41,6 +42,7 @@ fn node() -> NodeObservation {
         boot_id: Some("boot-1".into()),
         on_pool_target: true,
         mcn_degraded: Some(true),
+        pods_to_evict: 0,
     }
 }
 
@@ -456,6 +458,7 @@ fn no_request_is_made_past_a_gate_or_on_a_healed_node() {
         Phase::ForceRequested,
         Phase::Applying,
         Phase::Restoring,
+        Phase::Draining,
         Phase::Succeeded,
         Phase::SelfHealed,
         Phase::Failed,
@@ -490,4 +493,90 @@ fn no_request_is_made_past_a_gate_or_on_a_healed_node() {
             }
         }
     }
+}
+
+#[test]
+fn our_own_drain_before_a_restore_cordons_evicts_restores_then_uncordons() {
+    let policy = PlanPolicy {
+        action: Action::Restore,
+        drain_before_restore: true,
+        ..policy()
+    };
+    let pending = state(Phase::Pending, 30);
+    assert_eq!(
+        next_step(&pending, &observed(40, Some(node())), &policy),
+        Step::StartDrain
+    );
+    // Budgets are checked first, as for the MCO's drain.
+    let mut blocked = observed(40, Some(node()));
+    blocked.blocking = vec![Blocking {
+        budget: "a/b".into(),
+        pods: vec![],
+    }];
+    assert!(matches!(
+        next_step(&pending, &blocked, &policy),
+        Step::Hold(_, "BlockedByPodDisruptionBudget")
+    ));
+    let draining = Persisted {
+        cordoned_by_us: true,
+        ..state(Phase::Draining, 100)
+    };
+    let with_pods = NodeObservation {
+        unschedulable: true,
+        pods_to_evict: 2,
+        ..node()
+    };
+    assert_eq!(
+        next_step(&draining, &observed(110, Some(with_pods.clone())), &policy),
+        Step::Evict
+    );
+    assert!(matches!(
+        next_step(&draining, &observed(100 + 1800, Some(with_pods)), &policy),
+        Step::Fail(FailReason::DrainTimeout(_))
+    ));
+    let empty = NodeObservation {
+        unschedulable: true,
+        ..node()
+    };
+    assert_eq!(
+        next_step(&draining, &observed(120, Some(empty)), &policy),
+        Step::RequestRestore
+    );
+    let restoring = Persisted {
+        cordoned_by_us: true,
+        ..state(Phase::Restoring, 130)
+    };
+    let healed_cordoned = NodeObservation {
+        unschedulable: true,
+        ..done_node("boot-1")
+    };
+    assert_eq!(
+        next_step(
+            &restoring,
+            &observed(140, Some(healed_cordoned.clone())),
+            &policy
+        ),
+        Step::Uncordon
+    );
+    // Never while an MCO drain is pending.
+    let mco_draining = NodeObservation {
+        desired_drain: Some("drain-rendered-worker-a".into()),
+        ..healed_cordoned
+    };
+    assert_ne!(
+        next_step(&restoring, &observed(140, Some(mco_draining)), &policy),
+        Step::Uncordon
+    );
+    let uncordoned = Persisted {
+        cordoned_by_us: false,
+        ..restoring
+    };
+    assert_eq!(
+        next_step(
+            &uncordoned,
+            &observed(150, Some(done_node("boot-1"))),
+            &policy
+        ),
+        Step::Succeed
+    );
 }
