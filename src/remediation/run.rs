@@ -269,7 +269,18 @@ impl Pass {
             None
         };
         let may = match starts.as_deref_mut() {
-            Some(launched) => self.gates(remediation, node.as_deref(), launched),
+            Some(launched) => {
+                let cached = self.context.remediations.state();
+                match self.gates(remediation, node.as_deref(), launched, &cached, false) {
+                    // Confirmed on a fresh read before anything starts: the cache may lag
+                    // behind (a watch broken for seconds), and a start must never rest on it.
+                    Ok(()) => {
+                        let fresh = self.fresh_remediations().await?;
+                        self.gates(remediation, node.as_deref(), launched, &fresh, true)
+                    }
+                    held => held,
+                }
+            }
             None => Ok(()),
         };
         let observed = Observed {
@@ -310,25 +321,42 @@ impl Pass {
         acted
     }
 
+    /// Every Remediation, read from the API server now (not from the cache).
+    async fn fresh_remediations(&self) -> Result<Vec<Arc<Remediation>>> {
+        let api: Api<Remediation> = Api::all(self.context.client.clone());
+        let list = api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(Error::kube("ListRemediations"))?;
+        Ok(list.items.into_iter().map(Arc::new).collect())
+    }
+
+    /// The safety gates for a start, over `remediations` (`fresh`: read from the API server
+    /// just now; otherwise the cache, which may lag).
     pub(super) fn gates(
         &self,
         remediation: &Remediation,
         node: Option<&Node>,
         launched: &mut Launched,
+        remediations: &[Arc<Remediation>],
+        fresh: bool,
     ) -> std::result::Result<(), Held> {
         if let Some(by) = node.and_then(|n| n.annotations().get(PLANNED_REBOOT)) {
             return Err(Held::PlannedReboot { by: by.clone() });
         }
         let machines = self.context.machines.state();
-        let remediations = self.context.remediations.state();
         let phase_of = |r: &Remediation| r.status.as_ref().map(|s| s.phase).unwrap_or_default();
-        // A start the cache already shows needs no reminder; one it shows Pending still does.
+        // A start the list shows past Pending needs no reminder. One it shows Pending still
+        // does; so does one a lagging cache does not show at all (a fresh read that lacks it
+        // means it was deleted).
         launched.retain(|(namespace, name), _| {
-            remediations.iter().any(|r| {
-                r.namespace().as_deref() == Some(namespace.as_str())
-                    && r.name_any() == *name
-                    && phase_of(r) == Phase::Pending
-            })
+            let seen = remediations.iter().find(|r| {
+                r.namespace().as_deref() == Some(namespace.as_str()) && r.name_any() == *name
+            });
+            match seen {
+                Some(r) => phase_of(r) == Phase::Pending,
+                None => !fresh,
+            }
         });
         let mut running: Vec<String> = remediations
             .iter()
