@@ -35,3 +35,38 @@ async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
     // The seeds did something: remediations ended both ways, and faults were injected.
     assert!(out.contains("Succeeded"), "{out}");
 }
+
+/// Seeds that once broke an invariant (each fixed), replayed several times: their faults
+/// hit a timing window, so one replay may miss it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_that_once_failed_pass_replay_after_replay() {
+    // 186: a kept Node still Ready from before a short power cycle was taken as back.
+    // 1708: a start decided on a Remediation cache lagging behind a broken watch.
+    for seed in ["186", "1708"] {
+        for _ in 0..3 {
+            let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
+                .args([
+                    "lab",
+                    "--scenario",
+                    "chaos",
+                    "--first-seed",
+                    seed,
+                    "--seeds",
+                    "1",
+                ])
+                .env("RUST_LOG", "off")
+                .kill_on_drop(true)
+                .output();
+            let output = tokio::time::timeout(Duration::from_secs(120), run)
+                .await
+                .expect("a seed within 2 minutes")
+                .expect("baremend runs");
+            let out = String::from_utf8_lossy(&output.stdout);
+            assert!(output.status.success(), "seed {seed}: {out}");
+            assert!(
+                out.contains(": 0 with violations, 0 harness errors"),
+                "seed {seed}: {out}"
+            );
+        }
+    }
+}
