@@ -62,6 +62,15 @@ async fn drift_is_force_reapplied_by_the_mco_and_verified() {
             "{reason}"
         );
     }
+    // On the Node, the pool and the DriftRemediation alike.
+    let all = lab.api.list(baremend_sim::cluster::local::EVENTS, None);
+    for kind in ["Node", "MachineConfigPool", "DriftRemediation"] {
+        assert!(
+            all.iter().any(|e| e["reason"] == "Succeeded"
+                && (e["regarding"]["kind"] == kind || e["involvedObject"]["kind"] == kind)),
+            "no Succeeded Event on a {kind}"
+        );
+    }
     let metrics = lab.metrics.encode();
     assert!(
         metrics.contains(
@@ -315,5 +324,24 @@ async fn a_restore_with_our_own_drain_cordons_evicts_restores_and_uncordons() {
         true
     );
     assert_eq!(lab.reboots("worker-0"), boots, "no reboot");
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_machine_config_nodes_the_annotations_decide() {
+    // An older OpenShift serves no MachineConfigNode: the coordinator does without.
+    let mut lab = Lab::start_with(2, json!(1), json!({}), |api| {
+        api.delete(
+            baremend_sim::cluster::local::CRDS,
+            "",
+            "machineconfignodes.machineconfiguration.openshift.io",
+            None,
+        )
+        .unwrap();
+    })
+    .await;
+    lab.drift("worker-0");
+    let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    assert!(steps(&done).contains(&"Rebooted".to_string()));
     lab.stop_coordinator().await;
 }

@@ -30,6 +30,16 @@ pub const STATE: &str = "machineconfiguration.openshift.io/state";
 
 impl Lab {
     pub async fn start(workers: usize, max_unavailable: Value, policy: Value) -> Lab {
+        Lab::start_with(workers, max_unavailable, policy, |_| {}).await
+    }
+
+    /// As `start`, with `prepare` run on the cluster before the coordinator starts.
+    pub async fn start_with(
+        workers: usize,
+        max_unavailable: Value,
+        policy: Value,
+        prepare: impl FnOnce(&Local),
+    ) -> Lab {
         let spec = ClusterSpec {
             masters: 1,
             workers,
@@ -73,6 +83,7 @@ impl Lab {
                 .all(|n| n["metadata"]["annotations"][STATE] == "Done")
         })
         .await;
+        prepare(&lab.api);
         lab.start_coordinator();
         lab
     }
