@@ -134,7 +134,6 @@ pub fn pod(target: &HelperTarget<'_>, op: &HelperOp) -> Pod {
         "nodeName": target.node,
         "restartPolicy": "Never",
         "activeDeadlineSeconds": 300,
-        "priorityClassName": "system-node-critical",
         "tolerations": [{"operator": "Exists"}],
         "automountServiceAccountToken": false,
         "containers": [{
