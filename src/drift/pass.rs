@@ -127,7 +127,7 @@ impl Pass {
             .await?;
         if let Some(open) = open {
             let mut remediation = DriftRemediation::clone(open);
-            return self.drive(&mut remediation, &state).await;
+            return self.drive(&mut remediation).await;
         }
         match &state {
             ConfigState::Drifted(drift) => {
@@ -266,11 +266,8 @@ impl Pass {
             })
     }
 
-    async fn drive(
-        &self,
-        remediation: &mut DriftRemediation,
-        state: &ConfigState,
-    ) -> Result<Action> {
+    /// Drives an open remediation one step.
+    async fn drive(&self, remediation: &mut DriftRemediation) -> Result<Action> {
         let context = &self.context;
         let pools = context.pools.state();
         let pool: Option<&MachineConfigPool> = pool_of(&self.node, &pools);
@@ -357,7 +354,6 @@ impl Pass {
         };
         let step = next_step(&persisted, &observed, &policy);
         tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
-        let _ = state;
         self.act(remediation, step, &node).await
     }
 
