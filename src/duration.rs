@@ -31,6 +31,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// As [`parse_duration`], where zero (`0`, `0s`, …) means "off".
+pub fn parse_duration_or_off(text: &str) -> Result<Duration, String> {
+    let number = text
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if !number.is_empty() && number.parse::<f64>().is_ok_and(|v| v == 0.0) {
+        // The unit must still be one we know.
+        return parse_duration(&text.trim().replacen('0', "1", 1)).map(|_| Duration::ZERO);
+    }
+    parse_duration(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,6 +60,20 @@ mod tests {
     fn nonsense_and_out_of_range_values_are_refused() {
         for bad in ["", "s", "-1s", "0", "10x", "1e9", "8d", "nan"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn zero_means_off_where_off_is_allowed() {
+        for off in ["0", "0s", "0ms", "0m"] {
+            assert_eq!(parse_duration_or_off(off).unwrap(), Duration::ZERO, "{off}");
+        }
+        assert_eq!(
+            parse_duration_or_off("60s").unwrap(),
+            Duration::from_secs(60)
+        );
+        for bad in ["", "0x", "-1s", "abc"] {
+            assert!(parse_duration_or_off(bad).is_err(), "{bad}");
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use crate::duration::parse_duration;
+use crate::duration::{parse_duration, parse_duration_or_off};
 use crate::leader::{Leadership, LeaseConfig};
 use crate::metrics::{Metrics, serve};
 use crate::remediation::controller::{ControllerOptions, run as run_controller, run_elected};
@@ -56,7 +56,7 @@ pub struct RunArgs {
     /// How often to read every known host's power for the `baremend_host_power_state` gauge
     /// (each host at its own offset in the interval; BMO-managed hosts from their
     /// BareMetalHost, without a BMC request); 0s turns it off.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_duration_or_off)]
     pub power_poll: Duration,
     /// Also coordinate the Machine Config Operator's config-drift remediation (where the API
     /// serves MachineConfigPools). With shards, turn it on in one shard only.
