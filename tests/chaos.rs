@@ -42,7 +42,9 @@ async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
 async fn the_seeds_that_once_failed_pass_replay_after_replay() {
     // 186: a kept Node still Ready from before a short power cycle was taken as back.
     // 1708: a start decided on a Remediation cache lagging behind a broken watch.
-    for seed in ["186", "1708"] {
+    // 86, 348, 470: a second power cycle started on a Machine cache that still showed the
+    // trigger the first remediation had removed (a slow Machine watch).
+    for seed in ["186", "1708", "86", "348", "470"] {
         for _ in 0..3 {
             let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
                 .args([

@@ -968,6 +968,49 @@ async fn malformed_machines_and_secrets_get_an_error_and_an_event_and_nothing_is
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_cache_lagging_behind_the_trigger_removal_starts_no_second_power_cycle() {
+    use baremend_sim::apiserver::FaultRule;
+    let lab = Lab::start(fast(), fast_policy()).await;
+    lab.cluster.hang("worker-0");
+    lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
+    // From now on the controller's Machine watch is seconds late (a slow or broken watch):
+    // it still shows the trigger when the Remediation's Succeeded arrives. Only the
+    // cluster-wide watch is slowed, not reads of one Machine.
+    let server = lab.cluster.api_server();
+    server.inject(FaultRule {
+        method: Some("GET".into()),
+        path_contains: Some("v1beta1/machines".into()),
+        status: 0,
+        count: Some(1),
+        retry_after: None,
+        delay_ms: 6_000,
+    });
+    server.drop_watches();
+    lab.succeeded("worker-0-1").await;
+    // Until the slowed watch has answered (the delay runs from when it was taken) and the
+    // controller has seen the Machine as it is.
+    assert!(
+        server.pending_faults().is_empty(),
+        "the watch was not slowed"
+    );
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(
+        lab.remediation("worker-0-2").await.is_none(),
+        "a second remediation started on a stale trigger: {:#?}",
+        lab.remediation("worker-0-2").await.and_then(|r| r.status)
+    );
+    assert_eq!(
+        lab.power_history("worker-0"),
+        [
+            baremend_sim::host::Power::Off,
+            baremend_sim::host::Power::On
+        ],
+        "the healthy host was powered off again"
+    );
+    lab.assert_machine_clean("worker-0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_errors_and_conflicts_injected_by_the_server_lose_no_update_and_repeat_nothing() {
     use baremend_sim::apiserver::FaultRule;
     // Injected before the controller starts, so that its start meets them too.

@@ -25,6 +25,19 @@ pub struct Fleet {
     pub out_of_service_taint: bool,
 }
 
+/// The Machines' health, as the gates need it (without the remediations under way).
+#[derive(Debug, Clone, Default)]
+pub struct FleetHealth {
+    /// Machines in scope.
+    pub machines: usize,
+    /// Machines carrying the trigger or with a Node that is not Ready.
+    pub unhealthy: usize,
+    /// The control-plane Machines, by name.
+    pub control_plane: std::collections::HashSet<String>,
+    /// Of those, the ones whose Node is Ready now.
+    pub control_plane_ready: usize,
+}
+
 /// The machine that wants to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Candidate {

@@ -5,7 +5,6 @@
 //! The pass is split by concern: this module observes and persists, [`super::act`] carries a
 //! planned step out, [`super::power`] reads and changes the host's power per strategy.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use tracing::info;
 
 use super::controller::{Context, machine_resource};
 use super::fence::{ConfirmedOff, NotFenced};
-use super::gates::{Candidate, Fleet, Held, may_start};
+use super::gates::{Candidate, Fleet, FleetHealth, Held, may_start};
 use super::observe::{self, HostRef, machine_host, machine_is_control_plane, node_view};
 use super::plan::{NodeView, Observed, Phase, PlanPolicy, ReleaseMode, Step, next_step};
 use super::slim;
@@ -137,6 +136,9 @@ impl Pass {
                 return Ok(Action::await_change());
             }
             _ if !self.triggered() => return Ok(Action::await_change()),
+            // The cached Machine may still show a trigger the last remediation removed (its
+            // watch lags behind the Remediation's): a start rests only on a fresh read.
+            _ if !self.trigger_confirmed().await? => return Ok(Action::await_change()),
             _ => self.start(existing.len() + 1).await?,
         };
         for _ in 0..MAX_STEPS_PER_PASS {
@@ -268,15 +270,21 @@ impl Pass {
         } else {
             None
         };
+        let mut triggered = self.triggered();
         let may = match starts.as_deref_mut() {
             Some(launched) => {
                 let cached = self.context.remediations.state();
-                match self.gates(remediation, node.as_deref(), launched, &cached, false) {
+                let health = self.fleet_health();
+                let node = node.as_deref();
+                match self.gates(remediation, node, launched, &cached, false, &health) {
                     // Confirmed on a fresh read before anything starts: the cache may lag
-                    // behind (a watch broken for seconds), and a start must never rest on it.
+                    // behind (a watch broken for seconds), and a start must never rest on it;
+                    // nor may the power-off rest on a cached trigger (see `run`).
                     Ok(()) => {
-                        let fresh = self.fresh_remediations().await?;
-                        self.gates(remediation, node.as_deref(), launched, &fresh, true)
+                        let (fresh, confirmed) =
+                            tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
+                        triggered = triggered && confirmed?;
+                        self.gates(remediation, node, launched, &fresh?, true, &health)
                     }
                     held => held,
                 }
@@ -285,7 +293,7 @@ impl Pass {
         };
         let observed = Observed {
             now: since_epoch(self.context.clock.now()),
-            triggered: self.triggered(),
+            triggered,
             fence: proof.as_ref().map(|_| ()).map_err(Clone::clone),
             node: node_view(node.as_deref()),
             may_start: may,
@@ -321,6 +329,17 @@ impl Pass {
         acted
     }
 
+    /// Whether the Machine carries the trigger, read from the API server now (not from the
+    /// cache). A Machine that is gone carries none.
+    async fn trigger_confirmed(&self) -> Result<bool> {
+        let api: Api<slim::Machine> = Api::namespaced(self.context.client.clone(), &self.namespace);
+        let machine = api
+            .get_opt(&self.name)
+            .await
+            .map_err(Error::kube("GetMachine"))?;
+        Ok(machine.is_some_and(|m| m.annotations().contains_key(EXTERNAL_REMEDIATION)))
+    }
+
     /// Every Remediation, read from the API server now (not from the cache).
     async fn fresh_remediations(&self) -> Result<Vec<Arc<Remediation>>> {
         let api: Api<Remediation> = Api::all(self.context.client.clone());
@@ -329,6 +348,39 @@ impl Pass {
             .await
             .map_err(Error::kube("ListRemediations"))?;
         Ok(list.items.into_iter().map(Arc::new).collect())
+    }
+
+    /// The Machines' health, for the gates: taken once per step (it walks every Machine and
+    /// its Node, milliseconds on a large cluster) and used for both the cached and the fresh
+    /// look at the Remediations.
+    fn fleet_health(&self) -> FleetHealth {
+        let machines = self.context.machines.state();
+        // The Node of a Machine: Some(Ready or not), None when it has none.
+        let node_ready = |machine: &slim::Machine| {
+            let node = machine.status.as_ref()?.node_ref.as_ref()?;
+            self.context
+                .nodes
+                .get(&ObjectRef::new(&node.name))
+                .map(|n| is_ready(Some(&n)))
+        };
+        let mut health = FleetHealth {
+            machines: machines.len(),
+            ..FleetHealth::default()
+        };
+        for machine in &machines {
+            let ready = node_ready(machine);
+            if machine.annotations().contains_key(EXTERNAL_REMEDIATION) || ready == Some(false) {
+                health.unhealthy += 1;
+            }
+            // Each Machine's role is read once, from its labels, not per comparison.
+            if machine_is_control_plane(machine.labels()) {
+                health.control_plane.insert(machine.name_any());
+                if ready == Some(true) {
+                    health.control_plane_ready += 1;
+                }
+            }
+        }
+        health
     }
 
     /// The safety gates for a start, over `remediations` (`fresh`: read from the API server
@@ -340,11 +392,11 @@ impl Pass {
         launched: &mut Launched,
         remediations: &[Arc<Remediation>],
         fresh: bool,
+        health: &FleetHealth,
     ) -> std::result::Result<(), Held> {
         if let Some(by) = node.and_then(|n| n.annotations().get(PLANNED_REBOOT)) {
             return Err(Held::PlannedReboot { by: by.clone() });
         }
-        let machines = self.context.machines.state();
         let phase_of = |r: &Remediation| r.status.as_ref().map(|s| s.phase).unwrap_or_default();
         // A start the list shows past Pending needs no reminder. One it shows Pending still
         // does; so does one a lagging cache does not show at all (a fresh read that lacks it
@@ -374,40 +426,16 @@ impl Pass {
                 .filter(|((_, name), _)| *name != remediation.name_any())
                 .map(|(_, machine)| machine.clone()),
         );
-        // Each Machine's role is read once, from its labels, not per comparison.
-        let control_plane: Vec<&Arc<slim::Machine>> = machines
-            .iter()
-            .filter(|m| machine_is_control_plane(m.labels()))
-            .collect();
-        let control_plane_names: HashSet<String> =
-            control_plane.iter().map(|m| m.name_any()).collect();
-        // The Node of a Machine: Some(Ready or not), None when it has none.
-        let node_ready = |machine: &slim::Machine| {
-            let node = machine.status.as_ref()?.node_ref.as_ref()?;
-            self.context
-                .nodes
-                .get(&ObjectRef::new(&node.name))
-                .map(|n| is_ready(Some(&n)))
-        };
         let fleet = Fleet {
-            machines: machines.len(),
-            unhealthy: machines
-                .iter()
-                .filter(|m| {
-                    m.annotations().contains_key(EXTERNAL_REMEDIATION)
-                        || node_ready(m) == Some(false)
-                })
-                .count(),
+            machines: health.machines,
+            unhealthy: health.unhealthy,
             running: running.len(),
             running_control_plane: running
                 .iter()
-                .filter(|machine| control_plane_names.contains(*machine))
+                .filter(|machine| health.control_plane.contains(*machine))
                 .count(),
-            control_plane: control_plane.len(),
-            control_plane_ready: control_plane
-                .iter()
-                .filter(|m| node_ready(m) == Some(true))
-                .count(),
+            control_plane: health.control_plane.len(),
+            control_plane_ready: health.control_plane_ready,
             out_of_service_taint: self.context.out_of_service_taint,
         };
         let candidate = Candidate {

@@ -8,7 +8,10 @@
 //! 4. never more remediations under way than `maxConcurrent`, never two control-plane hosts
 //!    at once, never a control-plane host fenced while fewer than a quorum of the others are
 //!    Ready;
-//! 5. no step applied twice.
+//! 5. no step applied twice;
+//! 6. no power cycle on a trigger already consumed: a remediation starts (requests power-off)
+//!    only if its Machine's trigger appeared again since the previous one started, unless
+//!    that one failed (an operator deletes a Failed remediation to allow another).
 
 use std::collections::HashMap;
 
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use baremend_sim::host::{Power, SimHost};
 use serde_json::Value;
 
+use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{Remediation, RemediationPhase};
 
 /// The out-of-service taint's key.
@@ -39,6 +43,10 @@ pub struct Checker {
     pub lying_bmcs: std::collections::HashSet<String>,
     /// Nodes released while their host was on, on a lying BMC's reading of Off.
     pub released_on_lies: usize,
+    /// Per Machine, how many times its trigger has appeared.
+    trigger_epoch: HashMap<String, u64>,
+    /// Per Machine, the trigger epoch its latest remediation started in, and that remediation.
+    started_in: HashMap<String, (u64, String)>,
 }
 
 fn under_way(phase: RemediationPhase) -> bool {
@@ -112,7 +120,26 @@ impl Checker {
         match (event.key.group.as_str(), event.key.plural.as_str()) {
             ("", "nodes") => self.node_change(event, hosts),
             ("baremend.io", "remediations") => self.remediation_change(event),
+            ("machine.openshift.io", "machines") => self.machine_change(event),
             _ => {}
+        }
+    }
+
+    fn machine_change(&mut self, event: &WatchEvent) {
+        let triggered = |machine: Option<&Value>| {
+            machine
+                .and_then(|m| m.pointer("/metadata/annotations"))
+                .and_then(Value::as_object)
+                .is_some_and(|a| a.contains_key(EXTERNAL_REMEDIATION))
+        };
+        if !matches!(event.kind, EventType::Deleted)
+            && triggered(Some(&event.object))
+            && !triggered(event.previous.as_ref())
+        {
+            *self
+                .trigger_epoch
+                .entry(event.key.name.clone())
+                .or_default() += 1;
         }
     }
 
@@ -173,6 +200,9 @@ impl Checker {
         }
         self.phases.insert(key.clone(), (machine.clone(), phase));
         let started = under_way(phase) && !before.is_some_and(under_way);
+        if started {
+            self.check_trigger_fresh(&machine, &key);
+        }
         let running: Vec<&String> = self
             .phases
             .values()
@@ -209,6 +239,26 @@ impl Checker {
                 ));
             }
         }
+    }
+
+    /// Invariant 6, at the start of the remediation `key` of `machine`.
+    fn check_trigger_fresh(&mut self, machine: &str, key: &str) {
+        let epoch = self.trigger_epoch.get(machine).copied().unwrap_or(0);
+        if let Some((previous_epoch, previous)) = self.started_in.get(machine)
+            && *previous_epoch == epoch
+            && let Some((_, phase)) = self.phases.get(previous)
+            && matches!(
+                phase,
+                RemediationPhase::Succeeded | RemediationPhase::Cancelled
+            )
+        {
+            self.violations.push(format!(
+                "invariant 6: {key} requested power-off on the trigger {previous} had already \
+                 consumed ({phase:?}); the Machine's trigger did not appear again since"
+            ));
+        }
+        self.started_in
+            .insert(machine.to_string(), (epoch, key.to_string()));
     }
 
     /// The checks on the final state, after the cluster settled.
@@ -322,6 +372,25 @@ mod tests {
             "status": {"phase": phase, "steps": steps}})
     }
 
+    /// Shows `checker` a Remediation of `machine` modified to `phase`.
+    fn see_remediation(
+        checker: &mut Checker,
+        name: &str,
+        machine: &str,
+        phase: &str,
+        steps: &[&str],
+    ) {
+        let object = remediation(name, machine, phase, steps);
+        let event = change(
+            "remediations",
+            "baremend.io",
+            name,
+            EventType::Modified,
+            object,
+        );
+        checker.observe(&event, &HashMap::new());
+    }
+
     #[test]
     fn a_node_released_while_its_host_is_on_is_a_violation_and_off_is_not() {
         let node = json!({"metadata": {"name": "worker-0"}});
@@ -349,19 +418,14 @@ mod tests {
 
     #[test]
     fn too_many_remediations_at_once_or_a_step_twice_or_a_stuck_one_are_violations() {
-        let none = HashMap::new();
         let mut checker = Checker::new(1);
         for (name, machine) in [("worker-0-1", "worker-0"), ("worker-1-1", "worker-1")] {
-            let object = remediation(name, machine, "PoweringOff", &["PowerOffRequested"]);
-            checker.observe(
-                &change(
-                    "remediations",
-                    "baremend.io",
-                    name,
-                    EventType::Modified,
-                    object,
-                ),
-                &none,
+            see_remediation(
+                &mut checker,
+                name,
+                machine,
+                "PoweringOff",
+                &["PowerOffRequested"],
             );
         }
         assert!(
@@ -409,7 +473,6 @@ mod tests {
 
     #[test]
     fn a_control_plane_host_fenced_without_a_quorum_of_others_is_a_violation() {
-        let none = HashMap::new();
         let mut checker = Checker::new(2);
         let ready = |name: &str, ready: bool| {
             json!({"metadata": {"name": name}, "status": {"conditions": [
@@ -417,21 +480,12 @@ mod tests {
         };
         checker.seed_node(&ready("master-1", true));
         checker.seed_node(&ready("master-2", false));
-        let object = remediation(
+        see_remediation(
+            &mut checker,
             "master-0-1",
             "master-0",
             "PoweringOff",
             &["PowerOffRequested"],
-        );
-        checker.observe(
-            &change(
-                "remediations",
-                "baremend.io",
-                "master-0-1",
-                EventType::Modified,
-                object,
-            ),
-            &none,
         );
         assert!(
             checker
@@ -441,5 +495,51 @@ mod tests {
             "{:?}",
             checker.violations
         );
+    }
+
+    #[test]
+    fn a_start_on_a_trigger_the_previous_remediation_consumed_is_a_violation() {
+        let none = HashMap::new();
+        let mut checker = Checker::new(1);
+        let machine = |triggered: bool| {
+            let annotations = if triggered {
+                json!({EXTERNAL_REMEDIATION: ""})
+            } else {
+                json!({})
+            };
+            json!({"metadata": {"name": "worker-0", "annotations": annotations}})
+        };
+        let set_trigger = |checker: &mut Checker, on: bool| {
+            let mut event = change(
+                "machines",
+                "machine.openshift.io",
+                "worker-0",
+                EventType::Modified,
+                machine(on),
+            );
+            event.previous = Some(machine(!on));
+            checker.observe(&event, &none);
+        };
+        let step = |checker: &mut Checker, name: &str, phase: &str| {
+            see_remediation(checker, name, "worker-0", phase, &[]);
+        };
+        set_trigger(&mut checker, true);
+        step(&mut checker, "worker-0-1", "PoweringOff");
+        step(&mut checker, "worker-0-1", "PoweringOn");
+        step(&mut checker, "worker-0-1", "Succeeded");
+        assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+        // The same trigger, seen again by a lagging cache.
+        step(&mut checker, "worker-0-2", "PoweringOff");
+        step(&mut checker, "worker-0-2", "Cancelled");
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        assert!(checker.violations[0].starts_with("invariant 6: ns/worker-0-2"));
+        // A trigger that appears again allows a new start; after a Failed one, the same
+        // trigger does too (an operator deleted the Failed remediation).
+        set_trigger(&mut checker, false);
+        set_trigger(&mut checker, true);
+        step(&mut checker, "worker-0-3", "PoweringOff");
+        step(&mut checker, "worker-0-3", "Failed");
+        step(&mut checker, "worker-0-4", "PoweringOff");
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
     }
 }

@@ -1,6 +1,6 @@
 //! The chaos harness: seeded, reproducible runs of the controller against the simulated
 //! cluster under BMC faults (latency, 5xx, dropped connections, stuck or flapping power,
-//! credential changes), API server faults (409, 429, 5xx, dropped watches, 410 Gone),
+//! credential changes), API server faults (409, 429, 5xx, dropped or slow watches, 410 Gone),
 //! controller crashes and restarts, leader changes, node hangs, false alarms and triggers
 //! removed mid-flow — with the invariants of [`check`] checked over the recorded history.
 //!
@@ -333,6 +333,18 @@ async fn apply(
             delay_ms: 0,
         }),
         Fault::DropWatches => lab.cluster.api_server().drop_watches(),
+        Fault::SlowWatch { path, ms } => {
+            let server = lab.cluster.api_server();
+            server.inject(FaultRule {
+                method: Some("GET".into()),
+                path_contains: Some(path.clone()),
+                status: 0,
+                count: Some(1),
+                retry_after: None,
+                delay_ms: *ms,
+            });
+            server.drop_watches();
+        }
         Fault::Compact => lab.cluster.api_server().compact(),
         Fault::Crash { restart_ms } => {
             // The leader dies if there is one (a standby's death changes little).

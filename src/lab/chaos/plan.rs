@@ -76,6 +76,10 @@ pub enum Fault {
     },
     /// Every watch stream ends at once.
     DropWatches,
+    /// Every watch stream ends, and the next cluster-wide list or watch whose path contains
+    /// `path` is answered `ms` late: the controller's cache of that kind lags behind the
+    /// others for a while.
+    SlowWatch { path: String, ms: u64 },
     /// The watch history is forgotten: re-watches get 410 Gone.
     Compact,
     /// A controller replica dies (no release) and a new one starts after `restart_ms`.
@@ -197,7 +201,22 @@ pub fn plan(seed: u64) -> Plan {
                 status: *rng.pick(&[409, 429, 500, 503]),
                 count: 1 + rng.below(3) as u32,
             },
-            8 => Fault::DropWatches,
+            // No draw of its own (the plans of earlier seeds stay as they were): half the
+            // dropped watches come back late, the time picks the kind and the delay.
+            8 if at.as_millis().is_multiple_of(2) => Fault::DropWatches,
+            8 => {
+                let at_ms = at.as_millis() as u64;
+                let kinds = [
+                    "v1beta1/machines",
+                    "v1alpha1/remediations",
+                    "/api/v1/nodes",
+                    "v1alpha1/baremetalhosts",
+                ];
+                Fault::SlowWatch {
+                    path: kinds[(at_ms / 2 % 4) as usize].to_string(),
+                    ms: 500 + at_ms * 7 % 2500,
+                }
+            }
             9 => Fault::Compact,
             10 => Fault::Crash {
                 restart_ms: rng.below(400),
