@@ -20,10 +20,12 @@ use tracing::{Instrument, info, warn};
 use super::classify::{ConfigState, classify};
 use super::observe::pool_of;
 use super::pass::Pass;
+use crate::api::annotations::PLANNED_REBOOT;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
 use crate::api::{DriftPolicy, DriftPolicySpec, DriftRemediation, Remediation};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::remediation::node_watch::{NodeFeed, watch_nodes};
 use crate::remediation::state::Clock;
 use crate::{Error, Result};
 
@@ -194,15 +196,22 @@ pub async fn run(
     client: Client,
     clock: Arc<dyn Clock>,
     options: DriftOptions,
+    node_feed: Option<NodeFeed>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
     let config = watcher::Config::default();
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let node_stream = watcher(Api::<Node>::all(client.clone()), config.clone())
-        .default_backoff()
-        .modify(crate::remediation::slim::node)
-        .reflect(node_writer)
-        .touched_objects();
+    // Alone, it watches Nodes itself; beside the machine controller, it shares its watch.
+    let (node_feed, own_node_watch) = match node_feed {
+        Some(feed) => (feed, None),
+        None => {
+            let (mut feeds, task) = watch_nodes(&client, 1)?;
+            (feeds.remove(0), Some(task))
+        }
+    };
+    let NodeFeed {
+        store: nodes,
+        changes: node_stream,
+    } = node_feed;
     let (pools, pool_writer) = reflector::store::<MachineConfigPool>();
     let pool_stream = watcher(
         Api::<MachineConfigPool>::all(client.clone()),
@@ -296,13 +305,24 @@ pub async fn run(
         }
         wake
     };
-    let reconcile_all = futures_util::stream::select(
-        futures_util::stream::select(pool_stream.map(|_| ()), policy_stream.map(|_| ())),
-        machine_stream.map(|_| ()),
-    );
-    Controller::for_stream(node_stream, nodes)
+    // A pool's budget or a machine remediation changing matters only to the Nodes in play
+    // (drifted, or with a remediation or a mark to carry on or clean up): on a large cluster
+    // waking every Node at each of those changes kept thousands of passes busy. A policy
+    // change (rare) may change what counts, so it wakes them all.
+    let in_play = {
+        let nodes = nodes.clone();
+        let remediations = remediations.clone();
+        futures_util::stream::select(pool_stream.map(|_| ()), machine_stream.map(|_| ())).flat_map(
+            move |()| {
+                futures_util::stream::iter(nodes_in_play(&nodes.state(), &remediations.state()))
+            },
+        )
+    };
+    Controller::for_shared_stream(node_stream, nodes)
+        .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
         .watches_stream(remediation_stream, by_node)
-        .reconcile_all_on(reconcile_all)
+        .reconcile_on(in_play)
+        .reconcile_all_on(policy_stream.map(|_| ()))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context.clone())
         .for_each(|result| async move {
@@ -316,8 +336,42 @@ pub async fn run(
     if let Some(task) = mcn_task {
         task.abort();
     }
+    if let Some(task) = own_node_watch {
+        task.abort();
+    }
     info!("drift coordinator stopped");
     Ok(())
+}
+
+/// At most this many drift passes at once (a policy change wakes every Node).
+const PASSES_AT_ONCE: u16 = 16;
+
+/// The Nodes a pool or machine-remediation change may concern: drifted ones, ones with an
+/// open remediation or with a terminal one that still owes a cleanup, and ones carrying our
+/// planned-reboot mark.
+fn nodes_in_play(
+    nodes: &[Arc<Node>],
+    remediations: &[Arc<DriftRemediation>],
+) -> Vec<ObjectRef<Node>> {
+    let mut names: std::collections::BTreeSet<String> = remediations
+        .iter()
+        .filter(|r| {
+            r.status
+                .as_ref()
+                .is_none_or(|s| !s.phase.is_terminal() || s.force_file_written || s.cordoned_by_us)
+        })
+        .map(|r| r.spec.node_name.clone())
+        .collect();
+    names.extend(
+        nodes
+            .iter()
+            .filter(|n| {
+                n.annotations().contains_key(PLANNED_REBOOT)
+                    || matches!(classify(n.annotations()), ConfigState::Drifted(_))
+            })
+            .map(|n| n.name_any()),
+    );
+    names.iter().map(|name| ObjectRef::new(name)).collect()
 }
 
 async fn reconcile(node: Arc<Node>, context: Arc<DriftContext>) -> Result<Action> {
@@ -331,4 +385,73 @@ async fn reconcile(node: Arc<Node>, context: Arc<DriftContext>) -> Result<Action
 fn error_policy(node: Arc<Node>, error: &Error, context: Arc<DriftContext>) -> Action {
     warn!(node = %node.name_any(), %error, "drift step failed; retrying");
     Action::requeue(context.poll.max(Duration::from_secs(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn node(name: &str, annotations: serde_json::Value) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name, "annotations": annotations}}))
+                .unwrap(),
+        )
+    }
+
+    fn remediation(node: &str, status: serde_json::Value) -> Arc<DriftRemediation> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "baremend.io/v1alpha1", "kind": "DriftRemediation",
+                "metadata": {"name": format!("{node}-1")},
+                "spec": {"nodeName": node, "kind": "Content", "target": "/etc/x", "action": "Force"},
+                "status": status,
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn only_drifted_marked_or_remediated_nodes_are_in_play() {
+        let rendered = "rendered-worker-1";
+        let mco = |state: &str, reason: &str| {
+            json!({
+                crate::api::mco::STATE: state,
+                crate::api::mco::CURRENT_CONFIG: rendered,
+                crate::api::mco::DESIRED_CONFIG: rendered,
+                crate::api::mco::REASON: reason,
+            })
+        };
+        let nodes = [
+            node("in-sync", mco("Done", "")),
+            node(
+                "drifted",
+                mco("Degraded", r#"content mismatch for file "/etc/x""#),
+            ),
+            node(
+                "degraded-otherwise",
+                mco("Degraded", "failed to drain node"),
+            ),
+            node("marked", json!({PLANNED_REBOOT: "marked-1"})),
+            node("unmanaged", json!({})),
+            node("open", mco("Done", "")),
+            node("owes-cleanup", mco("Done", "")),
+            node("ended", mco("Done", "")),
+        ];
+        let remediations = [
+            remediation("open", json!({"phase": "Debouncing"})),
+            remediation(
+                "owes-cleanup",
+                json!({"phase": "Succeeded", "forceFileWritten": true}),
+            ),
+            remediation("ended", json!({"phase": "Succeeded"})),
+        ];
+        let mut woken: Vec<String> = nodes_in_play(&nodes, &remediations)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        woken.sort();
+        assert_eq!(woken, ["drifted", "marked", "open", "owes-cleanup"]);
+    }
 }

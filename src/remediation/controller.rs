@@ -21,6 +21,7 @@ use kube::{Client, ResourceExt};
 use tracing::{Instrument, info, warn};
 
 use super::bmc_cache::DriverCache;
+use super::node_watch::{NodeFeed, watch_nodes};
 use super::run::{Launched, Pass};
 use super::slim;
 use super::state::Clock;
@@ -242,9 +243,17 @@ pub async fn run(
         }
         None => None,
     };
+    // One watch of Nodes, shared: on a large cluster a second cache of every Node (and a
+    // second stream of their updates to decode) would cost as much as the rest together.
+    let consumers = if drift.is_some() { 2 } else { 1 };
+    let (mut feeds, node_watch) = watch_nodes(&client, consumers)?;
+    let machine_nodes = feeds.remove(0);
     let Some(drift) = drift else {
-        return run_machines(client, clock, options, shutdown).await;
+        let result = run_machines(client, clock, options, machine_nodes, shutdown).await;
+        node_watch.abort();
+        return result;
     };
+    let drift_nodes = feeds.remove(0);
     // One shutdown for both.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let signal = tokio::spawn(async move {
@@ -259,11 +268,19 @@ pub async fn run(
             client.clone(),
             clock.clone(),
             options,
+            machine_nodes,
             until_stopped(stopped.clone())
         ),
-        crate::drift::controller::run(client, clock, drift, until_stopped(stopped)),
+        crate::drift::controller::run(
+            client,
+            clock,
+            drift,
+            Some(drift_nodes),
+            until_stopped(stopped)
+        ),
     );
     signal.abort();
+    node_watch.abort();
     machines.and(drifts)
 }
 
@@ -272,6 +289,7 @@ async fn run_machines(
     client: Client,
     clock: Arc<dyn Clock>,
     options: ControllerOptions,
+    node_feed: NodeFeed,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
     let out_of_service_taint = out_of_service_taint(&client).await;
@@ -287,12 +305,10 @@ async fn run_machines(
     .reflect(host_writer)
     .touched_objects();
 
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let node_stream = watcher(Api::<Node>::all(client.clone()), config.clone())
-        .default_backoff()
-        .modify(slim::node)
-        .reflect(node_writer)
-        .touched_objects();
+    let NodeFeed {
+        store: nodes,
+        changes: node_stream,
+    } = node_feed;
 
     let (remediations, remediation_writer) = reflector::store::<Remediation>();
     let remediation_stream = watcher(Api::<Remediation>::all(client.clone()), config.clone())
@@ -379,7 +395,7 @@ async fn run_machines(
         (consumer.kind.as_deref() == Some("Machine"))
             .then(|| ObjectRef::new(&consumer.name).within(&namespace))
     };
-    let by_node = |node: Node| {
+    let by_node = |node: Arc<Node>| {
         node.annotations()
             .get(NODE_MACHINE)
             .and_then(|value| value.split_once('/'))
@@ -408,7 +424,7 @@ async fn run_machines(
 
     controller
         .watches_stream(host_stream, by_consumer)
-        .watches_stream(node_stream, by_node)
+        .watches_shared_stream(node_stream, by_node)
         .watches_stream(remediation_stream, by_spec)
         .reconcile_all_on(reconcile_all)
         .graceful_shutdown_on(shutdown)

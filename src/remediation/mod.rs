@@ -14,6 +14,7 @@ pub mod fence;
 pub mod gates;
 pub mod metered;
 pub mod monitor;
+pub mod node_watch;
 pub mod observe;
 pub mod plan;
 mod power;

@@ -103,6 +103,7 @@ impl Lab {
                     helper_image: "baremend:test".into(),
                     ..DriftOptions::default()
                 },
+                None,
                 async move {
                     let _ = stopped.await;
                 },

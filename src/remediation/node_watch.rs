@@ -1,0 +1,59 @@
+//! The one watch of Nodes that the machine remediation controller and the drift coordinator
+//! share: one cache of slimmed Nodes, and a stream of changed Nodes for each consumer. On a
+//! large cluster a second cache of every Node, and a second stream of their updates to
+//! decode, would cost as much memory and CPU as everything else together.
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tracing::warn;
+
+use super::slim;
+use crate::{Error, Result};
+
+/// How many Node changes the shared watch holds for a consumer that is behind (it waits
+/// when one is that far behind).
+const NODE_CHANGES_BUFFER: usize = 1024;
+
+/// A consumer's share of the one Node watch: the common cache of (slimmed) Nodes and its
+/// own stream of the Nodes that changed. Deletions are not in the stream (the cache has
+/// them); the passes that wait for a Node look again on their own.
+pub struct NodeFeed {
+    /// The cache.
+    pub store: Store<Node>,
+    /// The Nodes that changed.
+    pub changes: reflector::ReflectHandle<Node>,
+}
+
+/// Starts the Node watch for `consumers` consumers; the task drives it.
+pub fn watch_nodes(
+    client: &Client,
+    consumers: usize,
+) -> Result<(Vec<NodeFeed>, tokio::task::JoinHandle<()>)> {
+    let (store, writer) = reflector::store_shared::<Node>(NODE_CHANGES_BUFFER);
+    let feeds = (0..consumers)
+        .map(|_| {
+            let changes = writer.subscribe().ok_or_else(|| Error::Invalid {
+                object: "the Node watch".into(),
+                reason: "its store is not shared".into(),
+            })?;
+            Ok(NodeFeed {
+                store: store.clone(),
+                changes,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let watch = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(slim::node)
+        .reflect_shared(writer)
+        .for_each(|event| async move {
+            if let Err(error) = event {
+                warn!(%error, "Node watch failed; retrying");
+            }
+        });
+    Ok((feeds, tokio::spawn(watch)))
+}
