@@ -161,12 +161,12 @@ async fn a_node_that_stays_not_ready_after_pickup_is_handed_to_the_machine_remed
     );
     // The OS dies for good during the re-apply.
     lab.cluster.break_host("worker-0");
-    let escalated = lab.reach("worker-0-1", DriftPhase::Escalated).await;
-    assert!(
-        lab.events().contains("handed to the machine remediation"),
-        "{:?}",
-        escalated.status
-    );
+    lab.reach("worker-0-1", DriftPhase::Escalated).await;
+    // The Event follows the persisted phase.
+    lab.wait("the hand-over Event", || {
+        lab.events().contains("handed to the machine remediation")
+    })
+    .await;
     let machine = lab
         .api
         .get(MACHINES, MACHINE_NAMESPACE, "worker-0")

@@ -169,6 +169,27 @@ impl Lab {
     pub fn events(&self) -> String {
         serde_json::to_string(&self.api.list(EVENTS, None)).unwrap()
     }
+
+    /// Waits (up to 10 s) for an Event with `reason` about an object of `kind`: a step's
+    /// Events are published after its status is persisted, so a test that saw the phase
+    /// may be a moment ahead of them.
+    pub async fn wait_event(&self, reason: &str, kind: &str) {
+        let started = Instant::now();
+        loop {
+            let all = self.api.list(EVENTS, None);
+            if all.iter().any(|e| {
+                e["reason"] == reason
+                    && (e["regarding"]["kind"] == kind || e["involvedObject"]["kind"] == kind)
+            }) {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no {reason} Event on a {kind}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 pub fn steps(remediation: &DriftRemediation) -> Vec<String> {
