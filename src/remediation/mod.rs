@@ -20,4 +20,5 @@ pub mod plan;
 mod power;
 pub mod run;
 pub mod slim;
+pub mod start_gates;
 pub mod state;
