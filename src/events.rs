@@ -4,6 +4,21 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
 
+/// The API server refuses an Event whose note is longer than this many bytes.
+pub const NOTE_LIMIT: usize = 1024;
+
+/// `text` cut to at most `limit` bytes, on a character boundary.
+pub fn cut_to_bytes(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Publishes one Event on each `(regarding, related)` pair. A failure is logged, never
 /// returned: an Event is a courtesy, the step it tells about already happened.
 pub async fn publish(
@@ -20,7 +35,7 @@ pub async fn publish(
             EventType::Normal
         },
         reason: reason.into(),
-        note: Some(note.chars().take(1024).collect()),
+        note: Some(cut_to_bytes(note, NOTE_LIMIT).to_string()),
         action: reason.into(),
         secondary: None,
     };
@@ -28,6 +43,26 @@ pub async fn publish(
         event.secondary = related.clone();
         if let Err(error) = recorder.publish(&event, regarding).await {
             tracing::warn!(%error, "cannot publish an Event");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_is_cut_to_the_byte_limit_on_a_character_boundary() {
+        assert_eq!(cut_to_bytes("short", NOTE_LIMIT), "short");
+        let ascii = "a".repeat(2000);
+        assert_eq!(cut_to_bytes(&ascii, NOTE_LIMIT).len(), NOTE_LIMIT);
+        // 'é' is two bytes and '🔥' four: 1,024 characters of them are far over the limit.
+        for unit in ["é", "🔥", "a🔥"] {
+            let long = unit.repeat(1024);
+            let cut = cut_to_bytes(&long, NOTE_LIMIT);
+            assert!(cut.len() <= NOTE_LIMIT, "{unit}: {}", cut.len());
+            assert!(cut.len() > NOTE_LIMIT - 4, "{unit}: {}", cut.len());
+            assert!(long.starts_with(cut));
         }
     }
 }

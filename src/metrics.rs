@@ -27,7 +27,7 @@ use crate::power_metrics::PowerMetrics;
 use crate::{Error, Result};
 
 /// Every gate that can hold a start, as named in the `Held` condition's reason.
-pub const GATES: [&str; 7] = [
+pub const GATES: [&str; 8] = [
     "Concurrency",
     "Storm",
     "ControlPlaneDisabled",
@@ -35,6 +35,7 @@ pub const GATES: [&str; 7] = [
     "Quorum",
     "OutOfServiceUnsupported",
     "PlannedReboot",
+    "SelfFence",
 ];
 
 /// Labels of a remediation counter.

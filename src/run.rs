@@ -11,7 +11,9 @@ use kube::{Client, Config};
 use crate::duration::{parse_duration, parse_duration_or_off};
 use crate::leader::{Leadership, LeaseConfig};
 use crate::metrics::{Metrics, serve};
-use crate::remediation::controller::{ControllerOptions, run as run_controller, run_elected};
+use crate::remediation::controller::{
+    ControllerOptions, Placement, run as run_controller, run_elected,
+};
 use crate::remediation::state::SystemClock;
 use crate::{Error, Result};
 
@@ -66,6 +68,18 @@ pub struct RunArgs {
     /// (the controller's own: it carries `baremend host-file`).
     #[arg(long, env = "BAREMEND_IMAGE", default_value = "baremend:latest")]
     pub helper_image: String,
+    /// The Node this replica runs on (the Downward API's `spec.nodeName`): the leader never
+    /// fences it unless another replica is Ready on another Node. Unset: not checked.
+    #[arg(long, env = "NODE_NAME", value_name = "NODE")]
+    pub node_name: Option<String>,
+    /// The label selector of this controller's pods, in its namespace: the replicas that can
+    /// take over when the leader fences its own Node.
+    #[arg(
+        long,
+        default_value = "app.kubernetes.io/name=baremend",
+        value_name = "SELECTOR"
+    )]
+    pub peer_selector: String,
 }
 
 async fn client(args: &RunArgs) -> Result<Client> {
@@ -121,6 +135,12 @@ pub async fn run(args: RunArgs) -> Result<()> {
             .bytes()
             .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
         drift_helper_image: args.drift.then(|| args.helper_image.clone()),
+        placement: args.node_name.as_ref().map(|node| Placement {
+            node: node.clone(),
+            namespace: args.lease_namespace.clone(),
+            pod: args.instance.clone(),
+            peers: args.peer_selector.clone(),
+        }),
     };
     if !args.leader_elect {
         return run_controller(client, Arc::new(SystemClock), options, shutdown).await;

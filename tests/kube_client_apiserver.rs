@@ -325,6 +325,11 @@ async fn our_crds_register_and_our_typed_objects_round_trip_with_status() {
         node_backup: Some(NodeBackup {
             labels: [("role".to_string(), "db".to_string())].into(),
             annotations: Default::default(),
+            taints: vec![baremend::api::SavedTaint {
+                key: "dedicated".into(),
+                value: Some("db".into()),
+                effect: "NoSchedule".into(),
+            }],
         }),
         steps: vec![StepTime {
             step: "Fenced".into(),

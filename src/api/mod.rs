@@ -31,7 +31,7 @@ pub use policy::{
 };
 pub use remediation::{
     Condition, NodeBackup, Remediation, RemediationPhase, RemediationSpec, RemediationStatus,
-    StepTime,
+    SavedTaint, StepTime,
 };
 
 /// The API group of baremend's own resources.

@@ -105,8 +105,8 @@ pub struct StepTime {
     pub time: String,
 }
 
-/// The labels and annotations of the Node before it was released; restored where the new
-/// Node lacks them.
+/// The labels, annotations and taints of the Node before it was released; restored where the
+/// new Node lacks them.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeBackup {
@@ -116,6 +116,22 @@ pub struct NodeBackup {
     /// Annotations.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    /// Taints an admin or another controller set (not the ones the node lifecycle controller
+    /// or the remediation manage: `node.kubernetes.io/*`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<SavedTaint>,
+}
+
+/// A Node taint as saved in a backup (`timeAdded` is the taint manager's and is not kept).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct SavedTaint {
+    /// The key.
+    pub key: String,
+    /// The value, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
 }
 
 /// Progress of a remediation, persisted before each step acts.
@@ -151,6 +167,14 @@ pub struct RemediationStatus {
     /// can still read Ready from before the power cycle; a new boot ID proves a reboot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_boot_id: Option<String>,
+    /// The Node's UID when power-off was requested: the proof of power-off releases this Node
+    /// object only, never one registered again under the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_uid: Option<String>,
+    /// Our power-off request was found removed after the host was fenced, and made again
+    /// (once: a second removal fails the remediation `FenceLost`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub power_off_request_remade: bool,
     /// Every persisted step, in order.
     #[serde(default)]
     pub steps: Vec<StepTime>,

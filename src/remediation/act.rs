@@ -30,7 +30,7 @@ impl Pass {
         mut status: RemediationStatus,
         state: &Persisted,
         step: Step,
-        proof: Option<ConfirmedOff>,
+        proof: &mut Option<ConfirmedOff>,
         node: Option<Arc<Node>>,
     ) -> Result<Option<Action>> {
         // Only the leader acts; checked again right before each write below.
@@ -87,6 +87,7 @@ impl Pass {
                 status.driver = Some(self.driver_name(remediation, name).await);
                 status.attempt = Some(state.attempt);
                 remember_boot(&mut status, node.as_deref());
+                remember_node_uid(&mut status, node.as_deref());
                 set_condition(&mut status, "Held", false, "Started", "", now);
                 record_step(
                     &mut status,
@@ -113,7 +114,7 @@ impl Pass {
                 }
             }
             Step::WithdrawPowerOff => {
-                self.withdraw_all(remediation, state.strategy, Withdraw::Everything)
+                self.withdraw_all(remediation, state, Withdraw::Everything)
                     .await?;
                 record_step(
                     &mut status,
@@ -133,9 +134,10 @@ impl Pass {
                 return Ok(Some(Action::await_change()));
             }
             Step::MarkFenced => {
-                if proof.is_none() {
+                let Some(confirmed) = proof.as_ref() else {
                     return Ok(Some(Action::requeue(self.context.poll)));
-                }
+                };
+                let host = confirmed.host().to_string();
                 status.last_power_state = Some("Off".into());
                 let by = status.strategy.clone().unwrap_or_default();
                 set_condition(
@@ -148,6 +150,7 @@ impl Pass {
                 );
                 record_step(&mut status, "Fenced", Some(Phase::Fenced), now);
                 self.persist(remediation, status).await?;
+                self.context.leadership.ensure()?;
                 execute::set_annotation(
                     &self.machines_api(),
                     &self.name,
@@ -160,62 +163,46 @@ impl Pass {
                     remediation,
                     false,
                     "Fenced",
-                    "the host is proven off".into(),
+                    format!("{host} is proven off"),
                 )
                 .await;
             }
+            Step::RemakePowerOffRequest => {
+                status.power_off_request_remade = true;
+                record_step(&mut status, "PowerOffRequestRemade", None, now);
+                self.persist(remediation, status).await?;
+                let note = format!(
+                    "our power-off request {} was removed from the host after it was fenced (by an admin, another controller or a restore of the object); made again, once: the Node is released only on a new proof",
+                    self.reboot_annotation()
+                );
+                self.event(remediation, true, "PowerOffRequestRemoved", note)
+                    .await;
+                let strategy = self.strategy_in_use(remediation);
+                self.request_power(remediation, strategy, true).await?;
+            }
             Step::BackUpNode => {
                 if let Some(node) = &node {
-                    status.node_backup = Some(execute::backup_of(node));
+                    let backup = execute::backup_of(node);
+                    let note = format!(
+                        "Node {} saved: {} label(s), {} annotation(s), {} taint(s)",
+                        node.name_any(),
+                        backup.labels.len(),
+                        backup.annotations.len(),
+                        backup.taints.len()
+                    );
+                    status.node_backup = Some(backup);
                     record_step(&mut status, "NodeBackedUp", None, now);
                     self.persist(remediation, status).await?;
-                    let note = format!(
-                        "labels, annotations and taints of Node {} saved",
-                        node.name_any()
-                    );
                     self.event(remediation, false, "NodeBackedUp", note).await;
                 }
             }
             Step::ReleaseNode(mode) => {
-                // The proof is taken again now, not remembered: a host turned back on since
-                // the Fenced step is not off any more.
-                let Some(proof) = proof else {
+                // The proof was taken again from fresh evidence in this step: a host turned
+                // back on since the Fenced step is not off any more. It is spent here.
+                let Some(proof) = proof.take() else {
                     return Ok(Some(Action::requeue(self.context.poll)));
                 };
-                let node_name = remediation.spec.node_name.clone();
-                let shown = node_name.clone().unwrap_or_default();
-                let (reason, note) = match (mode, &node, node_name) {
-                    (ReleaseMode::Delete, Some(node), Some(name)) => {
-                        record_step(&mut status, "NodeDeleting", None, now);
-                        self.persist(remediation, status.clone()).await?;
-                        self.context.leadership.ensure()?;
-                        execute::delete_node(&proof, &nodes, &name, node.uid()).await?;
-                        record_step(&mut status, "NodeDeleted", Some(Phase::NodeReleased), now);
-                        (
-                            "NodeDeleted",
-                            format!("Node {shown} deleted: its workloads may start elsewhere"),
-                        )
-                    }
-                    (ReleaseMode::OutOfService, Some(node), Some(_)) => {
-                        record_step(&mut status, "NodeTainting", None, now);
-                        self.persist(remediation, status.clone()).await?;
-                        self.context.leadership.ensure()?;
-                        execute::taint_out_of_service(&proof, &nodes, node).await?;
-                        record_step(&mut status, "NodeTainted", Some(Phase::NodeReleased), now);
-                        (
-                            "NodeTainted",
-                            format!(
-                                "Node {shown} tainted out-of-service: its workloads may start elsewhere"
-                            ),
-                        )
-                    }
-                    _ => {
-                        record_step(&mut status, "NodeAbsent", Some(Phase::NodeReleased), now);
-                        ("NodeAbsent", "no Node to release".to_string())
-                    }
-                };
-                self.persist(remediation, status).await?;
-                self.event(remediation, false, reason, note).await;
+                self.release_node(remediation, status, mode, proof).await?;
             }
             Step::RequestPowerOn => {
                 record_step(
@@ -225,7 +212,7 @@ impl Pass {
                     now,
                 );
                 self.persist(remediation, status).await?;
-                self.withdraw_all(remediation, state.strategy, Withdraw::Everything)
+                self.withdraw_all(remediation, state, Withdraw::Everything)
                     .await?;
                 self.event(
                     remediation,
@@ -245,13 +232,24 @@ impl Pass {
                         .await;
                 }
                 if let Some(node) = &node {
+                    self.context.leadership.ensure()?;
                     if let Some(backup) = &status.node_backup {
-                        execute::restore_node(&nodes, node, backup).await?;
+                        let restored = execute::restore_node(&nodes, node, backup).await?;
+                        if restored != execute::Restored::default() {
+                            let note = format!(
+                                "Node {} restored: {} label(s) and annotation(s), {} taint(s) put back",
+                                node.name_any(),
+                                restored.keys,
+                                restored.taints
+                            );
+                            self.event(remediation, false, "NodeRestored", note).await;
+                        }
                     }
                     execute::remove_out_of_service(&nodes, node).await?;
                 }
-                self.withdraw_all(remediation, state.strategy, Withdraw::RebootRequestsOnly)
+                self.withdraw_all(remediation, state, Withdraw::RebootRequestsOnly)
                     .await?;
+                self.context.leadership.ensure()?;
                 let machines = self.machines_api();
                 execute::set_annotation(
                     &machines,
@@ -306,17 +304,24 @@ impl Pass {
                     self.note_error(remediation, &error).await?;
                 }
             }
-            Step::Retry { attempt } => {
+            Step::Retry { attempt, why } => {
                 status.attempt = Some(attempt);
                 let name = self.strategy_at(0);
                 status.strategy = Some(strategy_name(name).into());
-                status.last_error = Some("the Node did not come back".into());
+                status.last_error = Some(why.clone());
+                status.power_off_request_remade = false;
                 remember_boot(&mut status, node.as_deref());
+                remember_node_uid(&mut status, node.as_deref());
                 record_step(&mut status, "Retry", Some(Phase::PoweringOff), now);
                 status.phase_since = Some(super::state::rfc3339(now));
                 self.persist(remediation, status).await?;
-                self.event(remediation, true, "Retry", format!("power cycle {attempt}"))
-                    .await;
+                self.event(
+                    remediation,
+                    true,
+                    "Retry",
+                    format!("{why}: power cycle {attempt}"),
+                )
+                .await;
                 if let Err(error) = self.request_power(remediation, name, true).await {
                     self.note_error(remediation, &error).await?;
                 }
@@ -327,6 +332,56 @@ impl Pass {
             }
         }
         Ok(None)
+    }
+
+    /// Releases the Node the proof names (deletes it, or taints it out-of-service), each step
+    /// persisted before it acts, and spends the proof.
+    async fn release_node(
+        &self,
+        remediation: &mut Remediation,
+        mut status: RemediationStatus,
+        mode: ReleaseMode,
+        proof: ConfirmedOff,
+    ) -> Result<()> {
+        let now = self.context.clock.now();
+        let nodes: Api<Node> = Api::all(self.context.client.clone());
+        let Some(name) = proof.node().map(|n| n.name.clone()) else {
+            record_step(&mut status, "NodeAbsent", Some(Phase::NodeReleased), now);
+            self.persist(remediation, status).await?;
+            let note = "no Node to release".to_string();
+            self.event(remediation, false, "NodeAbsent", note).await;
+            return Ok(());
+        };
+        let host = proof.host().to_string();
+        let (before, after, reason, note) = match mode {
+            ReleaseMode::Delete => (
+                "NodeDeleting",
+                "NodeDeleted",
+                "NodeDeleted",
+                format!(
+                    "Node {name} deleted ({host} is proven off): its workloads may start elsewhere"
+                ),
+            ),
+            ReleaseMode::OutOfService => (
+                "NodeTainting",
+                "NodeTainted",
+                "NodeTainted",
+                format!(
+                    "Node {name} tainted out-of-service ({host} is proven off): its workloads may start elsewhere"
+                ),
+            ),
+        };
+        record_step(&mut status, before, None, now);
+        self.persist(remediation, status.clone()).await?;
+        self.context.leadership.ensure()?;
+        match mode {
+            ReleaseMode::Delete => execute::delete_node(proof, &nodes).await?,
+            ReleaseMode::OutOfService => execute::taint_out_of_service(proof, &nodes).await?,
+        }
+        record_step(&mut status, after, Some(Phase::NodeReleased), now);
+        self.persist(remediation, status).await?;
+        self.event(remediation, false, reason, note).await;
+        Ok(())
     }
 
     /// Fails the remediation. A host whose Node never came back was fenced and released: it
@@ -341,30 +396,48 @@ impl Pass {
         reason: FailReason,
     ) -> Result<()> {
         let now = self.context.clock.now();
-        let (message, label) = match &reason {
-            FailReason::PowerOffNotConfirmed(why) => (
-                format!("power-off never confirmed, the Node is left alone: {why}"),
-                "PowerOffNotConfirmed",
+        let label = reason.label();
+        let message = match &reason {
+            FailReason::PowerOffNotConfirmed(why) => {
+                format!("power-off never confirmed, the Node is left alone: {why}")
+            }
+            FailReason::FenceLost(why) => format!(
+                "the host was proven off but the proof could not be taken again for the release, so the Node is kept: {why}"
             ),
-            FailReason::NodeNeverReady => (
-                format!(
-                    "the Node did not come back in {} power cycle(s); the host is left powered off",
-                    state.attempt
-                ),
-                "NodeNeverReady",
+            FailReason::NodeNeverReady => format!(
+                "the Node did not come back in {} power cycle(s); the host is left powered off",
+                state.attempt
             ),
+            FailReason::RestoreTimedOut => {
+                "the Node came back but could not be restored in time; the trigger is kept".into()
+            }
         };
         let strategy = status.strategy.clone().unwrap_or_default();
         status.last_error = Some(message.clone());
         set_condition(&mut status, "Succeeded", false, label, &message, now);
         record_step(&mut status, "Failed", Some(Phase::Failed), now);
+        if let FailReason::FenceLost(_) = reason {
+            set_condition(&mut status, "Fenced", false, "FenceLost", &message, now);
+        }
         self.persist(remediation, status).await?;
         self.event(remediation, true, "Failed", message).await;
         self.context.metrics.remediation_failed(&strategy, label);
+        if let FailReason::FenceLost(_) = reason {
+            // The Machine's mark would claim a power-off nobody can prove any more.
+            self.context.leadership.ensure()?;
+            execute::set_annotation(
+                &self.machines_api(),
+                &self.name,
+                POWERED_OFF_FOR_REMEDIATION,
+                None,
+                "UnmarkMachine",
+            )
+            .await?;
+        }
         if reason != FailReason::NodeNeverReady {
             return Ok(());
         }
-        let name = self.strategy_at(state.strategy);
+        let name = self.strategy_in_use(remediation);
         if let Err(error) = self.request_power(remediation, name, true).await {
             self.note_error(remediation, &error).await?;
         }
@@ -408,6 +481,7 @@ impl Pass {
                 .into(),
         )
         .await;
+        self.context.leadership.ensure()?;
         execute::delete_machine(&self.machines_api(), &self.name, self.machine.uid()).await?;
         self.context.metrics.machine_deleted();
         Ok(())
@@ -417,6 +491,14 @@ impl Pass {
     fn age(&self, remediation: &Remediation) -> Duration {
         let created = super::state::created_at(remediation).unwrap_or_default();
         super::state::since_epoch(self.context.clock.now()).saturating_sub(created)
+    }
+}
+
+/// Records the UID of the Node before a power-off request: the proof of power-off may release
+/// that Node object only. A Node that is missing leaves the last known UID in place.
+fn remember_node_uid(status: &mut RemediationStatus, node: Option<&Node>) {
+    if let Some(uid) = node.and_then(|n| n.metadata.uid.clone()) {
+        status.node_uid = Some(uid);
     }
 }
 

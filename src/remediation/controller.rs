@@ -21,8 +21,9 @@ use kube::{Client, ResourceExt};
 use tracing::{Instrument, info, warn};
 
 use super::bmc_cache::DriverCache;
+use super::gates::Launched;
 use super::node_watch::{NodeFeed, watch_nodes};
-use super::run::{Launched, Pass};
+use super::run::Pass;
 use super::slim;
 use super::state::Clock;
 use crate::api::annotations::NODE_MACHINE;
@@ -82,6 +83,22 @@ pub struct Context {
     pub out_of_service_taint: bool,
     /// Whether this replica may write: checked right before every write.
     pub leadership: Leadership,
+    /// Where this replica runs, for the self-fence gate (None: not known, not checked).
+    pub placement: Option<Placement>,
+}
+
+/// Where this replica runs and how to find its peers: the self-fence gate holds the fencing
+/// of this replica's own Node until a peer is Ready elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The Node this pod runs on (`spec.nodeName`, from the Downward API).
+    pub node: String,
+    /// This pod's namespace.
+    pub namespace: String,
+    /// This pod's name.
+    pub pod: String,
+    /// The label selector of the controller's pods (its replicas).
+    pub peers: String,
 }
 
 impl Context {
@@ -167,6 +184,8 @@ pub struct ControllerOptions {
     /// Also run the config-drift coordinator (see [`crate::drift`]) where the API serves
     /// MachineConfigPools, with helper pods of this image. None: not at all.
     pub drift_helper_image: Option<String>,
+    /// Where this replica runs (see [`Placement`]).
+    pub placement: Option<Placement>,
 }
 
 impl Default for ControllerOptions {
@@ -181,6 +200,7 @@ impl Default for ControllerOptions {
             power_poll: None,
             power_poll_seed: 0,
             drift_helper_image: None,
+            placement: None,
         }
     }
 }
@@ -370,6 +390,7 @@ async fn run_machines(
         starts: tokio::sync::Mutex::new(Launched::new()),
         out_of_service_taint,
         leadership: options.leadership,
+        placement: options.placement,
     });
     context.metrics.set_leader(context.leadership.is_leading());
     let monitor = options.power_poll.map(|interval| {

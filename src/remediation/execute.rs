@@ -1,5 +1,6 @@
 //! The actions that change the world. Each is idempotent (a restart may run it again), and the
-//! two that take a Node away from its workloads demand a [`ConfirmedOff`].
+//! two that take a Node away from its workloads consume a [`ConfirmedOff`] and act on the Node
+//! it names, and on no other.
 
 use std::collections::BTreeMap;
 
@@ -8,8 +9,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditi
 use serde_json::{Value, json};
 
 use super::fence::ConfirmedOff;
-use crate::api::NodeBackup;
 use crate::api::annotations::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE};
+use crate::api::{NodeBackup, SavedTaint};
 use crate::{Error, Result};
 
 fn not_found(error: &kube::Error) -> bool {
@@ -31,18 +32,17 @@ pub async fn set_annotation(
         .map_err(Error::kube(op))
 }
 
-/// Deletes the Node of a host proven off. The UID precondition keeps a Node that has already
+/// Deletes the Node the proof names. The UID precondition keeps a Node that has already
 /// re-registered (a new object with the same name) from being deleted.
 ///
 /// # Guarantees
-/// Nothing is deleted without a [`ConfirmedOff`]; a missing Node is success.
-pub async fn delete_node(
-    _proof: &ConfirmedOff,
-    nodes: &Api<Node>,
-    name: &str,
-    uid: Option<String>,
-) -> Result<()> {
-    delete_exactly(nodes, name, uid, "DeleteNode").await
+/// Nothing is deleted without a [`ConfirmedOff`], and only the Node object it names; a proof
+/// that names no Node deletes nothing; a missing Node is success.
+pub(crate) async fn delete_node(proof: ConfirmedOff, nodes: &Api<Node>) -> Result<()> {
+    let Some(node) = proof.node() else {
+        return Ok(());
+    };
+    delete_exactly(nodes, &node.name, Some(node.uid.clone()), "DeleteNode").await
 }
 
 /// Deletes a Machine so that its MachineSet replaces it (after a failed remediation whose host
@@ -95,22 +95,39 @@ fn taints_of(node: &Node) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// Adds `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` to the Node of a host proven
-/// off. The whole taint list is written with the Node's resourceVersion, so a concurrent
+/// Adds `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` to the Node the proof
+/// names, read fresh: a Node with another UID (registered again under the same name) is
+/// refused. The whole taint list is written with the Node's resourceVersion, so a concurrent
 /// change is never overwritten (a conflict is an error and is retried).
-pub async fn taint_out_of_service(
-    _proof: &ConfirmedOff,
-    nodes: &Api<Node>,
-    node: &Node,
-) -> Result<()> {
-    let mut taints = taints_of(node);
+pub(crate) async fn taint_out_of_service(proof: ConfirmedOff, nodes: &Api<Node>) -> Result<()> {
+    let Some(identity) = proof.node() else {
+        return Ok(());
+    };
+    let Some(node) = nodes
+        .get_opt(&identity.name)
+        .await
+        .map_err(Error::kube("GetNode"))?
+    else {
+        return Ok(());
+    };
+    if node.metadata.uid.as_deref() != Some(identity.uid.as_str()) {
+        return Err(Error::Invalid {
+            object: format!("Node {}", identity.name),
+            reason: format!(
+                "it was registered again (UID {} is not the fenced Node's {}): not tainting a Node the proof does not name",
+                node.metadata.uid.as_deref().unwrap_or("none"),
+                identity.uid
+            ),
+        });
+    }
+    let mut taints = taints_of(&node);
     if taints.iter().any(|t| t["key"] == OUT_OF_SERVICE_TAINT) {
         return Ok(());
     }
     taints.push(
         json!({"key": OUT_OF_SERVICE_TAINT, "value": OUT_OF_SERVICE_VALUE, "effect": "NoExecute"}),
     );
-    write_taints(nodes, node, taints, "TaintNode").await
+    write_taints(nodes, &node, taints, "TaintNode").await
 }
 
 /// Removes our out-of-service taint.
@@ -145,12 +162,46 @@ async fn write_taints(
         .map_err(Error::kube(op))
 }
 
-/// The labels and annotations worth restoring.
+/// Taints the node lifecycle controller, the kubelet or the remediation manage
+/// (`node.kubernetes.io/unreachable`, `not-ready`, `out-of-service`, `unschedulable`, the
+/// pressure taints): never backed up, never restored.
+const SYSTEM_TAINT_PREFIX: &str = "node.kubernetes.io/";
+
+/// The labels, annotations and taints worth restoring.
 pub fn backup_of(node: &Node) -> NodeBackup {
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| !t.key.starts_with(SYSTEM_TAINT_PREFIX))
+        .map(|t| SavedTaint {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+        })
+        .collect();
     NodeBackup {
         labels: node.metadata.labels.clone().unwrap_or_default(),
         annotations: node.metadata.annotations.clone().unwrap_or_default(),
+        taints,
     }
+}
+
+/// The saved taints the Node lacks (a taint is its key and effect).
+fn missing_taints(node: &Node, saved: &[SavedTaint]) -> Vec<Value> {
+    let have = node.spec.as_ref().and_then(|s| s.taints.as_ref());
+    saved
+        .iter()
+        .filter(|t| {
+            !have
+                .into_iter()
+                .flatten()
+                .any(|h| h.key == t.key && h.effect == t.effect)
+        })
+        .filter_map(|t| serde_json::to_value(t).ok())
+        .collect()
 }
 
 fn missing(
@@ -164,21 +215,39 @@ fn missing(
         .collect()
 }
 
-/// Restores the saved labels and annotations the new Node lacks; what the new Node has (its
-/// kubelet's view) wins. Returns how many keys were restored.
-pub async fn restore_node(nodes: &Api<Node>, node: &Node, backup: &NodeBackup) -> Result<usize> {
+/// What a restore put back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Labels and annotations.
+    pub keys: usize,
+    /// Taints.
+    pub taints: usize,
+}
+
+/// Restores the saved labels, annotations and taints the new Node lacks; what the new Node
+/// has (its kubelet's view) wins. Taints are written with the Node's resourceVersion.
+pub async fn restore_node(nodes: &Api<Node>, node: &Node, backup: &NodeBackup) -> Result<Restored> {
     let labels = missing(node.metadata.labels.as_ref(), &backup.labels);
     let annotations = missing(node.metadata.annotations.as_ref(), &backup.annotations);
-    let restored = labels.len() + annotations.len();
-    if restored == 0 {
-        return Ok(0);
-    }
+    let mut restored = Restored {
+        keys: labels.len() + annotations.len(),
+        taints: 0,
+    };
     let name = node.metadata.name.clone().unwrap_or_default();
-    let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
-    nodes
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(Error::kube("RestoreNode"))?;
+    let add = missing_taints(node, &backup.taints);
+    if !add.is_empty() {
+        restored.taints = add.len();
+        let mut taints = taints_of(node);
+        taints.extend(add);
+        write_taints(nodes, node, taints, "RestoreNodeTaints").await?;
+    }
+    if restored.keys > 0 {
+        let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
+        nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube("RestoreNode"))?;
+    }
     Ok(restored)
 }
 
@@ -200,5 +269,67 @@ mod tests {
         assert_eq!(restored.len(), 1);
         assert_eq!(restored["b"], "old");
         assert_eq!(missing(None, &saved), saved);
+    }
+
+    fn node_with_taints(taints: &[(&str, &str)]) -> Node {
+        let taints = taints
+            .iter()
+            .map(|(key, effect)| k8s_openapi::api::core::v1::Taint {
+                key: (*key).into(),
+                effect: (*effect).into(),
+                value: Some("v".into()),
+                time_added: None,
+            })
+            .collect();
+        Node {
+            spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                taints: Some(taints),
+                ..Default::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn the_backup_keeps_user_taints_but_not_the_ones_the_system_manages() {
+        let node = node_with_taints(&[
+            ("dedicated", "NoSchedule"),
+            ("node.kubernetes.io/unreachable", "NoExecute"),
+            ("node.kubernetes.io/not-ready", "NoSchedule"),
+            ("node.kubernetes.io/out-of-service", "NoExecute"),
+            ("example.com/gpu", "PreferNoSchedule"),
+        ]);
+        let backup = backup_of(&node);
+        let saved: Vec<&str> = backup.taints.iter().map(|t| t.key.as_str()).collect();
+        assert_eq!(saved, ["dedicated", "example.com/gpu"]);
+    }
+
+    #[test]
+    fn only_the_taints_the_new_node_lacks_are_restored() {
+        let backup = backup_of(&node_with_taints(&[
+            ("dedicated", "NoSchedule"),
+            ("dedicated", "NoExecute"),
+            ("example.com/gpu", "PreferNoSchedule"),
+        ]));
+        let new_node = node_with_taints(&[("dedicated", "NoSchedule")]);
+        let added: Vec<(String, String)> = missing_taints(&new_node, &backup.taints)
+            .iter()
+            .map(|t| {
+                (
+                    t["key"].as_str().unwrap().into(),
+                    t["effect"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            added,
+            [
+                ("dedicated".to_string(), "NoExecute".to_string()),
+                (
+                    "example.com/gpu".to_string(),
+                    "PreferNoSchedule".to_string()
+                )
+            ]
+        );
     }
 }

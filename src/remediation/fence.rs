@@ -1,53 +1,156 @@
-//! What "fenced" means, in the types: only [`confirm_powered_off`] produces a [`ConfirmedOff`],
-//! and releasing a Node (deleting it or tainting it out-of-service) requires one.
+//! What "fenced" means, in the types: the proof that a host is off, and who may make it.
+//!
+//! A [`ConfirmedOff`] names what it proves: the host that was read off (a BareMetalHost by
+//! namespace, name and UID, or a BMC by address and system) and the Node it may release (by
+//! name and UID). Only [`confirm_powered_off`], in this module, makes one; it is not `Clone`,
+//! its fields are private, and the two functions that take a Node away from its workloads
+//! (`execute::delete_node`, `execute::taint_out_of_service`) consume it and take the Node's
+//! identity from it, so a proof for one Node cannot release another.
+//!
+//! # Expected flow
+//! 1. The pass reads fresh evidence for the strategy in use: a GET of the BareMetalHost (never
+//!    the watch cache), or two consecutive BMC reads.
+//! 2. [`confirm_powered_off`] checks the evidence against the [`FenceTarget`] (which host, which
+//!    Node, which strategy) and returns the proof or why not ([`NotFenced`]).
+//! 3. The planner sees only the verdict; the proof itself travels to the release step and is
+//!    spent there, once.
+//!
+//! # Guarantees
+//! - Reboot API: off only when our request annotation is on the host, `status.poweredOn` is
+//!   `false`, the operational status is neither `error` nor `detached`, neither the `detached`
+//!   nor the `paused` annotation is set, `spec.disablePowerOff` is not set, and the host read
+//!   is the one the remediation names.
+//! - Direct BMC: off only when at least two consecutive reads of that BMC said Off.
+//! - Evidence for another strategy, or for another host, is never proof.
+//!
+//! # Caveats
+//! - A BMC that reports Off while its host runs defeats any reader; the boot ID check after
+//!   power-on catches a host that never went down, but only after the Node was released.
+//! - The proof is as fresh as its evidence: callers must spend it at once (a BMC proof is
+//!   reused for at most a second within one pass, see `run`).
+//! - Within this crate, evidence could be made up and passed in; the crate boundary is the
+//!   line this module draws, and the readers in `power` are the only callers.
 
 use std::fmt;
 
-/// How a host is powered off.
+use baremend_drivers::PowerState;
+
+use crate::api::FenceStrategyName;
+
+/// A BareMetalHost, by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum FenceStrategy {
-    /// The BareMetal Operator's reboot API: the annotation `reboot.metal3.io/<key>` holds the
-    /// host off; fenced when the BareMetalHost reports `poweredOn: false` and nothing makes
-    /// that report untrustworthy.
-    BareMetalHostRebootApi,
-    /// baremend's own drivers (Redfish or IPMI): fenced when a fresh BMC read says Off.
-    DirectBmc,
+pub struct HostRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
 }
 
-impl fmt::Display for FenceStrategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            FenceStrategy::BareMetalHostRebootApi => "BareMetalHostRebootApi",
-            FenceStrategy::DirectBmc => "DirectBmc",
-        })
+impl std::fmt::Display for HostRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
     }
 }
 
-/// What the BareMetalHost says, for the reboot-API strategy.
+/// The host a proof is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FencedHost {
+    /// A BareMetalHost whose operator holds it off.
+    BareMetalHost {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// UID of the object read.
+        uid: String,
+    },
+    /// A BMC read directly.
+    Bmc {
+        /// The BMC address, without credentials.
+        address: String,
+        /// The system path at that BMC, when the address names one (else the BMC's only one).
+        system: Option<String>,
+    },
+}
+
+impl fmt::Display for FencedHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FencedHost::BareMetalHost {
+                namespace, name, ..
+            } => write!(f, "BareMetalHost {namespace}/{name}"),
+            FencedHost::Bmc { address, .. } => write!(f, "BMC {address}"),
+        }
+    }
+}
+
+/// A Node, as the remediation recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// Name.
+    pub name: String,
+    /// UID; a Node registered again under the same name is another object.
+    pub uid: String,
+}
+
+/// What a remediation means to fence: the strategy, the host it names and the Node it may
+/// release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FenceTarget {
+    /// The strategy in use.
+    pub strategy: FenceStrategyName,
+    /// The BareMetalHost the remediation names (reboot API).
+    pub host: Option<HostRef>,
+    /// The Node the proof may release (None: the Machine had no Node).
+    pub node: Option<NodeIdentity>,
+}
+
+/// What the BareMetalHost says, for the reboot-API strategy. Made only by
+/// `observe::bare_metal_host_view`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BareMetalHostView {
+    /// Namespace, name and UID of the object read.
+    pub(crate) identity: Option<(String, String, String)>,
     /// `status.poweredOn`.
-    pub powered_on: Option<bool>,
+    pub(crate) powered_on: Option<bool>,
     /// `status.operationalStatus`.
-    pub operational_status: Option<String>,
+    pub(crate) operational_status: Option<String>,
     /// The `baremetalhost.metal3.io/detached` annotation is set.
-    pub detached: bool,
+    pub(crate) detached: bool,
     /// The `baremetalhost.metal3.io/paused` annotation is set.
-    pub paused: bool,
+    pub(crate) paused: bool,
     /// `spec.disablePowerOff`.
-    pub disable_power_off: bool,
+    pub(crate) disable_power_off: bool,
     /// Our power-off request annotation is present.
-    pub power_off_requested: bool,
+    pub(crate) power_off_requested: bool,
+}
+
+impl BareMetalHostView {
+    /// `status.poweredOn`, if reported.
+    pub fn powered_on(&self) -> Option<bool> {
+        self.powered_on
+    }
+
+    /// Whether our power-off request annotation is on the host.
+    pub fn power_off_requested(&self) -> bool {
+        self.power_off_requested
+    }
 }
 
 /// Evidence that a host is off, for one strategy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PowerEvidence {
-    /// The BareMetalHost as last read.
+pub(crate) enum PowerEvidence {
+    /// The BareMetalHost as just read from the API server.
     BareMetalHost(BareMetalHostView),
-    /// The power state the BMC reported on consecutive fresh reads (see
-    /// `baremend_drivers::wait_for_power_state`); `true` when they all said Off.
-    BmcReadOff(bool),
+    /// Consecutive fresh reads of a BMC, oldest first.
+    BmcReads {
+        /// The BMC address, without credentials.
+        address: String,
+        /// The system path the address names, if any.
+        system: Option<String>,
+        /// What each read said.
+        reads: Vec<PowerState>,
+    },
 }
 
 /// Why a host cannot be called fenced.
@@ -55,6 +158,10 @@ pub enum PowerEvidence {
 pub enum NotFenced {
     /// Not off yet (or not known to be): keep waiting.
     NotYet(String),
+    /// Our power-off request is not in place (someone removed it, or a crash lost it).
+    RequestMissing(String),
+    /// The host reads On.
+    PoweredOn(String),
     /// The evidence can never become proof with this strategy: escalate.
     Untrustworthy(String),
 }
@@ -62,93 +169,225 @@ pub enum NotFenced {
 impl fmt::Display for NotFenced {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NotFenced::NotYet(why) | NotFenced::Untrustworthy(why) => f.write_str(why),
+            NotFenced::NotYet(why)
+            | NotFenced::RequestMissing(why)
+            | NotFenced::PoweredOn(why)
+            | NotFenced::Untrustworthy(why) => f.write_str(why),
         }
     }
 }
 
-/// Proof that a host was confirmed powered off. It cannot be built outside this module.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Proof that one host was confirmed powered off, naming the Node it may release.
+///
+/// Only this module makes one, and it cannot be copied: outside the crate it cannot even be
+/// built, cloned or minted.
+///
+/// ```compile_fail,E0451
+/// use baremend::api::FenceStrategyName;
+/// use baremend::remediation::fence::{ConfirmedOff, FencedHost, NodeIdentity};
+/// let forged = ConfirmedOff {
+///     strategy: FenceStrategyName::DirectBmc,
+///     host: FencedHost::Bmc { address: "redfish://bmc".into(), system: None },
+///     node: Some(NodeIdentity { name: "w0".into(), uid: "u".into() }),
+/// };
+/// ```
+///
+/// ```compile_fail,E0277
+/// use baremend::remediation::fence::ConfirmedOff;
+/// fn copyable<T: Clone>() {}
+/// copyable::<ConfirmedOff>();
+/// ```
+///
+/// ```compile_fail,E0603
+/// let _ = baremend::remediation::fence::confirm_powered_off;
+/// ```
+///
+/// Stable rustdoc does not check the error codes above, so each failure has a twin that
+/// differs only in what is forbidden and compiles: the same values built into public types,
+/// a public type that is `Clone`, and a public function at the same path.
+///
+/// ```
+/// use baremend::api::FenceStrategyName;
+/// use baremend::remediation::fence::{ConfirmedOff, FencedHost, NodeIdentity};
+/// let parts = (
+///     FenceStrategyName::DirectBmc,
+///     FencedHost::Bmc { address: "redfish://bmc".into(), system: None },
+///     Some(NodeIdentity { name: "w0".into(), uid: "u".into() }),
+/// );
+/// fn copyable<T: Clone>() {}
+/// copyable::<FencedHost>();
+/// let _ = baremend::remediation::fence::ConfirmedOff::node;
+/// fn inspectable<T: std::fmt::Debug>() {}
+/// inspectable::<ConfirmedOff>();
+/// ```
+#[derive(Debug, PartialEq, Eq)]
 pub struct ConfirmedOff {
-    strategy: FenceStrategy,
+    strategy: FenceStrategyName,
+    host: FencedHost,
+    node: Option<NodeIdentity>,
 }
 
 impl ConfirmedOff {
     /// The strategy that confirmed it.
-    pub fn strategy(&self) -> &FenceStrategy {
-        &self.strategy
+    pub fn strategy(&self) -> FenceStrategyName {
+        self.strategy
+    }
+
+    /// The host proven off.
+    pub fn host(&self) -> &FencedHost {
+        &self.host
+    }
+
+    /// The Node it may release (None: the Machine had no Node).
+    pub fn node(&self) -> Option<&NodeIdentity> {
+        self.node.as_ref()
     }
 }
 
-/// Decides whether the evidence proves the host off.
-///
-/// # Guarantees
-/// - Reboot API: off only when `poweredOn == false`, our request is present, the operational
-///   status is neither `error` nor `detached`, neither `detached` nor `paused` is set and
-///   `spec.disablePowerOff` is not set (with it, the operator reboots instead of powering off).
-/// - Direct BMC: off only when the BMC itself read Off (twice in a row).
-pub fn confirm_powered_off(
-    strategy: &FenceStrategy,
+/// Decides whether the evidence proves the target's host off; see the module's Guarantees.
+pub(crate) fn confirm_powered_off(
+    target: &FenceTarget,
     evidence: &PowerEvidence,
 ) -> Result<ConfirmedOff, NotFenced> {
-    match (strategy, evidence) {
-        (FenceStrategy::BareMetalHostRebootApi, PowerEvidence::BareMetalHost(host)) => {
-            if host.detached || host.operational_status.as_deref() == Some("detached") {
-                return Err(NotFenced::Untrustworthy(
-                    "the BareMetalHost is detached: its power is not managed".into(),
-                ));
-            }
-            if host.paused {
-                return Err(NotFenced::Untrustworthy(
-                    "the BareMetalHost is paused: its status is not updated".into(),
-                ));
-            }
-            if host.disable_power_off {
-                return Err(NotFenced::Untrustworthy(
-                    "the BareMetalHost has spec.disablePowerOff: it is rebooted, never powered off"
-                        .into(),
-                ));
-            }
-            if host.operational_status.as_deref() == Some("error") {
-                return Err(NotFenced::NotYet(
-                    "the BareMetalHost reports an error".into(),
-                ));
-            }
-            if !host.power_off_requested {
-                return Err(NotFenced::NotYet(
-                    "our power-off request is not on the BareMetalHost".into(),
-                ));
-            }
-            match host.powered_on {
-                Some(false) => Ok(ConfirmedOff {
-                    strategy: strategy.clone(),
-                }),
-                Some(true) => Err(NotFenced::NotYet(
-                    "the BareMetalHost still reports poweredOn: true".into(),
-                )),
-                None => Err(NotFenced::NotYet(
-                    "the BareMetalHost reports no power state".into(),
-                )),
-            }
+    let host = match (target.strategy, evidence) {
+        (FenceStrategyName::BareMetalHostRebootApi, PowerEvidence::BareMetalHost(view)) => {
+            bare_metal_host_off(target.host.as_ref(), view)?
         }
-        (FenceStrategy::DirectBmc, PowerEvidence::BmcReadOff(true)) => Ok(ConfirmedOff {
-            strategy: strategy.clone(),
-        }),
-        (FenceStrategy::DirectBmc, PowerEvidence::BmcReadOff(false)) => {
-            Err(NotFenced::NotYet("the BMC has not read Off".into()))
+        (
+            FenceStrategyName::DirectBmc,
+            PowerEvidence::BmcReads {
+                address,
+                system,
+                reads,
+            },
+        ) => bmc_off(address, system, reads)?,
+        (strategy, evidence) => {
+            return Err(NotFenced::Untrustworthy(format!(
+                "{} is no evidence for strategy {strategy:?}",
+                evidence_kind(evidence)
+            )));
         }
-        (strategy, evidence) => Err(NotFenced::Untrustworthy(format!(
-            "{evidence:?} is no evidence for strategy {strategy}"
-        ))),
+    };
+    Ok(ConfirmedOff {
+        strategy: target.strategy,
+        host,
+        node: target.node.clone(),
+    })
+}
+
+fn evidence_kind(evidence: &PowerEvidence) -> &'static str {
+    match evidence {
+        PowerEvidence::BareMetalHost(_) => "a BareMetalHost's status",
+        PowerEvidence::BmcReads { .. } => "a BMC read",
     }
+}
+
+fn bare_metal_host_off(
+    expected: Option<&HostRef>,
+    host: &BareMetalHostView,
+) -> Result<FencedHost, NotFenced> {
+    let Some((namespace, name, uid)) = host.identity.clone() else {
+        return Err(NotFenced::Untrustworthy(
+            "the BareMetalHost read has no name or UID".into(),
+        ));
+    };
+    if expected.is_none_or(|e| e.namespace != namespace || e.name != name) {
+        return Err(NotFenced::Untrustworthy(format!(
+            "BareMetalHost {namespace}/{name} is not the host this remediation names"
+        )));
+    }
+    if host.detached || host.operational_status.as_deref() == Some("detached") {
+        return Err(NotFenced::Untrustworthy(
+            "the BareMetalHost is detached: its power is not managed".into(),
+        ));
+    }
+    if host.paused {
+        return Err(NotFenced::Untrustworthy(
+            "the BareMetalHost is paused: its status is not updated".into(),
+        ));
+    }
+    if host.disable_power_off {
+        return Err(NotFenced::Untrustworthy(
+            "the BareMetalHost has spec.disablePowerOff: it is rebooted, never powered off".into(),
+        ));
+    }
+    if host.operational_status.as_deref() == Some("error") {
+        return Err(NotFenced::NotYet(
+            "the BareMetalHost reports an error".into(),
+        ));
+    }
+    if !host.power_off_requested {
+        return Err(NotFenced::RequestMissing(
+            "our power-off request is not on the BareMetalHost".into(),
+        ));
+    }
+    match host.powered_on {
+        Some(false) => Ok(FencedHost::BareMetalHost {
+            namespace,
+            name,
+            uid,
+        }),
+        Some(true) => Err(NotFenced::PoweredOn(
+            "the BareMetalHost reports poweredOn: true".into(),
+        )),
+        None => Err(NotFenced::NotYet(
+            "the BareMetalHost reports no power state".into(),
+        )),
+    }
+}
+
+/// Reads a BMC must give, in a row, all Off.
+const BMC_READS: usize = 2;
+
+fn bmc_off(
+    address: &str,
+    system: &Option<String>,
+    reads: &[PowerState],
+) -> Result<FencedHost, NotFenced> {
+    if reads.contains(&PowerState::On) {
+        return Err(NotFenced::PoweredOn("the BMC reads On".into()));
+    }
+    let off = reads.iter().rev().take_while(|r| **r == PowerState::Off);
+    if off.count() < BMC_READS {
+        return Err(NotFenced::NotYet(format!(
+            "the BMC has not read Off {BMC_READS} times in a row"
+        )));
+    }
+    Ok(FencedHost::Bmc {
+        address: address.to_string(),
+        system: system.clone(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn host_ref() -> HostRef {
+        HostRef {
+            namespace: "m".into(),
+            name: "h0".into(),
+        }
+    }
+
+    fn node() -> NodeIdentity {
+        NodeIdentity {
+            name: "w0".into(),
+            uid: "node-uid".into(),
+        }
+    }
+
+    fn target(strategy: FenceStrategyName) -> FenceTarget {
+        FenceTarget {
+            strategy,
+            host: Some(host_ref()),
+            node: Some(node()),
+        }
+    }
+
     fn fenced_host() -> BareMetalHostView {
         BareMetalHostView {
+            identity: Some(("m".into(), "h0".into(), "host-uid".into())),
             powered_on: Some(false),
             operational_status: Some("OK".into()),
             power_off_requested: true,
@@ -158,88 +397,131 @@ mod tests {
 
     fn check(host: BareMetalHostView) -> Result<ConfirmedOff, NotFenced> {
         confirm_powered_off(
-            &FenceStrategy::BareMetalHostRebootApi,
+            &target(FenceStrategyName::BareMetalHostRebootApi),
             &PowerEvidence::BareMetalHost(host),
         )
     }
 
-    #[test]
-    fn a_bare_metal_host_is_fenced_only_when_every_condition_holds() {
-        assert_eq!(
-            check(fenced_host()).unwrap().strategy(),
-            &FenceStrategy::BareMetalHostRebootApi
-        );
-        let untrustworthy = [
-            BareMetalHostView {
-                detached: true,
-                ..fenced_host()
-            },
-            BareMetalHostView {
-                operational_status: Some("detached".into()),
-                ..fenced_host()
-            },
-            BareMetalHostView {
-                paused: true,
-                ..fenced_host()
-            },
-            BareMetalHostView {
-                disable_power_off: true,
-                ..fenced_host()
-            },
-        ];
-        for host in untrustworthy {
-            assert!(
-                matches!(check(host.clone()), Err(NotFenced::Untrustworthy(_))),
-                "{host:?}"
-            );
-        }
-        let not_yet = [
-            BareMetalHostView {
-                powered_on: Some(true),
-                ..fenced_host()
-            },
-            BareMetalHostView {
-                powered_on: None,
-                ..fenced_host()
-            },
-            BareMetalHostView {
-                operational_status: Some("error".into()),
-                ..fenced_host()
-            },
-            BareMetalHostView {
-                power_off_requested: false,
-                ..fenced_host()
-            },
-        ];
-        for host in not_yet {
-            assert!(
-                matches!(check(host.clone()), Err(NotFenced::NotYet(_))),
-                "{host:?}"
-            );
+    fn bmc(reads: &[PowerState]) -> PowerEvidence {
+        PowerEvidence::BmcReads {
+            address: "redfish://bmc".into(),
+            system: None,
+            reads: reads.to_vec(),
         }
     }
 
     #[test]
-    fn a_direct_bmc_is_fenced_only_by_its_own_off_reads_and_evidence_must_match_the_strategy() {
-        assert!(
-            confirm_powered_off(&FenceStrategy::DirectBmc, &PowerEvidence::BmcReadOff(true))
-                .is_ok()
+    fn a_proof_names_the_host_read_and_the_node_of_the_target() {
+        let proof = check(fenced_host()).unwrap();
+        assert_eq!(proof.strategy(), FenceStrategyName::BareMetalHostRebootApi);
+        assert_eq!(
+            proof.host(),
+            &FencedHost::BareMetalHost {
+                namespace: "m".into(),
+                name: "h0".into(),
+                uid: "host-uid".into()
+            }
         );
+        assert_eq!(proof.node(), Some(&node()));
+    }
+
+    #[test]
+    fn a_bare_metal_host_is_fenced_only_when_every_condition_holds() {
+        let with = |change: fn(&mut BareMetalHostView)| {
+            let mut host = fenced_host();
+            change(&mut host);
+            host
+        };
+        let untrustworthy = [
+            with(|h| h.detached = true),
+            with(|h| h.operational_status = Some("detached".into())),
+            with(|h| h.paused = true),
+            with(|h| h.disable_power_off = true),
+            with(|h| h.identity = None),
+            with(|h| h.identity = Some(("m".into(), "other".into(), "u".into()))),
+            with(|h| h.identity = Some(("n".into(), "h0".into(), "u".into()))),
+        ];
+        for host in untrustworthy {
+            let verdict = check(host.clone());
+            assert!(
+                matches!(verdict, Err(NotFenced::Untrustworthy(_))),
+                "{host:?}"
+            );
+        }
+        let cases = [
+            (with(|h| h.powered_on = Some(true)), "PoweredOn"),
+            (with(|h| h.powered_on = None), "NotYet"),
+            (
+                with(|h| h.operational_status = Some("error".into())),
+                "NotYet",
+            ),
+            (with(|h| h.power_off_requested = false), "RequestMissing"),
+        ];
+        for (host, want) in cases {
+            let got = match check(host.clone()) {
+                Err(NotFenced::PoweredOn(_)) => "PoweredOn",
+                Err(NotFenced::NotYet(_)) => "NotYet",
+                Err(NotFenced::RequestMissing(_)) => "RequestMissing",
+                other => panic!("{host:?}: {other:?}"),
+            };
+            assert_eq!(got, want, "{host:?}");
+        }
+    }
+
+    #[test]
+    fn a_bare_metal_host_without_a_named_host_in_the_target_is_no_proof() {
+        let mut target = target(FenceStrategyName::BareMetalHostRebootApi);
+        target.host = None;
+        let verdict = confirm_powered_off(&target, &PowerEvidence::BareMetalHost(fenced_host()));
+        assert!(matches!(verdict, Err(NotFenced::Untrustworthy(_))));
+    }
+
+    #[test]
+    fn a_direct_bmc_is_fenced_only_by_two_off_reads_in_a_row() {
+        let direct = target(FenceStrategyName::DirectBmc);
+        let off = PowerState::Off;
+        let proof = confirm_powered_off(&direct, &bmc(&[off.clone(), off.clone()])).unwrap();
+        assert_eq!(
+            proof.host(),
+            &FencedHost::Bmc {
+                address: "redfish://bmc".into(),
+                system: None
+            }
+        );
+        let not_yet = [
+            vec![],
+            vec![off.clone()],
+            vec![off.clone(), PowerState::PoweringOff],
+            vec![PowerState::Unknown("Paused".into()), off.clone()],
+        ];
+        for reads in not_yet {
+            assert!(
+                matches!(
+                    confirm_powered_off(&direct, &bmc(&reads)),
+                    Err(NotFenced::NotYet(_))
+                ),
+                "{reads:?}"
+            );
+        }
         assert!(matches!(
-            confirm_powered_off(&FenceStrategy::DirectBmc, &PowerEvidence::BmcReadOff(false)),
-            Err(NotFenced::NotYet(_))
+            confirm_powered_off(&direct, &bmc(&[off.clone(), PowerState::On])),
+            Err(NotFenced::PoweredOn(_))
         ));
+    }
+
+    #[test]
+    fn evidence_must_match_the_strategy() {
         assert!(matches!(
             confirm_powered_off(
-                &FenceStrategy::DirectBmc,
+                &target(FenceStrategyName::DirectBmc),
                 &PowerEvidence::BareMetalHost(fenced_host())
             ),
             Err(NotFenced::Untrustworthy(_))
         ));
         assert!(matches!(
             confirm_powered_off(
-                &FenceStrategy::BareMetalHostRebootApi,
-                &PowerEvidence::BmcReadOff(true)
+                &target(FenceStrategyName::BareMetalHostRebootApi),
+                &bmc(&[PowerState::Off, PowerState::Off])
             ),
             Err(NotFenced::Untrustworthy(_))
         ));

@@ -2,7 +2,62 @@
 //! They only hold new starts; a remediation already under way always finishes its cycle, so
 //! that no host is left off by a gate closing behind it.
 
-use crate::api::{NodeReleaseMode, RemediationPolicySpec};
+use std::collections::HashMap;
+
+use crate::api::{NodeReleaseMode, RemediationPhase, RemediationPolicySpec};
+
+/// Starts made by this process, by (namespace, Remediation name), with their Machine.
+pub type Launched = HashMap<(String, String), String>;
+
+/// A Remediation as the start gates count it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Its Machine.
+    pub machine: String,
+    /// Its phase.
+    pub phase: RemediationPhase,
+}
+
+/// The Machines whose remediation is under way, besides the Remediation `this`: the listed
+/// ones past `Pending` and not ended, and the starts this process made that the list does not
+/// show past `Pending` yet (a lagging cache may not show them at all).
+///
+/// Forgets the starts the list shows past `Pending` (they count through the list now) and, on
+/// a `fresh` list read from the API server, the starts it lacks: those were deleted. A cached
+/// list that lacks one may only lag, so the start is kept.
+pub fn running_machines(
+    listed: &[Listed],
+    launched: &mut Launched,
+    this: &str,
+    fresh: bool,
+) -> Vec<String> {
+    launched.retain(|(namespace, name), _| {
+        let seen = listed
+            .iter()
+            .find(|r| r.namespace == *namespace && r.name == *name);
+        match seen {
+            Some(r) => r.phase == RemediationPhase::Pending,
+            None => !fresh,
+        }
+    });
+    let mut running: Vec<String> = listed
+        .iter()
+        .filter(|r| r.phase != RemediationPhase::Pending && !r.phase.is_terminal())
+        .filter(|r| r.name != this)
+        .map(|r| r.machine.clone())
+        .collect();
+    running.extend(
+        launched
+            .iter()
+            .filter(|((_, name), _)| name != this)
+            .map(|(_, machine)| machine.clone()),
+    );
+    running
+}
 
 /// The fleet, as counted by the reconciler when a remediation wants to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -102,6 +157,15 @@ pub enum Held {
         /// The DriftRemediation.
         by: String,
     },
+    /// The host to fence runs the leading controller itself, and no other replica is Ready to
+    /// take over once it is off: the remediation would stop halfway.
+    #[error(
+        "this controller runs on Node {node}: fencing it needs another baremend replica Ready on another Node to finish the remediation"
+    )]
+    SelfFence {
+        /// The Node.
+        node: String,
+    },
 }
 
 impl Held {
@@ -115,6 +179,7 @@ impl Held {
             Held::Quorum { .. } => "Quorum",
             Held::OutOfServiceUnsupported => "OutOfServiceUnsupported",
             Held::PlannedReboot { .. } => "PlannedReboot",
+            Held::SelfFence { .. } => "SelfFence",
         }
     }
 }
@@ -170,6 +235,64 @@ pub fn may_start(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn listed(name: &str, machine: &str, phase: RemediationPhase) -> Listed {
+        Listed {
+            namespace: "m".into(),
+            name: name.into(),
+            machine: machine.into(),
+            phase,
+        }
+    }
+
+    fn launched(entries: &[(&str, &str)]) -> Launched {
+        entries
+            .iter()
+            .map(|(name, machine)| (("m".to_string(), name.to_string()), machine.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn running_counts_listed_remediations_under_way_but_not_pending_ended_or_this_one() {
+        let list = [
+            listed("a-1", "a", RemediationPhase::PoweringOff),
+            listed("b-1", "b", RemediationPhase::Pending),
+            listed("c-1", "c", RemediationPhase::Succeeded),
+            listed("d-1", "d", RemediationPhase::Fenced),
+        ];
+        let mut none = Launched::new();
+        assert_eq!(running_machines(&list, &mut none, "d-1", true), ["a"]);
+        assert_eq!(running_machines(&list, &mut none, "x-1", false), ["a", "d"]);
+    }
+
+    #[test]
+    fn a_start_a_lagging_cache_does_not_show_still_counts_until_a_fresh_list_settles_it() {
+        // The chaos case (seed 1708): this process started e-1; the cache, behind a broken
+        // watch, shows nothing of it.
+        let cache = [listed("a-1", "a", RemediationPhase::Succeeded)];
+        let mut starts = launched(&[("e-1", "e")]);
+        assert_eq!(running_machines(&cache, &mut starts, "f-1", false), ["e"]);
+        assert_eq!(starts.len(), 1, "a cache that lacks it may only lag");
+        // A fresh list that shows it Pending still counts it through the reminder...
+        let fresh = [listed("e-1", "e", RemediationPhase::Pending)];
+        assert_eq!(running_machines(&fresh, &mut starts, "f-1", true), ["e"]);
+        // ...one that shows it under way counts it through the list and forgets the reminder...
+        let fresh = [listed("e-1", "e", RemediationPhase::PoweringOff)];
+        assert_eq!(running_machines(&fresh, &mut starts, "f-1", true), ["e"]);
+        assert!(starts.is_empty());
+        // ...and a fresh list that lacks it means it was deleted.
+        let mut starts = launched(&[("e-1", "e")]);
+        assert!(running_machines(&[], &mut starts, "f-1", true).is_empty());
+        assert!(starts.is_empty());
+    }
+
+    #[test]
+    fn a_remediation_never_counts_against_itself() {
+        let mut starts = launched(&[("e-1", "e")]);
+        assert!(running_machines(&[], &mut starts, "e-1", false).is_empty());
+        let list = [listed("e-1", "e", RemediationPhase::PoweringOff)];
+        assert!(running_machines(&list, &mut Launched::new(), "e-1", true).is_empty());
+    }
 
     const WORKER: Candidate = Candidate {
         control_plane: false,

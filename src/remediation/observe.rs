@@ -15,20 +15,7 @@ use crate::api::annotations::{
     BMH_DETACHED, BMH_PAUSED, MACHINE_HOST, MACHINE_ROLE, REBOOT_PREFIX,
 };
 
-/// A BareMetalHost, by namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct HostRef {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
-
-impl std::fmt::Display for HostRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+pub use super::fence::HostRef;
 
 /// Where a host's BMC is and which Secret holds its credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,7 +160,14 @@ pub fn reprovisionable(machine: &ObjectMeta, host: Option<&Value>) -> Result<(),
 pub fn bare_metal_host_view(host: &Value, reboot_key: &str) -> BareMetalHostView {
     let annotations = host.pointer("/metadata/annotations");
     let has = |key: &str| annotations.and_then(|a| a.get(key)).is_some();
+    let identity = (|| {
+        let namespace = text(host, "/metadata/namespace")?;
+        let name = text(host, "/metadata/name")?;
+        let uid = text(host, "/metadata/uid")?;
+        Some((namespace.to_string(), name.to_string(), uid.to_string()))
+    })();
     BareMetalHostView {
+        identity,
         powered_on: host.pointer("/status/poweredOn").and_then(Value::as_bool),
         operational_status: text(host, "/status/operationalStatus").map(str::to_string),
         detached: has(BMH_DETACHED),

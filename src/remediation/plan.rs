@@ -8,16 +8,28 @@
 //!    that can never prove it (a detached host, `disablePowerOff`) or the power-off deadline
 //!    → the next strategy, or `Failed` when none is left. The trigger disappearing before the
 //!    host is proven off cancels and withdraws the request.
-//! 3. `Fenced`: back up the Node's labels and annotations (delete mode), then release the Node
-//!    (delete it, or taint it out-of-service) → `NodeReleased`. From here on the cycle
-//!    completes even if the trigger goes away: the host must not stay off.
+//! 3. `Fenced`: back up the Node (delete mode), then release it (delete it, or taint it
+//!    out-of-service) on fresh proof → `NodeReleased`. From here on the cycle completes even
+//!    if the trigger goes away: the host must not stay off. If the proof cannot be taken
+//!    again: our request removed by someone else → re-made once; the host read On → a new
+//!    power cycle while attempts remain, else `Failed` (`FenceLost`, the Node kept); no proof
+//!    within the power-off deadline → `Failed` (`FenceLost`).
 //! 4. `NodeReleased` → request power-on (`PoweringOn`).
 //! 5. `PoweringOn`: the Node registered and Ready for the grace period → `Restore`. No Node in
 //!    time → a new power cycle, or `Failed` once the attempts are used up.
+//! 6. `Restoring`: restore the Node and remove our marks → `Succeeded`; not done within the
+//!    Node deadline → `Failed` (`RestoreTimedOut`).
 //!
 //! # Guarantees
-//! Only `Fenced` leads to releasing a Node, and `Fenced` is only reached through
-//! `MarkFenced`, which the planner emits only when the evidence proved the host off.
+//! - Only `Fenced` leads to releasing a Node, only with the evidence proving the host off at
+//!   that moment, and `Fenced` is only reached through `MarkFenced`, which the planner emits
+//!   only when the evidence proved the host off.
+//! - Every non-terminal phase but `Pending` has a deadline from the policy; `Pending` either
+//!   starts, cancels, or holds with a named gate.
+//!
+//! # Caveats
+//! The planner trusts the verdict it is given; making that verdict from fresh evidence is the
+//! pass's job (see `fence`).
 
 use std::time::Duration;
 
@@ -33,7 +45,7 @@ pub use crate::api::RemediationPhase as Phase;
 /// How the Node of a fenced host is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReleaseMode {
-    /// Delete the Node (its labels and annotations are backed up first).
+    /// Delete the Node (its labels, annotations and taints are backed up first).
     Delete,
     /// Keep the Node and add `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
     OutOfService,
@@ -44,16 +56,19 @@ pub enum ReleaseMode {
 pub struct Persisted {
     /// The phase.
     pub phase: Phase,
-    /// Index of the strategy in use, in the policy's order.
-    pub strategy: usize,
+    /// Index of the strategy in use, in the policy's order; None when the policy no longer
+    /// names the strategy in use (it is kept, never silently switched).
+    pub strategy: Option<usize>,
     /// The power cycle under way, from 1.
     pub attempt: u32,
     /// When the phase began (time since an arbitrary epoch, the same as `Observed::now`).
     pub phase_since: Duration,
-    /// The Node's labels and annotations are saved.
+    /// The Node's labels, annotations and taints are saved.
     pub node_backed_up: bool,
     /// The Node's boot ID when power-off was last requested, if it had one.
     pub boot_id_before: Option<String>,
+    /// Our power-off request was found removed after the host was fenced and made again.
+    pub request_remade: bool,
 }
 
 impl Persisted {
@@ -61,11 +76,12 @@ impl Persisted {
     pub fn new(now: Duration) -> Self {
         Persisted {
             phase: Phase::Pending,
-            strategy: 0,
+            strategy: Some(0),
             attempt: 1,
             phase_since: now,
             node_backed_up: false,
             boot_id_before: None,
+            request_remade: false,
         }
     }
 }
@@ -91,7 +107,8 @@ pub struct Observed {
     pub now: Duration,
     /// The Machine carries the external-remediation annotation.
     pub triggered: bool,
-    /// The current strategy's verdict: Ok when the host is proven off.
+    /// The current strategy's verdict from fresh evidence (taken in `PoweringOff` and
+    /// `Fenced`): Ok when the host is proven off.
     pub fence: Result<(), NotFenced>,
     /// The Node.
     pub node: NodeView,
@@ -104,9 +121,9 @@ pub struct Observed {
 pub struct PlanPolicy {
     /// How many fencing strategies the policy allows, in order.
     pub strategies: usize,
-    /// How long to wait for power-off proof per strategy.
+    /// How long to wait for power-off proof per strategy (and for the release once fenced).
     pub power_off_timeout: Duration,
-    /// How long to wait for the Node after power-on.
+    /// How long to wait for the Node after power-on (and for its restore).
     pub node_timeout: Duration,
     /// How long the Node must stay Ready to count as back.
     pub ready_grace: Duration,
@@ -123,8 +140,25 @@ pub struct PlanPolicy {
 pub enum FailReason {
     /// No strategy could prove the host off (the Node is left alone).
     PowerOffNotConfirmed(String),
-    /// The Node did not come back in any attempt (the host stays on).
+    /// The host was proven off, but the proof could not be taken again for the release (the
+    /// host came back on, or our request kept disappearing); the Node is kept.
+    FenceLost(String),
+    /// The Node did not come back in any attempt (the host stays off).
     NodeNeverReady,
+    /// The Node came back but could not be restored in time (the trigger stays).
+    RestoreTimedOut,
+}
+
+impl FailReason {
+    /// The reason as a bounded name: the condition's reason and a metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            FailReason::PowerOffNotConfirmed(_) => "PowerOffNotConfirmed",
+            FailReason::FenceLost(_) => "FenceLost",
+            FailReason::NodeNeverReady => "NodeNeverReady",
+            FailReason::RestoreTimedOut => "RestoreTimedOut",
+        }
+    }
 }
 
 /// The next step.
@@ -149,7 +183,10 @@ pub enum Step {
     WithdrawPowerOff,
     /// Persist `Fenced` (and tag the Machine); the host is proven off.
     MarkFenced,
-    /// Save the Node's labels and annotations.
+    /// Our power-off request disappeared after the host was fenced: record it, warn, and make
+    /// the request again (once).
+    RemakePowerOffRequest,
+    /// Save the Node's labels, annotations and taints.
     BackUpNode,
     /// Release the Node (needs the power-off proof), then persist `NodeReleased`.
     ReleaseNode(ReleaseMode),
@@ -168,6 +205,8 @@ pub enum Step {
     Retry {
         /// The new attempt number.
         attempt: u32,
+        /// Why the last cycle did not end the remediation.
+        why: String,
     },
     /// Persist `Failed` with a reason.
     Fail(FailReason),
@@ -176,17 +215,26 @@ pub enum Step {
 }
 
 fn escalate_or_fail(state: &Persisted, policy: &PlanPolicy, why: String) -> Step {
-    if state.strategy + 1 < policy.strategies {
-        Step::Escalate {
-            to: state.strategy + 1,
-            why,
-        }
-    } else {
-        Step::Fail(FailReason::PowerOffNotConfirmed(why))
+    match state.strategy {
+        Some(index) if index + 1 < policy.strategies => Step::Escalate { to: index + 1, why },
+        Some(_) => Step::Fail(FailReason::PowerOffNotConfirmed(why)),
+        None => Step::Fail(FailReason::PowerOffNotConfirmed(format!(
+            "{why}; the strategy in use is no longer in the policy, so there is no next one"
+        ))),
     }
 }
 
-/// The next step of a remediation.
+fn retry_or_fail(state: &Persisted, policy: &PlanPolicy, why: String, fail: FailReason) -> Step {
+    if state.attempt < policy.max_attempts {
+        Step::Retry {
+            attempt: state.attempt + 1,
+            why,
+        }
+    } else {
+        Step::Fail(fail)
+    }
+}
+
 /// Whether the host booted since the power-off request, as its Node tells: a boot ID other
 /// than the one recorded at the request or, with none to compare, a Ready condition that
 /// turned True at or after the power-on request (to the second: transition times have no
@@ -199,8 +247,8 @@ fn rebooted(state: &Persisted, ready_since: Duration, boot_id: Option<&str>) -> 
     }
 }
 
+/// The next step of a remediation.
 pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
-    let waited = observed.now.saturating_sub(state.phase_since);
     match state.phase {
         Phase::Succeeded | Phase::Failed | Phase::Cancelled => Step::Done,
         Phase::Pending => match (observed.triggered, &observed.may_start) {
@@ -208,55 +256,95 @@ pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) ->
             (true, Err(held)) => Step::Hold(held.clone()),
             (true, Ok(())) => Step::RequestPowerOff { strategy: 0 },
         },
-        Phase::PoweringOff => match &observed.fence {
-            // Proof first: once the host is off, the cycle completes whatever the trigger does.
-            Ok(()) => Step::MarkFenced,
-            Err(_) if !observed.triggered => Step::WithdrawPowerOff,
-            Err(NotFenced::Untrustworthy(why)) => escalate_or_fail(state, policy, why.clone()),
-            Err(NotFenced::NotYet(why)) if waited >= policy.power_off_timeout => escalate_or_fail(
-                state,
-                policy,
-                format!("not proven off after {waited:?}: {why}"),
-            ),
-            // Look soon after the request (a quick BMC is off in a fraction of a second),
-            // then less and less often, up to the policy's poll interval.
-            Err(NotFenced::NotYet(_)) => Step::Wait {
-                after: (waited / 2).max(FIRST_LOOK).min(policy.poll),
-            },
+        Phase::PoweringOff => powering_off(state, observed, policy),
+        Phase::Fenced => fenced(state, observed, policy),
+        Phase::NodeReleased => Step::RequestPowerOn,
+        Phase::PoweringOn => powering_on(state, observed, policy),
+        Phase::Restoring if waited(state, observed) >= policy.node_timeout => {
+            Step::Fail(FailReason::RestoreTimedOut)
+        }
+        Phase::Restoring => Step::Restore,
+    }
+}
+
+fn waited(state: &Persisted, observed: &Observed) -> Duration {
+    observed.now.saturating_sub(state.phase_since)
+}
+
+fn powering_off(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
+    let waited = waited(state, observed);
+    match &observed.fence {
+        // Proof first: once the host is off, the cycle completes whatever the trigger does.
+        Ok(()) => Step::MarkFenced,
+        Err(_) if !observed.triggered => Step::WithdrawPowerOff,
+        Err(NotFenced::Untrustworthy(why)) => escalate_or_fail(state, policy, why.clone()),
+        Err(not_yet) if waited >= policy.power_off_timeout => escalate_or_fail(
+            state,
+            policy,
+            format!("not proven off after {waited:?}: {not_yet}"),
+        ),
+        // Look soon after the request (a quick BMC is off in a fraction of a second),
+        // then less and less often, up to the policy's poll interval. A missing request is
+        // made again while waiting (a crash between persisting and asking loses it).
+        Err(_) => Step::Wait {
+            after: (waited / 2).max(FIRST_LOOK).min(policy.poll),
         },
-        Phase::Fenced => match (policy.release, &observed.node, state.node_backed_up) {
+    }
+}
+
+fn fenced(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
+    let waited = waited(state, observed);
+    let lost = |why: String| Step::Fail(FailReason::FenceLost(why));
+    if waited >= policy.power_off_timeout {
+        return lost(format!(
+            "the Node was not released within {:?} of the proof",
+            policy.power_off_timeout
+        ));
+    }
+    match &observed.fence {
+        Ok(()) => match (policy.release, &observed.node, state.node_backed_up) {
             (ReleaseMode::Delete, NodeView::Present { .. }, false) => Step::BackUpNode,
             (mode, _, _) => Step::ReleaseNode(mode),
         },
-        Phase::NodeReleased => Step::RequestPowerOn,
-        Phase::PoweringOn => {
-            let back = match &observed.node {
-                NodeView::Present {
-                    ready_since: Some(since),
-                    boot_id,
-                } => {
-                    rebooted(state, *since, boot_id.as_deref())
-                        // Readiness counts only from the power-on request on.
-                        && observed.now.saturating_sub((*since).max(state.phase_since))
-                            >= policy.ready_grace
-                }
-                _ => false,
-            };
-            if back {
-                Step::Restore
-            } else if waited >= policy.node_timeout {
-                if state.attempt < policy.max_attempts {
-                    Step::Retry {
-                        attempt: state.attempt + 1,
-                    }
-                } else {
-                    Step::Fail(FailReason::NodeNeverReady)
-                }
-            } else {
-                Step::Wait { after: policy.poll }
-            }
+        Err(NotFenced::RequestMissing(_)) if !state.request_remade => Step::RemakePowerOffRequest,
+        Err(NotFenced::RequestMissing(why)) => lost(format!("{why}, again after it was re-made")),
+        Err(NotFenced::PoweredOn(why)) => retry_or_fail(
+            state,
+            policy,
+            format!("the host was fenced, then {why}"),
+            FailReason::FenceLost(format!("the host was fenced, then {why}")),
+        ),
+        Err(NotFenced::Untrustworthy(why)) => lost(why.clone()),
+        Err(NotFenced::NotYet(_)) => Step::Wait {
+            after: policy.poll.min(policy.power_off_timeout - waited),
+        },
+    }
+}
+
+fn powering_on(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
+    let back = match &observed.node {
+        NodeView::Present {
+            ready_since: Some(since),
+            boot_id,
+        } => {
+            rebooted(state, *since, boot_id.as_deref())
+                // Readiness counts only from the power-on request on.
+                && observed.now.saturating_sub((*since).max(state.phase_since))
+                    >= policy.ready_grace
         }
-        Phase::Restoring => Step::Restore,
+        _ => false,
+    };
+    if back {
+        Step::Restore
+    } else if waited(state, observed) >= policy.node_timeout {
+        retry_or_fail(
+            state,
+            policy,
+            "the Node did not come back".into(),
+            FailReason::NodeNeverReady,
+        )
+    } else {
+        Step::Wait { after: policy.poll }
     }
 }
 
@@ -264,17 +352,34 @@ pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) ->
 mod tests {
     use super::*;
 
-    const PHASES: [Phase; 9] = [
-        Phase::Pending,
-        Phase::PoweringOff,
-        Phase::Fenced,
-        Phase::NodeReleased,
-        Phase::PoweringOn,
-        Phase::Restoring,
-        Phase::Succeeded,
-        Phase::Failed,
-        Phase::Cancelled,
-    ];
+    /// Every phase of the enum, read from its schema: a new phase joins the sweeps by itself.
+    fn all_phases() -> Vec<Phase> {
+        fn names(value: &serde_json::Value, out: &mut Vec<String>) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    for (key, inner) in map {
+                        match (key.as_str(), inner) {
+                            ("enum", serde_json::Value::Array(items)) => out
+                                .extend(items.iter().filter_map(|i| i.as_str().map(String::from))),
+                            ("const", serde_json::Value::String(name)) => out.push(name.clone()),
+                            _ => names(inner, out),
+                        }
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|i| names(i, out)),
+                _ => {}
+            }
+        }
+        let schema = serde_json::to_value(schemars::schema_for!(Phase)).unwrap();
+        let mut found = Vec::new();
+        names(&schema, &mut found);
+        let phases: Vec<Phase> = found
+            .iter()
+            .map(|name| serde_json::from_value(serde_json::json!(name)).unwrap())
+            .collect();
+        assert!(phases.len() >= 9, "{found:?}");
+        phases
+    }
 
     fn policy() -> PlanPolicy {
         PlanPolicy {
@@ -286,6 +391,24 @@ mod tests {
             release: ReleaseMode::Delete,
             poll: Duration::from_secs(5),
         }
+    }
+
+    /// Every policy shape the planner branches on.
+    fn policies() -> Vec<PlanPolicy> {
+        let mut all = Vec::new();
+        for release in [ReleaseMode::Delete, ReleaseMode::OutOfService] {
+            for strategies in [1, 2] {
+                for max_attempts in [1, 2, 3] {
+                    all.push(PlanPolicy {
+                        strategies,
+                        max_attempts,
+                        release,
+                        ..policy()
+                    });
+                }
+            }
+        }
+        all
     }
 
     fn state(phase: Phase) -> Persisted {
@@ -312,6 +435,8 @@ mod tests {
         vec![
             Ok(()),
             Err(NotFenced::NotYet("x".into())),
+            Err(NotFenced::RequestMissing("r".into())),
+            Err(NotFenced::PoweredOn("o".into())),
             Err(NotFenced::Untrustworthy("y".into())),
         ]
     }
@@ -324,83 +449,256 @@ mod tests {
         vec![
             NodeView::Missing,
             present(None, None),
-            present(Some(0), None),
             present(Some(0), Some("boot-a")),
             present(Some(0), Some("boot-b")),
             present(Some(2000), None),
-            present(Some(2000), Some("boot-a")),
         ]
     }
 
-    /// Every combination of phase, trigger, fence verdict, Node, gate and elapsed time.
-    fn every_case() -> Vec<(Persisted, Observed)> {
-        let mut cases = Vec::new();
-        for phase in PHASES {
-            for triggered in [true, false] {
-                for fence in fences() {
-                    for node in nodes() {
-                        for may_start in [Ok(()), Err(Held::ControlPlaneBusy)] {
-                            for elapsed in [0u64, 59, 60, 599, 600, 5000] {
-                                for (backed_up, boot) in [(false, None), (true, Some("boot-a"))] {
-                                    for (strategy, attempt) in [(0, 1), (1, 1), (0, 2), (1, 2)] {
-                                        let mut s = state(phase);
-                                        s.node_backed_up = backed_up;
-                                        s.boot_id_before = boot.map(String::from);
-                                        s.strategy = strategy;
-                                        s.attempt = attempt;
-                                        let o = Observed {
-                                            now: s.phase_since + Duration::from_secs(elapsed),
-                                            triggered,
-                                            fence: fence.clone(),
-                                            node: node.clone(),
-                                            may_start: may_start.clone(),
-                                        };
-                                        cases.push((s, o));
-                                    }
-                                }
+    /// Calls `visit` with every combination of policy, phase, strategy, attempt, persisted
+    /// flags, trigger, fence verdict, Node, gate and elapsed time.
+    fn sweep(mut visit: impl FnMut(&PlanPolicy, &Persisted, &Observed)) {
+        for policy in policies() {
+            for phase in all_phases() {
+                for strategy in [Some(0), Some(1), None] {
+                    for attempt in 1..=3 {
+                        for (backed_up, boot, remade) in [
+                            (false, None, false),
+                            (true, Some("boot-a"), false),
+                            (true, Some("boot-a"), true),
+                        ] {
+                            let s = Persisted {
+                                strategy,
+                                attempt,
+                                node_backed_up: backed_up,
+                                boot_id_before: boot.map(String::from),
+                                request_remade: remade,
+                                ..state(phase)
+                            };
+                            for o in observations(&s) {
+                                visit(&policy, &s, &o);
                             }
                         }
                     }
                 }
             }
         }
-        cases
     }
 
-    #[test]
-    fn a_node_is_released_only_in_the_fenced_phase() {
-        for (s, o) in every_case() {
-            if let Step::ReleaseNode(_) | Step::BackUpNode = next_step(&s, &o, &policy()) {
-                assert_eq!(s.phase, Phase::Fenced, "{s:?} {o:?}");
+    fn observations(s: &Persisted) -> Vec<Observed> {
+        let mut all = Vec::new();
+        for triggered in [true, false] {
+            for fence in fences() {
+                for node in nodes() {
+                    for may_start in [Ok(()), Err(Held::ControlPlaneBusy)] {
+                        for elapsed in [0u64, 59, 60, 600, 5000] {
+                            all.push(Observed {
+                                now: s.phase_since + Duration::from_secs(elapsed),
+                                triggered,
+                                fence: fence.clone(),
+                                node: node.clone(),
+                                may_start: may_start.clone(),
+                            });
+                        }
+                    }
+                }
             }
         }
+        all
+    }
+
+    /// How often each property's antecedent occurred: a property that never met its
+    /// antecedent proved nothing.
+    #[derive(Debug, Default)]
+    struct Seen {
+        cases: usize,
+        released: usize,
+        marked_fenced: usize,
+        untriggered_after_fencing: usize,
+        held: usize,
+        terminal: usize,
+        fenced_without_proof: usize,
+        escalated: usize,
+        retried: usize,
+        failed: usize,
     }
 
     #[test]
-    fn fenced_is_marked_only_when_the_evidence_proves_the_host_off() {
-        for (s, o) in every_case() {
-            if next_step(&s, &o, &policy()) == Step::MarkFenced {
-                assert_eq!(o.fence, Ok(()), "{s:?} {o:?}");
-                assert_eq!(s.phase, Phase::PoweringOff);
+    fn every_safety_property_holds_over_the_whole_sweep() {
+        let mut seen = Seen::default();
+        sweep(|policy, s, o| {
+            seen.cases += 1;
+            let step = next_step(s, o, policy);
+            let why = || format!("{policy:?} {s:?} {o:?} → {step:?}");
+            if let Step::ReleaseNode(mode) = &step {
+                seen.released += 1;
+                assert_eq!(s.phase, Phase::Fenced, "{}", why());
+                assert_eq!(o.fence, Ok(()), "{}", why());
+                assert_eq!(*mode, policy.release, "{}", why());
             }
-        }
-    }
-
-    #[test]
-    fn once_the_host_is_off_the_cycle_completes_even_without_the_trigger() {
-        for (s, o) in every_case() {
-            let step = next_step(&s, &o, &policy());
+            if step == Step::BackUpNode {
+                assert_eq!(s.phase, Phase::Fenced, "{}", why());
+                assert_eq!(policy.release, ReleaseMode::Delete, "{}", why());
+            }
+            if step == Step::MarkFenced {
+                seen.marked_fenced += 1;
+                assert_eq!(o.fence, Ok(()), "{}", why());
+                assert_eq!(s.phase, Phase::PoweringOff, "{}", why());
+            }
             let after_fencing = matches!(
                 s.phase,
                 Phase::Fenced | Phase::NodeReleased | Phase::PoweringOn | Phase::Restoring
             );
-            if after_fencing {
+            if after_fencing && !o.triggered {
+                seen.untriggered_after_fencing += 1;
                 assert!(
                     !matches!(step, Step::Cancel | Step::WithdrawPowerOff),
-                    "{s:?} {o:?} → {step:?}"
+                    "{}",
+                    why()
                 );
             }
+            if let Step::Hold(_) = step {
+                seen.held += 1;
+                assert_eq!(s.phase, Phase::Pending, "{}", why());
+                assert!(o.may_start.is_err(), "{}", why());
+            }
+            if s.phase == Phase::Fenced && o.fence.is_err() {
+                seen.fenced_without_proof += 1;
+                assert!(
+                    !matches!(step, Step::ReleaseNode(_) | Step::BackUpNode),
+                    "{}",
+                    why()
+                );
+            }
+            if let Step::Escalate { to, .. } = step {
+                seen.escalated += 1;
+                assert!(to < policy.strategies, "{}", why());
+                assert_eq!(s.strategy, Some(to - 1), "{}", why());
+            }
+            if let Step::Retry { attempt, .. } = step {
+                seen.retried += 1;
+                assert!(attempt <= policy.max_attempts, "{}", why());
+                assert_eq!(attempt, s.attempt + 1, "{}", why());
+            }
+            if let Step::Fail(_) = step {
+                seen.failed += 1;
+            }
+            if s.phase.is_terminal() {
+                seen.terminal += 1;
+            }
+            assert_eq!(s.phase.is_terminal(), step == Step::Done, "{}", why());
+        });
+        let counts = [
+            seen.released,
+            seen.marked_fenced,
+            seen.untriggered_after_fencing,
+            seen.held,
+            seen.terminal,
+            seen.fenced_without_proof,
+            seen.escalated,
+            seen.retried,
+            seen.failed,
+        ];
+        assert!(counts.iter().all(|c| *c > 0), "{seen:?}");
+        eprintln!("planner sweep: {seen:?}");
+    }
+
+    /// What the executor persists for a step (mirrors `act`); `failing`: every write after the
+    /// persist fails, so only the persisted part happens.
+    fn apply(s: &mut Persisted, step: &Step, now: Duration, failing: bool) {
+        let enter = |s: &mut Persisted, phase: Phase| {
+            s.phase = phase;
+            s.phase_since = now;
+        };
+        match step {
+            Step::Wait { .. } | Step::Hold(_) | Step::Done => {}
+            Step::Cancel | Step::WithdrawPowerOff => enter(s, Phase::Cancelled),
+            Step::RequestPowerOff { strategy } => {
+                s.strategy = Some(*strategy);
+                enter(s, Phase::PoweringOff);
+            }
+            Step::MarkFenced => enter(s, Phase::Fenced),
+            Step::RemakePowerOffRequest => s.request_remade = true,
+            Step::BackUpNode => s.node_backed_up = true,
+            Step::ReleaseNode(_) if failing => {}
+            Step::ReleaseNode(_) => enter(s, Phase::NodeReleased),
+            Step::RequestPowerOn => enter(s, Phase::PoweringOn),
+            Step::Restore if failing => {
+                if s.phase != Phase::Restoring {
+                    enter(s, Phase::Restoring);
+                }
+            }
+            Step::Restore => enter(s, Phase::Succeeded),
+            Step::Escalate { to, .. } => {
+                s.strategy = Some(*to);
+                s.phase_since = now;
+            }
+            Step::Retry { attempt, .. } => {
+                s.attempt = *attempt;
+                s.strategy = Some(0);
+                enter(s, Phase::PoweringOff);
+            }
+            Step::Fail(_) => enter(s, Phase::Failed),
         }
+    }
+
+    /// The longest a remediation may take once started: every attempt through every
+    /// strategy's power-off deadline, the release deadline and the Node deadline, then the
+    /// restore deadline.
+    fn bound(policy: &PlanPolicy) -> Duration {
+        let strategies = u32::try_from(policy.strategies).unwrap();
+        let cycle = policy.power_off_timeout * (strategies + 1) + policy.node_timeout;
+        cycle * policy.max_attempts + policy.node_timeout + policy.poll * 4
+    }
+
+    #[test]
+    fn from_every_phase_and_observation_a_terminal_phase_is_reached_within_the_timeouts() {
+        let (mut runs, mut held, mut by_deadline) = (0usize, 0usize, 0usize);
+        for policy in policies() {
+            for phase in all_phases() {
+                for remade in [false, true] {
+                    let start = Persisted {
+                        request_remade: remade,
+                        ..state(phase)
+                    };
+                    for o in observations(&start) {
+                        for failing in [false, true] {
+                            runs += 1;
+                            let mut s = start.clone();
+                            let mut now = o.now;
+                            let deadline = o.now + bound(&policy);
+                            loop {
+                                let at = Observed { now, ..o.clone() };
+                                let step = next_step(&s, &at, &policy);
+                                if step == Step::Done {
+                                    break;
+                                }
+                                if let Step::Hold(_) = step {
+                                    held += 1;
+                                    break;
+                                }
+                                now += match step {
+                                    Step::Wait { after } => after.max(Duration::from_millis(1)),
+                                    _ => Duration::from_secs(1),
+                                };
+                                apply(&mut s, &step, now, failing);
+                                assert!(
+                                    now <= deadline,
+                                    "stalled: {policy:?} from {start:?} {o:?} failing={failing}: {s:?} → {step:?}"
+                                );
+                            }
+                            if now > o.now + policy.node_timeout {
+                                by_deadline += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(held > 0 && by_deadline > 0, "{runs} {held} {by_deadline}");
+        eprintln!(
+            "termination sweep: {runs} runs, {held} held by a gate, {by_deadline} ended by a deadline"
+        );
     }
 
     #[test]
@@ -439,7 +737,7 @@ mod tests {
             next_step(&state(Phase::Pending), &closed, &policy()),
             Step::Hold(_)
         ));
-        for phase in PHASES.into_iter().filter(|p| *p != Phase::Pending) {
+        for phase in all_phases().into_iter().filter(|p| *p != Phase::Pending) {
             assert!(
                 !matches!(next_step(&state(phase), &closed, &policy()), Step::Hold(_)),
                 "{phase:?}"
@@ -462,7 +760,7 @@ mod tests {
             Step::Escalate { to: 1, .. }
         ));
         let mut last = state(Phase::PoweringOff);
-        last.strategy = 1;
+        last.strategy = Some(1);
         assert!(matches!(
             next_step(&last, &untrustworthy, &policy()),
             Step::Fail(FailReason::PowerOffNotConfirmed(_))
@@ -488,6 +786,24 @@ mod tests {
     }
 
     #[test]
+    fn a_strategy_dropped_from_the_policy_is_never_switched_for_another() {
+        let dropped = Persisted {
+            strategy: None,
+            ..state(Phase::PoweringOff)
+        };
+        let untrustworthy = Observed {
+            fence: Err(NotFenced::Untrustworthy("detached".into())),
+            ..observed()
+        };
+        match next_step(&dropped, &untrustworthy, &policy()) {
+            Step::Fail(FailReason::PowerOffNotConfirmed(why)) => {
+                assert!(why.contains("no longer in the policy"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn power_off_is_looked_at_soon_then_less_often_up_to_the_poll_interval() {
         let at = |millis: u64| Observed {
             now: Duration::from_secs(1000) + Duration::from_millis(millis),
@@ -507,8 +823,12 @@ mod tests {
 
     #[test]
     fn the_node_is_backed_up_before_deletion_but_not_for_the_taint() {
+        let proven = Observed {
+            fence: Ok(()),
+            ..observed()
+        };
         assert_eq!(
-            next_step(&state(Phase::Fenced), &observed(), &policy()),
+            next_step(&state(Phase::Fenced), &proven, &policy()),
             Step::BackUpNode
         );
         let backed_up = Persisted {
@@ -516,12 +836,12 @@ mod tests {
             ..state(Phase::Fenced)
         };
         assert_eq!(
-            next_step(&backed_up, &observed(), &policy()),
+            next_step(&backed_up, &proven, &policy()),
             Step::ReleaseNode(ReleaseMode::Delete)
         );
         let gone = Observed {
             node: NodeView::Missing,
-            ..observed()
+            ..proven.clone()
         };
         assert_eq!(
             next_step(&state(Phase::Fenced), &gone, &policy()),
@@ -532,9 +852,63 @@ mod tests {
             ..policy()
         };
         assert_eq!(
-            next_step(&state(Phase::Fenced), &observed(), &taint),
+            next_step(&state(Phase::Fenced), &proven, &taint),
             Step::ReleaseNode(ReleaseMode::OutOfService)
         );
+    }
+
+    #[test]
+    fn a_fenced_host_that_loses_its_proof_is_never_released() {
+        let fenced = Persisted {
+            node_backed_up: true,
+            ..state(Phase::Fenced)
+        };
+        let with = |fence: Result<(), NotFenced>| Observed {
+            fence,
+            ..observed()
+        };
+        // Our request removed by someone else: made again once, then the remediation fails.
+        let missing = with(Err(NotFenced::RequestMissing("gone".into())));
+        assert_eq!(
+            next_step(&fenced, &missing, &policy()),
+            Step::RemakePowerOffRequest
+        );
+        let remade = Persisted {
+            request_remade: true,
+            ..fenced.clone()
+        };
+        assert!(matches!(
+            next_step(&remade, &missing, &policy()),
+            Step::Fail(FailReason::FenceLost(_))
+        ));
+        // On again: a new power cycle while attempts remain, else FenceLost.
+        let on = with(Err(NotFenced::PoweredOn("on".into())));
+        assert!(matches!(
+            next_step(&fenced, &on, &policy()),
+            Step::Retry { attempt: 2, .. }
+        ));
+        let last = Persisted {
+            attempt: 2,
+            ..fenced.clone()
+        };
+        assert!(matches!(
+            next_step(&last, &on, &policy()),
+            Step::Fail(FailReason::FenceLost(_))
+        ));
+        // Unreadable: wait, but not past the power-off deadline.
+        let unread = with(Err(NotFenced::NotYet("BMC read failed".into())));
+        assert!(matches!(
+            next_step(&fenced, &unread, &policy()),
+            Step::Wait { .. }
+        ));
+        let late = Observed {
+            now: Duration::from_secs(1060),
+            ..unread
+        };
+        assert!(matches!(
+            next_step(&fenced, &late, &policy()),
+            Step::Fail(FailReason::FenceLost(_))
+        ));
     }
 
     #[test]
@@ -565,10 +939,10 @@ mod tests {
             Step::Restore
         );
         assert_eq!(next_step(&powering_on, &at(1599, None), &policy()), wait);
-        assert_eq!(
+        assert!(matches!(
             next_step(&powering_on, &at(1600, None), &policy()),
-            Step::Retry { attempt: 2 }
-        );
+            Step::Retry { attempt: 2, .. }
+        ));
         let last = Persisted {
             attempt: 2,
             ..powering_on
@@ -593,22 +967,21 @@ mod tests {
         let wait = Step::Wait {
             after: Duration::from_secs(5),
         };
+        let retry = |step: Step| matches!(step, Step::Retry { attempt: 2, .. });
         // Without a boot ID to compare, Ready since before the request proves nothing...
         assert_eq!(next_step(&powering_on, &at(1100, None), &policy()), wait);
-        assert_eq!(
-            next_step(&powering_on, &at(1600, None), &policy()),
-            Step::Retry { attempt: 2 }
-        );
+        assert!(retry(next_step(&powering_on, &at(1600, None), &policy())));
         // ...nor does the same boot ID: the host never rebooted (a lying BMC's Off).
         powering_on.boot_id_before = Some("boot-a".into());
         assert_eq!(
             next_step(&powering_on, &at(1100, Some("boot-a")), &policy()),
             wait
         );
-        assert_eq!(
-            next_step(&powering_on, &at(1600, Some("boot-a")), &policy()),
-            Step::Retry { attempt: 2 }
-        );
+        assert!(retry(next_step(
+            &powering_on,
+            &at(1600, Some("boot-a")),
+            &policy()
+        )));
         // A new boot ID is a reboot; the grace counts from the power-on request.
         assert_eq!(
             next_step(&powering_on, &at(1029, Some("boot-b")), &policy()),
@@ -623,14 +996,16 @@ mod tests {
     }
 
     #[test]
-    fn every_case_has_a_step_and_terminal_phases_do_nothing() {
-        for (s, o) in every_case() {
-            let step = next_step(&s, &o, &policy());
-            assert_eq!(
-                s.phase.is_terminal(),
-                step == Step::Done,
-                "{s:?} {o:?} → {step:?}"
-            );
-        }
+    fn a_restore_that_cannot_finish_fails_at_the_node_deadline() {
+        let restoring = state(Phase::Restoring);
+        let at = |secs: u64| Observed {
+            now: Duration::from_secs(secs),
+            ..observed()
+        };
+        assert_eq!(next_step(&restoring, &at(1599), &policy()), Step::Restore);
+        assert_eq!(
+            next_step(&restoring, &at(1600), &policy()),
+            Step::Fail(FailReason::RestoreTimedOut)
+        );
     }
 }

@@ -7,14 +7,17 @@ use std::time::Duration;
 use baremend_drivers::{
     BmcAddress, DriverConfig, DriverKind, PowerDriver, PowerOffMode, PowerState, TlsOptions,
 };
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::Value;
 
 use super::controller::host_resource;
 use super::execute;
-use super::fence::{ConfirmedOff, FenceStrategy, NotFenced, PowerEvidence, confirm_powered_off};
+use super::fence::{
+    BareMetalHostView, ConfirmedOff, FenceTarget, NodeIdentity, NotFenced, PowerEvidence,
+    confirm_powered_off,
+};
 use super::metered::Metered;
 use super::observe::{self, BmcRef, HostRef, bare_metal_host_bmc, bare_metal_host_view};
 use super::plan::Persisted;
@@ -34,10 +37,10 @@ pub(super) enum Withdraw {
     RebootRequestsOnly,
 }
 
-/// The BMC to use for direct fencing.
 /// Where a Machine's BMC is for direct access, and how to check its certificate: a HostBmc
 /// naming the Machine (or its Node), else a *detached* BareMetalHost's `spec.bmc`. A host its
-/// BareMetal Operator manages is refused: the operator would power it back on.
+/// BareMetal Operator manages is refused either way: the operator would power it back on (a
+/// HostBmc does not make a managed host safe to power directly).
 pub fn locate_bmc(
     host_bmcs: &[Arc<HostBmc>],
     namespace: &str,
@@ -45,6 +48,13 @@ pub fn locate_bmc(
     node: Option<&str>,
     host: Option<(&HostRef, Option<&slim::BareMetalHost>)>,
 ) -> std::result::Result<(BmcRef, TlsOptions), String> {
+    if let Some((host_ref, Some(host))) = host
+        && !detached(host)
+    {
+        return Err(format!(
+            "BareMetalHost {host_ref} is managed by the BareMetal Operator, which would power it back on; direct BMC fencing needs it detached"
+        ));
+    }
     let mapping = host_bmcs.iter().find(|m| {
         m.namespace().as_deref() == Some(namespace)
             && (m.spec.machine_name.as_deref() == Some(machine)
@@ -63,16 +73,6 @@ pub fn locate_bmc(
         )),
         (None, Some((host_ref, Some(host)))) => {
             let json = serde_json::to_value(host).unwrap_or(Value::Null);
-            let detached = host.annotations().contains_key(BMH_DETACHED)
-                || json
-                    .pointer("/status/operationalStatus")
-                    .and_then(Value::as_str)
-                    == Some("detached");
-            if !detached {
-                return Err(format!(
-                    "BareMetalHost {host_ref} is managed by the BareMetal Operator, which would power it back on; direct BMC fencing needs it detached or a HostBmc"
-                ));
-            }
             let bmc =
                 bare_metal_host_bmc(&json).map_err(|e| format!("BareMetalHost {host_ref}: {e}"))?;
             let insecure = json
@@ -91,6 +91,17 @@ pub fn locate_bmc(
     }
 }
 
+/// Whether the BareMetal Operator has let go of a host: the `detached` annotation, or the
+/// `detached` operational status.
+fn detached(host: &slim::BareMetalHost) -> bool {
+    let json = serde_json::to_value(host).unwrap_or(Value::Null);
+    host.annotations().contains_key(BMH_DETACHED)
+        || json
+            .pointer("/status/operationalStatus")
+            .and_then(Value::as_str)
+            == Some("detached")
+}
+
 /// The driver kind as metrics and logs name it.
 pub fn driver_kind(address: &BmcAddress) -> &'static str {
     match address.kind() {
@@ -101,58 +112,104 @@ pub fn driver_kind(address: &BmcAddress) -> &'static str {
 
 pub(super) struct DirectBmc {
     pub(super) driver: Arc<dyn PowerDriver>,
+    /// The address, without credentials.
+    pub(super) address: String,
+    /// The system path the address names, if any.
+    pub(super) system: Option<String>,
 }
 
+/// Reads a direct-BMC proof takes (see `fence`); a read that is not Off ends them early.
+const BMC_PROOF_READS: usize = 2;
+
 impl Pass {
-    pub(super) async fn evidence(
+    /// What the remediation means to fence with `strategy`: the host it names and the Node
+    /// the proof may release (by the UID recorded at the power-off request, else the cached
+    /// Node's).
+    pub(super) fn fence_target(
         &self,
         remediation: &Remediation,
         strategy: FenceStrategyName,
+        node: Option<&Node>,
+    ) -> FenceTarget {
+        let recorded = remediation.status.as_ref().and_then(|s| s.node_uid.clone());
+        let node = remediation.spec.node_name.as_ref().and_then(|name| {
+            let uid = recorded
+                .or_else(|| node.filter(|n| n.name_any() == *name).and_then(|n| n.uid()))?;
+            Some(NodeIdentity {
+                name: name.clone(),
+                uid,
+            })
+        });
+        FenceTarget {
+            strategy,
+            host: self.host(remediation).map(|(host_ref, _)| host_ref),
+            node,
+        }
+    }
+
+    /// Fresh evidence for `target`, made into a proof or the reason why not. The reboot API is
+    /// read with a GET of the BareMetalHost (never the watch cache); a BMC is read
+    /// [`BMC_PROOF_READS`] times.
+    pub(super) async fn take_proof(
+        &self,
+        remediation: &Remediation,
+        target: &FenceTarget,
     ) -> std::result::Result<ConfirmedOff, NotFenced> {
-        match strategy {
+        let evidence = match target.strategy {
             FenceStrategyName::BareMetalHostRebootApi => {
-                let Some((host_ref, host)) = self.host(remediation) else {
-                    return Err(NotFenced::Untrustworthy(
-                        match observe::machine_host(&self.machine_json()) {
-                            Err(unusable) => format!("Machine {}: {unusable}", self.name),
-                            Ok(_) => "the Machine names no BareMetalHost".into(),
-                        },
-                    ));
-                };
-                let Some(host) = host else {
-                    return Err(NotFenced::Untrustworthy(format!(
-                        "BareMetalHost {host_ref} not found"
-                    )));
-                };
-                let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
-                let view = bare_metal_host_view(&json, &self.policy.reboot_key);
-                confirm_powered_off(
-                    &FenceStrategy::BareMetalHostRebootApi,
-                    &PowerEvidence::BareMetalHost(view),
-                )
+                PowerEvidence::BareMetalHost(self.fresh_host_view(target).await?)
             }
             FenceStrategyName::DirectBmc => {
                 let bmc = self
                     .direct_bmc(remediation)
                     .await
                     .map_err(|e| NotFenced::Untrustworthy(e.to_string()))?;
-                // Two consecutive fresh reads must both say Off.
-                let mut off = true;
-                for _ in 0..2 {
-                    match bmc.driver.power_state().await {
-                        Ok(PowerState::Off) => {}
-                        Ok(_) => {
-                            off = false;
-                            break;
-                        }
-                        Err(error) => {
-                            return Err(NotFenced::NotYet(format!("BMC read failed: {error}")));
-                        }
+                let mut reads = Vec::with_capacity(BMC_PROOF_READS);
+                while reads.len() < BMC_PROOF_READS {
+                    let read =
+                        bmc.driver.power_state().await.map_err(|error| {
+                            NotFenced::NotYet(format!("BMC read failed: {error}"))
+                        })?;
+                    let off = read == PowerState::Off;
+                    reads.push(read);
+                    if !off {
+                        break;
                     }
                 }
-                confirm_powered_off(&FenceStrategy::DirectBmc, &PowerEvidence::BmcReadOff(off))
+                PowerEvidence::BmcReads {
+                    address: bmc.address,
+                    system: bmc.system,
+                    reads,
+                }
             }
-        }
+        };
+        confirm_powered_off(target, &evidence)
+    }
+
+    /// The BareMetalHost the target names, read from the API server now.
+    async fn fresh_host_view(
+        &self,
+        target: &FenceTarget,
+    ) -> std::result::Result<BareMetalHostView, NotFenced> {
+        let Some(host_ref) = &target.host else {
+            return Err(NotFenced::Untrustworthy(
+                match observe::machine_host(&self.machine_json()) {
+                    Err(unusable) => format!("Machine {}: {unusable}", self.name),
+                    Ok(_) => "the Machine names no BareMetalHost".into(),
+                },
+            ));
+        };
+        let hosts: Api<slim::BareMetalHost> =
+            Api::namespaced(self.context.client.clone(), &host_ref.namespace);
+        let host = hosts
+            .get_opt(&host_ref.name)
+            .await
+            .map_err(|e| NotFenced::NotYet(format!("cannot read BareMetalHost {host_ref}: {e}")))?
+            .ok_or_else(|| {
+                NotFenced::Untrustworthy(format!("BareMetalHost {host_ref} not found"))
+            })?;
+        let json = serde_json::to_value(&host).unwrap_or(Value::Null);
+        Ok(bare_metal_host_view(&json, &self.policy.reboot_key))
     }
 
     /// The BMC for direct fencing: from a `HostBmc` naming the Machine or Node, else from an
@@ -181,13 +238,19 @@ impl Pass {
         let credentials = observe::secret_credentials(&secret)
             .map_err(|e| invalid(format!("Secret {}: {e}", bmc.credentials_name)))?;
         let kind = driver_kind(&address);
+        let shown = address.to_string();
+        let system = address.system_path().map(str::to_string);
         let driver = self.context.bmc_drivers.get_or_connect(
             &self.machine_key(),
             DriverConfig::new(address, credentials, tls),
             &self.context.connector,
         )?;
         let driver = Metered::wrap(driver, kind, self.context.metrics.power.clone());
-        Ok(DirectBmc { driver })
+        Ok(DirectBmc {
+            driver,
+            address: shown,
+            system,
+        })
     }
 
     /// The key of this Machine's cached BMC driver.
@@ -243,16 +306,33 @@ impl Pass {
         }
     }
 
-    /// Withdraws every power-off request this remediation made (all strategies up to the
-    /// current one), so the host comes back on.
+    /// The strategies this remediation may have asked: the policy's up to the one in use (all
+    /// of them when the policy no longer names it), and the one in use.
+    fn strategies_asked(
+        &self,
+        remediation: &Remediation,
+        state: &Persisted,
+    ) -> Vec<FenceStrategyName> {
+        let upto = state
+            .strategy
+            .map_or(self.policy.strategies.len(), |index| index + 1);
+        let mut asked: Vec<FenceStrategyName> =
+            self.policy.strategies.iter().take(upto).copied().collect();
+        let in_use = self.strategy_in_use(remediation);
+        if !asked.contains(&in_use) {
+            asked.push(in_use);
+        }
+        asked
+    }
+
+    /// Withdraws every power-off request this remediation made, so the host comes back on.
     pub(super) async fn withdraw_all(
         &self,
         remediation: &Remediation,
-        upto: usize,
+        state: &Persisted,
         what: Withdraw,
     ) -> Result<()> {
-        for index in 0..=upto.min(self.policy.strategies.len().saturating_sub(1)) {
-            let strategy = self.strategy_at(index);
+        for strategy in self.strategies_asked(remediation, state) {
             match strategy {
                 FenceStrategyName::BareMetalHostRebootApi if self.host(remediation).is_none() => {}
                 FenceStrategyName::DirectBmc if what == Withdraw::RebootRequestsOnly => {}
@@ -272,7 +352,7 @@ impl Pass {
         state: &Persisted,
         off: bool,
     ) -> Result<()> {
-        let strategy = self.strategy_at(state.strategy);
+        let strategy = self.strategy_in_use(remediation);
         match strategy {
             FenceStrategyName::BareMetalHostRebootApi => {
                 let Some((_, Some(host))) = self.host(remediation) else {
@@ -280,11 +360,11 @@ impl Pass {
                 };
                 let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
                 let requested =
-                    bare_metal_host_view(&json, &self.policy.reboot_key).power_off_requested;
+                    bare_metal_host_view(&json, &self.policy.reboot_key).power_off_requested();
                 if off && !requested {
                     self.request_power(remediation, strategy, true).await?;
                 } else if !off && requested {
-                    self.withdraw_all(remediation, state.strategy, Withdraw::Everything)
+                    self.withdraw_all(remediation, state, Withdraw::Everything)
                         .await?;
                 }
             }

@@ -19,11 +19,12 @@ use serde_json::Value;
 use tracing::info;
 
 use super::controller::{Context, machine_resource};
-use super::fence::{ConfirmedOff, NotFenced};
+use super::fence::{ConfirmedOff, FenceTarget, NotFenced};
+use super::gates::Held;
 use super::observe::{self, HostRef, machine_host, node_view};
-use super::plan::{Observed, Phase, PlanPolicy, ReleaseMode, Step, next_step};
+use super::plan::{Observed, Phase, PlanPolicy, ReleaseMode, next_step};
 use super::slim;
-use super::state::{created_at, persisted, since_epoch};
+use super::state::{created_at, persisted, set_condition, since_epoch, strategy_in_status};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{
     FenceStrategyName, NodeReleaseMode, Remediation, RemediationPolicySpec, RemediationSpec,
@@ -31,8 +32,7 @@ use crate::api::{
 };
 use crate::{Error, Result};
 
-/// Starts made by this process, by (namespace, Remediation name), with their Machine.
-pub type Launched = std::collections::HashMap<(String, String), String>;
+use super::gates::Launched;
 
 /// How old BMC reads proving a host off may be when they authorize its Node's release.
 const PROOF_REUSE: Duration = Duration::from_secs(1);
@@ -65,8 +65,11 @@ impl Pass {
         }
     }
 
-    /// Keeps the proof the BMC just gave, for the release a moment later in this pass.
+    /// Keeps a BMC proof this pass took and did not spend, for the release a moment later.
     fn remember_bmc_proof(&self, confirmed: ConfirmedOff) {
+        if confirmed.strategy() != FenceStrategyName::DirectBmc {
+            return;
+        }
         let now = since_epoch(self.context.clock.now());
         *self
             .recent_proof
@@ -74,17 +77,39 @@ impl Pass {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((confirmed, now));
     }
 
-    /// The BMC's proof if it is at most [`PROOF_REUSE`] old. Reading the BMC twice more for
-    /// the release, milliseconds after two reads proved it off, would only load a fragile BMC;
-    /// anything older (a later pass, a restart) is read again.
-    fn recent_bmc_proof(&self) -> Option<ConfirmedOff> {
+    /// The BMC proof this pass took, if it is at most [`PROOF_REUSE`] old and for the same
+    /// strategy and Node as `target`. Reading the BMC twice more for the release,
+    /// milliseconds after two reads proved it off, would only load a fragile BMC; anything
+    /// older (a later pass, a restart) is read again. The proof is taken out: it is spent once.
+    fn recent_bmc_proof(&self, target: &FenceTarget) -> Option<ConfirmedOff> {
         let now = since_epoch(self.context.clock.now());
-        self.recent_proof
+        let (confirmed, at) = self
+            .recent_proof
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .filter(|(_, at)| now.saturating_sub(*at) <= PROOF_REUSE)
-            .map(|(confirmed, _)| confirmed.clone())
+            .take()?;
+        let fits = now.saturating_sub(at) <= PROOF_REUSE
+            && confirmed.strategy() == target.strategy
+            && confirmed.node() == target.node.as_ref();
+        fits.then_some(confirmed)
+    }
+
+    /// The proof, or why not, from fresh evidence: taken while fencing and before the release,
+    /// not in the phases between or after.
+    async fn proof_for(
+        &self,
+        remediation: &Remediation,
+        phase: Phase,
+        node: Option<&Node>,
+    ) -> std::result::Result<ConfirmedOff, NotFenced> {
+        if !matches!(phase, Phase::PoweringOff | Phase::Fenced) {
+            return Err(NotFenced::NotYet("not checked in this phase".into()));
+        }
+        let target = self.fence_target(remediation, self.strategy_in_use(remediation), node);
+        match self.recent_bmc_proof(&target) {
+            Some(confirmed) => Ok(confirmed),
+            None => self.take_proof(remediation, &target).await,
+        }
     }
 
     pub(super) fn machine_json(&self) -> Value {
@@ -214,6 +239,16 @@ impl Pass {
         }
     }
 
+    /// The strategy the remediation uses now: the one its status names (even if the policy
+    /// dropped it since), else the policy's first.
+    pub(super) fn strategy_in_use(&self, remediation: &Remediation) -> FenceStrategyName {
+        remediation
+            .status
+            .as_ref()
+            .and_then(strategy_in_status)
+            .unwrap_or_else(|| self.strategy_at(0))
+    }
+
     pub(super) fn strategy_at(&self, index: usize) -> FenceStrategyName {
         self.policy
             .strategies
@@ -250,19 +285,17 @@ impl Pass {
         let created =
             created_at(remediation).unwrap_or_else(|| since_epoch(self.context.clock.now()));
         let state = persisted(&status, &self.policy.strategies, created);
-        let strategy = self.strategy_at(state.strategy);
         let node = self.node(remediation);
-
-        // Evidence only where it matters: the BMC is read while fencing, and again right
-        // before the release (below), not for the steps in between.
-        let proof = if state.phase == Phase::PoweringOff {
-            self.evidence(remediation, strategy).await
-        } else {
-            Err(NotFenced::NotYet("not checked in this phase".into()))
-        };
-        if let (Ok(confirmed), FenceStrategyName::DirectBmc) = (&proof, strategy) {
-            self.remember_bmc_proof(confirmed.clone());
+        if state.strategy.is_none() && !state.phase.is_terminal() {
+            self.note_strategy_dropped(remediation).await?;
         }
+        let proof = self
+            .proof_for(remediation, state.phase, node.as_deref())
+            .await;
+        let (verdict, mut proof) = match proof {
+            Ok(confirmed) => (Ok(()), Some(confirmed)),
+            Err(not_fenced) => (Err(not_fenced), None),
+        };
         // Starts are decided one at a time, with the starts this process made and the cache
         // may not show yet: two Machines reconciled at once must not both pass the gates.
         let mut starts = if state.phase == Phase::Pending {
@@ -270,46 +303,29 @@ impl Pass {
         } else {
             None
         };
-        let mut triggered = self.triggered();
-        let may = match starts.as_deref_mut() {
+        let (may, triggered) = match starts.as_deref_mut() {
             Some(launched) => {
-                let cached = self.context.remediations.state();
-                let health = self.fleet_health();
-                let node = node.as_deref();
-                match self.gates(remediation, node, launched, &cached, false, &health) {
-                    // Confirmed on a fresh read before anything starts: the cache may lag
-                    // behind (a watch broken for seconds), and a start must never rest on it;
-                    // nor may the power-off rest on a cached trigger (see `run`).
-                    Ok(()) => {
-                        let (fresh, confirmed) =
-                            tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
-                        triggered = triggered && confirmed?;
-                        self.gates(remediation, node, launched, &fresh?, true, &health)
-                    }
-                    held => held,
-                }
+                self.may_start(remediation, node.as_deref(), launched)
+                    .await?
             }
-            None => Ok(()),
+            None => (Ok(()), self.triggered()),
         };
         let observed = Observed {
             now: since_epoch(self.context.clock.now()),
             triggered,
-            fence: proof.as_ref().map(|_| ()).map_err(Clone::clone),
+            fence: verdict,
             node: node_view(node.as_deref()),
             may_start: may,
         };
         let step = next_step(&state, &observed, &self.plan_policy());
         tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
-        let proof = match step {
-            Step::ReleaseNode(_) => match self.recent_bmc_proof() {
-                Some(confirmed) => Ok(confirmed),
-                None => self.evidence(remediation, strategy).await,
-            },
-            _ => proof,
-        };
         let acted = self
-            .act(remediation, status, &state, step, proof.ok(), node)
+            .act(remediation, status, &state, step, &mut proof, node)
             .await;
+        // A BMC proof the step did not spend serves the release a moment later.
+        if let Some(unspent) = proof {
+            self.remember_bmc_proof(unspent);
+        }
         if let Some(launched) = starts.as_deref_mut()
             && remediation.status.as_ref().map(|s| s.phase) == Some(Phase::PoweringOff)
         {
@@ -327,6 +343,64 @@ impl Pass {
             self.context.bmc_drivers.release(&self.machine_key());
         }
         acted
+    }
+
+    /// The gates for a start, decided on the caches and confirmed on fresh reads (the cache
+    /// may lag behind a watch broken for seconds, and a start must never rest on it; nor may
+    /// the power-off rest on a cached trigger, see `run`). Returns the verdict and whether the
+    /// trigger is (still) there.
+    async fn may_start(
+        &self,
+        remediation: &Remediation,
+        node: Option<&Node>,
+        launched: &mut Launched,
+    ) -> Result<(std::result::Result<(), Held>, bool)> {
+        let triggered = self.triggered();
+        let cached = self.context.remediations.state();
+        let health = self.fleet_health();
+        match self.gates(remediation, node, launched, &cached, false, &health) {
+            Ok(()) => {
+                let (fresh, confirmed) =
+                    tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
+                let may = self.gates(remediation, node, launched, &fresh?, true, &health);
+                let may = match may {
+                    Ok(()) => self.self_fence_gate(remediation).await?,
+                    held => held,
+                };
+                Ok((may, triggered && confirmed?))
+            }
+            held => Ok((held, triggered)),
+        }
+    }
+
+    /// Tells once, with a condition and a Warning Event, that the policy no longer names the
+    /// strategy this remediation uses: it goes on with that strategy, never another.
+    async fn note_strategy_dropped(&self, remediation: &mut Remediation) -> Result<()> {
+        let mut status = remediation.status.clone().unwrap_or_default();
+        let in_use = status.strategy.clone().unwrap_or_default();
+        let told = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "StrategyInPolicy" && c.status == "False");
+        if told {
+            return Ok(());
+        }
+        let message = format!(
+            "the policy no longer names strategy {in_use}, which this remediation uses: it goes on with {in_use} and does not escalate past it"
+        );
+        let now = self.context.clock.now();
+        set_condition(
+            &mut status,
+            "StrategyInPolicy",
+            false,
+            "StrategyRemoved",
+            &message,
+            now,
+        );
+        self.persist(remediation, status).await?;
+        self.event(remediation, true, "StrategyNotInPolicy", message)
+            .await;
+        Ok(())
     }
 
     pub(super) async fn persist(

@@ -4,15 +4,18 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::reflector::ObjectRef;
 
-use super::gates::{Candidate, Fleet, FleetHealth, Held, may_start};
+use super::controller::Placement;
+use super::gates::{
+    Candidate, Fleet, FleetHealth, Held, Launched, Listed, may_start, running_machines,
+};
 use super::observe::{machine_is_control_plane, node_view};
-use super::plan::{NodeView, Phase};
-use super::run::{Launched, Pass};
+use super::plan::NodeView;
+use super::run::Pass;
 use super::slim;
 use crate::api::Remediation;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
@@ -87,35 +90,16 @@ impl Pass {
         if let Some(by) = node.and_then(|n| n.annotations().get(PLANNED_REBOOT)) {
             return Err(Held::PlannedReboot { by: by.clone() });
         }
-        let phase_of = |r: &Remediation| r.status.as_ref().map(|s| s.phase).unwrap_or_default();
-        // A start the list shows past Pending needs no reminder. One it shows Pending still
-        // does; so does one a lagging cache does not show at all (a fresh read that lacks it
-        // means it was deleted).
-        launched.retain(|(namespace, name), _| {
-            let seen = remediations.iter().find(|r| {
-                r.namespace().as_deref() == Some(namespace.as_str()) && r.name_any() == *name
-            });
-            match seen {
-                Some(r) => phase_of(r) == Phase::Pending,
-                None => !fresh,
-            }
-        });
-        let mut running: Vec<String> = remediations
+        let listed: Vec<Listed> = remediations
             .iter()
-            .filter(|r| {
-                let phase = phase_of(r);
-                phase != Phase::Pending
-                    && !phase.is_terminal()
-                    && r.name_any() != remediation.name_any()
+            .map(|r| Listed {
+                namespace: r.namespace().unwrap_or_default(),
+                name: r.name_any(),
+                machine: r.spec.machine_name.clone(),
+                phase: r.status.as_ref().map(|s| s.phase).unwrap_or_default(),
             })
-            .map(|r| r.spec.machine_name.clone())
             .collect();
-        running.extend(
-            launched
-                .iter()
-                .filter(|((_, name), _)| *name != remediation.name_any())
-                .map(|(_, machine)| machine.clone()),
-        );
+        let running = running_machines(&listed, launched, &remediation.name_any(), fresh);
         let fleet = Fleet {
             machines: health.machines,
             unhealthy: health.unhealthy,
@@ -136,6 +120,52 @@ impl Pass {
     }
 }
 
+impl Pass {
+    /// The self-fence gate: the leader does not fence the Node it runs on unless another
+    /// replica is Ready on another Node to finish the remediation once this one is off.
+    pub(super) async fn self_fence_gate(
+        &self,
+        remediation: &Remediation,
+    ) -> Result<std::result::Result<(), Held>> {
+        let Some(placement) = &self.context.placement else {
+            return Ok(Ok(()));
+        };
+        if remediation.spec.node_name.as_deref() != Some(placement.node.as_str()) {
+            return Ok(Ok(()));
+        }
+        let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &placement.namespace);
+        let peers = pods
+            .list(&ListParams::default().labels(&placement.peers))
+            .await
+            .map_err(Error::kube("ListPeerPods"))?;
+        if peer_ready_elsewhere(&peers.items, placement) {
+            Ok(Ok(()))
+        } else {
+            Ok(Err(Held::SelfFence {
+                node: placement.node.clone(),
+            }))
+        }
+    }
+}
+
+/// Whether a pod other than this one, on another Node, is Ready and not being deleted.
+pub fn peer_ready_elsewhere(pods: &[Pod], me: &Placement) -> bool {
+    pods.iter().any(|pod| {
+        let ready = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        ready
+            && pod.metadata.deletion_timestamp.is_none()
+            && pod.metadata.name.as_deref() != Some(me.pod.as_str())
+            && node.is_some_and(|n| n != me.node)
+    })
+}
+
 /// Whether a Node is present and Ready.
 fn is_ready(node: Option<&Node>) -> bool {
     matches!(
@@ -145,4 +175,50 @@ fn is_ready(node: Option<&Node>) -> bool {
             ..
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> Placement {
+        Placement {
+            node: "worker-0".into(),
+            namespace: "baremend".into(),
+            pod: "baremend-a".into(),
+            peers: "app.kubernetes.io/name=baremend".into(),
+        }
+    }
+
+    fn pod(name: &str, node: &str, ready: bool, deleting: bool) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name,
+                "deletionTimestamp": deleting.then_some("2026-01-01T00:00:00Z"),
+            },
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"conditions": [
+                {"type": "Ready", "status": if ready { "True" } else { "False" }}
+            ]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_a_ready_peer_on_another_node_lets_the_leader_fence_its_own_node() {
+        assert!(!peer_ready_elsewhere(&[], &me()));
+        let alone = [pod("baremend-a", "worker-0", true, false)];
+        assert!(!peer_ready_elsewhere(&alone, &me()), "this pod is no peer");
+        let same_node = [pod("baremend-b", "worker-0", true, false)];
+        assert!(!peer_ready_elsewhere(&same_node, &me()), "it dies too");
+        let not_ready = [pod("baremend-b", "worker-1", false, false)];
+        assert!(!peer_ready_elsewhere(&not_ready, &me()));
+        let leaving = [pod("baremend-b", "worker-1", true, true)];
+        assert!(!peer_ready_elsewhere(&leaving, &me()));
+        let peer = [
+            pod("baremend-a", "worker-0", true, false),
+            pod("baremend-b", "worker-1", true, false),
+        ];
+        assert!(peer_ready_elsewhere(&peer, &me()));
+    }
 }

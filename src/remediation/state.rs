@@ -59,17 +59,17 @@ pub fn parse_rfc3339(text: &str) -> Duration {
         .unwrap_or_default()
 }
 
-/// The planner's view of a status, given the policy's strategy order.
+/// The planner's view of a status, given the policy's strategy order. The strategy in use is
+/// stored by name: one the policy no longer names reads as `None` (never as another one).
 pub fn persisted(
     status: &RemediationStatus,
     strategies: &[FenceStrategyName],
     created: Duration,
 ) -> Persisted {
-    let strategy = status
-        .strategy
-        .as_deref()
-        .and_then(|name| strategies.iter().position(|s| strategy_name(*s) == name))
-        .unwrap_or(0);
+    let strategy = match status.strategy.as_deref() {
+        None => Some(0),
+        Some(name) => strategies.iter().position(|s| strategy_name(*s) == name),
+    };
     Persisted {
         phase: status.phase,
         strategy,
@@ -81,6 +81,16 @@ pub fn persisted(
             .unwrap_or(created),
         node_backed_up: status.node_backup.is_some(),
         boot_id_before: status.node_boot_id.clone(),
+        request_remade: status.power_off_request_remade,
+    }
+}
+
+/// The strategy a status names, if it names a known one.
+pub fn strategy_in_status(status: &RemediationStatus) -> Option<FenceStrategyName> {
+    match status.strategy.as_deref()? {
+        "BareMetalHostRebootApi" => Some(FenceStrategyName::BareMetalHostRebootApi),
+        "DirectBmc" => Some(FenceStrategyName::DirectBmc),
+        _ => None,
     }
 }
 
@@ -191,11 +201,33 @@ mod tests {
         ];
         let p = persisted(&status, &order, Duration::ZERO);
         assert_eq!(p.phase, Phase::PoweringOff);
-        assert_eq!(p.strategy, 1);
+        assert_eq!(p.strategy, Some(1));
         assert_eq!(p.attempt, 2);
         assert_eq!(p.phase_since, Duration::from_secs(100));
         assert!(!p.node_backed_up);
         assert_eq!(status.steps[0].attempt, 2);
+        assert_eq!(
+            strategy_in_status(&status),
+            Some(FenceStrategyName::DirectBmc)
+        );
+    }
+
+    #[test]
+    fn a_strategy_the_policy_dropped_reads_as_none_not_as_the_first() {
+        let status = RemediationStatus {
+            strategy: Some("DirectBmc".into()),
+            ..RemediationStatus::default()
+        };
+        let only_reboot_api = [FenceStrategyName::BareMetalHostRebootApi];
+        assert_eq!(
+            persisted(&status, &only_reboot_api, Duration::ZERO).strategy,
+            None
+        );
+        let fresh = RemediationStatus::default();
+        assert_eq!(
+            persisted(&fresh, &only_reboot_api, Duration::ZERO).strategy,
+            Some(0)
+        );
     }
 
     #[test]
