@@ -164,6 +164,14 @@ impl Lab {
     }
 
     fn start_controller_crashing(&mut self, crash: Option<String>) {
+        self.start_controller_with(crash, None);
+    }
+
+    fn start_controller_with(
+        &mut self,
+        crash: Option<String>,
+        placement: Option<baremend::remediation::controller::Placement>,
+    ) {
         let (stop, stopped) = oneshot::channel::<()>();
         let client = self.client.clone();
         let metrics = self.metrics.clone();
@@ -177,6 +185,7 @@ impl Lab {
                     poll: Duration::from_millis(100),
                     crash_after_step: crash,
                     metrics,
+                    placement,
                     ..ControllerOptions::default()
                 },
                 async move {
@@ -1105,5 +1114,274 @@ async fn out_of_service_mode_is_held_on_a_server_older_than_1_28_until_the_polic
         )
         .await
         .unwrap();
+    lab.succeeded("worker-0-1").await;
+}
+
+/// Waits until `probe` holds, failing with `what` after `timeout`.
+async fn eventually<F, Fut>(what: &str, timeout: Duration, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !probe().await {
+        assert!(started.elapsed() < timeout, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A fault on every DELETE of the Node: the remediation stays `Fenced` until it is cleared.
+fn block_node_deletion(lab: &Lab, node: &str) {
+    lab.cluster
+        .api_server()
+        .inject(baremend_sim::apiserver::FaultRule {
+            method: Some("DELETE".into()),
+            path_contains: Some(format!("/nodes/{node}")),
+            status: 500,
+            count: None,
+            retry_after: None,
+            delay_ms: 0,
+        });
+}
+
+fn has_step(remediation: &Option<Remediation>, step: &str) -> bool {
+    remediation
+        .as_ref()
+        .is_some_and(|r| steps(r).iter().any(|s| s == step))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_bare_metal_host_cache_cannot_release_a_node() {
+    use baremend_sim::apiserver::FaultRule;
+    let lab = Lab::start(fast(), fast_policy()).await;
+    let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    block_node_deletion(&lab, "worker-0");
+    lab.cluster.hang("worker-0");
+    lab.reach("worker-0-1", RemediationPhase::Fenced).await;
+    // The controller's BareMetalHost watch freezes on `poweredOn: false` (only the
+    // cluster-wide watch is slowed, not a read of one host)...
+    let server = lab.cluster.api_server();
+    server.inject(FaultRule {
+        method: Some("GET".into()),
+        path_contains: Some("v1alpha1/baremetalhosts".into()),
+        status: 0,
+        count: Some(1),
+        retry_after: None,
+        delay_ms: 60_000,
+    });
+    server.drop_watches();
+    // ...while the host comes back on and stays on whatever its operator asks.
+    let host = &lab.cluster.host("worker-0").unwrap().host;
+    let mut faults = host.faults();
+    faults.stuck_power = true;
+    host.set_faults(faults);
+    host.set_power(baremend_sim::host::Power::On);
+    // The release takes the proof from a fresh read: it sees the host on and fences again.
+    eventually(
+        "a new power cycle on the fresh read",
+        Duration::from_secs(30),
+        || async { has_step(&lab.remediation("worker-0-1").await, "Retry") },
+    )
+    .await;
+    server.clear_faults();
+    let failed = lab.failed("worker-0-1").await;
+    let steps = steps(&failed);
+    assert!(
+        !steps.iter().any(|s| s == "NodeDeleted"),
+        "a Node was released on a stale cache: {steps:?}"
+    );
+    let node = lab.api.get(NODES, "", "worker-0").unwrap();
+    assert_eq!(node["metadata"]["uid"], old_uid, "the Node was kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reboot_request_removed_between_the_proof_and_the_release_is_made_again_with_a_warning()
+{
+    let lab = Lab::start(fast(), fast_policy()).await;
+    block_node_deletion(&lab, "worker-0");
+    lab.cluster.hang("worker-0");
+    lab.reach("worker-0-1", RemediationPhase::Fenced).await;
+    // Someone else removes our request (an admin, another controller, a restore).
+    let key = "reboot.metal3.io/capbm-requested-power-off";
+    lab.api
+        .merge(
+            BMHS,
+            MACHINE_NAMESPACE,
+            "worker-0",
+            &json!({"metadata": {"annotations": {key: null}}}),
+            false,
+        )
+        .unwrap();
+    eventually(
+        "the request made again",
+        Duration::from_secs(30),
+        || async {
+            let remade = lab
+                .remediation("worker-0-1")
+                .await
+                .and_then(|r| r.status)
+                .is_some_and(|s| s.power_off_request_remade);
+            let bmh = lab.api.get(BMHS, MACHINE_NAMESPACE, "worker-0").unwrap();
+            remade && bmh["metadata"]["annotations"].get(key).is_some()
+        },
+    )
+    .await;
+    assert!(
+        lab.events_text().contains("PowerOffRequestRemoved"),
+        "no Warning Event names what happened"
+    );
+    lab.cluster.api_server().clear_faults();
+    let done = lab.succeeded("worker-0-1").await;
+    let steps = steps(&done);
+    assert_eq!(
+        steps
+            .iter()
+            .filter(|s| *s == "PowerOffRequestRemade")
+            .count(),
+        1,
+        "{steps:?}"
+    );
+    assert_eq!(
+        lab.power_history("worker-0").last(),
+        Some(&baremend_sim::host::Power::On)
+    );
+    lab.assert_machine_clean("worker-0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_removed_twice_fails_fence_lost_and_keeps_the_node() {
+    let lab = Lab::start(fast(), fast_policy()).await;
+    let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    block_node_deletion(&lab, "worker-0");
+    lab.cluster.hang("worker-0");
+    lab.reach("worker-0-1", RemediationPhase::Fenced).await;
+    // A second controller that keeps removing our request (the legacy actuator, say).
+    let key = "reboot.metal3.io/capbm-requested-power-off";
+    let remover = {
+        let api = lab.api.clone();
+        tokio::spawn(async move {
+            loop {
+                let _ = api.merge(
+                    BMHS,
+                    MACHINE_NAMESPACE,
+                    "worker-0",
+                    &json!({"metadata": {"annotations": {key: null}}}),
+                    false,
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let failed = lab.failed("worker-0-1").await;
+    remover.abort();
+    let status = failed.status.clone().unwrap();
+    assert_eq!(condition(&status, "Succeeded").reason, "FenceLost");
+    assert_eq!(condition(&status, "Fenced").status, "False");
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("the Node is kept")),
+        "{status:?}"
+    );
+    let node = lab.api.get(NODES, "", "worker-0").unwrap();
+    assert_eq!(node["metadata"]["uid"], old_uid, "the Node was kept");
+    let machine = lab
+        .api
+        .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
+        .unwrap();
+    assert!(
+        machine["metadata"]["annotations"]
+            .get("remediation.metal3.io/powered-off-for-remediation")
+            .is_none(),
+        "the Machine no longer claims a power-off nobody can prove: {machine}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_taint_on_the_hung_worker_comes_back_on_the_new_node() {
+    let lab = Lab::start(fast(), fast_policy()).await;
+    lab.api
+        .merge(
+            NODES,
+            "",
+            "worker-0",
+            &json!({"spec": {"taints": [
+                {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+            ]}}),
+            false,
+        )
+        .unwrap();
+    let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    lab.cluster.hang("worker-0");
+    let done = lab.succeeded("worker-0-1").await;
+    let backup = done.status.unwrap().node_backup.unwrap();
+    let saved: Vec<&str> = backup.taints.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(saved, ["dedicated"], "only the user's taint is saved");
+    let node = lab.api.get(NODES, "", "worker-0").unwrap();
+    assert_ne!(node["metadata"]["uid"], old_uid, "a new Node registered");
+    let taints = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t["key"] == "dedicated" && t["value"] == "gpu" && t["effect"] == "NoSchedule"),
+        "the taint was restored: {taints:?}"
+    );
+    let events = lab.events_text();
+    assert!(events.contains("1 taint(s)"), "the Events say so: {events}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_fences_its_own_node_only_once_another_replica_is_ready_elsewhere() {
+    use baremend::remediation::controller::Placement;
+    use baremend_sim::cluster::local::PODS;
+    let mut lab = Lab::start_prepared(fast(), fast_policy(), |_| {}).await;
+    lab.stop_controller().await;
+    let peers = "app.kubernetes.io/name=baremend";
+    lab.start_controller_with(
+        None,
+        Some(Placement {
+            node: "worker-0".into(),
+            namespace: MACHINE_NAMESPACE.into(),
+            pod: "baremend-a".into(),
+            peers: peers.into(),
+        }),
+    );
+    lab.cluster.hang("worker-0");
+    eventually("the SelfFence hold", Duration::from_secs(30), || async {
+        lab.remediation("worker-0-1")
+            .await
+            .and_then(|r| r.status)
+            .is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Held" && c.status == "True" && c.reason == "SelfFence")
+            })
+    })
+    .await;
+    assert!(
+        lab.events_text()
+            .contains("this controller runs on Node worker-0")
+    );
+    assert!(
+        lab.power_history("worker-0").is_empty(),
+        "the leader's own host was powered off"
+    );
+    // A second replica on another Node: the kubelet there starts it and it turns Ready.
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "baremend-b",
+            "namespace": MACHINE_NAMESPACE,
+            "labels": {"app.kubernetes.io/name": "baremend"},
+        },
+        "spec": {"nodeName": "worker-1", "containers": [{"name": "baremend", "image": "baremend:test"}]},
+        "status": {"phase": "Pending"},
+    });
+    lab.api.create(PODS, MACHINE_NAMESPACE, pod).unwrap();
     lab.succeeded("worker-0-1").await;
 }

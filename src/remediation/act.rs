@@ -418,12 +418,8 @@ impl Pass {
         record_step(&mut status, "Failed", Some(Phase::Failed), now);
         if let FailReason::FenceLost(_) = reason {
             set_condition(&mut status, "Fenced", false, "FenceLost", &message, now);
-        }
-        self.persist(remediation, status).await?;
-        self.event(remediation, true, "Failed", message).await;
-        self.context.metrics.remediation_failed(&strategy, label);
-        if let FailReason::FenceLost(_) = reason {
-            // The Machine's mark would claim a power-off nobody can prove any more.
+            // The Machine's mark would claim a power-off nobody can prove any more. Removed
+            // before Failed is persisted: a failed removal is tried again by the next pass.
             self.context.leadership.ensure()?;
             execute::set_annotation(
                 &self.machines_api(),
@@ -434,6 +430,9 @@ impl Pass {
             )
             .await?;
         }
+        self.persist(remediation, status).await?;
+        self.event(remediation, true, "Failed", message).await;
+        self.context.metrics.remediation_failed(&strategy, label);
         if reason != FailReason::NodeNeverReady {
             return Ok(());
         }
