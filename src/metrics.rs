@@ -50,7 +50,7 @@ pub struct StrategyLabels {
 pub struct FailureLabels {
     /// The fencing strategy in use when it failed.
     pub strategy: String,
-    /// `PowerOffNotConfirmed` or `NodeNeverReady`.
+    /// `PowerOffNotConfirmed`, `FenceLost`, `NodeNeverReady` or `RestoreTimedOut`.
     pub reason: String,
 }
 

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baremend_sim::apiserver::FaultRule;
-use baremend_sim::cluster::local::{LEASES, SECRETS};
+use baremend_sim::cluster::local::{BMHS, Gvr, LEASES, Local, SECRETS};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::{Faults, SimHost};
@@ -69,6 +69,10 @@ pub struct SeedOutcome {
     pub peak_concurrent: usize,
     /// Nodes released on a lying (flapping) BMC's reading while the host was on.
     pub released_on_lies: usize,
+    /// Remediations whose reboot request someone removed after the proof, made again.
+    pub requests_remade: usize,
+    /// Remediations that failed `FenceLost` (the proof could not be taken again).
+    pub fence_lost: usize,
     /// How long it took.
     pub took: Duration,
 }
@@ -246,8 +250,28 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
             .unwrap_or_else(|| "Pending".into());
         *phases.entry(phase).or_default() += 1;
     }
+    let requests_remade = remediations
+        .iter()
+        .filter(|r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.power_off_request_remade)
+        })
+        .count();
+    let fence_lost = remediations
+        .iter()
+        .filter(|r| {
+            r.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Succeeded" && c.reason == "FenceLost")
+            })
+        })
+        .count();
     Ok(SeedOutcome {
         seed,
+        requests_remade,
+        fence_lost,
         violations: checker.violations,
         phases,
         faults: plan.events.len(),
@@ -380,7 +404,74 @@ async fn apply(
         Fault::FalseAlarm(machine) => {
             let _ = lab.set_trigger(machine, true);
         }
+        Fault::RemoveRebootRequest(host) => {
+            strike_at_fence(lab.api.clone(), host.clone(), FAULT_WINDOW);
+        }
+        Fault::LaggingHostCache { host, ms } => {
+            let server = lab.cluster.api_server();
+            server.inject(FaultRule {
+                method: Some("GET".into()),
+                path_contains: Some("v1alpha1/baremetalhosts".into()),
+                status: 0,
+                count: Some(1),
+                retry_after: None,
+                delay_ms: *ms,
+            });
+            server.drop_watches();
+            strike_at_fence(lab.api.clone(), host.clone(), Duration::from_millis(*ms));
+        }
     }
+}
+
+/// Our Remediations, read straight from the store.
+const REMEDIATIONS: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "remediations",
+};
+
+/// Removes the host's reboot requests the moment its Machine's remediation is `Fenced` — the
+/// window between the proof and the release lasts milliseconds, which a fault at a random
+/// time would almost never hit — or when `within` is over, whichever comes first.
+fn strike_at_fence(api: Local, host: String, within: Duration) {
+    tokio::spawn(async move {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let fenced = api
+                .list(REMEDIATIONS, Some(MACHINE_NAMESPACE))
+                .iter()
+                .any(|r| {
+                    r.pointer("/spec/machineName").and_then(Value::as_str) == Some(host.as_str())
+                        && r.pointer("/status/phase").and_then(Value::as_str) == Some("Fenced")
+                });
+            if fenced {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        remove_reboot_requests(&api, &host);
+    });
+}
+
+/// Removes every `reboot.metal3.io/…` annotation from the host's BareMetalHost, as someone
+/// else would.
+fn remove_reboot_requests(api: &Local, host: &str) {
+    let Ok(bmh) = api.get(BMHS, MACHINE_NAMESPACE, host) else {
+        return;
+    };
+    let removed: serde_json::Map<String, Value> = bmh
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| key.starts_with("reboot.metal3.io/"))
+        .map(|(key, _)| (key.clone(), Value::Null))
+        .collect();
+    if removed.is_empty() {
+        return;
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": removed}});
+    let _ = api.merge(BMHS, MACHINE_NAMESPACE, host, &patch, false);
 }
 
 /// Runs `seeds` seeds from `first`, `jobs` at a time; prints failures as they come and a
@@ -415,6 +506,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut slowest = Duration::ZERO;
     let mut peak = 0;
     let mut lies = 0;
+    let (mut remade, mut lost) = (0, 0);
     for outcome in &outcomes {
         match outcome {
             Ok(o) => {
@@ -428,6 +520,8 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
                 slowest = slowest.max(o.took);
                 peak = peak.max(o.peak_concurrent);
                 lies += o.released_on_lies;
+                remade += o.requests_remade;
+                lost += o.fence_lost;
             }
             Err(_) => errors += 1,
         }
@@ -436,7 +530,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut phase_list: Vec<(String, usize)> = phases.into_iter().collect();
     phase_list.sort();
     println!(
-        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off",
+        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost",
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64(),
         failed.len(),

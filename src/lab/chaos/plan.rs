@@ -88,6 +88,19 @@ pub enum Fault {
     RemoveTrigger(String),
     /// A trigger is set on a Machine whose host is healthy (a health check's false alarm).
     FalseAlarm(String),
+    /// Someone else (an admin, the legacy actuator, a restore) removes every
+    /// `reboot.metal3.io/…` request from the host's BareMetalHost: its operator powers it back
+    /// on, maybe between our proof and our release.
+    RemoveRebootRequest(String),
+    /// The controller's BareMetalHost cache freezes for `ms` (its watch answers late) while
+    /// our reboot request is removed from the host: the cache still shows the host off and
+    /// requested while its operator powers it on.
+    LaggingHostCache {
+        /// The host.
+        host: String,
+        /// How late the watch answers.
+        ms: u64,
+    },
 }
 
 /// A seed's plan.
@@ -226,13 +239,27 @@ pub fn plan(seed: u64) -> Plan {
         };
         events.push((at, fault));
     }
+    let replicas = 1 + rng.below(2) as usize;
+    // Drawn after everything else, so that earlier seeds keep the faults they had.
+    for _ in 0..rng.below(3) {
+        let at = rng.within(2500);
+        let host = rng.pick(&workers).clone();
+        let fault = match rng.below(2) {
+            0 => Fault::RemoveRebootRequest(host),
+            _ => Fault::LaggingHostCache {
+                host,
+                ms: 500 + rng.below(2500),
+            },
+        };
+        events.push((at, fault));
+    }
     events.sort_by_key(|(at, _)| *at);
     Plan {
         seed,
         policy,
         max_concurrent,
         detached,
-        replicas: 1 + rng.below(2) as usize,
+        replicas,
         events,
     }
 }
