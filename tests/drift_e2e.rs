@@ -2,8 +2,9 @@
 //! (a daemon per node validating a simulated disk, the drain controller, pools) and the
 //! coordinator on a real kube client.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use baremend::api::annotations::PLANNED_REBOOT;
 use baremend::api::{DriftPhase, DriftRemediation};
 use baremend_sim::cluster::local::{MCPS, NAMESPACES, NODES, PDBS, PODS};
 use baremend_sim::cluster::mco::FORCE_FILE;
@@ -339,5 +340,92 @@ async fn without_machine_config_nodes_the_annotations_decide() {
     lab.drift("worker-0");
     let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
     assert!(steps(&done).contains(&"Rebooted".to_string()));
+    lab.stop_coordinator().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_helper_still_pending_at_the_pickup_timeout_is_over_before_the_forcefile_goes() {
+    let mut lab = Lab::start(2, json!(1), json!({"timeouts": {"pickupSeconds": 2}})).await;
+    let disk = lab.cluster.disk("worker-0").unwrap().clone();
+    // The kubelet's image pull hangs: the force helper stays Pending past the pickup timeout.
+    lab.cluster.hold_pods("worker-0", true);
+    lab.drift("worker-0");
+    lab.reach("worker-0-1", DriftPhase::ForceRequested).await;
+    let pod = |name: &str| lab.api.get(PODS, "baremend", name).ok();
+    lab.wait("the force helper, Pending", || {
+        pod("worker-0-1-force").is_some_and(|p| p["status"]["phase"] == "Pending")
+    })
+    .await;
+    let started = Instant::now();
+    let mut released = false;
+    let status = loop {
+        // Read in the order the coordinator writes, so that a later read sees the earlier
+        // write: the mark before the status, the unforce helper before the force helper.
+        let mark = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["annotations"]
+            [PLANNED_REBOOT]
+            .clone();
+        let status = lab
+            .api
+            .get(common::cluster::DRIFT_REMEDIATIONS, "", "worker-0-1")
+            .unwrap()["status"]
+            .clone();
+        let unforce = pod("worker-0-1-unforce");
+        let force = pod("worker-0-1-force");
+        let on_disk = disk.get(FORCE_FILE).is_some();
+        if unforce.is_some() {
+            assert!(
+                force.as_ref().is_none_or(|p| matches!(
+                    p["status"]["phase"].as_str(),
+                    Some("Succeeded" | "Failed")
+                )),
+                "the unforce helper started beside a force helper not over: {force:?}"
+            );
+        }
+        let removed = status["steps"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["step"] == "ForceFileRemoved"));
+        if removed {
+            assert!(!on_disk, "ForceFileRemoved with the forcefile still there");
+            break status;
+        }
+        if status["forceFileWritten"] == true {
+            assert_eq!(
+                mark, "worker-0-1",
+                "the mark stays while a forcefile is owed"
+            );
+        }
+        if !released
+            && status["phase"] == "Failed"
+            && force.is_some_and(|p| p["metadata"]["deletionTimestamp"].is_string())
+        {
+            // The coordinator stopped the helper; the kubelet lets go, and the helper it was
+            // starting still writes the forcefile once before it is gone.
+            lab.cluster.hold_pods("worker-0", false);
+            released = true;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "no ForceFileRemoved: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(released, "the force helper was deleted while Pending");
+    assert_eq!(status["phase"], "Failed");
+    assert_eq!(status["forceFileWritten"], false);
+    let failed = lab.remediation("worker-0-1").await.unwrap();
+    let order = steps(&failed);
+    let at = |step: &str| order.iter().position(|s| s == step).unwrap();
+    assert!(at("Failed") < at("ForceFileRemoved"), "{order:?}");
+    assert_eq!(
+        failed
+            .status
+            .unwrap()
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Failed")
+            .unwrap()
+            .reason,
+        "PickupTimeout"
+    );
     lab.stop_coordinator().await;
 }

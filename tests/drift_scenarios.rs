@@ -3,25 +3,22 @@
 //! not picked up, unmanaged files, a drain blocked mid-way, and the machine remediation
 //! never taking a planned reboot for a hang.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use baremend::api::annotations::PLANNED_REBOOT;
 use baremend::api::{DriftPhase, DriftRemediation, Remediation, RemediationPhase};
-use baremend::metrics::Metrics;
-use baremend::remediation::controller::{ControllerOptions, run as run_controller};
-use baremend::remediation::state::SystemClock;
 use baremend_sim::cluster::local::{MACHINES, MCPS, NAMESPACES, NODES, PDBS, PODS};
-use baremend_sim::cluster::mco::FORCE_FILE;
 use baremend_sim::cluster::mco::disk::SimFile;
-use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, EXTERNAL_REMEDIATION, MACHINE_NAMESPACE};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use baremend_sim::cluster::mco::{
+    DESIRED_DRAIN, FORCE_FILE, LAST_APPLIED_DRAIN, POST_CONFIG_ACTION,
+};
+use baremend_sim::cluster::{EXTERNAL_REMEDIATION, MACHINE_NAMESPACE};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use tokio::sync::oneshot;
 
 mod common;
 
-use common::drift::{Lab, STATE, steps};
+use common::drift::{Lab, STATE, Whole, reach, steps, until};
 
 fn once(remediation: &DriftRemediation) {
     let steps = steps(remediation);
@@ -409,49 +406,8 @@ async fn a_drain_blocked_mid_way_times_out_naming_the_budget_and_is_never_uncord
 async fn the_machine_remediation_never_takes_a_planned_reboot_for_a_hang() {
     // The whole controller (machines and drift) with the health check watching: the MCO's
     // reboot makes the Node NotReady longer than the health check's timeout.
-    let spec = ClusterSpec {
-        masters: 1,
-        workers: 2,
-        timing: Timing {
-            boot_delay: Duration::from_millis(1500),
-            ..Timing::fast()
-        },
-        mco: true,
-        max_unhealthy: "100%".into(),
-        ..ClusterSpec::default()
-    };
-    let prepared = common::cluster::prepare(
-        spec,
-        json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30}}),
-    )
-    .await;
-    let (client, api, cluster) = (prepared.client, prepared.api, prepared.cluster);
-    api.create(NAMESPACES, "", json!({"metadata": {"name": "baremend"}}))
-        .unwrap();
-    let policies: Api<baremend::api::DriftPolicy> = Api::all(client.clone());
-    let policy = serde_json::from_value(
-        json!({"metadata": {"name": "default"}, "spec": {"debounceSeconds": 1}}),
-    )
-    .unwrap();
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    common::drift::wait_done(&api).await;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(run_controller(
-        client.clone(),
-        Arc::new(SystemClock),
-        ControllerOptions {
-            poll: Duration::from_millis(100),
-            metrics: Arc::new(Metrics::new()),
-            drift_helper_image: Some("baremend:test".into()),
-            ..ControllerOptions::default()
-        },
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let whole = Whole::start(json!({"debounceSeconds": 1})).await;
+    let (client, api, cluster) = (&whole.client, &whole.api, &whole.cluster);
     let uid = api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
     let boots = cluster.host("worker-0").unwrap().host.power_offs();
     cluster
@@ -482,34 +438,150 @@ async fn the_machine_remediation_never_takes_a_planned_reboot_for_a_hang() {
         saw_trigger,
         "the health check did take the reboot for a failure (the test needs it)"
     );
-    // Let the machine remediation see the cleared trigger.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    no_machine_fencing(&whole, &uid, boots + 1).await;
+    whole.stop().await;
+}
+
+/// The machine remediation let the node be: every Remediation of it ends Cancelled (held
+/// for the planned reboot until then), nothing was powered off, the Node was never
+/// deleted, and the host's power went off `offs` times in all.
+async fn no_machine_fencing(whole: &Whole, uid: &serde_json::Value, offs: usize) {
+    let (client, api, cluster) = (&whole.client, &whole.api, &whole.cluster);
+    let remediations: Api<Remediation> = Api::namespaced(client.clone(), MACHINE_NAMESPACE);
+    let started = Instant::now();
+    let all = loop {
+        let all = remediations.list(&Default::default()).await.unwrap().items;
+        let ended = all.iter().all(|r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.phase == RemediationPhase::Cancelled)
+        });
+        if ended {
+            break all;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "a Remediation did not end Cancelled: {:#?}",
+            all.iter().map(|r| &r.status).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for r in all {
+        let status = r.status.unwrap_or_default();
+        assert!(!status.steps.iter().any(|s| s.step == "PowerOffRequested"));
+        let held = status.conditions.iter().find(|c| c.type_ == "Held");
+        assert!(
+            held.is_none_or(|c| c.reason == "PlannedReboot"),
+            "{:?}",
+            status.conditions
+        );
+    }
     assert_eq!(
         api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"],
-        uid,
+        *uid,
         "the Node was never deleted"
     );
     assert_eq!(
         cluster.host("worker-0").unwrap().host.power_offs(),
-        boots + 1,
-        "one reboot: the MCO's"
+        offs,
+        "the MCO's reboot only"
     );
-    let remediations: Api<Remediation> = Api::namespaced(client.clone(), MACHINE_NAMESPACE);
-    for r in remediations.list(&Default::default()).await.unwrap().items {
-        let status = r.status.unwrap_or_default();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_mco_reboot_after_a_drain_timeout_is_still_guarded_from_fencing() {
+    let whole = Whole::start(json!({"debounceSeconds": 1, "timeouts": {"drainSeconds": 2}})).await;
+    let (client, api, cluster) = (&whole.client, &whole.api, &whole.cluster);
+    let uid = api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    let boots = cluster.host("worker-0").unwrap().host.power_offs();
+    // A workload on worker-0 whose budget will arrive once the pre-flight has passed.
+    api.create(NAMESPACES, "", json!({"metadata": {"name": "shop"}}))
+        .unwrap();
+    api.create(
+        PODS,
+        "shop",
+        json!({"metadata": {"name": "db-0", "labels": {"app": "db"}},
+        "spec": {"nodeName": "worker-0", "containers": [{"name": "db", "image": "db"}]}}),
+    )
+    .unwrap();
+    until("the workload running", || {
+        api.get(PODS, "shop", "db-0").unwrap()["status"]["phase"] == "Running"
+    })
+    .await;
+    // The force helper waits (its image pull hangs) until the budget is in place.
+    cluster.hold_pods("worker-0", true);
+    cluster
+        .disk("worker-0")
+        .unwrap()
+        .put("/etc/demo/rules.json", SimFile::regular(b"[]", 0o644));
+    reach(client, "worker-0-1", DriftPhase::ForceRequested).await;
+    api.create(PDBS, "shop", json!({"metadata": {"name": "db"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}}))
+        .unwrap();
+    cluster.hold_pods("worker-0", false);
+    let failed = reach(client, "worker-0-1", DriftPhase::Failed).await;
+    let error = failed.status.unwrap().last_error.unwrap();
+    assert!(error.contains("blocked by shop/db"), "{error}");
+    let marked = |node: &serde_json::Value| node["metadata"]["annotations"][PLANNED_REBOOT].clone();
+    let node = api.get(NODES, "", "worker-0").unwrap();
+    assert_eq!(marked(&node), "worker-0-1", "kept after the drain timeout");
+    // The budget goes: the MCO's own drain completes and it reboots the node, later.
+    api.delete(PDBS, "shop", "db", None).unwrap();
+    let mut saw_trigger = false;
+    let started = Instant::now();
+    loop {
+        let node = api.get(NODES, "", "worker-0").unwrap();
+        let annotations = &node["metadata"]["annotations"];
+        let busy = annotations[DESIRED_DRAIN] != annotations[LAST_APPLIED_DRAIN]
+            || annotations[DESIRED_DRAIN]
+                .as_str()
+                .is_some_and(|d| d.starts_with("drain-"))
+            || annotations[POST_CONFIG_ACTION] == "Rebooting"
+            || !ready(&node);
+        assert!(!busy || marked(&node) == "worker-0-1", "{annotations}");
+        let machine = api.get(MACHINES, MACHINE_NAMESPACE, "worker-0").unwrap();
+        saw_trigger |= machine["metadata"]["annotations"]
+            .get(EXTERNAL_REMEDIATION)
+            .is_some();
+        if marked(&node).is_null() {
+            break;
+        }
         assert!(
-            matches!(
-                status.phase,
-                RemediationPhase::Cancelled | RemediationPhase::Pending
-            ),
-            "{:?} {:?}",
-            status.phase,
-            status.steps
+            started.elapsed() < Duration::from_secs(40),
+            "the mark stayed: {annotations}"
         );
-        assert!(!status.steps.iter().any(|s| s.step == "PowerOffRequested"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _ = stop.send(());
-    let _ = task.await;
+    assert!(
+        cluster.host("worker-0").unwrap().host.power_offs() > boots,
+        "the MCO rebooted the node"
+    );
+    assert!(
+        saw_trigger,
+        "the health check did take the late reboot for a failure (the test needs it)"
+    );
+    no_machine_fencing(&whole, &uid, boots + 1).await;
+    let machine = api.get(MACHINES, MACHINE_NAMESPACE, "worker-0").unwrap();
+    assert!(
+        machine["metadata"]["annotations"]
+            .get(EXTERNAL_REMEDIATION)
+            .is_none(),
+        "the trigger of the planned reboot was cleared"
+    );
+    // The re-apply healed the drift. The MCD says Done a moment after the uncordon: an
+    // attempt opened in between heals by itself in its debounce and requests nothing.
+    let drifts: Api<DriftRemediation> = Api::all(client.clone());
+    if drifts.get_opt("worker-0-2").await.unwrap().is_some() {
+        let healed = reach(client, "worker-0-2", DriftPhase::SelfHealed).await;
+        assert_eq!(steps(&healed), ["DriftDetected", "SelfHealed"]);
+    }
+    whole.stop().await;
+}
+
+fn ready(node: &serde_json::Value) -> bool {
+    node["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,5 +37,7 @@ pub const MACHINE_ROLE: &str = "machine.openshift.io/cluster-api-machine-role";
 
 /// On a Node: the drift coordinator asked the MCO for a re-apply that reboots it (the value
 /// names the DriftRemediation). The machine remediation holds its start while it is set —
-/// a planned reboot is not a hung host — until the coordinator ends or hands the node over.
+/// a planned reboot is not a hung host. It stays until the MCO is done with the node, also
+/// after the remediation failed or was aborted, and goes at once when the node is handed
+/// over ([`crate::drift::guard`]).
 pub const PLANNED_REBOOT: &str = "baremend.io/planned-reboot";

@@ -105,6 +105,24 @@ impl DriftPhase {
     }
 }
 
+#[cfg(test)]
+impl DriftPhase {
+    /// Every phase, in declaration order: what the sweeps iterate.
+    pub(crate) const ALL: [DriftPhase; 11] = [
+        DriftPhase::Debouncing,
+        DriftPhase::Pending,
+        DriftPhase::ForceRequested,
+        DriftPhase::Applying,
+        DriftPhase::Draining,
+        DriftPhase::Restoring,
+        DriftPhase::Succeeded,
+        DriftPhase::SelfHealed,
+        DriftPhase::Failed,
+        DriftPhase::Aborted,
+        DriftPhase::Escalated,
+    ];
+}
+
 /// Progress of a drift remediation, persisted before each step acts.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -294,6 +312,31 @@ fn default_apply() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A phase added to the enum does not compile here until it is placed in
+    /// [`DriftPhase::ALL`], so no sweep can miss it.
+    fn position(phase: DriftPhase) -> usize {
+        match phase {
+            DriftPhase::Debouncing => 0,
+            DriftPhase::Pending => 1,
+            DriftPhase::ForceRequested => 2,
+            DriftPhase::Applying => 3,
+            DriftPhase::Draining => 4,
+            DriftPhase::Restoring => 5,
+            DriftPhase::Succeeded => 6,
+            DriftPhase::SelfHealed => 7,
+            DriftPhase::Failed => 8,
+            DriftPhase::Aborted => 9,
+            DriftPhase::Escalated => 10,
+        }
+    }
+
+    #[test]
+    fn the_list_of_phases_holds_every_phase_once() {
+        for (at, phase) in DriftPhase::ALL.iter().enumerate() {
+            assert_eq!(position(*phase), at, "{phase:?}");
+        }
+    }
 
     #[test]
     fn an_empty_policy_is_complete() {

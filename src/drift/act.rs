@@ -109,8 +109,8 @@ impl Pass {
                     self.context.clock.now(),
                 );
                 self.persist(remediation, status).await?;
-                self.set_planned_reboot(Some(&remediation.name_any()))
-                    .await?;
+                // The mark first: the forcefile may be taken (and the node rebooted) at once.
+                self.guard_planned_reboot(Some(remediation)).await?;
                 self.start_helper(remediation, &HelperOp::Force, None)
                     .await?;
                 self.event(
@@ -169,7 +169,7 @@ impl Pass {
                 record(&mut status, milestone.step(), phase, &now);
                 self.persist(remediation, status).await?;
                 if milestone == Milestone::PickedUp {
-                    self.remove_helpers(remediation).await;
+                    self.remove_helpers(remediation).await?;
                 }
                 self.event(
                     remediation,
@@ -197,26 +197,10 @@ impl Pass {
                     self.context.clock.now(),
                 );
                 self.persist(remediation, status).await?;
-                let rebooted = remediation
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| s.steps.iter().any(|t| t.step == "Rebooted"));
-                let cleared = if rebooted {
-                    self.clear_trigger_of_planned_reboot().await?
-                } else {
-                    None
-                };
-                if let Some(machine) = cleared {
-                    self.event(
-                        remediation,
-                        false,
-                        "TriggerCleared",
-                        format!("the health check took the planned reboot for a failure; {} is verified healthy, so the trigger on Machine {machine} is cleared", self.name),
-                    )
-                    .await;
-                }
-                self.set_planned_reboot(None).await?;
-                self.remove_helpers(remediation).await;
+                // Verified Done, so the MCO is idle: the mark goes (a health check's trigger
+                // left during the reboot is cleared before).
+                self.guard_planned_reboot(Some(remediation)).await?;
+                self.remove_helpers(remediation).await?;
                 self.ended(remediation, "Succeeded", "");
                 self.event(
                     remediation,
@@ -233,6 +217,8 @@ impl Pass {
                 record(&mut status, "Aborted", Some(DriftPhase::Aborted), &now);
                 status.last_error = Some(why.clone());
                 self.persist(remediation, status).await?;
+                // Kept while a forcefile may be there or the MCO is still at work.
+                self.guard_planned_reboot(Some(remediation)).await?;
                 self.ended(remediation, "Aborted", "");
                 self.event(remediation, false, "Aborted", why).await;
                 self.clean_up(remediation).await?;
@@ -244,8 +230,9 @@ impl Pass {
             Step::Escalate => {
                 record(&mut status, "Escalated", Some(DriftPhase::Escalated), &now);
                 self.persist(remediation, status).await?;
-                // Handed over: the machine remediation may now take the node.
-                self.set_planned_reboot(None).await?;
+                // Handed over: the guard lifts the mark, so the machine remediation may take
+                // the node once its Machine has the trigger.
+                self.guard_planned_reboot(Some(remediation)).await?;
                 let machine = self.escalate().await;
                 let note = match machine {
                     Ok(machine) => format!(
@@ -345,7 +332,9 @@ impl Pass {
         upsert_condition(&mut status.conditions, "Failed", true, reason, &text, now);
         upsert_condition(&mut status.conditions, "Held", false, "Ended", "", now);
         self.persist(remediation, status).await?;
-        self.set_planned_reboot(None).await?;
+        // Not lifted here: after a timeout the MCO may still drain and reboot the node; the
+        // guard keeps the mark until it is done.
+        self.guard_planned_reboot(Some(remediation)).await?;
         self.ended(remediation, "Failed", reason);
         self.event(remediation, true, reason, text).await;
         self.clean_up(remediation).await

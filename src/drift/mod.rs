@@ -10,14 +10,17 @@
 //! - [`content`]: what a file or unit should be, from the rendered MachineConfig;
 //! - [`budget`]: may a remediation start in the pool now;
 //! - [`pdb`]: the PodDisruptionBudget pre-flight;
-//! - [`plan`]: the pure state machine.
+//! - [`plan`]: the pure state machine;
+//! - [`guard`]: whether the node carries the planned-reboot mark (pure).
 
 mod act;
 pub mod budget;
 pub mod classify;
 pub mod content;
 pub mod controller;
+pub mod guard;
 pub mod helper;
+mod mark;
 pub mod metrics;
 mod node_ops;
 pub mod observe;

@@ -8,7 +8,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use super::helper::{self, HelperOp, HelperTarget};
 use super::pass::Pass;
-use crate::api::annotations::{EXTERNAL_REMEDIATION, NODE_MACHINE, PLANNED_REBOOT};
+use crate::api::annotations::{EXTERNAL_REMEDIATION, NODE_MACHINE};
 use crate::api::{DriftRemediation, StepTime};
 use crate::remediation::state::rfc3339;
 use crate::{Error, Result};
@@ -32,18 +32,20 @@ impl Pass {
         }
     }
 
+    /// Creates the helper pod for `op` (and the Secret carrying `content`); one that
+    /// exists already is left as it is.
     pub(super) async fn start_helper(
         &self,
         remediation: &DriftRemediation,
         op: &HelperOp,
         content: Option<Vec<u8>>,
     ) -> Result<()> {
-        self.context.leadership.ensure()?;
         let uid = remediation.uid().unwrap_or_default();
         let target = self.target(remediation, &uid);
         let client = self.context.client.clone();
         if let Some(content) = content {
             let secrets: Api<Secret> = Api::namespaced(client.clone(), target.namespace);
+            self.context.leadership.ensure()?;
             match secrets
                 .create(
                     &PostParams::default(),
@@ -57,6 +59,7 @@ impl Pass {
             }
         }
         let pods: Api<Pod> = Api::namespaced(client, target.namespace);
+        self.context.leadership.ensure()?;
         match pods
             .create(&PostParams::default(), &helper::pod(&target, op))
             .await
@@ -98,8 +101,54 @@ impl Pass {
     }
 
     /// Removes a forcefile this remediation wrote and the MCD did not take, then the helpers.
+    /// Never waits: what is not over yet is looked at again by a later pass.
+    ///
+    /// # Expected flow
+    /// 1. Our own cordon (a drain before a restore) is lifted — never during an MCO drain.
+    /// 2. The force helper must be over: terminated, or gone. One still Pending or Running
+    ///    is deleted, and nothing more happens until it is gone (it could still write the
+    ///    forcefile after an unforce helper removed it).
+    /// 3. The unforce helper runs; once it succeeded `ForceFileRemoved` is recorded and
+    ///    `forceFileWritten` cleared, then the helpers are removed.
     pub(super) async fn clean_up(&self, remediation: &DriftRemediation) -> Result<()> {
-        // Our own cordon is lifted when we give up — never during the MCO's drain.
+        self.lift_own_cordon(remediation).await?;
+        let written = remediation
+            .status
+            .as_ref()
+            .is_some_and(|s| s.force_file_written);
+        if !written {
+            return self.remove_helpers(remediation).await;
+        }
+        if !self.force_helper_over(remediation).await? {
+            return Ok(());
+        }
+        let pods: Api<Pod> =
+            Api::namespaced(self.context.client.clone(), &self.policy.helper_namespace);
+        let name = helper::helper_name(&remediation.name_any(), &HelperOp::Unforce);
+        let Some(pod) = pods
+            .get_opt(&name)
+            .await
+            .map_err(Error::kube("GetHelperPod"))?
+        else {
+            return self
+                .start_helper(remediation, &HelperOp::Unforce, None)
+                .await;
+        };
+        match helper::outcome(&pod) {
+            Some(Ok(_)) => self.force_file_removed(remediation).await,
+            // Failed: start again (the pod is deleted, a later pass recreates it).
+            Some(Err(message)) => {
+                self.context.leadership.ensure()?;
+                let _ = pods.delete(&name, &DeleteParams::default()).await;
+                self.event(remediation, true, "HelperFailed", message).await;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Lifts the cordon we set for our own drain, unless an MCO drain is pending.
+    async fn lift_own_cordon(&self, remediation: &DriftRemediation) -> Result<()> {
         let ours = remediation
             .status
             .as_ref()
@@ -107,106 +156,103 @@ impl Pass {
         let annotations = self.node.annotations();
         let mco_draining = annotations.get(crate::api::mco::DESIRED_DRAIN)
             != annotations.get(crate::api::mco::LAST_APPLIED_DRAIN);
-        if ours && !mco_draining {
-            let mut object = remediation.clone();
-            let mut status = object.status.clone().unwrap_or_default();
-            status.cordoned_by_us = false;
-            let now = rfc3339(self.context.clock.now());
-            status.steps.push(StepTime {
-                step: "Uncordoned".into(),
-                attempt: 1,
-                time: now,
-            });
-            self.persist(&mut object, status).await?;
-            self.set_unschedulable(false).await?;
-        }
-        let written = remediation
-            .status
-            .as_ref()
-            .is_some_and(|s| s.force_file_written);
-        if !written {
-            self.remove_helpers(remediation).await;
+        if !ours || mco_draining {
             return Ok(());
         }
+        let mut object = remediation.clone();
+        let mut status = object.status.clone().unwrap_or_default();
+        status.cordoned_by_us = false;
+        status.steps.push(StepTime {
+            step: "Uncordoned".into(),
+            attempt: 1,
+            time: rfc3339(self.context.clock.now()),
+        });
+        self.persist(&mut object, status).await?;
+        self.set_unschedulable(false).await
+    }
+
+    /// Whether the force helper can no longer write the forcefile: it terminated, or its pod
+    /// is gone. One still Pending or Running is deleted (once); false until it is gone.
+    async fn force_helper_over(&self, remediation: &DriftRemediation) -> Result<bool> {
         let pods: Api<Pod> =
             Api::namespaced(self.context.client.clone(), &self.policy.helper_namespace);
-        let name = helper::helper_name(&remediation.name_any(), &HelperOp::Unforce);
-        match pods
+        let name = helper::helper_name(&remediation.name_any(), &HelperOp::Force);
+        let Some(pod) = pods
             .get_opt(&name)
             .await
             .map_err(Error::kube("GetHelperPod"))?
-        {
-            None => {
-                self.start_helper(remediation, &HelperOp::Unforce, None)
-                    .await
-            }
-            Some(pod) => match helper::outcome(&pod) {
-                Some(Ok(_)) => {
-                    let mut object = remediation.clone();
-                    let mut status = object.status.clone().unwrap_or_default();
-                    status.force_file_written = false;
-                    let now = rfc3339(self.context.clock.now());
-                    status.steps.push(StepTime {
-                        step: "ForceFileRemoved".into(),
-                        attempt: 1,
-                        time: now,
-                    });
-                    self.persist(&mut object, status).await?;
-                    self.remove_helpers(&object).await;
-                    self.event(
-                        &object,
-                        false,
-                        "ForceFileRemoved",
-                        format!("removed {} from {}", crate::api::mco::FORCE_FILE, self.name),
-                    )
-                    .await;
-                    Ok(())
-                }
-                // Failed: start again (the pod is deleted, the next pass recreates it).
-                Some(Err(message)) => {
-                    let _ = pods.delete(&name, &DeleteParams::default()).await;
-                    self.event(remediation, true, "HelperFailed", message).await;
-                    Ok(())
-                }
-                None => Ok(()),
-            },
+        else {
+            return Ok(true);
+        };
+        if helper::outcome(&pod).is_some() {
+            return Ok(true);
         }
+        if pod.metadata.deletion_timestamp.is_none() {
+            self.context.leadership.ensure()?;
+            match pods.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(true),
+                Err(e) => return Err(Error::kube("DeleteHelperPod")(e)),
+            }
+            tracing::info!(pod = %name, "the force helper has not finished; deleted before the unforce helper runs");
+        }
+        Ok(false)
     }
 
-    pub(super) async fn remove_helpers(&self, remediation: &DriftRemediation) {
+    /// The unforce helper succeeded: recorded, told, the helpers removed.
+    async fn force_file_removed(&self, remediation: &DriftRemediation) -> Result<()> {
+        let mut object = remediation.clone();
+        let mut status = object.status.clone().unwrap_or_default();
+        status.force_file_written = false;
+        status.steps.push(StepTime {
+            step: "ForceFileRemoved".into(),
+            attempt: 1,
+            time: rfc3339(self.context.clock.now()),
+        });
+        self.persist(&mut object, status).await?;
+        self.remove_helpers(&object).await?;
+        self.event(
+            &object,
+            false,
+            "ForceFileRemoved",
+            format!("removed {} from {}", crate::api::mco::FORCE_FILE, self.name),
+        )
+        .await;
+        // Nothing of ours is left on the node: the mark may go if the MCO is idle too.
+        self.guard_planned_reboot(Some(&object)).await?;
+        Ok(())
+    }
+
+    /// Deletes every helper pod of the remediation and its content Secret (absent ones are
+    /// fine).
+    pub(super) async fn remove_helpers(&self, remediation: &DriftRemediation) -> Result<()> {
         let namespace = &self.policy.helper_namespace;
         let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), namespace);
         let secrets: Api<Secret> = Api::namespaced(self.context.client.clone(), namespace);
         let name = remediation.name_any();
-        for op in [
-            HelperOp::Force,
-            HelperOp::Unforce,
-            HelperOp::Chmod {
-                path: String::new(),
-                mode: 0,
-            },
-        ] {
-            let _ = pods
-                .delete(&helper::helper_name(&name, &op), &DeleteParams::default())
-                .await;
-        }
         let install = HelperOp::Install {
             path: String::new(),
             mode: 0,
             sha256: String::new(),
         };
-        let _ = pods
-            .delete(
-                &helper::helper_name(&name, &install),
-                &DeleteParams::default(),
-            )
-            .await;
+        let chmod = HelperOp::Chmod {
+            path: String::new(),
+            mode: 0,
+        };
+        for op in [HelperOp::Force, HelperOp::Unforce, chmod, install.clone()] {
+            self.context.leadership.ensure()?;
+            let _ = pods
+                .delete(&helper::helper_name(&name, &op), &DeleteParams::default())
+                .await;
+        }
+        self.context.leadership.ensure()?;
         let _ = secrets
             .delete(
                 &helper::helper_name(&name, &install),
                 &DeleteParams::default(),
             )
             .await;
+        Ok(())
     }
 
     /// Hands the node to the machine remediation: its Machine gets the trigger.
@@ -221,61 +267,14 @@ impl Pass {
         let api: Api<crate::remediation::slim::Machine> =
             Api::namespaced(self.context.client.clone(), namespace);
         let patch = serde_json::json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: ""}}});
+        self.context
+            .leadership
+            .ensure()
+            .map_err(|e| e.to_string())?;
         api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|e| e.to_string())?;
         Ok(format!("{namespace}/{name}"))
-    }
-
-    /// Marks the Node as in a reboot this remediation planned (None: not any more), so that
-    /// the machine remediation does not take it for a hung host.
-    pub(super) async fn set_planned_reboot(&self, by: Option<&str>) -> Result<()> {
-        let now = self
-            .node
-            .annotations()
-            .get(PLANNED_REBOOT)
-            .map(String::as_str);
-        if now == by {
-            return Ok(());
-        }
-        self.context.leadership.ensure()?;
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.context.client.clone());
-        let patch = serde_json::json!({"metadata": {"annotations": {PLANNED_REBOOT: by}}});
-        nodes
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(Error::kube("AnnotateNode"))?;
-        Ok(())
-    }
-
-    /// After a verified re-apply: a MachineHealthCheck that saw the planned reboot as a
-    /// failure left the external-remediation trigger on the node's Machine, and the machine
-    /// remediation holds it for the planned reboot. The node is healthy again, so the trigger
-    /// is cleared — before the planned-reboot mark goes, so the machine remediation cancels
-    /// instead of fencing a healthy host. Returns the Machine whose trigger was cleared.
-    pub(super) async fn clear_trigger_of_planned_reboot(&self) -> Result<Option<String>> {
-        let Some((namespace, name)) = self
-            .node
-            .annotations()
-            .get(NODE_MACHINE)
-            .and_then(|m| m.split_once('/'))
-        else {
-            return Ok(None);
-        };
-        let api: Api<crate::remediation::slim::Machine> =
-            Api::namespaced(self.context.client.clone(), namespace);
-        let Some(machine) = api.get_opt(name).await.map_err(Error::kube("GetMachine"))? else {
-            return Ok(None);
-        };
-        if !machine.annotations().contains_key(EXTERNAL_REMEDIATION) {
-            return Ok(None);
-        }
-        self.context.leadership.ensure()?;
-        let patch = serde_json::json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: null}}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(Error::kube("ClearTrigger"))?;
-        Ok(Some(format!("{namespace}/{name}")))
     }
 
     /// Cordons or uncordons the node (our own drain before a restore only).
@@ -308,6 +307,7 @@ impl Pass {
         for pod in on_node.iter().filter(|p| super::pdb::evicted_by_drain(p)) {
             let namespace = pod.namespace().unwrap_or_default();
             let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &namespace);
+            self.context.leadership.ensure()?;
             match pods.evict(&pod.name_any(), &Default::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}

@@ -18,7 +18,8 @@ fn annotations(node: &Node) -> &BTreeMap<String, String> {
     node.annotations()
 }
 
-fn ready(node: &Node) -> bool {
+/// Whether the Node's Ready condition is True.
+pub fn ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

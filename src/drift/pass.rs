@@ -105,29 +105,31 @@ impl Pass {
         let all = self.remediations();
         let state = classify(self.node.annotations());
         // Terminal ones may still owe a cleanup (a forcefile that was not picked up).
+        let mut owed = false;
         for ended in all.iter().filter(|r| {
             r.status.as_ref().is_some_and(|s| {
                 s.phase.is_terminal() && (s.force_file_written || s.cordoned_by_us)
             })
         }) {
+            owed = true;
             self.clean_up(ended).await?;
         }
+        // The planned-reboot mark (see `guard`): set before a forcefile is written, kept
+        // until the MCO is done with the node — also after a remediation ended.
+        let marked = self.guard_planned_reboot(None).await?;
         let open = all
             .iter()
             .rev()
             .find(|r| !r.status.as_ref().is_some_and(|s| s.phase.is_terminal()));
-        // The planned-reboot mark follows the open remediation's phase (set before the
-        // forcefile is written, gone once it ends: also after a crash in between).
-        let rebooting = open.filter(|r| {
-            r.status.as_ref().is_some_and(|s| {
-                matches!(s.phase, DriftPhase::ForceRequested | DriftPhase::Applying)
-            })
-        });
-        self.set_planned_reboot(rebooting.map(|r| r.name_any()).as_deref())
-            .await?;
         if let Some(open) = open {
             let mut remediation = DriftRemediation::clone(open);
             return self.drive(&mut remediation).await;
+        }
+        // A re-apply we asked for is not over: no new attempt may start beside it (its
+        // forcefile or its unforce helper would meet ours). Nothing wakes this pass when a
+        // helper pod ends, so it looks again.
+        if owed || marked.is_some() {
+            return Ok(Action::requeue(self.context.poll));
         }
         match &state {
             ConfigState::Drifted(drift) => {
@@ -176,7 +178,6 @@ impl Pass {
     }
 
     async fn open(&self, drift: &super::classify::Drift, attempt: u64) -> Result<()> {
-        self.context.leadership.ensure()?;
         let pools = self.context.pools.state();
         let pool = pool_of(&self.node, &pools)
             .map(|p| p.name_any())
@@ -200,6 +201,7 @@ impl Pass {
                 abort: false,
             },
         );
+        self.context.leadership.ensure()?;
         let created = match self.api().create(&PostParams::default(), &object).await {
             Ok(created) => created,
             // Another pass (or a replica before us) made it; the next pass drives it.
@@ -408,7 +410,8 @@ impl Pass {
         Ok(())
     }
 
-    async fn node_event(&self, warning: bool, reason: &str, note: String) {
+    /// An Event on the Node alone.
+    pub(super) async fn node_event(&self, warning: bool, reason: &str, note: String) {
         let node = self.node.object_ref(&());
         crate::events::publish(
             &self.context.recorder,

@@ -21,7 +21,9 @@
 //! PodDisruptionBudget would refuse the drain. A request not picked up in time, or an abort,
 //! removes the forcefile (a forcefile left behind would make the next real update skip its
 //! validation). The coordinator never cordons, drains or uncordons in the force action: the
-//! MCO does, and a node stuck draining is reported, never forced.
+//! MCO does, and a node stuck draining is reported, never forced. The planned-reboot mark
+//! that keeps the machine remediation away is not the planner's: [`super::guard`] keeps it
+//! as long as the re-apply goes on, beyond the end of the remediation.
 
 use std::time::Duration;
 
@@ -331,75 +333,115 @@ pub enum Noted {
     Draining,
 }
 
-/// The next step for a remediation.
+/// The next step for a remediation. Every phase is matched by name: a phase added to the
+/// enum does not compile until it is given its step.
 pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
-    if state.phase.is_terminal() {
-        return Step::Done;
-    }
-    let waited = observed.now.saturating_sub(state.phase_since);
-    let Some(node) = &observed.node else {
-        return Step::Fail(FailReason::NodeGone);
-    };
-    let before_request = matches!(state.phase, Phase::Debouncing | Phase::Pending);
-    if state.abort {
-        return Step::Abort("aborted by request (spec.abort)".into());
-    }
-    if before_request {
-        if !node.same_drift {
-            return Step::SelfHealed;
-        }
-        if state.phase == Phase::Debouncing {
-            return if waited >= policy.debounce {
-                Step::EndDebounce
-            } else {
-                Step::Wait {
-                    after: policy.debounce - waited,
-                }
-            };
-        }
-        if observed.recent_attempts >= policy.max_attempts {
-            return Step::Fail(FailReason::Recurring(observed.recent_attempts));
-        }
-        if let Err(deferred) = &observed.gates {
-            return Step::Hold(deferred.to_string(), deferred.reason());
-        }
-        if policy.drains()
-            && let Some(block) = observed.blocking.first()
-        {
-            return Step::Hold(block.to_string(), "BlockedByPodDisruptionBudget");
-        }
-        return match policy.action {
-            Action::Force => Step::RequestForce,
-            Action::Restore if policy.drain_before_restore => Step::StartDrain,
-            Action::Restore => Step::RequestRestore,
+    let open = |step: PhaseStep| -> Step {
+        let Some(node) = &observed.node else {
+            return Step::Fail(FailReason::NodeGone);
         };
-    }
+        if state.abort {
+            return Step::Abort("aborted by request (spec.abort)".into());
+        }
+        let waited = observed.now.saturating_sub(state.phase_since);
+        step(state, node, observed, policy, waited)
+    };
     match state.phase {
-        Phase::ForceRequested => force_requested(state, node, waited, policy),
-        Phase::Applying => applying(state, node, observed, policy),
-        Phase::Draining => {
-            if node.pods_to_evict == 0 {
-                Step::RequestRestore
-            } else if waited >= policy.drain_timeout {
-                let budgets = observed.blocking.iter().map(|b| b.budget.clone()).collect();
-                Step::Fail(FailReason::DrainTimeout(budgets))
-            } else {
-                Step::Evict
-            }
+        Phase::Succeeded
+        | Phase::SelfHealed
+        | Phase::Failed
+        | Phase::Aborted
+        | Phase::Escalated => Step::Done,
+        Phase::Debouncing => open(debouncing),
+        Phase::Pending => open(pending),
+        Phase::ForceRequested => open(force_requested),
+        Phase::Applying => open(applying),
+        Phase::Draining => open(draining),
+        Phase::Restoring => open(restoring),
+    }
+}
+
+/// The step of one open phase, given the node (present) and how long the phase has lasted.
+type PhaseStep = fn(&Persisted, &NodeObservation, &Observed, &PlanPolicy, Duration) -> Step;
+
+fn debouncing(
+    _: &Persisted,
+    node: &NodeObservation,
+    _: &Observed,
+    policy: &PlanPolicy,
+    waited: Duration,
+) -> Step {
+    if !node.same_drift {
+        Step::SelfHealed
+    } else if waited >= policy.debounce {
+        Step::EndDebounce
+    } else {
+        Step::Wait {
+            after: policy.debounce - waited,
         }
-        Phase::Restoring => {
-            if state.cordoned_by_us && node.verified_but_cordoned() {
-                Step::Uncordon
-            } else if node.verified() {
-                Step::Succeed
-            } else if waited >= policy.restore_timeout {
-                Step::Fail(FailReason::RestoreTimeout)
-            } else {
-                Step::Wait { after: policy.poll }
-            }
-        }
-        // Terminal phases returned above; the pre-request ones too.
-        _ => Step::Done,
+    }
+}
+
+fn pending(
+    _: &Persisted,
+    node: &NodeObservation,
+    observed: &Observed,
+    policy: &PlanPolicy,
+    _: Duration,
+) -> Step {
+    if !node.same_drift {
+        return Step::SelfHealed;
+    }
+    if observed.recent_attempts >= policy.max_attempts {
+        return Step::Fail(FailReason::Recurring(observed.recent_attempts));
+    }
+    if let Err(deferred) = &observed.gates {
+        return Step::Hold(deferred.to_string(), deferred.reason());
+    }
+    if policy.drains()
+        && let Some(block) = observed.blocking.first()
+    {
+        return Step::Hold(block.to_string(), "BlockedByPodDisruptionBudget");
+    }
+    match policy.action {
+        Action::Force => Step::RequestForce,
+        Action::Restore if policy.drain_before_restore => Step::StartDrain,
+        Action::Restore => Step::RequestRestore,
+    }
+}
+
+fn draining(
+    _: &Persisted,
+    node: &NodeObservation,
+    observed: &Observed,
+    policy: &PlanPolicy,
+    waited: Duration,
+) -> Step {
+    if node.pods_to_evict == 0 {
+        Step::RequestRestore
+    } else if waited >= policy.drain_timeout {
+        let budgets = observed.blocking.iter().map(|b| b.budget.clone()).collect();
+        Step::Fail(FailReason::DrainTimeout(budgets))
+    } else {
+        Step::Evict
+    }
+}
+
+fn restoring(
+    state: &Persisted,
+    node: &NodeObservation,
+    _: &Observed,
+    policy: &PlanPolicy,
+    waited: Duration,
+) -> Step {
+    if state.cordoned_by_us && node.verified_but_cordoned() {
+        Step::Uncordon
+    } else if node.verified() {
+        Step::Succeed
+    } else if waited >= policy.restore_timeout {
+        Step::Fail(FailReason::RestoreTimeout)
+    } else {
+        Step::Wait { after: policy.poll }
     }
 }
 
@@ -413,8 +455,9 @@ fn picked_up(state: &Persisted, node: &NodeObservation) -> bool {
 fn force_requested(
     state: &Persisted,
     node: &NodeObservation,
-    waited: Duration,
+    _: &Observed,
     policy: &PlanPolicy,
+    waited: Duration,
 ) -> Step {
     if picked_up(state, node) {
         return Step::Record(Milestone::PickedUp);
@@ -434,6 +477,7 @@ fn applying(
     node: &NodeObservation,
     observed: &Observed,
     policy: &PlanPolicy,
+    _: Duration,
 ) -> Step {
     let now = observed.now;
     let has = |m: Milestone| state.milestones.contains(&m);
@@ -490,3 +534,7 @@ fn applying(
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "plan_sweep.rs"]
+mod sweep;

@@ -1,11 +1,11 @@
 use std::time::Duration;
 
 use super::*;
-use crate::drift::classify::{Drift, DriftKind, NotDrift};
+use crate::drift::classify::{Drift, DriftKind};
 
-const S: fn(u64) -> Duration = Duration::from_secs;
+pub(super) const S: fn(u64) -> Duration = Duration::from_secs;
 
-fn policy() -> PlanPolicy {
+pub(super) fn policy() -> PlanPolicy {
     PlanPolicy {
         action: Action::Force,
         debounce: S(30),
@@ -21,7 +21,7 @@ fn policy() -> PlanPolicy {
     }
 }
 
-fn drifted() -> ConfigState {
+pub(super) fn drifted() -> ConfigState {
     ConfigState::Drifted(Drift {
         kind: DriftKind::Content,
         target: "/etc/foo".into(),
@@ -30,7 +30,7 @@ fn drifted() -> ConfigState {
 }
 
 /// A drifted node in steady state before anything happened.
-fn node() -> NodeObservation {
+pub(super) fn node() -> NodeObservation {
     NodeObservation {
         config: drifted(),
         same_drift: true,
@@ -46,7 +46,7 @@ fn node() -> NodeObservation {
     }
 }
 
-fn done_node(boot: &str) -> NodeObservation {
+pub(super) fn done_node(boot: &str) -> NodeObservation {
     NodeObservation {
         config: ConfigState::Done,
         same_drift: false,
@@ -56,7 +56,7 @@ fn done_node(boot: &str) -> NodeObservation {
     }
 }
 
-fn observed(now: u64, node: Option<NodeObservation>) -> Observed {
+pub(super) fn observed(now: u64, node: Option<NodeObservation>) -> Observed {
     Observed {
         now: S(now),
         node,
@@ -66,7 +66,7 @@ fn observed(now: u64, node: Option<NodeObservation>) -> Observed {
     }
 }
 
-fn state(phase: Phase, since: u64) -> Persisted {
+pub(super) fn state(phase: Phase, since: u64) -> Persisted {
     Persisted {
         phase,
         phase_since: S(since),
@@ -423,76 +423,6 @@ fn a_restore_succeeds_when_the_mcd_heals_and_fails_after_its_timeout() {
         next_step(&restoring, &observed(280, Some(node())), &policy()),
         Step::Fail(FailReason::RestoreTimeout)
     );
-}
-
-/// Every phase × node state × gate × time: terminal phases do nothing, and nothing is
-/// requested unless the drift is the same, the gates are open and nothing blocks.
-#[test]
-fn no_request_is_made_past_a_gate_or_on_a_healed_node() {
-    let nodes = [
-        Some(node()),
-        Some(done_node("boot-1")),
-        Some(done_node("boot-2")),
-        Some(NodeObservation {
-            config: ConfigState::Degraded(NotDrift::OtherReason),
-            same_drift: false,
-            ..node()
-        }),
-        Some(NodeObservation {
-            ready: false,
-            ..node()
-        }),
-        None,
-    ];
-    let gates = [
-        Ok(()),
-        Err(Deferred::PausedPool),
-        Err(Deferred::Budget {
-            disrupted: vec!["x".into()],
-            max: 1,
-        }),
-    ];
-    let phases = [
-        Phase::Debouncing,
-        Phase::Pending,
-        Phase::ForceRequested,
-        Phase::Applying,
-        Phase::Restoring,
-        Phase::Draining,
-        Phase::Succeeded,
-        Phase::SelfHealed,
-        Phase::Failed,
-        Phase::Aborted,
-        Phase::Escalated,
-    ];
-    for phase in phases {
-        for n in &nodes {
-            for gate in &gates {
-                for blocked in [false, true] {
-                    for now in [0, 29, 30, 500, 10_000] {
-                        let mut o = observed(now, n.clone());
-                        o.gates = gate.clone();
-                        if blocked {
-                            o.blocking = vec![Blocking {
-                                budget: "a/b".into(),
-                                pods: vec![],
-                            }];
-                        }
-                        let s = state(phase, 0);
-                        let step = next_step(&s, &o, &policy());
-                        if phase.is_terminal() {
-                            assert_eq!(step, Step::Done);
-                        }
-                        if step == Step::RequestForce {
-                            assert_eq!(phase, Phase::Pending);
-                            assert!(gate.is_ok() && !blocked);
-                            assert!(n.as_ref().is_some_and(|n| n.same_drift));
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[test]

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use baremend::api::{DriftPhase, DriftRemediation};
 use baremend::drift::controller::{DriftOptions, run};
 use baremend::metrics::Metrics;
+use baremend::remediation::controller::{ControllerOptions, run as run_controller};
 use baremend::remediation::state::SystemClock;
 use baremend_sim::cluster::local::{EVENTS, Local, NAMESPACES, NODES};
 use baremend_sim::cluster::mco::disk::SimFile;
@@ -122,15 +123,8 @@ impl Lab {
         }
     }
 
-    pub async fn wait(&self, what: &str, mut check: impl FnMut() -> bool) {
-        let started = Instant::now();
-        while !check() {
-            assert!(
-                started.elapsed() < Duration::from_secs(40),
-                "timed out waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    pub async fn wait(&self, what: &str, check: impl FnMut() -> bool) {
+        until(what, check).await;
     }
 
     pub async fn remediation(&self, name: &str) -> Option<DriftRemediation> {
@@ -139,20 +133,7 @@ impl Lab {
     }
 
     pub async fn reach(&self, name: &str, phase: DriftPhase) -> DriftRemediation {
-        let started = Instant::now();
-        loop {
-            if let Some(r) = self.remediation(name).await
-                && r.status.as_ref().map(|s| s.phase) == Some(phase)
-            {
-                return r;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(40),
-                "{name} did not reach {phase:?}: {:#?}",
-                self.remediation(name).await.and_then(|r| r.status)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        reach(&self.client, name, phase).await
     }
 
     pub fn drift(&self, node: &str) {
@@ -211,6 +192,110 @@ pub async fn wait_done(api: &Local) {
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "the MCO never reported Done"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The whole controller (machines and drift) on a cluster whose MachineHealthCheck watches
+/// the workers: a host takes 1.5 s to boot, longer than the health check's timeout, so the
+/// MCO's reboot looks like a failure to it.
+pub struct Whole {
+    pub cluster: SimCluster,
+    pub client: Client,
+    pub api: Local,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<baremend::Result<()>>,
+}
+
+impl Whole {
+    /// Starts the cluster and the controller with the drift policy `drift` (spec).
+    pub async fn start(drift: Value) -> Whole {
+        let spec = ClusterSpec {
+            masters: 1,
+            workers: 2,
+            timing: Timing {
+                boot_delay: Duration::from_millis(1500),
+                ..Timing::fast()
+            },
+            mco: true,
+            max_unhealthy: "100%".into(),
+            ..ClusterSpec::default()
+        };
+        let prepared = super::cluster::prepare(
+            spec,
+            json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30}}),
+        )
+        .await;
+        let (client, api, cluster) = (prepared.client, prepared.api, prepared.cluster);
+        api.create(NAMESPACES, "", json!({"metadata": {"name": "baremend"}}))
+            .unwrap();
+        let policies: Api<baremend::api::DriftPolicy> = Api::all(client.clone());
+        let policy =
+            serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": drift}))
+                .unwrap();
+        policies
+            .create(&PostParams::default(), &policy)
+            .await
+            .unwrap();
+        wait_done(&api).await;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(run_controller(
+            client.clone(),
+            Arc::new(SystemClock),
+            ControllerOptions {
+                poll: Duration::from_millis(100),
+                metrics: Arc::new(Metrics::new()),
+                drift_helper_image: Some("baremend:test".into()),
+                ..ControllerOptions::default()
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Whole {
+            cluster,
+            client,
+            api,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops the controller.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// The DriftRemediation once it is in `phase`; fails after 40 s.
+pub async fn reach(client: &Client, name: &str, phase: DriftPhase) -> DriftRemediation {
+    let api: Api<DriftRemediation> = Api::all(client.clone());
+    let started = Instant::now();
+    loop {
+        let now = api.get_opt(name).await.unwrap();
+        if let Some(r) = &now
+            && r.status.as_ref().map(|s| s.phase) == Some(phase)
+        {
+            return r.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "{name} did not reach {phase:?}: {:#?}",
+            now.and_then(|r| r.status)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls `check` until it holds; fails after 40 s naming `what`.
+pub async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "timed out waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -3,6 +3,7 @@
 //! keeps the Node Ready, starts the pods bound to it and confirms their deletion. When the
 //! host is off or a fault hits, it goes silent, as a real one does.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -29,6 +30,11 @@ pub struct NodeFaults {
     /// Broken hardware (a dead disk, a failed DIMM): the OS never comes up, and power cycles
     /// do not help; only `recover` (someone fixed it) clears it.
     pub broken: AtomicBool,
+    /// The kubelet's image pulls hang: pods bound here stay Pending, and a deletion asked
+    /// for meanwhile waits too. Once let go, a pod that was deleted while its start was held
+    /// still runs once before it is gone (its container was being created when the deletion
+    /// came: the race a real kubelet has), so a helper does its work late.
+    pub pods_held: AtomicBool,
 }
 
 impl NodeFaults {
@@ -153,6 +159,8 @@ pub async fn run(
     // A kubelet that starts posts its status at once, with this boot's ID.
     let mut boot_reported = false;
     let mut nap = Duration::ZERO;
+    // Pods whose start was held (`pods_held`): their containers are being created.
+    let mut starting = HashSet::new();
     loop {
         tokio::time::sleep(nap).await;
         nap = timing.heartbeat;
@@ -221,7 +229,11 @@ pub async fn run(
             _ => {}
         }
         renew_lease(&api, &identity.name, &timing);
-        run_pods(&api, &identity.name, disk.as_deref());
+        if faults.pods_held.load(Ordering::Relaxed) {
+            note_held_pods(&api, &identity.name, &mut starting);
+        } else {
+            run_pods(&api, &identity.name, disk.as_deref(), &mut starting);
+        }
     }
 }
 
@@ -248,13 +260,37 @@ fn renew_lease(api: &Local, node: &str, timing: &Timing) {
     }
 }
 
-/// Starts pending pods bound here and confirms the deletion of terminating ones.
-fn run_pods(api: &Local, node: &str, disk: Option<&NodeDisk>) {
+fn pending(pod: &Value) -> bool {
+    pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending")
+}
+
+/// While starts are held: remembers the Pending pods, starts nothing, confirms nothing.
+fn note_held_pods(api: &Local, node: &str, starting: &mut HashSet<(String, String)>) {
+    for pod in api.list_selected(PODS, None, &format!("spec.nodeName={node}")) {
+        if pending(&pod) {
+            let (namespace, name) = namespace_and_name(&pod);
+            starting.insert((namespace.to_owned(), name.to_owned()));
+        }
+    }
+}
+
+/// Starts pending pods bound here and confirms the deletion of terminating ones (a helper
+/// whose start was held and that was deleted meanwhile does its work first).
+fn run_pods(
+    api: &Local,
+    node: &str,
+    disk: Option<&NodeDisk>,
+    starting: &mut HashSet<(String, String)>,
+) {
     for pod in api.list_selected(PODS, None, &format!("spec.nodeName={node}")) {
         let (namespace, name) = namespace_and_name(&pod);
+        let was_starting = starting.remove(&(namespace.to_owned(), name.to_owned()));
         if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            if was_starting && pending(&pod) {
+                let _ = disk.and_then(|d| super::mco::helper::run(api, &pod, d));
+            }
             let _ = api.delete(PODS, namespace, name, Some(0));
-        } else if pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending") {
+        } else if pending(&pod) {
             // A helper that works on the node's files runs to completion, like a Job's pod.
             if let Some(status) = disk.and_then(|d| super::mco::helper::run(api, &pod, d)) {
                 let _ = api.merge(PODS, namespace, name, &json!({"status": status}), true);

@@ -417,6 +417,14 @@ impl SimCluster {
             .is_some()
     }
 
+    /// Holds (or lets go) the start of every pod bound to a node, as an image pull that
+    /// hangs: see [`NodeFaults::pods_held`]. A power cycle does not clear it.
+    pub fn hold_pods(&self, name: &str, held: bool) -> bool {
+        self.host(name)
+            .map(|h| h.faults.pods_held.store(held, Ordering::Relaxed))
+            .is_some()
+    }
+
     /// Clears a node's faults without a power cycle (the admin fixed it).
     pub fn recover(&self, name: &str) -> bool {
         self.host(name)
