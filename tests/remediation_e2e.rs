@@ -1385,3 +1385,44 @@ async fn the_leader_fences_its_own_node_only_once_another_replica_is_ready_elsew
     lab.api.create(PODS, MACHINE_NAMESPACE, pod).unwrap();
     lab.succeeded("worker-0-1").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_edit_that_drops_the_strategy_in_use_is_reported_and_never_switches_it() {
+    let lab = Lab::start(fast(), fast_policy()).await;
+    lab.stuck("worker-0");
+    lab.cluster.hang("worker-0");
+    lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
+    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
+    let patch = json!({"spec": {"strategies": ["DirectBmc"]}});
+    policies
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let failed = lab.failed("worker-0-1").await;
+    let status = failed.status.clone().unwrap();
+    let told = condition(&status, "StrategyInPolicy");
+    assert_eq!(told.status, "False");
+    assert_eq!(told.reason, "StrategyRemoved");
+    assert_eq!(
+        status.strategy.as_deref(),
+        Some("BareMetalHostRebootApi"),
+        "the strategy in use was kept"
+    );
+    assert_eq!(
+        condition(&status, "Succeeded").reason,
+        "PowerOffNotConfirmed"
+    );
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("no longer in the policy")),
+        "{status:?}"
+    );
+    assert!(lab.events_text().contains("StrategyNotInPolicy"));
+    assert!(lab.node_exists("worker-0"), "the Node was left alone");
+}

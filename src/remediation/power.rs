@@ -408,3 +408,80 @@ impl Pass {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mapping() -> Arc<HostBmc> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "baremend.io/v1alpha1",
+                "kind": "HostBmc",
+                "metadata": {"name": "w0", "namespace": "m"},
+                "spec": {
+                    "machineName": "w0",
+                    "address": "redfish://bmc-w0",
+                    "credentialsName": "bmc-w0",
+                },
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn host(detached: bool) -> slim::BareMetalHost {
+        let annotations = if detached {
+            json!({BMH_DETACHED: ""})
+        } else {
+            json!({})
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "metadata": {"name": "h0", "namespace": "m", "annotations": annotations},
+            "spec": {"bmc": {"address": "redfish://bmc-h0", "credentialsName": "bmc-h0"}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_host_its_operator_manages_is_never_powered_directly_even_with_a_host_bmc() {
+        let host_ref = HostRef {
+            namespace: "m".into(),
+            name: "h0".into(),
+        };
+        let managed = host(false);
+        let refused = locate_bmc(
+            &[mapping()],
+            "m",
+            "w0",
+            None,
+            Some((&host_ref, Some(&managed))),
+        )
+        .unwrap_err();
+        assert!(
+            refused.contains("managed by the BareMetal Operator"),
+            "{refused}"
+        );
+        let detached = host(true);
+        let (bmc, _) = locate_bmc(
+            &[mapping()],
+            "m",
+            "w0",
+            None,
+            Some((&host_ref, Some(&detached))),
+        )
+        .unwrap();
+        assert_eq!(
+            bmc.address, "redfish://bmc-w0",
+            "the HostBmc wins over spec.bmc"
+        );
+        let (bmc, _) =
+            locate_bmc(&[], "m", "w0", None, Some((&host_ref, Some(&detached)))).unwrap();
+        assert_eq!(bmc.address, "redfish://bmc-h0");
+        // Without a BareMetalHost (no operator), the HostBmc alone names the BMC.
+        let (bmc, _) = locate_bmc(&[mapping()], "m", "w0", None, None).unwrap();
+        assert_eq!(bmc.address, "redfish://bmc-w0");
+    }
+}
