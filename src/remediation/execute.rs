@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 
 use super::fence::ConfirmedOff;
@@ -103,10 +103,15 @@ pub(crate) async fn taint_out_of_service(proof: ConfirmedOff, nodes: &Api<Node>)
     let Some(identity) = proof.node() else {
         return Ok(());
     };
+    // A list by name rather than a GET: the ClusterRole needs no `get` on Nodes for it.
+    let selected = ListParams::default().fields(&format!("metadata.name={}", identity.name));
     let Some(node) = nodes
-        .get_opt(&identity.name)
+        .list(&selected)
         .await
-        .map_err(Error::kube("GetNode"))?
+        .map_err(Error::kube("ReadNode"))?
+        .items
+        .into_iter()
+        .next()
     else {
         return Ok(());
     };
