@@ -101,6 +101,28 @@ for crate in aws-lc-rs aws-lc-sys; do
 done
 
 # ---------------------------------------------------------------------------
+step "the production artefact compiles no simulator code"
+# The image builds `--no-default-features` (deploy/Containerfile) and the fuzz targets use
+# the library the same way: neither may pull in baremend-sim (simulated API server, BMCs,
+# the chaos oracle). `baremend lab` lives behind the default feature `lab`.
+grep -q -- '--no-default-features' deploy/Containerfile \
+    || die "deploy/Containerfile must build with --no-default-features"
+no_simulator() {
+    local what=$1 tree
+    shift
+    tree=$(cargo tree "$@" -e normal,build --prefix none 2>&1) \
+        || { printf '%s\n' "$tree" >&2; die "cargo tree failed for $what"; }
+    if grep -q '^baremend-sim ' <<<"$tree"; then
+        die "$what depends on baremend-sim"
+    fi
+    echo "$what: no baremend-sim in its dependency graph"
+}
+no_simulator "the image's build" -p baremend --no-default-features
+no_simulator "the fuzz targets" --manifest-path fuzz/Cargo.toml
+cargo check --quiet -p baremend --no-default-features --bin baremend \
+    || die "the controller does not build without the lab feature"
+
+# ---------------------------------------------------------------------------
 step "cargo clippy -D warnings"
 cargo clippy --version >/dev/null 2>&1 || die "clippy missing: rustup component add clippy"
 cargo clippy --workspace --all-targets -- -D warnings || die "clippy found problems"

@@ -8,7 +8,8 @@
 //! - [`remediation`]: the pure remediation planner and the power-off proof;
 //! - [`drift`]: the Machine Config Operator's config-drift remediation, coordinated;
 //! - [`metrics`]: the Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` endpoint;
-//! - [`lab`]: `baremend lab`, a self-contained run against simulated hardware.
+//! - `lab` (feature `lab`, on by default, off in the image): `baremend lab`, a self-contained
+//!   run against simulated hardware.
 //!
 //! Power control itself lives in the `baremend-drivers` crate; simulated BMCs in `baremend-sim`.
 #![forbid(unsafe_code)]
@@ -19,6 +20,7 @@ pub mod drift;
 pub mod duration;
 pub mod events;
 pub mod hostfile;
+#[cfg(feature = "lab")]
 pub mod lab;
 pub mod leader;
 pub mod metrics;
@@ -79,9 +81,10 @@ pub enum Error {
     /// This replica lost the leader Lease while running.
     #[error("lost the leader Lease {0}: stopped acting")]
     LeadershipLost(String),
-    /// A crash injected by a chaos test right after a step was persisted.
-    #[error("injected crash after step {0}")]
-    InjectedCrash(String),
+    /// A hook passed in by a test or a lab abandoned the pass right after a step was
+    /// persisted (what a crash at that point leaves behind).
+    #[error("pass abandoned by a hook after step {0}")]
+    Abandoned(String),
     /// `baremend host-file` could not do what it was asked.
     #[error("host-file: {0}")]
     HostFile(String),
@@ -112,6 +115,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The simulator could not start.
+    #[cfg(feature = "lab")]
     #[error("simulator: {0}")]
     Simulator(#[from] baremend_sim::Error),
 }

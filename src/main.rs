@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use baremend::api::CrdsArgs;
 use baremend::bmc::BmcArgs;
+#[cfg(feature = "lab")]
 use baremend::lab::LabArgs;
 use clap::{Parser, Subcommand};
 
@@ -39,6 +40,7 @@ enum Command {
     /// Read or change a host's power through its BMC; every change is read back.
     Bmc(BmcArgs),
     /// Run the story on simulated hardware, in this process.
+    #[cfg(feature = "lab")]
     Lab(LabArgs),
     /// Run the remediation controller against a cluster.
     Run(baremend::run::RunArgs),
@@ -70,6 +72,7 @@ async fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Bmc(args) => baremend::bmc::run(args).await,
+        #[cfg(feature = "lab")]
         Command::Lab(args) => baremend::lab::run(args).await,
         Command::Run(args) => baremend::run::run(args).await,
         Command::Crds(args) => baremend::api::run_crds(args),

@@ -124,9 +124,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let options = ControllerOptions {
         instance: args.instance.clone(),
         poll: args.poll,
-        crash_after_step: None,
         metrics,
         leadership: Leadership::unconditional(),
+        after_persist: None,
         machine_selector: args.machine_selector.clone(),
         power_poll: (!args.power_poll.is_zero()).then_some(args.power_poll),
         // Replicas read in the same order; the pod name spreads different shards apart.

@@ -183,7 +183,7 @@ impl Lab {
                 ControllerOptions {
                     instance: "test".into(),
                     poll: Duration::from_millis(100),
-                    crash_after_step: crash,
+                    after_persist: crash.map(crash_once_after),
                     metrics,
                     placement,
                     ..ControllerOptions::default()
@@ -1115,6 +1115,19 @@ async fn out_of_service_mode_is_held_on_a_server_older_than_1_28_until_the_polic
         .await
         .unwrap();
     lab.succeeded("worker-0-1").await;
+}
+
+/// A hook that abandons the pass once, right after `step` is persisted: what a crash there
+/// leaves behind.
+fn crash_once_after(step: String) -> baremend::remediation::controller::PersistHook {
+    let crashed = std::sync::atomic::AtomicBool::new(false);
+    baremend::remediation::controller::PersistHook(Arc::new(move |persisted: &str| {
+        if persisted == step && !crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            Err(())
+        } else {
+            Ok(())
+        }
+    }))
 }
 
 /// Waits until `probe` holds, failing with `what` after `timeout`.

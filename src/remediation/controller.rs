@@ -70,11 +70,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// How soon to look again while waiting for a BMC or a Node.
     pub poll: Duration,
-    /// Chaos testing: abandon the pass once right after this step is persisted, before it
-    /// acts — what a crash at that point leaves behind.
-    pub crash_after_step: Option<String>,
-    /// Whether the injected crash happened.
-    pub crashed: std::sync::atomic::AtomicBool,
+    /// Told each step right after it is persisted (see [`PersistHook`]).
+    pub after_persist: Option<PersistHook>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Serializes start decisions and remembers the starts the cache may not show yet.
@@ -85,6 +82,18 @@ pub struct Context {
     pub leadership: Leadership,
     /// Where this replica runs, for the self-fence gate (None: not known, not checked).
     pub placement: Option<Placement>,
+}
+
+/// An observer of persisted steps that tests and labs pass in: told the name of each step
+/// right after it is persisted and before it acts; an `Err` abandons the pass there, which is
+/// what a crash at that point leaves behind.
+#[derive(Clone)]
+pub struct PersistHook(pub Arc<dyn Fn(&str) -> std::result::Result<(), ()> + Send + Sync>);
+
+impl std::fmt::Debug for PersistHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PersistHook")
+    }
 }
 
 /// Where this replica runs and how to find its peers: the self-fence gate holds the fencing
@@ -168,9 +177,9 @@ pub struct ControllerOptions {
     pub instance: String,
     /// How soon to look again while waiting.
     pub poll: Duration,
-    /// Chaos testing: abandon one pass right after this step is persisted (see
-    /// [`Context::crash_after_step`]).
-    pub crash_after_step: Option<String>,
+    /// Told each step right after it is persisted, before it acts (tests and labs: see
+    /// [`PersistHook`]). None in production.
+    pub after_persist: Option<PersistHook>,
     /// Where the metrics go (the caller serves them, see [`crate::metrics::serve`]).
     pub metrics: Arc<Metrics>,
     /// Whether this replica may write (see [`crate::leader`]).
@@ -193,7 +202,7 @@ impl Default for ControllerOptions {
         ControllerOptions {
             instance: "baremend".into(),
             poll: Duration::from_secs(1),
-            crash_after_step: None,
+            after_persist: None,
             metrics: Arc::new(Metrics::new()),
             leadership: Leadership::unconditional(),
             machine_selector: None,
@@ -384,8 +393,7 @@ async fn run_machines(
             },
         ),
         poll: options.poll,
-        crash_after_step: options.crash_after_step,
-        crashed: std::sync::atomic::AtomicBool::new(false),
+        after_persist: options.after_persist,
         metrics: options.metrics,
         starts: tokio::sync::Mutex::new(Launched::new()),
         out_of_service_taint,

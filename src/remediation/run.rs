@@ -426,14 +426,11 @@ impl Pass {
             .as_ref()
             .and_then(|s| s.steps.last())
             .map(|s| s.step.as_str());
-        if let Some(crash) = &self.context.crash_after_step
-            && last == Some(crash.as_str())
-            && !self
-                .context
-                .crashed
-                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        if let Some(hook) = &self.context.after_persist
+            && let Some(step) = last
+            && (hook.0)(step).is_err()
         {
-            return Err(Error::InjectedCrash(crash.clone()));
+            return Err(Error::Abandoned(step.to_string()));
         }
         Ok(())
     }
