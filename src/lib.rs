@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod power_metrics;
 pub mod remediation;
 pub mod run;
+pub mod tasks;
 
 use std::path::PathBuf;
 

@@ -51,6 +51,24 @@ enum Command {
     HostFile(baremend::hostfile::HostFileArgs),
 }
 
+/// The log filter without `RUST_LOG`: warnings, except where the command's output is a verdict
+/// over many controllers under injected faults (the chaos and scale labs) — their retries on
+/// purpose would drown it. `RUST_LOG` shows them.
+fn default_log_filter(command: &Command) -> &'static str {
+    match command {
+        #[cfg(feature = "lab")]
+        Command::Lab(args)
+            if matches!(
+                args.scenario,
+                baremend::lab::Scenario::Chaos | baremend::lab::Scenario::Scale
+            ) =>
+        {
+            "off"
+        }
+        _ => "warn",
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     // One crypto provider for the whole process, installed before any TLS is used: if two
@@ -58,7 +76,7 @@ async fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(&cli.command)));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -148,3 +148,26 @@ async fn the_drift_lab_reapplies_the_config_through_the_mco_and_exits_zero() {
     assert!(at("ForceRequested") < at("Node worker-1: cordoned"));
     assert!(at("Node worker-1: not Ready") < at("Node worker-1: uncordoned"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chaos_run_prints_its_verdict_and_nothing_else() {
+    // Seeds 0..12 inject API errors and crash controllers: their retries and the watchers of
+    // torn-down seeds must not interleave with the verdict.
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(300),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
+            .args(["lab", "--scenario", "chaos", "--seeds", "12", "--jobs", "3"])
+            .env_remove("RUST_LOG")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("12 seeds within 5 minutes")
+    .expect("baremend runs");
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    assert!(err.is_empty(), "stderr is not empty:\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].starts_with("chaos: 12 seeds from 0"), "{out}");
+}

@@ -27,6 +27,7 @@ use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::remediation::node_watch::{NodeFeed, watch_nodes};
 use crate::remediation::state::Clock;
+use crate::tasks::Background;
 use crate::{Error, Result};
 
 /// What every pass shares.
@@ -252,7 +253,7 @@ pub async fn run(
         .default_backoff()
         .reflect(mcn_writer)
         .touched_objects();
-        tokio::spawn(stream.for_each(|_| async {}))
+        Background::spawn(stream.for_each(|_| async {}))
     });
     let context = Arc::new(DriftContext {
         client: client.clone(),
@@ -279,7 +280,7 @@ pub async fn run(
     });
     let gauges = {
         let context = context.clone();
-        tokio::spawn(async move {
+        Background::spawn(async move {
             loop {
                 context.refresh_metrics();
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -331,14 +332,8 @@ pub async fn run(
             }
         })
         .await;
-    gauges.abort();
+    drop((gauges, mcn_task, own_node_watch));
     context.refresh_metrics();
-    if let Some(task) = mcn_task {
-        task.abort();
-    }
-    if let Some(task) = own_node_watch {
-        task.abort();
-    }
     info!("drift coordinator stopped");
     Ok(())
 }

@@ -32,6 +32,7 @@ use crate::api::{
 };
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::metrics::{GATES, Metrics};
+use crate::tasks::Background;
 use crate::{Error, Result};
 
 /// The Machine resource (machine.openshift.io/v1beta1), for writes.
@@ -88,7 +89,10 @@ pub struct Context {
 /// right after it is persisted and before it acts; an `Err` abandons the pass there, which is
 /// what a crash at that point leaves behind.
 #[derive(Clone)]
-pub struct PersistHook(pub Arc<dyn Fn(&str) -> std::result::Result<(), ()> + Send + Sync>);
+pub struct PersistHook(pub Arc<PersistFn>);
+
+/// What a [`PersistHook`] calls: `Err` abandons the pass.
+pub type PersistFn = dyn Fn(&str) -> std::result::Result<(), ()> + Send + Sync;
 
 impl std::fmt::Debug for PersistHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -279,13 +283,13 @@ pub async fn run(
     let machine_nodes = feeds.remove(0);
     let Some(drift) = drift else {
         let result = run_machines(client, clock, options, machine_nodes, shutdown).await;
-        node_watch.abort();
+        drop(node_watch);
         return result;
     };
     let drift_nodes = feeds.remove(0);
     // One shutdown for both.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let signal = tokio::spawn(async move {
+    let signal = Background::spawn(async move {
         shutdown.await;
         let _ = stop.send(true);
     });
@@ -308,8 +312,7 @@ pub async fn run(
             until_stopped(stopped)
         ),
     );
-    signal.abort();
-    node_watch.abort();
+    drop((signal, node_watch));
     machines.and(drifts)
 }
 
@@ -401,8 +404,10 @@ async fn run_machines(
         placement: options.placement,
     });
     context.metrics.set_leader(context.leadership.is_leading());
+    // Background: they stop with this function, also when it is dropped mid-way (leadership
+    // lost): nothing may go on reading BMCs for a controller that is gone.
     let monitor = options.power_poll.map(|interval| {
-        tokio::spawn(super::monitor::run(
+        Background::spawn(super::monitor::run(
             context.clone(),
             interval,
             options.power_poll_seed,
@@ -410,7 +415,7 @@ async fn run_machines(
     });
     let gauges = {
         let context = context.clone();
-        tokio::spawn(async move {
+        Background::spawn(async move {
             loop {
                 context.refresh_metrics();
                 tokio::time::sleep(GAUGE_REFRESH).await;
@@ -464,10 +469,7 @@ async fn run_machines(
             }
         })
         .await;
-    gauges.abort();
-    if let Some(monitor) = monitor {
-        monitor.abort();
-    }
+    drop((gauges, monitor));
     context.refresh_metrics();
     info!("controller stopped");
     Ok(())

@@ -12,6 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tracing::warn;
 
 use super::slim;
+use crate::tasks::Background;
 use crate::{Error, Result};
 
 /// How many Node changes the shared watch holds for a consumer that is behind (it waits
@@ -28,11 +29,9 @@ pub struct NodeFeed {
     pub changes: reflector::ReflectHandle<Node>,
 }
 
-/// Starts the Node watch for `consumers` consumers; the task drives it.
-pub fn watch_nodes(
-    client: &Client,
-    consumers: usize,
-) -> Result<(Vec<NodeFeed>, tokio::task::JoinHandle<()>)> {
+/// Starts the Node watch for `consumers` consumers; the returned task drives it, and stops it
+/// when dropped.
+pub fn watch_nodes(client: &Client, consumers: usize) -> Result<(Vec<NodeFeed>, Background)> {
     let (store, writer) = reflector::store_shared::<Node>(NODE_CHANGES_BUFFER);
     let feeds = (0..consumers)
         .map(|_| {
@@ -55,5 +54,5 @@ pub fn watch_nodes(
                 warn!(%error, "Node watch failed; retrying");
             }
         });
-    Ok((feeds, tokio::spawn(watch)))
+    Ok((feeds, Background::spawn(watch)))
 }
