@@ -907,9 +907,16 @@ async fn delete_machine_on_failure_deletes_only_a_machine_set_worker() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(lab.api.get(MACHINES, MACHINE_NAMESPACE, "worker-1").is_ok());
-    let events = lab.events_text();
-    assert!(events.contains("MachineDeleted"), "{events}");
-    assert!(events.contains("no MachineSet controls it"), "{events}");
+    // The Events follow the persisted Failed phase: wait for them, do not race them.
+    eventually(
+        "MachineDeleted and MachineKept Events",
+        Duration::from_secs(30),
+        || async {
+            let events = lab.events_text();
+            events.contains("MachineDeleted") && events.contains("no MachineSet controls it")
+        },
+    )
+    .await;
     assert!(
         lab.metrics
             .encode()

@@ -15,9 +15,10 @@ use super::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
 use super::power::Withdraw;
 use super::run::Pass;
 use super::state::{record_step, set_condition, strategy_name};
-use crate::Result;
+use crate::api::FenceStrategyName;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION};
 use crate::api::{Remediation, RemediationStatus};
+use crate::{Error, Result};
 
 /// How soon a held start is looked at again, at least and at most.
 const HELD_RECHECK_MIN: Duration = Duration::from_secs(1);
@@ -170,9 +171,11 @@ impl Pass {
             Step::RemakePowerOffRequest => {
                 status.power_off_request_remade = true;
                 record_step(&mut status, "PowerOffRequestRemade", None, now);
+                // The Fenced clock restarts: the proof must hold for a while from here.
+                status.phase_since = Some(super::state::rfc3339(now));
                 self.persist(remediation, status).await?;
                 let note = format!(
-                    "our power-off request {} was removed from the host after it was fenced (by an admin, another controller or a restore of the object); made again, once: the Node is released only on a new proof",
+                    "our power-off request {} was removed from the host after it was fenced (by an admin, another controller or a restore of the object); made again, once: the Node is released only on a proof that holds for half the power-off deadline from now",
                     self.reboot_annotation()
                 );
                 self.event(remediation, true, "PowerOffRequestRemoved", note)
@@ -373,6 +376,9 @@ impl Pass {
         };
         record_step(&mut status, before, None, now);
         self.persist(remediation, status.clone()).await?;
+        // The step's own persist took a round trip: a BareMetalHost is read once more, right
+        // before the release, so that the proof is the last thing between a read and the call.
+        let proof = self.proof_right_before_release(remediation, proof).await?;
         self.context.leadership.ensure()?;
         match mode {
             ReleaseMode::Delete => execute::delete_node(proof, &nodes).await?,
@@ -382,6 +388,26 @@ impl Pass {
         self.persist(remediation, status).await?;
         self.event(remediation, false, reason, note).await;
         Ok(())
+    }
+
+    /// The proof to spend: a BMC's as given (two reads a moment ago), a BareMetalHost's taken
+    /// again from a fresh GET for the same Node.
+    async fn proof_right_before_release(
+        &self,
+        remediation: &Remediation,
+        proof: ConfirmedOff,
+    ) -> Result<ConfirmedOff> {
+        if proof.strategy() != FenceStrategyName::BareMetalHostRebootApi {
+            return Ok(proof);
+        }
+        let mut target = self.fence_target(remediation, proof.strategy(), None);
+        target.node = proof.node().cloned();
+        self.take_proof(remediation, &target)
+            .await
+            .map_err(|not_fenced| Error::Invalid {
+                object: format!("Remediation {}", remediation.name_any()),
+                reason: format!("the proof did not hold right before the release: {not_fenced}"),
+            })
     }
 
     /// Fails the remediation. A host whose Node never came back was fenced and released: it

@@ -11,7 +11,9 @@
 //! 3. `Fenced`: back up the Node (delete mode), then release it (delete it, or taint it
 //!    out-of-service) on fresh proof → `NodeReleased`. From here on the cycle completes even
 //!    if the trigger goes away: the host must not stay off. If the proof cannot be taken
-//!    again: our request removed by someone else → re-made once; the host read On → a new
+//!    again: our request removed by someone else → re-made once (the `Fenced` clock restarts,
+//!    and the proof must then hold for half the power-off deadline before the release, since a
+//!    BareMetalHost's status is its operator's last read); the host read On → a new
 //!    power cycle while attempts remain, else `Failed` (`FenceLost`, the Node kept); no proof
 //!    within the power-off deadline → `Failed` (`FenceLost`).
 //! 4. `NodeReleased` → request power-on (`PoweringOn`).
@@ -302,6 +304,12 @@ fn fenced(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
         ));
     }
     match &observed.fence {
+        // After our request was made again, a BareMetalHost's `poweredOn: false` may be the
+        // operator's last read from before it acted on the gap (powering the host on): the
+        // proof must hold for a while before it counts.
+        Ok(()) if state.request_remade && waited < remade_dwell(policy) => Step::Wait {
+            after: policy.poll.min(remade_dwell(policy) - waited),
+        },
         Ok(()) => match (policy.release, &observed.node, state.node_backed_up) {
             (ReleaseMode::Delete, NodeView::Present { .. }, false) => Step::BackUpNode,
             (mode, _, _) => Step::ReleaseNode(mode),
@@ -319,6 +327,13 @@ fn fenced(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
             after: policy.poll.min(policy.power_off_timeout - waited),
         },
     }
+}
+
+/// How long the proof must hold after our request was made again (the `Fenced` clock
+/// restarts at the remake): half the power-off deadline, the time the host's operator was
+/// given to power it off in the first place, so a power-on it began in the gap shows first.
+fn remade_dwell(policy: &PlanPolicy) -> Duration {
+    policy.power_off_timeout / 2
 }
 
 fn powering_on(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
@@ -618,7 +633,10 @@ mod tests {
                 enter(s, Phase::PoweringOff);
             }
             Step::MarkFenced => enter(s, Phase::Fenced),
-            Step::RemakePowerOffRequest => s.request_remade = true,
+            Step::RemakePowerOffRequest => {
+                s.request_remade = true;
+                s.phase_since = now;
+            }
             Step::BackUpNode => s.node_backed_up = true,
             Step::ReleaseNode(_) if failing => {}
             Step::ReleaseNode(_) => enter(s, Phase::NodeReleased),
@@ -643,11 +661,11 @@ mod tests {
     }
 
     /// The longest a remediation may take once started: every attempt through every
-    /// strategy's power-off deadline, the release deadline and the Node deadline, then the
-    /// restore deadline.
+    /// strategy's power-off deadline, the release deadline (twice: a remake restarts it) and
+    /// the Node deadline, then the restore deadline.
     fn bound(policy: &PlanPolicy) -> Duration {
         let strategies = u32::try_from(policy.strategies).unwrap();
-        let cycle = policy.power_off_timeout * (strategies + 1) + policy.node_timeout;
+        let cycle = policy.power_off_timeout * (strategies + 2) + policy.node_timeout;
         cycle * policy.max_attempts + policy.node_timeout + policy.poll * 4
     }
 
@@ -881,6 +899,20 @@ mod tests {
             next_step(&remade, &missing, &policy()),
             Step::Fail(FailReason::FenceLost(_))
         ));
+        // After the remake, the proof must hold for half the power-off deadline.
+        let proven_at = |secs: u64| Observed {
+            now: Duration::from_secs(secs),
+            fence: Ok(()),
+            ..observed()
+        };
+        assert!(matches!(
+            next_step(&remade, &proven_at(1029), &policy()),
+            Step::Wait { .. }
+        ));
+        assert_eq!(
+            next_step(&remade, &proven_at(1030), &policy()),
+            Step::ReleaseNode(ReleaseMode::Delete)
+        );
         // On again: a new power cycle while attempts remain, else FenceLost.
         let on = with(Err(NotFenced::PoweredOn("on".into())));
         assert!(matches!(
