@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::annotations::DEFAULT_REBOOT_KEY;
 
-/// The policy. See the README's policy table for what each field does.
+/// The policy. See the policy table in docs/reference.md for what each field does.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "baremend.io",
