@@ -11,17 +11,27 @@
 //! 5. no step applied twice;
 //! 6. no power cycle on a trigger already consumed: a remediation starts (requests power-off)
 //!    only if its Machine's trigger appeared again since the previous one started, unless
-//!    that one failed (an operator deletes a Failed remediation to allow another).
+//!    that one failed (an operator deletes a Failed remediation to allow another);
+//! 7. no machine remediation requests power-off for a Node while it carries
+//!    `baremend.io/planned-reboot`, or while the Machine Config Operator is in the middle of
+//!    a re-apply on it (a drain request not carried out, the node held drained for an
+//!    update, the MCD `Working`, `post-config-action=Rebooting`) unless the drift
+//!    coordinator handed the node over (its latest DriftRemediation `Escalated`);
+//! 8. no DriftRemediation records `ForceFileRemoved` while the forcefile is still on the
+//!    node's disk at that instant, and no forcefile is left on any node at the end.
 
 use std::collections::HashMap;
 
 use baremend_sim::apiserver::{EventType, WatchEvent};
 use std::sync::Arc;
 
+use baremend_sim::cluster::mco::FORCE_FILE;
+use baremend_sim::cluster::mco::disk::NodeDisk;
 use baremend_sim::host::{Power, SimHost};
 use serde_json::Value;
 
-use crate::api::annotations::EXTERNAL_REMEDIATION;
+use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
+use crate::api::mco::{DESIRED_DRAIN, LAST_APPLIED_DRAIN, POST_CONFIG_ACTION, STATE};
 use crate::api::{Remediation, RemediationPhase};
 
 /// The out-of-service taint's key.
@@ -47,6 +57,50 @@ pub struct Checker {
     trigger_epoch: HashMap<String, u64>,
     /// Per Machine, the trigger epoch its latest remediation started in, and that remediation.
     started_in: HashMap<String, (u64, String)>,
+    /// Per Remediation, how many `PowerOffRequested` steps it has recorded.
+    power_off_steps: HashMap<String, usize>,
+    /// Per Node, as last committed: its planned-reboot mark, and how the MCO is busy on it.
+    mco_nodes: HashMap<String, (Option<String>, Option<String>)>,
+    /// Per Node, its newest DriftRemediation: attempt number and phase.
+    latest_drift: HashMap<String, (u64, String)>,
+    /// DriftRemediations that have recorded `ForceFileRemoved`.
+    force_file_removed: std::collections::HashSet<String>,
+    /// The nodes' simulated disks (seeds that run the MCO).
+    pub disks: HashMap<String, Arc<NodeDisk>>,
+}
+
+/// How the Machine Config Operator is in the middle of a re-apply on a Node (as JSON), or
+/// None when it is not.
+pub(super) fn mco_busy(node: &Value) -> Option<String> {
+    let get = |key: &str| {
+        node.pointer("/metadata/annotations")
+            .and_then(|a| a.get(key))
+            .and_then(Value::as_str)
+    };
+    let desired = get(DESIRED_DRAIN);
+    if desired.is_some() && desired != get(LAST_APPLIED_DRAIN) {
+        return Some(format!("drain request {desired:?} not carried out"));
+    }
+    if desired.is_some_and(|d| d.starts_with("drain-")) {
+        return Some("held drained for an update".into());
+    }
+    if get(STATE) == Some("Working") {
+        return Some("the MCD is Working".into());
+    }
+    if get(POST_CONFIG_ACTION) == Some("Rebooting") {
+        return Some("rebooting for the MCO".into());
+    }
+    None
+}
+
+/// How many times `step` is recorded in an object's status.
+fn step_count(object: &Value, step: &str) -> usize {
+    object
+        .pointer("/status/steps")
+        .and_then(Value::as_array)
+        .map_or(0, |steps| {
+            steps.iter().filter(|s| s["step"] == step).count()
+        })
 }
 
 fn under_way(phase: RemediationPhase) -> bool {
@@ -121,7 +175,70 @@ impl Checker {
             ("", "nodes") => self.node_change(event, hosts),
             ("baremend.io", "remediations") => self.remediation_change(event),
             ("machine.openshift.io", "machines") => self.machine_change(event),
+            ("baremend.io", "driftremediations") => self.drift_change(event),
             _ => {}
+        }
+    }
+
+    /// Invariant 8 at the commit: `ForceFileRemoved` recorded with the forcefile still there.
+    fn drift_change(&mut self, event: &WatchEvent) {
+        let name = event.key.name.clone();
+        if matches!(event.kind, EventType::Deleted) {
+            return;
+        }
+        let object = &event.object;
+        let Some(node) = object.pointer("/spec/nodeName").and_then(Value::as_str) else {
+            return;
+        };
+        let attempt = name
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        let phase = object
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or("Debouncing")
+            .to_owned();
+        let latest = self.latest_drift.entry(node.to_owned()).or_default();
+        if attempt >= latest.0 {
+            *latest = (attempt, phase);
+        }
+        if step_count(object, "ForceFileRemoved") > 0
+            && self.force_file_removed.insert(name.clone())
+        {
+            let left = self
+                .disks
+                .get(node)
+                .is_some_and(|d| d.get(FORCE_FILE).is_some());
+            if left {
+                self.violations.push(format!(
+                    "invariant 8: DriftRemediation {name} recorded ForceFileRemoved while \
+                     {FORCE_FILE} was still on {node}"
+                ));
+            }
+        }
+    }
+
+    /// Invariant 7, when the Remediation `key` of `machine` requests power-off.
+    fn check_no_planned_reboot(&mut self, machine: &str, key: &str) {
+        let Some((mark, busy)) = self.mco_nodes.get(machine) else {
+            return;
+        };
+        let handed_over = self
+            .latest_drift
+            .get(machine)
+            .is_some_and(|(_, phase)| phase == "Escalated");
+        if let Some(mark) = mark {
+            self.violations.push(format!(
+                "invariant 7: {key} requested power-off of {machine} while the Node carried \
+                 {PLANNED_REBOOT}={mark}"
+            ));
+        } else if let Some(busy) = busy.as_ref().filter(|_| !handed_over) {
+            self.violations.push(format!(
+                "invariant 7: {key} requested power-off of {machine} while the MCO was in \
+                 the middle of a re-apply ({busy})"
+            ));
         }
     }
 
@@ -174,10 +291,19 @@ impl Checker {
         match event.kind {
             EventType::Deleted => {
                 self.ready.remove(name);
+                self.mco_nodes.remove(name);
             }
             _ => {
                 self.ready
                     .insert(name.to_string(), node_ready(&event.object));
+                let mark = event
+                    .object
+                    .pointer("/metadata/annotations")
+                    .and_then(|a| a.get(PLANNED_REBOOT))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                self.mco_nodes
+                    .insert(name.to_string(), (mark, mco_busy(&event.object)));
             }
         }
     }
@@ -196,12 +322,18 @@ impl Checker {
         let before = self.phases.get(&key).map(|(_, p)| *p);
         if matches!(event.kind, EventType::Deleted) {
             self.phases.remove(&key);
+            self.power_off_steps.remove(&key);
             return;
         }
         self.phases.insert(key.clone(), (machine.clone(), phase));
         let started = under_way(phase) && !before.is_some_and(under_way);
         if started {
             self.check_trigger_fresh(&machine, &key);
+        }
+        let power_offs = step_count(&event.object, "PowerOffRequested");
+        let before_offs = self.power_off_steps.insert(key.clone(), power_offs);
+        if power_offs > before_offs.unwrap_or(0) {
+            self.check_no_planned_reboot(&machine, &key);
         }
         let running: Vec<&String> = self
             .phases
@@ -294,6 +426,15 @@ impl Checker {
                         "invariant 5: Remediation {name} did {step} {count} times in attempt {attempt}"
                     ));
                 }
+            }
+        }
+        let mut disks: Vec<(&String, &Arc<NodeDisk>)> = self.disks.iter().collect();
+        disks.sort_by_key(|(node, _)| *node);
+        for (node, disk) in disks {
+            if disk.get(FORCE_FILE).is_some() {
+                self.violations.push(format!(
+                    "invariant 8: {FORCE_FILE} left on {node} at the end"
+                ));
             }
         }
         let latest = latest_per_machine(remediations);
@@ -541,5 +682,111 @@ mod tests {
         step(&mut checker, "worker-0-3", "Failed");
         step(&mut checker, "worker-0-4", "PoweringOff");
         assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    }
+
+    /// Shows `checker` Node worker-0 with these annotations.
+    fn see_node(checker: &mut Checker, annotations: Value) {
+        let node = json!({"metadata": {"name": "worker-0", "annotations": annotations}});
+        let event = change("nodes", "", "worker-0", EventType::Modified, node);
+        checker.observe(&event, &hosts(Power::On));
+    }
+
+    /// Shows `checker` the DriftRemediation `name` of worker-0 in `phase`, with `steps`.
+    fn see_drift(checker: &mut Checker, name: &str, phase: &str, steps: &[&str]) {
+        let steps: Vec<Value> = steps.iter().map(|s| json!({"step": s})).collect();
+        let object = json!({"metadata": {"name": name}, "spec": {"nodeName": "worker-0"},
+            "status": {"phase": phase, "steps": steps}});
+        let event = change(
+            "driftremediations",
+            "baremend.io",
+            name,
+            EventType::Modified,
+            object,
+        );
+        checker.observe(&event, &HashMap::new());
+    }
+
+    #[test]
+    fn a_power_off_request_on_a_marked_node_or_during_an_mco_re_apply_is_a_violation() {
+        let drain = |desired: &str, applied: &str| json!({DESIRED_DRAIN: desired, LAST_APPLIED_DRAIN: applied});
+        let power_off = |checker: &mut Checker, name: &str| {
+            see_remediation(
+                checker,
+                name,
+                "worker-0",
+                "PoweringOff",
+                &["PowerOffRequested"],
+            );
+        };
+        // Marked: whatever the MCO shows.
+        let mut checker = Checker::new(2);
+        see_node(&mut checker, json!({PLANNED_REBOOT: "worker-0-1"}));
+        power_off(&mut checker, "worker-0-1");
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        assert!(checker.violations[0].starts_with("invariant 7: ns/worker-0-1"));
+        // Not marked, but a drain pending, then the reboot: a second request in each.
+        let mut checker = Checker::new(2);
+        see_node(
+            &mut checker,
+            drain("drain-rendered-a", "uncordon-rendered-a"),
+        );
+        power_off(&mut checker, "worker-0-1");
+        let mut rebooting = drain("drain-rendered-a", "drain-rendered-a");
+        rebooting[POST_CONFIG_ACTION] = json!("Rebooting");
+        see_node(&mut checker, rebooting);
+        see_remediation(
+            &mut checker,
+            "worker-0-1",
+            "worker-0",
+            "PoweringOff",
+            &["PowerOffRequested", "Failed", "PowerOffRequested"],
+        );
+        assert_eq!(checker.violations.len(), 2, "{:?}", checker.violations);
+        assert!(checker.violations[1].contains("middle of a re-apply"));
+        // Handed over by the drift coordinator, or the MCO idle: allowed.
+        let mut checker = Checker::new(2);
+        see_node(
+            &mut checker,
+            drain("drain-rendered-a", "uncordon-rendered-a"),
+        );
+        see_drift(&mut checker, "worker-0-1", "Escalated", &[]);
+        power_off(&mut checker, "worker-0-1");
+        see_node(
+            &mut checker,
+            drain("uncordon-rendered-a", "uncordon-rendered-a"),
+        );
+        power_off(&mut checker, "worker-0-2");
+        assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    }
+
+    #[test]
+    fn force_file_removed_with_the_forcefile_there_or_one_left_at_the_end_is_a_violation() {
+        let disk = Arc::new(NodeDisk::default());
+        let mut checker = Checker::new(1);
+        checker.disks.insert("worker-0".into(), disk.clone());
+        disk.put(
+            FORCE_FILE,
+            baremend_sim::cluster::mco::disk::SimFile::regular(b"", 0o644),
+        );
+        see_drift(&mut checker, "worker-0-1", "Failed", &["Failed"]);
+        assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+        see_drift(
+            &mut checker,
+            "worker-0-1",
+            "Failed",
+            &["Failed", "ForceFileRemoved"],
+        );
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        assert!(checker.violations[0].starts_with("invariant 8: DriftRemediation worker-0-1"));
+        checker.finish(&[], &hosts(Power::On));
+        assert_eq!(checker.violations.len(), 2, "{:?}", checker.violations);
+        assert!(checker.violations[1].contains("left on worker-0 at the end"));
+        // Gone before the step is recorded, and nothing left: no violation.
+        disk.remove(FORCE_FILE);
+        let mut checker = Checker::new(1);
+        checker.disks.insert("worker-0".into(), disk);
+        see_drift(&mut checker, "worker-0-2", "Failed", &["ForceFileRemoved"]);
+        checker.finish(&[], &hosts(Power::On));
+        assert!(checker.violations.is_empty(), "{:?}", checker.violations);
     }
 }

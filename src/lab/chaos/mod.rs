@@ -2,14 +2,20 @@
 //! cluster under BMC faults (latency, 5xx, dropped connections, stuck or flapping power,
 //! credential changes), API server faults (409, 429, 5xx, dropped or slow watches, 410 Gone),
 //! controller crashes and restarts, leader changes, node hangs, false alarms and triggers
-//! removed mid-flow — with the invariants of [`check`] checked over the recorded history.
+//! removed mid-flow, our reboot requests removed by someone else, and (in a share of the
+//! seeds, which run the simulated Machine Config Operator) config drift whose re-apply the
+//! MCO finishes late or whose helper pod hangs — with the invariants of [`check`] checked
+//! over the recorded history.
 //!
 //! `baremend lab --scenario chaos --seeds N [--first-seed S] [--jobs J]` runs seeds S..S+N
 //! and prints a summary; a failing seed prints the command that replays it alone.
 
 pub mod check;
+mod drift;
 pub mod plan;
 mod settle;
+
+pub use self::drift::DriftOutcome;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,6 +35,7 @@ use self::check::Checker;
 use self::plan::{Fault, WORKERS};
 use self::settle::{list_remediations, settle};
 use super::setup::LabCluster;
+use crate::api::Remediation;
 use crate::leader::LeaseConfig;
 use crate::metrics::Metrics;
 use crate::remediation::controller::{ControllerOptions, run_elected};
@@ -46,6 +53,12 @@ fn timing() -> Timing {
         mhc_period: Duration::from_millis(40),
         unhealthy_timeout: Duration::from_millis(200),
         bmo_period: Duration::from_millis(40),
+        // The MCO's (only seeds with a drift scenario run it): its retries and drains well
+        // within the drift policy's deadlines of a second or more.
+        mcd_period: Duration::from_millis(50),
+        mcd_max_backoff: Duration::from_millis(400),
+        drain_retry: Duration::from_millis(100),
+        drain_threshold: Duration::from_secs(1),
         ..Timing::fast()
     }
 }
@@ -73,6 +86,8 @@ pub struct SeedOutcome {
     pub requests_remade: usize,
     /// Remediations that failed `FenceLost` (the proof could not be taken again).
     pub fence_lost: usize,
+    /// The seed's config-drift scenario, if it drew one.
+    pub drift: Option<DriftOutcome>,
     /// How long it took.
     pub took: Duration,
 }
@@ -91,6 +106,8 @@ struct Replica {
 fn start_replica(lab: &LabCluster, identity: String) -> Replica {
     let client = lab.client.clone();
     let name = identity.clone();
+    // The drift coordinator runs where the MCO does.
+    let drift_image = lab.cluster.mco().map(|_| drift::HELPER_IMAGE.to_owned());
     let task = tokio::spawn(async move {
         for restart in 0u32.. {
             let identity = format!("{name}.{restart}");
@@ -98,6 +115,7 @@ fn start_replica(lab: &LabCluster, identity: String) -> Replica {
                 instance: identity.clone(),
                 poll: Duration::from_millis(50),
                 metrics: Arc::new(Metrics::new()),
+                drift_helper_image: drift_image.clone(),
                 ..ControllerOptions::default()
             };
             let lease = LeaseConfig {
@@ -144,6 +162,7 @@ fn secret_password(lab: &LabCluster, host: &str, password: &str) {
 pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
     let started = Instant::now();
     let plan = plan::plan(seed);
+    let drift = plan.drift().cloned();
     let spec = ClusterSpec {
         masters: 3,
         workers: WORKERS,
@@ -151,12 +170,20 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         seed,
         // The health check reports every unhealthy Machine; our storm gate is what is tested.
         max_unhealthy: "100%".into(),
+        mco: drift.is_some(),
+        // Three of the four workers: a drift start is held by the pool's budget only while
+        // the others are all disrupted, never for good by one host a failed remediation
+        // keeps off.
+        mco_max_unavailable: json!(3),
         ..ClusterSpec::default()
     };
     let lab = LabCluster::start(spec).await?;
     lab.install_policy(plan.policy.clone()).await?;
     for host in &plan.detached {
         lab.detach(host)?;
+    }
+    if let Some(fault) = &drift {
+        drift::prepare(&lab, fault).await?;
     }
     let hosts: HashMap<String, Arc<SimHost>> = lab
         .cluster
@@ -175,6 +202,9 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         .collect();
     for node in lab.api.list(baremend_sim::cluster::local::NODES, None) {
         checker.seed_node(&node);
+    }
+    if let Some(mco) = lab.cluster.mco() {
+        checker.disks = mco.disks.clone();
     }
     let checker = Arc::new(Mutex::new(checker));
     // Every change is judged as it is committed, against the hosts' power at that instant.
@@ -196,10 +226,15 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         .collect();
     let mut next_replica = plan.replicas;
     let mut restores: Vec<Restore> = Vec::new();
+    let mut scenario = None;
     let window_start = Instant::now();
     for (at, fault) in &plan.events {
         let due = window_start + *at;
         tokio::time::sleep_until(due.into()).await;
+        if let Some(task) = drift::play(&lab, fault) {
+            scenario = Some(task);
+            continue;
+        }
         apply(
             &lab,
             fault,
@@ -231,6 +266,14 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         replicas.push(start_replica(&lab, format!("replica-{next_replica}")));
     }
 
+    // The drift scenario follows its remediation beyond the window; it ends by itself.
+    let played = match scenario {
+        Some(task) => task.await.unwrap_or_else(|error| drift::Played {
+            stalled: Some(format!("its task failed: {error}")),
+            ..drift::Played::default()
+        }),
+        None => drift::Played::default(),
+    };
     let settled = settle(&lab).await;
     let remediations = list_remediations(&lab).await?;
     for replica in &replicas {
@@ -240,9 +283,35 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
     if let Err(why) = settled {
         checker.violations.push(format!("invariant 2: {why}"));
     }
+    if let Some(what) = &played.stalled {
+        checker.violations.push(format!(
+            "invariant 2: the drift scenario waited in vain for {what}"
+        ));
+    }
     checker.finish(&remediations, &hosts);
+    let (phases, requests_remade, fence_lost) = tally(&remediations);
+    let drift = drift
+        .as_ref()
+        .and_then(|fault| drift::outcome(&lab.api, fault, &played));
+    Ok(SeedOutcome {
+        seed,
+        requests_remade,
+        fence_lost,
+        drift,
+        violations: checker.violations,
+        phases,
+        faults: plan.events.len(),
+        peak_concurrent: checker.peak_concurrent,
+        released_on_lies: checker.released_on_lies,
+        took: started.elapsed(),
+    })
+}
+
+/// The remediations of a seed by final phase, and how many had their reboot request made
+/// again, or failed `FenceLost`.
+fn tally(remediations: &[Remediation]) -> (HashMap<String, usize>, usize, usize) {
     let mut phases = HashMap::new();
-    for remediation in &remediations {
+    for remediation in remediations {
         let phase = remediation
             .status
             .as_ref()
@@ -268,17 +337,7 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
             })
         })
         .count();
-    Ok(SeedOutcome {
-        seed,
-        requests_remade,
-        fence_lost,
-        violations: checker.violations,
-        phases,
-        faults: plan.events.len(),
-        peak_concurrent: checker.peak_concurrent,
-        released_on_lies: checker.released_on_lies,
-        took: started.elapsed(),
-    })
+    (phases, requests_remade, fence_lost)
 }
 
 async fn apply(
@@ -407,6 +466,8 @@ async fn apply(
         Fault::RemoveRebootRequest(host) => {
             strike_at_fence(lab.api.clone(), host.clone(), FAULT_WINDOW);
         }
+        // Played by `drift::play` (see `run_seed`), never applied here.
+        Fault::LateMcoReboot(_) | Fault::PendingForceHelper { .. } => {}
         Fault::LaggingHostCache { host, ms } => {
             let server = lab.cluster.api_server();
             server.inject(FaultRule {
@@ -507,6 +568,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut peak = 0;
     let mut lies = 0;
     let (mut remade, mut lost) = (0, 0);
+    let mut drift = drift::DriftTally::default();
     for outcome in &outcomes {
         match outcome {
             Ok(o) => {
@@ -522,6 +584,9 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
                 lies += o.released_on_lies;
                 remade += o.requests_remade;
                 lost += o.fence_lost;
+                if let Some(scenario) = &o.drift {
+                    drift.add(scenario);
+                }
             }
             Err(_) => errors += 1,
         }
@@ -530,7 +595,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut phase_list: Vec<(String, usize)> = phases.into_iter().collect();
     phase_list.sort();
     println!(
-        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost",
+        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost{}",
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64(),
         failed.len(),
@@ -538,7 +603,8 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
             .iter()
             .map(|(p, c)| format!("{p} {c}"))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        drift.summary()
     );
     if failed.is_empty() && errors == 0 {
         Ok(())

@@ -101,6 +101,34 @@ pub enum Fault {
         /// How late the watch answers.
         ms: u64,
     },
+    /// The seed runs the simulated Machine Config Operator and the drift coordinator. A file
+    /// of the worker's rendered config is changed by hand while its kubelet holds pod starts;
+    /// once the forcefile is requested, a PodDisruptionBudget appears that blocks the MCO's
+    /// drain and the hold is let go. The drift remediation fails `DrainTimeout`, the budget
+    /// goes, the MCO's own drain completes and it reboots the node late — and a health check
+    /// takes that reboot for a failure (the harness sets the trigger as the MCD announces it).
+    LateMcoReboot(String),
+    /// The seed runs the simulated MCO and the drift coordinator. A file of the worker's
+    /// rendered config is changed by hand while its kubelet holds pod starts (an image pull
+    /// that hangs), so the force helper is still Pending when the pickup timeout expires; the
+    /// hold is let go once the remediation failed or, with `until_deleted`, only once the
+    /// coordinator is deleting the helper (which still writes the forcefile once).
+    PendingForceHelper {
+        /// The worker.
+        node: String,
+        /// Let go only once the force helper is being deleted.
+        until_deleted: bool,
+    },
+}
+
+impl Fault {
+    /// The worker of a config-drift scenario, if this is one.
+    pub fn drift_node(&self) -> Option<&str> {
+        match self {
+            Fault::LateMcoReboot(node) | Fault::PendingForceHelper { node, .. } => Some(node),
+            _ => None,
+        }
+    }
 }
 
 /// A seed's plan.
@@ -119,6 +147,20 @@ pub struct Plan {
     /// Faults, at their time from the start.
     pub events: Vec<(Duration, Fault)>,
 }
+
+impl Plan {
+    /// The seed's config-drift scenario (then it runs the MCO and the drift coordinator).
+    pub fn drift(&self) -> Option<&Fault> {
+        self.events
+            .iter()
+            .map(|(_, fault)| fault)
+            .find(|fault| fault.drift_node().is_some())
+    }
+}
+
+/// The share of seeds, in percent, that run the MCO with a config-drift scenario: each takes
+/// a few seconds longer, and the CI run of 200 seeds must stay within its time.
+const DRIFT_PERCENT: u64 = 25;
 
 /// Workers of the chaos cluster (three control-plane hosts come with them).
 pub const WORKERS: usize = 4;
@@ -253,6 +295,10 @@ pub fn plan(seed: u64) -> Plan {
         };
         events.push((at, fault));
     }
+    // Drawn last of all, for the same reason.
+    if rng.chance(DRIFT_PERCENT) {
+        events.push(drift_scenario(&mut rng, &workers, &events));
+    }
     events.sort_by_key(|(at, _)| *at);
     Plan {
         seed,
@@ -262,6 +308,36 @@ pub fn plan(seed: u64) -> Plan {
         replicas,
         events,
     }
+}
+
+/// A config-drift scenario on a worker no hang is planned on: a hung node cannot run the
+/// MCO's re-apply, and the scenario is about the MCO and the health check, not a hang.
+fn drift_scenario(
+    rng: &mut Rng,
+    workers: &[String],
+    events: &[(Duration, Fault)],
+) -> (Duration, Fault) {
+    let calm: Vec<String> = workers
+        .iter()
+        .filter(|w| {
+            !events
+                .iter()
+                .any(|(_, f)| matches!(f, Fault::Hang(h) if h == *w))
+        })
+        .cloned()
+        .collect();
+    // At most two of the four workers hang, so some worker is always calm.
+    let node = rng.pick(&calm).clone();
+    let at = rng.within(1500);
+    let fault = if rng.chance(50) {
+        Fault::LateMcoReboot(node)
+    } else {
+        Fault::PendingForceHelper {
+            node,
+            until_deleted: rng.chance(50),
+        }
+    };
+    (at, fault)
 }
 
 #[cfg(test)]
@@ -291,6 +367,77 @@ mod tests {
                     .all(|(at, _)| *at < Duration::from_millis(2500))
             );
             assert!(p.events.windows(2).all(|w| w[0].0 <= w[1].0));
+        }
+    }
+
+    #[test]
+    fn a_share_of_seeds_draws_a_drift_scenario_on_a_worker_no_hang_is_planned_on() {
+        let mut drifts = 0;
+        let (mut late, mut pending) = (0, 0);
+        for seed in 0..1000 {
+            let p = plan(seed);
+            let scenarios: Vec<&Fault> = p
+                .events
+                .iter()
+                .map(|(_, f)| f)
+                .filter(|f| f.drift_node().is_some())
+                .collect();
+            assert!(scenarios.len() <= 1, "seed {seed}: {scenarios:?}");
+            let Some(fault) = p.drift() else { continue };
+            drifts += 1;
+            let node = fault.drift_node().unwrap_or_default();
+            assert!(node.starts_with("worker-"), "{fault:?}");
+            assert!(
+                !p.events
+                    .iter()
+                    .any(|(_, f)| matches!(f, Fault::Hang(h) if h == node)),
+                "seed {seed}: drift on a hung worker"
+            );
+            match fault {
+                Fault::LateMcoReboot(_) => late += 1,
+                _ => pending += 1,
+            }
+        }
+        assert!((200..300).contains(&drifts), "{drifts} of 1000");
+        assert!(
+            late > 80 && pending > 80,
+            "{late} late reboots, {pending} pending helpers"
+        );
+    }
+
+    /// FNV-1a of a plan's faults other than the drift scenario, with its policy.
+    fn fingerprint(p: &Plan) -> u64 {
+        let kept: Vec<&(Duration, Fault)> = p
+            .events
+            .iter()
+            .filter(|(_, f)| f.drift_node().is_none())
+            .collect();
+        let text = format!("{kept:?} {} {:?} {}", p.policy, p.detached, p.replicas);
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    #[test]
+    fn the_replayed_seeds_keep_the_faults_they_were_found_with() {
+        // Taken when the drift scenarios were added, and checked then against the generator
+        // before them over 5,000 seeds (their draws come after every earlier one):
+        // tests/chaos.rs replays these seeds for the bugs their faults found.
+        let expected = [
+            (186, 8_199_854_600_445_260_617),
+            (1708, 11_720_000_436_783_100_524),
+            (86, 15_753_879_690_746_106_532),
+            (348, 679_901_597_777_379_232),
+            (470, 16_034_656_162_238_027_537),
+        ];
+        let got: Vec<(u64, u64)> = expected
+            .iter()
+            .map(|(seed, _)| (*seed, fingerprint(&plan(*seed))))
+            .collect();
+        assert_eq!(got, expected);
+        // Nor do they run the MCO: they replay exactly as they did.
+        for (seed, _) in expected {
+            assert!(plan(seed).drift().is_none(), "seed {seed}");
         }
     }
 }

@@ -26,7 +26,9 @@ pub(super) async fn list_remediations(lab: &LabCluster) -> Result<Vec<Remediatio
 
 /// Waits until nothing is left to do: every Remediation ended, every Node back and Ready
 /// unless its Machine's latest remediation failed, and no trigger without a failed
-/// remediation — twice in a row, 300 ms apart.
+/// remediation; where the MCO runs, also every DriftRemediation ended, no planned-reboot
+/// mark left and the MCO idle on every node (see [`super::drift::unsettled`]) — twice in a
+/// row, 300 ms apart.
 pub(super) async fn settle(lab: &LabCluster) -> std::result::Result<(), String> {
     let started = Instant::now();
     let mut calm = 0;
@@ -112,6 +114,11 @@ async fn unsettled(lab: &LabCluster) -> Option<String> {
         if triggered {
             return Some(format!("Machine {} is still triggered", info.name));
         }
+    }
+    if lab.cluster.mco().is_some() {
+        // A host kept off by a failed remediation runs no daemon: its MCO state is frozen.
+        let gone_for_good = |node: &str| latest_failed(&latest, node);
+        return super::drift::unsettled(&lab.api, &gone_for_good);
     }
     None
 }
