@@ -16,7 +16,7 @@ use super::classify::{ConfigState, classify};
 use super::controller::DriftContext;
 use super::observe::{self, attempt_number, node_observation, pool_of, pool_view};
 use super::pdb::blocking_budgets;
-use super::plan::{Action as PlanAction, Observed, PlanPolicy, next_step};
+use super::plan::{Action as PlanAction, Observed, PlanPolicy, next_step, recurrence_hold};
 use crate::api::mco::MachineConfigPool;
 use crate::api::{
     DriftAction, DriftPhase, DriftPolicySpec, DriftRemediation, DriftRemediationSpec,
@@ -140,6 +140,24 @@ impl Pass {
                         && r.spec.kind == drift.kind
                         && r.spec.target == drift.target
                 });
+                // One the recurrence cap failed waits out the window (else every debounce
+                // would open an attempt the cap fails at once, for as long as it stays).
+                let capped_at = latest
+                    .filter(|r| r.spec.kind == drift.kind && r.spec.target == drift.target)
+                    .and_then(|r| r.status.as_ref())
+                    .filter(|s| {
+                        s.phase == DriftPhase::Failed
+                            && s.conditions
+                                .iter()
+                                .any(|c| c.type_ == "Failed" && c.reason == "DriftRecurring")
+                    })
+                    .and_then(|s| s.detected_at.as_deref())
+                    .map(crate::remediation::state::parse_rfc3339);
+                let now = since_epoch(self.context.clock.now());
+                let window = Duration::from_secs(self.policy.recurrence_window_seconds);
+                if let Some(wait) = recurrence_hold(capped_at, now, window) {
+                    return Ok(Action::requeue(wait));
+                }
                 if !aborted_same {
                     let next = latest.map_or(0, |r| attempt_number(r)) + 1;
                     self.open(drift, next).await?;

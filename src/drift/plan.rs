@@ -531,6 +531,20 @@ fn applying(
     Step::Wait { after: policy.poll }
 }
 
+/// How long a new attempt on a drift must wait after the recurrence cap failed the last
+/// attempt on that same drift (`capped_at`: when that attempt detected it): until the
+/// recurrence window has passed since then, when the cap may allow one again. Without this
+/// wait, every debounce would open an attempt the cap fails at once, for as long as the drift
+/// stays. None: no wait.
+pub fn recurrence_hold(
+    capped_at: Option<Duration>,
+    now: Duration,
+    window: Duration,
+) -> Option<Duration> {
+    let until = capped_at? + window;
+    (now < until).then(|| until - now)
+}
+
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;

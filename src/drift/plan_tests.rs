@@ -510,3 +510,25 @@ fn our_own_drain_before_a_restore_cordons_evicts_restores_then_uncordons() {
         Step::Succeed
     );
 }
+
+#[test]
+fn a_drift_the_recurrence_cap_failed_waits_out_the_window_before_another_attempt() {
+    let window = Duration::from_secs(3600);
+    let capped = Some(Duration::from_secs(1000));
+    assert_eq!(
+        recurrence_hold(capped, Duration::from_secs(1000), window),
+        Some(window)
+    );
+    assert_eq!(
+        recurrence_hold(capped, Duration::from_secs(4000), window),
+        Some(Duration::from_secs(600))
+    );
+    assert_eq!(
+        recurrence_hold(capped, Duration::from_secs(4600), window),
+        None
+    );
+    assert_eq!(
+        recurrence_hold(None, Duration::from_secs(1000), window),
+        None
+    );
+}

@@ -376,13 +376,22 @@ impl Pass {
         };
         record_step(&mut status, before, None, now);
         self.persist(remediation, status.clone()).await?;
-        // The step's own persist took a round trip: a BareMetalHost is read once more, right
-        // before the release, so that the proof is the last thing between a read and the call.
-        let proof = self.proof_right_before_release(remediation, proof).await?;
-        self.context.leadership.ensure()?;
+        // The step's own persist (and the taint's read of the Node) take round trips: a
+        // BareMetalHost is read once more after them, so that the proof is the last read
+        // before the call.
         match mode {
-            ReleaseMode::Delete => execute::delete_node(proof, &nodes).await?,
-            ReleaseMode::OutOfService => execute::taint_out_of_service(proof, &nodes).await?,
+            ReleaseMode::Delete => {
+                let proof = self.proof_right_before_release(remediation, proof).await?;
+                self.context.leadership.ensure()?;
+                execute::delete_node(proof, &nodes).await?;
+            }
+            ReleaseMode::OutOfService => {
+                if let Some(node) = execute::read_node(&nodes, &name).await? {
+                    let proof = self.proof_right_before_release(remediation, proof).await?;
+                    self.context.leadership.ensure()?;
+                    execute::taint_out_of_service(proof, &nodes, node).await?;
+                }
+            }
         }
         record_step(&mut status, after, Some(Phase::NodeReleased), now);
         self.persist(remediation, status).await?;

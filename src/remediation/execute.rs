@@ -95,24 +95,31 @@ fn taints_of(node: &Node) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// Adds `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` to the Node the proof
-/// names, read fresh: a Node with another UID (registered again under the same name) is
-/// refused. The whole taint list is written with the Node's resourceVersion, so a concurrent
-/// change is never overwritten (a conflict is an error and is retried).
-pub(crate) async fn taint_out_of_service(proof: ConfirmedOff, nodes: &Api<Node>) -> Result<()> {
-    let Some(identity) = proof.node() else {
-        return Ok(());
-    };
-    // A list by name rather than a GET: the ClusterRole needs no `get` on Nodes for it.
-    let selected = ListParams::default().fields(&format!("metadata.name={}", identity.name));
-    let Some(node) = nodes
+/// The Node named `name`, read from the API server now. A list by name rather than a GET: the
+/// ClusterRole needs no `get` on Nodes for it.
+pub(crate) async fn read_node(nodes: &Api<Node>, name: &str) -> Result<Option<Node>> {
+    let selected = ListParams::default().fields(&format!("metadata.name={name}"));
+    Ok(nodes
         .list(&selected)
         .await
         .map_err(Error::kube("ReadNode"))?
         .items
         .into_iter()
-        .next()
-    else {
+        .next())
+}
+
+/// Adds `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` to `node`, read fresh by
+/// the caller just before the proof was taken (so that the proof is the last read before the
+/// write), if it is the Node the proof names: a Node with another UID (registered again under
+/// the same name) is refused. The whole taint list is written with the Node's
+/// resourceVersion, so a concurrent change is never overwritten (a conflict is an error and is
+/// retried).
+pub(crate) async fn taint_out_of_service(
+    proof: ConfirmedOff,
+    nodes: &Api<Node>,
+    node: Node,
+) -> Result<()> {
+    let Some(identity) = proof.node() else {
         return Ok(());
     };
     if node.metadata.uid.as_deref() != Some(identity.uid.as_str()) {
