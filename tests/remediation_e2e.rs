@@ -985,7 +985,6 @@ async fn malformed_machines_and_secrets_get_an_error_and_an_event_and_nothing_is
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_cache_lagging_behind_the_trigger_removal_starts_no_second_power_cycle() {
-    use baremend_sim::apiserver::FaultRule;
     let lab = Lab::start(fast(), fast_policy()).await;
     lab.cluster.hang("worker-0");
     lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
@@ -993,15 +992,7 @@ async fn a_machine_cache_lagging_behind_the_trigger_removal_starts_no_second_pow
     // it still shows the trigger when the Remediation's Succeeded arrives. Only the
     // cluster-wide watch is slowed, not reads of one Machine.
     let server = lab.cluster.api_server();
-    server.inject(FaultRule {
-        method: Some("GET".into()),
-        path_contains: Some("v1beta1/machines".into()),
-        status: 0,
-        count: Some(1),
-        retry_after: None,
-        delay_ms: 6_000,
-    });
-    server.drop_watches();
+    server.slow_watch("v1beta1/machines", 6_000);
     lab.succeeded("worker-0-1").await;
     // Until the slowed watch has answered (the delay runs from when it was taken) and the
     // controller has seen the Machine as it is.
@@ -1172,7 +1163,6 @@ fn has_step(remediation: &Option<Remediation>, step: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_bare_metal_host_cache_cannot_release_a_node() {
-    use baremend_sim::apiserver::FaultRule;
     let lab = Lab::start(fast(), fast_policy()).await;
     let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
     block_node_deletion(&lab, "worker-0");
@@ -1181,15 +1171,7 @@ async fn a_lagging_bare_metal_host_cache_cannot_release_a_node() {
     // The controller's BareMetalHost watch freezes on `poweredOn: false` (only the
     // cluster-wide watch is slowed, not a read of one host)...
     let server = lab.cluster.api_server();
-    server.inject(FaultRule {
-        method: Some("GET".into()),
-        path_contains: Some("v1alpha1/baremetalhosts".into()),
-        status: 0,
-        count: Some(1),
-        retry_after: None,
-        delay_ms: 60_000,
-    });
-    server.drop_watches();
+    server.slow_watch("v1alpha1/baremetalhosts", 60_000);
     // ...while the host comes back on and stays on whatever its operator asks.
     let host = &lab.cluster.host("worker-0").unwrap().host;
     let mut faults = host.faults();

@@ -348,6 +348,22 @@ impl ApiServer {
         let _ = self.state.stop_watches.send(());
     }
 
+    /// Makes one kind's cache lag: every watch ends now, and the next GET whose path contains
+    /// `path` (the re-list or re-watch; name the cluster-wide path, e.g.
+    /// `v1alpha1/baremetalhosts`, so that reads of one object stay prompt) is answered `ms`
+    /// late.
+    pub fn slow_watch(&self, path: &str, ms: u64) {
+        self.inject(FaultRule {
+            method: Some("GET".into()),
+            path_contains: Some(path.into()),
+            status: 0,
+            count: Some(1),
+            retry_after: None,
+            delay_ms: ms,
+        });
+        self.drop_watches();
+    }
+
     /// Forgets the watch history: every older resourceVersion becomes 410 Gone.
     pub fn compact(&self) {
         self.state.store.compact();

@@ -416,18 +416,7 @@ async fn apply(
             delay_ms: 0,
         }),
         Fault::DropWatches => lab.cluster.api_server().drop_watches(),
-        Fault::SlowWatch { path, ms } => {
-            let server = lab.cluster.api_server();
-            server.inject(FaultRule {
-                method: Some("GET".into()),
-                path_contains: Some(path.clone()),
-                status: 0,
-                count: Some(1),
-                retry_after: None,
-                delay_ms: *ms,
-            });
-            server.drop_watches();
-        }
+        Fault::SlowWatch { path, ms } => lab.cluster.api_server().slow_watch(path, *ms),
         Fault::Compact => lab.cluster.api_server().compact(),
         Fault::Crash { restart_ms } => {
             // The leader dies if there is one (a standby's death changes little).
@@ -469,16 +458,9 @@ async fn apply(
         // Played by `drift::play` (see `run_seed`), never applied here.
         Fault::LateMcoReboot(_) | Fault::PendingForceHelper { .. } => {}
         Fault::LaggingHostCache { host, ms } => {
-            let server = lab.cluster.api_server();
-            server.inject(FaultRule {
-                method: Some("GET".into()),
-                path_contains: Some("v1alpha1/baremetalhosts".into()),
-                status: 0,
-                count: Some(1),
-                retry_after: None,
-                delay_ms: *ms,
-            });
-            server.drop_watches();
+            lab.cluster
+                .api_server()
+                .slow_watch("v1alpha1/baremetalhosts", *ms);
             strike_at_fence(lab.api.clone(), host.clone(), Duration::from_millis(*ms));
         }
     }
