@@ -1155,6 +1155,17 @@ fn block_node_deletion(lab: &Lab, node: &str) {
         });
 }
 
+/// worker-0 hung and its remediation `Fenced`, held there by a Node that cannot be deleted;
+/// with the Node's UID from before.
+async fn held_at_fenced() -> (Lab, Value) {
+    let lab = Lab::start(fast(), fast_policy()).await;
+    let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    block_node_deletion(&lab, "worker-0");
+    lab.cluster.hang("worker-0");
+    lab.reach("worker-0-1", RemediationPhase::Fenced).await;
+    (lab, old_uid)
+}
+
 fn has_step(remediation: &Option<Remediation>, step: &str) -> bool {
     remediation
         .as_ref()
@@ -1163,11 +1174,7 @@ fn has_step(remediation: &Option<Remediation>, step: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_bare_metal_host_cache_cannot_release_a_node() {
-    let lab = Lab::start(fast(), fast_policy()).await;
-    let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
-    block_node_deletion(&lab, "worker-0");
-    lab.cluster.hang("worker-0");
-    lab.reach("worker-0-1", RemediationPhase::Fenced).await;
+    let (lab, old_uid) = held_at_fenced().await;
     // The controller's BareMetalHost watch freezes on `poweredOn: false` (only the
     // cluster-wide watch is slowed, not a read of one host)...
     let server = lab.cluster.api_server();
@@ -1199,10 +1206,7 @@ async fn a_lagging_bare_metal_host_cache_cannot_release_a_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reboot_request_removed_between_the_proof_and_the_release_is_made_again_with_a_warning()
 {
-    let lab = Lab::start(fast(), fast_policy()).await;
-    block_node_deletion(&lab, "worker-0");
-    lab.cluster.hang("worker-0");
-    lab.reach("worker-0-1", RemediationPhase::Fenced).await;
+    let (lab, _) = held_at_fenced().await;
     // Someone else removes our request (an admin, another controller, a restore).
     let key = "reboot.metal3.io/capbm-requested-power-off";
     lab.api
@@ -1252,11 +1256,7 @@ async fn the_reboot_request_removed_between_the_proof_and_the_release_is_made_ag
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_removed_twice_fails_fence_lost_and_keeps_the_node() {
-    let lab = Lab::start(fast(), fast_policy()).await;
-    let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
-    block_node_deletion(&lab, "worker-0");
-    lab.cluster.hang("worker-0");
-    lab.reach("worker-0-1", RemediationPhase::Fenced).await;
+    let (lab, old_uid) = held_at_fenced().await;
     // A second controller that keeps removing our request (the legacy actuator, say).
     let key = "reboot.metal3.io/capbm-requested-power-off";
     let remover = {
