@@ -39,5 +39,5 @@ pub const MACHINE_ROLE: &str = "machine.openshift.io/cluster-api-machine-role";
 /// names the DriftRemediation). The machine remediation holds its start while it is set —
 /// a planned reboot is not a hung host. It stays until the MCO is done with the node, also
 /// after the remediation failed or was aborted, and goes at once when the node is handed
-/// over ([`crate::drift::guard`]).
+/// over (the drift guard, `drift::guard`).
 pub const PLANNED_REBOOT: &str = "baremend.io/planned-reboot";
