@@ -132,6 +132,12 @@ impl Lab {
         }
     }
 
+    /// One annotation of a Machine, if it has it.
+    fn machine_annotation(&self, name: &str, key: &str) -> Option<Value> {
+        let machine = self.api.get(MACHINES, MACHINE_NAMESPACE, name).unwrap();
+        machine["metadata"]["annotations"].get(key).cloned()
+    }
+
     /// Neither the trigger nor our power-off mark is left on the Machine.
     fn assert_machine_clean(&self, name: &str) {
         let machine = self.api.get(MACHINES, MACHINE_NAMESPACE, name).unwrap();
@@ -849,13 +855,8 @@ async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_ho
         [Power::Off, Power::On, Power::Off, Power::On, Power::Off]
     );
     // The trigger stays (nothing was healed) and the Machine is kept (the policy's default).
-    let machine = lab
-        .api
-        .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
-        .unwrap();
     assert!(
-        machine["metadata"]["annotations"]
-            .get("host.metal3.io/external-remediation")
+        lab.machine_annotation("worker-0", "host.metal3.io/external-remediation")
             .is_some()
     );
     let events = lab.events_text();
@@ -1288,15 +1289,13 @@ async fn a_request_removed_twice_fails_fence_lost_and_keeps_the_node() {
     );
     let node = lab.api.get(NODES, "", "worker-0").unwrap();
     assert_eq!(node["metadata"]["uid"], old_uid, "the Node was kept");
-    let machine = lab
-        .api
-        .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
-        .unwrap();
     assert!(
-        machine["metadata"]["annotations"]
-            .get("remediation.metal3.io/powered-off-for-remediation")
-            .is_none(),
-        "the Machine no longer claims a power-off nobody can prove: {machine}"
+        lab.machine_annotation(
+            "worker-0",
+            "remediation.metal3.io/powered-off-for-remediation"
+        )
+        .is_none(),
+        "the Machine no longer claims a power-off nobody can prove"
     );
 }
 
