@@ -18,16 +18,14 @@ pub mod api;
 pub mod bmc;
 pub mod drift;
 pub mod duration;
-pub mod events;
 pub mod hostfile;
 #[cfg(feature = "lab")]
 pub mod lab;
 pub mod leader;
 pub mod metrics;
-pub mod power_metrics;
 pub mod remediation;
 pub mod run;
-pub mod tasks;
+pub mod runtime;
 
 use std::path::PathBuf;
 

@@ -14,7 +14,7 @@ use crate::metrics::{Metrics, serve};
 use crate::remediation::controller::{
     ControllerOptions, Placement, run as run_controller, run_elected,
 };
-use crate::remediation::state::SystemClock;
+use crate::runtime::clock::SystemClock;
 use crate::{Error, Result};
 
 /// Arguments of `baremend run`.

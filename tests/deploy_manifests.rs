@@ -13,7 +13,7 @@ use baremend::api::RemediationPhase;
 use baremend::leader::LeaseConfig;
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run_elected};
-use baremend::remediation::state::SystemClock;
+use baremend::runtime::SystemClock;
 use baremend_sim::apiserver::AuditRecord;
 use baremend_sim::cluster::ClusterSpec;
 use baremend_sim::cluster::local::{Local, NAMESPACES, NODES};
@@ -144,7 +144,7 @@ fn exported_metrics() -> BTreeSet<String> {
     metrics
         .power
         .bmc_request("redfish", "power_state", "ok", Duration::from_millis(5));
-    let host = baremend::power_metrics::HostSeries {
+    let host = baremend::metrics::power::HostSeries {
         machine: "ns/m".into(),
         node: "n".into(),
         bmc: "redfish://b".into(),

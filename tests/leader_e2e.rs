@@ -9,7 +9,7 @@ use baremend::api::{Remediation, RemediationPhase};
 use baremend::leader::LeaseConfig;
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run_elected};
-use baremend::remediation::state::SystemClock;
+use baremend::runtime::SystemClock;
 use baremend_sim::cluster::local::{LEASES, Local, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};

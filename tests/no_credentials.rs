@@ -11,7 +11,7 @@ use std::time::Duration;
 use baremend::api::RemediationPhase;
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run};
-use baremend::remediation::state::SystemClock;
+use baremend::runtime::SystemClock;
 use baremend_sim::cluster::local::{BMHS, EVENTS, Gvr, MACHINES, NODES, SECRETS};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};

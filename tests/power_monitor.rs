@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run};
-use baremend::remediation::state::SystemClock;
+use baremend::runtime::SystemClock;
 use baremend_sim::cluster::ClusterSpec;
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::host::Power;

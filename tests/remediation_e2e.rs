@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use baremend::api::{Remediation, RemediationPhase};
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run};
-use baremend::remediation::state::SystemClock;
+use baremend::runtime::SystemClock;
 use baremend_sim::cluster::local::{BMHS, EVENTS, Local, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, SimCluster};

@@ -8,7 +8,7 @@ use baremend::api::{HostBmcSpec, RemediationPolicySpec};
 use baremend::remediation::observe::{
     bare_metal_host_bmc, bare_metal_host_view, machine_host, machine_node,
 };
-use baremend::remediation::slim;
+use baremend::api::slim;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

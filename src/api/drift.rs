@@ -2,11 +2,37 @@
 //! audit trail and the state a restarted coordinator resumes from) and `DriftPolicy` (the
 //! cluster-scoped knobs, all defaulted; the object named `default` is used).
 
+use std::fmt;
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::remediation::{Condition, StepTime};
+
+/// How a file or unit differs from its rendered MachineConfig.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum DriftKind {
+    /// The bytes of a file differ.
+    Content,
+    /// The mode (or the file type) of a file differs.
+    Mode,
+    /// A file is gone.
+    Missing,
+    /// A unit is enabled or disabled against the config.
+    UnitEnablement,
+}
+
+impl fmt::Display for DriftKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DriftKind::Content => "content",
+            DriftKind::Mode => "mode",
+            DriftKind::Missing => "missing file",
+            DriftKind::UnitEnablement => "unit enablement",
+        })
+    }
+}
 
 /// On a MachineConfigPool or a Node: the admin approves drift remediation where it needs
 /// approval (a paused pool, a single-node pool or cluster). Value `true`.
@@ -38,7 +64,7 @@ pub struct DriftRemediationSpec {
     #[serde(default)]
     pub pool: String,
     /// What differs: `Content`, `Mode`, `Missing`, `UnitEnablement`.
-    pub kind: crate::drift::classify::DriftKind,
+    pub kind: DriftKind,
     /// The drifted file path or unit name.
     pub target: String,
     /// The rendered MachineConfig the node is on.

@@ -18,11 +18,12 @@ mod host_bmc;
 pub mod mco;
 mod policy;
 mod remediation;
+pub mod slim;
 
 pub use crds::{CrdsArgs, all_crds, render_crds, run as run_crds};
 pub use drift::{
-    APPROVE_ANNOTATION, DriftAction, DriftPhase, DriftPolicy, DriftPolicySpec, DriftRemediation,
-    DriftRemediationSpec, DriftRemediationStatus, DriftTimeouts,
+    APPROVE_ANNOTATION, DriftAction, DriftKind, DriftPhase, DriftPolicy, DriftPolicySpec,
+    DriftRemediation, DriftRemediationSpec, DriftRemediationStatus, DriftTimeouts,
 };
 pub use host_bmc::{HostBmc, HostBmcSpec};
 pub use policy::{

@@ -10,7 +10,8 @@ use super::pass::{Pass, record};
 use super::plan::{Milestone, NodeObservation, Noted, Step};
 use crate::Result;
 use crate::api::{DriftPhase, DriftRemediation, DriftRemediationStatus};
-use crate::remediation::state::{rfc3339, upsert_condition};
+use crate::runtime::clock::rfc3339;
+use crate::runtime::conditions::upsert_condition;
 
 /// Marks the start of an action: the hold is over, the step recorded with its phase.
 fn started(

@@ -15,33 +15,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
 
+pub use crate::api::DriftKind;
 use crate::api::mco;
-
-/// How a file or unit differs from its rendered MachineConfig.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
-pub enum DriftKind {
-    /// The bytes of a file differ.
-    Content,
-    /// The mode (or the file type) of a file differs.
-    Mode,
-    /// A file is gone.
-    Missing,
-    /// A unit is enabled or disabled against the config.
-    UnitEnablement,
-}
-
-impl fmt::Display for DriftKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DriftKind::Content => "content",
-            DriftKind::Mode => "mode",
-            DriftKind::Missing => "missing file",
-            DriftKind::UnitEnablement => "unit enablement",
-        })
-    }
-}
 
 /// Drift as the Machine Config Daemon reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]

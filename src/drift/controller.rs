@@ -25,9 +25,9 @@ use crate::api::mco::{MachineConfigNode, MachineConfigPool};
 use crate::api::{DriftPolicy, DriftPolicySpec, DriftRemediation, Remediation};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
-use crate::remediation::node_watch::{NodeFeed, watch_nodes};
-use crate::remediation::state::Clock;
-use crate::tasks::Background;
+use crate::runtime::clock::Clock;
+use crate::runtime::node_watch::{NodeFeed, watch_nodes};
+use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
 /// What every pass shares.
@@ -110,7 +110,7 @@ impl DriftContext {
             self.metrics.drift.set_pool(&pool, drifted, not_drift);
         }
         // Reboots our remediations caused in the last 24 hours, per node.
-        let now = crate::remediation::state::since_epoch(self.clock.now());
+        let now = crate::runtime::clock::since_epoch(self.clock.now());
         let day = Duration::from_secs(86_400);
         let mut reboots: HashMap<(String, String), usize> = HashMap::new();
         for remediation in self.remediations.state() {
@@ -124,7 +124,7 @@ impl DriftContext {
                 .flat_map(|s| &s.steps)
                 .filter(|t| t.step == "Rebooted")
                 .filter(|t| {
-                    now.saturating_sub(crate::remediation::state::parse_rfc3339(&t.time)) <= day
+                    now.saturating_sub(crate::runtime::clock::parse_rfc3339(&t.time)) <= day
                 })
                 .count();
             *reboots.entry(key).or_default() += count;

@@ -165,7 +165,7 @@ impl Pass {
         else {
             return Ok(None);
         };
-        let api: Api<crate::remediation::slim::Machine> =
+        let api: Api<crate::api::slim::Machine> =
             Api::namespaced(self.context.client.clone(), namespace);
         let Some(machine) = api.get_opt(name).await.map_err(Error::kube("GetMachine"))? else {
             return Ok(None);

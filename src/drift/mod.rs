@@ -21,7 +21,6 @@ pub mod controller;
 pub mod guard;
 pub mod helper;
 mod mark;
-pub mod metrics;
 mod node_ops;
 pub mod observe;
 mod pass;

@@ -10,7 +10,7 @@ use super::helper::{self, HelperOp, HelperTarget};
 use super::pass::Pass;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, NODE_MACHINE};
 use crate::api::{DriftRemediation, StepTime};
-use crate::remediation::state::rfc3339;
+use crate::runtime::clock::rfc3339;
 use crate::{Error, Result};
 
 impl Pass {
@@ -264,7 +264,7 @@ impl Pass {
             .and_then(|m| m.split_once('/'))
             .ok_or("the Node names no Machine")?;
         let (namespace, name) = machine;
-        let api: Api<crate::remediation::slim::Machine> =
+        let api: Api<crate::api::slim::Machine> =
             Api::namespaced(self.context.client.clone(), namespace);
         let patch = serde_json::json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: ""}}});
         self.context

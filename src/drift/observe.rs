@@ -12,7 +12,7 @@ use super::classify::{ConfigState, classify};
 use super::plan::{Milestone, NodeObservation, Persisted};
 use crate::api::mco::{self, MachineConfigNode, MachineConfigPool};
 use crate::api::{APPROVE_ANNOTATION, DriftRemediation};
-use crate::remediation::state::parse_rfc3339;
+use crate::runtime::clock::parse_rfc3339;
 
 fn annotations(node: &Node) -> &BTreeMap<String, String> {
     node.annotations()

@@ -22,7 +22,7 @@ use crate::api::{
     DriftAction, DriftPhase, DriftPolicySpec, DriftRemediation, DriftRemediationSpec,
     DriftRemediationStatus, StepTime,
 };
-use crate::remediation::state::{rfc3339, since_epoch};
+use crate::runtime::clock::{rfc3339, since_epoch};
 use crate::{Error, Result};
 
 /// One pass.
@@ -152,7 +152,7 @@ impl Pass {
                                 .any(|c| c.type_ == "Failed" && c.reason == "DriftRecurring")
                     })
                     .and_then(|s| s.detected_at.as_deref())
-                    .map(crate::remediation::state::parse_rfc3339);
+                    .map(crate::runtime::clock::parse_rfc3339);
                 let now = since_epoch(self.context.clock.now());
                 let window = Duration::from_secs(self.policy.recurrence_window_seconds);
                 if let Some(wait) = recurrence_hold(capped_at, now, window) {
@@ -361,7 +361,7 @@ impl Pass {
             })
             .filter(|(_, at)| {
                 at.as_deref()
-                    .map(crate::remediation::state::parse_rfc3339)
+                    .map(crate::runtime::clock::parse_rfc3339)
                     .is_some_and(|at| now.saturating_sub(at) <= window)
             })
             .count();
@@ -402,7 +402,7 @@ impl Pass {
             .status
             .as_ref()
             .and_then(|s| s.detected_at.as_deref())
-            .map(crate::remediation::state::parse_rfc3339)
+            .map(crate::runtime::clock::parse_rfc3339)
             .unwrap_or_default();
         let took = since_epoch(self.context.clock.now()).saturating_sub(detected);
         let action = format!("{:?}", remediation.spec.action);
@@ -431,7 +431,7 @@ impl Pass {
     /// An Event on the Node alone.
     pub(super) async fn node_event(&self, warning: bool, reason: &str, note: String) {
         let node = self.node.object_ref(&());
-        crate::events::publish(
+        crate::runtime::events::publish(
             &self.context.recorder,
             warning,
             reason,
@@ -456,6 +456,7 @@ impl Pass {
         if let Some(pool) = pool_of(&self.node, &pools) {
             pairs.push((pool.object_ref(&()), Some(own)));
         }
-        crate::events::publish(&self.context.recorder, warning, reason, &note, &pairs).await;
+        crate::runtime::events::publish(&self.context.recorder, warning, reason, &note, &pairs)
+            .await;
     }
 }

@@ -18,7 +18,7 @@ use super::setup::LabCluster;
 use crate::api::{DriftPhase, DriftPolicy, DriftRemediation, DriftRemediationStatus};
 use crate::metrics::{Metrics, serve};
 use crate::remediation::controller::{ControllerOptions, run as run_controller};
-use crate::remediation::state::{SystemClock, parse_rfc3339, since_epoch};
+use crate::runtime::clock::{SystemClock, parse_rfc3339, since_epoch};
 use crate::{Error, Result};
 
 const TARGET: &str = "worker-1";

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use super::LabArgs;
 use super::setup::LabCluster;
-use crate::remediation::state::{parse_rfc3339, since_epoch};
+use crate::runtime::clock::{parse_rfc3339, since_epoch};
 use crate::{Error, Result};
 
 const REMEDIATIONS: Gvr = Gvr {

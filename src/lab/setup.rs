@@ -18,7 +18,7 @@ use crate::api::annotations::{BMH_DETACHED, EXTERNAL_REMEDIATION};
 use crate::api::{RemediationPolicy, all_crds};
 use crate::metrics::Metrics;
 use crate::remediation::controller::{ControllerOptions, run as run_controller};
-use crate::remediation::state::SystemClock;
+use crate::runtime::clock::SystemClock;
 use crate::{Error, Result};
 
 /// A running simulated cluster with baremend's CRDs installed.

@@ -17,7 +17,7 @@ use super::setup::LabCluster;
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{Remediation, RemediationPhase, RemediationStatus};
 use crate::metrics::{Metrics, serve};
-use crate::remediation::state::{parse_rfc3339, since_epoch};
+use crate::runtime::clock::{parse_rfc3339, since_epoch};
 use crate::{Error, Result};
 
 /// What a scenario does and how it must end.

@@ -172,7 +172,7 @@ impl Pass {
                 status.power_off_request_remade = true;
                 record_step(&mut status, "PowerOffRequestRemade", None, now);
                 // The Fenced clock restarts: the proof must hold for a while from here.
-                status.phase_since = Some(super::state::rfc3339(now));
+                status.phase_since = Some(crate::runtime::clock::rfc3339(now));
                 self.persist(remediation, status).await?;
                 let note = format!(
                     "our power-off request {} was removed from the host after it was fenced (by an admin, another controller or a restore of the object); made again, once: the Node is released only on a proof that holds for half the power-off deadline from now",
@@ -294,7 +294,7 @@ impl Pass {
                 status.driver = Some(self.driver_name(remediation, name).await);
                 status.last_error = Some(why.clone());
                 record_step(&mut status, "Escalated", None, now);
-                status.phase_since = Some(super::state::rfc3339(now));
+                status.phase_since = Some(crate::runtime::clock::rfc3339(now));
                 self.persist(remediation, status).await?;
                 self.event(
                     remediation,
@@ -316,7 +316,7 @@ impl Pass {
                 remember_boot(&mut status, node.as_deref());
                 remember_node_uid(&mut status, node.as_deref());
                 record_step(&mut status, "Retry", Some(Phase::PoweringOff), now);
-                status.phase_since = Some(super::state::rfc3339(now));
+                status.phase_since = Some(crate::runtime::clock::rfc3339(now));
                 self.persist(remediation, status).await?;
                 self.event(
                     remediation,
@@ -524,7 +524,7 @@ impl Pass {
     /// Time since the Remediation was created.
     fn age(&self, remediation: &Remediation) -> Duration {
         let created = super::state::created_at(remediation).unwrap_or_default();
-        super::state::since_epoch(self.context.clock.now()).saturating_sub(created)
+        crate::runtime::clock::since_epoch(self.context.clock.now()).saturating_sub(created)
     }
 }
 

@@ -22,17 +22,17 @@ use tracing::{Instrument, info, warn};
 
 use super::bmc_cache::DriverCache;
 use super::gates::Launched;
-use super::node_watch::{NodeFeed, watch_nodes};
 use super::run::Pass;
-use super::slim;
-use super::state::Clock;
 use crate::api::annotations::NODE_MACHINE;
+use crate::api::slim;
 use crate::api::{
     HostBmc, Remediation, RemediationPhase, RemediationPolicy, RemediationPolicySpec,
 };
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::metrics::{GATES, Metrics};
-use crate::tasks::Background;
+use crate::runtime::clock::Clock;
+use crate::runtime::node_watch::{NodeFeed, watch_nodes};
+use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
 /// The Machine resource (machine.openshift.io/v1beta1), for writes.

@@ -7,7 +7,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use baremend_drivers::{PowerDriver, PowerOffMode, PowerState, ProbeReport, Result};
 
-use crate::power_metrics::PowerMetrics;
+use crate::metrics::power::PowerMetrics;
 
 /// Wraps a driver; every call goes through unchanged and is recorded.
 #[derive(Debug)]

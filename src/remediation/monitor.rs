@@ -30,7 +30,7 @@ use super::observe::{self, BmcRef, machine_host};
 use super::power::{driver_kind, locate_bmc};
 use crate::api::RemediationPhase;
 use crate::api::annotations::BMH_DETACHED;
-use crate::power_metrics::HostSeries;
+use crate::metrics::power::HostSeries;
 
 /// BMC reads in flight at once, over all BMCs.
 pub const READS_AT_ONCE: usize = 8;

@@ -22,10 +22,10 @@ use super::metered::Metered;
 use super::observe::{self, BmcRef, HostRef, bare_metal_host_bmc, bare_metal_host_view};
 use super::plan::Persisted;
 use super::run::Pass;
-use super::slim;
-use super::state::since_epoch;
 use crate::api::annotations::{BMH_DETACHED, REBOOT_PREFIX};
+use crate::api::slim;
 use crate::api::{FenceStrategyName, HostBmc, Remediation};
+use crate::runtime::clock::since_epoch;
 use crate::{Error, Result};
 
 /// Which power-off requests to withdraw.

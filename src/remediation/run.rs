@@ -23,13 +23,14 @@ use super::fence::{ConfirmedOff, FenceTarget, NotFenced};
 use super::gates::Held;
 use super::observe::{self, HostRef, machine_host, node_view};
 use super::plan::{Observed, Phase, PlanPolicy, ReleaseMode, next_step};
-use super::slim;
-use super::state::{created_at, persisted, set_condition, since_epoch, strategy_in_status};
+use super::state::{created_at, persisted, set_condition, strategy_in_status};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
+use crate::api::slim;
 use crate::api::{
     FenceStrategyName, NodeReleaseMode, Remediation, RemediationPolicySpec, RemediationSpec,
     RemediationStatus,
 };
+use crate::runtime::clock::since_epoch;
 use crate::{Error, Result};
 
 use super::gates::Launched;
@@ -446,7 +447,7 @@ impl Pass {
         // Remediation keeps the whole story; each names the other as related.
         let remediation_ref = remediation.object_ref(&());
         let machine_ref = self.machine.object_ref(&());
-        crate::events::publish(
+        crate::runtime::events::publish(
             &self.context.recorder,
             warning,
             reason,

@@ -16,9 +16,9 @@ use super::gates::{
 use super::observe::{machine_is_control_plane, node_view};
 use super::plan::NodeView;
 use super::run::Pass;
-use super::slim;
 use crate::api::Remediation;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
+use crate::api::slim;
 use crate::{Error, Result};
 
 impl Pass {

@@ -2,33 +2,12 @@
 //! advanced step by step. Times are RFC 3339 in the object and time since the Unix epoch in
 //! the planner.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use k8s_openapi::jiff::Timestamp;
+use std::time::{Duration, SystemTime};
 
 use super::plan::{Persisted, Phase};
-use crate::api::{Condition, FenceStrategyName, Remediation, RemediationStatus, StepTime};
-
-/// The source of "now", injected so that tests and the lab control time.
-pub trait Clock: Send + Sync {
-    /// Now.
-    fn now(&self) -> SystemTime;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-}
-
-/// Time since the Unix epoch (the planner's clock).
-pub fn since_epoch(time: SystemTime) -> Duration {
-    time.duration_since(UNIX_EPOCH).unwrap_or_default()
-}
+use crate::api::{FenceStrategyName, Remediation, RemediationStatus, StepTime};
+use crate::runtime::clock::{parse_rfc3339, rfc3339};
+use crate::runtime::conditions::upsert_condition;
 
 /// When a Remediation was created (time since the Unix epoch; a time before it reads as the
 /// epoch), if the server has said.
@@ -38,25 +17,6 @@ pub fn created_at(remediation: &Remediation) -> Option<Duration> {
         .creation_timestamp
         .as_ref()
         .map(|t| Duration::from_millis(u64::try_from(t.0.as_millisecond()).unwrap_or(0)))
-}
-
-/// RFC 3339 with milliseconds, as stored in status.
-pub fn rfc3339(time: SystemTime) -> String {
-    let since = since_epoch(time);
-    let millis = i64::try_from(since.as_millis()).unwrap_or(i64::MAX);
-    Timestamp::from_millisecond(millis)
-        .map(|t| format!("{t:.3}"))
-        .unwrap_or_default()
-}
-
-/// Parses an RFC 3339 time into time since the epoch; unparsable times read as the epoch,
-/// which makes every deadline look passed — the safe direction for waits, never for proofs.
-pub fn parse_rfc3339(text: &str) -> Duration {
-    text.parse::<Timestamp>()
-        .ok()
-        .and_then(|t| u64::try_from(t.as_millisecond()).ok())
-        .map(Duration::from_millis)
-        .unwrap_or_default()
 }
 
 /// The planner's view of a status, given the policy's strategy order. The strategy in use is
@@ -135,51 +95,11 @@ pub fn set_condition(
     upsert_condition(&mut status.conditions, type_, truth, reason, message, now);
 }
 
-/// Sets a condition in a list, keeping its transition time when the status does not change.
-pub fn upsert_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    truth: bool,
-    reason: &str,
-    message: &str,
-    now: SystemTime,
-) {
-    let value = if truth { "True" } else { "False" };
-    let message: String = message.chars().take(1024).collect();
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(condition) => {
-            if condition.status != value {
-                condition.last_transition_time = rfc3339(now);
-            }
-            condition.status = value.to_string();
-            condition.reason = reason.to_string();
-            condition.message = message;
-        }
-        None => conditions.push(Condition {
-            type_: type_.to_string(),
-            status: value.to_string(),
-            reason: reason.to_string(),
-            message,
-            last_transition_time: rfc3339(now),
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::UNIX_EPOCH;
 
-    #[test]
-    fn times_round_trip_through_rfc3339_to_the_millisecond() {
-        let t = UNIX_EPOCH + Duration::from_millis(1_790_000_000_123);
-        let text = rfc3339(t);
-        assert!(text.ends_with(".123Z"), "{text}");
-        assert_eq!(
-            parse_rfc3339(&text),
-            Duration::from_millis(1_790_000_000_123)
-        );
-        assert_eq!(parse_rfc3339("garbage"), Duration::ZERO);
-    }
+    use super::*;
 
     #[test]
     fn the_persisted_view_reads_phase_strategy_attempt_and_backup() {

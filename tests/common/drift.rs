@@ -8,7 +8,7 @@ use baremend::api::{DriftPhase, DriftRemediation};
 use baremend::drift::controller::{DriftOptions, run};
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run as run_controller};
-use baremend::remediation::state::SystemClock;
+use baremend::runtime::SystemClock;
 use baremend_sim::cluster::local::{EVENTS, Local, NAMESPACES, NODES};
 use baremend_sim::cluster::mco::disk::SimFile;
 use baremend_sim::cluster::timing::Timing;

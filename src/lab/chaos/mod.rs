@@ -39,7 +39,7 @@ use crate::api::Remediation;
 use crate::leader::LeaseConfig;
 use crate::metrics::Metrics;
 use crate::remediation::controller::{ControllerOptions, run_elected};
-use crate::remediation::state::SystemClock;
+use crate::runtime::clock::SystemClock;
 use crate::{Error, Result};
 
 /// The simulated physics of a chaos run: as fast as the actors keep their order.

@@ -11,8 +11,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tracing::warn;
 
-use super::slim;
-use crate::tasks::Background;
+use crate::api::slim;
+use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
 /// How many Node changes the shared watch holds for a consumer that is behind (it waits

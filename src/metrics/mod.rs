@@ -5,6 +5,9 @@
 //! held by each safety gate) are recounted from the watch caches by the controller, so a
 //! restart does not leave them wrong.
 
+pub mod drift;
+pub mod power;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::power_metrics::PowerMetrics;
+use self::power::PowerMetrics;
 use crate::{Error, Result};
 
 /// Every gate that can hold a start, as named in the `Held` condition's reason.
@@ -79,7 +82,7 @@ pub struct Metrics {
     /// BMC requests and host power.
     pub power: Arc<PowerMetrics>,
     /// The drift coordinator's (`mco_…`, unprefixed).
-    pub drift: Arc<crate::drift::metrics::DriftMetrics>,
+    pub drift: Arc<crate::metrics::drift::DriftMetrics>,
 }
 
 /// Labels of the per-step duration histogram.
@@ -177,7 +180,7 @@ impl Metrics {
             "1 while this replica holds the leader Lease (or runs without election)",
             leader.clone(),
         );
-        let drift = Arc::new(crate::drift::metrics::DriftMetrics::register(&mut root));
+        let drift = Arc::new(crate::metrics::drift::DriftMetrics::register(&mut root));
         Metrics {
             registry: root,
             started,

@@ -1,0 +1,14 @@
+//! What both controllers run on: the injected clock and time conversions, status
+//! conditions, Events, the watch caches (one helper for every kind, and the one Node watch
+//! they share) and background tasks that end with their owner.
+//!
+//! Nothing here knows about remediation or drift: both controllers import it, it imports
+//! neither.
+
+pub mod clock;
+pub mod conditions;
+pub mod events;
+pub mod node_watch;
+pub mod tasks;
+
+pub use clock::{Clock, SystemClock};
