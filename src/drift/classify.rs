@@ -15,7 +15,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-
 pub use crate::api::DriftKind;
 use crate::api::mco;
 

@@ -6,8 +6,8 @@
 //! every step is persisted before it acts, so that a restart resumes without repeating a
 //! destructive step.
 
-mod act;
 pub mod bmc_cache;
+pub mod context;
 pub mod controller;
 pub mod execute;
 pub mod fence;
@@ -15,8 +15,10 @@ pub mod gates;
 pub mod metered;
 pub mod monitor;
 pub mod observe;
+mod pass;
 pub mod plan;
 mod power;
-pub mod run;
+mod reconcile;
 pub mod start_gates;
 pub mod state;
+mod steps;

@@ -24,7 +24,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 
 use super::bmc_cache::DriverCache;
-use super::controller::Context;
+use super::context::Context;
 use super::metered::Metered;
 use super::observe::{self, BmcRef, machine_host};
 use super::power::{driver_kind, locate_bmc};

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::Value;
 
-use super::controller::host_resource;
+use super::context::host_resource;
 use super::execute;
 use super::fence::{
     BareMetalHostView, ConfirmedOff, FenceTarget, NodeIdentity, NotFenced, PowerEvidence,
@@ -20,8 +20,8 @@ use super::fence::{
 };
 use super::metered::Metered;
 use super::observe::{self, BmcRef, HostRef, bare_metal_host_bmc, bare_metal_host_view};
-use super::plan::Persisted;
-use super::run::Pass;
+use super::pass::Pass;
+use super::plan::{Persisted, Phase};
 use crate::api::annotations::{BMH_DETACHED, REBOOT_PREFIX};
 use crate::api::slim;
 use crate::api::{FenceStrategyName, HostBmc, Remediation};
@@ -405,6 +405,58 @@ impl Pass {
                     .to_string(),
                 Err(_) => "unavailable".into(),
             },
+        }
+    }
+}
+
+/// How old BMC reads proving a host off may be when they authorize its Node's release.
+const PROOF_REUSE: Duration = Duration::from_secs(1);
+
+impl Pass {
+    /// Keeps a BMC proof this pass took and did not spend, for the release a moment later.
+    pub(super) fn remember_bmc_proof(&self, confirmed: ConfirmedOff) {
+        if confirmed.strategy() != FenceStrategyName::DirectBmc {
+            return;
+        }
+        let now = since_epoch(self.context.clock.now());
+        *self
+            .recent_proof
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((confirmed, now));
+    }
+
+    /// The BMC proof this pass took, if it is at most [`PROOF_REUSE`] old and for the same
+    /// strategy and Node as `target`. Reading the BMC twice more for the release,
+    /// milliseconds after two reads proved it off, would only load a fragile BMC; anything
+    /// older (a later pass, a restart) is read again. The proof is taken out: it is spent once.
+    pub(super) fn recent_bmc_proof(&self, target: &FenceTarget) -> Option<ConfirmedOff> {
+        let now = since_epoch(self.context.clock.now());
+        let (confirmed, at) = self
+            .recent_proof
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()?;
+        let fits = now.saturating_sub(at) <= PROOF_REUSE
+            && confirmed.strategy() == target.strategy
+            && confirmed.node() == target.node.as_ref();
+        fits.then_some(confirmed)
+    }
+
+    /// The proof, or why not, from fresh evidence: taken while fencing and before the release,
+    /// not in the phases between or after.
+    pub(super) async fn proof_for(
+        &self,
+        remediation: &Remediation,
+        phase: Phase,
+        node: Option<&Node>,
+    ) -> std::result::Result<ConfirmedOff, NotFenced> {
+        if !matches!(phase, Phase::PoweringOff | Phase::Fenced) {
+            return Err(NotFenced::NotYet("not checked in this phase".into()));
+        }
+        let target = self.fence_target(remediation, self.strategy_in_use(remediation), node);
+        match self.recent_bmc_proof(&target) {
+            Some(confirmed) => Ok(confirmed),
+            None => self.take_proof(remediation, &target).await,
         }
     }
 }

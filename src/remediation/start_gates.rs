@@ -9,13 +9,13 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::ObjectRef;
 
-use super::controller::Placement;
+use super::context::Placement;
 use super::gates::{
     Candidate, Fleet, FleetHealth, Held, Launched, Listed, may_start, running_machines,
 };
 use super::observe::{machine_is_control_plane, node_view};
+use super::pass::Pass;
 use super::plan::NodeView;
-use super::run::Pass;
 use crate::api::Remediation;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::api::slim;

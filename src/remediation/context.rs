@@ -1,0 +1,163 @@
+//! What every reconcile of the remediation controller shares: the client, the watch caches,
+//! the BMC connections, the clock, the recorder, the metrics and the leadership check. It
+//! knows nothing of the stages that use it (no back-edges): the passes borrow it, the
+//! controller builds it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baremend_drivers::Connector;
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::ApiResource;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+
+use super::bmc_cache::DriverCache;
+use super::gates::Launched;
+use crate::api::slim;
+use crate::api::{
+    HostBmc, Remediation, RemediationPhase, RemediationPolicy, RemediationPolicySpec,
+};
+use crate::leader::Leadership;
+use crate::metrics::{GATES, Metrics};
+use crate::runtime::clock::Clock;
+
+/// The Machine resource (machine.openshift.io/v1beta1), for writes.
+pub fn machine_resource() -> ApiResource {
+    ApiResource::erase::<slim::Machine>(&())
+}
+
+/// The BareMetalHost resource (metal3.io/v1alpha1), for writes.
+pub fn host_resource() -> ApiResource {
+    ApiResource::erase::<slim::BareMetalHost>(&())
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Machines (the controller's own store).
+    pub machines: Store<slim::Machine>,
+    /// BareMetalHosts.
+    pub hosts: Store<slim::BareMetalHost>,
+    /// Nodes.
+    pub nodes: Store<Node>,
+    /// Remediations.
+    pub remediations: Store<Remediation>,
+    /// Policies (the one named `default` applies).
+    pub policies: Store<RemediationPolicy>,
+    /// BMC mappings.
+    pub host_bmcs: Store<HostBmc>,
+    /// BMC drivers, one request gate per BMC.
+    pub connector: Connector,
+    /// The BMC drivers of remediations under way, one login each.
+    pub bmc_drivers: DriverCache,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// Events.
+    pub recorder: Recorder,
+    /// How soon to look again while waiting for a BMC or a Node.
+    pub poll: Duration,
+    /// Told each step right after it is persisted (see [`PersistHook`]).
+    pub after_persist: Option<PersistHook>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Serializes start decisions and remembers the starts the cache may not show yet.
+    pub starts: tokio::sync::Mutex<Launched>,
+    /// The API server knows the out-of-service taint (Kubernetes ≥ 1.28).
+    pub out_of_service_taint: bool,
+    /// Whether this replica may write: checked right before every write.
+    pub leadership: Leadership,
+    /// Where this replica runs, for the self-fence gate (None: not known, not checked).
+    pub placement: Option<Placement>,
+}
+
+/// An observer of persisted steps that tests and labs pass in: told the name of each step
+/// right after it is persisted and before it acts; an `Err` abandons the pass there, which is
+/// what a crash at that point leaves behind.
+#[derive(Clone)]
+pub struct PersistHook(pub Arc<PersistFn>);
+
+/// What a [`PersistHook`] calls: `Err` abandons the pass.
+pub type PersistFn = dyn Fn(&str) -> std::result::Result<(), ()> + Send + Sync;
+
+impl std::fmt::Debug for PersistHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PersistHook")
+    }
+}
+
+/// Where this replica runs and how to find its peers: the self-fence gate holds the fencing
+/// of this replica's own Node until a peer is Ready elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The Node this pod runs on (`spec.nodeName`, from the Downward API).
+    pub node: String,
+    /// This pod's namespace.
+    pub namespace: String,
+    /// This pod's name.
+    pub pod: String,
+    /// The label selector of the controller's pods (its replicas).
+    pub peers: String,
+}
+
+impl Context {
+    /// Whether every cache holds a full list. Acting on a half-filled cache would be acting
+    /// on a wrong picture: without the policy, on built-in defaults the operator replaced;
+    /// without all Machines, on wrong storm and quorum counts. Checked without waiting, so the
+    /// controller keeps polling the watches that fill the caches.
+    pub fn caches_ready(&self) -> bool {
+        use futures_util::FutureExt;
+        let ready = |wait: Option<Result<(), reflector::store::WriterDropped>>| {
+            matches!(wait, Some(Ok(())))
+        };
+        ready(self.machines.wait_until_ready().now_or_never())
+            && ready(self.hosts.wait_until_ready().now_or_never())
+            && ready(self.nodes.wait_until_ready().now_or_never())
+            && ready(self.remediations.wait_until_ready().now_or_never())
+            && ready(self.policies.wait_until_ready().now_or_never())
+            && ready(self.host_bmcs.wait_until_ready().now_or_never())
+    }
+
+    /// Recounts the gauges from the caches: remediations in progress, starts held per gate.
+    pub fn refresh_metrics(&self) {
+        let ready = self.caches_ready();
+        self.metrics.set_ready(ready);
+        if !ready {
+            return;
+        }
+        let mut in_progress = 0;
+        let mut held: Vec<(&str, usize)> = GATES.iter().map(|g| (*g, 0)).collect();
+        for remediation in self.remediations.state() {
+            let Some(status) = &remediation.status else {
+                continue;
+            };
+            if status.phase.is_terminal() {
+                continue;
+            }
+            if status.phase != RemediationPhase::Pending {
+                in_progress += 1;
+                continue;
+            }
+            let holding = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Held" && c.status == "True");
+            if let Some(condition) = holding
+                && let Some(entry) = held.iter_mut().find(|(g, _)| *g == condition.reason)
+            {
+                entry.1 += 1;
+            }
+        }
+        self.metrics.set_counts(in_progress, &held);
+    }
+
+    /// The policy in force: the object named `default`, else the built-in defaults.
+    pub fn policy(&self) -> RemediationPolicySpec {
+        self.policies
+            .get(&ObjectRef::new("default"))
+            .map(|p| p.spec.clone())
+            .unwrap_or_default()
+    }
+}

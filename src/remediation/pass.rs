@@ -1,0 +1,249 @@
+//! One reconcile of one Machine: the Machine, the policy in force and the shared
+//! [`Context`], with the primitives every stage of the pass uses — the cached objects it
+//! concerns, the APIs it writes, persisting a status (the step first, then the act) and
+//! telling it (Events on the Machine and its Remediation).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use super::context::{Context, machine_resource};
+use super::fence::{ConfirmedOff, HostRef};
+use super::plan::{PlanPolicy, ReleaseMode};
+use super::state::{created_at, strategy_in_status};
+use crate::api::annotations::EXTERNAL_REMEDIATION;
+use crate::api::slim;
+use crate::api::{
+    FenceStrategyName, NodeReleaseMode, Remediation, RemediationPolicySpec, RemediationStatus,
+};
+use crate::runtime::clock::since_epoch;
+use crate::{Error, Result};
+
+/// One reconcile of one Machine.
+pub struct Pass {
+    pub(super) machine: Arc<slim::Machine>,
+    pub(super) context: Arc<Context>,
+    pub(super) policy: RemediationPolicySpec,
+    pub(super) name: String,
+    pub(super) namespace: String,
+    /// BMC reads that proved the host off in this pass, and when.
+    pub(super) recent_proof: std::sync::Mutex<Option<(ConfirmedOff, Duration)>>,
+}
+
+impl Pass {
+    /// A pass over `machine`.
+    pub fn new(machine: Arc<slim::Machine>, context: Arc<Context>) -> Self {
+        let policy = context.policy();
+        Pass {
+            name: machine.name_any(),
+            namespace: machine.namespace().unwrap_or_default(),
+            machine,
+            context,
+            policy,
+            recent_proof: std::sync::Mutex::new(None),
+        }
+    }
+
+    pub(super) fn machine_json(&self) -> Value {
+        serde_json::to_value(&*self.machine).unwrap_or(Value::Null)
+    }
+
+    pub(super) fn triggered(&self) -> bool {
+        self.machine
+            .annotations()
+            .contains_key(EXTERNAL_REMEDIATION)
+    }
+
+    pub(super) fn remediations_of_machine(&self) -> Vec<Arc<Remediation>> {
+        let mut all: Vec<Arc<Remediation>> = self
+            .context
+            .remediations
+            .state()
+            .into_iter()
+            .filter(|r| {
+                r.namespace().as_deref() == Some(self.namespace.as_str())
+                    && r.spec.machine_name == self.name
+            })
+            .collect();
+        all.sort_by_key(|r| attempt_number(&r.name_any(), &self.name));
+        all
+    }
+
+    pub(super) fn remediation_api(&self) -> Api<Remediation> {
+        Api::namespaced(self.context.client.clone(), &self.namespace)
+    }
+
+    pub(super) fn machines_api(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.context.client.clone(),
+            &self.namespace,
+            &machine_resource(),
+        )
+    }
+
+    pub(super) fn plan_policy(&self) -> PlanPolicy {
+        let t = &self.policy.timeouts;
+        PlanPolicy {
+            strategies: self.policy.strategies.len(),
+            power_off_timeout: Duration::from_secs(t.power_off_seconds.into()),
+            node_timeout: Duration::from_secs(t.node_ready_seconds.into()),
+            ready_grace: Duration::from_secs(t.ready_grace_seconds.into()),
+            max_attempts: self.policy.max_attempts,
+            release: match self.policy.node_release {
+                NodeReleaseMode::Delete => ReleaseMode::Delete,
+                NodeReleaseMode::OutOfService => ReleaseMode::OutOfService,
+            },
+            poll: self.context.poll,
+        }
+    }
+
+    /// The strategy the remediation uses now: the one its status names (even if the policy
+    /// dropped it since), else the policy's first.
+    pub(super) fn strategy_in_use(&self, remediation: &Remediation) -> FenceStrategyName {
+        remediation
+            .status
+            .as_ref()
+            .and_then(strategy_in_status)
+            .unwrap_or_else(|| self.strategy_at(0))
+    }
+
+    pub(super) fn strategy_at(&self, index: usize) -> FenceStrategyName {
+        self.policy
+            .strategies
+            .get(index)
+            .copied()
+            .unwrap_or(FenceStrategyName::BareMetalHostRebootApi)
+    }
+
+    pub(super) fn node(&self, remediation: &Remediation) -> Option<Arc<Node>> {
+        let name = remediation.spec.node_name.as_deref()?;
+        self.context.nodes.get(&ObjectRef::new(name))
+    }
+
+    pub(super) fn host(
+        &self,
+        remediation: &Remediation,
+    ) -> Option<(HostRef, Option<Arc<slim::BareMetalHost>>)> {
+        let text = remediation.spec.host.as_deref()?;
+        let (namespace, name) = text.split_once('/')?;
+        let host_ref = HostRef {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        let object = self
+            .context
+            .hosts
+            .get(&ObjectRef::new(name).within(namespace));
+        Some((host_ref, object))
+    }
+
+    pub(super) async fn persist(
+        &self,
+        remediation: &mut Remediation,
+        status: RemediationStatus,
+    ) -> Result<()> {
+        self.context.leadership.ensure()?;
+        let before = remediation.status.as_ref().map_or(0, |s| s.steps.len());
+        let mut object = remediation.clone();
+        object.status = Some(status);
+        // replace_status carries the resourceVersion: a concurrent writer makes it fail with
+        // 409 instead of being overwritten.
+        let updated = self
+            .remediation_api()
+            .replace_status(&remediation.name_any(), &PostParams::default(), &object)
+            .await
+            .map_err(Error::kube("PersistRemediation"))?;
+        *remediation = updated;
+        self.observe_step_durations(remediation, before);
+        let last = remediation
+            .status
+            .as_ref()
+            .and_then(|s| s.steps.last())
+            .map(|s| s.step.as_str());
+        if let Some(hook) = &self.context.after_persist
+            && let Some(step) = last
+            && (hook.0)(step).is_err()
+        {
+            return Err(Error::Abandoned(step.to_string()));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn event(
+        &self,
+        remediation: &Remediation,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        // On both objects: `kubectl describe machine` is where an operator looks first, the
+        // Remediation keeps the whole story; each names the other as related.
+        let remediation_ref = remediation.object_ref(&());
+        let machine_ref = self.machine.object_ref(&());
+        crate::runtime::events::publish(
+            &self.context.recorder,
+            warning,
+            reason,
+            &note,
+            &[
+                (machine_ref.clone(), Some(remediation_ref.clone())),
+                (remediation_ref, Some(machine_ref)),
+            ],
+        )
+        .await;
+    }
+
+    /// Feeds the per-step histogram with the steps just persisted (those from `before` on).
+    pub(super) fn observe_step_durations(&self, remediation: &Remediation, before: usize) {
+        let Some(status) = &remediation.status else {
+            return;
+        };
+        let at = |index: usize| {
+            status
+                .steps
+                .get(index)
+                .and_then(|s| s.time.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        };
+        for index in before.max(1)..status.steps.len() {
+            if let (Some(previous), Some(now)) = (at(index - 1), at(index)) {
+                let took = now.duration_since(previous).unsigned_abs();
+                self.context
+                    .metrics
+                    .step_reached(&status.steps[index].step, took);
+            }
+        }
+    }
+
+    pub(super) async fn note_error(
+        &self,
+        remediation: &mut Remediation,
+        error: &Error,
+    ) -> Result<()> {
+        let mut status = remediation.status.clone().unwrap_or_default();
+        let text = error.to_string().replace(['\n', '\r'], " ");
+        status.last_error = Some(text.clone());
+        self.persist(remediation, status).await?;
+        self.event(remediation, true, "StepFailed", text).await;
+        Ok(())
+    }
+
+    /// Time since the Remediation was created.
+    pub(super) fn age(&self, remediation: &Remediation) -> Duration {
+        let created = created_at(remediation).unwrap_or_default();
+        since_epoch(self.context.clock.now()).saturating_sub(created)
+    }
+}
+
+/// The attempt number in a Remediation name `<machine>-<n>`.
+fn attempt_number(remediation: &str, machine: &str) -> u64 {
+    remediation
+        .strip_prefix(machine)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,221 @@
+//! The thin reconcile that wires the stages of a pass, top to bottom: find or start the
+//! Machine's Remediation; then, step by step, *observe* (the persisted state, the cached
+//! objects and the fresh evidence: the power-off proof, the start gates confirmed on fresh
+//! reads), *plan* (the pure [`next_step`]) and *execute* (one function per step, in
+//! [`super::steps`]), until the planner says wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use tracing::{Instrument, warn};
+
+use super::context::Context;
+use super::gates::{Held, Launched};
+use super::observe::node_view;
+use super::pass::Pass;
+use super::plan::{Observed, Phase, next_step};
+use super::state::{created_at, persisted, set_condition};
+use super::steps::Round;
+use crate::api::{Remediation, slim};
+use crate::runtime::clock::since_epoch;
+use crate::{Error, Result};
+
+/// The most steps one pass takes before yielding (a safety net; a normal pass ends in Wait).
+const MAX_STEPS_PER_PASS: usize = 16;
+
+impl Pass {
+    /// Runs the pass.
+    pub async fn run(self) -> Result<Action> {
+        let existing = self.remediations_of_machine();
+        let mut remediation = match existing.last() {
+            Some(last)
+                if !last
+                    .status
+                    .as_ref()
+                    .map(|s| s.phase)
+                    .unwrap_or_default()
+                    .is_terminal() =>
+            {
+                (**last).clone()
+            }
+            // A Failed remediation keeps the trigger; an operator deletes the Remediation to
+            // allow another (it would otherwise loop on a host that cannot be fenced).
+            Some(last) if last.status.as_ref().map(|s| s.phase) == Some(Phase::Failed) => {
+                return Ok(Action::await_change());
+            }
+            _ if !self.triggered() => return Ok(Action::await_change()),
+            // The cached Machine may still show a trigger the last remediation removed (its
+            // watch lags behind the Remediation's): a start rests only on a fresh read.
+            _ if !self.trigger_confirmed().await? => return Ok(Action::await_change()),
+            _ => self.start(existing.len() + 1).await?,
+        };
+        for _ in 0..MAX_STEPS_PER_PASS {
+            match self.step(&mut remediation).await? {
+                Some(action) => return Ok(action),
+                None => continue,
+            }
+        }
+        Ok(Action::requeue(Duration::ZERO))
+    }
+
+    /// One observe–plan–act round. `None`: go on with the next step at once.
+    pub(super) async fn step(&self, remediation: &mut Remediation) -> Result<Option<Action>> {
+        let status = remediation.status.clone().unwrap_or_default();
+        let created =
+            created_at(remediation).unwrap_or_else(|| since_epoch(self.context.clock.now()));
+        let state = persisted(&status, &self.policy.strategies, created);
+        let node = self.node(remediation);
+        if state.strategy.is_none() && !state.phase.is_terminal() {
+            self.note_strategy_dropped(remediation).await?;
+        }
+        let proof = self
+            .proof_for(remediation, state.phase, node.as_deref())
+            .await;
+        let (verdict, mut proof) = match proof {
+            Ok(confirmed) => (Ok(()), Some(confirmed)),
+            Err(not_fenced) => (Err(not_fenced), None),
+        };
+        // Starts are decided one at a time, with the starts this process made and the cache
+        // may not show yet: two Machines reconciled at once must not both pass the gates.
+        let mut starts = if state.phase == Phase::Pending {
+            Some(self.context.starts.lock().await)
+        } else {
+            None
+        };
+        let (may, triggered) = match starts.as_deref_mut() {
+            Some(launched) => {
+                self.may_start(remediation, node.as_deref(), launched)
+                    .await?
+            }
+            None => (Ok(()), self.triggered()),
+        };
+        let observed = Observed {
+            now: since_epoch(self.context.clock.now()),
+            triggered,
+            fence: verdict,
+            node: node_view(node.as_deref()),
+            may_start: may,
+        };
+        let step = next_step(&state, &observed, &self.plan_policy());
+        tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
+        let acted = self
+            .execute(
+                step,
+                Round {
+                    remediation,
+                    status,
+                    state: &state,
+                    proof: &mut proof,
+                    node,
+                    now: self.context.clock.now(),
+                },
+            )
+            .await;
+        // A BMC proof the step did not spend serves the release a moment later.
+        if let Some(unspent) = proof {
+            self.remember_bmc_proof(unspent);
+        }
+        if let Some(launched) = starts.as_deref_mut()
+            && remediation.status.as_ref().map(|s| s.phase) == Some(Phase::PoweringOff)
+        {
+            launched.insert(
+                (self.namespace.clone(), remediation.name_any()),
+                self.name.clone(),
+            );
+        }
+        if remediation
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_terminal())
+        {
+            // Ended: its BMC session is not needed any more.
+            self.context.bmc_drivers.release(&self.machine_key());
+        }
+        acted
+    }
+
+    /// The gates for a start, decided on the caches and confirmed on fresh reads (the cache
+    /// may lag behind a watch broken for seconds, and a start must never rest on it; nor may
+    /// the power-off rest on a cached trigger, see `run`). Returns the verdict and whether the
+    /// trigger is (still) there.
+    pub(super) async fn may_start(
+        &self,
+        remediation: &Remediation,
+        node: Option<&Node>,
+        launched: &mut Launched,
+    ) -> Result<(std::result::Result<(), Held>, bool)> {
+        let triggered = self.triggered();
+        let cached = self.context.remediations.state();
+        let health = self.fleet_health();
+        match self.gates(remediation, node, launched, &cached, false, &health) {
+            Ok(()) => {
+                let (fresh, confirmed) =
+                    tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
+                let may = self.gates(remediation, node, launched, &fresh?, true, &health);
+                let may = match may {
+                    Ok(()) => self.self_fence_gate(remediation).await?,
+                    held => held,
+                };
+                Ok((may, triggered && confirmed?))
+            }
+            held => Ok((held, triggered)),
+        }
+    }
+
+    /// Tells once, with a condition and a Warning Event, that the policy no longer names the
+    /// strategy this remediation uses: it goes on with that strategy, never another.
+    pub(super) async fn note_strategy_dropped(&self, remediation: &mut Remediation) -> Result<()> {
+        let mut status = remediation.status.clone().unwrap_or_default();
+        let in_use = status.strategy.clone().unwrap_or_default();
+        let told = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "StrategyInPolicy" && c.status == "False");
+        if told {
+            return Ok(());
+        }
+        let message = format!(
+            "the policy no longer names strategy {in_use}, which this remediation uses: it goes on with {in_use} and does not escalate past it"
+        );
+        let now = self.context.clock.now();
+        set_condition(
+            &mut status,
+            "StrategyInPolicy",
+            false,
+            "StrategyRemoved",
+            &message,
+            now,
+        );
+        self.persist(remediation, status).await?;
+        self.event(remediation, true, "StrategyNotInPolicy", message)
+            .await;
+        Ok(())
+    }
+}
+
+/// Reconciles one Machine: a [`Pass`] over it, once the caches hold a full picture.
+pub(super) async fn reconcile(
+    machine: Arc<slim::Machine>,
+    context: Arc<Context>,
+) -> Result<Action> {
+    let name = machine.name_any();
+    let namespace = machine.namespace().unwrap_or_default();
+    let span = tracing::info_span!("remediate", machine = %name, namespace = %namespace);
+    if !context.caches_ready() {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    Pass::new(machine, context).run().instrument(span).await
+}
+
+/// What a failed pass leads to.
+pub(super) fn error_policy(
+    machine: Arc<slim::Machine>,
+    error: &Error,
+    context: Arc<Context>,
+) -> Action {
+    warn!(machine = %machine.name_any(), %error, "remediation step failed; retrying");
+    Action::requeue(context.poll.max(Duration::from_secs(1)))
+}

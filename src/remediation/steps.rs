@@ -1,0 +1,706 @@
+//! *Execute*: one function per planned [`Step`], each persisting the step before it acts,
+//! checking leadership right before every write, and telling what it did (Event, metric).
+//! [`Pass::execute`] only dispatches; what a step does reads on one screen.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use kube::runtime::controller::Action;
+use tracing::info;
+
+use super::execute;
+use super::fence::ConfirmedOff;
+use super::gates::Held;
+use super::observe::{self, machine_host, node_view};
+use super::pass::Pass;
+use super::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
+use super::power::Withdraw;
+use super::state::{record_step, set_condition, strategy_name};
+use crate::api::FenceStrategyName;
+use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION};
+use crate::api::{Remediation, RemediationSpec, RemediationStatus};
+use crate::runtime::clock::rfc3339;
+use crate::{Error, Result};
+
+/// How soon a held start is looked at again, at least and at most.
+const HELD_RECHECK_MIN: Duration = Duration::from_secs(1);
+const HELD_RECHECK_MAX: Duration = Duration::from_secs(5);
+
+/// What a step leaves the pass with: go on with the next step at once, or stop here.
+type Next = Option<Action>;
+
+/// Stop the pass; the next change to the Machine or its objects starts another.
+fn stop() -> Result<Next> {
+    Ok(Some(Action::await_change()))
+}
+
+/// What one step works on: the Remediation (updated by each persist), the status it starts
+/// from, the persisted state the plan read, the proof taken this round (spent by a release),
+/// the Node as cached and the time of the round.
+pub(super) struct Round<'a> {
+    pub remediation: &'a mut Remediation,
+    pub status: RemediationStatus,
+    pub state: &'a Persisted,
+    pub proof: &'a mut Option<ConfirmedOff>,
+    pub node: Option<Arc<Node>>,
+    pub now: SystemTime,
+}
+
+impl Pass {
+    /// Carries `step` out. `None`: go on with the next step at once.
+    pub(super) async fn execute(&self, step: Step, round: Round<'_>) -> Result<Next> {
+        // Only the leader acts; checked again right before each write.
+        self.context.leadership.ensure()?;
+        match step {
+            Step::Done => stop(),
+            Step::Wait { after } => self.wait(round, after).await,
+            Step::Hold(held) => self.hold(round, held).await,
+            Step::Cancel => self.cancel(round).await,
+            Step::RequestPowerOff { strategy } => self.request_power_off(round, strategy).await,
+            Step::WithdrawPowerOff => self.withdraw_power_off(round).await,
+            Step::MarkFenced => self.mark_fenced(round).await,
+            Step::RemakePowerOffRequest => self.remake_power_off_request(round).await,
+            Step::BackUpNode => self.back_up_node(round).await,
+            Step::ReleaseNode(mode) => {
+                // The proof was taken again from fresh evidence in this round: a host turned
+                // back on since the Fenced step is not off any more. It is spent here.
+                let Some(proof) = round.proof.take() else {
+                    return Ok(Some(Action::requeue(self.context.poll)));
+                };
+                self.release_node(round.remediation, round.status, mode, proof)
+                    .await?;
+                Ok(None)
+            }
+            Step::RequestPowerOn => self.request_power_on(round).await,
+            Step::Restore => self.restore(round).await,
+            Step::Escalate { to, why } => self.escalate(round, to, why).await,
+            Step::Retry { attempt, why } => self.retry(round, attempt, why).await,
+            Step::Fail(reason) => {
+                self.fail(round.remediation, round.status, round.state, reason)
+                    .await?;
+                stop()
+            }
+        }
+    }
+
+    /// Waits. A crash between persisting a request and making it leaves the phase without
+    /// its request: it is made sure of while waiting.
+    async fn wait(&self, round: Round<'_>, after: Duration) -> Result<Next> {
+        match round.state.phase {
+            Phase::PoweringOff => {
+                self.ensure_request(round.remediation, round.state, true)
+                    .await?
+            }
+            Phase::PoweringOn => {
+                self.ensure_request(round.remediation, round.state, false)
+                    .await?
+            }
+            _ => {}
+        }
+        Ok(Some(Action::requeue(after)))
+    }
+
+    /// Holds the start: the gate's condition and a Warning, once per reason.
+    async fn hold(&self, round: Round<'_>, held: Held) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            now,
+            ..
+        } = round;
+        let reason = held.to_string();
+        let was = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Held" && c.status == "True" && c.message == reason);
+        if !was {
+            set_condition(&mut status, "Held", true, held.gate(), &reason, now);
+            self.persist(remediation, status).await?;
+            self.event(remediation, true, "Held", reason).await;
+        }
+        // Gates open when other Machines change; their events do not reach this one, so
+        // look again after a while (a finished remediation wakes held ones at once).
+        let recheck = (self.context.poll * 4).clamp(HELD_RECHECK_MIN, HELD_RECHECK_MAX);
+        Ok(Some(Action::requeue(recheck)))
+    }
+
+    /// The trigger went away before anything was done.
+    async fn cancel(&self, round: Round<'_>) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            now,
+            ..
+        } = round;
+        record_step(&mut status, "Cancelled", Some(Phase::Cancelled), now);
+        self.persist(remediation, status).await?;
+        let note = "the trigger went away before anything was done";
+        self.event(remediation, false, "Cancelled", note.into())
+            .await;
+        stop()
+    }
+
+    /// Persists the power-off request with what the release will need (the Node's UID and
+    /// boot ID), then makes it.
+    async fn request_power_off(&self, round: Round<'_>, strategy: usize) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            state,
+            node,
+            now,
+            ..
+        } = round;
+        let name = self.strategy_at(strategy);
+        status.strategy = Some(strategy_name(name).into());
+        status.driver = Some(self.driver_name(remediation, name).await);
+        status.attempt = Some(state.attempt);
+        remember_boot(&mut status, node.as_deref());
+        remember_node_uid(&mut status, node.as_deref());
+        set_condition(&mut status, "Held", false, "Started", "", now);
+        record_step(
+            &mut status,
+            "PowerOffRequested",
+            Some(Phase::PoweringOff),
+            now,
+        );
+        self.persist(remediation, status).await?;
+        // The request first: every moment before it, the hung host may still write to
+        // shared storage.
+        let requested = self.request_power(remediation, name, true).await;
+        let note = format!("fencing with {}", strategy_name(name));
+        self.event(remediation, false, "PowerOffRequested", note)
+            .await;
+        self.context
+            .metrics
+            .remediation_started(strategy_name(name));
+        if let Err(error) = requested {
+            self.note_error(remediation, &error).await?;
+        }
+        Ok(None)
+    }
+
+    /// The trigger went away before the proof: every request is withdrawn.
+    async fn withdraw_power_off(&self, round: Round<'_>) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            state,
+            now,
+            ..
+        } = round;
+        self.withdraw_all(remediation, state, Withdraw::Everything)
+            .await?;
+        record_step(
+            &mut status,
+            "PowerOffWithdrawn",
+            Some(Phase::Cancelled),
+            now,
+        );
+        self.persist(remediation, status).await?;
+        let note = "the trigger went away before the host was proven off; power-off withdrawn";
+        self.event(remediation, false, "Cancelled", note.into())
+            .await;
+        stop()
+    }
+
+    /// Records the proof (not spent: the release takes it again) and marks the Machine.
+    async fn mark_fenced(&self, round: Round<'_>) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            proof,
+            now,
+            ..
+        } = round;
+        let Some(confirmed) = proof.as_ref() else {
+            return Ok(Some(Action::requeue(self.context.poll)));
+        };
+        let host = confirmed.host().to_string();
+        status.last_power_state = Some("Off".into());
+        let by = status.strategy.clone().unwrap_or_default();
+        let message = format!("confirmed by {by}");
+        set_condition(
+            &mut status,
+            "Fenced",
+            true,
+            "PowerOffConfirmed",
+            &message,
+            now,
+        );
+        record_step(&mut status, "Fenced", Some(Phase::Fenced), now);
+        self.persist(remediation, status).await?;
+        self.context.leadership.ensure()?;
+        execute::set_annotation(
+            &self.machines_api(),
+            &self.name,
+            POWERED_OFF_FOR_REMEDIATION,
+            Some(""),
+            "MarkMachine",
+        )
+        .await?;
+        let note = format!("{host} is proven off");
+        self.event(remediation, false, "Fenced", note).await;
+        Ok(None)
+    }
+
+    /// Our power-off request vanished after the proof: made again, once, and the Fenced
+    /// clock restarts (the proof must hold for a while from here).
+    async fn remake_power_off_request(&self, round: Round<'_>) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            now,
+            ..
+        } = round;
+        status.power_off_request_remade = true;
+        record_step(&mut status, "PowerOffRequestRemade", None, now);
+        status.phase_since = Some(rfc3339(now));
+        self.persist(remediation, status).await?;
+        let note = format!(
+            "our power-off request {} was removed from the host after it was fenced (by an admin, another controller or a restore of the object); made again, once: the Node is released only on a proof that holds for half the power-off deadline from now",
+            self.reboot_annotation()
+        );
+        self.event(remediation, true, "PowerOffRequestRemoved", note)
+            .await;
+        let strategy = self.strategy_in_use(remediation);
+        self.request_power(remediation, strategy, true).await?;
+        Ok(None)
+    }
+
+    /// Saves the Node's labels, annotations and taints before it is released.
+    async fn back_up_node(&self, round: Round<'_>) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            node,
+            now,
+            ..
+        } = round;
+        let Some(node) = &node else {
+            return Ok(None);
+        };
+        let backup = execute::backup_of(node);
+        let note = format!(
+            "Node {} saved: {} label(s), {} annotation(s), {} taint(s)",
+            node.name_any(),
+            backup.labels.len(),
+            backup.annotations.len(),
+            backup.taints.len()
+        );
+        status.node_backup = Some(backup);
+        record_step(&mut status, "NodeBackedUp", None, now);
+        self.persist(remediation, status).await?;
+        self.event(remediation, false, "NodeBackedUp", note).await;
+        Ok(None)
+    }
+
+    /// The Node is released: the power-off requests are withdrawn, powering the host on.
+    async fn request_power_on(&self, round: Round<'_>) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            state,
+            now,
+            ..
+        } = round;
+        record_step(
+            &mut status,
+            "PowerOnRequested",
+            Some(Phase::PoweringOn),
+            now,
+        );
+        self.persist(remediation, status).await?;
+        self.withdraw_all(remediation, state, Withdraw::Everything)
+            .await?;
+        self.event(
+            remediation,
+            false,
+            "PowerOnRequested",
+            "powering the host on".into(),
+        )
+        .await;
+        Ok(None)
+    }
+
+    /// The Node is back: its labels and taints restored, the requests, the mark and the
+    /// trigger removed, and the remediation Succeeded.
+    async fn restore(&self, round: Round<'_>) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            state,
+            node,
+            now,
+            ..
+        } = round;
+        if state.phase != Phase::Restoring {
+            record_step(&mut status, "Restoring", Some(Phase::Restoring), now);
+            self.persist(remediation, status.clone()).await?;
+            let note = "the Node is Ready: restoring its labels and taints, removing the trigger";
+            self.event(remediation, false, "Restoring", note.into())
+                .await;
+        }
+        if let Some(node) = &node {
+            self.restore_node(remediation, &status, node).await?;
+        }
+        self.withdraw_all(remediation, state, Withdraw::RebootRequestsOnly)
+            .await?;
+        self.unmark_machine_and_remove_trigger().await?;
+        set_condition(
+            &mut status,
+            "Succeeded",
+            true,
+            "NodeBack",
+            "the Node is Ready again",
+            now,
+        );
+        record_step(&mut status, "Succeeded", Some(Phase::Succeeded), now);
+        let strategy = status.strategy.clone().unwrap_or_default();
+        self.persist(remediation, status).await?;
+        self.event(remediation, false, "Succeeded", "the Node is back".into())
+            .await;
+        self.context
+            .metrics
+            .remediation_succeeded(&strategy, self.age(remediation));
+        stop()
+    }
+
+    /// Puts the saved labels, annotations and taints back on the Node, and lifts the
+    /// out-of-service taint.
+    async fn restore_node(
+        &self,
+        remediation: &Remediation,
+        status: &RemediationStatus,
+        node: &Node,
+    ) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.context.client.clone());
+        self.context.leadership.ensure()?;
+        if let Some(backup) = &status.node_backup {
+            let restored = execute::restore_node(&nodes, node, backup).await?;
+            if restored != execute::Restored::default() {
+                let note = format!(
+                    "Node {} restored: {} label(s) and annotation(s), {} taint(s) put back",
+                    node.name_any(),
+                    restored.keys,
+                    restored.taints
+                );
+                self.event(remediation, false, "NodeRestored", note).await;
+            }
+        }
+        execute::remove_out_of_service(&nodes, node).await
+    }
+
+    /// Removes the Machine's powered-off mark and the health check's trigger.
+    async fn unmark_machine_and_remove_trigger(&self) -> Result<()> {
+        self.context.leadership.ensure()?;
+        let machines = self.machines_api();
+        let mark = POWERED_OFF_FOR_REMEDIATION;
+        execute::set_annotation(&machines, &self.name, mark, None, "UnmarkMachine").await?;
+        let trigger = EXTERNAL_REMEDIATION;
+        execute::set_annotation(&machines, &self.name, trigger, None, "RemoveTrigger").await
+    }
+
+    /// The strategy in use could not prove the host off: the next one takes over.
+    async fn escalate(&self, round: Round<'_>, to: usize, why: String) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            now,
+            ..
+        } = round;
+        let name = self.strategy_at(to);
+        status.strategy = Some(strategy_name(name).into());
+        status.driver = Some(self.driver_name(remediation, name).await);
+        status.last_error = Some(why.clone());
+        record_step(&mut status, "Escalated", None, now);
+        status.phase_since = Some(rfc3339(now));
+        self.persist(remediation, status).await?;
+        let note = format!("{why}; trying {}", strategy_name(name));
+        self.event(remediation, true, "Escalated", note).await;
+        if let Err(error) = self.request_power(remediation, name, true).await {
+            self.note_error(remediation, &error).await?;
+        }
+        Ok(None)
+    }
+
+    /// Another power cycle, from the first strategy, with the Node's identity taken again.
+    async fn retry(&self, round: Round<'_>, attempt: u32, why: String) -> Result<Next> {
+        let Round {
+            remediation,
+            mut status,
+            node,
+            now,
+            ..
+        } = round;
+        status.attempt = Some(attempt);
+        let name = self.strategy_at(0);
+        status.strategy = Some(strategy_name(name).into());
+        status.last_error = Some(why.clone());
+        status.power_off_request_remade = false;
+        remember_boot(&mut status, node.as_deref());
+        remember_node_uid(&mut status, node.as_deref());
+        record_step(&mut status, "Retry", Some(Phase::PoweringOff), now);
+        status.phase_since = Some(rfc3339(now));
+        self.persist(remediation, status).await?;
+        let note = format!("{why}: power cycle {attempt}");
+        self.event(remediation, true, "Retry", note).await;
+        if let Err(error) = self.request_power(remediation, name, true).await {
+            self.note_error(remediation, &error).await?;
+        }
+        Ok(None)
+    }
+
+    /// Creates the Machine's Remediation number `number`, owned by the Machine.
+    pub(super) async fn start(&self, number: usize) -> Result<Remediation> {
+        let machine_json = self.machine_json();
+        let (host, unusable) = match machine_host(&machine_json) {
+            Ok(host) => (host, None),
+            Err(unusable) => (None, Some(unusable)),
+        };
+        let mut object = Remediation::new(
+            &format!("{}-{number}", self.name),
+            RemediationSpec {
+                machine_name: self.name.clone(),
+                machine_uid: self.machine.uid(),
+                node_name: observe::machine_node(&machine_json),
+                host: host.map(|h| h.to_string()),
+            },
+        );
+        object.metadata.namespace = Some(self.namespace.clone());
+        object.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "machine.openshift.io/v1beta1".into(),
+            kind: "Machine".into(),
+            name: self.name.clone(),
+            uid: self.machine.uid().unwrap_or_default(),
+            ..OwnerReference::default()
+        }]);
+        self.context.leadership.ensure()?;
+        let api = self.remediation_api();
+        let created = match api.create(&PostParams::default(), &object).await {
+            Ok(created) => created,
+            // Created by an earlier pass whose store update has not arrived yet.
+            Err(kube::Error::Api(status)) if status.code == 409 => api
+                .get(&object.name_any())
+                .await
+                .map_err(Error::kube("GetRemediation"))?,
+            Err(source) => return Err(Error::kube("CreateRemediation")(source)),
+        };
+        info!(machine = %self.name, remediation = %created.name_any(), "remediation started");
+        if let Some(unusable) = unusable {
+            // Not fatal yet: a HostBmc may still name the BMC. The strategies say the rest.
+            self.event(
+                &created,
+                true,
+                "InvalidMachine",
+                format!("Machine {}: {unusable}", self.name),
+            )
+            .await;
+        }
+        Ok(created)
+    }
+
+    /// Releases the Node the proof names (deletes it, or taints it out-of-service), each step
+    /// persisted before it acts, and spends the proof.
+    async fn release_node(
+        &self,
+        remediation: &mut Remediation,
+        mut status: RemediationStatus,
+        mode: ReleaseMode,
+        proof: ConfirmedOff,
+    ) -> Result<()> {
+        let now = self.context.clock.now();
+        let nodes: Api<Node> = Api::all(self.context.client.clone());
+        let Some(name) = proof.node().map(|n| n.name.clone()) else {
+            record_step(&mut status, "NodeAbsent", Some(Phase::NodeReleased), now);
+            self.persist(remediation, status).await?;
+            let note = "no Node to release".to_string();
+            self.event(remediation, false, "NodeAbsent", note).await;
+            return Ok(());
+        };
+        let host = proof.host().to_string();
+        let (before, after, reason, note) = match mode {
+            ReleaseMode::Delete => (
+                "NodeDeleting",
+                "NodeDeleted",
+                "NodeDeleted",
+                format!(
+                    "Node {name} deleted ({host} is proven off): its workloads may start elsewhere"
+                ),
+            ),
+            ReleaseMode::OutOfService => (
+                "NodeTainting",
+                "NodeTainted",
+                "NodeTainted",
+                format!(
+                    "Node {name} tainted out-of-service ({host} is proven off): its workloads may start elsewhere"
+                ),
+            ),
+        };
+        record_step(&mut status, before, None, now);
+        self.persist(remediation, status.clone()).await?;
+        // The step's own persist (and the taint's read of the Node) take round trips: a
+        // BareMetalHost is read once more after them, so that the proof is the last read
+        // before the call.
+        match mode {
+            ReleaseMode::Delete => {
+                let proof = self.proof_right_before_release(remediation, proof).await?;
+                self.context.leadership.ensure()?;
+                execute::delete_node(proof, &nodes).await?;
+            }
+            ReleaseMode::OutOfService => {
+                if let Some(node) = execute::read_node(&nodes, &name).await? {
+                    let proof = self.proof_right_before_release(remediation, proof).await?;
+                    self.context.leadership.ensure()?;
+                    execute::taint_out_of_service(proof, &nodes, node).await?;
+                }
+            }
+        }
+        record_step(&mut status, after, Some(Phase::NodeReleased), now);
+        self.persist(remediation, status).await?;
+        self.event(remediation, false, reason, note).await;
+        Ok(())
+    }
+    /// The proof to spend: a BMC's as given (two reads a moment ago), a BareMetalHost's taken
+    /// again from a fresh GET for the same Node.
+    async fn proof_right_before_release(
+        &self,
+        remediation: &Remediation,
+        proof: ConfirmedOff,
+    ) -> Result<ConfirmedOff> {
+        if proof.strategy() != FenceStrategyName::BareMetalHostRebootApi {
+            return Ok(proof);
+        }
+        let mut target = self.fence_target(remediation, proof.strategy(), None);
+        target.node = proof.node().cloned();
+        self.take_proof(remediation, &target)
+            .await
+            .map_err(|not_fenced| Error::Invalid {
+                object: format!("Remediation {}", remediation.name_any()),
+                reason: format!("the proof did not hold right before the release: {not_fenced}"),
+            })
+    }
+    /// Fails the remediation. A host whose Node never came back was fenced and released: it
+    /// is left powered off (nothing it runs may compete with the replacements), and with
+    /// `deleteMachineOnFailure` a replaceable Machine is deleted. An unfenced host is left
+    /// alone entirely.
+    async fn fail(
+        &self,
+        remediation: &mut Remediation,
+        mut status: RemediationStatus,
+        state: &Persisted,
+        reason: FailReason,
+    ) -> Result<()> {
+        let now = self.context.clock.now();
+        let label = reason.label();
+        let message = match &reason {
+            FailReason::PowerOffNotConfirmed(why) => {
+                format!("power-off never confirmed, the Node is left alone: {why}")
+            }
+            FailReason::FenceLost(why) => format!(
+                "the host was proven off but the proof could not be taken again for the release, so the Node is kept: {why}"
+            ),
+            FailReason::NodeNeverReady => format!(
+                "the Node did not come back in {} power cycle(s); the host is left powered off",
+                state.attempt
+            ),
+            FailReason::RestoreTimedOut => {
+                "the Node came back but could not be restored in time; the trigger is kept".into()
+            }
+        };
+        let strategy = status.strategy.clone().unwrap_or_default();
+        status.last_error = Some(message.clone());
+        set_condition(&mut status, "Succeeded", false, label, &message, now);
+        record_step(&mut status, "Failed", Some(Phase::Failed), now);
+        if let FailReason::FenceLost(_) = reason {
+            set_condition(&mut status, "Fenced", false, "FenceLost", &message, now);
+            // The Machine's mark would claim a power-off nobody can prove any more. Removed
+            // before Failed is persisted: a failed removal is tried again by the next pass.
+            self.context.leadership.ensure()?;
+            execute::set_annotation(
+                &self.machines_api(),
+                &self.name,
+                POWERED_OFF_FOR_REMEDIATION,
+                None,
+                "UnmarkMachine",
+            )
+            .await?;
+        }
+        self.persist(remediation, status).await?;
+        self.event(remediation, true, "Failed", message).await;
+        self.context.metrics.remediation_failed(&strategy, label);
+        if reason != FailReason::NodeNeverReady {
+            return Ok(());
+        }
+        let name = self.strategy_in_use(remediation);
+        if let Err(error) = self.request_power(remediation, name, true).await {
+            self.note_error(remediation, &error).await?;
+        }
+        if self.policy.delete_machine_on_failure {
+            self.delete_machine(remediation).await?;
+        }
+        Ok(())
+    }
+    /// Deletes the Machine so that its MachineSet replaces it, where that is safe: see
+    /// [`super::observe::reprovisionable`].
+    async fn delete_machine(&self, remediation: &mut Remediation) -> Result<()> {
+        let host = self
+            .host(remediation)
+            .and_then(|(_, host)| host)
+            .map(|h| serde_json::to_value(&*h).unwrap_or_default());
+        if let Err(why) = super::observe::reprovisionable(&self.machine.metadata, host.as_ref()) {
+            self.event(
+                remediation,
+                false,
+                "MachineKept",
+                format!("deleteMachineOnFailure: the Machine is kept: {why}"),
+            )
+            .await;
+            return Ok(());
+        }
+        let mut status = remediation.status.clone().unwrap_or_default();
+        record_step(
+            &mut status,
+            "MachineDeleting",
+            None,
+            self.context.clock.now(),
+        );
+        self.persist(remediation, status).await?;
+        // The Remediation is owned by the Machine and goes with it: the Event stays behind.
+        self.event(
+            remediation,
+            true,
+            "MachineDeleted",
+            "deleteMachineOnFailure: deleting the Machine so that its MachineSet replaces it"
+                .into(),
+        )
+        .await;
+        self.context.leadership.ensure()?;
+        execute::delete_machine(&self.machines_api(), &self.name, self.machine.uid()).await?;
+        self.context.metrics.machine_deleted();
+        Ok(())
+    }
+}
+
+/// Records the UID of the Node before a power-off request: the proof of power-off may release
+/// that Node object only. A Node that is missing leaves the last known UID in place.
+fn remember_node_uid(status: &mut RemediationStatus, node: Option<&Node>) {
+    if let Some(uid) = node.and_then(|n| n.metadata.uid.clone()) {
+        status.node_uid = Some(uid);
+    }
+}
+
+/// Records the boot ID the Node reports before a power-off request: the Node is back only
+/// once it reports another. A Node without one leaves the last known ID in place.
+fn remember_boot(status: &mut RemediationStatus, node: Option<&Node>) {
+    if let NodeView::Present {
+        boot_id: Some(id), ..
+    } = node_view(node)
+    {
+        status.node_boot_id = Some(id);
+    }
+}
