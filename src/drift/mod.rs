@@ -13,10 +13,10 @@
 //! - [`plan`]: the pure state machine;
 //! - [`guard`]: whether the node carries the planned-reboot mark (pure).
 
-mod act;
 pub mod budget;
 pub mod classify;
 pub mod content;
+pub mod context;
 pub mod controller;
 pub mod guard;
 pub mod helper;
@@ -26,3 +26,4 @@ pub mod observe;
 mod pass;
 pub mod pdb;
 pub mod plan;
+mod steps;

@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 
 use super::budget::may_start;
 use super::classify::{ConfigState, classify};
-use super::controller::DriftContext;
+use super::context::DriftContext;
 use super::observe::{self, attempt_number, node_observation, pool_of, pool_view};
 use super::pdb::blocking_budgets;
 use super::plan::{Action as PlanAction, Observed, PlanPolicy, next_step, recurrence_hold};
@@ -374,7 +374,7 @@ impl Pass {
         };
         let step = next_step(&persisted, &observed, &policy);
         tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
-        self.act(remediation, step, &node).await
+        self.execute(remediation, step, &node).await
     }
 
     /// The budgets a drain of the node would meet, and the pods on the node.

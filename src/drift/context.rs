@@ -1,0 +1,146 @@
+//! What every pass of the drift coordinator shares: the client, the watch caches, the clock,
+//! the recorder, the metrics and the leadership check. It knows nothing of the stages that
+//! use it: the passes borrow it, the controller builds it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::{Client, ResourceExt};
+
+use super::classify::{ConfigState, classify};
+use super::observe::pool_of;
+use crate::api::mco::{MachineConfigNode, MachineConfigPool};
+use crate::api::{DriftPolicy, DriftPolicySpec, DriftRemediation, Remediation};
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+use crate::runtime::clock::Clock;
+
+/// What every pass shares.
+pub struct DriftContext {
+    /// The API client.
+    pub client: Client,
+    /// Nodes.
+    pub nodes: Store<Node>,
+    /// MachineConfigPools.
+    pub pools: Store<MachineConfigPool>,
+    /// MachineConfigNodes (empty where the API does not serve them).
+    pub mcns: Store<MachineConfigNode>,
+    /// Our drift remediations.
+    pub remediations: Store<DriftRemediation>,
+    /// Our machine remediations (a node under one is disrupted).
+    pub machine_remediations: Store<Remediation>,
+    /// Policies (the one named `default` applies).
+    pub policies: Store<DriftPolicy>,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// Events.
+    pub recorder: Recorder,
+    /// How soon to look again while waiting.
+    pub poll: Duration,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Whether this replica may write.
+    pub leadership: Leadership,
+    /// The helper pods' image when the policy names none.
+    pub helper_image: String,
+    /// The not-drift reason last reported per node (one Event per change, not per pass).
+    pub reported: Mutex<HashMap<String, String>>,
+    /// Serializes start decisions: two nodes of a pool must not both pass the budget.
+    pub starts: tokio::sync::Mutex<()>,
+}
+
+impl DriftContext {
+    /// The policy in force: the object named `default`, else the defaults.
+    pub fn policy(&self) -> DriftPolicySpec {
+        self.policies
+            .get(&ObjectRef::new("default"))
+            .map(|p| p.spec.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether every cache holds a full list.
+    pub fn caches_ready(&self) -> bool {
+        use futures_util::FutureExt;
+        let ready = |wait: Option<std::result::Result<(), reflector::store::WriterDropped>>| {
+            matches!(wait, Some(Ok(())))
+        };
+        ready(self.nodes.wait_until_ready().now_or_never())
+            && ready(self.pools.wait_until_ready().now_or_never())
+            && ready(self.remediations.wait_until_ready().now_or_never())
+            && ready(self.machine_remediations.wait_until_ready().now_or_never())
+            && ready(self.policies.wait_until_ready().now_or_never())
+    }
+
+    /// Recounts the drift gauges per pool and the held starts from the caches.
+    pub fn refresh_metrics(&self) {
+        if !self.caches_ready() {
+            return;
+        }
+        let pools = self.pools.state();
+        let nodes = self.nodes.state();
+        let mut per_pool: HashMap<String, (usize, usize)> =
+            pools.iter().map(|p| (p.name_any(), (0, 0))).collect();
+        for node in &nodes {
+            let Some(pool) = pool_of(node, &pools) else {
+                continue;
+            };
+            let entry = per_pool.entry(pool.name_any()).or_default();
+            match classify(node.annotations()) {
+                ConfigState::Drifted(_) => entry.0 += 1,
+                ConfigState::Degraded(_) => entry.1 += 1,
+                _ => {}
+            }
+        }
+        for (pool, (drifted, not_drift)) in per_pool {
+            self.metrics.drift.set_pool(&pool, drifted, not_drift);
+        }
+        // Reboots our remediations caused in the last 24 hours, per node.
+        let now = crate::runtime::clock::since_epoch(self.clock.now());
+        let day = Duration::from_secs(86_400);
+        let mut reboots: HashMap<(String, String), usize> = HashMap::new();
+        for remediation in self.remediations.state() {
+            let key = (
+                remediation.spec.node_name.clone(),
+                remediation.spec.pool.clone(),
+            );
+            let count = remediation
+                .status
+                .iter()
+                .flat_map(|s| &s.steps)
+                .filter(|t| t.step == "Rebooted")
+                .filter(|t| {
+                    now.saturating_sub(crate::runtime::clock::parse_rfc3339(&t.time)) <= day
+                })
+                .count();
+            *reboots.entry(key).or_default() += count;
+        }
+        for ((node, pool), count) in reboots {
+            self.metrics.drift.set_reboots(&node, &pool, count);
+        }
+        let mut held: Vec<(String, usize)> = Vec::new();
+        for remediation in self.remediations.state() {
+            let Some(status) = &remediation.status else {
+                continue;
+            };
+            if status.phase != crate::api::DriftPhase::Pending {
+                continue;
+            }
+            if let Some(condition) = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Held" && c.status == "True")
+            {
+                match held.iter_mut().find(|(r, _)| *r == condition.reason) {
+                    Some(entry) => entry.1 += 1,
+                    None => held.push((condition.reason.clone(), 1)),
+                }
+            }
+        }
+        let counts: Vec<(&str, usize)> = held.iter().map(|(r, n)| (r.as_str(), *n)).collect();
+        self.metrics.drift.set_held(&counts);
+    }
+}

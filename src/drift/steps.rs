@@ -1,0 +1,436 @@
+//! *Execute*: one function per planned drift [`Step`], each persisting the step before it
+//! acts and telling what it did (Events, metrics); [`Pass::execute`] only dispatches.
+
+use std::time::{Duration, SystemTime};
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use super::helper::{self, HelperOp};
+use super::pass::{Pass, record};
+use super::plan::{Milestone, NodeObservation, Noted, Step};
+use crate::Result;
+use crate::api::{DriftPhase, DriftRemediation, DriftRemediationStatus};
+use crate::runtime::clock::rfc3339;
+use crate::runtime::conditions::upsert_condition;
+
+/// Marks the start of an action: the hold is over, the step recorded with its phase.
+fn started(
+    status: &mut DriftRemediationStatus,
+    step: &str,
+    phase: DriftPhase,
+    now: &str,
+    at: SystemTime,
+) {
+    upsert_condition(&mut status.conditions, "Held", false, "Started", "", at);
+    record(status, step, Some(phase), now);
+}
+
+impl Pass {
+    /// Carries `step` out, persisting it before it acts.
+    pub(super) async fn execute(
+        &self,
+        remediation: &mut DriftRemediation,
+        step: Step,
+        node: &NodeObservation,
+    ) -> Result<Action> {
+        self.context.leadership.ensure()?;
+        let now = rfc3339(self.context.clock.now());
+        let status = remediation.status.clone().unwrap_or_default();
+        let r = remediation;
+        match step {
+            Step::Done => Ok(Action::await_change()),
+            Step::Wait { after } => self.wait(r, status, after).await,
+            Step::EndDebounce => self.end_debounce(r, status, &now).await,
+            Step::SelfHealed => self.self_healed(r, status, &now).await,
+            Step::Hold(message, reason) => self.hold(r, status, message, reason).await,
+            Step::RequestForce => self.request_force(r, status, node, &now).await,
+            Step::RequestRestore => self.restore(r, status, &now).await,
+            Step::StartDrain => self.start_drain(r, status, &now).await,
+            Step::Evict => self.evict(r, status).await,
+            Step::Uncordon => self.uncordon(r, status, &now).await,
+            Step::Record(milestone) => self.record_milestone(r, status, milestone, &now).await,
+            Step::Note(noted) => self.note(r, status, noted, now).await,
+            Step::Succeed => self.succeed(r, status, &now).await,
+            Step::Abort(why) => self.abort(r, status, why, &now).await,
+            Step::Fail(reason) => {
+                self.fail(r, status, reason.reason(), reason.to_string())
+                    .await?;
+                Ok(self.poll())
+            }
+            Step::Escalate => self.escalate_to_machine(r, status, &now).await,
+        }
+    }
+
+    /// Look again in a poll interval.
+    fn poll(&self) -> Action {
+        Action::requeue(self.context.poll)
+    }
+
+    /// Waits; while a forcefile helper runs, it is watched.
+    async fn wait(
+        &self,
+        remediation: &mut DriftRemediation,
+        status: DriftRemediationStatus,
+        after: Duration,
+    ) -> Result<Action> {
+        if status.phase == DriftPhase::ForceRequested {
+            self.watch_helper(remediation, &HelperOp::Force).await?;
+        }
+        let at_most = self.context.poll.max(Duration::from_millis(200));
+        Ok(Action::requeue(after.min(at_most)))
+    }
+
+    /// The drift outlived the debounce: it is real.
+    async fn end_debounce(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        now: &str,
+    ) -> Result<Action> {
+        record(&mut status, "Debounced", Some(DriftPhase::Pending), now);
+        self.persist(remediation, status).await?;
+        Ok(self.poll())
+    }
+
+    /// The node healed by itself: nothing was done.
+    async fn self_healed(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        now: &str,
+    ) -> Result<Action> {
+        record(&mut status, "SelfHealed", Some(DriftPhase::SelfHealed), now);
+        let at = self.context.clock.now();
+        upsert_condition(&mut status.conditions, "Held", false, "Ended", "", at);
+        self.persist(remediation, status).await?;
+        self.ended(remediation, "SelfHealed", "");
+        let note = "the node healed by itself; nothing was done";
+        self.event(remediation, false, "SelfHealed", note.into())
+            .await;
+        Ok(self.poll())
+    }
+
+    /// Holds the start: the gate's condition and a Warning, once per message.
+    async fn hold(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        message: String,
+        reason: &'static str,
+    ) -> Result<Action> {
+        let was = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Held" && c.status == "True" && c.message == message);
+        if !was {
+            let at = self.context.clock.now();
+            upsert_condition(&mut status.conditions, "Held", true, reason, &message, at);
+            self.persist(remediation, status).await?;
+            self.event(remediation, true, reason, message).await;
+        }
+        Ok(Action::requeue(self.context.poll * 2))
+    }
+
+    /// The Force action: the planned-reboot mark first, then the forcefile through a helper.
+    async fn request_force(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        node: &NodeObservation,
+        now: &str,
+    ) -> Result<Action> {
+        status.drain_before = node.desired_drain.clone();
+        status.boot_before = node.boot_id.clone();
+        status.force_file_written = true;
+        status.helper_pod = Some(helper::helper_name(
+            &remediation.name_any(),
+            &HelperOp::Force,
+        ));
+        let at = self.context.clock.now();
+        started(
+            &mut status,
+            "ForceRequested",
+            DriftPhase::ForceRequested,
+            now,
+            at,
+        );
+        self.persist(remediation, status).await?;
+        // The mark first: the forcefile may be taken (and the node rebooted) at once.
+        self.guard_planned_reboot(Some(remediation)).await?;
+        self.start_helper(remediation, &HelperOp::Force, None)
+            .await?;
+        let note = format!(
+            "wrote {} on {}; the MCO re-applies its config and reboots the node",
+            crate::api::mco::FORCE_FILE,
+            self.name
+        );
+        self.event(remediation, false, "ForceRequested", note).await;
+        Ok(self.poll())
+    }
+
+    /// Cordons the node before the restore's drain.
+    async fn start_drain(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        now: &str,
+    ) -> Result<Action> {
+        status.cordoned_by_us = true;
+        let at = self.context.clock.now();
+        started(
+            &mut status,
+            "CordonRequested",
+            DriftPhase::Draining,
+            now,
+            at,
+        );
+        self.persist(remediation, status).await?;
+        self.set_unschedulable(true).await?;
+        let note = format!(
+            "cordoned {}; draining it through the Eviction API before the restore",
+            self.name
+        );
+        self.event(remediation, false, "Cordoned", note).await;
+        Ok(self.poll())
+    }
+
+    /// Evicts the node's pods; a refusal (a budget) is told once and looked at again later.
+    async fn evict(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+    ) -> Result<Action> {
+        let Some(refused) = self.evict_pods().await? else {
+            return Ok(self.poll());
+        };
+        if status.last_error.as_deref() != Some(refused.as_str()) {
+            status.last_error = Some(refused.clone());
+            self.persist(remediation, status).await?;
+            self.event(remediation, true, "EvictionRefused", refused)
+                .await;
+        }
+        Ok(Action::requeue(self.context.poll * 4))
+    }
+
+    /// Lifts our own cordon.
+    async fn uncordon(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        now: &str,
+    ) -> Result<Action> {
+        status.cordoned_by_us = false;
+        record(&mut status, "Uncordoned", None, now);
+        self.persist(remediation, status).await?;
+        self.set_unschedulable(false).await?;
+        Ok(self.poll())
+    }
+
+    /// Records what the MCO was seen doing; once it picked the forcefile up, the helpers go.
+    async fn record_milestone(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        milestone: Milestone,
+        now: &str,
+    ) -> Result<Action> {
+        let picked_up = milestone == Milestone::PickedUp;
+        if picked_up {
+            // The MCD deletes the forcefile when it takes it.
+            status.force_file_written = false;
+        }
+        let phase = picked_up.then_some(DriftPhase::Applying);
+        record(&mut status, milestone.step(), phase, now);
+        self.persist(remediation, status).await?;
+        if picked_up {
+            self.remove_helpers(remediation).await?;
+        }
+        let note = format!("{} on {}", milestone.step(), self.name);
+        self.event(remediation, false, milestone.step(), note).await;
+        Ok(self.poll())
+    }
+
+    /// Notes when the node went NotReady or started draining (the deadlines count from it).
+    async fn note(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        noted: Noted,
+        now: String,
+    ) -> Result<Action> {
+        match noted {
+            Noted::NotReady => status.not_ready_since = Some(now),
+            Noted::Draining => status.draining_since = Some(now),
+        }
+        self.persist(remediation, status).await?;
+        Ok(self.poll())
+    }
+
+    /// Verified Done on the pool's config: Succeeded, the mark and the helpers gone.
+    async fn succeed(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        now: &str,
+    ) -> Result<Action> {
+        record(&mut status, "Succeeded", Some(DriftPhase::Succeeded), now);
+        let message = "Done on the pool's config, Ready and schedulable";
+        let at = self.context.clock.now();
+        upsert_condition(
+            &mut status.conditions,
+            "Succeeded",
+            true,
+            "Verified",
+            message,
+            at,
+        );
+        self.persist(remediation, status).await?;
+        // Verified Done, so the MCO is idle: the mark goes (a health check's trigger left
+        // during the reboot is cleared before).
+        self.guard_planned_reboot(Some(remediation)).await?;
+        self.remove_helpers(remediation).await?;
+        self.ended(remediation, "Succeeded", "");
+        let note = format!(
+            "{} is Done on {}",
+            self.name, remediation.spec.rendered_config
+        );
+        self.event(remediation, false, "Succeeded", note).await;
+        Ok(self.poll())
+    }
+
+    /// Aborted (by request or because the drift changed): cleaned up.
+    async fn abort(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        why: String,
+        now: &str,
+    ) -> Result<Action> {
+        record(&mut status, "Aborted", Some(DriftPhase::Aborted), now);
+        status.last_error = Some(why.clone());
+        self.persist(remediation, status).await?;
+        // Kept while a forcefile may be there or the MCO is still at work.
+        self.guard_planned_reboot(Some(remediation)).await?;
+        self.ended(remediation, "Aborted", "");
+        self.event(remediation, false, "Aborted", why).await;
+        self.clean_up(remediation).await?;
+        Ok(self.poll())
+    }
+
+    /// The node stayed NotReady after the reboot: handed to the machine remediation.
+    async fn escalate_to_machine(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        now: &str,
+    ) -> Result<Action> {
+        record(&mut status, "Escalated", Some(DriftPhase::Escalated), now);
+        self.persist(remediation, status).await?;
+        // Handed over: the guard lifts the mark, so the machine remediation may take the
+        // node once its Machine has the trigger.
+        self.guard_planned_reboot(Some(remediation)).await?;
+        let note = match self.escalate().await {
+            Ok(machine) => format!(
+                "{} stayed NotReady; handed to the machine remediation ({machine})",
+                self.name
+            ),
+            Err(error) => format!(
+                "{} stayed NotReady; cannot hand it to the machine remediation: {error}",
+                self.name
+            ),
+        };
+        self.ended(remediation, "Escalated", "");
+        self.event(remediation, true, "Escalated", note).await;
+        Ok(self.poll())
+    }
+
+    /// The restore action: the expected file from the rendered config, through a helper.
+    async fn restore(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        now: &str,
+    ) -> Result<Action> {
+        use super::classify::DriftKind;
+        use super::content::Expected;
+        let op = match (remediation.spec.kind, self.expected(remediation).await) {
+            (DriftKind::Content | DriftKind::Missing, Ok(Expected::File { bytes, mode })) => {
+                let sha256 = super::content::sha256_hex(&bytes);
+                Some((
+                    HelperOp::Install {
+                        path: remediation.spec.target.clone(),
+                        mode,
+                        sha256,
+                    },
+                    Some(bytes),
+                ))
+            }
+            (DriftKind::Mode, Ok(Expected::File { mode, .. })) => Some((
+                HelperOp::Chmod {
+                    path: remediation.spec.target.clone(),
+                    mode,
+                },
+                None,
+            )),
+            _ => None,
+        };
+        let Some((op, content)) = op else {
+            let text = format!(
+                "the restore action cannot fix {} drift of {}; use the Force action",
+                remediation.spec.kind, remediation.spec.target
+            );
+            self.fail(remediation, status, "RestoreUnsupported", text)
+                .await?;
+            return Ok(Action::await_change());
+        };
+        status.helper_pod = Some(helper::helper_name(&remediation.name_any(), &op));
+        started(
+            &mut status,
+            "RestoreRequested",
+            DriftPhase::Restoring,
+            now,
+            self.context.clock.now(),
+        );
+        self.persist(remediation, status).await?;
+        self.start_helper(remediation, &op, content).await?;
+        self.event(
+            remediation,
+            false,
+            "RestoreRequested",
+            format!(
+                "writing {} back as the rendered config has it",
+                remediation.spec.target
+            ),
+        )
+        .await;
+        Ok(Action::requeue(self.context.poll))
+    }
+
+    /// Ends the remediation Failed with a reason, and removes a forcefile not picked up.
+    async fn fail(
+        &self,
+        remediation: &mut DriftRemediation,
+        mut status: DriftRemediationStatus,
+        reason: &str,
+        text: String,
+    ) -> Result<()> {
+        let now = self.context.clock.now();
+        record(
+            &mut status,
+            "Failed",
+            Some(DriftPhase::Failed),
+            &rfc3339(now),
+        );
+        status.last_error = Some(text.clone());
+        upsert_condition(&mut status.conditions, "Failed", true, reason, &text, now);
+        upsert_condition(&mut status.conditions, "Held", false, "Ended", "", now);
+        self.persist(remediation, status).await?;
+        // Not lifted here: after a timeout the MCO may still drain and reboot the node; the
+        // guard keeps the mark until it is done.
+        self.guard_planned_reboot(Some(remediation)).await?;
+        self.ended(remediation, "Failed", reason);
+        self.event(remediation, true, reason, text).await;
+        self.clean_up(remediation).await
+    }
+}
