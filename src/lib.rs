@@ -74,6 +74,15 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// What a step rested on changed under it (the proof of power-off no longer holds, the
+    /// Node was registered again): the next pass looks again and plans afresh.
+    #[error("{object} changed: {reason}")]
+    Changed {
+        /// The object, e.g. `Node worker-0`.
+        object: String,
+        /// What changed.
+        reason: String,
+    },
     /// This replica does not hold the leader Lease (any more): it must not write.
     #[error("not the leader: another replica may be acting")]
     NotLeader,
@@ -123,6 +132,78 @@ impl Error {
     /// Maps a failed Kubernetes API call of operation `op` (for `map_err`).
     pub fn kube(op: &'static str) -> impl FnOnce(kube::Error) -> Error {
         move |source| Error::Kube { op, source }
+    }
+
+    /// What kind of failure this is: it names the Event reason a user sees.
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            Error::Driver(error) if error.category() == "authentication" => {
+                ErrorCategory::BmcCredentials
+            }
+            Error::Driver(_) => ErrorCategory::Bmc,
+            Error::Kube { .. } => ErrorCategory::Api,
+            Error::Invalid { .. } => ErrorCategory::InvalidObject,
+            Error::Changed { .. } => ErrorCategory::Changed,
+            Error::NotLeader | Error::LeadershipLost(_) => ErrorCategory::Leadership,
+            Error::Abandoned(_) => ErrorCategory::Abandoned,
+            _ => ErrorCategory::Local,
+        }
+    }
+
+    /// Whether trying the same thing again soon may succeed: a BMC that is busy or
+    /// unreachable, an API call that conflicted, was throttled or found the server failing.
+    /// A refused password, an object that is unusable as it stands, an API refusal
+    /// (forbidden, invalid) or lost leadership only repeat themselves: something has to
+    /// change first.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Driver(error) => error.is_retryable(),
+            Error::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } => matches!(status.code, 404 | 409 | 429) || status.code >= 500,
+            // Transport, TLS handshakes with a restarting server, timeouts.
+            Error::Kube { .. } => true,
+            Error::Changed { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// The kinds of failure, each with the Event reason it is reported under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCategory {
+    /// A BMC could not be reached, was busy or answered an error.
+    Bmc,
+    /// A BMC refused the credentials (retrying would only lock the account).
+    BmcCredentials,
+    /// A Kubernetes API call failed.
+    Api,
+    /// An object is unusable as it stands.
+    InvalidObject,
+    /// What a step rested on changed under it.
+    Changed,
+    /// This replica is not (or no longer) the leader.
+    Leadership,
+    /// A test or lab hook abandoned the pass.
+    Abandoned,
+    /// Something local: a file, a socket, a rendering.
+    Local,
+}
+
+impl ErrorCategory {
+    /// The Event reason a failure of this kind is reported under.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            ErrorCategory::Bmc => "BmcError",
+            ErrorCategory::BmcCredentials => "BmcCredentialsRefused",
+            ErrorCategory::Api => "ApiError",
+            ErrorCategory::InvalidObject => "InvalidObject",
+            ErrorCategory::Changed => "StateChanged",
+            ErrorCategory::Leadership => "NotLeader",
+            ErrorCategory::Abandoned => "Abandoned",
+            ErrorCategory::Local => "LocalError",
+        }
     }
 }
 

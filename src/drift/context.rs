@@ -18,6 +18,7 @@ use crate::api::{DriftPolicy, DriftPolicySpec, DriftRemediation, Remediation};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
+use crate::runtime::requeue::Backoff;
 
 /// What every pass shares.
 pub struct DriftContext {
@@ -51,6 +52,8 @@ pub struct DriftContext {
     pub reported: Mutex<HashMap<String, String>>,
     /// Serializes start decisions: two nodes of a pool must not both pass the budget.
     pub starts: tokio::sync::Mutex<()>,
+    /// Failures in a row per Node, for the requeue of transient ones.
+    pub backoff: Backoff,
 }
 
 impl DriftContext {

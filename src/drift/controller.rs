@@ -27,6 +27,7 @@ use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
+use crate::runtime::requeue::Backoff;
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
@@ -151,6 +152,7 @@ pub async fn run(
         helper_image: options.helper_image,
         reported: Mutex::new(HashMap::new()),
         starts: tokio::sync::Mutex::new(()),
+        backoff: Backoff::default(),
     });
     let gauges = {
         let context = context.clone();
@@ -244,16 +246,24 @@ fn nodes_in_play(
 }
 
 async fn reconcile(node: Arc<Node>, context: Arc<DriftContext>) -> Result<Action> {
-    let span = tracing::info_span!("drift", node = %node.name_any());
+    let name = node.name_any();
+    let span = tracing::info_span!("drift", node = %name);
     if !context.caches_ready() {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
-    Pass::new(node, context).run().instrument(span).await
+    let action = Pass::new(node, context.clone())
+        .run()
+        .instrument(span)
+        .await?;
+    context.backoff.succeeded(&name);
+    Ok(action)
 }
 
+/// A backoff for a transient failure, a wait for a change for a terminal one (see
+/// [`crate::runtime::requeue`]).
 fn error_policy(node: Arc<Node>, error: &Error, context: Arc<DriftContext>) -> Action {
-    warn!(node = %node.name_any(), %error, "drift step failed; retrying");
-    Action::requeue(context.poll.max(Duration::from_secs(1)))
+    let base = context.poll.max(Duration::from_secs(1));
+    context.backoff.failed(&node.name_any(), error, base)
 }
 
 #[cfg(test)]

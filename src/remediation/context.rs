@@ -22,6 +22,7 @@ use crate::api::{
 use crate::leader::Leadership;
 use crate::metrics::{GATES, Metrics};
 use crate::runtime::clock::Clock;
+use crate::runtime::requeue::Backoff;
 
 /// The Machine resource (machine.openshift.io/v1beta1), for writes.
 pub fn machine_resource() -> ApiResource {
@@ -71,6 +72,8 @@ pub struct Context {
     pub leadership: Leadership,
     /// Where this replica runs, for the self-fence gate (None: not known, not checked).
     pub placement: Option<Placement>,
+    /// Failures in a row per Machine, for the requeue of transient ones.
+    pub backoff: Backoff,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step

@@ -30,6 +30,7 @@ use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
+use crate::runtime::requeue::Backoff;
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
@@ -261,6 +262,7 @@ async fn run_machines(
         out_of_service_taint,
         leadership: options.leadership,
         placement: options.placement,
+        backoff: Backoff::default(),
     });
     context.metrics.set_leader(context.leadership.is_leading());
     // Background: they stop with this function, also when it is dropped mid-way (leadership

@@ -123,7 +123,7 @@ pub(crate) async fn taint_out_of_service(
         return Ok(());
     };
     if node.metadata.uid.as_deref() != Some(identity.uid.as_str()) {
-        return Err(Error::Invalid {
+        return Err(Error::Changed {
             object: format!("Node {}", identity.name),
             reason: format!(
                 "it was registered again (UID {} is not the fenced Node's {}): not tainting a Node the proof does not name",

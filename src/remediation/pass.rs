@@ -228,7 +228,8 @@ impl Pass {
         let text = error.to_string().replace(['\n', '\r'], " ");
         status.last_error = Some(text.clone());
         self.persist(remediation, status).await?;
-        self.event(remediation, true, "StepFailed", text).await;
+        let reason = error.category().event_reason();
+        self.event(remediation, true, reason, text).await;
         Ok(())
     }
 

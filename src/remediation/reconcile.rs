@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use tracing::{Instrument, warn};
+use tracing::Instrument;
 
 use super::context::Context;
 use super::gates::{Held, Launched};
@@ -207,15 +207,26 @@ pub(super) async fn reconcile(
     if !context.caches_ready() {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
-    Pass::new(machine, context).run().instrument(span).await
+    let action = Pass::new(machine, context.clone())
+        .run()
+        .instrument(span)
+        .await?;
+    context.backoff.succeeded(&format!("{namespace}/{name}"));
+    Ok(action)
 }
 
-/// What a failed pass leads to.
+/// What a failed pass leads to: a backoff for a transient failure, a wait for a change for
+/// a terminal one (see [`crate::runtime::requeue`]).
 pub(super) fn error_policy(
     machine: Arc<slim::Machine>,
     error: &Error,
     context: Arc<Context>,
 ) -> Action {
-    warn!(machine = %machine.name_any(), %error, "remediation step failed; retrying");
-    Action::requeue(context.poll.max(Duration::from_secs(1)))
+    let key = format!(
+        "{}/{}",
+        machine.namespace().unwrap_or_default(),
+        machine.name_any()
+    );
+    let base = context.poll.max(Duration::from_secs(1));
+    context.backoff.failed(&key, error, base)
 }

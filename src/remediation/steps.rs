@@ -579,7 +579,7 @@ impl Pass {
         target.node = proof.node().cloned();
         self.take_proof(remediation, &target)
             .await
-            .map_err(|not_fenced| Error::Invalid {
+            .map_err(|not_fenced| Error::Changed {
                 object: format!("Remediation {}", remediation.name_any()),
                 reason: format!("the proof did not hold right before the release: {not_fenced}"),
             })

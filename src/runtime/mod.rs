@@ -9,6 +9,7 @@ pub mod clock;
 pub mod conditions;
 pub mod events;
 pub mod node_watch;
+pub mod requeue;
 pub mod tasks;
 
 pub use clock::{Clock, SystemClock};

@@ -1,0 +1,131 @@
+//! What a failed reconcile leads to, the same way in both controllers: a transient failure
+//! is tried again with a per-object exponential backoff (reset by the next success); a
+//! terminal one is not retried soon — something has to change first (the object, the
+//! policy, a Secret), and those changes wake the object on their own — but it is looked at
+//! again after [`TERMINAL_RECHECK`], so that no phase outlives its deadline unnoticed.
+//!
+//! Guarantees: the delay grows 1×, 2×, 4×… the base up to [`BACKOFF_MAX`]; a success
+//! forgets the object's failures. Caveats: the counts live in memory, a restart starts
+//! them afresh (and so retries at once, which is what a restart is for).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use tracing::warn;
+
+use crate::Error;
+
+/// The longest wait between two tries of a transient failure.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// When a terminal failure is looked at again if nothing changes before.
+pub const TERMINAL_RECHECK: Duration = Duration::from_secs(300);
+
+/// Failures in a row per object, for the backoff.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    /// The object reconciled cleanly: its backoff starts over.
+    pub fn succeeded(&self, key: &str) {
+        self.lock().remove(key);
+    }
+
+    /// The object's reconcile failed with `error`: when to try again. `base` is the first
+    /// delay of a transient failure.
+    pub fn failed(&self, key: &str, error: &Error, base: Duration) -> Action {
+        let category = error.category();
+        if !error.is_transient() {
+            self.lock().remove(key);
+            warn!(object = %key, %error, reason = category.event_reason(), "failed; waiting for a change");
+            return Action::requeue(TERMINAL_RECHECK);
+        }
+        let mut failures = self.lock();
+        let count = failures.entry(key.to_string()).or_insert(0);
+        let delay = backoff_delay(base, *count);
+        *count = count.saturating_add(1);
+        warn!(object = %key, %error, reason = category.event_reason(), retry_in = ?delay, "failed; retrying");
+        Action::requeue(delay)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The delay after `failures` failures in a row: `base` doubled that many times, at most
+/// [`BACKOFF_MAX`].
+pub fn backoff_delay(base: Duration, failures: u32) -> Duration {
+    let factor = 1u32.checked_shl(failures.min(16)).unwrap_or(u32::MAX);
+    base.saturating_mul(factor).min(BACKOFF_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_delay_doubles_up_to_the_cap() {
+        let base = Duration::from_secs(1);
+        let delays: Vec<u64> = (0..10).map(|n| backoff_delay(base, n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60, 60, 60]);
+        assert_eq!(backoff_delay(base, u32::MAX), BACKOFF_MAX);
+    }
+
+    fn transient() -> Error {
+        Error::Driver(baremend_drivers::Error::Timeout {
+            bmc: "bmc".into(),
+            operation: "GET system".into(),
+            timeout: Duration::from_secs(5),
+        })
+    }
+
+    #[test]
+    fn transient_failures_back_off_and_a_success_starts_over() {
+        let backoff = Backoff::default();
+        let base = Duration::from_secs(1);
+        let delays: Vec<Action> = (0..3)
+            .map(|_| backoff.failed("m", &transient(), base))
+            .collect();
+        assert_eq!(
+            delays,
+            [1, 2, 4].map(|s| Action::requeue(Duration::from_secs(s)))
+        );
+        // Another object has its own count.
+        assert_eq!(
+            backoff.failed("n", &transient(), base),
+            Action::requeue(base)
+        );
+        backoff.succeeded("m");
+        assert_eq!(
+            backoff.failed("m", &transient(), base),
+            Action::requeue(base)
+        );
+    }
+
+    #[test]
+    fn a_terminal_failure_waits_for_a_change_not_a_retry() {
+        let backoff = Backoff::default();
+        let invalid = Error::Invalid {
+            object: "Machine a/b".into(),
+            reason: "no host".into(),
+        };
+        assert!(!invalid.is_transient());
+        assert_eq!(
+            backoff.failed("m", &invalid, Duration::from_secs(1)),
+            Action::requeue(TERMINAL_RECHECK)
+        );
+        let refused = Error::Driver(baremend_drivers::Error::Authentication {
+            bmc: "bmc".into(),
+            detail: "401".into(),
+        });
+        assert!(!refused.is_transient());
+        assert_eq!(refused.category().event_reason(), "BmcCredentialsRefused");
+    }
+}
