@@ -16,6 +16,7 @@ mod crds;
 mod drift;
 mod host_bmc;
 pub mod mco;
+mod names;
 mod policy;
 mod remediation;
 pub mod slim;
@@ -26,6 +27,7 @@ pub use drift::{
     DriftRemediation, DriftRemediationSpec, DriftRemediationStatus, DriftTimeouts,
 };
 pub use host_bmc::{HostBmc, HostBmcSpec};
+pub use names::{ConditionType, DriftStep, RemediationStep};
 pub use policy::{
     ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyTimeouts, RemediationPolicy,
     RemediationPolicySpec, StormGate,

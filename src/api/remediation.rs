@@ -93,6 +93,18 @@ pub struct Condition {
     pub last_transition_time: String,
 }
 
+impl Condition {
+    /// Whether this is a condition of type `type_` with status `True`.
+    pub fn is_true(&self, type_: super::ConditionType) -> bool {
+        self.type_ == type_.as_str() && self.status == "True"
+    }
+
+    /// Whether this is a condition of type `type_` with status `False`.
+    pub fn is_false(&self, type_: super::ConditionType) -> bool {
+        self.type_ == type_.as_str() && self.status == "False"
+    }
+}
+
 /// When a step was persisted.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

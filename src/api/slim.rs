@@ -31,7 +31,7 @@ pub fn node(node: &mut Node) {
         let ready = status
             .conditions
             .take()
-            .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect());
+            .map(|c| c.into_iter().filter(|c| c.type_ == NODE_READY).collect());
         // The boot ID tells a rebooted host from a Node still Ready from before.
         let node_info =
             status
@@ -250,6 +250,17 @@ pub struct HostStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub error_message: Option<String>,
+}
+
+/// The Node condition type that says whether the kubelet is healthy.
+pub const NODE_READY: &str = "Ready";
+
+/// The Node's `Ready` condition, if it reports one (a slimmed Node keeps only that one).
+pub fn ready_condition(node: &Node) -> Option<&k8s_openapi::api::core::v1::NodeCondition> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == NODE_READY))
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use kube::{Client, ResourceExt};
 use super::classify::{ConfigState, classify};
 use super::observe::pool_of;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
+use crate::api::{ConditionType, DriftStep};
 use crate::api::{DriftPolicy, DriftPolicySpec, DriftRemediation, Remediation};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
@@ -114,7 +115,7 @@ impl DriftContext {
                 .status
                 .iter()
                 .flat_map(|s| &s.steps)
-                .filter(|t| t.step == "Rebooted")
+                .filter(|t| t.step == DriftStep::Rebooted.as_str())
                 .filter(|t| {
                     now.saturating_sub(crate::runtime::clock::parse_rfc3339(&t.time)) <= day
                 })
@@ -135,7 +136,7 @@ impl DriftContext {
             if let Some(condition) = status
                 .conditions
                 .iter()
-                .find(|c| c.type_ == "Held" && c.status == "True")
+                .find(|c| c.is_true(ConditionType::Held))
             {
                 match held.iter_mut().find(|(r, _)| *r == condition.reason) {
                     Some(entry) => entry.1 += 1,

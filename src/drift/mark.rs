@@ -13,6 +13,7 @@ use super::observe::{attempt_number, boot_id, ready};
 use super::pass::Pass;
 use crate::api::DriftRemediation;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, NODE_MACHINE, PLANNED_REBOOT};
+use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
 /// The guard's decision for `node`, whose DriftRemediations are `remediations` (oldest first).
@@ -113,7 +114,8 @@ impl Pass {
                 "the health check took the planned reboot for a failure; {} is back Ready from it, so the trigger on Machine {machine} is cleared",
                 self.name
             );
-            self.event(owner, false, "TriggerCleared", note).await;
+            self.event(owner, Severity::Normal, "TriggerCleared", note)
+                .await;
         }
         self.patch_planned_reboot(None).await?;
         let note = format!(
@@ -121,8 +123,14 @@ impl Pass {
             self.name
         );
         match owner {
-            Some(owner) => self.event(owner, false, "PlannedRebootLifted", note).await,
-            None => self.node_event(false, "PlannedRebootLifted", note).await,
+            Some(owner) => {
+                self.event(owner, Severity::Normal, "PlannedRebootLifted", note)
+                    .await
+            }
+            None => {
+                self.node_event(Severity::Normal, "PlannedRebootLifted", note)
+                    .await
+            }
         }
         Ok(None)
     }

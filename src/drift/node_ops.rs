@@ -7,10 +7,12 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use super::helper::{self, HelperOp, HelperTarget};
-use super::pass::Pass;
+use super::pass::{Pass, record};
+use crate::api::DriftRemediation;
+use crate::api::DriftStep;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, NODE_MACHINE};
-use crate::api::{DriftRemediation, StepTime};
 use crate::runtime::clock::rfc3339;
+use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
 impl Pass {
@@ -92,7 +94,8 @@ impl Pass {
                     if status.last_error.as_deref() != Some(message.as_str()) {
                         status.last_error = Some(message.clone());
                         self.persist(remediation, status).await?;
-                        self.event(remediation, true, "HelperFailed", message).await;
+                        self.event(remediation, Severity::Warning, "HelperFailed", message)
+                            .await;
                     }
                 }
                 Ok(())
@@ -140,7 +143,8 @@ impl Pass {
             Some(Err(message)) => {
                 self.context.leadership.ensure()?;
                 let _ = pods.delete(&name, &DeleteParams::default()).await;
-                self.event(remediation, true, "HelperFailed", message).await;
+                self.event(remediation, Severity::Warning, "HelperFailed", message)
+                    .await;
                 Ok(())
             }
             None => Ok(()),
@@ -162,11 +166,12 @@ impl Pass {
         let mut object = remediation.clone();
         let mut status = object.status.clone().unwrap_or_default();
         status.cordoned_by_us = false;
-        status.steps.push(StepTime {
-            step: "Uncordoned".into(),
-            attempt: 1,
-            time: rfc3339(self.context.clock.now()),
-        });
+        record(
+            &mut status,
+            DriftStep::Uncordoned,
+            None,
+            &rfc3339(self.context.clock.now()),
+        );
         self.persist(&mut object, status).await?;
         self.set_unschedulable(false).await
     }
@@ -204,16 +209,17 @@ impl Pass {
         let mut object = remediation.clone();
         let mut status = object.status.clone().unwrap_or_default();
         status.force_file_written = false;
-        status.steps.push(StepTime {
-            step: "ForceFileRemoved".into(),
-            attempt: 1,
-            time: rfc3339(self.context.clock.now()),
-        });
+        record(
+            &mut status,
+            DriftStep::ForceFileRemoved,
+            None,
+            &rfc3339(self.context.clock.now()),
+        );
         self.persist(&mut object, status).await?;
         self.remove_helpers(&object).await?;
         self.event(
             &object,
-            false,
+            Severity::Normal,
             "ForceFileRemoved",
             format!("removed {} from {}", crate::api::mco::FORCE_FILE, self.name),
         )

@@ -10,6 +10,7 @@ use kube::ResourceExt;
 use super::budget::{Member, PoolView};
 use super::classify::{ConfigState, classify};
 use super::plan::{Milestone, NodeObservation, Persisted};
+use crate::api::DriftStep;
 use crate::api::mco::{self, MachineConfigNode, MachineConfigPool};
 use crate::api::{APPROVE_ANNOTATION, DriftRemediation};
 use crate::runtime::clock::parse_rfc3339;
@@ -20,11 +21,7 @@ fn annotations(node: &Node) -> &BTreeMap<String, String> {
 
 /// Whether the Node's Ready condition is True.
 pub fn ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
+    crate::api::slim::ready_condition(node).is_some_and(|c| c.status == "True")
 }
 
 fn unschedulable(node: &Node) -> bool {
@@ -163,11 +160,11 @@ pub fn persisted(remediation: &DriftRemediation) -> Persisted {
     let milestones = status
         .steps
         .iter()
-        .filter_map(|s| match s.step.as_str() {
-            "PickedUp" => Some(Milestone::PickedUp),
-            "Drained" => Some(Milestone::Drained),
-            "Rebooting" => Some(Milestone::Rebooting),
-            "Rebooted" => Some(Milestone::Rebooted),
+        .filter_map(|s| match DriftStep::parse(&s.step)? {
+            DriftStep::PickedUp => Some(Milestone::PickedUp),
+            DriftStep::Drained => Some(Milestone::Drained),
+            DriftStep::Rebooting => Some(Milestone::Rebooting),
+            DriftStep::Rebooted => Some(Milestone::Rebooted),
             _ => None,
         })
         .collect();

@@ -18,11 +18,13 @@ use super::observe::{self, attempt_number, node_observation, pool_of, pool_view}
 use super::pdb::blocking_budgets;
 use super::plan::{Action as PlanAction, Observed, PlanPolicy, next_step, recurrence_hold};
 use crate::api::mco::MachineConfigPool;
+use crate::api::{ConditionType, DriftStep};
 use crate::api::{
     DriftAction, DriftPhase, DriftPolicySpec, DriftRemediation, DriftRemediationSpec,
     DriftRemediationStatus, StepTime,
 };
 use crate::runtime::clock::{rfc3339, since_epoch};
+use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
 /// One pass.
@@ -55,12 +57,12 @@ fn plan_policy(policy: &DriftPolicySpec, poll: Duration) -> PlanPolicy {
 
 pub(super) fn record(
     status: &mut DriftRemediationStatus,
-    step: &str,
+    step: DriftStep,
     phase: Option<DriftPhase>,
     now: &str,
 ) {
     status.steps.push(StepTime {
-        step: step.into(),
+        step: step.as_str().into(),
         attempt: 1,
         time: now.into(),
     });
@@ -147,9 +149,10 @@ impl Pass {
                     .and_then(|r| r.status.as_ref())
                     .filter(|s| {
                         s.phase == DriftPhase::Failed
-                            && s.conditions
-                                .iter()
-                                .any(|c| c.type_ == "Failed" && c.reason == "DriftRecurring")
+                            && s.conditions.iter().any(|c| {
+                                c.type_ == ConditionType::Failed.as_str()
+                                    && c.reason == "DriftRecurring"
+                            })
                     })
                     .and_then(|s| s.detected_at.as_deref())
                     .map(crate::runtime::clock::parse_rfc3339);
@@ -191,7 +194,7 @@ impl Pass {
                 .cloned()
                 .unwrap_or_default();
             let note = format!("not config drift ({why}); left to its owner: {reason}");
-            self.node_event(true, "NotDrift", note).await;
+            self.node_event(Severity::Warning, "NotDrift", note).await;
         }
     }
 
@@ -243,7 +246,7 @@ impl Pass {
         };
         record(
             &mut status,
-            "DriftDetected",
+            DriftStep::DriftDetected,
             Some(DriftPhase::Debouncing),
             &now,
         );
@@ -252,7 +255,8 @@ impl Pass {
             "{} drift on {} (against {}); waiting {} s for it to heal by itself",
             drift.kind, drift.target, object.spec.rendered_config, self.policy.debounce_seconds
         );
-        self.event(&object, false, "DriftDetected", note).await;
+        self.event(&object, Severity::Normal, "DriftDetected", note)
+            .await;
         Ok(())
     }
 
@@ -429,11 +433,11 @@ impl Pass {
     }
 
     /// An Event on the Node alone.
-    pub(super) async fn node_event(&self, warning: bool, reason: &str, note: String) {
+    pub(super) async fn node_event(&self, severity: Severity, reason: &str, note: String) {
         let node = self.node.object_ref(&());
         crate::runtime::events::publish(
             &self.context.recorder,
-            warning,
+            severity,
             reason,
             &note,
             &[(node, None)],
@@ -445,7 +449,7 @@ impl Pass {
     pub(super) async fn event(
         &self,
         remediation: &DriftRemediation,
-        warning: bool,
+        severity: Severity,
         reason: &str,
         note: String,
     ) {
@@ -456,7 +460,7 @@ impl Pass {
         if let Some(pool) = pool_of(&self.node, &pools) {
             pairs.push((pool.object_ref(&()), Some(own)));
         }
-        crate::runtime::events::publish(&self.context.recorder, warning, reason, &note, &pairs)
+        crate::runtime::events::publish(&self.context.recorder, severity, reason, &note, &pairs)
             .await;
     }
 }

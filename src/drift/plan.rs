@@ -25,6 +25,7 @@
 //! that keeps the machine remediation away is not the planner's: [`super::guard`] keeps it
 //! as long as the re-apply goes on, beyond the end of the remediation.
 
+use crate::api::DriftStep;
 use std::time::Duration;
 
 use super::budget::Deferred;
@@ -99,12 +100,12 @@ pub enum Milestone {
 
 impl Milestone {
     /// The step name recorded in the status.
-    pub fn step(self) -> &'static str {
+    pub fn step(self) -> DriftStep {
         match self {
-            Milestone::PickedUp => "PickedUp",
-            Milestone::Drained => "Drained",
-            Milestone::Rebooting => "Rebooting",
-            Milestone::Rebooted => "Rebooted",
+            Milestone::PickedUp => DriftStep::PickedUp,
+            Milestone::Drained => DriftStep::Drained,
+            Milestone::Rebooting => DriftStep::Rebooting,
+            Milestone::Rebooted => DriftStep::Rebooted,
         }
     }
 }

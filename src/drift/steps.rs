@@ -10,19 +10,28 @@ use super::helper::{self, HelperOp};
 use super::pass::{Pass, record};
 use super::plan::{Milestone, NodeObservation, Noted, Step};
 use crate::Result;
+use crate::api::{ConditionType, DriftStep};
 use crate::api::{DriftPhase, DriftRemediation, DriftRemediationStatus};
 use crate::runtime::clock::rfc3339;
 use crate::runtime::conditions::upsert_condition;
+use crate::runtime::events::Severity;
 
 /// Marks the start of an action: the hold is over, the step recorded with its phase.
 fn started(
     status: &mut DriftRemediationStatus,
-    step: &str,
+    step: DriftStep,
     phase: DriftPhase,
     now: &str,
     at: SystemTime,
 ) {
-    upsert_condition(&mut status.conditions, "Held", false, "Started", "", at);
+    upsert_condition(
+        &mut status.conditions,
+        ConditionType::Held,
+        false,
+        "Started",
+        "",
+        at,
+    );
     record(status, step, Some(phase), now);
 }
 
@@ -88,7 +97,12 @@ impl Pass {
         mut status: DriftRemediationStatus,
         now: &str,
     ) -> Result<Action> {
-        record(&mut status, "Debounced", Some(DriftPhase::Pending), now);
+        record(
+            &mut status,
+            DriftStep::Debounced,
+            Some(DriftPhase::Pending),
+            now,
+        );
         self.persist(remediation, status).await?;
         Ok(self.poll())
     }
@@ -100,13 +114,25 @@ impl Pass {
         mut status: DriftRemediationStatus,
         now: &str,
     ) -> Result<Action> {
-        record(&mut status, "SelfHealed", Some(DriftPhase::SelfHealed), now);
+        record(
+            &mut status,
+            DriftStep::SelfHealed,
+            Some(DriftPhase::SelfHealed),
+            now,
+        );
         let at = self.context.clock.now();
-        upsert_condition(&mut status.conditions, "Held", false, "Ended", "", at);
+        upsert_condition(
+            &mut status.conditions,
+            ConditionType::Held,
+            false,
+            "Ended",
+            "",
+            at,
+        );
         self.persist(remediation, status).await?;
         self.ended(remediation, "SelfHealed", "");
         let note = "the node healed by itself; nothing was done";
-        self.event(remediation, false, "SelfHealed", note.into())
+        self.event(remediation, Severity::Normal, "SelfHealed", note.into())
             .await;
         Ok(self.poll())
     }
@@ -122,12 +148,20 @@ impl Pass {
         let was = status
             .conditions
             .iter()
-            .any(|c| c.type_ == "Held" && c.status == "True" && c.message == message);
+            .any(|c| c.is_true(ConditionType::Held) && c.message == message);
         if !was {
             let at = self.context.clock.now();
-            upsert_condition(&mut status.conditions, "Held", true, reason, &message, at);
+            upsert_condition(
+                &mut status.conditions,
+                ConditionType::Held,
+                true,
+                reason,
+                &message,
+                at,
+            );
             self.persist(remediation, status).await?;
-            self.event(remediation, true, reason, message).await;
+            self.event(remediation, Severity::Warning, reason, message)
+                .await;
         }
         Ok(Action::requeue(self.context.poll * 2))
     }
@@ -150,7 +184,7 @@ impl Pass {
         let at = self.context.clock.now();
         started(
             &mut status,
-            "ForceRequested",
+            DriftStep::ForceRequested,
             DriftPhase::ForceRequested,
             now,
             at,
@@ -165,7 +199,8 @@ impl Pass {
             crate::api::mco::FORCE_FILE,
             self.name
         );
-        self.event(remediation, false, "ForceRequested", note).await;
+        self.event(remediation, Severity::Normal, "ForceRequested", note)
+            .await;
         Ok(self.poll())
     }
 
@@ -180,7 +215,7 @@ impl Pass {
         let at = self.context.clock.now();
         started(
             &mut status,
-            "CordonRequested",
+            DriftStep::CordonRequested,
             DriftPhase::Draining,
             now,
             at,
@@ -191,7 +226,8 @@ impl Pass {
             "cordoned {}; draining it through the Eviction API before the restore",
             self.name
         );
-        self.event(remediation, false, "Cordoned", note).await;
+        self.event(remediation, Severity::Normal, "Cordoned", note)
+            .await;
         Ok(self.poll())
     }
 
@@ -207,7 +243,7 @@ impl Pass {
         if status.last_error.as_deref() != Some(refused.as_str()) {
             status.last_error = Some(refused.clone());
             self.persist(remediation, status).await?;
-            self.event(remediation, true, "EvictionRefused", refused)
+            self.event(remediation, Severity::Warning, "EvictionRefused", refused)
                 .await;
         }
         Ok(Action::requeue(self.context.poll * 4))
@@ -221,7 +257,7 @@ impl Pass {
         now: &str,
     ) -> Result<Action> {
         status.cordoned_by_us = false;
-        record(&mut status, "Uncordoned", None, now);
+        record(&mut status, DriftStep::Uncordoned, None, now);
         self.persist(remediation, status).await?;
         self.set_unschedulable(false).await?;
         Ok(self.poll())
@@ -247,7 +283,13 @@ impl Pass {
             self.remove_helpers(remediation).await?;
         }
         let note = format!("{} on {}", milestone.step(), self.name);
-        self.event(remediation, false, milestone.step(), note).await;
+        self.event(
+            remediation,
+            Severity::Normal,
+            milestone.step().as_str(),
+            note,
+        )
+        .await;
         Ok(self.poll())
     }
 
@@ -274,12 +316,17 @@ impl Pass {
         mut status: DriftRemediationStatus,
         now: &str,
     ) -> Result<Action> {
-        record(&mut status, "Succeeded", Some(DriftPhase::Succeeded), now);
+        record(
+            &mut status,
+            DriftStep::Succeeded,
+            Some(DriftPhase::Succeeded),
+            now,
+        );
         let message = "Done on the pool's config, Ready and schedulable";
         let at = self.context.clock.now();
         upsert_condition(
             &mut status.conditions,
-            "Succeeded",
+            ConditionType::Succeeded,
             true,
             "Verified",
             message,
@@ -295,7 +342,8 @@ impl Pass {
             "{} is Done on {}",
             self.name, remediation.spec.rendered_config
         );
-        self.event(remediation, false, "Succeeded", note).await;
+        self.event(remediation, Severity::Normal, "Succeeded", note)
+            .await;
         Ok(self.poll())
     }
 
@@ -307,13 +355,19 @@ impl Pass {
         why: String,
         now: &str,
     ) -> Result<Action> {
-        record(&mut status, "Aborted", Some(DriftPhase::Aborted), now);
+        record(
+            &mut status,
+            DriftStep::Aborted,
+            Some(DriftPhase::Aborted),
+            now,
+        );
         status.last_error = Some(why.clone());
         self.persist(remediation, status).await?;
         // Kept while a forcefile may be there or the MCO is still at work.
         self.guard_planned_reboot(Some(remediation)).await?;
         self.ended(remediation, "Aborted", "");
-        self.event(remediation, false, "Aborted", why).await;
+        self.event(remediation, Severity::Normal, "Aborted", why)
+            .await;
         self.clean_up(remediation).await?;
         Ok(self.poll())
     }
@@ -325,7 +379,12 @@ impl Pass {
         mut status: DriftRemediationStatus,
         now: &str,
     ) -> Result<Action> {
-        record(&mut status, "Escalated", Some(DriftPhase::Escalated), now);
+        record(
+            &mut status,
+            DriftStep::Escalated,
+            Some(DriftPhase::Escalated),
+            now,
+        );
         self.persist(remediation, status).await?;
         // Handed over: the guard lifts the mark, so the machine remediation may take the
         // node once its Machine has the trigger.
@@ -341,7 +400,8 @@ impl Pass {
             ),
         };
         self.ended(remediation, "Escalated", "");
-        self.event(remediation, true, "Escalated", note).await;
+        self.event(remediation, Severity::Warning, "Escalated", note)
+            .await;
         Ok(self.poll())
     }
 
@@ -387,7 +447,7 @@ impl Pass {
         status.helper_pod = Some(helper::helper_name(&remediation.name_any(), &op));
         started(
             &mut status,
-            "RestoreRequested",
+            DriftStep::RestoreRequested,
             DriftPhase::Restoring,
             now,
             self.context.clock.now(),
@@ -396,7 +456,7 @@ impl Pass {
         self.start_helper(remediation, &op, content).await?;
         self.event(
             remediation,
-            false,
+            Severity::Normal,
             "RestoreRequested",
             format!(
                 "writing {} back as the rendered config has it",
@@ -418,19 +478,34 @@ impl Pass {
         let now = self.context.clock.now();
         record(
             &mut status,
-            "Failed",
+            DriftStep::Failed,
             Some(DriftPhase::Failed),
             &rfc3339(now),
         );
         status.last_error = Some(text.clone());
-        upsert_condition(&mut status.conditions, "Failed", true, reason, &text, now);
-        upsert_condition(&mut status.conditions, "Held", false, "Ended", "", now);
+        upsert_condition(
+            &mut status.conditions,
+            ConditionType::Failed,
+            true,
+            reason,
+            &text,
+            now,
+        );
+        upsert_condition(
+            &mut status.conditions,
+            ConditionType::Held,
+            false,
+            "Ended",
+            "",
+            now,
+        );
         self.persist(remediation, status).await?;
         // Not lifted here: after a timeout the MCO may still drain and reboot the node; the
         // guard keeps the mark until it is done.
         self.guard_planned_reboot(Some(remediation)).await?;
         self.ended(remediation, "Failed", reason);
-        self.event(remediation, true, reason, text).await;
+        self.event(remediation, Severity::Warning, reason, text)
+            .await;
         self.clean_up(remediation).await
     }
 }

@@ -15,6 +15,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 
 use super::bmc_cache::DriverCache;
 use super::gates::Launched;
+use crate::api::ConditionType;
 use crate::api::slim;
 use crate::api::{
     HostBmc, Remediation, RemediationPhase, RemediationPolicy, RemediationPolicySpec,
@@ -146,7 +147,7 @@ impl Context {
             let holding = status
                 .conditions
                 .iter()
-                .find(|c| c.type_ == "Held" && c.status == "True");
+                .find(|c| c.is_true(ConditionType::Held));
             if let Some(condition) = holding
                 && let Some(entry) = held.iter_mut().find(|(g, _)| *g == condition.reason)
             {

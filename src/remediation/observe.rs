@@ -225,11 +225,7 @@ pub fn node_view(node: Option<&Node>) -> NodeView {
     let Some(node) = node else {
         return NodeView::Missing;
     };
-    let ready_since = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|conditions| conditions.iter().find(|c| c.type_ == "Ready"))
+    let ready_since = crate::api::slim::ready_condition(node)
         .filter(|c| c.status == "True")
         .map(|c| {
             c.last_transition_time

@@ -22,6 +22,7 @@ use crate::api::{
     FenceStrategyName, NodeReleaseMode, Remediation, RemediationPolicySpec, RemediationStatus,
 };
 use crate::runtime::clock::since_epoch;
+use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
 /// One reconcile of one Machine.
@@ -177,7 +178,7 @@ impl Pass {
     pub(super) async fn event(
         &self,
         remediation: &Remediation,
-        warning: bool,
+        severity: Severity,
         reason: &str,
         note: String,
     ) {
@@ -187,7 +188,7 @@ impl Pass {
         let machine_ref = self.machine.object_ref(&());
         crate::runtime::events::publish(
             &self.context.recorder,
-            warning,
+            severity,
             reason,
             &note,
             &[
@@ -229,7 +230,8 @@ impl Pass {
         status.last_error = Some(text.clone());
         self.persist(remediation, status).await?;
         let reason = error.category().event_reason();
-        self.event(remediation, true, reason, text).await;
+        self.event(remediation, Severity::Warning, reason, text)
+            .await;
         Ok(())
     }
 

@@ -19,8 +19,10 @@ use super::pass::Pass;
 use super::plan::{Observed, Phase, next_step};
 use super::state::{created_at, persisted, set_condition};
 use super::steps::Round;
+use crate::api::ConditionType;
 use crate::api::{Remediation, slim};
 use crate::runtime::clock::since_epoch;
+use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
 /// The most steps one pass takes before yielding (a safety net; a normal pass ends in Wait).
@@ -173,7 +175,7 @@ impl Pass {
         let told = status
             .conditions
             .iter()
-            .any(|c| c.type_ == "StrategyInPolicy" && c.status == "False");
+            .any(|c| c.is_false(ConditionType::StrategyInPolicy));
         if told {
             return Ok(());
         }
@@ -183,15 +185,20 @@ impl Pass {
         let now = self.context.clock.now();
         set_condition(
             &mut status,
-            "StrategyInPolicy",
+            ConditionType::StrategyInPolicy,
             false,
             "StrategyRemoved",
             &message,
             now,
         );
         self.persist(remediation, status).await?;
-        self.event(remediation, true, "StrategyNotInPolicy", message)
-            .await;
+        self.event(
+            remediation,
+            Severity::Warning,
+            "StrategyNotInPolicy",
+            message,
+        )
+        .await;
         Ok(())
     }
 }

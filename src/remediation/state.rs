@@ -5,7 +5,9 @@
 use std::time::{Duration, SystemTime};
 
 use super::plan::{Persisted, Phase};
-use crate::api::{FenceStrategyName, Remediation, RemediationStatus, StepTime};
+use crate::api::{
+    ConditionType, FenceStrategyName, Remediation, RemediationStatus, RemediationStep, StepTime,
+};
 use crate::runtime::clock::{parse_rfc3339, rfc3339};
 use crate::runtime::conditions::upsert_condition;
 
@@ -65,13 +67,13 @@ pub fn strategy_name(strategy: FenceStrategyName) -> &'static str {
 /// Records a step in the status: its time, and the phase it enters (if any).
 pub fn record_step(
     status: &mut RemediationStatus,
-    step: &str,
+    step: RemediationStep,
     phase: Option<Phase>,
     now: SystemTime,
 ) {
     let time = rfc3339(now);
     status.steps.push(StepTime {
-        step: step.to_string(),
+        step: step.as_str().to_string(),
         attempt: status.attempt.unwrap_or(1),
         time: time.clone(),
     });
@@ -86,7 +88,7 @@ pub fn record_step(
 /// Sets a condition, keeping its transition time when the status does not change.
 pub fn set_condition(
     status: &mut RemediationStatus,
-    type_: &str,
+    type_: ConditionType,
     truth: bool,
     reason: &str,
     message: &str,
@@ -111,7 +113,7 @@ mod tests {
         let now = UNIX_EPOCH + Duration::from_secs(100);
         record_step(
             &mut status,
-            "PowerOffRequested",
+            RemediationStep::PowerOffRequested,
             Some(Phase::PoweringOff),
             now,
         );
@@ -155,11 +157,11 @@ mod tests {
         let mut status = RemediationStatus::default();
         let t1 = UNIX_EPOCH + Duration::from_secs(1);
         let t2 = UNIX_EPOCH + Duration::from_secs(2);
-        set_condition(&mut status, "Held", true, "Storm", "a", t1);
-        set_condition(&mut status, "Held", true, "Storm", "b", t2);
+        set_condition(&mut status, ConditionType::Held, true, "Storm", "a", t1);
+        set_condition(&mut status, ConditionType::Held, true, "Storm", "b", t2);
         assert_eq!(status.conditions[0].last_transition_time, rfc3339(t1));
         assert_eq!(status.conditions[0].message, "b");
-        set_condition(&mut status, "Held", false, "Released", "", t2);
+        set_condition(&mut status, ConditionType::Held, false, "Released", "", t2);
         assert_eq!(status.conditions[0].last_transition_time, rfc3339(t2));
     }
 }

@@ -22,8 +22,10 @@ use super::power::Withdraw;
 use super::state::{record_step, set_condition, strategy_name};
 use crate::api::FenceStrategyName;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION};
+use crate::api::{ConditionType, RemediationStep};
 use crate::api::{Remediation, RemediationSpec, RemediationStatus};
 use crate::runtime::clock::rfc3339;
+use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
 /// How soon a held start is looked at again, at least and at most.
@@ -116,11 +118,19 @@ impl Pass {
         let was = status
             .conditions
             .iter()
-            .any(|c| c.type_ == "Held" && c.status == "True" && c.message == reason);
+            .any(|c| c.is_true(ConditionType::Held) && c.message == reason);
         if !was {
-            set_condition(&mut status, "Held", true, held.gate(), &reason, now);
+            set_condition(
+                &mut status,
+                ConditionType::Held,
+                true,
+                held.gate(),
+                &reason,
+                now,
+            );
             self.persist(remediation, status).await?;
-            self.event(remediation, true, "Held", reason).await;
+            self.event(remediation, Severity::Warning, "Held", reason)
+                .await;
         }
         // Gates open when other Machines change; their events do not reach this one, so
         // look again after a while (a finished remediation wakes held ones at once).
@@ -136,10 +146,15 @@ impl Pass {
             now,
             ..
         } = round;
-        record_step(&mut status, "Cancelled", Some(Phase::Cancelled), now);
+        record_step(
+            &mut status,
+            RemediationStep::Cancelled,
+            Some(Phase::Cancelled),
+            now,
+        );
         self.persist(remediation, status).await?;
         let note = "the trigger went away before anything was done";
-        self.event(remediation, false, "Cancelled", note.into())
+        self.event(remediation, Severity::Normal, "Cancelled", note.into())
             .await;
         stop()
     }
@@ -161,10 +176,10 @@ impl Pass {
         status.attempt = Some(state.attempt);
         remember_boot(&mut status, node.as_deref());
         remember_node_uid(&mut status, node.as_deref());
-        set_condition(&mut status, "Held", false, "Started", "", now);
+        set_condition(&mut status, ConditionType::Held, false, "Started", "", now);
         record_step(
             &mut status,
-            "PowerOffRequested",
+            RemediationStep::PowerOffRequested,
             Some(Phase::PoweringOff),
             now,
         );
@@ -173,7 +188,7 @@ impl Pass {
         // shared storage.
         let requested = self.request_power(remediation, name, true).await;
         let note = format!("fencing with {}", strategy_name(name));
-        self.event(remediation, false, "PowerOffRequested", note)
+        self.event(remediation, Severity::Normal, "PowerOffRequested", note)
             .await;
         self.context
             .metrics
@@ -197,13 +212,13 @@ impl Pass {
             .await?;
         record_step(
             &mut status,
-            "PowerOffWithdrawn",
+            RemediationStep::PowerOffWithdrawn,
             Some(Phase::Cancelled),
             now,
         );
         self.persist(remediation, status).await?;
         let note = "the trigger went away before the host was proven off; power-off withdrawn";
-        self.event(remediation, false, "Cancelled", note.into())
+        self.event(remediation, Severity::Normal, "Cancelled", note.into())
             .await;
         stop()
     }
@@ -226,13 +241,18 @@ impl Pass {
         let message = format!("confirmed by {by}");
         set_condition(
             &mut status,
-            "Fenced",
+            ConditionType::Fenced,
             true,
             "PowerOffConfirmed",
             &message,
             now,
         );
-        record_step(&mut status, "Fenced", Some(Phase::Fenced), now);
+        record_step(
+            &mut status,
+            RemediationStep::Fenced,
+            Some(Phase::Fenced),
+            now,
+        );
         self.persist(remediation, status).await?;
         self.context.leadership.ensure()?;
         execute::set_annotation(
@@ -244,7 +264,8 @@ impl Pass {
         )
         .await?;
         let note = format!("{host} is proven off");
-        self.event(remediation, false, "Fenced", note).await;
+        self.event(remediation, Severity::Normal, "Fenced", note)
+            .await;
         Ok(None)
     }
 
@@ -258,15 +279,25 @@ impl Pass {
             ..
         } = round;
         status.power_off_request_remade = true;
-        record_step(&mut status, "PowerOffRequestRemade", None, now);
+        record_step(
+            &mut status,
+            RemediationStep::PowerOffRequestRemade,
+            None,
+            now,
+        );
         status.phase_since = Some(rfc3339(now));
         self.persist(remediation, status).await?;
         let note = format!(
             "our power-off request {} was removed from the host after it was fenced (by an admin, another controller or a restore of the object); made again, once: the Node is released only on a proof that holds for half the power-off deadline from now",
             self.reboot_annotation()
         );
-        self.event(remediation, true, "PowerOffRequestRemoved", note)
-            .await;
+        self.event(
+            remediation,
+            Severity::Warning,
+            "PowerOffRequestRemoved",
+            note,
+        )
+        .await;
         let strategy = self.strategy_in_use(remediation);
         self.request_power(remediation, strategy, true).await?;
         Ok(None)
@@ -293,9 +324,10 @@ impl Pass {
             backup.taints.len()
         );
         status.node_backup = Some(backup);
-        record_step(&mut status, "NodeBackedUp", None, now);
+        record_step(&mut status, RemediationStep::NodeBackedUp, None, now);
         self.persist(remediation, status).await?;
-        self.event(remediation, false, "NodeBackedUp", note).await;
+        self.event(remediation, Severity::Normal, "NodeBackedUp", note)
+            .await;
         Ok(None)
     }
 
@@ -310,7 +342,7 @@ impl Pass {
         } = round;
         record_step(
             &mut status,
-            "PowerOnRequested",
+            RemediationStep::PowerOnRequested,
             Some(Phase::PoweringOn),
             now,
         );
@@ -319,7 +351,7 @@ impl Pass {
             .await?;
         self.event(
             remediation,
-            false,
+            Severity::Normal,
             "PowerOnRequested",
             "powering the host on".into(),
         )
@@ -339,10 +371,15 @@ impl Pass {
             ..
         } = round;
         if state.phase != Phase::Restoring {
-            record_step(&mut status, "Restoring", Some(Phase::Restoring), now);
+            record_step(
+                &mut status,
+                RemediationStep::Restoring,
+                Some(Phase::Restoring),
+                now,
+            );
             self.persist(remediation, status.clone()).await?;
             let note = "the Node is Ready: restoring its labels and taints, removing the trigger";
-            self.event(remediation, false, "Restoring", note.into())
+            self.event(remediation, Severity::Normal, "Restoring", note.into())
                 .await;
         }
         if let Some(node) = &node {
@@ -353,17 +390,27 @@ impl Pass {
         self.unmark_machine_and_remove_trigger().await?;
         set_condition(
             &mut status,
-            "Succeeded",
+            ConditionType::Succeeded,
             true,
             "NodeBack",
             "the Node is Ready again",
             now,
         );
-        record_step(&mut status, "Succeeded", Some(Phase::Succeeded), now);
+        record_step(
+            &mut status,
+            RemediationStep::Succeeded,
+            Some(Phase::Succeeded),
+            now,
+        );
         let strategy = status.strategy.clone().unwrap_or_default();
         self.persist(remediation, status).await?;
-        self.event(remediation, false, "Succeeded", "the Node is back".into())
-            .await;
+        self.event(
+            remediation,
+            Severity::Normal,
+            "Succeeded",
+            "the Node is back".into(),
+        )
+        .await;
         self.context
             .metrics
             .remediation_succeeded(&strategy, self.age(remediation));
@@ -389,7 +436,8 @@ impl Pass {
                     restored.keys,
                     restored.taints
                 );
-                self.event(remediation, false, "NodeRestored", note).await;
+                self.event(remediation, Severity::Normal, "NodeRestored", note)
+                    .await;
             }
         }
         execute::remove_out_of_service(&nodes, node).await
@@ -417,11 +465,12 @@ impl Pass {
         status.strategy = Some(strategy_name(name).into());
         status.driver = Some(self.driver_name(remediation, name).await);
         status.last_error = Some(why.clone());
-        record_step(&mut status, "Escalated", None, now);
+        record_step(&mut status, RemediationStep::Escalated, None, now);
         status.phase_since = Some(rfc3339(now));
         self.persist(remediation, status).await?;
         let note = format!("{why}; trying {}", strategy_name(name));
-        self.event(remediation, true, "Escalated", note).await;
+        self.event(remediation, Severity::Warning, "Escalated", note)
+            .await;
         if let Err(error) = self.request_power(remediation, name, true).await {
             self.note_error(remediation, &error).await?;
         }
@@ -444,11 +493,17 @@ impl Pass {
         status.power_off_request_remade = false;
         remember_boot(&mut status, node.as_deref());
         remember_node_uid(&mut status, node.as_deref());
-        record_step(&mut status, "Retry", Some(Phase::PoweringOff), now);
+        record_step(
+            &mut status,
+            RemediationStep::Retry,
+            Some(Phase::PoweringOff),
+            now,
+        );
         status.phase_since = Some(rfc3339(now));
         self.persist(remediation, status).await?;
         let note = format!("{why}: power cycle {attempt}");
-        self.event(remediation, true, "Retry", note).await;
+        self.event(remediation, Severity::Warning, "Retry", note)
+            .await;
         if let Err(error) = self.request_power(remediation, name, true).await {
             self.note_error(remediation, &error).await?;
         }
@@ -495,7 +550,7 @@ impl Pass {
             // Not fatal yet: a HostBmc may still name the BMC. The strategies say the rest.
             self.event(
                 &created,
-                true,
+                Severity::Warning,
                 "InvalidMachine",
                 format!("Machine {}: {unusable}", self.name),
             )
@@ -516,25 +571,31 @@ impl Pass {
         let now = self.context.clock.now();
         let nodes: Api<Node> = Api::all(self.context.client.clone());
         let Some(name) = proof.node().map(|n| n.name.clone()) else {
-            record_step(&mut status, "NodeAbsent", Some(Phase::NodeReleased), now);
+            record_step(
+                &mut status,
+                RemediationStep::NodeAbsent,
+                Some(Phase::NodeReleased),
+                now,
+            );
             self.persist(remediation, status).await?;
             let note = "no Node to release".to_string();
-            self.event(remediation, false, "NodeAbsent", note).await;
+            self.event(remediation, Severity::Normal, "NodeAbsent", note)
+                .await;
             return Ok(());
         };
         let host = proof.host().to_string();
         let (before, after, reason, note) = match mode {
             ReleaseMode::Delete => (
-                "NodeDeleting",
-                "NodeDeleted",
+                RemediationStep::NodeDeleting,
+                RemediationStep::NodeDeleted,
                 "NodeDeleted",
                 format!(
                     "Node {name} deleted ({host} is proven off): its workloads may start elsewhere"
                 ),
             ),
             ReleaseMode::OutOfService => (
-                "NodeTainting",
-                "NodeTainted",
+                RemediationStep::NodeTainting,
+                RemediationStep::NodeTainted,
                 "NodeTainted",
                 format!(
                     "Node {name} tainted out-of-service ({host} is proven off): its workloads may start elsewhere"
@@ -562,7 +623,8 @@ impl Pass {
         }
         record_step(&mut status, after, Some(Phase::NodeReleased), now);
         self.persist(remediation, status).await?;
-        self.event(remediation, false, reason, note).await;
+        self.event(remediation, Severity::Normal, reason, note)
+            .await;
         Ok(())
     }
     /// The proof to spend: a BMC's as given (two reads a moment ago), a BareMetalHost's taken
@@ -614,10 +676,29 @@ impl Pass {
         };
         let strategy = status.strategy.clone().unwrap_or_default();
         status.last_error = Some(message.clone());
-        set_condition(&mut status, "Succeeded", false, label, &message, now);
-        record_step(&mut status, "Failed", Some(Phase::Failed), now);
+        set_condition(
+            &mut status,
+            ConditionType::Succeeded,
+            false,
+            label,
+            &message,
+            now,
+        );
+        record_step(
+            &mut status,
+            RemediationStep::Failed,
+            Some(Phase::Failed),
+            now,
+        );
         if let FailReason::FenceLost(_) = reason {
-            set_condition(&mut status, "Fenced", false, "FenceLost", &message, now);
+            set_condition(
+                &mut status,
+                ConditionType::Fenced,
+                false,
+                "FenceLost",
+                &message,
+                now,
+            );
             // The Machine's mark would claim a power-off nobody can prove any more. Removed
             // before Failed is persisted: a failed removal is tried again by the next pass.
             self.context.leadership.ensure()?;
@@ -631,7 +712,8 @@ impl Pass {
             .await?;
         }
         self.persist(remediation, status).await?;
-        self.event(remediation, true, "Failed", message).await;
+        self.event(remediation, Severity::Warning, "Failed", message)
+            .await;
         self.context.metrics.remediation_failed(&strategy, label);
         if reason != FailReason::NodeNeverReady {
             return Ok(());
@@ -655,7 +737,7 @@ impl Pass {
         if let Err(why) = super::observe::reprovisionable(&self.machine.metadata, host.as_ref()) {
             self.event(
                 remediation,
-                false,
+                Severity::Normal,
                 "MachineKept",
                 format!("deleteMachineOnFailure: the Machine is kept: {why}"),
             )
@@ -665,7 +747,7 @@ impl Pass {
         let mut status = remediation.status.clone().unwrap_or_default();
         record_step(
             &mut status,
-            "MachineDeleting",
+            RemediationStep::MachineDeleting,
             None,
             self.context.clock.now(),
         );
@@ -673,7 +755,7 @@ impl Pass {
         // The Remediation is owned by the Machine and goes with it: the Event stays behind.
         self.event(
             remediation,
-            true,
+            Severity::Warning,
             "MachineDeleted",
             "deleteMachineOnFailure: deleting the Machine so that its MachineSet replaces it"
                 .into(),

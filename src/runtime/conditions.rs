@@ -4,12 +4,12 @@
 use std::time::SystemTime;
 
 use super::clock::rfc3339;
-use crate::api::Condition;
+use crate::api::{Condition, ConditionType};
 
 /// Sets a condition in a list, keeping its transition time when the status does not change.
 pub fn upsert_condition(
     conditions: &mut Vec<Condition>,
-    type_: &str,
+    type_: ConditionType,
     truth: bool,
     reason: &str,
     message: &str,
@@ -17,7 +17,7 @@ pub fn upsert_condition(
 ) {
     let value = if truth { "True" } else { "False" };
     let message: String = message.chars().take(1024).collect();
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
+    match conditions.iter_mut().find(|c| c.type_ == type_.as_str()) {
         Some(condition) => {
             if condition.status != value {
                 condition.last_transition_time = rfc3339(now);
@@ -27,7 +27,7 @@ pub fn upsert_condition(
             condition.message = message;
         }
         None => conditions.push(Condition {
-            type_: type_.to_string(),
+            type_: type_.as_str().to_string(),
             status: value.to_string(),
             reason: reason.to_string(),
             message,

@@ -19,21 +19,36 @@ pub fn cut_to_bytes(text: &str, limit: usize) -> &str {
     &text[..end]
 }
 
+/// How much an Event asks of the reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Progress: a step was taken.
+    Normal,
+    /// Something a user may have to look at: a hold, a failure, a step that did not go as
+    /// planned.
+    Warning,
+}
+
+impl From<Severity> for EventType {
+    fn from(severity: Severity) -> Self {
+        match severity {
+            Severity::Normal => EventType::Normal,
+            Severity::Warning => EventType::Warning,
+        }
+    }
+}
+
 /// Publishes one Event on each `(regarding, related)` pair. A failure is logged, never
 /// returned: an Event is a courtesy, the step it tells about already happened.
 pub async fn publish(
     recorder: &Recorder,
-    warning: bool,
+    severity: Severity,
     reason: &str,
     note: &str,
     pairs: &[(ObjectReference, Option<ObjectReference>)],
 ) {
     let mut event = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
+        type_: severity.into(),
         reason: reason.into(),
         note: Some(cut_to_bytes(note, NOTE_LIMIT).to_string()),
         action: reason.into(),

@@ -1,0 +1,163 @@
+//! The names baremend stores in its objects' status — the steps of a remediation and the
+//! types of its conditions — as enums, so that code matches on variants and never on a
+//! string typed twice. Each serialises to the text stored today (`as_str`), so objects
+//! written by an earlier version stay readable, and `parse` reads a stored name back (an
+//! unknown one, from a newer version, reads as `None`).
+
+/// Defines a fieldless enum whose variants are stored by their own names.
+macro_rules! stored_names {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The name as stored in status.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => stringify!($variant),)+
+                }
+            }
+
+            /// The variant a stored name stands for.
+            pub fn parse(text: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|v| v.as_str() == text)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+stored_names! {
+    /// The steps a machine `Remediation` records in `status.steps`, in the order a
+    /// remediation may take them.
+    RemediationStep {
+        /// A power-off was requested (the first of each power cycle).
+        PowerOffRequested,
+        /// The trigger went away before the proof; the requests were withdrawn.
+        PowerOffWithdrawn,
+        /// The host was proven off.
+        Fenced,
+        /// Our power-off request vanished after the proof and was made again.
+        PowerOffRequestRemade,
+        /// The Node's labels, annotations and taints were saved.
+        NodeBackedUp,
+        /// The Node is being deleted (persisted before the call).
+        NodeDeleting,
+        /// The Node was deleted.
+        NodeDeleted,
+        /// The Node is being tainted out-of-service (persisted before the call).
+        NodeTainting,
+        /// The Node was tainted out-of-service.
+        NodeTainted,
+        /// There was no Node to release.
+        NodeAbsent,
+        /// The power-off requests were withdrawn to power the host on.
+        PowerOnRequested,
+        /// The Node is back: restoring it.
+        Restoring,
+        /// The remediation ended well.
+        Succeeded,
+        /// The next fencing strategy took over.
+        Escalated,
+        /// Another power cycle began.
+        Retry,
+        /// The trigger went away before anything was done.
+        Cancelled,
+        /// The remediation failed.
+        Failed,
+        /// The Machine is being deleted (`deleteMachineOnFailure`).
+        MachineDeleting,
+    }
+}
+
+stored_names! {
+    /// The steps a `DriftRemediation` records in `status.steps`.
+    DriftStep {
+        /// Drift was seen; the debounce began.
+        DriftDetected,
+        /// The drift outlived the debounce.
+        Debounced,
+        /// The node healed by itself.
+        SelfHealed,
+        /// The forcefile was requested through a helper.
+        ForceRequested,
+        /// The restore of the file was requested through a helper.
+        RestoreRequested,
+        /// The node was cordoned for the restore's drain.
+        CordonRequested,
+        /// Our cordon was lifted.
+        Uncordoned,
+        /// A forcefile not picked up was removed.
+        ForceFileRemoved,
+        /// The MCD took the forcefile.
+        PickedUp,
+        /// The MCO's drain finished.
+        Drained,
+        /// The node went down for its reboot.
+        Rebooting,
+        /// The node booted again and is Ready.
+        Rebooted,
+        /// Verified done.
+        Succeeded,
+        /// Aborted.
+        Aborted,
+        /// Failed.
+        Failed,
+        /// Handed to the machine remediation.
+        Escalated,
+    }
+}
+
+stored_names! {
+    /// The types of the conditions on baremend's objects.
+    ConditionType {
+        /// A start waits for a gate (reason: the gate).
+        Held,
+        /// The host is proven off (or the proof was lost).
+        Fenced,
+        /// The remediation's outcome.
+        Succeeded,
+        /// A drift remediation failed (reason: why).
+        Failed,
+        /// The policy still names the strategy in use.
+        StrategyInPolicy,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_reads_back_as_itself_and_unknown_names_as_none() {
+        for step in RemediationStep::ALL {
+            assert_eq!(RemediationStep::parse(step.as_str()), Some(*step));
+        }
+        for step in DriftStep::ALL {
+            assert_eq!(DriftStep::parse(step.as_str()), Some(*step));
+        }
+        for condition in ConditionType::ALL {
+            assert_eq!(
+                ConditionType::parse(&condition.to_string()),
+                Some(*condition)
+            );
+        }
+        assert_eq!(
+            RemediationStep::parse("PowerOffRequested"),
+            Some(RemediationStep::PowerOffRequested)
+        );
+        assert_eq!(RemediationStep::parse("NotAStep"), None);
+        assert_eq!(DriftStep::parse(""), None);
+    }
+}
