@@ -8,17 +8,19 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
 use super::classify::{ConfigState, classify};
 use super::observe::pool_of;
+use crate::api::DriftStep;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
-use crate::api::{ConditionType, DriftStep};
 use crate::api::{DriftPolicy, DriftPolicySpec, DriftRemediation, Remediation};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
+use crate::runtime::conditions::held_by;
+use crate::runtime::informer::{is_ready, policy_in_force};
 use crate::runtime::requeue::Backoff;
 
 /// What every pass shares.
@@ -60,23 +62,16 @@ pub struct DriftContext {
 impl DriftContext {
     /// The policy in force: the object named `default`, else the defaults.
     pub fn policy(&self) -> DriftPolicySpec {
-        self.policies
-            .get(&ObjectRef::new("default"))
-            .map(|p| p.spec.clone())
-            .unwrap_or_default()
+        policy_in_force(&self.policies, |p| &p.spec)
     }
 
     /// Whether every cache holds a full list.
     pub fn caches_ready(&self) -> bool {
-        use futures_util::FutureExt;
-        let ready = |wait: Option<std::result::Result<(), reflector::store::WriterDropped>>| {
-            matches!(wait, Some(Ok(())))
-        };
-        ready(self.nodes.wait_until_ready().now_or_never())
-            && ready(self.pools.wait_until_ready().now_or_never())
-            && ready(self.remediations.wait_until_ready().now_or_never())
-            && ready(self.machine_remediations.wait_until_ready().now_or_never())
-            && ready(self.policies.wait_until_ready().now_or_never())
+        is_ready(&self.nodes)
+            && is_ready(&self.pools)
+            && is_ready(&self.remediations)
+            && is_ready(&self.machine_remediations)
+            && is_ready(&self.policies)
     }
 
     /// Recounts the drift gauges per pool and the held starts from the caches.
@@ -133,14 +128,10 @@ impl DriftContext {
             if status.phase != crate::api::DriftPhase::Pending {
                 continue;
             }
-            if let Some(condition) = status
-                .conditions
-                .iter()
-                .find(|c| c.is_true(ConditionType::Held))
-            {
-                match held.iter_mut().find(|(r, _)| *r == condition.reason) {
+            if let Some(reason) = held_by(&status.conditions) {
+                match held.iter_mut().find(|(r, _)| r == reason) {
                     Some(entry) => entry.1 += 1,
-                    None => held.push((condition.reason.clone(), 1)),
+                    None => held.push((reason.to_string(), 1)),
                 }
             }
         }

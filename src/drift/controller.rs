@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{Instrument, info, warn};
 
@@ -26,6 +26,7 @@ use crate::api::{DriftPolicy, DriftRemediation, Remediation};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
+use crate::runtime::informer::informer;
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
 use crate::runtime::requeue::Backoff;
 use crate::runtime::tasks::Background;
@@ -88,48 +89,25 @@ pub async fn run(
         store: nodes,
         changes: node_stream,
     } = node_feed;
-    let (pools, pool_writer) = reflector::store::<MachineConfigPool>();
-    let pool_stream = watcher(
+    let (pools, pool_stream) = informer(
         Api::<MachineConfigPool>::all(client.clone()),
         config.clone(),
-    )
-    .default_backoff()
-    .reflect(pool_writer)
-    .touched_objects();
-    let (remediations, remediation_writer) = reflector::store::<DriftRemediation>();
-    let remediation_stream = watcher(Api::<DriftRemediation>::all(client.clone()), config.clone())
-        .default_backoff()
-        .reflect(remediation_writer)
-        .touched_objects();
-    let (machine_remediations, machine_writer) = reflector::store::<Remediation>();
-    let machine_stream = watcher(Api::<Remediation>::all(client.clone()), config.clone())
-        .default_backoff()
-        .reflect(machine_writer)
-        .touched_objects();
-    let (policies, policy_writer) = reflector::store::<DriftPolicy>();
-    let policy_stream = watcher(Api::<DriftPolicy>::all(client.clone()), config.clone())
-        .default_backoff()
-        .reflect(policy_writer)
-        .touched_objects();
+    );
+    let (remediations, remediation_stream) =
+        informer(Api::<DriftRemediation>::all(client.clone()), config.clone());
+    let (machine_remediations, machine_stream) =
+        informer(Api::<Remediation>::all(client.clone()), config.clone());
+    let (policies, policy_stream) =
+        informer(Api::<DriftPolicy>::all(client.clone()), config.clone());
     // MachineConfigNodes are optional (served from OpenShift 4.15 on): without them the
     // store stays empty and the annotations decide.
-    let (mcns, mcn_writer) = reflector::store::<MachineConfigNode>();
-    let mcn_served = {
-        let api: Api<MachineConfigNode> = Api::all(client.clone());
-        api.list(&kube::api::ListParams::default().limit(1))
-            .await
-            .is_ok()
-    };
-    let mcn_task = mcn_served.then(|| {
-        let stream = watcher(
-            Api::<MachineConfigNode>::all(client.clone()),
-            config.clone(),
-        )
-        .default_backoff()
-        .reflect(mcn_writer)
-        .touched_objects();
-        Background::spawn(stream.for_each(|_| async {}))
-    });
+    let mcn_api: Api<MachineConfigNode> = Api::all(client.clone());
+    let mcn_served = mcn_api
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .is_ok();
+    let (mcns, mcn_stream) = informer(mcn_api, config.clone());
+    let mcn_task = mcn_served.then(|| Background::spawn(mcn_stream.for_each(|_| async {})));
     let context = Arc::new(DriftContext {
         client: client.clone(),
         nodes: nodes.clone(),

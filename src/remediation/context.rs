@@ -11,11 +11,10 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::ApiResource;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::Store;
 
 use super::bmc_cache::DriverCache;
 use super::gates::Launched;
-use crate::api::ConditionType;
 use crate::api::slim;
 use crate::api::{
     HostBmc, Remediation, RemediationPhase, RemediationPolicy, RemediationPolicySpec,
@@ -23,6 +22,8 @@ use crate::api::{
 use crate::leader::Leadership;
 use crate::metrics::{GATES, Metrics};
 use crate::runtime::clock::Clock;
+use crate::runtime::conditions::held_by;
+use crate::runtime::informer::{is_ready, policy_in_force};
 use crate::runtime::requeue::Backoff;
 
 /// The Machine resource (machine.openshift.io/v1beta1), for writes.
@@ -112,16 +113,12 @@ impl Context {
     /// without all Machines, on wrong storm and quorum counts. Checked without waiting, so the
     /// controller keeps polling the watches that fill the caches.
     pub fn caches_ready(&self) -> bool {
-        use futures_util::FutureExt;
-        let ready = |wait: Option<Result<(), reflector::store::WriterDropped>>| {
-            matches!(wait, Some(Ok(())))
-        };
-        ready(self.machines.wait_until_ready().now_or_never())
-            && ready(self.hosts.wait_until_ready().now_or_never())
-            && ready(self.nodes.wait_until_ready().now_or_never())
-            && ready(self.remediations.wait_until_ready().now_or_never())
-            && ready(self.policies.wait_until_ready().now_or_never())
-            && ready(self.host_bmcs.wait_until_ready().now_or_never())
+        is_ready(&self.machines)
+            && is_ready(&self.hosts)
+            && is_ready(&self.nodes)
+            && is_ready(&self.remediations)
+            && is_ready(&self.policies)
+            && is_ready(&self.host_bmcs)
     }
 
     /// Recounts the gauges from the caches: remediations in progress, starts held per gate.
@@ -144,12 +141,8 @@ impl Context {
                 in_progress += 1;
                 continue;
             }
-            let holding = status
-                .conditions
-                .iter()
-                .find(|c| c.is_true(ConditionType::Held));
-            if let Some(condition) = holding
-                && let Some(entry) = held.iter_mut().find(|(g, _)| *g == condition.reason)
+            if let Some(gate) = held_by(&status.conditions)
+                && let Some(entry) = held.iter_mut().find(|(g, _)| *g == gate)
             {
                 entry.1 += 1;
             }
@@ -159,9 +152,6 @@ impl Context {
 
     /// The policy in force: the object named `default`, else the built-in defaults.
     pub fn policy(&self) -> RemediationPolicySpec {
-        self.policies
-            .get(&ObjectRef::new("default"))
-            .map(|p| p.spec.clone())
-            .unwrap_or_default()
+        policy_in_force(&self.policies, |p| &p.spec)
     }
 }

@@ -14,8 +14,8 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
@@ -29,6 +29,7 @@ use crate::api::{HostBmc, Remediation, RemediationPhase, RemediationPolicy};
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
+use crate::runtime::informer::{informer, slimmed_informer};
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
 use crate::runtime::requeue::Backoff;
 use crate::runtime::tasks::Background;
@@ -187,52 +188,32 @@ async fn run_machines(
     let out_of_service_taint = out_of_service_taint(&client).await;
     let config = watcher::Config::default();
 
-    let (hosts, host_writer) = reflector::store::<slim::BareMetalHost>();
-    let host_stream = watcher(
+    let (hosts, host_stream) = slimmed_informer(
         Api::<slim::BareMetalHost>::all(client.clone()),
         config.clone(),
-    )
-    .default_backoff()
-    .modify(slim::bare_metal_host)
-    .reflect(host_writer)
-    .touched_objects();
-
+        slim::bare_metal_host,
+    );
     let NodeFeed {
         store: nodes,
         changes: node_stream,
     } = node_feed;
-
-    let (remediations, remediation_writer) = reflector::store::<Remediation>();
-    let remediation_stream = watcher(Api::<Remediation>::all(client.clone()), config.clone())
-        .default_backoff()
-        .reflect(remediation_writer)
-        .touched_objects();
-
-    let (policies, policy_writer) = reflector::store::<RemediationPolicy>();
-    let policy_stream = watcher(
+    let (remediations, remediation_stream) =
+        informer(Api::<Remediation>::all(client.clone()), config.clone());
+    let (policies, policy_stream) = informer(
         Api::<RemediationPolicy>::all(client.clone()),
         config.clone(),
-    )
-    .default_backoff()
-    .reflect(policy_writer)
-    .touched_objects();
-
-    let (host_bmcs, host_bmc_writer) = reflector::store::<HostBmc>();
-    let host_bmc_stream = watcher(Api::<HostBmc>::all(client.clone()), config.clone())
-        .default_backoff()
-        .reflect(host_bmc_writer)
-        .touched_objects();
-
-    let (machines, machine_writer) = reflector::store::<slim::Machine>();
+    );
+    let (host_bmcs, host_bmc_stream) =
+        informer(Api::<HostBmc>::all(client.clone()), config.clone());
     let machine_config = match &options.machine_selector {
         Some(selector) => config.labels(selector),
         None => config,
     };
-    let machine_stream = watcher(Api::<slim::Machine>::all(client.clone()), machine_config)
-        .default_backoff()
-        .modify(slim::machine)
-        .reflect(machine_writer)
-        .touched_objects();
+    let (machines, machine_stream) = slimmed_informer(
+        Api::<slim::Machine>::all(client.clone()),
+        machine_config,
+        slim::machine,
+    );
     // A bounded number of passes at once: at start every Machine is looked at, and thousands
     // of passes in flight would only hold memory (and API connections) for nothing.
     let controller = Controller::for_stream(machine_stream, machines.clone())

@@ -35,3 +35,11 @@ pub fn upsert_condition(
         }),
     }
 }
+
+/// The gate a start waits for: the reason of the `Held` condition when it is True.
+pub fn held_by(conditions: &[Condition]) -> Option<&str> {
+    conditions
+        .iter()
+        .find(|c| c.is_true(ConditionType::Held))
+        .map(|c| c.reason.as_str())
+}

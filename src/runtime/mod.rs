@@ -8,6 +8,7 @@
 pub mod clock;
 pub mod conditions;
 pub mod events;
+pub mod informer;
 pub mod node_watch;
 pub mod requeue;
 pub mod tasks;

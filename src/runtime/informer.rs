@@ -1,0 +1,82 @@
+//! One way to watch a kind into a cache, for every controller: a [`watcher`] with the
+//! default backoff, an optional slimming of each object before it is stored, a reflector
+//! store, and the stream of the objects that changed (which drives a controller and must be
+//! polled for the store to fill). [`is_ready`] tells whether a store holds a full list.
+//!
+//! Caveats: a store is empty until its first list completes; acting on it before would be
+//! acting on a wrong picture, so controllers check [`is_ready`] at the start of each pass.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use futures_util::{FutureExt, Stream};
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+
+/// Watches `api` into a store; returns the store and the stream of changed objects.
+pub fn informer<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    slimmed_informer(api, config, |_: &mut K| {})
+}
+
+/// Like [`informer`], with `slim` applied to every object before it is stored: the caches
+/// of a large cluster keep only the fields the controllers read.
+pub fn slimmed_informer<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    slim: impl FnMut(&mut K) + Send + 'static,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store::<K>();
+    let changes = watcher(api, config)
+        .default_backoff()
+        .modify(slim)
+        .reflect(writer)
+        .touched_objects();
+    (store, changes)
+}
+
+/// The name of the policy object in force (cluster-scoped, one per kind).
+pub const POLICY_NAME: &str = "default";
+
+/// The spec of the policy in force: the object named [`POLICY_NAME`] in `store`, else the
+/// built-in defaults.
+pub fn policy_in_force<K, S>(store: &Store<K>, spec: impl Fn(&K) -> &S) -> S
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+    S: Clone + Default,
+{
+    store
+        .get(&ObjectRef::new(POLICY_NAME))
+        .map(|policy| spec(&policy).clone())
+        .unwrap_or_default()
+}
+
+/// Whether `store` holds a full list, checked without waiting (a controller keeps polling
+/// the watches that fill its stores).
+pub fn is_ready<K>(store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
+}
