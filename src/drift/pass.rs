@@ -16,12 +16,12 @@ use super::classify::{ConfigState, classify};
 use super::context::DriftContext;
 use super::observe::{self, attempt_number, node_observation, pool_of, pool_view};
 use super::pdb::blocking_budgets;
-use super::plan::{Action as PlanAction, Observed, PlanPolicy, next_step, recurrence_hold};
+use super::plan::{Observed, PlanPolicy, next_step, recurrence_hold};
 use crate::api::mco::MachineConfigPool;
 use crate::api::{ConditionType, DriftStep};
 use crate::api::{
-    DriftAction, DriftPhase, DriftPolicySpec, DriftRemediation, DriftRemediationSpec,
-    DriftRemediationStatus, StepTime,
+    DriftPhase, DriftPolicySpec, DriftRemediation, DriftRemediationSpec, DriftRemediationStatus,
+    StepTime,
 };
 use crate::runtime::clock::{rfc3339, since_epoch};
 use crate::runtime::events::Severity;
@@ -38,10 +38,7 @@ pub struct Pass {
 fn plan_policy(policy: &DriftPolicySpec, poll: Duration) -> PlanPolicy {
     let s = Duration::from_secs;
     PlanPolicy {
-        action: match policy.action {
-            DriftAction::Force => PlanAction::Force,
-            DriftAction::Restore => PlanAction::Restore,
-        },
+        action: policy.action,
         debounce: s(policy.debounce_seconds),
         pickup_timeout: s(policy.timeouts.pickup_seconds),
         drain_timeout: s(policy.timeouts.drain_seconds),

@@ -33,14 +33,8 @@ use super::classify::ConfigState;
 use super::pdb::Blocking;
 pub use crate::api::DriftPhase as Phase;
 
-/// The action the policy picks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Write the forcefile; the MCO re-applies the whole config and reboots.
-    Force,
-    /// Write the expected files back; the MCD heals without a drain or a reboot.
-    Restore,
-}
+/// The action the policy picks: the policy's own setting.
+pub use crate::api::DriftAction as Action;
 
 /// What is persisted, as the planner reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]

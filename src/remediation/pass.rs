@@ -14,13 +14,11 @@ use serde_json::Value;
 
 use super::context::{Context, machine_resource};
 use super::fence::{ConfirmedOff, HostRef};
-use super::plan::{PlanPolicy, ReleaseMode};
+use super::plan::PlanPolicy;
 use super::state::{created_at, strategy_in_status};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::slim;
-use crate::api::{
-    FenceStrategyName, NodeReleaseMode, Remediation, RemediationPolicySpec, RemediationStatus,
-};
+use crate::api::{FenceStrategyName, Remediation, RemediationPolicySpec, RemediationStatus};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
@@ -95,10 +93,7 @@ impl Pass {
             node_timeout: Duration::from_secs(t.node_ready_seconds.into()),
             ready_grace: Duration::from_secs(t.ready_grace_seconds.into()),
             max_attempts: self.policy.max_attempts,
-            release: match self.policy.node_release {
-                NodeReleaseMode::Delete => ReleaseMode::Delete,
-                NodeReleaseMode::OutOfService => ReleaseMode::OutOfService,
-            },
+            release: self.policy.node_release,
             poll: self.context.poll,
         }
     }

@@ -44,14 +44,8 @@ const FIRST_LOOK: Duration = Duration::from_millis(100);
 /// Where a remediation is: the phase persisted in the `Remediation` object.
 pub use crate::api::RemediationPhase as Phase;
 
-/// How the Node of a fenced host is released.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReleaseMode {
-    /// Delete the Node (its labels, annotations and taints are backed up first).
-    Delete,
-    /// Keep the Node and add `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
-    OutOfService,
-}
+/// How the Node of a fenced host is released: the policy's own setting.
+pub use crate::api::NodeReleaseMode as ReleaseMode;
 
 /// The persisted state the planner reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
