@@ -6,11 +6,15 @@ use std::time::{Duration, Instant};
 
 use baremend_drivers::{
     BmcAddress, Connector, Credentials, DriverConfig, Error, PowerDriver, PowerOffMode, PowerState,
-    TlsOptions, WaitOptions, wait_for_power_state,
+    TlsOptions, wait_for_power_state,
 };
 use baremend_sim::host::{Faults, Power};
 use baremend_sim::redfish::{Account, AuthSettings, RedfishSim, RedfishSimConfig, Role, TlsMode};
 use baremend_sim::tls::{LOCAL_NAMES, TestCa};
+
+mod common;
+
+use common::{quick_wait, wait_for};
 
 async fn sim_with(config: RedfishSimConfig) -> RedfishSim {
     RedfishSim::start(RedfishSimConfig {
@@ -44,23 +48,6 @@ fn driver(sim: &RedfishSim) -> Arc<dyn PowerDriver> {
         TlsOptions::default(),
     );
     Connector::new().connect(config).unwrap()
-}
-
-fn quick_wait(timeout_ms: u64) -> WaitOptions {
-    WaitOptions {
-        timeout: Duration::from_millis(timeout_ms),
-        initial_interval: Duration::from_millis(50),
-        max_interval: Duration::from_millis(200),
-        consecutive_reads: 2,
-    }
-}
-
-async fn wait_for(
-    driver: &dyn PowerDriver,
-    target: PowerState,
-    timeout_ms: u64,
-) -> Result<PowerState, Error> {
-    wait_for_power_state(driver, &target, &quick_wait(timeout_ms), |_| {}).await
 }
 
 fn set_faults(sim: &RedfishSim, faults: Faults) {
