@@ -239,49 +239,86 @@ async fn a_wrong_password_fails_fast_as_a_permanent_authentication_error() {
     );
 }
 
+/// What a privilege case expects of one operation: allowed (with the state a read gives),
+/// or refused as an authentication error whose text has these words.
+#[derive(Debug)]
+enum Expect {
+    Allowed(Option<PowerState>),
+    Refused(&'static str),
+}
+
 #[tokio::test]
 async fn an_unknown_user_and_a_too_weak_account_are_authentication_errors() {
+    use Expect::{Allowed, Refused};
     let sim = sim().await;
-    let unknown = driver_for(
-        &sim.bmc_address(),
-        "nobody",
-        "x",
-        options(&CipherSuite::ALL),
-    )
-    .power_state()
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(unknown, Error::Authentication { .. })
-            && unknown.to_string().contains("unknown user"),
-        "{unknown}"
-    );
-    let viewer = driver_for(
-        &sim.bmc_address(),
-        "viewer",
-        "viewpass",
-        options(&CipherSuite::ALL),
-    );
-    let refused = viewer.power_off(PowerOffMode::Forced).await.unwrap_err();
-    assert!(matches!(refused, Error::Authentication { .. }), "{refused}");
-    let user_level = IpmiOptions {
-        privilege: PrivilegeLevel::User,
-        ..options(&CipherSuite::ALL)
-    };
-    let reader = driver_for(&sim.bmc_address(), "viewer", "viewpass", user_level);
-    assert_eq!(reader.power_state().await.unwrap(), PowerState::On);
-    let refused = reader.power_off(PowerOffMode::Forced).await.unwrap_err();
-    assert!(
-        matches!(refused, Error::Authentication { .. }) && refused.to_string().contains("0xd4"),
-        "{refused}"
-    );
-    let operator = driver_for(
-        &sim.bmc_address(),
-        "oper",
-        "operpass",
-        options(&CipherSuite::ALL),
-    );
-    operator.power_off(PowerOffMode::Forced).await.unwrap();
+    // (case, user, password, session privilege, a read, a forced power-off); None: not tried.
+    let cases = [
+        (
+            "an unknown user",
+            "nobody",
+            "x",
+            PrivilegeLevel::Operator,
+            Some(Refused("unknown user")),
+            None,
+        ),
+        (
+            "a read-only account asking for operator",
+            "viewer",
+            "viewpass",
+            PrivilegeLevel::Operator,
+            None,
+            Some(Refused("")),
+        ),
+        (
+            "a read-only account at user level",
+            "viewer",
+            "viewpass",
+            PrivilegeLevel::User,
+            Some(Allowed(Some(PowerState::On))),
+            Some(Refused("0xd4")),
+        ),
+        // Last: the power-off it starts is checked after the loop.
+        (
+            "an operator",
+            "oper",
+            "operpass",
+            PrivilegeLevel::Operator,
+            None,
+            Some(Allowed(None)),
+        ),
+    ];
+    for (case, user, password, privilege, read, off) in cases {
+        let driver = driver_for(
+            &sim.bmc_address(),
+            user,
+            password,
+            IpmiOptions {
+                privilege,
+                ..options(&CipherSuite::ALL)
+            },
+        );
+        let mut outcomes = Vec::new();
+        if let Some(expect) = read {
+            outcomes.push(("read", driver.power_state().await.map(Some), expect));
+        }
+        if let Some(expect) = off {
+            let outcome = driver.power_off(PowerOffMode::Forced).await.map(|()| None);
+            outcomes.push(("power-off", outcome, expect));
+        }
+        for (operation, outcome, expect) in outcomes {
+            match (outcome, expect) {
+                (Ok(state), Allowed(want)) => assert_eq!(state, want, "{case}: {operation}"),
+                (Err(error), Refused(words)) => assert!(
+                    matches!(error, Error::Authentication { .. })
+                        && error.to_string().contains(words),
+                    "{case}: {operation}: {error}"
+                ),
+                (outcome, expect) => {
+                    panic!("{case}: {operation}: {outcome:?}, expected {expect:?}")
+                }
+            }
+        }
+    }
     assert_eq!(sim.host().power(), Power::On, "still powering off");
     assert_eq!(sim.stats().open_sessions, 0);
 }

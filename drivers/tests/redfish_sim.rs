@@ -147,30 +147,24 @@ async fn added_latency_is_tolerated_within_the_request_timeout_and_a_timeout_bey
 async fn error_statuses_are_retryable_and_tolerated_while_waiting() {
     let sim = sim().await;
     let driver = driver(&sim);
-    set_faults(
-        &sim,
-        Faults {
-            error_status: Some(503),
-            ..Faults::default()
-        },
-    );
-    let busy = driver.power_state().await.unwrap_err();
-    assert!(
-        matches!(busy, Error::Busy { .. }) && busy.is_retryable(),
-        "{busy}"
-    );
-    set_faults(
-        &sim,
-        Faults {
-            error_status: Some(500),
-            ..Faults::default()
-        },
-    );
-    let broken = driver.power_state().await.unwrap_err();
-    assert!(
-        matches!(broken, Error::Http { status: 500, .. }) && broken.is_retryable(),
-        "{broken}"
-    );
+    type Case = (&'static str, u16, fn(&Error) -> bool);
+    let cases: [Case; 2] = [
+        ("503: busy", 503, |e| matches!(e, Error::Busy { .. })),
+        ("500: an HTTP error", 500, |e| {
+            matches!(e, Error::Http { status: 500, .. })
+        }),
+    ];
+    for (case, status, expected) in cases {
+        set_faults(
+            &sim,
+            Faults {
+                error_status: Some(status),
+                ..Faults::default()
+            },
+        );
+        let error = driver.power_state().await.unwrap_err();
+        assert!(expected(&error) && error.is_retryable(), "{case}: {error}");
+    }
     set_faults(
         &sim,
         Faults {
