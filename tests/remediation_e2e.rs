@@ -118,6 +118,17 @@ impl Lab {
         let events = self.api.list(EVENTS, Some(MACHINE_NAMESPACE));
         serde_json::to_string(&events).unwrap()
     }
+
+    /// The Events (as `events_text`) once they tell `what` (`told` holds); fails after 10 s.
+    /// A step's Events are published after its status is persisted, so a test that saw the
+    /// phase may be a moment ahead of them.
+    async fn told(&self, what: &str, told: impl Fn(&str) -> bool) -> String {
+        eventually(what, Duration::from_secs(10), async || {
+            let text = self.events_text();
+            if told(&text) { Ok(text) } else { Err(text) }
+        })
+        .await
+    }
 }
 
 fn steps(remediation: &Remediation) -> Vec<String> {
@@ -222,33 +233,45 @@ async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_r
         Some("BareMetalHostRebootApi")
     );
     // Every step is told on the Machine (where `kubectl describe machine` shows it) and on
-    // the Remediation, each naming the other.
-    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-    for reason in [
-        "PowerOffRequested",
-        "Fenced",
-        "NodeBackedUp",
-        "NodeDeleted",
-        "PowerOnRequested",
-        "Restoring",
-        "Succeeded",
-    ] {
-        for (kind, related) in [("Machine", "Remediation"), ("Remediation", "Machine")] {
-            assert!(
-                events.iter().any(|e| e["reason"] == reason
-                    && e["involvedObject"]["kind"] == kind
-                    && e["involvedObject"]["name"]
-                        == if kind == "Machine" {
-                            "worker-0"
-                        } else {
-                            "worker-0-1"
-                        }
-                    && e["related"]["kind"] == related),
-                "no {reason} Event on the {kind}: {}",
-                serde_json::to_string(&events).unwrap()
-            );
+    // the Remediation, each naming the other. The Succeeded Events follow the persisted
+    // phase: wait for them, do not race them.
+    eventually("every step's Events", Duration::from_secs(10), async || {
+        let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+        let mut missing = Vec::new();
+        for reason in [
+            "PowerOffRequested",
+            "Fenced",
+            "NodeBackedUp",
+            "NodeDeleted",
+            "PowerOnRequested",
+            "Restoring",
+            "Succeeded",
+        ] {
+            for (kind, name, related) in [
+                ("Machine", "worker-0", "Remediation"),
+                ("Remediation", "worker-0-1", "Machine"),
+            ] {
+                if !events.iter().any(|e| {
+                    e["reason"] == reason
+                        && e["involvedObject"]["kind"] == kind
+                        && e["involvedObject"]["name"] == name
+                        && e["related"]["kind"] == related
+                }) {
+                    missing.push(format!("no {reason} Event on the {kind}"));
+                }
+            }
         }
-    }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: {}",
+                missing.join(", "),
+                serde_json::to_string(&events).unwrap()
+            ))
+        }
+    })
+    .await;
 }
 
 fn assert_in_order(remediation: &Remediation, order: &[&str]) {
@@ -697,9 +720,7 @@ async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_
             "{host}"
         );
     }
-    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-    let text = serde_json::to_string(&events).unwrap();
-    assert!(text.contains("Failed"), "a Failed Event: {text}");
+    let text = lab.told("a Failed Event", |t| t.contains("Failed")).await;
     assert!(!text.contains(WRONG), "Events leak the password");
 }
 
@@ -754,8 +775,10 @@ async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_ho
         lab.machine_annotation("worker-0", "host.metal3.io/external-remediation")
             .is_some()
     );
-    let events = lab.events_text();
-    assert!(events.contains("NodeNeverReady") || events.contains("did not come back"));
+    lab.told("the NodeNeverReady Event", |t| {
+        t.contains("NodeNeverReady") || t.contains("did not come back")
+    })
+    .await;
     let metrics = lab.metrics.encode();
     assert!(
         metrics.contains(
@@ -882,11 +905,10 @@ async fn malformed_machines_and_secrets_get_an_error_and_an_event_and_nothing_is
         assert!(lab.node_exists(worker), "{worker}");
         assert!(lab.power_history(worker).is_empty(), "{worker}");
     }
-    let events = lab.events_text();
-    assert!(
-        events.contains("InvalidMachine") && events.contains("spec.providerID"),
-        "the malformed providerID is named in an Event: {events}"
-    );
+    lab.told("the malformed providerID named in an Event", |t| {
+        t.contains("InvalidMachine") && t.contains("spec.providerID")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1111,10 +1133,10 @@ async fn the_reboot_request_removed_between_the_proof_and_the_release_is_made_ag
         },
     )
     .await;
-    assert!(
-        lab.events_text().contains("PowerOffRequestRemoved"),
-        "no Warning Event names what happened"
-    );
+    lab.told("a Warning Event that names what happened", |t| {
+        t.contains("PowerOffRequestRemoved")
+    })
+    .await;
     lab.cluster.api_server().clear_faults();
     let done = lab.succeeded("worker-0-1").await;
     let steps = steps(&done);
@@ -1210,8 +1232,8 @@ async fn a_user_taint_on_the_hung_worker_comes_back_on_the_new_node() {
             .any(|t| t["key"] == "dedicated" && t["value"] == "gpu" && t["effect"] == "NoSchedule"),
         "the taint was restored: {taints:?}"
     );
-    let events = lab.events_text();
-    assert!(events.contains("1 taint(s)"), "the Events say so: {events}");
+    lab.told("the Events saying so", |t| t.contains("1 taint(s)"))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1240,10 +1262,10 @@ async fn the_leader_fences_its_own_node_only_once_another_replica_is_ready_elsew
             })
     })
     .await;
-    assert!(
-        lab.events_text()
-            .contains("this controller runs on Node worker-0")
-    );
+    lab.told("the SelfFence Event", |t| {
+        t.contains("this controller runs on Node worker-0")
+    })
+    .await;
     assert!(
         lab.power_history("worker-0").is_empty(),
         "the leader's own host was powered off"
@@ -1301,6 +1323,9 @@ async fn a_policy_edit_that_drops_the_strategy_in_use_is_reported_and_never_swit
             .is_some_and(|e| e.contains("no longer in the policy")),
         "{status:?}"
     );
-    assert!(lab.events_text().contains("StrategyNotInPolicy"));
+    lab.told("the StrategyNotInPolicy Event", |t| {
+        t.contains("StrategyNotInPolicy")
+    })
+    .await;
     assert!(lab.node_exists("worker-0"), "the Node was left alone");
 }
