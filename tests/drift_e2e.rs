@@ -51,13 +51,7 @@ async fn drift_is_force_reapplied_by_the_mco_and_verified() {
     // The expected content is recorded as a hash, never as bytes.
     assert_eq!(status.expected_sha256.as_ref().map(String::len), Some(64));
     assert!(lab.reboots("worker-0") > boots);
-    assert!(
-        lab.cluster
-            .disk("worker-0")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_none()
-    );
+    assert!(!lab.forcefile("worker-0"));
     let node = lab.api.get(NODES, "", "worker-0").unwrap();
     assert_eq!(node["metadata"]["annotations"][STATE], "Done");
     assert_ne!(node["spec"]["unschedulable"], true);
@@ -208,13 +202,7 @@ async fn a_drain_blocked_by_a_pdb_is_refused_up_front_naming_the_budget() {
         lab.api.get(NODES, "", "worker-0").unwrap()["spec"]["unschedulable"],
         true
     );
-    assert!(
-        lab.cluster
-            .disk("worker-0")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_none()
-    );
+    assert!(!lab.forcefile("worker-0"));
     // The gauges are recounted from the caches every second.
     eventually(
         "the drift and held gauges",
@@ -279,13 +267,7 @@ async fn a_paused_pool_holds_until_the_admin_approves() {
             .contains("\"reason\":\"PausedPoolNeedsApproval\"")
     })
     .await;
-    assert!(
-        lab.cluster
-            .disk("worker-0")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_none()
-    );
+    assert!(!lab.forcefile("worker-0"));
     lab.api
         .merge(MCPS, "", "worker", &json!({"metadata": {"annotations": {"baremend.io/approve-drift-remediation": "true"}}}), false)
         .unwrap();

@@ -9,9 +9,7 @@ use baremend::api::annotations::PLANNED_REBOOT;
 use baremend::api::{DriftPhase, DriftRemediation, Remediation, RemediationPhase};
 use baremend_sim::cluster::local::{MACHINES, MCPS, NAMESPACES, NODES, PDBS, PODS};
 use baremend_sim::cluster::mco::disk::SimFile;
-use baremend_sim::cluster::mco::{
-    DESIRED_DRAIN, FORCE_FILE, LAST_APPLIED_DRAIN, POST_CONFIG_ACTION,
-};
+use baremend_sim::cluster::mco::{DESIRED_DRAIN, LAST_APPLIED_DRAIN, POST_CONFIG_ACTION};
 use baremend_sim::cluster::{EXTERNAL_REMEDIATION, MACHINE_NAMESPACE};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -131,13 +129,7 @@ async fn a_pool_rolling_out_a_config_defers_the_start() {
         async || lab.events().contains("\"reason\":\"PoolRollingOut\""),
     )
     .await;
-    assert!(
-        lab.cluster
-            .disk("worker-0")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_none()
-    );
+    assert!(!lab.forcefile("worker-0"));
     lab.api
         .merge(
             MCPS,
@@ -256,13 +248,7 @@ async fn a_forcefile_not_picked_up_is_removed_on_timeout_and_on_abort() {
     eventually(
         "the forcefile written",
         Duration::from_secs(40),
-        async || {
-            lab.cluster
-                .disk("worker-0")
-                .unwrap()
-                .get(FORCE_FILE)
-                .is_some()
-        },
+        async || lab.forcefile("worker-0"),
     )
     .await;
     let failed = lab.reach("worker-0-1", DriftPhase::Failed).await;
@@ -281,13 +267,7 @@ async fn a_forcefile_not_picked_up_is_removed_on_timeout_and_on_abort() {
     eventually(
         "the forcefile removed",
         Duration::from_secs(40),
-        async || {
-            lab.cluster
-                .disk("worker-0")
-                .unwrap()
-                .get(FORCE_FILE)
-                .is_none()
-        },
+        async || !lab.forcefile("worker-0"),
     )
     .await;
     eventually(
@@ -314,13 +294,7 @@ async fn a_forcefile_not_picked_up_is_removed_on_timeout_and_on_abort() {
     eventually(
         "the forcefile written",
         Duration::from_secs(40),
-        async || {
-            lab.cluster
-                .disk("worker-1")
-                .unwrap()
-                .get(FORCE_FILE)
-                .is_some()
-        },
+        async || lab.forcefile("worker-1"),
     )
     .await;
     let api: Api<DriftRemediation> = Api::all(lab.client.clone());
@@ -335,13 +309,7 @@ async fn a_forcefile_not_picked_up_is_removed_on_timeout_and_on_abort() {
     eventually(
         "the forcefile removed",
         Duration::from_secs(40),
-        async || {
-            lab.cluster
-                .disk("worker-1")
-                .unwrap()
-                .get(FORCE_FILE)
-                .is_none()
-        },
+        async || !lab.forcefile("worker-1"),
     )
     .await;
     // The node is left Degraded (the MCO's own state), and no new attempt starts for the

@@ -84,6 +84,22 @@ fn driver(server: &MockServer) -> RedfishDriver {
     driver_with(server, SYSTEM, Duration::from_secs(5))
 }
 
+/// Answers GETs of `system_path` with `answer`, and reads that system's power state.
+async fn read_answered(
+    server: &MockServer,
+    system_path: &str,
+    answer: ResponseTemplate,
+) -> Result<PowerState, Error> {
+    Mock::given(method("GET"))
+        .and(path(system_path))
+        .respond_with(answer)
+        .mount(server)
+        .await;
+    driver_with(server, system_path, Duration::from_secs(5))
+        .power_state()
+        .await
+}
+
 async fn requests_to(server: &MockServer, verb: &str, to: &str) -> usize {
     server
         .received_requests()
@@ -348,13 +364,7 @@ async fn malformed_json_is_a_typed_permanent_error() {
         ),
     ];
     for (case, system_path, answer) in cases {
-        Mock::given(method("GET"))
-            .and(path(system_path))
-            .respond_with(answer)
-            .mount(&server)
-            .await;
-        let error = driver_with(&server, system_path, Duration::from_secs(5))
-            .power_state()
+        let error = read_answered(&server, system_path, answer)
             .await
             .unwrap_err();
         assert!(
@@ -399,14 +409,9 @@ async fn unknown_and_missing_power_states_are_kept_as_unknown() {
         ),
     ];
     for (case, system_path, body, kept) in cases {
-        Mock::given(method("GET"))
-            .and(path(system_path))
-            .respond_with(ResponseTemplate::new(200).set_body_json(body))
-            .mount(&server)
-            .await;
-        let driver = driver_with(&server, system_path, Duration::from_secs(5));
+        let answer = ResponseTemplate::new(200).set_body_json(body);
         assert_eq!(
-            driver.power_state().await.unwrap(),
+            read_answered(&server, system_path, answer).await.unwrap(),
             PowerState::Unknown(kept.into()),
             "{case}"
         );
@@ -488,13 +493,7 @@ async fn status_codes_map_to_retryable_and_permanent_errors() {
         ),
     ];
     for (system_path, status, expected, retryable) in cases {
-        Mock::given(method("GET"))
-            .and(path(system_path))
-            .respond_with(ResponseTemplate::new(status))
-            .mount(&server)
-            .await;
-        let error = driver_with(&server, system_path, Duration::from_secs(5))
-            .power_state()
+        let error = read_answered(&server, system_path, ResponseTemplate::new(status))
             .await
             .unwrap_err();
         assert!(

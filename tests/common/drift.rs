@@ -6,6 +6,7 @@ use std::time::Duration;
 use baremend::api::DriftRemediation;
 use baremend_sim::cluster::ClusterSpec;
 use baremend_sim::cluster::local::{EVENTS, Local};
+use baremend_sim::cluster::mco::FORCE_FILE;
 use baremend_sim::cluster::mco::disk::SimFile;
 use baremend_sim::cluster::timing::Timing;
 use serde_json::{Value, json};
@@ -81,6 +82,11 @@ impl Lab {
             "/etc/demo/rules.json",
             SimFile::regular(b"{\"tampered\": true}", 0o644),
         );
+    }
+
+    /// Whether the node's disk has the MCO's forcefile.
+    pub fn forcefile(&self, node: &str) -> bool {
+        self.cluster.disk(node).unwrap().get(FORCE_FILE).is_some()
     }
 
     /// How often the node's host went off.

@@ -43,7 +43,7 @@ pub const DRIFT_REMEDIATIONS: Gvr = Gvr {
 };
 
 /// The MCO daemon's state annotation on a Node.
-pub const STATE: &str = "machineconfiguration.openshift.io/state";
+pub use baremend::api::mco::STATE;
 
 /// The default cluster (three masters, three workers) on fast timing.
 pub fn fast() -> ClusterSpec {
