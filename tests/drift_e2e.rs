@@ -12,11 +12,13 @@ use serde_json::json;
 
 mod common;
 
-use common::drift::{Lab, STATE, steps};
+use common::drift::{self, steps};
+use common::eventually;
+use common::lab::STATE;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_is_force_reapplied_by_the_mco_and_verified() {
-    let mut lab = Lab::start(2, json!(1), json!({})).await;
+    let mut lab = drift::start(2, json!(1), json!({})).await;
     let boots = lab.reboots("worker-0");
     let drifted_at = Instant::now();
     lab.drift("worker-0");
@@ -49,13 +51,7 @@ async fn drift_is_force_reapplied_by_the_mco_and_verified() {
     // The expected content is recorded as a hash, never as bytes.
     assert_eq!(status.expected_sha256.as_ref().map(String::len), Some(64));
     assert!(lab.reboots("worker-0") > boots);
-    assert!(
-        lab.cluster
-            .disk("worker-0")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_none()
-    );
+    assert!(!lab.forcefile("worker-0"));
     let node = lab.api.get(NODES, "", "worker-0").unwrap();
     assert_eq!(node["metadata"]["annotations"][STATE], "Done");
     assert_ne!(node["spec"]["unschedulable"], true);
@@ -76,19 +72,23 @@ async fn drift_is_force_reapplied_by_the_mco_and_verified() {
         "{metrics}"
     );
     assert!(metrics.contains("mco_remediation_duration_seconds_count{action=\"Force\",outcome=\"Succeeded\",reason=\"\"} 1"));
-    lab.wait("the reboot counted for the day", || {
-        lab.metrics
-            .encode()
-            .contains("mco_node_reboot_frequency{node=\"worker-0\",pool=\"worker\"} 1")
-    })
+    eventually(
+        "the reboot counted for the day",
+        Duration::from_secs(40),
+        async || {
+            lab.metrics
+                .encode()
+                .contains("mco_node_reboot_frequency{node=\"worker-0\",pool=\"worker\"} 1")
+        },
+    )
     .await;
     println!("drift to verified Done: {took:?}");
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_reverted_within_the_debounce_self_heals_with_no_action() {
-    let mut lab = Lab::start(1, json!(1), json!({"debounceSeconds": 5})).await;
+    let mut lab = drift::start(1, json!(1), json!({"debounceSeconds": 5})).await;
     let disk = lab.cluster.disk("worker-0").unwrap().clone();
     let original = disk.get("/etc/demo/rules.json").unwrap();
     let boots = lab.reboots("worker-0");
@@ -102,12 +102,12 @@ async fn a_file_reverted_within_the_debounce_self_heals_with_no_action() {
         lab.api.list(PODS, Some("baremend")).is_empty(),
         "no helper was started"
     );
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_drifted_nodes_of_a_pool_with_max_unavailable_one_go_one_at_a_time() {
-    let mut lab = Lab::start(2, json!(1), json!({})).await;
+    let mut lab = drift::start(2, json!(1), json!({})).await;
     lab.drift("worker-0");
     lab.drift("worker-1");
     let a = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
@@ -145,12 +145,12 @@ async fn two_drifted_nodes_of_a_pool_with_max_unavailable_one_go_one_at_a_time()
         .unwrap();
     assert_eq!(held.status, "False", "the hold was lifted");
     assert!(lab.events().contains("\"reason\":\"PoolBudget\""));
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_blocked_by_a_pdb_is_refused_up_front_naming_the_budget() {
-    let mut lab = Lab::start(1, json!(1), json!({})).await;
+    let mut lab = drift::start(1, json!(1), json!({})).await;
     // Seed 001: the router's PDB on a single worker allows no disruption.
     lab.api
         .create(
@@ -170,7 +170,7 @@ async fn a_drain_blocked_by_a_pdb_is_refused_up_front_naming_the_budget() {
         .unwrap();
     // A single-worker pool needs the admin's approval first (here on the node).
     lab.drift("worker-0");
-    lab.wait("held for approval", || {
+    eventually("held for approval", Duration::from_secs(40), async || {
         lab.events()
             .contains("\"reason\":\"SingleNodeNeedsApproval\"")
     })
@@ -178,12 +178,12 @@ async fn a_drain_blocked_by_a_pdb_is_refused_up_front_naming_the_budget() {
     lab.api
         .merge(NODES, "", "worker-0", &json!({"metadata": {"annotations": {"baremend.io/approve-drift-remediation": "true"}}}), false)
         .unwrap();
-    lab.wait("held by the PDB", || {
+    eventually("held by the PDB", Duration::from_secs(40), async || {
         lab.events()
             .contains("PodDisruptionBudget openshift-ingress/router-default allows no disruption")
     })
     .await;
-    let held = lab.remediation("worker-0-1").await.unwrap();
+    let held = lab.drift_remediation("worker-0-1").unwrap();
     let status = held.status.unwrap();
     assert_eq!(status.phase, DriftPhase::Pending);
     let condition = status
@@ -202,27 +202,26 @@ async fn a_drain_blocked_by_a_pdb_is_refused_up_front_naming_the_budget() {
         lab.api.get(NODES, "", "worker-0").unwrap()["spec"]["unschedulable"],
         true
     );
-    assert!(
-        lab.cluster
-            .disk("worker-0")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_none()
-    );
+    assert!(!lab.forcefile("worker-0"));
     // The gauges are recounted from the caches every second.
-    lab.wait("the drift and held gauges", || {
-        let metrics = lab.metrics.encode();
-        metrics.contains("mco_node_config_drift_count{pool=\"worker\"} 1")
-            && metrics.contains("mco_node_config_drift_detected{pool=\"worker\"} 1")
-            && metrics.contains("mco_remediations_held{reason=\"BlockedByPodDisruptionBudget\"} 1")
-    })
+    eventually(
+        "the drift and held gauges",
+        Duration::from_secs(40),
+        async || {
+            let metrics = lab.metrics.encode();
+            metrics.contains("mco_node_config_drift_count{pool=\"worker\"} 1")
+                && metrics.contains("mco_node_config_drift_detected{pool=\"worker\"} 1")
+                && metrics
+                    .contains("mco_remediations_held{reason=\"BlockedByPodDisruptionBudget\"} 1")
+        },
+    )
     .await;
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_restore_action_writes_the_file_back_without_a_reboot() {
-    let mut lab = Lab::start(2, json!(1), json!({"action": "Restore"})).await;
+    let mut lab = drift::start(2, json!(1), json!({"action": "Restore"})).await;
     let boots = lab.reboots("worker-0");
     lab.drift("worker-0");
     let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
@@ -247,12 +246,12 @@ async fn the_restore_action_writes_the_file_back_without_a_reboot() {
             .unwrap(),
         config
     );
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_pool_holds_until_the_admin_approves() {
-    let mut lab = Lab::start(2, json!(1), json!({})).await;
+    let mut lab = drift::start(2, json!(1), json!({})).await;
     lab.api
         .merge(
             MCPS,
@@ -263,28 +262,22 @@ async fn a_paused_pool_holds_until_the_admin_approves() {
         )
         .unwrap();
     lab.drift("worker-0");
-    lab.wait("held for approval", || {
+    eventually("held for approval", Duration::from_secs(40), async || {
         lab.events()
             .contains("\"reason\":\"PausedPoolNeedsApproval\"")
     })
     .await;
-    assert!(
-        lab.cluster
-            .disk("worker-0")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_none()
-    );
+    assert!(!lab.forcefile("worker-0"));
     lab.api
         .merge(MCPS, "", "worker", &json!({"metadata": {"annotations": {"baremend.io/approve-drift-remediation": "true"}}}), false)
         .unwrap();
     lab.reach("worker-0-1", DriftPhase::Succeeded).await;
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_with_our_own_drain_cordons_evicts_restores_and_uncordons() {
-    let mut lab = Lab::start(
+    let mut lab = drift::start(
         2,
         json!(1),
         json!({"action": "Restore", "drainBeforeRestore": true}),
@@ -321,13 +314,13 @@ async fn a_restore_with_our_own_drain_cordons_evicts_restores_and_uncordons() {
         true
     );
     assert_eq!(lab.reboots("worker-0"), boots, "no reboot");
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_machine_config_nodes_the_annotations_decide() {
     // An older OpenShift serves no MachineConfigNode: the coordinator does without.
-    let mut lab = Lab::start_with(2, json!(1), json!({}), |api| {
+    let mut lab = drift::start_with(2, json!(1), json!({}), |api| {
         api.delete(
             baremend_sim::cluster::local::CRDS,
             "",
@@ -340,25 +333,26 @@ async fn without_machine_config_nodes_the_annotations_decide() {
     lab.drift("worker-0");
     let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
     assert!(steps(&done).contains(&"Rebooted".to_string()));
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_force_helper_still_pending_at_the_pickup_timeout_is_over_before_the_forcefile_goes() {
-    let mut lab = Lab::start(2, json!(1), json!({"timeouts": {"pickupSeconds": 2}})).await;
+    let mut lab = drift::start(2, json!(1), json!({"timeouts": {"pickupSeconds": 2}})).await;
     let disk = lab.cluster.disk("worker-0").unwrap().clone();
     // The kubelet's image pull hangs: the force helper stays Pending past the pickup timeout.
     lab.cluster.hold_pods("worker-0", true);
     lab.drift("worker-0");
     lab.reach("worker-0-1", DriftPhase::ForceRequested).await;
     let pod = |name: &str| lab.api.get(PODS, "baremend", name).ok();
-    lab.wait("the force helper, Pending", || {
-        pod("worker-0-1-force").is_some_and(|p| p["status"]["phase"] == "Pending")
-    })
+    eventually(
+        "the force helper, Pending",
+        Duration::from_secs(40),
+        async || pod("worker-0-1-force").is_some_and(|p| p["status"]["phase"] == "Pending"),
+    )
     .await;
-    let started = Instant::now();
     let mut released = false;
-    let status = loop {
+    let status = eventually("ForceFileRemoved", Duration::from_secs(40), async || {
         // Read in the order the coordinator writes, so that a later read sees the earlier
         // write: the mark before the status, the unforce helper before the force helper.
         let mark = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["annotations"]
@@ -366,7 +360,7 @@ async fn a_force_helper_still_pending_at_the_pickup_timeout_is_over_before_the_f
             .clone();
         let status = lab
             .api
-            .get(common::cluster::DRIFT_REMEDIATIONS, "", "worker-0-1")
+            .get(common::lab::DRIFT_REMEDIATIONS, "", "worker-0-1")
             .unwrap()["status"]
             .clone();
         let unforce = pod("worker-0-1-unforce");
@@ -386,7 +380,7 @@ async fn a_force_helper_still_pending_at_the_pickup_timeout_is_over_before_the_f
             .is_some_and(|s| s.iter().any(|s| s["step"] == "ForceFileRemoved"));
         if removed {
             assert!(!on_disk, "ForceFileRemoved with the forcefile still there");
-            break status;
+            return Ok(status);
         }
         if status["forceFileWritten"] == true {
             assert_eq!(
@@ -403,16 +397,13 @@ async fn a_force_helper_still_pending_at_the_pickup_timeout_is_over_before_the_f
             lab.cluster.hold_pods("worker-0", false);
             released = true;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(40),
-            "no ForceFileRemoved: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        Err(status)
+    })
+    .await;
     assert!(released, "the force helper was deleted while Pending");
     assert_eq!(status["phase"], "Failed");
     assert_eq!(status["forceFileWritten"], false);
-    let failed = lab.remediation("worker-0-1").await.unwrap();
+    let failed = lab.drift_remediation("worker-0-1").unwrap();
     let order = steps(&failed);
     let at = |step: &str| order.iter().position(|s| s == step).unwrap();
     assert!(at("Failed") < at("ForceFileRemoved"), "{order:?}");
@@ -427,5 +418,5 @@ async fn a_force_helper_still_pending_at_the_pickup_timeout_is_over_before_the_f
             .reason,
         "PickupTimeout"
     );
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }

@@ -3,22 +3,22 @@
 //! not picked up, unmanaged files, a drain blocked mid-way, and the machine remediation
 //! never taking a planned reboot for a hang.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use baremend::api::annotations::PLANNED_REBOOT;
 use baremend::api::{DriftPhase, DriftRemediation, Remediation, RemediationPhase};
 use baremend_sim::cluster::local::{MACHINES, MCPS, NAMESPACES, NODES, PDBS, PODS};
 use baremend_sim::cluster::mco::disk::SimFile;
-use baremend_sim::cluster::mco::{
-    DESIRED_DRAIN, FORCE_FILE, LAST_APPLIED_DRAIN, POST_CONFIG_ACTION,
-};
+use baremend_sim::cluster::mco::{DESIRED_DRAIN, LAST_APPLIED_DRAIN, POST_CONFIG_ACTION};
 use baremend_sim::cluster::{EXTERNAL_REMEDIATION, MACHINE_NAMESPACE};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 mod common;
 
-use common::drift::{Lab, STATE, Whole, reach, steps, until};
+use common::drift::{self, steps};
+use common::eventually;
+use common::lab::{Lab, STATE};
 
 fn once(remediation: &DriftRemediation) {
     let steps = steps(remediation);
@@ -39,7 +39,7 @@ fn once(remediation: &DriftRemediation) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mode_missing_file_and_unit_drift_are_classified_and_each_remediated() {
-    let mut lab = Lab::start(3, json!(3), json!({})).await;
+    let mut lab = drift::start(3, json!(3), json!({})).await;
     let disk = |n: &str| lab.cluster.disk(n).unwrap().clone();
     disk("worker-0").chmod("/etc/sysctl.d/90-demo.conf", 0o777);
     disk("worker-1").remove("/etc/demo/registry.key");
@@ -68,12 +68,12 @@ async fn mode_missing_file_and_unit_drift_are_classified_and_each_remediated() {
         disk("worker-2").unit_enabled("demo-agent.service"),
         Some(true)
     );
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn degraded_nodes_that_are_not_drift_are_reported_and_left_alone() {
-    let mut lab = Lab::start(2, json!(2), json!({})).await;
+    let mut lab = drift::start(2, json!(2), json!({})).await;
     let degrade = |node: &str, state: &str, reason: &str| {
         lab.api
             .merge(NODES, "", node, &json!({"metadata": {"annotations": {STATE: state, "machineconfiguration.openshift.io/reason": reason}}}), false)
@@ -89,10 +89,12 @@ async fn degraded_nodes_that_are_not_drift_are_reported_and_left_alone() {
         "Unreconcilable",
         "can't reconcile config: ignition file changed",
     );
-    lab.wait("two NotDrift Events", || {
+    eventually("two NotDrift Events", Duration::from_secs(40), async || {
         lab.events().matches("\"reason\":\"NotDrift\"").count() >= 2
     })
     .await;
+    // A negative: for 2 s (two debounces) more, no DriftRemediation and no further NotDrift
+    // Event; no condition to wait for proves that nothing comes.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let api: Api<DriftRemediation> = Api::all(lab.client.clone());
     assert!(
@@ -104,34 +106,30 @@ async fn degraded_nodes_that_are_not_drift_are_reported_and_left_alone() {
     );
     // One Event per change, not one per pass.
     assert_eq!(lab.events().matches("\"reason\":\"NotDrift\"").count(), 2);
-    lab.wait("the not-drift gauge", || {
+    eventually("the not-drift gauge", Duration::from_secs(40), async || {
         lab.metrics
             .encode()
             .contains("mco_node_degraded_not_drift{pool=\"worker\"} 2")
     })
     .await;
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_rolling_out_a_config_defers_the_start() {
-    let mut lab = Lab::start(2, json!(1), json!({})).await;
+    let mut lab = drift::start(2, json!(1), json!({})).await;
     let current = lab.api.get(MCPS, "", "worker").unwrap()["spec"]["configuration"]["name"].clone();
     lab.api
         .merge(MCPS, "", "worker", &json!({"spec": {"configuration": {"name": "rendered-worker-0123456789abcdef0123456789abcdef"}}}), false)
         .unwrap();
     lab.drift("worker-0");
-    lab.wait("held for the rollout", || {
-        lab.events().contains("\"reason\":\"PoolRollingOut\"")
-    })
+    eventually(
+        "held for the rollout",
+        Duration::from_secs(40),
+        async || lab.events().contains("\"reason\":\"PoolRollingOut\""),
+    )
     .await;
-    assert!(
-        lab.cluster
-            .disk("worker-0")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_none()
-    );
+    assert!(!lab.forcefile("worker-0"));
     lab.api
         .merge(
             MCPS,
@@ -142,12 +140,12 @@ async fn a_pool_rolling_out_a_config_defers_the_start() {
         )
         .unwrap();
     lab.reach("worker-0-1", DriftPhase::Succeeded).await;
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_stays_not_ready_after_pickup_is_handed_to_the_machine_remediation() {
-    let mut lab = Lab::start(2, json!(1), json!({"timeouts": {"rebootSeconds": 2}})).await;
+    let mut lab = drift::start(2, json!(1), json!({"timeouts": {"rebootSeconds": 2}})).await;
     lab.drift("worker-0");
     let picked = lab.reach("worker-0-1", DriftPhase::Applying).await;
     assert!(steps(&picked).contains(&"PickedUp".to_string()));
@@ -160,7 +158,7 @@ async fn a_node_that_stays_not_ready_after_pickup_is_handed_to_the_machine_remed
     lab.cluster.break_host("worker-0");
     lab.reach("worker-0-1", DriftPhase::Escalated).await;
     // The Event follows the persisted phase.
-    lab.wait("the hand-over Event", || {
+    eventually("the hand-over Event", Duration::from_secs(40), async || {
         lab.events().contains("handed to the machine remediation")
     })
     .await;
@@ -179,12 +177,12 @@ async fn a_node_that_stays_not_ready_after_pickup_is_handed_to_the_machine_remed
             .get("baremend.io/planned-reboot")
             .is_none()
     );
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_that_keeps_coming_back_is_retried_up_to_the_cap_then_failed() {
-    let mut lab = Lab::start(2, json!(1), json!({"maxAttempts": 1})).await;
+    let mut lab = drift::start(2, json!(1), json!({"maxAttempts": 1})).await;
     lab.drift("worker-0");
     lab.reach("worker-0-1", DriftPhase::Succeeded).await;
     let boots = lab.reboots("worker-0");
@@ -202,11 +200,11 @@ async fn drift_that_keeps_coming_back_is_retried_up_to_the_cap_then_failed() {
     );
     assert!(!steps_of(&status).contains(&"ForceRequested".to_string()));
     assert_eq!(lab.reboots("worker-0"), boots, "no action past the cap");
-    lab.wait("the failure metric", || {
+    eventually("the failure metric", Duration::from_secs(40), async || {
         lab.metrics.encode().contains("mco_remediations_total{action=\"Force\",outcome=\"Failed\",reason=\"DriftRecurring\"} 1")
     })
     .await;
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 fn steps_of(status: &baremend::api::DriftRemediationStatus) -> Vec<String> {
@@ -215,7 +213,7 @@ fn steps_of(status: &baremend::api::DriftRemediationStatus) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coordinator_restarted_at_every_phase_repeats_nothing() {
-    let mut lab = Lab::start(2, json!(1), json!({"debounceSeconds": 2})).await;
+    let mut lab = drift::start(2, json!(1), json!({"debounceSeconds": 2})).await;
     let boots = lab.reboots("worker-0");
     lab.drift("worker-0");
     for phase in [
@@ -224,7 +222,9 @@ async fn a_coordinator_restarted_at_every_phase_repeats_nothing() {
         DriftPhase::Applying,
     ] {
         lab.reach("worker-0-1", phase).await;
-        lab.stop_coordinator().await;
+        lab.stop().await;
+        // Down for a moment, as a restarted pod is, while the MCO goes on; nothing is
+        // asserted after it but the waits that follow.
         tokio::time::sleep(Duration::from_millis(300)).await;
         lab.start_coordinator();
     }
@@ -233,25 +233,23 @@ async fn a_coordinator_restarted_at_every_phase_repeats_nothing() {
     assert_eq!(lab.reboots("worker-0"), boots + 1, "one reboot");
     let api: Api<DriftRemediation> = Api::all(lab.client.clone());
     assert_eq!(api.list(&Default::default()).await.unwrap().items.len(), 1);
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forcefile_not_picked_up_is_removed_on_timeout_and_on_abort() {
-    let mut lab = Lab::start(2, json!(2), json!({"timeouts": {"pickupSeconds": 2}})).await;
+    let mut lab = drift::start(2, json!(2), json!({"timeouts": {"pickupSeconds": 2}})).await;
     let mco = lab.cluster.mco().unwrap().clone();
     // Pickup timeout: the daemon of worker-0 goes down once it reported the drift.
     lab.drift("worker-0");
     lab.reach("worker-0-1", DriftPhase::Debouncing).await;
     mco.set_daemon_down("worker-0", true);
     lab.reach("worker-0-1", DriftPhase::ForceRequested).await;
-    lab.wait("the forcefile written", || {
-        lab.cluster
-            .disk("worker-0")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_some()
-    })
+    eventually(
+        "the forcefile written",
+        Duration::from_secs(40),
+        async || lab.forcefile("worker-0"),
+    )
     .await;
     let failed = lab.reach("worker-0-1", DriftPhase::Failed).await;
     assert_eq!(
@@ -266,38 +264,38 @@ async fn a_forcefile_not_picked_up_is_removed_on_timeout_and_on_abort() {
             .reason,
         "PickupTimeout"
     );
-    lab.wait("the forcefile removed", || {
-        lab.cluster
-            .disk("worker-0")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_none()
-    })
+    eventually(
+        "the forcefile removed",
+        Duration::from_secs(40),
+        async || !lab.forcefile("worker-0"),
+    )
     .await;
-    lab.wait("the removal recorded", || {
-        lab.api
-            .get(common::cluster::DRIFT_REMEDIATIONS, "", "worker-0-1")
-            .ok()
-            .is_some_and(|r| {
-                r["status"]["forceFileWritten"] == false
-                    && r["status"]["steps"]
-                        .as_array()
-                        .is_some_and(|s| s.iter().any(|s| s["step"] == "ForceFileRemoved"))
-            })
-    })
+    eventually(
+        "the removal recorded",
+        Duration::from_secs(40),
+        async || {
+            lab.api
+                .get(common::lab::DRIFT_REMEDIATIONS, "", "worker-0-1")
+                .ok()
+                .is_some_and(|r| {
+                    r["status"]["forceFileWritten"] == false
+                        && r["status"]["steps"]
+                            .as_array()
+                            .is_some_and(|s| s.iter().any(|s| s["step"] == "ForceFileRemoved"))
+                })
+        },
+    )
     .await;
     // Abort: the admin sets spec.abort before the daemon took the file.
     lab.drift("worker-1");
     lab.reach("worker-1-1", DriftPhase::Debouncing).await;
     mco.set_daemon_down("worker-1", true);
     lab.reach("worker-1-1", DriftPhase::ForceRequested).await;
-    lab.wait("the forcefile written", || {
-        lab.cluster
-            .disk("worker-1")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_some()
-    })
+    eventually(
+        "the forcefile written",
+        Duration::from_secs(40),
+        async || lab.forcefile("worker-1"),
+    )
     .await;
     let api: Api<DriftRemediation> = Api::all(lab.client.clone());
     api.patch(
@@ -308,33 +306,33 @@ async fn a_forcefile_not_picked_up_is_removed_on_timeout_and_on_abort() {
     .await
     .unwrap();
     lab.reach("worker-1-1", DriftPhase::Aborted).await;
-    lab.wait("the forcefile removed", || {
-        lab.cluster
-            .disk("worker-1")
-            .unwrap()
-            .get(FORCE_FILE)
-            .is_none()
-    })
+    eventually(
+        "the forcefile removed",
+        Duration::from_secs(40),
+        async || !lab.forcefile("worker-1"),
+    )
     .await;
     // The node is left Degraded (the MCO's own state), and no new attempt starts for the
-    // same drift after an abort.
+    // same drift after an abort. A negative: 2 s (two debounces) in which no attempt starts.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(api.get_opt("worker-1-2").await.unwrap().is_none());
     assert_eq!(
         lab.api.get(NODES, "", "worker-1").unwrap()["metadata"]["annotations"][STATE],
         "Degraded"
     );
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_the_mco_does_not_manage_is_never_claimed_as_drift() {
-    let mut lab = Lab::start(1, json!(1), json!({})).await;
+    let mut lab = drift::start(1, json!(1), json!({})).await;
     // authorized_keys is not in any MachineConfig the daemon validates (OCPBUGS-9178).
     lab.cluster.disk("worker-0").unwrap().put(
         "/home/core/.ssh/authorized_keys.d/ignition",
         SimFile::regular(b"ssh-ed25519 AAAA intruder", 0o600),
     );
+    // A negative: 3 s (three debounces) in which the file is never claimed as drift and the
+    // node stays Done.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let api: Api<DriftRemediation> = Api::all(lab.client.clone());
     assert!(
@@ -348,12 +346,12 @@ async fn a_file_the_mco_does_not_manage_is_never_claimed_as_drift() {
         lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["annotations"][STATE],
         "Done"
     );
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_blocked_mid_way_times_out_naming_the_budget_and_is_never_uncordoned_by_us() {
-    let mut lab = Lab::start(2, json!(1), json!({"timeouts": {"drainSeconds": 3}})).await;
+    let mut lab = drift::start(2, json!(1), json!({"timeouts": {"drainSeconds": 3}})).await;
     lab.drift("worker-0");
     lab.reach("worker-0-1", DriftPhase::ForceRequested).await;
     // After the pre-flight passed: a workload arrives with a budget allowing nothing.
@@ -372,7 +370,7 @@ async fn a_drain_blocked_mid_way_times_out_naming_the_budget_and_is_never_uncord
         .create(PDBS, "shop", json!({"metadata": {"name": "db"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}}))
         .unwrap();
     lab.reach("worker-0-1", DriftPhase::Applying).await;
-    lab.wait("cordoned by the MCO", || {
+    eventually("cordoned by the MCO", Duration::from_secs(40), async || {
         lab.api.get(NODES, "", "worker-0").unwrap()["spec"]["unschedulable"] == true
     })
     .await;
@@ -386,7 +384,7 @@ async fn a_drain_blocked_mid_way_times_out_naming_the_budget_and_is_never_uncord
             false,
         )
         .unwrap();
-    lab.wait("cordoned again", || {
+    eventually("cordoned again", Duration::from_secs(40), async || {
         lab.api.get(NODES, "", "worker-0").unwrap()["spec"]["unschedulable"] == true
     })
     .await;
@@ -399,35 +397,32 @@ async fn a_drain_blocked_mid_way_times_out_naming_the_budget_and_is_never_uncord
         true,
         "never uncordoned by us"
     );
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_machine_remediation_never_takes_a_planned_reboot_for_a_hang() {
     // The whole controller (machines and drift) with the health check watching: the MCO's
     // reboot makes the Node NotReady longer than the health check's timeout.
-    let whole = Whole::start(json!({"debounceSeconds": 1})).await;
-    let (client, api, cluster) = (&whole.client, &whole.api, &whole.cluster);
+    let mut whole = drift::whole(json!({"debounceSeconds": 1})).await;
+    let (api, cluster) = (&whole.api, &whole.cluster);
     let uid = api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
     let boots = cluster.host("worker-0").unwrap().host.power_offs();
     cluster
         .disk("worker-0")
         .unwrap()
         .put("/etc/demo/rules.json", SimFile::regular(b"[]", 0o644));
-    let drifts: Api<DriftRemediation> = Api::all(client.clone());
     let mut saw_trigger = false;
-    let done = loop {
+    let done = eventually("worker-0-1 to end", Duration::from_secs(60), async || {
         let machine = api.get(MACHINES, MACHINE_NAMESPACE, "worker-0").unwrap();
         saw_trigger |= machine["metadata"]["annotations"]
             .get(EXTERNAL_REMEDIATION)
             .is_some();
-        if let Some(d) = drifts.get_opt("worker-0-1").await.unwrap()
-            && d.status.as_ref().is_some_and(|s| s.phase.is_terminal())
-        {
-            break d;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        whole
+            .drift_remediation("worker-0-1")
+            .filter(|d| d.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
+    })
+    .await;
     assert_eq!(
         done.status.as_ref().unwrap().phase,
         DriftPhase::Succeeded,
@@ -445,27 +440,30 @@ async fn the_machine_remediation_never_takes_a_planned_reboot_for_a_hang() {
 /// The machine remediation let the node be: every Remediation of it ends Cancelled (held
 /// for the planned reboot until then), nothing was powered off, the Node was never
 /// deleted, and the host's power went off `offs` times in all.
-async fn no_machine_fencing(whole: &Whole, uid: &serde_json::Value, offs: usize) {
+async fn no_machine_fencing(whole: &Lab, uid: &serde_json::Value, offs: usize) {
     let (client, api, cluster) = (&whole.client, &whole.api, &whole.cluster);
     let remediations: Api<Remediation> = Api::namespaced(client.clone(), MACHINE_NAMESPACE);
-    let started = Instant::now();
-    let all = loop {
-        let all = remediations.list(&Default::default()).await.unwrap().items;
-        let ended = all.iter().all(|r| {
-            r.status
-                .as_ref()
-                .is_some_and(|s| s.phase == RemediationPhase::Cancelled)
-        });
-        if ended {
-            break all;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(40),
-            "a Remediation did not end Cancelled: {:#?}",
-            all.iter().map(|r| &r.status).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let all = eventually(
+        "every Remediation Cancelled",
+        Duration::from_secs(40),
+        async || {
+            let all = remediations.list(&Default::default()).await.unwrap().items;
+            let ended = all.iter().all(|r| {
+                r.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == RemediationPhase::Cancelled)
+            });
+            if ended {
+                Ok(all)
+            } else {
+                Err(format!(
+                    "{:#?}",
+                    all.iter().map(|r| &r.status).collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
+    .await;
     for r in all {
         let status = r.status.unwrap_or_default();
         assert!(!status.steps.iter().any(|s| s.step == "PowerOffRequested"));
@@ -490,8 +488,9 @@ async fn no_machine_fencing(whole: &Whole, uid: &serde_json::Value, offs: usize)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_mco_reboot_after_a_drain_timeout_is_still_guarded_from_fencing() {
-    let whole = Whole::start(json!({"debounceSeconds": 1, "timeouts": {"drainSeconds": 2}})).await;
-    let (client, api, cluster) = (&whole.client, &whole.api, &whole.cluster);
+    let mut whole =
+        drift::whole(json!({"debounceSeconds": 1, "timeouts": {"drainSeconds": 2}})).await;
+    let (api, cluster) = (&whole.api, &whole.cluster);
     let uid = api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
     let boots = cluster.host("worker-0").unwrap().host.power_offs();
     // A workload on worker-0 whose budget will arrive once the pre-flight has passed.
@@ -504,9 +503,11 @@ async fn a_late_mco_reboot_after_a_drain_timeout_is_still_guarded_from_fencing()
         "spec": {"nodeName": "worker-0", "containers": [{"name": "db", "image": "db"}]}}),
     )
     .unwrap();
-    until("the workload running", || {
-        api.get(PODS, "shop", "db-0").unwrap()["status"]["phase"] == "Running"
-    })
+    eventually(
+        "the workload running",
+        Duration::from_secs(40),
+        async || api.get(PODS, "shop", "db-0").unwrap()["status"]["phase"] == "Running",
+    )
     .await;
     // The force helper waits (its image pull hangs) until the budget is in place.
     cluster.hold_pods("worker-0", true);
@@ -514,11 +515,11 @@ async fn a_late_mco_reboot_after_a_drain_timeout_is_still_guarded_from_fencing()
         .disk("worker-0")
         .unwrap()
         .put("/etc/demo/rules.json", SimFile::regular(b"[]", 0o644));
-    reach(client, "worker-0-1", DriftPhase::ForceRequested).await;
+    whole.reach("worker-0-1", DriftPhase::ForceRequested).await;
     api.create(PDBS, "shop", json!({"metadata": {"name": "db"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}}))
         .unwrap();
     cluster.hold_pods("worker-0", false);
-    let failed = reach(client, "worker-0-1", DriftPhase::Failed).await;
+    let failed = whole.reach("worker-0-1", DriftPhase::Failed).await;
     let error = failed.status.unwrap().last_error.unwrap();
     assert!(error.contains("blocked by shop/db"), "{error}");
     let marked = |node: &serde_json::Value| node["metadata"]["annotations"][PLANNED_REBOOT].clone();
@@ -527,8 +528,7 @@ async fn a_late_mco_reboot_after_a_drain_timeout_is_still_guarded_from_fencing()
     // The budget goes: the MCO's own drain completes and it reboots the node, later.
     api.delete(PDBS, "shop", "db", None).unwrap();
     let mut saw_trigger = false;
-    let started = Instant::now();
-    loop {
+    eventually("the mark removed", Duration::from_secs(40), async || {
         let node = api.get(NODES, "", "worker-0").unwrap();
         let annotations = &node["metadata"]["annotations"];
         let busy = annotations[DESIRED_DRAIN] != annotations[LAST_APPLIED_DRAIN]
@@ -543,14 +543,12 @@ async fn a_late_mco_reboot_after_a_drain_timeout_is_still_guarded_from_fencing()
             .get(EXTERNAL_REMEDIATION)
             .is_some();
         if marked(&node).is_null() {
-            break;
+            Ok(())
+        } else {
+            Err(annotations.clone())
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(40),
-            "the mark stayed: {annotations}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     assert!(
         cluster.host("worker-0").unwrap().host.power_offs() > boots,
         "the MCO rebooted the node"
@@ -569,9 +567,8 @@ async fn a_late_mco_reboot_after_a_drain_timeout_is_still_guarded_from_fencing()
     );
     // The re-apply healed the drift. The MCD says Done a moment after the uncordon: an
     // attempt opened in between heals by itself in its debounce and requests nothing.
-    let drifts: Api<DriftRemediation> = Api::all(client.clone());
-    if drifts.get_opt("worker-0-2").await.unwrap().is_some() {
-        let healed = reach(client, "worker-0-2", DriftPhase::SelfHealed).await;
+    if whole.drift_remediation("worker-0-2").is_some() {
+        let healed = whole.reach("worker-0-2", DriftPhase::SelfHealed).await;
         assert_eq!(steps(&healed), ["DriftDetected", "SelfHealed"]);
     }
     whole.stop().await;
@@ -586,7 +583,7 @@ fn ready(node: &serde_json::Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cordoned_by_hand_uses_budget_so_the_second_drifted_node_waits() {
-    let mut lab = Lab::start(3, json!(2), json!({})).await;
+    let mut lab = drift::start(3, json!(2), json!({})).await;
     lab.api
         .merge(
             NODES,
@@ -598,11 +595,15 @@ async fn a_node_cordoned_by_hand_uses_budget_so_the_second_drifted_node_waits() 
         .unwrap();
     lab.drift("worker-0");
     lab.drift("worker-1");
-    lab.wait("one started, one held by the budget", || {
-        let events = lab.events();
-        events.contains("\"reason\":\"PoolBudget\"")
-            && events.contains("\"reason\":\"ForceRequested\"")
-    })
+    eventually(
+        "one started, one held by the budget",
+        Duration::from_secs(40),
+        async || {
+            let events = lab.events();
+            events.contains("\"reason\":\"PoolBudget\"")
+                && events.contains("\"reason\":\"ForceRequested\"")
+        },
+    )
     .await;
     assert!(
         lab.events().contains("worker-2"),
@@ -632,5 +633,5 @@ async fn a_node_cordoned_by_hand_uses_budget_so_the_second_drifted_node_waits() 
         lab.api.get(NODES, "", "worker-2").unwrap()["spec"]["unschedulable"],
         true
     );
-    lab.stop_coordinator().await;
+    lab.stop().await;
 }

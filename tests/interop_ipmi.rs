@@ -22,7 +22,7 @@ use baremend_drivers::{
 use baremend_sim::clock::{Clock, SystemClock};
 use baremend_sim::host::{Power, SimHost};
 use baremend_sim::ipmi::{IpmiSim, IpmiSimConfig, IpmiUser, privilege};
-use common::{baremend, free_udp_port, repo_root, require_program, scratch, texts};
+use common::{baremend, eventually, free_udp_port, repo_root, require_program, scratch, texts};
 use tokio::process::{Child, Command};
 
 /// A running `ipmi_sim`, killed when dropped.
@@ -52,15 +52,15 @@ impl OpenIpmi {
         let sim = OpenIpmi { child, port, dir };
         // Ready when it answers a session; ipmi_sim binds within tens of milliseconds.
         let probe = sim.driver("admin", "password", fast_options());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while probe.power_state().await.is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "ipmi_sim did not answer on port {port}: {}",
-                sim.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually(
+            &format!("ipmi_sim to answer on port {port}"),
+            Duration::from_secs(10),
+            async || match probe.power_state().await {
+                Ok(_) => Ok(()),
+                Err(error) => Err(format!("{error}; its log:\n{}", sim.log())),
+            },
+        )
+        .await;
         sim
     }
 
@@ -345,14 +345,12 @@ async fn our_bmc() -> IpmiSim {
 }
 
 async fn settle(sim: &IpmiSim, power: Power) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while sim.host().power() != power || sim.host().transition_pending() {
-        assert!(
-            Instant::now() < deadline,
-            "the host did not reach {power:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        &format!("the host {power:?}"),
+        Duration::from_secs(5),
+        async || sim.host().power() == power && !sim.host().transition_pending(),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,7 @@ use baremend_drivers::{
     WaitOptions, wait_for_power_state,
 };
 use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
-use common::{baremend, free_port, repo_root, scratch, texts, venv_tool, wait_until};
+use common::{baremend, eventually, free_port, repo_root, scratch, texts, venv_tool};
 
 /// The Redfish CSDL bundled in the `nv-redfish-schema` crate: the validator's offline schemas.
 fn csdl_dir() -> PathBuf {
@@ -224,17 +224,18 @@ async fn our_driver_and_baremend_bmc_power_systems_of_the_sushy_tools_emulator()
         .kill_on_drop(true)
         .spawn()
         .expect("the sushy-tools emulator starts");
-    let ready = wait_until(Duration::from_secs(30), async || {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-    })
+    eventually(
+        &format!("sushy-emulator to listen on {port}"),
+        Duration::from_secs(30),
+        async || match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            Ok(_) => Ok(()),
+            Err(error) => Err(format!(
+                "{error}; its log:\n{}",
+                std::fs::read_to_string(state.join("emulator.log")).unwrap_or_default()
+            )),
+        },
+    )
     .await;
-    assert!(
-        ready,
-        "sushy-emulator did not listen on {port}: {}",
-        std::fs::read_to_string(state.join("emulator.log")).unwrap_or_default()
-    );
     let address = |uuid: &str| format!("redfish+http://127.0.0.1:{port}/redfish/v1/Systems/{uuid}");
 
     // The emulator applies a power change 1-11 s after the reset, at random.

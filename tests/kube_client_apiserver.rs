@@ -88,7 +88,7 @@ async fn the_watcher_sees_every_change_across_dropped_watches_and_compaction() {
             .boxed();
         // A dropped or compacted watch surfaces as an error item (410 Gone and the like)
         // before the watcher re-lists; a consumer keeps reading, as the controller's
-        // backoff-wrapped streams do.
+        // backoff-wrapped streams do (the sleep is that backoff, not a wait on a condition).
         while let Some(item) = stream.next().await {
             let Ok(object) = item else {
                 tokio::time::sleep(Duration::from_millis(50)).await;

@@ -5,10 +5,12 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
-use common::{require_program, scratch};
+use common::{eventually, require_program, scratch};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 struct Cluster {
     _server: ApiServer,
@@ -300,26 +302,43 @@ async fn delete_waits_for_finalizers_and_watch_sees_changes() {
     c.ok(&["apply", "-f", "-"], Some(NAMESPACE)).await;
     c.ok(&["apply", "-f", "-"], Some(&configmap("f", "{}", "1")))
         .await;
-    let watch_kubeconfig = c.kubeconfig.clone();
-    let watcher = tokio::spawn(async move {
-        let output = tokio::process::Command::new("kubectl")
-            .args([
-                "-n",
-                "demo",
-                "get",
-                "cm",
-                "-w",
-                "--output-watch-events",
-                "--request-timeout=4s",
-            ])
-            .env("KUBECONFIG", watch_kubeconfig)
-            .kill_on_drop(true)
-            .output()
-            .await
-            .unwrap();
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    });
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut watch = tokio::process::Command::new("kubectl")
+        .args([
+            "-n",
+            "demo",
+            "get",
+            "cm",
+            "-w",
+            "--output-watch-events",
+            "--request-timeout=4s",
+        ])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let printed = Arc::new(Mutex::new(String::new()));
+    let watcher = {
+        let printed = printed.clone();
+        let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+        tokio::spawn(async move {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                let mut printed = printed.lock().unwrap();
+                printed.push_str(&line);
+                printed.push('\n');
+            }
+            watch.wait().await.unwrap();
+            printed.lock().unwrap().clone()
+        })
+    };
+    // The watch lists first (an ADDED line for f) and then watches from that list's
+    // resourceVersion: every change made once the line is printed is seen.
+    eventually(
+        "kubectl's watch to list f",
+        Duration::from_secs(4),
+        async || printed.lock().unwrap().contains("ADDED"),
+    )
+    .await;
     c.ok(
         &[
             "-n",
@@ -369,6 +388,8 @@ async fn delete_waits_for_finalizers_and_watch_sees_changes() {
             .await
             .unwrap()
     });
+    // A negative: for 500 ms `kubectl wait` keeps waiting; no condition to wait for proves
+    // that it does not return.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         !waiter.is_finished(),

@@ -5,14 +5,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baremend::api::{Remediation, RemediationPhase};
+use baremend::api::RemediationPhase;
 use baremend::leader::LeaseConfig;
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run_elected};
 use baremend::runtime::SystemClock;
+use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::cluster::local::{LEASES, Local, MACHINES, NODES};
-use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::Power;
 use kube::Client;
 use serde_json::{Value, json};
@@ -20,16 +19,12 @@ use tokio::task::JoinHandle;
 
 mod common;
 
+use common::eventually;
+use common::lab::{Lab, fast};
+
 const LEASE: Duration = Duration::from_secs(3);
 const RENEW: Duration = Duration::from_secs(2);
 const RETRY: Duration = Duration::from_millis(300);
-
-fn fast() -> ClusterSpec {
-    ClusterSpec {
-        timing: Timing::fast(),
-        ..ClusterSpec::default()
-    }
-}
 
 fn lease(name: &str, identity: &str) -> LeaseConfig {
     LeaseConfig {
@@ -73,38 +68,8 @@ fn holder(api: &Local, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-async fn wait_for<T>(timeout: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn remediation(api: &Local, name: &str) -> Option<Remediation> {
-    let value = api
-        .get(
-            baremend_sim::cluster::local::Gvr {
-                group: "baremend.io",
-                version: "v1alpha1",
-                plural: "remediations",
-            },
-            MACHINE_NAMESPACE,
-            name,
-        )
-        .ok()?;
-    serde_json::from_value(value).ok()
-}
-
-fn phase(api: &Local, name: &str) -> Option<RemediationPhase> {
-    remediation(api, name)?.status.map(|s| s.phase)
-}
-
-fn steps(api: &Local, name: &str) -> Vec<String> {
-    remediation(api, name)
+fn steps(lab: &Lab, name: &str) -> Vec<String> {
+    lab.remediation(name)
         .and_then(|r| r.status)
         .map(|s| s.steps.into_iter().map(|t| t.step).collect())
         .unwrap_or_default()
@@ -120,28 +85,28 @@ fn node_uid(api: &Local, node: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standby_takes_over_a_killed_leader_within_the_lease_and_repeats_no_step() {
-    let prepared = common::cluster::prepare(
-        fast(),
-        json!({"strategies": ["BareMetalHostRebootApi"], "timeouts": {"readyGraceSeconds": 0}}),
-    )
-    .await;
-    let api = prepared.api.clone();
-    let mut a = Some(replica(&prepared.client, lease("baremend", "a"), None));
-    let mut b = Some(replica(&prepared.client, lease("baremend", "b"), None));
-    let first = wait_for(Duration::from_secs(10), "a leader", || {
+    let lab = Lab::builder(fast())
+        .policy(
+            json!({"strategies": ["BareMetalHostRebootApi"], "timeouts": {"readyGraceSeconds": 0}}),
+        )
+        .start()
+        .await;
+    let api = lab.api.clone();
+    let mut a = Some(replica(&lab.client, lease("baremend", "a"), None));
+    let mut b = Some(replica(&lab.client, lease("baremend", "b"), None));
+    let first = eventually("a leader", Duration::from_secs(10), async || {
         holder(&api, "baremend")
     })
     .await;
-    // The standby stays a standby while the leader renews.
+    // The standby stays a standby while the leader renews. A negative: a whole lease and a
+    // retry in which the Lease does not change hands; no condition to wait for proves it.
     tokio::time::sleep(LEASE + RETRY).await;
     assert_eq!(holder(&api, "baremend").as_deref(), Some(first.as_str()));
 
     let node_before = node_uid(&api, "worker-0").unwrap();
-    common::cluster::trigger(&api, "worker-0");
-    wait_for(Duration::from_secs(30), "the fence", || {
-        steps(&api, "worker-0-1")
-            .contains(&"Fenced".to_string())
-            .then_some(())
+    lab.trigger("worker-0", true);
+    eventually("the fence", Duration::from_secs(30), async || {
+        steps(&lab, "worker-0-1").contains(&"Fenced".to_string())
     })
     .await;
     let (leader, standby) = if first == "a" {
@@ -151,7 +116,7 @@ async fn the_standby_takes_over_a_killed_leader_within_the_lease_and_repeats_no_
     };
     leader.abort();
     let killed = Instant::now();
-    let second = wait_for(Duration::from_secs(15), "a new leader", || {
+    let second = eventually("a new leader", Duration::from_secs(15), async || {
         holder(&api, "baremend").filter(|h| *h != first)
     })
     .await;
@@ -162,31 +127,23 @@ async fn the_standby_takes_over_a_killed_leader_within_the_lease_and_repeats_no_
     );
     assert_ne!(second, first);
 
-    wait_for(Duration::from_secs(60), "success", || {
-        (phase(&api, "worker-0-1") == Some(RemediationPhase::Succeeded)).then_some(())
-    })
-    .await;
-    common::cluster::assert_each_step_once(&steps(&api, "worker-0-1"));
-    let history: Vec<Power> = prepared
-        .cluster
-        .host("worker-0")
-        .unwrap()
-        .host
-        .history()
-        .into_iter()
-        .map(|c| c.power)
-        .collect();
-    assert_eq!(history, vec![Power::Off, Power::On], "one power cycle only");
+    lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    common::lab::assert_each_step_once(&steps(&lab, "worker-0-1"));
+    assert_eq!(
+        lab.power_history("worker-0"),
+        vec![Power::Off, Power::On],
+        "one power cycle only"
+    );
     assert_ne!(node_uid(&api, "worker-0"), Some(node_before));
     standby.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_lease_is_taken_stops_acting_and_says_so() {
-    let prepared = common::cluster::prepare(fast(), json!({})).await;
-    let api = prepared.api.clone();
-    let a = replica(&prepared.client, lease("baremend", "a"), None);
-    wait_for(Duration::from_secs(10), "a leader", || {
+    let lab = Lab::builder(fast()).start().await;
+    let api = lab.api.clone();
+    let a = replica(&lab.client, lease("baremend", "a"), None);
+    eventually("a leader", Duration::from_secs(10), async || {
         holder(&api, "baremend").filter(|h| h == "a")
     })
     .await;
@@ -215,8 +172,8 @@ async fn two_shards_each_remediate_only_their_machines_under_their_own_lease() {
     // Gates count within a shard: one unhealthy Machine of shard b's two is 50 %.
     let policy =
         json!({"timeouts": {"readyGraceSeconds": 0}, "storm": {"maxUnhealthyPercent": 50}});
-    let prepared = common::cluster::prepare(fast(), policy).await;
-    let api = prepared.api.clone();
+    let lab = Lab::builder(fast()).policy(policy).start().await;
+    let api = lab.api.clone();
     // The control plane all in one shard, so one quorum guard sees all of it.
     for (machine, shard) in [
         ("master-0", "a"),
@@ -236,29 +193,23 @@ async fn two_shards_each_remediate_only_their_machines_under_their_own_lease() {
         .unwrap();
     }
     let shard_a = replica(
-        &prepared.client,
+        &lab.client,
         lease("baremend-a", "a-1"),
         Some("baremend.io/shard=a"),
     );
-    common::cluster::trigger(&api, "worker-0");
-    common::cluster::trigger(&api, "worker-1");
-    wait_for(Duration::from_secs(60), "shard a's remediation", || {
-        (phase(&api, "worker-0-1") == Some(RemediationPhase::Succeeded)).then_some(())
-    })
-    .await;
+    lab.trigger("worker-0", true);
+    lab.trigger("worker-1", true);
+    lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
     assert!(
-        remediation(&api, "worker-1-1").is_none(),
+        lab.remediation("worker-1-1").is_none(),
         "shard a acted on shard b's Machine"
     );
     let shard_b = replica(
-        &prepared.client,
+        &lab.client,
         lease("baremend-b", "b-1"),
         Some("baremend.io/shard=b"),
     );
-    wait_for(Duration::from_secs(60), "shard b's remediation", || {
-        (phase(&api, "worker-1-1") == Some(RemediationPhase::Succeeded)).then_some(())
-    })
-    .await;
+    lab.reach("worker-1-1", RemediationPhase::Succeeded).await;
     assert_eq!(holder(&api, "baremend-a").as_deref(), Some("a-1"));
     assert_eq!(holder(&api, "baremend-b").as_deref(), Some("b-1"));
     shard_a.abort();

@@ -6,12 +6,9 @@
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use baremend::api::RemediationPhase;
-use baremend::metrics::Metrics;
-use baremend::remediation::controller::{ControllerOptions, run};
-use baremend::runtime::SystemClock;
+use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{BMHS, EVENTS, Gvr, MACHINES, NODES, SECRETS};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
@@ -19,6 +16,8 @@ use base64::Engine;
 use serde_json::json;
 
 mod common;
+
+use common::lab::Lab;
 
 const PASSWORD: &str = "Sw0rdfish-7c41e9-recognizable";
 const WRONG: &str = "Wr0ngfish-0b8d2a-recognizable";
@@ -62,10 +61,10 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
         ..ClusterSpec::default()
     };
     let policy = json!({"strategies": ["DirectBmc"], "timeouts": {"readyGraceSeconds": 0, "powerOffSeconds": 5}});
-    let prepared = common::cluster::prepare(spec, policy).await;
-    let api = prepared.api.clone();
+    let mut lab = Lab::builder(spec).policy(policy).start().await;
+    let api = lab.api.clone();
     for host in ["worker-0", "worker-1"] {
-        common::cluster::detach(&api, host);
+        lab.detach(host);
     }
     // worker-1's Secret holds a wrong password: its login fails, and the error must not say it.
     let encoded = base64::engine::general_purpose::STANDARD.encode(WRONG);
@@ -78,23 +77,15 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     )
     .unwrap();
 
-    let metrics = Arc::new(Metrics::new());
-    let controller = tokio::spawn(run(
-        prepared.client.clone(),
-        Arc::new(SystemClock),
-        ControllerOptions {
-            instance: "leak-test".into(),
-            poll: Duration::from_millis(100),
-            metrics: metrics.clone(),
-            ..ControllerOptions::default()
-        },
-        std::future::pending(),
-    ));
-    prepared.cluster.hang("worker-0");
-    common::cluster::trigger(&api, "worker-1");
-    let done = common::cluster::ended(&api, "worker-0-1").await;
-    let failed = common::cluster::ended(&api, "worker-1-1").await;
-    controller.abort();
+    lab.start_controller(ControllerOptions {
+        instance: "leak-test".into(),
+        ..lab.options()
+    });
+    lab.cluster.hang("worker-0");
+    lab.trigger("worker-1", true);
+    let done = lab.ended("worker-0-1").await;
+    let failed = lab.ended("worker-1-1").await;
+    lab.kill().await;
     assert_eq!(
         done.status.as_ref().map(|s| s.phase),
         Some(RemediationPhase::Succeeded),
@@ -105,7 +96,7 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
         failed.status.as_ref().map(|s| s.phase),
         Some(RemediationPhase::Failed)
     );
-    let tokens = prepared.cluster.redfish().service().issued_tokens();
+    let tokens = lab.cluster.redfish().service().issued_tokens();
     assert!(
         !tokens.is_empty(),
         "the remediation logged in with a session"
@@ -115,8 +106,8 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     let places = [
         ("logs", logs.text()),
         ("Events", listed(EVENTS)),
-        ("metrics", metrics.encode()),
-        ("Remediations", listed(common::cluster::REMEDIATIONS)),
+        ("metrics", lab.metrics.encode()),
+        ("Remediations", listed(common::lab::REMEDIATIONS)),
         ("Machines", listed(MACHINES)),
         ("BareMetalHosts", listed(BMHS)),
         ("Nodes", listed(NODES)),

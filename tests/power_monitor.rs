@@ -2,18 +2,16 @@
 //! Redfish BMC, a host the BareMetal Operator manages from its BareMetalHost (no BMC
 //! request), and a host switched off behind everyone's back shows off within an interval.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baremend::metrics::Metrics;
-use baremend::remediation::controller::{ControllerOptions, run};
-use baremend::runtime::SystemClock;
-use baremend_sim::cluster::ClusterSpec;
-use baremend_sim::cluster::timing::Timing;
+use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::host::Power;
-use serde_json::json;
 
 mod common;
+
+use common::eventually;
+use common::lab::{Lab, fast};
 
 /// The value of the series whose line has every one of `parts`, if shown.
 fn series(text: &str, parts: &[&str]) -> Option<f64> {
@@ -24,42 +22,31 @@ fn series(text: &str, parts: &[&str]) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Waits (up to 20 s) until the series shows `value`.
 async fn until(metrics: &Metrics, parts: &[&str], value: f64) {
-    let started = Instant::now();
-    loop {
-        let text = metrics.encode();
-        if series(&text, parts) == Some(value) {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no {parts:?} = {value} in:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        &format!("{parts:?} = {value}"),
+        Duration::from_secs(20),
+        async || {
+            let text = metrics.encode();
+            (series(&text, parts) == Some(value))
+                .then_some(())
+                .ok_or(text)
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn detached_hosts_are_read_over_their_bmc_and_managed_ones_from_their_host_status() {
-    let spec = ClusterSpec {
-        timing: Timing::fast(),
-        ..ClusterSpec::default()
-    };
-    let prepared = common::cluster::prepare(spec, json!({})).await;
-    common::cluster::detach(&prepared.api, "worker-1");
-    let metrics = Arc::new(Metrics::new());
-    let controller = tokio::spawn(run(
-        prepared.client.clone(),
-        Arc::new(SystemClock),
-        ControllerOptions {
-            poll: Duration::from_millis(100),
-            metrics: metrics.clone(),
-            power_poll: Some(Duration::from_millis(300)),
-            power_poll_seed: 1,
-            ..ControllerOptions::default()
-        },
-        std::future::pending(),
-    ));
+    let mut lab = Lab::builder(fast()).start().await;
+    lab.detach("worker-1");
+    lab.start_controller(ControllerOptions {
+        power_poll: Some(Duration::from_millis(300)),
+        power_poll_seed: 1,
+        ..lab.options()
+    });
+    let metrics = lab.metrics.clone();
     let direct = [
         "baremend_host_power_state{",
         "machine=\"openshift-machine-api/worker-1\"",
@@ -77,8 +64,7 @@ async fn detached_hosts_are_read_over_their_bmc_and_managed_ones_from_their_host
     until(&metrics, &managed, 1.0).await;
 
     // Off behind everyone's back (a PDU, a person at the console): the next read shows it.
-    prepared
-        .cluster
+    lab.cluster
         .host("worker-1")
         .unwrap()
         .host
@@ -103,12 +89,24 @@ async fn detached_hosts_are_read_over_their_bmc_and_managed_ones_from_their_host
         text.contains("baremend_bmc_request_duration_seconds_bucket{"),
         "{text}"
     );
-    // Gentle: one read per interval for the one directly read host.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Gentle: one read per interval for the one directly read host, measured over four
+    // intervals (1.2 s). At least two come within them...
+    let window = Instant::now() + Duration::from_millis(1200);
+    eventually(
+        "two reads within four intervals",
+        Duration::from_millis(1200),
+        async || {
+            let made = reads(&metrics.encode()) - before;
+            (made >= 2.0).then_some(()).ok_or(made)
+        },
+    )
+    .await;
+    // ...and no more than six: a negative, so the rest of the window is slept out.
+    tokio::time::sleep_until(window.into()).await;
     let made = reads(&metrics.encode()) - before;
     assert!(
         (2.0..=6.0).contains(&made),
         "{made} reads in four intervals"
     );
-    controller.abort();
+    lab.kill().await;
 }

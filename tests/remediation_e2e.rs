@@ -3,75 +3,49 @@
 //! real kube client, in one process.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use baremend::api::{Remediation, RemediationPhase};
-use baremend::metrics::Metrics;
-use baremend::remediation::controller::{ControllerOptions, run};
-use baremend::runtime::SystemClock;
-use baremend_sim::cluster::local::{BMHS, EVENTS, Local, MACHINES, NODES};
+use baremend::remediation::controller::ControllerOptions;
+use baremend_sim::cluster::local::{BMHS, EVENTS, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, SimCluster};
-use kube::Client;
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use kube::api::Api;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 mod common;
 
-fn fast() -> ClusterSpec {
-    ClusterSpec {
-        timing: Timing::fast(),
-        ..ClusterSpec::default()
-    }
+use common::eventually;
+use common::lab::{Lab, fast};
+
+/// The lab with the controller started.
+async fn start(spec: ClusterSpec, policy: Value) -> Lab {
+    start_prepared(spec, policy, |_| {}).await
 }
 
-struct Lab {
-    cluster: SimCluster,
-    client: Client,
-    api: Local,
-    stop: Option<oneshot::Sender<()>>,
-    controller: Option<tokio::task::JoinHandle<()>>,
-    metrics: Arc<Metrics>,
+/// The lab, changed by `prepare` before the controller starts.
+async fn start_prepared(spec: ClusterSpec, policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
+    let mut lab = Lab::builder(spec).policy(policy).start().await;
+    prepare(&lab);
+    lab.start_controller(options(&lab));
+    lab
+}
+
+/// The controller's options in this file.
+fn options(lab: &Lab) -> ControllerOptions {
+    ControllerOptions {
+        instance: "test".into(),
+        ..lab.options()
+    }
 }
 
 impl Lab {
-    async fn start(spec: ClusterSpec, policy: Value) -> Lab {
-        Lab::start_prepared(spec, policy, |_| {}).await
-    }
-
-    /// Starts the cluster, lets `prepare` change it, then starts the controller.
-    async fn start_prepared(spec: ClusterSpec, policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
-        let common::cluster::Prepared {
-            cluster,
-            client,
-            api,
-        } = common::cluster::prepare(spec, policy).await;
-        let mut lab = Lab {
-            cluster,
-            client,
-            api,
-            stop: None,
-            controller: None,
-            metrics: Arc::new(Metrics::new()),
-        };
-        prepare(&lab);
-        lab.start_controller();
-        lab
-    }
-
-    async fn reach(&self, name: &str, phase: RemediationPhase) -> Remediation {
-        self.wait_phase(name, phase, Duration::from_secs(60)).await
-    }
-
     async fn succeeded(&self, name: &str) -> Remediation {
-        self.wait_phase(name, RemediationPhase::Succeeded, Duration::from_secs(60))
-            .await
+        self.reach(name, RemediationPhase::Succeeded).await
     }
 
     async fn failed(&self, name: &str) -> Remediation {
-        self.wait_phase(name, RemediationPhase::Failed, Duration::from_secs(60))
-            .await
+        self.reach(name, RemediationPhase::Failed).await
     }
 
     fn label(&self, node: &str) {
@@ -89,10 +63,6 @@ impl Lab {
     fn assert_label_restored(&self, node: &str, context: &str) {
         let node = self.api.get(NODES, "", node).unwrap();
         assert_eq!(node["metadata"]["labels"]["team"], "db", "{context}");
-    }
-
-    fn detach(&self, host: &str) {
-        common::cluster::detach(&self.api, host);
     }
 
     /// Merges `patch` into a Machine.
@@ -122,16 +92,6 @@ impl Lab {
         host.set_faults(faults);
     }
 
-    async fn stop_controller(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.controller.take() {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-
     /// One annotation of a Machine, if it has it.
     fn machine_annotation(&self, name: &str, key: &str) -> Option<Value> {
         let machine = self.api.get(MACHINES, MACHINE_NAMESPACE, name).unwrap();
@@ -153,101 +113,21 @@ impl Lab {
         }
     }
 
-    fn node_exists(&self, name: &str) -> bool {
-        self.api.get(NODES, "", name).is_ok()
-    }
-
-    fn trigger(&self, machine: &str, on: bool) {
-        let value = if on { json!("") } else { Value::Null };
-        self.merge_machine(
-            machine,
-            json!({"metadata": {"annotations": {"host.metal3.io/external-remediation": value}}}),
-        );
-    }
-
-    fn start_controller(&mut self) {
-        self.start_controller_crashing(None);
-    }
-
-    fn start_controller_crashing(&mut self, crash: Option<String>) {
-        self.start_controller_with(crash, None);
-    }
-
-    fn start_controller_with(
-        &mut self,
-        crash: Option<String>,
-        placement: Option<baremend::remediation::controller::Placement>,
-    ) {
-        let (stop, stopped) = oneshot::channel::<()>();
-        let client = self.client.clone();
-        let metrics = self.metrics.clone();
-        self.stop = Some(stop);
-        self.controller = Some(tokio::spawn(async move {
-            run(
-                client,
-                Arc::new(SystemClock),
-                ControllerOptions {
-                    instance: "test".into(),
-                    poll: Duration::from_millis(100),
-                    after_persist: crash.map(crash_once_after),
-                    metrics,
-                    placement,
-                    ..ControllerOptions::default()
-                },
-                async move {
-                    let _ = stopped.await;
-                },
-            )
-            .await
-            .unwrap();
-        }));
-    }
-
     /// Every Event in the Machines' namespace, as JSON text.
     fn events_text(&self) -> String {
-        let events = self.api.list(
-            baremend_sim::cluster::local::EVENTS,
-            Some(MACHINE_NAMESPACE),
-        );
+        let events = self.api.list(EVENTS, Some(MACHINE_NAMESPACE));
         serde_json::to_string(&events).unwrap()
     }
 
-    fn power_history(&self, host: &str) -> Vec<baremend_sim::host::Power> {
-        self.cluster
-            .host(host)
-            .unwrap()
-            .host
-            .history()
-            .into_iter()
-            .map(|change| change.power)
-            .collect()
-    }
-
-    async fn remediation(&self, name: &str) -> Option<Remediation> {
-        let api: Api<Remediation> = Api::namespaced(self.client.clone(), MACHINE_NAMESPACE);
-        api.get_opt(name).await.unwrap()
-    }
-
-    async fn wait_phase(
-        &self,
-        name: &str,
-        phase: RemediationPhase,
-        timeout: Duration,
-    ) -> Remediation {
-        let started = Instant::now();
-        loop {
-            if let Some(r) = self.remediation(name).await
-                && r.status.as_ref().map(|s| s.phase) == Some(phase)
-            {
-                return r;
-            }
-            assert!(
-                started.elapsed() < timeout,
-                "{name} did not reach {phase:?}: {:#?}",
-                self.remediation(name).await.and_then(|r| r.status)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    /// The Events (as `events_text`) once they tell `what` (`told` holds); fails after 10 s.
+    /// A step's Events are published after its status is persisted, so a test that saw the
+    /// phase may be a moment ahead of them.
+    async fn told(&self, what: &str, told: impl Fn(&str) -> bool) -> String {
+        eventually(what, Duration::from_secs(10), async || {
+            let text = self.events_text();
+            if told(&text) { Ok(text) } else { Err(text) }
+        })
+        .await
     }
 }
 
@@ -261,7 +141,7 @@ fn steps(remediation: &Remediation) -> Vec<String> {
 
 /// Every step of a deleting remediation happened exactly once.
 fn assert_each_step_once(remediation: &Remediation) {
-    common::cluster::assert_each_step_once(&steps(remediation));
+    common::lab::assert_each_step_once(&steps(remediation));
 }
 
 /// The condition of that type; the test fails without it.
@@ -276,13 +156,36 @@ fn condition<'a>(
         .unwrap_or_else(|| panic!("no {type_} condition in {status:?}"))
 }
 
+/// The Remediation's status once its Held condition is True and says `message`; fails
+/// after 20 s.
+async fn held_with(lab: &Lab, name: &str, message: &str) -> baremend::api::RemediationStatus {
+    eventually(
+        &format!("{name} held: {message}"),
+        Duration::from_secs(20),
+        async || {
+            let status = lab.remediation(name).and_then(|r| r.status);
+            match status {
+                Some(s)
+                    if s.conditions.iter().any(|c| {
+                        c.type_ == "Held" && c.status == "True" && c.message.contains(message)
+                    }) =>
+                {
+                    Ok(s)
+                }
+                other => Err(format!("{other:#?}")),
+            }
+        },
+    )
+    .await
+}
+
 fn fast_policy() -> Value {
     json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_restored() {
-    let lab = Lab::start(fast(), fast_policy()).await;
+    let lab = start(fast(), fast_policy()).await;
     // A label an operator added, which the new Node will not have.
     lab.label("worker-0");
     let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
@@ -330,33 +233,45 @@ async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_r
         Some("BareMetalHostRebootApi")
     );
     // Every step is told on the Machine (where `kubectl describe machine` shows it) and on
-    // the Remediation, each naming the other.
-    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-    for reason in [
-        "PowerOffRequested",
-        "Fenced",
-        "NodeBackedUp",
-        "NodeDeleted",
-        "PowerOnRequested",
-        "Restoring",
-        "Succeeded",
-    ] {
-        for (kind, related) in [("Machine", "Remediation"), ("Remediation", "Machine")] {
-            assert!(
-                events.iter().any(|e| e["reason"] == reason
-                    && e["involvedObject"]["kind"] == kind
-                    && e["involvedObject"]["name"]
-                        == if kind == "Machine" {
-                            "worker-0"
-                        } else {
-                            "worker-0-1"
-                        }
-                    && e["related"]["kind"] == related),
-                "no {reason} Event on the {kind}: {}",
-                serde_json::to_string(&events).unwrap()
-            );
+    // the Remediation, each naming the other. The Succeeded Events follow the persisted
+    // phase: wait for them, do not race them.
+    eventually("every step's Events", Duration::from_secs(10), async || {
+        let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+        let mut missing = Vec::new();
+        for reason in [
+            "PowerOffRequested",
+            "Fenced",
+            "NodeBackedUp",
+            "NodeDeleted",
+            "PowerOnRequested",
+            "Restoring",
+            "Succeeded",
+        ] {
+            for (kind, name, related) in [
+                ("Machine", "worker-0", "Remediation"),
+                ("Remediation", "worker-0-1", "Machine"),
+            ] {
+                if !events.iter().any(|e| {
+                    e["reason"] == reason
+                        && e["involvedObject"]["kind"] == kind
+                        && e["involvedObject"]["name"] == name
+                        && e["related"]["kind"] == related
+                }) {
+                    missing.push(format!("no {reason} Event on the {kind}"));
+                }
+            }
         }
-    }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: {}",
+                missing.join(", "),
+                serde_json::to_string(&events).unwrap()
+            ))
+        }
+    })
+    .await;
 }
 
 fn assert_in_order(remediation: &Remediation, order: &[&str]) {
@@ -376,26 +291,28 @@ fn assert_in_order(remediation: &Remediation, order: &[&str]) {
 async fn a_detached_host_is_fenced_directly_over_redfish() {
     let mut policy = fast_policy();
     policy["strategies"] = json!(["DirectBmc"]);
-    let lab = Lab::start_prepared(fast(), policy, |lab| lab.detach("worker-1")).await;
+    let lab = start_prepared(fast(), policy, |lab| lab.detach("worker-1")).await;
     let before = lab.cluster.redfish().service().stats();
     lab.cluster.hang("worker-1");
     let done = lab.succeeded("worker-1-1").await;
     // One login for the whole remediation, and its session closed at the end.
-    let started = Instant::now();
-    loop {
-        let after = lab.cluster.redfish().service().stats();
-        let created = after.sessions_created - before.sessions_created;
-        if created == 1 && after.open_sessions == before.open_sessions {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{created} session(s) created, {} open (before: {})",
-            after.open_sessions,
-            before.open_sessions
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        "one session created and closed",
+        Duration::from_secs(5),
+        async || {
+            let after = lab.cluster.redfish().service().stats();
+            let created = after.sessions_created - before.sessions_created;
+            if created == 1 && after.open_sessions == before.open_sessions {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{created} session(s) created, {} open (before: {})",
+                    after.open_sessions, before.open_sessions
+                ))
+            }
+        },
+    )
+    .await;
     assert_in_order(
         &done,
         &[
@@ -422,7 +339,7 @@ async fn a_detached_host_is_fenced_directly_over_ipmi() {
         bmh_uses_ipmi: true,
         ..fast()
     };
-    let lab = Lab::start_prepared(spec, policy, |lab| lab.detach("worker-2")).await;
+    let lab = start_prepared(spec, policy, |lab| lab.detach("worker-2")).await;
     lab.cluster.hang("worker-2");
     let done = lab.succeeded("worker-2-1").await;
     assert_in_order(&done, &["Fenced", "NodeDeleted", "Succeeded"]);
@@ -433,7 +350,7 @@ async fn a_detached_host_is_fenced_directly_over_ipmi() {
 async fn out_of_service_mode_taints_instead_of_deleting_and_removes_the_taint_after() {
     let mut policy = fast_policy();
     policy["nodeRelease"] = json!("OutOfService");
-    let lab = Lab::start(fast(), policy).await;
+    let lab = start(fast(), policy).await;
     let uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
     lab.cluster.hang("worker-0");
     let done = lab.succeeded("worker-0-1").await;
@@ -470,7 +387,7 @@ async fn a_kept_node_still_ready_from_before_the_power_cycle_is_not_taken_as_bac
         },
         ..ClusterSpec::default()
     };
-    let lab = Lab::start(spec, policy).await;
+    let lab = start(spec, policy).await;
     let boot_id = |lab: &Lab| {
         lab.api.get(NODES, "", "worker-1").unwrap()["status"]["nodeInfo"]["bootID"]
             .as_str()
@@ -501,7 +418,7 @@ async fn a_kept_node_still_ready_from_before_the_power_cycle_is_not_taken_as_bac
 async fn a_bmc_that_never_powers_off_fails_the_remediation_and_the_node_is_never_deleted() {
     let mut policy = fast_policy();
     policy["timeouts"]["powerOffSeconds"] = json!(2);
-    let lab = Lab::start_prepared(fast(), policy, |lab| lab.stuck("worker-0")).await;
+    let lab = start_prepared(fast(), policy, |lab| lab.stuck("worker-0")).await;
     lab.cluster.hang("worker-0");
     let failed = lab.failed("worker-0-1").await;
     assert!(lab.node_exists("worker-0"));
@@ -527,7 +444,7 @@ async fn a_paused_or_detached_host_is_never_taken_as_fenced() {
     policy["strategies"] = json!(["BareMetalHostRebootApi"]);
     policy["timeouts"]["powerOffSeconds"] = json!(2);
     policy["maxConcurrent"] = json!(2);
-    let lab = Lab::start_prepared(fast(), policy, |lab| {
+    let lab = start_prepared(fast(), policy, |lab| {
         lab.api
             .merge(
                 BMHS,
@@ -545,9 +462,7 @@ async fn a_paused_or_detached_host_is_never_taken_as_fenced() {
     lab.trigger("worker-0", true);
     lab.trigger("worker-1", true);
     for name in ["worker-0-1", "worker-1-1"] {
-        let failed = lab
-            .wait_phase(name, RemediationPhase::Failed, Duration::from_secs(60))
-            .await;
+        let failed = lab.failed(name).await;
         assert!(
             !steps(&failed).iter().any(|s| s.starts_with("Node")),
             "{name}: {:?}",
@@ -559,7 +474,7 @@ async fn a_paused_or_detached_host_is_never_taken_as_fenced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_trigger_removed_before_the_proof_cancels_and_withdraws_the_request() {
-    let lab = Lab::start_prepared(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
+    let lab = start_prepared(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
     lab.trigger("worker-0", true);
     lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
     lab.trigger("worker-0", false);
@@ -577,7 +492,7 @@ async fn the_trigger_removed_before_the_proof_cancels_and_withdraws_the_request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_trigger_removed_after_the_proof_still_completes_the_cycle() {
-    let lab = Lab::start(fast(), fast_policy()).await;
+    let lab = start(fast(), fast_policy()).await;
     lab.cluster.hang("worker-0");
     lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
     lab.trigger("worker-0", false);
@@ -600,23 +515,27 @@ async fn a_controller_stopped_while_fencing_and_while_powering_on_resumes_withou
         },
         ..fast()
     };
-    let mut lab = Lab::start(spec, fast_policy()).await;
+    let mut lab = start(spec, fast_policy()).await;
     lab.label("worker-0");
     lab.cluster.hang("worker-0");
     // Stopped with the power-off requested and not yet proven: the host goes off meanwhile.
     lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
-    lab.stop_controller().await;
+    lab.kill().await;
+    // A negative: for 2 s, longer than the host's power delay, nothing is released while the
+    // controller is down; no condition to wait for proves that nothing happens.
     tokio::time::sleep(Duration::from_millis(2000)).await;
     assert!(
         lab.node_exists("worker-0"),
         "nothing is released while the controller is down"
     );
-    lab.start_controller();
+    lab.start_controller(options(&lab));
     // Stopped again while waiting for the Node.
     lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
-    lab.stop_controller().await;
+    lab.kill().await;
+    // Down for a moment, as a restarted pod is; nothing is asserted after it but the wait
+    // that follows.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    lab.start_controller();
+    lab.start_controller(options(&lab));
     let done = lab.succeeded("worker-0-1").await;
     assert_each_step_once(&done);
     lab.assert_label_restored("worker-0", "the backup survived the restarts");
@@ -627,14 +546,13 @@ async fn the_storm_gate_holds_new_remediations_with_a_condition() {
     let mut policy = fast_policy();
     policy["maxConcurrent"] = json!(5);
     policy["storm"] = json!({"maxUnhealthyPercent": 10});
-    let lab = Lab::start(fast(), policy).await;
+    let lab = start(fast(), policy).await;
     // One or two of six machines (17 %, 33 %) triggered: above 10 %.
     lab.trigger("worker-0", true);
     lab.trigger("worker-1", true);
-    let held = lab.reach("worker-0-1", RemediationPhase::Pending).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let held = lab.remediation("worker-0-1").await.unwrap_or(held);
-    let status = held.status.unwrap_or_default();
+    lab.reach("worker-0-1", RemediationPhase::Pending).await;
+    // The gate counts both triggers in a pass after the first.
+    let status = held_with(&lab, "worker-0-1", "storm: 2 of 6").await;
     assert_eq!(status.phase, RemediationPhase::Pending);
     let condition = condition(&status, "Held");
     assert_eq!(condition.status, "True");
@@ -650,26 +568,22 @@ async fn a_control_plane_machine_is_held_when_fencing_would_break_etcd_quorum() 
     let mut policy = fast_policy();
     policy["maxConcurrent"] = json!(5);
     policy["storm"] = json!({"maxUnhealthyPercent": 100});
-    let lab = Lab::start(fast(), policy).await;
+    let lab = start(fast(), policy).await;
     // Two of three control-plane hosts hang: one Ready remains, below a quorum of two.
     lab.cluster.hang("master-0");
     lab.cluster.hang("master-1");
-    let started = Instant::now();
-    while lab.api.get(NODES, "", "master-1").ok().and_then(|n| {
-        n.pointer("/status/conditions")?
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "Ready")
-            .map(|c| c["status"] == "Unknown")
-    }) != Some(true)
-    {
-        assert!(started.elapsed() < Duration::from_secs(10));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("master-1 Unknown", Duration::from_secs(10), async || {
+        lab.api.get(NODES, "", "master-1").ok().and_then(|n| {
+            n.pointer("/status/conditions")?
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Ready")
+                .map(|c| c["status"] == "Unknown")
+        }) == Some(true)
+    })
+    .await;
     lab.trigger("master-0", true);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let held = lab.remediation("master-0-1").await.expect("a Remediation");
-    let status = held.status.unwrap_or_default();
+    let status = held_with(&lab, "master-0-1", "etcd quorum").await;
     assert_eq!(status.phase, RemediationPhase::Pending);
     let condition = condition(&status, "Held");
     assert!(condition.message.contains("etcd quorum"), "{condition:?}");
@@ -681,7 +595,7 @@ async fn a_malformed_bmc_address_is_reported_and_nothing_is_deleted() {
     let mut policy = fast_policy();
     policy["strategies"] = json!(["DirectBmc"]);
     policy["timeouts"]["powerOffSeconds"] = json!(2);
-    let lab = Lab::start_prepared(fast(), policy, |lab| {
+    let lab = start_prepared(fast(), policy, |lab| {
         lab.detach("worker-0");
         lab.set_bmc("worker-0", json!({"address": "redfish://:99999/x"}));
     })
@@ -716,9 +630,11 @@ async fn a_crash_right_after_each_persisted_step_repeats_no_destructive_action()
     ] {
         let mut policy = fast_policy();
         policy["nodeRelease"] = json!(mode);
-        let mut lab = Lab::start_prepared(fast(), policy, |_| {}).await;
-        lab.stop_controller().await;
-        lab.start_controller_crashing(Some(crash.to_string()));
+        let mut lab = Lab::builder(fast()).policy(policy).start().await;
+        lab.start_controller(ControllerOptions {
+            after_persist: Some(crash_once_after(crash.to_string())),
+            ..options(&lab)
+        });
         lab.label("worker-0");
         lab.cluster.hang("worker-0");
         let done = lab.succeeded("worker-0-1").await;
@@ -749,7 +665,7 @@ async fn a_crash_right_after_each_persisted_step_repeats_no_destructive_action()
         let history = lab.cluster.host("worker-0").unwrap().host.history();
         assert_eq!(history.len(), 2, "crash after {crash}: {history:?}");
         lab.assert_label_restored("worker-0", &format!("crash after {crash}"));
-        lab.stop_controller().await;
+        lab.kill().await;
     }
 }
 
@@ -762,7 +678,7 @@ async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_
     policy["strategies"] = json!(["DirectBmc"]);
     policy["timeouts"]["powerOffSeconds"] = json!(2);
     policy["maxConcurrent"] = json!(2);
-    let lab = Lab::start_prepared(fast(), policy, |lab| {
+    let lab = start_prepared(fast(), policy, |lab| {
         lab.detach("worker-0");
         lab.detach("worker-1");
         let encoded = base64::engine::general_purpose::STANDARD.encode(WRONG);
@@ -793,7 +709,7 @@ async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_
         let text = serde_json::to_string(&status).unwrap();
         assert!(!text.contains(WRONG), "{name} leaks the password: {text}");
     }
-    let status = lab.remediation("worker-0-1").await.unwrap().status.unwrap();
+    let status = lab.remediation("worker-0-1").unwrap().status.unwrap();
     let error = status.last_error.unwrap_or_default();
     assert!(error.contains("BMC read failed"), "{error}");
     assert!(lab.node_exists("worker-0") && lab.node_exists("worker-1"));
@@ -804,9 +720,7 @@ async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_
             "{host}"
         );
     }
-    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-    let text = serde_json::to_string(&events).unwrap();
-    assert!(text.contains("Failed"), "a Failed Event: {text}");
+    let text = lab.told("a Failed Event", |t| t.contains("Failed")).await;
     assert!(!text.contains(WRONG), "Events leak the password");
 }
 
@@ -816,7 +730,7 @@ async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_ho
     let mut policy = fast_policy();
     policy["maxAttempts"] = json!(2);
     policy["timeouts"]["nodeReadySeconds"] = json!(3);
-    let lab = Lab::start(fast(), policy).await;
+    let lab = start(fast(), policy).await;
     lab.label("worker-0");
     // Broken hardware: no power cycle brings the OS back.
     lab.cluster.break_host("worker-0");
@@ -840,15 +754,17 @@ async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_ho
         ("False", "NodeNeverReady")
     );
     // Off, on, off (the retry), on, and off again: left off after the failure.
-    let started = Instant::now();
-    while lab.power_history("worker-0").len() < 5 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{:?}",
-            lab.power_history("worker-0")
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("five power changes", Duration::from_secs(10), async || {
+        let history = lab.power_history("worker-0");
+        if history.len() >= 5 {
+            Ok(())
+        } else {
+            Err(format!("{history:?}"))
+        }
+    })
+    .await;
+    // A negative: 500 ms more in which the host is not powered on again (left off); no
+    // condition to wait for proves that nothing happens.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         lab.power_history("worker-0"),
@@ -859,8 +775,10 @@ async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_ho
         lab.machine_annotation("worker-0", "host.metal3.io/external-remediation")
             .is_some()
     );
-    let events = lab.events_text();
-    assert!(events.contains("NodeNeverReady") || events.contains("did not come back"));
+    lab.told("the NodeNeverReady Event", |t| {
+        t.contains("NodeNeverReady") || t.contains("did not come back")
+    })
+    .await;
     let metrics = lab.metrics.encode();
     assert!(
         metrics.contains(
@@ -883,7 +801,7 @@ async fn delete_machine_on_failure_deletes_only_a_machine_set_worker() {
     policy["storm"] = json!({"maxUnhealthyPercent": 100});
     policy["deleteMachineOnFailure"] = json!(true);
     policy["timeouts"]["nodeReadySeconds"] = json!(2);
-    let lab = Lab::start_prepared(fast(), policy, |lab| {
+    let lab = start_prepared(fast(), policy, |lab| {
         lab.merge_machine(
             "worker-0",
             json!({"metadata": {"ownerReferences": [{
@@ -898,21 +816,31 @@ async fn delete_machine_on_failure_deletes_only_a_machine_set_worker() {
     }
     let kept = lab.failed("worker-1-1").await;
     assert!(!steps(&kept).contains(&"MachineDeleting".to_string()));
-    let started = Instant::now();
-    while lab.api.get(MACHINES, MACHINE_NAMESPACE, "worker-0").is_ok() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the MachineSet's Machine was not deleted: {:#?}",
-            lab.remediation("worker-0-1").await.and_then(|r| r.status)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        "the MachineSet's Machine deleted",
+        Duration::from_secs(60),
+        async || {
+            if lab
+                .api
+                .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
+                .is_err()
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:#?}",
+                    lab.remediation("worker-0-1").and_then(|r| r.status)
+                ))
+            }
+        },
+    )
+    .await;
     assert!(lab.api.get(MACHINES, MACHINE_NAMESPACE, "worker-1").is_ok());
     // The Events follow the persisted Failed phase: wait for them, do not race them.
     eventually(
         "MachineDeleted and MachineKept Events",
         Duration::from_secs(30),
-        || async {
+        async || {
             let events = lab.events_text();
             events.contains("MachineDeleted") && events.contains("no MachineSet controls it")
         },
@@ -932,7 +860,7 @@ async fn malformed_machines_and_secrets_get_an_error_and_an_event_and_nothing_is
     policy["maxConcurrent"] = json!(3);
     policy["storm"] = json!({"maxUnhealthyPercent": 100});
     policy["timeouts"]["powerOffSeconds"] = json!(2);
-    let lab = Lab::start_prepared(fast(), policy, |lab| {
+    let lab = start_prepared(fast(), policy, |lab| {
         // worker-0: a providerID that names no host.
         lab.merge_machine(
             "worker-0",
@@ -977,16 +905,15 @@ async fn malformed_machines_and_secrets_get_an_error_and_an_event_and_nothing_is
         assert!(lab.node_exists(worker), "{worker}");
         assert!(lab.power_history(worker).is_empty(), "{worker}");
     }
-    let events = lab.events_text();
-    assert!(
-        events.contains("InvalidMachine") && events.contains("spec.providerID"),
-        "the malformed providerID is named in an Event: {events}"
-    );
+    lab.told("the malformed providerID named in an Event", |t| {
+        t.contains("InvalidMachine") && t.contains("spec.providerID")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_cache_lagging_behind_the_trigger_removal_starts_no_second_power_cycle() {
-    let lab = Lab::start(fast(), fast_policy()).await;
+    let lab = start(fast(), fast_policy()).await;
     lab.cluster.hang("worker-0");
     lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
     // From now on the controller's Machine watch is seconds late (a slow or broken watch):
@@ -1001,11 +928,14 @@ async fn a_machine_cache_lagging_behind_the_trigger_removal_starts_no_second_pow
         server.pending_faults().is_empty(),
         "the watch was not slowed"
     );
+    // A negative: 7 s, longer than the watch's 6 s delay, in which no second remediation
+    // starts and the host is not powered off again; no condition to wait for proves that
+    // nothing happens.
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert!(
-        lab.remediation("worker-0-2").await.is_none(),
+        lab.remediation("worker-0-2").is_none(),
         "a second remediation started on a stale trigger: {:#?}",
-        lab.remediation("worker-0-2").await.and_then(|r| r.status)
+        lab.remediation("worker-0-2").and_then(|r| r.status)
     );
     assert_eq!(
         lab.power_history("worker-0"),
@@ -1022,7 +952,7 @@ async fn a_machine_cache_lagging_behind_the_trigger_removal_starts_no_second_pow
 async fn api_errors_and_conflicts_injected_by_the_server_lose_no_update_and_repeat_nothing() {
     use baremend_sim::apiserver::FaultRule;
     // Injected before the controller starts, so that its start meets them too.
-    let lab = Lab::start_prepared(fast(), fast_policy(), |lab| {
+    let lab = start_prepared(fast(), fast_policy(), |lab| {
         lab.label("worker-0");
         for (method, path, status) in [
             ("GET", "/version", 500),
@@ -1071,38 +1001,22 @@ async fn out_of_service_mode_is_held_on_a_server_older_than_1_28_until_the_polic
     };
     let mut policy = fast_policy();
     policy["nodeRelease"] = json!("OutOfService");
-    let lab = Lab::start(spec, policy).await;
+    let lab = start(spec, policy).await;
     lab.trigger("worker-0", true);
-    let started = Instant::now();
-    let condition = loop {
-        let held = lab
-            .remediation("worker-0-1")
-            .await
-            .and_then(|r| r.status)
-            .and_then(|s| {
-                s.conditions
-                    .into_iter()
-                    .find(|c| c.type_ == "Held" && c.status == "True")
-            });
-        if let Some(condition) = held {
-            break condition;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = held_with(&lab, "worker-0-1", "").await;
+    let condition = condition(&status, "Held");
     assert_eq!(condition.reason, "OutOfServiceUnsupported");
     assert!(condition.message.contains("1.28"), "{condition:?}");
     assert!(lab.power_history("worker-0").is_empty());
-    let metrics = lab.metrics.encode();
-    let started = Instant::now();
-    while !lab
-        .metrics
-        .encode()
-        .contains("baremend_remediations_held{gate=\"OutOfServiceUnsupported\"} 1")
-    {
-        assert!(started.elapsed() < Duration::from_secs(5), "{metrics}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually("the held gauge", Duration::from_secs(5), async || {
+        let metrics = lab.metrics.encode();
+        if metrics.contains("baremend_remediations_held{gate=\"OutOfServiceUnsupported\"} 1") {
+            Ok(())
+        } else {
+            Err(metrics)
+        }
+    })
+    .await;
     // Deleting Nodes works on any version: the operator switches and the start goes ahead.
     let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
     policies
@@ -1129,19 +1043,6 @@ fn crash_once_after(step: String) -> baremend::remediation::controller::PersistH
     }))
 }
 
-/// Waits until `probe` holds, failing with `what` after `timeout`.
-async fn eventually<F, Fut>(what: &str, timeout: Duration, mut probe: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !probe().await {
-        assert!(started.elapsed() < timeout, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// A fault on every DELETE of the Node: the remediation stays `Fenced` until it is cleared.
 fn block_node_deletion(lab: &Lab, node: &str) {
     lab.cluster
@@ -1159,7 +1060,7 @@ fn block_node_deletion(lab: &Lab, node: &str) {
 /// worker-0 hung and its remediation `Fenced`, held there by a Node that cannot be deleted;
 /// with the Node's UID from before.
 async fn held_at_fenced() -> (Lab, Value) {
-    let lab = Lab::start(fast(), fast_policy()).await;
+    let lab = start(fast(), fast_policy()).await;
     let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
     block_node_deletion(&lab, "worker-0");
     lab.cluster.hang("worker-0");
@@ -1190,7 +1091,7 @@ async fn a_lagging_bare_metal_host_cache_cannot_release_a_node() {
     eventually(
         "a new power cycle on the fresh read",
         Duration::from_secs(30),
-        || async { has_step(&lab.remediation("worker-0-1").await, "Retry") },
+        async || has_step(&lab.remediation("worker-0-1"), "Retry"),
     )
     .await;
     server.clear_faults();
@@ -1222,10 +1123,9 @@ async fn the_reboot_request_removed_between_the_proof_and_the_release_is_made_ag
     eventually(
         "the request made again",
         Duration::from_secs(30),
-        || async {
+        async || {
             let remade = lab
                 .remediation("worker-0-1")
-                .await
                 .and_then(|r| r.status)
                 .is_some_and(|s| s.power_off_request_remade);
             let bmh = lab.api.get(BMHS, MACHINE_NAMESPACE, "worker-0").unwrap();
@@ -1233,10 +1133,10 @@ async fn the_reboot_request_removed_between_the_proof_and_the_release_is_made_ag
         },
     )
     .await;
-    assert!(
-        lab.events_text().contains("PowerOffRequestRemoved"),
-        "no Warning Event names what happened"
-    );
+    lab.told("a Warning Event that names what happened", |t| {
+        t.contains("PowerOffRequestRemoved")
+    })
+    .await;
     lab.cluster.api_server().clear_faults();
     let done = lab.succeeded("worker-0-1").await;
     let steps = steps(&done);
@@ -1271,6 +1171,7 @@ async fn a_request_removed_twice_fails_fence_lost_and_keeps_the_node() {
                     &json!({"metadata": {"annotations": {key: null}}}),
                     false,
                 );
+                // The remover's own pace (it acts every 50 ms), not a wait for a condition.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
@@ -1301,7 +1202,7 @@ async fn a_request_removed_twice_fails_fence_lost_and_keeps_the_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_taint_on_the_hung_worker_comes_back_on_the_new_node() {
-    let lab = Lab::start(fast(), fast_policy()).await;
+    let lab = start(fast(), fast_policy()).await;
     lab.api
         .merge(
             NODES,
@@ -1331,30 +1232,28 @@ async fn a_user_taint_on_the_hung_worker_comes_back_on_the_new_node() {
             .any(|t| t["key"] == "dedicated" && t["value"] == "gpu" && t["effect"] == "NoSchedule"),
         "the taint was restored: {taints:?}"
     );
-    let events = lab.events_text();
-    assert!(events.contains("1 taint(s)"), "the Events say so: {events}");
+    lab.told("the Events saying so", |t| t.contains("1 taint(s)"))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_fences_its_own_node_only_once_another_replica_is_ready_elsewhere() {
     use baremend::remediation::controller::Placement;
     use baremend_sim::cluster::local::PODS;
-    let mut lab = Lab::start_prepared(fast(), fast_policy(), |_| {}).await;
-    lab.stop_controller().await;
+    let mut lab = Lab::builder(fast()).policy(fast_policy()).start().await;
     let peers = "app.kubernetes.io/name=baremend";
-    lab.start_controller_with(
-        None,
-        Some(Placement {
+    lab.start_controller(ControllerOptions {
+        placement: Some(Placement {
             node: "worker-0".into(),
             namespace: MACHINE_NAMESPACE.into(),
             pod: "baremend-a".into(),
             peers: peers.into(),
         }),
-    );
+        ..options(&lab)
+    });
     lab.cluster.hang("worker-0");
-    eventually("the SelfFence hold", Duration::from_secs(30), || async {
+    eventually("the SelfFence hold", Duration::from_secs(30), async || {
         lab.remediation("worker-0-1")
-            .await
             .and_then(|r| r.status)
             .is_some_and(|s| {
                 s.conditions
@@ -1363,10 +1262,10 @@ async fn the_leader_fences_its_own_node_only_once_another_replica_is_ready_elsew
             })
     })
     .await;
-    assert!(
-        lab.events_text()
-            .contains("this controller runs on Node worker-0")
-    );
+    lab.told("the SelfFence Event", |t| {
+        t.contains("this controller runs on Node worker-0")
+    })
+    .await;
     assert!(
         lab.power_history("worker-0").is_empty(),
         "the leader's own host was powered off"
@@ -1389,7 +1288,7 @@ async fn the_leader_fences_its_own_node_only_once_another_replica_is_ready_elsew
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_edit_that_drops_the_strategy_in_use_is_reported_and_never_switches_it() {
-    let lab = Lab::start(fast(), fast_policy()).await;
+    let lab = start(fast(), fast_policy()).await;
     lab.stuck("worker-0");
     lab.cluster.hang("worker-0");
     lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
@@ -1424,6 +1323,9 @@ async fn a_policy_edit_that_drops_the_strategy_in_use_is_reported_and_never_swit
             .is_some_and(|e| e.contains("no longer in the policy")),
         "{status:?}"
     );
-    assert!(lab.events_text().contains("StrategyNotInPolicy"));
+    lab.told("the StrategyNotInPolicy Event", |t| {
+        t.contains("StrategyNotInPolicy")
+    })
+    .await;
     assert!(lab.node_exists("worker-0"), "the Node was left alone");
 }

@@ -9,12 +9,16 @@ use baremend_drivers::ipmi::wire::crypto::CipherSuite;
 use baremend_drivers::ipmi::{IpmiOptions, PrivilegeLevel};
 use baremend_drivers::{
     BmcAddress, Connector, Credentials, DriverConfig, Error, PowerDriver, PowerOffMode, PowerState,
-    TlsOptions, WaitOptions, power_off_confirmed, wait_for_power_state,
+    TlsOptions, power_off_confirmed,
 };
 use baremend_sim::clock::{Clock, SystemClock};
 use baremend_sim::host::{Faults, Power, SimHost};
 use baremend_sim::ipmi::{IpmiSim, IpmiSimConfig, IpmiUser, privilege};
 use tokio::net::UdpSocket;
+
+mod common;
+
+use common::{eventually, quick_wait, wait_for};
 
 fn users() -> Vec<IpmiUser> {
     let user = |name: &str, password: &str, max_privilege| IpmiUser {
@@ -80,23 +84,6 @@ fn driver_for(
 
 fn driver(sim: &IpmiSim, suites: &[CipherSuite]) -> Arc<dyn PowerDriver> {
     driver_for(&sim.bmc_address(), "admin", "password", options(suites))
-}
-
-fn quick_wait(timeout_ms: u64) -> WaitOptions {
-    WaitOptions {
-        timeout: Duration::from_millis(timeout_ms),
-        initial_interval: Duration::from_millis(50),
-        max_interval: Duration::from_millis(200),
-        consecutive_reads: 2,
-    }
-}
-
-async fn wait_for(
-    driver: &dyn PowerDriver,
-    target: PowerState,
-    timeout_ms: u64,
-) -> Result<PowerState, Error> {
-    wait_for_power_state(driver, &target, &quick_wait(timeout_ms), |_| {}).await
 }
 
 #[tokio::test]
@@ -227,9 +214,21 @@ async fn a_wrong_password_fails_fast_as_a_permanent_authentication_error() {
         "{:?}",
         started.elapsed()
     );
-    // The abort reaches the BMC a moment after the driver returned.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let stats = sim.stats();
+    // The abort reaches the BMC a moment after the driver returned, and frees the session at
+    // once (not at the BMC's 60 s idle timeout).
+    let stats = eventually(
+        "the aborted session freed",
+        Duration::from_secs(1),
+        async || {
+            let stats = sim.stats();
+            if stats.open_sessions == 0 && stats.authentication_failures >= 1 {
+                Ok(stats)
+            } else {
+                Err(format!("{stats:?}"))
+            }
+        },
+    )
+    .await;
     assert_eq!(
         stats.authentication_failures, 1,
         "one attempt, no retry storm"
@@ -240,49 +239,86 @@ async fn a_wrong_password_fails_fast_as_a_permanent_authentication_error() {
     );
 }
 
+/// What a privilege case expects of one operation: allowed (with the state a read gives),
+/// or refused as an authentication error whose text has these words.
+#[derive(Debug)]
+enum Expect {
+    Allowed(Option<PowerState>),
+    Refused(&'static str),
+}
+
 #[tokio::test]
 async fn an_unknown_user_and_a_too_weak_account_are_authentication_errors() {
+    use Expect::{Allowed, Refused};
     let sim = sim().await;
-    let unknown = driver_for(
-        &sim.bmc_address(),
-        "nobody",
-        "x",
-        options(&CipherSuite::ALL),
-    )
-    .power_state()
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(unknown, Error::Authentication { .. })
-            && unknown.to_string().contains("unknown user"),
-        "{unknown}"
-    );
-    let viewer = driver_for(
-        &sim.bmc_address(),
-        "viewer",
-        "viewpass",
-        options(&CipherSuite::ALL),
-    );
-    let refused = viewer.power_off(PowerOffMode::Forced).await.unwrap_err();
-    assert!(matches!(refused, Error::Authentication { .. }), "{refused}");
-    let user_level = IpmiOptions {
-        privilege: PrivilegeLevel::User,
-        ..options(&CipherSuite::ALL)
-    };
-    let reader = driver_for(&sim.bmc_address(), "viewer", "viewpass", user_level);
-    assert_eq!(reader.power_state().await.unwrap(), PowerState::On);
-    let refused = reader.power_off(PowerOffMode::Forced).await.unwrap_err();
-    assert!(
-        matches!(refused, Error::Authentication { .. }) && refused.to_string().contains("0xd4"),
-        "{refused}"
-    );
-    let operator = driver_for(
-        &sim.bmc_address(),
-        "oper",
-        "operpass",
-        options(&CipherSuite::ALL),
-    );
-    operator.power_off(PowerOffMode::Forced).await.unwrap();
+    // (case, user, password, session privilege, a read, a forced power-off); None: not tried.
+    let cases = [
+        (
+            "an unknown user",
+            "nobody",
+            "x",
+            PrivilegeLevel::Operator,
+            Some(Refused("unknown user")),
+            None,
+        ),
+        (
+            "a read-only account asking for operator",
+            "viewer",
+            "viewpass",
+            PrivilegeLevel::Operator,
+            None,
+            Some(Refused("")),
+        ),
+        (
+            "a read-only account at user level",
+            "viewer",
+            "viewpass",
+            PrivilegeLevel::User,
+            Some(Allowed(Some(PowerState::On))),
+            Some(Refused("0xd4")),
+        ),
+        // Last: the power-off it starts is checked after the loop.
+        (
+            "an operator",
+            "oper",
+            "operpass",
+            PrivilegeLevel::Operator,
+            None,
+            Some(Allowed(None)),
+        ),
+    ];
+    for (case, user, password, privilege, read, off) in cases {
+        let driver = driver_for(
+            &sim.bmc_address(),
+            user,
+            password,
+            IpmiOptions {
+                privilege,
+                ..options(&CipherSuite::ALL)
+            },
+        );
+        let mut outcomes = Vec::new();
+        if let Some(expect) = read {
+            outcomes.push(("read", driver.power_state().await.map(Some), expect));
+        }
+        if let Some(expect) = off {
+            let outcome = driver.power_off(PowerOffMode::Forced).await.map(|()| None);
+            outcomes.push(("power-off", outcome, expect));
+        }
+        for (operation, outcome, expect) in outcomes {
+            match (outcome, expect) {
+                (Ok(state), Allowed(want)) => assert_eq!(state, want, "{case}: {operation}"),
+                (Err(error), Refused(words)) => assert!(
+                    matches!(error, Error::Authentication { .. })
+                        && error.to_string().contains(words),
+                    "{case}: {operation}: {error}"
+                ),
+                (outcome, expect) => {
+                    panic!("{case}: {operation}: {outcome:?}, expected {expect:?}")
+                }
+            }
+        }
+    }
     assert_eq!(sim.host().power(), Power::On, "still powering off");
     assert_eq!(sim.stats().open_sessions, 0);
 }
@@ -375,10 +411,20 @@ async fn a_cancelled_operation_still_closes_its_session() {
     });
     let cancelled = tokio::time::timeout(Duration::from_millis(700), driver.power_state()).await;
     assert!(cancelled.is_err(), "the operation should still be running");
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let stats = sim.stats();
-    assert!(stats.sessions_activated >= 2, "{stats:?}");
-    assert_eq!(stats.open_sessions, 0, "{stats:?}");
+    // Closed in the background (well before the BMC's 60 s idle timeout).
+    eventually(
+        "the cancelled session closed",
+        Duration::from_secs(2),
+        async || {
+            let stats = sim.stats();
+            if stats.sessions_activated >= 2 && stats.open_sessions == 0 {
+                Ok(())
+            } else {
+                Err(format!("{stats:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -420,7 +466,12 @@ async fn the_session_limit_and_the_idle_timeout_of_the_bmc_hold() {
         "{error}"
     );
     assert!(error.is_retryable());
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    eventually(
+        "the idle session expired",
+        Duration::from_secs(2),
+        async || sim.stats().sessions_expired >= 1,
+    )
+    .await;
     assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
     assert_eq!(sim.stats().sessions_expired, 1);
 }

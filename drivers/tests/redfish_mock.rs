@@ -84,6 +84,22 @@ fn driver(server: &MockServer) -> RedfishDriver {
     driver_with(server, SYSTEM, Duration::from_secs(5))
 }
 
+/// Answers GETs of `system_path` with `answer`, and reads that system's power state.
+async fn read_answered(
+    server: &MockServer,
+    system_path: &str,
+    answer: ResponseTemplate,
+) -> Result<PowerState, Error> {
+    Mock::given(method("GET"))
+        .and(path(system_path))
+        .respond_with(answer)
+        .mount(server)
+        .await;
+    driver_with(server, system_path, Duration::from_secs(5))
+        .power_state()
+        .await
+}
+
 async fn requests_to(server: &MockServer, verb: &str, to: &str) -> usize {
     server
         .received_requests()
@@ -335,26 +351,27 @@ async fn reset_types_come_from_action_info_and_unadvertised_ones_are_never_sent(
 #[tokio::test]
 async fn malformed_json_is_a_typed_permanent_error() {
     let server = bmc(false).await;
-    Mock::given(method("GET"))
-        .and(path(SYSTEM))
-        .respond_with(
+    let cases = [
+        (
+            "a body cut short",
+            SYSTEM,
             ResponseTemplate::new(200).set_body_raw("{\"PowerState\": \"On\",", "application/json"),
-        )
-        .mount(&server)
-        .await;
-    let error = driver(&server).power_state().await.unwrap_err();
-    assert!(matches!(error, Error::MalformedResponse { .. }), "{error}");
-    assert!(!error.is_retryable());
-    Mock::given(method("GET"))
-        .and(path("/redfish/v1/Systems/2"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"PowerState": 1})))
-        .mount(&server)
-        .await;
-    let error = driver_with(&server, "/redfish/v1/Systems/2", Duration::from_secs(5))
-        .power_state()
-        .await
-        .unwrap_err();
-    assert!(matches!(error, Error::MalformedResponse { .. }), "{error}");
+        ),
+        (
+            "a PowerState that is a number",
+            "/redfish/v1/Systems/2",
+            ResponseTemplate::new(200).set_body_json(json!({"PowerState": 1})),
+        ),
+    ];
+    for (case, system_path, answer) in cases {
+        let error = read_answered(&server, system_path, answer)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::MalformedResponse { .. }) && !error.is_retryable(),
+            "{case}: {error}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -382,28 +399,23 @@ async fn a_slow_bmc_gives_a_retryable_timeout() {
 #[tokio::test]
 async fn unknown_and_missing_power_states_are_kept_as_unknown() {
     let server = bmc(false).await;
-    Mock::given(method("GET"))
-        .and(path(SYSTEM))
-        .respond_with(ResponseTemplate::new(200).set_body_json(system("Paused", None)))
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/redfish/v1/Systems/2"))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(json!({"Id": "2", "Oem": {"Vendor": {"PowerState": "weird"}}})),
-        )
-        .mount(&server)
-        .await;
-    assert_eq!(
-        driver(&server).power_state().await.unwrap(),
-        PowerState::Unknown("Paused".into())
-    );
-    let missing = driver_with(&server, "/redfish/v1/Systems/2", Duration::from_secs(5));
-    assert_eq!(
-        missing.power_state().await.unwrap(),
-        PowerState::Unknown(String::new())
-    );
+    let cases = [
+        ("an unknown state", SYSTEM, system("Paused", None), "Paused"),
+        (
+            "no PowerState (only one under Oem)",
+            "/redfish/v1/Systems/2",
+            json!({"Id": "2", "Oem": {"Vendor": {"PowerState": "weird"}}}),
+            "",
+        ),
+    ];
+    for (case, system_path, body, kept) in cases {
+        let answer = ResponseTemplate::new(200).set_body_json(body);
+        assert_eq!(
+            read_answered(&server, system_path, answer).await.unwrap(),
+            PowerState::Unknown(kept.into()),
+            "{case}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -452,42 +464,43 @@ async fn the_only_system_is_found_and_several_without_a_path_are_an_error_listin
 #[tokio::test]
 async fn status_codes_map_to_retryable_and_permanent_errors() {
     let server = bmc(false).await;
-    for (system_path, status) in [
-        ("/redfish/v1/Systems/busy", 503),
-        ("/redfish/v1/Systems/broken", 500),
-        ("/redfish/v1/Systems/gone", 404),
-        ("/redfish/v1/Systems/denied", 403),
-    ] {
-        Mock::given(method("GET"))
-            .and(path(system_path))
-            .respond_with(ResponseTemplate::new(status))
-            .mount(&server)
-            .await;
+    // (system, the status it answers, the error that is, whether that is retryable)
+    type Case = (&'static str, u16, fn(&Error) -> bool, bool);
+    let cases: [Case; 4] = [
+        (
+            "/redfish/v1/Systems/busy",
+            503,
+            |e| matches!(e, Error::Busy { .. }),
+            true,
+        ),
+        (
+            "/redfish/v1/Systems/broken",
+            500,
+            |e| matches!(e, Error::Http { status: 500, .. }),
+            true,
+        ),
+        (
+            "/redfish/v1/Systems/gone",
+            404,
+            |e| matches!(e, Error::SystemNotFound { .. }),
+            false,
+        ),
+        (
+            "/redfish/v1/Systems/denied",
+            403,
+            |e| matches!(e, Error::Authentication { .. }),
+            false,
+        ),
+    ];
+    for (system_path, status, expected, retryable) in cases {
+        let error = read_answered(&server, system_path, ResponseTemplate::new(status))
+            .await
+            .unwrap_err();
+        assert!(
+            expected(&error) && error.is_retryable() == retryable,
+            "{system_path} ({status}): {error}"
+        );
     }
-    let read = |p: &'static str| {
-        let driver = driver_with(&server, p, Duration::from_secs(5));
-        async move { driver.power_state().await.unwrap_err() }
-    };
-    let busy = read("/redfish/v1/Systems/busy").await;
-    assert!(
-        matches!(busy, Error::Busy { .. }) && busy.is_retryable(),
-        "{busy}"
-    );
-    let broken = read("/redfish/v1/Systems/broken").await;
-    assert!(
-        matches!(broken, Error::Http { status: 500, .. }) && broken.is_retryable(),
-        "{broken}"
-    );
-    let gone = read("/redfish/v1/Systems/gone").await;
-    assert!(
-        matches!(gone, Error::SystemNotFound { .. }) && !gone.is_retryable(),
-        "{gone}"
-    );
-    let denied = read("/redfish/v1/Systems/denied").await;
-    assert!(
-        matches!(denied, Error::Authentication { .. }) && !denied.is_retryable(),
-        "{denied}"
-    );
 }
 
 #[tokio::test]

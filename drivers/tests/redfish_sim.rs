@@ -6,11 +6,15 @@ use std::time::{Duration, Instant};
 
 use baremend_drivers::{
     BmcAddress, Connector, Credentials, DriverConfig, Error, PowerDriver, PowerOffMode, PowerState,
-    TlsOptions, WaitOptions, wait_for_power_state,
+    TlsOptions, wait_for_power_state,
 };
 use baremend_sim::host::{Faults, Power};
 use baremend_sim::redfish::{Account, AuthSettings, RedfishSim, RedfishSimConfig, Role, TlsMode};
 use baremend_sim::tls::{LOCAL_NAMES, TestCa};
+
+mod common;
+
+use common::{quick_wait, wait_for};
 
 async fn sim_with(config: RedfishSimConfig) -> RedfishSim {
     RedfishSim::start(RedfishSimConfig {
@@ -44,23 +48,6 @@ fn driver(sim: &RedfishSim) -> Arc<dyn PowerDriver> {
         TlsOptions::default(),
     );
     Connector::new().connect(config).unwrap()
-}
-
-fn quick_wait(timeout_ms: u64) -> WaitOptions {
-    WaitOptions {
-        timeout: Duration::from_millis(timeout_ms),
-        initial_interval: Duration::from_millis(50),
-        max_interval: Duration::from_millis(200),
-        consecutive_reads: 2,
-    }
-}
-
-async fn wait_for(
-    driver: &dyn PowerDriver,
-    target: PowerState,
-    timeout_ms: u64,
-) -> Result<PowerState, Error> {
-    wait_for_power_state(driver, &target, &quick_wait(timeout_ms), |_| {}).await
 }
 
 fn set_faults(sim: &RedfishSim, faults: Faults) {
@@ -160,30 +147,24 @@ async fn added_latency_is_tolerated_within_the_request_timeout_and_a_timeout_bey
 async fn error_statuses_are_retryable_and_tolerated_while_waiting() {
     let sim = sim().await;
     let driver = driver(&sim);
-    set_faults(
-        &sim,
-        Faults {
-            error_status: Some(503),
-            ..Faults::default()
-        },
-    );
-    let busy = driver.power_state().await.unwrap_err();
-    assert!(
-        matches!(busy, Error::Busy { .. }) && busy.is_retryable(),
-        "{busy}"
-    );
-    set_faults(
-        &sim,
-        Faults {
-            error_status: Some(500),
-            ..Faults::default()
-        },
-    );
-    let broken = driver.power_state().await.unwrap_err();
-    assert!(
-        matches!(broken, Error::Http { status: 500, .. }) && broken.is_retryable(),
-        "{broken}"
-    );
+    type Case = (&'static str, u16, fn(&Error) -> bool);
+    let cases: [Case; 2] = [
+        ("503: busy", 503, |e| matches!(e, Error::Busy { .. })),
+        ("500: an HTTP error", 500, |e| {
+            matches!(e, Error::Http { status: 500, .. })
+        }),
+    ];
+    for (case, status, expected) in cases {
+        set_faults(
+            &sim,
+            Faults {
+                error_status: Some(status),
+                ..Faults::default()
+            },
+        );
+        let error = driver.power_state().await.unwrap_err();
+        assert!(expected(&error) && error.is_retryable(), "{case}: {error}");
+    }
     set_faults(
         &sim,
         Faults {

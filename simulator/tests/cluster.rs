@@ -10,20 +10,15 @@ use baremend_sim::cluster::{ClusterSpec, EXTERNAL_REMEDIATION, MACHINE_NAMESPACE
 use baremend_sim::host::Power;
 use serde_json::{Value, json};
 
+mod common;
+
+use common::eventually;
+
 fn fast() -> ClusterSpec {
     ClusterSpec {
         timing: Timing::fast(),
         ..ClusterSpec::default()
     }
-}
-
-async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !check() {
-        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    started.elapsed()
 }
 
 fn ready(api: &Local, node: &str) -> Option<String> {
@@ -81,10 +76,14 @@ async fn a_hung_worker_becomes_unknown_tainted_and_is_marked_for_external_remedi
     let api = Local::new(cluster.api_server().store().clone(), "test");
     let hung = Instant::now();
     assert!(cluster.hang("worker-0"));
-    let unknown = eventually("the node to become Unknown", Duration::from_secs(5), || {
-        ready(&api, "worker-0").as_deref() == Some("Unknown")
-    })
+    let started = Instant::now();
+    eventually(
+        "the node to become Unknown",
+        Duration::from_secs(5),
+        async || ready(&api, "worker-0").as_deref() == Some("Unknown"),
+    )
     .await;
+    let unknown = started.elapsed();
     assert!(
         unknown >= Duration::from_millis(500),
         "not before the grace period (less the last heartbeat's age): {unknown:?}"
@@ -106,10 +105,11 @@ async fn a_hung_worker_becomes_unknown_tainted_and_is_marked_for_external_remedi
         taints.contains(&"node.kubernetes.io/unreachable:NoExecute".to_owned()),
         "{taints:?}"
     );
-    let marked = eventually(
+    let started = Instant::now();
+    eventually(
         "the external-remediation annotation",
         Duration::from_secs(5),
-        || {
+        async || {
             api.get(MACHINES, MACHINE_NAMESPACE, "worker-0")
                 .is_ok_and(|m| {
                     m["metadata"]["annotations"]
@@ -119,6 +119,7 @@ async fn a_hung_worker_becomes_unknown_tainted_and_is_marked_for_external_remedi
         },
     )
     .await;
+    let marked = started.elapsed();
     // Condition timestamps have a one-second resolution, as in Kubernetes: the timeout runs
     // from the truncated transition time.
     assert!(
@@ -151,7 +152,7 @@ async fn the_reboot_api_holds_a_host_off_and_it_re_registers_after_power_on() {
         false,
     )
     .unwrap();
-    eventually("poweredOn=false", Duration::from_secs(5), || {
+    eventually("poweredOn=false", Duration::from_secs(5), async || {
         api.get(BMHS, MACHINE_NAMESPACE, "worker-1")
             .is_ok_and(|b| b["status"]["poweredOn"] == false)
     })
@@ -170,7 +171,9 @@ async fn the_reboot_api_holds_a_host_off_and_it_re_registers_after_power_on() {
         .map(|r| format!("{}:{}", r.system, r.reset_type))
         .collect();
     assert_eq!(resets, ["worker-1:ForceOff"], "hard mode cuts the power");
-    // While the annotation stays, the host stays off; the Node may be deleted meanwhile.
+    // While the annotation stays, the host stays off; the Node may be deleted meanwhile. A
+    // negative: 500 ms in which the host is not powered on; no condition to wait for proves
+    // that nothing happens.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(cluster.host("worker-1").unwrap().host.power(), Power::Off);
     api.delete(NODES, "", "worker-1", None).unwrap();
@@ -182,12 +185,14 @@ async fn the_reboot_api_holds_a_host_off_and_it_re_registers_after_power_on() {
         false,
     )
     .unwrap();
-    let back = eventually(
+    let started = Instant::now();
+    eventually(
         "the node to re-register Ready",
         Duration::from_secs(10),
-        || ready(&api, "worker-1").as_deref() == Some("True"),
+        async || ready(&api, "worker-1").as_deref() == Some("True"),
     )
     .await;
+    let back = started.elapsed();
     println!("re-registered {back:?} after the annotation was removed");
     assert_eq!(
         api.get(BMHS, MACHINE_NAMESPACE, "worker-1").unwrap()["status"]["poweredOn"],
@@ -210,7 +215,7 @@ async fn the_suffixless_reboot_annotation_power_cycles_and_goes_away() {
     eventually(
         "the annotation to be consumed",
         Duration::from_secs(8),
-        || {
+        async || {
             api.get(BMHS, MACHINE_NAMESPACE, "worker-2").is_ok_and(|b| {
                 b["metadata"]["annotations"]
                     .get("reboot.metal3.io")
@@ -219,7 +224,7 @@ async fn the_suffixless_reboot_annotation_power_cycles_and_goes_away() {
         },
     )
     .await;
-    eventually("power back on", Duration::from_secs(8), || {
+    eventually("power back on", Duration::from_secs(8), async || {
         cluster.host("worker-2").unwrap().host.power() == Power::On
     })
     .await;
@@ -253,13 +258,16 @@ async fn detached_and_paused_hosts_are_not_powered() {
     ] {
         api.merge(BMHS, MACHINE_NAMESPACE, host, &json!({"metadata": {"annotations": {annotation: "", "reboot.metal3.io/x": "{\"mode\":\"hard\"}"}}}), false).unwrap();
     }
+    eventually("worker-0 detached", Duration::from_secs(5), async || {
+        api.get(BMHS, MACHINE_NAMESPACE, "worker-0").unwrap()["status"]["operationalStatus"]
+            == "detached"
+    })
+    .await;
+    // A negative: 800 ms in which neither host is powered off for its reboot annotation; no
+    // condition to wait for proves that nothing happens.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(cluster.host("worker-0").unwrap().host.power(), Power::On);
     assert_eq!(cluster.host("worker-1").unwrap().host.power(), Power::On);
-    assert_eq!(
-        api.get(BMHS, MACHINE_NAMESPACE, "worker-0").unwrap()["status"]["operationalStatus"],
-        "detached"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,7 +280,7 @@ async fn more_unhealthy_workers_than_max_unhealthy_short_circuit_remediation() {
     eventually(
         "the MHC to hold remediation",
         Duration::from_secs(5),
-        || {
+        async || {
             api.get(
                 baremend_sim::cluster::local::MHCS,
                 MACHINE_NAMESPACE,
@@ -282,6 +290,8 @@ async fn more_unhealthy_workers_than_max_unhealthy_short_circuit_remediation() {
         },
     )
     .await;
+    // A negative: 500 ms more in which the second is not marked; no condition to wait for
+    // proves that nothing happens.
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The two can cross the timeout in different passes (transition times have a one-second
     // resolution): the first may be marked while it is the only one, never the second.
@@ -310,7 +320,7 @@ async fn workloads_run_under_their_pdb_and_scenario_faults_fire_on_time() {
     }];
     let cluster = SimCluster::start(spec).await.unwrap();
     let api = Local::new(cluster.api_server().store().clone(), "test");
-    eventually("the pods to run", Duration::from_secs(5), || {
+    eventually("the pods to run", Duration::from_secs(5), async || {
         api.list(baremend_sim::cluster::local::PODS, Some("workloads"))
             .iter()
             .filter(|p| p["status"]["phase"] == "Running")
@@ -328,7 +338,7 @@ async fn workloads_run_under_their_pdb_and_scenario_faults_fire_on_time() {
         ),
         (Some(3), Some(0))
     );
-    eventually("the scheduled hang", Duration::from_secs(5), || {
+    eventually("the scheduled hang", Duration::from_secs(5), async || {
         ready(&api, "worker-2").as_deref() == Some("Unknown")
     })
     .await;
@@ -352,7 +362,7 @@ async fn several_reboot_requesters_hold_the_host_until_the_last_is_gone_and_hard
     annotate(
         json!({"reboot.metal3.io/a": "{\"mode\":\"soft\"}", "reboot.metal3.io/b": "{\"mode\":\"hard\"}"}),
     );
-    eventually("power off", Duration::from_secs(5), || {
+    eventually("power off", Duration::from_secs(5), async || {
         cluster.host("worker-0").unwrap().host.power() == Power::Off
     })
     .await;
@@ -366,6 +376,8 @@ async fn several_reboot_requesters_hold_the_host_until_the_last_is_gone_and_hard
         .collect();
     assert_eq!(resets, ["ForceOff"], "hard wins over soft");
     annotate(json!({"reboot.metal3.io/a": Value::Null}));
+    // A negative: 600 ms in which the host stays off; no condition to wait for proves that
+    // nothing happens.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(
         cluster.host("worker-0").unwrap().host.power(),
@@ -373,7 +385,7 @@ async fn several_reboot_requesters_hold_the_host_until_the_last_is_gone_and_hard
         "b still holds it off"
     );
     annotate(json!({"reboot.metal3.io/b": Value::Null}));
-    eventually("power on", Duration::from_secs(5), || {
+    eventually("power on", Duration::from_secs(5), async || {
         cluster.host("worker-0").unwrap().host.power() == Power::On
     })
     .await;
@@ -391,7 +403,7 @@ async fn spec_online_false_powers_a_host_off_and_true_back_on() {
         false,
     )
     .unwrap();
-    eventually("poweredOn=false", Duration::from_secs(5), || {
+    eventually("poweredOn=false", Duration::from_secs(5), async || {
         api.get(BMHS, MACHINE_NAMESPACE, "worker-1")
             .is_ok_and(|b| b["status"]["poweredOn"] == false)
     })
@@ -404,7 +416,7 @@ async fn spec_online_false_powers_a_host_off_and_true_back_on() {
         false,
     )
     .unwrap();
-    eventually("poweredOn=true", Duration::from_secs(5), || {
+    eventually("poweredOn=true", Duration::from_secs(5), async || {
         api.get(BMHS, MACHINE_NAMESPACE, "worker-1")
             .is_ok_and(|b| b["status"]["poweredOn"] == true)
     })
@@ -420,7 +432,7 @@ async fn a_machine_whose_node_never_starts_is_unhealthy_after_node_startup_timeo
     // A new worker Machine that never gets a Node.
     api.create(MACHINES, MACHINE_NAMESPACE, json!({"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine", "metadata": {"name": "worker-9", "labels": {"machine.openshift.io/cluster-api-machine-role": "worker"}}, "spec": {}})).unwrap();
     let started = Instant::now();
-    eventually("the annotation", Duration::from_secs(6), || {
+    eventually("the annotation", Duration::from_secs(6), async || {
         api.get(MACHINES, MACHINE_NAMESPACE, "worker-9")
             .is_ok_and(|m| {
                 m["metadata"]["annotations"]

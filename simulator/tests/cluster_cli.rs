@@ -1,10 +1,14 @@
 //! `baremend-sim cluster` and `baremend-sim fault` as processes, seen through kubectl.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
+
+mod common;
+
+use common::eventually;
 
 const SCENARIO: &str = "masters: 1\nworkers: 2\nmaxUnhealthy: \"50%\"\ntiming:\n  powerDelay: 300ms\n  bootDelay: 300ms\n  heartbeat: 100ms\n  nodeGrace: 600ms\n  monitorPeriod: 100ms\n  mhcPeriod: 100ms\n  unhealthyTimeout: 1s\n  bmoPeriod: 100ms\n";
 
@@ -97,30 +101,31 @@ async fn a_cluster_process_is_seen_by_kubectl_and_takes_faults() {
 
     let (ok, out) = sim(&["fault", "--control", &control, "hang", "worker-0"]).await;
     assert!(ok, "{out}");
-    let started = Instant::now();
-    loop {
-        let (_, annotations) = kubectl(
-            &kubeconfig,
-            &[
-                "-n",
-                "openshift-machine-api",
-                "get",
-                "machine",
-                "worker-0",
-                "-o",
-                "jsonpath={.metadata.annotations}",
-            ],
-        )
-        .await;
-        if annotations.contains("host.metal3.io/external-remediation") {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the MHC did not mark worker-0: {annotations}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        "the MHC to mark worker-0",
+        Duration::from_secs(10),
+        async || {
+            let (_, annotations) = kubectl(
+                &kubeconfig,
+                &[
+                    "-n",
+                    "openshift-machine-api",
+                    "get",
+                    "machine",
+                    "worker-0",
+                    "-o",
+                    "jsonpath={.metadata.annotations}",
+                ],
+            )
+            .await;
+            if annotations.contains("host.metal3.io/external-remediation") {
+                Ok(())
+            } else {
+                Err(annotations)
+            }
+        },
+    )
+    .await;
     let (ok, out) = sim(&[
         "fault",
         "--control",

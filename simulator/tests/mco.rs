@@ -3,7 +3,7 @@
 //! and a forcefile makes the MCO drain (through evictions that respect PDBs), rewrite,
 //! reboot and uncordon.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use baremend_sim::cluster::local::{EVENTS, Local, MCNS, MCPS, NODES, PDBS, PODS};
 use baremend_sim::cluster::mco::disk::SimFile;
@@ -11,6 +11,13 @@ use baremend_sim::cluster::mco::{FORCE_FILE, MCO_NAMESPACE};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, SimCluster};
 use serde_json::{Value, json};
+
+mod common;
+
+use common::eventually;
+
+/// How long each step of the MCO may take.
+const WAIT: Duration = Duration::from_secs(20);
 
 const STATE: &str = "machineconfiguration.openshift.io/state";
 const REASON: &str = "machineconfiguration.openshift.io/reason";
@@ -36,17 +43,6 @@ fn annotation(api: &Local, node: &str, key: &str) -> String {
         .to_owned()
 }
 
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !check() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn event_reasons(api: &Local) -> Vec<String> {
     api.list(EVENTS, Some(MCO_NAMESPACE))
         .iter()
@@ -57,11 +53,14 @@ fn event_reasons(api: &Local) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_degrades_the_node_and_a_reverted_file_heals_without_a_reboot() {
     let (cluster, api) = cluster().await;
-    eventually("Done", || annotation(&api, "worker-0", STATE) == "Done").await;
+    eventually("Done", WAIT, async || {
+        annotation(&api, "worker-0", STATE) == "Done"
+    })
+    .await;
     let disk = cluster.disk("worker-0").unwrap();
     let original = disk.get("/etc/demo/rules.json").unwrap();
     disk.put("/etc/demo/rules.json", SimFile::regular(b"{}", 0o644));
-    eventually("Degraded", || {
+    eventually("Degraded", WAIT, async || {
         annotation(&api, "worker-0", STATE) == "Degraded"
     })
     .await;
@@ -77,18 +76,18 @@ async fn drift_degrades_the_node_and_a_reverted_file_heals_without_a_reboot() {
             .iter()
             .any(|c| c["type"] == "NodeDegraded" && c["status"] == "True")
     );
-    eventually("the prefixed retry reason", || {
+    eventually("the prefixed retry reason", WAIT, async || {
         annotation(&api, "worker-0", REASON)
             .starts_with("unexpected on-disk state validating against rendered-worker-")
     })
     .await;
-    eventually("pool degraded", || {
+    eventually("pool degraded", WAIT, async || {
         api.get(MCPS, "", "worker").unwrap()["status"]["degradedMachineCount"] == 1
     })
     .await;
     let offs = cluster.host("worker-0").unwrap().host.power_offs();
     disk.put("/etc/demo/rules.json", original);
-    eventually("Done again", || {
+    eventually("Done again", WAIT, async || {
         annotation(&api, "worker-0", STATE) == "Done"
     })
     .await;
@@ -112,7 +111,10 @@ async fn drift_degrades_the_node_and_a_reverted_file_heals_without_a_reboot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forcefile_drains_through_evictions_rewrites_reboots_and_uncordons() {
     let (cluster, api) = cluster().await;
-    eventually("Done", || annotation(&api, "worker-1", STATE) == "Done").await;
+    eventually("Done", WAIT, async || {
+        annotation(&api, "worker-1", STATE) == "Done"
+    })
+    .await;
     // A pod on the node, guarded by a PDB that allows no disruption at first.
     api.create(
         PODS,
@@ -130,7 +132,7 @@ async fn a_forcefile_drains_through_evictions_rewrites_reboots_and_uncordons() {
     .unwrap();
     let disk = cluster.disk("worker-1").unwrap();
     disk.chmod("/etc/sysctl.d/90-demo.conf", 0o777);
-    eventually("Degraded", || {
+    eventually("Degraded", WAIT, async || {
         annotation(&api, "worker-1", STATE) == "Degraded"
     })
     .await;
@@ -145,7 +147,7 @@ async fn a_forcefile_drains_through_evictions_rewrites_reboots_and_uncordons() {
         "worker-1",
         "machineconfiguration.openshift.io/currentConfig",
     );
-    eventually("drain requested", || {
+    eventually("drain requested", WAIT, async || {
         annotation(
             &api,
             "worker-1",
@@ -157,11 +159,11 @@ async fn a_forcefile_drains_through_evictions_rewrites_reboots_and_uncordons() {
         disk.get(FORCE_FILE).is_none(),
         "the daemon takes the forcefile"
     );
-    eventually("cordoned", || {
+    eventually("cordoned", WAIT, async || {
         api.get(NODES, "", "worker-1").unwrap()["spec"]["unschedulable"] == true
     })
     .await;
-    eventually("drain blocked, reported", || {
+    eventually("drain blocked, reported", WAIT, async || {
         api.get(MCNS, "", "worker-1").unwrap()["status"]["conditions"]
             .as_array()
             .unwrap()
@@ -189,7 +191,7 @@ async fn a_forcefile_drains_through_evictions_rewrites_reboots_and_uncordons() {
         false,
     )
     .unwrap();
-    eventually("Done after the re-apply", || {
+    eventually("Done after the re-apply", WAIT, async || {
         annotation(&api, "worker-1", STATE) == "Done"
     })
     .await;

@@ -14,6 +14,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
 
+mod common;
+
+use common::eventually;
+
 const BASIC: &str = "Basic YWRtaW46cGFzc3dvcmQ=";
 
 fn service() -> (Arc<RedfishService>, Router) {
@@ -483,8 +487,10 @@ async fn accepted_resets_expose_a_task_monitor() {
         get(&app, "/redfish/v1/TaskService/Tasks/1").await.json()["TaskState"],
         "Running"
     );
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    assert_eq!(get(&app, &monitor).await.status, StatusCode::NO_CONTENT);
+    eventually("the task done", Duration::from_secs(5), async || {
+        get(&app, &monitor).await.status == StatusCode::NO_CONTENT
+    })
+    .await;
     assert_eq!(
         get(&app, "/redfish/v1/TaskService/Tasks/1").await.json()["TaskState"],
         "Completed"

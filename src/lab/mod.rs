@@ -9,7 +9,7 @@ pub mod chaos;
 mod drift;
 mod power_demo;
 mod scale;
-mod setup;
+pub mod setup;
 mod story;
 
 use std::time::Duration;

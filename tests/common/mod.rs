@@ -1,14 +1,17 @@
-//! Helpers shared by the end-to-end tests: the Python tools venv, free ports, scratch folders
-//! and running the `baremend` binary.
+//! Helpers shared by the end-to-end tests: waiting on a condition, the lab, the Python tools
+//! venv, free ports, scratch folders and running the `baremend` binary.
 
 #![allow(dead_code)]
 
-pub mod cluster;
 pub mod drift;
+pub mod lab;
+mod wait;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+pub use wait::eventually;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -64,18 +67,6 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
-}
-
-/// Polls `ready` every 50 ms until it is true or `timeout` passes.
-pub async fn wait_until(timeout: Duration, mut ready: impl AsyncFnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if ready().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
 }
 
 /// Runs the `baremend` binary with a password in `BMC_PASSWORD`.

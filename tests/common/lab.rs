@@ -1,0 +1,348 @@
+//! The one lab of the end-to-end tests: a simulated cluster with baremend's CRDs and
+//! policies, a kube client that does not retry on its own (as `baremend run` configures it),
+//! the test's own handle on the store, and the controller or the drift coordinator in a task.
+//!
+//! `Lab::builder(spec)` starts the cluster; the test changes what it needs, then starts what
+//! it tests with `start_controller` or `start_coordinator` (or its own replicas on `client`).
+
+use std::fmt::Debug;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baremend::api::{DriftPhase, DriftPolicy, DriftRemediation, Remediation, RemediationPhase};
+use baremend::drift::controller::DriftOptions;
+use baremend::lab::setup::LabCluster;
+use baremend::metrics::Metrics;
+use baremend::remediation::controller::ControllerOptions;
+use baremend::runtime::SystemClock;
+use baremend_sim::cluster::local::{Gvr, Local, NAMESPACES, NODES};
+use baremend_sim::cluster::timing::Timing;
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use baremend_sim::host::Power;
+use kube::api::{Api, PostParams};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::eventually;
+
+/// Our Remediations, for reads through the store.
+pub const REMEDIATIONS: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "remediations",
+};
+
+/// Our DriftRemediations (cluster-scoped), for reads through the store.
+pub const DRIFT_REMEDIATIONS: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "driftremediations",
+};
+
+/// The MCO daemon's state annotation on a Node.
+pub use baremend::api::mco::STATE;
+
+/// The default cluster (three masters, three workers) on fast timing.
+pub fn fast() -> ClusterSpec {
+    ClusterSpec {
+        timing: Timing::fast(),
+        ..ClusterSpec::default()
+    }
+}
+
+/// What the test asks for before the cluster starts.
+#[must_use]
+pub struct LabBuilder {
+    spec: ClusterSpec,
+    policy: Value,
+    drift_policy: Option<Value>,
+}
+
+impl LabBuilder {
+    /// The spec of the RemediationPolicy `default` (`{}` unless set).
+    pub fn policy(mut self, spec: Value) -> Self {
+        self.policy = spec;
+        self
+    }
+
+    /// A DriftPolicy `default` with this spec, and the `baremend` namespace its helper pods
+    /// run in.
+    pub fn drift_policy(mut self, spec: Value) -> Self {
+        self.drift_policy = Some(spec);
+        self
+    }
+
+    /// Starts the cluster (the library's lab set-up: CRDs installed, a client that does not
+    /// retry on its own) and installs the policies; with a Machine Config Operator, returns
+    /// once every Node's daemon reports Done. Nothing of baremend runs yet.
+    pub async fn start(self) -> Lab {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mco = self.spec.mco;
+        let cluster = LabCluster::start(self.spec).await.unwrap();
+        cluster.install_policy(self.policy).await.unwrap();
+        if let Some(spec) = self.drift_policy {
+            cluster
+                .api
+                .create(NAMESPACES, "", json!({"metadata": {"name": "baremend"}}))
+                .unwrap();
+            let policy: DriftPolicy =
+                serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": spec}))
+                    .unwrap();
+            Api::<DriftPolicy>::all(cluster.client.clone())
+                .create(&PostParams::default(), &policy)
+                .await
+                .unwrap();
+        }
+        let lab = Lab {
+            inner: cluster,
+            metrics: Arc::new(Metrics::new()),
+            running: None,
+        };
+        if mco {
+            eventually("every node Done", Duration::from_secs(40), async || {
+                lab.api
+                    .list(NODES, None)
+                    .iter()
+                    .all(|n| n["metadata"]["annotations"][STATE] == "Done")
+            })
+            .await;
+        }
+        lab
+    }
+}
+
+/// The controller or the coordinator in its task, with the signal that stops it.
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+/// A started lab. It derefs to the library's `LabCluster`: `cluster`, `client` (a kube
+/// client over HTTPS) and `api` (the store, for the test's own reads and writes, which the
+/// API server does not see).
+pub struct Lab {
+    inner: LabCluster,
+    /// The metrics of what `start_controller` and `start_coordinator` start (unless the
+    /// options say otherwise).
+    pub metrics: Arc<Metrics>,
+    running: Option<Running>,
+}
+
+impl Deref for Lab {
+    type Target = LabCluster;
+    fn deref(&self) -> &LabCluster {
+        &self.inner
+    }
+}
+
+impl Lab {
+    /// A lab on a cluster of this spec.
+    pub fn builder(spec: ClusterSpec) -> LabBuilder {
+        LabBuilder {
+            spec,
+            policy: json!({}),
+            drift_policy: None,
+        }
+    }
+
+    /// The controller's options in these tests: a 100 ms poll and the lab's metrics.
+    pub fn options(&self) -> ControllerOptions {
+        ControllerOptions {
+            poll: Duration::from_millis(100),
+            metrics: self.metrics.clone(),
+            ..ControllerOptions::default()
+        }
+    }
+
+    /// Starts the controller (machines, and drift when the options give a helper image).
+    pub fn start_controller(&mut self, options: ControllerOptions) {
+        let client = self.client.clone();
+        self.spawn(|stopped| async move {
+            let stopped = async move {
+                let _ = stopped.await;
+            };
+            baremend::remediation::controller::run(client, Arc::new(SystemClock), options, stopped)
+                .await
+                .unwrap();
+        });
+    }
+
+    /// Starts the drift coordinator alone.
+    pub fn start_coordinator(&mut self) {
+        let client = self.client.clone();
+        let options = DriftOptions {
+            poll: Duration::from_millis(100),
+            metrics: self.metrics.clone(),
+            helper_image: "baremend:test".into(),
+            ..DriftOptions::default()
+        };
+        self.spawn(|stopped| async move {
+            let stopped = async move {
+                let _ = stopped.await;
+            };
+            baremend::drift::controller::run(client, Arc::new(SystemClock), options, None, stopped)
+                .await
+                .unwrap();
+        });
+    }
+
+    /// Runs `run` in a task, with the receiver of the signal that stops it.
+    fn spawn<F>(&mut self, run: impl FnOnce(oneshot::Receiver<()>) -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        assert!(self.running.is_none(), "one controller at a time");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(run(stopped));
+        self.running = Some(Running { stop, task });
+    }
+
+    /// Stops what runs and waits until it has stopped.
+    pub async fn stop(&mut self) {
+        if let Some(Running { stop, task }) = self.running.take() {
+            let _ = stop.send(());
+            let _ = task.await;
+        }
+    }
+
+    /// Stops what runs at once, wherever it is (a crash): its task is aborted.
+    pub async fn kill(&mut self) {
+        if let Some(Running { stop, task }) = self.running.take() {
+            let _ = stop.send(());
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Sets (as the MachineHealthCheck does) or removes the trigger on a Machine.
+    pub fn trigger(&self, machine: &str, on: bool) {
+        self.set_trigger(machine, on).unwrap();
+    }
+
+    /// Marks a BareMetalHost detached: no operator manages it, so it may be fenced directly.
+    pub fn detach(&self, host: &str) {
+        self.inner.detach(host).unwrap();
+    }
+
+    /// A Remediation, read from the store.
+    pub fn remediation(&self, name: &str) -> Option<Remediation> {
+        RemediationPhase::read(&self.api, name)
+    }
+
+    /// A DriftRemediation, read from the store.
+    pub fn drift_remediation(&self, name: &str) -> Option<DriftRemediation> {
+        DriftPhase::read(&self.api, name)
+    }
+
+    /// The Remediation or DriftRemediation once it is in `phase` (read from the store, so
+    /// the API server does not see the test's reads); fails after the kind's deadline.
+    pub async fn reach<P: Phase>(&self, name: &str, phase: P) -> P::Object {
+        eventually(
+            &format!("{name} in {phase:?}"),
+            P::DEADLINE,
+            async || match P::read(&self.api, name) {
+                Some(object) if P::of(&object) == Some(phase) => Ok(object),
+                other => Err(format!("{:#?}", other.map(|o| P::status(&o)))),
+            },
+        )
+        .await
+    }
+
+    /// The Remediation once it has ended (Succeeded, Failed or Cancelled); fails after 60 s.
+    pub async fn ended(&self, name: &str) -> Remediation {
+        eventually(
+            &format!("{name} ended"),
+            RemediationPhase::DEADLINE,
+            async || match self.remediation(name) {
+                Some(r) if r.status.as_ref().is_some_and(|s| s.phase.is_terminal()) => Ok(r),
+                other => Err(format!("{:#?}", other.and_then(|r| r.status))),
+            },
+        )
+        .await
+    }
+
+    /// The power changes of a host, in order.
+    pub fn power_history(&self, host: &str) -> Vec<Power> {
+        self.cluster
+            .host(host)
+            .unwrap()
+            .host
+            .history()
+            .into_iter()
+            .map(|change| change.power)
+            .collect()
+    }
+
+    /// Whether the Node exists.
+    pub fn node_exists(&self, name: &str) -> bool {
+        self.api.get(NODES, "", name).is_ok()
+    }
+}
+
+/// The phase of one of our kinds, and how the test reads an object of that kind.
+pub trait Phase: Copy + PartialEq + Debug {
+    /// The kind whose status has the phase.
+    type Object;
+    /// How long `reach` waits.
+    const DEADLINE: Duration;
+    /// The object, read from the store.
+    fn read(api: &Local, name: &str) -> Option<Self::Object>;
+    /// Its phase.
+    fn of(object: &Self::Object) -> Option<Self>;
+    /// Its status, for failure messages.
+    fn status(object: &Self::Object) -> String;
+}
+
+fn read<T: DeserializeOwned>(api: &Local, gvr: Gvr, namespace: &str, name: &str) -> Option<T> {
+    let value = api.get(gvr, namespace, name).ok()?;
+    serde_json::from_value(value).ok()
+}
+
+impl Phase for RemediationPhase {
+    type Object = Remediation;
+    const DEADLINE: Duration = Duration::from_secs(60);
+    fn read(api: &Local, name: &str) -> Option<Remediation> {
+        read(api, REMEDIATIONS, MACHINE_NAMESPACE, name)
+    }
+    fn of(object: &Remediation) -> Option<Self> {
+        object.status.as_ref().map(|s| s.phase)
+    }
+    fn status(object: &Remediation) -> String {
+        format!("{:#?}", object.status)
+    }
+}
+
+impl Phase for DriftPhase {
+    type Object = DriftRemediation;
+    const DEADLINE: Duration = Duration::from_secs(40);
+    fn read(api: &Local, name: &str) -> Option<DriftRemediation> {
+        read(api, DRIFT_REMEDIATIONS, "", name)
+    }
+    fn of(object: &DriftRemediation) -> Option<Self> {
+        object.status.as_ref().map(|s| s.phase)
+    }
+    fn status(object: &DriftRemediation) -> String {
+        format!("{:#?}", object.status)
+    }
+}
+
+/// Every step of a deleting remediation happened exactly once.
+pub fn assert_each_step_once(steps: &[String]) {
+    for once in [
+        "PowerOffRequested",
+        "Fenced",
+        "NodeBackedUp",
+        "NodeDeleted",
+        "PowerOnRequested",
+        "Succeeded",
+    ] {
+        assert_eq!(
+            steps.iter().filter(|s| *s == once).count(),
+            1,
+            "{once} in {steps:?}"
+        );
+    }
+}
