@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::runtime::events::Recorder;
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
@@ -22,6 +22,49 @@ use crate::runtime::clock::Clock;
 use crate::runtime::conditions::held_by;
 use crate::runtime::informer::{is_ready, policy_in_force};
 use crate::runtime::requeue::Backoff;
+
+/// Options of the drift coordinator (`run` in `controller.rs` takes them).
+#[derive(Debug, Clone)]
+pub struct DriftOptions {
+    /// The Events' reporting instance.
+    pub instance: String,
+    /// How soon to look again while waiting.
+    pub poll: Duration,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Whether this replica may write.
+    pub leadership: Leadership,
+    /// The helper pods' image when the policy names none (the controller's own image).
+    pub helper_image: String,
+}
+
+impl Default for DriftOptions {
+    fn default() -> Self {
+        DriftOptions {
+            instance: "baremend".into(),
+            poll: Duration::from_secs(2),
+            metrics: Arc::new(Metrics::new()),
+            leadership: Leadership::unconditional(),
+            helper_image: "baremend:latest".into(),
+        }
+    }
+}
+
+/// The watch caches the drift passes read.
+pub struct DriftCaches {
+    /// Nodes (the shared watch's).
+    pub nodes: Store<Node>,
+    /// MachineConfigPools.
+    pub pools: Store<MachineConfigPool>,
+    /// MachineConfigNodes (empty where the API does not serve them).
+    pub mcns: Store<MachineConfigNode>,
+    /// Our drift remediations.
+    pub remediations: Store<DriftRemediation>,
+    /// Our machine remediations.
+    pub machine_remediations: Store<Remediation>,
+    /// Policies.
+    pub policies: Store<DriftPolicy>,
+}
 
 /// What every pass shares.
 pub struct DriftContext {
@@ -60,6 +103,37 @@ pub struct DriftContext {
 }
 
 impl DriftContext {
+    /// The context of a coordinator over `caches`, configured by `options`.
+    pub fn new(
+        client: Client,
+        clock: Arc<dyn Clock>,
+        caches: DriftCaches,
+        options: DriftOptions,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "baremend-drift".into(),
+            instance: Some(options.instance.clone()),
+        };
+        DriftContext {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            nodes: caches.nodes,
+            pools: caches.pools,
+            mcns: caches.mcns,
+            remediations: caches.remediations,
+            machine_remediations: caches.machine_remediations,
+            policies: caches.policies,
+            clock,
+            poll: options.poll,
+            metrics: options.metrics,
+            leadership: options.leadership,
+            helper_image: options.helper_image,
+            reported: Mutex::new(HashMap::new()),
+            starts: tokio::sync::Mutex::new(()),
+            backoff: Backoff::default(),
+        }
+    }
+
     /// The policy in force: the object named `default`, else the defaults.
     pub fn policy(&self) -> DriftPolicySpec {
         policy_in_force(&self.policies, |p| &p.spec)

@@ -3,61 +3,29 @@
 //! Pools, DriftRemediations, MachineConfigNodes and the policy are watched; a remediation
 //! that ends wakes the nodes its pool holds.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{Instrument, info, warn};
 
 use super::classify::{ConfigState, classify};
-pub use super::context::DriftContext;
+pub use super::context::{DriftCaches, DriftContext, DriftOptions};
 use super::pass::Pass;
+use crate::api::DriftRemediation;
 use crate::api::annotations::PLANNED_REBOOT;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
-use crate::api::{DriftPolicy, DriftRemediation, Remediation};
-use crate::leader::Leadership;
-use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::informer;
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
-use crate::runtime::requeue::Backoff;
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
-
-/// Options of [`run`].
-#[derive(Debug, Clone)]
-pub struct DriftOptions {
-    /// The Events' reporting instance.
-    pub instance: String,
-    /// How soon to look again while waiting.
-    pub poll: Duration,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
-    /// Whether this replica may write.
-    pub leadership: Leadership,
-    /// The helper pods' image when the policy names none (the controller's own image).
-    pub helper_image: String,
-}
-
-impl Default for DriftOptions {
-    fn default() -> Self {
-        DriftOptions {
-            instance: "baremend".into(),
-            poll: Duration::from_secs(2),
-            metrics: Arc::new(Metrics::new()),
-            leadership: Leadership::unconditional(),
-            helper_image: "baremend:latest".into(),
-        }
-    }
-}
 
 /// Whether the API serves MachineConfigPools (an OpenShift cluster with the MCO).
 pub async fn mco_served(client: &Client) -> bool {
@@ -85,95 +53,36 @@ pub async fn run(
             (feeds.remove(0), Some(task))
         }
     };
-    let NodeFeed {
-        store: nodes,
-        changes: node_stream,
-    } = node_feed;
-    let (pools, pool_stream) = informer(
-        Api::<MachineConfigPool>::all(client.clone()),
-        config.clone(),
-    );
-    let (remediations, remediation_stream) =
-        informer(Api::<DriftRemediation>::all(client.clone()), config.clone());
-    let (machine_remediations, machine_stream) =
-        informer(Api::<Remediation>::all(client.clone()), config.clone());
-    let (policies, policy_stream) =
-        informer(Api::<DriftPolicy>::all(client.clone()), config.clone());
-    // MachineConfigNodes are optional (served from OpenShift 4.15 on): without them the
-    // store stays empty and the annotations decide.
-    let mcn_api: Api<MachineConfigNode> = Api::all(client.clone());
-    let mcn_served = mcn_api
-        .list(&kube::api::ListParams::default().limit(1))
-        .await
-        .is_ok();
-    let (mcns, mcn_stream) = informer(mcn_api, config.clone());
-    let mcn_task = mcn_served.then(|| Background::spawn(mcn_stream.for_each(|_| async {})));
-    let context = Arc::new(DriftContext {
-        client: client.clone(),
-        nodes: nodes.clone(),
+    let (pools, pool_stream) = informer(Api::all(client.clone()), config.clone());
+    let (remediations, remediation_stream) = informer(Api::all(client.clone()), config.clone());
+    let (machine_remediations, machine_stream) = informer(Api::all(client.clone()), config.clone());
+    let (policies, policy_stream) = informer(Api::all(client.clone()), config.clone());
+    let (mcns, mcn_task) = watch_machine_config_nodes(&client, config).await;
+    let caches = DriftCaches {
+        nodes: node_feed.store.clone(),
         pools,
         mcns,
         remediations: remediations.clone(),
         machine_remediations,
         policies,
-        clock,
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "baremend-drift".into(),
-                instance: Some(options.instance.clone()),
-            },
-        ),
-        poll: options.poll,
-        metrics: options.metrics,
-        leadership: options.leadership,
-        helper_image: options.helper_image,
-        reported: Mutex::new(HashMap::new()),
-        starts: tokio::sync::Mutex::new(()),
-        backoff: Backoff::default(),
-    });
+    };
+    let context = Arc::new(DriftContext::new(client, clock, caches, options));
     let gauges = {
         let context = context.clone();
-        Background::spawn(async move {
-            loop {
-                context.refresh_metrics();
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        })
+        Background::every(Duration::from_secs(1), move || context.refresh_metrics())
     };
     let store = remediations.clone();
-    let by_node = move |remediation: DriftRemediation| {
-        let mut wake = vec![ObjectRef::<Node>::new(&remediation.spec.node_name)];
-        // An ended remediation frees budget: wake the held ones.
-        if remediation
-            .status
-            .as_ref()
-            .is_some_and(|s| s.phase.is_terminal())
-        {
-            wake.extend(
-                store
-                    .state()
-                    .iter()
-                    .filter(|r| r.status.as_ref().is_some_and(|s| !s.phase.is_terminal()))
-                    .map(|r| ObjectRef::new(&r.spec.node_name)),
-            );
-        }
-        wake
-    };
+    let by_node = move |remediation: DriftRemediation| nodes_of_remediation(&remediation, &store);
     // A pool's budget or a machine remediation changing matters only to the Nodes in play
     // (drifted, or with a remediation or a mark to carry on or clean up): on a large cluster
     // waking every Node at each of those changes kept thousands of passes busy. A policy
     // change (rare) may change what counts, so it wakes them all.
-    let in_play = {
-        let nodes = nodes.clone();
-        let remediations = remediations.clone();
-        futures_util::stream::select(pool_stream.map(|_| ()), machine_stream.map(|_| ())).flat_map(
-            move |()| {
-                futures_util::stream::iter(nodes_in_play(&nodes.state(), &remediations.state()))
-            },
-        )
-    };
-    Controller::for_shared_stream(node_stream, nodes)
+    let nodes = node_feed.store.clone();
+    let in_play = futures_util::stream::select(pool_stream.map(|_| ()), machine_stream.map(|_| ()))
+        .flat_map(move |()| {
+            futures_util::stream::iter(nodes_in_play(&nodes.state(), &remediations.state()))
+        });
+    Controller::for_shared_stream(node_feed.changes, node_feed.store)
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
         .watches_stream(remediation_stream, by_node)
         .reconcile_on(in_play)
@@ -190,6 +99,44 @@ pub async fn run(
     context.refresh_metrics();
     info!("drift coordinator stopped");
     Ok(())
+}
+
+/// MachineConfigNodes are optional (served from OpenShift 4.15 on): without them the store
+/// stays empty and the annotations decide. The task drives the watch where they are served.
+async fn watch_machine_config_nodes(
+    client: &Client,
+    config: watcher::Config,
+) -> (Store<MachineConfigNode>, Option<Background>) {
+    let api: Api<MachineConfigNode> = Api::all(client.clone());
+    let served = api
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .is_ok();
+    let (mcns, changes) = informer(api, config);
+    let task = served.then(|| Background::spawn(changes.for_each(|_| async {})));
+    (mcns, task)
+}
+
+/// The Nodes a changed DriftRemediation wakes: its own, and when it ended (which frees
+/// budget) every Node with an open remediation.
+fn nodes_of_remediation(
+    remediation: &DriftRemediation,
+    all: &Store<DriftRemediation>,
+) -> Vec<ObjectRef<Node>> {
+    let mut wake = vec![ObjectRef::<Node>::new(&remediation.spec.node_name)];
+    if remediation
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase.is_terminal())
+    {
+        wake.extend(
+            all.state()
+                .iter()
+                .filter(|r| r.status.as_ref().is_some_and(|s| !s.phase.is_terminal()))
+                .map(|r| ObjectRef::new(&r.spec.node_name)),
+        );
+    }
+    wake
 }
 
 /// At most this many drift passes at once (a policy change wakes every Node).

@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use super::budget::may_start;
+use super::budget::{Deferred, may_start};
 use super::classify::{ConfigState, classify};
 use super::context::DriftContext;
 use super::observe::{self, attempt_number, node_observation, pool_of, pool_view};
@@ -288,6 +288,7 @@ impl Pass {
     }
 
     /// Drives an open remediation one step.
+    /// One observe–plan–execute round of an open remediation.
     async fn drive(&self, remediation: &mut DriftRemediation) -> Result<Action> {
         let context = &self.context;
         let pools = context.pools.state();
@@ -295,43 +296,20 @@ impl Pass {
         let mcn = context
             .mcns
             .get(&kube::runtime::reflector::ObjectRef::new(&self.name));
-        let node = node_observation(&self.node, remediation, pool, mcn.as_deref());
+        let mut node = node_observation(&self.node, remediation, pool, mcn.as_deref());
         let persisted = observe::persisted(remediation);
-        let now_time = context.clock.now();
-        let now = since_epoch(now_time);
+        let now = since_epoch(context.clock.now());
         let policy = plan_policy(&self.policy, context.poll);
         let phase = persisted.phase;
         let before_start = matches!(phase, DriftPhase::Pending);
+        // Starts are decided one at a time: two nodes of a pool must not both pass the budget.
         let _start_lock = if before_start {
             Some(context.starts.lock().await)
         } else {
             None
         };
         let gates = match (before_start, pool) {
-            (true, Some(pool)) => {
-                let nodes = context.nodes.state();
-                let drift_busy = |n: &str| {
-                    context.remediations.state().iter().any(|r| {
-                        r.spec.node_name == n
-                            && r.status.as_ref().is_some_and(|s| {
-                                matches!(
-                                    s.phase,
-                                    DriftPhase::ForceRequested
-                                        | DriftPhase::Applying
-                                        | DriftPhase::Restoring
-                                )
-                            })
-                    })
-                };
-                let machine_busy = |n: &str| {
-                    context.machine_remediations.state().iter().any(|r| {
-                        r.spec.node_name.as_deref() == Some(n)
-                            && !r.status.as_ref().is_some_and(|s| s.phase.is_terminal())
-                    })
-                };
-                let view = pool_view(pool, &nodes, &self.node, &drift_busy, &machine_busy);
-                may_start(&view, &self.name)
-            }
+            (true, Some(pool)) => self.pool_gates(pool),
             _ => Ok(()),
         };
         let needs_budgets = (before_start && policy.drains())
@@ -341,15 +319,57 @@ impl Pass {
         } else {
             (Vec::new(), Vec::new())
         };
-        let mut node = node;
         if phase == DriftPhase::Draining {
             node.pods_to_evict = on_node
                 .iter()
                 .filter(|p| super::pdb::evicted_by_drain(p))
                 .count();
         }
+        let observed = Observed {
+            now,
+            node: Some(node.clone()),
+            gates,
+            blocking,
+            recent_attempts: self.recent_attempts(remediation, now),
+        };
+        let step = next_step(&persisted, &observed, &policy);
+        tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
+        self.execute(remediation, step, &node).await
+    }
+
+    /// Whether the pool's budget lets this node start: the nodes of the pool disrupted by a
+    /// drift remediation under way or by a machine remediation count against it.
+    fn pool_gates(&self, pool: &MachineConfigPool) -> std::result::Result<(), Deferred> {
+        let context = &self.context;
+        let nodes = context.nodes.state();
+        let drift_busy = |n: &str| {
+            context.remediations.state().iter().any(|r| {
+                r.spec.node_name == n
+                    && r.status.as_ref().is_some_and(|s| {
+                        matches!(
+                            s.phase,
+                            DriftPhase::ForceRequested
+                                | DriftPhase::Applying
+                                | DriftPhase::Restoring
+                        )
+                    })
+            })
+        };
+        let machine_busy = |n: &str| {
+            context.machine_remediations.state().iter().any(|r| {
+                r.spec.node_name.as_deref() == Some(n)
+                    && !r.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+            })
+        };
+        let view = pool_view(pool, &nodes, &self.node, &drift_busy, &machine_busy);
+        may_start(&view, &self.name)
+    }
+
+    /// The node's other remediations that ended (Succeeded, Failed, Escalated) within the
+    /// policy's recurrence window: drift that keeps coming back is held, not fixed forever.
+    fn recent_attempts(&self, remediation: &DriftRemediation, now: Duration) -> u32 {
         let window = Duration::from_secs(self.policy.recurrence_window_seconds);
-        let recent_attempts = self
+        let count = self
             .remediations()
             .iter()
             .filter(|r| r.name_any() != remediation.name_any())
@@ -366,16 +386,7 @@ impl Pass {
                     .is_some_and(|at| now.saturating_sub(at) <= window)
             })
             .count();
-        let observed = Observed {
-            now,
-            node: Some(node.clone()),
-            gates,
-            blocking,
-            recent_attempts: u32::try_from(recent_attempts).unwrap_or(u32::MAX),
-        };
-        let step = next_step(&persisted, &observed, &policy);
-        tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
-        self.execute(remediation, step, &node).await
+        u32::try_from(count).unwrap_or(u32::MAX)
     }
 
     /// The budgets a drain of the node would meet, and the pods on the node.

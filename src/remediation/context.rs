@@ -10,7 +10,7 @@ use baremend_drivers::Connector;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::ApiResource;
-use kube::runtime::events::Recorder;
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
 use super::bmc_cache::DriverCache;
@@ -34,6 +34,66 @@ pub fn machine_resource() -> ApiResource {
 /// The BareMetalHost resource (metal3.io/v1alpha1), for writes.
 pub fn host_resource() -> ApiResource {
     ApiResource::erase::<slim::BareMetalHost>(&())
+}
+
+/// Options of the controller (`run` in `controller.rs` takes them).
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// The Events' reporting instance (e.g. the pod name).
+    pub instance: String,
+    /// How soon to look again while waiting.
+    pub poll: Duration,
+    /// Told each step right after it is persisted, before it acts (tests and labs: see
+    /// [`PersistHook`]). None in production.
+    pub after_persist: Option<PersistHook>,
+    /// Where the metrics go (the caller serves them, see [`crate::metrics::serve`]).
+    pub metrics: Arc<Metrics>,
+    /// Whether this replica may write (see [`crate::leader`]).
+    pub leadership: Leadership,
+    /// A label selector on Machines: this replica's shard (all Machines when None).
+    pub machine_selector: Option<String>,
+    /// Read every known host's power this often into `baremend_host_power_state` (None: off).
+    pub power_poll: Option<Duration>,
+    /// Spreads the power reads over the interval (see the power monitor, `monitor.rs`).
+    pub power_poll_seed: u64,
+    /// Also run the config-drift coordinator (see [`crate::drift`]) where the API serves
+    /// MachineConfigPools, with helper pods of this image. None: not at all.
+    pub drift_helper_image: Option<String>,
+    /// Where this replica runs (see [`Placement`]).
+    pub placement: Option<Placement>,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            instance: "baremend".into(),
+            poll: Duration::from_secs(1),
+            after_persist: None,
+            metrics: Arc::new(Metrics::new()),
+            leadership: Leadership::unconditional(),
+            machine_selector: None,
+            power_poll: None,
+            power_poll_seed: 0,
+            drift_helper_image: None,
+            placement: None,
+        }
+    }
+}
+
+/// The watch caches a controller's passes read.
+pub struct Caches {
+    /// Machines (the controller's own store).
+    pub machines: Store<slim::Machine>,
+    /// BareMetalHosts.
+    pub hosts: Store<slim::BareMetalHost>,
+    /// Nodes (the shared watch's).
+    pub nodes: Store<Node>,
+    /// Remediations.
+    pub remediations: Store<Remediation>,
+    /// Policies.
+    pub policies: Store<RemediationPolicy>,
+    /// BMC mappings.
+    pub host_bmcs: Store<HostBmc>,
 }
 
 /// What every reconcile shares.
@@ -108,6 +168,41 @@ pub struct Placement {
 }
 
 impl Context {
+    /// The context of a controller over `caches`, configured by `options`.
+    pub fn new(
+        client: Client,
+        clock: Arc<dyn Clock>,
+        caches: Caches,
+        options: ControllerOptions,
+        out_of_service_taint: bool,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "baremend".into(),
+            instance: Some(options.instance.clone()),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            machines: caches.machines,
+            hosts: caches.hosts,
+            nodes: caches.nodes,
+            remediations: caches.remediations,
+            policies: caches.policies,
+            host_bmcs: caches.host_bmcs,
+            connector: Connector::new(),
+            bmc_drivers: DriverCache::default(),
+            clock,
+            poll: options.poll,
+            after_persist: options.after_persist,
+            metrics: options.metrics,
+            starts: tokio::sync::Mutex::new(Launched::new()),
+            out_of_service_taint,
+            leadership: options.leadership,
+            placement: options.placement,
+            backoff: Backoff::default(),
+        }
+    }
+
     /// Whether every cache holds a full list. Acting on a half-filled cache would be acting
     /// on a wrong picture: without the policy, on built-in defaults the operator replaced;
     /// without all Machines, on wrong storm and quorum counts. Checked without waiting, so the

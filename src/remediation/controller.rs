@@ -9,75 +9,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baremend_drivers::Connector;
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
-use super::bmc_cache::DriverCache;
-pub use super::context::{Context, PersistFn, PersistHook, Placement};
-use super::gates::Launched;
+pub use super::context::{Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement};
 use super::reconcile::{error_policy, reconcile};
 use crate::api::annotations::NODE_MACHINE;
 use crate::api::slim;
 use crate::api::{HostBmc, Remediation, RemediationPhase, RemediationPolicy};
 use crate::leader::{Elector, Leadership, LeaseConfig};
-use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::{informer, slimmed_informer};
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
-use crate::runtime::requeue::Backoff;
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
-
-/// Options of [`run`].
-#[derive(Debug, Clone)]
-pub struct ControllerOptions {
-    /// The Events' reporting instance (e.g. the pod name).
-    pub instance: String,
-    /// How soon to look again while waiting.
-    pub poll: Duration,
-    /// Told each step right after it is persisted, before it acts (tests and labs: see
-    /// [`PersistHook`]). None in production.
-    pub after_persist: Option<PersistHook>,
-    /// Where the metrics go (the caller serves them, see [`crate::metrics::serve`]).
-    pub metrics: Arc<Metrics>,
-    /// Whether this replica may write (see [`crate::leader`]).
-    pub leadership: Leadership,
-    /// A label selector on Machines: this replica's shard (all Machines when None).
-    pub machine_selector: Option<String>,
-    /// Read every known host's power this often into `baremend_host_power_state` (None: off).
-    pub power_poll: Option<Duration>,
-    /// Spreads the power reads over the interval (see [`super::monitor`]).
-    pub power_poll_seed: u64,
-    /// Also run the config-drift coordinator (see [`crate::drift`]) where the API serves
-    /// MachineConfigPools, with helper pods of this image. None: not at all.
-    pub drift_helper_image: Option<String>,
-    /// Where this replica runs (see [`Placement`]).
-    pub placement: Option<Placement>,
-}
-
-impl Default for ControllerOptions {
-    fn default() -> Self {
-        ControllerOptions {
-            instance: "baremend".into(),
-            poll: Duration::from_secs(1),
-            after_persist: None,
-            metrics: Arc::new(Metrics::new()),
-            leadership: Leadership::unconditional(),
-            machine_selector: None,
-            power_poll: None,
-            power_poll_seed: 0,
-            drift_helper_image: None,
-            placement: None,
-        }
-    }
-}
 
 /// Whether the API server knows the out-of-service taint: Kubernetes 1.28 or later.
 async fn out_of_service_taint(client: &Client) -> bool {
@@ -177,6 +127,86 @@ pub async fn run(
     machines.and(drifts)
 }
 
+/// The watches of the machine controller: the caches its passes read, and the streams of
+/// changes that wake them.
+struct Watches<M, H, R, P, B> {
+    machines: (Store<slim::Machine>, M),
+    hosts: (Store<slim::BareMetalHost>, H),
+    remediations: (Store<Remediation>, R),
+    policies: (Store<RemediationPolicy>, P),
+    host_bmcs: (Store<HostBmc>, B),
+}
+
+/// Starts one informer per kind (Nodes come from the shared watch); Machines only of this
+/// replica's shard when a selector is given.
+fn watch_kinds(
+    client: &Client,
+    machine_selector: Option<&str>,
+) -> Watches<
+    impl Stream<Item = WatchResult<slim::Machine>> + Send + 'static,
+    impl Stream<Item = WatchResult<slim::BareMetalHost>> + Send + 'static,
+    impl Stream<Item = WatchResult<Remediation>> + Send + 'static,
+    impl Stream<Item = WatchResult<RemediationPolicy>> + Send + 'static,
+    impl Stream<Item = WatchResult<HostBmc>> + Send + 'static,
+> {
+    let config = watcher::Config::default();
+    let machine_config = match machine_selector {
+        Some(selector) => config.clone().labels(selector),
+        None => config.clone(),
+    };
+    Watches {
+        machines: slimmed_informer(Api::all(client.clone()), machine_config, slim::machine),
+        hosts: slimmed_informer(
+            Api::all(client.clone()),
+            config.clone(),
+            slim::bare_metal_host,
+        ),
+        remediations: informer(Api::all(client.clone()), config.clone()),
+        policies: informer(Api::all(client.clone()), config.clone()),
+        host_bmcs: informer(Api::all(client.clone()), config),
+    }
+}
+
+/// A watch stream's items.
+type WatchResult<K> = std::result::Result<K, watcher::Error>;
+
+/// The Machine a BareMetalHost serves (its consumer), to wake on the host's changes.
+fn machine_of_host(host: slim::BareMetalHost) -> Option<ObjectRef<slim::Machine>> {
+    let consumer = host.spec?.consumer_ref?;
+    let namespace = consumer.namespace?;
+    (consumer.kind.as_deref() == Some("Machine"))
+        .then(|| ObjectRef::new(&consumer.name).within(&namespace))
+}
+
+/// The Machine of a Node (the Machine API's annotation), to wake on the Node's changes.
+fn machine_of_node(node: Arc<Node>) -> Option<ObjectRef<slim::Machine>> {
+    node.annotations()
+        .get(NODE_MACHINE)
+        .and_then(|value| value.split_once('/'))
+        .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
+}
+
+/// The Machines a changed Remediation wakes: its own, and when it ended (which may open a
+/// gate) every Machine whose start is held.
+fn machines_of_remediation(
+    remediation: &Remediation,
+    all: &Store<Remediation>,
+) -> Vec<ObjectRef<slim::Machine>> {
+    let mut machines: Vec<ObjectRef<slim::Machine>> = remediation
+        .namespace()
+        .map(|namespace| ObjectRef::new(&remediation.spec.machine_name).within(&namespace))
+        .into_iter()
+        .collect();
+    if remediation
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase.is_terminal())
+    {
+        machines.extend(held_machines(all));
+    }
+    machines
+}
+
 /// Runs the machine remediation controller until `shutdown` resolves.
 async fn run_machines(
     client: Client,
@@ -186,122 +216,48 @@ async fn run_machines(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
     let out_of_service_taint = out_of_service_taint(&client).await;
-    let config = watcher::Config::default();
-
-    let (hosts, host_stream) = slimmed_informer(
-        Api::<slim::BareMetalHost>::all(client.clone()),
-        config.clone(),
-        slim::bare_metal_host,
-    );
-    let NodeFeed {
-        store: nodes,
-        changes: node_stream,
-    } = node_feed;
-    let (remediations, remediation_stream) =
-        informer(Api::<Remediation>::all(client.clone()), config.clone());
-    let (policies, policy_stream) = informer(
-        Api::<RemediationPolicy>::all(client.clone()),
-        config.clone(),
-    );
-    let (host_bmcs, host_bmc_stream) =
-        informer(Api::<HostBmc>::all(client.clone()), config.clone());
-    let machine_config = match &options.machine_selector {
-        Some(selector) => config.labels(selector),
-        None => config,
-    };
-    let (machines, machine_stream) = slimmed_informer(
-        Api::<slim::Machine>::all(client.clone()),
-        machine_config,
-        slim::machine,
-    );
-    // A bounded number of passes at once: at start every Machine is looked at, and thousands
-    // of passes in flight would only hold memory (and API connections) for nothing.
-    let controller = Controller::for_stream(machine_stream, machines.clone())
-        .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE));
-    let context = Arc::new(Context {
-        client: client.clone(),
-        machines,
-        hosts,
-        nodes,
+    let watches = watch_kinds(&client, options.machine_selector.as_deref());
+    let (remediations, remediation_stream) = watches.remediations;
+    let (machines, machine_stream) = watches.machines;
+    let caches = Caches {
+        machines: machines.clone(),
+        hosts: watches.hosts.0,
+        nodes: node_feed.store.clone(),
         remediations: remediations.clone(),
-        policies,
-        host_bmcs,
-        connector: Connector::new(),
-        bmc_drivers: DriverCache::default(),
+        policies: watches.policies.0,
+        host_bmcs: watches.host_bmcs.0,
+    };
+    let power = options.power_poll.map(|p| (p, options.power_poll_seed));
+    let context = Arc::new(Context::new(
+        client,
         clock,
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: "baremend".into(),
-                instance: Some(options.instance.clone()),
-            },
-        ),
-        poll: options.poll,
-        after_persist: options.after_persist,
-        metrics: options.metrics,
-        starts: tokio::sync::Mutex::new(Launched::new()),
+        caches,
+        options,
         out_of_service_taint,
-        leadership: options.leadership,
-        placement: options.placement,
-        backoff: Backoff::default(),
-    });
+    ));
     context.metrics.set_leader(context.leadership.is_leading());
     // Background: they stop with this function, also when it is dropped mid-way (leadership
     // lost): nothing may go on reading BMCs for a controller that is gone.
-    let monitor = options.power_poll.map(|interval| {
-        Background::spawn(super::monitor::run(
-            context.clone(),
-            interval,
-            options.power_poll_seed,
-        ))
+    let monitor = power.map(|(interval, seed)| {
+        Background::spawn(super::monitor::run(context.clone(), interval, seed))
     });
     let gauges = {
         let context = context.clone();
-        Background::spawn(async move {
-            loop {
-                context.refresh_metrics();
-                tokio::time::sleep(GAUGE_REFRESH).await;
-            }
-        })
+        Background::every(GAUGE_REFRESH, move || context.refresh_metrics())
     };
-
-    let by_consumer = |host: slim::BareMetalHost| {
-        let consumer = host.spec?.consumer_ref?;
-        let namespace = consumer.namespace?;
-        (consumer.kind.as_deref() == Some("Machine"))
-            .then(|| ObjectRef::new(&consumer.name).within(&namespace))
-    };
-    let by_node = |node: Arc<Node>| {
-        node.annotations()
-            .get(NODE_MACHINE)
-            .and_then(|value| value.split_once('/'))
-            .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
-    };
-    let store = remediations.clone();
-    let by_spec = move |remediation: Remediation| {
-        let mut machines: Vec<ObjectRef<slim::Machine>> = remediation
-            .namespace()
-            .map(|namespace| ObjectRef::new(&remediation.spec.machine_name).within(&namespace))
-            .into_iter()
-            .collect();
-        // A remediation that ended may open a gate: wake the held ones at once.
-        let ended = remediation
-            .status
-            .as_ref()
-            .is_some_and(|s| s.phase.is_terminal());
-        if ended {
-            machines.extend(held_machines(&store));
-        }
-        machines
-    };
+    let by_remediation = move |r: Remediation| machines_of_remediation(&r, &remediations);
     // A policy or BMC mapping change may unblock anything: look at every Machine again.
-    let reconcile_all =
-        futures_util::stream::select(policy_stream.map(|_| ()), host_bmc_stream.map(|_| ()));
-
-    controller
-        .watches_stream(host_stream, by_consumer)
-        .watches_shared_stream(node_stream, by_node)
-        .watches_stream(remediation_stream, by_spec)
+    let reconcile_all = futures_util::stream::select(
+        watches.policies.1.map(|_| ()),
+        watches.host_bmcs.1.map(|_| ()),
+    );
+    // A bounded number of passes at once: at start every Machine is looked at, and thousands
+    // of passes in flight would only hold memory (and API connections) for nothing.
+    Controller::for_stream(machine_stream, machines)
+        .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
+        .watches_stream(watches.hosts.1, machine_of_host)
+        .watches_shared_stream(node_feed.changes, machine_of_node)
+        .watches_stream(remediation_stream, by_remediation)
         .reconcile_all_on(reconcile_all)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context.clone())

@@ -13,6 +13,7 @@ use kube::runtime::controller::Action;
 use tracing::Instrument;
 
 use super::context::Context;
+use super::fence::ConfirmedOff;
 use super::gates::{Held, Launched};
 use super::observe::node_view;
 use super::pass::Pass;
@@ -65,6 +66,7 @@ impl Pass {
 
     /// One observe–plan–act round. `None`: go on with the next step at once.
     pub(super) async fn step(&self, remediation: &mut Remediation) -> Result<Option<Action>> {
+        // Observe: the persisted state, the cached Node and the fresh evidence.
         let status = remediation.status.clone().unwrap_or_default();
         let created =
             created_at(remediation).unwrap_or_else(|| since_epoch(self.context.clock.now()));
@@ -101,6 +103,7 @@ impl Pass {
             node: node_view(node.as_deref()),
             may_start: may,
         };
+        // Plan (pure), then execute.
         let step = next_step(&state, &observed, &self.plan_policy());
         tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
         let acted = self
@@ -116,27 +119,34 @@ impl Pass {
                 },
             )
             .await;
-        // A BMC proof the step did not spend serves the release a moment later.
-        if let Some(unspent) = proof {
+        self.after_step(remediation, proof, starts.as_deref_mut());
+        acted
+    }
+
+    /// What a step leaves behind in memory: a BMC proof it did not spend (it serves the
+    /// release a moment later), the start it made (the cache may not show it yet), and the
+    /// BMC session of a remediation that ended (not needed any more).
+    fn after_step(
+        &self,
+        remediation: &Remediation,
+        unspent: Option<ConfirmedOff>,
+        starts: Option<&mut Launched>,
+    ) {
+        if let Some(unspent) = unspent {
             self.remember_bmc_proof(unspent);
         }
-        if let Some(launched) = starts.as_deref_mut()
-            && remediation.status.as_ref().map(|s| s.phase) == Some(Phase::PoweringOff)
+        let phase = remediation.status.as_ref().map(|s| s.phase);
+        if let Some(launched) = starts
+            && phase == Some(Phase::PoweringOff)
         {
             launched.insert(
                 (self.namespace.clone(), remediation.name_any()),
                 self.name.clone(),
             );
         }
-        if remediation
-            .status
-            .as_ref()
-            .is_some_and(|s| s.phase.is_terminal())
-        {
-            // Ended: its BMC session is not needed any more.
+        if phase.is_some_and(Phase::is_terminal) {
             self.context.bmc_drivers.release(&self.machine_key());
         }
-        acted
     }
 
     /// The gates for a start, decided on the caches and confirmed on fresh reads (the cache

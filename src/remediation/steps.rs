@@ -659,21 +659,7 @@ impl Pass {
     ) -> Result<()> {
         let now = self.context.clock.now();
         let label = reason.label();
-        let message = match &reason {
-            FailReason::PowerOffNotConfirmed(why) => {
-                format!("power-off never confirmed, the Node is left alone: {why}")
-            }
-            FailReason::FenceLost(why) => format!(
-                "the host was proven off but the proof could not be taken again for the release, so the Node is kept: {why}"
-            ),
-            FailReason::NodeNeverReady => format!(
-                "the Node did not come back in {} power cycle(s); the host is left powered off",
-                state.attempt
-            ),
-            FailReason::RestoreTimedOut => {
-                "the Node came back but could not be restored in time; the trigger is kept".into()
-            }
-        };
+        let message = failure_message(&reason, state.attempt);
         let strategy = status.strategy.clone().unwrap_or_default();
         status.last_error = Some(message.clone());
         set_condition(
@@ -727,6 +713,7 @@ impl Pass {
         }
         Ok(())
     }
+
     /// Deletes the Machine so that its MachineSet replaces it, where that is safe: see
     /// [`super::observe::reprovisionable`].
     async fn delete_machine(&self, remediation: &mut Remediation) -> Result<()> {
@@ -784,5 +771,23 @@ fn remember_boot(status: &mut RemediationStatus, node: Option<&Node>) {
     } = node_view(node)
     {
         status.node_boot_id = Some(id);
+    }
+}
+
+/// What a failure tells the operator: why, and what was left as it was.
+fn failure_message(reason: &FailReason, attempts: u32) -> String {
+    match reason {
+        FailReason::PowerOffNotConfirmed(why) => {
+            format!("power-off never confirmed, the Node is left alone: {why}")
+        }
+        FailReason::FenceLost(why) => format!(
+            "the host was proven off but the proof could not be taken again for the release, so the Node is kept: {why}"
+        ),
+        FailReason::NodeNeverReady => format!(
+            "the Node did not come back in {attempts} power cycle(s); the host is left powered off"
+        ),
+        FailReason::RestoreTimedOut => {
+            "the Node came back but could not be restored in time; the trigger is kept".into()
+        }
     }
 }

@@ -16,6 +16,17 @@ impl Background {
     pub fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) -> Self {
         Background(tokio::spawn(task))
     }
+
+    /// Spawns a task that calls `tick` every `period` (at once first), such as a gauge
+    /// recount from the caches.
+    pub fn every(period: std::time::Duration, tick: impl Fn() + Send + 'static) -> Self {
+        Background::spawn(async move {
+            loop {
+                tick();
+                tokio::time::sleep(period).await;
+            }
+        })
+    }
 }
 
 impl From<JoinHandle<()>> for Background {
