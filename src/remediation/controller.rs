@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{Stream, StreamExt};
+use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -24,7 +24,7 @@ use crate::api::slim;
 use crate::api::{HostBmc, Remediation, RemediationPhase, RemediationPolicy};
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::runtime::clock::Clock;
-use crate::runtime::informer::{informer, slimmed_informer};
+use crate::runtime::informer::{Changes, informer, slimmed_informer};
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
@@ -129,46 +129,34 @@ pub async fn run(
 
 /// The watches of the machine controller: the caches its passes read, and the streams of
 /// changes that wake them.
-struct Watches<M, H, R, P, B> {
-    machines: (Store<slim::Machine>, M),
-    hosts: (Store<slim::BareMetalHost>, H),
-    remediations: (Store<Remediation>, R),
-    policies: (Store<RemediationPolicy>, P),
-    host_bmcs: (Store<HostBmc>, B),
+struct Watches {
+    machines: (Store<slim::Machine>, Changes<slim::Machine>),
+    hosts: (Store<slim::BareMetalHost>, Changes<slim::BareMetalHost>),
+    remediations: (Store<Remediation>, Changes<Remediation>),
+    policies: (Store<RemediationPolicy>, Changes<RemediationPolicy>),
+    host_bmcs: (Store<HostBmc>, Changes<HostBmc>),
 }
 
 /// Starts one informer per kind (Nodes come from the shared watch); Machines only of this
 /// replica's shard when a selector is given.
-fn watch_kinds(
-    client: &Client,
-    machine_selector: Option<&str>,
-) -> Watches<
-    impl Stream<Item = WatchResult<slim::Machine>> + Send + 'static,
-    impl Stream<Item = WatchResult<slim::BareMetalHost>> + Send + 'static,
-    impl Stream<Item = WatchResult<Remediation>> + Send + 'static,
-    impl Stream<Item = WatchResult<RemediationPolicy>> + Send + 'static,
-    impl Stream<Item = WatchResult<HostBmc>> + Send + 'static,
-> {
+fn watch_kinds(client: &Client, machine_selector: Option<&str>) -> Watches {
     let config = watcher::Config::default();
     let machine_config = match machine_selector {
         Some(selector) => config.clone().labels(selector),
         None => config.clone(),
     };
     Watches {
-        machines: slimmed_informer(Api::all(client.clone()), machine_config, slim::machine),
-        hosts: slimmed_informer(
+        machines: (slimmed_informer(Api::all(client.clone()), machine_config, slim::machine)),
+        hosts: (slimmed_informer(
             Api::all(client.clone()),
             config.clone(),
             slim::bare_metal_host,
-        ),
-        remediations: informer(Api::all(client.clone()), config.clone()),
-        policies: informer(Api::all(client.clone()), config.clone()),
-        host_bmcs: informer(Api::all(client.clone()), config),
+        )),
+        remediations: (informer(Api::all(client.clone()), config.clone())),
+        policies: (informer(Api::all(client.clone()), config.clone())),
+        host_bmcs: (informer(Api::all(client.clone()), config)),
     }
 }
-
-/// A watch stream's items.
-type WatchResult<K> = std::result::Result<K, watcher::Error>;
 
 /// The Machine a BareMetalHost serves (its consumer), to wake on the host's changes.
 fn machine_of_host(host: slim::BareMetalHost) -> Option<ObjectRef<slim::Machine>> {

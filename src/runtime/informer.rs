@@ -9,21 +9,19 @@
 use std::fmt::Debug;
 use std::hash::Hash;
 
-use futures_util::{FutureExt, Stream};
+use futures_util::stream::BoxStream;
+use futures_util::{FutureExt, StreamExt};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 
+/// A kind's stream of changed objects (boxed: a controller keeps several in one struct).
+pub type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
 /// Watches `api` into a store; returns the store and the stream of changed objects.
-pub fn informer<K>(
-    api: Api<K>,
-    config: watcher::Config,
-) -> (
-    Store<K>,
-    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
+pub fn informer<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, Changes<K>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
@@ -37,10 +35,7 @@ pub fn slimmed_informer<K>(
     api: Api<K>,
     config: watcher::Config,
     slim: impl FnMut(&mut K) + Send + 'static,
-) -> (
-    Store<K>,
-    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
+) -> (Store<K>, Changes<K>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
@@ -50,7 +45,8 @@ where
         .default_backoff()
         .modify(slim)
         .reflect(writer)
-        .touched_objects();
+        .touched_objects()
+        .boxed();
     (store, changes)
 }
 
