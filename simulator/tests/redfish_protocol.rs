@@ -375,6 +375,18 @@ async fn injected_errors_touch_only_their_system_and_carry_retry_after() {
         get(&app, "/redfish/v1/Systems/1").await.status,
         StatusCode::OK
     );
+    // The Retry-After of a 429 or 503 can be chosen; other statuses have none.
+    for (status, retry_after) in [(429, "30"), (503, "30"), (500, "")] {
+        service.host("1").unwrap().set_faults(Faults {
+            error_status: Some(status),
+            error_count: Some(1),
+            retry_after_s: Some(30),
+            ..Faults::default()
+        });
+        let failed = get(&app, "/redfish/v1/Systems/1").await;
+        assert_eq!(failed.status.as_u16(), status);
+        assert_eq!(failed.header("retry-after"), retry_after, "{status}");
+    }
 }
 
 #[tokio::test]
