@@ -2,7 +2,9 @@
 //!
 //! This is what an operator runs to check a BMC address and credentials before trusting
 //! remediation with them: `off` and `on` return only once the new state is read back from the
-//! BMC, and fail at the deadline naming the last state seen.
+//! BMC, and fail at the deadline naming the last state seen. Every request is tried again
+//! within `--timeout` while the BMC is busy, failing or unreachable, after the `Retry-After` it
+//! asks for; refused credentials end the command at once.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +14,8 @@ use baremend_drivers::ipmi::PrivilegeLevel;
 use baremend_drivers::ipmi::wire::crypto::CipherSuite;
 use baremend_drivers::{
     BmcAddress, Connector, Credentials, DriverConfig, PowerDriver, PowerOffMode, PowerState,
-    TlsOptions, WaitOptions, power_off_confirmed, wait_for_power_state,
+    RetryPolicy, TlsOptions, WaitOptions, power_off_confirmed, retry_observed,
+    wait_for_power_state,
 };
 use clap::{Args, Subcommand, ValueEnum};
 
@@ -42,7 +45,9 @@ pub struct BmcArgs {
     /// Do not verify the BMC's TLS certificate (explicit opt-in, for lab BMCs only).
     #[arg(long)]
     pub insecure: bool,
-    /// How long `on`, `off` and `cycle` wait for the state to be read back.
+    /// How long each step may take: a request to the BMC, tried again while the BMC answers
+    /// busy, 5xx or not at all (after its Retry-After, if it sends one), and the wait until
+    /// `on`, `off` and `cycle` read the new state back. Refused credentials are never retried.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub timeout: Duration,
     /// The limit for one Redfish request to the BMC.
@@ -114,14 +119,44 @@ pub async fn run(args: BmcArgs) -> Result<()> {
     outcome
 }
 
+/// Sends one request, tried again within `timeout` while the BMC answers with a retryable
+/// error (see [`baremend_drivers::retry`]); each retry is announced as a warning.
+async fn retried<T, Fut>(
+    driver: &dyn PowerDriver,
+    timeout: Duration,
+    operation: &str,
+    attempt: impl FnMut() -> Fut,
+) -> Result<T>
+where
+    Fut: Future<Output = baremend_drivers::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let policy = RetryPolicy::default();
+    // Shown at the default log level, so that a long wait is never silent.
+    let warn = |error: &baremend_drivers::Error, pause: Duration| {
+        tracing::warn!("{error}; trying again in {:.1}s", pause.as_secs_f64());
+    };
+    let outcome = retry_observed(
+        &policy,
+        Some(deadline),
+        driver.bmc(),
+        operation,
+        warn,
+        attempt,
+    );
+    Ok(outcome.await?)
+}
+
 async fn act(driver: &Arc<dyn PowerDriver>, action: BmcAction, timeout: Duration) -> Result<()> {
+    let driver = driver.as_ref();
     match action {
         BmcAction::Status => {
-            println!("{}", driver.power_state().await?);
+            let state = retried(driver, timeout, "power state read", || driver.power_state());
+            println!("{}", state.await?);
         }
         BmcAction::On => {
-            driver.power_on().await?;
-            confirm(driver.as_ref(), PowerState::On, timeout).await?;
+            retried(driver, timeout, "power on", || driver.power_on()).await?;
+            confirm(driver, PowerState::On, timeout).await?;
         }
         BmcAction::Off {
             graceful,
@@ -135,8 +170,7 @@ async fn act(driver: &Arc<dyn PowerDriver>, action: BmcAction, timeout: Duration
                 ..WaitOptions::default()
             };
             let outcome =
-                power_off_confirmed(driver.as_ref(), graceful_for, &options, |s| printer.show(s))
-                    .await?;
+                power_off_confirmed(driver, graceful_for, &options, |s| printer.show(s)).await?;
             if outcome.escalated {
                 println!("graceful shutdown did not finish in time: the power was cut");
             }
@@ -146,13 +180,14 @@ async fn act(driver: &Arc<dyn PowerDriver>, action: BmcAction, timeout: Duration
             );
         }
         BmcAction::Cycle => {
-            driver.power_off(PowerOffMode::Forced).await?;
-            confirm(driver.as_ref(), PowerState::Off, timeout).await?;
-            driver.power_on().await?;
-            confirm(driver.as_ref(), PowerState::On, timeout).await?;
+            let forced = || driver.power_off(PowerOffMode::Forced);
+            retried(driver, timeout, "power off", forced).await?;
+            confirm(driver, PowerState::Off, timeout).await?;
+            retried(driver, timeout, "power on", || driver.power_on()).await?;
+            confirm(driver, PowerState::On, timeout).await?;
         }
         BmcAction::Probe => {
-            let report = driver.probe().await?;
+            let report = retried(driver, timeout, "probe", || driver.probe()).await?;
             println!("bmc:              {}", driver.bmc());
             println!("protocol:         {}", report.protocol);
             println!("authentication:   {}", report.authentication);

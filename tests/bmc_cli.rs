@@ -213,6 +213,8 @@ async fn failures_exit_non_zero_with_one_clear_line() {
             "admin",
             "--ipmi-reply-timeout",
             "200ms",
+            "--timeout",
+            "2s",
             "status",
         ],
         Some(PASSWORD),
@@ -251,6 +253,9 @@ async fn failures_exit_non_zero_with_one_clear_line() {
         "{err}"
     );
 
+    // An unreachable BMC is tried again until --timeout, each retry announced, and the
+    // error stays the last line.
+    let started = std::time::Instant::now();
     let unreachable = baremend(
         &[
             "bmc",
@@ -260,16 +265,28 @@ async fn failures_exit_non_zero_with_one_clear_line() {
             "admin",
             "--request-timeout",
             "2s",
+            "--timeout",
+            "2s",
             "status",
         ],
         Some(PASSWORD),
     )
     .await;
     assert!(!unreachable.status.success());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let (_, err) = texts(&unreachable);
+    let lines: Vec<&str> = err.trim().lines().collect();
     assert!(
-        texts(&unreachable).1.contains("unreachable"),
-        "{:?}",
-        texts(&unreachable)
+        lines.len() >= 2
+            && lines[..lines.len() - 1]
+                .iter()
+                .all(|l| l.contains("trying again")),
+        "{err}"
+    );
+    let last = lines.last().unwrap();
+    assert!(
+        last.starts_with("error: ") && last.contains("unreachable"),
+        "{err}"
     );
 }
 
@@ -308,4 +325,171 @@ async fn tls_needs_the_ca_file_or_an_explicit_insecure() {
     )
     .await;
     assert!(!both.status.success());
+}
+
+/// A command of the table below: its arguments, the power the host starts in, what its
+/// output shows on success, and the resets the BMC must have received (each exactly once).
+struct Command {
+    args: &'static [&'static str],
+    start: Power,
+    shows: &'static str,
+    resets: &'static [&'static str],
+}
+
+const COMMANDS: &[Command] = &[
+    Command {
+        args: &["status"],
+        start: Power::On,
+        shows: "On",
+        resets: &[],
+    },
+    Command {
+        args: &["on"],
+        start: Power::Off,
+        shows: "On confirmed",
+        resets: &["On"],
+    },
+    Command {
+        args: &["off"],
+        start: Power::On,
+        shows: "Off confirmed",
+        resets: &["ForceOff"],
+    },
+    Command {
+        args: &["off", "--graceful"],
+        start: Power::On,
+        shows: "Off confirmed",
+        resets: &["GracefulShutdown"],
+    },
+    Command {
+        args: &["cycle"],
+        start: Power::On,
+        shows: "On confirmed",
+        resets: &["ForceOff", "On"],
+    },
+    Command {
+        args: &["probe"],
+        start: Power::On,
+        shows: "ForceOff",
+        resets: &[],
+    },
+];
+
+/// `baremend bmc --address ADDRESS --username admin --timeout TIMEOUT VERB…`.
+fn bmc_args<'a>(address: &'a str, timeout: &'a str, verb: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "bmc",
+        "--address",
+        address,
+        "--username",
+        "admin",
+        "--timeout",
+        timeout,
+    ];
+    args.extend_from_slice(verb);
+    args
+}
+
+/// Runs one command against a fresh simulator whose system answers its first two requests
+/// with `status`; returns how long it took.
+async fn through_two_errors(command: &Command, status: u16) -> Duration {
+    let sim = sim(TlsMode::Plain).await;
+    sim.service().set_power("1", command.start);
+    sim.host("1").unwrap().set_faults(Faults {
+        error_status: Some(status),
+        error_count: Some(2),
+        ..Faults::default()
+    });
+    let address = sim.bmc_address("1");
+    let args = bmc_args(&address, "30s", command.args);
+    let started = std::time::Instant::now();
+    let output = baremend(&args, Some(PASSWORD)).await;
+    let took = started.elapsed();
+    let (out, err) = texts(&output);
+    let context = format!("{:?} with HTTP {status} twice", command.args);
+    assert!(output.status.success(), "{context}:\n{out}\n{err}");
+    assert!(out.contains(command.shows), "{context}:\n{out}");
+    assert_no_secret(&output);
+    let stats = sim.service().stats();
+    let resets: Vec<&str> = stats.resets.iter().map(|r| r.reset_type.as_str()).collect();
+    assert_eq!(resets, command.resets, "{context}");
+    assert_eq!(stats.open_sessions, 0, "{context}");
+    took
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_gets_through_a_bmc_that_refuses_two_requests_and_honours_retry_after() {
+    // 429 and 503 come with `Retry-After: 1`: two refusals cost at least two seconds. A 500
+    // has no Retry-After: the backoff starts at 250 ms.
+    for status in [503, 429, 500] {
+        let runs = COMMANDS.iter().map(|c| through_two_errors(c, status));
+        let durations = futures_util::future::join_all(runs).await;
+        for (command, took) in COMMANDS.iter().zip(durations) {
+            if status != 500 {
+                assert!(
+                    took >= Duration::from_secs(2),
+                    "{:?} with HTTP {status} took {took:?}: Retry-After not honoured",
+                    command.args
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_password_is_never_tried_twice_whatever_the_timeout() {
+    let sim = sim(TlsMode::Plain).await;
+    let address = sim.bmc_address("1");
+    for command in COMMANDS {
+        let args = bmc_args(&address, "60s", command.args);
+        let before = sim.service().stats().authentication_failures;
+        let started = std::time::Instant::now();
+        let output = baremend(&args, Some("wrong-password")).await;
+        let (_, err) = texts(&output);
+        assert!(!output.status.success());
+        assert!(err.contains("refused the credentials"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{err}");
+        let failures = sim.service().stats().authentication_failures - before;
+        assert_eq!(failures, 1, "{:?}: one login attempt", command.args);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_busy_for_longer_than_the_timeout_fails_in_time_with_its_own_answer() {
+    let sim = sim(TlsMode::Plain).await;
+    let address = sim.bmc_address("1");
+    let run = |timeout: &'static str| {
+        let address = address.clone();
+        async move {
+            let args = bmc_args(&address, timeout, &["on"]);
+            let started = std::time::Instant::now();
+            let output = baremend(&args, Some(PASSWORD)).await;
+            (output, started.elapsed())
+        }
+    };
+    // Busy for good, asking for a second each time: tried until the timeout, then its answer.
+    sim.host("1").unwrap().set_faults(Faults {
+        error_status: Some(503),
+        ..Faults::default()
+    });
+    let (output, took) = run("2500ms").await;
+    let (_, err) = texts(&output);
+    assert!(!output.status.success());
+    assert!(err.contains("is busy") && err.contains("HTTP 503"), "{err}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    // Asking for more time than is left: no pointless wait, the answer at once.
+    sim.host("1").unwrap().set_faults(Faults {
+        error_status: Some(503),
+        retry_after_s: Some(30),
+        ..Faults::default()
+    });
+    let (output, took) = run("10s").await;
+    let (_, err) = texts(&output);
+    assert!(!output.status.success());
+    assert!(err.contains("is busy"), "{err}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(sim.service().stats().resets.is_empty());
 }

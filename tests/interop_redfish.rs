@@ -1,5 +1,7 @@
 //! Fidelity against real third-party Redfish software:
 //! - the DMTF Redfish Service Validator walks our simulator (0 FAIL required);
+//! - the DMTF Redfish Protocol Validator checks the HTTP protocol of the simulator over HTTPS
+//!   (0 FAIL required, and every ETag assertion must pass rather than go untested);
 //! - sushy, the client Ironic and metal3 use, powers a simulated system off and on with session
 //!   authentication and refuses reset types we do not advertise;
 //! - our driver and `baremend bmc` power systems of the sushy-tools emulator.
@@ -9,7 +11,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -70,6 +72,33 @@ fn strip_ansi(text: &str) -> String {
     out
 }
 
+/// A DMTF validator from the venv, pointed at `base_url` and at no configuration file.
+fn validator_command(tool: &str, base_url: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(venv_tool(tool));
+    command.args(["--config", "/nonexistent/config.ini", "--rhost", base_url]);
+    command
+}
+
+/// Runs a validator in `dir` (its working folder) to the end: its exit status, its output
+/// without colour codes, and its error output.
+async fn run_validator(
+    mut command: tokio::process::Command,
+    dir: &Path,
+) -> (std::process::ExitStatus, String, String) {
+    let output = command
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("the validator runs");
+    (
+        output.status,
+        strip_ansi(&String::from_utf8_lossy(&output.stdout)),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 /// PASS, WARN, FAIL, NOT TESTED from the validator's closing table.
 fn validator_summary(stdout: &str) -> Option<[u64; 4]> {
     let lines: Vec<&str> = stdout.lines().collect();
@@ -86,7 +115,6 @@ fn validator_summary(stdout: &str) -> Option<[u64; 4]> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dmtf_service_validator_finds_no_failure_in_the_simulator() {
-    let validator = venv_tool("rf_service_validator");
     let csdl = csdl_dir();
     let sim = RedfishSim::start(RedfishSimConfig {
         systems: 2,
@@ -95,13 +123,8 @@ async fn the_dmtf_service_validator_finds_no_failure_in_the_simulator() {
     .await
     .unwrap();
     let logs = scratch("rsv");
-    let output = tokio::process::Command::new(validator)
-        .args([
-            "--config",
-            "/nonexistent/config.ini",
-            "--rhost",
-            sim.base_url(),
-        ])
+    let mut command = validator_command("rf_service_validator", sim.base_url());
+    command
         .args([
             "-u",
             "admin",
@@ -114,15 +137,8 @@ async fn the_dmtf_service_validator_finds_no_failure_in_the_simulator() {
         .arg("--schema_directory")
         .arg(&csdl)
         .arg("--logdir")
-        .arg(&logs)
-        .current_dir(&logs)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("the validator runs");
-    let stdout = strip_ansi(&String::from_utf8_lossy(&output.stdout));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+        .arg(&logs);
+    let (status, stdout, stderr) = run_validator(command, &logs).await;
     let [pass, warn, fail, not_tested] = validator_summary(&stdout)
         .unwrap_or_else(|| panic!("no summary table from the validator:\n{stdout}\n{stderr}"));
     println!(
@@ -134,9 +150,8 @@ async fn the_dmtf_service_validator_finds_no_failure_in_the_simulator() {
         "suspiciously few checks passed ({pass}):\n{stdout}"
     );
     assert!(
-        output.status.success(),
-        "validator exit {:?}:\n{stdout}\n{stderr}",
-        output.status
+        status.success(),
+        "validator exit {status:?}:\n{stdout}\n{stderr}"
     );
     // Cross-check with the per-resource lines, in case the table format changes.
     let per_resource_failures: u64 = stdout
@@ -157,6 +172,117 @@ async fn the_dmtf_service_validator_finds_no_failure_in_the_simulator() {
         stdout.contains("Validating /redfish/v1/Systems/2/ResetActionInfo"),
         "{stdout}"
     );
+}
+
+/// The assertions of the protocol validator about ETags and conditional requests; each must
+/// have been tested, and passed, on every row that names it.
+const ETAG_ASSERTIONS: &[&str] = &[
+    "PROTO_ETAG_ON_GET_ACCOUNT",
+    "PROTO_ETAG_RFC7232",
+    "RESP_HEADERS_ETAG",
+    "PROTO_ETAG_HEADER_AND_PROPERTY",
+    "PROTO_ETAG_STABLE_WITHOUT_MODIFICATION",
+    "PROTO_ETAG_CONDITIONAL_GET",
+    "PROTO_ETAG_IF_MATCH_ENFORCED",
+    "PROTO_ETAG_412_WRITE_NOT_APPLIED",
+    "PROTO_ETAG_LOST_UPDATE",
+    "PROTO_ETAG_ROTATES_ON_WRITE",
+    "SEC_ACCOUNTS_SUPPORT_ETAGS",
+    "REQ_HEADERS_IF_MATCH",
+];
+
+/// PASS, WARN, FAIL, NOT_TESTED from the protocol validator's `Summary - PASS: …` line.
+fn protocol_summary(stdout: &str) -> Option<[u64; 4]> {
+    let line = stdout.lines().find(|l| l.starts_with("Summary - PASS:"))?;
+    let counts: Vec<u64> = ["PASS:", "WARN:", "FAIL:", "NOT_TESTED:"]
+        .iter()
+        .filter_map(|key| {
+            let rest = line.split(key).nth(1)?;
+            rest.trim_start()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    counts.try_into().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dmtf_protocol_validator_finds_no_failure_and_tests_every_etag_rule() {
+    let sim = RedfishSim::start(RedfishSimConfig {
+        systems: 2,
+        tls: TlsMode::SelfSigned,
+        ..RedfishSimConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = scratch("rpv");
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, sim.self_signed_cert_pem().unwrap()).unwrap();
+    let reports = dir.join("reports");
+    let mut command = validator_command("rf_protocol_validator", sim.base_url());
+    command
+        .args(["-u", "admin", "-p", "password", "--report-type", "tsv"])
+        .arg("--avoid-http-redirect")
+        .arg("--ca-bundle")
+        .arg(&ca)
+        .arg("--report-dir")
+        .arg(&reports)
+        // requests prefers these variables over the CA bundle given on the command line.
+        .env_remove("REQUESTS_CA_BUNDLE")
+        .env_remove("CURL_CA_BUNDLE");
+    let (status, stdout, stderr) = run_validator(command, &dir).await;
+    let [pass, warn, fail, not_tested] = protocol_summary(&stdout)
+        .unwrap_or_else(|| panic!("no summary from the protocol validator:\n{stdout}\n{stderr}"));
+    println!(
+        "Redfish Protocol Validator: PASS {pass}, WARN {warn}, FAIL {fail}, NOT_TESTED {not_tested}"
+    );
+    let report = std::fs::read_dir(&reports)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "tsv"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .unwrap_or_else(|| panic!("no TSV report in {}", reports.display()));
+    // Assertion, Method, Status code, URI, Result, Message, Requirement
+    let rows: Vec<Vec<&str>> = report
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').collect())
+        .filter(|cells: &Vec<&str>| cells.len() >= 6)
+        .collect();
+    let failures: Vec<String> = rows
+        .iter()
+        .filter(|r| r[4] == "FAIL")
+        .map(|r| format!("{} {} {}: {}", r[0], r[1], r[3], r[5]))
+        .collect();
+    assert_eq!(
+        fail,
+        0,
+        "protocol validator failures:\n{}",
+        failures.join("\n")
+    );
+    assert!(failures.is_empty(), "{failures:?}");
+    for assertion in ETAG_ASSERTIONS {
+        let results: Vec<(&str, &str)> = rows
+            .iter()
+            .filter(|r| r[0] == *assertion)
+            .map(|r| (r[4], r[5]))
+            .collect();
+        assert!(!results.is_empty(), "{assertion} is not in the report");
+        assert!(
+            results.iter().all(|(result, _)| *result == "PASS"),
+            "{assertion}: {results:?}"
+        );
+    }
+    assert!(pass >= 250, "suspiciously few checks passed ({pass})");
+    assert!(
+        status.success(),
+        "validator exit {status:?}:\n{stdout}\n{stderr}"
+    );
+    // The validator created and deleted its own accounts: only the administrator is left.
+    let accounts = sim.service().accounts();
+    assert_eq!(accounts.len(), 1, "{accounts:?}");
 }
 
 async fn run_sushy(sim: &RedfishSim, ca_file: Option<&PathBuf>) {

@@ -62,6 +62,8 @@ pub enum Error {
         bmc: String,
         /// What it answered.
         detail: String,
+        /// How long it asked the client to wait (`Retry-After`), if it said.
+        retry_after: Option<Duration>,
     },
     /// The BMC answered with an error status that is not covered by a more specific variant.
     #[error("BMC {bmc} answered {operation} with HTTP {status}: {message}")]
@@ -218,6 +220,14 @@ impl Error {
             | Error::AmbiguousSystem { .. }
             | Error::MalformedResponse { .. }
             | Error::TaskFailed { .. } => false,
+        }
+    }
+
+    /// How long the BMC asked to wait before the next request (its `Retry-After`), if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Busy { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 

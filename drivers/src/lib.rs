@@ -7,7 +7,8 @@
 //!   after a command was accepted. [`wait_for_power_state`] is how a caller learns that a command
 //!   took effect.
 //! - Every error says whether retrying can help ([`Error::is_retryable`]); authentication and TLS
-//!   failures are permanent so callers do not lock BMC accounts with retry storms.
+//!   failures are permanent so callers do not lock BMC accounts with retry storms. [`retry`] is
+//!   the one way to try again: it honours the BMC's `Retry-After` and a deadline.
 //! - Credentials and session tokens never appear in `Debug`, `Display`, errors or logs.
 //!
 //! Drivers are created from a metal3-style BMC address (see [`BmcAddress`]) by a [`Connector`],
@@ -21,6 +22,7 @@ mod error;
 pub mod ipmi;
 mod power;
 pub mod redfish;
+mod retry;
 mod tls;
 mod wait;
 
@@ -29,5 +31,6 @@ pub use connector::{Connector, DriverConfig};
 pub use credentials::{Credentials, Password};
 pub use error::{Error, Result};
 pub use power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
+pub use retry::{RetryPolicy, retry, retry_observed};
 pub use tls::TlsOptions;
 pub use wait::{PowerOffOutcome, WaitOptions, power_off_confirmed, wait_for_power_state};

@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::power::{PowerDriver, PowerOffMode, PowerState};
+use crate::retry::{RetryPolicy, next_pause, retry_observed};
 
 /// How to poll for a power state.
 #[derive(Debug, Clone)]
@@ -57,6 +58,7 @@ pub async fn wait_for_power_state(
     let mut last_seen = None;
     let mut last_error: Option<String>;
     loop {
+        let mut asked_pause = None;
         let remaining = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(remaining, driver.power_state()).await {
             Ok(Ok(state)) => {
@@ -75,6 +77,7 @@ pub async fn wait_for_power_state(
             Ok(Err(error)) if error.is_retryable() => {
                 tracing::debug!(bmc = driver.bmc(), %error, "power state read failed; will retry");
                 in_a_row = 0;
+                asked_pause = error.retry_after();
                 last_error = Some(error.to_string());
             }
             Ok(Err(error)) => return Err(error),
@@ -92,13 +95,14 @@ pub async fn wait_for_power_state(
                 last_error,
             });
         }
-        // A confirming read comes quickly; otherwise back off so a slow host is not hammered.
+        // A confirming read comes quickly; otherwise back off so a slow host is not hammered,
+        // and a BMC that said when to come back (`Retry-After`) is asked again no sooner.
         let pause = if in_a_row > 0 {
             options.initial_interval
         } else {
             let pause = interval;
             interval = (interval * 2).min(options.max_interval);
-            pause
+            next_pause(asked_pause, pause)
         };
         tokio::time::sleep(pause.min(deadline - now)).await;
     }
@@ -119,6 +123,10 @@ pub struct PowerOffOutcome {
 /// power is cut. Without it, the power is cut at once. `wait.timeout` bounds the wait after
 /// the forced request.
 ///
+/// Each power-off request is retried (see [`crate::retry`]) while the BMC answers with a
+/// retryable error, within the time its wait has: `graceful_for` for the graceful request,
+/// `wait.timeout` for the forced one.
+///
 /// # Errors
 /// As [`wait_for_power_state`]; a permanent error of the graceful request other than
 /// "unsupported" ends the call without escalating.
@@ -128,8 +136,31 @@ pub async fn power_off_confirmed(
     wait: &WaitOptions,
     mut on_read: impl FnMut(&PowerState) + Send,
 ) -> Result<PowerOffOutcome> {
+    let request = |mode: PowerOffMode, within: Duration| {
+        let policy = RetryPolicy {
+            initial_backoff: wait.initial_interval,
+            max_backoff: wait.max_interval,
+            max_attempts: None,
+        };
+        async move {
+            let deadline = Instant::now() + within;
+            let operation = format!("power off ({mode:?})");
+            let warn = |error: &Error, pause: Duration| {
+                tracing::warn!(bmc = driver.bmc(), %error, ?pause, "the power-off request did not go through; trying again");
+            };
+            retry_observed(
+                &policy,
+                Some(deadline),
+                driver.bmc(),
+                &operation,
+                warn,
+                || driver.power_off(mode),
+            )
+            .await
+        }
+    };
     if let Some(grace) = graceful_for {
-        match driver.power_off(PowerOffMode::Graceful).await {
+        match request(PowerOffMode::Graceful, grace).await {
             Ok(()) => {
                 let graceful_wait = WaitOptions {
                     timeout: grace,
@@ -157,11 +188,11 @@ pub async fn power_off_confirmed(
             }
             Err(other) => return Err(other),
         }
-        driver.power_off(PowerOffMode::Forced).await?;
+        request(PowerOffMode::Forced, wait.timeout).await?;
         wait_for_power_state(driver, &PowerState::Off, wait, on_read).await?;
         return Ok(PowerOffOutcome { escalated: true });
     }
-    driver.power_off(PowerOffMode::Forced).await?;
+    request(PowerOffMode::Forced, wait.timeout).await?;
     wait_for_power_state(driver, &PowerState::Off, wait, on_read).await?;
     Ok(PowerOffOutcome { escalated: false })
 }
@@ -176,13 +207,30 @@ mod tests {
     use super::*;
     use crate::power::{PowerOffMode, ProbeReport};
 
-    /// Answers reads from a script; the last answer repeats.
+    /// Answers reads from a script (the last answer repeats); the first `busy_power_offs`
+    /// power-off requests are answered busy, with a `Retry-After` of 2 s.
     #[derive(Debug)]
-    struct Scripted(Mutex<VecDeque<Result<PowerState>>>);
+    struct Scripted {
+        reads: Mutex<VecDeque<Result<PowerState>>>,
+        busy_power_offs: Mutex<u32>,
+        power_offs: Mutex<Vec<Instant>>,
+    }
 
     impl Scripted {
         fn new(answers: Vec<Result<PowerState>>) -> Self {
-            Scripted(Mutex::new(answers.into()))
+            Scripted {
+                reads: Mutex::new(answers.into()),
+                busy_power_offs: Mutex::new(0),
+                power_offs: Mutex::new(Vec::new()),
+            }
+        }
+    }
+
+    fn busy(retry_after: Duration) -> Error {
+        Error::Busy {
+            bmc: "test".into(),
+            detail: "HTTP 503".into(),
+            retry_after: Some(retry_after),
         }
     }
 
@@ -210,7 +258,7 @@ mod tests {
             "test"
         }
         async fn power_state(&self) -> Result<PowerState> {
-            let mut answers = self.0.lock().unwrap();
+            let mut answers = self.reads.lock().unwrap();
             if answers.len() > 1 {
                 answers.pop_front().unwrap()
             } else {
@@ -218,6 +266,12 @@ mod tests {
             }
         }
         async fn power_off(&self, _: PowerOffMode) -> Result<()> {
+            self.power_offs.lock().unwrap().push(Instant::now());
+            let mut busy_left = self.busy_power_offs.lock().unwrap();
+            if *busy_left > 0 {
+                *busy_left -= 1;
+                return Err(busy(Duration::from_secs(2)));
+            }
             Ok(())
         }
         async fn power_on(&self) -> Result<()> {
@@ -296,6 +350,66 @@ mod tests {
             .unwrap_err();
         assert!(matches!(error, Error::Authentication { .. }));
         assert!(started.elapsed() < Duration::from_millis(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_bmc_is_read_again_no_sooner_than_its_retry_after() {
+        let driver = Scripted::new(vec![
+            Err(busy(Duration::from_secs(3))),
+            Ok(PowerState::Off),
+            Ok(PowerState::Off),
+        ]);
+        let started = Instant::now();
+        let mut reads = Vec::new();
+        wait_for_power_state(&driver, &PowerState::Off, &options(), |_| {
+            reads.push(started.elapsed())
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            reads,
+            [Duration::from_secs(3), Duration::from_millis(3100)],
+            "the 100 ms schedule gave way to the BMC's 3 s"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_power_off_answered_busy_is_sent_again_after_the_retry_after() {
+        let driver = Scripted::new(vec![Ok(PowerState::Off)]);
+        *driver.busy_power_offs.lock().unwrap() = 2;
+        let started = Instant::now();
+        let outcome = power_off_confirmed(&driver, None, &options(), |_| {})
+            .await
+            .unwrap();
+        assert!(!outcome.escalated);
+        let sent: Vec<Duration> = driver
+            .power_offs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|at| *at - started)
+            .collect();
+        assert_eq!(
+            sent,
+            [
+                Duration::ZERO,
+                Duration::from_secs(2),
+                Duration::from_secs(4)
+            ]
+        );
+
+        // Busy for longer than the wait allows: the BMC's answer is the error.
+        let driver = Scripted::new(vec![Ok(PowerState::Off)]);
+        *driver.busy_power_offs.lock().unwrap() = 100;
+        let short = WaitOptions {
+            timeout: Duration::from_secs(3),
+            ..options()
+        };
+        let error = power_off_confirmed(&driver, None, &short, |_| {})
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::Busy { .. }), "{error}");
+        assert_eq!(driver.power_offs.lock().unwrap().len(), 2);
     }
 
     #[tokio::test(start_paused = true)]

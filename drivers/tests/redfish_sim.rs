@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use baremend_drivers::{
     BmcAddress, Connector, Credentials, DriverConfig, Error, PowerDriver, PowerOffMode, PowerState,
-    TlsOptions, wait_for_power_state,
+    RetryPolicy, TlsOptions, retry, wait_for_power_state,
 };
 use baremend_sim::host::{Faults, Power};
 use baremend_sim::redfish::{Account, AuthSettings, RedfishSim, RedfishSimConfig, Role, TlsMode};
@@ -176,6 +176,75 @@ async fn error_statuses_are_retryable_and_tolerated_while_waiting() {
     wait_for(driver.as_ref(), PowerState::On, 5000)
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn busy_answers_carry_the_retry_after_and_retry_honours_it() {
+    let sim = sim().await;
+    let driver = driver(&sim);
+    set_faults(
+        &sim,
+        Faults {
+            error_status: Some(429),
+            error_count: Some(1),
+            retry_after_s: Some(7),
+            ..Faults::default()
+        },
+    );
+    let busy = driver.power_state().await.unwrap_err();
+    assert!(matches!(busy, Error::Busy { .. }), "{busy}");
+    assert_eq!(busy.retry_after(), Some(Duration::from_secs(7)));
+
+    // Two 503s with `Retry-After: 1` on the system: a power off tried again until it goes
+    // through, one second after each refusal, and sent to the host exactly once.
+    set_faults(
+        &sim,
+        Faults {
+            error_status: Some(503),
+            error_count: Some(2),
+            ..Faults::default()
+        },
+    );
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    retry(
+        &RetryPolicy::default(),
+        Some(deadline),
+        driver.bmc(),
+        "power off",
+        || driver.power_off(PowerOffMode::Forced),
+    )
+    .await
+    .unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    assert_eq!(resets(&sim), ["ForceOff"]);
+
+    // Asked to come back after the deadline: the busy answer is the outcome, at once.
+    set_faults(
+        &sim,
+        Faults {
+            error_status: Some(503),
+            retry_after_s: Some(30),
+            ..Faults::default()
+        },
+    );
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let error = retry(
+        &RetryPolicy::default(),
+        Some(deadline),
+        driver.bmc(),
+        "power on",
+        || driver.power_on(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(error, Error::Busy { .. }), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(2));
 }
 
 #[tokio::test]

@@ -70,6 +70,8 @@ pub struct Faults {
     pub error_status: Option<u16>,
     /// How many requests get `error_status`; unlimited when absent.
     pub error_count: Option<u32>,
+    /// Redfish: the `Retry-After` (seconds) sent with an injected 429 or 503; 1 when absent.
+    pub retry_after_s: Option<u64>,
     /// Close the connection without answering requests that touch this host.
     pub drop_connections: bool,
     /// Accept power requests but never change the power.

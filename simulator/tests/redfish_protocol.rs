@@ -1,94 +1,18 @@
 //! The simulated Redfish service's protocol behaviour, request by request (no socket, except
 //! where connection handling itself is the subject).
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::{Body, to_bytes};
-use axum::http::{HeaderMap, Request, StatusCode};
+use axum::http::StatusCode;
 use baremend_sim::clock::SystemClock;
 use baremend_sim::host::{Faults, Power, SimHost};
 use baremend_sim::redfish::{Account, RedfishService, RedfishSim, RedfishSimConfig, Role, app};
-use serde_json::{Value, json};
+use common::{BASIC, call, eventually, get, service};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tower::ServiceExt;
-
-mod common;
-
-use common::eventually;
-
-const BASIC: &str = "Basic YWRtaW46cGFzc3dvcmQ=";
-
-fn service() -> (Arc<RedfishService>, Router) {
-    let clock = Arc::new(SystemClock::new());
-    let host = Arc::new(SimHost::new("1", Power::On, Duration::ZERO, clock.clone()));
-    let admin = Account {
-        username: "admin".into(),
-        password: "password".into(),
-        role: Role::Administrator,
-    };
-    let service = Arc::new(RedfishService::new(vec![host], admin, clock));
-    (service.clone(), app(service))
-}
-
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
-    }
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-    fn message_id(&self) -> String {
-        self.json()["error"]["@Message.ExtendedInfo"][0]["MessageId"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned()
-    }
-}
-
-async fn call(
-    app: &Router,
-    method: &str,
-    uri: &str,
-    headers: &[(&str, &str)],
-    body: Option<Value>,
-) -> Answer {
-    let mut request = Request::builder().method(method).uri(uri);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
-    let response = app
-        .clone()
-        .oneshot(request.body(body).unwrap())
-        .await
-        .unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap()
-        .to_vec();
-    Answer {
-        status,
-        headers,
-        body,
-    }
-}
-
-async fn get(app: &Router, uri: &str) -> Answer {
-    call(app, "GET", uri, &[("authorization", BASIC)], None).await
-}
 
 #[tokio::test]
 async fn the_service_root_needs_no_auth_and_links_sessions() {
@@ -451,6 +375,18 @@ async fn injected_errors_touch_only_their_system_and_carry_retry_after() {
         get(&app, "/redfish/v1/Systems/1").await.status,
         StatusCode::OK
     );
+    // The Retry-After of a 429 or 503 can be chosen; other statuses have none.
+    for (status, retry_after) in [(429, "30"), (503, "30"), (500, "")] {
+        service.host("1").unwrap().set_faults(Faults {
+            error_status: Some(status),
+            error_count: Some(1),
+            retry_after_s: Some(30),
+            ..Faults::default()
+        });
+        let failed = get(&app, "/redfish/v1/Systems/1").await;
+        assert_eq!(failed.status.as_u16(), status);
+        assert_eq!(failed.header("retry-after"), retry_after, "{status}");
+    }
 }
 
 #[tokio::test]

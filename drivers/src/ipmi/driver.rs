@@ -20,6 +20,7 @@ use crate::connector::{DriverConfig, EndpointGate};
 use crate::credentials::Credentials;
 use crate::error::{Error, Result};
 use crate::power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
+use crate::retry::{RetryPolicy, retry};
 
 /// IPMI-specific settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -167,23 +168,24 @@ impl IpmiDriver {
     }
 
     /// Runs `work` in a fresh session, closing it afterwards whatever happened; retryable
-    /// failures are retried with a new session after a backoff.
+    /// failures are retried (up to `retries` times) with a new session after a backoff that
+    /// doubles each time.
     async fn with_session(&self, work: Work) -> Result<Outcome> {
         let _in_flight = self.gate.lock().await;
         let target = self.resolve().await?;
-        let mut backoff = self.options.retry_backoff;
-        let mut attempt = 0;
-        loop {
-            match self.attempt(target, work).await {
-                Err(error) if error.is_retryable() && attempt < self.options.retries => {
-                    tracing::debug!(bmc = %self.bmc, ?work, %error, attempt, "retrying with a new session");
-                    attempt += 1;
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                }
-                other => return other,
-            }
-        }
+        let policy = RetryPolicy {
+            initial_backoff: self.options.retry_backoff,
+            max_backoff: self
+                .options
+                .retry_backoff
+                .saturating_mul(1 << self.options.retries.min(16)),
+            max_attempts: Some(self.options.retries.saturating_add(1)),
+        };
+        let operation = format!("{work:?}");
+        retry(&policy, None, &self.bmc, &operation, || {
+            self.attempt(target, work)
+        })
+        .await
     }
 
     async fn attempt(&self, target: SocketAddr, work: Work) -> Result<Outcome> {

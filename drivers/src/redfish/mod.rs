@@ -325,6 +325,7 @@ impl RedfishDriver {
             ResetDecision::ButtonUnsafeNow => {
                 return Err(Error::Busy {
                     bmc: self.bmc().to_owned(),
+                    retry_after: None,
                     detail: format!(
                         "only PushPowerButton is advertised and the host is {current}; \
                          pressing it now could do the opposite of {}",
@@ -413,12 +414,11 @@ impl RedfishDriver {
     }
 }
 
-/// The pause a `Retry-After` asks for, between 100 ms and 5 s (1 s when absent).
+/// The pause a task monitor's `Retry-After` asks for, between 100 ms and 5 s (1 s when
+/// absent): a task is polled at least every 5 s whatever the BMC says.
 fn reply_retry_after(reply: &Reply) -> Duration {
     reply
-        .header("Retry-After")
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs)
+        .retry_after()
         .unwrap_or(Duration::from_secs(1))
         .clamp(Duration::from_millis(100), Duration::from_secs(5))
 }

@@ -2,7 +2,7 @@
 //! reads and the mapping of transport failures to driver errors.
 
 use std::error::Error as StdError;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
@@ -12,6 +12,7 @@ use super::model::ErrorBody;
 use crate::connector::EndpointGate;
 use crate::credentials::Credentials;
 use crate::error::{Error, Result, shorten};
+use crate::retry::parse_retry_after;
 use crate::tls::TlsOptions;
 
 /// Answers larger than this are refused: a BMC resource is a few kilobytes.
@@ -46,6 +47,11 @@ pub(crate) struct Reply {
 impl Reply {
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The delay the `Retry-After` header asks for, if there is a readable one.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        parse_retry_after(self.header("Retry-After")?, SystemTime::now())
     }
 
     /// The BMC's own error text, if the body is a Redfish error.
@@ -244,6 +250,7 @@ impl Transport {
             429 | 503 => Error::Busy {
                 bmc: self.bmc.clone(),
                 detail: format!("{operation}: HTTP {} ({message})", status.as_u16()),
+                retry_after: reply.retry_after(),
             },
             code => Error::Http {
                 bmc: self.bmc.clone(),

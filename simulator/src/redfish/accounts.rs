@@ -5,18 +5,29 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::auth::Authed;
-use super::respond::{RedfishError, json_response, resource};
-use super::service::{LoginError, RedfishService, Role};
+use super::respond::{
+    RedfishError, check_if_match, header_text, json_response, not_modified, resource,
+};
+use super::service::{
+    Account, AccountChange, AccountError, AccountRecord, LoginError, RedfishService, Role,
+};
 
 type Shared = Arc<RedfishService>;
 
 const SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
+const ACCOUNTS: &str = "/redfish/v1/AccountService/Accounts";
+
+/// Password length limits, advertised by the account service.
+const MIN_PASSWORD: usize = 8;
+const MAX_PASSWORD: usize = 64;
+/// The longest user name accepted.
+const MAX_USERNAME: usize = 64;
 
 pub(crate) fn router() -> Router<Shared> {
     Router::new()
@@ -28,8 +39,11 @@ pub(crate) fn router() -> Router<Shared> {
             get(session).delete(delete_session),
         )
         .route("/redfish/v1/AccountService", get(account_service))
-        .route("/redfish/v1/AccountService/Accounts", get(accounts))
-        .route("/redfish/v1/AccountService/Accounts/{id}", get(account))
+        .route(ACCOUNTS, get(accounts).post(create_account))
+        .route(
+            "/redfish/v1/AccountService/Accounts/{id}",
+            get(account).patch(patch_account).delete(delete_account),
+        )
         .route("/redfish/v1/AccountService/Roles", get(roles))
         .route("/redfish/v1/AccountService/Roles/{id}", get(role))
 }
@@ -123,14 +137,10 @@ async fn log_in(
     let request: Value =
         serde_json::from_slice(&body).map_err(|_| RedfishError::malformed_json())?;
     let field = |name: &'static str| {
-        request.get(name).and_then(Value::as_str).ok_or_else(|| {
-            RedfishError::new(
-                StatusCode::BAD_REQUEST,
-                "PropertyMissing",
-                format!("The property {name} is a required property and must be included in the request."),
-            )
-            .args(&[name])
-        })
+        request
+            .get(name)
+            .and_then(Value::as_str)
+            .ok_or_else(|| RedfishError::property_missing(name))
     };
     let username = field("UserName")?;
     let password = field("Password")?;
@@ -196,7 +206,9 @@ async fn account_service(_: Authed) -> Response {
             "Name": "Account Service",
             "ServiceEnabled": true,
             "Status": {"State": "Enabled", "Health": "OK"},
-            "Accounts": {"@odata.id": "/redfish/v1/AccountService/Accounts"},
+            "MinPasswordLength": MIN_PASSWORD,
+            "MaxPasswordLength": MAX_PASSWORD,
+            "Accounts": {"@odata.id": ACCOUNTS},
             "Roles": {"@odata.id": "/redfish/v1/AccountService/Roles"},
         }),
         "AccountService.v1_13_0",
@@ -206,53 +218,337 @@ async fn account_service(_: Authed) -> Response {
 }
 
 async fn accounts(State(service): State<Shared>, _: Authed) -> Response {
-    let members = (1..=service.accounts().len())
-        .map(|n| format!("/redfish/v1/AccountService/Accounts/{n}"))
+    let members = service
+        .account_records()
+        .into_iter()
+        .map(|r| format!("{ACCOUNTS}/{}", r.id))
         .collect();
     resource(
         &collection(
             "#ManagerAccountCollection.ManagerAccountCollection",
-            "/redfish/v1/AccountService/Accounts",
+            ACCOUNTS,
             "Accounts Collection",
             members,
         ),
         "ManagerAccountCollection",
-        "GET, HEAD",
+        "GET, HEAD, POST",
         None,
     )
+}
+
+fn account_body(record: &AccountRecord) -> Value {
+    json!({
+        "@odata.type": "#ManagerAccount.v1_10_0.ManagerAccount",
+        "@odata.id": format!("{ACCOUNTS}/{}", record.id),
+        "@odata.etag": record.etag,
+        "Id": record.id,
+        "Name": "User Account",
+        "UserName": record.username,
+        "Password": null,
+        "RoleId": record.role.id(),
+        "Enabled": record.enabled,
+        "Locked": false,
+        "AccountTypes": ["Redfish"],
+        "Links": {"Role": {"@odata.id": format!("/redfish/v1/AccountService/Roles/{}", record.role.id())}},
+    })
+}
+
+/// The account as a resource: body, `ETag` header equal to `@odata.etag`, and an `Allow` that
+/// leaves out DELETE for the built-in Administrator.
+fn account_resource(status: StatusCode, record: &AccountRecord) -> Response {
+    let allow = if record.built_in {
+        "GET, HEAD, PATCH"
+    } else {
+        "GET, HEAD, PATCH, DELETE"
+    };
+    let mut response = resource(
+        &account_body(record),
+        "ManagerAccount.v1_10_0",
+        allow,
+        Some(&record.etag),
+    );
+    *response.status_mut() = status;
+    response
+}
+
+fn find_account(
+    service: &RedfishService,
+    id: &str,
+    uri: &str,
+) -> Result<AccountRecord, RedfishError> {
+    service
+        .account_record(id)
+        .ok_or_else(|| RedfishError::not_found(uri))
 }
 
 async fn account(
     State(service): State<Shared>,
     _: Authed,
     Path(id): Path<String>,
+    headers: HeaderMap,
     uri: axum::http::Uri,
 ) -> Result<Response, RedfishError> {
-    let accounts = service.accounts();
-    let account = id
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_sub(1))
-        .and_then(|index| accounts.get(index))
-        .ok_or_else(|| RedfishError::not_found(uri.path()))?;
-    Ok(resource(
-        &json!({
-            "@odata.type": "#ManagerAccount.v1_10_0.ManagerAccount",
-            "@odata.id": format!("/redfish/v1/AccountService/Accounts/{id}"),
-            "Id": id,
-            "Name": "User Account",
-            "UserName": account.username,
-            "Password": null,
-            "RoleId": account.role.id(),
-            "Enabled": true,
-            "Locked": false,
-            "AccountTypes": ["Redfish"],
-            "Links": {"Role": {"@odata.id": format!("/redfish/v1/AccountService/Roles/{}", account.role.id())}},
-        }),
-        "ManagerAccount.v1_10_0",
-        "GET, HEAD",
-        None,
-    ))
+    let record = find_account(&service, &id, uri.path())?;
+    if let Some(response) = not_modified(&headers, &record.etag) {
+        return Ok(response);
+    }
+    Ok(account_resource(StatusCode::OK, &record))
+}
+
+/// A value as an error message may show it: never a password, and never very long.
+fn shown(property: &str, value: &Value) -> String {
+    if property == "Password" {
+        return "(hidden)".to_owned();
+    }
+    let text = value.to_string();
+    match text.char_indices().nth(64) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// `PropertyValueTypeError` or `PropertyValueFormatError`, which read alike.
+fn value_error(
+    message_id: &'static str,
+    property: &str,
+    value: &Value,
+    what: &str,
+) -> RedfishError {
+    let shown = shown(property, value);
+    RedfishError::new(
+        StatusCode::BAD_REQUEST,
+        message_id,
+        format!("The value {shown} for the property {property} is not {what} that the property can accept."),
+    )
+    .args(&[&shown, property])
+    .resolution("Correct the value for the property in the request body and resubmit the request if the operation failed.")
+}
+
+fn type_error(property: &str, value: &Value) -> RedfishError {
+    value_error("PropertyValueTypeError", property, value, "a type")
+}
+
+fn format_error(property: &str, value: &Value, rule: &str) -> RedfishError {
+    value_error(
+        "PropertyValueFormatError",
+        property,
+        value,
+        &format!("a format ({rule})"),
+    )
+}
+
+fn not_writable(property: &str) -> RedfishError {
+    RedfishError::new(
+        StatusCode::BAD_REQUEST,
+        "PropertyNotWritable",
+        format!("The property {property} is a read only property and cannot be assigned a value."),
+    )
+    .args(&[property])
+    .resolution("Remove the property from the request body and resubmit the request if the operation failed.")
+}
+
+/// Properties of a ManagerAccount that exist but that no request may set.
+const READ_ONLY: &[&str] = &[
+    "Id",
+    "Name",
+    "Locked",
+    "AccountTypes",
+    "Links",
+    "Description",
+];
+
+/// Reads a ManagerAccount request body (POST or PATCH). Every property is checked before
+/// anything is applied: a body with one bad property changes nothing. OData annotations
+/// (`@odata.id`, …) are ignored.
+fn parse_account(body: &[u8]) -> Result<AccountChange, RedfishError> {
+    let request: Value =
+        serde_json::from_slice(body).map_err(|_| RedfishError::malformed_json())?;
+    let Some(request) = request.as_object() else {
+        return Err(RedfishError::malformed_json());
+    };
+    let mut change = AccountChange::default();
+    for (key, value) in request {
+        let key = key.as_str();
+        match key {
+            _ if key.starts_with('@') => {}
+            "UserName" => {
+                let name = value.as_str().ok_or_else(|| type_error(key, value))?;
+                let fine = !name.trim().is_empty()
+                    && name.chars().count() <= MAX_USERNAME
+                    && !name.contains(':')
+                    && !name.chars().any(char::is_control);
+                if !fine {
+                    return Err(format_error(
+                        key,
+                        value,
+                        "1 to 64 characters, no ':' and no control characters",
+                    ));
+                }
+                change.username = Some(name.to_owned());
+            }
+            "Password" => {
+                let password = value.as_str().ok_or_else(|| type_error(key, value))?;
+                if !(MIN_PASSWORD..=MAX_PASSWORD).contains(&password.chars().count()) {
+                    return Err(format_error(key, value, "8 to 64 characters"));
+                }
+                change.password = Some(password.to_owned());
+            }
+            "RoleId" => {
+                let name = value.as_str().ok_or_else(|| type_error(key, value))?;
+                let role = Role::from_id(name)
+                    .ok_or_else(|| RedfishError::value_not_in_list(&shown(key, value), key))?;
+                change.role = Some(role);
+            }
+            "Enabled" => {
+                change.enabled = Some(value.as_bool().ok_or_else(|| type_error(key, value))?)
+            }
+            _ if READ_ONLY.contains(&key) => return Err(not_writable(key)),
+            _ => return Err(RedfishError::property_unknown(key)),
+        }
+    }
+    Ok(change)
+}
+
+fn account_error(error: AccountError, uri: &str, username: Option<&str>) -> RedfishError {
+    match error {
+        AccountError::NotFound => RedfishError::not_found(uri),
+        AccountError::PreconditionFailed => RedfishError::precondition_failed(),
+        AccountError::UserNameTaken => {
+            let name = username.unwrap_or_default();
+            RedfishError::new(
+                StatusCode::CONFLICT,
+                "ResourceAlreadyExists",
+                format!("The requested resource of type ManagerAccount with the property UserName with the value {name} already exists."),
+            )
+            .args(&["ManagerAccount", "UserName", name])
+            .resolution("Do not repeat the create operation as the resource has already been created.")
+        }
+        AccountError::LimitReached => RedfishError::new(
+            StatusCode::BAD_REQUEST,
+            "CreateLimitReachedForResource",
+            "The create operation failed because the resource has reached the limit of possible resources.",
+        )
+        .resolution("Either delete resources and resubmit the request if the operation failed or do not resubmit the request."),
+        AccountError::NotWritable(property) => not_writable(property),
+        AccountError::BuiltIn => RedfishError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "ResourceCannotBeDeleted",
+            "The delete request failed because the resource requested cannot be deleted.",
+        )
+        .resolution("Do not attempt to delete a non-deletable resource."),
+    }
+}
+
+async fn create_account(
+    State(service): State<Shared>,
+    Authed(principal): Authed,
+    uri: axum::http::Uri,
+    body: Bytes,
+) -> Result<Response, RedfishError> {
+    if !principal.role.may_configure_users() {
+        return Err(RedfishError::insufficient_privilege());
+    }
+    let change = parse_account(&body)?;
+    let AccountChange {
+        username: Some(username),
+        password: Some(password),
+        role: Some(role),
+        enabled,
+    } = change
+    else {
+        let name = if change.username.is_none() {
+            "UserName"
+        } else if change.password.is_none() {
+            "Password"
+        } else {
+            "RoleId"
+        };
+        return Err(RedfishError::property_missing(name));
+    };
+    let account = Account {
+        username: username.clone(),
+        password,
+        role,
+    };
+    let record = service
+        .create_account(account, enabled.unwrap_or(true))
+        .map_err(|e| account_error(e, uri.path(), Some(&username)))?;
+    let mut response = account_resource(StatusCode::CREATED, &record);
+    if let Ok(location) = HeaderValue::from_str(&format!("{ACCOUNTS}/{}", record.id)) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// The ETag the write must still find: the one the request's `If-Match` was checked against,
+/// unless it holds `*` or is absent.
+fn expected_etag<'a>(headers: &HeaderMap, record: &'a AccountRecord) -> Option<&'a str> {
+    header_text(headers, header::IF_MATCH)
+        .filter(|list| !list.split(',').any(|t| t.trim() == "*"))
+        .map(|_| record.etag.as_str())
+}
+
+/// PATCH: an account manager (ConfigureUsers) may change any account; anyone else only the
+/// password of their own. The precondition is evaluated before the body, as HTTP orders them.
+async fn patch_account(
+    State(service): State<Shared>,
+    Authed(principal): Authed,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+    body: Bytes,
+) -> Result<Response, RedfishError> {
+    let record = find_account(&service, &id, uri.path())?;
+    let manager = principal.role.may_configure_users();
+    let own = record.username == principal.username;
+    if !manager && !own {
+        return Err(RedfishError::insufficient_privilege());
+    }
+    check_if_match(&headers, &record.etag)?;
+    let change = parse_account(&body)?;
+    if change.is_empty() {
+        return Err(RedfishError::new(
+            StatusCode::BAD_REQUEST,
+            "NoOperation",
+            "The request body submitted contain no data to act upon and no changes to the resource took place.",
+        )
+        .resolution("Add properties in the JSON object and resubmit the request."));
+    }
+    let only_password =
+        change.username.is_none() && change.role.is_none() && change.enabled.is_none();
+    if !manager && !only_password {
+        return Err(RedfishError::insufficient_privilege());
+    }
+    let username = change.username.clone();
+    let updated = service
+        .update_account(&id, expected_etag(&headers, &record), change)
+        .map_err(|e| account_error(e, uri.path(), username.as_deref()))?;
+    Ok(account_resource(StatusCode::OK, &updated))
+}
+
+async fn delete_account(
+    State(service): State<Shared>,
+    Authed(principal): Authed,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+) -> Result<Response, RedfishError> {
+    let record = find_account(&service, &id, uri.path())?;
+    if !principal.role.may_configure_users() {
+        return Err(RedfishError::insufficient_privilege());
+    }
+    if record.built_in {
+        let mut response = account_error(AccountError::BuiltIn, uri.path(), None).into_response();
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD, PATCH"));
+        return Ok(response);
+    }
+    check_if_match(&headers, &record.etag)?;
+    service
+        .delete_account(&id, expected_etag(&headers, &record))
+        .map_err(|e| account_error(e, uri.path(), None))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn roles(_: Authed) -> Response {

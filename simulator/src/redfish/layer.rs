@@ -55,7 +55,15 @@ pub(crate) async fn redfish_layer(
             RequestFault::Status(status) => {
                 let status =
                     StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                return finish(RedfishError::for_status(status).into_response());
+                let mut response = RedfishError::for_status(status).into_response();
+                if let Some(seconds) = host.faults().retry_after_s
+                    && response.headers().contains_key(header::RETRY_AFTER)
+                {
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+                }
+                return finish(response);
             }
         }
     }

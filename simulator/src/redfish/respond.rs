@@ -1,7 +1,7 @@
 //! Redfish responses: resources with their headers, and error bodies.
 
 use axum::body::Body;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -31,6 +31,45 @@ pub(crate) fn resource(
         headers.insert(header::ETAG, etag);
     }
     response
+}
+
+/// Whether an `If-Match` / `If-None-Match` list names `current`: `*` matches anything, and tags
+/// are compared weakly (a `W/` prefix is ignored on both sides), as Redfish asks of services.
+pub(crate) fn etag_matches(list: &str, current: &str) -> bool {
+    let opaque = |tag: &str| {
+        let tag = tag.trim();
+        tag.strip_prefix("W/").unwrap_or(tag).to_owned()
+    };
+    let current = opaque(current);
+    list.split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || opaque(tag) == current)
+}
+
+/// The value of a request header, when it is present and readable.
+pub(crate) fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// `304 Not Modified` with the current `ETag` when the request's `If-None-Match` names it.
+pub(crate) fn not_modified(headers: &HeaderMap, current: &str) -> Option<Response> {
+    let wanted = header_text(headers, header::IF_NONE_MATCH)?;
+    if !etag_matches(wanted, current) {
+        return None;
+    }
+    let mut response = StatusCode::NOT_MODIFIED.into_response();
+    if let Ok(value) = HeaderValue::from_str(current) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    Some(response)
+}
+
+/// `412 PreconditionFailed` when the request's `If-Match` does not name `current`.
+pub(crate) fn check_if_match(headers: &HeaderMap, current: &str) -> Result<(), RedfishError> {
+    match header_text(headers, header::IF_MATCH) {
+        Some(wanted) if !etag_matches(wanted, current) => Err(RedfishError::precondition_failed()),
+        _ => Ok(()),
+    }
 }
 
 /// A JSON body with a status.
@@ -106,6 +145,46 @@ impl RedfishError {
             "There are insufficient privileges for the account or credentials associated with the current session to perform the requested operation.",
         )
         .resolution("Either abandon the operation or change the associated access rights and resubmit the request if the operation failed.")
+    }
+
+    pub(crate) fn precondition_failed() -> Self {
+        RedfishError::new(
+            StatusCode::PRECONDITION_FAILED,
+            "PreconditionFailed",
+            "The ETag supplied did not match the ETag required to change this resource.",
+        )
+        .resolution("Try the operation again using the appropriate ETag.")
+    }
+
+    pub(crate) fn property_missing(name: &str) -> Self {
+        RedfishError::new(
+            StatusCode::BAD_REQUEST,
+            "PropertyMissing",
+            format!("The property {name} is a required property and must be included in the request."),
+        )
+        .args(&[name])
+        .resolution("Ensure that the property is in the request body and has a valid value and resubmit the request if the operation failed.")
+    }
+
+    pub(crate) fn property_unknown(name: &str) -> Self {
+        RedfishError::new(
+            StatusCode::BAD_REQUEST,
+            "PropertyUnknown",
+            format!("The property {name} is not in the list of valid properties for the resource."),
+        )
+        .args(&[name])
+        .resolution("Remove the unknown property from the request body and resubmit the request if the operation failed.")
+    }
+
+    /// `shown` is the value as it may be shown: never a password.
+    pub(crate) fn value_not_in_list(shown: &str, property: &str) -> Self {
+        RedfishError::new(
+            StatusCode::BAD_REQUEST,
+            "PropertyValueNotInList",
+            format!("The value {shown} for the property {property} is not in the list of acceptable values."),
+        )
+        .args(&[shown, property])
+        .resolution("Choose a value from the enumeration list that the implementation can support and resubmit the request if the operation failed.")
     }
 
     pub(crate) fn malformed_json() -> Self {

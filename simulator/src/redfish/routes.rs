@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::accounts;
 use super::auth::Authed;
 use super::metadata::{metadata_xml, odata_document};
-use super::respond::{RedfishError, json_response, resource};
+use super::respond::{RedfishError, check_if_match, json_response, not_modified, resource};
 use super::service::RedfishService;
 use crate::host::{PowerAction, SimHost};
 
@@ -189,18 +189,7 @@ async fn system(
     uri: axum::http::Uri,
 ) -> Result<Response, RedfishError> {
     let host = find_host(&service, &id, uri.path())?;
-    let current = etag(host);
-    if let Some(wanted) = headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        && wanted
-            .split(',')
-            .any(|t| t.trim() == current || t.trim() == "*")
-    {
-        let mut response = StatusCode::NOT_MODIFIED.into_response();
-        if let Ok(value) = HeaderValue::from_str(&current) {
-            response.headers_mut().insert(header::ETAG, value);
-        }
+    if let Some(response) = not_modified(&headers, &etag(host)) {
         return Ok(response);
     }
     let body = system_body(host);
@@ -228,18 +217,7 @@ async fn patch_system(
     if !principal.role.may_configure_components() {
         return Err(RedfishError::insufficient_privilege());
     }
-    if let Some(wanted) = headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok())
-        && !wanted
-            .split(',')
-            .any(|t| t.trim() == etag(host) || t.trim() == "*")
-    {
-        return Err(RedfishError::new(
-            StatusCode::PRECONDITION_FAILED,
-            "PreconditionFailed",
-            "The ETag supplied did not match the ETag required to change this resource.",
-        )
-        .resolution("Try the operation again using the appropriate ETag."));
-    }
+    check_if_match(&headers, &etag(host))?;
     let patch: Value = serde_json::from_slice(&body).map_err(|_| RedfishError::malformed_json())?;
     let Some(patch) = patch.as_object() else {
         return Err(RedfishError::malformed_json());
@@ -248,25 +226,17 @@ async fn patch_system(
     let mut enabled = None;
     for (key, value) in patch {
         let Some(boot) = (key == "Boot").then(|| value.as_object()).flatten() else {
-            return Err(property_unknown(key));
+            return Err(RedfishError::property_unknown(key));
         };
         for (field, value) in boot {
             let (allowed, slot) = match field.as_str() {
                 "BootSourceOverrideTarget" => (BOOT_TARGETS, &mut target),
                 "BootSourceOverrideEnabled" => (BOOT_ENABLED, &mut enabled),
-                _ => return Err(property_unknown(field)),
+                _ => return Err(RedfishError::property_unknown(field)),
             };
             match value.as_str() {
                 Some(v) if allowed.contains(&v) => *slot = Some(v.to_owned()),
-                _ => {
-                    let shown = value.to_string();
-                    return Err(RedfishError::new(
-                        StatusCode::BAD_REQUEST,
-                        "PropertyValueNotInList",
-                        format!("The value {shown} for the property {field} is not in the list of acceptable values."),
-                    )
-                    .args(&[&shown, field]));
-                }
+                _ => return Err(RedfishError::value_not_in_list(&value.to_string(), field)),
             }
         }
     }
@@ -279,15 +249,6 @@ async fn patch_system(
         "GET, HEAD, PATCH",
         etag.as_deref(),
     ))
-}
-
-fn property_unknown(name: &str) -> RedfishError {
-    RedfishError::new(
-        StatusCode::BAD_REQUEST,
-        "PropertyUnknown",
-        format!("The property {name} is not in the list of valid properties for the resource."),
-    )
-    .args(&[name])
 }
 
 async fn reset_action_info(

@@ -54,6 +54,11 @@ impl Role {
         self.privileges().contains(&"ConfigureComponents")
     }
 
+    /// Whether the role may create, change and delete other accounts.
+    pub fn may_configure_users(self) -> bool {
+        self.privileges().contains(&"ConfigureUsers")
+    }
+
     /// Every role.
     pub const ALL: [Role; 3] = [Role::Administrator, Role::Operator, Role::ReadOnly];
 
@@ -80,6 +85,79 @@ impl std::fmt::Debug for Account {
             .field("username", &self.username)
             .field("role", &self.role)
             .finish_non_exhaustive()
+    }
+}
+
+/// An account as the account service shows it: no password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AccountRecord {
+    /// The member id in `/redfish/v1/AccountService/Accounts/{id}`.
+    pub id: String,
+    pub username: String,
+    pub role: Role,
+    pub enabled: bool,
+    /// The built-in Administrator (the configured account): it cannot be deleted, disabled or
+    /// given another role.
+    pub built_in: bool,
+    /// The current ETag, which changes with every write.
+    pub etag: String,
+}
+
+/// A change to an account; `None` leaves a property as it is.
+#[derive(Default)]
+pub(crate) struct AccountChange {
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub role: Option<Role>,
+    pub enabled: Option<bool>,
+}
+
+impl AccountChange {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.username.is_none()
+            && self.password.is_none()
+            && self.role.is_none()
+            && self.enabled.is_none()
+    }
+}
+
+/// Why an account could not be created, changed or deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AccountError {
+    NotFound,
+    /// The account changed since the ETag the request was checked against.
+    PreconditionFailed,
+    UserNameTaken,
+    LimitReached,
+    /// The built-in Administrator keeps this property (`RoleId`, `Enabled`).
+    NotWritable(&'static str),
+    /// The built-in Administrator cannot be deleted.
+    BuiltIn,
+}
+
+/// The most accounts a simulated BMC holds (BMCs have a fixed number of slots).
+pub const MAX_ACCOUNTS: usize = 16;
+
+#[derive(Debug, Clone)]
+struct AccountEntry {
+    id: u64,
+    account: Account,
+    enabled: bool,
+    /// Service-wide write counter at the last write: ETags never repeat, not even for an id
+    /// reused after a delete.
+    generation: u64,
+}
+
+impl AccountEntry {
+    fn record(&self, first: bool) -> AccountRecord {
+        AccountRecord {
+            id: self.id.to_string(),
+            username: self.account.username.clone(),
+            role: self.account.role,
+            enabled: self.enabled,
+            built_in: first,
+            etag: format!("W/\"{}\"", self.generation),
+        }
     }
 }
 
@@ -155,7 +233,10 @@ impl Default for AuthSettings {
 
 #[derive(Debug)]
 struct ServiceState {
-    accounts: Vec<Account>,
+    /// In id order; the first is the built-in Administrator.
+    accounts: Vec<AccountEntry>,
+    next_account: u64,
+    account_writes: u64,
     auth: AuthSettings,
     sessions: HashMap<String, Session>,
     next_session: u64,
@@ -207,7 +288,14 @@ impl RedfishService {
             // One service stands in for one BMC per host, each with its own session table.
             max_sessions,
             state: Mutex::new(ServiceState {
-                accounts: vec![admin],
+                accounts: vec![AccountEntry {
+                    id: 1,
+                    account: admin,
+                    enabled: true,
+                    generation: 1,
+                }],
+                next_account: 2,
+                account_writes: 1,
                 auth: AuthSettings::default(),
                 sessions: HashMap::new(),
                 next_session: 1,
@@ -250,26 +338,177 @@ impl RedfishService {
         self.hosts.iter().find(|h| h.id() == id)
     }
 
-    /// Adds an account.
+    /// Adds an account (enabled), whatever the account service's limits.
     pub fn add_account(&self, account: Account) {
-        self.lock().accounts.push(account);
+        let mut state = self.lock();
+        Self::insert_account(&mut state, account, true);
+    }
+
+    fn insert_account(state: &mut ServiceState, account: Account, enabled: bool) -> AccountRecord {
+        state.account_writes += 1;
+        let entry = AccountEntry {
+            id: state.next_account,
+            account,
+            enabled,
+            generation: state.account_writes,
+        };
+        state.next_account += 1;
+        state.accounts.push(entry);
+        let first = state.accounts.len() == 1;
+        state.accounts[state.accounts.len() - 1].record(first)
     }
 
     /// The accounts (passwords included: this is the simulator's own view).
     pub fn accounts(&self) -> Vec<Account> {
-        self.lock().accounts.clone()
+        self.lock()
+            .accounts
+            .iter()
+            .map(|e| e.account.clone())
+            .collect()
     }
 
     /// Changes the first account's credentials at runtime and ends its sessions, as a BMC
     /// does when an administrator rotates the password.
     pub fn set_credentials(&self, username: &str, password: &str) {
         let mut state = self.lock();
-        let Some(account) = state.accounts.first_mut() else {
+        state.account_writes += 1;
+        let generation = state.account_writes;
+        let Some(entry) = state.accounts.first_mut() else {
             return;
         };
-        let old = std::mem::replace(&mut account.username, username.to_owned());
-        account.password = password.to_owned();
+        let old = std::mem::replace(&mut entry.account.username, username.to_owned());
+        entry.account.password = password.to_owned();
+        entry.generation = generation;
         state.sessions.retain(|_, s| s.username != old);
+    }
+
+    /// The accounts as the account service shows them, in id order.
+    pub(crate) fn account_records(&self) -> Vec<AccountRecord> {
+        let state = self.lock();
+        state
+            .accounts
+            .iter()
+            .enumerate()
+            .map(|(index, e)| e.record(index == 0))
+            .collect()
+    }
+
+    /// One account by member id.
+    pub(crate) fn account_record(&self, id: &str) -> Option<AccountRecord> {
+        self.account_records().into_iter().find(|r| r.id == id)
+    }
+
+    /// Creates an enabled-or-not account; user names are unique.
+    pub(crate) fn create_account(
+        &self,
+        account: Account,
+        enabled: bool,
+    ) -> Result<AccountRecord, AccountError> {
+        let mut state = self.lock();
+        if state
+            .accounts
+            .iter()
+            .any(|e| e.account.username == account.username)
+        {
+            return Err(AccountError::UserNameTaken);
+        }
+        if state.accounts.len() >= MAX_ACCOUNTS {
+            return Err(AccountError::LimitReached);
+        }
+        Ok(Self::insert_account(&mut state, account, enabled))
+    }
+
+    /// The index of account `id`, if its ETag is still `expected` (when given). The check and
+    /// the write that follows happen under one lock: of two writers holding the same ETag,
+    /// exactly one gets through.
+    fn account_index(
+        state: &ServiceState,
+        id: &str,
+        expected: Option<&str>,
+    ) -> Result<usize, AccountError> {
+        let index = state
+            .accounts
+            .iter()
+            .position(|e| e.id.to_string() == id)
+            .ok_or(AccountError::NotFound)?;
+        match expected {
+            Some(etag) if state.accounts[index].record(index == 0).etag != etag => {
+                Err(AccountError::PreconditionFailed)
+            }
+            _ => Ok(index),
+        }
+    }
+
+    /// Applies a change. A new user name or password, or disabling the account, ends its
+    /// sessions.
+    pub(crate) fn update_account(
+        &self,
+        id: &str,
+        expected: Option<&str>,
+        change: AccountChange,
+    ) -> Result<AccountRecord, AccountError> {
+        let mut state = self.lock();
+        let index = Self::account_index(&state, id, expected)?;
+        if index == 0 {
+            let current = &state.accounts[0];
+            if change.role.is_some_and(|role| role != current.account.role) {
+                return Err(AccountError::NotWritable("RoleId"));
+            }
+            if change.enabled == Some(false) {
+                return Err(AccountError::NotWritable("Enabled"));
+            }
+        }
+        if let Some(name) = &change.username
+            && state
+                .accounts
+                .iter()
+                .enumerate()
+                .any(|(i, e)| i != index && e.account.username == *name)
+        {
+            return Err(AccountError::UserNameTaken);
+        }
+        state.account_writes += 1;
+        let generation = state.account_writes;
+        let entry = &mut state.accounts[index];
+        let old_name = entry.account.username.clone();
+        let ends_sessions =
+            change.username.is_some() || change.password.is_some() || change.enabled == Some(false);
+        if let Some(username) = change.username {
+            entry.account.username = username;
+        }
+        if let Some(password) = change.password {
+            entry.account.password = password;
+        }
+        if let Some(role) = change.role {
+            entry.account.role = role;
+        }
+        if let Some(enabled) = change.enabled {
+            entry.enabled = enabled;
+        }
+        entry.generation = generation;
+        let record = entry.record(index == 0);
+        if ends_sessions {
+            state.sessions.retain(|_, s| s.username != old_name);
+        }
+        Ok(record)
+    }
+
+    /// Deletes an account and ends its sessions.
+    pub(crate) fn delete_account(
+        &self,
+        id: &str,
+        expected: Option<&str>,
+    ) -> Result<(), AccountError> {
+        let mut state = self.lock();
+        let index = Self::account_index(&state, id, expected)?;
+        if index == 0 {
+            return Err(AccountError::BuiltIn);
+        }
+        let removed = state.accounts.remove(index);
+        state
+            .sessions
+            .retain(|_, s| s.username != removed.account.username);
+        Ok(())
     }
 
     /// The current authentication switches.
@@ -322,8 +561,8 @@ impl RedfishService {
         state
             .accounts
             .iter()
-            .find(|a| a.username == username && a.password == password)
-            .map(|a| a.role)
+            .find(|e| e.enabled && e.account.username == username && e.account.password == password)
+            .map(|e| e.account.role)
     }
 
     /// Creates a session; returns (token, session id, username).
@@ -394,7 +633,12 @@ impl RedfishService {
                 None => None,
             };
             let principal = username.and_then(|username| {
-                let role = state.accounts.iter().find(|a| a.username == username)?.role;
+                let role = state
+                    .accounts
+                    .iter()
+                    .find(|e| e.enabled && e.account.username == username)?
+                    .account
+                    .role;
                 Some(Principal { username, role })
             });
             if principal.is_none() {
