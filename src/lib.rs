@@ -153,8 +153,7 @@ impl Error {
     /// Whether trying the same thing again soon may succeed: a BMC that is busy or
     /// unreachable, an API call that conflicted, was throttled or found the server failing.
     /// A refused password, an object that is unusable as it stands, an API refusal
-    /// (forbidden, invalid) or lost leadership only repeat themselves: something has to
-    /// change first.
+    /// (forbidden, invalid) only repeat themselves: something has to change first.
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Driver(error) => error.is_retryable(),
@@ -165,6 +164,12 @@ impl Error {
             // Transport, TLS handshakes with a restarting server, timeouts.
             Error::Kube { .. } => true,
             Error::Changed { .. } => true,
+            // The Lease may be renewed in a moment (a renewal late under load); a lost one
+            // ends the controller anyway.
+            Error::NotLeader => true,
+            // A hook abandoned the pass where a crash would: the next pass resumes, as a
+            // restarted process would at once.
+            Error::Abandoned(_) => true,
             _ => false,
         }
     }

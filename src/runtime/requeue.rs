@@ -17,8 +17,9 @@ use tracing::warn;
 
 use crate::Error;
 
-/// The longest wait between two tries of a transient failure.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// The longest wait between two tries of a transient failure: short, because the phases'
+/// deadlines are seconds to minutes and a pass that waits longer sees them late.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 /// When a terminal failure is looked at again if nothing changes before.
 pub const TERMINAL_RECHECK: Duration = Duration::from_secs(300);
@@ -74,7 +75,7 @@ mod tests {
     fn the_delay_doubles_up_to_the_cap() {
         let base = Duration::from_secs(1);
         let delays: Vec<u64> = (0..10).map(|n| backoff_delay(base, n).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60, 60, 60]);
+        assert_eq!(delays, [1, 2, 4, 8, 10, 10, 10, 10, 10, 10]);
         assert_eq!(backoff_delay(base, u32::MAX), BACKOFF_MAX);
     }
 
