@@ -16,9 +16,11 @@ use baremend::remediation::controller::{ControllerOptions, run_elected};
 use baremend::runtime::SystemClock;
 use baremend_sim::apiserver::{ApiServer, AuditRecord};
 use baremend_sim::cluster::ClusterSpec;
-use baremend_sim::cluster::local::NODES;
+use baremend_sim::cluster::MACHINE_NAMESPACE;
+use baremend_sim::cluster::local::{Gvr, NODES};
 use baremend_sim::cluster::mco::disk::SimFile;
 use baremend_sim::cluster::timing::Timing;
+use baremend_sim::tls::TestCa;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
@@ -29,6 +31,12 @@ mod common;
 
 use common::eventually;
 use common::lab::Lab;
+
+const CONFIG_MAPS: Gvr = Gvr {
+    group: "",
+    version: "v1",
+    plural: "configmaps",
+};
 
 /// Every YAML document of deploy/, with the file it came from.
 fn documents() -> Vec<(String, Value)> {
@@ -440,7 +448,8 @@ const RARE: &[(&str, &str, &str, &str)] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
-    // The reboot API first; worker-1 is detached, so it escalates to its BMC over Redfish.
+    // The reboot API first; worker-1 is detached, so it escalates to its BMC over Redfish and
+    // HTTPS, verified with the CA bundle its annotation names (a ConfigMap).
     let policy = json!({
         "strategies": ["BareMetalHostRebootApi", "DirectBmc"],
         "timeouts": {"readyGraceSeconds": 0, "powerOffSeconds": 2},
@@ -457,6 +466,20 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         .start()
         .await;
     lab.detach("worker-1");
+    let ca = TestCa::generate("rbac test BMC CA").unwrap();
+    let (_tls_bmc, address) = lab.tls_bmc("worker-1", &ca).await;
+    lab.api
+        .create(
+            CONFIG_MAPS,
+            MACHINE_NAMESPACE,
+            json!({"metadata": {"name": "bmc-ca"}, "data": {"ca.crt": ca.ca_pem()}}),
+        )
+        .unwrap();
+    lab.merge_host(
+        "worker-1",
+        json!({"annotations": {"baremend.io/bmc-ca-bundle": "ConfigMap/bmc-ca"}}),
+        json!({"address": address}),
+    );
     // An operator's label, which the returning Node gets back (a Node patch).
     lab.api
         .merge(

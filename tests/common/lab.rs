@@ -16,10 +16,13 @@ use baremend::lab::setup::LabCluster;
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::ControllerOptions;
 use baremend::runtime::SystemClock;
-use baremend_sim::cluster::local::{Gvr, Local, NAMESPACES, NODES};
+use baremend_sim::clock::SystemClock as SimClock;
+use baremend_sim::cluster::local::{BMHS, Gvr, Local, NAMESPACES, NODES};
 use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use baremend_sim::cluster::{BMC_USERNAME, ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::Power;
+use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
+use baremend_sim::tls::{LOCAL_NAMES, TestCa};
 use kube::api::{Api, PostParams};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -225,6 +228,40 @@ impl Lab {
     /// Marks a BareMetalHost detached: no operator manages it, so it may be fenced directly.
     pub fn detach(&self, host: &str) {
         self.inner.detach(host).unwrap();
+    }
+
+    /// A second Redfish BMC for `host` (the same simulated host, the same account) served over
+    /// HTTPS with a certificate `ca` issued; returns it (keep it alive) and its address.
+    pub async fn tls_bmc(&self, host: &str, ca: &TestCa) -> (RedfishSim, String) {
+        let info = self.cluster.host(host).unwrap();
+        let sim = RedfishSim::start_with_hosts(
+            RedfishSimConfig {
+                username: BMC_USERNAME.into(),
+                password: self.cluster.bmc_password().into(),
+                tls: TlsMode::Identity(ca.issue(LOCAL_NAMES).unwrap()),
+                ..RedfishSimConfig::default()
+            },
+            vec![info.host.clone()],
+            Arc::new(SimClock::new()),
+        )
+        .await
+        .unwrap();
+        let address = sim.bmc_address(host);
+        assert!(address.starts_with("redfish+https://"), "{address}");
+        (sim, address)
+    }
+
+    /// Merges `metadata` (annotations, labels) and `bmc` into a BareMetalHost.
+    pub fn merge_host(&self, host: &str, metadata: Value, bmc: Value) {
+        self.api
+            .merge(
+                BMHS,
+                MACHINE_NAMESPACE,
+                host,
+                &json!({"metadata": metadata, "spec": {"bmc": bmc}}),
+                false,
+            )
+            .unwrap();
     }
 
     /// A Remediation, read from the store.
