@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baremend::api::{DriftPhase, Remediation, RemediationPhase};
+use baremend::drift::controller::HelperPods;
+use baremend::drift::helper::HELPER_SERVICE_ACCOUNT;
 use baremend::leader::LeaseConfig;
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run_elected};
@@ -23,7 +25,9 @@ use baremend_sim::cluster::timing::Timing;
 use baremend_sim::tls::TestCa;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -340,7 +344,8 @@ struct Granted {
     namespace: Option<String>,
 }
 
-fn grants() -> Vec<Granted> {
+/// What deploy/ grants the service account `baremend/<account>`.
+fn grants(account: &str) -> Vec<Granted> {
     let roles: Vec<(String, Option<String>, Vec<PolicyRule>)> = of_kind("ClusterRole")
         .iter()
         .map(|v| {
@@ -367,9 +372,19 @@ fn grants() -> Vec<Granted> {
             .map(|(_, _, rules)| rules.clone())
             .unwrap_or_else(|| panic!("no {kind} {name}"))
     };
+    let to_account = |subjects: &Option<Vec<Subject>>| {
+        subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && s.name == account
+                && s.namespace.as_deref() == Some("baremend")
+        })
+    };
     let mut granted = Vec::new();
     for value in of_kind("ClusterRoleBinding") {
         let binding: ClusterRoleBinding = typed("rbac.yaml", &value);
+        if !to_account(&binding.subjects) {
+            continue;
+        }
         for rule in rules_of(&binding.role_ref.kind, &binding.role_ref.name) {
             granted.push(Granted {
                 rule,
@@ -379,6 +394,9 @@ fn grants() -> Vec<Granted> {
     }
     for value in of_kind("RoleBinding") {
         let binding: RoleBinding = typed("rbac.yaml", &value);
+        if !to_account(&binding.subjects) {
+            continue;
+        }
         for rule in rules_of(&binding.role_ref.kind, &binding.role_ref.name) {
             granted.push(Granted {
                 rule,
@@ -419,12 +437,6 @@ const RARE: &[(&str, &str, &str, &str)] = &[
         "events",
         "patch",
         "a repeated Event's series count",
-    ),
-    (
-        "security.openshift.io",
-        "securitycontextconstraints",
-        "use",
-        "admission of the privileged helper pods on OpenShift (no API call)",
     ),
     (
         "",
@@ -493,7 +505,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     let server = lab.cluster.api_server();
     server.record_requests();
     let options = ControllerOptions {
-        drift_helper_image: Some("baremend:test".into()),
+        drift_helpers: Some(HelperPods::new("baremend:test")),
         ..lab.options()
     };
     let controller = tokio::spawn(run_elected(
@@ -528,7 +540,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         .unwrap()
         .put("/etc/demo/rules.json", SimFile::regular(b"[]", 0o644));
     lab.reach("worker-2-1", DriftPhase::Succeeded).await;
-    let granted = grants();
+    let granted = grants("baremend");
     // The calls that come last (the Lease's renewals, every 500 ms) may not have come yet.
     eventually(
         "a call for every grant",
@@ -552,6 +564,49 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     // And nothing is granted that no call needs.
     let unneeded = unneeded(&granted, &used);
     assert!(unneeded.is_empty(), "{}", unneeded.join("\n"));
+}
+
+#[test]
+fn only_the_drift_helpers_account_may_use_the_privileged_scc_and_nothing_else() {
+    let scc = |granted: &Granted| {
+        granted
+            .rule
+            .resources
+            .iter()
+            .flatten()
+            .any(|r| r == "securitycontextconstraints")
+    };
+    // The controller's pods fit restricted-v2: its account may use no SCC at all.
+    let controller = grants("baremend");
+    assert!(!controller.is_empty());
+    assert!(!controller.iter().any(scc), "the controller may use an SCC");
+    // The helpers' account: exactly `use` of `privileged`, only in the helper namespace.
+    let helpers = grants(HELPER_SERVICE_ACCOUNT);
+    assert_eq!(helpers.len(), 1, "the helpers' account has other grants");
+    let rule = &helpers[0].rule;
+    assert_eq!(helpers[0].namespace.as_deref(), Some("baremend"));
+    assert_eq!(
+        rule.api_groups,
+        Some(vec!["security.openshift.io".to_string()])
+    );
+    assert_eq!(
+        rule.resources,
+        Some(vec!["securitycontextconstraints".to_string()])
+    );
+    assert_eq!(rule.resource_names, Some(vec!["privileged".to_string()]));
+    assert_eq!(rule.verbs, vec!["use".to_string()]);
+    // The account exists, mounts no token, and is the one the helper pods name.
+    let account = of_kind("ServiceAccount")
+        .into_iter()
+        .map(|v| typed::<ServiceAccount>("serviceaccount.yaml", &v))
+        .find(|a| a.metadata.name.as_deref() == Some(HELPER_SERVICE_ACCOUNT))
+        .expect("the helpers' ServiceAccount in deploy/");
+    assert_eq!(account.metadata.namespace.as_deref(), Some("baremend"));
+    assert_eq!(account.automount_service_account_token, Some(false));
+    assert_eq!(
+        HelperPods::new("any").service_account,
+        HELPER_SERVICE_ACCOUNT
+    );
 }
 
 /// Every call the API server recorded.

@@ -12,6 +12,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
 use super::classify::{ConfigState, classify};
+use super::helper::HelperPods;
 use super::observe::pool_of;
 use crate::api::DriftStep;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
@@ -49,8 +50,8 @@ pub struct DriftContext {
     pub metrics: Arc<Metrics>,
     /// Whether this replica may write.
     pub leadership: Leadership,
-    /// The helper pods' image when the policy names none.
-    pub helper_image: String,
+    /// How helper pods run (the image when the policy names none).
+    pub helpers: HelperPods,
     /// The not-drift reason last reported per node (one Event per change, not per pass).
     pub reported: Mutex<HashMap<String, String>>,
     /// Serializes start decisions: two nodes of a pool must not both pass the budget.

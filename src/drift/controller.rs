@@ -19,6 +19,7 @@ use tracing::{Instrument, info, warn};
 
 use super::classify::{ConfigState, classify};
 pub use super::context::DriftContext;
+pub use super::helper::HelperPods;
 use super::pass::Pass;
 use crate::api::annotations::PLANNED_REBOOT;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
@@ -43,8 +44,8 @@ pub struct DriftOptions {
     pub metrics: Arc<Metrics>,
     /// Whether this replica may write.
     pub leadership: Leadership,
-    /// The helper pods' image when the policy names none (the controller's own image).
-    pub helper_image: String,
+    /// How helper pods run; the image when the policy names none (the controller's own).
+    pub helpers: HelperPods,
 }
 
 impl Default for DriftOptions {
@@ -54,7 +55,7 @@ impl Default for DriftOptions {
             poll: Duration::from_secs(2),
             metrics: Arc::new(Metrics::new()),
             leadership: Leadership::unconditional(),
-            helper_image: "baremend:latest".into(),
+            helpers: HelperPods::new("baremend:latest"),
         }
     }
 }
@@ -127,7 +128,7 @@ pub async fn run(
         poll: options.poll,
         metrics: options.metrics,
         leadership: options.leadership,
-        helper_image: options.helper_image,
+        helpers: options.helpers,
         reported: Mutex::new(HashMap::new()),
         starts: tokio::sync::Mutex::new(()),
         backoff: Backoff::default(),

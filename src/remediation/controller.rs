@@ -26,6 +26,7 @@ use super::reconcile::{error_policy, reconcile};
 use crate::api::annotations::NODE_MACHINE;
 use crate::api::slim;
 use crate::api::{HostBmc, Remediation, RemediationPhase, RemediationPolicy};
+use crate::drift::controller::HelperPods;
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
@@ -56,8 +57,8 @@ pub struct ControllerOptions {
     /// Spreads the power reads over the interval (see [`super::monitor`]).
     pub power_poll_seed: u64,
     /// Also run the config-drift coordinator (see [`crate::drift`]) where the API serves
-    /// MachineConfigPools, with helper pods of this image. None: not at all.
-    pub drift_helper_image: Option<String>,
+    /// MachineConfigPools, with helper pods run this way. None: not at all.
+    pub drift_helpers: Option<HelperPods>,
     /// Where this replica runs (see [`Placement`]).
     pub placement: Option<Placement>,
 }
@@ -73,7 +74,7 @@ impl Default for ControllerOptions {
             machine_selector: None,
             power_poll: None,
             power_poll_seed: 0,
-            drift_helper_image: None,
+            drift_helpers: None,
             placement: None,
         }
     }
@@ -121,14 +122,14 @@ pub async fn run(
     options: ControllerOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
-    let drift = match &options.drift_helper_image {
-        Some(image) if crate::drift::controller::mco_served(&client).await => {
+    let drift = match &options.drift_helpers {
+        Some(helpers) if crate::drift::controller::mco_served(&client).await => {
             Some(crate::drift::controller::DriftOptions {
                 instance: options.instance.clone(),
                 poll: options.poll.max(Duration::from_millis(100)),
                 metrics: options.metrics.clone(),
                 leadership: options.leadership.clone(),
-                helper_image: image.clone(),
+                helpers: helpers.clone(),
             })
         }
         Some(_) => {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baremend::api::{DriftPhase, DriftPolicy, DriftRemediation, Remediation, RemediationPhase};
-use baremend::drift::controller::DriftOptions;
+use baremend::drift::controller::{DriftOptions, HelperPods};
 use baremend::lab::setup::LabCluster;
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::ControllerOptions;
@@ -179,7 +179,7 @@ impl Lab {
         let options = DriftOptions {
             poll: Duration::from_millis(100),
             metrics: self.metrics.clone(),
-            helper_image: "baremend:test".into(),
+            helpers: HelperPods::new("baremend:test"),
             ..DriftOptions::default()
         };
         self.spawn(|stopped| async move {
