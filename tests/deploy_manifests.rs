@@ -148,6 +148,208 @@ fn the_deployment_runs_two_hardened_replicas_probed_on_our_endpoints() {
     assert!(args.iter().any(|a| a == "--leader-elect=true"), "{args:?}");
 }
 
+#[test]
+fn the_controller_pods_fit_openshift_restricted_v2_with_no_fixed_uid() {
+    let deployment: Deployment = typed("deployment.yaml", &of_kind("Deployment")[0]);
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    // restricted-v2 assigns the UID and GID from the namespace's range (MustRunAsRange) and
+    // refuses any other; the pod asks only for a non-root user and the runtime's seccomp.
+    let security = pod.security_context.clone().unwrap();
+    assert_eq!(security.run_as_user, None, "a fixed UID");
+    assert_eq!(security.run_as_group, None, "a fixed GID");
+    assert_eq!(security.fs_group, None, "a fixed fsGroup");
+    assert_eq!(security.supplemental_groups, None);
+    assert_eq!(security.run_as_non_root, Some(true));
+    assert_eq!(security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    for host in [pod.host_network, pod.host_pid, pod.host_ipc] {
+        assert_ne!(host, Some(true), "a host namespace");
+    }
+    assert!(
+        pod.volumes.iter().flatten().all(|v| v.host_path.is_none()),
+        "a hostPath volume"
+    );
+    for container in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        let security = container.security_context.clone().unwrap();
+        assert_ne!(security.privileged, Some(true), "{}", container.name);
+        assert_eq!(security.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            security.run_as_user, None,
+            "{}: a fixed UID",
+            container.name
+        );
+        assert_eq!(
+            security.run_as_group, None,
+            "{}: a fixed GID",
+            container.name
+        );
+        let capabilities = security.capabilities.unwrap();
+        assert_eq!(capabilities.drop, Some(vec!["ALL".to_string()]));
+        assert!(capabilities.add.unwrap_or_default().is_empty());
+        for port in container.ports.iter().flatten() {
+            assert_eq!(port.host_port, None, "{}: a host port", container.name);
+        }
+    }
+    // Pod Security admission in the namespace admits the privileged helpers and reports
+    // anything below restricted; OpenShift keeps these labels and sets no node selector.
+    let namespace: Namespace = typed("namespace.yaml", &of_kind("Namespace")[0]);
+    let labels = namespace.metadata.labels.unwrap();
+    for (key, value) in [
+        ("pod-security.kubernetes.io/enforce", "privileged"),
+        ("pod-security.kubernetes.io/audit", "restricted"),
+        ("pod-security.kubernetes.io/warn", "restricted"),
+        ("security.openshift.io/scc.podSecurityLabelSync", "false"),
+    ] {
+        assert_eq!(labels.get(key).map(String::as_str), Some(value), "{key}");
+    }
+    let annotations = namespace.metadata.annotations.unwrap();
+    assert_eq!(
+        annotations
+            .get("openshift.io/node-selector")
+            .map(String::as_str),
+        Some("")
+    );
+}
+
+/// `kubectl kustomize` of a folder, as YAML documents.
+fn kustomize(dir: &Path) -> Vec<Value> {
+    common::require_program(
+        "kubectl",
+        "kubernetes-client (the machine image ships kubectl v1.32)",
+    );
+    let output = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("kubectl runs");
+    let (out, err) = common::texts(&output);
+    assert!(output.status.success(), "kubectl kustomize {dir:?}:\n{err}");
+    serde_yaml::Deserializer::from_str(&out)
+        .map(|d| Value::deserialize(d).unwrap())
+        .collect()
+}
+
+/// The controller container's image and pull policy, and the helper pods' (its environment).
+fn rendered_images(documents: &[Value]) -> [(String, String); 2] {
+    let deployment = documents
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let env = |name: &str| {
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["value"].as_str())
+            .unwrap_or_else(|| panic!("no {name}"))
+            .to_string()
+    };
+    [
+        (
+            container["image"].as_str().unwrap().to_string(),
+            container["imagePullPolicy"].as_str().unwrap().to_string(),
+        ),
+        (env("BAREMEND_IMAGE"), env("BAREMEND_IMAGE_PULL_POLICY")),
+    ]
+}
+
+/// A copy of deploy/'s files in `dir/deploy` (kustomize takes a base by relative path only).
+fn copy_of_deploy(dir: &Path) -> std::path::PathBuf {
+    let copy = dir.join("deploy");
+    std::fs::create_dir_all(&copy).unwrap();
+    for entry in std::fs::read_dir(common::repo_root().join("deploy")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    copy
+}
+
+#[test]
+fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
+    // Only the Deployment's container names an image, by the name `images:` replaces.
+    let deploy = common::repo_root().join("deploy");
+    for (file, value) in documents() {
+        let text = serde_json::to_string(&value).unwrap();
+        let images = text.matches("\"image\":").count();
+        let expected = usize::from(value["kind"] == "Deployment");
+        assert_eq!(images, expected, "{file}: {text}");
+        if value["kind"] == "Kustomization" {
+            let entries = value["images"].as_array().expect("an images: entry");
+            assert_eq!(entries.len(), 1, "{entries:?}");
+            assert_eq!(entries[0]["name"], "baremend");
+        }
+    }
+    let deployment = &of_kind("Deployment")[0];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"], "baremend",
+        "the name `images:` replaces"
+    );
+
+    // As shipped: the helpers get the container's image and pull policy.
+    let [controller, helpers] = rendered_images(&kustomize(&deploy));
+    assert_eq!(
+        controller,
+        ("baremend:latest".into(), "IfNotPresent".into())
+    );
+    assert_eq!(helpers, controller);
+
+    // Pushed elsewhere, by digest, always pulled: one edit of the kustomization (and of the
+    // pull policy) reaches the helpers too.
+    let copy = copy_of_deploy(&common::scratch("deploy-copy"));
+    let digest = "sha256:6f1c4a9e8d2b7f3c0a5e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a";
+    let kustomization = std::fs::read_to_string(copy.join("kustomization.yaml"))
+        .unwrap()
+        .replace(
+            "    newName: baremend\n    newTag: latest\n",
+            &format!("    newName: registry.example/ops/baremend\n    digest: {digest}\n"),
+        );
+    assert!(
+        kustomization.contains(digest),
+        "the images: entry changed shape"
+    );
+    std::fs::write(copy.join("kustomization.yaml"), kustomization).unwrap();
+    let deployment = std::fs::read_to_string(copy.join("deployment.yaml"))
+        .unwrap()
+        .replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Always");
+    std::fs::write(copy.join("deployment.yaml"), deployment).unwrap();
+    let pushed = format!("registry.example/ops/baremend@{digest}");
+    let [controller, helpers] = rendered_images(&kustomize(&copy));
+    assert_eq!(controller, (pushed.clone(), "Always".into()));
+    assert_eq!(helpers, controller);
+
+    // An overlay that sets its own image repeats the replacements (docs/install.md says so).
+    let scratch = common::scratch("overlay");
+    copy_of_deploy(&scratch);
+    let overlay = scratch.join("overlay");
+    std::fs::create_dir(&overlay).unwrap();
+    let base: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(deploy.join("kustomization.yaml")).unwrap())
+            .unwrap();
+    let overlay_kustomization = json!({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": ["../deploy"],
+        "images": [{"name": "baremend", "newName": "registry.example/ops/baremend", "newTag": "v2"}],
+        "replacements": base["replacements"],
+    });
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        serde_yaml::to_string(&overlay_kustomization).unwrap(),
+    )
+    .unwrap();
+    let [controller, helpers] = rendered_images(&kustomize(&overlay));
+    assert_eq!(controller.0, "registry.example/ops/baremend:v2");
+    assert_eq!(helpers, controller);
+}
+
 /// The metric names the controller exports (`# TYPE` lines; a labelled family shows only
 /// once it has a series, so each gets one).
 fn exported_metrics() -> BTreeSet<String> {
