@@ -28,7 +28,6 @@ use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
 };
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 mod common;
@@ -44,21 +43,11 @@ const CONFIG_MAPS: Gvr = Gvr {
 
 /// Every YAML document of deploy/, with the file it came from.
 fn documents() -> Vec<(String, Value)> {
-    let dir = common::repo_root().join("deploy");
     let mut all = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    for path in files {
+    for path in common::yaml_files(&common::repo_root().join("deploy")) {
         let text = std::fs::read_to_string(&path).unwrap();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value = Value::deserialize(document).unwrap();
-            if !value.is_null() {
-                all.push((file_name(&path), value));
-            }
+        for value in common::yaml_documents(&text) {
+            all.push((file_name(&path), value));
         }
     }
     all
@@ -227,9 +216,7 @@ fn kustomize(dir: &Path) -> Vec<Value> {
         .expect("kubectl runs");
     let (out, err) = common::texts(&output);
     assert!(output.status.success(), "kubectl kustomize {dir:?}:\n{err}");
-    serde_yaml::Deserializer::from_str(&out)
-        .map(|d| Value::deserialize(d).unwrap())
-        .collect()
+    common::yaml_documents(&out)
 }
 
 /// The controller container's image and pull policy, and the helper pods' (its environment).
@@ -348,6 +335,100 @@ fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
     let [controller, helpers] = rendered_images(&kustomize(&overlay));
     assert_eq!(controller.0, "registry.example/ops/baremend:v2");
     assert_eq!(helpers, controller);
+}
+
+#[test]
+fn the_containerfile_builds_amd64_and_arm64_with_ca_roots_and_documents_its_arguments() {
+    let root = common::repo_root();
+    let containerfile = std::fs::read_to_string(root.join("deploy/Containerfile")).unwrap();
+    let instructions: Vec<&str> = containerfile
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    let stages: Vec<&&str> = instructions
+        .iter()
+        .filter(|l| l.starts_with("FROM "))
+        .collect();
+    assert_eq!(stages.len(), 2, "{stages:?}");
+    // The build stage runs on the build machine and cross-compiles for the target.
+    assert!(
+        stages[0].starts_with("FROM --platform=$BUILDPLATFORM ")
+            && stages[0].ends_with(" AS build"),
+        "{}",
+        stages[0]
+    );
+    assert_eq!(*stages[1], "FROM scratch");
+    let final_stage: Vec<&str> = instructions
+        .iter()
+        .skip_while(|l| **l != "FROM scratch")
+        .copied()
+        .collect();
+    // CA roots in the image, where rustls-native-certs looks (SSL_CERT_FILE says so too).
+    let roots = "/etc/ssl/certs/ca-certificates.crt";
+    assert!(
+        final_stage.contains(&format!("COPY --from=build {roots} {roots}").as_str()),
+        "{final_stage:?}"
+    );
+    assert!(final_stage.contains(&format!("ENV SSL_CERT_FILE={roots}").as_str()));
+    assert!(final_stage.contains(&"COPY --from=build /baremend /usr/local/bin/baremend"));
+    // A numeric non-root user (runAsNonRoot can check it; OpenShift replaces it).
+    let user = final_stage
+        .iter()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER");
+    let uid: u32 = user
+        .split(':')
+        .next()
+        .unwrap()
+        .parse()
+        .expect("a numeric USER");
+    assert_ne!(uid, 0);
+    // Both architectures, each to its musl target, built without the lab and simulators.
+    let script = std::fs::read_to_string(root.join("deploy/build-binary.sh")).unwrap();
+    for mapping in [
+        "amd64) target=x86_64-unknown-linux-musl",
+        "arm64) target=aarch64-unknown-linux-musl",
+        "amd64) packages=\"$packages gcc-x86-64-linux-gnu",
+        "arm64) packages=\"$packages gcc-aarch64-linux-gnu",
+    ] {
+        assert!(
+            script.contains(mapping) || containerfile.contains(mapping),
+            "{mapping}"
+        );
+    }
+    assert!(script.contains("cargo build --release --locked --no-default-features"));
+    assert!(containerfile.contains("deploy/build-binary.sh \"${TARGETARCH"));
+    let refused = std::process::Command::new("sh")
+        .arg(root.join("deploy/build-binary.sh"))
+        .args(["riscv64", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        common::texts(&refused)
+            .1
+            .contains("unsupported architecture 'riscv64'")
+    );
+    // The build context leaves the build output out.
+    let ignored = std::fs::read_to_string(root.join(".dockerignore")).unwrap();
+    assert!(ignored.lines().any(|l| l == "/target"));
+    // Every build argument is documented, and so is that no test builds the image.
+    let guide = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
+    let arguments: Vec<&str> = instructions
+        .iter()
+        .filter_map(|l| l.strip_prefix("ARG "))
+        .map(|a| a.split('=').next().unwrap())
+        .collect();
+    assert!(arguments.contains(&"TARGETARCH") && arguments.contains(&"RUST_IMAGE"));
+    for argument in arguments {
+        assert!(
+            guide.contains(&format!("`{argument}`")),
+            "docs/install.md: {argument}"
+        );
+    }
+    assert!(guide.contains("linux/amd64,linux/arm64"));
+    assert!(guide.contains("no container runtime"));
 }
 
 /// The metric names the controller exports (`# TYPE` lines; a labelled family shows only
@@ -809,6 +890,48 @@ fn only_the_drift_helpers_account_may_use_the_privileged_scc_and_nothing_else() 
         HelperPods::new("any").service_account,
         HELPER_SERVICE_ACCOUNT
     );
+}
+
+#[test]
+fn the_install_guide_explains_every_granted_permission() {
+    let guide = std::fs::read_to_string(common::repo_root().join("docs/install.md")).unwrap();
+    let section = guide
+        .split("## Every permission, and why")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the permissions section of docs/install.md");
+    let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| ")).collect();
+    let rules: Vec<PolicyRule> = of_kind("ClusterRole")
+        .iter()
+        .flat_map(|v| {
+            typed::<ClusterRole>("rbac.yaml", v)
+                .rules
+                .unwrap_or_default()
+        })
+        .chain(
+            of_kind("Role")
+                .iter()
+                .flat_map(|v| typed::<Role>("rbac.yaml", v).rules.unwrap_or_default()),
+        )
+        .collect();
+    assert!(rules.len() > 10);
+    for rule in rules {
+        for resource in rule.resources.iter().flatten() {
+            for verb in &rule.verbs {
+                // A row naming the resource, with the verb as a word of its own.
+                let explained = rows.iter().any(|row| {
+                    row.contains(&format!("`{resource}`"))
+                        && row
+                            .split(|c: char| !c.is_ascii_alphanumeric())
+                            .any(|word| word == verb)
+                });
+                assert!(
+                    explained,
+                    "docs/install.md does not explain {verb} on {resource}"
+                );
+            }
+        }
+    }
 }
 
 /// Every call the API server recorded.
