@@ -133,22 +133,18 @@ async fn read_ca_bundle(
     let unusable = |e: &dyn std::fmt::Display| {
         format!("CA bundle {} {}: {e}", named.kind.as_str(), named.name)
     };
-    match named.kind {
-        CaBundleKind::ConfigMap => {
-            let config_map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-                .get(&named.name)
-                .await
-                .map_err(|e| unusable(&e))?;
-            observe::config_map_ca_bundle(&config_map, &named.key).map_err(|e| unusable(&e))
-        }
-        CaBundleKind::Secret => {
-            let secret = Api::<Secret>::namespaced(client.clone(), namespace)
-                .get(&named.name)
-                .await
-                .map_err(|e| unusable(&e))?;
-            observe::secret_ca_bundle(&secret, &named.key).map_err(|e| unusable(&e))
-        }
-    }
+    let client = client.clone();
+    let pem = match named.kind {
+        CaBundleKind::ConfigMap => Api::<ConfigMap>::namespaced(client, namespace)
+            .get(&named.name)
+            .await
+            .map(|config_map| observe::config_map_ca_bundle(&config_map, &named.key)),
+        CaBundleKind::Secret => Api::<Secret>::namespaced(client, namespace)
+            .get(&named.name)
+            .await
+            .map(|secret| observe::secret_ca_bundle(&secret, &named.key)),
+    };
+    pem.map_err(|e| unusable(&e))?.map_err(|e| unusable(&e))
 }
 
 /// Whether the BareMetal Operator has let go of a host: the `detached` annotation, or the

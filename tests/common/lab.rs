@@ -301,6 +301,35 @@ impl Lab {
         .await
     }
 
+    /// The first Remediation of `machine` once it has failed without touching its host:
+    /// `PowerOffNotConfirmed` with `expected` in `lastError`, no Node step, the Node still
+    /// there and the host never powered.
+    pub async fn failed_untouched(&self, machine: &str, expected: &str) -> Remediation {
+        let failed = self
+            .reach(&format!("{machine}-1"), RemediationPhase::Failed)
+            .await;
+        let status = failed.status.clone().unwrap();
+        let error = status.last_error.clone().unwrap_or_default();
+        assert!(error.contains(expected), "{machine}: {error}");
+        let succeeded = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Succeeded")
+            .unwrap_or_else(|| panic!("{machine}: no Succeeded condition in {status:?}"));
+        assert_eq!(succeeded.reason, "PowerOffNotConfirmed", "{machine}");
+        let steps = steps(&failed);
+        assert!(
+            !steps.iter().any(|s| s.starts_with("Node")),
+            "{machine}: {steps:?}"
+        );
+        assert!(self.node_exists(machine), "{machine}: its Node is gone");
+        assert!(
+            self.power_history(machine).is_empty(),
+            "{machine} was powered"
+        );
+        failed
+    }
+
     /// The power changes of a host, in order.
     pub fn power_history(&self, host: &str) -> Vec<Power> {
         self.cluster
@@ -364,6 +393,15 @@ impl Phase for DriftPhase {
     fn status(object: &DriftRemediation) -> String {
         format!("{:#?}", object.status)
     }
+}
+
+/// The steps a Remediation persisted, in order.
+pub fn steps(remediation: &Remediation) -> Vec<String> {
+    remediation
+        .status
+        .as_ref()
+        .map(|s| s.steps.iter().map(|t| t.step.clone()).collect())
+        .unwrap_or_default()
 }
 
 /// Every step of a deleting remediation happened exactly once.
