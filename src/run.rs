@@ -8,6 +8,7 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+use crate::drift::controller::HelperPods;
 use crate::duration::{parse_duration, parse_duration_or_off};
 use crate::leader::{Leadership, LeaseConfig};
 use crate::metrics::{Metrics, serve};
@@ -65,9 +66,22 @@ pub struct RunArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub drift: bool,
     /// The image of the drift coordinator's helper pods when the DriftPolicy names none
-    /// (the controller's own: it carries `baremend host-file`).
+    /// (the controller's own: it carries `baremend host-file`; deploy/ copies the container's
+    /// image here).
     #[arg(long, env = "BAREMEND_IMAGE", default_value = "baremend:latest")]
     pub helper_image: String,
+    /// The helper pods' image pull policy (deploy/ copies the container's here).
+    #[arg(
+        long,
+        env = "BAREMEND_IMAGE_PULL_POLICY",
+        default_value = "IfNotPresent",
+        value_parser = ["Always", "IfNotPresent", "Never"]
+    )]
+    pub helper_image_pull_policy: String,
+    /// The service account of the helper pods, in the helper namespace: the one allowed to
+    /// run privileged pods (on OpenShift, the `privileged` SecurityContextConstraints).
+    #[arg(long, default_value = crate::drift::helper::HELPER_SERVICE_ACCOUNT, value_name = "NAME")]
+    pub helper_service_account: String,
     /// The Node this replica runs on (the Downward API's `spec.nodeName`): the leader never
     /// fences it unless another replica is Ready on another Node. Unset: not checked.
     #[arg(long, env = "NODE_NAME", value_name = "NODE")]
@@ -134,7 +148,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
             .instance
             .bytes()
             .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
-        drift_helper_image: args.drift.then(|| args.helper_image.clone()),
+        drift_helpers: args.drift.then(|| HelperPods {
+            image: args.helper_image.clone(),
+            pull_policy: args.helper_image_pull_policy.clone(),
+            service_account: args.helper_service_account.clone(),
+        }),
         placement: args.node_name.as_ref().map(|node| Placement {
             node: node.clone(),
             namespace: args.lease_namespace.clone(),

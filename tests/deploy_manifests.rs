@@ -10,19 +10,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baremend::api::{DriftPhase, Remediation, RemediationPhase};
+use baremend::drift::controller::HelperPods;
+use baremend::drift::helper::HELPER_SERVICE_ACCOUNT;
 use baremend::leader::LeaseConfig;
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run_elected};
 use baremend::runtime::SystemClock;
 use baremend_sim::apiserver::{ApiServer, AuditRecord};
 use baremend_sim::cluster::ClusterSpec;
-use baremend_sim::cluster::local::NODES;
+use baremend_sim::cluster::MACHINE_NAMESPACE;
+use baremend_sim::cluster::local::{Gvr, NODES};
 use baremend_sim::cluster::mco::disk::SimFile;
 use baremend_sim::cluster::timing::Timing;
+use baremend_sim::tls::TestCa;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
-use serde::Deserialize;
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
+};
 use serde_json::{Value, json};
 
 mod common;
@@ -30,23 +35,19 @@ mod common;
 use common::eventually;
 use common::lab::Lab;
 
+const CONFIG_MAPS: Gvr = Gvr {
+    group: "",
+    version: "v1",
+    plural: "configmaps",
+};
+
 /// Every YAML document of deploy/, with the file it came from.
 fn documents() -> Vec<(String, Value)> {
-    let dir = common::repo_root().join("deploy");
     let mut all = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    for path in files {
+    for path in common::yaml_files(&common::repo_root().join("deploy")) {
         let text = std::fs::read_to_string(&path).unwrap();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value = Value::deserialize(document).unwrap();
-            if !value.is_null() {
-                all.push((file_name(&path), value));
-            }
+        for value in common::yaml_documents(&text) {
+            all.push((file_name(&path), value));
         }
     }
     all
@@ -134,6 +135,300 @@ fn the_deployment_runs_two_hardened_replicas_probed_on_our_endpoints() {
     let args = container.args.clone().unwrap();
     assert_eq!(args[0], "run");
     assert!(args.iter().any(|a| a == "--leader-elect=true"), "{args:?}");
+}
+
+#[test]
+fn the_controller_pods_fit_openshift_restricted_v2_with_no_fixed_uid() {
+    let deployment: Deployment = typed("deployment.yaml", &of_kind("Deployment")[0]);
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    // restricted-v2 assigns the UID and GID from the namespace's range (MustRunAsRange) and
+    // refuses any other; the pod asks only for a non-root user and the runtime's seccomp.
+    let security = pod.security_context.clone().unwrap();
+    assert_eq!(security.run_as_user, None, "a fixed UID");
+    assert_eq!(security.run_as_group, None, "a fixed GID");
+    assert_eq!(security.fs_group, None, "a fixed fsGroup");
+    assert_eq!(security.supplemental_groups, None);
+    assert_eq!(security.run_as_non_root, Some(true));
+    assert_eq!(security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    for host in [pod.host_network, pod.host_pid, pod.host_ipc] {
+        assert_ne!(host, Some(true), "a host namespace");
+    }
+    assert!(
+        pod.volumes.iter().flatten().all(|v| v.host_path.is_none()),
+        "a hostPath volume"
+    );
+    for container in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        let security = container.security_context.clone().unwrap();
+        assert_ne!(security.privileged, Some(true), "{}", container.name);
+        assert_eq!(security.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            security.run_as_user, None,
+            "{}: a fixed UID",
+            container.name
+        );
+        assert_eq!(
+            security.run_as_group, None,
+            "{}: a fixed GID",
+            container.name
+        );
+        let capabilities = security.capabilities.unwrap();
+        assert_eq!(capabilities.drop, Some(vec!["ALL".to_string()]));
+        assert!(capabilities.add.unwrap_or_default().is_empty());
+        for port in container.ports.iter().flatten() {
+            assert_eq!(port.host_port, None, "{}: a host port", container.name);
+        }
+    }
+    // Pod Security admission in the namespace admits the privileged helpers and reports
+    // anything below restricted; OpenShift keeps these labels and sets no node selector.
+    let namespace: Namespace = typed("namespace.yaml", &of_kind("Namespace")[0]);
+    let labels = namespace.metadata.labels.unwrap();
+    for (key, value) in [
+        ("pod-security.kubernetes.io/enforce", "privileged"),
+        ("pod-security.kubernetes.io/audit", "restricted"),
+        ("pod-security.kubernetes.io/warn", "restricted"),
+        ("security.openshift.io/scc.podSecurityLabelSync", "false"),
+    ] {
+        assert_eq!(labels.get(key).map(String::as_str), Some(value), "{key}");
+    }
+    let annotations = namespace.metadata.annotations.unwrap();
+    assert_eq!(
+        annotations
+            .get("openshift.io/node-selector")
+            .map(String::as_str),
+        Some("")
+    );
+}
+
+/// `kubectl kustomize` of a folder, as YAML documents.
+fn kustomize(dir: &Path) -> Vec<Value> {
+    common::require_program(
+        "kubectl",
+        "kubernetes-client (the machine image ships kubectl v1.32)",
+    );
+    let output = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("kubectl runs");
+    let (out, err) = common::texts(&output);
+    assert!(output.status.success(), "kubectl kustomize {dir:?}:\n{err}");
+    common::yaml_documents(&out)
+}
+
+/// The controller container's image and pull policy, and the helper pods' (its environment).
+fn rendered_images(documents: &[Value]) -> [(String, String); 2] {
+    let deployment = documents
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let env = |name: &str| {
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["value"].as_str())
+            .unwrap_or_else(|| panic!("no {name}"))
+            .to_string()
+    };
+    [
+        (
+            container["image"].as_str().unwrap().to_string(),
+            container["imagePullPolicy"].as_str().unwrap().to_string(),
+        ),
+        (env("BAREMEND_IMAGE"), env("BAREMEND_IMAGE_PULL_POLICY")),
+    ]
+}
+
+/// A copy of deploy/'s files in `dir/deploy` (kustomize takes a base by relative path only).
+fn copy_of_deploy(dir: &Path) -> std::path::PathBuf {
+    let copy = dir.join("deploy");
+    std::fs::create_dir_all(&copy).unwrap();
+    for entry in std::fs::read_dir(common::repo_root().join("deploy")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    copy
+}
+
+#[test]
+fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
+    // Only the Deployment's container names an image, by the name `images:` replaces.
+    let deploy = common::repo_root().join("deploy");
+    for (file, value) in documents() {
+        let text = serde_json::to_string(&value).unwrap();
+        let images = text.matches("\"image\":").count();
+        let expected = usize::from(value["kind"] == "Deployment");
+        assert_eq!(images, expected, "{file}: {text}");
+        if value["kind"] == "Kustomization" {
+            let entries = value["images"].as_array().expect("an images: entry");
+            assert_eq!(entries.len(), 1, "{entries:?}");
+            assert_eq!(entries[0]["name"], "baremend");
+        }
+    }
+    let deployment = &of_kind("Deployment")[0];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"], "baremend",
+        "the name `images:` replaces"
+    );
+
+    // As shipped: the helpers get the container's image and pull policy.
+    let [controller, helpers] = rendered_images(&kustomize(&deploy));
+    assert_eq!(
+        controller,
+        ("baremend:latest".into(), "IfNotPresent".into())
+    );
+    assert_eq!(helpers, controller);
+
+    // Pushed elsewhere, by digest, always pulled: one edit of the kustomization (and of the
+    // pull policy) reaches the helpers too.
+    let copy = copy_of_deploy(&common::scratch("deploy-copy"));
+    let digest = "sha256:6f1c4a9e8d2b7f3c0a5e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a";
+    let kustomization = std::fs::read_to_string(copy.join("kustomization.yaml"))
+        .unwrap()
+        .replace(
+            "    newName: baremend\n    newTag: latest\n",
+            &format!("    newName: registry.example/ops/baremend\n    digest: {digest}\n"),
+        );
+    assert!(
+        kustomization.contains(digest),
+        "the images: entry changed shape"
+    );
+    std::fs::write(copy.join("kustomization.yaml"), kustomization).unwrap();
+    let deployment = std::fs::read_to_string(copy.join("deployment.yaml"))
+        .unwrap()
+        .replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Always");
+    std::fs::write(copy.join("deployment.yaml"), deployment).unwrap();
+    let pushed = format!("registry.example/ops/baremend@{digest}");
+    let [controller, helpers] = rendered_images(&kustomize(&copy));
+    assert_eq!(controller, (pushed.clone(), "Always".into()));
+    assert_eq!(helpers, controller);
+
+    // An overlay that sets its own image repeats the replacements (docs/install.md says so).
+    let scratch = common::scratch("overlay");
+    copy_of_deploy(&scratch);
+    let overlay = scratch.join("overlay");
+    std::fs::create_dir(&overlay).unwrap();
+    let base: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(deploy.join("kustomization.yaml")).unwrap())
+            .unwrap();
+    let overlay_kustomization = json!({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": ["../deploy"],
+        "images": [{"name": "baremend", "newName": "registry.example/ops/baremend", "newTag": "v2"}],
+        "replacements": base["replacements"],
+    });
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        serde_yaml::to_string(&overlay_kustomization).unwrap(),
+    )
+    .unwrap();
+    let [controller, helpers] = rendered_images(&kustomize(&overlay));
+    assert_eq!(controller.0, "registry.example/ops/baremend:v2");
+    assert_eq!(helpers, controller);
+}
+
+#[test]
+fn the_containerfile_builds_amd64_and_arm64_with_ca_roots_and_documents_its_arguments() {
+    let root = common::repo_root();
+    let containerfile = std::fs::read_to_string(root.join("deploy/Containerfile")).unwrap();
+    let instructions: Vec<&str> = containerfile
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    let stages: Vec<&&str> = instructions
+        .iter()
+        .filter(|l| l.starts_with("FROM "))
+        .collect();
+    assert_eq!(stages.len(), 2, "{stages:?}");
+    // The build stage runs on the build machine and cross-compiles for the target.
+    assert!(
+        stages[0].starts_with("FROM --platform=$BUILDPLATFORM ")
+            && stages[0].ends_with(" AS build"),
+        "{}",
+        stages[0]
+    );
+    assert_eq!(*stages[1], "FROM scratch");
+    let final_stage: Vec<&str> = instructions
+        .iter()
+        .skip_while(|l| **l != "FROM scratch")
+        .copied()
+        .collect();
+    // CA roots in the image, where rustls-native-certs looks (SSL_CERT_FILE says so too).
+    let roots = "/etc/ssl/certs/ca-certificates.crt";
+    assert!(
+        final_stage.contains(&format!("COPY --from=build {roots} {roots}").as_str()),
+        "{final_stage:?}"
+    );
+    assert!(final_stage.contains(&format!("ENV SSL_CERT_FILE={roots}").as_str()));
+    assert!(final_stage.contains(&"COPY --from=build /baremend /usr/local/bin/baremend"));
+    // A numeric non-root user (runAsNonRoot can check it; OpenShift replaces it).
+    let user = final_stage
+        .iter()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER");
+    let uid: u32 = user
+        .split(':')
+        .next()
+        .unwrap()
+        .parse()
+        .expect("a numeric USER");
+    assert_ne!(uid, 0);
+    // Both architectures, each to its musl target, built without the lab and simulators.
+    let script = std::fs::read_to_string(root.join("deploy/build-binary.sh")).unwrap();
+    for mapping in [
+        "amd64) target=x86_64-unknown-linux-musl",
+        "arm64) target=aarch64-unknown-linux-musl",
+        "amd64) packages=\"$packages gcc-x86-64-linux-gnu",
+        "arm64) packages=\"$packages gcc-aarch64-linux-gnu",
+    ] {
+        assert!(
+            script.contains(mapping) || containerfile.contains(mapping),
+            "{mapping}"
+        );
+    }
+    assert!(script.contains("cargo build --release --locked --no-default-features"));
+    assert!(containerfile.contains("deploy/build-binary.sh \"${TARGETARCH"));
+    let refused = std::process::Command::new("sh")
+        .arg(root.join("deploy/build-binary.sh"))
+        .args(["riscv64", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        common::texts(&refused)
+            .1
+            .contains("unsupported architecture 'riscv64'")
+    );
+    // The build context leaves the build output out.
+    let ignored = std::fs::read_to_string(root.join(".dockerignore")).unwrap();
+    assert!(ignored.lines().any(|l| l == "/target"));
+    // Every build argument is documented, and so is that no test builds the image.
+    let guide = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
+    let arguments: Vec<&str> = instructions
+        .iter()
+        .filter_map(|l| l.strip_prefix("ARG "))
+        .map(|a| a.split('=').next().unwrap())
+        .collect();
+    assert!(arguments.contains(&"TARGETARCH") && arguments.contains(&"RUST_IMAGE"));
+    for argument in arguments {
+        assert!(
+            guide.contains(&format!("`{argument}`")),
+            "docs/install.md: {argument}"
+        );
+    }
+    assert!(guide.contains("linux/amd64,linux/arm64"));
+    assert!(guide.contains("no container runtime"));
 }
 
 /// The metric names the controller exports (`# TYPE` lines; a labelled family shows only
@@ -332,7 +627,8 @@ struct Granted {
     namespace: Option<String>,
 }
 
-fn grants() -> Vec<Granted> {
+/// What deploy/ grants the service account `baremend/<account>`.
+fn grants(account: &str) -> Vec<Granted> {
     let roles: Vec<(String, Option<String>, Vec<PolicyRule>)> = of_kind("ClusterRole")
         .iter()
         .map(|v| {
@@ -359,9 +655,19 @@ fn grants() -> Vec<Granted> {
             .map(|(_, _, rules)| rules.clone())
             .unwrap_or_else(|| panic!("no {kind} {name}"))
     };
+    let to_account = |subjects: &Option<Vec<Subject>>| {
+        subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && s.name == account
+                && s.namespace.as_deref() == Some("baremend")
+        })
+    };
     let mut granted = Vec::new();
     for value in of_kind("ClusterRoleBinding") {
         let binding: ClusterRoleBinding = typed("rbac.yaml", &value);
+        if !to_account(&binding.subjects) {
+            continue;
+        }
         for rule in rules_of(&binding.role_ref.kind, &binding.role_ref.name) {
             granted.push(Granted {
                 rule,
@@ -371,6 +677,9 @@ fn grants() -> Vec<Granted> {
     }
     for value in of_kind("RoleBinding") {
         let binding: RoleBinding = typed("rbac.yaml", &value);
+        if !to_account(&binding.subjects) {
+            continue;
+        }
         for rule in rules_of(&binding.role_ref.kind, &binding.role_ref.name) {
             granted.push(Granted {
                 rule,
@@ -413,12 +722,6 @@ const RARE: &[(&str, &str, &str, &str)] = &[
         "a repeated Event's series count",
     ),
     (
-        "security.openshift.io",
-        "securitycontextconstraints",
-        "use",
-        "admission of the privileged helper pods on OpenShift (no API call)",
-    ),
-    (
         "",
         "secrets",
         "create",
@@ -440,7 +743,8 @@ const RARE: &[(&str, &str, &str, &str)] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
-    // The reboot API first; worker-1 is detached, so it escalates to its BMC over Redfish.
+    // The reboot API first; worker-1 is detached, so it escalates to its BMC over Redfish and
+    // HTTPS, verified with the CA bundle its annotation names (a ConfigMap).
     let policy = json!({
         "strategies": ["BareMetalHostRebootApi", "DirectBmc"],
         "timeouts": {"readyGraceSeconds": 0, "powerOffSeconds": 2},
@@ -457,6 +761,20 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         .start()
         .await;
     lab.detach("worker-1");
+    let ca = TestCa::generate("rbac test BMC CA").unwrap();
+    let (_tls_bmc, address) = lab.tls_bmc("worker-1", &ca).await;
+    lab.api
+        .create(
+            CONFIG_MAPS,
+            MACHINE_NAMESPACE,
+            json!({"metadata": {"name": "bmc-ca"}, "data": {"ca.crt": ca.ca_pem()}}),
+        )
+        .unwrap();
+    lab.merge_host(
+        "worker-1",
+        json!({"annotations": {"baremend.io/bmc-ca-bundle": "ConfigMap/bmc-ca"}}),
+        json!({"address": address}),
+    );
     // An operator's label, which the returning Node gets back (a Node patch).
     lab.api
         .merge(
@@ -470,7 +788,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     let server = lab.cluster.api_server();
     server.record_requests();
     let options = ControllerOptions {
-        drift_helper_image: Some("baremend:test".into()),
+        drift_helpers: Some(HelperPods::new("baremend:test")),
         ..lab.options()
     };
     let controller = tokio::spawn(run_elected(
@@ -505,7 +823,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         .unwrap()
         .put("/etc/demo/rules.json", SimFile::regular(b"[]", 0o644));
     lab.reach("worker-2-1", DriftPhase::Succeeded).await;
-    let granted = grants();
+    let granted = grants("baremend");
     // The calls that come last (the Lease's renewals, every 500 ms) may not have come yet.
     eventually(
         "a call for every grant",
@@ -529,6 +847,91 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     // And nothing is granted that no call needs.
     let unneeded = unneeded(&granted, &used);
     assert!(unneeded.is_empty(), "{}", unneeded.join("\n"));
+}
+
+#[test]
+fn only_the_drift_helpers_account_may_use_the_privileged_scc_and_nothing_else() {
+    let scc = |granted: &Granted| {
+        granted
+            .rule
+            .resources
+            .iter()
+            .flatten()
+            .any(|r| r == "securitycontextconstraints")
+    };
+    // The controller's pods fit restricted-v2: its account may use no SCC at all.
+    let controller = grants("baremend");
+    assert!(!controller.is_empty());
+    assert!(!controller.iter().any(scc), "the controller may use an SCC");
+    // The helpers' account: exactly `use` of `privileged`, only in the helper namespace.
+    let helpers = grants(HELPER_SERVICE_ACCOUNT);
+    assert_eq!(helpers.len(), 1, "the helpers' account has other grants");
+    let rule = &helpers[0].rule;
+    assert_eq!(helpers[0].namespace.as_deref(), Some("baremend"));
+    assert_eq!(
+        rule.api_groups,
+        Some(vec!["security.openshift.io".to_string()])
+    );
+    assert_eq!(
+        rule.resources,
+        Some(vec!["securitycontextconstraints".to_string()])
+    );
+    assert_eq!(rule.resource_names, Some(vec!["privileged".to_string()]));
+    assert_eq!(rule.verbs, vec!["use".to_string()]);
+    // The account exists, mounts no token, and is the one the helper pods name.
+    let account = of_kind("ServiceAccount")
+        .into_iter()
+        .map(|v| typed::<ServiceAccount>("serviceaccount.yaml", &v))
+        .find(|a| a.metadata.name.as_deref() == Some(HELPER_SERVICE_ACCOUNT))
+        .expect("the helpers' ServiceAccount in deploy/");
+    assert_eq!(account.metadata.namespace.as_deref(), Some("baremend"));
+    assert_eq!(account.automount_service_account_token, Some(false));
+    assert_eq!(
+        HelperPods::new("any").service_account,
+        HELPER_SERVICE_ACCOUNT
+    );
+}
+
+#[test]
+fn the_install_guide_explains_every_granted_permission() {
+    let guide = std::fs::read_to_string(common::repo_root().join("docs/install.md")).unwrap();
+    let section = guide
+        .split("## Every permission, and why")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the permissions section of docs/install.md");
+    let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| ")).collect();
+    let rules: Vec<PolicyRule> = of_kind("ClusterRole")
+        .iter()
+        .flat_map(|v| {
+            typed::<ClusterRole>("rbac.yaml", v)
+                .rules
+                .unwrap_or_default()
+        })
+        .chain(
+            of_kind("Role")
+                .iter()
+                .flat_map(|v| typed::<Role>("rbac.yaml", v).rules.unwrap_or_default()),
+        )
+        .collect();
+    assert!(rules.len() > 10);
+    for rule in rules {
+        for resource in rule.resources.iter().flatten() {
+            for verb in &rule.verbs {
+                // A row naming the resource, with the verb as a word of its own.
+                let explained = rows.iter().any(|row| {
+                    row.contains(&format!("`{resource}`"))
+                        && row
+                            .split(|c: char| !c.is_ascii_alphanumeric())
+                            .any(|word| word == verb)
+                });
+                assert!(
+                    explained,
+                    "docs/install.md does not explain {verb} on {resource}"
+                );
+            }
+        }
+    }
 }
 
 /// Every call the API server recorded.

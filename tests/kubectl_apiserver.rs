@@ -672,6 +672,9 @@ async fn kubectl_applies_the_crds_and_the_whole_deploy_folder() {
     for object in [
         "namespace/baremend created",
         "serviceaccount/baremend created",
+        "serviceaccount/baremend-drift-helper created",
+        "role.rbac.authorization.k8s.io/baremend-drift-helper created",
+        "rolebinding.rbac.authorization.k8s.io/baremend-drift-helper created",
         "clusterrole.rbac.authorization.k8s.io/baremend created",
         "rolebinding.rbac.authorization.k8s.io/baremend-bmc-credentials created",
         "role.rbac.authorization.k8s.io/baremend-leader-election created",
@@ -704,4 +707,89 @@ async fn kubectl_applies_the_crds_and_the_whole_deploy_folder() {
         )
         .await;
     assert_eq!(replicas.trim(), "2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_every_example_of_the_install_guide() {
+    let c = cluster().await;
+    let root = common::repo_root();
+    // OpenShift's kinds (Machine, MachineHealthCheck, BareMetalHost, …), ours, and the
+    // namespaces the examples live in.
+    for crd in baremend_sim::cluster::fixtures::all() {
+        c.ok(&["apply", "-f", "-"], Some(&crd.to_string())).await;
+    }
+    let crds = root.join("crds");
+    c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
+    for namespace in ["openshift-machine-api", "baremend"] {
+        c.ok(&["create", "namespace", namespace], None).await;
+    }
+    let files = common::yaml_files(&root.join("deploy/examples"));
+    assert!(files.len() >= 3, "{files:?}");
+    let guide = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
+    let mut health_checks = Vec::new();
+    for file in &files {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            guide.contains(&format!("deploy/examples/{name}")),
+            "docs/install.md does not show {name}"
+        );
+        let documents = common::yaml_documents(&std::fs::read_to_string(file).unwrap());
+        let out = c.ok(&["apply", "-f", file.to_str().unwrap()], None).await;
+        assert_eq!(
+            out.matches(" created").count(),
+            documents.len(),
+            "{name}: {out}"
+        );
+        // A second apply changes nothing.
+        let again = c.ok(&["apply", "-f", file.to_str().unwrap()], None).await;
+        assert_eq!(
+            again.matches(" unchanged").count(),
+            documents.len(),
+            "{again}"
+        );
+        for document in documents {
+            match document["kind"].as_str().unwrap() {
+                "MachineHealthCheck" => health_checks.push(document),
+                // Our kinds must read as our types (a misspelt field would be dropped).
+                "HostBmc" => {
+                    let host: baremend::api::HostBmc =
+                        serde_json::from_value(document.clone()).unwrap();
+                    assert!(host.spec.ca_bundle_ref.is_some(), "{document}");
+                    assert!(!host.spec.insecure_skip_verify);
+                }
+                _ => {}
+            }
+        }
+    }
+    // The trigger: the external-baremetal strategy on every health check, workers and the
+    // control plane apart, and the control plane's one at a time.
+    let listed: serde_json::Value = serde_json::from_str(
+        &c.ok(
+            &["get", "mhc", "-n", "openshift-machine-api", "-o", "json"],
+            None,
+        )
+        .await,
+    )
+    .unwrap();
+    let listed = listed["items"].as_array().unwrap();
+    assert_eq!(listed.len(), health_checks.len());
+    let mut roles = Vec::new();
+    for check in listed {
+        assert_eq!(
+            check["metadata"]["annotations"]["machine.openshift.io/remediation-strategy"],
+            "external-baremetal",
+            "{check}"
+        );
+        let role = check["spec"]["selector"]["matchLabels"]
+            ["machine.openshift.io/cluster-api-machine-role"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        if role == "master" {
+            assert_eq!(check["spec"]["maxUnhealthy"], 1, "{check}");
+        }
+        roles.push(role);
+    }
+    roles.sort();
+    assert_eq!(roles, ["master", "worker"]);
 }

@@ -19,6 +19,12 @@ pub const MACHINE_HOST: &str = "metal3.io/BareMetalHost";
 /// On a BareMetalHost: the BareMetal Operator leaves the host alone.
 pub const BMH_DETACHED: &str = "baremetalhost.metal3.io/detached";
 
+/// On a detached BareMetalHost fenced directly: the CA certificates its BMC's TLS certificate
+/// is verified with, as `ConfigMap/<name>[/<key>]` or `Secret/<name>[/<key>]` in the
+/// Machine's namespace (the key defaults to `ca.crt`); the `HostBmc` field `caBundleRef` for
+/// hosts baremend knows through a `HostBmc`.
+pub const BMC_CA_BUNDLE: &str = "baremend.io/bmc-ca-bundle";
+
 /// On a BareMetalHost: reconciliation is paused.
 pub const BMH_PAUSED: &str = "baremetalhost.metal3.io/paused";
 

@@ -26,7 +26,7 @@ pub use drift::{
     APPROVE_ANNOTATION, DriftAction, DriftKind, DriftPhase, DriftPolicy, DriftPolicySpec,
     DriftRemediation, DriftRemediationSpec, DriftRemediationStatus, DriftTimeouts,
 };
-pub use host_bmc::{HostBmc, HostBmcSpec};
+pub use host_bmc::{CaBundleKind, CaBundleRef, DEFAULT_CA_BUNDLE_KEY, HostBmc, HostBmcSpec};
 pub use names::{ConditionType, DriftStep, RemediationStep};
 pub use policy::{
     ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyTimeouts, RemediationPolicy,

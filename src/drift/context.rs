@@ -12,6 +12,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
 use super::classify::{ConfigState, classify};
+use super::helper::HelperPods;
 use super::observe::pool_of;
 use crate::api::DriftStep;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
@@ -34,8 +35,8 @@ pub struct DriftOptions {
     pub metrics: Arc<Metrics>,
     /// Whether this replica may write.
     pub leadership: Leadership,
-    /// The helper pods' image when the policy names none (the controller's own image).
-    pub helper_image: String,
+    /// How helper pods run; the image when the policy names none (the controller's own).
+    pub helpers: HelperPods,
 }
 
 impl Default for DriftOptions {
@@ -45,7 +46,7 @@ impl Default for DriftOptions {
             poll: Duration::from_secs(2),
             metrics: Arc::new(Metrics::new()),
             leadership: Leadership::unconditional(),
-            helper_image: "baremend:latest".into(),
+            helpers: HelperPods::new("baremend:latest"),
         }
     }
 }
@@ -92,8 +93,8 @@ pub struct DriftContext {
     pub metrics: Arc<Metrics>,
     /// Whether this replica may write.
     pub leadership: Leadership,
-    /// The helper pods' image when the policy names none.
-    pub helper_image: String,
+    /// How helper pods run (the image when the policy names none).
+    pub helpers: HelperPods,
     /// The not-drift reason last reported per node (one Event per change, not per pass).
     pub reported: Mutex<HashMap<String, String>>,
     /// Serializes start decisions: two nodes of a pool must not both pass the budget.
@@ -127,7 +128,7 @@ impl DriftContext {
             poll: options.poll,
             metrics: options.metrics,
             leadership: options.leadership,
-            helper_image: options.helper_image,
+            helpers: options.helpers,
             reported: Mutex::new(HashMap::new()),
             starts: tokio::sync::Mutex::new(()),
             backoff: Backoff::default(),

@@ -17,6 +17,7 @@ use tracing::{Instrument, info, warn};
 
 use super::classify::{ConfigState, classify};
 pub use super::context::{DriftCaches, DriftContext, DriftOptions};
+pub use super::helper::HelperPods;
 use super::pass::Pass;
 use crate::api::DriftRemediation;
 use crate::api::annotations::PLANNED_REBOOT;

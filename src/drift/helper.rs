@@ -81,6 +81,34 @@ impl HelperOp {
     }
 }
 
+/// How helper pods run, whatever they do: the image (it carries the `baremend` command; the
+/// controller's own unless the DriftPolicy names another), its pull policy, and the service
+/// account whose permission admits a privileged pod (on OpenShift the `privileged`
+/// SecurityContextConstraints) — the helpers', not the controller's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelperPods {
+    /// The image.
+    pub image: String,
+    /// `Always`, `IfNotPresent` or `Never`.
+    pub pull_policy: String,
+    /// The service account in the helper namespace.
+    pub service_account: String,
+}
+
+/// The helper pods' service account in deploy/.
+pub const HELPER_SERVICE_ACCOUNT: &str = "baremend-drift-helper";
+
+impl HelperPods {
+    /// Helpers of `image`, pulled if not present, as [`HELPER_SERVICE_ACCOUNT`].
+    pub fn new(image: impl Into<String>) -> Self {
+        HelperPods {
+            image: image.into(),
+            pull_policy: "IfNotPresent".into(),
+            service_account: HELPER_SERVICE_ACCOUNT.into(),
+        }
+    }
+}
+
 /// Where and as whom a helper runs.
 #[derive(Debug, Clone)]
 pub struct HelperTarget<'a> {
@@ -94,6 +122,8 @@ pub struct HelperTarget<'a> {
     pub namespace: &'a str,
     /// The image (it carries the `baremend` command).
     pub image: &'a str,
+    /// The image's pull policy and the service account.
+    pub pods: &'a HelperPods,
 }
 
 fn meta(target: &HelperTarget<'_>, name: String) -> ObjectMeta {
@@ -135,10 +165,12 @@ pub fn pod(target: &HelperTarget<'_>, op: &HelperOp) -> Pod {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": 300,
         "tolerations": [{"operator": "Exists"}],
+        "serviceAccountName": target.pods.service_account,
         "automountServiceAccountToken": false,
         "containers": [{
             "name": "host-file",
             "image": target.image,
+            "imagePullPolicy": target.pods.pull_policy,
             "command": op.arguments(),
             "securityContext": {"privileged": true, "runAsUser": 0},
             "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
@@ -192,12 +224,15 @@ mod tests {
     use super::*;
 
     fn target() -> HelperTarget<'static> {
+        static PODS: std::sync::LazyLock<HelperPods> =
+            std::sync::LazyLock::new(|| HelperPods::new("unused"));
         HelperTarget {
             remediation: "worker-0-1",
             uid: "u-1",
             node: "worker-0",
             namespace: "baremend",
             image: "baremend:dev",
+            pods: &PODS,
         }
     }
 
@@ -217,6 +252,14 @@ mod tests {
         );
         assert_eq!(pod.metadata.owner_references.unwrap()[0].uid, "u-1");
         assert_eq!(pod.metadata.name.as_deref(), Some("worker-0-1-force"));
+        // An explicit pull policy, and the helpers' own service account (no token mounted).
+        assert_eq!(container.image.as_deref(), Some("baremend:dev"));
+        assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        assert_eq!(
+            spec.service_account_name.as_deref(),
+            Some("baremend-drift-helper")
+        );
+        assert_eq!(spec.automount_service_account_token, Some(false));
     }
 
     #[test]

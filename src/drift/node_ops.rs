@@ -30,7 +30,8 @@ impl Pass {
                 .policy
                 .helper_image
                 .as_deref()
-                .unwrap_or(&self.context.helper_image),
+                .unwrap_or(&self.context.helpers.image),
+            pods: &self.context.helpers,
         }
     }
 

@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 
 use super::setup::LabCluster;
 use crate::api::{DriftPhase, DriftPolicy, DriftRemediation, DriftRemediationStatus};
+use crate::drift::controller::HelperPods;
 use crate::metrics::{Metrics, serve};
 use crate::remediation::controller::{ControllerOptions, run as run_controller};
 use crate::runtime::clock::{SystemClock, parse_rfc3339, since_epoch};
@@ -157,7 +158,7 @@ pub async fn run(timeout: Duration) -> Result<()> {
             instance: "lab".into(),
             poll: Duration::from_millis(250),
             metrics: metrics.clone(),
-            drift_helper_image: Some("baremend:lab".into()),
+            drift_helpers: Some(HelperPods::new("baremend:lab")),
             ..ControllerOptions::default()
         },
         async move {

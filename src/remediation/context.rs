@@ -19,6 +19,7 @@ use crate::api::slim;
 use crate::api::{
     HostBmc, Remediation, RemediationPhase, RemediationPolicy, RemediationPolicySpec,
 };
+use crate::drift::helper::HelperPods;
 use crate::leader::Leadership;
 use crate::metrics::{GATES, Metrics};
 use crate::runtime::clock::Clock;
@@ -57,8 +58,8 @@ pub struct ControllerOptions {
     /// Spreads the power reads over the interval (see the power monitor, `monitor.rs`).
     pub power_poll_seed: u64,
     /// Also run the config-drift coordinator (see [`crate::drift`]) where the API serves
-    /// MachineConfigPools, with helper pods of this image. None: not at all.
-    pub drift_helper_image: Option<String>,
+    /// MachineConfigPools, with helper pods run this way. None: not at all.
+    pub drift_helpers: Option<HelperPods>,
     /// Where this replica runs (see [`Placement`]).
     pub placement: Option<Placement>,
 }
@@ -74,7 +75,7 @@ impl Default for ControllerOptions {
             machine_selector: None,
             power_poll: None,
             power_poll_seed: 0,
-            drift_helper_image: None,
+            drift_helpers: None,
             placement: None,
         }
     }

@@ -71,14 +71,14 @@ pub async fn run(
     options: ControllerOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
-    let drift = match &options.drift_helper_image {
-        Some(image) if crate::drift::controller::mco_served(&client).await => {
+    let drift = match &options.drift_helpers {
+        Some(helpers) if crate::drift::controller::mco_served(&client).await => {
             Some(crate::drift::controller::DriftOptions {
                 instance: options.instance.clone(),
                 poll: options.poll.max(Duration::from_millis(100)),
                 metrics: options.metrics.clone(),
                 leadership: options.leadership.clone(),
-                helper_image: image.clone(),
+                helpers: helpers.clone(),
             })
         }
         Some(_) => {

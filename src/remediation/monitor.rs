@@ -15,19 +15,17 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baremend_drivers::{BmcAddress, Credentials, DriverConfig, PowerState, TlsOptions};
+use baremend_drivers::{BmcAddress, PowerState};
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 
 use super::bmc_cache::DriverCache;
 use super::context::Context;
 use super::metered::Metered;
-use super::observe::{self, BmcRef, machine_host};
-use super::power::{driver_kind, locate_bmc};
+use super::observe::{BmcRef, machine_host};
+use super::power::{bmc_driver_config, driver_kind, locate_bmc};
 use crate::api::RemediationPhase;
 use crate::api::annotations::BMH_DETACHED;
 use crate::metrics::power::HostSeries;
@@ -41,7 +39,7 @@ enum Source {
     /// The BareMetal Operator's reading (`status.poweredOn`), no BMC request.
     OperatorStatus(Option<bool>),
     /// The BMC, directly.
-    Bmc { bmc: BmcRef, tls: TlsOptions },
+    Bmc(BmcRef),
 }
 
 /// One host to look at.
@@ -99,7 +97,7 @@ fn targets(context: &Context) -> Vec<Target> {
             host_ref.as_ref().map(|r| (r, host.as_deref())),
         );
         let target = match (direct, &host_ref, &host) {
-            (Ok((bmc, tls)), _, _) => {
+            (Ok(bmc), _, _) => {
                 let Ok(address) = BmcAddress::parse(&bmc.address) else {
                     continue;
                 };
@@ -107,7 +105,7 @@ fn targets(context: &Context) -> Vec<Target> {
                     key: format!("{namespace}/{name}"),
                     namespace: namespace.clone(),
                     series: series(address.to_string(), driver_kind(&address)),
-                    source: Source::Bmc { bmc, tls },
+                    source: Source::Bmc(bmc),
                 }
             }
             (Err(_), Some(host_ref), Some(host))
@@ -161,7 +159,7 @@ pub async fn run(context: Arc<Context>, interval: Duration, seed: u64) {
                 .into_iter()
                 .map(|t| {
                     let relogin = match &t.source {
-                        Source::Bmc { bmc, .. } => logged_in.get(&t.key) != Some(bmc),
+                        Source::Bmc(bmc) => logged_in.get(&t.key) != Some(bmc),
                         Source::OperatorStatus(_) => false,
                     };
                     (t, relogin)
@@ -206,15 +204,15 @@ async fn read(
     relogin: bool,
 ) -> Option<BmcRef> {
     let metrics = &context.metrics.power;
-    let (bmc, tls) = match &target.source {
+    let bmc = match &target.source {
         Source::OperatorStatus(powered_on) => {
             let state = powered_on.map(|on| if on { PowerState::On } else { PowerState::Off });
             metrics.set_host_power(&target.series, state);
             return None;
         }
-        Source::Bmc { bmc, tls } => (bmc, tls),
+        Source::Bmc(bmc) => bmc,
     };
-    let driver = match connect(context, drivers, target, bmc, tls, relogin).await {
+    let driver = match connect(context, drivers, target, bmc, relogin).await {
         Ok(driver) => driver,
         Err(error) => {
             tracing::debug!(machine = %target.key, %error, "cannot read the host's power");
@@ -242,7 +240,6 @@ async fn connect(
     drivers: &DriverCache,
     target: &Target,
     bmc: &BmcRef,
-    tls: &TlsOptions,
     relogin: bool,
 ) -> crate::Result<Arc<dyn baremend_drivers::PowerDriver>> {
     let address = BmcAddress::parse(&bmc.address)?;
@@ -250,21 +247,13 @@ async fn connect(
     if !relogin && let Some(driver) = drivers.get(&target.key) {
         return Ok(Metered::wrap(driver, kind, context.metrics.power.clone()));
     }
-    let secrets: Api<Secret> = Api::namespaced(context.client.clone(), &target.namespace);
-    let secret = secrets
-        .get(&bmc.credentials_name)
+    let config = bmc_driver_config(&context.client, &target.namespace, bmc)
         .await
-        .map_err(crate::Error::kube("GetSecret"))?;
-    let credentials: Credentials =
-        observe::secret_credentials(&secret).map_err(|e| crate::Error::Invalid {
-            object: format!("Secret {}/{}", target.namespace, bmc.credentials_name),
-            reason: e.to_string(),
+        .map_err(|reason| crate::Error::Invalid {
+            object: format!("the BMC of Machine {}", target.key),
+            reason,
         })?;
-    let driver = drivers.get_or_connect(
-        &target.key,
-        DriverConfig::new(address, credentials, tls.clone()),
-        &context.connector,
-    )?;
+    let driver = drivers.get_or_connect(&target.key, config, &context.connector)?;
     Ok(Metered::wrap(driver, kind, context.metrics.power.clone()))
 }
 

@@ -5,25 +5,64 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use baremend_drivers::Credentials;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use super::fence::BareMetalHostView;
 use super::plan::NodeView;
+use crate::api::CaBundleRef;
 use crate::api::annotations::{
-    BMH_DETACHED, BMH_PAUSED, MACHINE_HOST, MACHINE_ROLE, REBOOT_PREFIX,
+    BMC_CA_BUNDLE, BMH_DETACHED, BMH_PAUSED, MACHINE_HOST, MACHINE_ROLE, REBOOT_PREFIX,
 };
 
 pub use super::fence::HostRef;
 
-/// Where a host's BMC is and which Secret holds its credentials.
+/// Where a host's BMC is, which Secret holds its credentials and how its TLS certificate is
+/// checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BmcRef {
     /// The address in BareMetalHost form.
     pub address: String,
     /// The Secret (same namespace as the object that named it).
     pub credentials_name: String,
+    /// How the BMC's certificate is checked.
+    pub tls: BmcTls,
+}
+
+/// How a BMC's TLS certificate is checked, as the object naming the BMC says: against the
+/// system roots (the default), a CA bundle, or not at all (an explicit opt-in).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BmcTls {
+    /// The CA certificates to trust instead of the system roots.
+    pub ca_bundle: Option<CaBundle>,
+    /// Accept any certificate.
+    pub insecure: bool,
+}
+
+/// Where a CA bundle is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaBundle {
+    /// PEM written in the object itself (`HostBmc` `caBundle`).
+    Inline(String),
+    /// A key of a ConfigMap or Secret (`caBundleRef`, or a BareMetalHost's annotation).
+    Named(CaBundleRef),
+}
+
+impl BmcTls {
+    /// The settings, unless they contradict each other: a CA bundle with verification off
+    /// would silently trust anything.
+    pub fn new(ca_bundle: Option<CaBundle>, insecure: bool) -> Result<Self, String> {
+        if insecure && ca_bundle.is_some() {
+            return Err(
+                "names a CA bundle and turns certificate verification off: choose one".into(),
+            );
+        }
+        Ok(BmcTls {
+            ca_bundle,
+            insecure,
+        })
+    }
 }
 
 /// Why an object cannot be used; becomes a condition and an Event, never a panic.
@@ -180,7 +219,9 @@ pub fn bare_metal_host_view(host: &Value, reboot_key: &str) -> BareMetalHostView
     }
 }
 
-/// The BMC a BareMetalHost names (`spec.bmc.address`, `spec.bmc.credentialsName`).
+/// The BMC a BareMetalHost names (`spec.bmc.address`, `spec.bmc.credentialsName`,
+/// `spec.bmc.disableCertificateVerification`), with the CA bundle its annotation
+/// `baremend.io/bmc-ca-bundle` names.
 pub fn bare_metal_host_bmc(host: &Value) -> Result<BmcRef, Unusable> {
     let address = text(host, "/spec/bmc/address")
         .filter(|a| !a.trim().is_empty())
@@ -188,10 +229,72 @@ pub fn bare_metal_host_bmc(host: &Value) -> Result<BmcRef, Unusable> {
     let credentials_name = text(host, "/spec/bmc/credentialsName")
         .filter(|c| !c.is_empty())
         .ok_or_else(|| unusable("spec.bmc.credentialsName", "is missing"))?;
+    let annotation = format!("metadata.annotations[{BMC_CA_BUNDLE}]");
+    let ca_bundle = match host
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(BMC_CA_BUNDLE))
+    {
+        None => None,
+        Some(Value::String(named)) => Some(CaBundle::Named(
+            named
+                .parse()
+                .map_err(|e: String| unusable(&annotation, e))?,
+        )),
+        Some(_) => return Err(unusable(&annotation, "is not a string")),
+    };
+    let insecure = host
+        .pointer("/spec/bmc/disableCertificateVerification")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let tls = BmcTls::new(ca_bundle, insecure).map_err(|e| unusable(&annotation, e))?;
     Ok(BmcRef {
         address: address.to_string(),
         credentials_name: credentials_name.to_string(),
+        tls,
     })
+}
+
+/// The PEM CA certificates under `key` of a ConfigMap (`data` or `binaryData`), checked to be
+/// PEM and to hold at least one certificate.
+pub fn config_map_ca_bundle(config_map: &ConfigMap, key: &str) -> Result<Vec<u8>, Unusable> {
+    let bytes = match (
+        config_map.data.as_ref().and_then(|d| d.get(key)),
+        config_map.binary_data.as_ref().and_then(|d| d.get(key)),
+    ) {
+        (Some(text), _) => text.as_bytes().to_vec(),
+        (None, Some(bytes)) => bytes.0.clone(),
+        (None, None) => return Err(unusable(&format!("data.{key}"), "is missing")),
+    };
+    pem_certificates(bytes).map_err(|reason| unusable(&format!("data.{key}"), reason))
+}
+
+/// The PEM CA certificates under `key` of a Secret (`data` or `stringData`), checked as
+/// [`config_map_ca_bundle`] does.
+pub fn secret_ca_bundle(secret: &Secret, key: &str) -> Result<Vec<u8>, Unusable> {
+    let bytes = match (
+        secret.data.as_ref().and_then(|d| d.get(key)),
+        secret.string_data.as_ref().and_then(|d| d.get(key)),
+    ) {
+        (Some(bytes), _) => bytes.0.clone(),
+        (None, Some(text)) => text.as_bytes().to_vec(),
+        (None, None) => return Err(unusable(&format!("data.{key}"), "is missing")),
+    };
+    pem_certificates(bytes).map_err(|reason| unusable(&format!("data.{key}"), reason))
+}
+
+/// `bytes` if they are PEM holding at least one certificate (and nothing unreadable).
+pub fn pem_certificates(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut count = 0usize;
+    for certificate in CertificateDer::pem_slice_iter(&bytes) {
+        certificate.map_err(|e| format!("is not a PEM certificate bundle ({e})"))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
+    }
+    Ok(bytes)
 }
 
 /// The credentials in a BMC Secret (`username` and `password` keys). The error never
@@ -388,6 +491,98 @@ mod tests {
         )
         .unwrap();
         assert_eq!(bmc.credentials_name, "s");
+        assert_eq!(
+            bmc.tls,
+            BmcTls::default(),
+            "verified against the system roots"
+        );
+    }
+
+    #[test]
+    fn a_bmh_names_its_ca_bundle_in_an_annotation_never_together_with_insecure() {
+        let host = |annotations: Value, insecure: bool| {
+            json!({"metadata": {"annotations": annotations},
+                "spec": {"bmc": {"address": "redfish://h", "credentialsName": "s",
+                    "disableCertificateVerification": insecure}}})
+        };
+        let bmc = bare_metal_host_bmc(&host(
+            json!({"baremend.io/bmc-ca-bundle": "Secret/bmc-ca/bundle.pem"}),
+            false,
+        ))
+        .unwrap();
+        let Some(CaBundle::Named(named)) = bmc.tls.ca_bundle else {
+            panic!("{:?}", bmc.tls);
+        };
+        assert_eq!(named.to_string(), "Secret bmc-ca key bundle.pem");
+        let bmc = bare_metal_host_bmc(&host(json!({}), true)).unwrap();
+        assert!(bmc.tls.insecure && bmc.tls.ca_bundle.is_none());
+        for (annotations, insecure, reason) in [
+            (
+                json!({"baremend.io/bmc-ca-bundle": "bmc-ca"}),
+                false,
+                "expected ConfigMap/<name>",
+            ),
+            (
+                json!({"baremend.io/bmc-ca-bundle": 7}),
+                false,
+                "is not a string",
+            ),
+            (
+                json!({"baremend.io/bmc-ca-bundle": "ConfigMap/bmc-ca"}),
+                true,
+                "choose one",
+            ),
+        ] {
+            let error = bare_metal_host_bmc(&host(annotations, insecure)).unwrap_err();
+            assert_eq!(
+                error.field,
+                "metadata.annotations[baremend.io/bmc-ca-bundle]"
+            );
+            assert!(error.reason.contains(reason), "{error}");
+        }
+    }
+
+    /// A self-signed certificate, PEM.
+    fn certificate_pem() -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        rcgen::CertificateParams::new(vec!["bmc.example".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap()
+            .pem()
+    }
+
+    #[test]
+    fn a_ca_bundle_is_read_from_a_config_map_or_a_secret_and_must_hold_certificates() {
+        let pem = certificate_pem();
+        let config_map: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "bmc-ca"},
+            "data": {"ca.crt": pem, "empty": "", "junk": "not a certificate",
+                "key": "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n"},
+        }))
+        .unwrap();
+        assert_eq!(
+            config_map_ca_bundle(&config_map, "ca.crt").unwrap(),
+            pem.as_bytes()
+        );
+        for (key, reason) in [
+            ("other", "is missing"),
+            ("empty", "holds no PEM certificate"),
+            ("junk", "holds no PEM certificate"),
+            ("key", "is not a PEM certificate bundle"),
+        ] {
+            let error = config_map_ca_bundle(&config_map, key).unwrap_err();
+            assert_eq!(error.field, format!("data.{key}"));
+            assert!(error.reason.contains(reason), "{key}: {error}");
+        }
+        let secret = secret(&[("ca.crt", pem.as_bytes())]);
+        assert_eq!(secret_ca_bundle(&secret, "ca.crt").unwrap(), pem.as_bytes());
+        assert_eq!(
+            secret_ca_bundle(&secret, "tls.crt")
+                .unwrap_err()
+                .to_string(),
+            "data.tls.crt: is missing"
+        );
     }
 
     #[test]

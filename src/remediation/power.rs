@@ -7,7 +7,7 @@ use std::time::Duration;
 use baremend_drivers::{
     BmcAddress, DriverConfig, DriverKind, PowerDriver, PowerOffMode, PowerState, TlsOptions,
 };
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::Value;
@@ -19,12 +19,14 @@ use super::fence::{
     confirm_powered_off,
 };
 use super::metered::Metered;
-use super::observe::{self, BmcRef, HostRef, bare_metal_host_bmc, bare_metal_host_view};
+use super::observe::{
+    self, BmcRef, BmcTls, CaBundle, HostRef, bare_metal_host_bmc, bare_metal_host_view,
+};
 use super::pass::Pass;
 use super::plan::{Persisted, Phase};
 use crate::api::annotations::{BMH_DETACHED, REBOOT_PREFIX};
 use crate::api::slim;
-use crate::api::{FenceStrategyName, HostBmc, Remediation};
+use crate::api::{CaBundleKind, CaBundleRef, FenceStrategyName, HostBmc, Remediation};
 use crate::runtime::clock::since_epoch;
 use crate::{Error, Result};
 
@@ -38,16 +40,17 @@ pub(super) enum Withdraw {
 }
 
 /// Where a Machine's BMC is for direct access, and how to check its certificate: a HostBmc
-/// naming the Machine (or its Node), else a *detached* BareMetalHost's `spec.bmc`. A host its
-/// BareMetal Operator manages is refused either way: the operator would power it back on (a
-/// HostBmc does not make a managed host safe to power directly).
+/// naming the Machine (or its Node), else a *detached* BareMetalHost's `spec.bmc` (with the
+/// CA bundle its `baremend.io/bmc-ca-bundle` annotation names). A host its BareMetal Operator
+/// manages is refused either way: the operator would power it back on (a HostBmc does not
+/// make a managed host safe to power directly).
 pub fn locate_bmc(
     host_bmcs: &[Arc<HostBmc>],
     namespace: &str,
     machine: &str,
     node: Option<&str>,
     host: Option<(&HostRef, Option<&slim::BareMetalHost>)>,
-) -> std::result::Result<(BmcRef, TlsOptions), String> {
+) -> std::result::Result<BmcRef, String> {
     if let Some((host_ref, Some(host))) = host
         && !detached(host)
     {
@@ -61,34 +64,87 @@ pub fn locate_bmc(
                 || (m.spec.node_name.is_some() && m.spec.node_name.as_deref() == node))
     });
     match (mapping, host) {
-        (Some(mapping), _) => Ok((
-            BmcRef {
-                address: mapping.spec.address.clone(),
-                credentials_name: mapping.spec.credentials_name.clone(),
-            },
-            TlsOptions {
-                ca_bundle_pem: mapping.spec.ca_bundle.clone().map(String::into_bytes),
-                insecure: mapping.spec.insecure_skip_verify,
-            },
-        )),
+        (Some(mapping), _) => {
+            let spec = &mapping.spec;
+            let ca_bundle = match (&spec.ca_bundle, &spec.ca_bundle_ref) {
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "HostBmc {namespace}/{}: caBundle and caBundleRef both name a CA bundle: keep one",
+                        mapping.name_any()
+                    ));
+                }
+                (Some(pem), None) => Some(CaBundle::Inline(pem.clone())),
+                (None, Some(named)) => Some(CaBundle::Named(named.clone())),
+                (None, None) => None,
+            };
+            let tls = BmcTls::new(ca_bundle, spec.insecure_skip_verify)
+                .map_err(|e| format!("HostBmc {namespace}/{}: {e}", mapping.name_any()))?;
+            Ok(BmcRef {
+                address: spec.address.clone(),
+                credentials_name: spec.credentials_name.clone(),
+                tls,
+            })
+        }
         (None, Some((host_ref, Some(host)))) => {
             let json = serde_json::to_value(host).unwrap_or(Value::Null);
-            let bmc =
-                bare_metal_host_bmc(&json).map_err(|e| format!("BareMetalHost {host_ref}: {e}"))?;
-            let insecure = json
-                .pointer("/spec/bmc/disableCertificateVerification")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
-            Ok((
-                bmc,
-                TlsOptions {
-                    ca_bundle_pem: None,
-                    insecure,
-                },
-            ))
+            bare_metal_host_bmc(&json).map_err(|e| format!("BareMetalHost {host_ref}: {e}"))
         }
         _ => Err("no HostBmc and no BareMetalHost names its BMC".into()),
     }
+}
+
+/// Everything needed to connect to `bmc`, read from the cluster now: its address parsed, the
+/// credentials from its Secret and the CA bundle from its ConfigMap or Secret (all in
+/// `namespace`). Errors name the object and the field at fault, never a value.
+pub async fn bmc_driver_config(
+    client: &kube::Client,
+    namespace: &str,
+    bmc: &BmcRef,
+) -> std::result::Result<DriverConfig, String> {
+    let address = BmcAddress::parse(&bmc.address).map_err(|e| e.to_string())?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = secrets
+        .get(&bmc.credentials_name)
+        .await
+        .map_err(|e| format!("Secret {}: {e}", bmc.credentials_name))?;
+    let credentials = observe::secret_credentials(&secret)
+        .map_err(|e| format!("Secret {}: {e}", bmc.credentials_name))?;
+    let ca_bundle_pem = match &bmc.tls.ca_bundle {
+        None => None,
+        Some(CaBundle::Inline(pem)) => Some(
+            observe::pem_certificates(pem.clone().into_bytes())
+                .map_err(|e| format!("caBundle {e}"))?,
+        ),
+        Some(CaBundle::Named(named)) => Some(read_ca_bundle(client, namespace, named).await?),
+    };
+    let tls = TlsOptions {
+        ca_bundle_pem,
+        insecure: bmc.tls.insecure,
+    };
+    Ok(DriverConfig::new(address, credentials, tls))
+}
+
+/// The PEM certificates a [`CaBundleRef`] names, read now.
+async fn read_ca_bundle(
+    client: &kube::Client,
+    namespace: &str,
+    named: &CaBundleRef,
+) -> std::result::Result<Vec<u8>, String> {
+    let unusable = |e: &dyn std::fmt::Display| {
+        format!("CA bundle {} {}: {e}", named.kind.as_str(), named.name)
+    };
+    let client = client.clone();
+    let pem = match named.kind {
+        CaBundleKind::ConfigMap => Api::<ConfigMap>::namespaced(client, namespace)
+            .get(&named.name)
+            .await
+            .map(|config_map| observe::config_map_ca_bundle(&config_map, &named.key)),
+        CaBundleKind::Secret => Api::<Secret>::namespaced(client, namespace)
+            .get(&named.name)
+            .await
+            .map(|secret| observe::secret_ca_bundle(&secret, &named.key)),
+    };
+    pem.map_err(|e| unusable(&e))?.map_err(|e| unusable(&e))
 }
 
 /// Whether the BareMetal Operator has let go of a host: the `detached` annotation, or the
@@ -221,7 +277,7 @@ impl Pass {
             reason,
         };
         let host = self.host(remediation);
-        let (bmc, tls) = locate_bmc(
+        let bmc = locate_bmc(
             &self.context.host_bmcs.state(),
             &self.namespace,
             &self.name,
@@ -229,20 +285,15 @@ impl Pass {
             host.as_ref().map(|(r, h)| (r, h.as_deref())),
         )
         .map_err(invalid)?;
-        let address = BmcAddress::parse(&bmc.address).map_err(|e| invalid(e.to_string()))?;
-        let secrets: Api<Secret> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        let secret = secrets
-            .get(&bmc.credentials_name)
+        let config = bmc_driver_config(&self.context.client, &self.namespace, &bmc)
             .await
-            .map_err(|e| invalid(format!("Secret {}: {e}", bmc.credentials_name)))?;
-        let credentials = observe::secret_credentials(&secret)
-            .map_err(|e| invalid(format!("Secret {}: {e}", bmc.credentials_name)))?;
-        let kind = driver_kind(&address);
-        let shown = address.to_string();
-        let system = address.system_path().map(str::to_string);
+            .map_err(invalid)?;
+        let kind = driver_kind(&config.address);
+        let shown = config.address.to_string();
+        let system = config.address.system_path().map(str::to_string);
         let driver = self.context.bmc_drivers.get_or_connect(
             &self.machine_key(),
-            DriverConfig::new(address, credentials, tls),
+            config,
             &self.context.connector,
         )?;
         let driver = Metered::wrap(driver, kind, self.context.metrics.power.clone());
@@ -517,7 +568,7 @@ mod tests {
             "{refused}"
         );
         let detached = host(true);
-        let (bmc, _) = locate_bmc(
+        let bmc = locate_bmc(
             &[mapping()],
             "m",
             "w0",
@@ -529,11 +580,55 @@ mod tests {
             bmc.address, "redfish://bmc-w0",
             "the HostBmc wins over spec.bmc"
         );
-        let (bmc, _) =
-            locate_bmc(&[], "m", "w0", None, Some((&host_ref, Some(&detached)))).unwrap();
+        let bmc = locate_bmc(&[], "m", "w0", None, Some((&host_ref, Some(&detached)))).unwrap();
         assert_eq!(bmc.address, "redfish://bmc-h0");
         // Without a BareMetalHost (no operator), the HostBmc alone names the BMC.
-        let (bmc, _) = locate_bmc(&[mapping()], "m", "w0", None, None).unwrap();
+        let bmc = locate_bmc(&[mapping()], "m", "w0", None, None).unwrap();
         assert_eq!(bmc.address, "redfish://bmc-w0");
+    }
+
+    fn mapping_with(tls: Value) -> Arc<HostBmc> {
+        let mut value = serde_json::to_value(&*mapping()).unwrap();
+        for (key, field) in tls.as_object().unwrap() {
+            value["spec"][key] = field.clone();
+        }
+        Arc::new(serde_json::from_value(value).unwrap())
+    }
+
+    #[test]
+    fn a_host_bmc_names_one_ca_bundle_and_never_with_verification_off() {
+        let named = locate_bmc(
+            &[mapping_with(
+                json!({"caBundleRef": {"kind": "ConfigMap", "name": "bmc-ca"}}),
+            )],
+            "m",
+            "w0",
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            named.tls.ca_bundle,
+            Some(CaBundle::Named("ConfigMap/bmc-ca/ca.crt".parse().unwrap()))
+        );
+        assert!(!named.tls.insecure);
+        for (tls, reason) in [
+            (
+                json!({"caBundle": "PEM", "caBundleRef": {"kind": "Secret", "name": "s"}}),
+                "keep one",
+            ),
+            (
+                json!({"insecureSkipVerify": true, "caBundleRef": {"kind": "Secret", "name": "s"}}),
+                "choose one",
+            ),
+            (
+                json!({"insecureSkipVerify": true, "caBundle": "PEM"}),
+                "choose one",
+            ),
+        ] {
+            let error = locate_bmc(&[mapping_with(tls)], "m", "w0", None, None).unwrap_err();
+            assert!(error.starts_with("HostBmc m/w0: "), "{error}");
+            assert!(error.contains(reason), "{error}");
+        }
     }
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use baremend::api::DriftRemediation;
+use baremend::drift::controller::HelperPods;
 use baremend_sim::cluster::ClusterSpec;
 use baremend_sim::cluster::local::{EVENTS, Local};
 use baremend_sim::cluster::mco::FORCE_FILE;
@@ -68,7 +69,7 @@ pub async fn whole(drift: Value) -> Lab {
         .start()
         .await;
     let options = baremend::remediation::controller::ControllerOptions {
-        drift_helper_image: Some("baremend:test".into()),
+        drift_helpers: Some(HelperPods::new("baremend:test")),
         ..lab.options()
     };
     lab.start_controller(options);

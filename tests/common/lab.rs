@@ -11,15 +11,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baremend::api::{DriftPhase, DriftPolicy, DriftRemediation, Remediation, RemediationPhase};
-use baremend::drift::controller::DriftOptions;
+use baremend::drift::controller::{DriftOptions, HelperPods};
 use baremend::lab::setup::LabCluster;
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::ControllerOptions;
 use baremend::runtime::SystemClock;
-use baremend_sim::cluster::local::{Gvr, Local, NAMESPACES, NODES};
+use baremend_sim::clock::SystemClock as SimClock;
+use baremend_sim::cluster::local::{BMHS, Gvr, Local, NAMESPACES, NODES};
 use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use baremend_sim::cluster::{BMC_USERNAME, ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::Power;
+use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
+use baremend_sim::tls::{LOCAL_NAMES, TestCa};
 use kube::api::{Api, PostParams};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -176,7 +179,7 @@ impl Lab {
         let options = DriftOptions {
             poll: Duration::from_millis(100),
             metrics: self.metrics.clone(),
-            helper_image: "baremend:test".into(),
+            helpers: HelperPods::new("baremend:test"),
             ..DriftOptions::default()
         };
         self.spawn(|stopped| async move {
@@ -227,6 +230,40 @@ impl Lab {
         self.inner.detach(host).unwrap();
     }
 
+    /// A second Redfish BMC for `host` (the same simulated host, the same account) served over
+    /// HTTPS with a certificate `ca` issued; returns it (keep it alive) and its address.
+    pub async fn tls_bmc(&self, host: &str, ca: &TestCa) -> (RedfishSim, String) {
+        let info = self.cluster.host(host).unwrap();
+        let sim = RedfishSim::start_with_hosts(
+            RedfishSimConfig {
+                username: BMC_USERNAME.into(),
+                password: self.cluster.bmc_password().into(),
+                tls: TlsMode::Identity(ca.issue(LOCAL_NAMES).unwrap()),
+                ..RedfishSimConfig::default()
+            },
+            vec![info.host.clone()],
+            Arc::new(SimClock::new()),
+        )
+        .await
+        .unwrap();
+        let address = sim.bmc_address(host);
+        assert!(address.starts_with("redfish+https://"), "{address}");
+        (sim, address)
+    }
+
+    /// Merges `metadata` (annotations, labels) and `bmc` into a BareMetalHost.
+    pub fn merge_host(&self, host: &str, metadata: Value, bmc: Value) {
+        self.api
+            .merge(
+                BMHS,
+                MACHINE_NAMESPACE,
+                host,
+                &json!({"metadata": metadata, "spec": {"bmc": bmc}}),
+                false,
+            )
+            .unwrap();
+    }
+
     /// A Remediation, read from the store.
     pub fn remediation(&self, name: &str) -> Option<Remediation> {
         RemediationPhase::read(&self.api, name)
@@ -262,6 +299,35 @@ impl Lab {
             },
         )
         .await
+    }
+
+    /// The first Remediation of `machine` once it has failed without touching its host:
+    /// `PowerOffNotConfirmed` with `expected` in `lastError`, no Node step, the Node still
+    /// there and the host never powered.
+    pub async fn failed_untouched(&self, machine: &str, expected: &str) -> Remediation {
+        let failed = self
+            .reach(&format!("{machine}-1"), RemediationPhase::Failed)
+            .await;
+        let status = failed.status.clone().unwrap();
+        let error = status.last_error.clone().unwrap_or_default();
+        assert!(error.contains(expected), "{machine}: {error}");
+        let succeeded = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Succeeded")
+            .unwrap_or_else(|| panic!("{machine}: no Succeeded condition in {status:?}"));
+        assert_eq!(succeeded.reason, "PowerOffNotConfirmed", "{machine}");
+        let steps = steps(&failed);
+        assert!(
+            !steps.iter().any(|s| s.starts_with("Node")),
+            "{machine}: {steps:?}"
+        );
+        assert!(self.node_exists(machine), "{machine}: its Node is gone");
+        assert!(
+            self.power_history(machine).is_empty(),
+            "{machine} was powered"
+        );
+        failed
     }
 
     /// The power changes of a host, in order.
@@ -327,6 +393,15 @@ impl Phase for DriftPhase {
     fn status(object: &DriftRemediation) -> String {
         format!("{:#?}", object.status)
     }
+}
+
+/// The steps a Remediation persisted, in order.
+pub fn steps(remediation: &Remediation) -> Vec<String> {
+    remediation
+        .status
+        .as_ref()
+        .map(|s| s.steps.iter().map(|t| t.step.clone()).collect())
+        .unwrap_or_default()
 }
 
 /// Every step of a deleting remediation happened exactly once.

@@ -36,6 +36,7 @@ use self::plan::{Fault, WORKERS};
 use self::settle::{list_remediations, settle};
 use super::setup::LabCluster;
 use crate::api::Remediation;
+use crate::drift::controller::HelperPods;
 use crate::leader::LeaseConfig;
 use crate::metrics::Metrics;
 use crate::remediation::controller::{ControllerOptions, run_elected};
@@ -107,7 +108,10 @@ fn start_replica(lab: &LabCluster, identity: String) -> Replica {
     let client = lab.client.clone();
     let name = identity.clone();
     // The drift coordinator runs where the MCO does.
-    let drift_image = lab.cluster.mco().map(|_| drift::HELPER_IMAGE.to_owned());
+    let drift_helpers = lab
+        .cluster
+        .mco()
+        .map(|_| HelperPods::new(drift::HELPER_IMAGE));
     let task = tokio::spawn(async move {
         for restart in 0u32.. {
             let identity = format!("{name}.{restart}");
@@ -115,7 +119,7 @@ fn start_replica(lab: &LabCluster, identity: String) -> Replica {
                 instance: identity.clone(),
                 poll: Duration::from_millis(50),
                 metrics: Arc::new(Metrics::new()),
-                drift_helper_image: drift_image.clone(),
+                drift_helpers: drift_helpers.clone(),
                 ..ControllerOptions::default()
             };
             let lease = LeaseConfig {
