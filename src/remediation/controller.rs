@@ -239,6 +239,7 @@ async fn run_machines(
         poll: options.poll,
         after_persist: options.after_persist,
         metrics: options.metrics,
+        power_monitored: options.power_poll.is_some(),
         starts: tokio::sync::Mutex::new(Launched::new()),
         out_of_service_taint,
         leadership: options.leadership,
