@@ -9,9 +9,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo_root=$PWD
 
-# Debian packages the tests need: the reference IPMI BMC (ipmi_sim) and the
-# IPMI clients that check our simulator (ipmitool, FreeIPMI's ipmipower).
-APT_PACKAGES=(openipmi ipmitool freeipmi-tools)
+# Debian packages the tests need: the reference IPMI BMC (ipmi_sim), the
+# IPMI clients that check our simulator (ipmitool, FreeIPMI's ipmipower), and
+# Prometheus (promtool and the server) that checks the alerts and the dashboard.
+APT_PACKAGES=(openipmi ipmitool freeipmi-tools prometheus)
 
 venv=$repo_root/target/venv
 requirements=scripts/requirements-interop.txt

@@ -13,7 +13,6 @@ use baremend::api::{DriftPhase, Remediation, RemediationPhase};
 use baremend::drift::controller::HelperPods;
 use baremend::drift::helper::HELPER_SERVICE_ACCOUNT;
 use baremend::leader::LeaseConfig;
-use baremend::metrics::Metrics;
 use baremend::remediation::controller::{ControllerOptions, run_elected};
 use baremend::runtime::SystemClock;
 use baremend_sim::apiserver::{ApiServer, AuditRecord};
@@ -431,57 +430,6 @@ fn the_containerfile_builds_amd64_and_arm64_with_ca_roots_and_documents_its_argu
     assert!(guide.contains("no container runtime"));
 }
 
-/// The metric names the controller exports (`# TYPE` lines; a labelled family shows only
-/// once it has a series, so each gets one).
-fn exported_metrics() -> BTreeSet<String> {
-    let metrics = Metrics::new();
-    metrics.remediation_started("DirectBmc");
-    metrics.remediation_succeeded("DirectBmc", Duration::from_secs(1));
-    metrics.remediation_failed("DirectBmc", "NodeNeverReady");
-    metrics.step_reached("Fenced", Duration::from_millis(300));
-    metrics
-        .power
-        .bmc_request("redfish", "power_state", "ok", Duration::from_millis(5));
-    let host = baremend::metrics::power::HostSeries {
-        machine: "ns/m".into(),
-        node: "n".into(),
-        bmc: "redfish://b".into(),
-        driver: "redfish".into(),
-    };
-    metrics
-        .power
-        .set_host_power(&host, Some(baremend_drivers::PowerState::On));
-    metrics.drift.set_pool("worker", 1, 0);
-    metrics
-        .drift
-        .ended("Force", "Succeeded", "", Duration::from_secs(60));
-    metrics.drift.set_reboots("worker-0", "worker", 1);
-    let text = metrics.encode();
-    let mut names = BTreeSet::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut parts = rest.split_whitespace();
-            let (Some(name), Some(kind)) = (parts.next(), parts.next()) else {
-                continue;
-            };
-            match kind {
-                "counter" => {
-                    names.insert(format!("{name}_total"));
-                }
-                "histogram" => {
-                    for suffix in ["_bucket", "_sum", "_count"] {
-                        names.insert(format!("{name}{suffix}"));
-                    }
-                }
-                _ => {
-                    names.insert(name.to_string());
-                }
-            }
-        }
-    }
-    names
-}
-
 /// The `baremend_…` and `mco_…` metric names a PromQL expression uses.
 fn used_metrics(expr: &str) -> Vec<String> {
     let mut used = Vec::new();
@@ -505,7 +453,7 @@ fn used_metrics(expr: &str) -> Vec<String> {
 
 #[test]
 fn alerts_and_dashboard_use_only_exported_metrics() {
-    let exported = exported_metrics();
+    let exported = common::prometheus::exported_metrics();
     assert!(
         exported.contains("baremend_remediations_failed_total"),
         "{exported:?}"

@@ -1,12 +1,16 @@
 //! The power-state monitor against the simulated cluster: a detached host is read over its
 //! Redfish BMC, a host the BareMetal Operator manages from its BareMetalHost (no BMC
-//! request), and a host switched off behind everyone's back shows off within an interval.
+//! request), and a host switched off behind everyone's back shows off within an interval. A
+//! host under remediation keeps its series all through, fed by the remediation's own BMC reads
+//! (or its BareMetalHost's status); without the monitor those reads leave no series.
 
 use std::time::{Duration, Instant};
 
+use baremend::api::RemediationPhase;
 use baremend::metrics::Metrics;
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::host::Power;
+use serde_json::{Value, json};
 
 mod common;
 
@@ -108,5 +112,161 @@ async fn detached_hosts_are_read_over_their_bmc_and_managed_ones_from_their_host
         (2.0..=6.0).contains(&made),
         "{made} reads in four intervals"
     );
+    lab.kill().await;
+}
+
+/// A policy for quick remediations, fencing with `strategy`.
+fn fast_policy(strategy: &str) -> Value {
+    json!({
+        "strategies": [strategy],
+        "timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1},
+    })
+}
+
+/// The power-state series of a Machine (`state` → value), as the metrics show them now.
+fn host_states(metrics: &Metrics, machine: &str) -> Vec<(String, f64)> {
+    let text = metrics.encode();
+    let machine = format!("machine=\"openshift-machine-api/{machine}\"");
+    text.lines()
+        .filter(|l| l.starts_with("baremend_host_power_state{") && l.contains(&machine))
+        .filter_map(|l| {
+            let state = l.split("state=\"").nth(1)?.split('"').next()?;
+            let value = l.rsplit(' ').next()?.parse().ok()?;
+            Some((state.to_string(), value))
+        })
+        .collect()
+}
+
+/// Hangs `host` and follows its remediation to Succeeded: at every look while it is under way,
+/// the host's power-state series must be there (all three states); returns when the series
+/// first showed the host off while its remediation was under way.
+async fn follow_remediation(lab: &Lab, host: &str) -> Instant {
+    assert!(lab.cluster.hang(host));
+    let name = format!("{host}-1");
+    let mut off_at = None;
+    eventually(
+        &format!("{name} Succeeded"),
+        Duration::from_secs(60),
+        async || {
+            let phase = lab
+                .remediation(&name)
+                .and_then(|r| r.status)
+                .map(|s| s.phase);
+            let states = host_states(&lab.metrics, host);
+            let under_way =
+                phase.is_some_and(|p| p != RemediationPhase::Pending && !p.is_terminal());
+            if under_way {
+                assert_eq!(
+                    states.len(),
+                    3,
+                    "{host}'s series missing while its remediation is {phase:?}: {states:?}"
+                );
+                if off_at.is_none() && states.contains(&("off".into(), 1.0)) {
+                    off_at = Some(Instant::now());
+                }
+            }
+            match phase {
+                Some(RemediationPhase::Succeeded) => Ok(()),
+                Some(p) if p.is_terminal() => panic!("{name} ended {p:?}"),
+                other => Err(format!("{other:?}: {states:?}")),
+            }
+        },
+    )
+    .await;
+    off_at.unwrap_or_else(|| panic!("{host} never showed off while its remediation was under way"))
+}
+
+/// A lab whose policy fences with `strategy` (worker-1 detached, for `DirectBmc`), with the
+/// controller running and the power monitor reading every `power_poll` (None: off).
+async fn remediating_lab(strategy: &str, power_poll: Option<Duration>, seed: u64) -> Lab {
+    let mut lab = Lab::builder(fast())
+        .policy(fast_policy(strategy))
+        .start()
+        .await;
+    if strategy == "DirectBmc" {
+        lab.detach("worker-1");
+    }
+    lab.start_controller(ControllerOptions {
+        power_poll,
+        power_poll_seed: seed,
+        ..lab.options()
+    });
+    lab
+}
+
+/// When the series of `host` shows it on; fails after `deadline`.
+async fn read_on(lab: &Lab, host: &str, deadline: Duration) -> Instant {
+    eventually(&format!("{host} read on"), deadline, async || {
+        host_states(&lab.metrics, host)
+            .contains(&("on".into(), 1.0))
+            .then(Instant::now)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_fenced_directly_keeps_its_series_fed_by_the_remediation_reads() {
+    // A long interval: after its first read of the host, the monitor does not read it again
+    // for 8 s, so a change within them comes from the remediation's reads.
+    let interval = Duration::from_secs(8);
+    let mut lab = remediating_lab("DirectBmc", Some(interval), 3).await;
+    // Up to an interval for the caches to fill, and another for the host's offset in it.
+    let first_read = read_on(&lab, "worker-1", interval * 2 + Duration::from_secs(5)).await;
+    let off_after_read = follow_remediation(&lab, "worker-1")
+        .await
+        .duration_since(first_read);
+    println!("worker-1 shown off {off_after_read:?} after the monitor's first read");
+    assert!(
+        off_after_read < interval - Duration::from_secs(1),
+        "off shown {off_after_read:?} after the monitor's read: it may be the monitor's next read"
+    );
+    // Once the remediation is over, the monitor reads the host again: on.
+    read_on(&lab, "worker-1", interval + Duration::from_secs(5)).await;
+    lab.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_fenced_directly_keeps_its_series_at_every_turn_of_a_busy_monitor() {
+    // The monitor's turns come every 300 ms: none of them may drop the series of the host it
+    // leaves to the remediation.
+    let mut lab = remediating_lab("DirectBmc", Some(Duration::from_millis(300)), 4).await;
+    read_on(&lab, "worker-1", Duration::from_secs(20)).await;
+    follow_remediation(&lab, "worker-1").await;
+    lab.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_fenced_through_its_bare_metal_host_keeps_its_series_from_the_host_status() {
+    let mut lab = remediating_lab(
+        "BareMetalHostRebootApi",
+        Some(Duration::from_millis(300)),
+        5,
+    )
+    .await;
+    read_on(&lab, "worker-2", Duration::from_secs(20)).await;
+    let states = lab.metrics.encode();
+    assert!(
+        states.contains("machine=\"openshift-machine-api/worker-2\",node=\"worker-2\",bmc=\"BareMetalHost openshift-machine-api/worker-2\",driver=\"baremetalhost\""),
+        "{states}"
+    );
+    follow_remediation(&lab, "worker-2").await;
+    lab.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_monitor_a_remediation_reads_leave_no_power_series() {
+    let mut lab = remediating_lab("DirectBmc", None, 0).await;
+    assert!(lab.cluster.hang("worker-1"));
+    let done = lab.ended("worker-1-1").await;
+    let phase = done.status.map(|s| s.phase);
+    assert_eq!(phase, Some(RemediationPhase::Succeeded));
+    // The remediation read the BMC (its proof), and no series came of it: a series left by a
+    // remediation and never read again would show the host off for ever.
+    let text = lab.metrics.encode();
+    assert!(
+        text.contains("baremend_bmc_requests_total{driver=\"redfish\",operation=\"power_state\",outcome=\"ok\"}"),
+        "{text}"
+    );
+    assert!(!text.contains("baremend_host_power_state{"), "{text}");
     lab.kill().await;
 }

@@ -22,6 +22,7 @@ use super::pass::Pass;
 use crate::api::DriftRemediation;
 use crate::api::annotations::PLANNED_REBOOT;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
+use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::informer;
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
@@ -45,6 +46,7 @@ pub async fn run(
     node_feed: Option<NodeFeed>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
+    let _running = Running::shown(&options.metrics);
     let config = watcher::Config::default();
     // Alone, it watches Nodes itself; beside the machine controller, it shares its watch.
     let (node_feed, own_node_watch) = match node_feed {
@@ -138,6 +140,23 @@ fn nodes_of_remediation(
         );
     }
     wake
+}
+
+/// Shows the coordinator running (`baremend_drift_coordinator_running` at 1) while it
+/// lives, and stopped when it ends or its future is dropped (leadership lost).
+struct Running(Arc<Metrics>);
+
+impl Running {
+    fn shown(metrics: &Arc<Metrics>) -> Self {
+        metrics.drift.set_running(true);
+        Running(metrics.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.drift.set_running(false);
+    }
 }
 
 /// At most this many drift passes at once (a policy change wakes every Node).

@@ -532,3 +532,43 @@ fn a_drift_the_recurrence_cap_failed_waits_out_the_window_before_another_attempt
         None
     );
 }
+
+#[test]
+fn every_action_and_failure_reason_has_an_outcome_counter_from_the_start() {
+    use crate::metrics::drift::{ACTIONS, FAILURE_REASONS};
+    // The matches are exhaustive: a new variant stops the build here, to be listed here and
+    // in the metrics' lists (whose series start at zero).
+    let actions = [Action::Force, Action::Restore];
+    for action in actions {
+        match action {
+            Action::Force | Action::Restore => {}
+        }
+    }
+    assert_eq!(actions.map(|a| format!("{a:?}")), ACTIONS);
+    let reasons = [
+        FailReason::Recurring(0),
+        FailReason::PickupTimeout,
+        FailReason::DrainTimeout(Vec::new()),
+        FailReason::NodeNotReady,
+        FailReason::RestoreTimeout,
+        FailReason::DriftPersists,
+        FailReason::NodeGone,
+        FailReason::ApplyTimeout,
+    ];
+    for reason in &reasons {
+        match reason {
+            FailReason::Recurring(_)
+            | FailReason::PickupTimeout
+            | FailReason::DrainTimeout(_)
+            | FailReason::NodeNotReady
+            | FailReason::RestoreTimeout
+            | FailReason::DriftPersists
+            | FailReason::NodeGone
+            | FailReason::ApplyTimeout => {}
+        }
+    }
+    let mut expected: Vec<&str> = reasons.iter().map(FailReason::reason).collect();
+    // The one failure the steps name themselves: a restore the node's config cannot take.
+    expected.push("RestoreUnsupported");
+    assert_eq!(expected, FAILURE_REASONS);
+}

@@ -14,10 +14,11 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+use super::Serving;
 use super::setup::LabCluster;
 use crate::api::{DriftPhase, DriftPolicy, DriftRemediation, DriftRemediationStatus};
 use crate::drift::controller::HelperPods;
-use crate::metrics::{Metrics, serve};
+use crate::metrics::Metrics;
 use crate::remediation::controller::{ControllerOptions, run as run_controller};
 use crate::runtime::clock::{SystemClock, parse_rfc3339, since_epoch};
 use crate::{Error, Result};
@@ -94,7 +95,7 @@ fn print_changes(at: f64, was: &Seen, now: &Seen) {
 }
 
 /// Runs the drift story.
-pub async fn run(timeout: Duration) -> Result<()> {
+pub async fn run(timeout: Duration, serving: Serving) -> Result<()> {
     let spec = ClusterSpec {
         masters: 3,
         workers: 3,
@@ -149,7 +150,7 @@ pub async fn run(timeout: Duration) -> Result<()> {
         lab.cluster.api_server().url()
     );
     let metrics = Arc::new(Metrics::new());
-    let metrics_at = serve(([127, 0, 0, 1], 0).into(), metrics.clone()).await?;
+    let metrics_at = serving.serve(metrics.clone()).await?;
     let (stop, stopped) = oneshot::channel::<()>();
     let controller = tokio::spawn(run_controller(
         lab.client.clone(),
@@ -208,12 +209,14 @@ pub async fn run(timeout: Duration) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    serving.linger(metrics_at).await;
     let _ = stop.send(());
     let _ = controller.await;
     print_timing(&outcome, since_epoch(drifted_at), degraded_at);
     println!("\ndrift metrics:");
+    // The outcome counters start at zero for every outcome and reason: the zeros are left out.
     for line in metrics.encode().lines().filter(|l| {
-        l.starts_with("mco_remediations_total")
+        (l.starts_with("mco_remediations_total") && !l.ends_with(" 0"))
             || l.starts_with("mco_remediation_duration_seconds_sum")
             || l.starts_with("mco_node_config_drift_count")
     }) {

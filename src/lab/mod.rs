@@ -4,6 +4,10 @@
 //! Operator, MachineHealthCheck, kubelets, Redfish BMCs), runs the controller against its API
 //! server over HTTPS on a real kube client, hangs a worker and prints what happens until the
 //! Node is back, with a per-step timing table. `--scenario power-demo` is the drivers alone.
+//!
+//! The stories serve the controller's metrics as `baremend run` does (`--metrics-listen`), and
+//! `--linger` keeps the cluster and the controller running that long after the story ends, so
+//! that a Prometheus can scrape what the story left (the live alert test does).
 
 pub mod chaos;
 mod drift;
@@ -12,12 +16,13 @@ mod scale;
 pub mod setup;
 mod story;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
 use crate::Result;
-use crate::duration::parse_duration;
+use crate::duration::{parse_duration, parse_duration_or_off};
 
 /// Which story to tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -87,15 +92,53 @@ pub struct LabArgs {
     /// chaos: seeds run at once.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub jobs: u32,
+    /// The remediation stories and drift: where to serve the controller's `/metrics` (port 0:
+    /// any free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR:PORT")]
+    pub metrics_listen: SocketAddr,
+    /// The remediation stories and drift: once the story has ended, keep the cluster and the
+    /// controller running, and the metrics served, this long (for a Prometheus to scrape).
+    #[arg(long, default_value = "0s", value_parser = parse_duration_or_off)]
+    pub linger: Duration,
+}
+
+/// Where a story serves its controller's metrics, and how long after its end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Serving {
+    listen: SocketAddr,
+    linger: Duration,
+}
+
+impl Serving {
+    /// Serves `metrics` on the address asked for; returns the bound one.
+    async fn serve(&self, metrics: std::sync::Arc<crate::metrics::Metrics>) -> Result<SocketAddr> {
+        crate::metrics::serve(self.listen, metrics).await
+    }
+
+    /// Waits out `--linger` (if asked), saying so, before the story stops its controller.
+    async fn linger(&self, at: SocketAddr) {
+        if self.linger.is_zero() {
+            return;
+        }
+        println!(
+            "\nthe story has ended; the controller keeps running and http://{at}/metrics stays served for {:?} (--linger)",
+            self.linger
+        );
+        tokio::time::sleep(self.linger).await;
+    }
 }
 
 /// Runs the lab.
 pub async fn run(args: LabArgs) -> Result<()> {
+    let serving = Serving {
+        listen: args.metrics_listen,
+        linger: args.linger,
+    };
     match args.scenario {
         Scenario::PowerDemo => power_demo::run(&args).await,
         Scenario::Scale => scale::run(&args).await,
         Scenario::Chaos => chaos::run(args.first_seed, args.seeds, args.jobs as usize).await,
-        Scenario::Drift => drift::run(args.timeout).await,
-        scenario => story::run(scenario, args.timeout).await,
+        Scenario::Drift => drift::run(args.timeout, serving).await,
+        scenario => story::run(scenario, args.timeout, serving).await,
     }
 }

@@ -112,7 +112,8 @@ impl LabCluster {
             })
     }
 
-    /// Starts the controller on this cluster; it runs until the handle is stopped.
+    /// Starts the controller on this cluster, with the power monitor reading every host each
+    /// second (`baremend run` reads each minute); it runs until the handle is stopped.
     pub fn start_controller(&self, metrics: Arc<Metrics>, poll: Duration) -> RunningController {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(run_controller(
@@ -122,6 +123,7 @@ impl LabCluster {
                 instance: "lab".into(),
                 poll,
                 metrics,
+                power_poll: Some(Duration::from_secs(1)),
                 ..ControllerOptions::default()
             },
             async move {

@@ -12,11 +12,11 @@ use baremend_sim::host::ObservedPower;
 use kube::api::Api;
 use serde_json::{Value, json};
 
-use super::Scenario;
 use super::setup::LabCluster;
+use super::{Scenario, Serving};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{Remediation, RemediationPhase, RemediationStatus};
-use crate::metrics::{Metrics, serve};
+use crate::metrics::Metrics;
 use crate::runtime::clock::{parse_rfc3339, since_epoch};
 use crate::{Error, Result};
 
@@ -189,7 +189,7 @@ fn print_timing(name: &str, status: &RemediationStatus, base: Duration) {
 
 /// Runs one scenario; Ok when every remediation ended as the scenario expects and no Node
 /// was released while its host was on.
-pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
+pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Result<()> {
     let plan = Plan::of(scenario);
     println!(
         "starting the simulated cluster: {} control-plane hosts, {} workers ...",
@@ -208,7 +208,7 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
     }
     lab.install_policy(plan.policy.clone()).await?;
     let metrics = Arc::new(Metrics::new());
-    let metrics_at = serve(([127, 0, 0, 1], 0).into(), metrics.clone()).await?;
+    let metrics_at = serving.serve(metrics.clone()).await?;
     let controller = lab.start_controller(metrics.clone(), Duration::from_millis(250));
     println!(
         "controller running (kube client over HTTPS), metrics at http://{metrics_at}/metrics\n"
@@ -314,6 +314,8 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let story_took = t0.elapsed();
+    serving.linger(metrics_at).await;
     controller.stop().await;
 
     let base = since_epoch(hung_at);
@@ -323,9 +325,17 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
         }
     }
     println!("\nremediation metrics:");
+    // Every strategy and reason has its series from the start: those at zero are left out.
+    let nonzero = |l: &str| {
+        l.rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .is_some_and(|v| v != 0.0)
+    };
     for line in metrics.encode().lines().filter(|l| {
-        (l.starts_with("baremend_remediations_") && !l.ends_with(" 0"))
-            || l.contains("duration_seconds_sum")
+        (l.starts_with("baremend_remediations_")
+            || (l.starts_with("baremend_remediation_") && l.contains("duration_seconds_sum")))
+            && nonzero(l)
     }) {
         println!("  {line}");
     }
@@ -365,7 +375,7 @@ pub async fn run(scenario: Scenario, timeout: Duration) -> Result<()> {
     println!(
         "\nremediation {}: after {:.1} s (as expected for this scenario)",
         summary.join(", "),
-        t0.elapsed().as_secs_f64()
+        story_took.as_secs_f64()
     );
     Ok(())
 }

@@ -1,6 +1,11 @@
 //! The drift coordinator's metrics, under the names the seed ADR's dashboards and alerts
 //! expect (`mco_…`, no `baremend_` prefix): drift per pool, remediation outcomes and
-//! durations, held starts and reboots per node.
+//! durations, held starts and reboots per node; and whether the coordinator runs at all
+//! (`baremend_drift_coordinator_running`).
+//!
+//! The outcome counter starts at zero for every action, outcome and failure reason, so that
+//! `increase()` sees the first failure after a restart (a counter created by its first
+//! increment shows up already at 1, with no sample before it).
 
 use std::time::Duration;
 
@@ -48,6 +53,7 @@ pub struct NodeLabels {
 /// Every drift metric.
 #[derive(Debug)]
 pub struct DriftMetrics {
+    running: Gauge,
     detected: Family<PoolLabels, Gauge>,
     count: Family<PoolLabels, Gauge>,
     not_drift: Family<PoolLabels, Gauge>,
@@ -56,6 +62,25 @@ pub struct DriftMetrics {
     held: Family<HeldLabels, Gauge>,
     reboots: Family<NodeLabels, Gauge>,
 }
+
+/// The actions a drift remediation takes (`DriftAction`).
+pub const ACTIONS: [&str; 2] = ["Force", "Restore"];
+
+/// The outcomes that carry no reason.
+pub const OUTCOMES_WITHOUT_REASON: [&str; 4] = ["Succeeded", "SelfHealed", "Aborted", "Escalated"];
+
+/// The reasons a drift remediation can end `Failed` with.
+pub const FAILURE_REASONS: [&str; 9] = [
+    "DriftRecurring",
+    "PickupTimeout",
+    "DrainTimeout",
+    "NodeNotReady",
+    "RestoreTimeout",
+    "DriftPersists",
+    "NodeGone",
+    "ApplyTimeout",
+    "RestoreUnsupported",
+];
 
 /// The gates a start can be held by (each gets a series at 0).
 pub const HELD_REASONS: [&str; 6] = [
@@ -75,6 +100,12 @@ fn duration_histogram() -> Histogram {
 impl DriftMetrics {
     /// Registers the metrics (in a registry without a prefix).
     pub fn register(registry: &mut Registry) -> Self {
+        let running = Gauge::default();
+        registry.register(
+            "baremend_drift_coordinator_running",
+            "1 while the config-drift coordinator runs in this process; 0 when it is off (--drift=false), the API serves no MachineConfigPools, or this replica does not lead",
+            running.clone(),
+        );
         let detected = Family::<PoolLabels, Gauge>::default();
         registry.register(
             "mco_node_config_drift_detected",
@@ -99,6 +130,20 @@ impl DriftMetrics {
             "Drift remediations ended, by action, outcome and reason",
             outcomes.clone(),
         );
+        for action in ACTIONS {
+            let labels = |outcome: &str, reason: &str| OutcomeLabels {
+                action: action.into(),
+                outcome: outcome.into(),
+                reason: reason.into(),
+            };
+            // Created at zero (the handles are dropped at once).
+            for outcome in OUTCOMES_WITHOUT_REASON {
+                outcomes.get_or_create_owned(&labels(outcome, ""));
+            }
+            for reason in FAILURE_REASONS {
+                outcomes.get_or_create_owned(&labels("Failed", reason));
+            }
+        }
         let duration: Family<OutcomeLabels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(duration_histogram);
         registry.register(
@@ -125,6 +170,7 @@ impl DriftMetrics {
             reboots.clone(),
         );
         DriftMetrics {
+            running,
             detected,
             count,
             not_drift,
@@ -133,6 +179,11 @@ impl DriftMetrics {
             held,
             reboots,
         }
+    }
+
+    /// Whether the coordinator runs in this process.
+    pub fn set_running(&self, running: bool) {
+        self.running.set(i64::from(running));
     }
 
     /// Sets a pool's drift gauges.

@@ -4,6 +4,11 @@
 //! Counters move when a step is carried out; the gauges (remediations in progress, starts
 //! held by each safety gate) are recounted from the watch caches by the controller, so a
 //! restart does not leave them wrong.
+//!
+//! The remediation counters (and the duration histogram) start at zero for every strategy and
+//! failure reason: a counter created by its first increment shows up already at 1, and
+//! `increase()` needs a sample before it, so the first failure after every restart (and the
+//! process restarts on every leadership loss) would pass no alert.
 
 pub mod drift;
 pub mod power;
@@ -39,6 +44,17 @@ pub const GATES: [&str; 8] = [
     "OutOfServiceUnsupported",
     "PlannedReboot",
     "SelfFence",
+];
+
+/// Every fencing strategy, as the remediation counters name it.
+pub const STRATEGIES: [&str; 2] = ["BareMetalHostRebootApi", "DirectBmc"];
+
+/// Every reason a remediation can fail with, as the failure counter names it.
+pub const FAILURE_REASONS: [&str; 4] = [
+    "PowerOffNotConfirmed",
+    "FenceLost",
+    "NodeNeverReady",
+    "RestoreTimedOut",
 ];
 
 /// Labels of a remediation counter.
@@ -181,6 +197,21 @@ impl Metrics {
             leader.clone(),
         );
         let drift = Arc::new(crate::metrics::drift::DriftMetrics::register(&mut root));
+        for strategy in STRATEGIES {
+            let labels = StrategyLabels {
+                strategy: strategy.into(),
+            };
+            // Created at zero (the handles are dropped at once).
+            started.get_or_create_owned(&labels);
+            succeeded.get_or_create_owned(&labels);
+            duration.get_or_create_owned(&labels);
+            for reason in FAILURE_REASONS {
+                failed.get_or_create_owned(&FailureLabels {
+                    strategy: strategy.into(),
+                    reason: reason.into(),
+                });
+            }
+        }
         Metrics {
             registry: root,
             started,
@@ -346,6 +377,42 @@ mod tests {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn counters_start_at_zero_for_every_known_label_so_the_first_failure_is_an_increase() {
+        use super::drift::{ACTIONS, FAILURE_REASONS as DRIFT_REASONS, OUTCOMES_WITHOUT_REASON};
+        let text = Metrics::new().encode();
+        let mut expected = Vec::new();
+        for strategy in STRATEGIES {
+            let s = format!("strategy=\"{strategy}\"");
+            expected.push(format!("baremend_remediations_started_total{{{s}}} 0"));
+            expected.push(format!("baremend_remediations_succeeded_total{{{s}}} 0"));
+            expected.push(format!(
+                "baremend_remediation_duration_seconds_count{{{s}}} 0"
+            ));
+            for reason in FAILURE_REASONS {
+                expected.push(format!(
+                    "baremend_remediations_failed_total{{{s},reason=\"{reason}\"}} 0"
+                ));
+            }
+        }
+        for action in ACTIONS {
+            let reasons = OUTCOMES_WITHOUT_REASON
+                .iter()
+                .map(|outcome| (*outcome, ""))
+                .chain(DRIFT_REASONS.iter().map(|reason| ("Failed", *reason)));
+            for (outcome, reason) in reasons {
+                expected.push(format!(
+                    "mco_remediations_total{{action=\"{action}\",outcome=\"{outcome}\",reason=\"{reason}\"}} 0"
+                ));
+            }
+        }
+        expected.push("baremend_drift_coordinator_running 0".into());
+        for line in &expected {
+            assert!(text.contains(line.as_str()), "{line} missing in:\n{text}");
+        }
+        assert_eq!(expected.len(), 2 * (3 + 4) + 2 * (4 + 9) + 1);
     }
 
     async fn get(at: SocketAddr, path: &str) -> String {

@@ -127,6 +127,9 @@ pub struct Context {
     pub after_persist: Option<PersistHook>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Whether the power monitor runs: then the remediations' own BMC reads feed the power
+    /// state of the hosts they remediate (the monitor leaves those hosts to them).
+    pub power_monitored: bool,
     /// Serializes start decisions and remembers the starts the cache may not show yet.
     pub starts: tokio::sync::Mutex<Launched>,
     /// The API server knows the out-of-service taint (Kubernetes ≥ 1.28).
@@ -195,6 +198,7 @@ impl Context {
             clock,
             poll: options.poll,
             after_persist: options.after_persist,
+            power_monitored: options.power_poll.is_some(),
             metrics: options.metrics,
             starts: tokio::sync::Mutex::new(Launched::new()),
             out_of_service_taint,

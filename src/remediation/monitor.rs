@@ -5,10 +5,13 @@
 //! a minute) at a fixed offset within it, spread by a seeded hash so that a fleet is not read
 //! all at once; at most [`READS_AT_ONCE`] reads are in flight, and never two to one BMC (the
 //! connector's per-endpoint gate, shared with remediations). One login per host is kept
-//! between reads. Hosts under a remediation are skipped (the remediation reads the BMC
-//! itself), and hosts a BareMetal Operator manages are not read at all: their BareMetalHost's
-//! `status.poweredOn` is the operator's own reading, and a second reader would only load the
-//! BMC.
+//! between reads. Hosts a BareMetal Operator manages are not read at all: their
+//! BareMetalHost's `status.poweredOn` is the operator's own reading, and a second reader would
+//! only load the BMC.
+//!
+//! A host under a remediation keeps its series, since that is when operators look at it: the
+//! monitor does not read its BMC (the remediation does, and its reads feed the series, see
+//! `Pass::read_power`), and a host the operator manages is read from its status as always.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -25,7 +28,7 @@ use super::bmc_cache::DriverCache;
 use super::context::Context;
 use super::metered::Metered;
 use super::observe::{BmcRef, machine_host};
-use super::power::{bmc_driver_config, driver_kind, locate_bmc};
+use super::power::{bmc_driver_config, bmc_series, driver_kind, locate_bmc};
 use crate::api::RemediationPhase;
 use crate::api::annotations::BMH_DETACHED;
 use crate::metrics::power::HostSeries;
@@ -49,6 +52,15 @@ struct Target {
     namespace: String,
     series: HostSeries,
     source: Source,
+    /// Under a remediation: its BMC is the remediation's to read.
+    remediating: bool,
+}
+
+impl Target {
+    /// Whether the monitor reads it now.
+    fn read_here(&self) -> bool {
+        !(self.remediating && matches!(self.source, Source::Bmc { .. }))
+    }
 }
 
 /// The hosts to look at now, from the caches.
@@ -68,9 +80,7 @@ fn targets(context: &Context) -> Vec<Target> {
     for machine in context.machines.state() {
         let namespace = machine.namespace().unwrap_or_default();
         let name = machine.name_any();
-        if remediating.contains(&(namespace.clone(), name.clone())) {
-            continue;
-        }
+        let under_remediation = remediating.contains(&(namespace.clone(), name.clone()));
         let node = machine
             .status
             .as_ref()
@@ -83,12 +93,6 @@ fn targets(context: &Context) -> Vec<Target> {
                 .hosts
                 .get(&ObjectRef::new(&r.name).within(&r.namespace))
         });
-        let series = |bmc: String, driver: &str| HostSeries {
-            machine: format!("{namespace}/{name}"),
-            node: node.clone().unwrap_or_default(),
-            bmc,
-            driver: driver.into(),
-        };
         let direct = locate_bmc(
             &host_bmcs,
             &namespace,
@@ -104,8 +108,9 @@ fn targets(context: &Context) -> Vec<Target> {
                 Target {
                     key: format!("{namespace}/{name}"),
                     namespace: namespace.clone(),
-                    series: series(address.to_string(), driver_kind(&address)),
+                    series: bmc_series(&machine, &address),
                     source: Source::Bmc(bmc),
+                    remediating: under_remediation,
                 }
             }
             (Err(_), Some(host_ref), Some(host))
@@ -114,8 +119,14 @@ fn targets(context: &Context) -> Vec<Target> {
                 Target {
                     key: format!("{namespace}/{name}"),
                     namespace: namespace.clone(),
-                    series: series(format!("BareMetalHost {host_ref}"), "baremetalhost"),
+                    series: HostSeries {
+                        machine: format!("{namespace}/{name}"),
+                        node: node.clone().unwrap_or_default(),
+                        bmc: format!("BareMetalHost {host_ref}"),
+                        driver: "baremetalhost".into(),
+                    },
                     source: Source::OperatorStatus(host.status.as_ref().and_then(|s| s.powered_on)),
+                    remediating: under_remediation,
                 }
             }
             _ => continue,
@@ -144,11 +155,13 @@ pub async fn run(context: Arc<Context>, interval: Duration, seed: u64) {
     loop {
         let started = tokio::time::Instant::now();
         if context.caches_ready() {
-            let targets = targets(&context);
+            let mut targets = targets(&context);
+            // Series of hosts under remediation stay; only the monitor's reads pause.
             let now: HashSet<HostSeries> = targets.iter().map(|t| t.series.clone()).collect();
             for gone in shown.difference(&now) {
                 context.metrics.power.forget_host(gone);
             }
+            targets.retain(Target::read_here);
             let keys: HashSet<&str> = targets.iter().map(|t| t.key.as_str()).collect();
             for key in logged_in.keys().filter(|k| !keys.contains(k.as_str())) {
                 drivers.release(key);

@@ -361,6 +361,37 @@ fn powering_on(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> S
 mod tests {
     use super::*;
 
+    #[test]
+    fn every_strategy_and_failure_reason_has_a_counter_from_the_start() {
+        use crate::api::FenceStrategyName as Name;
+        use crate::metrics::{FAILURE_REASONS, STRATEGIES};
+        use crate::remediation::state::strategy_name;
+        // The matches are exhaustive: a new variant stops the build here, to be listed here
+        // and in the metrics' lists (whose series start at zero).
+        let strategies = [Name::BareMetalHostRebootApi, Name::DirectBmc];
+        for strategy in strategies {
+            match strategy {
+                Name::BareMetalHostRebootApi | Name::DirectBmc => {}
+            }
+        }
+        assert_eq!(strategies.map(strategy_name), STRATEGIES);
+        let reasons = [
+            FailReason::PowerOffNotConfirmed(String::new()),
+            FailReason::FenceLost(String::new()),
+            FailReason::NodeNeverReady,
+            FailReason::RestoreTimedOut,
+        ];
+        for reason in &reasons {
+            match reason {
+                FailReason::PowerOffNotConfirmed(_)
+                | FailReason::FenceLost(_)
+                | FailReason::NodeNeverReady
+                | FailReason::RestoreTimedOut => {}
+            }
+        }
+        assert_eq!(reasons.each_ref().map(FailReason::label), FAILURE_REASONS);
+    }
+
     /// Every phase of the enum, read from its schema: a new phase joins the sweeps by itself.
     fn all_phases() -> Vec<Phase> {
         fn names(value: &serde_json::Value, out: &mut Vec<String>) {

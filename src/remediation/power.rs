@@ -27,6 +27,7 @@ use super::plan::{Persisted, Phase};
 use crate::api::annotations::{BMH_DETACHED, REBOOT_PREFIX};
 use crate::api::slim;
 use crate::api::{CaBundleKind, CaBundleRef, FenceStrategyName, HostBmc, Remediation};
+use crate::metrics::power::HostSeries;
 use crate::runtime::clock::since_epoch;
 use crate::{Error, Result};
 
@@ -166,12 +167,34 @@ pub fn driver_kind(address: &BmcAddress) -> &'static str {
     }
 }
 
+/// The power-state series of a host whose BMC is read directly. The power monitor and the
+/// host's remediation name it alike, so the remediation's reads carry on the monitor's series.
+pub fn bmc_series(machine: &slim::Machine, address: &BmcAddress) -> HostSeries {
+    let node = machine
+        .status
+        .as_ref()
+        .and_then(|s| s.node_ref.as_ref())
+        .map(|n| n.name.clone());
+    HostSeries {
+        machine: format!(
+            "{}/{}",
+            machine.namespace().unwrap_or_default(),
+            machine.name_any()
+        ),
+        node: node.unwrap_or_default(),
+        bmc: address.to_string(),
+        driver: driver_kind(address).into(),
+    }
+}
+
 pub(super) struct DirectBmc {
     pub(super) driver: Arc<dyn PowerDriver>,
     /// The address, without credentials.
     pub(super) address: String,
     /// The system path the address names, if any.
     pub(super) system: Option<String>,
+    /// The host's power-state series.
+    pub(super) series: HostSeries,
 }
 
 /// Reads a direct-BMC proof takes (see `fence`); a read that is not Off ends them early.
@@ -222,10 +245,10 @@ impl Pass {
                     .map_err(|e| NotFenced::Untrustworthy(e.to_string()))?;
                 let mut reads = Vec::with_capacity(BMC_PROOF_READS);
                 while reads.len() < BMC_PROOF_READS {
-                    let read =
-                        bmc.driver.power_state().await.map_err(|error| {
-                            NotFenced::NotYet(format!("BMC read failed: {error}"))
-                        })?;
+                    let read = self
+                        .read_power(&bmc)
+                        .await
+                        .map_err(|error| NotFenced::NotYet(format!("BMC read failed: {error}")))?;
                     let off = read == PowerState::Off;
                     reads.push(read);
                     if !off {
@@ -291,6 +314,7 @@ impl Pass {
         let kind = driver_kind(&config.address);
         let shown = config.address.to_string();
         let system = config.address.system_path().map(str::to_string);
+        let series = bmc_series(&self.machine, &config.address);
         let driver = self.context.bmc_drivers.get_or_connect(
             &self.machine_key(),
             config,
@@ -301,7 +325,23 @@ impl Pass {
             driver,
             address: shown,
             system,
+            series,
         })
+    }
+
+    /// Reads the host's power through its BMC. While the power monitor runs, the reading
+    /// (or `unknown` when it failed) goes to the host's power-state series: the monitor
+    /// leaves a host under remediation to these reads, so its series stays current while
+    /// operators look at it most.
+    async fn read_power(&self, bmc: &DirectBmc) -> baremend_drivers::Result<PowerState> {
+        let read = bmc.driver.power_state().await;
+        if self.context.power_monitored {
+            self.context
+                .metrics
+                .power
+                .set_host_power(&bmc.series, read.as_ref().ok().cloned());
+        }
+        read
     }
 
     /// The key of this Machine's cached BMC driver.
@@ -427,7 +467,7 @@ impl Pass {
                     return Ok(());
                 }
                 let bmc = self.direct_bmc(remediation).await?;
-                let power = bmc.driver.power_state().await?;
+                let power = self.read_power(&bmc).await?;
                 self.context.leadership.ensure()?;
                 if off && power == PowerState::On {
                     bmc.driver.power_off(PowerOffMode::Forced).await?;

@@ -1,10 +1,11 @@
-//! Helpers shared by the end-to-end tests: waiting on a condition, the lab, the Python tools
-//! venv, free ports, scratch folders and running the `baremend` binary.
+//! Helpers shared by the end-to-end tests: waiting on a condition, the lab, Prometheus, the
+//! Python tools venv, free ports, scratch folders and running the `baremend` binary.
 
 #![allow(dead_code)]
 
 pub mod drift;
 pub mod lab;
+pub mod prometheus;
 mod wait;
 
 use std::path::{Path, PathBuf};
