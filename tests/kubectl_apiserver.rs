@@ -705,3 +705,58 @@ async fn kubectl_applies_the_crds_and_the_whole_deploy_folder() {
         .await;
     assert_eq!(replicas.trim(), "2");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_without_a_namespace_flag_uses_the_contexts_namespace() {
+    let c = cluster().await;
+    // No `-n`: kubectl's typed clients send a protobuf object whose namespace is empty, posted
+    // to the context namespace's URL (`default`), and the server fills it in.
+    let out = c
+        .ok(&["create", "configmap", "c1", "--from-literal=a=1"], None)
+        .await;
+    assert!(out.contains("configmap/c1 created"), "{out}");
+    let out = c
+        .ok(
+            &["create", "secret", "generic", "s1", "--from-literal=a=1"],
+            None,
+        )
+        .await;
+    assert!(out.contains("secret/s1 created"), "{out}");
+    assert_eq!(
+        c.ok(
+            &[
+                "get",
+                "configmap",
+                "c1",
+                "-o",
+                "jsonpath={.metadata.namespace}/{.data.a}"
+            ],
+            None
+        )
+        .await,
+        "default/1"
+    );
+    assert_eq!(
+        c.ok(
+            &[
+                "get",
+                "secret",
+                "s1",
+                "-o",
+                "jsonpath={.metadata.namespace}/{.data.a}"
+            ],
+            None
+        )
+        .await,
+        "default/MQ=="
+    );
+    // A manifest naming another namespace, sent to that namespace's URL, still lands there;
+    // `-n` with a different one is refused by kubectl itself before anything is sent.
+    let (ok, _, err) = c
+        .kubectl(
+            &["-n", "kube-system", "create", "-f", "-"],
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c2\n  namespace: default\n"),
+        )
+        .await;
+    assert!(!ok && err.contains("namespace"), "{err}");
+}

@@ -52,6 +52,31 @@ impl Api {
         )
     }
 
+    /// Sends a body as given, in any encoding.
+    async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .request(method, format!("{}{path}", self.server.url()))
+            .bearer_auth(self.server.token())
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
     async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call(Method::GET, path, "", None).await
     }
@@ -948,4 +973,112 @@ async fn injected_slowness_and_refusals_match_only_their_requests() {
         .0,
         StatusCode::OK
     );
+}
+
+/// A protobuf-encoded ConfigMap as client-go's generated marshaller writes it: every string field
+/// of ObjectMeta is written even when empty, so "no namespace" arrives as an empty one.
+fn configmap_protobuf(name: &str, namespace: &str) -> Vec<u8> {
+    fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![(number << 3) | 2];
+        let mut length = bytes.len();
+        loop {
+            let byte = (length & 0x7F) as u8;
+            length >>= 7;
+            if length == 0 {
+                out.push(byte);
+                break;
+            }
+            out.push(byte | 0x80);
+        }
+        out.extend_from_slice(bytes);
+        out
+    }
+    let type_meta = [field(1, b"v1"), field(2, b"ConfigMap")].concat();
+    let meta = [
+        field(1, name.as_bytes()),
+        field(2, b""),
+        field(3, namespace.as_bytes()),
+    ]
+    .concat();
+    let entry = [field(1, b"a"), field(2, b"1")].concat();
+    let object = [field(1, &meta), field(2, &entry)].concat();
+    [b"k8s\0".to_vec(), field(1, &type_meta), field(2, &object)].concat()
+}
+
+#[tokio::test]
+async fn an_object_without_a_namespace_takes_the_urls_in_every_body_format() {
+    let api = Api::start().await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let yaml = |name: &str, namespace: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: '{namespace}'\ndata:\n  a: '1'\n"
+        )
+        .into_bytes()
+    };
+    let json_body = |name: &str, namespace: Option<&str>| {
+        let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "1"}});
+        if let Some(namespace) = namespace {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        object.to_string().into_bytes()
+    };
+    let protobuf = "application/vnd.kubernetes.protobuf";
+    for (content_type, body) in [
+        ("application/json", json_body("j-absent", None)),
+        ("application/json", json_body("j-empty", Some(""))),
+        ("application/json", json_body("j-same", Some("default"))),
+        ("application/yaml", yaml("y-empty", "")),
+        ("application/yaml", yaml("y-same", "default")),
+        (protobuf, configmap_protobuf("p-empty", "")),
+        (protobuf, configmap_protobuf("p-same", "default")),
+    ] {
+        let (status, created) = api.send_raw(Method::POST, path, content_type, body).await;
+        assert_eq!(status, StatusCode::CREATED, "{content_type}: {created}");
+        assert_eq!(created["metadata"]["namespace"], "default", "{created}");
+        assert_eq!(created["data"]["a"], "1", "{created}");
+        let name = created["metadata"]["name"].as_str().unwrap();
+        let (status, stored) = api.get(&format!("{path}/{name}")).await;
+        assert_eq!(status, StatusCode::OK, "{stored}");
+        assert_eq!(stored["metadata"]["namespace"], "default");
+    }
+    let mismatch =
+        "the namespace of the provided object does not match the namespace sent on the request";
+    for (content_type, body) in [
+        (
+            "application/json",
+            json_body("j-other", Some("kube-system")),
+        ),
+        ("application/yaml", yaml("y-other", "kube-system")),
+        (protobuf, configmap_protobuf("p-other", "kube-system")),
+    ] {
+        let (status, refused) = api.send_raw(Method::POST, path, content_type, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{content_type}: {refused}");
+        assert_eq!(refused["reason"], "BadRequest");
+        assert_eq!(refused["message"], mismatch);
+    }
+    // An update follows the same rule: empty takes the URL's, a different one is refused.
+    let (status, updated) = api
+        .send_raw(
+            Method::PUT,
+            &format!("{path}/y-empty"),
+            "application/yaml",
+            yaml("y-empty", ""),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{updated}");
+    assert_eq!(updated["metadata"]["namespace"], "default");
+    let (status, refused) = api
+        .send_raw(
+            Method::PUT,
+            &format!("{path}/j-same"),
+            "application/json",
+            json_body("j-same", Some("kube-system")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["message"], mismatch);
+    let (status, refused) = api
+        .send_raw(Method::POST, path, "application/yaml", b"{: [".to_vec())
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
 }

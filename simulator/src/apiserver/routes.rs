@@ -126,6 +126,21 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
             }
         }
     } else if !body.is_empty()
+        && writes
+        && content_type.split(';').next().map(str::trim) == Some("application/yaml")
+    {
+        // `kubectl create -f x.yaml --raw`, client-go's YAML serializer: a real server decodes
+        // YAML bodies for create and update as it does JSON ones.
+        match serde_yaml::from_slice::<serde_json::Value>(&body) {
+            Ok(object) => Bytes::from(object.to_string()),
+            Err(why) => {
+                return ApiError::bad_request(format!(
+                    "the body of the request could not be decoded as YAML: {why}"
+                ))
+                .into_response();
+            }
+        }
+    } else if !body.is_empty()
         && matches!(parts.method, Method::POST | Method::PUT)
         && !content_type.starts_with("application/json")
         && !content_type.starts_with("*/*")
