@@ -1082,3 +1082,38 @@ async fn an_object_without_a_namespace_takes_the_urls_in_every_body_format() {
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
 }
+
+#[tokio::test]
+async fn every_cluster_has_the_kubernetes_service_and_its_endpoints() {
+    let api = Api::start().await;
+    let (status, service) = api
+        .get("/api/v1/namespaces/default/services/kubernetes")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{service}");
+    assert_eq!(service["metadata"]["labels"]["provider"], "kubernetes");
+    assert_eq!(service["spec"]["type"], "ClusterIP");
+    assert_eq!(service["spec"]["ports"][0]["port"], 443);
+    assert!(service["metadata"]["uid"].is_string());
+    let (status, endpoints) = api
+        .get("/api/v1/namespaces/default/endpoints/kubernetes")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{endpoints}");
+    let (status, slices) = api
+        .get("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dkubernetes")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{slices}");
+    let slice = &slices["items"][0];
+    assert_eq!(slice["metadata"]["name"], "kubernetes");
+    assert_eq!(slice["addressType"], "IPv4");
+    assert_eq!(
+        slice["ports"][0]["port"],
+        endpoints["subsets"][0]["ports"][0]["port"]
+    );
+    assert_eq!(
+        slice["endpoints"][0]["addresses"][0],
+        endpoints["subsets"][0]["addresses"][0]["ip"]
+    );
+    // Discovery lists both resources.
+    let (_, resources) = api.get("/apis/discovery.k8s.io/v1").await;
+    assert_eq!(resources["resources"][0]["name"], "endpointslices");
+}
