@@ -760,3 +760,17 @@ async fn create_without_a_namespace_flag_uses_the_contexts_namespace() {
         .await;
     assert!(!ok && err.contains("namespace"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applying_a_kind_whose_crd_is_missing_says_so() {
+    let c = cluster().await;
+    let monitor = "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata:\n  name: m\n  namespace: default\nspec: {}\n";
+    let (ok, _, err) = c.kubectl(&["apply", "-f", "-"], Some(monitor)).await;
+    assert!(!ok);
+    assert!(
+        err.contains(
+            r#"no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1""#
+        ) && err.contains("ensure CRDs are installed first"),
+        "{err}"
+    );
+}

@@ -1117,3 +1117,26 @@ async fn every_cluster_has_the_kubernetes_service_and_its_endpoints() {
     let (_, resources) = api.get("/apis/discovery.k8s.io/v1").await;
     assert_eq!(resources["resources"][0]["name"], "endpointslices");
 }
+
+#[tokio::test]
+async fn openapi_v2_is_served_in_protobuf_and_json() {
+    let api = Api::start().await;
+    let response = api
+        .http
+        .get(format!("{}/openapi/v2", api.server.url()))
+        .bearer_auth(api.server.token())
+        .header(
+            "accept",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = response.bytes().await.unwrap();
+    // Field 1 (`swagger`), length 3, "2.0".
+    assert_eq!(&bytes[..5], b"\x0a\x032.0");
+    let (status, document) = api.get("/openapi/v2").await;
+    assert_eq!(status, StatusCode::OK, "{document}");
+    assert_eq!(document["swagger"], "2.0");
+}

@@ -62,6 +62,33 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     (status, axum::Json(body.clone())).into_response()
 }
 
+/// `/openapi/v2`: what kubectl's client-side validation reads when the OpenAPI v3 documents do
+/// not know an object's group-version (a kind whose CRD is not installed). Protobuf when asked
+/// for, as kubectl does; JSON otherwise.
+fn openapi_v2(headers: &HeaderMap) -> Response {
+    // The media type the real server answers with (Go's mime parser refuses the `@` of the
+    // one kubectl asks for).
+    const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+    let version = "v1.32.0";
+    let wants_protobuf = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("proto-openapi.spec.v2"));
+    if wants_protobuf {
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, PROTOBUF)],
+            super::protobuf::openapi_v2_document(version),
+        )
+            .into_response()
+    } else {
+        json_response(
+            StatusCode::OK,
+            &json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": version}, "paths": {}}),
+        )
+    }
+}
+
 fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -193,6 +220,7 @@ async fn route(
             &resource_list(state, "", "v1"),
         )),
         ["apis"] => Ok(json_response(StatusCode::OK, &group_list(state))),
+        ["openapi", "v2"] => Ok(openapi_v2(headers)),
         ["openapi", "v3"] => Ok(json_response(StatusCode::OK, &openapi_root(state))),
         ["openapi", "v3", "api", "v1"] => Ok(json_response(
             StatusCode::OK,
