@@ -200,6 +200,26 @@ async fn server_side_apply_and_conflicts_through_kube() {
     assert_eq!(forced.data.unwrap()["k"], "2");
 }
 
+fn recorder(client: &Client, instance: Option<&str>) -> Recorder {
+    Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "baremend".into(),
+            instance: instance.map(str::to_owned),
+        },
+    )
+}
+
+fn event(type_: EventType, reason: &str, note: &str, action: &str) -> Event {
+    Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.into()),
+        action: action.into(),
+        secondary: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_recorder_publishes_events_readable_by_involved_object() {
     let (_server, client) = start().await;
@@ -211,20 +231,8 @@ async fn the_recorder_publishes_events_readable_by_involved_object() {
         )
         .await
         .unwrap();
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "baremend".into(),
-            instance: Some("test".into()),
-        },
-    );
-    let event = Event {
-        type_: EventType::Normal,
-        reason: "Fenced".into(),
-        note: Some("host is off".into()),
-        action: "Fence".into(),
-        secondary: None,
-    };
+    let recorder = recorder(&client, Some("test"));
+    let event = event(EventType::Normal, "Fenced", "host is off", "Fence");
     recorder
         .publish(&event, &node.object_ref(&()))
         .await
@@ -378,20 +386,8 @@ async fn the_recorder_publishes_events_about_the_kubernetes_service() {
         Api::namespaced(client.clone(), "default");
     let slice = slices.get("kubernetes").await.unwrap();
     assert_eq!(slice.address_type, "IPv4");
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "baremend".into(),
-            instance: None,
-        },
-    );
-    let event = Event {
-        type_: EventType::Warning,
-        reason: "Started".into(),
-        note: Some("controller up".into()),
-        action: "Start".into(),
-        secondary: None,
-    };
+    let recorder = recorder(&client, None);
+    let event = event(EventType::Warning, "Started", "controller up", "Start");
     recorder
         .publish(&event, &service.object_ref(&()))
         .await
