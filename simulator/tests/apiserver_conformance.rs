@@ -1140,3 +1140,49 @@ async fn openapi_v2_is_served_in_protobuf_and_json() {
     assert_eq!(status, StatusCode::OK, "{document}");
     assert_eq!(document["swagger"], "2.0");
 }
+
+#[tokio::test]
+async fn continue_tokens_expire_with_the_log_and_when_too_many_lists_are_paged() {
+    let api = Api::start_with(ApiServerConfig {
+        event_log_capacity: 16,
+        ..ApiServerConfig::default()
+    })
+    .await;
+    for name in ["a", "b", "c"] {
+        api.configmap(name, json!({})).await;
+    }
+    let api = &api;
+    let page = |token: Option<String>| {
+        let path = match token {
+            Some(token) => {
+                format!("/api/v1/namespaces/default/configmaps?limit=1&continue={token}")
+            }
+            None => "/api/v1/namespaces/default/configmaps?limit=1".to_owned(),
+        };
+        async move { api.get(&path).await }
+    };
+    let (_, first) = page(None).await;
+    let token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    // Enough writes to compact the token's revision away.
+    for i in 0..20 {
+        api.configmap(&format!("x{i}"), json!({})).await;
+    }
+    let (status, body) = page(Some(token)).await;
+    assert_eq!(status, StatusCode::GONE, "{body}");
+    assert_eq!(body["reason"], "Expired");
+    // Paging many lists at once evicts the oldest snapshots.
+    let (_, oldest) = page(None).await;
+    let oldest = oldest["metadata"]["continue"].as_str().unwrap().to_owned();
+    for _ in 0..300 {
+        page(None).await;
+    }
+    let (status, body) = page(Some(oldest)).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (StatusCode::GONE, Some("Expired"))
+    );
+    let (_, newest) = page(None).await;
+    let newest = newest["metadata"]["continue"].as_str().unwrap().to_owned();
+    let (status, body) = page(Some(newest)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}

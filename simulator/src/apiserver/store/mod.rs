@@ -159,6 +159,9 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// At most this many paged lists keep a snapshot for their continue tokens.
+const MAX_SNAPSHOTS: usize = 256;
+
 /// Namespaces that exist from the start, as in every cluster.
 const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -331,10 +334,19 @@ impl Store {
             hook(&event);
         }
         inner.log.push_back(event.clone());
+        let compacted_before = inner.compacted_through;
         while inner.log.len() > inner.log_capacity {
             if let Some(old) = inner.log.pop_front() {
                 inner.compacted_through = old.revision;
             }
+        }
+        if inner.compacted_through != compacted_before {
+            // A continue token names a revision; once compacted, it is expired (etcd can no
+            // longer serve the rest of that list).
+            let through = inner.compacted_through;
+            inner
+                .snapshots
+                .retain(|_, snapshot| snapshot.revision >= through);
         }
         let _ = self.sender.send(event);
         value
@@ -493,6 +505,13 @@ impl Store {
                 None => {
                     let id = inner.next_snapshot;
                     inner.next_snapshot += 1;
+                    // Bounded: the oldest snapshots go first, their tokens expire.
+                    while inner.snapshots.len() >= MAX_SNAPSHOTS {
+                        let Some(oldest) = inner.snapshots.keys().min().copied() else {
+                            break;
+                        };
+                        inner.snapshots.remove(&oldest);
+                    }
                     inner.snapshots.insert(
                         id,
                         Snapshot {
