@@ -200,6 +200,26 @@ async fn server_side_apply_and_conflicts_through_kube() {
     assert_eq!(forced.data.unwrap()["k"], "2");
 }
 
+fn recorder(client: &Client, instance: Option<&str>) -> Recorder {
+    Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "baremend".into(),
+            instance: instance.map(str::to_owned),
+        },
+    )
+}
+
+fn event(type_: EventType, reason: &str, note: &str, action: &str) -> Event {
+    Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.into()),
+        action: action.into(),
+        secondary: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_recorder_publishes_events_readable_by_involved_object() {
     let (_server, client) = start().await;
@@ -211,20 +231,8 @@ async fn the_recorder_publishes_events_readable_by_involved_object() {
         )
         .await
         .unwrap();
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "baremend".into(),
-            instance: Some("test".into()),
-        },
-    );
-    let event = Event {
-        type_: EventType::Normal,
-        reason: "Fenced".into(),
-        note: Some("host is off".into()),
-        action: "Fence".into(),
-        secondary: None,
-    };
+    let recorder = recorder(&client, Some("test"));
+    let event = event(EventType::Normal, "Fenced", "host is off", "Fence");
     recorder
         .publish(&event, &node.object_ref(&()))
         .await
@@ -360,4 +368,39 @@ async fn our_crds_register_and_our_typed_objects_round_trip_with_status() {
         .unwrap();
     assert_eq!(created.spec.max_concurrent, 1);
     assert_eq!(created.metadata.namespace, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recorder_publishes_events_about_the_kubernetes_service() {
+    let (_server, client) = start().await;
+    // Present in every cluster, without anyone creating it.
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), "default");
+    let service = services.get("kubernetes").await.unwrap();
+    let ports = service.spec.as_ref().and_then(|s| s.ports.clone()).unwrap();
+    assert_eq!(
+        (ports[0].name.as_deref(), ports[0].port),
+        (Some("https"), 443)
+    );
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), "default");
+    let slice = slices.get("kubernetes").await.unwrap();
+    assert_eq!(slice.address_type, "IPv4");
+    let recorder = recorder(&client, None);
+    let event = event(EventType::Warning, "Started", "controller up", "Start");
+    recorder
+        .publish(&event, &service.object_ref(&()))
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, "default");
+    let list = events
+        .list(&ListParams::default().fields("involvedObject.name=kubernetes"))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1, "{list:?}");
+    assert_eq!(
+        list.items[0].involved_object.kind.as_deref(),
+        Some("Service")
+    );
+    assert_eq!(list.items[0].reason.as_deref(), Some("Started"));
 }

@@ -793,3 +793,72 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     roles.sort();
     assert_eq!(roles, ["master", "worker"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_without_a_namespace_flag_uses_the_contexts_namespace() {
+    let c = cluster().await;
+    // No `-n`: kubectl's typed clients send a protobuf object whose namespace is empty, posted
+    // to the context namespace's URL (`default`), and the server fills it in.
+    let out = c
+        .ok(&["create", "configmap", "c1", "--from-literal=a=1"], None)
+        .await;
+    assert!(out.contains("configmap/c1 created"), "{out}");
+    let out = c
+        .ok(
+            &["create", "secret", "generic", "s1", "--from-literal=a=1"],
+            None,
+        )
+        .await;
+    assert!(out.contains("secret/s1 created"), "{out}");
+    assert_eq!(
+        c.ok(
+            &[
+                "get",
+                "configmap",
+                "c1",
+                "-o",
+                "jsonpath={.metadata.namespace}/{.data.a}"
+            ],
+            None
+        )
+        .await,
+        "default/1"
+    );
+    assert_eq!(
+        c.ok(
+            &[
+                "get",
+                "secret",
+                "s1",
+                "-o",
+                "jsonpath={.metadata.namespace}/{.data.a}"
+            ],
+            None
+        )
+        .await,
+        "default/MQ=="
+    );
+    // A manifest naming another namespace, sent to that namespace's URL, still lands there;
+    // `-n` with a different one is refused by kubectl itself before anything is sent.
+    let (ok, _, err) = c
+        .kubectl(
+            &["-n", "kube-system", "create", "-f", "-"],
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c2\n  namespace: default\n"),
+        )
+        .await;
+    assert!(!ok && err.contains("namespace"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applying_a_kind_whose_crd_is_missing_says_so() {
+    let c = cluster().await;
+    let monitor = "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata:\n  name: m\n  namespace: default\nspec: {}\n";
+    let (ok, _, err) = c.kubectl(&["apply", "-f", "-"], Some(monitor)).await;
+    assert!(!ok);
+    assert!(
+        err.contains(
+            r#"no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1""#
+        ) && err.contains("ensure CRDs are installed first"),
+        "{err}"
+    );
+}

@@ -52,6 +52,31 @@ impl Api {
         )
     }
 
+    /// Sends a body as given, in any encoding.
+    async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .request(method, format!("{}{path}", self.server.url()))
+            .bearer_auth(self.server.token())
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
     async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.call(Method::GET, path, "", None).await
     }
@@ -948,4 +973,216 @@ async fn injected_slowness_and_refusals_match_only_their_requests() {
         .0,
         StatusCode::OK
     );
+}
+
+/// A protobuf-encoded ConfigMap as client-go's generated marshaller writes it: every string field
+/// of ObjectMeta is written even when empty, so "no namespace" arrives as an empty one.
+fn configmap_protobuf(name: &str, namespace: &str) -> Vec<u8> {
+    fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![(number << 3) | 2];
+        let mut length = bytes.len();
+        loop {
+            let byte = (length & 0x7F) as u8;
+            length >>= 7;
+            if length == 0 {
+                out.push(byte);
+                break;
+            }
+            out.push(byte | 0x80);
+        }
+        out.extend_from_slice(bytes);
+        out
+    }
+    let type_meta = [field(1, b"v1"), field(2, b"ConfigMap")].concat();
+    let meta = [
+        field(1, name.as_bytes()),
+        field(2, b""),
+        field(3, namespace.as_bytes()),
+    ]
+    .concat();
+    let entry = [field(1, b"a"), field(2, b"1")].concat();
+    let object = [field(1, &meta), field(2, &entry)].concat();
+    [b"k8s\0".to_vec(), field(1, &type_meta), field(2, &object)].concat()
+}
+
+#[tokio::test]
+async fn an_object_without_a_namespace_takes_the_urls_in_every_body_format() {
+    let api = Api::start().await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let yaml = |name: &str, namespace: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: '{namespace}'\ndata:\n  a: '1'\n"
+        )
+        .into_bytes()
+    };
+    let json_body = |name: &str, namespace: Option<&str>| {
+        let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": "1"}});
+        if let Some(namespace) = namespace {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        object.to_string().into_bytes()
+    };
+    let protobuf = "application/vnd.kubernetes.protobuf";
+    for (content_type, body) in [
+        ("application/json", json_body("j-absent", None)),
+        ("application/json", json_body("j-empty", Some(""))),
+        ("application/json", json_body("j-same", Some("default"))),
+        ("application/yaml", yaml("y-empty", "")),
+        ("application/yaml", yaml("y-same", "default")),
+        (protobuf, configmap_protobuf("p-empty", "")),
+        (protobuf, configmap_protobuf("p-same", "default")),
+    ] {
+        let (status, created) = api.send_raw(Method::POST, path, content_type, body).await;
+        assert_eq!(status, StatusCode::CREATED, "{content_type}: {created}");
+        assert_eq!(created["metadata"]["namespace"], "default", "{created}");
+        assert_eq!(created["data"]["a"], "1", "{created}");
+        let name = created["metadata"]["name"].as_str().unwrap();
+        let (status, stored) = api.get(&format!("{path}/{name}")).await;
+        assert_eq!(status, StatusCode::OK, "{stored}");
+        assert_eq!(stored["metadata"]["namespace"], "default");
+    }
+    let mismatch =
+        "the namespace of the provided object does not match the namespace sent on the request";
+    for (content_type, body) in [
+        (
+            "application/json",
+            json_body("j-other", Some("kube-system")),
+        ),
+        ("application/yaml", yaml("y-other", "kube-system")),
+        (protobuf, configmap_protobuf("p-other", "kube-system")),
+    ] {
+        let (status, refused) = api.send_raw(Method::POST, path, content_type, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{content_type}: {refused}");
+        assert_eq!(refused["reason"], "BadRequest");
+        assert_eq!(refused["message"], mismatch);
+    }
+    // An update follows the same rule: empty takes the URL's, a different one is refused.
+    let (status, updated) = api
+        .send_raw(
+            Method::PUT,
+            &format!("{path}/y-empty"),
+            "application/yaml",
+            yaml("y-empty", ""),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{updated}");
+    assert_eq!(updated["metadata"]["namespace"], "default");
+    let (status, refused) = api
+        .send_raw(
+            Method::PUT,
+            &format!("{path}/j-same"),
+            "application/json",
+            json_body("j-same", Some("kube-system")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["message"], mismatch);
+    let (status, refused) = api
+        .send_raw(Method::POST, path, "application/yaml", b"{: [".to_vec())
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+}
+
+#[tokio::test]
+async fn every_cluster_has_the_kubernetes_service_and_its_endpoints() {
+    let api = Api::start().await;
+    let (status, service) = api
+        .get("/api/v1/namespaces/default/services/kubernetes")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{service}");
+    assert_eq!(service["metadata"]["labels"]["provider"], "kubernetes");
+    assert_eq!(service["spec"]["type"], "ClusterIP");
+    assert_eq!(service["spec"]["ports"][0]["port"], 443);
+    assert!(service["metadata"]["uid"].is_string());
+    let (status, endpoints) = api
+        .get("/api/v1/namespaces/default/endpoints/kubernetes")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{endpoints}");
+    let (status, slices) = api
+        .get("/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dkubernetes")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{slices}");
+    let slice = &slices["items"][0];
+    assert_eq!(slice["metadata"]["name"], "kubernetes");
+    assert_eq!(slice["addressType"], "IPv4");
+    assert_eq!(
+        slice["ports"][0]["port"],
+        endpoints["subsets"][0]["ports"][0]["port"]
+    );
+    assert_eq!(
+        slice["endpoints"][0]["addresses"][0],
+        endpoints["subsets"][0]["addresses"][0]["ip"]
+    );
+    // Discovery lists both resources.
+    let (_, resources) = api.get("/apis/discovery.k8s.io/v1").await;
+    assert_eq!(resources["resources"][0]["name"], "endpointslices");
+}
+
+#[tokio::test]
+async fn openapi_v2_is_served_in_protobuf_and_json() {
+    let api = Api::start().await;
+    let response = api
+        .http
+        .get(format!("{}/openapi/v2", api.server.url()))
+        .bearer_auth(api.server.token())
+        .header(
+            "accept",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = response.bytes().await.unwrap();
+    // Field 1 (`swagger`), length 3, "2.0".
+    assert_eq!(&bytes[..5], b"\x0a\x032.0");
+    let (status, document) = api.get("/openapi/v2").await;
+    assert_eq!(status, StatusCode::OK, "{document}");
+    assert_eq!(document["swagger"], "2.0");
+}
+
+#[tokio::test]
+async fn continue_tokens_expire_with_the_log_and_when_too_many_lists_are_paged() {
+    let api = Api::start_with(ApiServerConfig {
+        event_log_capacity: 16,
+        ..ApiServerConfig::default()
+    })
+    .await;
+    for name in ["a", "b", "c"] {
+        api.configmap(name, json!({})).await;
+    }
+    let api = &api;
+    let page = |token: Option<String>| {
+        let path = match token {
+            Some(token) => {
+                format!("/api/v1/namespaces/default/configmaps?limit=1&continue={token}")
+            }
+            None => "/api/v1/namespaces/default/configmaps?limit=1".to_owned(),
+        };
+        async move { api.get(&path).await }
+    };
+    let (_, first) = page(None).await;
+    let token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    // Enough writes to compact the token's revision away.
+    for i in 0..20 {
+        api.configmap(&format!("x{i}"), json!({})).await;
+    }
+    let (status, body) = page(Some(token)).await;
+    assert_eq!(status, StatusCode::GONE, "{body}");
+    assert_eq!(body["reason"], "Expired");
+    // Paging many lists at once evicts the oldest snapshots.
+    let (_, oldest) = page(None).await;
+    let oldest = oldest["metadata"]["continue"].as_str().unwrap().to_owned();
+    for _ in 0..300 {
+        page(None).await;
+    }
+    let (status, body) = page(Some(oldest)).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (StatusCode::GONE, Some("Expired"))
+    );
+    let (_, newest) = page(None).await;
+    let newest = newest["metadata"]["continue"].as_str().unwrap().to_owned();
+    let (status, body) = page(Some(newest)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 }

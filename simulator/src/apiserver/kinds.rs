@@ -118,6 +118,15 @@ impl Registry {
             ResourceType::builtin("", "v1", "ServiceAccount", "serviceaccounts", true, false)
                 .short(&["sa"]),
             ResourceType::builtin("", "v1", "Service", "services", true, true).short(&["svc"]),
+            ResourceType::builtin("", "v1", "Endpoints", "endpoints", true, false).short(&["ep"]),
+            ResourceType::builtin(
+                "discovery.k8s.io",
+                "v1",
+                "EndpointSlice",
+                "endpointslices",
+                true,
+                false,
+            ),
             ResourceType::builtin("apps", "v1", "Deployment", "deployments", true, true)
                 .short(&["deploy"]),
             ResourceType::builtin(

@@ -62,6 +62,33 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     (status, axum::Json(body.clone())).into_response()
 }
 
+/// `/openapi/v2`: what kubectl's client-side validation reads when the OpenAPI v3 documents do
+/// not know an object's group-version (a kind whose CRD is not installed). Protobuf when asked
+/// for, as kubectl does; JSON otherwise.
+fn openapi_v2(headers: &HeaderMap) -> Response {
+    // The media type the real server answers with (Go's mime parser refuses the `@` of the
+    // one kubectl asks for).
+    const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+    let version = "v1.32.0";
+    let wants_protobuf = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("proto-openapi.spec.v2"));
+    if wants_protobuf {
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, PROTOBUF)],
+            super::protobuf::openapi_v2_document(version),
+        )
+            .into_response()
+    } else {
+        json_response(
+            StatusCode::OK,
+            &json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": version}, "paths": {}}),
+        )
+    }
+}
+
 fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -126,6 +153,21 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
             }
         }
     } else if !body.is_empty()
+        && writes
+        && content_type.split(';').next().map(str::trim) == Some("application/yaml")
+    {
+        // `kubectl create -f x.yaml --raw`, client-go's YAML serializer: a real server decodes
+        // YAML bodies for create and update as it does JSON ones.
+        match serde_yaml::from_slice::<serde_json::Value>(&body) {
+            Ok(object) => Bytes::from(object.to_string()),
+            Err(why) => {
+                return ApiError::bad_request(format!(
+                    "the body of the request could not be decoded as YAML: {why}"
+                ))
+                .into_response();
+            }
+        }
+    } else if !body.is_empty()
         && matches!(parts.method, Method::POST | Method::PUT)
         && !content_type.starts_with("application/json")
         && !content_type.starts_with("*/*")
@@ -178,6 +220,7 @@ async fn route(
             &resource_list(state, "", "v1"),
         )),
         ["apis"] => Ok(json_response(StatusCode::OK, &group_list(state))),
+        ["openapi", "v2"] => Ok(openapi_v2(headers)),
         ["openapi", "v3"] => Ok(json_response(StatusCode::OK, &openapi_root(state))),
         ["openapi", "v3", "api", "v1"] => Ok(json_response(
             StatusCode::OK,

@@ -159,8 +159,50 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// At most this many paged lists keep a snapshot for their continue tokens.
+const MAX_SNAPSHOTS: usize = 256;
+
 /// Namespaces that exist from the start, as in every cluster.
 const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// The `kubernetes` Service in `default` and its endpoints, which the real API server keeps
+/// pointing at itself in every cluster (clients attach Events to it, in-cluster clients reach
+/// the server through it).
+fn kubernetes_service() -> [(&'static str, &'static str, Value); 3] {
+    const ADDRESS: &str = "10.0.0.1";
+    const PORT: u16 = 6443;
+    let labels = json!({"component": "apiserver", "provider": "kubernetes"});
+    [
+        (
+            "",
+            "services",
+            json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "kubernetes", "labels": labels},
+                "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"],
+                    "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack", "sessionAffinity": "None",
+                    "internalTrafficPolicy": "Cluster",
+                    "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": PORT}]},
+                "status": {"loadBalancer": {}}}),
+        ),
+        (
+            "",
+            "endpoints",
+            json!({"apiVersion": "v1", "kind": "Endpoints",
+                "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+                "subsets": [{"addresses": [{"ip": ADDRESS}],
+                    "ports": [{"name": "https", "port": PORT, "protocol": "TCP"}]}]}),
+        ),
+        (
+            "discovery.k8s.io",
+            "endpointslices",
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [ADDRESS], "conditions": {"ready": true}}],
+                "ports": [{"name": "https", "port": PORT, "protocol": "TCP"}]}),
+        ),
+    ]
+}
 
 impl Store {
     /// An empty store with the system namespaces; the event log keeps `log_capacity` events.
@@ -182,13 +224,19 @@ impl Store {
             wall,
             rng: SystemRandom::new(),
         });
+        let mut inner = store.lock();
         for name in SYSTEM_NAMESPACES {
-            let mut inner = store.lock();
             if let Some(ty) = inner.registry.get("", "v1", "namespaces") {
                 let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
                 let _ = store.create_locked(&mut inner, &ty, "v1", "", namespace, false);
             }
         }
+        for (group, plural, object) in kubernetes_service() {
+            if let Some(ty) = inner.registry.get(group, "v1", plural) {
+                let _ = store.create_locked(&mut inner, &ty, "v1", "default", object, false);
+            }
+        }
+        drop(inner);
         store
     }
 
@@ -286,10 +334,19 @@ impl Store {
             hook(&event);
         }
         inner.log.push_back(event.clone());
+        let compacted_before = inner.compacted_through;
         while inner.log.len() > inner.log_capacity {
             if let Some(old) = inner.log.pop_front() {
                 inner.compacted_through = old.revision;
             }
+        }
+        if inner.compacted_through != compacted_before {
+            // A continue token names a revision; once compacted, it is expired (etcd can no
+            // longer serve the rest of that list).
+            let through = inner.compacted_through;
+            inner
+                .snapshots
+                .retain(|_, snapshot| snapshot.revision >= through);
         }
         let _ = self.sender.send(event);
         value
@@ -448,6 +505,13 @@ impl Store {
                 None => {
                     let id = inner.next_snapshot;
                     inner.next_snapshot += 1;
+                    // Bounded: the oldest snapshots go first, their tokens expire.
+                    while inner.snapshots.len() >= MAX_SNAPSHOTS {
+                        let Some(oldest) = inner.snapshots.keys().min().copied() else {
+                            break;
+                        };
+                        inner.snapshots.remove(&oldest);
+                    }
                     inner.snapshots.insert(
                         id,
                         Snapshot {

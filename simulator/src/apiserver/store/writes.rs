@@ -86,6 +86,21 @@ impl Store {
         Ok(())
     }
 
+    /// An object's own namespace against the URL's, as the real server's handlers check it: an
+    /// empty or absent one takes the URL's (the caller fills it in), an equal one is fine, only a
+    /// different non-empty one is refused. A cluster-scoped resource's URL carries no namespace,
+    /// and whatever the object says is dropped later.
+    fn check_namespace(ty: &ResourceType, body: &Value, namespace: &str) -> ApiResult<()> {
+        match meta_str(body, "namespace") {
+            Some(ns) if ty.namespaced && !ns.is_empty() && ns != namespace => {
+                Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Creates an object.
     pub fn create(
         &self,
@@ -119,14 +134,8 @@ impl Store {
         }
         Self::check_kind(ty, &body)?;
         let mut object = Self::stored_shape(ty, body);
+        Self::check_namespace(ty, &object, namespace)?;
         if ty.namespaced {
-            if let Some(ns) = meta_str(&object, "namespace")
-                && ns != namespace
-            {
-                return Err(ApiError::bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request",
-                ));
-            }
             let ns_key = ObjectKey {
                 group: String::new(),
                 plural: "namespaces".into(),
@@ -226,6 +235,7 @@ impl Store {
         let mut inner = self.lock();
         Self::check_kind(ty, &body)?;
         let body = Self::stored_shape(ty, body);
+        Self::check_namespace(ty, &body, namespace)?;
         if meta_str(&body, "name").is_some_and(|n| n != name) {
             return Err(ApiError::bad_request(
                 "the name of the object does not match the name on the URL",
