@@ -103,11 +103,14 @@ done
 
 # ---------------------------------------------------------------------------
 step "the production artefact compiles no simulator code"
-# The image builds `--no-default-features` (deploy/Containerfile) and the fuzz targets use
+# The image builds `--no-default-features` (deploy/Containerfile runs deploy/build-binary.sh)
+# and the fuzz targets use
 # the library the same way: neither may pull in baremend-sim (simulated API server, BMCs,
 # the chaos oracle). `baremend lab` lives behind the default feature `lab`.
-grep -q -- '--no-default-features' deploy/Containerfile \
-    || die "deploy/Containerfile must build with --no-default-features"
+grep -q 'deploy/build-binary.sh' deploy/Containerfile \
+    || die "deploy/Containerfile must build the binary with deploy/build-binary.sh"
+grep -q -- 'cargo build .*--no-default-features' deploy/build-binary.sh \
+    || die "deploy/build-binary.sh must build with --no-default-features"
 no_simulator() {
     local what=$1 tree
     shift
