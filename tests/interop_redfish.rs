@@ -16,8 +16,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use baremend_drivers::{
-    BmcAddress, Connector, Credentials, DriverConfig, PowerOffMode, PowerState, TlsOptions,
-    WaitOptions, wait_for_power_state,
+    BmcAddress, Connector, Credentials, DriverConfig, PowerOffMode, PowerState, RetryPolicy,
+    TlsOptions, WaitOptions, retry, wait_for_power_state,
 };
 use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
 use common::{baremend, eventually, free_port, repo_root, scratch, texts, venv_tool};
@@ -378,17 +378,33 @@ async fn our_driver_and_baremend_bmc_power_systems_of_the_sushy_tools_emulator()
             max_interval: Duration::from_secs(1),
             consecutive_reads: 2,
         };
-        assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+        // sushy-tools keeps its state in SQLite: with the CLI story running beside this one it
+        // answers "database is locked" (500) now and then, as a loaded BMC answers 5xx. A
+        // real client retries those; so does this story, with the drivers' own retry.
+        let policy = RetryPolicy::default();
+        let deadline = Some(std::time::Instant::now() + Duration::from_secs(60));
+        let bmc = address(SUSHY_NODE_1);
+        let state = retry(&policy, deadline, &bmc, "GET system", || {
+            driver.power_state()
+        });
+        assert_eq!(state.await.unwrap(), PowerState::On);
+        let probe = retry(&policy, deadline, &bmc, "probe", || driver.probe());
         assert_eq!(
-            driver.probe().await.unwrap().authentication,
+            probe.await.unwrap().authentication,
             "basic",
             "sushy-tools has no session service"
         );
-        driver.power_off(PowerOffMode::Forced).await.unwrap();
+        retry(&policy, deadline, &bmc, "power off", || {
+            driver.power_off(PowerOffMode::Forced)
+        })
+        .await
+        .unwrap();
         wait_for_power_state(driver.as_ref(), &PowerState::Off, &wait, |_| {})
             .await
             .unwrap();
-        driver.power_on().await.unwrap();
+        retry(&policy, deadline, &bmc, "power on", || driver.power_on())
+            .await
+            .unwrap();
         wait_for_power_state(driver.as_ref(), &PowerState::On, &wait, |_| {})
             .await
             .unwrap();
