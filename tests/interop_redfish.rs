@@ -382,7 +382,7 @@ async fn our_driver_and_baremend_bmc_power_systems_of_the_sushy_tools_emulator()
         // answers "database is locked" (500) now and then, as a loaded BMC answers 5xx. A
         // real client retries those; so does this story, with the drivers' own retry.
         let policy = RetryPolicy::default();
-        let deadline = Some(std::time::Instant::now() + Duration::from_secs(60));
+        let deadline = Some(tokio::time::Instant::now() + Duration::from_secs(60));
         let bmc = address(SUSHY_NODE_1);
         let state = retry(&policy, deadline, &bmc, "GET system", || {
             driver.power_state()
