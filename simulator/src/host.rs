@@ -84,6 +84,12 @@ pub struct Faults {
     pub push_button_only: bool,
     /// The OS ignores graceful shutdown requests (a hung kernel).
     pub ignore_graceful_shutdown: bool,
+    /// Report this power state, whatever the real one, for the next `stale_reads` reads (every
+    /// read when that is absent): a BMC whose reading lags a change made elsewhere (the front
+    /// panel, another client), so a client decides on a state that is no longer true.
+    pub stale_power: Option<Power>,
+    /// How many reads get `stale_power`; unlimited when absent.
+    pub stale_reads: Option<u32>,
 }
 
 /// One power request as the BMC received it, for the record.
@@ -127,6 +133,7 @@ struct HostState {
     pending: Option<Pending>,
     faults: Faults,
     errors_sent: u32,
+    stale_sent: u32,
     flap: bool,
     version: u64,
     history: Vec<PowerChange>,
@@ -161,6 +168,7 @@ impl SimHost {
                 pending: None,
                 faults: Faults::default(),
                 errors_sent: 0,
+                stale_sent: 0,
                 flap: false,
                 version: 1,
                 history: Vec::new(),
@@ -203,7 +211,7 @@ impl SimHost {
         self.lock().power
     }
 
-    /// What the BMC reports: the transition in progress, or the flapping lie.
+    /// What the BMC reports: the transition in progress, or the flapping or stale lie.
     pub fn observe(&self) -> ObservedPower {
         let mut state = self.lock();
         if state.faults.flapping {
@@ -212,6 +220,18 @@ impl SimHost {
                 ObservedPower::Off
             } else {
                 ObservedPower::On
+            };
+        }
+        if let Some(stale) = state.faults.stale_power
+            && state
+                .faults
+                .stale_reads
+                .is_none_or(|count| state.stale_sent < count)
+        {
+            state.stale_sent += 1;
+            return match stale {
+                Power::On => ObservedPower::On,
+                Power::Off => ObservedPower::Off,
             };
         }
         match (&state.pending, state.power) {
@@ -307,6 +327,7 @@ impl SimHost {
         let mut state = self.lock();
         state.faults = faults;
         state.errors_sent = 0;
+        state.stale_sent = 0;
         state.version += 1;
     }
 
@@ -452,6 +473,23 @@ mod tests {
             ]
         );
         assert_eq!(host.power(), Power::On);
+    }
+
+    #[test]
+    fn a_stale_reading_lasts_the_configured_number_of_reads() {
+        let (_clock, host) = host(0);
+        host.set_power(Power::Off);
+        host.set_faults(Faults {
+            stale_power: Some(Power::On),
+            stale_reads: Some(2),
+            ..Faults::default()
+        });
+        let reads: Vec<_> = (0..3).map(|_| host.observe()).collect();
+        assert_eq!(
+            reads,
+            [ObservedPower::On, ObservedPower::On, ObservedPower::Off]
+        );
+        assert_eq!(host.power(), Power::Off);
     }
 
     #[test]

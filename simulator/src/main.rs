@@ -12,7 +12,7 @@ use baremend_sim::clock::{Clock, SystemClock};
 use baremend_sim::cluster::{ClusterSpec, SimCluster};
 use baremend_sim::host::{Power, SimHost};
 use baremend_sim::ipmi::{IpmiSim, IpmiSimConfig, IpmiUser, privilege};
-use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
+use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode, Vendor};
 use baremend_sim::tls::TlsIdentity;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -165,6 +165,15 @@ struct RedfishArgs {
     /// same administrator account.
     #[arg(long)]
     ipmi_listen: Option<SocketAddr>,
+    /// Play a real BMC from its published payloads (generic, idrac, ilo5, xcc, bluefield): one
+    /// system, the vendor's own, with the vendor's reset answers. The payloads come from
+    /// `bash scripts/fetch-vendor-payloads.sh` (BAREMEND_VENDOR_PAYLOADS says where).
+    #[arg(long, default_value = "generic", value_parser = parse_vendor)]
+    vendor: Vendor,
+}
+
+fn parse_vendor(name: &str) -> Result<Vendor, String> {
+    name.parse().map_err(|e: baremend_sim::Error| e.to_string())
 }
 
 impl From<InitialPower> for Power {
@@ -221,10 +230,17 @@ async fn run_redfish(args: RedfishArgs) -> Result<(), String> {
         initial_power: args.initial_power.into(),
         tls,
     };
-    let sim = RedfishSim::start(config.clone())
+    if args.vendor != Vendor::Generic && args.systems != 1 {
+        return Err(format!(
+            "--vendor {} serves the vendor's one system: leave --systems at 1",
+            args.vendor
+        ));
+    }
+    let sim = RedfishSim::start_vendor(config.clone(), args.vendor)
         .await
         .map_err(|e| e.to_string())?;
-    let _ipmi = match (args.ipmi_listen, sim.host("1")) {
+    let first_host = sim.service().hosts().first().cloned();
+    let _ipmi = match (args.ipmi_listen, first_host) {
         (Some(listen), Some(host)) => {
             let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
             let users = vec![IpmiUser {

@@ -128,7 +128,8 @@ fn session_body(id: &str, username: &str) -> Value {
     })
 }
 
-async fn log_in(
+/// `POST` of a session: also served at a vendor's own `Links.Sessions` path.
+pub(crate) async fn log_in(
     State(service): State<Shared>,
     uri: axum::http::Uri,
     body: Bytes,

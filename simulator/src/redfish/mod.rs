@@ -14,6 +14,7 @@ mod metadata;
 mod respond;
 mod routes;
 mod service;
+mod vendor;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use tokio::task::JoinHandle;
 pub use self::service::{
     Account, AuthSettings, Principal, RedfishService, ResetRecord, Role, Stats,
 };
+pub use self::vendor::{Vendor, VendorPayloads};
 use crate::clock::{Clock, SystemClock};
 use crate::host::{Power, SimHost};
 use crate::tls::{self, TlsIdentity};
@@ -90,13 +92,28 @@ pub struct RedfishSim {
 /// The Redfish tree plus the control API, ready to serve (also usable without a socket, with
 /// `tower::ServiceExt::oneshot`).
 pub fn app(service: Arc<RedfishService>) -> Router {
-    routes::router(service.clone())
-        .fallback(layer::not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            service.clone(),
-            layer::redfish_layer,
-        ))
-        .merge(control::router(service))
+    with_layers(
+        service.clone(),
+        routes::router(service).fallback(layer::not_found),
+    )
+}
+
+/// A vendor's Redfish tree (see [`Vendor`]): the session and account services of [`app`], every
+/// other path from the vendor's payloads.
+fn vendor_app(service: Arc<RedfishService>, profile: vendor::Profile) -> Router {
+    let tree = accounts::router()
+        .with_state(service.clone())
+        .fallback_service(vendor::router(service.clone(), profile));
+    with_layers(service, tree)
+}
+
+/// The protocol layer around a Redfish tree, and the control API beside it.
+fn with_layers(service: Arc<RedfishService>, tree: Router) -> Router {
+    tree.layer(axum::middleware::from_fn_with_state(
+        service.clone(),
+        layer::redfish_layer,
+    ))
+    .merge(control::router(service))
 }
 
 impl RedfishSim {
@@ -119,12 +136,40 @@ impl RedfishSim {
         Self::start_with_hosts(config, hosts, clock).await
     }
 
+    /// Starts a service that plays `vendor` (one system, the vendor's own) from the payloads
+    /// the test install step fetched ([`VendorPayloads::locate`]); [`Vendor::Generic`] is
+    /// [`RedfishSim::start`].
+    pub async fn start_vendor(config: RedfishSimConfig, vendor: Vendor) -> Result<Self> {
+        if vendor == Vendor::Generic {
+            return Self::start(config).await;
+        }
+        let profile = vendor::Profile::load(vendor, &VendorPayloads::locate()?)?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let host = Arc::new(SimHost::new(
+            &profile.system_id,
+            config.initial_power,
+            config.power_delay,
+            clock.clone(),
+        ));
+        let service = Self::new_service(&config, vec![host], clock)?;
+        Self::serve(&config, service.clone(), vendor_app(service, profile)).await
+    }
+
     /// Starts a service in front of existing hosts (shared with other simulated protocols).
     pub async fn start_with_hosts(
         config: RedfishSimConfig,
         hosts: Vec<Arc<SimHost>>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
+        let service = Self::new_service(&config, hosts, clock)?;
+        Self::serve(&config, service.clone(), app(service)).await
+    }
+
+    fn new_service(
+        config: &RedfishSimConfig,
+        hosts: Vec<Arc<SimHost>>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<RedfishService>> {
         if config.username.is_empty() || config.username.contains(':') {
             return Err(Error::Config(
                 "the username must be non-empty and contain no ':'".into(),
@@ -135,7 +180,14 @@ impl RedfishSim {
             password: config.password.clone(),
             role: Role::Administrator,
         };
-        let service = Arc::new(RedfishService::new(hosts, admin, clock));
+        Ok(Arc::new(RedfishService::new(hosts, admin, clock)))
+    }
+
+    async fn serve(
+        config: &RedfishSimConfig,
+        service: Arc<RedfishService>,
+        app: Router,
+    ) -> Result<Self> {
         let (acceptor, ca_pem) = match &config.tls {
             TlsMode::Plain => (None, None),
             TlsMode::SelfSigned => {
@@ -156,7 +208,7 @@ impl RedfishSim {
         })?;
         let scheme = if acceptor.is_some() { "https" } else { "http" };
         let base_url = format!("{scheme}://{local_addr}");
-        let task = crate::server::spawn(listener, acceptor, app(service.clone()));
+        let task = crate::server::spawn(listener, acceptor, app);
         Ok(RedfishSim {
             service,
             local_addr,

@@ -693,6 +693,15 @@ impl RedfishService {
         deleted
     }
 
+    /// Records a reset the service answered without changing the power (refused, or a type
+    /// with no power effect).
+    pub(crate) fn record_reset(&self, host: &SimHost, reset_type: &str) {
+        self.lock().resets.push(ResetRecord {
+            system: host.id().to_owned(),
+            reset_type: reset_type.to_owned(),
+        });
+    }
+
     /// Records and applies a reset; returns a task id when the host answers asynchronously.
     pub(crate) fn reset(
         &self,
