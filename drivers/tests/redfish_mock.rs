@@ -428,6 +428,14 @@ async fn the_only_system_is_found_and_several_without_a_path_are_an_error_listin
         })))
         .mount(&server)
         .await;
+    // Both can be reset: the driver cannot choose.
+    for member in ["/redfish/v1/Systems/a", "/redfish/v1/Systems/b"] {
+        Mock::given(method("GET"))
+            .and(path(member))
+            .respond_with(ResponseTemplate::new(200).set_body_json(system("On", None)))
+            .mount(&server)
+            .await;
+    }
     let error = driver_with(&server, "", Duration::from_secs(5))
         .power_state()
         .await
@@ -437,6 +445,35 @@ async fn the_only_system_is_found_and_several_without_a_path_are_an_error_listin
     assert!(
         text.contains("/redfish/v1/Systems/a") && text.contains("/redfish/v1/Systems/b"),
         "{text}"
+    );
+
+    // Of two systems only one has a Reset action: that one is the host.
+    let one_resettable = bmc(false).await;
+    Mock::given(method("GET"))
+        .and(path("/redfish/v1/Systems"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "Members": [{"@odata.id": "/redfish/v1/Systems/board"}, {"@odata.id": SYSTEM}]
+        })))
+        .mount(&one_resettable)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/redfish/v1/Systems/board"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"Id": "board", "PowerState": "On"})),
+        )
+        .mount(&one_resettable)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(SYSTEM))
+        .respond_with(ResponseTemplate::new(200).set_body_json(system("Off", None)))
+        .mount(&one_resettable)
+        .await;
+    assert_eq!(
+        driver_with(&one_resettable, "", Duration::from_secs(5))
+            .power_state()
+            .await
+            .unwrap(),
+        PowerState::Off
     );
 
     let single = bmc(false).await;

@@ -5,9 +5,12 @@
 //! 2. `POST` to `Links.Sessions` logs in; the `X-Auth-Token` authenticates what follows. A BMC
 //!    without sessions gets HTTP Basic instead. A 401 later means the session expired: the
 //!    driver logs in once more and repeats the request once.
-//! 3. The system is the path in the address, or the only member of `Systems`.
+//! 3. The system is the path in the address, or the only member of `Systems`, or of several the
+//!    only one with a Reset action.
 //! 4. Power commands `POST` the system's `#ComputerSystem.Reset` target with a `ResetType` the
-//!    BMC advertises (see `reset.rs`); a `202 Accepted` is followed through its task monitor.
+//!    BMC advertises (see `reset.rs`); a `202 Accepted` is followed through its task monitor. A
+//!    `409` or `400` refusal (iDRAC, iLO: "already in that state") is success only when a fresh
+//!    read shows the host where it was asked to go.
 //! 5. `close` deletes the session.
 //!
 //! # Guarantees
@@ -29,7 +32,9 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use self::model::{ActionInfo, Collection, ComputerSystem, ServiceRoot, Task};
-use self::reset::{PowerIntent, ResetDecision, decide_reset};
+use self::reset::{
+    PowerIntent, ResetDecision, decide_reset, only_resettable, refusal_may_mean_already_there,
+};
 use self::session::{Auth, log_in, log_out, sessions_path};
 use self::transport::{Reply, Transport};
 use crate::address::BmcAddress;
@@ -239,17 +244,35 @@ impl RedfishDriver {
                             system: "(the Systems collection is empty)".into(),
                         });
                     }
-                    _ => {
-                        return Err(Error::AmbiguousSystem {
-                            bmc: self.bmc().to_owned(),
-                            members,
-                        });
-                    }
+                    _ => match self.only_resettable(state, &members).await? {
+                        Some(path) => path,
+                        None => {
+                            return Err(Error::AmbiguousSystem {
+                                bmc: self.bmc().to_owned(),
+                                members,
+                            });
+                        }
+                    },
                 }
             }
         };
         state.system_path = Some(path.clone());
         Ok(path)
+    }
+
+    /// Of several systems, the only one with a Reset action (a BMC may list a second System it
+    /// cannot power, e.g. a baseboard); `None` when that is not exactly one.
+    async fn only_resettable(
+        &self,
+        state: &mut DriverState,
+        members: &[String],
+    ) -> Result<Option<String>> {
+        let mut candidates = Vec::with_capacity(members.len());
+        for path in members {
+            let system: ComputerSystem = self.get_json(state, path, "GET system").await?;
+            candidates.push((path.clone(), system.has_reset_action()));
+        }
+        Ok(only_resettable(&candidates).map(str::to_owned))
     }
 
     /// Reads the system afresh.
@@ -347,6 +370,11 @@ impl RedfishDriver {
         let reply = self
             .authed(state, Method::POST, &target, Some(&body), &operation)
             .await?;
+        if refusal_may_mean_already_there(reply.status) {
+            return self
+                .confirm_after_refusal(state, intent, &reply, &operation)
+                .await;
+        }
         let reply = self.transport.check(reply, &operation)?;
         if reply.status == StatusCode::ACCEPTED
             && let Some(monitor) = reply.header("Location")
@@ -356,6 +384,30 @@ impl RedfishDriver {
                 .await?;
         }
         Ok(())
+    }
+
+    /// A reset was refused with a status some BMCs use for "already in that state" (iDRAC 409,
+    /// iLO 400 `InvalidOperationForSystemState`): success only when a fresh read shows the host
+    /// where the intent wants it; otherwise the refusal is the error.
+    async fn confirm_after_refusal(
+        &self,
+        state: &mut DriverState,
+        intent: PowerIntent,
+        reply: &Reply,
+        operation: &str,
+    ) -> Result<()> {
+        let refusal = self.transport.status_error(reply, operation);
+        let fresh = self.read_system(state).await?.power_state();
+        if decide_reset(intent, &fresh, None) == ResetDecision::AlreadyThere {
+            tracing::info!(
+                bmc = self.bmc(),
+                status = reply.status.as_u16(),
+                %fresh,
+                "reset refused; a fresh read shows the host already there"
+            );
+            return Ok(());
+        }
+        Err(refusal)
     }
 
     /// Polls a task monitor until the task is done.

@@ -45,6 +45,16 @@ pub(crate) struct ComputerSystem {
     pub actions: Option<SystemActions>,
 }
 
+impl ComputerSystem {
+    /// Whether the system advertises `#ComputerSystem.Reset` at all.
+    pub(crate) fn has_reset_action(&self) -> bool {
+        self.actions
+            .as_ref()
+            .and_then(|a| a.reset.as_ref())
+            .is_some()
+    }
+}
+
 /// `Actions` of a system.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]

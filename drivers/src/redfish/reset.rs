@@ -90,6 +90,22 @@ pub(crate) fn decide_reset(
     }
 }
 
+/// Whether a refused reset may only mean "the host already is in that state": iDRAC answers
+/// `409 Conflict`, iLO `400` with `InvalidOperationForSystemState`. The caller decides with a
+/// fresh read, never from the status alone.
+pub(crate) fn refusal_may_mean_already_there(status: reqwest::StatusCode) -> bool {
+    matches!(status.as_u16(), 400 | 409)
+}
+
+/// Of several systems (path, has a Reset action), the only one that can be reset.
+pub(crate) fn only_resettable(systems: &[(String, bool)]) -> Option<&str> {
+    let mut resettable = systems.iter().filter(|(_, reset)| *reset);
+    match (resettable.next(), resettable.next()) {
+        (Some((path, _)), None) => Some(path),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,6 +201,38 @@ mod tests {
             decide_reset(PowerIntent::On, &PowerState::Unknown(String::new()), None),
             ResetDecision::Send("On")
         );
+    }
+
+    #[test]
+    fn only_a_single_resettable_system_is_picked() {
+        let systems = |flags: &[bool]| -> Vec<(String, bool)> {
+            flags
+                .iter()
+                .enumerate()
+                .map(|(n, f)| (format!("/redfish/v1/Systems/{n}"), *f))
+                .collect()
+        };
+        assert_eq!(
+            only_resettable(&systems(&[false, true])),
+            Some("/redfish/v1/Systems/1")
+        );
+        assert_eq!(only_resettable(&systems(&[true, true])), None);
+        assert_eq!(only_resettable(&systems(&[false, false])), None);
+        assert_eq!(only_resettable(&[]), None);
+    }
+
+    #[test]
+    fn only_400_and_409_refusals_are_checked_by_a_fresh_read() {
+        for (code, checked) in [
+            (400, true),
+            (409, true),
+            (401, false),
+            (404, false),
+            (500, false),
+        ] {
+            let status = reqwest::StatusCode::from_u16(code).unwrap();
+            assert_eq!(refusal_may_mean_already_there(status), checked, "{code}");
+        }
     }
 
     #[test]
