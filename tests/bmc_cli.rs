@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use baremend_sim::host::{Faults, Power};
-use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
+use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode, Vendor};
 use common::{baremend, scratch, texts};
 
 const PASSWORD: &str = "Zq7!recognisable-pw";
@@ -98,6 +98,87 @@ async fn status_off_on_cycle_and_probe_work_and_changes_are_read_back() {
         0,
         "every run closes its session"
     );
+}
+
+/// `baremend bmc probe/status/off/on` against each vendor mode (real iDRAC, iLO 5, XCC and
+/// BlueField payloads, fetched by `bash scripts/fetch-vendor-payloads.sh`), with an address
+/// that names no system: the CLI finds the vendor's System (BlueField lists a second one
+/// without a Reset action first), follows iLO's trailing slashes and logs in at the root's
+/// `Links.Sessions` (iDRAC: outside the SessionService).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_status_off_and_on_pass_against_every_vendor_mode() {
+    for (vendor, system) in [
+        (Vendor::Idrac, "/redfish/v1/Systems/System.Embedded.1"),
+        (Vendor::Ilo5, "/redfish/v1/Systems/1/"),
+        (Vendor::Xcc, "/redfish/v1/Systems/1"),
+        (Vendor::BlueField, "/redfish/v1/Systems/Bluefield"),
+    ] {
+        let sim = RedfishSim::start_vendor(
+            RedfishSimConfig {
+                password: PASSWORD.into(),
+                power_delay: Duration::from_millis(300),
+                ..RedfishSimConfig::default()
+            },
+            vendor,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{vendor}: {e}"));
+        let address = format!("redfish+http://{}", sim.local_addr());
+        let run = |verb: &'static str| {
+            let args = [
+                "bmc",
+                "--address",
+                &address,
+                "--username",
+                "admin",
+                "--timeout",
+                "20s",
+                verb,
+            ]
+            .map(str::to_owned);
+            async move {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                baremend(&args, Some(PASSWORD)).await
+            }
+        };
+        let probe = run("probe").await;
+        let (out, err) = texts(&probe);
+        assert!(probe.status.success(), "{vendor}: {out}\n{err}");
+        assert!(
+            out.contains(system) && out.contains("session") && out.contains("ForceOff"),
+            "{vendor}: {out}"
+        );
+        let status = run("status").await;
+        assert_eq!(
+            texts(&status).0.trim(),
+            "On",
+            "{vendor}: {:?}",
+            texts(&status)
+        );
+        let off = run("off").await;
+        let (out, err) = texts(&off);
+        assert!(off.status.success(), "{vendor}: {out}\n{err}");
+        assert!(out.contains("Off confirmed by the BMC"), "{vendor}: {out}");
+        // Already off: nothing is sent, and the answer is still success.
+        let again = run("off").await;
+        assert!(again.status.success(), "{vendor}: {:?}", texts(&again));
+        let on = run("on").await;
+        let (out, err) = texts(&on);
+        assert!(on.status.success(), "{vendor}: {out}\n{err}");
+        assert!(out.contains("On confirmed by the BMC"), "{vendor}: {out}");
+        let sent: Vec<String> = sim
+            .service()
+            .stats()
+            .resets
+            .into_iter()
+            .map(|r| r.reset_type)
+            .collect();
+        assert_eq!(sent, ["ForceOff", "On"], "{vendor}");
+        for output in [&probe, &status, &off, &again, &on] {
+            assert_no_secret(output);
+        }
+        assert_eq!(sim.service().stats().open_sessions, 0, "{vendor}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
