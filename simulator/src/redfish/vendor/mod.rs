@@ -455,6 +455,17 @@ mod tests {
     }
 
     #[test]
+    fn missing_payloads_are_an_error_that_says_how_to_fetch_them() {
+        let error = VendorPayloads::at(PathBuf::from("/nonexistent/vendor-payloads"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(VendorPayloads::FETCH_COMMAND) && error.contains(VendorPayloads::ENV),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn vendor_names_round_trip() {
         for vendor in Vendor::ALL {
             assert_eq!(vendor.name().parse::<Vendor>().unwrap(), vendor);
