@@ -85,9 +85,14 @@ $CRATE_PIN
 
 [workspace]
 EOF
-cargo fetch --quiet --manifest-path "$manifest_dir/Cargo.toml" \
+# cargo metadata resolves libredfish's whole dependency tree, so cargo fetches it too (most of it
+# is shared with the workspace); only this machine's platform is fetched.
+host=$(rustc -vV | sed -n 's/^host: //p')
+[[ -n $host ]] || die "rustc -vV names no host triple"
+cargo fetch --quiet --target "$host" --manifest-path "$manifest_dir/Cargo.toml" \
     || die "cargo fetch of libredfish failed (is the crate registry reachable?)"
-crate_dir=$(cargo metadata --quiet --format-version 1 --manifest-path "$manifest_dir/Cargo.toml" \
+crate_dir=$(cargo metadata --quiet --format-version 1 --filter-platform "$host" \
+    --manifest-path "$manifest_dir/Cargo.toml" \
     | "$python" -c '
 import json, pathlib, sys
 meta = json.load(sys.stdin)
