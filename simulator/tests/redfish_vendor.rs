@@ -97,6 +97,13 @@ async fn each_vendor_system_is_its_published_payload_with_the_hosts_power_state(
             StatusCode::OK,
             "{vendor}: the root needs no auth"
         );
+        let version: Value = reqwest::get(format!("{}/redfish", sim.base_url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(version, json!({"v1": "/redfish/v1/"}), "{vendor}");
         let unauthenticated = reqwest::get(format!("{}{path}", sim.base_url()))
             .await
             .unwrap();

@@ -15,7 +15,7 @@ use super::{Profile, ResetStyle, normalize};
 use crate::host::{Power, PowerAction, SimHost};
 use crate::redfish::accounts;
 use crate::redfish::respond::{RedfishError, json_response, resource};
-use crate::redfish::service::{Principal, RedfishService};
+use crate::redfish::service::RedfishService;
 
 struct VendorState {
     service: Arc<RedfishService>,
@@ -45,8 +45,10 @@ async fn dispatch(
             .await
             .into_response();
     }
-    let is_root = path == "/redfish/v1";
-    let principal = if is_root {
+    if method == Method::GET && path == "/redfish" {
+        return json_response(StatusCode::OK, &json!({"v1": "/redfish/v1/"}));
+    }
+    let principal = if path == "/redfish/v1" {
         None
     } else {
         let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -61,9 +63,12 @@ async fn dispatch(
     match method {
         Method::GET | Method::HEAD => get(&state, path, uri.path()),
         Method::POST if path == profile.reset_target => {
-            match principal.and_then(|p| host_for(&state, &p)) {
-                Some(host) => reset(&state, &host, &body),
-                None => RedfishError::insufficient_privilege().into_response(),
+            if !principal.is_some_and(|p| p.role.may_configure_components()) {
+                return RedfishError::insufficient_privilege().into_response();
+            }
+            match state.service.host(&profile.system_id) {
+                Some(host) => reset(&state, host, &body),
+                None => RedfishError::not_found(uri.path()).into_response(),
             }
         }
         _ if profile.document(path).is_some() || path == profile.reset_target => {
@@ -86,14 +91,6 @@ async fn dispatch(
         }
         _ => RedfishError::not_found(uri.path()).into_response(),
     }
-}
-
-/// The host behind the profile's System, when the caller may reset it.
-fn host_for(state: &VendorState, principal: &Principal) -> Option<Arc<SimHost>> {
-    if !principal.role.may_configure_components() {
-        return None;
-    }
-    state.service.host(&state.profile.system_id).cloned()
 }
 
 fn get(state: &VendorState, path: &str, shown: &str) -> Response {

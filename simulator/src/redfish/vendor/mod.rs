@@ -13,7 +13,8 @@
 //! `PowerState` of the System is rewritten, from the host.
 //!
 //! # Caveats
-//! Paths the payloads link to but do not include answer 404.
+//! Paths the payloads link to but do not include answer 404. `/redfish`, the SessionService and
+//! the AccountService are the generic simulator's (only `Links.Sessions` follows the vendor).
 
 mod dispatch;
 
@@ -273,10 +274,8 @@ impl Profile {
                     root: Some(payloads.json(PROLIANTUTILS, "root.json")?),
                     systems: None,
                     system,
-                    others: vec![
-                        payloads.json(PROLIANTUTILS, "manager.json")?,
-                        payloads.json(PROLIANTUTILS, "account_service.json")?,
-                    ],
+                    // Not its AccountService: the generic account service answers there.
+                    others: vec![payloads.json(PROLIANTUTILS, "manager.json")?],
                     action_info_values: None,
                     second_system: false,
                 }
