@@ -31,9 +31,12 @@ if [[ $(cat "$stamp" 2>/dev/null || true) == "$want" ]]; then
     exit 0
 fi
 
-python=${BAREMEND_VENV:+$BAREMEND_VENV/bin/python}
-python=${python:-python3}
-command -v "$python" >/dev/null || die "$python not found"
+# pip from the test venv (scripts/test.sh builds it first), else from python3.
+venv=${BAREMEND_VENV:-$repo_root/target/venv}
+python=python3
+[[ -x $venv/bin/python ]] && python=$venv/bin/python
+"$python" -m pip --version >/dev/null 2>&1 \
+    || die "$python has no pip (run 'bash scripts/test.sh', which builds target/venv, or install python3-pip)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
