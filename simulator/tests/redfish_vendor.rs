@@ -133,6 +133,14 @@ async fn idrac_refuses_a_reset_to_the_current_state_with_409() {
         StatusCode::BAD_REQUEST,
         "not advertised by this iDRAC"
     );
+    let delete = reqwest::Client::new()
+        .delete(format!("{}{target}", sim.base_url()))
+        .basic_auth("admin", Some("password"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(delete.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(delete.headers()["allow"], "POST");
     // Login at the root's Links.Sessions, outside the SessionService.
     let login = reqwest::Client::new()
         .post(format!("{}/redfish/v1/Sessions", sim.base_url()))

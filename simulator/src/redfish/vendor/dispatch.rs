@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -48,18 +48,14 @@ async fn dispatch(
     if method == Method::GET && path == "/redfish" {
         return json_response(StatusCode::OK, &json!({"v1": "/redfish/v1/"}));
     }
-    let principal = if path == "/redfish/v1" {
-        None
-    } else {
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        match state
-            .service
-            .authenticate(header("x-auth-token"), header("authorization"))
-        {
-            Some(principal) => Some(principal),
-            None => return RedfishError::unauthorized(uri.path()).into_response(),
-        }
-    };
+    // The service root is the only document readable without credentials.
+    let principal = state.service.authenticate(
+        header_text(&headers, "x-auth-token"),
+        header_text(&headers, "authorization"),
+    );
+    if principal.is_none() && path != "/redfish/v1" {
+        return RedfishError::unauthorized(uri.path()).into_response();
+    }
     match method {
         Method::GET | Method::HEAD => get(&state, path, uri.path()),
         Method::POST if path == profile.reset_target => {
@@ -71,26 +67,27 @@ async fn dispatch(
                 None => RedfishError::not_found(uri.path()).into_response(),
             }
         }
-        _ if profile.document(path).is_some() || path == profile.reset_target => {
-            let mut response = RedfishError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "OperationNotAllowed",
-                "The HTTP method is not allowed on this resource.",
-            )
-            .into_response();
-            let allow = if path == profile.reset_target {
-                "POST"
-            } else {
-                "GET, HEAD"
-            };
-            response.headers_mut().insert(
-                axum::http::header::ALLOW,
-                axum::http::HeaderValue::from_static(allow),
-            );
-            response
-        }
+        _ if path == profile.reset_target => not_allowed("POST"),
+        _ if profile.document(path).is_some() => not_allowed("GET, HEAD"),
         _ => RedfishError::not_found(uri.path()).into_response(),
     }
+}
+
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn not_allowed(allow: &'static str) -> Response {
+    let mut response = RedfishError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "OperationNotAllowed",
+        "The HTTP method is not allowed on this resource.",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    response
 }
 
 fn get(state: &VendorState, path: &str, shown: &str) -> Response {
