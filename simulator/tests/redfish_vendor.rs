@@ -24,28 +24,28 @@ async fn start(vendor: Vendor, initial_power: Power) -> RedfishSim {
     .unwrap_or_else(|e| panic!("{vendor}: {e}"))
 }
 
-async fn get(sim: &RedfishSim, path: &str) -> (StatusCode, Value) {
-    let reply = reqwest::Client::new()
-        .get(format!("{}{path}", sim.base_url()))
+/// An authenticated request to the simulator.
+fn request(sim: &RedfishSim, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .request(method, format!("{}{path}", sim.base_url()))
         .basic_auth("admin", Some("password"))
-        .send()
-        .await
-        .unwrap();
-    let status = reply.status();
-    (status, reply.json().await.unwrap_or(Value::Null))
 }
 
-async fn reset(sim: &RedfishSim, target: &str, reset_type: &str) -> (StatusCode, Value) {
-    let reply = reqwest::Client::new()
-        .post(format!("{}{target}", sim.base_url()))
-        .basic_auth("admin", Some("password"))
-        .json(&json!({"ResetType": reset_type}))
-        .send()
-        .await
-        .unwrap();
+/// Status and JSON body (null when there is none).
+async fn answer(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let reply = request.send().await.unwrap();
     let status = reply.status();
     let body = reply.bytes().await.unwrap();
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+async fn get(sim: &RedfishSim, path: &str) -> (StatusCode, Value) {
+    answer(request(sim, reqwest::Method::GET, path)).await
+}
+
+async fn reset(sim: &RedfishSim, target: &str, reset_type: &str) -> (StatusCode, Value) {
+    answer(request(sim, reqwest::Method::POST, target).json(&json!({"ResetType": reset_type})))
+        .await
 }
 
 /// The vendor's System as published, read from the fetched file.
@@ -133,9 +133,7 @@ async fn idrac_refuses_a_reset_to_the_current_state_with_409() {
         StatusCode::BAD_REQUEST,
         "not advertised by this iDRAC"
     );
-    let delete = reqwest::Client::new()
-        .delete(format!("{}{target}", sim.base_url()))
-        .basic_auth("admin", Some("password"))
+    let delete = request(&sim, reqwest::Method::DELETE, target)
         .send()
         .await
         .unwrap();
