@@ -4,7 +4,9 @@
 //! 1. `GET /redfish/v1/` (no auth) finds the session service and the systems collection.
 //! 2. `POST` to `Links.Sessions` logs in; the `X-Auth-Token` authenticates what follows. A BMC
 //!    without sessions gets HTTP Basic instead. A 401 later means the session expired: the
-//!    driver logs in once more and repeats the request once.
+//!    driver logs in once more and repeats the request once. During a password rotation the
+//!    login tries the password that worked last, then the other once after a 401 (see
+//!    `rotation`); with Basic, a 401 switches to the other password for one more try.
 //! 3. The system is the path in the address, or the only member of `Systems`.
 //! 4. Power commands `POST` the system's `#ComputerSystem.Reset` target with a `ResetType` the
 //!    BMC advertises (see `reset.rs`); a `202 Accepted` is followed through its task monitor.
@@ -34,9 +36,10 @@ use self::session::{Auth, log_in, log_out, sessions_path};
 use self::transport::{Reply, Transport};
 use crate::address::BmcAddress;
 use crate::connector::{DriverConfig, EndpointGate};
-use crate::credentials::Credentials;
+use crate::credentials::{CredentialUsed, Credentials};
 use crate::error::{Error, Result, shorten};
 use crate::power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
+use crate::rotation::{self, LoginMemory};
 
 /// The systems collection when the service root does not link one.
 const DEFAULT_SYSTEMS_PATH: &str = "/redfish/v1/Systems";
@@ -48,6 +51,8 @@ pub struct RedfishDriver {
     transport: Transport,
     task_timeout: Duration,
     state: Mutex<DriverState>,
+    /// The password of the rotation that worked last.
+    memory: LoginMemory,
 }
 
 /// What the driver learned from the BMC so far.
@@ -107,6 +112,7 @@ impl RedfishDriver {
             transport,
             task_timeout: config.task_timeout,
             state: Mutex::new(DriverState::default()),
+            memory: LoginMemory::default(),
         })
     }
 
@@ -128,7 +134,7 @@ impl RedfishDriver {
             .await?;
         // Some BMCs protect the root as well; that only tells us to use Basic.
         let root = if reply.status == StatusCode::UNAUTHORIZED {
-            state.auth = Auth::Basic;
+            state.auth = Auth::Basic(self.memory.first(&self.credentials));
             let reply = self
                 .transport
                 .send(
@@ -151,19 +157,43 @@ impl RedfishDriver {
 
     async fn ensure_logged_in(&self, state: &mut DriverState) -> Result<()> {
         let root = self.root(state).await?;
-        if matches!(state.auth, Auth::LoggedOut) {
-            state.auth = log_in(
-                &self.transport,
-                &self.credentials,
-                sessions_path(&root).as_deref(),
-            )
-            .await?;
+        if !matches!(state.auth, Auth::LoggedOut) {
+            return Ok(());
         }
+        let Some(path) = sessions_path(&root) else {
+            state.auth = Auth::Basic(self.memory.first(&self.credentials));
+            return Ok(());
+        };
+        let (auth, _) = rotation::log_in(self.bmc(), &self.credentials, &self.memory, |which| {
+            log_in(&self.transport, &self.credentials, which, &path)
+        })
+        .await?;
+        state.auth = auth;
         Ok(())
     }
 
+    async fn send_authed(
+        &self,
+        state: &DriverState,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        operation: &str,
+    ) -> Result<Reply> {
+        self.transport
+            .send(
+                method,
+                path,
+                state.auth.request_auth(&self.credentials),
+                body,
+                operation,
+            )
+            .await
+    }
+
     /// Sends an authenticated request; on a 401 with a session, logs in once more and repeats
-    /// the request once.
+    /// the request once. With Basic, a 401 refuses the password itself: the other password of
+    /// a rotation, if there is one, gets one try.
     async fn authed(
         &self,
         state: &mut DriverState,
@@ -174,30 +204,46 @@ impl RedfishDriver {
     ) -> Result<Reply> {
         self.ensure_logged_in(state).await?;
         let reply = self
-            .transport
-            .send(
-                method.clone(),
-                path,
-                state.auth.request_auth(&self.credentials),
-                body,
-                operation,
-            )
+            .send_authed(state, method.clone(), path, body, operation)
             .await?;
-        if reply.status != StatusCode::UNAUTHORIZED || !matches!(state.auth, Auth::Session { .. }) {
+        if reply.status != StatusCode::UNAUTHORIZED {
+            if let Auth::Basic(which) = state.auth {
+                self.memory.set(which);
+            }
             return Ok(reply);
         }
-        tracing::debug!(bmc = self.bmc(), "session rejected; logging in again");
-        state.auth = Auth::LoggedOut;
-        self.ensure_logged_in(state).await?;
-        self.transport
-            .send(
-                method,
-                path,
-                state.auth.request_auth(&self.credentials),
-                body,
-                operation,
-            )
-            .await
+        match state.auth {
+            Auth::Session { .. } => {
+                tracing::debug!(bmc = self.bmc(), "session rejected; logging in again");
+                state.auth = Auth::LoggedOut;
+                self.ensure_logged_in(state).await?;
+                self.send_authed(state, method, path, body, operation).await
+            }
+            Auth::Basic(refused) if self.credentials.previous_password.is_some() => {
+                state.auth = Auth::Basic(refused.other());
+                let again = self
+                    .send_authed(state, method, path, body, operation)
+                    .await?;
+                if again.status == StatusCode::UNAUTHORIZED {
+                    return Err(Error::Authentication {
+                        bmc: self.bmc().to_owned(),
+                        detail: format!(
+                            "{operation}: HTTP Basic as {:?} refused with both passwords of the Secret (HTTP 401)",
+                            self.credentials.username
+                        ),
+                    });
+                }
+                tracing::info!(
+                    bmc = self.bmc(),
+                    refused = %refused,
+                    accepted = %refused.other(),
+                    "the BMC accepted the other password of the rotation"
+                );
+                self.memory.set(refused.other());
+                Ok(again)
+            }
+            Auth::Basic(_) | Auth::LoggedOut => Ok(reply),
+        }
     }
 
     async fn get_json<T: serde::de::DeserializeOwned>(
@@ -427,6 +473,10 @@ fn reply_retry_after(reply: &Reply) -> Duration {
 impl PowerDriver for RedfishDriver {
     fn bmc(&self) -> &str {
         self.transport.bmc()
+    }
+
+    fn credential_used(&self) -> Option<CredentialUsed> {
+        self.memory.get()
     }
 
     async fn power_state(&self) -> Result<PowerState> {
