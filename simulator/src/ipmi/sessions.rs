@@ -11,6 +11,8 @@ use baremend_drivers::ipmi::wire::rakp::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::lockout::{LockoutCounter, LockoutPolicy, LockoutStatus};
+
 /// IPMI privilege levels, as numbered on the wire.
 pub mod privilege {
     /// User: read-only commands.
@@ -108,9 +110,25 @@ pub(crate) struct SessionTable {
     pub suites: Vec<CipherSuite>,
     pub sessions: HashMap<u32, SimSession>,
     pub stats: IpmiStats,
+    pub lockout: LockoutPolicy,
+    /// Failed logins per user name (kept when the users are replaced, as a BMC keeps them
+    /// across a password change).
+    pub lockouts: HashMap<String, LockoutCounter>,
 }
 
 impl SessionTable {
+    fn counter(&mut self, username: &[u8]) -> &mut LockoutCounter {
+        self.lockouts
+            .entry(String::from_utf8_lossy(username).into_owned())
+            .or_default()
+    }
+
+    /// The failed logins and lock of `username`.
+    pub fn lockout_status(&mut self, username: &str, now: Duration) -> LockoutStatus {
+        let policy = self.lockout;
+        self.counter(username.as_bytes()).status(&policy, now)
+    }
+
     /// Drops sessions idle for longer than the timeout.
     pub fn expire(&mut self, now: Duration) {
         let timeout = self.idle_timeout;
@@ -228,6 +246,15 @@ impl SessionTable {
             Some(user) if role_privilege > user.max_privilege => Some(status::UNAUTHORIZED_ROLE),
             Some(_) => None,
         };
+        let policy = self.lockout;
+        // A locked-out account is refused by name, before any password is checked.
+        let refusal = match refusal {
+            None if self.counter(name).locked(&policy, now) => {
+                self.counter(name).refused_while_locked();
+                Some(status::UNAUTHORIZED_NAME)
+            }
+            other => other,
+        };
         let (Some(user), None) = (user, refusal) else {
             self.sessions.remove(&message.bmc_session_id);
             self.stats.authentication_failures += 1;
@@ -249,6 +276,7 @@ impl SessionTable {
             username: message.username.clone(),
         };
         let auth_code = context.rakp2_auth_code(&key);
+        let session = self.sessions.get_mut(&message.bmc_session_id)?;
         session.phase = Phase::Challenged {
             context,
             user_key: key,
@@ -287,13 +315,16 @@ impl SessionTable {
             return None;
         };
         self.stats.open_sessions = self.sessions.len();
+        let policy = self.lockout;
         if message.status != status::OK {
             // The console aborts (e.g. our RAKP 2 did not verify: wrong password).
             self.stats.authentication_failures += 1;
+            self.counter(&context.username).failed(&policy, now);
             return None;
         }
         if !context.verify_rakp3(&user_key, &message.auth_code) {
             self.stats.authentication_failures += 1;
+            self.counter(&context.username).failed(&policy, now);
             return Some(Rakp4 {
                 message_tag: message.message_tag,
                 status: status::INVALID_INTEGRITY_VALUE,
@@ -320,6 +351,7 @@ impl SessionTable {
             },
         );
         self.stats.sessions_activated += 1;
+        self.counter(&context.username).succeeded(&policy);
         self.note_open();
         Some(Rakp4 {
             message_tag: message.message_tag,

@@ -197,7 +197,8 @@ async fn delete_session(
     }
 }
 
-async fn account_service(_: Authed) -> Response {
+async fn account_service(State(service): State<Shared>, _: Authed) -> Response {
+    let lockout = service.lockout_policy();
     resource(
         &json!({
             "@odata.type": "#AccountService.v1_13_0.AccountService",
@@ -208,6 +209,9 @@ async fn account_service(_: Authed) -> Response {
             "Status": {"State": "Enabled", "Health": "OK"},
             "MinPasswordLength": MIN_PASSWORD,
             "MaxPasswordLength": MAX_PASSWORD,
+            "AccountLockoutThreshold": lockout.threshold,
+            "AccountLockoutDuration": lockout.duration_secs,
+            "AccountLockoutCounterResetAfter": lockout.counter_reset_after_secs,
             "Accounts": {"@odata.id": ACCOUNTS},
             "Roles": {"@odata.id": "/redfish/v1/AccountService/Roles"},
         }),
@@ -247,7 +251,7 @@ fn account_body(record: &AccountRecord) -> Value {
         "Password": null,
         "RoleId": record.role.id(),
         "Enabled": record.enabled,
-        "Locked": false,
+        "Locked": record.locked,
         "AccountTypes": ["Redfish"],
         "Links": {"Role": {"@odata.id": format!("/redfish/v1/AccountService/Roles/{}", record.role.id())}},
     })
