@@ -1309,3 +1309,62 @@ async fn a_policy_edit_that_drops_the_strategy_in_use_is_reported_and_never_swit
     .await;
     assert!(lab.node_exists("worker-0"), "the Node was left alone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_rotated_before_its_bmc_fences_with_the_previous_password_and_says_so() {
+    use baremend_sim::cluster::local::SECRETS;
+    use baremend_sim::lockout::LockoutPolicy;
+    use base64::Engine;
+    const NEW: &str = "the-new-password-Vb3";
+    let mut policy = fast_policy();
+    policy["strategies"] = json!(["DirectBmc"]);
+    let secret = "worker-1-bmc-secret";
+    let lab = start_prepared(fast(), policy, |lab| {
+        lab.detach("worker-1");
+        lab.cluster
+            .redfish()
+            .service()
+            .set_lockout_policy(LockoutPolicy::after(3));
+        // The Secret gets the new password first; the BMC still has the old one.
+        let old =
+            lab.api.get(SECRETS, MACHINE_NAMESPACE, secret).unwrap()["data"]["password"].clone();
+        let new = base64::engine::general_purpose::STANDARD.encode(NEW);
+        lab.api
+            .merge(
+                SECRETS,
+                MACHINE_NAMESPACE,
+                secret,
+                &json!({"data": {"password": new, "previousPassword": old}}),
+                false,
+            )
+            .unwrap();
+    })
+    .await;
+    lab.cluster.hang("worker-1");
+    let done = lab.succeeded("worker-1-1").await;
+    assert_in_order(&done, &["PowerOffRequested", "Fenced", "Succeeded"]);
+    let text = lab
+        .told("the previous password Event", |t| {
+            t.contains("BmcPreviousPasswordUsed")
+        })
+        .await;
+    assert!(text.contains(secret), "the Event names the Secret: {text}");
+    let old_password = lab.cluster.redfish().service().accounts()[0]
+        .password
+        .clone();
+    assert!(
+        !text.contains(NEW) && !text.contains(&old_password),
+        "Events leak a password"
+    );
+    let status = serde_json::to_string(&done.status).unwrap();
+    assert!(!status.contains(NEW) && !status.contains(&old_password));
+    // The one login of the remediation: the new password refused once, then the old one.
+    let lockout = lab
+        .cluster
+        .redfish()
+        .service()
+        .lockout_status("admin")
+        .unwrap();
+    assert!(!lockout.locked && lockout.lockouts == 0, "{lockout:?}");
+    assert_eq!(lockout.failed_logins, 1, "{lockout:?}");
+}
