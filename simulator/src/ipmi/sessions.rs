@@ -123,17 +123,32 @@ impl SessionTable {
             .or_default()
     }
 
-    /// The failed logins and lock of `username`.
+    /// The failed logins and lock of `username` (expired sessions swept first).
     pub fn lockout_status(&mut self, username: &str, now: Duration) -> LockoutStatus {
+        self.expire(now);
         let policy = self.lockout;
         self.counter(username.as_bytes()).status(&policy, now)
     }
 
     /// Drops sessions idle for longer than the timeout.
+    /// A login left after RAKP 2 (the console found the BMC's code wrong and went away, as
+    /// ipmitool does without a RAKP 3) counts as a failed login of its user.
     pub fn expire(&mut self, now: Duration) {
         let timeout = self.idle_timeout;
         let before = self.sessions.len();
-        self.sessions.retain(|_, s| now < s.last_activity + timeout);
+        let mut abandoned = Vec::new();
+        self.sessions.retain(|_, s| {
+            let keep = now < s.last_activity + timeout;
+            if let (false, Phase::Challenged { context, .. }) = (keep, &s.phase) {
+                abandoned.push(context.username.clone());
+            }
+            keep
+        });
+        let policy = self.lockout;
+        for username in abandoned {
+            self.stats.authentication_failures += 1;
+            self.counter(&username).failed(&policy, now);
+        }
         self.stats.sessions_expired += (before - self.sessions.len()) as u64;
         self.stats.open_sessions = self.sessions.len();
     }
