@@ -653,7 +653,37 @@ async fn failed_logins_lock_the_account_out_even_for_its_right_password_as_the_a
     let (service, app) = service();
     let settings = get(&app, "/redfish/v1/AccountService").await.json();
     assert_eq!(settings["AccountLockoutThreshold"], 0, "off by default");
-    service.set_lockout_policy(baremend_sim::lockout::LockoutPolicy::after(3));
+    let patch = |body: Value| {
+        let app = app.clone();
+        async move {
+            call(
+                &app,
+                "PATCH",
+                "/redfish/v1/AccountService",
+                &[("authorization", BASIC)],
+                Some(body),
+            )
+            .await
+        }
+    };
+    let too_long = patch(json!({"AccountLockoutCounterResetAfter": 301})).await;
+    assert_redfish_error(
+        &too_long,
+        StatusCode::BAD_REQUEST,
+        "PropertyValueFormatError",
+    );
+    let negative = patch(json!({"AccountLockoutThreshold": -1})).await;
+    assert_redfish_error(&negative, StatusCode::BAD_REQUEST, "PropertyValueTypeError");
+    let read_only = patch(json!({"MinPasswordLength": 1, "AccountLockoutThreshold": 3})).await;
+    assert_redfish_error(&read_only, StatusCode::BAD_REQUEST, "PropertyNotWritable");
+    assert_eq!(
+        service.lockout_policy().threshold,
+        0,
+        "a bad body changes nothing"
+    );
+    let patched = patch(json!({"AccountLockoutThreshold": 3})).await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.json());
+    assert_eq!(patched.header("allow"), "GET, HEAD, PATCH");
     let settings = get(&app, "/redfish/v1/AccountService").await.json();
     assert_eq!(settings["AccountLockoutThreshold"], 3);
     assert_eq!(settings["AccountLockoutDuration"], 300);
@@ -689,6 +719,6 @@ async fn failed_logins_lock_the_account_out_even_for_its_right_password_as_the_a
     assert!(status.locked);
     assert_eq!(status.lockouts, 1);
     assert_eq!(status.failed_logins, 2 + 3 + 2);
-    // The two Basic GETs of the AccountService and the one session.
-    assert_eq!(status.good_logins, 3);
+    // The Basic requests (two GETs and four PATCHes of the AccountService) and the session.
+    assert_eq!(status.good_logins, 7);
 }
