@@ -167,6 +167,11 @@ impl IpmiSim {
         self.bmc.lock().users = users;
     }
 
+    /// Changes the lock-out policy at runtime (as an administrator would on the BMC).
+    pub fn set_lockout_policy(&self, policy: LockoutPolicy) {
+        self.bmc.lock().lockout = policy;
+    }
+
     /// The failed logins and lock-out of the account `username`.
     pub fn lockout_status(&self, username: &str) -> LockoutStatus {
         let now = self.bmc.clock.now();
