@@ -133,24 +133,18 @@ impl RedfishDriver {
             )
             .await?;
         // Some BMCs protect the root as well; that only tells us to use Basic.
-        let root = if reply.status == StatusCode::UNAUTHORIZED {
+        let reply = if reply.status == StatusCode::UNAUTHORIZED {
             state.auth = Auth::Basic(self.memory.first(&self.credentials));
             let reply = self
-                .transport
-                .send(
-                    Method::GET,
-                    "/redfish/v1/",
-                    state.auth.request_auth(&self.credentials),
-                    None,
-                    OPERATION,
-                )
+                .send_authed(state, Method::GET, "/redfish/v1/", None, OPERATION)
                 .await?;
-            let reply = self.transport.check(reply, OPERATION)?;
-            self.transport.parse::<ServiceRoot>(&reply, OPERATION)?
+            self.basic_once_more(state, reply, Method::GET, "/redfish/v1/", None, OPERATION)
+                .await?
         } else {
-            let reply = self.transport.check(reply, OPERATION)?;
-            self.transport.parse::<ServiceRoot>(&reply, OPERATION)?
+            reply
         };
+        let reply = self.transport.check(reply, OPERATION)?;
+        let root = self.transport.parse::<ServiceRoot>(&reply, OPERATION)?;
         state.root = Some(root.clone());
         Ok(root)
     }
@@ -192,8 +186,7 @@ impl RedfishDriver {
     }
 
     /// Sends an authenticated request; on a 401 with a session, logs in once more and repeats
-    /// the request once. With Basic, a 401 refuses the password itself: the other password of
-    /// a rotation, if there is one, gets one try.
+    /// the request once. With Basic, see [`RedfishDriver::basic_once_more`].
     async fn authed(
         &self,
         state: &mut DriverState,
@@ -206,44 +199,59 @@ impl RedfishDriver {
         let reply = self
             .send_authed(state, method.clone(), path, body, operation)
             .await?;
+        if reply.status == StatusCode::UNAUTHORIZED && matches!(state.auth, Auth::Session { .. }) {
+            tracing::debug!(bmc = self.bmc(), "session rejected; logging in again");
+            state.auth = Auth::LoggedOut;
+            self.ensure_logged_in(state).await?;
+            return self.send_authed(state, method, path, body, operation).await;
+        }
+        self.basic_once_more(state, reply, method, path, body, operation)
+            .await
+    }
+
+    /// With Basic, `reply` tells whether the password was accepted: a 401 refuses it, and the
+    /// other password of a rotation, if there is one, gets one try (`rotation` explains the
+    /// order); both refused is an authentication error. Other replies are returned as they are.
+    async fn basic_once_more(
+        &self,
+        state: &mut DriverState,
+        reply: Reply,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        operation: &str,
+    ) -> Result<Reply> {
+        let Auth::Basic(used) = state.auth else {
+            return Ok(reply);
+        };
         if reply.status != StatusCode::UNAUTHORIZED {
-            if let Auth::Basic(which) = state.auth {
-                self.memory.set(which);
-            }
+            self.memory.set(used);
             return Ok(reply);
         }
-        match state.auth {
-            Auth::Session { .. } => {
-                tracing::debug!(bmc = self.bmc(), "session rejected; logging in again");
-                state.auth = Auth::LoggedOut;
-                self.ensure_logged_in(state).await?;
-                self.send_authed(state, method, path, body, operation).await
-            }
-            Auth::Basic(refused) if self.credentials.previous_password.is_some() => {
-                state.auth = Auth::Basic(refused.other());
-                let again = self
-                    .send_authed(state, method, path, body, operation)
-                    .await?;
-                if again.status == StatusCode::UNAUTHORIZED {
-                    return Err(Error::Authentication {
-                        bmc: self.bmc().to_owned(),
-                        detail: format!(
-                            "{operation}: HTTP Basic as {:?} refused with both passwords of the Secret (HTTP 401)",
-                            self.credentials.username
-                        ),
-                    });
-                }
-                tracing::info!(
-                    bmc = self.bmc(),
-                    refused = %refused,
-                    accepted = %refused.other(),
-                    "the BMC accepted the other password of the rotation"
-                );
-                self.memory.set(refused.other());
-                Ok(again)
-            }
-            Auth::Basic(_) | Auth::LoggedOut => Ok(reply),
+        if self.credentials.previous_password.is_none() {
+            return Ok(reply);
         }
+        state.auth = Auth::Basic(used.other());
+        let again = self
+            .send_authed(state, method, path, body, operation)
+            .await?;
+        if again.status == StatusCode::UNAUTHORIZED {
+            return Err(Error::Authentication {
+                bmc: self.bmc().to_owned(),
+                detail: format!(
+                    "{operation}: HTTP Basic as {:?} refused with both passwords of the Secret (HTTP 401)",
+                    self.credentials.username
+                ),
+            });
+        }
+        tracing::info!(
+            bmc = self.bmc(),
+            refused = %used,
+            accepted = %used.other(),
+            "the BMC accepted the other password of the rotation"
+        );
+        self.memory.set(used.other());
+        Ok(again)
     }
 
     async fn get_json<T: serde::de::DeserializeOwned>(
