@@ -4,7 +4,9 @@
 //! remediation with them: `off` and `on` return only once the new state is read back from the
 //! BMC, and fail at the deadline naming the last state seen. Every request is tried again
 //! within `--timeout` while the BMC is busy, failing or unreachable, after the `Retry-After` it
-//! asks for; refused credentials end the command at once.
+//! asks for; refused credentials end the command at once. During a password rotation,
+//! `--previous-password-file` gives the password the BMC may still have: it is tried once
+//! when the BMC refuses the current one, and the output says when it was the one that worked.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,8 +15,8 @@ use std::time::{Duration, Instant};
 use baremend_drivers::ipmi::PrivilegeLevel;
 use baremend_drivers::ipmi::wire::crypto::CipherSuite;
 use baremend_drivers::{
-    BmcAddress, Connector, Credentials, DriverConfig, PowerDriver, PowerOffMode, PowerState,
-    RetryPolicy, TlsOptions, WaitOptions, power_off_confirmed, retry_observed,
+    BmcAddress, Connector, CredentialUsed, Credentials, DriverConfig, PowerDriver, PowerOffMode,
+    PowerState, RetryPolicy, TlsOptions, WaitOptions, power_off_confirmed, retry_observed,
     wait_for_power_state,
 };
 use clap::{Args, Subcommand, ValueEnum};
@@ -39,6 +41,10 @@ pub struct BmcArgs {
     /// comes from the BMC_PASSWORD environment variable. Never on the command line.
     #[arg(long)]
     pub password_file: Option<PathBuf>,
+    /// File holding the previous password of a rotation (the Secret's previousPassword): tried
+    /// once when the BMC refuses the password, never more.
+    #[arg(long)]
+    pub previous_password_file: Option<PathBuf>,
     /// PEM file with the CA certificate(s) to trust instead of the system roots.
     #[arg(long, conflicts_with = "insecure")]
     pub ca_file: Option<PathBuf>,
@@ -93,6 +99,11 @@ pub enum BmcAction {
 /// Runs `baremend bmc`, printing to stdout.
 pub async fn run(args: BmcArgs) -> Result<()> {
     let password = read_password(args.password_file.as_deref())?;
+    let mut credentials = Credentials::new(args.username, password);
+    if let Some(path) = args.previous_password_file.as_deref() {
+        credentials =
+            credentials.with_previous(read_password_file("previous password file", path)?);
+    }
     let ca_bundle_pem = args
         .ca_file
         .as_deref()
@@ -101,7 +112,7 @@ pub async fn run(args: BmcArgs) -> Result<()> {
     let address = BmcAddress::parse(&args.address)?;
     let mut config = DriverConfig::new(
         address,
-        Credentials::new(args.username, password),
+        credentials,
         TlsOptions {
             ca_bundle_pem,
             insecure: args.insecure,
@@ -114,6 +125,11 @@ pub async fn run(args: BmcArgs) -> Result<()> {
     config.ipmi.reply_timeout = args.ipmi_reply_timeout;
     let driver = Connector::new().connect(config)?;
     let outcome = act(&driver, args.action, args.timeout).await;
+    if driver.credential_used() == Some(CredentialUsed::Previous) {
+        eprintln!(
+            "warning: the BMC refused the password and accepted the previous one: set the BMC's password, then drop the previous one"
+        );
+    }
     // Release the BMC session whatever happened: sessions are a scarce resource on BMCs.
     let _ = driver.close().await;
     outcome
@@ -191,6 +207,9 @@ async fn act(driver: &Arc<dyn PowerDriver>, action: BmcAction, timeout: Duration
             println!("bmc:              {}", driver.bmc());
             println!("protocol:         {}", report.protocol);
             println!("authentication:   {}", report.authentication);
+            if let Some(used) = driver.credential_used() {
+                println!("password used:    {used}");
+            }
             println!("service:          {}", report.service);
             println!("systems:          {}", report.systems.join(", "));
             println!("selected system:  {}", report.selected_system);
@@ -282,30 +301,33 @@ fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>> {
     })
 }
 
+/// A password from a file: UTF-8, one trailing newline dropped, not empty.
+fn read_password_file(what: &'static str, path: &Path) -> Result<String> {
+    let bytes = read_file(what, path)?;
+    let text = String::from_utf8(bytes).map_err(|_| Error::BadFile {
+        what,
+        path: path.to_owned(),
+        reason: "it is not UTF-8 text".into(),
+    })?;
+    let text = text
+        .strip_suffix('\n')
+        .map(|t| t.strip_suffix('\r').unwrap_or(t))
+        .unwrap_or(&text)
+        .to_owned();
+    if text.is_empty() {
+        return Err(Error::BadFile {
+            what,
+            path: path.to_owned(),
+            reason: "it is empty".into(),
+        });
+    }
+    Ok(text)
+}
+
 /// The password from the file, else from `BMC_PASSWORD`.
 fn read_password(file: Option<&Path>) -> Result<String> {
     let password = match file {
-        Some(path) => {
-            let bytes = read_file("password file", path)?;
-            let text = String::from_utf8(bytes).map_err(|_| Error::BadFile {
-                what: "password file",
-                path: path.to_owned(),
-                reason: "it is not UTF-8 text".into(),
-            })?;
-            let text = text
-                .strip_suffix('\n')
-                .map(|t| t.strip_suffix('\r').unwrap_or(t))
-                .unwrap_or(&text)
-                .to_owned();
-            if text.is_empty() {
-                return Err(Error::BadFile {
-                    what: "password file",
-                    path: path.to_owned(),
-                    reason: "it is empty".into(),
-                });
-            }
-            text
-        }
+        Some(path) => read_password_file("password file", path)?,
         None => std::env::var(PASSWORD_ENV).map_err(|_| Error::MissingPassword)?,
     };
     if password.is_empty() {

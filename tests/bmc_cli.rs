@@ -574,3 +574,58 @@ async fn a_bmc_busy_for_longer_than_the_timeout_fails_in_time_with_its_own_answe
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert!(sim.service().stats().resets.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_previous_password_file_logs_in_when_the_bmc_still_has_it_and_says_so() {
+    let sim = sim(TlsMode::Plain).await;
+    let address = sim.bmc_address("1");
+    let dir = scratch("previous-password");
+    let file = dir.join("previous");
+    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
+    let file = file.to_string_lossy().into_owned();
+    const NEW: &str = "Xy8?the-new-password";
+    for verb in ["status", "probe"] {
+        let before = sim.service().stats().authentication_failures;
+        let args = [
+            "bmc",
+            "--address",
+            &address,
+            "--username",
+            "admin",
+            "--previous-password-file",
+            &file,
+            verb,
+        ];
+        let output = baremend(&args, Some(NEW)).await;
+        let (out, err) = texts(&output);
+        assert!(output.status.success(), "{verb}: {out}\n{err}");
+        assert!(err.contains("accepted the previous one"), "{verb}: {err}");
+        assert_no_secret(&output);
+        assert!(!out.contains(NEW) && !err.contains(NEW));
+        let failures = sim.service().stats().authentication_failures - before;
+        assert_eq!(
+            failures, 1,
+            "{verb}: the new password once, then the previous"
+        );
+        if verb == "probe" {
+            assert!(out.contains("password used:    previous"), "{out}");
+        }
+    }
+    // The BMC gets the new password: the current one works and nothing is said.
+    sim.service().set_credentials("admin", NEW);
+    let args = [
+        "bmc",
+        "--address",
+        &address,
+        "--username",
+        "admin",
+        "--previous-password-file",
+        &file,
+        "probe",
+    ];
+    let output = baremend(&args, Some(NEW)).await;
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    assert!(out.contains("password used:    current"), "{out}");
+    assert!(!err.contains("previous"), "{err}");
+}

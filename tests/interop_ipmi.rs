@@ -16,12 +16,13 @@ use std::time::{Duration, Instant};
 use baremend_drivers::ipmi::IpmiOptions;
 use baremend_drivers::ipmi::wire::crypto::CipherSuite;
 use baremend_drivers::{
-    BmcAddress, Connector, Credentials, DriverConfig, Error, PowerDriver, PowerOffMode, PowerState,
-    TlsOptions, WaitOptions, power_off_confirmed, wait_for_power_state,
+    BmcAddress, Connector, CredentialUsed, Credentials, DriverConfig, Error, PowerDriver,
+    PowerOffMode, PowerState, TlsOptions, WaitOptions, power_off_confirmed, wait_for_power_state,
 };
 use baremend_sim::clock::{Clock, SystemClock};
 use baremend_sim::host::{Power, SimHost};
 use baremend_sim::ipmi::{IpmiSim, IpmiSimConfig, IpmiUser, privilege};
+use baremend_sim::lockout::LockoutPolicy;
 use common::{baremend, eventually, free_udp_port, repo_root, require_program, scratch, texts};
 use tokio::process::{Child, Command};
 
@@ -245,6 +246,31 @@ async fn wrong_credentials_on_openipmi_fail_fast_and_permanently() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_on_openipmi_logs_in_with_whichever_password_it_has() {
+    let bmc = OpenIpmi::start(&[]).await;
+    let connect = |credentials: Credentials| {
+        let mut config = DriverConfig::new(
+            BmcAddress::parse(&bmc.address()).unwrap(),
+            credentials,
+            TlsOptions::default(),
+        );
+        config.ipmi = fast_options();
+        Connector::new().connect(config).unwrap()
+    };
+    // The Secret has the new password first; ipmi_sim still has the old one.
+    let rotating = connect(Credentials::new("admin", "new-password").with_previous("password"));
+    assert_eq!(rotating.power_state().await.unwrap(), PowerState::On);
+    assert_eq!(rotating.credential_used(), Some(CredentialUsed::Previous));
+    let both_wrong = connect(Credentials::new("admin", "wrong-one").with_previous("wrong-two"));
+    let error = both_wrong.power_state().await.unwrap_err();
+    assert!(matches!(error, Error::Authentication { .. }), "{error}");
+    assert!(error.to_string().contains("both passwords"), "{error}");
+    // ipmi_sim answers everyone afterwards: no session was left half open.
+    let output = bmc.ipmitool(&["chassis", "power", "status"]).await;
+    assert!(output.status.success(), "{output:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_openipmi_bmc_gives_a_timeout_within_the_deadline_not_a_hang() {
     let bmc = OpenIpmi::start(&[]).await;
     let driver = bmc.driver("admin", "password", fast_options());
@@ -313,6 +339,10 @@ async fn baremend_bmc_drives_openipmi() {
 }
 
 async fn our_bmc() -> IpmiSim {
+    our_bmc_with(IpmiSimConfig::default()).await
+}
+
+async fn our_bmc_with(config: IpmiSimConfig) -> IpmiSim {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let host = Arc::new(SimHost::new(
         "1",
@@ -332,16 +362,9 @@ async fn our_bmc() -> IpmiSim {
             max_privilege: privilege::USER,
         },
     ];
-    IpmiSim::start(
-        IpmiSimConfig {
-            users,
-            ..IpmiSimConfig::default()
-        },
-        host,
-        clock,
-    )
-    .await
-    .unwrap()
+    IpmiSim::start(IpmiSimConfig { users, ..config }, host, clock)
+        .await
+        .unwrap()
 }
 
 async fn settle(sim: &IpmiSim, power: Power) {
@@ -495,4 +518,44 @@ async fn our_driver_uses_suite_17_with_our_simulator_and_suite_3_when_told() {
             .unwrap();
         assert!(probe.protocol.contains(expected), "{}", probe.protocol);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipmitool_with_a_wrong_password_locks_our_simulator_account_out_at_its_threshold() {
+    require_program("ipmitool", "ipmitool");
+    // ipmitool leaves without a RAKP 3 when the RAKP 2 code does not verify: the half-open
+    // login counts as failed when it times out.
+    let sim = our_bmc_with(IpmiSimConfig {
+        lockout: LockoutPolicy::after(3),
+        idle_timeout: Duration::from_millis(500),
+        ..IpmiSimConfig::default()
+    })
+    .await;
+    let port = sim.local_addr().port().to_string();
+    let status = ["chassis", "power", "status"];
+    for attempt in 1..=3u64 {
+        let refused = run_ipmitool(&port, "3", "admin", "not-the-password", &status).await;
+        assert!(!refused.status.success(), "{:?}", texts(&refused));
+        let counted = eventually("the refusal counted", Duration::from_secs(3), async || {
+            let failed = sim.lockout_status("admin").failed_logins;
+            if failed >= attempt {
+                Ok(failed)
+            } else {
+                Err(failed)
+            }
+        })
+        .await;
+        assert_eq!(counted, attempt, "one failed login per ipmitool run");
+    }
+    assert!(sim.lockout_status("admin").locked);
+    // Locked: even the right password is refused, by ipmitool as by our driver.
+    let locked = run_ipmitool(&port, "3", "admin", "password", &status).await;
+    assert!(!locked.status.success(), "{:?}", texts(&locked));
+    let ours = driver_for(&sim.bmc_address(), "admin", "password", fast_options());
+    let error = ours.power_state().await.unwrap_err();
+    assert!(matches!(error, Error::Authentication { .. }), "{error}");
+    // The other account is not affected.
+    let viewer = ["-L", "USER", "chassis", "power", "status"];
+    let viewer = run_ipmitool(&port, "3", "viewer", "viewpass", &viewer).await;
+    assert!(viewer.status.success(), "{:?}", texts(&viewer));
 }

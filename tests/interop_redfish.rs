@@ -16,8 +16,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use baremend_drivers::{
-    BmcAddress, Connector, Credentials, DriverConfig, PowerOffMode, PowerState, RetryPolicy,
-    TlsOptions, WaitOptions, retry, wait_for_power_state,
+    BmcAddress, Connector, CredentialUsed, Credentials, DriverConfig, PowerOffMode, PowerState,
+    RetryPolicy, TlsOptions, WaitOptions, retry, wait_for_power_state,
 };
 use baremend_sim::redfish::{RedfishSim, RedfishSimConfig, TlsMode};
 use common::{baremend, eventually, free_port, repo_root, scratch, texts, venv_tool};
@@ -409,6 +409,19 @@ async fn our_driver_and_baremend_bmc_power_systems_of_the_sushy_tools_emulator()
             .await
             .unwrap();
         driver.close().await.unwrap();
+        // A rotation against sushy-tools' Basic auth (its htpasswd has `password`): the new
+        // password is refused with a 401, the previous one accepted.
+        let rotating = DriverConfig::new(
+            BmcAddress::parse(&address(SUSHY_NODE_1)).unwrap(),
+            Credentials::new("admin", "the-new-password").with_previous("password"),
+            TlsOptions::default(),
+        );
+        let rotating = Connector::new().connect(rotating).unwrap();
+        let state = retry(&policy, deadline, &bmc, "GET system", || {
+            rotating.power_state()
+        });
+        assert_eq!(state.await.unwrap(), PowerState::On);
+        assert_eq!(rotating.credential_used(), Some(CredentialUsed::Previous));
     };
     let cli_story = async {
         let node0 = address(SUSHY_NODE_0);

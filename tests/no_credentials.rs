@@ -1,6 +1,7 @@
 //! Credentials and session tokens appear nowhere an operator or an attacker could read them:
 //! a full remediation over Redfish (login, session, power off and on, logout) and a failed
-//! one with a wrong password, with every log line captured at debug level, then the logs,
+//! one with a wrong password, both during a password rotation (the Secrets hold a
+//! `previousPassword`), with every log line captured at debug level, then the logs,
 //! Events, metrics, object status and errors are searched for the password, its base64 forms
 //! and every session token the BMC issued. One test per binary: it owns the global logger.
 
@@ -21,6 +22,8 @@ use common::lab::Lab;
 
 const PASSWORD: &str = "Sw0rdfish-7c41e9-recognizable";
 const WRONG: &str = "Wr0ngfish-0b8d2a-recognizable";
+const WRONG_PREVIOUS: &str = "Wr0ngPrev-5d17c3-recognizable";
+const NEW: &str = "N3wfish-91ac2e-recognizable";
 
 /// A log sink the test can read back.
 #[derive(Clone, Default)]
@@ -66,16 +69,23 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     for host in ["worker-0", "worker-1"] {
         lab.detach(host);
     }
-    // worker-1's Secret holds a wrong password: its login fails, and the error must not say it.
-    let encoded = base64::engine::general_purpose::STANDARD.encode(WRONG);
-    api.merge(
-        SECRETS,
-        MACHINE_NAMESPACE,
-        "worker-1-bmc-secret",
-        &json!({"data": {"password": encoded}}),
-        false,
-    )
-    .unwrap();
+    // worker-1's Secret holds two wrong passwords: its login fails, and the error must say
+    // neither. worker-0's was rotated before its BMC: the new password is refused, the
+    // previous one (the BMC's) works.
+    let encode = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    for (secret, password, previous) in [
+        ("worker-1-bmc-secret", WRONG, WRONG_PREVIOUS),
+        ("worker-0-bmc-secret", NEW, PASSWORD),
+    ] {
+        api.merge(
+            SECRETS,
+            MACHINE_NAMESPACE,
+            secret,
+            &json!({"data": {"password": encode(password), "previousPassword": encode(previous)}}),
+            false,
+        )
+        .unwrap();
+    }
 
     lab.start_controller(ControllerOptions {
         instance: "leak-test".into(),
@@ -122,7 +132,14 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
         .as_ref()
         .and_then(|s| s.last_error.clone())
         .unwrap_or_default();
-    assert!(!error.is_empty(), "the failure says why");
+    assert!(
+        error.contains("both passwords"),
+        "the failure says why: {error}"
+    );
+    assert!(
+        places[1].1.contains("BmcPreviousPasswordUsed"),
+        "worker-0 was fenced with its previous password"
+    );
 
     let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
     let mut secrets: Vec<(String, String)> = vec![
@@ -130,6 +147,13 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
         ("the wrong password".into(), WRONG.into()),
         ("the password in base64".into(), b64(PASSWORD)),
         ("the wrong password in base64".into(), b64(WRONG)),
+        ("the wrong previous password".into(), WRONG_PREVIOUS.into()),
+        (
+            "the wrong previous password in base64".into(),
+            b64(WRONG_PREVIOUS),
+        ),
+        ("the new password".into(), NEW.into()),
+        ("the new password in base64".into(), b64(NEW)),
     ];
     for user in ["admin", "root", baremend_sim::cluster::BMC_USERNAME] {
         secrets.push((

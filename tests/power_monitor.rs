@@ -270,3 +270,46 @@ async fn without_the_monitor_a_remediation_reads_leave_no_power_series() {
     assert!(!text.contains("baremend_host_power_state{"), "{text}");
     lab.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bmc_that_still_has_the_previous_password_shows_in_its_gauge_until_it_is_changed() {
+    use baremend_sim::cluster::MACHINE_NAMESPACE;
+    use baremend_sim::cluster::local::SECRETS;
+    use base64::Engine;
+    const NEW: &str = "the-new-password-Vb3";
+    let mut lab = Lab::builder(fast()).start().await;
+    lab.detach("worker-1");
+    let secret = "worker-1-bmc-secret";
+    let old = lab.api.get(SECRETS, MACHINE_NAMESPACE, secret).unwrap()["data"]["password"].clone();
+    let new = base64::engine::general_purpose::STANDARD.encode(NEW);
+    lab.api
+        .merge(
+            SECRETS,
+            MACHINE_NAMESPACE,
+            secret,
+            &json!({"data": {"password": new, "previousPassword": old}}),
+            false,
+        )
+        .unwrap();
+    lab.start_controller(ControllerOptions {
+        power_poll: Some(Duration::from_millis(300)),
+        power_poll_seed: 1,
+        ..lab.options()
+    });
+    let metrics = lab.metrics.clone();
+    let gauge = [
+        "baremend_bmc_previous_password_in_use{",
+        "machine=\"openshift-machine-api/worker-1\"",
+        "driver=\"redfish\"",
+    ];
+    until(&metrics, &gauge, 1.0).await;
+    // The BMC gets the new password: the next login finds it, and the gauge drops.
+    lab.cluster
+        .redfish()
+        .service()
+        .set_credentials("admin", NEW);
+    until(&metrics, &gauge, 0.0).await;
+    let text = metrics.encode();
+    assert!(!text.contains(NEW), "{text}");
+    lab.kill().await;
+}

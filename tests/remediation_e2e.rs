@@ -1309,3 +1309,117 @@ async fn a_policy_edit_that_drops_the_strategy_in_use_is_reported_and_never_swit
     .await;
     assert!(lab.node_exists("worker-0"), "the Node was left alone");
 }
+
+/// Which simulated BMC a test fences through.
+#[derive(Debug, Clone, Copy)]
+enum Protocol {
+    Redfish,
+    Ipmi,
+}
+
+impl Lab {
+    /// Turns account lock-out on for `host`'s BMC.
+    fn lock_out_after(&self, protocol: Protocol, host: &str, threshold: u32) {
+        let policy = baremend_sim::lockout::LockoutPolicy::after(threshold);
+        match protocol {
+            Protocol::Redfish => self.cluster.redfish().service().set_lockout_policy(policy),
+            Protocol::Ipmi => self.ipmi_bmc(host).set_lockout_policy(policy),
+        }
+    }
+
+    /// The failed logins and lock of `host`'s BMC account.
+    fn bmc_lockout(&self, protocol: Protocol, host: &str) -> baremend_sim::lockout::LockoutStatus {
+        let user = baremend_sim::cluster::BMC_USERNAME;
+        match protocol {
+            Protocol::Redfish => self
+                .cluster
+                .redfish()
+                .service()
+                .lockout_status(user)
+                .unwrap(),
+            Protocol::Ipmi => self.ipmi_bmc(host).lockout_status(user),
+        }
+    }
+
+    fn ipmi_bmc(&self, host: &str) -> &baremend_sim::ipmi::IpmiSim {
+        self.cluster
+            .ipmi()
+            .iter()
+            .find(|sim| sim.host().id() == host)
+            .unwrap()
+    }
+}
+
+/// The Secret of `host` gets a new password, the old one as `previousPassword`, while the BMC
+/// (lock-out at 3 failures) keeps the old one; the host is then fenced directly.
+async fn fence_after_secret_rotation(protocol: Protocol, host: &str) {
+    use baremend_sim::cluster::local::SECRETS;
+    use base64::Engine;
+    const NEW: &str = "the-new-password-Vb3";
+    let mut policy = fast_policy();
+    policy["strategies"] = json!(["DirectBmc"]);
+    let spec = match protocol {
+        Protocol::Redfish => fast(),
+        Protocol::Ipmi => ClusterSpec {
+            ipmi: true,
+            bmh_uses_ipmi: true,
+            ..fast()
+        },
+    };
+    let secret = format!("{host}-bmc-secret");
+    let mut old = Value::Null;
+    let lab = start_prepared(spec, policy, |lab| {
+        lab.detach(host);
+        lab.lock_out_after(protocol, host, 3);
+        old = lab.api.get(SECRETS, MACHINE_NAMESPACE, &secret).unwrap()["data"]["password"].clone();
+        let new = base64::engine::general_purpose::STANDARD.encode(NEW);
+        lab.api
+            .merge(
+                SECRETS,
+                MACHINE_NAMESPACE,
+                &secret,
+                &json!({"data": {"password": new, "previousPassword": old}}),
+                false,
+            )
+            .unwrap();
+    })
+    .await;
+    lab.cluster.hang(host);
+    let done = lab.succeeded(&format!("{host}-1")).await;
+    assert_in_order(&done, &["PowerOffRequested", "Fenced", "Succeeded"]);
+    let text = lab
+        .told("the previous password Event", |t| {
+            t.contains("BmcPreviousPasswordUsed")
+        })
+        .await;
+    assert!(text.contains(&secret), "the Event names the Secret: {text}");
+    let old = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(old.as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        !text.contains(NEW) && !text.contains(&old),
+        "Events leak a password"
+    );
+    let status = serde_json::to_string(&done.status).unwrap();
+    assert!(!status.contains(NEW) && !status.contains(&old));
+    // The new password refused once, then the old one first for every later login.
+    let lockout = lab.bmc_lockout(protocol, host);
+    assert!(
+        !lockout.locked && lockout.lockouts == 0,
+        "{protocol:?}: {lockout:?}"
+    );
+    assert_eq!(lockout.failed_logins, 1, "{protocol:?}: {lockout:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_rotated_before_its_redfish_bmc_fences_with_the_previous_password_and_says_so() {
+    fence_after_secret_rotation(Protocol::Redfish, "worker-1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_rotated_before_its_ipmi_bmc_fences_with_the_previous_password_and_says_so() {
+    fence_after_secret_rotation(Protocol::Ipmi, "worker-2").await;
+}

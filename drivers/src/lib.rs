@@ -9,6 +9,9 @@
 //! - Every error says whether retrying can help ([`Error::is_retryable`]); authentication and TLS
 //!   failures are permanent so callers do not lock BMC accounts with retry storms. [`retry`] is
 //!   the one way to try again: it honours the BMC's `Retry-After` and a deadline.
+//! - A [`Credentials`] may hold the previous password of a rotation: a login tries the one that
+//!   worked last, then the other once, and only after a refusal of the password itself;
+//!   [`PowerDriver::credential_used`] tells which one the BMC accepted.
 //! - Credentials and session tokens never appear in `Debug`, `Display`, errors or logs.
 //!
 //! Drivers are created from a metal3-style BMC address (see [`BmcAddress`]) by a [`Connector`],
@@ -23,12 +26,13 @@ pub mod ipmi;
 mod power;
 pub mod redfish;
 mod retry;
+mod rotation;
 mod tls;
 mod wait;
 
 pub use address::{BmcAddress, DriverKind};
 pub use connector::{Connector, DriverConfig};
-pub use credentials::{Credentials, Password};
+pub use credentials::{CredentialUsed, Credentials, Password};
 pub use error::{Error, Result};
 pub use power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
 pub use retry::{RetryPolicy, retry, retry_observed};

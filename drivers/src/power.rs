@@ -4,6 +4,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
+use crate::credentials::CredentialUsed;
 use crate::error::Result;
 
 /// A power state as read from a BMC.
@@ -111,6 +112,13 @@ pub trait PowerDriver: Send + Sync + fmt::Debug {
 
     /// Describes the BMC and what it advertises.
     async fn probe(&self) -> Result<ProbeReport>;
+
+    /// Which password the BMC accepted at the last successful login (`None` before one, and
+    /// for drivers that do not log in). [`CredentialUsed::Previous`] means the BMC still has
+    /// the password the Secret's `previousPassword` holds.
+    fn credential_used(&self) -> Option<CredentialUsed> {
+        None
+    }
 
     /// Releases what the driver holds on the BMC (a Redfish session, an IPMI session). The
     /// driver stays usable: the next call logs in again.

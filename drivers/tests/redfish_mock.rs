@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use baremend_drivers::redfish::RedfishDriver;
 use baremend_drivers::{
-    BmcAddress, Credentials, DriverConfig, Error, PowerDriver, PowerOffMode, PowerState, TlsOptions,
+    BmcAddress, CredentialUsed, Credentials, DriverConfig, Error, PowerDriver, PowerOffMode,
+    PowerState, TlsOptions,
 };
 use serde_json::{Value, json};
 use wiremock::matchers::{body_json, header, method, path};
@@ -582,4 +583,61 @@ async fn debug_output_of_a_driver_shows_neither_password_nor_token() {
         !shown.contains("very-secret-token") && !shown.contains("password"),
         "{shown}"
     );
+}
+
+fn rotating_driver(server: &MockServer) -> RedfishDriver {
+    let address =
+        BmcAddress::parse(&format!("redfish+http://{}{SYSTEM}", server.address())).unwrap();
+    let credentials = Credentials::new("admin", "new-password").with_previous("password");
+    RedfishDriver::new(DriverConfig::new(
+        address,
+        credentials,
+        TlsOptions::default(),
+    ))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_protected_root_gets_the_previous_password_once_when_the_current_one_is_refused() {
+    let server = MockServer::start().await;
+    for (path_of, body) in [("/redfish/v1/", root(false)), (SYSTEM, system("On", None))] {
+        Mock::given(method("GET"))
+            .and(path(path_of))
+            .and(header("Authorization", BASIC))
+            .respond_with(ResponseTemplate::new(200).set_body_json(body))
+            .mount(&server)
+            .await;
+    }
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(401))
+        .mount(&server)
+        .await;
+    let driver = rotating_driver(&server);
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+    assert_eq!(driver.credential_used(), Some(CredentialUsed::Previous));
+    // Without credentials, with the new password, with the previous one; then the system with
+    // the one that worked.
+    assert_eq!(requests_to(&server, "GET", "/redfish/v1/").await, 3);
+    assert_eq!(requests_to(&server, "GET", SYSTEM).await, 1);
+}
+
+#[tokio::test]
+async fn only_a_401_on_login_brings_the_previous_password_never_a_403_or_a_busy_answer() {
+    for (status, busy) in [(403, false), (503, true), (401, false)] {
+        let server = bmc(true).await;
+        Mock::given(method("POST"))
+            .and(path(SESSIONS))
+            .respond_with(ResponseTemplate::new(status))
+            .mount(&server)
+            .await;
+        let error = rotating_driver(&server).power_state().await.unwrap_err();
+        assert_eq!(
+            matches!(error, Error::Busy { .. }),
+            busy,
+            "{status}: {error}"
+        );
+        let logins = requests_to(&server, "POST", SESSIONS).await;
+        let expected = if status == 401 { 2 } else { 1 };
+        assert_eq!(logins, expected, "HTTP {status}: {error}");
+    }
 }

@@ -14,6 +14,7 @@ pub mod clock;
 pub mod cluster;
 pub mod host;
 pub mod ipmi;
+pub mod lockout;
 pub mod redfish;
 mod server;
 pub mod tls;

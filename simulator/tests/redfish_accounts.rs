@@ -646,3 +646,79 @@ async fn arbitrary_account_bodies_never_crash_the_service() {
     assert_eq!(get(&app, ADMIN).await.status, StatusCode::OK);
     assert!(service.accounts().len() <= 16);
 }
+
+#[tokio::test]
+async fn failed_logins_lock_the_account_out_even_for_its_right_password_as_the_account_service_says()
+ {
+    let (service, app) = service();
+    let settings = get(&app, "/redfish/v1/AccountService").await.json();
+    assert_eq!(settings["AccountLockoutThreshold"], 0, "off by default");
+    let patch = |body: Value| {
+        let app = app.clone();
+        async move {
+            call(
+                &app,
+                "PATCH",
+                "/redfish/v1/AccountService",
+                &[("authorization", BASIC)],
+                Some(body),
+            )
+            .await
+        }
+    };
+    let too_long = patch(json!({"AccountLockoutCounterResetAfter": 301})).await;
+    assert_redfish_error(
+        &too_long,
+        StatusCode::BAD_REQUEST,
+        "PropertyValueFormatError",
+    );
+    let negative = patch(json!({"AccountLockoutThreshold": -1})).await;
+    assert_redfish_error(&negative, StatusCode::BAD_REQUEST, "PropertyValueTypeError");
+    let read_only = patch(json!({"MinPasswordLength": 1, "AccountLockoutThreshold": 3})).await;
+    assert_redfish_error(&read_only, StatusCode::BAD_REQUEST, "PropertyNotWritable");
+    assert_eq!(
+        service.lockout_policy().threshold,
+        0,
+        "a bad body changes nothing"
+    );
+    let patched = patch(json!({"AccountLockoutThreshold": 3})).await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.json());
+    assert_eq!(patched.header("allow"), "GET, HEAD, PATCH");
+    let settings = get(&app, "/redfish/v1/AccountService").await.json();
+    assert_eq!(settings["AccountLockoutThreshold"], 3);
+    assert_eq!(settings["AccountLockoutDuration"], 300);
+    assert_eq!(settings["AccountLockoutCounterResetAfter"], 300);
+    let log_in = |password: &'static str| {
+        let app = app.clone();
+        async move {
+            call(
+                &app,
+                "POST",
+                "/redfish/v1/SessionService/Sessions",
+                &[],
+                Some(json!({"UserName": "admin", "Password": password})),
+            )
+            .await
+            .status
+        }
+    };
+    assert_eq!(log_in("wrong-one").await, StatusCode::UNAUTHORIZED);
+    assert_eq!(log_in("wrong-two").await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        log_in("password").await,
+        StatusCode::CREATED,
+        "a good login before the threshold resets the count"
+    );
+    for _ in 0..3 {
+        assert_eq!(log_in("wrong").await, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(log_in("password").await, StatusCode::UNAUTHORIZED, "locked");
+    let basic_while_locked = call(&app, "GET", ADMIN, &[("authorization", BASIC)], None).await;
+    assert_eq!(basic_while_locked.status, StatusCode::UNAUTHORIZED);
+    let status = service.lockout_status("admin").unwrap();
+    assert!(status.locked);
+    assert_eq!(status.lockouts, 1);
+    assert_eq!(status.failed_logins, 2 + 3 + 2);
+    // The Basic requests (two GETs and four PATCHes of the AccountService) and the session.
+    assert_eq!(status.good_logins, 7);
+}

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use baremend_drivers::PowerState;
+use baremend_drivers::{CredentialUsed, PowerState};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -49,6 +49,19 @@ pub struct HostLabels {
     pub state: String,
 }
 
+/// Which host a per-host series (other than the power state) is about.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostIdLabels {
+    /// The Machine (`namespace/name`).
+    pub machine: String,
+    /// Its Node, if it has one.
+    pub node: String,
+    /// The BMC address.
+    pub bmc: String,
+    /// `redfish` or `ipmi`.
+    pub driver: String,
+}
+
 /// The power states a host series can show.
 pub const HOST_STATES: [&str; 3] = ["on", "off", "unknown"];
 
@@ -58,6 +71,7 @@ pub struct PowerMetrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<LatencyLabels, Histogram, fn() -> Histogram>,
     hosts: Family<HostLabels, Gauge>,
+    previous_password: Family<HostIdLabels, Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -88,6 +102,15 @@ impl HostSeries {
             state: state.into(),
         }
     }
+
+    fn id_labels(&self) -> HostIdLabels {
+        HostIdLabels {
+            machine: self.machine.clone(),
+            node: self.node.clone(),
+            bmc: self.bmc.clone(),
+            driver: self.driver.clone(),
+        }
+    }
 }
 
 impl PowerMetrics {
@@ -112,10 +135,17 @@ impl PowerMetrics {
             "The last power state read for each host (1 on the series of the current state)",
             hosts.clone(),
         );
+        let previous_password = Family::<HostIdLabels, Gauge>::default();
+        registry.register(
+            "bmc_previous_password_in_use",
+            "1 while the host's BMC accepts only the previous password of its Secret",
+            previous_password.clone(),
+        );
         PowerMetrics {
             requests,
             latency,
             hosts,
+            previous_password,
         }
     }
 
@@ -150,10 +180,21 @@ impl PowerMetrics {
         }
     }
 
+    /// Records which password of its Secret the host's BMC accepted at the last login; no
+    /// login yet (`None`) leaves the series as it is.
+    pub fn set_credential_used(&self, host: &HostSeries, used: Option<CredentialUsed>) {
+        if let Some(used) = used {
+            self.previous_password
+                .get_or_create(&host.id_labels())
+                .set(i64::from(used == CredentialUsed::Previous));
+        }
+    }
+
     /// Drops a host's series (its Machine is gone, or its BMC changed).
     pub fn forget_host(&self, host: &HostSeries) {
         for name in HOST_STATES {
             self.hosts.remove(&host.labels(name));
         }
+        self.previous_password.remove(&host.id_labels());
     }
 }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use baremend_drivers::{PowerDriver, PowerOffMode, PowerState, ProbeReport, Result};
+use baremend_drivers::{
+    CredentialUsed, PowerDriver, PowerOffMode, PowerState, ProbeReport, Result,
+};
 
 use crate::metrics::power::PowerMetrics;
 
@@ -52,6 +54,10 @@ impl Metered {
 impl PowerDriver for Metered {
     fn bmc(&self) -> &str {
         self.inner.bmc()
+    }
+
+    fn credential_used(&self) -> Option<CredentialUsed> {
+        self.inner.credential_used()
     }
 
     async fn power_state(&self) -> Result<PowerState> {

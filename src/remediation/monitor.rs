@@ -18,7 +18,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baremend_drivers::{BmcAddress, PowerState};
+use baremend_drivers::{BmcAddress, CredentialUsed, PowerState};
 use futures_util::StreamExt;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
@@ -236,6 +236,14 @@ async fn read(
     match driver.power_state().await {
         Ok(state) => {
             metrics.set_host_power(&target.series, Some(state));
+            metrics.set_credential_used(&target.series, driver.credential_used());
+            if driver.credential_used() == Some(CredentialUsed::Previous) {
+                tracing::warn!(
+                    machine = %target.key,
+                    secret = %bmc.credentials_name,
+                    "the BMC accepts only the previous password of its Secret"
+                );
+            }
             Some(bmc.clone())
         }
         Err(error) => {

@@ -297,29 +297,42 @@ pub fn pem_certificates(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-/// The credentials in a BMC Secret (`username` and `password` keys). The error never
-/// contains the values.
+/// The key of a BMC Secret that holds the password before the last rotation (optional).
+pub const PREVIOUS_PASSWORD_KEY: &str = "previousPassword";
+
+/// The credentials in a BMC Secret: `username` and `password` (as metal3's BMC Secrets), and
+/// during a rotation `previousPassword`, which a login tries once when the BMC refuses
+/// `password`. The error names the key, never a value.
 pub fn secret_credentials(secret: &Secret) -> Result<Credentials, Unusable> {
-    let data = secret.data.as_ref();
-    let string_data = secret.string_data.as_ref();
     let read = |key: &str| -> Result<String, Unusable> {
-        let field = format!("data.{key}");
-        if let Some(bytes) = data.and_then(|d| d.get(key)) {
-            let value =
-                String::from_utf8(bytes.0.clone()).map_err(|_| unusable(&field, "is not UTF-8"))?;
-            let value = value.trim_end_matches(['\n', '\r']).to_string();
-            if value.is_empty() {
-                return Err(unusable(&field, "is empty"));
-            }
-            return Ok(value);
-        }
-        match string_data.and_then(|d| d.get(key)) {
-            Some(value) if !value.is_empty() => Ok(value.clone()),
-            Some(_) => Err(unusable(&field, "is empty")),
-            None => Err(unusable(&field, "is missing")),
-        }
+        secret_text(secret, key)?.ok_or_else(|| unusable(&format!("data.{key}"), "is missing"))
     };
-    Ok(Credentials::new(read("username")?, read("password")?))
+    let credentials = Credentials::new(read("username")?, read("password")?);
+    Ok(match secret_text(secret, PREVIOUS_PASSWORD_KEY)? {
+        Some(previous) => credentials.with_previous(previous),
+        None => credentials,
+    })
+}
+
+/// The text under `key` of a Secret (`data`, else `stringData`; one trailing newline of
+/// `data` dropped), `None` when the key is absent; present but empty or not UTF-8 is an error.
+fn secret_text(secret: &Secret, key: &str) -> Result<Option<String>, Unusable> {
+    let field = format!("data.{key}");
+    let value = match (
+        secret.data.as_ref().and_then(|d| d.get(key)),
+        secret.string_data.as_ref().and_then(|d| d.get(key)),
+    ) {
+        (Some(bytes), _) => String::from_utf8(bytes.0.clone())
+            .map_err(|_| unusable(&field, "is not UTF-8"))?
+            .trim_end_matches(['\n', '\r'])
+            .to_string(),
+        (None, Some(text)) => text.clone(),
+        (None, None) => return Ok(None),
+    };
+    if value.is_empty() {
+        return Err(unusable(&field, "is empty"));
+    }
+    Ok(Some(value))
 }
 
 /// The Node as the planner sees it: missing, or present and Ready since when (time since the
@@ -479,6 +492,46 @@ mod tests {
             let error = secret_credentials(&secret(&pairs)).unwrap_err();
             assert_eq!(error.to_string(), want);
         }
+    }
+
+    #[test]
+    fn a_previous_password_is_optional_and_checked_like_the_others() {
+        let plain = secret_credentials(&secret(&[("username", b"admin"), ("password", b"new-pw")]))
+            .unwrap();
+        assert_eq!(plain.previous_password, None);
+        let rotating = secret_credentials(&secret(&[
+            ("username", b"admin"),
+            ("password", b"new-pw"),
+            ("previousPassword", b"old-pw\n"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            rotating.previous_password.as_ref().map(|p| p.expose()),
+            Some("old-pw")
+        );
+        assert!(!format!("{rotating:?} {rotating}").contains("old-pw"));
+        for (value, want) in [
+            (b"".as_slice(), "data.previousPassword: is empty"),
+            (
+                b"\xfe\xff".as_slice(),
+                "data.previousPassword: is not UTF-8",
+            ),
+        ] {
+            let error = secret_credentials(&secret(&[
+                ("username", b"admin"),
+                ("password", b"new-pw"),
+                ("previousPassword", value),
+            ]))
+            .unwrap_err();
+            assert_eq!(error.to_string(), want);
+        }
+        let mut in_string_data = secret(&[("username", b"admin"), ("password", b"new-pw")]);
+        in_string_data.string_data = Some(BTreeMap::from([(
+            "previousPassword".to_string(),
+            "old-pw".to_string(),
+        )]));
+        let read = secret_credentials(&in_string_data).unwrap();
+        assert_eq!(read.previous_password.unwrap().expose(), "old-pw");
     }
 
     #[test]

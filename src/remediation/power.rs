@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baremend_drivers::{
-    BmcAddress, DriverConfig, DriverKind, PowerDriver, PowerOffMode, PowerState, TlsOptions,
+    BmcAddress, CredentialUsed, DriverConfig, DriverKind, PowerDriver, PowerOffMode, PowerState,
+    TlsOptions,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::ResourceExt;
@@ -195,7 +196,12 @@ pub(super) struct DirectBmc {
     pub(super) system: Option<String>,
     /// The host's power-state series.
     pub(super) series: HostSeries,
+    /// The Secret holding its credentials.
+    pub(super) credentials_name: String,
 }
+
+/// The Event reason when a BMC accepted only the previous password of its Secret.
+pub const PREVIOUS_PASSWORD_USED: &str = "BmcPreviousPasswordUsed";
 
 /// Reads a direct-BMC proof takes (see `fence`); a read that is not Off ends them early.
 const BMC_PROOF_READS: usize = 2;
@@ -326,6 +332,7 @@ impl Pass {
             address: shown,
             system,
             series,
+            credentials_name: bmc.credentials_name,
         })
     }
 
@@ -336,12 +343,34 @@ impl Pass {
     async fn read_power(&self, bmc: &DirectBmc) -> baremend_drivers::Result<PowerState> {
         let read = bmc.driver.power_state().await;
         if self.context.power_monitored {
-            self.context
-                .metrics
-                .power
-                .set_host_power(&bmc.series, read.as_ref().ok().cloned());
+            let metrics = &self.context.metrics.power;
+            metrics.set_host_power(&bmc.series, read.as_ref().ok().cloned());
+            metrics.set_credential_used(&bmc.series, bmc.driver.credential_used());
         }
         read
+    }
+
+    /// A Warning when the BMC accepted only the previous password of its Secret: the rotation
+    /// is half done, and the previous password must stay until the BMC has the new one.
+    async fn note_previous_password(&self, remediation: &Remediation, bmc: &DirectBmc) {
+        if bmc.driver.credential_used() != Some(CredentialUsed::Previous) {
+            return;
+        }
+        let note = format!(
+            "BMC {} refused the password of Secret {}/{} and accepted its {}: set the BMC's password to the Secret's password, then remove {}",
+            bmc.address,
+            self.namespace,
+            bmc.credentials_name,
+            observe::PREVIOUS_PASSWORD_KEY,
+            observe::PREVIOUS_PASSWORD_KEY,
+        );
+        self.event(
+            remediation,
+            crate::runtime::events::Severity::Warning,
+            PREVIOUS_PASSWORD_USED,
+            note,
+        )
+        .await;
     }
 
     /// The key of this Machine's cached BMC driver.
@@ -392,6 +421,7 @@ impl Pass {
                 } else {
                     bmc.driver.power_on().await?;
                 }
+                self.note_previous_password(remediation, &bmc).await;
                 Ok(())
             }
         }

@@ -17,10 +17,11 @@ use super::suites::offered_suites;
 use super::wire::crypto::CipherSuite;
 use crate::address::BmcAddress;
 use crate::connector::{DriverConfig, EndpointGate};
-use crate::credentials::Credentials;
+use crate::credentials::{CredentialUsed, Credentials};
 use crate::error::{Error, Result};
 use crate::power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
 use crate::retry::{RetryPolicy, retry};
+use crate::rotation::{self, LoginMemory};
 
 /// IPMI-specific settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +59,9 @@ pub struct IpmiDriver {
     gate: EndpointGate,
     /// The suite that worked last time, so that later sessions skip the negotiation.
     negotiated: Mutex<Option<CipherSuite>>,
+    /// The password of the rotation that worked last: every operation logs in, so starting
+    /// with it keeps a rotation from costing one refused login per operation.
+    memory: LoginMemory,
 }
 
 impl std::fmt::Debug for IpmiDriver {
@@ -92,7 +96,14 @@ impl IpmiDriver {
                 reason: "an IPMI user name has at most 16 bytes".into(),
             });
         }
-        if config.credentials.password.expose().len() > 20 {
+        let too_long = |p: &crate::credentials::Password| p.expose().len() > 20;
+        if too_long(&config.credentials.password)
+            || config
+                .credentials
+                .previous_password
+                .as_ref()
+                .is_some_and(too_long)
+        {
             return Err(Error::Configuration {
                 bmc,
                 reason: "an IPMI password has at most 20 bytes".into(),
@@ -105,6 +116,7 @@ impl IpmiDriver {
             options: config.ipmi,
             gate,
             negotiated: Mutex::new(None),
+            memory: LoginMemory::default(),
         })
     }
 
@@ -209,7 +221,18 @@ impl IpmiDriver {
             })?;
         let socket = Arc::new(socket);
         let suites = self.suites(&socket).await?;
-        let mut session = Session::open(socket, self.params(), &self.credentials, &suites).await?;
+        let (mut session, _) =
+            rotation::log_in(&self.bmc, &self.credentials, &self.memory, |which| {
+                let credentials = self.credentials.only(which);
+                let (socket, suites) = (socket.clone(), &suites);
+                async move {
+                    let Some(credentials) = credentials else {
+                        return Err(self.unexpected());
+                    };
+                    Session::open(socket, self.params(), &credentials, suites).await
+                }
+            })
+            .await?;
         *self.negotiated.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.suite());
         let result = self.perform(&mut session, work).await;
         // A session that timed out may be out of step with the BMC: it is closed and dropped
@@ -321,6 +344,10 @@ fn power_state(status: &ChassisStatus) -> PowerState {
 impl PowerDriver for IpmiDriver {
     fn bmc(&self) -> &str {
         &self.bmc
+    }
+
+    fn credential_used(&self) -> Option<CredentialUsed> {
+        self.memory.get()
     }
 
     async fn power_state(&self) -> Result<PowerState> {

@@ -5,7 +5,10 @@
 //!    that does not implement it is tried with the configured preference order.
 //! 2. Open Session Request proposes one suite; RAKP 1–4 authenticate both sides and derive
 //!    the session keys. A RAKP 2 code that does not verify means a wrong password: the session
-//!    is aborted with a RAKP 3 error so the BMC frees the slot at once.
+//!    is aborted with a RAKP 3 error so the BMC frees the slot at once, and the refusal is
+//!    returned as [`Attempt::Refused`] (the caller may try the previous password of a rotation
+//!    once). The other suites are not tried with a refused password: each would be one more
+//!    failed login towards the account's lock-out.
 //! 3. Set Session Privilege Level raises the session from User to the configured level.
 //! 4. Requests are encrypted and authenticated; a reply is accepted only if it carries our
 //!    session id, a BMC sequence number above the last one seen, valid integrity, and the
@@ -35,6 +38,7 @@ use super::wire::rakp::{
 use super::wire::{self, Frame, MAX_DATAGRAM, payload};
 use crate::credentials::Credentials;
 use crate::error::{Error, Result};
+use crate::rotation::Attempt;
 
 /// What a session needs to know besides the socket.
 #[derive(Debug, Clone)]
@@ -125,20 +129,23 @@ impl std::fmt::Debug for Session {
     }
 }
 
-/// Why one suite could not be used.
-enum Attempt {
+/// How one suite's set-up ended, when it did not fail otherwise.
+enum SuiteAttempt {
     Open(Session),
     SuiteRefused(u8),
+    /// The password was refused (see [`Attempt::Refused`]).
+    PasswordRefused(Error),
 }
 
 impl Session {
-    /// Opens a session with the first of `suites` the BMC accepts.
+    /// Opens a session with the first of `suites` the BMC accepts, with the password of
+    /// `credentials` (not its previous one: the caller picks which to send).
     pub(crate) async fn open(
         socket: Arc<UdpSocket>,
         params: SessionParams,
         credentials: &Credentials,
         suites: &[CipherSuite],
-    ) -> Result<Self> {
+    ) -> Result<Attempt<Self>> {
         let password = user_key(credentials.password.expose().as_bytes()).map_err(|_| {
             Error::Configuration {
                 bmc: params.bmc.clone(),
@@ -154,8 +161,9 @@ impl Session {
         let mut refused = Vec::new();
         for suite in suites {
             match Self::try_suite(&socket, &params, credentials, &password, *suite).await? {
-                Attempt::Open(session) => return Ok(session),
-                Attempt::SuiteRefused(code) => {
+                SuiteAttempt::Open(session) => return Ok(Attempt::Accepted(session)),
+                SuiteAttempt::PasswordRefused(error) => return Ok(Attempt::Refused(error)),
+                SuiteAttempt::SuiteRefused(code) => {
                     refused.push(format!("suite {}: {}", suite.id(), describe_status(code)))
                 }
             }
@@ -172,7 +180,7 @@ impl Session {
         credentials: &Credentials,
         password: &[u8],
         suite: CipherSuite,
-    ) -> Result<Attempt> {
+    ) -> Result<SuiteAttempt> {
         let rng = SystemRandom::new();
         let [tag] = random::<1>(&rng);
         // Session id 0 is reserved.
@@ -199,7 +207,7 @@ impl Session {
             | status::INVALID_AUTH_ALGORITHM
             | status::INVALID_INTEGRITY_ALGORITHM
             | status::INVALID_CONFIDENTIALITY_ALGORITHM => {
-                return Ok(Attempt::SuiteRefused(response.status));
+                return Ok(SuiteAttempt::SuiteRefused(response.status));
             }
             code => return Err(session_error(params, code)),
         }
@@ -254,13 +262,13 @@ impl Session {
             let _ = socket
                 .send(&wire::encode_v20_plain(payload::RAKP3, &abort.encode()))
                 .await;
-            return Err(Error::Authentication {
+            return Ok(SuiteAttempt::PasswordRefused(Error::Authentication {
                 bmc: params.bmc.clone(),
                 detail: format!(
                     "the password for user {:?} is wrong (the BMC's RAKP 2 code does not verify)",
                     credentials.username
                 ),
-            });
+            }));
         }
         let rakp3 = Rakp3 {
             message_tag: rakp3_tag,
@@ -276,15 +284,23 @@ impl Session {
                 .then_some(Ok(message))
         })
         .await?;
+        // The BMC found our RAKP 3 code wrong, or we its RAKP 4 value: the keys differ, so
+        // the password does.
+        if rakp4.status == status::INVALID_INTEGRITY_VALUE {
+            return Ok(SuiteAttempt::PasswordRefused(session_error(
+                params,
+                rakp4.status,
+            )));
+        }
         if rakp4.status != status::OK {
             return Err(session_error(params, rakp4.status));
         }
         let sik = context.session_integrity_key(password);
         if !context.verify_rakp4(&sik, &rakp4.icv) {
-            return Err(Error::Authentication {
+            return Ok(SuiteAttempt::PasswordRefused(Error::Authentication {
                 bmc: params.bmc.clone(),
                 detail: "the BMC's RAKP 4 integrity check value does not verify".into(),
-            });
+            }));
         }
         let mut session = Session {
             socket: socket.clone(),
@@ -302,7 +318,7 @@ impl Session {
             session.close().await;
             return Err(error);
         }
-        Ok(Attempt::Open(session))
+        Ok(SuiteAttempt::Open(session))
     }
 
     /// The suite in use.

@@ -4,7 +4,9 @@
 //! 1. `GET /redfish/v1/` (no auth) finds the session service and the systems collection.
 //! 2. `POST` to `Links.Sessions` logs in; the `X-Auth-Token` authenticates what follows. A BMC
 //!    without sessions gets HTTP Basic instead. A 401 later means the session expired: the
-//!    driver logs in once more and repeats the request once.
+//!    driver logs in once more and repeats the request once. During a password rotation the
+//!    login tries the password that worked last, then the other once after a 401 (see
+//!    `rotation`); with Basic, a 401 switches to the other password for one more try.
 //! 3. The system is the path in the address, or the only member of `Systems`, or of several the
 //!    only one with a Reset action.
 //! 4. Power commands `POST` the system's `#ComputerSystem.Reset` target with a `ResetType` the
@@ -39,9 +41,10 @@ use self::session::{Auth, log_in, log_out, sessions_path};
 use self::transport::{Reply, Transport};
 use crate::address::BmcAddress;
 use crate::connector::{DriverConfig, EndpointGate};
-use crate::credentials::Credentials;
+use crate::credentials::{CredentialUsed, Credentials};
 use crate::error::{Error, Result, shorten};
 use crate::power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
+use crate::rotation::{self, LoginMemory};
 
 /// The systems collection when the service root does not link one.
 const DEFAULT_SYSTEMS_PATH: &str = "/redfish/v1/Systems";
@@ -53,6 +56,8 @@ pub struct RedfishDriver {
     transport: Transport,
     task_timeout: Duration,
     state: Mutex<DriverState>,
+    /// The password of the rotation that worked last.
+    memory: LoginMemory,
 }
 
 /// What the driver learned from the BMC so far.
@@ -112,6 +117,7 @@ impl RedfishDriver {
             transport,
             task_timeout: config.task_timeout,
             state: Mutex::new(DriverState::default()),
+            memory: LoginMemory::default(),
         })
     }
 
@@ -132,43 +138,60 @@ impl RedfishDriver {
             )
             .await?;
         // Some BMCs protect the root as well; that only tells us to use Basic.
-        let root = if reply.status == StatusCode::UNAUTHORIZED {
-            state.auth = Auth::Basic;
+        let reply = if reply.status == StatusCode::UNAUTHORIZED {
+            state.auth = Auth::Basic(self.memory.first(&self.credentials));
             let reply = self
-                .transport
-                .send(
-                    Method::GET,
-                    "/redfish/v1/",
-                    state.auth.request_auth(&self.credentials),
-                    None,
-                    OPERATION,
-                )
+                .send_authed(state, Method::GET, "/redfish/v1/", None, OPERATION)
                 .await?;
-            let reply = self.transport.check(reply, OPERATION)?;
-            self.transport.parse::<ServiceRoot>(&reply, OPERATION)?
+            self.basic_once_more(state, reply, Method::GET, "/redfish/v1/", None, OPERATION)
+                .await?
         } else {
-            let reply = self.transport.check(reply, OPERATION)?;
-            self.transport.parse::<ServiceRoot>(&reply, OPERATION)?
+            reply
         };
+        let reply = self.transport.check(reply, OPERATION)?;
+        let root = self.transport.parse::<ServiceRoot>(&reply, OPERATION)?;
         state.root = Some(root.clone());
         Ok(root)
     }
 
     async fn ensure_logged_in(&self, state: &mut DriverState) -> Result<()> {
         let root = self.root(state).await?;
-        if matches!(state.auth, Auth::LoggedOut) {
-            state.auth = log_in(
-                &self.transport,
-                &self.credentials,
-                sessions_path(&root).as_deref(),
-            )
-            .await?;
+        if !matches!(state.auth, Auth::LoggedOut) {
+            return Ok(());
         }
+        let Some(path) = sessions_path(&root) else {
+            state.auth = Auth::Basic(self.memory.first(&self.credentials));
+            return Ok(());
+        };
+        let (auth, _) = rotation::log_in(self.bmc(), &self.credentials, &self.memory, |which| {
+            log_in(&self.transport, &self.credentials, which, &path)
+        })
+        .await?;
+        state.auth = auth;
         Ok(())
     }
 
+    async fn send_authed(
+        &self,
+        state: &DriverState,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        operation: &str,
+    ) -> Result<Reply> {
+        self.transport
+            .send(
+                method,
+                path,
+                state.auth.request_auth(&self.credentials),
+                body,
+                operation,
+            )
+            .await
+    }
+
     /// Sends an authenticated request; on a 401 with a session, logs in once more and repeats
-    /// the request once.
+    /// the request once. With Basic, see [`RedfishDriver::basic_once_more`].
     async fn authed(
         &self,
         state: &mut DriverState,
@@ -179,30 +202,61 @@ impl RedfishDriver {
     ) -> Result<Reply> {
         self.ensure_logged_in(state).await?;
         let reply = self
-            .transport
-            .send(
-                method.clone(),
-                path,
-                state.auth.request_auth(&self.credentials),
-                body,
-                operation,
-            )
+            .send_authed(state, method.clone(), path, body, operation)
             .await?;
-        if reply.status != StatusCode::UNAUTHORIZED || !matches!(state.auth, Auth::Session { .. }) {
+        if reply.status == StatusCode::UNAUTHORIZED && matches!(state.auth, Auth::Session { .. }) {
+            tracing::debug!(bmc = self.bmc(), "session rejected; logging in again");
+            state.auth = Auth::LoggedOut;
+            self.ensure_logged_in(state).await?;
+            return self.send_authed(state, method, path, body, operation).await;
+        }
+        self.basic_once_more(state, reply, method, path, body, operation)
+            .await
+    }
+
+    /// With Basic, `reply` tells whether the password was accepted: a 401 refuses it, and the
+    /// other password of a rotation, if there is one, gets one try (`rotation` explains the
+    /// order); both refused is an authentication error. Other replies are returned as they are.
+    async fn basic_once_more(
+        &self,
+        state: &mut DriverState,
+        reply: Reply,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        operation: &str,
+    ) -> Result<Reply> {
+        let Auth::Basic(used) = state.auth else {
+            return Ok(reply);
+        };
+        if reply.status != StatusCode::UNAUTHORIZED {
+            self.memory.set(used);
             return Ok(reply);
         }
-        tracing::debug!(bmc = self.bmc(), "session rejected; logging in again");
-        state.auth = Auth::LoggedOut;
-        self.ensure_logged_in(state).await?;
-        self.transport
-            .send(
-                method,
-                path,
-                state.auth.request_auth(&self.credentials),
-                body,
-                operation,
-            )
-            .await
+        if self.credentials.previous_password.is_none() {
+            return Ok(reply);
+        }
+        state.auth = Auth::Basic(used.other());
+        let again = self
+            .send_authed(state, method, path, body, operation)
+            .await?;
+        if again.status == StatusCode::UNAUTHORIZED {
+            return Err(Error::Authentication {
+                bmc: self.bmc().to_owned(),
+                detail: format!(
+                    "{operation}: HTTP Basic as {:?} refused with both passwords of the Secret (HTTP 401)",
+                    self.credentials.username
+                ),
+            });
+        }
+        tracing::info!(
+            bmc = self.bmc(),
+            refused = %used,
+            accepted = %used.other(),
+            "the BMC accepted the other password of the rotation"
+        );
+        self.memory.set(used.other());
+        Ok(again)
     }
 
     async fn get_json<T: serde::de::DeserializeOwned>(
@@ -479,6 +533,10 @@ fn reply_retry_after(reply: &Reply) -> Duration {
 impl PowerDriver for RedfishDriver {
     fn bmc(&self) -> &str {
         self.transport.bmc()
+    }
+
+    fn credential_used(&self) -> Option<CredentialUsed> {
+        self.memory.get()
     }
 
     async fn power_state(&self) -> Result<PowerState> {

@@ -5,9 +5,10 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 
 use super::model::ServiceRoot;
-use super::transport::{RequestAuth, SessionToken, Transport};
-use crate::credentials::Credentials;
+use super::transport::{Reply, RequestAuth, SessionToken, Transport};
+use crate::credentials::{CredentialUsed, Credentials};
 use crate::error::{Error, Result};
+use crate::rotation::Attempt;
 
 /// Where sessions are created when the service root does not say (the Redfish default).
 const DEFAULT_SESSIONS_PATH: &str = "/redfish/v1/SessionService/Sessions";
@@ -23,8 +24,9 @@ pub(crate) enum Auth {
         token: SessionToken,
         location: Option<String>,
     },
-    /// HTTP Basic on every request: the BMC has no usable session service.
-    Basic,
+    /// HTTP Basic on every request with one of the passwords: the BMC has no usable session
+    /// service.
+    Basic(CredentialUsed),
 }
 
 impl Auth {
@@ -32,7 +34,12 @@ impl Auth {
         match self {
             Auth::LoggedOut => RequestAuth::None,
             Auth::Session { token, .. } => RequestAuth::Token(token),
-            Auth::Basic => RequestAuth::Basic(credentials),
+            Auth::Basic(which) => RequestAuth::Basic(
+                &credentials.username,
+                credentials
+                    .password_for(*which)
+                    .unwrap_or(&credentials.password),
+            ),
         }
     }
 
@@ -40,7 +47,7 @@ impl Auth {
         match self {
             Auth::LoggedOut => "none",
             Auth::Session { .. } => "session",
-            Auth::Basic => "basic",
+            Auth::Basic(_) => "basic",
         }
     }
 }
@@ -55,22 +62,26 @@ pub(crate) fn sessions_path(root: &ServiceRoot) -> Option<String> {
         .map(|_| DEFAULT_SESSIONS_PATH.to_owned())
 }
 
-/// Creates a session; falls back to Basic when the BMC has no session service.
+/// Creates a session with the password `which` names; falls back to Basic (with that
+/// password) when the BMC has no usable session service.
 ///
-/// A 401 or 403 on login is final: the same credentials would fail with Basic too, and every
+/// A 401 is a refusal of the password ([`Attempt::Refused`]): the caller may try the other
+/// password of a rotation once. A 403 is final (the account lacks the privilege, or is
+/// disabled: another password would not change that). Neither is ever repeated, since every
 /// failed attempt counts towards the BMC's account lock-out.
 pub(crate) async fn log_in(
     transport: &Transport,
     credentials: &Credentials,
-    sessions_path: Option<&str>,
-) -> Result<Auth> {
-    let Some(path) = sessions_path else {
-        return Ok(Auth::Basic);
-    };
+    which: CredentialUsed,
+    path: &str,
+) -> Result<Attempt<Auth>> {
     const OPERATION: &str = "session login";
+    let password = credentials
+        .password_for(which)
+        .unwrap_or(&credentials.password);
     let body = json!({
         "UserName": credentials.username,
-        "Password": credentials.password.expose(),
+        "Password": password.expose(),
     });
     let reply = transport
         .send(
@@ -89,28 +100,26 @@ pub(crate) async fn log_in(
                         .ok()
                         .and_then(|v| v.get("@odata.id")?.as_str().map(str::to_owned))
                 });
-                Ok(Auth::Session {
+                Ok(Attempt::Accepted(Auth::Session {
                     token: SessionToken(token.to_owned()),
                     location,
-                })
+                }))
             }
             _ => {
                 tracing::debug!(
                     bmc = transport.bmc(),
                     "session created without a token; using Basic auth"
                 );
-                Ok(Auth::Basic)
+                Ok(Attempt::Accepted(Auth::Basic(which)))
             }
         },
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(Error::Authentication {
-            bmc: transport.bmc().to_owned(),
-            detail: format!(
-                "session login as {:?} refused with HTTP {} ({})",
-                credentials.username,
-                reply.status.as_u16(),
-                reply.error_message()
-            ),
-        }),
+        StatusCode::UNAUTHORIZED => Ok(Attempt::Refused(refusal(
+            transport,
+            credentials,
+            which,
+            &reply,
+        ))),
+        StatusCode::FORBIDDEN => Err(refusal(transport, credentials, which, &reply)),
         status if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS => {
             Err(transport.status_error(&reply, OPERATION))
         }
@@ -120,8 +129,26 @@ pub(crate) async fn log_in(
                 status = reply.status.as_u16(),
                 "no usable session service; using Basic auth"
             );
-            Ok(Auth::Basic)
+            Ok(Attempt::Accepted(Auth::Basic(which)))
         }
+    }
+}
+
+/// The error for a refused session login: the account and which password, never its value.
+fn refusal(
+    transport: &Transport,
+    credentials: &Credentials,
+    which: CredentialUsed,
+    reply: &Reply,
+) -> Error {
+    Error::Authentication {
+        bmc: transport.bmc().to_owned(),
+        detail: format!(
+            "session login as {:?} with the {which} password refused with HTTP {} ({})",
+            credentials.username,
+            reply.status.as_u16(),
+            reply.error_message()
+        ),
     }
 }
 

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::model::ErrorBody;
 use crate::connector::EndpointGate;
-use crate::credentials::Credentials;
+use crate::credentials::Password;
 use crate::error::{Error, Result, shorten};
 use crate::retry::parse_retry_after;
 use crate::tls::TlsOptions;
@@ -32,7 +32,8 @@ impl std::fmt::Debug for SessionToken {
 #[derive(Clone, Copy)]
 pub(crate) enum RequestAuth<'a> {
     None,
-    Basic(&'a Credentials),
+    /// HTTP Basic with a username and one of its passwords.
+    Basic(&'a str, &'a Password),
     Token(&'a SessionToken),
 }
 
@@ -179,8 +180,8 @@ impl Transport {
             .header("Accept", HeaderValue::from_static("application/json"));
         request = match auth {
             RequestAuth::None => request,
-            RequestAuth::Basic(credentials) => {
-                request.basic_auth(&credentials.username, Some(credentials.password.expose()))
+            RequestAuth::Basic(username, password) => {
+                request.basic_auth(username, Some(password.expose()))
             }
             RequestAuth::Token(token) => {
                 let mut value = HeaderValue::from_str(&token.0).map_err(|_| {

@@ -28,6 +28,7 @@ pub use self::sessions::{IpmiStats, IpmiUser, privilege};
 use self::sessions::{Phase, SessionTable};
 use crate::clock::Clock;
 use crate::host::{RequestFault, SimHost};
+use crate::lockout::{LockoutPolicy, LockoutStatus};
 use crate::{Error, Result};
 
 /// How to start a simulated IPMI BMC.
@@ -43,6 +44,8 @@ pub struct IpmiSimConfig {
     pub idle_timeout: Duration,
     /// The cipher suites offered.
     pub suites: Vec<CipherSuite>,
+    /// Account lock-out after failed logins (off by default, like ipmi_sim's).
+    pub lockout: LockoutPolicy,
 }
 
 impl Default for IpmiSimConfig {
@@ -57,6 +60,7 @@ impl Default for IpmiSimConfig {
             max_sessions: 16,
             idle_timeout: Duration::from_secs(60),
             suites: CipherSuite::ALL.to_vec(),
+            lockout: LockoutPolicy::default(),
         }
     }
 }
@@ -122,6 +126,8 @@ impl IpmiSim {
                 suites: config.suites,
                 sessions: HashMap::new(),
                 stats: IpmiStats::default(),
+                lockout: config.lockout,
+                lockouts: HashMap::new(),
             }),
             rng,
         });
@@ -155,9 +161,21 @@ impl IpmiSim {
         table.stats.clone()
     }
 
-    /// Replaces the accounts (credential rotation); open sessions stay.
+    /// Replaces the accounts (credential rotation); open sessions stay, and so do the
+    /// accounts' failed-login counts.
     pub fn set_users(&self, users: Vec<IpmiUser>) {
         self.bmc.lock().users = users;
+    }
+
+    /// Changes the lock-out policy at runtime (as an administrator would on the BMC).
+    pub fn set_lockout_policy(&self, policy: LockoutPolicy) {
+        self.bmc.lock().lockout = policy;
+    }
+
+    /// The failed logins and lock-out of the account `username`.
+    pub fn lockout_status(&self, username: &str) -> LockoutStatus {
+        let now = self.bmc.clock.now();
+        self.bmc.lock().lockout_status(username, now)
     }
 }
 

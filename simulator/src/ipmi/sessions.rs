@@ -11,6 +11,8 @@ use baremend_drivers::ipmi::wire::rakp::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::lockout::{LockoutCounter, LockoutPolicy, LockoutStatus};
+
 /// IPMI privilege levels, as numbered on the wire.
 pub mod privilege {
     /// User: read-only commands.
@@ -108,14 +110,45 @@ pub(crate) struct SessionTable {
     pub suites: Vec<CipherSuite>,
     pub sessions: HashMap<u32, SimSession>,
     pub stats: IpmiStats,
+    pub lockout: LockoutPolicy,
+    /// Failed logins per user name (kept when the users are replaced, as a BMC keeps them
+    /// across a password change).
+    pub lockouts: HashMap<String, LockoutCounter>,
 }
 
 impl SessionTable {
+    fn counter(&mut self, username: &[u8]) -> &mut LockoutCounter {
+        self.lockouts
+            .entry(String::from_utf8_lossy(username).into_owned())
+            .or_default()
+    }
+
+    /// The failed logins and lock of `username` (expired sessions swept first).
+    pub fn lockout_status(&mut self, username: &str, now: Duration) -> LockoutStatus {
+        self.expire(now);
+        let policy = self.lockout;
+        self.counter(username.as_bytes()).status(&policy, now)
+    }
+
     /// Drops sessions idle for longer than the timeout.
+    /// A login left after RAKP 2 (the console found the BMC's code wrong and went away, as
+    /// ipmitool does without a RAKP 3) counts as a failed login of its user.
     pub fn expire(&mut self, now: Duration) {
         let timeout = self.idle_timeout;
         let before = self.sessions.len();
-        self.sessions.retain(|_, s| now < s.last_activity + timeout);
+        let mut abandoned = Vec::new();
+        self.sessions.retain(|_, s| {
+            let keep = now < s.last_activity + timeout;
+            if let (false, Phase::Challenged { context, .. }) = (keep, &s.phase) {
+                abandoned.push(context.username.clone());
+            }
+            keep
+        });
+        let policy = self.lockout;
+        for username in abandoned {
+            self.stats.authentication_failures += 1;
+            self.counter(&username).failed(&policy, now);
+        }
         self.stats.sessions_expired += (before - self.sessions.len()) as u64;
         self.stats.open_sessions = self.sessions.len();
     }
@@ -228,6 +261,15 @@ impl SessionTable {
             Some(user) if role_privilege > user.max_privilege => Some(status::UNAUTHORIZED_ROLE),
             Some(_) => None,
         };
+        let policy = self.lockout;
+        // A locked-out account is refused by name, before any password is checked.
+        let refusal = match refusal {
+            None if self.counter(name).locked(&policy, now) => {
+                self.counter(name).refused_while_locked();
+                Some(status::UNAUTHORIZED_NAME)
+            }
+            other => other,
+        };
         let (Some(user), None) = (user, refusal) else {
             self.sessions.remove(&message.bmc_session_id);
             self.stats.authentication_failures += 1;
@@ -249,6 +291,7 @@ impl SessionTable {
             username: message.username.clone(),
         };
         let auth_code = context.rakp2_auth_code(&key);
+        let session = self.sessions.get_mut(&message.bmc_session_id)?;
         session.phase = Phase::Challenged {
             context,
             user_key: key,
@@ -287,13 +330,16 @@ impl SessionTable {
             return None;
         };
         self.stats.open_sessions = self.sessions.len();
+        let policy = self.lockout;
         if message.status != status::OK {
             // The console aborts (e.g. our RAKP 2 did not verify: wrong password).
             self.stats.authentication_failures += 1;
+            self.counter(&context.username).failed(&policy, now);
             return None;
         }
         if !context.verify_rakp3(&user_key, &message.auth_code) {
             self.stats.authentication_failures += 1;
+            self.counter(&context.username).failed(&policy, now);
             return Some(Rakp4 {
                 message_tag: message.message_tag,
                 status: status::INVALID_INTEGRITY_VALUE,
@@ -320,6 +366,7 @@ impl SessionTable {
             },
         );
         self.stats.sessions_activated += 1;
+        self.counter(&context.username).succeeded(&policy);
         self.note_open();
         Some(Rakp4 {
             message_tag: message.message_tag,

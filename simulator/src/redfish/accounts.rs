@@ -17,6 +17,7 @@ use super::respond::{
 use super::service::{
     Account, AccountChange, AccountError, AccountRecord, LoginError, RedfishService, Role,
 };
+use crate::lockout::LockoutPolicy;
 
 type Shared = Arc<RedfishService>;
 
@@ -38,7 +39,10 @@ pub(crate) fn router() -> Router<Shared> {
             "/redfish/v1/SessionService/Sessions/{id}",
             get(session).delete(delete_session),
         )
-        .route("/redfish/v1/AccountService", get(account_service))
+        .route(
+            "/redfish/v1/AccountService",
+            get(account_service).patch(patch_account_service),
+        )
         .route(ACCOUNTS, get(accounts).post(create_account))
         .route(
             "/redfish/v1/AccountService/Accounts/{id}",
@@ -198,24 +202,95 @@ async fn delete_session(
     }
 }
 
-async fn account_service(_: Authed) -> Response {
+fn account_service_body(lockout: &LockoutPolicy) -> Value {
+    json!({
+        "@odata.type": "#AccountService.v1_13_0.AccountService",
+        "@odata.id": "/redfish/v1/AccountService",
+        "Id": "AccountService",
+        "Name": "Account Service",
+        "ServiceEnabled": true,
+        "Status": {"State": "Enabled", "Health": "OK"},
+        "MinPasswordLength": MIN_PASSWORD,
+        "MaxPasswordLength": MAX_PASSWORD,
+        "AccountLockoutThreshold": lockout.threshold,
+        "AccountLockoutDuration": lockout.duration_secs,
+        "AccountLockoutCounterResetAfter": lockout.counter_reset_after_secs,
+        "Accounts": {"@odata.id": ACCOUNTS},
+        "Roles": {"@odata.id": "/redfish/v1/AccountService/Roles"},
+    })
+}
+
+fn account_service_resource(lockout: &LockoutPolicy) -> Response {
     resource(
-        &json!({
-            "@odata.type": "#AccountService.v1_13_0.AccountService",
-            "@odata.id": "/redfish/v1/AccountService",
-            "Id": "AccountService",
-            "Name": "Account Service",
-            "ServiceEnabled": true,
-            "Status": {"State": "Enabled", "Health": "OK"},
-            "MinPasswordLength": MIN_PASSWORD,
-            "MaxPasswordLength": MAX_PASSWORD,
-            "Accounts": {"@odata.id": ACCOUNTS},
-            "Roles": {"@odata.id": "/redfish/v1/AccountService/Roles"},
-        }),
+        &account_service_body(lockout),
         "AccountService.v1_13_0",
-        "GET, HEAD",
+        "GET, HEAD, PATCH",
         None,
     )
+}
+
+async fn account_service(State(service): State<Shared>, _: Authed) -> Response {
+    account_service_resource(&service.lockout_policy())
+}
+
+/// The AccountService properties a PATCH may set: the lock-out policy. The others it serves
+/// are read-only here.
+const ACCOUNT_SERVICE_READ_ONLY: &[&str] = &[
+    "Id",
+    "Name",
+    "ServiceEnabled",
+    "Status",
+    "MinPasswordLength",
+    "MaxPasswordLength",
+    "Accounts",
+    "Roles",
+];
+
+/// Applies a PATCH body to `policy`; every property is checked before any is applied.
+fn patch_lockout(body: &[u8], mut policy: LockoutPolicy) -> Result<LockoutPolicy, RedfishError> {
+    let request: Value =
+        serde_json::from_slice(body).map_err(|_| RedfishError::malformed_json())?;
+    let Some(request) = request.as_object() else {
+        return Err(RedfishError::malformed_json());
+    };
+    for (key, value) in request {
+        let key = key.as_str();
+        let number = || value.as_u64().ok_or_else(|| type_error(key, value));
+        match key {
+            _ if key.starts_with('@') => {}
+            "AccountLockoutThreshold" => {
+                policy.threshold = u32::try_from(number()?).map_err(|_| type_error(key, value))?
+            }
+            "AccountLockoutDuration" => policy.duration_secs = number()?,
+            "AccountLockoutCounterResetAfter" => policy.counter_reset_after_secs = number()?,
+            _ if ACCOUNT_SERVICE_READ_ONLY.contains(&key) => return Err(not_writable(key)),
+            _ => return Err(RedfishError::property_unknown(key)),
+        }
+    }
+    if request.is_empty() {
+        return Err(no_operation());
+    }
+    // The schema: the counter resets no later than the lock ends.
+    if policy.counter_reset_after_secs > policy.duration_secs {
+        let key = "AccountLockoutCounterResetAfter";
+        let value = json!(policy.counter_reset_after_secs);
+        return Err(format_error(key, &value, "at most AccountLockoutDuration"));
+    }
+    Ok(policy)
+}
+
+/// PATCH of the AccountService: an account manager (ConfigureUsers) sets the lock-out policy.
+async fn patch_account_service(
+    State(service): State<Shared>,
+    Authed(principal): Authed,
+    body: Bytes,
+) -> Result<Response, RedfishError> {
+    if !principal.role.may_configure_users() {
+        return Err(RedfishError::insufficient_privilege());
+    }
+    let policy = patch_lockout(&body, service.lockout_policy())?;
+    service.set_lockout_policy(policy);
+    Ok(account_service_resource(&policy))
 }
 
 async fn accounts(State(service): State<Shared>, _: Authed) -> Response {
@@ -248,7 +323,7 @@ fn account_body(record: &AccountRecord) -> Value {
         "Password": null,
         "RoleId": record.role.id(),
         "Enabled": record.enabled,
-        "Locked": false,
+        "Locked": record.locked,
         "AccountTypes": ["Redfish"],
         "Links": {"Role": {"@odata.id": format!("/redfish/v1/AccountService/Roles/{}", record.role.id())}},
     })
@@ -346,6 +421,15 @@ fn not_writable(property: &str) -> RedfishError {
     )
     .args(&[property])
     .resolution("Remove the property from the request body and resubmit the request if the operation failed.")
+}
+
+fn no_operation() -> RedfishError {
+    RedfishError::new(
+        StatusCode::BAD_REQUEST,
+        "NoOperation",
+        "The request body submitted contain no data to act upon and no changes to the resource took place.",
+    )
+    .resolution("Add properties in the JSON object and resubmit the request.")
 }
 
 /// Properties of a ManagerAccount that exist but that no request may set.
@@ -508,12 +592,7 @@ async fn patch_account(
     check_if_match(&headers, &record.etag)?;
     let change = parse_account(&body)?;
     if change.is_empty() {
-        return Err(RedfishError::new(
-            StatusCode::BAD_REQUEST,
-            "NoOperation",
-            "The request body submitted contain no data to act upon and no changes to the resource took place.",
-        )
-        .resolution("Add properties in the JSON object and resubmit the request."));
+        return Err(no_operation());
     }
     let only_password =
         change.username.is_none() && change.role.is_none() && change.enabled.is_none();

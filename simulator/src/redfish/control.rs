@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::service::{AuthSettings, RedfishService};
 use crate::host::{Faults, Power};
+use crate::lockout::LockoutPolicy;
 
 type Shared = Arc<RedfishService>;
 
@@ -24,6 +25,8 @@ pub(crate) fn router(service: Shared) -> Router {
         .route("/control/systems/{id}/power", put(set_power))
         .route("/control/credentials", put(set_credentials))
         .route("/control/auth", put(set_auth))
+        .route("/control/lockout", put(set_lockout))
+        .route("/control/lockout/{username}", get(lockout_status))
         .route("/control/sessions/expire", post(expire_sessions))
         .with_state(service)
 }
@@ -103,4 +106,16 @@ async fn set_auth(State(service): State<Shared>, Json(settings): Json<AuthSettin
 async fn expire_sessions(State(service): State<Shared>) -> Response {
     service.expire_sessions();
     StatusCode::NO_CONTENT.into_response()
+}
+
+async fn set_lockout(State(service): State<Shared>, Json(policy): Json<LockoutPolicy>) -> Response {
+    service.set_lockout_policy(policy);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn lockout_status(State(service): State<Shared>, Path(username): Path<String>) -> Response {
+    match service.lockout_status(&username) {
+        Some(status) => Json(status).into_response(),
+        None => (StatusCode::NOT_FOUND, format!("no account {username:?}\n")).into_response(),
+    }
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::host::{Power, PowerAction, SimHost};
+use crate::lockout::{LockoutCounter, LockoutPolicy, LockoutStatus};
 
 /// A predefined Redfish role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +102,8 @@ pub(crate) struct AccountRecord {
     pub built_in: bool,
     /// The current ETag, which changes with every write.
     pub etag: String,
+    /// Locked out by failed logins.
+    pub locked: bool,
 }
 
 /// A change to an account; `None` leaves a property as it is.
@@ -146,6 +149,8 @@ struct AccountEntry {
     /// Service-wide write counter at the last write: ETags never repeat, not even for an id
     /// reused after a delete.
     generation: u64,
+    /// Failed logins and the lock they cause.
+    lockout: LockoutCounter,
 }
 
 impl AccountEntry {
@@ -157,6 +162,7 @@ impl AccountEntry {
             enabled: self.enabled,
             built_in: first,
             etag: format!("W/\"{}\"", self.generation),
+            locked: false,
         }
     }
 }
@@ -238,6 +244,7 @@ struct ServiceState {
     next_account: u64,
     account_writes: u64,
     auth: AuthSettings,
+    lockout: LockoutPolicy,
     sessions: HashMap<String, Session>,
     next_session: u64,
     tasks: HashMap<u64, Task>,
@@ -293,10 +300,12 @@ impl RedfishService {
                     account: admin,
                     enabled: true,
                     generation: 1,
+                    lockout: LockoutCounter::default(),
                 }],
                 next_account: 2,
                 account_writes: 1,
                 auth: AuthSettings::default(),
+                lockout: LockoutPolicy::default(),
                 sessions: HashMap::new(),
                 next_session: 1,
                 tasks: HashMap::new(),
@@ -351,6 +360,7 @@ impl RedfishService {
             account,
             enabled,
             generation: state.account_writes,
+            lockout: LockoutCounter::default(),
         };
         state.next_account += 1;
         state.accounts.push(entry);
@@ -385,12 +395,38 @@ impl RedfishService {
     /// The accounts as the account service shows them, in id order.
     pub(crate) fn account_records(&self) -> Vec<AccountRecord> {
         let state = self.lock();
+        let now = self.clock.now();
         state
             .accounts
             .iter()
             .enumerate()
-            .map(|(index, e)| e.record(index == 0))
+            .map(|(index, e)| AccountRecord {
+                locked: e.lockout.is_locked(&state.lockout, now),
+                ..e.record(index == 0)
+            })
             .collect()
+    }
+
+    /// The lock-out policy in force.
+    pub fn lockout_policy(&self) -> LockoutPolicy {
+        self.lock().lockout
+    }
+
+    /// Sets the lock-out policy (the AccountService's `AccountLockout*` properties).
+    pub fn set_lockout_policy(&self, policy: LockoutPolicy) {
+        self.lock().lockout = policy;
+    }
+
+    /// The failed logins and lock of the account named `username`, if there is one.
+    pub fn lockout_status(&self, username: &str) -> Option<LockoutStatus> {
+        let mut state = self.lock();
+        let now = self.clock.now();
+        let policy = state.lockout;
+        state
+            .accounts
+            .iter_mut()
+            .find(|e| e.account.username == username)
+            .map(|e| e.lockout.status(&policy, now))
     }
 
     /// One account by member id.
@@ -557,12 +593,29 @@ impl RedfishService {
         InFlight(self)
     }
 
-    fn check_password(state: &ServiceState, username: &str, password: &str) -> Option<Role> {
-        state
+    /// The role of `username` if `password` is its password and the account is neither
+    /// disabled nor locked out; a wrong password counts towards the lock-out.
+    fn check_password(
+        state: &mut ServiceState,
+        now: Duration,
+        username: &str,
+        password: &str,
+    ) -> Option<Role> {
+        let policy = state.lockout;
+        let entry = state
             .accounts
-            .iter()
-            .find(|e| e.enabled && e.account.username == username && e.account.password == password)
-            .map(|e| e.account.role)
+            .iter_mut()
+            .find(|e| e.enabled && e.account.username == username)?;
+        if entry.lockout.locked(&policy, now) {
+            entry.lockout.refused_while_locked();
+            return None;
+        }
+        if entry.account.password != password {
+            entry.lockout.failed(&policy, now);
+            return None;
+        }
+        entry.lockout.succeeded(&policy);
+        Some(entry.account.role)
     }
 
     /// Creates a session; returns (token, session id, username).
@@ -575,11 +628,11 @@ impl RedfishService {
         if !state.auth.sessions {
             return Err(LoginError::SessionsDisabled);
         }
-        if Self::check_password(&state, username, password).is_none() {
+        let now = self.clock.now();
+        if Self::check_password(&mut state, now, username, password).is_none() {
             state.authentication_failures += 1;
             return Err(LoginError::BadCredentials);
         }
-        let now = self.clock.now();
         let timeout = self.session_timeout;
         state.sessions.retain(|_, s| now < s.last_used + timeout);
         if state.sessions.len() >= self.max_sessions {
@@ -656,7 +709,7 @@ impl RedfishService {
             .and_then(|bytes| String::from_utf8(bytes).ok());
         let principal = match basic {
             Some(pair) if state.auth.basic_auth => pair.split_once(':').and_then(|(u, p)| {
-                Self::check_password(&state, u, p).map(|role| Principal {
+                Self::check_password(&mut state, now, u, p).map(|role| Principal {
                     username: u.to_owned(),
                     role,
                 })
