@@ -683,8 +683,21 @@ async fn kubectl_applies_the_crds_and_the_whole_deploy_folder() {
         "deployment.apps/baremend created",
         "servicemonitor.monitoring.coreos.com/baremend created",
         "prometheusrule.monitoring.coreos.com/baremend created",
+        "remediationpolicy.baremend.io/default created",
+        "driftpolicy.baremend.io/default created",
     ] {
         assert!(out.contains(object), "missing {object:?} in:\n{out}");
+    }
+    // The first day's policies: cluster-scoped (kubectl drops the namespace kustomize adds), in
+    // DryRun and Observe, the rest defaulted by the schema.
+    for (kind, mode) in [("remediationpolicy", "DryRun"), ("driftpolicy", "Observe")] {
+        let spec = c
+            .ok(
+                &["get", kind, "default", "-o", "jsonpath={.spec.mode}"],
+                None,
+            )
+            .await;
+        assert_eq!(spec.trim(), mode, "{kind}");
     }
     // A second apply changes nothing.
     let again = c.ok(&["apply", "-k", deploy.to_str().unwrap()], None).await;
