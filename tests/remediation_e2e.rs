@@ -1579,3 +1579,23 @@ async fn a_paused_policy_holds_a_new_start_and_lets_a_fenced_remediation_finish(
     patch_policy(&lab, json!({"paused": false})).await;
     lab.succeeded("worker-1-1").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_to_dry_run_mid_cycle_lets_the_fenced_remediation_finish_under_remediate() {
+    let (lab, _) = held_at_fenced().await;
+    patch_policy(&lab, json!({"mode": "DryRun"})).await;
+    lab.cluster.api_server().clear_faults();
+    let done = lab.succeeded("worker-0-1").await;
+    assert_in_order(
+        &done,
+        &["Fenced", "NodeDeleted", "PowerOnRequested", "Succeeded"],
+    );
+    assert_eq!(
+        lab.power_history("worker-0"),
+        [
+            baremend_sim::host::Power::Off,
+            baremend_sim::host::Power::On
+        ]
+    );
+    lab.assert_machine_clean("worker-0");
+}

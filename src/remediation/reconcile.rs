@@ -104,6 +104,9 @@ impl Pass {
             None => (Ok(()), self.triggered()),
         };
         let probes = if self.dry_run_start(state.phase, triggered, &may) {
+            // A dry run launches nothing: the other starts need not wait for its probes (an
+            // unreachable BMC takes its timeout to say so).
+            starts = None;
             self.probe_strategies(remediation).await
         } else {
             Vec::new()
