@@ -1599,3 +1599,39 @@ async fn a_switch_to_dry_run_mid_cycle_lets_the_fenced_remediation_finish_under_
     );
     lab.assert_machine_clean("worker-0");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_names_the_gate_that_would_hold_the_start() {
+    let mut policy = fast_policy();
+    policy["mode"] = json!("DryRun");
+    policy["maxConcurrent"] = json!(5);
+    policy["storm"] = json!({"maxUnhealthyPercent": 10});
+    let lab = start(fast(), policy).await;
+    // Two of six machines triggered (33 %), above 10 %: a real start would be held.
+    lab.trigger("worker-0", true);
+    lab.trigger("worker-1", true);
+    let recorded = lab.reach("worker-1-1", RemediationPhase::DryRun).await;
+    let dry = condition(recorded.status.as_ref().unwrap(), "DryRun").clone();
+    assert_eq!(dry.reason, "WouldHold");
+    assert!(
+        dry.message
+            .contains("gate Storm would hold the start: storm: 2 of 6"),
+        "{:?}",
+        dry.message
+    );
+    assert!(
+        dry.message
+            .contains("would fence with BareMetalHostRebootApi"),
+        "{:?}",
+        dry.message
+    );
+    metric(
+        &lab,
+        "baremend_remediation_dry_runs_total{outcome=\"WouldHold\"}",
+    )
+    .await;
+    for machine in ["worker-0", "worker-1"] {
+        assert!(lab.power_history(machine).is_empty(), "{machine}");
+        assert!(lab.node_exists(machine));
+    }
+}
