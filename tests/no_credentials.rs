@@ -1,6 +1,7 @@
 //! Credentials and session tokens appear nowhere an operator or an attacker could read them:
 //! a full remediation over Redfish (login, session, power off and on, logout) and a failed
-//! one with a wrong password, with every log line captured at debug level, then the logs,
+//! one with a wrong password, then two dry runs whose probes log in and fail to, with every
+//! log line captured at debug level; then the logs,
 //! Events, metrics, object status and errors are searched for the password, its base64 forms
 //! and every session token the BMC issued. One test per binary: it owns the global logger.
 
@@ -63,19 +64,22 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     let policy = json!({"strategies": ["DirectBmc"], "timeouts": {"readyGraceSeconds": 0, "powerOffSeconds": 5}});
     let mut lab = Lab::builder(spec).policy(policy).start().await;
     let api = lab.api.clone();
-    for host in ["worker-0", "worker-1"] {
+    for host in ["worker-0", "worker-1", "worker-2"] {
         lab.detach(host);
     }
-    // worker-1's Secret holds a wrong password: its login fails, and the error must not say it.
+    // worker-1's and worker-2's Secrets hold a wrong password: their logins fail, and the
+    // errors must not say it.
     let encoded = base64::engine::general_purpose::STANDARD.encode(WRONG);
-    api.merge(
-        SECRETS,
-        MACHINE_NAMESPACE,
-        "worker-1-bmc-secret",
-        &json!({"data": {"password": encoded}}),
-        false,
-    )
-    .unwrap();
+    for host in ["worker-1", "worker-2"] {
+        api.merge(
+            SECRETS,
+            MACHINE_NAMESPACE,
+            &format!("{host}-bmc-secret"),
+            &json!({"data": {"password": encoded}}),
+            false,
+        )
+        .unwrap();
+    }
 
     lab.start_controller(ControllerOptions {
         instance: "leak-test".into(),
@@ -85,7 +89,28 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     lab.trigger("worker-1", true);
     let done = lab.ended("worker-0-1").await;
     let failed = lab.ended("worker-1-1").await;
+    // Then dry runs, whose probes log in (worker-0) or fail to (worker-2).
+    let policies: kube::Api<baremend::api::RemediationPolicy> = kube::Api::all(lab.client.clone());
+    policies
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"mode": "DryRun", "maxConcurrent": 2, "storm": {"maxUnhealthyPercent": 100}}})),
+        )
+        .await
+        .unwrap();
+    lab.trigger("worker-0", true);
+    lab.trigger("worker-2", true);
+    let probed = lab.reach("worker-0-2", RemediationPhase::DryRun).await;
+    let refused = lab.reach("worker-2-1", RemediationPhase::DryRun).await;
     lab.kill().await;
+    let reason = |r: &baremend::api::Remediation| {
+        let status = r.status.as_ref().unwrap();
+        let dry = status.conditions.iter().find(|c| c.type_ == "DryRun");
+        dry.map(|c| c.reason.clone()).unwrap_or_default()
+    };
+    assert_eq!(reason(&probed), "WouldFence", "{:?}", probed.status);
+    assert_eq!(reason(&refused), "ProbeFailed", "{:?}", refused.status);
     assert_eq!(
         done.status.as_ref().map(|s| s.phase),
         Some(RemediationPhase::Succeeded),
@@ -111,7 +136,13 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
         ("Machines", listed(MACHINES)),
         ("BareMetalHosts", listed(BMHS)),
         ("Nodes", listed(NODES)),
-        ("errors", format!("{:?} {:?}", done.status, failed.status)),
+        (
+            "errors",
+            format!(
+                "{:?} {:?} {:?} {:?}",
+                done.status, failed.status, probed.status, refused.status
+            ),
+        ),
     ];
     assert!(
         places[0].1.contains("worker-0"),
