@@ -86,6 +86,8 @@ fn every_manifest_parses_into_its_typed_struct() {
             // The Prometheus Operator's kinds have no k8s-openapi type: their shape is
             // checked where they are used below.
             "ServiceMonitor" | "PrometheusRule" => {}
+            "RemediationPolicy" => drop(typed::<baremend::api::RemediationPolicy>(&file, &value)),
+            "DriftPolicy" => drop(typed::<baremend::api::DriftPolicy>(&file, &value)),
             other => panic!("{file}: unexpected kind {other}"),
         }
         kinds.insert(kind);
@@ -98,8 +100,42 @@ fn every_manifest_parses_into_its_typed_struct() {
         "Service",
         "ServiceMonitor",
         "PrometheusRule",
+        "RemediationPolicy",
+        "DriftPolicy",
     ] {
         assert!(kinds.contains(expected), "no {expected} in deploy/");
+    }
+}
+
+#[test]
+fn the_shipped_policies_start_the_first_day_in_dry_run_and_observe() {
+    use baremend::api::{DriftMode, DriftPolicy, RemediationMode, RemediationPolicy};
+    let remediation: Vec<RemediationPolicy> = of_kind("RemediationPolicy")
+        .iter()
+        .map(|v| typed("policies.yaml", v))
+        .collect();
+    let drift: Vec<DriftPolicy> = of_kind("DriftPolicy")
+        .iter()
+        .map(|v| typed("policies.yaml", v))
+        .collect();
+    // One of each, named as the controller reads it.
+    assert_eq!(remediation.len(), 1);
+    assert_eq!(drift.len(), 1);
+    assert_eq!(remediation[0].metadata.name.as_deref(), Some("default"));
+    assert_eq!(drift[0].metadata.name.as_deref(), Some("default"));
+    assert_eq!(remediation[0].spec.mode, RemediationMode::DryRun);
+    assert!(!remediation[0].spec.paused);
+    assert_eq!(drift[0].spec.mode, DriftMode::Observe);
+    // In the kustomization, and the guide shows how to switch each.
+    let kustomization =
+        std::fs::read_to_string(common::repo_root().join("deploy/kustomization.yaml")).unwrap();
+    assert!(kustomization.contains("- policies.yaml"), "{kustomization}");
+    let guide = std::fs::read_to_string(common::repo_root().join("docs/install.md")).unwrap();
+    for switch in [
+        r#"kubectl patch remediationpolicy default --type merge -p '{"spec":{"mode":"Remediate"}}'"#,
+        r#"kubectl patch driftpolicy default --type merge -p '{"spec":{"mode":"Remediate"}}'"#,
+    ] {
+        assert!(guide.contains(switch), "docs/install.md lacks {switch}");
     }
 }
 

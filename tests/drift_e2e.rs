@@ -420,3 +420,142 @@ async fn a_force_helper_still_pending_at_the_pickup_timeout_is_over_before_the_f
     );
     lab.stop().await;
 }
+
+/// The DriftRemediation once its Held condition is True with `reason`; fails after 20 s.
+async fn held_by(lab: &common::lab::Lab, name: &str, reason: &str) -> DriftRemediation {
+    eventually(
+        &format!("{name} held: {reason}"),
+        Duration::from_secs(20),
+        async || {
+            let remediation = lab.drift_remediation(name);
+            let held = remediation
+                .as_ref()
+                .and_then(|r| r.status.as_ref())
+                .is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Held" && c.status == "True" && c.reason == reason)
+                });
+            match remediation {
+                Some(r) if held => Ok(r),
+                other => Err(format!("{other:#?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// The Held condition's message.
+fn held_message(remediation: &DriftRemediation) -> String {
+    let status = remediation.status.as_ref().unwrap();
+    let held = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Held")
+        .unwrap();
+    held.message.clone()
+}
+
+/// Nothing was done on the node: no forcefile, no helper, no reboot, no cordon.
+fn assert_nothing_done(lab: &common::lab::Lab, node: &str, boots: usize) {
+    assert!(!lab.forcefile(node), "{node}: a forcefile");
+    assert!(
+        lab.api.list(PODS, Some("baremend")).is_empty(),
+        "a helper pod"
+    );
+    assert_eq!(lab.reboots(node), boots, "{node} rebooted");
+    let object = lab.api.get(NODES, "", node).unwrap();
+    assert_ne!(object["spec"]["unschedulable"], true, "{node} cordoned");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_mode_records_drift_and_does_nothing_until_switched_to_remediate() {
+    let mut lab = drift::start(2, json!(1), json!({"mode": "Observe"})).await;
+    let boots = lab.reboots("worker-0");
+    lab.drift("worker-0");
+    let held = held_by(&lab, "worker-0-1", "ObserveOnly").await;
+    assert_eq!(held.status.as_ref().unwrap().phase, DriftPhase::Pending);
+    assert_eq!(steps(&held), ["DriftDetected", "Debounced"]);
+    assert!(held_message(&held).contains("mode is Observe"), "{held:?}");
+    // Detected, classified, told and counted as without Observe.
+    lab.wait_event("ObserveOnly", "Node").await;
+    eventually(
+        "the drift and the hold counted",
+        Duration::from_secs(10),
+        async || {
+            let metrics = lab.metrics.encode();
+            let counted = metrics.contains("mco_node_config_drift_detected{pool=\"worker\"} 1")
+                && metrics.contains("mco_remediations_held{reason=\"ObserveOnly\"} 1");
+            if counted { Ok(()) } else { Err(metrics) }
+        },
+    )
+    .await;
+    assert_nothing_done(&lab, "worker-0", boots);
+    // Mode changes take effect on the next pass.
+    let policies: kube::Api<baremend::api::DriftPolicy> = kube::Api::all(lab.client.clone());
+    policies
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"mode": "Remediate"}})),
+        )
+        .await
+        .unwrap();
+    let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    assert!(steps(&done).contains(&"ForceRequested".to_string()));
+    lab.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drift_remediation_annotation_on_a_node_holds_it_with_a_condition_naming_the_node() {
+    let mut lab = drift::start(2, json!(2), json!({})).await;
+    let annotation =
+        json!({"metadata": {"annotations": {"baremend.io/drift-remediation": "disabled"}}});
+    lab.api
+        .merge(NODES, "", "worker-0", &annotation, false)
+        .unwrap();
+    let boots = lab.reboots("worker-0");
+    lab.drift("worker-0");
+    lab.drift("worker-1");
+    let held = held_by(&lab, "worker-0-1", "DriftRemediationDisabled").await;
+    let message = held_message(&held);
+    assert!(
+        message.contains("baremend.io/drift-remediation: disabled on Node worker-0"),
+        "{message}"
+    );
+    // The other node of the pool is not held.
+    lab.reach("worker-1-1", DriftPhase::Succeeded).await;
+    assert_nothing_done(&lab, "worker-0", boots);
+    assert_eq!(
+        lab.drift_remediation("worker-0-1")
+            .unwrap()
+            .status
+            .unwrap()
+            .phase,
+        DriftPhase::Pending
+    );
+    lab.wait_event("DriftRemediationDisabled", "DriftRemediation")
+        .await;
+    lab.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drift_remediation_annotation_on_a_pool_holds_its_nodes_until_it_is_removed() {
+    let mut lab = drift::start(2, json!(1), json!({})).await;
+    let disable = |value: serde_json::Value| json!({"metadata": {"annotations": {"baremend.io/drift-remediation": value}}});
+    lab.api
+        .merge(MCPS, "", "worker", &disable(json!("disabled")), false)
+        .unwrap();
+    let boots = lab.reboots("worker-0");
+    lab.drift("worker-0");
+    let held = held_by(&lab, "worker-0-1", "DriftRemediationDisabled").await;
+    let message = held_message(&held);
+    assert!(message.contains("on MachineConfigPool worker"), "{message}");
+    assert_nothing_done(&lab, "worker-0", boots);
+    lab.api
+        .merge(MCPS, "", "worker", &disable(json!(null)), false)
+        .unwrap();
+    let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    assert!(steps(&done).contains(&"ForceRequested".to_string()));
+    lab.stop().await;
+}

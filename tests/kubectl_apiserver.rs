@@ -683,9 +683,43 @@ async fn kubectl_applies_the_crds_and_the_whole_deploy_folder() {
         "deployment.apps/baremend created",
         "servicemonitor.monitoring.coreos.com/baremend created",
         "prometheusrule.monitoring.coreos.com/baremend created",
+        "remediationpolicy.baremend.io/default created",
+        "driftpolicy.baremend.io/default created",
     ] {
         assert!(out.contains(object), "missing {object:?} in:\n{out}");
     }
+    // The first day's policies: cluster-scoped (kubectl drops the namespace kustomize adds), in
+    // DryRun and Observe, the rest defaulted by the schema.
+    for (kind, mode) in [("remediationpolicy", "DryRun"), ("driftpolicy", "Observe")] {
+        let spec = c
+            .ok(
+                &["get", kind, "default", "-o", "jsonpath={.spec.mode}"],
+                None,
+            )
+            .await;
+        assert_eq!(spec.trim(), mode, "{kind}");
+    }
+    // `kubectl get` shows the mode (and whether it is paused) in a column. (The other columns
+    // read fields left to the schema's defaults, which the simulated server does not fill in:
+    // docs/simulators.md.)
+    let table = c.ok(&["get", "brpol,bdpol"], None).await;
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(
+        rows.iter().any(|r| r.starts_with(&[
+            "remediationpolicy.baremend.io/default",
+            "DryRun",
+            "false"
+        ])),
+        "{table}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with(&["driftpolicy.baremend.io/default", "Observe"])),
+        "{table}"
+    );
     // A second apply changes nothing.
     let again = c.ok(&["apply", "-k", deploy.to_str().unwrap()], None).await;
     assert!(

@@ -1,7 +1,8 @@
 //! Credentials and session tokens appear nowhere an operator or an attacker could read them:
 //! a full remediation over Redfish (login, session, power off and on, logout) and a failed
 //! one with a wrong password, both during a password rotation (the Secrets hold a
-//! `previousPassword`), with every log line captured at debug level, then the logs,
+//! `previousPassword`), then two dry runs whose probes log in and fail to, with every log
+//! line captured at debug level; then the logs,
 //! Events, metrics, object status and errors are searched for the password, its base64 forms
 //! and every session token the BMC issued. One test per binary: it owns the global logger.
 
@@ -66,22 +67,28 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     let policy = json!({"strategies": ["DirectBmc"], "timeouts": {"readyGraceSeconds": 0, "powerOffSeconds": 5}});
     let mut lab = Lab::builder(spec).policy(policy).start().await;
     let api = lab.api.clone();
-    for host in ["worker-0", "worker-1"] {
+    for host in ["worker-0", "worker-1", "worker-2"] {
         lab.detach(host);
     }
     // worker-1's Secret holds two wrong passwords: its login fails, and the error must say
     // neither. worker-0's was rotated before its BMC: the new password is refused, the
-    // previous one (the BMC's) works.
+    // previous one (the BMC's) works. worker-2's holds one wrong password: its dry run's
+    // probe fails to log in.
     let encode = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
     for (secret, password, previous) in [
-        ("worker-1-bmc-secret", WRONG, WRONG_PREVIOUS),
-        ("worker-0-bmc-secret", NEW, PASSWORD),
+        ("worker-1-bmc-secret", WRONG, Some(WRONG_PREVIOUS)),
+        ("worker-0-bmc-secret", NEW, Some(PASSWORD)),
+        ("worker-2-bmc-secret", WRONG, None),
     ] {
+        let mut data = json!({"password": encode(password)});
+        if let Some(previous) = previous {
+            data["previousPassword"] = json!(encode(previous));
+        }
         api.merge(
             SECRETS,
             MACHINE_NAMESPACE,
             secret,
-            &json!({"data": {"password": encode(password), "previousPassword": encode(previous)}}),
+            &json!({"data": data}),
             false,
         )
         .unwrap();
@@ -95,7 +102,28 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     lab.trigger("worker-1", true);
     let done = lab.ended("worker-0-1").await;
     let failed = lab.ended("worker-1-1").await;
+    // Then dry runs, whose probes log in (worker-0) or fail to (worker-2).
+    let policies: kube::Api<baremend::api::RemediationPolicy> = kube::Api::all(lab.client.clone());
+    policies
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"mode": "DryRun", "maxConcurrent": 2, "storm": {"maxUnhealthyPercent": 100}}})),
+        )
+        .await
+        .unwrap();
+    lab.trigger("worker-0", true);
+    lab.trigger("worker-2", true);
+    let probed = lab.reach("worker-0-2", RemediationPhase::DryRun).await;
+    let refused = lab.reach("worker-2-1", RemediationPhase::DryRun).await;
     lab.kill().await;
+    let reason = |r: &baremend::api::Remediation| {
+        let status = r.status.as_ref().unwrap();
+        let dry = status.conditions.iter().find(|c| c.type_ == "DryRun");
+        dry.map(|c| c.reason.clone()).unwrap_or_default()
+    };
+    assert_eq!(reason(&probed), "WouldFence", "{:?}", probed.status);
+    assert_eq!(reason(&refused), "ProbeFailed", "{:?}", refused.status);
     assert_eq!(
         done.status.as_ref().map(|s| s.phase),
         Some(RemediationPhase::Succeeded),
@@ -121,7 +149,13 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
         ("Machines", listed(MACHINES)),
         ("BareMetalHosts", listed(BMHS)),
         ("Nodes", listed(NODES)),
-        ("errors", format!("{:?} {:?}", done.status, failed.status)),
+        (
+            "errors",
+            format!(
+                "{:?} {:?} {:?} {:?}",
+                done.status, failed.status, probed.status, refused.status
+            ),
+        ),
     ];
     assert!(
         places[0].1.contains("worker-0"),

@@ -47,3 +47,12 @@ pub const MACHINE_ROLE: &str = "machine.openshift.io/cluster-api-machine-role";
 /// after the remediation failed or was aborted, and goes at once when the node is handed
 /// over (the drift guard, `drift::guard`).
 pub const PLANNED_REBOOT: &str = "baremend.io/planned-reboot";
+
+/// On a Node or a MachineConfigPool: with the value `disabled`, the drift coordinator acts
+/// on no drift there (the node's, or every node's of the pool); the drift is still detected
+/// and its DriftRemediation held with reason `DriftRemediationDisabled`, naming where the
+/// annotation was found.
+pub const DRIFT_REMEDIATION_ANNOTATION: &str = "baremend.io/drift-remediation";
+
+/// The value of [`DRIFT_REMEDIATION_ANNOTATION`] that disables drift remediation.
+pub const DRIFT_REMEDIATION_DISABLED: &str = "disabled";

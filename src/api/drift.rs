@@ -208,12 +208,17 @@ pub struct DriftRemediationStatus {
     kind = "DriftPolicy",
     shortname = "bdpol",
     category = "baremend",
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
     printcolumn = r#"{"name":"Action","type":"string","jsonPath":".spec.action"}"#,
     printcolumn = r#"{"name":"Debounce","type":"integer","jsonPath":".spec.debounceSeconds"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DriftPolicySpec {
+    /// `Remediate` (default: act on drift) or `Observe` (detect, classify, report; act on
+    /// nothing). Read when a remediation would start: one already acting finishes.
+    #[serde(default)]
+    pub mode: DriftMode,
     /// `Force` (default) or `Restore` (opt-in: no reboot, files written back).
     #[serde(default)]
     pub action: DriftAction,
@@ -253,6 +258,7 @@ pub struct DriftPolicySpec {
 impl Default for DriftPolicySpec {
     fn default() -> Self {
         DriftPolicySpec {
+            mode: DriftMode::default(),
             action: DriftAction::default(),
             debounce_seconds: default_debounce(),
             timeouts: DriftTimeouts::default(),
@@ -264,6 +270,17 @@ impl Default for DriftPolicySpec {
             helper_namespace: default_helper_namespace(),
         }
     }
+}
+
+/// Whether the drift coordinator acts.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
+pub enum DriftMode {
+    /// Act on drift with the policy's action.
+    #[default]
+    Remediate,
+    /// Detect, classify, count and tell as usual, and act on nothing: each drift's
+    /// DriftRemediation stays `Pending`, held with reason `ObserveOnly`.
+    Observe,
 }
 
 /// The drift coordinator's deadlines.
@@ -369,6 +386,8 @@ mod tests {
         let spec: DriftPolicySpec = serde_json::from_str("{}").unwrap();
         assert_eq!(spec, DriftPolicySpec::default());
         assert_eq!(spec.action, DriftAction::Force);
+        assert_eq!(spec.mode, DriftMode::Remediate);
+        assert!(serde_json::from_str::<DriftPolicySpec>(r#"{"mode": "Watch"}"#).is_err());
         assert_eq!(spec.timeouts.pickup_seconds, 120);
     }
 }

@@ -23,14 +23,14 @@ pub mod slim;
 
 pub use crds::{CrdsArgs, all_crds, render_crds, run as run_crds};
 pub use drift::{
-    APPROVE_ANNOTATION, DriftAction, DriftKind, DriftPhase, DriftPolicy, DriftPolicySpec,
-    DriftRemediation, DriftRemediationSpec, DriftRemediationStatus, DriftTimeouts,
+    APPROVE_ANNOTATION, DriftAction, DriftKind, DriftMode, DriftPhase, DriftPolicy,
+    DriftPolicySpec, DriftRemediation, DriftRemediationSpec, DriftRemediationStatus, DriftTimeouts,
 };
 pub use host_bmc::{CaBundleKind, CaBundleRef, DEFAULT_CA_BUNDLE_KEY, HostBmc, HostBmcSpec};
 pub use names::{ConditionType, DriftStep, RemediationStep};
 pub use policy::{
-    ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyTimeouts, RemediationPolicy,
-    RemediationPolicySpec, StormGate,
+    ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyTimeouts, RemediationMode,
+    RemediationPolicy, RemediationPolicySpec, StormGate,
 };
 pub use remediation::{
     Condition, NodeBackup, Remediation, RemediationPhase, RemediationSpec, RemediationStatus,

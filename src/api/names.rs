@@ -78,6 +78,10 @@ stored_names! {
         Failed,
         /// The Machine is being deleted (`deleteMachineOnFailure`).
         MachineDeleting,
+        /// A dry run recorded what would have been done.
+        DryRun,
+        /// The trigger of a dry run went away: its next appearance is recorded again.
+        TriggerCleared,
     }
 }
 
@@ -132,6 +136,8 @@ stored_names! {
         Failed,
         /// The policy still names the strategy in use.
         StrategyInPolicy,
+        /// What a dry run would have done (reason: `WouldFence`, `WouldHold`, `ProbeFailed`).
+        DryRun,
     }
 }
 

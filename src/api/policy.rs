@@ -16,12 +16,23 @@ use super::annotations::DEFAULT_REBOOT_KEY;
     kind = "RemediationPolicy",
     shortname = "brpol",
     category = "baremend",
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
+    printcolumn = r#"{"name":"Paused","type":"boolean","jsonPath":".spec.paused"}"#,
     printcolumn = r#"{"name":"Max","type":"integer","jsonPath":".spec.maxConcurrent"}"#,
     printcolumn = r#"{"name":"Release","type":"string","jsonPath":".spec.nodeRelease"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RemediationPolicySpec {
+    /// `Remediate` (fence, release, power on) or `DryRun` (decide and record what would be
+    /// done, change nothing). Read when a remediation would start: one already past its
+    /// start finishes under the mode it started with.
+    #[serde(default)]
+    pub mode: RemediationMode,
+    /// Start nothing new (a held start says `Paused`); remediations past their start
+    /// finish their cycle, since a half-done cycle is the dangerous state.
+    #[serde(default)]
+    pub paused: bool,
     /// Remediations running at once, all machines together.
     #[serde(default = "default_max_concurrent")]
     #[schemars(range(min = 1, max = 1000))]
@@ -60,6 +71,8 @@ pub struct RemediationPolicySpec {
 impl Default for RemediationPolicySpec {
     fn default() -> Self {
         RemediationPolicySpec {
+            mode: RemediationMode::default(),
+            paused: false,
             max_concurrent: default_max_concurrent(),
             storm: StormGate::default(),
             control_plane: ControlPlaneGate::default(),
@@ -71,6 +84,18 @@ impl Default for RemediationPolicySpec {
             delete_machine_on_failure: false,
         }
     }
+}
+
+/// What the controller does with a triggered Machine.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
+pub enum RemediationMode {
+    /// Fence the host, release its Node, power it on and restore the Node.
+    #[default]
+    Remediate,
+    /// Make every decision of a start — the gates, the strategy, the host or BMC — probe the
+    /// fencing path without disrupting it, record it all in the Remediation (phase `DryRun`)
+    /// and its Events, and change nothing.
+    DryRun,
 }
 
 /// No new remediation while too many machines are unhealthy at once: a storm is more likely a
@@ -205,6 +230,9 @@ mod tests {
         assert_eq!(spec.max_concurrent, 1);
         assert_eq!(spec.reboot_key, "capbm-requested-power-off");
         assert_eq!(spec.node_release, NodeReleaseMode::Delete);
+        // A policy stored before `mode` and `paused` existed keeps its meaning.
+        assert_eq!(spec.mode, RemediationMode::Remediate);
+        assert!(!spec.paused);
     }
 
     #[test]
@@ -241,6 +269,8 @@ mod tests {
         for bad in [
             json!({"strategies": ["Telepathy"]}),
             json!({"nodeRelease": "Evaporate"}),
+            json!({"mode": "Pretend"}),
+            json!({"paused": "yes"}),
             json!({"maxConcurrent": -1}),
         ] {
             assert!(

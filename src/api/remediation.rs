@@ -62,6 +62,10 @@ pub enum RemediationPhase {
     Failed,
     /// The trigger went away before the host was fenced; nothing destructive happened.
     Cancelled,
+    /// The policy's mode is `DryRun`: what would have been done (strategy, host or BMC, the
+    /// gates that would hold, the probe of the fencing path) is in the `DryRun` condition
+    /// and the Events; nothing was changed.
+    DryRun,
 }
 
 impl RemediationPhase {
@@ -69,7 +73,10 @@ impl RemediationPhase {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            RemediationPhase::Succeeded | RemediationPhase::Failed | RemediationPhase::Cancelled
+            RemediationPhase::Succeeded
+                | RemediationPhase::Failed
+                | RemediationPhase::Cancelled
+                | RemediationPhase::DryRun
         )
     }
 }

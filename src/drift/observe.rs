@@ -11,6 +11,7 @@ use super::budget::{Member, PoolView};
 use super::classify::{ConfigState, classify};
 use super::plan::{Milestone, NodeObservation, Persisted};
 use crate::api::DriftStep;
+use crate::api::annotations::{DRIFT_REMEDIATION_ANNOTATION, DRIFT_REMEDIATION_DISABLED};
 use crate::api::mco::{self, MachineConfigNode, MachineConfigPool};
 use crate::api::{APPROVE_ANNOTATION, DriftRemediation};
 use crate::runtime::clock::parse_rfc3339;
@@ -146,6 +147,32 @@ pub fn pool_view(
     }
 }
 
+/// Where drift remediation is disabled for `node`, in words, from the annotation
+/// `baremend.io/drift-remediation` on the Node (first) or its pool. A value other than
+/// `disabled` holds too, and says so: it was meant to change something, and acting on a
+/// node its admin tried to exempt is the worse mistake. None: it is not annotated.
+pub fn drift_disabled(node: &Node, pool: Option<&MachineConfigPool>) -> Option<String> {
+    let on_node = node
+        .annotations()
+        .get(DRIFT_REMEDIATION_ANNOTATION)
+        .map(|v| (format!("Node {}", node.name_any()), v));
+    let on_pool = pool.and_then(|p| {
+        p.annotations()
+            .get(DRIFT_REMEDIATION_ANNOTATION)
+            .map(|v| (format!("MachineConfigPool {}", p.name_any()), v))
+    });
+    let (at, value) = on_node.or(on_pool)?;
+    Some(if value == DRIFT_REMEDIATION_DISABLED {
+        format!(
+            "drift remediation is disabled by the annotation {DRIFT_REMEDIATION_ANNOTATION}: {DRIFT_REMEDIATION_DISABLED} on {at}; remove it to act"
+        )
+    } else {
+        format!(
+            "the annotation {DRIFT_REMEDIATION_ANNOTATION} on {at} has the value {value:?}, which is not {DRIFT_REMEDIATION_DISABLED:?} (the only one known): held as disabled until it is corrected or removed"
+        )
+    })
+}
+
 /// The planner's view of a DriftRemediation's status.
 pub fn persisted(remediation: &DriftRemediation) -> Persisted {
     let created = remediation
@@ -190,4 +217,54 @@ pub fn attempt_number(remediation: &DriftRemediation) -> u64 {
         .and_then(|rest| rest.strip_prefix('-'))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn node(annotations: serde_json::Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "worker-0", "annotations": annotations},
+        }))
+        .unwrap()
+    }
+
+    fn pool(annotations: serde_json::Value) -> MachineConfigPool {
+        serde_json::from_value(json!({
+            "apiVersion": "machineconfiguration.openshift.io/v1",
+            "kind": "MachineConfigPool",
+            "metadata": {"name": "worker", "annotations": annotations},
+            "spec": {},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_annotation_disables_on_the_node_or_its_pool_and_says_where() {
+        let plain = node(json!({}));
+        assert_eq!(drift_disabled(&plain, Some(&pool(json!({})))), None);
+        assert_eq!(drift_disabled(&plain, None), None);
+        let key = DRIFT_REMEDIATION_ANNOTATION;
+        let on_node = drift_disabled(&node(json!({key: "disabled"})), None).unwrap();
+        assert!(
+            on_node.ends_with("disabled on Node worker-0; remove it to act"),
+            "{on_node}"
+        );
+        let on_pool = drift_disabled(&plain, Some(&pool(json!({key: "disabled"})))).unwrap();
+        assert!(on_pool.contains("on MachineConfigPool worker"), "{on_pool}");
+        // The Node's own annotation is named first.
+        let both = drift_disabled(
+            &node(json!({key: "disabled"})),
+            Some(&pool(json!({key: "disabled"}))),
+        )
+        .unwrap();
+        assert!(both.contains("on Node worker-0"), "{both}");
+        // A value that is not `disabled` holds too, and says what is wrong with it.
+        let typo = drift_disabled(&node(json!({key: "Disabled"})), None).unwrap();
+        assert!(typo.contains(r#"has the value "Disabled""#), "{typo}");
+        assert!(typo.contains("held as disabled"), "{typo}");
+    }
 }

@@ -20,8 +20,8 @@ use super::plan::{Observed, PlanPolicy, next_step, recurrence_hold};
 use crate::api::mco::MachineConfigPool;
 use crate::api::{ConditionType, DriftStep};
 use crate::api::{
-    DriftPhase, DriftPolicySpec, DriftRemediation, DriftRemediationSpec, DriftRemediationStatus,
-    StepTime,
+    DriftMode, DriftPhase, DriftPolicySpec, DriftRemediation, DriftRemediationSpec,
+    DriftRemediationStatus, StepTime,
 };
 use crate::runtime::clock::{rfc3339, since_epoch};
 use crate::runtime::events::Severity;
@@ -38,6 +38,7 @@ pub struct Pass {
 fn plan_policy(policy: &DriftPolicySpec, poll: Duration) -> PlanPolicy {
     let s = Duration::from_secs;
     PlanPolicy {
+        mode: policy.mode,
         action: policy.action,
         debounce: s(policy.debounce_seconds),
         pickup_timeout: s(policy.timeouts.pickup_seconds),
@@ -308,11 +309,18 @@ impl Pass {
         } else {
             None
         };
-        let gates = match (before_start, pool) {
+        let disabled = if before_start {
+            observe::drift_disabled(&self.node, pool)
+        } else {
+            None
+        };
+        // Held for good before the start (see the planner): no gate or budget to read.
+        let acting = policy.mode == DriftMode::Remediate && disabled.is_none();
+        let gates = match (before_start && acting, pool) {
             (true, Some(pool)) => self.pool_gates(pool),
             _ => Ok(()),
         };
-        let needs_budgets = (before_start && policy.drains())
+        let needs_budgets = (before_start && acting && policy.drains())
             || matches!(phase, DriftPhase::Applying | DriftPhase::Draining);
         let (blocking, on_node) = if needs_budgets {
             self.blocking_budgets().await?
@@ -331,6 +339,7 @@ impl Pass {
             gates,
             blocking,
             recent_attempts: self.recent_attempts(remediation, now),
+            disabled,
         };
         let step = next_step(&persisted, &observed, &policy);
         tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");

@@ -16,8 +16,15 @@
 //! coordinator first cordons and drains the node itself (`Draining`, Eviction API only) and
 //! uncordons it once verified — never while an MCO drain is pending.
 //!
+//! In `Observe` mode, or on a node or pool annotated `baremend.io/drift-remediation:
+//! disabled`, step 2 holds for good (reasons `ObserveOnly`, `DriftRemediationDisabled`): the
+//! drift stays detected, classified, counted and told, and nothing is done about it until the
+//! policy or the annotation changes. Both are read only before the start: a remediation
+//! already acting finishes (a forcefile half taken, or a node left cordoned, is worse).
+//!
 //! # Guarantees
-//! Nothing is requested while the node heals by itself, while a gate holds, or while a
+//! Nothing is requested in `Observe` mode or where drift remediation is disabled, while the
+//! node heals by itself, while a gate holds, or while a
 //! PodDisruptionBudget would refuse the drain. A request not picked up in time, or an abort,
 //! removes the forcefile (a forcefile left behind would make the next real update skip its
 //! validation). The coordinator never cordons, drains or uncordons in the force action: the
@@ -35,6 +42,15 @@ pub use crate::api::DriftPhase as Phase;
 
 /// The action the policy picks: the policy's own setting.
 pub use crate::api::DriftAction as Action;
+
+/// Act, or only observe: the policy's own setting.
+pub use crate::api::DriftMode as Mode;
+
+/// The reason of the hold in `Observe` mode.
+pub const OBSERVE_ONLY: &str = "ObserveOnly";
+
+/// The reason of the hold where the annotation disables drift remediation.
+pub const DISABLED: &str = "DriftRemediationDisabled";
 
 /// What is persisted, as the planner reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,11 +195,16 @@ pub struct Observed {
     pub blocking: Vec<Blocking>,
     /// Finished attempts on this node within the recurrence window, this one excluded.
     pub recent_attempts: u32,
+    /// Where drift remediation is disabled for this node, in words (the annotation on the
+    /// Node or its pool); None: it is not.
+    pub disabled: Option<String>,
 }
 
 /// The policy knobs the planner needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanPolicy {
+    /// Act, or only observe (read before the start only).
+    pub mode: Mode,
     /// The action.
     pub action: Action,
     /// How long drift must persist before anything is done.
@@ -386,6 +407,13 @@ fn pending(
 ) -> Step {
     if !node.same_drift {
         return Step::SelfHealed;
+    }
+    if policy.mode == Mode::Observe {
+        let message = "the DriftPolicy's mode is Observe: the drift is recorded and nothing is done; set mode: Remediate to act";
+        return Step::Hold(message.into(), OBSERVE_ONLY);
+    }
+    if let Some(at) = &observed.disabled {
+        return Step::Hold(at.clone(), DISABLED);
     }
     if observed.recent_attempts >= policy.max_attempts {
         return Step::Fail(FailReason::Recurring(observed.recent_attempts));

@@ -79,6 +79,61 @@ struct Seen {
     mco_drain_pending_while_ours: usize,
     evict: usize,
     escalate: usize,
+    held_by_mode: usize,
+    mode_mid_cycle: usize,
+}
+
+/// How the sweep restricts acting: not at all, `Observe` mode, the annotation.
+const RESTRICTIONS: [(Mode, Option<&str>); 3] = [
+    (Mode::Remediate, None),
+    (Mode::Observe, None),
+    (Mode::Remediate, Some("Node n0")),
+];
+
+/// The `Observe` and annotation properties of one case: before the start, nothing acts and
+/// drift that stays is held with the reason; past the start, the cycle goes on as it began.
+fn sweep_restriction(s: &Persisted, o: &Observed, p: &PlanPolicy, seen: &mut Seen) {
+    let step = next_step(s, o, p);
+    let case = || format!("{s:?}\n{o:?}\n{p:?}\n-> {step:?}");
+    let restricted = p.mode == Mode::Observe || o.disabled.is_some();
+    if !restricted {
+        return;
+    }
+    let acts = matches!(
+        step,
+        Step::RequestForce | Step::RequestRestore | Step::StartDrain | Step::Evict | Step::Escalate
+    );
+    match s.phase {
+        Phase::Debouncing | Phase::Pending => {
+            assert!(!acts, "{}", case());
+            let waiting = s.phase == Phase::Pending && !s.abort;
+            if waiting && o.node.as_ref().is_some_and(|n| n.same_drift) {
+                seen.held_by_mode += 1;
+                let reason = if p.mode == Mode::Observe {
+                    OBSERVE_ONLY
+                } else {
+                    DISABLED
+                };
+                assert!(
+                    matches!(&step, Step::Hold(_, r) if *r == reason),
+                    "{}",
+                    case()
+                );
+            }
+        }
+        _ => {
+            seen.mode_mid_cycle += 1;
+            let free = PlanPolicy {
+                mode: Mode::Remediate,
+                ..p.clone()
+            };
+            let unmarked = Observed {
+                disabled: None,
+                ..o.clone()
+            };
+            assert_eq!(next_step(s, &unmarked, &free), step, "{}", case());
+        }
+    }
 }
 
 /// The properties of one case; the counters record which antecedents held.
@@ -183,7 +238,7 @@ fn sweep_case(s: &Persisted, o: &Observed, p: &PlanPolicy, seen: &mut Seen) {
 
 /// Every phase × policy (force, with or without escalation; restore, with or without our
 /// own drain) × node × our cordon × abort × gate × PDB × recurrence × milestones × wait
-/// starts × time; each property counts its antecedent, so none holds vacuously.
+/// starts × time × restriction (none, `Observe`, the annotation); each property counts its antecedent, so none holds vacuously.
 #[test]
 fn every_phase_policy_and_observation_keeps_the_planner_properties() {
     let gates = [
@@ -210,7 +265,11 @@ fn every_phase_policy_and_observation_keeps_the_planner_properties() {
                         for (blocked, recent) in [(false, 0), (true, 0), (false, 3)] {
                             for milestones in [&all_milestones[..0], &all_milestones[..]] {
                                 for since in [None, Some(S(0))] {
-                                    for now in [0, 29, 30, 500, 10_000] {
+                                    for (now, (mode, disabled)) in [0, 29, 30, 500, 10_000]
+                                        .into_iter()
+                                        .flat_map(|now| RESTRICTIONS.map(|r| (now, r)))
+                                    {
+                                        let p = &PlanPolicy { mode, ..p.clone() };
                                         let s = Persisted {
                                             cordoned_by_us,
                                             abort,
@@ -222,6 +281,7 @@ fn every_phase_policy_and_observation_keeps_the_planner_properties() {
                                         let mut o = observed(now, n.clone());
                                         o.gates = gate.clone();
                                         o.recent_attempts = recent;
+                                        o.disabled = disabled.map(String::from);
                                         if blocked {
                                             o.blocking = vec![Blocking {
                                                 budget: "a/b".into(),
@@ -229,6 +289,7 @@ fn every_phase_policy_and_observation_keeps_the_planner_properties() {
                                             }];
                                         }
                                         sweep_case(&s, &o, p, &mut seen);
+                                        sweep_restriction(&s, &o, p, &mut seen);
                                         cases += 1;
                                     }
                                 }
@@ -239,7 +300,7 @@ fn every_phase_policy_and_observation_keeps_the_planner_properties() {
             }
         }
     }
-    assert_eq!(cases, 11 * 4 * 10 * 3 * 3 * 3 * 2 * 2 * 5);
+    assert_eq!(cases, 11 * 4 * 10 * 3 * 3 * 3 * 2 * 2 * 5 * 3);
     let counts = [
         seen.terminal,
         seen.node_gone,
@@ -254,6 +315,8 @@ fn every_phase_policy_and_observation_keeps_the_planner_properties() {
         seen.mco_drain_pending_while_ours,
         seen.evict,
         seen.escalate,
+        seen.held_by_mode,
+        seen.mode_mid_cycle,
     ];
     assert!(counts.iter().all(|n| *n > 0), "{seen:#?}");
     println!("{cases} cases: {seen:#?}");

@@ -7,6 +7,7 @@ pub(super) const S: fn(u64) -> Duration = Duration::from_secs;
 
 pub(super) fn policy() -> PlanPolicy {
     PlanPolicy {
+        mode: Mode::Remediate,
         action: Action::Force,
         debounce: S(30),
         pickup_timeout: S(120),
@@ -63,6 +64,7 @@ pub(super) fn observed(now: u64, node: Option<NodeObservation>) -> Observed {
         gates: Ok(()),
         blocking: Vec::new(),
         recent_attempts: 0,
+        disabled: None,
     }
 }
 
@@ -106,6 +108,37 @@ fn drift_waits_out_the_debounce_then_starts_the_force_action() {
     assert_eq!(
         next_step(&pending, &observed(30, Some(node())), &restore),
         Step::RequestRestore
+    );
+}
+
+#[test]
+fn observe_mode_and_the_annotation_hold_the_start_and_nothing_under_way() {
+    let pending = state(Phase::Pending, 0);
+    let observe = PlanPolicy {
+        mode: Mode::Observe,
+        ..policy()
+    };
+    assert!(matches!(
+        next_step(&pending, &observed(30, Some(node())), &observe),
+        Step::Hold(_, OBSERVE_ONLY)
+    ));
+    let disabled = Observed {
+        disabled: Some("on Node n0".into()),
+        ..observed(30, Some(node()))
+    };
+    assert_eq!(
+        next_step(&pending, &disabled, &policy()),
+        Step::Hold("on Node n0".into(), DISABLED)
+    );
+    // Healed while held: nothing was done, and it ends.
+    assert_eq!(
+        next_step(&pending, &observed(30, Some(done_node("boot-1"))), &observe),
+        Step::SelfHealed
+    );
+    // Switched back: the start goes ahead.
+    assert_eq!(
+        next_step(&pending, &observed(30, Some(node())), &policy()),
+        Step::RequestForce
     );
 }
 

@@ -137,7 +137,8 @@ impl Pass {
         Ok(self.poll())
     }
 
-    /// Holds the start: the gate's condition and a Warning, once per message.
+    /// Holds the start: the gate's condition and an Event, once per message (a Warning for a
+    /// gate; Normal for what the admin chose: `Observe` mode or the annotation).
     async fn hold(
         &self,
         remediation: &mut DriftRemediation,
@@ -160,8 +161,13 @@ impl Pass {
                 at,
             );
             self.persist(remediation, status).await?;
-            self.event(remediation, Severity::Warning, reason, message)
-                .await;
+            let chosen = matches!(reason, super::plan::OBSERVE_ONLY | super::plan::DISABLED);
+            let severity = if chosen {
+                Severity::Normal
+            } else {
+                Severity::Warning
+            };
+            self.event(remediation, severity, reason, message).await;
         }
         Ok(Action::requeue(self.context.poll * 2))
     }

@@ -83,7 +83,9 @@ pub const FAILURE_REASONS: [&str; 9] = [
 ];
 
 /// The gates a start can be held by (each gets a series at 0).
-pub const HELD_REASONS: [&str; 6] = [
+pub const HELD_REASONS: [&str; 8] = [
+    "ObserveOnly",
+    "DriftRemediationDisabled",
     "PoolRollingOut",
     "PausedPoolNeedsApproval",
     "SingleNodeNeedsApproval",

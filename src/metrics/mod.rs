@@ -35,7 +35,8 @@ use self::power::PowerMetrics;
 use crate::{Error, Result};
 
 /// Every gate that can hold a start, as named in the `Held` condition's reason.
-pub const GATES: [&str; 8] = [
+pub const GATES: [&str; 9] = [
+    "Paused",
     "Concurrency",
     "Storm",
     "ControlPlaneDisabled",
@@ -56,6 +57,16 @@ pub const FAILURE_REASONS: [&str; 4] = [
     "NodeNeverReady",
     "RestoreTimedOut",
 ];
+
+/// Every outcome of a dry run (the `DryRun` condition's reason).
+pub const DRY_RUN_OUTCOMES: [&str; 3] = ["WouldFence", "WouldHold", "ProbeFailed"];
+
+/// Labels of the dry-run counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DryRunLabels {
+    /// `WouldFence`, `WouldHold` or `ProbeFailed`.
+    pub outcome: String,
+}
 
 /// Labels of a remediation counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -88,6 +99,7 @@ pub struct Metrics {
     started: Family<StrategyLabels, Counter>,
     succeeded: Family<StrategyLabels, Counter>,
     failed: Family<FailureLabels, Counter>,
+    dry_runs: Family<DryRunLabels, Counter>,
     machines_deleted: Counter,
     in_progress: Gauge,
     held: Family<GateLabels, Gauge>,
@@ -155,6 +167,17 @@ impl Metrics {
             "Remediations that failed, by reason",
             failed.clone(),
         );
+        let dry_runs = Family::<DryRunLabels, Counter>::default();
+        registry.register(
+            "remediation_dry_runs",
+            "Dry runs recorded (the policy's mode DryRun), by outcome; nothing was changed",
+            dry_runs.clone(),
+        );
+        for outcome in DRY_RUN_OUTCOMES {
+            dry_runs.get_or_create_owned(&DryRunLabels {
+                outcome: outcome.into(),
+            });
+        }
         let machines_deleted = Counter::default();
         registry.register(
             "machines_deleted",
@@ -217,6 +240,7 @@ impl Metrics {
             started,
             succeeded,
             failed,
+            dry_runs,
             machines_deleted,
             in_progress,
             held,
@@ -255,6 +279,15 @@ impl Metrics {
             .get_or_create(&FailureLabels {
                 strategy: strategy.into(),
                 reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// A dry run was recorded with `outcome` (see [`DRY_RUN_OUTCOMES`]).
+    pub fn remediation_dry_run(&self, outcome: &str) {
+        self.dry_runs
+            .get_or_create(&DryRunLabels {
+                outcome: outcome.into(),
             })
             .inc();
     }

@@ -105,6 +105,11 @@ pub struct Candidate {
 /// Which gate holds, and why; the reason becomes the `Held` condition and an Event.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Held {
+    /// The policy is paused (`spec.paused`).
+    #[error(
+        "the RemediationPolicy is paused (spec.paused): nothing new starts; remediations under way finish their cycle"
+    )]
+    Paused,
     /// `maxConcurrent` remediations are running.
     #[error("{running} remediation(s) running, the policy allows {max} at once")]
     Concurrency {
@@ -172,6 +177,7 @@ impl Held {
     /// The gate, as a bounded name: the `Held` condition's reason and a metric label.
     pub fn gate(&self) -> &'static str {
         match self {
+            Held::Paused => "Paused",
             Held::Concurrency { .. } => "Concurrency",
             Held::Storm { .. } => "Storm",
             Held::ControlPlaneDisabled => "ControlPlaneDisabled",
@@ -190,6 +196,10 @@ pub fn may_start(
     fleet: Fleet,
     policy: &RemediationPolicySpec,
 ) -> Result<(), Held> {
+    // First: a paused policy holds whatever else would.
+    if policy.paused {
+        return Err(Held::Paused);
+    }
     if policy.node_release == NodeReleaseMode::OutOfService && !fleet.out_of_service_taint {
         return Err(Held::OutOfServiceUnsupported);
     }
@@ -435,6 +445,22 @@ mod tests {
             may_start(HUNG_MASTER, fleet(), &policy),
             Err(Held::ControlPlaneDisabled)
         );
+    }
+
+    #[test]
+    fn a_paused_policy_holds_every_start_first() {
+        let paused = RemediationPolicySpec {
+            paused: true,
+            ..Default::default()
+        };
+        assert_eq!(may_start(WORKER, fleet(), &paused), Err(Held::Paused));
+        let busy = Fleet {
+            running: 1,
+            ..fleet()
+        };
+        assert_eq!(may_start(WORKER, busy, &paused), Err(Held::Paused));
+        assert_eq!(Held::Paused.gate(), "Paused");
+        assert!(crate::metrics::GATES.contains(&Held::Paused.gate()));
     }
 
     #[test]

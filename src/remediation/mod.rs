@@ -9,6 +9,7 @@
 pub mod bmc_cache;
 pub mod context;
 pub mod controller;
+mod dry_run;
 pub mod execute;
 pub mod fence;
 pub mod gates;

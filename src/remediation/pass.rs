@@ -95,6 +95,7 @@ impl Pass {
             max_attempts: self.policy.max_attempts,
             release: self.policy.node_release,
             poll: self.context.poll,
+            mode: self.policy.mode,
         }
     }
 

@@ -3,7 +3,11 @@
 //!
 //! # Expected flow
 //! 1. `Pending`: the trigger is present and the safety gates allow a start → request power-off
-//!    with the first strategy of the policy (`PoweringOff`).
+//!    with the first strategy of the policy (`PoweringOff`). A paused policy holds the start
+//!    (`Paused`, in either mode). In `DryRun` mode the start is decided and recorded instead
+//!    (`RecordDryRun`, ending in the terminal `DryRun` phase): the gate that would hold, the
+//!    strategy that would fence (the first whose non-disruptive probe answered, as the
+//!    escalation would go), nothing else.
 //! 2. `PoweringOff`: once the strategy's evidence proves the host off → `MarkFenced`. Evidence
 //!    that can never prove it (a detached host, `disablePowerOff`) or the power-off deadline
 //!    → the next strategy, or `Failed` when none is left. The trigger disappearing before the
@@ -27,7 +31,12 @@
 //!   that moment, and `Fenced` is only reached through `MarkFenced`, which the planner emits
 //!   only when the evidence proved the host off.
 //! - Every non-terminal phase but `Pending` has a deadline from the policy; `Pending` either
-//!   starts, cancels, or holds with a named gate.
+//!   starts, cancels, records a dry run, or holds with a named gate.
+//! - In `DryRun` mode nothing is started: from `Pending` the only steps are `Cancel`,
+//!   `Hold(Paused)` and `RecordDryRun`, none of which requests power or touches the Node or
+//!   the Machine. The mode is read only in `Pending`: a remediation past its start finishes
+//!   its cycle under `Remediate` whatever the policy says now (a half-done cycle would leave
+//!   a host off or a Node released).
 //!
 //! # Caveats
 //! The planner trusts the verdict it is given; making that verdict from fresh evidence is the
@@ -46,6 +55,9 @@ pub use crate::api::RemediationPhase as Phase;
 
 /// How the Node of a fenced host is released: the policy's own setting.
 pub use crate::api::NodeReleaseMode as ReleaseMode;
+
+/// Remediate or only record what would be done: the policy's own setting.
+pub use crate::api::RemediationMode as Mode;
 
 /// The persisted state the planner reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +122,31 @@ pub struct Observed {
     pub node: NodeView,
     /// The safety gates (concurrency, storm, control-plane quorum) for a start.
     pub may_start: Result<(), Held>,
+    /// The non-disruptive probes of the fencing paths, in the policy's order up to the first
+    /// that answered (taken only for a dry run's start; empty otherwise).
+    pub probes: Vec<Probe>,
+}
+
+/// What a dry run's non-disruptive probe of one fencing strategy found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// The strategy's index in the policy.
+    pub strategy: usize,
+    /// What answered and what it said (the host or BMC, its power), or why it did not.
+    pub outcome: Result<String, String>,
+}
+
+/// What a dry run would have done, as the planner decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DryRun {
+    /// The strategy that would fence: the first whose probe answered (None: none did).
+    pub strategy: Option<usize>,
+    /// The gate that would hold the start, if one would.
+    pub held: Option<Held>,
+    /// How the Node would be released.
+    pub release: ReleaseMode,
+    /// Every probe made, in order.
+    pub probes: Vec<Probe>,
 }
 
 /// The knobs of the policy the planner needs.
@@ -129,6 +166,8 @@ pub struct PlanPolicy {
     pub release: ReleaseMode,
     /// How soon to look again while waiting.
     pub poll: Duration,
+    /// Remediate, or record what would be done (read in `Pending` only).
+    pub mode: Mode,
 }
 
 /// Why a remediation failed.
@@ -169,6 +208,8 @@ pub enum Step {
     Hold(Held),
     /// The trigger went away before anything happened.
     Cancel,
+    /// Record what would have been done, change nothing, persist `DryRun`.
+    RecordDryRun(DryRun),
     /// Persist `PoweringOff` with this strategy, then request power-off with it.
     RequestPowerOff {
         /// The strategy.
@@ -246,12 +287,8 @@ fn rebooted(state: &Persisted, ready_since: Duration, boot_id: Option<&str>) -> 
 /// The next step of a remediation.
 pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
     match state.phase {
-        Phase::Succeeded | Phase::Failed | Phase::Cancelled => Step::Done,
-        Phase::Pending => match (observed.triggered, &observed.may_start) {
-            (false, _) => Step::Cancel,
-            (true, Err(held)) => Step::Hold(held.clone()),
-            (true, Ok(())) => Step::RequestPowerOff { strategy: 0 },
-        },
+        Phase::Succeeded | Phase::Failed | Phase::Cancelled | Phase::DryRun => Step::Done,
+        Phase::Pending => pending(observed, policy),
         Phase::PoweringOff => powering_off(state, observed, policy),
         Phase::Fenced => fenced(state, observed, policy),
         Phase::NodeReleased => Step::RequestPowerOn,
@@ -260,6 +297,26 @@ pub fn next_step(state: &Persisted, observed: &Observed, policy: &PlanPolicy) ->
             Step::Fail(FailReason::RestoreTimedOut)
         }
         Phase::Restoring => Step::Restore,
+    }
+}
+
+fn pending(observed: &Observed, policy: &PlanPolicy) -> Step {
+    match (observed.triggered, &observed.may_start, policy.mode) {
+        (false, _, _) => Step::Cancel,
+        // Paused starts nothing, not even a dry run.
+        (true, Err(held @ Held::Paused), _) => Step::Hold(held.clone()),
+        (true, may_start, Mode::DryRun) => Step::RecordDryRun(DryRun {
+            strategy: observed
+                .probes
+                .iter()
+                .find(|p| p.outcome.is_ok())
+                .map(|p| p.strategy),
+            held: may_start.clone().err(),
+            release: policy.release,
+            probes: observed.probes.clone(),
+        }),
+        (true, Err(held), Mode::Remediate) => Step::Hold(held.clone()),
+        (true, Ok(()), Mode::Remediate) => Step::RequestPowerOff { strategy: 0 },
     }
 }
 
@@ -430,6 +487,7 @@ mod tests {
             max_attempts: 2,
             release: ReleaseMode::Delete,
             poll: Duration::from_secs(5),
+            mode: Mode::Remediate,
         }
     }
 
@@ -439,12 +497,15 @@ mod tests {
         for release in [ReleaseMode::Delete, ReleaseMode::OutOfService] {
             for strategies in [1, 2] {
                 for max_attempts in [1, 2, 3] {
-                    all.push(PlanPolicy {
-                        strategies,
-                        max_attempts,
-                        release,
-                        ..policy()
-                    });
+                    for mode in [Mode::Remediate, Mode::DryRun] {
+                        all.push(PlanPolicy {
+                            strategies,
+                            max_attempts,
+                            release,
+                            mode,
+                            ..policy()
+                        });
+                    }
                 }
             }
         }
@@ -468,6 +529,7 @@ mod tests {
                 boot_id: None,
             },
             may_start: Ok(()),
+            probes: Vec::new(),
         }
     }
 
@@ -525,20 +587,48 @@ mod tests {
         }
     }
 
+    /// The dry run's probes: none taken, the first strategy answering, the first failing
+    /// and the second answering, both failing.
+    fn probe_sets() -> Vec<Vec<Probe>> {
+        let probe = |strategy: usize, ok: bool| Probe {
+            strategy,
+            outcome: if ok {
+                Ok("on".into())
+            } else {
+                Err("no".into())
+            },
+        };
+        vec![
+            Vec::new(),
+            vec![probe(0, true)],
+            vec![probe(0, false), probe(1, true)],
+            vec![probe(0, false), probe(1, false)],
+        ]
+    }
+
     fn observations(s: &Persisted) -> Vec<Observed> {
+        // Only a start reads the probes: other phases get none, which keeps the sweep small.
+        let probes = if s.phase == Phase::Pending {
+            probe_sets()
+        } else {
+            vec![Vec::new()]
+        };
         let mut all = Vec::new();
         for triggered in [true, false] {
             for fence in fences() {
                 for node in nodes() {
-                    for may_start in [Ok(()), Err(Held::ControlPlaneBusy)] {
+                    for may_start in [Ok(()), Err(Held::ControlPlaneBusy), Err(Held::Paused)] {
                         for elapsed in [0u64, 59, 60, 600, 5000] {
-                            all.push(Observed {
-                                now: s.phase_since + Duration::from_secs(elapsed),
-                                triggered,
-                                fence: fence.clone(),
-                                node: node.clone(),
-                                may_start: may_start.clone(),
-                            });
+                            for probes in &probes {
+                                all.push(Observed {
+                                    now: s.phase_since + Duration::from_secs(elapsed),
+                                    triggered,
+                                    fence: fence.clone(),
+                                    node: node.clone(),
+                                    may_start: may_start.clone(),
+                                    probes: probes.clone(),
+                                });
+                            }
                         }
                     }
                 }
@@ -561,6 +651,68 @@ mod tests {
         escalated: usize,
         retried: usize,
         failed: usize,
+        dry_run_starts: usize,
+        dry_runs_recorded: usize,
+        paused_starts: usize,
+        mode_switched_mid_cycle: usize,
+    }
+
+    /// Whether a step changes anything outside the Remediation's own status: power, the
+    /// Machine, the Node (a backup is a read, but it belongs to a release).
+    fn acts(step: &Step) -> bool {
+        match step {
+            Step::Wait { .. }
+            | Step::Hold(_)
+            | Step::Cancel
+            | Step::RecordDryRun(_)
+            | Step::Done => false,
+            Step::RequestPowerOff { .. }
+            | Step::WithdrawPowerOff
+            | Step::MarkFenced
+            | Step::RemakePowerOffRequest
+            | Step::BackUpNode
+            | Step::ReleaseNode(_)
+            | Step::RequestPowerOn
+            | Step::Restore
+            | Step::Escalate { .. }
+            | Step::Retry { .. }
+            | Step::Fail(_) => true,
+        }
+    }
+
+    /// The dry-run and pause properties of one case.
+    fn check_modes(seen: &mut Seen, policy: &PlanPolicy, s: &Persisted, o: &Observed, step: &Step) {
+        let why = || format!("{policy:?} {s:?} {o:?} → {step:?}");
+        if s.phase == Phase::Pending && policy.mode == Mode::DryRun {
+            seen.dry_run_starts += 1;
+            assert!(!acts(step), "a dry run acted: {}", why());
+        }
+        if let Step::RecordDryRun(dry) = step {
+            seen.dry_runs_recorded += 1;
+            assert_eq!(policy.mode, Mode::DryRun, "{}", why());
+            assert_eq!(s.phase, Phase::Pending, "{}", why());
+            assert!(o.triggered, "{}", why());
+            let first_answer = o.probes.iter().find(|p| p.outcome.is_ok());
+            assert_eq!(dry.strategy, first_answer.map(|p| p.strategy), "{}", why());
+            assert_eq!(dry.held, o.may_start.clone().err(), "{}", why());
+            assert_eq!(dry.probes, o.probes, "{}", why());
+        }
+        if s.phase == Phase::Pending && o.triggered && o.may_start == Err(Held::Paused) {
+            seen.paused_starts += 1;
+            assert_eq!(*step, Step::Hold(Held::Paused), "{}", why());
+        }
+        // The mode is read only at the start: a cycle under way goes on as it began.
+        if s.phase != Phase::Pending {
+            seen.mode_switched_mid_cycle += 1;
+            let other = PlanPolicy {
+                mode: match policy.mode {
+                    Mode::Remediate => Mode::DryRun,
+                    Mode::DryRun => Mode::Remediate,
+                },
+                ..policy.clone()
+            };
+            assert_eq!(next_step(s, o, &other), *step, "{}", why());
+        }
     }
 
     #[test]
@@ -623,6 +775,7 @@ mod tests {
             if let Step::Fail(_) = step {
                 seen.failed += 1;
             }
+            check_modes(&mut seen, policy, s, o, &step);
             if s.phase.is_terminal() {
                 seen.terminal += 1;
             }
@@ -638,6 +791,10 @@ mod tests {
             seen.escalated,
             seen.retried,
             seen.failed,
+            seen.dry_run_starts,
+            seen.dry_runs_recorded,
+            seen.paused_starts,
+            seen.mode_switched_mid_cycle,
         ];
         assert!(counts.iter().all(|c| *c > 0), "{seen:?}");
         eprintln!("planner sweep: {seen:?}");
@@ -653,6 +810,7 @@ mod tests {
         match step {
             Step::Wait { .. } | Step::Hold(_) | Step::Done => {}
             Step::Cancel | Step::WithdrawPowerOff => enter(s, Phase::Cancelled),
+            Step::RecordDryRun(_) => enter(s, Phase::DryRun),
             Step::RequestPowerOff { strategy } => {
                 s.strategy = Some(*strategy);
                 enter(s, Phase::PoweringOff);
@@ -789,6 +947,73 @@ mod tests {
         assert_eq!(
             next_step(&state(Phase::Pending), &observed(), &policy()),
             Step::RequestPowerOff { strategy: 0 }
+        );
+    }
+
+    #[test]
+    fn a_dry_run_records_the_first_strategy_that_answered_and_the_gate_that_would_hold() {
+        let dry_run = PlanPolicy {
+            mode: Mode::DryRun,
+            ..policy()
+        };
+        let probes = probe_sets()[2].clone();
+        let o = Observed {
+            may_start: Err(Held::ControlPlaneBusy),
+            probes: probes.clone(),
+            ..observed()
+        };
+        assert_eq!(
+            next_step(&state(Phase::Pending), &o, &dry_run),
+            Step::RecordDryRun(DryRun {
+                strategy: Some(1),
+                held: Some(Held::ControlPlaneBusy),
+                release: ReleaseMode::Delete,
+                probes,
+            })
+        );
+        // The same start under Remediate is held; open, it requests power-off.
+        assert_eq!(
+            next_step(&state(Phase::Pending), &o, &policy()),
+            Step::Hold(Held::ControlPlaneBusy)
+        );
+        let none_answered = Observed {
+            probes: probe_sets()[3].clone(),
+            ..observed()
+        };
+        assert!(matches!(
+            next_step(&state(Phase::Pending), &none_answered, &dry_run),
+            Step::RecordDryRun(DryRun {
+                strategy: None,
+                held: None,
+                ..
+            })
+        ));
+        assert_eq!(
+            next_step(&state(Phase::DryRun), &observed(), &dry_run),
+            Step::Done
+        );
+    }
+
+    #[test]
+    fn a_paused_policy_holds_a_start_in_either_mode_and_nothing_under_way() {
+        let paused = Observed {
+            may_start: Err(Held::Paused),
+            ..observed()
+        };
+        for mode in [Mode::Remediate, Mode::DryRun] {
+            let policy = PlanPolicy { mode, ..policy() };
+            assert_eq!(
+                next_step(&state(Phase::Pending), &paused, &policy),
+                Step::Hold(Held::Paused)
+            );
+        }
+        let proven = Observed {
+            fence: Ok(()),
+            ..paused
+        };
+        assert_eq!(
+            next_step(&state(Phase::PoweringOff), &proven, &policy()),
+            Step::MarkFenced
         );
     }
 

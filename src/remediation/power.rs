@@ -272,7 +272,7 @@ impl Pass {
     }
 
     /// The BareMetalHost the target names, read from the API server now.
-    async fn fresh_host_view(
+    pub(super) async fn fresh_host_view(
         &self,
         target: &FenceTarget,
     ) -> std::result::Result<BareMetalHostView, NotFenced> {
@@ -340,7 +340,7 @@ impl Pass {
     /// (or `unknown` when it failed) goes to the host's power-state series: the monitor
     /// leaves a host under remediation to these reads, so its series stays current while
     /// operators look at it most.
-    async fn read_power(&self, bmc: &DirectBmc) -> baremend_drivers::Result<PowerState> {
+    pub(super) async fn read_power(&self, bmc: &DirectBmc) -> baremend_drivers::Result<PowerState> {
         let read = bmc.driver.power_state().await;
         if self.context.power_monitored {
             let metrics = &self.context.metrics.power;

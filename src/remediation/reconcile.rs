@@ -49,6 +49,13 @@ impl Pass {
             Some(last) if last.status.as_ref().map(|s| s.phase) == Some(Phase::Failed) => {
                 return Ok(Action::await_change());
             }
+            // A dry run is recorded once per appearance of the trigger, not once per pass.
+            Some(last) if last.status.as_ref().map(|s| s.phase) == Some(Phase::DryRun) => {
+                match self.after_dry_run(last).await? {
+                    Some(action) => return Ok(action),
+                    None => self.start(existing.len() + 1).await?,
+                }
+            }
             _ if !self.triggered() => return Ok(Action::await_change()),
             // The cached Machine may still show a trigger the last remediation removed (its
             // watch lags behind the Remediation's): a start rests only on a fresh read.
@@ -96,12 +103,21 @@ impl Pass {
             }
             None => (Ok(()), self.triggered()),
         };
+        let probes = if self.dry_run_start(state.phase, triggered, &may) {
+            // A dry run launches nothing: the other starts need not wait for its probes (an
+            // unreachable BMC takes its timeout to say so).
+            starts = None;
+            self.probe_strategies(remediation).await
+        } else {
+            Vec::new()
+        };
         let observed = Observed {
             now: since_epoch(self.context.clock.now()),
             triggered,
             fence: verdict,
             node: node_view(node.as_deref()),
             may_start: may,
+            probes,
         };
         // Plan (pure), then execute.
         let step = next_step(&state, &observed, &self.plan_policy());

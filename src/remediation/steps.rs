@@ -62,6 +62,7 @@ impl Pass {
             Step::Wait { after } => self.wait(round, after).await,
             Step::Hold(held) => self.hold(round, held).await,
             Step::Cancel => self.cancel(round).await,
+            Step::RecordDryRun(dry) => self.record_dry_run(round, dry).await,
             Step::RequestPowerOff { strategy } => self.request_power_off(round, strategy).await,
             Step::WithdrawPowerOff => self.withdraw_power_off(round).await,
             Step::MarkFenced => self.mark_fenced(round).await,

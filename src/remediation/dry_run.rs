@@ -1,0 +1,394 @@
+//! The policy's `DryRun` mode: a start is decided as it would be (the planner's
+//! [`RecordDryRun`](super::plan::Step::RecordDryRun)), the fencing paths are probed without
+//! disrupting them, and the whole decision is recorded in the Remediation (terminal phase
+//! `DryRun`, a `DryRun` condition) and its Events. Nothing else is written: no power request,
+//! no Machine mark, no Node change.
+//!
+//! # Expected flow
+//! 1. A triggered Machine's `Pending` Remediation, under `DryRun`: the gates are evaluated as
+//!    for a start; the strategies are probed in the policy's order up to the first that
+//!    answers (the reboot API: a fresh read of the BareMetalHost, which must be managed, not
+//!    detached or paused, allow power-off and report its power; a BMC: a login and a read of
+//!    the system's power state).
+//! 2. The planner turns that into a [`DryRun`]; [`describe`] into a condition reason
+//!    (`WouldFence`, `WouldHold`, `ProbeFailed`) and a message; the step persists the
+//!    `DryRun` phase, then tells it (a Normal Event, and a Warning when no path answered).
+//! 3. The trigger stays on the Machine (the health check owns it). While it stays, nothing
+//!    more is recorded; once a pass sees it gone, `TriggerCleared` is recorded, and its next
+//!    appearance gets a new dry run. Under `Remediate` again, a trigger that stayed starts a
+//!    real remediation.
+//!
+//! # Guarantees
+//! Probes only read: a GET of the BareMetalHost; a BMC session and a power-state read. A
+//! failed probe is a recorded outcome, never an error that retries.
+//!
+//! # Caveats
+//! A trigger removed and set again between two passes is one appearance: no pass saw it gone.
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use super::fence::{BareMetalHostView, HostRef};
+use super::gates::Held;
+use super::pass::Pass;
+use super::plan::{DryRun, Mode, Phase, Probe, ReleaseMode};
+use super::state::{record_step, set_condition, strategy_name};
+use super::steps::Round;
+use crate::Result;
+use crate::api::{ConditionType, FenceStrategyName, Remediation, RemediationStep};
+use crate::runtime::events::Severity;
+
+/// What a dry run tells: the condition's reason, its message, and the probe failures when no
+/// fencing path answered (a Warning).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// `WouldFence`, `WouldHold` or `ProbeFailed` (also the metric's outcome).
+    pub reason: &'static str,
+    /// What would have been done.
+    pub message: String,
+    /// Why no fencing path answered, when none did.
+    pub warning: Option<String>,
+}
+
+/// The reboot API's probe verdict on a BareMetalHost read just now: it answers when its
+/// operator manages it (not detached, not paused), may power it off and reports its power.
+pub fn host_probe(host: &HostRef, view: &BareMetalHostView) -> std::result::Result<String, String> {
+    let refuse = |why: &str| Err(format!("BareMetalHost {host} {why}"));
+    if view.detached || view.operational_status.as_deref() == Some("detached") {
+        return refuse("is detached: the BareMetal Operator would not act on a reboot request");
+    }
+    if view.paused {
+        return refuse("is paused: the BareMetal Operator would not act on a reboot request");
+    }
+    if view.disable_power_off {
+        return refuse("has disablePowerOff: it cannot be powered off through the reboot API");
+    }
+    match view.powered_on {
+        Some(on) => Ok(format!(
+            "BareMetalHost {host}: managed, not detached, poweredOn {on}"
+        )),
+        None => refuse("reports no power state (status.poweredOn)"),
+    }
+}
+
+/// What a dry run would have done, in words: `names` are the policy's strategies, `node` the
+/// Node the Remediation names.
+pub fn describe(dry: &DryRun, names: &[FenceStrategyName], node: Option<&str>) -> Record {
+    let name = |index: usize| names.get(index).copied().map_or("?", strategy_name);
+    let probes: Vec<String> = dry
+        .probes
+        .iter()
+        .map(|p| match &p.outcome {
+            Ok(said) => format!("{} answered ({said})", name(p.strategy)),
+            Err(why) => format!("{} did not answer ({why})", name(p.strategy)),
+        })
+        .collect();
+    let release = match (dry.release, node) {
+        (_, None) => "no Node to release".to_string(),
+        (ReleaseMode::Delete, Some(node)) => format!("delete Node {node}"),
+        (ReleaseMode::OutOfService, Some(node)) => {
+            format!("taint Node {node} out-of-service")
+        }
+    };
+    let fence = match dry.strategy {
+        Some(index) => format!(
+            "would fence with {}, then {release} and power the host back on",
+            name(index)
+        ),
+        None => "no fencing path answered its probe: nothing could be fenced".to_string(),
+    };
+    let gates = match &dry.held {
+        None => "the start gates are open".to_string(),
+        Some(held) => format!("gate {} would hold the start: {held}", held.gate()),
+    };
+    let reason = match (dry.strategy, &dry.held) {
+        (None, _) => "ProbeFailed",
+        (Some(_), Some(_)) => "WouldHold",
+        (Some(_), None) => "WouldFence",
+    };
+    let probed = if probes.is_empty() {
+        "no strategy probed".to_string()
+    } else {
+        probes.join("; ")
+    };
+    Record {
+        reason,
+        message: format!("dry run: {fence}; {gates}; probes: {probed}; nothing was changed"),
+        warning: dry.strategy.is_none().then(|| probed.clone()),
+    }
+}
+
+impl Pass {
+    /// Whether this round is the start of a dry run: `Pending`, triggered, the policy in
+    /// `DryRun` and not paused (a paused policy starts nothing, not even a probe).
+    pub(super) fn dry_run_start(
+        &self,
+        phase: Phase,
+        triggered: bool,
+        may_start: &std::result::Result<(), Held>,
+    ) -> bool {
+        phase == Phase::Pending
+            && triggered
+            && self.policy.mode == Mode::DryRun
+            && *may_start != Err(Held::Paused)
+    }
+
+    /// The non-disruptive probes, in the policy's order up to the first that answers (the
+    /// order the escalation would take).
+    pub(super) async fn probe_strategies(&self, remediation: &Remediation) -> Vec<Probe> {
+        let mut probes = Vec::new();
+        for (strategy, name) in self.policy.strategies.iter().enumerate() {
+            let outcome = match name {
+                FenceStrategyName::BareMetalHostRebootApi => self.probe_host(remediation).await,
+                FenceStrategyName::DirectBmc => self.probe_bmc(remediation).await,
+            };
+            let answered = outcome.is_ok();
+            probes.push(Probe { strategy, outcome });
+            if answered {
+                break;
+            }
+        }
+        probes
+    }
+
+    /// The reboot API's probe: the BareMetalHost read from the API server now.
+    async fn probe_host(&self, remediation: &Remediation) -> std::result::Result<String, String> {
+        let target =
+            self.fence_target(remediation, FenceStrategyName::BareMetalHostRebootApi, None);
+        let view = self
+            .fresh_host_view(&target)
+            .await
+            .map_err(|not| not.to_string())?;
+        let host = target.host.ok_or("the Machine names no BareMetalHost")?;
+        host_probe(&host, &view)
+    }
+
+    /// The BMC's probe: a login (the driver's session) and a read of the system's power.
+    async fn probe_bmc(&self, remediation: &Remediation) -> std::result::Result<String, String> {
+        let bmc = self
+            .direct_bmc(remediation)
+            .await
+            .map_err(|e| e.to_string())?;
+        let power = self
+            .read_power(&bmc)
+            .await
+            .map_err(|e| format!("BMC {}: {e}", bmc.address))?;
+        Ok(format!(
+            "BMC {}: logged in, system power {power:?}",
+            bmc.address
+        ))
+    }
+
+    /// After a dry run (`last`): `Some` when nothing starts now; `None` when a new
+    /// Remediation starts — the trigger appeared again after the dry run saw it gone, or the
+    /// policy is back in `Remediate` and the trigger is still there.
+    pub(super) async fn after_dry_run(&self, last: &Remediation) -> Result<Option<Action>> {
+        let cleared = last.status.as_ref().is_some_and(|s| {
+            s.steps
+                .iter()
+                .any(|t| t.step == RemediationStep::TriggerCleared.as_str())
+        });
+        if !self.triggered() {
+            if !cleared {
+                let mut last = last.clone();
+                let mut status = last.status.clone().unwrap_or_default();
+                let now = self.context.clock.now();
+                record_step(&mut status, RemediationStep::TriggerCleared, None, now);
+                self.persist(&mut last, status).await?;
+            }
+            return Ok(Some(Action::await_change()));
+        }
+        let again = cleared || self.policy.mode == Mode::Remediate;
+        // A start rests on a fresh read of the trigger (see `run`).
+        if again && self.trigger_confirmed().await? {
+            Ok(None)
+        } else {
+            Ok(Some(Action::await_change()))
+        }
+    }
+
+    /// Records the dry run: the would-be strategy, the `DryRun` condition and phase; then
+    /// tells it, and counts it.
+    pub(super) async fn record_dry_run(
+        &self,
+        round: Round<'_>,
+        dry: DryRun,
+    ) -> Result<Option<Action>> {
+        let Round {
+            remediation,
+            mut status,
+            now,
+            ..
+        } = round;
+        let record = describe(
+            &dry,
+            &self.policy.strategies,
+            remediation.spec.node_name.as_deref(),
+        );
+        status.strategy = dry
+            .strategy
+            .map(|i| strategy_name(self.strategy_at(i)).into());
+        set_condition(&mut status, ConditionType::Held, false, "DryRun", "", now);
+        set_condition(
+            &mut status,
+            ConditionType::DryRun,
+            true,
+            record.reason,
+            &record.message,
+            now,
+        );
+        record_step(
+            &mut status,
+            RemediationStep::DryRun,
+            Some(Phase::DryRun),
+            now,
+        );
+        self.persist(remediation, status).await?;
+        tracing::info!(remediation = %remediation.name_any(), outcome = record.reason, "dry run recorded");
+        self.event(remediation, Severity::Normal, "DryRun", record.message)
+            .await;
+        if let Some(why) = record.warning {
+            let note = format!("dry run: no fencing path answered its probe: {why}");
+            self.event(remediation, Severity::Warning, "DryRunProbeFailed", note)
+                .await;
+        }
+        self.context.metrics.remediation_dry_run(record.reason);
+        Ok(Some(Action::await_change()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view() -> BareMetalHostView {
+        BareMetalHostView {
+            powered_on: Some(true),
+            ..BareMetalHostView::default()
+        }
+    }
+
+    fn host() -> HostRef {
+        HostRef {
+            namespace: "m".into(),
+            name: "h0".into(),
+        }
+    }
+
+    #[test]
+    fn the_reboot_api_answers_only_for_a_managed_host_that_reports_its_power() {
+        assert_eq!(
+            host_probe(&host(), &view()),
+            Ok("BareMetalHost m/h0: managed, not detached, poweredOn true".into())
+        );
+        for (broken, why) in [
+            (
+                BareMetalHostView {
+                    detached: true,
+                    ..view()
+                },
+                "is detached",
+            ),
+            (
+                BareMetalHostView {
+                    operational_status: Some("detached".into()),
+                    ..view()
+                },
+                "is detached",
+            ),
+            (
+                BareMetalHostView {
+                    paused: true,
+                    ..view()
+                },
+                "is paused",
+            ),
+            (
+                BareMetalHostView {
+                    disable_power_off: true,
+                    ..view()
+                },
+                "disablePowerOff",
+            ),
+            (
+                BareMetalHostView {
+                    powered_on: None,
+                    ..view()
+                },
+                "no power state",
+            ),
+        ] {
+            let refused = host_probe(&host(), &broken).unwrap_err();
+            assert!(refused.contains(why), "{refused}");
+        }
+    }
+
+    fn dry(strategy: Option<usize>, held: Option<Held>, probes: Vec<Probe>) -> DryRun {
+        DryRun {
+            strategy,
+            held,
+            release: ReleaseMode::Delete,
+            probes,
+        }
+    }
+
+    const BOTH: [FenceStrategyName; 2] = [
+        FenceStrategyName::BareMetalHostRebootApi,
+        FenceStrategyName::DirectBmc,
+    ];
+
+    #[test]
+    fn a_dry_run_says_which_strategy_which_node_which_gate_and_what_each_probe_found() {
+        let probes = vec![
+            Probe {
+                strategy: 0,
+                outcome: Err("BareMetalHost m/h0 is detached".into()),
+            },
+            Probe {
+                strategy: 1,
+                outcome: Ok("BMC redfish://bmc-0: logged in, system power On".into()),
+            },
+        ];
+        let open = describe(&dry(Some(1), None, probes.clone()), &BOTH, Some("w0"));
+        assert_eq!(open.reason, "WouldFence");
+        assert_eq!(
+            open.message,
+            "dry run: would fence with DirectBmc, then delete Node w0 and power the host back on; \
+             the start gates are open; probes: BareMetalHostRebootApi did not answer \
+             (BareMetalHost m/h0 is detached); DirectBmc answered (BMC redfish://bmc-0: logged \
+             in, system power On); nothing was changed"
+        );
+        assert_eq!(open.warning, None);
+        let held = describe(
+            &dry(Some(1), Some(Held::ControlPlaneBusy), probes.clone()),
+            &BOTH,
+            None,
+        );
+        assert_eq!(held.reason, "WouldHold");
+        assert!(
+            held.message
+                .contains("gate ControlPlaneBusy would hold the start: another control-plane"),
+            "{}",
+            held.message
+        );
+        assert!(
+            held.message.contains("no Node to release"),
+            "{}",
+            held.message
+        );
+        let failed = describe(&dry(None, None, probes[..1].to_vec()), &BOTH, Some("w0"));
+        assert_eq!(failed.reason, "ProbeFailed");
+        assert!(
+            failed.message.contains("no fencing path answered"),
+            "{}",
+            failed.message
+        );
+        assert_eq!(
+            failed.warning.as_deref(),
+            Some("BareMetalHostRebootApi did not answer (BareMetalHost m/h0 is detached)")
+        );
+        for record in [open, held, failed] {
+            assert!(crate::metrics::DRY_RUN_OUTCOMES.contains(&record.reason));
+        }
+    }
+}
