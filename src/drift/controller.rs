@@ -24,7 +24,7 @@ use crate::api::annotations::PLANNED_REBOOT;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
 use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
-use crate::runtime::informer::informer;
+use crate::runtime::informer::{informer, watch_config};
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
@@ -47,7 +47,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
     let _running = Running::shown(&options.metrics);
-    let config = watcher::Config::default();
+    let config = watch_config();
     // Alone, it watches Nodes itself; beside the machine controller, it shares its watch.
     let (node_feed, own_node_watch) = match node_feed {
         Some(feed) => (feed, None),
@@ -81,15 +81,41 @@ pub async fn run(
     // waking every Node at each of those changes kept thousands of passes busy. A policy
     // change (rare) may change what counts, so it wakes them all.
     let nodes = node_feed.store.clone();
+    let open = remediations.clone();
     let in_play = futures_util::stream::select(pool_stream.map(|_| ()), machine_stream.map(|_| ()))
         .flat_map(move |()| {
-            futures_util::stream::iter(nodes_in_play(&nodes.state(), &remediations.state()))
+            futures_util::stream::iter(nodes_in_play(&nodes.state(), &open.state()))
         });
-    Controller::for_shared_stream(node_feed.changes, node_feed.store)
+    // A policy change (rare) may change what is done for any Node drift concerns.
+    let nodes = node_feed.store.clone();
+    let all = remediations.clone();
+    let policy_wakes = policy_stream.flat_map(move |_| {
+        let remediated = nodes_with_remediations(&all.state());
+        let concerned: Vec<ObjectRef<Node>> = nodes
+            .state()
+            .iter()
+            .filter(|node| concerns_drift(node, &remediated, false))
+            .map(|node| ObjectRef::from_obj(node.as_ref()))
+            .collect();
+        futures_util::stream::iter(concerned)
+    });
+    // The kubelets' status updates change every Node all the time: only the changes of a Node
+    // drift concerns start a pass.
+    let all = remediations.clone();
+    let reports = context.clone();
+    let node_changes = node_feed.changes.filter(move |node| {
+        let remediated = nodes_with_remediations(&all.state());
+        let reported = reports
+            .reported
+            .lock()
+            .is_ok_and(|reported| reported.contains_key(&node.name_any()));
+        std::future::ready(concerns_drift(node, &remediated, reported))
+    });
+    Controller::for_shared_stream(node_changes, node_feed.store)
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
         .watches_stream(remediation_stream, by_node)
         .reconcile_on(in_play)
-        .reconcile_all_on(policy_stream.map(|_| ()))
+        .reconcile_on(policy_wakes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context.clone())
         .for_each(|result| async move {
@@ -159,8 +185,38 @@ impl Drop for Running {
     }
 }
 
-/// At most this many drift passes at once (a policy change wakes every Node).
+/// At most this many drift passes at once (a policy change wakes every Node drift concerns).
 const PASSES_AT_ONCE: u16 = 16;
+
+/// The names of the Nodes with a DriftRemediation, open or ended.
+fn nodes_with_remediations(
+    remediations: &[Arc<DriftRemediation>],
+) -> std::collections::HashSet<String> {
+    remediations
+        .iter()
+        .map(|r| r.spec.node_name.clone())
+        .collect()
+}
+
+/// Whether a Node's change may concern the drift coordinator: the MCO reports it degraded
+/// (drift to remediate, or another cause to report), its not-drift degradation was reported
+/// (`reported`: the pass that sees it recover forgets the report), it carries our
+/// planned-reboot mark, or it has a DriftRemediation (an open one to drive; an ended one may
+/// still owe a cleanup, and the planned-reboot guard reads the last one's persisted state).
+/// On any other Node a pass has nothing to do.
+fn concerns_drift(
+    node: &Node,
+    remediated: &std::collections::HashSet<String>,
+    reported: bool,
+) -> bool {
+    reported
+        || node.annotations().contains_key(PLANNED_REBOOT)
+        || matches!(
+            classify(node.annotations()),
+            ConfigState::Drifted(_) | ConfigState::Degraded(_)
+        )
+        || remediated.contains(&node.name_any())
+}
 
 /// The Nodes a pool or machine-remediation change may concern: drifted ones, ones with an
 /// open remediation or with a terminal one that still owes a cleanup, and ones carrying our
@@ -236,17 +292,65 @@ mod tests {
         )
     }
 
+    fn mco(state: &str, reason: &str) -> serde_json::Value {
+        let rendered = "rendered-worker-1";
+        json!({
+            crate::api::mco::STATE: state,
+            crate::api::mco::CURRENT_CONFIG: rendered,
+            crate::api::mco::DESIRED_CONFIG: rendered,
+            crate::api::mco::REASON: reason,
+        })
+    }
+
+    #[test]
+    fn a_node_change_concerns_drift_only_when_degraded_reported_marked_or_ever_remediated() {
+        let remediations = [
+            remediation("open", json!({"phase": "Debouncing"})),
+            remediation("ended", json!({"phase": "Succeeded"})),
+        ];
+        let remediated = nodes_with_remediations(&remediations);
+        let cases = [
+            (node("in-sync", mco("Done", "")), false),
+            (node("unmanaged", json!({})), false),
+            (node("working", mco("Working", "")), false),
+            (
+                node(
+                    "degraded-otherwise",
+                    mco("Degraded", "failed to drain node"),
+                ),
+                true,
+            ),
+            (
+                node(
+                    "drifted",
+                    mco("Degraded", r#"content mismatch for file "/etc/x""#),
+                ),
+                true,
+            ),
+            (node("marked", json!({PLANNED_REBOOT: "marked-1"})), true),
+            // A remediation, open or ended, keeps every change of its Node in view: an
+            // ended one may still owe a cleanup or guard a late MCO reboot.
+            (node("open", mco("Done", "")), true),
+            (node("ended", mco("Working", "")), true),
+        ];
+        for (node, expected) in cases {
+            assert_eq!(
+                concerns_drift(&node, &remediated, false),
+                expected,
+                "{}",
+                node.name_any()
+            );
+        }
+        // A not-drift degradation reported before: its recovery must reach a pass.
+        assert!(concerns_drift(
+            &node("recovered", mco("Done", "")),
+            &remediated,
+            true
+        ));
+    }
+
     #[test]
     fn only_drifted_marked_or_remediated_nodes_are_in_play() {
-        let rendered = "rendered-worker-1";
-        let mco = |state: &str, reason: &str| {
-            json!({
-                crate::api::mco::STATE: state,
-                crate::api::mco::CURRENT_CONFIG: rendered,
-                crate::api::mco::DESIRED_CONFIG: rendered,
-                crate::api::mco::REASON: reason,
-            })
-        };
         let nodes = [
             node("in-sync", mco("Done", "")),
             node(

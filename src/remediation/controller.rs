@@ -12,8 +12,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
+use kube::runtime::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
@@ -24,7 +24,7 @@ use crate::api::slim;
 use crate::api::{HostBmc, Remediation, RemediationPhase, RemediationPolicy};
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::runtime::clock::Clock;
-use crate::runtime::informer::{Changes, informer, slimmed_informer};
+use crate::runtime::informer::{Changes, informer, slimmed_informer, watch_config};
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
@@ -140,7 +140,7 @@ struct Watches {
 /// Starts one informer per kind (Nodes come from the shared watch); Machines only of this
 /// replica's shard when a selector is given.
 fn watch_kinds(client: &Client, machine_selector: Option<&str>) -> Watches {
-    let config = watcher::Config::default();
+    let config = watch_config();
     let machine_config = match machine_selector {
         Some(selector) => config.clone().labels(selector),
         None => config.clone(),

@@ -12,6 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tracing::warn;
 
 use crate::api::slim;
+use crate::runtime::informer::watch_config;
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
@@ -45,7 +46,7 @@ pub fn watch_nodes(client: &Client, consumers: usize) -> Result<(Vec<NodeFeed>, 
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let watch = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+    let watch = watcher(Api::<Node>::all(client.clone()), watch_config())
         .default_backoff()
         .modify(slim::node)
         .reflect_shared(writer)
