@@ -11,6 +11,7 @@ pub mod context;
 pub mod controller;
 pub mod execute;
 pub mod fence;
+mod foreign;
 pub mod gates;
 pub mod metered;
 pub mod monitor;

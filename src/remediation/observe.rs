@@ -10,10 +10,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use super::fence::BareMetalHostView;
+use super::gates::{ForeignKind, ForeignObject};
 use super::plan::NodeView;
 use crate::api::CaBundleRef;
 use crate::api::annotations::{
-    BMC_CA_BUNDLE, BMH_DETACHED, BMH_PAUSED, MACHINE_HOST, MACHINE_ROLE, REBOOT_PREFIX,
+    BMC_CA_BUNDLE, BMH_DETACHED, BMH_PAUSED, LEGACY_NODE_ANNOTATIONS_BACKUP,
+    LEGACY_NODE_LABELS_BACKUP, LEGACY_POWER_ON_TIMEOUT, MACHINE_HOST, MACHINE_ROLE,
+    MEDIK8S_NODE_NAME, REBOOT_PREFIX,
 };
 
 pub use super::fence::HostRef;
@@ -217,6 +220,57 @@ pub fn bare_metal_host_view(host: &Value, reboot_key: &str) -> BareMetalHostView
             .unwrap_or(false),
         power_off_requested: has(&format!("{REBOOT_PREFIX}{reboot_key}")),
     }
+}
+
+/// The legacy actuator's annotations a Machine carries (its in-flight mark and its Node
+/// backup), for the `ForeignRemediation` gate.
+pub fn legacy_marks(annotations: &BTreeMap<String, String>) -> Vec<String> {
+    [
+        LEGACY_POWER_ON_TIMEOUT,
+        LEGACY_NODE_LABELS_BACKUP,
+        LEGACY_NODE_ANNOTATIONS_BACKUP,
+    ]
+    .into_iter()
+    .filter(|key| annotations.contains_key(*key))
+    .map(str::to_string)
+    .collect()
+}
+
+/// The keys of a BareMetalHost's suffixed reboot-API annotations (`reboot.metal3.io/<key>`).
+pub fn reboot_keys(annotations: &BTreeMap<String, String>) -> Vec<String> {
+    annotations
+        .keys()
+        .filter_map(|key| key.strip_prefix(REBOOT_PREFIX))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Another project's remediation object as the foreign gate matches it; `None` without a
+/// name (an object the API server would not serve).
+pub fn foreign_object(kind: ForeignKind, object: &Value) -> Option<ForeignObject> {
+    let name = text(object, "/metadata/name").filter(|n| !n.is_empty())?;
+    let owner_machines = object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|o| text(o, "/kind") == Some("Machine"))
+        .filter_map(|o| text(o, "/name"))
+        .map(str::to_string)
+        .collect();
+    Some(ForeignObject {
+        kind,
+        namespace: text(object, "/metadata/namespace")
+            .unwrap_or_default()
+            .to_string(),
+        name: name.to_string(),
+        node_annotation: object
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(MEDIK8S_NODE_NAME))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        owner_machines,
+    })
 }
 
 /// The BMC a BareMetalHost names (`spec.bmc.address`, `spec.bmc.credentialsName`,
