@@ -271,3 +271,43 @@ async fn the_legacy_actuator_in_flight_holds_the_start_and_its_saved_labels_come
         "the legacy backup left the Machine once restored: {annotations}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_legacy_backup_is_told_and_kept_and_holds_nothing() {
+    let lab = lab().await;
+    // The legacy actuator stopped after saving the Node, and its save is damaged.
+    let backup = "remediation.metal3.io/node-labels-backup";
+    annotate(
+        &lab,
+        MACHINES,
+        MACHINE_NAMESPACE,
+        "worker-0",
+        json!({backup: "{not json"}),
+    );
+    lab.trigger("worker-0", true);
+    let done = released(&lab).await;
+    assert!(
+        done.status
+            .unwrap()
+            .conditions
+            .iter()
+            .all(|c| c.reason != "ForeignRemediation")
+    );
+    eventually("the Warning Event", Duration::from_secs(10), async || {
+        let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+        let told = events.iter().any(|e| {
+            e["reason"] == "LegacyBackupUnreadable"
+                && e["message"].as_str().is_some_and(|m| m.contains(backup))
+        });
+        told.then_some(()).ok_or(events.len())
+    })
+    .await;
+    let machine = lab
+        .api
+        .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
+        .unwrap();
+    assert_eq!(
+        machine["metadata"]["annotations"][backup], "{not json",
+        "left for an operator to read"
+    );
+}

@@ -768,4 +768,45 @@ mod tests {
             Err("its BareMetalHost is externally provisioned".into())
         );
     }
+
+    #[test]
+    fn other_remediators_traces_are_read_from_annotations_and_objects() {
+        let annotations: BTreeMap<String, String> = [
+            ("reboot.metal3.io/capbm-requested-power-off", "{}"),
+            ("reboot.metal3.io", ""),
+            (
+                "remediation.metal3.io/power-on-will-timeout-at",
+                "2026-01-01T00:00:00Z",
+            ),
+            ("team", "db"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(reboot_keys(&annotations), ["capbm-requested-power-off"]);
+        assert_eq!(
+            legacy_marks(&annotations),
+            ["remediation.metal3.io/power-on-will-timeout-at"]
+        );
+        let object = serde_json::json!({"metadata": {
+            "name": "far-1", "namespace": "medik8s",
+            "annotations": {"remediation.medik8s.io/node-name": "worker-0"},
+            "ownerReferences": [
+                {"kind": "NodeHealthCheck", "name": "nhc"},
+                {"kind": "Machine", "name": "worker-0"},
+            ],
+        }});
+        let read = foreign_object(ForeignKind::FenceAgentsRemediation, &object).unwrap();
+        assert_eq!(read.node_annotation.as_deref(), Some("worker-0"));
+        assert_eq!(read.owner_machines, ["worker-0"]);
+        assert_eq!(
+            (read.namespace.as_str(), read.name.as_str()),
+            ("medik8s", "far-1")
+        );
+        let nameless = serde_json::json!({"metadata": {"annotations": 7}});
+        assert_eq!(
+            foreign_object(ForeignKind::SelfNodeRemediation, &nameless),
+            None
+        );
+    }
 }
