@@ -49,6 +49,20 @@ fn stage(lab: &Lab, kind: Gvr, namespace: &str, object: Value) {
     lab.api.create(kind, namespace, object).unwrap();
 }
 
+/// Waits for a Warning Event with this reason whose message says `what`.
+async fn told(lab: &Lab, reason: &str, what: &str) {
+    eventually(reason, Duration::from_secs(10), async || {
+        let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+        let told = events.iter().any(|e| {
+            e["reason"] == reason
+                && e["type"] == "Warning"
+                && e["message"].as_str().is_some_and(|m| m.contains(what))
+        });
+        told.then_some(()).ok_or(format!("{events:#?}"))
+    })
+    .await;
+}
+
 /// Triggers worker-0 and checks its start is held by `who`: the condition, a Warning Event,
 /// the gauge, and nothing done to the host or its Node.
 async fn held_by(lab: &Lab, who: &str) {
@@ -67,16 +81,7 @@ async fn held_by(lab: &Lab, who: &str) {
     })
     .await;
     assert!(status.contains(who), "{status}");
-    eventually("the Warning Event", Duration::from_secs(10), async || {
-        let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-        let told = events.iter().any(|e| {
-            e["reason"] == "Held"
-                && e["type"] == "Warning"
-                && e["message"].as_str().is_some_and(|n| n.contains(who))
-        });
-        told.then_some(()).ok_or(format!("{events:#?}"))
-    })
-    .await;
+    told(lab, "Held", who).await;
     eventually("the held gauge", Duration::from_secs(10), async || {
         let metrics = lab.metrics.encode();
         let line = "baremend_remediations_held{gate=\"ForeignRemediation\"} 1";
@@ -293,15 +298,7 @@ async fn an_unreadable_legacy_backup_is_told_and_kept_and_holds_nothing() {
             .iter()
             .all(|c| c.reason != "ForeignRemediation")
     );
-    eventually("the Warning Event", Duration::from_secs(10), async || {
-        let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-        let told = events.iter().any(|e| {
-            e["reason"] == "LegacyBackupUnreadable"
-                && e["message"].as_str().is_some_and(|m| m.contains(backup))
-        });
-        told.then_some(()).ok_or(events.len())
-    })
-    .await;
+    told(&lab, "LegacyBackupUnreadable", backup).await;
     let machine = lab
         .api
         .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
