@@ -745,6 +745,8 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         .start()
         .await;
     lab.detach("worker-1");
+    // The other remediators' kinds are served: the ForeignRemediation gate lists them.
+    lab.serve_foreign_remediations();
     let ca = TestCa::generate("rbac test BMC CA").unwrap();
     let (_tls_bmc, address) = lab.tls_bmc("worker-1", &ca).await;
     lab.api

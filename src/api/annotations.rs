@@ -10,8 +10,34 @@ pub const POWERED_OFF_FOR_REMEDIATION: &str = "remediation.metal3.io/powered-off
 /// Prefix of the BareMetalHost reboot API annotations; the key follows the slash.
 pub const REBOOT_PREFIX: &str = "reboot.metal3.io/";
 
-/// Default key of our power-off request in the reboot API.
+/// Default key of our power-off request in the reboot API. It is the key the legacy
+/// actuator (OpenShift's cluster-api-provider-baremetal) uses: a host it holds off is then
+/// seen as held by the same request, which no Remediation of ours made (the
+/// `ForeignRemediation` gate holds such a start).
 pub const DEFAULT_REBOOT_KEY: &str = "capbm-requested-power-off";
+
+/// The legacy actuator's power-off request key (`reboot.metal3.io/<this>`).
+pub const LEGACY_REBOOT_KEY: &str = "capbm-requested-power-off";
+
+/// On a Machine, by the legacy actuator: the Node's labels, saved as a JSON object of
+/// strings before it deleted the Node; it adds the ones the new Node lacks and removes it.
+pub const LEGACY_NODE_LABELS_BACKUP: &str = "remediation.metal3.io/node-labels-backup";
+
+/// On a Machine, by the legacy actuator: the Node's annotations, as
+/// [`LEGACY_NODE_LABELS_BACKUP`].
+pub const LEGACY_NODE_ANNOTATIONS_BACKUP: &str = "remediation.metal3.io/node-annotations-backup";
+
+/// On a Machine, by the legacy actuator: when it gives up waiting for the Node after powering
+/// the host on (RFC 3339). Set from power-on until the remediation ends: its in-flight mark.
+pub const LEGACY_POWER_ON_TIMEOUT: &str = "remediation.metal3.io/power-on-will-timeout-at";
+
+/// A Node finalizer of older legacy actuators (removed by them on every Machine update); a
+/// Node that keeps it cannot be deleted once that actuator is gone.
+pub const LEGACY_NODE_FINALIZER: &str = "metal3.io/capbm";
+
+/// On a medik8s FenceAgentsRemediation: the Node it fences when the object is not named
+/// after it.
+pub const MEDIK8S_NODE_NAME: &str = "remediation.medik8s.io/node-name";
 
 /// On a Machine, names its BareMetalHost as `namespace/name`.
 pub const MACHINE_HOST: &str = "metal3.io/BareMetalHost";

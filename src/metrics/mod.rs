@@ -35,7 +35,7 @@ use self::power::PowerMetrics;
 use crate::{Error, Result};
 
 /// Every gate that can hold a start, as named in the `Held` condition's reason.
-pub const GATES: [&str; 9] = [
+pub const GATES: [&str; 10] = [
     "Paused",
     "Concurrency",
     "Storm",
@@ -45,6 +45,7 @@ pub const GATES: [&str; 9] = [
     "OutOfServiceUnsupported",
     "PlannedReboot",
     "SelfFence",
+    "ForeignRemediation",
 ];
 
 /// Every fencing strategy, as the remediation counters name it.

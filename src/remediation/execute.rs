@@ -9,7 +9,10 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use serde_json::{Value, json};
 
 use super::fence::ConfirmedOff;
-use crate::api::annotations::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE};
+use crate::api::annotations::{
+    LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_FINALIZER, LEGACY_NODE_LABELS_BACKUP,
+    OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE,
+};
 use crate::api::{NodeBackup, SavedTaint};
 use crate::{Error, Result};
 
@@ -227,6 +230,67 @@ fn missing(
         .collect()
 }
 
+/// The Node backup the legacy actuator left on a Machine (its labels and annotations, each a
+/// JSON object of strings under [`LEGACY_NODE_LABELS_BACKUP`] and
+/// [`LEGACY_NODE_ANNOTATIONS_BACKUP`]); `Ok(None)` without one. A malformed backup is an
+/// error naming the annotation, and is left in place (nothing of it is lost).
+pub fn legacy_backup(
+    annotations: &BTreeMap<String, String>,
+) -> std::result::Result<Option<NodeBackup>, String> {
+    let read = |key: &str| -> std::result::Result<BTreeMap<String, String>, String> {
+        match annotations.get(key) {
+            None => Ok(BTreeMap::new()),
+            Some(text) => serde_json::from_str(text).map_err(|e| {
+                format!("Machine annotation {key} is not a JSON object of strings: {e}")
+            }),
+        }
+    };
+    if !annotations.contains_key(LEGACY_NODE_LABELS_BACKUP)
+        && !annotations.contains_key(LEGACY_NODE_ANNOTATIONS_BACKUP)
+    {
+        return Ok(None);
+    }
+    Ok(Some(NodeBackup {
+        labels: read(LEGACY_NODE_LABELS_BACKUP)?,
+        annotations: read(LEGACY_NODE_ANNOTATIONS_BACKUP)?,
+        taints: Vec::new(),
+    }))
+}
+
+/// Adds to `backup` what `older` saved and it lacks: the newer save wins a key both have.
+pub fn adopt_backup(backup: &mut NodeBackup, older: NodeBackup) {
+    for (key, value) in older.labels {
+        backup.labels.entry(key).or_insert(value);
+    }
+    for (key, value) in older.annotations {
+        backup.annotations.entry(key).or_insert(value);
+    }
+}
+
+/// Removes the legacy actuator's finalizer from a Node that has it: with that actuator
+/// gone, nothing else would, and the Node's deletion would never finish.
+pub async fn remove_legacy_finalizer(nodes: &Api<Node>, node: &Node) -> Result<bool> {
+    let finalizers = node.metadata.finalizers.clone().unwrap_or_default();
+    if !finalizers.iter().any(|f| f == LEGACY_NODE_FINALIZER) {
+        return Ok(false);
+    }
+    let kept: Vec<String> = finalizers
+        .into_iter()
+        .filter(|f| f != LEGACY_NODE_FINALIZER)
+        .collect();
+    // With the resourceVersion: a finalizer list changed since is not overwritten.
+    let patch = json!({"metadata": {
+        "finalizers": kept,
+        "resourceVersion": node.metadata.resource_version,
+    }});
+    let name = node.metadata.name.clone().unwrap_or_default();
+    nodes
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::kube("RemoveLegacyNodeFinalizer"))?;
+    Ok(true)
+}
+
 /// What a restore put back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Restored {
@@ -343,5 +407,32 @@ mod tests {
                 )
             ]
         );
+    }
+
+    #[test]
+    fn the_legacy_backup_is_read_and_adopted_under_a_newer_save() {
+        let mut on_machine = BTreeMap::new();
+        assert_eq!(legacy_backup(&on_machine), Ok(None));
+        on_machine.insert(
+            LEGACY_NODE_LABELS_BACKUP.to_string(),
+            r#"{"team":"db","zone":"old"}"#.to_string(),
+        );
+        let legacy = legacy_backup(&on_machine).unwrap().unwrap();
+        assert_eq!(legacy.labels["team"], "db");
+        assert!(legacy.annotations.is_empty());
+        let mut ours = NodeBackup {
+            labels: [("zone".to_string(), "new".to_string())].into(),
+            annotations: BTreeMap::new(),
+            taints: Vec::new(),
+        };
+        adopt_backup(&mut ours, legacy);
+        assert_eq!(ours.labels["zone"], "new", "the newer save wins");
+        assert_eq!(ours.labels["team"], "db", "the legacy label is kept");
+        on_machine.insert(
+            LEGACY_NODE_ANNOTATIONS_BACKUP.to_string(),
+            "[not json".to_string(),
+        );
+        let error = legacy_backup(&on_machine).unwrap_err();
+        assert!(error.contains(LEGACY_NODE_ANNOTATIONS_BACKUP), "{error}");
     }
 }

@@ -171,6 +171,13 @@ pub enum Held {
         /// The Node.
         node: String,
     },
+    /// Another remediator is handling this host: two power cycles at once would fight over
+    /// its power and its Node.
+    #[error("another remediator is handling this host: {who}; the start waits until it is done")]
+    ForeignRemediation {
+        /// Who, and the evidence.
+        who: Foreign,
+    },
 }
 
 impl Held {
@@ -186,6 +193,7 @@ impl Held {
             Held::OutOfServiceUnsupported => "OutOfServiceUnsupported",
             Held::PlannedReboot { .. } => "PlannedReboot",
             Held::SelfFence { .. } => "SelfFence",
+            Held::ForeignRemediation { .. } => "ForeignRemediation",
         }
     }
 }
@@ -240,6 +248,413 @@ pub fn may_start(
         }
     }
     Ok(())
+}
+
+/// The remediation APIs of other projects the `ForeignRemediation` gate reads, where the
+/// API server serves them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ForeignKind {
+    /// metal3's `Metal3Remediation` (cluster-api-provider-metal3, also run by OpenShift):
+    /// named after the Machine, in its namespace, owned by it.
+    Metal3Remediation,
+    /// medik8s `SelfNodeRemediation`: named after the Node (by NodeHealthCheck).
+    SelfNodeRemediation,
+    /// medik8s `FenceAgentsRemediation`: named after the Node, or naming it in
+    /// `remediation.medik8s.io/node-name`.
+    FenceAgentsRemediation,
+    /// medik8s `MachineDeletionRemediation`: named after the Node.
+    MachineDeletionRemediation,
+}
+
+impl ForeignKind {
+    /// Every kind, in the order they are looked for.
+    pub const ALL: [ForeignKind; 4] = [
+        ForeignKind::Metal3Remediation,
+        ForeignKind::SelfNodeRemediation,
+        ForeignKind::FenceAgentsRemediation,
+        ForeignKind::MachineDeletionRemediation,
+    ];
+
+    /// The API group.
+    pub fn group(self) -> &'static str {
+        match self {
+            ForeignKind::Metal3Remediation => "infrastructure.cluster.x-k8s.io",
+            ForeignKind::SelfNodeRemediation => "self-node-remediation.medik8s.io",
+            ForeignKind::FenceAgentsRemediation => "fence-agents-remediation.medik8s.io",
+            ForeignKind::MachineDeletionRemediation => "machine-deletion-remediation.medik8s.io",
+        }
+    }
+
+    /// The kind.
+    pub fn kind(self) -> &'static str {
+        match self {
+            ForeignKind::Metal3Remediation => "Metal3Remediation",
+            ForeignKind::SelfNodeRemediation => "SelfNodeRemediation",
+            ForeignKind::FenceAgentsRemediation => "FenceAgentsRemediation",
+            ForeignKind::MachineDeletionRemediation => "MachineDeletionRemediation",
+        }
+    }
+
+    /// The resource (plural) name.
+    pub fn plural(self) -> &'static str {
+        match self {
+            ForeignKind::Metal3Remediation => "metal3remediations",
+            ForeignKind::SelfNodeRemediation => "selfnoderemediations",
+            ForeignKind::FenceAgentsRemediation => "fenceagentsremediations",
+            ForeignKind::MachineDeletionRemediation => "machinedeletionremediations",
+        }
+    }
+}
+
+/// Who else is handling a host, as the `Held` condition, the Event and the docs name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Foreign {
+    /// The legacy actuator (cluster-api-provider-baremetal) is mid-way through its own
+    /// remediation of this Machine.
+    LegacyActuator {
+        /// The annotations that show it.
+        evidence: Vec<String>,
+    },
+    /// The BareMetalHost carries our reboot-API key, and no Remediation of ours asked for it.
+    RebootRequestByOthers {
+        /// The key (`reboot.metal3.io/<key>`).
+        key: String,
+    },
+    /// A remediation object of another project names the Machine or its Node.
+    Object {
+        /// Its kind.
+        kind: ForeignKind,
+        /// Its `namespace/name`.
+        name: String,
+    },
+}
+
+impl std::fmt::Display for Foreign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Foreign::LegacyActuator { evidence } => write!(
+                f,
+                "the legacy actuator (cluster-api-provider-baremetal) has a remediation in flight ({})",
+                evidence.join(", ")
+            ),
+            Foreign::RebootRequestByOthers { key } => write!(
+                f,
+                "the BareMetalHost carries reboot.metal3.io/{key}, which no Remediation of ours requested"
+            ),
+            Foreign::Object { kind, name } => write!(f, "{} {name}", kind.kind()),
+        }
+    }
+}
+
+/// A remediation object of another project, as the gate matches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignObject {
+    /// Its kind.
+    pub kind: ForeignKind,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The Node it names in `remediation.medik8s.io/node-name`, if it does.
+    pub node_annotation: Option<String>,
+    /// The Machines among its owners.
+    pub owner_machines: Vec<String>,
+}
+
+/// The Machine whose start is decided, as the foreign gate sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its name.
+    pub machine: &'a str,
+    /// Its Node.
+    pub node: Option<&'a str>,
+    /// Our reboot-API key.
+    pub reboot_key: &'a str,
+}
+
+/// What other remediators leave behind, read fresh when a start is decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForeignEvidence {
+    /// The Machine's annotations among the legacy actuator's.
+    pub machine_marks: Vec<String>,
+    /// The keys of the BareMetalHost's `reboot.metal3.io/<key>` annotations.
+    pub reboot_keys: Vec<String>,
+    /// A Remediation of ours has asked this host off and not withdrawn it (one under way, or
+    /// one that failed leaving the host off).
+    pub ours_requested: bool,
+    /// The other projects' remediation objects (of the kinds served; all of them).
+    pub objects: Vec<ForeignObject>,
+}
+
+/// Whether `object` is about `target`'s Machine or Node.
+fn names_target(object: &ForeignObject, target: &Target<'_>) -> bool {
+    let same_namespace = object.namespace == target.namespace;
+    let node = |name: &str| target.node == Some(name);
+    let owned = same_namespace && object.owner_machines.iter().any(|m| m == target.machine);
+    match object.kind {
+        // A CAPI MachineHealthCheck names it after the Machine; NodeHealthCheck may use it
+        // too, and names what it creates after the Node.
+        ForeignKind::Metal3Remediation => {
+            owned || (same_namespace && object.name == target.machine) || node(&object.name)
+        }
+        ForeignKind::SelfNodeRemediation
+        | ForeignKind::FenceAgentsRemediation
+        | ForeignKind::MachineDeletionRemediation => {
+            owned || node(&object.name) || object.node_annotation.as_deref().is_some_and(node)
+        }
+    }
+}
+
+/// The `ForeignRemediation` gate: no start on a Machine whose host another remediator is
+/// handling. Pure; the evidence is read fresh by the caller.
+///
+/// Expected flow: the legacy actuator's in-flight marks first (its power-on deadline on the
+/// Machine; its Node backup together with its power-off request on the host; or that request
+/// alone when our key is another), then our reboot key asked by someone else, then the other projects' objects naming the Machine or
+/// its Node. The first found is named.
+///
+/// Guarantees: nothing is held for what we did ourselves (`ours_requested`); the legacy
+/// backup alone (the actuator stopped after saving the Node) holds nothing: baremend restores
+/// it (see `execute::legacy_backup`).
+///
+/// Caveats: an object's presence is the evidence, whatever its status says: the medik8s
+/// objects stay until NodeHealthCheck deletes them once the Node is healthy, and a
+/// Metal3Remediation until its health check does.
+pub fn foreign_remediation(target: &Target<'_>, evidence: &ForeignEvidence) -> Result<(), Held> {
+    let hold = |who| Err(Held::ForeignRemediation { who });
+    // A key on the host that no one of ours asked for: ours excuse our key only.
+    let ours = |key: &str| evidence.ours_requested && key == target.reboot_key;
+    let asked = |key: &str| !ours(key) && evidence.reboot_keys.iter().any(|k| k == key);
+    let legacy_key = crate::api::annotations::LEGACY_REBOOT_KEY;
+    let legacy_request = asked(legacy_key);
+    let timeout = crate::api::annotations::LEGACY_POWER_ON_TIMEOUT;
+    let mut legacy: Vec<String> = evidence
+        .machine_marks
+        .iter()
+        .filter(|m| *m == timeout || legacy_request)
+        .map(|m| format!("Machine annotation {m}"))
+        .collect();
+    // Its request alone is its own only when our key differs; the same key is told below.
+    if legacy_request && (!legacy.is_empty() || target.reboot_key != legacy_key) {
+        legacy.push(format!(
+            "BareMetalHost annotation reboot.metal3.io/{legacy_key}"
+        ));
+    }
+    if !legacy.is_empty() {
+        return hold(Foreign::LegacyActuator { evidence: legacy });
+    }
+    if asked(target.reboot_key) {
+        return hold(Foreign::RebootRequestByOthers {
+            key: target.reboot_key.to_string(),
+        });
+    }
+    match evidence.objects.iter().find(|o| names_target(o, target)) {
+        Some(object) => hold(Foreign::Object {
+            kind: object.kind,
+            name: format!("{}/{}", object.namespace, object.name),
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod foreign_tests {
+    use super::*;
+
+    const TARGET: Target<'static> = Target {
+        namespace: "openshift-machine-api",
+        machine: "worker-0",
+        node: Some("worker-0.example"),
+        reboot_key: "capbm-requested-power-off",
+    };
+
+    fn object(kind: ForeignKind, namespace: &str, name: &str) -> ForeignObject {
+        ForeignObject {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+            node_annotation: None,
+            owner_machines: Vec::new(),
+        }
+    }
+
+    fn held_by(evidence: &ForeignEvidence) -> Option<Foreign> {
+        match foreign_remediation(&TARGET, evidence) {
+            Ok(()) => None,
+            Err(Held::ForeignRemediation { who }) => Some(who),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn nothing_foreign_lets_the_start_go() {
+        assert_eq!(held_by(&ForeignEvidence::default()), None);
+    }
+
+    #[test]
+    fn our_key_is_foreign_only_when_no_remediation_of_ours_asked_for_it() {
+        let mut evidence = ForeignEvidence {
+            reboot_keys: vec!["capbm-requested-power-off".into()],
+            ..Default::default()
+        };
+        let who = held_by(&evidence).unwrap();
+        assert_eq!(
+            who,
+            Foreign::RebootRequestByOthers {
+                key: "capbm-requested-power-off".into()
+            }
+        );
+        let held = foreign_remediation(&TARGET, &evidence).unwrap_err();
+        assert_eq!(held.gate(), "ForeignRemediation");
+        assert!(
+            held.to_string()
+                .contains("reboot.metal3.io/capbm-requested-power-off")
+        );
+        evidence.ours_requested = true;
+        assert_eq!(held_by(&evidence), None);
+        // Another client's key is not ours to judge.
+        let other = ForeignEvidence {
+            reboot_keys: vec!["someone-else".into()],
+            ..Default::default()
+        };
+        assert_eq!(held_by(&other), None);
+    }
+
+    #[test]
+    fn the_legacy_actuator_in_flight_holds_but_its_backup_alone_does_not() {
+        let timeout = ForeignEvidence {
+            machine_marks: vec![crate::api::annotations::LEGACY_POWER_ON_TIMEOUT.into()],
+            ..Default::default()
+        };
+        assert!(matches!(
+            held_by(&timeout),
+            Some(Foreign::LegacyActuator { .. })
+        ));
+        let backup = ForeignEvidence {
+            machine_marks: vec![crate::api::annotations::LEGACY_NODE_LABELS_BACKUP.into()],
+            ..Default::default()
+        };
+        assert_eq!(held_by(&backup), None, "adopted by the restore instead");
+        // Saved and holding the host off: its remediation is under way.
+        let saved_and_off = ForeignEvidence {
+            reboot_keys: vec![crate::api::annotations::LEGACY_REBOOT_KEY.into()],
+            ..backup
+        };
+        let Some(Foreign::LegacyActuator { evidence }) = held_by(&saved_and_off) else {
+            panic!("not the legacy actuator")
+        };
+        assert_eq!(evidence.len(), 2, "{evidence:?}");
+    }
+
+    #[test]
+    fn the_legacy_key_is_recognised_when_ours_differs() {
+        let target = Target {
+            reboot_key: "baremend",
+            ..TARGET
+        };
+        // Its power-off request alone (before it saved the Node).
+        let evidence = ForeignEvidence {
+            reboot_keys: vec![crate::api::annotations::LEGACY_REBOOT_KEY.into()],
+            ..Default::default()
+        };
+        assert!(matches!(
+            foreign_remediation(&target, &evidence),
+            Err(Held::ForeignRemediation {
+                who: Foreign::LegacyActuator { .. }
+            })
+        ));
+        // Our own key on the host is ours to judge: not foreign while we asked for it.
+        let ours = ForeignEvidence {
+            reboot_keys: vec!["baremend".into()],
+            ours_requested: true,
+            ..Default::default()
+        };
+        assert_eq!(foreign_remediation(&target, &ours), Ok(()));
+        // ...and excuses only our key, never the legacy one beside it.
+        let both = ForeignEvidence {
+            reboot_keys: vec![
+                "baremend".into(),
+                crate::api::annotations::LEGACY_REBOOT_KEY.into(),
+            ],
+            ..ours
+        };
+        assert!(matches!(
+            foreign_remediation(&target, &both),
+            Err(Held::ForeignRemediation {
+                who: Foreign::LegacyActuator { .. }
+            })
+        ));
+    }
+
+    #[test]
+    fn objects_are_matched_by_machine_or_node_as_their_projects_name_them() {
+        let node = "worker-0.example";
+        let ns = "openshift-machine-api";
+        let cases = [
+            (object(ForeignKind::Metal3Remediation, ns, "worker-0"), true),
+            (
+                object(ForeignKind::Metal3Remediation, "other", "worker-0"),
+                false,
+            ),
+            (object(ForeignKind::Metal3Remediation, ns, node), true),
+            (
+                object(ForeignKind::SelfNodeRemediation, "medik8s", node),
+                true,
+            ),
+            (
+                object(ForeignKind::SelfNodeRemediation, "medik8s", "worker-0"),
+                false,
+            ),
+            (
+                object(ForeignKind::FenceAgentsRemediation, "medik8s", node),
+                true,
+            ),
+            (
+                object(ForeignKind::MachineDeletionRemediation, "medik8s", node),
+                true,
+            ),
+            (
+                object(
+                    ForeignKind::MachineDeletionRemediation,
+                    "medik8s",
+                    "worker-1",
+                ),
+                false,
+            ),
+        ];
+        for (object, held) in cases {
+            let evidence = ForeignEvidence {
+                objects: vec![object.clone()],
+                ..Default::default()
+            };
+            let who = held_by(&evidence);
+            assert_eq!(who.is_some(), held, "{object:?}");
+            if let Some(who) = who {
+                assert_eq!(
+                    who.to_string(),
+                    format!(
+                        "{} {}/{}",
+                        object.kind.kind(),
+                        object.namespace,
+                        object.name
+                    )
+                );
+            }
+        }
+        let mut annotated = object(ForeignKind::FenceAgentsRemediation, "medik8s", "far-1");
+        annotated.node_annotation = Some(node.into());
+        let mut owned = object(ForeignKind::Metal3Remediation, ns, "m3r-1");
+        owned.owner_machines = vec!["worker-0".into()];
+        for object in [annotated, owned] {
+            let evidence = ForeignEvidence {
+                objects: vec![object],
+                ..Default::default()
+            };
+            assert!(held_by(&evidence).is_some(), "{evidence:?}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod controller;
 mod dry_run;
 pub mod execute;
 pub mod fence;
+mod foreign;
 pub mod gates;
 pub mod metered;
 pub mod monitor;

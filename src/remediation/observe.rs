@@ -10,10 +10,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use super::fence::BareMetalHostView;
+use super::gates::{ForeignKind, ForeignObject};
 use super::plan::NodeView;
 use crate::api::CaBundleRef;
 use crate::api::annotations::{
-    BMC_CA_BUNDLE, BMH_DETACHED, BMH_PAUSED, MACHINE_HOST, MACHINE_ROLE, REBOOT_PREFIX,
+    BMC_CA_BUNDLE, BMH_DETACHED, BMH_PAUSED, LEGACY_NODE_ANNOTATIONS_BACKUP,
+    LEGACY_NODE_LABELS_BACKUP, LEGACY_POWER_ON_TIMEOUT, MACHINE_HOST, MACHINE_ROLE,
+    MEDIK8S_NODE_NAME, REBOOT_PREFIX,
 };
 
 pub use super::fence::HostRef;
@@ -217,6 +220,57 @@ pub fn bare_metal_host_view(host: &Value, reboot_key: &str) -> BareMetalHostView
             .unwrap_or(false),
         power_off_requested: has(&format!("{REBOOT_PREFIX}{reboot_key}")),
     }
+}
+
+/// The legacy actuator's annotations a Machine carries (its in-flight mark and its Node
+/// backup), for the `ForeignRemediation` gate.
+pub fn legacy_marks(annotations: &BTreeMap<String, String>) -> Vec<String> {
+    [
+        LEGACY_POWER_ON_TIMEOUT,
+        LEGACY_NODE_LABELS_BACKUP,
+        LEGACY_NODE_ANNOTATIONS_BACKUP,
+    ]
+    .into_iter()
+    .filter(|key| annotations.contains_key(*key))
+    .map(str::to_string)
+    .collect()
+}
+
+/// The keys of a BareMetalHost's suffixed reboot-API annotations (`reboot.metal3.io/<key>`).
+pub fn reboot_keys(annotations: &BTreeMap<String, String>) -> Vec<String> {
+    annotations
+        .keys()
+        .filter_map(|key| key.strip_prefix(REBOOT_PREFIX))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Another project's remediation object as the foreign gate matches it; `None` without a
+/// name (an object the API server would not serve).
+pub fn foreign_object(kind: ForeignKind, object: &Value) -> Option<ForeignObject> {
+    let name = text(object, "/metadata/name").filter(|n| !n.is_empty())?;
+    let owner_machines = object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|o| text(o, "/kind") == Some("Machine"))
+        .filter_map(|o| text(o, "/name"))
+        .map(str::to_string)
+        .collect();
+    Some(ForeignObject {
+        kind,
+        namespace: text(object, "/metadata/namespace")
+            .unwrap_or_default()
+            .to_string(),
+        name: name.to_string(),
+        node_annotation: object
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(MEDIK8S_NODE_NAME))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        owner_machines,
+    })
 }
 
 /// The BMC a BareMetalHost names (`spec.bmc.address`, `spec.bmc.credentialsName`,
@@ -712,6 +766,47 @@ mod tests {
         assert_eq!(
             reprovisionable(&machine(set, "worker"), Some(&external)),
             Err("its BareMetalHost is externally provisioned".into())
+        );
+    }
+
+    #[test]
+    fn other_remediators_traces_are_read_from_annotations_and_objects() {
+        let annotations: BTreeMap<String, String> = [
+            ("reboot.metal3.io/capbm-requested-power-off", "{}"),
+            ("reboot.metal3.io", ""),
+            (
+                "remediation.metal3.io/power-on-will-timeout-at",
+                "2026-01-01T00:00:00Z",
+            ),
+            ("team", "db"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(reboot_keys(&annotations), ["capbm-requested-power-off"]);
+        assert_eq!(
+            legacy_marks(&annotations),
+            ["remediation.metal3.io/power-on-will-timeout-at"]
+        );
+        let object = serde_json::json!({"metadata": {
+            "name": "far-1", "namespace": "medik8s",
+            "annotations": {"remediation.medik8s.io/node-name": "worker-0"},
+            "ownerReferences": [
+                {"kind": "NodeHealthCheck", "name": "nhc"},
+                {"kind": "Machine", "name": "worker-0"},
+            ],
+        }});
+        let read = foreign_object(ForeignKind::FenceAgentsRemediation, &object).unwrap();
+        assert_eq!(read.node_annotation.as_deref(), Some("worker-0"));
+        assert_eq!(read.owner_machines, ["worker-0"]);
+        assert_eq!(
+            (read.namespace.as_str(), read.name.as_str()),
+            ("medik8s", "far-1")
+        );
+        let nameless = serde_json::json!({"metadata": {"annotations": 7}});
+        assert_eq!(
+            foreign_object(ForeignKind::SelfNodeRemediation, &nameless),
+            None
         );
     }
 }

@@ -182,7 +182,12 @@ impl Pass {
             Ok(()) => {
                 let (fresh, confirmed) =
                     tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
-                let may = self.gates(remediation, node, launched, &fresh?, true, &health);
+                let fresh = fresh?;
+                let may = self.gates(remediation, node, launched, &fresh, true, &health);
+                let may = match may {
+                    Ok(()) => self.foreign_gate(remediation, &fresh).await?,
+                    held => held,
+                };
                 let may = match may {
                     Ok(()) => self.self_fence_gate(remediation).await?,
                     held => held,

@@ -316,7 +316,8 @@ impl Pass {
         let Some(node) = &node else {
             return Ok(None);
         };
-        let backup = execute::backup_of(node);
+        let mut backup = execute::backup_of(node);
+        self.adopt_legacy_backup(remediation, &mut backup).await;
         let note = format!(
             "Node {} saved: {} label(s), {} annotation(s), {} taint(s)",
             node.name_any(),
@@ -329,6 +330,8 @@ impl Pass {
         self.persist(remediation, status).await?;
         self.event(remediation, Severity::Normal, "NodeBackedUp", note)
             .await;
+        // Saved first: the Node's deletion, which the finalizer would block, comes next.
+        self.release_legacy_finalizer(remediation, node).await?;
         Ok(None)
     }
 
@@ -428,7 +431,13 @@ impl Pass {
     ) -> Result<()> {
         let nodes: Api<Node> = Api::all(self.context.client.clone());
         self.context.leadership.ensure()?;
-        if let Some(backup) = &status.node_backup {
+        // The legacy actuator's backup too, when it saved the Node and baremend did not
+        // (its Node was already gone when this remediation began).
+        let mut backup = status.node_backup.clone();
+        if let Some(legacy) = self.legacy_backup(remediation).await {
+            execute::adopt_backup(backup.get_or_insert_with(Default::default), legacy);
+        }
+        if let Some(backup) = &backup {
             let restored = execute::restore_node(&nodes, node, backup).await?;
             if restored != execute::Restored::default() {
                 let note = format!(
@@ -441,7 +450,8 @@ impl Pass {
                     .await;
             }
         }
-        execute::remove_out_of_service(&nodes, node).await
+        execute::remove_out_of_service(&nodes, node).await?;
+        self.drop_legacy_backup().await
     }
 
     /// Removes the Machine's powered-off mark and the health check's trigger.

@@ -17,7 +17,7 @@ use baremend::metrics::Metrics;
 use baremend::remediation::controller::ControllerOptions;
 use baremend::runtime::SystemClock;
 use baremend_sim::clock::SystemClock as SimClock;
-use baremend_sim::cluster::local::{BMHS, Gvr, Local, NAMESPACES, NODES};
+use baremend_sim::cluster::local::{BMHS, CRDS, Gvr, Local, NAMESPACES, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{BMC_USERNAME, ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::Power;
@@ -345,6 +345,14 @@ impl Lab {
     /// Whether the Node exists.
     pub fn node_exists(&self, name: &str) -> bool {
         self.api.get(NODES, "", name).is_ok()
+    }
+
+    /// Serves the other remediators' kinds (Metal3Remediation and the medik8s ones), as a
+    /// cluster where they are installed does.
+    pub fn serve_foreign_remediations(&self) {
+        for crd in baremend_sim::cluster::fixtures::foreign_remediation_crds() {
+            self.api.create(CRDS, "", crd).unwrap();
+        }
     }
 }
 

@@ -135,6 +135,80 @@ pub fn machine_config_node_crd() -> Value {
     )
 }
 
+/// Metal3Remediation (infrastructure.cluster.x-k8s.io/v1beta1, cluster-api-provider-metal3).
+pub fn metal3_remediation_crd() -> Value {
+    crd(
+        "infrastructure.cluster.x-k8s.io",
+        "Metal3Remediation",
+        "metal3remediations",
+        &["m3r", "m3remediation"],
+        "Namespaced",
+        "v1beta1",
+        json!([
+            {"name": "Strategy", "type": "string", "jsonPath": ".spec.strategy.type"},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ]),
+    )
+}
+
+/// A medik8s remediation kind (`v1alpha1`, namespaced, named after the Node by
+/// NodeHealthCheck).
+fn medik8s_crd(group: &str, kind: &str, plural: &str, short: &[&str]) -> Value {
+    crd(
+        group,
+        kind,
+        plural,
+        short,
+        "Namespaced",
+        "v1alpha1",
+        json!([
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ]),
+    )
+}
+
+/// SelfNodeRemediation (self-node-remediation.medik8s.io/v1alpha1).
+pub fn self_node_remediation_crd() -> Value {
+    medik8s_crd(
+        "self-node-remediation.medik8s.io",
+        "SelfNodeRemediation",
+        "selfnoderemediations",
+        &["snr"],
+    )
+}
+
+/// FenceAgentsRemediation (fence-agents-remediation.medik8s.io/v1alpha1).
+pub fn fence_agents_remediation_crd() -> Value {
+    medik8s_crd(
+        "fence-agents-remediation.medik8s.io",
+        "FenceAgentsRemediation",
+        "fenceagentsremediations",
+        &["far"],
+    )
+}
+
+/// MachineDeletionRemediation (machine-deletion-remediation.medik8s.io/v1alpha1).
+pub fn machine_deletion_remediation_crd() -> Value {
+    medik8s_crd(
+        "machine-deletion-remediation.medik8s.io",
+        "MachineDeletionRemediation",
+        "machinedeletionremediations",
+        &["mdr"],
+    )
+}
+
+/// The other remediators' kinds, which a cluster serves only when they are installed: not
+/// in [`all`], installed by the tests that stage another remediator.
+pub fn foreign_remediation_crds() -> Vec<Value> {
+    vec![
+        metal3_remediation_crd(),
+        self_node_remediation_crd(),
+        fence_agents_remediation_crd(),
+        machine_deletion_remediation_crd(),
+    ]
+}
+
 /// Every fixture CRD.
 pub fn all() -> Vec<Value> {
     vec![

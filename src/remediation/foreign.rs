@@ -1,0 +1,207 @@
+//! Coexistence with other remediators: the evidence the `ForeignRemediation` gate decides on
+//! (read from the API server when a start is decided, never from a cache), and the legacy
+//! actuator's Node backup, adopted by our backup and restore so that no label it saved is
+//! lost.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+
+use super::execute;
+use super::gates::{
+    ForeignEvidence, ForeignKind, ForeignObject, Held, Target, foreign_remediation,
+};
+use super::observe::{self, foreign_object, legacy_marks, reboot_keys};
+use super::pass::Pass;
+use crate::api::annotations::{LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS_BACKUP};
+use crate::api::{NodeBackup, Remediation, RemediationPhase, slim};
+use crate::runtime::events::Severity;
+use crate::{Error, Result};
+
+impl Pass {
+    /// The `ForeignRemediation` gate, on evidence read now: the Machine, its BareMetalHost,
+    /// and the other projects' remediation objects of the kinds the API server serves.
+    /// `ours`: every Remediation, read fresh for the other gates.
+    pub(super) async fn foreign_gate(
+        &self,
+        remediation: &Remediation,
+        ours: &[Arc<Remediation>],
+    ) -> Result<std::result::Result<(), Held>> {
+        let machines: Api<slim::Machine> =
+            Api::namespaced(self.context.client.clone(), &self.namespace);
+        let machine = machines
+            .get_opt(&self.name)
+            .await
+            .map_err(Error::kube("GetMachine"))?;
+        let machine_marks = machine
+            .map(|m| legacy_marks(m.annotations()))
+            .unwrap_or_default();
+        let host = remediation.spec.host.as_deref();
+        let evidence = ForeignEvidence {
+            machine_marks,
+            reboot_keys: self.fresh_reboot_keys(host).await?,
+            ours_requested: ours_requested(ours, remediation, host),
+            objects: self.foreign_objects().await?,
+        };
+        let node = remediation
+            .spec
+            .node_name
+            .clone()
+            .or_else(|| observe::machine_node(&self.machine_json()));
+        let target = Target {
+            namespace: &self.namespace,
+            machine: &self.name,
+            node: node.as_deref(),
+            reboot_key: &self.policy.reboot_key,
+        };
+        Ok(foreign_remediation(&target, &evidence))
+    }
+
+    /// The reboot-API keys on the BareMetalHost (`namespace/name`), read now; none without
+    /// a host.
+    async fn fresh_reboot_keys(&self, host: Option<&str>) -> Result<Vec<String>> {
+        let Some((namespace, name)) = host.and_then(|h| h.split_once('/')) else {
+            return Ok(Vec::new());
+        };
+        let hosts: Api<slim::BareMetalHost> =
+            Api::namespaced(self.context.client.clone(), namespace);
+        let host = hosts
+            .get_opt(name)
+            .await
+            .map_err(Error::kube("GetBareMetalHost"))?;
+        Ok(host
+            .map(|h| reboot_keys(h.annotations()))
+            .unwrap_or_default())
+    }
+
+    /// Every object of the foreign kinds the API server serves now (discovery first: a kind
+    /// not served is no evidence, not an error).
+    async fn foreign_objects(&self) -> Result<Vec<ForeignObject>> {
+        let client = &self.context.client;
+        let groups = client
+            .list_api_groups()
+            .await
+            .map_err(Error::kube("DiscoverApiGroups"))?;
+        let mut objects = Vec::new();
+        for kind in ForeignKind::ALL {
+            let Some(group) = groups.groups.iter().find(|g| g.name == kind.group()) else {
+                continue;
+            };
+            let version = group
+                .preferred_version
+                .as_ref()
+                .or(group.versions.first())
+                .map(|v| v.version.clone());
+            let Some(version) = version else { continue };
+            let resource = ApiResource {
+                group: kind.group().into(),
+                api_version: format!("{}/{version}", kind.group()),
+                version,
+                kind: kind.kind().into(),
+                plural: kind.plural().into(),
+            };
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let list = match api.list(&ListParams::default()).await {
+                Ok(list) => list,
+                // The group is served, this kind (at that version) is not.
+                Err(kube::Error::Api(status)) if status.code == 404 => continue,
+                Err(error) => return Err(Error::kube("ListForeignRemediations")(error)),
+            };
+            objects.extend(list.items.iter().filter_map(|object| {
+                let json = serde_json::to_value(object).ok()?;
+                foreign_object(kind, &json)
+            }));
+        }
+        Ok(objects)
+    }
+
+    /// The legacy actuator's Node backup on this Machine, if any; a malformed one is told
+    /// (Warning Event) and left in place.
+    pub(super) async fn legacy_backup(&self, remediation: &Remediation) -> Option<NodeBackup> {
+        match execute::legacy_backup(self.machine.annotations()) {
+            Ok(backup) => backup,
+            Err(why) => {
+                self.event(
+                    remediation,
+                    Severity::Warning,
+                    "LegacyBackupUnreadable",
+                    why,
+                )
+                .await;
+                None
+            }
+        }
+    }
+
+    /// Adds the legacy actuator's backup to ours (ours, newer, wins a key both have).
+    pub(super) async fn adopt_legacy_backup(
+        &self,
+        remediation: &Remediation,
+        backup: &mut NodeBackup,
+    ) {
+        if let Some(legacy) = self.legacy_backup(remediation).await {
+            execute::adopt_backup(backup, legacy);
+        }
+    }
+
+    /// After a restore: the legacy actuator's backup is on the Node again, so it leaves the
+    /// Machine (an unreadable one stays, for an operator to read).
+    pub(super) async fn drop_legacy_backup(&self) -> Result<()> {
+        if !matches!(
+            execute::legacy_backup(self.machine.annotations()),
+            Ok(Some(_))
+        ) {
+            return Ok(());
+        }
+        let machines = self.machines_api();
+        for key in [LEGACY_NODE_LABELS_BACKUP, LEGACY_NODE_ANNOTATIONS_BACKUP] {
+            self.context.leadership.ensure()?;
+            execute::set_annotation(&machines, &self.name, key, None, "DropLegacyBackup").await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the legacy actuator's finalizer from the Node about to be released, telling
+    /// it: the deletion would otherwise never finish.
+    pub(super) async fn release_legacy_finalizer(
+        &self,
+        remediation: &Remediation,
+        node: &Node,
+    ) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.context.client.clone());
+        self.context.leadership.ensure()?;
+        if execute::remove_legacy_finalizer(&nodes, node).await? {
+            let note = format!(
+                "Node {}: the legacy actuator's finalizer removed (that actuator no longer does)",
+                node.name_any()
+            );
+            self.event(
+                remediation,
+                Severity::Normal,
+                "LegacyFinalizerRemoved",
+                note,
+            )
+            .await;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a Remediation of ours (other than `this`) on the same host asked it off and has
+/// not withdrawn: one under way, or one that failed with the host left off.
+fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&str>) -> bool {
+    let Some(host) = host else { return false };
+    ours.iter().any(|r| {
+        let phase = r.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        (r.name_any(), r.namespace()) != (this.name_any(), this.namespace())
+            && r.spec.host.as_deref() == Some(host)
+            && !matches!(
+                phase,
+                RemediationPhase::Pending
+                    | RemediationPhase::Succeeded
+                    | RemediationPhase::Cancelled
+            )
+    })
+}
