@@ -404,3 +404,86 @@ async fn the_recorder_publishes_events_about_the_kubernetes_service() {
     );
     assert_eq!(list.items[0].reason.as_deref(), Some("Started"));
 }
+
+/// One group of a discovery, in a form both of kube's discoveries can be compared in: the
+/// preferred version and, per version, each resource's kind, plural, scope and verbs with its
+/// subresources' names and verbs.
+fn discovery_summary(discovery: &kube::Discovery) -> Vec<String> {
+    let mut summary = Vec::new();
+    for group in discovery.groups_alphabetical() {
+        summary.push(format!(
+            "group {:?} preferred {:?}",
+            group.name(),
+            group.preferred_version()
+        ));
+        for version in group.versions() {
+            let mut lines: Vec<String> = group
+                .versioned_resources(version)
+                .into_iter()
+                .map(|(resource, caps)| {
+                    let subresources: Vec<String> = caps
+                        .subresources
+                        .iter()
+                        .map(|(sub, sub_caps)| format!("{}{:?}", sub.plural, sub_caps.operations))
+                        .collect();
+                    format!(
+                        "{}/{} {} {} {:?} {:?} {subresources:?}",
+                        resource.api_version,
+                        resource.plural,
+                        resource.kind,
+                        resource.plural,
+                        caps.scope,
+                        caps.operations
+                    )
+                })
+                .collect();
+            lines.sort();
+            summary.extend(lines);
+        }
+    }
+    summary
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregated_discovery_finds_what_the_legacy_discovery_finds() {
+    use baremend::api::all_crds;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    let (_server, client) = start().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in all_crds() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let aggregated = kube::Discovery::new(client.clone())
+        .run_aggregated()
+        .await
+        .unwrap();
+    let legacy = kube::Discovery::new(client.clone()).run().await.unwrap();
+    assert_eq!(discovery_summary(&aggregated), discovery_summary(&legacy));
+    // Not two empty answers: the core group, policy and our CRDs' group are there.
+    for (group, kind) in [("", "Pod"), ("policy", "PodDisruptionBudget")] {
+        let found = aggregated
+            .get(group)
+            .and_then(|g| g.recommended_kind(kind))
+            .unwrap_or_else(|| panic!("{kind} not discovered"));
+        assert!(found.1.operations.iter().any(|verb| verb == "watch"));
+    }
+    let (_, remediation) = all_crds().into_iter().next().unwrap();
+    let group = remediation.spec.group.clone();
+    let kind = remediation.spec.names.kind.clone();
+    assert!(
+        aggregated
+            .get(&group)
+            .and_then(|g| g.recommended_kind(&kind))
+            .is_some(),
+        "{kind}.{group} not discovered"
+    );
+    let pods = aggregated.get("").unwrap().recommended_kind("Pod").unwrap();
+    let subresources: Vec<&str> = pods
+        .1
+        .subresources
+        .iter()
+        .map(|(s, _)| s.plural.as_str())
+        .collect();
+    assert!(subresources.contains(&"eviction") && subresources.contains(&"status"));
+}

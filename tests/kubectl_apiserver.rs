@@ -13,7 +13,7 @@ use common::{eventually, require_program, scratch};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 struct Cluster {
-    _server: ApiServer,
+    server: ApiServer,
     kubeconfig: PathBuf,
     dir: PathBuf,
 }
@@ -33,7 +33,7 @@ async fn cluster() -> Cluster {
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
     Cluster {
-        _server: server,
+        server,
         kubeconfig,
         dir,
     }
@@ -860,5 +860,64 @@ async fn applying_a_kind_whose_crd_is_missing_says_so() {
             r#"no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1""#
         ) && err.contains("ensure CRDs are installed first"),
         "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_resources_come_from_aggregated_discovery() {
+    let c = cluster().await;
+    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
+    // A fresh cache, so that this run discovers everything anew.
+    let cache = c.dir.join("api-resources-cache");
+    c.server.record_requests();
+    let out = c
+        .ok(
+            &["api-resources", "--cache-dir", cache.to_str().unwrap()],
+            None,
+        )
+        .await;
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    for expected in [
+        vec!["pods", "po", "v1", "true", "Pod"],
+        vec!["nodes", "no", "v1", "false", "Node"],
+        vec![
+            "poddisruptionbudgets",
+            "pdb",
+            "policy/v1",
+            "true",
+            "PodDisruptionBudget",
+        ],
+        vec![
+            "hostbmcs",
+            "hbmc",
+            "baremend.io/v1alpha1",
+            "true",
+            "HostBmc",
+        ],
+    ] {
+        assert!(
+            rows.contains(&expected),
+            "{expected:?} missing from:\n{out}"
+        );
+    }
+    // kubectl 1.32 asks for aggregated discovery first: `/api` and `/apis` answer everything,
+    // and no group-version is fetched one by one.
+    let discovery: Vec<String> = c
+        .server
+        .recorded_requests()
+        .into_iter()
+        .map(|r| r.path)
+        .collect();
+    assert!(discovery.iter().any(|p| p == "/apis"), "{discovery:?}");
+    assert!(
+        !discovery
+            .iter()
+            .any(|p| p.starts_with("/api/") || p.starts_with("/apis/")),
+        "legacy discovery was used: {discovery:?}"
     );
 }

@@ -96,6 +96,28 @@ impl Api {
             .await
     }
 
+    /// A GET with an `Accept` header (and `If-None-Match` when given): status, headers, body.
+    async fn get_as(
+        &self,
+        path: &str,
+        accept: &str,
+        if_none_match: Option<&str>,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        let mut request = self
+            .http
+            .get(format!("{}{path}", self.server.url()))
+            .bearer_auth(self.server.token())
+            .header("accept", accept);
+        if let Some(tag) = if_none_match {
+            request = request.header("if-none-match", tag);
+        }
+        let response = request.send().await.unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let text = response.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, headers, body)
+    }
+
     async fn configmap(&self, name: &str, labels: Value) -> Value {
         let (status, body) = self
             .post("/api/v1/namespaces/default/configmaps", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}))
@@ -1185,4 +1207,184 @@ async fn continue_tokens_expire_with_the_log_and_when_too_many_lists_are_paged()
     let newest = newest["metadata"]["continue"].as_str().unwrap().to_owned();
     let (status, body) = page(Some(newest)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// What kubectl 1.32 and kube 5 send to `/api` and `/apis`.
+const AGGREGATED_DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+/// A legacy resource list in the aggregated shape, to compare both discoveries: one entry per
+/// resource (name, kind, scope, singular, verbs, short names, categories) and one per
+/// subresource (`parent/sub`, response kind, verbs).
+fn legacy_as_entries(group: &str, version: &str, list: &Value) -> Vec<Value> {
+    let mut entries: Vec<Value> = list["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let kind = json!({
+                "group": r.get("group").and_then(Value::as_str).unwrap_or(group),
+                "version": r.get("version").and_then(Value::as_str).unwrap_or(version),
+                "kind": r["kind"],
+            });
+            let name = r["name"].as_str().unwrap();
+            if name.contains('/') {
+                json!({"name": name, "kind": kind, "verbs": r["verbs"]})
+            } else {
+                let scope = if r["namespaced"] == true { "Namespaced" } else { "Cluster" };
+                let or_empty = |v: &Value| if v.is_null() { json!([]) } else { v.clone() };
+                json!({"name": name, "kind": kind, "scope": scope, "singular": r["singularName"], "verbs": r["verbs"], "shortNames": or_empty(&r["shortNames"]), "categories": or_empty(&r["categories"])})
+            }
+        })
+        .collect();
+    entries.sort_by_key(|e| e["name"].as_str().unwrap().to_owned());
+    entries
+}
+
+/// The same entries from one version of an aggregated document.
+fn aggregated_as_entries(version: &Value) -> Vec<Value> {
+    let mut entries = Vec::new();
+    for r in version["resources"].as_array().unwrap() {
+        let name = r["resource"].as_str().unwrap();
+        let or_empty = |v: &Value| if v.is_null() { json!([]) } else { v.clone() };
+        entries.push(json!({"name": name, "kind": r["responseKind"], "scope": r["scope"], "singular": r["singularResource"], "verbs": r["verbs"], "shortNames": or_empty(&r["shortNames"]), "categories": or_empty(&r["categories"])}));
+        for sub in r["subresources"].as_array().into_iter().flatten() {
+            entries.push(json!({"name": format!("{name}/{}", sub["subresource"].as_str().unwrap()), "kind": sub["responseKind"], "verbs": sub["verbs"]}));
+        }
+    }
+    entries.sort_by_key(|e| e["name"].as_str().unwrap().to_owned());
+    entries
+}
+
+#[tokio::test]
+async fn aggregated_discovery_answers_when_asked_and_agrees_with_the_legacy_documents() {
+    let api = Api::start().await;
+    // A CRD created now is in both documents at once.
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "widgets.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "shortNames": ["wd"], "categories": ["all"]}, "scope": "Cluster", "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}}, "schema": {"openAPIV3Schema": {"type": "object"}}}, {"name": "v1alpha1", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+    let (status, _) = api
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            crd,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    let (status, headers, apis) = api.get_as("/apis", AGGREGATED_DISCOVERY, None).await;
+    assert_eq!(status, StatusCode::OK, "{apis}");
+    assert_eq!(
+        headers["content-type"],
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    assert_eq!(headers["vary"], "Accept");
+    assert_eq!(
+        (&apis["kind"], &apis["apiVersion"]),
+        (
+            &json!("APIGroupDiscoveryList"),
+            &json!("apidiscovery.k8s.io/v2")
+        )
+    );
+    let (_, legacy) = api.get("/apis").await;
+    let legacy_groups: Vec<&Value> = legacy["groups"].as_array().unwrap().iter().collect();
+    let items = apis["items"].as_array().unwrap();
+    assert_eq!(items.len(), legacy_groups.len());
+    assert!(items.iter().any(|g| g["metadata"]["name"] == "example.com"));
+    for (item, group) in items.iter().zip(&legacy_groups) {
+        let name = group["name"].as_str().unwrap();
+        assert_eq!(item["metadata"]["name"], name);
+        let versions: Vec<&Value> = item["versions"].as_array().unwrap().iter().collect();
+        let legacy_versions: Vec<&Value> = group["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| &v["version"])
+            .collect();
+        assert_eq!(
+            versions.iter().map(|v| &v["version"]).collect::<Vec<_>>(),
+            legacy_versions
+        );
+        assert_eq!(versions[0]["version"], group["preferredVersion"]["version"]);
+        for version in versions {
+            let v = version["version"].as_str().unwrap();
+            assert_eq!(version["freshness"], "Current");
+            let (_, list) = api.get(&format!("/apis/{name}/{v}")).await;
+            assert_eq!(
+                aggregated_as_entries(version),
+                legacy_as_entries(name, v, &list),
+                "{name}/{v}"
+            );
+        }
+    }
+
+    let (status, headers, core) = api.get_as("/api", AGGREGATED_DISCOVERY, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let core_items = core["items"].as_array().unwrap();
+    assert_eq!(core_items.len(), 1);
+    assert!(
+        core_items[0]["metadata"].get("name").is_none(),
+        "the core group's name is empty"
+    );
+    let (_, list) = api.get("/api/v1").await;
+    let v1 = &core_items[0]["versions"][0];
+    assert_eq!(v1["version"], "v1");
+    assert_eq!(
+        aggregated_as_entries(v1),
+        legacy_as_entries("", "v1", &list)
+    );
+    let pods = v1["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "pods")
+        .unwrap();
+    assert!(
+        pods["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["subresource"] == "eviction"
+                && s["responseKind"]
+                    == json!({"group": "policy", "version": "v1", "kind": "Eviction"}))
+    );
+
+    // The ETag lets a client revalidate its cached copy.
+    let etag = headers["etag"].to_str().unwrap().to_owned();
+    let (status, _, _) = api.get_as("/api", AGGREGATED_DISCOVERY, Some(&etag)).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+
+    // v2beta1 when only it is asked for; the legacy document when aggregation is not asked
+    // for; 406 when nothing asked for can be produced.
+    let (_, headers, beta) = api
+        .get_as(
+            "/apis",
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+            None,
+        )
+        .await;
+    assert_eq!(beta["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .contains("v=v2beta1")
+    );
+    let (_, headers, plain) = api.get_as("/apis", "application/json, */*", None).await;
+    assert_eq!(
+        (&plain["kind"], &headers["content-type"]),
+        (
+            &json!("APIGroupList"),
+            &"application/json"
+                .parse::<reqwest::header::HeaderValue>()
+                .unwrap()
+        )
+    );
+    let (status, _, refused) = api
+        .get_as(
+            "/apis",
+            "application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList",
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, &refused["reason"]),
+        (StatusCode::NOT_ACCEPTABLE, &json!("NotAcceptable"))
+    );
 }

@@ -130,6 +130,11 @@ impl ApiError {
         )
     }
 
+    /// 406 NotAcceptable: no representation the client accepts can be produced.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        ApiError::new(406, "NotAcceptable", message)
+    }
+
     /// 429 TooManyRequests.
     pub fn too_many_requests(message: impl Into<String>, retry_after: Option<u64>) -> Self {
         let mut error = ApiError::new(429, "TooManyRequests", message);

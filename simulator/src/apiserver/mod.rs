@@ -18,6 +18,7 @@ mod controllers;
 mod discovery;
 pub(crate) mod errors;
 pub(crate) mod kinds;
+mod negotiate;
 mod objects;
 pub(crate) mod operations;
 mod patch;

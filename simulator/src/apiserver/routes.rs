@@ -12,9 +12,13 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::ServerState;
-use super::discovery::{group_document, group_list, openapi_document, openapi_root, resource_list};
+use super::discovery::{
+    DiscoveryRoot, aggregated, group_document, group_list, openapi_document, openapi_root,
+    resource_list,
+};
 use super::errors::{ApiError, ApiResult};
 use super::kinds::ResourceType;
+use super::negotiate::{DiscoveryFormat, MediaRanges};
 use super::operations::{PatchKind, evict, patch};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::DeleteOptions;
@@ -87,6 +91,70 @@ fn openapi_v2(headers: &HeaderMap) -> Response {
             &json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": version}, "paths": {}}),
         )
     }
+}
+
+fn accept(headers: &HeaderMap) -> MediaRanges {
+    MediaRanges::parse(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
+}
+
+/// `/api` or `/apis`: the legacy document, or aggregated discovery when the client asks for
+/// it (with the media type naming the kind, as client-go checks, and an ETag).
+fn discovery_root(
+    state: &ServerState,
+    headers: &HeaderMap,
+    root: DiscoveryRoot,
+) -> ApiResult<Response> {
+    let version = match accept(headers).discovery()? {
+        DiscoveryFormat::Legacy => {
+            let legacy = match root {
+                DiscoveryRoot::Core => {
+                    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": state.address}]})
+                }
+                DiscoveryRoot::Groups => group_list(state),
+            };
+            return Ok(with_vary_accept(json_response(StatusCode::OK, &legacy)));
+        }
+        DiscoveryFormat::Aggregated(version) => version,
+    };
+    let body = aggregated(state, root, version).to_string();
+    let etag = format!("\"{:016X}\"", fnv1a(body.as_bytes()));
+    let content_type = format!(
+        "application/json;g=apidiscovery.k8s.io;v={};as=APIGroupDiscoveryList",
+        version.as_str()
+    );
+    let unchanged = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|tags| tags.split(',').any(|tag| tag.trim() == etag));
+    let status = if unchanged {
+        StatusCode::NOT_MODIFIED
+    } else {
+        StatusCode::OK
+    };
+    let body = if unchanged { String::new() } else { body };
+    Ok(with_vary_accept(
+        (
+            status,
+            [(header::CONTENT_TYPE, content_type), (header::ETAG, etag)],
+            body,
+        )
+            .into_response(),
+    ))
+}
+
+/// The discovery roots answer by `Accept`, so caches must key on it.
+fn with_vary_accept(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::VARY, header::HeaderValue::from_static("Accept"));
+    response
+}
+
+/// A stable 64-bit FNV-1a hash (the ETag of a discovery document).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
@@ -211,15 +279,12 @@ async fn route(
     match segments.as_slice() {
         ["healthz"] | ["readyz"] | ["livez"] => Ok("ok".into_response()),
         ["version"] => Ok(json_response(StatusCode::OK, &state.version_info())),
-        ["api"] => Ok(json_response(
-            StatusCode::OK,
-            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": state.address}]}),
-        )),
+        ["api"] => discovery_root(state, headers, DiscoveryRoot::Core),
         ["api", "v1"] => Ok(json_response(
             StatusCode::OK,
             &resource_list(state, "", "v1"),
         )),
-        ["apis"] => Ok(json_response(StatusCode::OK, &group_list(state))),
+        ["apis"] => discovery_root(state, headers, DiscoveryRoot::Groups),
         ["openapi", "v2"] => Ok(openapi_v2(headers)),
         ["openapi", "v3"] => Ok(json_response(StatusCode::OK, &openapi_root(state))),
         ["openapi", "v3", "api", "v1"] => Ok(json_response(
