@@ -487,3 +487,96 @@ async fn aggregated_discovery_finds_what_the_legacy_discovery_finds() {
         .collect();
     assert!(subresources.contains(&"eviction") && subresources.contains(&"status"));
 }
+
+/// The kind a metadata-only answer names (`PartialObjectMetadata` from a real server, the
+/// object's own kind from a server that ignores the request).
+fn partial_kind<K>(object: &kube::core::PartialObjectMeta<K>) -> String {
+    object
+        .types
+        .as_ref()
+        .map(|t| format!("{} {}", t.api_version, t.kind))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_get_patch_and_watcher() {
+    let (_server, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &configmap("m"))
+        .await
+        .unwrap();
+    let got = api.get_metadata("m").await.unwrap();
+    assert_eq!(partial_kind(&got), "meta.k8s.io/v1 PartialObjectMetadata");
+    assert_eq!(got.metadata.name.as_deref(), Some("m"));
+    let patched = api
+        .patch_metadata(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"seen": "patch"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        partial_kind(&patched),
+        "meta.k8s.io/v1 PartialObjectMetadata"
+    );
+    assert_eq!(
+        patched
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("seen")
+            .map(String::as_str),
+        Some("patch")
+    );
+
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+    // kube's metadata watcher: an `Api` of `PartialObjectMeta` lists and watches with the
+    // metadata-only media types.
+    let watch_api: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::namespaced(client, "default");
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(watch_api, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(object)) = stream.next().await {
+            let label = object
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("seen").cloned())
+                .unwrap_or_default();
+            let _ = sender.send((partial_kind(&object), label));
+        }
+    });
+    let initial = tokio::time::timeout(Duration::from_secs(10), receiver.recv())
+        .await
+        .expect("the watcher lists")
+        .unwrap();
+    assert_eq!(
+        initial,
+        (
+            "meta.k8s.io/v1 PartialObjectMetadata".to_owned(),
+            "patch".to_owned()
+        )
+    );
+    api.patch(
+        "m",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"seen": "watch"}}})),
+    )
+    .await
+    .unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(10), receiver.recv())
+        .await
+        .expect("the watcher sees the change")
+        .unwrap();
+    assert_eq!(
+        changed,
+        (
+            "meta.k8s.io/v1 PartialObjectMetadata".to_owned(),
+            "watch".to_owned()
+        )
+    );
+    task.abort();
+}

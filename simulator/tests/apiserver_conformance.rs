@@ -128,10 +128,16 @@ impl Api {
 
     /// Reads a watch stream for `wait`, returning the events.
     async fn watch(&self, path: &str, wait: Duration) -> Vec<Value> {
+        self.watch_as(path, "application/json", wait).await
+    }
+
+    /// Reads a watch stream asked for with an `Accept` header.
+    async fn watch_as(&self, path: &str, accept: &str, wait: Duration) -> Vec<Value> {
         let mut response = self
             .http
             .get(format!("{}{path}", self.server.url()))
             .bearer_auth(self.server.token())
+            .header("accept", accept)
             .send()
             .await
             .unwrap();
@@ -1387,4 +1393,99 @@ async fn aggregated_discovery_answers_when_asked_and_agrees_with_the_legacy_docu
         (status, &refused["reason"]),
         (StatusCode::NOT_ACCEPTABLE, &json!("NotAcceptable"))
     );
+}
+
+const METADATA: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+const METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+
+#[tokio::test]
+async fn metadata_only_requests_get_partial_object_metadata() {
+    let api = Api::start().await;
+    let full = api.configmap("a", json!({"app": "db"})).await;
+    api.configmap("b", json!({"app": "db"})).await;
+    let path = "/api/v1/namespaces/default/configmaps";
+
+    let (status, _, partial) = api.get_as(&format!("{path}/a"), METADATA, None).await;
+    assert_eq!(status, StatusCode::OK, "{partial}");
+    assert_eq!(
+        partial,
+        json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": full["metadata"]})
+    );
+    let (_, _, beta) = api
+        .get_as(
+            &format!("{path}/a"),
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1",
+            None,
+        )
+        .await;
+    assert_eq!(beta["apiVersion"], "meta.k8s.io/v1beta1");
+
+    // A list keeps its own metadata (resourceVersion, continue); each item names its kind.
+    let (status, _, list) = api
+        .get_as(&format!("{path}?limit=1"), METADATA_LIST, None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(
+        (&list["kind"], &list["apiVersion"]),
+        (
+            &json!("PartialObjectMetadataList"),
+            &json!("meta.k8s.io/v1")
+        )
+    );
+    assert!(
+        list["metadata"]["continue"].is_string() && list["metadata"]["resourceVersion"].is_string()
+    );
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["kind"], "PartialObjectMetadata");
+    assert!(items[0].get("data").is_none() && items[0]["metadata"]["name"] == "a");
+
+    // The wrong shape is refused, as the real server does.
+    let (status, _, refused) = api.get_as(path, METADATA, None).await;
+    assert_eq!(
+        (status, &refused["reason"]),
+        (StatusCode::NOT_ACCEPTABLE, &json!("NotAcceptable"))
+    );
+    let (status, _, _) = api.get_as(&format!("{path}/a"), METADATA_LIST, None).await;
+    assert_eq!(status, StatusCode::NOT_ACCEPTABLE);
+
+    // A patch answers the patched object's metadata.
+    let response = api
+        .http
+        .patch(format!("{}{path}/a", api.server.url()))
+        .bearer_auth(api.server.token())
+        .header("accept", METADATA)
+        .header("content-type", "application/merge-patch+json")
+        .body(json!({"metadata": {"labels": {"tier": "x"}}, "data": {"k": "w"}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let patched: Value = response.json().await.unwrap();
+    assert_eq!(patched["kind"], "PartialObjectMetadata");
+    assert_eq!(patched["metadata"]["labels"]["tier"], "x");
+    assert!(patched.get("data").is_none());
+    assert_eq!(
+        api.get(&format!("{path}/a")).await.1["data"]["k"],
+        "w",
+        "the patch itself is whole"
+    );
+
+    // A watch sends every object, bookmarks included, as metadata.
+    let events = api
+        .watch_as(
+            &format!("{path}?watch=true&resourceVersion={}&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1", rv(&full)),
+            METADATA,
+            Duration::from_secs(3),
+        )
+        .await;
+    assert_eq!(
+        types(&events),
+        ["ADDED", "MODIFIED", "BOOKMARK"],
+        "{events:?}"
+    );
+    for event in &events {
+        assert_eq!(event["object"]["kind"], "PartialObjectMetadata", "{event}");
+        assert!(event["object"].get("data").is_none());
+    }
 }

@@ -11,6 +11,8 @@
 //! Caveats: answers are always JSON (a protobuf range is answered in JSON, a documented
 //! difference); only `as=` values the simulator renders are recognised.
 
+use serde_json::{Value, json};
+
 use super::errors::ApiError;
 
 /// The parameters of one media range of an `Accept` header, e.g. `application/json;as=Table;g=meta.k8s.io;v=v1`.
@@ -75,6 +77,38 @@ impl MetaVersion {
             MetaVersion::V1Beta1 => "meta.k8s.io/v1beta1",
         }
     }
+}
+
+/// An object as `PartialObjectMetadata`: its metadata alone, under the meta.k8s.io kind.
+pub(crate) fn partial_metadata(version: MetaVersion, object: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": version.api_version(),
+        "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+/// A list as `PartialObjectMetadataList`: the list's metadata (resourceVersion, continue)
+/// and each item's metadata, every item naming its kind as the real server's items do.
+pub(crate) fn partial_metadata_list(version: MetaVersion, list: &Value) -> Value {
+    let items: Vec<Value> = list
+        .get("items")
+        .and_then(Value::as_array)
+        .map(|items| items.iter().map(|i| partial_metadata(version, i)).collect())
+        .unwrap_or_default();
+    json!({
+        "kind": "PartialObjectMetadataList",
+        "apiVersion": version.api_version(),
+        "metadata": list.get("metadata").cloned().unwrap_or_else(|| json!({})),
+        "items": items,
+    })
+}
+
+/// 406 for a metadata list asked of one object, or the other way round.
+pub(crate) fn wrong_shape(asked: &str, answer: &str) -> ApiError {
+    ApiError::not_acceptable(format!(
+        "you requested {asked}, but the requested object is {answer}"
+    ))
 }
 
 /// How a resource answer is rendered.

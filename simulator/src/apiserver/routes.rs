@@ -18,7 +18,9 @@ use super::discovery::{
 };
 use super::errors::{ApiError, ApiResult};
 use super::kinds::ResourceType;
-use super::negotiate::{DiscoveryFormat, MediaRanges};
+use super::negotiate::{
+    DiscoveryFormat, MediaRanges, Rendering, partial_metadata, partial_metadata_list, wrong_shape,
+};
 use super::operations::{PatchKind, evict, patch};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::DeleteOptions;
@@ -155,18 +157,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-fn wants_table(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|accept| {
-            accept
-                .split(',')
-                .next()
-                .is_some_and(|first| first.contains("as=Table"))
-        })
 }
 
 /// The entry point of every request.
@@ -435,8 +425,16 @@ async fn resource(
     let ty = target.ty.clone();
     let namespace = target.namespace.clone().unwrap_or_default();
     let status = target.subresource.as_deref() == Some("status");
-    let table = wants_table(headers);
+    let rendering = accept(headers).rendering()?;
+    let table = rendering == Rendering::Table;
     let include_object = query.get("includeObject").is_some_and(|v| v == "Object");
+    let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let list = target.name.is_none() && matches!(*method, Method::GET | Method::DELETE) && !watch;
+    check_shape(rendering, list)?;
+    let one = |object: Value| match rendering {
+        Rendering::Metadata(version) => partial_metadata(version, &object),
+        _ => object,
+    };
     match (method.clone(), target.name.as_deref()) {
         (Method::GET, None) => {
             let labels =
@@ -448,7 +446,7 @@ async fn resource(
             )
             .map_err(ApiError::bad_request)?;
             let namespace = target.namespace.clone();
-            if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+            if watch {
                 let resource_version = match query.get("resourceVersion").map(String::as_str) {
                     None | Some("") => None,
                     Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
@@ -471,7 +469,7 @@ async fn resource(
                         .is_some_and(|v| v == "true"),
                     timeout,
                     bookmark_interval: state.bookmark_interval,
-                    table,
+                    rendering,
                     initial_events_end: query.get("sendInitialEvents").is_some_and(|v| v == "true"),
                 };
                 let wall = state.wall.clone();
@@ -515,6 +513,12 @@ async fn resource(
                     ),
                 ));
             }
+            if let Rendering::MetadataList(version) = rendering {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &partial_metadata_list(version, &list),
+                ));
+            }
             Ok(json_response(StatusCode::OK, &list))
         }
         (Method::GET, Some(name)) => {
@@ -536,7 +540,7 @@ async fn resource(
                     ),
                 ));
             }
-            Ok(json_response(StatusCode::OK, &object))
+            Ok(json_response(StatusCode::OK, &one(object)))
         }
         (Method::POST, None) => {
             if target.namespace.is_none() && ty.namespaced {
@@ -544,7 +548,7 @@ async fn resource(
             }
             let created =
                 store.create(&ty, version, &namespace, parse_json(&body)?, dry_run(query))?;
-            Ok(json_response(StatusCode::CREATED, &created))
+            Ok(json_response(StatusCode::CREATED, &one(created)))
         }
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("eviction") => {
             let eviction = parse_json(&body)?;
@@ -564,7 +568,7 @@ async fn resource(
                 status,
                 dry_run(query),
             )?;
-            Ok(json_response(StatusCode::OK, &updated))
+            Ok(json_response(StatusCode::OK, &one(updated)))
         }
         (Method::PATCH, Some(name)) => {
             let content_type = headers
@@ -595,12 +599,12 @@ async fn resource(
             } else {
                 StatusCode::CREATED
             };
-            Ok(json_response(code, &patched))
+            Ok(json_response(code, &one(patched)))
         }
         (Method::DELETE, Some(name)) => {
             let options = delete_options(query, &body)?;
             let deleted = store.delete(&ty, version, &namespace, name, &options)?;
-            Ok(json_response(StatusCode::OK, &deleted))
+            Ok(json_response(StatusCode::OK, &one(deleted)))
         }
         (Method::DELETE, None) => {
             let labels =
@@ -635,12 +639,26 @@ async fn resource(
                     deleted.push(object);
                 }
             }
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({"apiVersion": ty.api_version(version), "kind": format!("{}List", ty.kind), "metadata": {"resourceVersion": store.revision().to_string()}, "items": deleted}),
-            ))
+            let list = json!({"apiVersion": ty.api_version(version), "kind": format!("{}List", ty.kind), "metadata": {"resourceVersion": store.revision().to_string()}, "items": deleted});
+            let list = match rendering {
+                Rendering::MetadataList(version) => partial_metadata_list(version, &list),
+                _ => list,
+            };
+            Ok(json_response(StatusCode::OK, &list))
         }
         (method, _) => Err(ApiError::method_not_allowed(method.as_str(), path)),
+    }
+}
+
+/// Refuses a metadata rendering of the wrong shape (a list's for one object, or one
+/// object's for a list), with the real server's 406.
+fn check_shape(rendering: Rendering, list: bool) -> ApiResult<()> {
+    match (rendering, list) {
+        (Rendering::Metadata(_), true) => Err(wrong_shape("PartialObjectMetadata", "a list")),
+        (Rendering::MetadataList(_), false) => {
+            Err(wrong_shape("PartialObjectMetadataList", "not a list"))
+        }
+        _ => Ok(()),
     }
 }
 
