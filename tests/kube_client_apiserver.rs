@@ -580,3 +580,54 @@ async fn metadata_only_get_patch_and_watcher() {
     );
     task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scale_subresource_of_a_custom_resource_through_kube() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+
+    let (_server, client) = start().await;
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({"metadata": {"name": "pools.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Pool", "plural": "pools"}, "scope": "Namespaced", "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"scale": {"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.ready"}}, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})).unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .unwrap();
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.com", "v1", "Pool"),
+        "pools",
+    );
+    let pools: Api<DynamicObject> = Api::namespaced_with(client, "default", &resource);
+    let pool: DynamicObject = serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Pool", "metadata": {"name": "p"}, "spec": {"size": 2}})).unwrap();
+    pools.create(&PostParams::default(), &pool).await.unwrap();
+
+    let scale = pools.get_scale("p").await.unwrap();
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
+    assert_eq!(scale.status.map(|s| s.replicas), Some(0));
+    let scaled = pools
+        .patch_scale(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.as_ref().and_then(|s| s.replicas), Some(4));
+    let mut replaced = scaled.clone();
+    replaced.spec = Some(k8s_openapi::api::autoscaling::v1::ScaleSpec { replicas: Some(1) });
+    let replaced = pools
+        .replace_scale("p", &PostParams::default(), &replaced)
+        .await
+        .unwrap();
+    assert_eq!(replaced.spec.and_then(|s| s.replicas), Some(1));
+    // The stale Scale (its resourceVersion is before the replace) conflicts.
+    let error = pools
+        .replace_scale("p", &PostParams::default(), &scaled)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, kube::Error::Api(ref s) if s.code == 409),
+        "{error:?}"
+    );
+    let object = pools.get("p").await.unwrap();
+    assert_eq!(object.data["spec"]["size"], 1);
+}

@@ -921,3 +921,57 @@ async fn api_resources_come_from_aggregated_discovery() {
         "legacy discovery was used: {discovery:?}"
     );
 }
+
+const SCALABLE_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: pools.example.com
+spec:
+  group: example.com
+  names: {kind: Pool, plural: pools, singular: pool}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+    subresources:
+      scale: {specReplicasPath: .spec.size, statusReplicasPath: .status.ready}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_scale_writes_a_custom_resources_replicas() {
+    let c = cluster().await;
+    c.ok(&["apply", "-f", "-"], Some(SCALABLE_CRD)).await;
+    c.ok(
+        &["apply", "-f", "-"],
+        Some("apiVersion: example.com/v1\nkind: Pool\nmetadata:\n  name: p\n  namespace: default\nspec:\n  size: 1\n"),
+    )
+    .await;
+    let out = c.ok(&["scale", "pool/p", "--replicas=3"], None).await;
+    assert!(out.contains("pool.example.com/p scaled"), "{out}");
+    let size = c
+        .ok(&["get", "pool", "p", "-o", "jsonpath={.spec.size}"], None)
+        .await;
+    assert_eq!(size, "3");
+    // A precondition on the current replicas: refused when wrong, applied when right.
+    let (ok, _, err) = c
+        .kubectl(
+            &["scale", "pool/p", "--current-replicas=1", "--replicas=5"],
+            None,
+        )
+        .await;
+    assert!(
+        !ok && err.contains("Expected replicas to be 1, was 3"),
+        "{err}"
+    );
+    c.ok(
+        &["scale", "pool/p", "--current-replicas=3", "--replicas=5"],
+        None,
+    )
+    .await;
+    let size = c
+        .ok(&["get", "pool", "p", "-o", "jsonpath={.spec.size}"], None)
+        .await;
+    assert_eq!(size, "5");
+}

@@ -1489,3 +1489,127 @@ async fn metadata_only_requests_get_partial_object_metadata() {
         assert!(event["object"].get("data").is_none());
     }
 }
+
+/// A namespaced CRD whose scale subresource reads `.spec.size`, `.status.ready` and
+/// `.status.selector`.
+fn scalable_crd(scale: Value) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "pools.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Pool", "plural": "pools", "singular": "pool"}, "scope": "Namespaced", "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}, "scale": scale}, "schema": {"openAPIV3Schema": {"type": "object"}}}]}})
+}
+
+#[tokio::test]
+async fn a_crd_scale_subresource_reads_and_writes_the_crds_paths() {
+    let api = Api::start().await;
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let (status, refused) = api
+        .post(
+            crds,
+            scalable_crd(
+                json!({"specReplicasPath": ".status.size", "statusReplicasPath": ".status.ready"}),
+            ),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "the spec path must be under .spec: {refused}"
+    );
+    let (status, _) = api
+        .post(crds, scalable_crd(json!({"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.ready", "labelSelectorPath": ".status.selector"})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, resources) = api.get("/apis/example.com/v1").await;
+    assert!(
+        resources["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "pools/scale"
+                && r["kind"] == "Scale"
+                && r["group"] == "autoscaling"
+                && r["version"] == "v1"),
+        "{resources}"
+    );
+    let path = "/apis/example.com/v1/namespaces/default/pools";
+    let (status, pool) = api
+        .post(path, json!({"apiVersion": "example.com/v1", "kind": "Pool", "metadata": {"name": "p"}, "spec": {"size": 2}}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, _) = api
+        .put(&format!("{path}/p/status"), json!({"apiVersion": "example.com/v1", "kind": "Pool", "metadata": {"name": "p"}, "spec": {"size": 2}, "status": {"ready": 1, "selector": "app=p"}}))
+        .await;
+
+    let (status, scale) = api.get(&format!("{path}/p/scale")).await;
+    assert_eq!(status, StatusCode::OK, "{scale}");
+    assert_eq!(
+        (&scale["kind"], &scale["apiVersion"]),
+        (&json!("Scale"), &json!("autoscaling/v1"))
+    );
+    assert_eq!(
+        (&scale["metadata"]["name"], &scale["metadata"]["uid"]),
+        (&json!("p"), &pool["metadata"]["uid"])
+    );
+    assert_eq!(scale["spec"], json!({"replicas": 2}));
+    assert_eq!(scale["status"], json!({"replicas": 1, "selector": "app=p"}));
+
+    // A merge patch of the Scale writes the spec path; the generation moves.
+    let (status, scaled) = api
+        .patch(
+            &format!("{path}/p/scale"),
+            "application/merge-patch+json",
+            json!({"spec": {"replicas": 5}, "status": {"replicas": 9}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{scaled}");
+    assert_eq!(
+        (&scaled["spec"]["replicas"], &scaled["status"]["replicas"]),
+        (&json!(5), &json!(1))
+    );
+    let (_, object) = api.get(&format!("{path}/p")).await;
+    assert_eq!(
+        (&object["spec"]["size"], &object["status"]["ready"]),
+        (&json!(5), &json!(1))
+    );
+    assert_eq!(object["metadata"]["generation"], 2);
+
+    // A replace with a stale resourceVersion conflicts; negative replicas are invalid.
+    let mut stale = scale.clone();
+    stale["spec"]["replicas"] = json!(3);
+    let (status, _) = api.put(&format!("{path}/p/scale"), stale.clone()).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    stale["metadata"]["resourceVersion"] = object["metadata"]["resourceVersion"].clone();
+    let (status, replaced) = api.put(&format!("{path}/p/scale"), stale.clone()).await;
+    assert_eq!(
+        (status, &replaced["spec"]["replicas"]),
+        (StatusCode::OK, &json!(3))
+    );
+    let (status, invalid) = api
+        .patch(
+            &format!("{path}/p/scale"),
+            "application/json-patch+json",
+            json!([{"op": "replace", "path": "/spec/replicas", "value": -1}]),
+        )
+        .await;
+    assert_eq!(
+        (status, &invalid["reason"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("Invalid"))
+    );
+    let (status, _) = api
+        .patch(
+            &format!("{path}/p/scale"),
+            "application/strategic-merge-patch+json",
+            json!({"spec": {"replicas": 1}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(
+        api.get(&format!("{path}/missing/scale")).await.0,
+        StatusCode::NOT_FOUND
+    );
+    // A kind without a scale subresource has no such path.
+    assert_eq!(
+        api.get("/api/v1/namespaces/default/configmaps/x/scale")
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+}

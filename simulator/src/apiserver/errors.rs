@@ -73,6 +73,16 @@ impl ApiError {
         .with_details(group, plural, name)
     }
 
+    /// 409 Conflict for a write based on a resourceVersion that is no longer the current one.
+    pub fn stale(group: &str, plural: &str, name: &str) -> Self {
+        ApiError::conflict(
+            group,
+            plural,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
     /// 422 Invalid with causes.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: &[(&str, String)]) -> Self {
         let text: Vec<String> = causes

@@ -18,6 +18,62 @@ pub struct PrinterColumn {
     pub priority: i64,
 }
 
+/// Where a custom resource keeps what its `scale` subresource shows (the CRD's
+/// `subresources.scale`), as field names from the object's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// `specReplicasPath` (`.spec.replicas`): written by scale updates.
+    pub spec_replicas: Vec<String>,
+    /// `statusReplicasPath` (`.status.replicas`).
+    pub status_replicas: Vec<String>,
+    /// `labelSelectorPath` (`.status.selector`), a label selector in its string form.
+    pub label_selector: Option<Vec<String>>,
+}
+
+impl ScalePaths {
+    /// The paths of a CRD's `subresources.scale`, validated as the API server does: JSON
+    /// paths without array steps, the spec one under `.spec`, the status one under `.status`
+    /// and the selector's under either.
+    fn parse(scale: &Value) -> Result<Self, String> {
+        let path = |field: &str, roots: &[&str]| -> Result<Option<Vec<String>>, String> {
+            let Some(text) = scale.get(field).and_then(Value::as_str) else {
+                return Ok(None);
+            };
+            let steps: Vec<String> = text
+                .strip_prefix('.')
+                .unwrap_or_default()
+                .split('.')
+                .map(str::to_owned)
+                .collect();
+            let valid = steps.len() >= 2
+                && roots.contains(&steps[0].as_str())
+                && steps
+                    .iter()
+                    .all(|s| !s.is_empty() && !s.contains(['[', ']']));
+            if !valid {
+                return Err(format!(
+                    "spec.subresources.scale.{field}: Invalid value: {text:?}: should be a json path under {}",
+                    roots
+                        .iter()
+                        .map(|r| format!(".{r}"))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ));
+            }
+            Ok(Some(steps))
+        };
+        let required = |field: &str, root: &str| {
+            path(field, &[root])?
+                .ok_or_else(|| format!("spec.subresources.scale.{field}: Required value"))
+        };
+        Ok(ScalePaths {
+            spec_replicas: required("specReplicasPath", "spec")?,
+            status_replicas: required("statusReplicasPath", "status")?,
+            label_selector: path("labelSelectorPath", &["spec", "status"])?,
+        })
+    }
+}
+
 /// One served resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceType {
@@ -43,6 +99,8 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     /// Defined by a CRD.
     pub custom: bool,
+    /// The `scale` subresource of a CRD that declares one.
+    pub scale: Option<ScalePaths>,
 }
 
 impl ResourceType {
@@ -66,6 +124,7 @@ impl ResourceType {
             printer_columns: Vec::new(),
             categories: Vec::new(),
             custom: false,
+            scale: None,
         }
     }
 
@@ -334,6 +393,10 @@ pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
         printer_columns,
         categories: strings("/spec/names/categories"),
         custom: true,
+        scale: first
+            .pointer("/subresources/scale")
+            .map(ScalePaths::parse)
+            .transpose()?,
     })
 }
 
@@ -367,6 +430,17 @@ pub fn api_resources(ty: &ResourceType) -> Vec<Value> {
             "singularName": "",
             "namespaced": ty.namespaced,
             "kind": ty.kind,
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if ty.scale.is_some() {
+        resources.push(json!({
+            "name": format!("{}/scale", ty.plural),
+            "singularName": "",
+            "namespaced": ty.namespaced,
+            "group": "autoscaling",
+            "version": "v1",
+            "kind": "Scale",
             "verbs": ["get", "patch", "update"],
         }));
     }

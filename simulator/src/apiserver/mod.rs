@@ -24,6 +24,7 @@ pub(crate) mod operations;
 mod patch;
 mod protobuf;
 mod routes;
+mod scale;
 pub mod selectors;
 pub(crate) mod store;
 mod table;

@@ -133,12 +133,7 @@ pub fn patch(
         .flatten()
         && Some(rv) != meta_str(&stored, "resourceVersion")
     {
-        return Err(ApiError::conflict(
-            &ty.group,
-            &ty.plural,
-            name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        ));
+        return Err(ApiError::stale(&ty.group, &ty.plural, name));
     }
     let next = Store::stored_shape(ty, next);
     let result = store.write(&mut inner, ty, version, &key, stored, next, status, dry_run)?;

@@ -22,6 +22,7 @@ use super::negotiate::{
     DiscoveryFormat, MediaRanges, Rendering, partial_metadata, partial_metadata_list, wrong_shape,
 };
 use super::operations::{PatchKind, evict, patch};
+use super::scale::{ScaleTarget, ScaleWrite, get_scale, write_scale};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::DeleteOptions;
 use super::watch::{WatchRequest, start};
@@ -369,6 +370,7 @@ fn parse_target(
     match (subresource.as_deref(), ty.plural.as_str()) {
         (None, _) => {}
         (Some("status"), _) if ty.status_subresource => {}
+        (Some("scale"), _) if ty.scale.is_some() => {}
         (Some("eviction"), "pods") if ty.group.is_empty() => {}
         (Some("finalize"), "namespaces") => {}
         _ => return Err(ApiError::no_route(path)),
@@ -421,6 +423,9 @@ async fn resource(
     body: Bytes,
 ) -> ApiResult<Response> {
     let target = parse_target(state, group, version, rest, path)?;
+    if target.subresource.as_deref() == Some("scale") {
+        return scale_request(state, method, &target, version, path, query, headers, &body);
+    }
     let store = &state.store;
     let ty = target.ty.clone();
     let namespace = target.namespace.clone().unwrap_or_default();
@@ -648,6 +653,53 @@ async fn resource(
         }
         (method, _) => Err(ApiError::method_not_allowed(method.as_str(), path)),
     }
+}
+
+/// `GET`, `PUT` and `PATCH …/scale` of a custom resource.
+#[allow(clippy::too_many_arguments)]
+fn scale_request(
+    state: &ServerState,
+    method: &Method,
+    target: &Target,
+    version: &str,
+    path: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> ApiResult<Response> {
+    let scale_target = ScaleTarget {
+        ty: &target.ty,
+        version,
+        namespace: target.namespace.as_deref().unwrap_or_default(),
+        name: target.name.as_deref().unwrap_or_default(),
+        path,
+    };
+    let write = match *method {
+        Method::GET => {
+            let scale = get_scale(&state.store, scale_target)?;
+            return Ok(json_response(StatusCode::OK, &scale));
+        }
+        Method::PUT => ScaleWrite::Replace(parse_json(body)?),
+        Method::PATCH => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = PatchKind::from_content_type(content_type)
+                .filter(|k| matches!(k, PatchKind::Merge | PatchKind::Json))
+                .ok_or_else(|| ApiError::unsupported_media_type(content_type))?;
+            ScaleWrite::Patch(kind, parse_json(body)?)
+        }
+        ref other => return Err(ApiError::method_not_allowed(other.as_str(), path)),
+    };
+    let scale = write_scale(
+        &state.store,
+        scale_target,
+        &write,
+        &manager(query, headers),
+        dry_run(query),
+    )?;
+    Ok(json_response(StatusCode::OK, &scale))
 }
 
 /// Refuses a metadata rendering of the wrong shape (a list's for one object, or one

@@ -248,12 +248,7 @@ impl Store {
         if let Some(expected) = meta_str(&body, "resourceVersion").filter(|rv| !rv.is_empty())
             && Some(expected) != meta_str(&current, "resourceVersion")
         {
-            return Err(ApiError::conflict(
-                &ty.group,
-                &ty.plural,
-                name,
-                "the object has been modified; please apply your changes to the latest version and try again",
-            ));
+            return Err(ApiError::stale(&ty.group, &ty.plural, name));
         }
         let result = self.write(
             &mut inner, ty, version, &key, current, body, status, dry_run,
