@@ -18,14 +18,17 @@ use kube::{Client, Config, Resource};
 use serde_json::json;
 
 async fn start() -> (ApiServer, Client) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let server = ApiServer::start(ApiServerConfig {
+    start_with(ApiServerConfig {
         tls: true,
         bookmark_interval: Duration::from_millis(200),
         ..ApiServerConfig::default()
     })
     .await
-    .unwrap();
+}
+
+async fn start_with(config: ApiServerConfig) -> (ApiServer, Client) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let server = ApiServer::start(config).await.unwrap();
     let kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
@@ -630,4 +633,73 @@ async fn the_scale_subresource_of_a_custom_resource_through_kube() {
     );
     let object = pools.get("p").await.unwrap();
     assert_eq!(object.data["spec"]["size"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_rewatches_without_a_relist_when_a_lagging_watch_is_closed() {
+    let (server, client) = start_with(ApiServerConfig {
+        tls: true,
+        watch_buffer: 64,
+        ..ApiServerConfig::default()
+    })
+    .await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &configmap("first"))
+        .await
+        .unwrap();
+    server.record_requests();
+    let mut stream = watcher(api.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("the watcher lists")
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.metadata.name.as_deref(), Some("first"));
+    // A change seen through the watch proves the watch is open.
+    let watching = async {
+        api.create(&PostParams::default(), &configmap("second"))
+            .await
+            .unwrap();
+    };
+    let (_, second) = tokio::join!(
+        watching,
+        tokio::time::timeout(Duration::from_secs(10), stream.next())
+    );
+    let second = second.expect("the watch delivers").unwrap().unwrap();
+    assert_eq!(second.metadata.name.as_deref(), Some("second"));
+    // The stream is not read while many large changes happen: its watch falls behind.
+    let blob = "x".repeat(32 * 1024);
+    let total = 1000;
+    for index in 0..total {
+        let object: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": format!("c{index}")}, "data": {"blob": blob}}),
+        )
+        .unwrap();
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < total {
+        let item = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("the watcher delivers every change")
+            .unwrap();
+        let object = item.expect("no error: the closed watch is resumed, not failed");
+        seen.insert(object.metadata.name.unwrap_or_default());
+    }
+    // The server closed the lagging watch (else one watch would have carried everything), and
+    // the watcher resumed it from its last version instead of listing again.
+    let requests: Vec<_> = server
+        .recorded_requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/configmaps"))
+        .collect();
+    let lists = requests.iter().filter(|r| !r.watch).count();
+    let watches = requests.iter().filter(|r| r.watch).count();
+    assert_eq!(lists, 1, "{requests:?}");
+    assert!(
+        watches >= 2,
+        "the lagging watch was not closed: {requests:?}"
+    );
 }

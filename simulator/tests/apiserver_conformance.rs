@@ -96,6 +96,16 @@ impl Api {
             .await
     }
 
+    /// Sends a GET and hands back the response unread (a watch to read later).
+    async fn open(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{path}", self.server.url()))
+            .bearer_auth(self.server.token())
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// A GET with an `Accept` header (and `If-None-Match` when given): status, headers, body.
     async fn get_as(
         &self,
@@ -1612,4 +1622,86 @@ async fn a_crd_scale_subresource_reads_and_writes_the_crds_paths() {
             .0,
         StatusCode::NOT_FOUND
     );
+}
+
+/// Reads a whole watch response (until the server ends it or `wait` passes): its events, and
+/// whether the server ended it.
+async fn read_watch(response: reqwest::Response, wait: Duration) -> (Vec<Value>, bool) {
+    let mut response = response;
+    let mut events = Vec::new();
+    let mut buffer = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => {
+                buffer.extend_from_slice(&chunk);
+                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    events.push(serde_json::from_slice(&line).unwrap());
+                }
+            }
+            Ok(Ok(None)) => return (events, true),
+            Ok(Err(_)) | Err(_) => return (events, false),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_watcher_that_falls_behind_has_its_stream_closed_and_resumes_from_its_last_version() {
+    let api = Api::start_with(ApiServerConfig {
+        watch_buffer: 64,
+        ..ApiServerConfig::default()
+    })
+    .await;
+    let start = rv(&api.configmap("first", json!({})).await);
+    let path = "/api/v1/namespaces/default/configmaps";
+    // A client that does not read its watch while many large changes happen: the socket and
+    // the server's queue fill, and the watch falls more than its buffer behind.
+    let stalled = api
+        .open(&format!(
+            "{path}?watch=true&resourceVersion={start}&timeoutSeconds=60"
+        ))
+        .await;
+    let blob = "x".repeat(32 * 1024);
+    let total = 1000;
+    for index in 0..total {
+        let (status, _) = api
+            .post(path, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{index}")}, "data": {"blob": blob}}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    // The stream ends without an ERROR event, after what the server had already queued, in
+    // order and without gaps.
+    let (first, ended) = read_watch(stalled, Duration::from_secs(30)).await;
+    assert!(
+        ended,
+        "the server closes the stream of a watcher that fell behind"
+    );
+    let others: Vec<&Value> = first.iter().filter(|e| e["type"] != "ADDED").collect();
+    assert!(others.is_empty(), "no ERROR event: {others:?}");
+    assert!(
+        first.len() < total,
+        "the stream ended early ({} events)",
+        first.len()
+    );
+    let names: Vec<String> = first
+        .iter()
+        .map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (0..first.len()).map(|i| format!("c{i}")).collect();
+    assert_eq!(names, expected);
+    // Re-watching from the last version seen delivers the rest.
+    let last = rv(&first.last().unwrap()["object"]);
+    let resumed = api
+        .open(&format!(
+            "{path}?watch=true&resourceVersion={last}&timeoutSeconds=2"
+        ))
+        .await;
+    let (rest, _) = read_watch(resumed, Duration::from_secs(30)).await;
+    let rest_names: Vec<String> = rest
+        .iter()
+        .map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (first.len()..total).map(|i| format!("c{i}")).collect();
+    assert_eq!(rest_names, expected);
 }

@@ -91,6 +91,10 @@ pub struct ApiServerConfig {
     pub token: Option<String>,
     /// How many changes the watch log keeps before older resourceVersions get 410 Gone.
     pub event_log_capacity: usize,
+    /// How many changes a watch may fall behind its client before the server closes its
+    /// stream (the real server's per-watcher buffer; the client then re-watches from the
+    /// last version it saw).
+    pub watch_buffer: usize,
     /// How often watches with bookmarks get one.
     pub bookmark_interval: Duration,
     /// The Kubernetes version reported by /version.
@@ -104,6 +108,7 @@ impl Default for ApiServerConfig {
             tls: false,
             token: None,
             event_log_capacity: 100_000,
+            watch_buffer: 65_536,
             bookmark_interval: Duration::from_secs(10),
             kubernetes_version: (1, 32),
         }
@@ -247,7 +252,7 @@ impl ApiServer {
         let url = format!("{scheme}://{local}");
         let (stop_watches, _) = broadcast::channel(4);
         let state = Arc::new(ServerState {
-            store: Store::new(wall.clone(), config.event_log_capacity),
+            store: Store::new(wall.clone(), config.event_log_capacity, config.watch_buffer),
             token: token.clone(),
             audit: Mutex::new(None),
             faults: Mutex::new(Vec::new()),

@@ -1,6 +1,6 @@
 //! Watch streams: newline-delimited `{"type","object"}` events from a resourceVersion, with
 //! selectors (an object that starts or stops matching is ADDED or DELETED), bookmarks, a
-//! timeout, 410 for compacted versions, and an ERROR 410 for a watcher that falls behind.
+//! timeout, 410 for compacted versions, and a closed stream for a watcher that falls behind.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -166,11 +166,11 @@ pub fn start(
                             return;
                         }
                     }
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let status = super::errors::ApiError::gone("too old resource version: the watch fell behind").status();
-                        let _ = sender.send(line("ERROR", status)).await;
-                        return;
-                    }
+                    // The real server closes the stream of a watcher that cannot keep up
+                    // (the cacher "forgets" it, after draining what it had queued; no ERROR
+                    // event). The client re-watches from the last version it saw, which the
+                    // event log still serves, or gets 410 there and re-lists.
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
             }

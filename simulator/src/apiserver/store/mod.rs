@@ -205,9 +205,10 @@ fn kubernetes_service() -> [(&'static str, &'static str, Value); 3] {
 }
 
 impl Store {
-    /// An empty store with the system namespaces; the event log keeps `log_capacity` events.
-    pub fn new(wall: Arc<dyn WallClock>, log_capacity: usize) -> Arc<Self> {
-        let (sender, _) = broadcast::channel(65_536);
+    /// An empty store with the system namespaces; the event log keeps `log_capacity` events,
+    /// and a watch may fall `watch_buffer` changes behind before it is closed.
+    pub fn new(wall: Arc<dyn WallClock>, log_capacity: usize, watch_buffer: usize) -> Arc<Self> {
+        let (sender, _) = broadcast::channel(watch_buffer.max(16));
         let store = Arc::new(Store {
             hooks: Mutex::new(Vec::new()),
             inner: Mutex::new(Inner {
