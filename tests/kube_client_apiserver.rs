@@ -253,9 +253,8 @@ async fn the_recorder_publishes_events_readable_by_involved_object() {
     assert_eq!(list.items[0].reason.as_deref(), Some("Fenced"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eviction_through_kube_respects_the_pdb() {
-    let (_server, client) = start().await;
+/// A Ready pod `p` and a budget `x` (minAvailable 1) that selects it.
+async fn guarded_pod(client: Client) -> (Api<Pod>, Api<PodDisruptionBudget>) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p", "labels": {"app": "x"}}, "spec": {"nodeName": "w0", "containers": [{"name": "c", "image": "i"}]}})).unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
@@ -263,10 +262,11 @@ async fn eviction_through_kube_respects_the_pdb() {
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, "default");
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({"metadata": {"name": "x"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}}})).unwrap();
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    match pods.evict("p", &EvictParams::default()).await.unwrap_err() {
-        kube::Error::Api(status) => assert_eq!(status.code, 429),
-        other => panic!("expected 429, got {other:?}"),
-    }
+    (pods, pdbs)
+}
+
+/// Lets budget `x` allow every disruption (minAvailable 0).
+async fn relax(pdbs: &Api<PodDisruptionBudget>) {
     pdbs.patch(
         "x",
         &PatchParams::default(),
@@ -274,6 +274,17 @@ async fn eviction_through_kube_respects_the_pdb() {
     )
     .await
     .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_through_kube_respects_the_pdb() {
+    let (_server, client) = start().await;
+    let (pods, pdbs) = guarded_pod(client).await;
+    match pods.evict("p", &EvictParams::default()).await.unwrap_err() {
+        kube::Error::Api(status) => assert_eq!(status.code, 429),
+        other => panic!("expected 429, got {other:?}"),
+    }
+    relax(&pdbs).await;
     pods.evict("p", &EvictParams::default()).await.unwrap();
     assert!(
         pods.get("p")
@@ -702,4 +713,31 @@ async fn the_watcher_rewatches_without_a_relist_when_a_lagging_watch_is_closed()
         watches >= 2,
         "the lagging watch was not closed: {requests:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_through_kube_waits_for_the_disruption_controller() {
+    let (server, client) = start().await;
+    let (pods, pdbs) = guarded_pod(client).await;
+    // The budget is relaxed while the disruption controller lags: the stored status still
+    // describes the old spec, so the eviction is refused as "still being processed".
+    server.pause_disruption_controller(true);
+    relax(&pdbs).await;
+    match pods.evict("p", &EvictParams::default()).await.unwrap_err() {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 429);
+            let causes = status.details.map(|d| d.causes).unwrap_or_default();
+            assert!(
+                causes
+                    .iter()
+                    .any(|c| c.message.contains("still being processed")),
+                "{causes:?}"
+            );
+        }
+        other => panic!("expected 429, got {other:?}"),
+    }
+    server.pause_disruption_controller(false);
+    pods.evict("p", &EvictParams::default()).await.unwrap();
+    let stored = pdbs.get("x").await.unwrap().status.unwrap();
+    assert_eq!(stored.observed_generation, Some(2));
 }

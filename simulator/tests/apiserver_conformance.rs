@@ -1705,3 +1705,128 @@ async fn a_watcher_that_falls_behind_has_its_stream_closed_and_resumes_from_its_
     let expected: Vec<String> = (first.len()..total).map(|i| format!("c{i}")).collect();
     assert_eq!(rest_names, expected);
 }
+
+#[tokio::test]
+async fn eviction_reads_the_budgets_stored_status() {
+    let api = Api::start().await;
+    ready_pod(&api, "db-0").await;
+    ready_pod(&api, "db-1").await;
+    let pdbs = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
+    api.post(pdbs, json!({"metadata": {"name": "db"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}})).await;
+    let evict = |pod: &str| {
+        api.http
+            .post(format!(
+                "{}/api/v1/namespaces/default/pods/{pod}/eviction",
+                api.server.url()
+            ))
+            .bearer_auth(api.server.token())
+            .header("content-type", "application/json")
+            .body(
+                json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod}})
+                    .to_string(),
+            )
+            .send()
+    };
+
+    // A spec change the disruption controller has not processed yet: the handler refuses,
+    // with Retry-After 10, until the status catches up with the generation.
+    api.server.pause_disruption_controller(true);
+    api.patch(
+        &format!("{pdbs}/db"),
+        "application/merge-patch+json",
+        json!({"spec": {"minAvailable": 2}}),
+    )
+    .await;
+    let (_, pdb) = api.get(&format!("{pdbs}/db")).await;
+    assert_eq!(
+        (
+            &pdb["metadata"]["generation"],
+            &pdb["status"]["observedGeneration"]
+        ),
+        (&json!(2), &json!(1))
+    );
+    let response = evict("db-0").await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "10");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["details"]["causes"][0]["message"],
+        "The disruption budget db is still being processed by the server."
+    );
+    api.server.pause_disruption_controller(false);
+    let (_, pdb) = api.get(&format!("{pdbs}/db")).await;
+    assert_eq!(
+        (
+            &pdb["status"]["observedGeneration"],
+            &pdb["status"]["disruptionsAllowed"]
+        ),
+        (&json!(2), &json!(0))
+    );
+    let response = evict("db-0").await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(response.headers().get("retry-after").is_none());
+
+    // What the stored status says decides, not a computation on the spot: a stale status
+    // that allows one disruption lets one eviction through and is decremented.
+    api.server.pause_disruption_controller(true);
+    let mut stale = pdb.clone();
+    stale["status"]["disruptionsAllowed"] = json!(1);
+    let (status, _) = api.put(&format!("{pdbs}/db/status"), stale).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(evict("db-0").await.unwrap().status(), StatusCode::CREATED);
+    let (_, pdb) = api.get(&format!("{pdbs}/db")).await;
+    assert_eq!(pdb["status"]["disruptionsAllowed"], 0);
+    assert!(pdb["status"]["disruptedPods"]["db-0"].is_string());
+    let condition = &pdb["status"]["conditions"][0];
+    assert_eq!(
+        (
+            &condition["type"],
+            &condition["status"],
+            &condition["reason"]
+        ),
+        (
+            &json!("DisruptionAllowed"),
+            &json!("False"),
+            &json!("InsufficientPods")
+        )
+    );
+    // A negative count is refused outright.
+    let mut negative = pdb.clone();
+    negative["status"]["disruptionsAllowed"] = json!(-1);
+    api.put(&format!("{pdbs}/db/status"), negative).await;
+    let response = evict("db-1").await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    api.server.pause_disruption_controller(false);
+
+    // A pod that is not Ready goes without a decrement while the budget is met.
+    api.patch(
+        &format!("{pdbs}/db"),
+        "application/merge-patch+json",
+        json!({"spec": {"minAvailable": 1}}),
+    )
+    .await;
+    ready_pod(&api, "db-2").await;
+    let (status, _) = api
+        .patch(
+            "/api/v1/namespaces/default/pods/db-2/status",
+            "application/merge-patch+json",
+            json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, before) = api.get(&format!("{pdbs}/db")).await;
+    assert_eq!(
+        (
+            &before["status"]["currentHealthy"],
+            &before["status"]["desiredHealthy"]
+        ),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(before["status"]["disruptionsAllowed"], 0);
+    assert_eq!(evict("db-2").await.unwrap().status(), StatusCode::CREATED);
+    let (_, after) = api.get(&format!("{pdbs}/db")).await;
+    assert!(
+        after["status"]["disruptedPods"].get("db-2").is_none(),
+        "{after}"
+    );
+}

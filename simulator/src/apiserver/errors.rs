@@ -113,6 +113,17 @@ impl ApiError {
         ApiError::new(401, "Unauthorized", "Unauthorized")
     }
 
+    /// 403 Forbidden for a named object.
+    pub fn forbidden(group: &str, plural: &str, name: &str, why: &str) -> Self {
+        let resource = qualified(group, plural);
+        ApiError::new(
+            403,
+            "Forbidden",
+            format!("{resource} \"{name}\" is forbidden: {why}"),
+        )
+        .with_details(group, plural, name)
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(verb: &str, resource: &str) -> Self {
         ApiError::new(

@@ -17,6 +17,7 @@ mod apply;
 mod controllers;
 mod discovery;
 pub(crate) mod errors;
+pub(crate) mod eviction;
 pub(crate) mod kinds;
 mod negotiate;
 mod objects;
@@ -369,6 +370,13 @@ impl ApiServer {
             delay_ms: ms,
         });
         self.drop_watches();
+    }
+
+    /// Holds the disruption controller back (PodDisruptionBudget statuses go stale, and a
+    /// budget whose spec changed meanwhile refuses evictions until it catches up), or lets it
+    /// catch up.
+    pub fn pause_disruption_controller(&self, paused: bool) {
+        self.state.store.pause_disruption_controller(paused);
     }
 
     /// Forgets the watch history: every older resourceVersion becomes 410 Gone.

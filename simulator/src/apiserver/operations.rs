@@ -1,4 +1,4 @@
-//! Patch and eviction, on top of the store's write rules.
+//! Patch, on top of the store's write rules.
 
 use serde_json::{Value, json};
 
@@ -7,7 +7,7 @@ use super::errors::{ApiError, ApiResult};
 use super::kinds::ResourceType;
 use super::objects::meta_str;
 use super::patch::{JsonPatchError, json_patch, merge_patch, strategic_merge};
-use super::store::{DeleteOptions, Store};
+use super::store::Store;
 
 /// The four patch types.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,103 +141,4 @@ pub fn patch(
         super::controllers::after_write(store, &mut inner, ty, namespace);
     }
     Ok(result)
-}
-
-/// `POST pods/{name}/eviction`.
-pub fn evict(store: &Store, namespace: &str, name: &str, body: &Value) -> ApiResult<()> {
-    let dry_run = body
-        .pointer("/deleteOptions/dryRun")
-        .and_then(Value::as_array)
-        .is_some_and(|v| v.iter().any(|d| d == "All"));
-    let grace = body
-        .pointer("/deleteOptions/gracePeriodSeconds")
-        .and_then(Value::as_i64);
-    let mut inner = store.lock();
-    let registry = inner.registry.clone();
-    let pods = registry
-        .get("", "v1", "pods")
-        .ok_or_else(|| ApiError::internal("pods are not served"))?;
-    let key = super::store::ObjectKey {
-        group: String::new(),
-        plural: "pods".into(),
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-    };
-    let pod = inner
-        .objects
-        .get(&key)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found("", "pods", name))?;
-    let terminal = matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    );
-    let terminating = pod.pointer("/metadata/deletionTimestamp").is_some();
-    if !terminal && !terminating {
-        let pdbs: Vec<(super::store::ObjectKey, Value)> = inner
-            .objects
-            .iter()
-            .filter(|(k, _)| {
-                k.group == "policy"
-                    && k.plural == "poddisruptionbudgets"
-                    && k.namespace == namespace
-            })
-            .filter(|(_, pdb)| {
-                pdb.pointer("/spec/selector")
-                    .is_some_and(|s| !s.is_null() && super::controllers::selector_matches(s, &pod))
-            })
-            .map(|(k, v)| (k.clone(), Value::clone(v)))
-            .collect();
-        if pdbs.len() > 1 {
-            return Err(ApiError::internal(
-                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-            ));
-        }
-        if let Some((pdb_key, pdb)) = pdbs.into_iter().next() {
-            let status = super::controllers::pdb_status(&inner, namespace, &pdb);
-            let allowed = status
-                .get("disruptionsAllowed")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if allowed <= 0 {
-                // No Retry-After, as the real eviction handler (client-go would otherwise retry
-                // the request by itself instead of reporting the refusal).
-                let mut error = ApiError::too_many_requests(
-                    "Cannot evict pod as it would violate the pod's disruption budget.",
-                    None,
-                );
-                error.details = Some(
-                    json!({"causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {} needs {} healthy pods and has {} currently", pdb_key.name, status["desiredHealthy"], status["currentHealthy"])}]}),
-                );
-                return Err(error);
-            }
-            if dry_run {
-                return Ok(());
-            }
-            let mut next = pdb.clone();
-            let mut new_status = status;
-            new_status["disruptionsAllowed"] = json!(allowed - 1);
-            let now = super::time::format_time(store.wall_time());
-            new_status["disruptedPods"][name] = json!(now);
-            next["status"] = new_status;
-            store.commit(
-                &mut inner,
-                pdb_key,
-                Some(next),
-                super::store::EventType::Modified,
-            );
-        }
-    }
-    if dry_run {
-        return Ok(());
-    }
-    let options = DeleteOptions {
-        grace_period_seconds: grace,
-        ..DeleteOptions::default()
-    };
-    store.delete_locked(&mut inner, &pods, "v1", namespace, name, &options)?;
-    // The disruption controller notices the deletion: a pod that is gone leaves the PDB's
-    // disrupted list.
-    super::controllers::after_write(store, &mut inner, &pods, namespace);
-    Ok(())
 }

@@ -17,11 +17,12 @@ use super::discovery::{
     resource_list,
 };
 use super::errors::{ApiError, ApiResult};
+use super::eviction::evict;
 use super::kinds::ResourceType;
 use super::negotiate::{
     DiscoveryFormat, MediaRanges, Rendering, partial_metadata, partial_metadata_list, wrong_shape,
 };
-use super::operations::{PatchKind, evict, patch};
+use super::operations::{PatchKind, patch};
 use super::scale::{ScaleTarget, ScaleWrite, get_scale, write_scale};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::DeleteOptions;

@@ -114,6 +114,9 @@ pub(crate) struct Inner {
     compacted_through: u64,
     snapshots: HashMap<u64, Snapshot>,
     next_snapshot: u64,
+    /// The disruption controller is held back (a lagging controller manager): PDB statuses
+    /// are not recomputed until it resumes.
+    pub disruption_paused: bool,
 }
 
 impl Inner {
@@ -220,6 +223,7 @@ impl Store {
                 compacted_through: 0,
                 snapshots: HashMap::new(),
                 next_snapshot: 1,
+                disruption_paused: false,
             }),
             sender,
             wall,
@@ -239,6 +243,16 @@ impl Store {
         }
         drop(inner);
         store
+    }
+
+    /// Holds the disruption controller back (`true`), or lets it catch up with every
+    /// PodDisruptionBudget at once (`false`), as a lagging controller manager would.
+    pub fn pause_disruption_controller(&self, paused: bool) {
+        let mut inner = self.lock();
+        inner.disruption_paused = paused;
+        if !paused {
+            crate::apiserver::controllers::resync_pdbs(self, &mut inner);
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
