@@ -741,3 +741,46 @@ async fn eviction_through_kube_waits_for_the_disruption_controller() {
     let stored = pdbs.get("x").await.unwrap().status.unwrap();
     assert_eq!(stored.observed_generation, Some(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_services_list_every_served_group_version_through_kube() {
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+
+    let (_server, client) = start().await;
+    let services: Vec<APIService> = Api::<APIService>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let mut names: Vec<String> = services
+        .iter()
+        .filter_map(|s| s.metadata.name.clone())
+        .collect();
+    names.sort();
+    // The same group-versions kube's discovery finds, the core one named "v1.".
+    let discovery = kube::Discovery::new(client).run().await.unwrap();
+    let mut discovered: Vec<String> = discovery
+        .groups()
+        .flat_map(|g| {
+            g.versions()
+                .map(|v| format!("{v}.{}", g.name()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    discovered.sort();
+    assert_eq!(names, discovered);
+    for service in &services {
+        let available = service
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Available"))
+            .map(|c| (c.status.clone(), c.reason.clone()));
+        assert_eq!(
+            available,
+            Some(("True".to_owned(), Some("Local".to_owned()))),
+            "{:?}",
+            service.metadata.name
+        );
+    }
+}

@@ -920,6 +920,23 @@ async fn api_resources_come_from_aggregated_discovery() {
             .any(|p| p.starts_with("/api/") || p.starts_with("/apis/")),
         "legacy discovery was used: {discovery:?}"
     );
+    // Every group-version has its APIService, printed with the real server's columns.
+    let services = c.ok(&["get", "apiservices"], None).await;
+    let header: Vec<&str> = services
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "SERVICE", "AVAILABLE", "AGE"]);
+    for name in ["v1.", "v1.apps", "v1alpha1.baremend.io"] {
+        assert!(
+            services
+                .lines()
+                .any(|l| l.split_whitespace().take(3).eq([name, "Local", "True"])),
+            "{name} missing:\n{services}"
+        );
+    }
 }
 
 const SCALABLE_CRD: &str = "apiVersion: apiextensions.k8s.io/v1

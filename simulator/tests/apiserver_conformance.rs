@@ -1830,3 +1830,99 @@ async fn eviction_reads_the_budgets_stored_status() {
         "{after}"
     );
 }
+
+#[tokio::test]
+async fn every_served_group_version_has_an_api_service_that_follows_the_crds() {
+    let api = Api::start().await;
+    let services = "/apis/apiregistration.k8s.io/v1/apiservices";
+    let names = |list: &Value| -> Vec<String> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // One per group-version of the discovery documents, the core one named "v1.".
+    let (_, groups) = api.get("/apis").await;
+    let mut served: Vec<String> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| {
+            g["versions"].as_array().unwrap().iter().map(move |v| {
+                format!(
+                    "{}.{}",
+                    v["version"].as_str().unwrap(),
+                    g["name"].as_str().unwrap()
+                )
+            })
+        })
+        .collect();
+    served.push("v1.".into());
+    served.sort();
+    let (status, list) = api.get(services).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(names(&list), served);
+    let (_, apps) = api.get(&format!("{services}/v1.apps")).await;
+    assert_eq!(
+        apps["spec"],
+        json!({"group": "apps", "version": "v1", "groupPriorityMinimum": 17800, "versionPriority": 15})
+    );
+    let available = &apps["status"]["conditions"][0];
+    assert_eq!(
+        (
+            &available["type"],
+            &available["status"],
+            &available["reason"]
+        ),
+        (&json!("Available"), &json!("True"), &json!("Local"))
+    );
+
+    // A CRD's group-versions get theirs, and lose them with it; one a client made stays.
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "widgets.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Cluster", "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}, {"name": "v2", "served": false, "storage": false, "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+    assert_eq!(api.post(crds, crd).await.0, StatusCode::CREATED);
+    let (status, widget) = api.get(&format!("{services}/v1.example.com")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (
+            &widget["spec"]["groupPriorityMinimum"],
+            &widget["spec"]["versionPriority"]
+        ),
+        (&json!(1000), &json!(100))
+    );
+    assert_eq!(
+        widget["metadata"]["labels"]["kube-aggregator.kubernetes.io/automanaged"],
+        "true"
+    );
+    assert_eq!(
+        api.get(&format!("{services}/v2.example.com")).await.0,
+        StatusCode::NOT_FOUND,
+        "v2 is not served"
+    );
+    let mine = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1beta1.metrics.example.org"}, "spec": {"group": "metrics.example.org", "version": "v1beta1", "groupPriorityMinimum": 100, "versionPriority": 100, "service": {"namespace": "default", "name": "metrics"}}});
+    assert_eq!(
+        api.post(services, mine.clone()).await.0,
+        StatusCode::CREATED
+    );
+    let mut misnamed = mine;
+    misnamed["metadata"]["name"] = json!("metrics");
+    assert_eq!(
+        api.post(services, misnamed).await.0,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "the name must be version.group"
+    );
+    api.delete(&format!("{crds}/widgets.example.com"), None)
+        .await;
+    assert_eq!(
+        api.get(&format!("{services}/v1.example.com")).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        api.get(&format!("{services}/v1beta1.metrics.example.org"))
+            .await
+            .0,
+        StatusCode::OK
+    );
+}

@@ -133,7 +133,10 @@ pub(crate) fn after_write(store: &Store, inner: &mut Inner, ty: &ResourceType, n
         ("", "pods") | ("policy", "poddisruptionbudgets") if !inner.disruption_paused => {
             update_pdb_status(store, inner, namespace)
         }
-        ("apiextensions.k8s.io", "customresourcedefinitions") => register_crds(store, inner),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            register_crds(store, inner);
+            super::apiservices::sync(store, inner);
+        }
         _ => {}
     }
     namespace_cleanup(store, inner);
@@ -410,6 +413,7 @@ pub(crate) fn after_delete(
             store.commit(inner, instance, None, EventType::Deleted);
         }
         inner.registry.unregister(&defined.group, &defined.plural);
+        super::apiservices::sync(store, inner);
     }
     collect_dependents(store, inner, key, gone, false);
 }

@@ -230,6 +230,14 @@ impl Registry {
             )
             .short(&["pdb"]),
             ResourceType::builtin(
+                "apiregistration.k8s.io",
+                "v1",
+                "APIService",
+                "apiservices",
+                false,
+                true,
+            ),
+            ResourceType::builtin(
                 "apiextensions.k8s.io",
                 "v1",
                 "CustomResourceDefinition",

@@ -13,6 +13,7 @@
 //! injectable failures. It does not emulate RBAC, admission webhooks, OpenAPI schema
 //! validation or defaulting of CRDs.
 
+mod apiservices;
 mod apply;
 mod controllers;
 mod discovery;

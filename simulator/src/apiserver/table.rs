@@ -136,6 +136,34 @@ fn pod_cells(pod: &Value, now: Duration) -> Vec<Value> {
 }
 
 /// (column definitions, cells of one object) for a type.
+/// `namespace/name` of the Service an APIService proxies to, or `Local`.
+fn api_service_backend(object: &Value) -> String {
+    match object.pointer("/spec/service").filter(|s| !s.is_null()) {
+        Some(service) => format!(
+            "{}/{}",
+            service["namespace"].as_str().unwrap_or_default(),
+            service["name"].as_str().unwrap_or_default()
+        ),
+        None => "Local".into(),
+    }
+}
+
+/// `True`, `False (Reason)`, or `Unknown` without an Available condition.
+fn api_service_available(object: &Value) -> String {
+    object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Available"))
+        .map_or("Unknown".into(), |c| match c["status"].as_str() {
+            Some("True") => "True".into(),
+            status => format!(
+                "{} ({})",
+                status.unwrap_or("Unknown"),
+                c["reason"].as_str().unwrap_or_default()
+            ),
+        })
+}
+
 fn columns_and_cells(ty: &ResourceType, object: &Value, now: Duration) -> (Vec<Value>, Vec<Value>) {
     let name = json!(
         object
@@ -177,6 +205,20 @@ fn columns_and_cells(ty: &ResourceType, object: &Value, now: Duration) -> (Vec<V
                 cells,
             )
         }
+        ("apiregistration.k8s.io", "apiservices") => (
+            vec![
+                column("Name", "string", 0),
+                column("Service", "string", 0),
+                column("Available", "string", 0),
+                column("Age", "string", 0),
+            ],
+            vec![
+                name,
+                json!(api_service_backend(object)),
+                json!(api_service_available(object)),
+                age,
+            ],
+        ),
         ("policy", "poddisruptionbudgets") => (
             vec![
                 column("Name", "string", 0),

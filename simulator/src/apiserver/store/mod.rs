@@ -241,6 +241,7 @@ impl Store {
                 let _ = store.create_locked(&mut inner, &ty, "v1", "default", object, false);
             }
         }
+        crate::apiserver::apiservices::sync(&store, &mut inner);
         drop(inner);
         store
     }
