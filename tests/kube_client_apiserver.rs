@@ -784,3 +784,62 @@ async fn api_services_list_every_served_group_version_through_kube() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_request_through_kube_gives_a_token_that_authenticates() {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+
+    let (server, client) = start().await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "robot"}})).unwrap();
+    accounts
+        .create(&PostParams::default(), &account)
+        .await
+        .unwrap();
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec!["api".into()],
+            expiration_seconds: Some(900),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let issued = accounts
+        .create_token_request("robot", &PostParams::default(), &request)
+        .await
+        .unwrap();
+    let status = issued.status.expect("the token is in the status");
+    assert!(!status.token.is_empty());
+    // A client holding only that token is let in.
+    let mut kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
+    for user in &mut kubeconfig.auth_infos {
+        if let Some(auth) = user.auth_info.as_mut() {
+            auth.token = Some(status.token.clone().into());
+        }
+    }
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    config.default_retry = false;
+    let robot = Client::try_from(config).unwrap();
+    let namespaces = Api::<Namespace>::all(robot.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(!namespaces.items.is_empty());
+    // Deleting the account ends the token.
+    accounts
+        .delete("robot", &DeleteParams::default())
+        .await
+        .unwrap();
+    match Api::<Namespace>::all(robot)
+        .list(&ListParams::default())
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(status) => assert_eq!(status.code, 401),
+        other => panic!("expected 401, got {other:?}"),
+    }
+}

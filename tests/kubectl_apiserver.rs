@@ -992,3 +992,44 @@ async fn kubectl_scale_writes_a_custom_resources_replicas() {
         .await;
     assert_eq!(size, "5");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_token_gives_a_token_kubectl_can_use() {
+    let c = cluster().await;
+    c.ok(&["create", "serviceaccount", "robot"], None).await;
+    let token = c
+        .ok(&["create", "token", "robot", "--duration=15m"], None)
+        .await;
+    let token = token.trim();
+    let payload = token.split('.').nth(1).expect("a JWT");
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["sub"], "system:serviceaccount:default:robot");
+    let lifetime = claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap();
+    assert_eq!(lifetime, 900, "--duration=15m arrives");
+    let out = c
+        .ok(
+            &[
+                "--token",
+                token,
+                "get",
+                "serviceaccount",
+                "robot",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(out.trim(), "serviceaccount/robot");
+    let (ok, _, err) = c
+        .kubectl(&["create", "token", "robot", "--duration=1m"], None)
+        .await;
+    assert!(
+        !ok && err.contains("may not specify a duration less than 10 minutes"),
+        "{err}"
+    );
+}

@@ -1926,3 +1926,108 @@ async fn every_served_group_version_has_an_api_service_that_follows_the_crds() {
         StatusCode::OK
     );
 }
+
+#[tokio::test]
+async fn token_requests_issue_service_account_tokens_that_authenticate_until_their_account_goes() {
+    let api = Api::start().await;
+    let accounts = "/api/v1/namespaces/default/serviceaccounts";
+    api.post(
+        accounts,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+    )
+    .await;
+    let request = |spec: Value| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec});
+    let (status, issued) = api
+        .post(
+            &format!("{accounts}/robot/token"),
+            request(json!({"audiences": ["api"], "expirationSeconds": 600})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{issued}");
+    assert_eq!(
+        (&issued["kind"], &issued["apiVersion"]),
+        (&json!("TokenRequest"), &json!("authentication.k8s.io/v1"))
+    );
+    assert_eq!(issued["spec"]["audiences"], json!(["api"]));
+    assert!(
+        issued["status"]["expirationTimestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    let token = issued["status"]["token"].as_str().unwrap().to_owned();
+    // A JWT whose claims name the ServiceAccount.
+    let payload = token.split('.').nth(1).unwrap();
+    let claims: Value = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["sub"], "system:serviceaccount:default:robot");
+    assert_eq!(
+        claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap(),
+        600
+    );
+
+    let as_token = |bearer: String| {
+        api.http
+            .get(format!("{}/api/v1/namespaces", api.server.url()))
+            .bearer_auth(bearer)
+            .send()
+    };
+    assert_eq!(
+        as_token(token.clone()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let forged = format!("{}x", &token[..token.len() - 1]);
+    assert_eq!(
+        as_token(forged).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+
+    // Defaults, refusals and a token bound to a pod, which ends with the pod.
+    let (_, defaulted) = api
+        .post(&format!("{accounts}/robot/token"), request(json!({})))
+        .await;
+    assert_eq!(defaulted["spec"]["expirationSeconds"], 3600);
+    let (status, _) = api
+        .post(
+            &format!("{accounts}/robot/token"),
+            request(json!({"expirationSeconds": 60})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = api
+        .post(&format!("{accounts}/nobody/token"), request(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    api.post(
+        "/api/v1/namespaces/default/pods",
+        json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+    )
+    .await;
+    let (status, bound) = api
+        .post(
+            &format!("{accounts}/robot/token"),
+            request(json!({"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{bound}");
+    let bound = bound["status"]["token"].as_str().unwrap().to_owned();
+    assert_eq!(
+        as_token(bound.clone()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    api.delete("/api/v1/namespaces/default/pods/p", None).await;
+    assert_eq!(
+        as_token(bound).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED,
+        "the pod is gone"
+    );
+
+    api.delete(&format!("{accounts}/robot"), None).await;
+    assert_eq!(
+        as_token(token).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED,
+        "the account is gone"
+    );
+}

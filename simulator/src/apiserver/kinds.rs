@@ -452,6 +452,17 @@ pub fn api_resources(ty: &ResourceType) -> Vec<Value> {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if ty.plural == "serviceaccounts" && ty.group.is_empty() {
+        resources.push(json!({
+            "name": "serviceaccounts/token",
+            "singularName": "",
+            "namespaced": true,
+            "group": "authentication.k8s.io",
+            "version": "v1",
+            "kind": "TokenRequest",
+            "verbs": ["create"],
+        }));
+    }
     if ty.plural == "pods" && ty.group.is_empty() {
         resources.push(json!({
             "name": "pods/eviction",

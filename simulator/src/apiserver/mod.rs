@@ -31,6 +31,7 @@ pub mod selectors;
 pub(crate) mod store;
 mod table;
 pub mod time;
+mod tokens;
 mod watch;
 
 use std::net::SocketAddr;
@@ -140,16 +141,26 @@ pub(crate) struct ServerState {
     pub wall: Arc<dyn WallClock>,
     pub address: String,
     version: (u32, u32),
+    /// Signs and checks the ServiceAccount tokens of TokenRequests.
+    pub tokens: tokens::TokenIssuer,
 }
 
 impl ServerState {
+    /// The server's own token, or a ServiceAccount token it issued that still holds.
     fn authorized(&self, headers: &HeaderMap) -> bool {
         headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
             .is_some_and(|token| {
-                constant_time_equal(token.trim().as_bytes(), self.token.as_bytes())
+                constant_time_equal(token.as_bytes(), self.token.as_bytes())
+                    || tokens::authenticates(
+                        &self.store,
+                        &self.tokens,
+                        token,
+                        self.wall.since_epoch().as_secs(),
+                    )
             })
     }
 
@@ -263,6 +274,7 @@ impl ApiServer {
             wall,
             address: local.to_string(),
             version: config.kubernetes_version,
+            tokens: tokens::TokenIssuer::generate().map_err(Error::Config)?,
         });
         let router = Router::new()
             .fallback(routes::dispatch)

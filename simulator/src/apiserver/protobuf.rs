@@ -1,6 +1,6 @@
 //! Decoding of the Kubernetes protobuf encoding for the request bodies kubectl's typed clients
-//! send (`kubectl create namespace|configmap|secret`, and the Eviction and DeleteOptions of
-//! `kubectl drain`). Answers stay JSON, which every client accepts. Other kinds in protobuf get
+//! send (`kubectl create namespace|configmap|secret|serviceaccount|token`, and the Eviction and
+//! DeleteOptions of `kubectl drain`). Answers stay JSON, which every client accepts. Other kinds in protobuf get
 //! 415, as from a server that does not serve them in that encoding.
 
 use base64::Engine;
@@ -160,13 +160,65 @@ fn delete_options(bytes: &[u8]) -> Result<Value, String> {
     Ok(Value::Object(options))
 }
 
+/// The `name` fields (field `name_field`) of repeated references.
+fn reference_name(bytes: &[u8], name_field: u64) -> Result<Value, String> {
+    let mut reference = Map::new();
+    for (number, field) in fields(bytes)? {
+        if let (n, Field::Bytes(b)) = (number, field)
+            && n == name_field
+        {
+            reference.insert("name".into(), json!(text(b)?));
+        }
+    }
+    Ok(Value::Object(reference))
+}
+
+/// A TokenRequestSpec: audiences (1), boundObjectRef (3), expirationSeconds (4).
+fn token_request_spec(bytes: &[u8]) -> Result<Value, String> {
+    let mut spec = Map::new();
+    let mut audiences = Vec::new();
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => audiences.push(json!(text(b)?)),
+            (3, Field::Bytes(b)) => {
+                let mut reference = Map::new();
+                for (n, f) in fields(b)? {
+                    let key = match n {
+                        1 => "kind",
+                        2 => "apiVersion",
+                        3 => "name",
+                        4 => "uid",
+                        _ => continue,
+                    };
+                    if let Field::Bytes(v) = f {
+                        reference.insert(key.into(), json!(text(v)?));
+                    }
+                }
+                spec.insert("boundObjectRef".into(), Value::Object(reference));
+            }
+            (4, Field::Varint(v)) => {
+                spec.insert("expirationSeconds".into(), json!(v as i64));
+            }
+            _ => {}
+        }
+    }
+    spec.insert("audiences".into(), Value::Array(audiences));
+    Ok(Value::Object(spec))
+}
+
 /// The kind's own fields (all but metadata) of a message.
 fn body(kind: &str, bytes: &[u8]) -> Result<Map<String, Value>, String> {
     let mut object = Map::new();
     for (number, field) in fields(bytes)? {
         let Field::Bytes(b) = field else {
-            if let ("ConfigMap" | "Secret", 4 | 5, Field::Varint(v)) = (kind, number, field) {
-                object.insert("immutable".into(), json!(v != 0));
+            match (kind, number, field) {
+                ("ConfigMap" | "Secret", 4 | 5, Field::Varint(v)) => {
+                    object.insert("immutable".into(), json!(v != 0));
+                }
+                ("ServiceAccount", 4, Field::Varint(v)) => {
+                    object.insert("automountServiceAccountToken".into(), json!(v != 0));
+                }
+                _ => {}
             }
             continue;
         };
@@ -205,6 +257,26 @@ fn body(kind: &str, bytes: &[u8]) -> Result<Map<String, Value>, String> {
             ("Secret", 3) => {
                 object.insert("type".into(), json!(text(b)?));
             }
+            ("ServiceAccount", 2 | 3) => {
+                // secrets are ObjectReferences (name is field 3), imagePullSecrets
+                // LocalObjectReferences (name is field 1).
+                let (key, name_field) = if number == 2 {
+                    ("secrets", 3)
+                } else {
+                    ("imagePullSecrets", 1)
+                };
+                let reference = reference_name(b, name_field)?;
+                if let Some(list) = object
+                    .entry(key)
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                {
+                    list.push(reference);
+                }
+            }
+            ("TokenRequest", 2) => {
+                object.insert("spec".into(), token_request_spec(b)?);
+            }
             ("Eviction", 2) | ("DeleteOptions", 2) if kind == "Eviction" => {
                 object.insert("deleteOptions".into(), delete_options(b)?);
             }
@@ -238,7 +310,9 @@ pub fn decode(bytes: &[u8]) -> Result<Value, String> {
         }
     }
     let mut object = match kind.as_str() {
-        "Namespace" | "ConfigMap" | "Secret" | "Eviction" => body(&kind, raw)?,
+        "Namespace" | "ConfigMap" | "Secret" | "Eviction" | "ServiceAccount" | "TokenRequest" => {
+            body(&kind, raw)?
+        }
         "DeleteOptions" => match delete_options(raw)? {
             Value::Object(map) => map,
             _ => Map::new(),
@@ -338,5 +412,56 @@ mod tests {
         );
         assert!(decode(b"k8s\0\x0a\xff").is_err());
         assert!(decode(b"{}").is_err());
+    }
+
+    fn envelope(api_version: &[u8], kind: &[u8], raw: &[u8]) -> Vec<u8> {
+        let type_meta = [field_bytes(1, api_version), field_bytes(2, kind)].concat();
+        [
+            MAGIC.to_vec(),
+            field_bytes(1, &type_meta),
+            field_bytes(2, raw),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn a_service_account_and_a_token_request_decode() {
+        let account = [
+            field_bytes(1, &field_bytes(1, b"robot")),
+            field_bytes(3, &field_bytes(1, b"pull")),
+            vec![0x20, 0x00],
+        ]
+        .concat();
+        assert_eq!(
+            decode(&envelope(b"v1", b"ServiceAccount", &account)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}, "imagePullSecrets": [{"name": "pull"}], "automountServiceAccountToken": false})
+        );
+        // audiences (1), boundObjectRef (3) and expirationSeconds (4, 900 as a varint).
+        let spec = [
+            field_bytes(1, b"api"),
+            field_bytes(3, &[field_bytes(1, b"Pod"), field_bytes(3, b"p")].concat()),
+            vec![0x20, 0x84, 0x07],
+        ]
+        .concat();
+        let request = field_bytes(2, &spec);
+        let decoded = decode(&envelope(
+            b"authentication.k8s.io/v1",
+            b"TokenRequest",
+            &request,
+        ))
+        .unwrap();
+        assert_eq!(
+            decoded["spec"],
+            json!({"audiences": ["api"], "boundObjectRef": {"kind": "Pod", "name": "p"}, "expirationSeconds": 900})
+        );
+        let truncated = field_bytes(2, &[0x1a, 0x05, b'x']);
+        assert!(
+            decode(&envelope(
+                b"authentication.k8s.io/v1",
+                b"TokenRequest",
+                &truncated
+            ))
+            .is_err()
+        );
     }
 }

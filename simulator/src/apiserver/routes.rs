@@ -26,6 +26,7 @@ use super::operations::{PatchKind, patch};
 use super::scale::{ScaleTarget, ScaleWrite, get_scale, write_scale};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::DeleteOptions;
+use super::tokens::request_token;
 use super::watch::{WatchRequest, start};
 
 /// Request bodies larger than this are refused (etcd's limit is about 1.5 MiB).
@@ -373,6 +374,7 @@ fn parse_target(
         (Some("status"), _) if ty.status_subresource => {}
         (Some("scale"), _) if ty.scale.is_some() => {}
         (Some("eviction"), "pods") if ty.group.is_empty() => {}
+        (Some("token"), "serviceaccounts") if ty.group.is_empty() => {}
         (Some("finalize"), "namespaces") => {}
         _ => return Err(ApiError::no_route(path)),
     }
@@ -563,6 +565,17 @@ async fn resource(
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
             ))
+        }
+        (Method::POST, Some(name)) if target.subresource.as_deref() == Some("token") => {
+            let issued = request_token(
+                store,
+                &state.tokens,
+                &namespace,
+                name,
+                &parse_json(&body)?,
+                state.wall.since_epoch().as_secs(),
+            )?;
+            Ok(json_response(StatusCode::CREATED, &issued))
         }
         (Method::PUT, Some(name)) => {
             let updated = store.update(
