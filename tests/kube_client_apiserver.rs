@@ -843,3 +843,35 @@ async fn a_token_request_through_kube_gives_a_token_that_authenticates() {
         other => panic!("expected 401, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_signing_request_is_approved_through_kube() {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+
+    let (_server, client) = start().await;
+    let request = baremend_sim::tls::signing_request("alice").unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(client);
+    let csr: CertificateSigningRequest = serde_json::from_value(json!({"metadata": {"name": "alice"}, "spec": {"request": request, "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]}})).unwrap();
+    let created = csrs.create(&PostParams::default(), &csr).await.unwrap();
+    assert_eq!(created.spec.username.as_deref(), Some("baremend-sim"));
+    let approval = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "approved by the test"}]}});
+    let approved = csrs
+        .patch_approval("alice", &PatchParams::default(), &Patch::Merge(approval))
+        .await
+        .unwrap();
+    let conditions = approved
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
+    assert_eq!(conditions.len(), 1);
+    assert_eq!(
+        (conditions[0].type_.as_str(), conditions[0].status.as_str()),
+        ("Approved", "True")
+    );
+    assert!(conditions[0].last_update_time.is_some());
+    let read = csrs.get_approval("alice").await.unwrap();
+    assert_eq!(
+        read.status.and_then(|s| s.conditions).map(|c| c.len()),
+        Some(1)
+    );
+}

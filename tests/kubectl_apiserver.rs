@@ -1033,3 +1033,42 @@ async fn kubectl_create_token_gives_a_token_kubectl_can_use() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_approves_a_certificate_signing_request() {
+    let c = cluster().await;
+    let request = baremend_sim::tls::signing_request("alice").unwrap();
+    let manifest = format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: alice\nspec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client\n  expirationSeconds: 86400\n  usages: [client auth]\n"
+    );
+    c.ok(&["apply", "-f", "-"], Some(&manifest)).await;
+    let pending = c.ok(&["get", "csr", "alice", "--no-headers"], None).await;
+    let columns: Vec<&str> = pending.split_whitespace().collect();
+    assert_eq!(
+        columns.get(2..).unwrap_or_default(),
+        [
+            "kubernetes.io/kube-apiserver-client",
+            "baremend-sim",
+            "24h",
+            "Pending"
+        ],
+        "{pending}"
+    );
+    let out = c.ok(&["certificate", "approve", "alice"], None).await;
+    assert!(out.contains("approved"), "{out}");
+    let approved = c.ok(&["get", "csr", "alice", "--no-headers"], None).await;
+    assert!(approved.trim_end().ends_with("Approved"), "{approved}");
+    let reason = c
+        .ok(
+            &[
+                "get",
+                "csr",
+                "alice",
+                "-o",
+                "jsonpath={.status.conditions[0].reason}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(reason, "KubectlApprove");
+}

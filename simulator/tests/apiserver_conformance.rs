@@ -2031,3 +2031,143 @@ async fn token_requests_issue_service_account_tokens_that_authenticate_until_the
         "the account is gone"
     );
 }
+
+#[tokio::test]
+async fn certificate_signing_requests_record_their_requester_and_are_approved_through_approval() {
+    let api = Api::start().await;
+    let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let csr = |name: &str, request: String| json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": name}, "spec": {"request": request, "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"], "expirationSeconds": 86400, "username": "mallory", "groups": ["system:masters"]}});
+    let (status, created) = api
+        .post(
+            csrs,
+            csr(
+                "alice",
+                baremend_sim::tls::signing_request("alice").unwrap(),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    // The requester comes from the credentials, not from the body.
+    assert_eq!(created["spec"]["username"], "baremend-sim");
+    assert!(
+        created["spec"]["groups"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("system:authenticated"))
+    );
+    assert!(
+        created
+            .get("status")
+            .is_none_or(|s| s.get("conditions").is_none())
+    );
+    let not_a_csr = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n",
+    );
+    let (status, refused) = api.post(csrs, csr("bad", not_a_csr)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    let (status, list) = api.get(csrs).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let (_, resources) = api.get("/apis/certificates.k8s.io/v1").await;
+    let names: Vec<&str> = resources["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "certificatesigningrequests",
+            "certificatesigningrequests/status",
+            "certificatesigningrequests/approval"
+        ]
+    );
+
+    // Neither an update nor a status update can change the spec or approve.
+    let mut changed = created.clone();
+    changed["spec"]["signerName"] = json!("example.com/other");
+    let (_, updated) = api.put(&format!("{csrs}/alice"), changed).await;
+    assert_eq!(
+        updated["spec"]["signerName"],
+        "kubernetes.io/kube-apiserver-client"
+    );
+    let mut approved = updated.clone();
+    approved["status"] = json!({"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}]});
+    let (_, by_status) = api
+        .put(&format!("{csrs}/alice/status"), approved.clone())
+        .await;
+    assert_eq!(by_status["status"]["conditions"], json!([]), "{by_status}");
+
+    // The approval subresource approves; the condition gets its times.
+    let mut current = approved.clone();
+    current["metadata"]["resourceVersion"] = by_status["metadata"]["resourceVersion"].clone();
+    let (status, by_approval) = api.put(&format!("{csrs}/alice/approval"), current).await;
+    assert_eq!(status, StatusCode::OK, "{by_approval}");
+    let condition = &by_approval["status"]["conditions"][0];
+    assert_eq!(
+        (&condition["type"], &condition["status"]),
+        (&json!("Approved"), &json!("True"))
+    );
+    assert!(condition["lastUpdateTime"].is_string() && condition["lastTransitionTime"].is_string());
+    // Denying as well, or taking the approval back, is refused.
+    let mut denied = by_approval.clone();
+    denied["status"]["conditions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "Denied", "status": "True"}));
+    assert_eq!(
+        api.put(&format!("{csrs}/alice/approval"), denied).await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let mut withdrawn = by_approval.clone();
+    withdrawn["status"]["conditions"] = json!([]);
+    assert_eq!(
+        api.put(&format!("{csrs}/alice/approval"), withdrawn)
+            .await
+            .0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    // A stale resourceVersion conflicts.
+    assert_eq!(
+        api.put(&format!("{csrs}/alice/approval"), approved).await.0,
+        StatusCode::CONFLICT
+    );
+
+    // A ServiceAccount's request names the account.
+    api.post(
+        "/api/v1/namespaces/default/serviceaccounts",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+    )
+    .await;
+    let (_, issued) = api
+        .post(
+            "/api/v1/namespaces/default/serviceaccounts/robot/token",
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await;
+    let token = issued["status"]["token"].as_str().unwrap();
+    let response = api
+        .http
+        .post(format!("{}{csrs}", api.server.url()))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(
+            csr(
+                "robot",
+                baremend_sim::tls::signing_request("robot").unwrap(),
+            )
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let by_robot: Value = response.json().await.unwrap();
+    assert_eq!(
+        by_robot["spec"]["username"],
+        "system:serviceaccount:default:robot"
+    );
+    assert!(by_robot["spec"]["uid"].is_string());
+}

@@ -31,6 +31,7 @@ fn builtin_priority(group: &str, version: &str) -> Option<(i64, i64)> {
         ("apiregistration.k8s.io", "v1") => (18000, 15),
         ("apps", "v1") => (17800, 15),
         ("events.k8s.io", "v1") => (17750, 15),
+        ("certificates.k8s.io", "v1") => (17300, 15),
         ("policy", "v1") => (17100, 15),
         ("rbac.authorization.k8s.io", "v1") => (17000, 15),
         ("apiextensions.k8s.io", "v1") => (16700, 15),

@@ -41,8 +41,24 @@ pub(crate) fn prepare_for_create(ty: &ResourceType, object: &mut Value, now: &st
     }
 }
 
+/// What an update keeps of the stored object beyond the status split (the spec of a
+/// CertificateSigningRequest, its approval conditions).
+pub(crate) fn prepare_for_update(
+    ty: &ResourceType,
+    current: &Value,
+    next: &mut Value,
+    status: bool,
+) {
+    if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
+        super::csr::prepare_for_update(current, next, status);
+    }
+}
+
 /// Create-time validation beyond metadata.
 pub(crate) fn validate_create(ty: &ResourceType, object: &Value) -> ApiResult<()> {
+    if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
+        super::csr::validate(object)?;
+    }
     if ty.group == "apiextensions.k8s.io" && ty.plural == "customresourcedefinitions" {
         crd_type(object).map_err(|why| {
             ApiError::invalid(

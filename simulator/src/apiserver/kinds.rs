@@ -230,6 +230,15 @@ impl Registry {
             )
             .short(&["pdb"]),
             ResourceType::builtin(
+                "certificates.k8s.io",
+                "v1",
+                "CertificateSigningRequest",
+                "certificatesigningrequests",
+                false,
+                true,
+            )
+            .short(&["csr"]),
+            ResourceType::builtin(
                 "apiregistration.k8s.io",
                 "v1",
                 "APIService",
@@ -449,6 +458,15 @@ pub fn api_resources(ty: &ResourceType) -> Vec<Value> {
             "group": "autoscaling",
             "version": "v1",
             "kind": "Scale",
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if ty.plural == "certificatesigningrequests" && ty.group == "certificates.k8s.io" {
+        resources.push(json!({
+            "name": "certificatesigningrequests/approval",
+            "singularName": "",
+            "namespaced": false,
+            "kind": "CertificateSigningRequest",
             "verbs": ["get", "patch", "update"],
         }));
     }

@@ -16,6 +16,7 @@
 mod apiservices;
 mod apply;
 mod controllers;
+mod csr;
 mod discovery;
 pub(crate) mod errors;
 pub(crate) mod eviction;
@@ -118,6 +119,9 @@ impl Default for ApiServerConfig {
     }
 }
 
+/// The user the server's own token authenticates as (the kubeconfig's user).
+const ADMIN: &str = "baremend-sim";
+
 /// What request handlers share.
 /// One request as an audit log keeps it: enough to tell the RBAC verb and resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +166,42 @@ impl ServerState {
                         self.wall.since_epoch().as_secs(),
                     )
             })
+    }
+
+    /// Who sent a request: a ServiceAccount for one of its tokens, else the administrator
+    /// the server's own token stands for.
+    fn requester(&self, headers: &HeaderMap) -> csr::Requester {
+        let claims = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|token| {
+                self.tokens
+                    .verify(token.trim(), self.wall.since_epoch().as_secs())
+            });
+        match claims.as_ref().and_then(|c| c.get("kubernetes.io")) {
+            Some(identity) => {
+                let namespace = identity["namespace"].as_str().unwrap_or_default();
+                let account = &identity["serviceaccount"];
+                csr::Requester {
+                    username: format!(
+                        "system:serviceaccount:{namespace}:{}",
+                        account["name"].as_str().unwrap_or_default()
+                    ),
+                    uid: account["uid"].as_str().unwrap_or_default().to_owned(),
+                    groups: vec![
+                        "system:serviceaccounts".into(),
+                        format!("system:serviceaccounts:{namespace}"),
+                        "system:authenticated".into(),
+                    ],
+                }
+            }
+            None => csr::Requester {
+                username: ADMIN.into(),
+                uid: String::new(),
+                groups: vec!["system:masters".into(), "system:authenticated".into()],
+            },
+        }
     }
 
     /// The first fault that matches the request, consumed.

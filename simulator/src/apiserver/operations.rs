@@ -142,3 +142,44 @@ pub fn patch(
     }
     Ok(result)
 }
+
+/// What a write to a subresource that takes whole objects (`/scale`, `/approval`) carries.
+#[derive(Debug, Clone)]
+pub(crate) enum SubresourceWrite {
+    /// PUT: the whole object.
+    Replace(Value),
+    /// PATCH: a merge or JSON patch of the current object.
+    Patch(PatchKind, Value),
+}
+
+impl SubresourceWrite {
+    /// The object the write asks for, given the current one (a `group`/`kind` object named
+    /// `name`, for errors).
+    pub(crate) fn proposed(
+        &self,
+        current: &Value,
+        group: &str,
+        kind: &str,
+        name: &str,
+    ) -> ApiResult<Value> {
+        match self {
+            SubresourceWrite::Replace(object) => Ok(object.clone()),
+            SubresourceWrite::Patch(PatchKind::Merge, patch) => {
+                let mut next = current.clone();
+                merge_patch(&mut next, patch);
+                Ok(next)
+            }
+            SubresourceWrite::Patch(PatchKind::Json, patch) => {
+                json_patch(current, patch).map_err(|error| match error {
+                    JsonPatchError::Malformed(message) => ApiError::bad_request(message),
+                    JsonPatchError::Unprocessable(message) => {
+                        ApiError::invalid(group, kind, name, &[("", message)])
+                    }
+                })
+            }
+            SubresourceWrite::Patch(other, _) => Err(ApiError::unsupported_media_type(&format!(
+                "{other:?} (this subresource takes merge and JSON patches)"
+            ))),
+        }
+    }
+}

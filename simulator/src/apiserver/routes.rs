@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::ServerState;
+use super::csr::{stamp, update_approval};
 use super::discovery::{
     DiscoveryRoot, aggregated, group_document, group_list, openapi_document, openapi_root,
     resource_list,
@@ -22,8 +23,8 @@ use super::kinds::ResourceType;
 use super::negotiate::{
     DiscoveryFormat, MediaRanges, Rendering, partial_metadata, partial_metadata_list, wrong_shape,
 };
-use super::operations::{PatchKind, patch};
-use super::scale::{ScaleTarget, ScaleWrite, get_scale, write_scale};
+use super::operations::{PatchKind, SubresourceWrite, patch};
+use super::scale::{ScaleTarget, get_scale, write_scale};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::DeleteOptions;
 use super::tokens::request_token;
@@ -375,6 +376,7 @@ fn parse_target(
         (Some("scale"), _) if ty.scale.is_some() => {}
         (Some("eviction"), "pods") if ty.group.is_empty() => {}
         (Some("token"), "serviceaccounts") if ty.group.is_empty() => {}
+        (Some("approval"), "certificatesigningrequests") if ty.group == "certificates.k8s.io" => {}
         (Some("finalize"), "namespaces") => {}
         _ => return Err(ApiError::no_route(path)),
     }
@@ -426,8 +428,14 @@ async fn resource(
     body: Bytes,
 ) -> ApiResult<Response> {
     let target = parse_target(state, group, version, rest, path)?;
-    if target.subresource.as_deref() == Some("scale") {
-        return scale_request(state, method, &target, version, path, query, headers, &body);
+    match target.subresource.as_deref() {
+        Some("scale") => {
+            return scale_request(state, method, &target, version, path, query, headers, &body);
+        }
+        Some("approval") => {
+            return approval_request(state, method, &target, path, query, headers, &body);
+        }
+        _ => {}
     }
     let store = &state.store;
     let ty = target.ty.clone();
@@ -554,8 +562,11 @@ async fn resource(
             if target.namespace.is_none() && ty.namespaced {
                 return Err(ApiError::method_not_allowed("POST", path));
             }
-            let created =
-                store.create(&ty, version, &namespace, parse_json(&body)?, dry_run(query))?;
+            let mut object = parse_json(&body)?;
+            if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
+                stamp(&mut object, &state.requester(headers));
+            }
+            let created = store.create(&ty, version, &namespace, object, dry_run(query))?;
             Ok(json_response(StatusCode::CREATED, &one(created)))
         }
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("eviction") => {
@@ -669,6 +680,50 @@ async fn resource(
     }
 }
 
+/// What a `PUT` or `PATCH` of a whole-object subresource (`/scale`, `/approval`) carries;
+/// None for a `GET`.
+fn subresource_write(
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> ApiResult<Option<SubresourceWrite>> {
+    match *method {
+        Method::GET => Ok(None),
+        Method::PUT => Ok(Some(SubresourceWrite::Replace(parse_json(body)?))),
+        Method::PATCH => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = PatchKind::from_content_type(content_type)
+                .filter(|k| matches!(k, PatchKind::Merge | PatchKind::Json))
+                .ok_or_else(|| ApiError::unsupported_media_type(content_type))?;
+            Ok(Some(SubresourceWrite::Patch(kind, parse_json(body)?)))
+        }
+        ref other => Err(ApiError::method_not_allowed(other.as_str(), path)),
+    }
+}
+
+/// `GET`, `PUT` and `PATCH …/approval` of a CertificateSigningRequest.
+fn approval_request(
+    state: &ServerState,
+    method: &Method,
+    target: &Target,
+    path: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> ApiResult<Response> {
+    let name = target.name.as_deref().unwrap_or_default();
+    let Some(write) = subresource_write(method, path, headers, body)? else {
+        let object = state.store.get(&target.ty, "v1", "", name)?;
+        return Ok(json_response(StatusCode::OK, &object));
+    };
+    let updated = update_approval(&state.store, &target.ty, name, &write, dry_run(query))?;
+    Ok(json_response(StatusCode::OK, &updated))
+}
+
 /// `GET`, `PUT` and `PATCH …/scale` of a custom resource.
 #[allow(clippy::too_many_arguments)]
 fn scale_request(
@@ -688,23 +743,9 @@ fn scale_request(
         name: target.name.as_deref().unwrap_or_default(),
         path,
     };
-    let write = match *method {
-        Method::GET => {
-            let scale = get_scale(&state.store, scale_target)?;
-            return Ok(json_response(StatusCode::OK, &scale));
-        }
-        Method::PUT => ScaleWrite::Replace(parse_json(body)?),
-        Method::PATCH => {
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let kind = PatchKind::from_content_type(content_type)
-                .filter(|k| matches!(k, PatchKind::Merge | PatchKind::Json))
-                .ok_or_else(|| ApiError::unsupported_media_type(content_type))?;
-            ScaleWrite::Patch(kind, parse_json(body)?)
-        }
-        ref other => return Err(ApiError::method_not_allowed(other.as_str(), path)),
+    let Some(write) = subresource_write(method, path, headers, body)? else {
+        let scale = get_scale(&state.store, scale_target)?;
+        return Ok(json_response(StatusCode::OK, &scale));
     };
     let scale = write_scale(
         &state.store,

@@ -19,18 +19,8 @@ use super::apply;
 use super::errors::{ApiError, ApiResult};
 use super::kinds::{ResourceType, ScalePaths};
 use super::objects::meta_str;
-use super::operations::PatchKind;
-use super::patch::{JsonPatchError, json_patch, merge_patch};
+use super::operations::SubresourceWrite;
 use super::store::Store;
-
-/// What a write to `/scale` carries.
-#[derive(Debug, Clone)]
-pub(crate) enum ScaleWrite {
-    /// PUT: a whole Scale.
-    Replace(Value),
-    /// PATCH: a merge or JSON patch of the current Scale.
-    Patch(PatchKind, Value),
-}
 
 fn at<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter().try_fold(object, |value, step| value.get(step))
@@ -136,34 +126,11 @@ pub(crate) fn get_scale(store: &Store, target: ScaleTarget<'_>) -> ApiResult<Val
     Ok(scale_of(&paths, ty.namespaced, &object))
 }
 
-/// The Scale a write asks for, given the current one.
-fn proposed(current: &Value, write: &ScaleWrite, name: &str) -> ApiResult<Value> {
-    match write {
-        ScaleWrite::Replace(scale) => Ok(scale.clone()),
-        ScaleWrite::Patch(PatchKind::Merge, patch) => {
-            let mut next = current.clone();
-            merge_patch(&mut next, patch);
-            Ok(next)
-        }
-        ScaleWrite::Patch(PatchKind::Json, patch) => {
-            json_patch(current, patch).map_err(|error| match error {
-                JsonPatchError::Malformed(message) => ApiError::bad_request(message),
-                JsonPatchError::Unprocessable(message) => {
-                    ApiError::invalid("autoscaling", "Scale", name, &[("", message)])
-                }
-            })
-        }
-        ScaleWrite::Patch(other, _) => Err(ApiError::unsupported_media_type(&format!(
-            "{other:?} (the scale subresource of a custom resource takes merge and JSON patches)"
-        ))),
-    }
-}
-
 /// `PUT` or `PATCH …/scale`: sets the spec replicas and answers the new Scale.
 pub(crate) fn write_scale(
     store: &Store,
     target: ScaleTarget<'_>,
-    write: &ScaleWrite,
+    write: &SubresourceWrite,
     updater: &str,
     dry_run: bool,
 ) -> ApiResult<Value> {
@@ -183,7 +150,12 @@ pub(crate) fn write_scale(
         .map(|v| Value::clone(v))
         .ok_or_else(|| ApiError::not_found(&ty.group, &ty.plural, name))?;
     let current = Store::present(ty, version, &stored);
-    let scale = proposed(&scale_of(&paths, ty.namespaced, &current), write, name)?;
+    let scale = write.proposed(
+        &scale_of(&paths, ty.namespaced, &current),
+        "autoscaling",
+        "Scale",
+        name,
+    )?;
     if let Some(expected) = meta_str(&scale, "resourceVersion").filter(|rv| !rv.is_empty())
         && Some(expected) != meta_str(&stored, "resourceVersion")
     {

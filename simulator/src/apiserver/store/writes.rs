@@ -341,6 +341,7 @@ impl Store {
                 }
             }
         }
+        crate::apiserver::controllers::prepare_for_update(ty, &current, &mut next, status);
         Self::validate_metadata(ty, &next, &key.name)?;
         let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
         if deleting {
