@@ -1228,6 +1228,14 @@ async fn continue_tokens_expire_with_the_log_and_when_too_many_lists_are_paged()
 /// What kubectl 1.32 and kube 5 send to `/api` and `/apis`.
 const AGGREGATED_DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
 
+/// The versions of a legacy APIGroup document, in its order.
+fn version_names(group: &Value) -> Vec<&Value> {
+    group["versions"]
+        .as_array()
+        .map(|versions| versions.iter().map(|v| &v["version"]).collect())
+        .unwrap_or_default()
+}
+
 /// A legacy resource list in the aggregated shape, to compare both discoveries: one entry per
 /// resource (name, kind, scope, singular, verbs, short names, categories) and one per
 /// subresource (`parent/sub`, response kind, verbs).
@@ -1307,12 +1315,7 @@ async fn aggregated_discovery_answers_when_asked_and_agrees_with_the_legacy_docu
         let name = group["name"].as_str().unwrap();
         assert_eq!(item["metadata"]["name"], name);
         let versions: Vec<&Value> = item["versions"].as_array().unwrap().iter().collect();
-        let legacy_versions: Vec<&Value> = group["versions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| &v["version"])
-            .collect();
+        let legacy_versions = version_names(group);
         assert_eq!(
             versions.iter().map(|v| &v["version"]).collect::<Vec<_>>(),
             legacy_versions
@@ -2170,4 +2173,58 @@ async fn certificate_signing_requests_record_their_requester_and_are_approved_th
         "system:serviceaccount:default:robot"
     );
     assert!(by_robot["spec"]["uid"].is_string());
+}
+
+#[tokio::test]
+async fn discovery_orders_groups_by_priority_and_versions_kube_aware() {
+    let api = Api::start().await;
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "gadgets.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Gadget", "plural": "gadgets"}, "scope": "Namespaced", "versions": [
+        {"name": "v1alpha1", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "object"}}},
+        {"name": "v1beta1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}},
+        {"name": "v1", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+    api.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        crd,
+    )
+    .await;
+    let (_, group) = api.get("/apis/example.com").await;
+    assert_eq!(
+        group["preferredVersion"]["version"], "v1",
+        "the highest kube-like version, not the spec's first"
+    );
+    assert_eq!(
+        version_names(&group),
+        [&json!("v1"), &json!("v1beta1"), &json!("v1alpha1")]
+    );
+    // Built-in groups by the aggregator's priorities, CRD groups (1000) last.
+    let (_, groups) = api.get("/apis").await;
+    let names: Vec<&str> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "apiregistration.k8s.io",
+            "apps",
+            "events.k8s.io",
+            "certificates.k8s.io",
+            "policy",
+            "rbac.authorization.k8s.io",
+            "apiextensions.k8s.io",
+            "coordination.k8s.io",
+            "discovery.k8s.io",
+            "example.com"
+        ]
+    );
+    let (_, _, aggregated) = api.get_as("/apis", AGGREGATED_DISCOVERY, None).await;
+    let aggregated_names: Vec<&str> = aggregated["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(aggregated_names, names);
 }

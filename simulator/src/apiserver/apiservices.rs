@@ -26,20 +26,28 @@ const AUTOMANAGED: &str = "kube-aggregator.kubernetes.io/automanaged";
 /// The real server's group and version priorities of the built-in group-versions served here
 /// (the aggregator's table); a group-version missing from it is a CRD's.
 fn builtin_priority(group: &str, version: &str) -> Option<(i64, i64)> {
-    let priority = match (group, version) {
-        ("", "v1") => (18000, 1),
-        ("apiregistration.k8s.io", "v1") => (18000, 15),
-        ("apps", "v1") => (17800, 15),
-        ("events.k8s.io", "v1") => (17750, 15),
-        ("certificates.k8s.io", "v1") => (17300, 15),
-        ("policy", "v1") => (17100, 15),
-        ("rbac.authorization.k8s.io", "v1") => (17000, 15),
-        ("apiextensions.k8s.io", "v1") => (16700, 15),
-        ("coordination.k8s.io", "v1") => (16500, 15),
-        ("discovery.k8s.io", "v1") => (16200, 15),
-        _ => return None,
-    };
-    Some(priority)
+    let builtin = group_priority(group) != 1000 && version == "v1";
+    let version_priority = if group.is_empty() { 1 } else { 15 };
+    builtin.then(|| (group_priority(group), version_priority))
+}
+
+/// A group's priority in discovery (`groupPriorityMinimum`): the aggregator's for built-in
+/// groups, 1000 for CRDs'.
+pub(crate) fn group_priority(group: &str) -> i64 {
+    match group {
+        "" => 18000,
+        "apiregistration.k8s.io" => 18000,
+        "apps" => 17800,
+        "events.k8s.io" => 17750,
+        "authentication.k8s.io" => 17700,
+        "certificates.k8s.io" => 17300,
+        "policy" => 17100,
+        "rbac.authorization.k8s.io" => 17000,
+        "apiextensions.k8s.io" => 16700,
+        "coordination.k8s.io" => 16500,
+        "discovery.k8s.io" => 16200,
+        _ => 1000,
+    }
 }
 
 /// The automanaged APIServices the served types call for, by name (`v1.`, `v1.apps`…).

@@ -4,15 +4,22 @@
 use serde_json::{Value, json};
 
 use super::ServerState;
+use super::apiservices::group_priority;
 use super::errors::{ApiError, ApiResult};
 use super::kinds::api_resources;
 use super::negotiate::DiscoveryVersion;
 
+/// The named groups in the API server's order: by group priority (highest first), then by
+/// name.
+fn ordered_groups(state: &ServerState) -> Vec<(String, Vec<String>)> {
+    let mut groups: Vec<(String, Vec<String>)> =
+        state.store.registry().groups().into_iter().collect();
+    groups.sort_by(|(a, _), (b, _)| group_priority(b).cmp(&group_priority(a)).then(a.cmp(b)));
+    groups
+}
+
 pub(crate) fn group_list(state: &ServerState) -> Value {
-    let groups: Vec<Value> = state
-        .store
-        .registry()
-        .groups()
+    let groups: Vec<Value> = ordered_groups(state)
         .into_iter()
         .map(|(group, versions)| group_json(&group, &versions))
         .collect();
@@ -70,10 +77,8 @@ pub(crate) fn aggregated(
     version: DiscoveryVersion,
 ) -> Value {
     let groups = match root {
-        DiscoveryRoot::Core => [(String::new(), vec!["v1".to_owned()])]
-            .into_iter()
-            .collect(),
-        DiscoveryRoot::Groups => state.store.registry().groups(),
+        DiscoveryRoot::Core => vec![(String::new(), vec!["v1".to_owned()])],
+        DiscoveryRoot::Groups => ordered_groups(state),
     };
     let items: Vec<Value> = groups
         .iter()

@@ -299,7 +299,8 @@ impl Registry {
         self.types.remove(&(group.to_owned(), plural.to_owned()));
     }
 
-    /// API groups other than core, with their versions.
+    /// API groups other than core, with their versions, the preferred first (kube-aware
+    /// order, as the API server sorts a group's versions for discovery).
     pub fn groups(&self) -> BTreeMap<String, Vec<String>> {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for ty in self.types.values().filter(|t| !t.group.is_empty()) {
@@ -310,7 +311,41 @@ impl Registry {
                 }
             }
         }
+        for versions in groups.values_mut() {
+            versions.sort_by(|a, b| kube_version_order(a, b));
+        }
         groups
+    }
+}
+
+/// A "kube-like" version (`v2`, `v1beta1`, `v1alpha2`): stability (GA 2, beta 1, alpha 0),
+/// major, minor.
+fn kube_version(version: &str) -> Option<(u8, u64, u64)> {
+    let rest = version.strip_prefix('v')?;
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let major: u64 = rest[..digits].parse().ok().filter(|m| *m > 0)?;
+    let suffix = &rest[digits..];
+    if suffix.is_empty() {
+        return Some((2, major, 0));
+    }
+    let (stability, minor) = if let Some(minor) = suffix.strip_prefix("beta") {
+        (1, minor)
+    } else {
+        (0, suffix.strip_prefix("alpha")?)
+    };
+    Some((stability, major, minor.parse().ok()?))
+}
+
+/// The API server's order of versions, most preferred first: kube-like versions by
+/// stability, then major, then minor (highest first), then the others alphabetically.
+pub fn kube_version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    match (kube_version(a), kube_version(b)) {
+        (Some(x), Some(y)) => y.cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
     }
 }
 
@@ -493,4 +528,23 @@ pub fn api_resources(ty: &ResourceType) -> Vec<Value> {
         }));
     }
     resources
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_sort_as_the_api_server_sorts_them() {
+        let mut versions = vec![
+            "foo1", "v1alpha1", "v2beta1", "v1", "v1beta2", "v10", "v3beta1", "foo10",
+        ];
+        versions.sort_by(|a, b| kube_version_order(a, b));
+        assert_eq!(
+            versions,
+            [
+                "v10", "v1", "v3beta1", "v2beta1", "v1beta2", "v1alpha1", "foo1", "foo10"
+            ]
+        );
+    }
 }
