@@ -114,6 +114,10 @@ fn pem_request(encoded: &str) -> Result<(), String> {
 
 /// Sets the requester into the spec and drops any status, as the create strategy does.
 pub(crate) fn stamp(object: &mut Value, requester: &Requester) {
+    // A body that is not an object is refused by the create itself.
+    if !object.is_object() {
+        return;
+    }
     if !object.get("spec").is_some_and(Value::is_object) {
         object["spec"] = json!({});
     }
@@ -290,6 +294,21 @@ mod tests {
             error.details.unwrap()["causes"].as_array().unwrap().len(),
             4
         );
+    }
+
+    #[test]
+    fn the_requester_replaces_the_bodys_and_odd_bodies_are_left_to_the_create() {
+        let requester = Requester {
+            username: "u".into(),
+            uid: String::new(),
+            groups: vec!["g".into()],
+        };
+        let mut object = json!({"spec": {"username": "mallory", "uid": "x"}, "status": {}});
+        stamp(&mut object, &requester);
+        assert_eq!(object, json!({"spec": {"username": "u", "groups": ["g"]}}));
+        let mut array = json!([1]);
+        stamp(&mut array, &requester);
+        assert_eq!(array, json!([1]));
     }
 
     #[test]

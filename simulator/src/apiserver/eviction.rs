@@ -54,7 +54,13 @@ pub(crate) fn after_eviction(pdb: &Value, pod: Evicted<'_>, now: &str) -> ApiRes
         .pointer("/metadata/generation")
         .and_then(Value::as_i64)
         .unwrap_or(0);
-    let mut status = pdb.get("status").cloned().unwrap_or_else(|| json!({}));
+    // A status that is not an object (a client may write anything through /status) reads
+    // as none.
+    let mut status = pdb
+        .get("status")
+        .filter(|s| s.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({}));
     let number = |field: &str| status.get(field).and_then(Value::as_i64).unwrap_or(0);
     // A pod that is not Ready does not count towards the budget: it goes without a decrement
     // when the policy always allows it, or (the default, IfHealthyBudget) while the budget
@@ -223,4 +229,74 @@ pub fn evict(store: &Store, namespace: &str, name: &str, body: &Value) -> ApiRes
     // disrupted list.
     super::controllers::after_write(store, &mut inner, &pods, namespace);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pdb(generation: i64, status: Value) -> Value {
+        json!({"metadata": {"name": "db", "generation": generation}, "spec": {"minAvailable": 1}, "status": status})
+    }
+
+    const READY: Evicted<'static> = Evicted {
+        name: "p",
+        ready: true,
+    };
+
+    #[test]
+    fn the_stored_status_decides() {
+        let lagging = after_eviction(
+            &pdb(2, json!({"observedGeneration": 1, "disruptionsAllowed": 5})),
+            READY,
+            "T",
+        )
+        .unwrap_err();
+        assert_eq!((lagging.code, lagging.retry_after), (429, Some(10)));
+        let none = after_eviction(
+            &pdb(1, json!({"observedGeneration": 1, "disruptionsAllowed": 0})),
+            READY,
+            "T",
+        )
+        .unwrap_err();
+        assert_eq!((none.code, none.retry_after), (429, None));
+        let negative = after_eviction(
+            &pdb(
+                1,
+                json!({"observedGeneration": 1, "disruptionsAllowed": -1}),
+            ),
+            READY,
+            "T",
+        )
+        .unwrap_err();
+        assert_eq!(negative.code, 403);
+        let status = after_eviction(
+            &pdb(1, json!({"observedGeneration": 1, "disruptionsAllowed": 1})),
+            READY,
+            "T",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(status["disruptionsAllowed"], 0);
+        assert_eq!(status["disruptedPods"], json!({"p": "T"}));
+        assert_eq!(status["conditions"][0]["reason"], "InsufficientPods");
+        // A status that is not an object reads as none (not processed yet).
+        let odd = after_eviction(&pdb(1, json!("garbage")), READY, "T").unwrap_err();
+        assert_eq!(odd.code, 429);
+    }
+
+    #[test]
+    fn a_pod_that_is_not_ready_goes_without_a_decrement_while_the_budget_is_met() {
+        let unready = Evicted {
+            name: "p",
+            ready: false,
+        };
+        let met = json!({"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1});
+        assert_eq!(after_eviction(&pdb(1, met), unready, "T"), Ok(None));
+        let short = json!({"observedGeneration": 1, "disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 1});
+        assert!(after_eviction(&pdb(1, short.clone()), unready, "T").is_err());
+        let mut always = pdb(1, short);
+        always["spec"]["unhealthyPodEvictionPolicy"] = json!("AlwaysAllow");
+        assert_eq!(after_eviction(&always, unready, "T"), Ok(None));
+    }
 }

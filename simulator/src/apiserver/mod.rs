@@ -1,17 +1,20 @@
 //! A simulated Kubernetes API server that real clients (kube-rs, kubectl) use over HTTP(S).
 //!
-//! Built-in kinds: Namespace, Node, Pod (with eviction), Secret, ConfigMap, Event (core/v1 and
-//! events.k8s.io/v1 over one store), Lease, PodDisruptionBudget (status computed like the
-//! disruption controller) and CustomResourceDefinition — every CRD created is served at once,
-//! with its status subresource and printer columns.
+//! Built-in kinds: Namespace, Node, Pod (with eviction), ServiceAccount (with TokenRequest),
+//! Secret, ConfigMap, Event (core/v1 and events.k8s.io/v1 over one store), Lease,
+//! PodDisruptionBudget (status kept by a simulated disruption controller),
+//! CertificateSigningRequest (with approval), APIService (one per served group-version) and
+//! CustomResourceDefinition — every CRD created is served at once, with its status and scale
+//! subresources and printer columns.
 //!
 //! Semantics follow the real API server where clients can tell (see the fake-conformance
-//! tests): one global resourceVersion; list with selectors and consistent pagination; watch
-//! with bookmarks, timeouts and 410 Gone; create/update/patch (merge, JSON, strategic,
+//! tests): legacy and aggregated discovery; one global resourceVersion; list with selectors
+//! and consistent pagination; watch with bookmarks, timeouts, 410 Gone and closed lagging
+//! streams; metadata-only and Table renderings; create/update/patch (merge, JSON, strategic,
 //! server-side apply with field managers); status separation; finalizers; graceful pod
-//! deletion; owner-reference garbage collection; eviction against PDBs; Status error bodies;
-//! injectable failures. It does not emulate RBAC, admission webhooks, OpenAPI schema
-//! validation or defaulting of CRDs.
+//! deletion; owner-reference garbage collection; eviction against the PDBs' stored status;
+//! Status error bodies; injectable failures. It does not emulate RBAC, admission webhooks,
+//! OpenAPI schema validation or defaulting of CRDs.
 
 mod apiservices;
 mod apply;
