@@ -453,41 +453,17 @@ async fn resource(
     };
     match (method.clone(), target.name.as_deref()) {
         (Method::GET, None) => {
-            let labels =
-                LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
-                    .map_err(ApiError::bad_request)?;
-            let fields = FieldSelector::parse(
-                query.get("fieldSelector").map_or("", String::as_str),
-                &ty.plural,
-            )
-            .map_err(ApiError::bad_request)?;
+            let (labels, fields) = selectors(query, &ty.plural)?;
             let namespace = target.namespace.clone();
             if watch {
-                let resource_version = match query.get("resourceVersion").map(String::as_str) {
-                    None | Some("") => None,
-                    Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
-                        ApiError::bad_request(format!("invalid resource version {rv:?}"))
-                    })?),
-                };
-                let timeout = query
-                    .get("timeoutSeconds")
-                    .and_then(|t| t.parse::<u64>().ok())
-                    .map_or(Duration::from_secs(1800), Duration::from_secs);
-                let request = WatchRequest {
+                let scope = WatchScope {
                     ty,
-                    version: version.to_owned(),
+                    version,
                     namespace,
                     labels,
                     fields,
-                    resource_version,
-                    bookmarks: query
-                        .get("allowWatchBookmarks")
-                        .is_some_and(|v| v == "true"),
-                    timeout,
-                    bookmark_interval: state.bookmark_interval,
-                    rendering,
-                    initial_events_end: query.get("sendInitialEvents").is_some_and(|v| v == "true"),
                 };
+                let request = watch_request(state, scope, query, rendering)?;
                 let wall = state.wall.clone();
                 return start(
                     store.clone(),
@@ -637,14 +613,7 @@ async fn resource(
             Ok(json_response(StatusCode::OK, &one(deleted)))
         }
         (Method::DELETE, None) => {
-            let labels =
-                LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
-                    .map_err(ApiError::bad_request)?;
-            let fields = FieldSelector::parse(
-                query.get("fieldSelector").map_or("", String::as_str),
-                &ty.plural,
-            )
-            .map_err(ApiError::bad_request)?;
+            let (labels, fields) = selectors(query, &ty.plural)?;
             let options = delete_options(query, &body)?;
             let list = store.list(
                 &ty,
@@ -755,6 +724,65 @@ fn scale_request(
         dry_run(query),
     )?;
     Ok(json_response(StatusCode::OK, &scale))
+}
+
+/// The label and field selectors of a list, a watch or a collection delete.
+fn selectors(
+    query: &HashMap<String, String>,
+    plural: &str,
+) -> ApiResult<(LabelSelector, FieldSelector)> {
+    let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
+        .map_err(ApiError::bad_request)?;
+    let fields = FieldSelector::parse(
+        query.get("fieldSelector").map_or("", String::as_str),
+        plural,
+    )
+    .map_err(ApiError::bad_request)?;
+    Ok((labels, fields))
+}
+
+/// The objects a watch covers.
+struct WatchScope<'a> {
+    ty: Arc<ResourceType>,
+    version: &'a str,
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+/// What a `?watch=true` asks for.
+fn watch_request(
+    state: &ServerState,
+    scope: WatchScope<'_>,
+    query: &HashMap<String, String>,
+    rendering: Rendering,
+) -> ApiResult<WatchRequest> {
+    let resource_version = match query.get("resourceVersion").map(String::as_str) {
+        None | Some("") => None,
+        Some(rv) => Some(
+            rv.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?,
+        ),
+    };
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map_or(Duration::from_secs(1800), Duration::from_secs);
+    Ok(WatchRequest {
+        ty: scope.ty,
+        version: scope.version.to_owned(),
+        namespace: scope.namespace,
+        labels: scope.labels,
+        fields: scope.fields,
+        resource_version,
+        bookmarks: query
+            .get("allowWatchBookmarks")
+            .is_some_and(|v| v == "true"),
+        timeout,
+        bookmark_interval: state.bookmark_interval,
+        rendering,
+        initial_events_end: query.get("sendInitialEvents").is_some_and(|v| v == "true"),
+    })
 }
 
 /// Refuses a metadata rendering of the wrong shape (a list's for one object, or one
