@@ -13,7 +13,7 @@ use common::{eventually, require_program, scratch};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 struct Cluster {
-    _server: ApiServer,
+    server: ApiServer,
     kubeconfig: PathBuf,
     dir: PathBuf,
 }
@@ -33,7 +33,7 @@ async fn cluster() -> Cluster {
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
     Cluster {
-        _server: server,
+        server,
         kubeconfig,
         dir,
     }
@@ -895,4 +895,214 @@ async fn applying_a_kind_whose_crd_is_missing_says_so() {
         ) && err.contains("ensure CRDs are installed first"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_resources_come_from_aggregated_discovery() {
+    let c = cluster().await;
+    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
+    // A fresh cache, so that this run discovers everything anew.
+    let cache = c.dir.join("api-resources-cache");
+    c.server.record_requests();
+    let out = c
+        .ok(
+            &["api-resources", "--cache-dir", cache.to_str().unwrap()],
+            None,
+        )
+        .await;
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    for expected in [
+        vec!["pods", "po", "v1", "true", "Pod"],
+        vec!["nodes", "no", "v1", "false", "Node"],
+        vec![
+            "poddisruptionbudgets",
+            "pdb",
+            "policy/v1",
+            "true",
+            "PodDisruptionBudget",
+        ],
+        vec![
+            "hostbmcs",
+            "hbmc",
+            "baremend.io/v1alpha1",
+            "true",
+            "HostBmc",
+        ],
+    ] {
+        assert!(
+            rows.contains(&expected),
+            "{expected:?} missing from:\n{out}"
+        );
+    }
+    // kubectl 1.32 asks for aggregated discovery first: `/api` and `/apis` answer everything,
+    // and no group-version is fetched one by one.
+    let discovery: Vec<String> = c
+        .server
+        .recorded_requests()
+        .into_iter()
+        .map(|r| r.path)
+        .collect();
+    assert!(discovery.iter().any(|p| p == "/apis"), "{discovery:?}");
+    assert!(
+        !discovery
+            .iter()
+            .any(|p| p.starts_with("/api/") || p.starts_with("/apis/")),
+        "legacy discovery was used: {discovery:?}"
+    );
+    // Every group-version has its APIService, printed with the real server's columns.
+    let services = c.ok(&["get", "apiservices"], None).await;
+    let header: Vec<&str> = services
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "SERVICE", "AVAILABLE", "AGE"]);
+    for name in ["v1.", "v1.apps", "v1alpha1.baremend.io"] {
+        assert!(
+            services
+                .lines()
+                .any(|l| l.split_whitespace().take(3).eq([name, "Local", "True"])),
+            "{name} missing:\n{services}"
+        );
+    }
+}
+
+const SCALABLE_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: pools.example.com
+spec:
+  group: example.com
+  names: {kind: Pool, plural: pools, singular: pool}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+    subresources:
+      scale: {specReplicasPath: .spec.size, statusReplicasPath: .status.ready}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_scale_writes_a_custom_resources_replicas() {
+    let c = cluster().await;
+    c.ok(&["apply", "-f", "-"], Some(SCALABLE_CRD)).await;
+    c.ok(
+        &["apply", "-f", "-"],
+        Some("apiVersion: example.com/v1\nkind: Pool\nmetadata:\n  name: p\n  namespace: default\nspec:\n  size: 1\n"),
+    )
+    .await;
+    let out = c.ok(&["scale", "pool/p", "--replicas=3"], None).await;
+    assert!(out.contains("pool.example.com/p scaled"), "{out}");
+    let size = c
+        .ok(&["get", "pool", "p", "-o", "jsonpath={.spec.size}"], None)
+        .await;
+    assert_eq!(size, "3");
+    // A precondition on the current replicas: refused when wrong, applied when right.
+    let (ok, _, err) = c
+        .kubectl(
+            &["scale", "pool/p", "--current-replicas=1", "--replicas=5"],
+            None,
+        )
+        .await;
+    assert!(
+        !ok && err.contains("Expected replicas to be 1, was 3"),
+        "{err}"
+    );
+    c.ok(
+        &["scale", "pool/p", "--current-replicas=3", "--replicas=5"],
+        None,
+    )
+    .await;
+    let size = c
+        .ok(&["get", "pool", "p", "-o", "jsonpath={.spec.size}"], None)
+        .await;
+    assert_eq!(size, "5");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_token_gives_a_token_kubectl_can_use() {
+    let c = cluster().await;
+    c.ok(&["create", "serviceaccount", "robot"], None).await;
+    let token = c
+        .ok(&["create", "token", "robot", "--duration=15m"], None)
+        .await;
+    let token = token.trim();
+    let payload = token.split('.').nth(1).expect("a JWT");
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["sub"], "system:serviceaccount:default:robot");
+    let lifetime = claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap();
+    assert_eq!(lifetime, 900, "--duration=15m arrives");
+    let out = c
+        .ok(
+            &[
+                "--token",
+                token,
+                "get",
+                "serviceaccount",
+                "robot",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(out.trim(), "serviceaccount/robot");
+    let (ok, _, err) = c
+        .kubectl(&["create", "token", "robot", "--duration=1m"], None)
+        .await;
+    assert!(
+        !ok && err.contains("may not specify a duration less than 10 minutes"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_approves_a_certificate_signing_request() {
+    let c = cluster().await;
+    let request = baremend_sim::tls::signing_request("alice").unwrap();
+    let manifest = format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: alice\nspec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client\n  expirationSeconds: 86400\n  usages: [client auth]\n"
+    );
+    c.ok(&["apply", "-f", "-"], Some(&manifest)).await;
+    let pending = c.ok(&["get", "csr", "alice", "--no-headers"], None).await;
+    let columns: Vec<&str> = pending.split_whitespace().collect();
+    assert_eq!(
+        columns.get(2..).unwrap_or_default(),
+        [
+            "kubernetes.io/kube-apiserver-client",
+            "baremend-sim",
+            "24h",
+            "Pending"
+        ],
+        "{pending}"
+    );
+    let out = c.ok(&["certificate", "approve", "alice"], None).await;
+    assert!(out.contains("approved"), "{out}");
+    let approved = c.ok(&["get", "csr", "alice", "--no-headers"], None).await;
+    assert!(approved.trim_end().ends_with("Approved"), "{approved}");
+    let reason = c
+        .ok(
+            &[
+                "get",
+                "csr",
+                "alice",
+                "-o",
+                "jsonpath={.status.conditions[0].reason}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(reason, "KubectlApprove");
 }

@@ -104,6 +104,19 @@ impl TestCa {
     }
 }
 
+/// A PEM certificate signing request for `name` with a new key, base64-encoded as a
+/// CertificateSigningRequest's `spec.request` holds it (for clients of the simulated API
+/// server and its tests).
+pub fn signing_request(name: &str) -> Result<String> {
+    use base64::Engine;
+    let key = KeyPair::generate().map_err(|e| Error::Tls(format!("key generation: {e}")))?;
+    let pem = CertificateParams::new(vec![name.to_owned()])
+        .and_then(|params| params.serialize_request(&key))
+        .and_then(|request| request.pem())
+        .map_err(|e| Error::Tls(format!("certificate signing request: {e}")))?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(pem))
+}
+
 /// A TLS acceptor for `identity`, with the ring provider set explicitly (never the process
 /// default, so that the simulator works whatever the host program installed).
 pub fn acceptor(identity: &TlsIdentity) -> Result<TlsAcceptor> {

@@ -96,6 +96,38 @@ impl Api {
             .await
     }
 
+    /// Sends a GET and hands back the response unread (a watch to read later).
+    async fn open(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{path}", self.server.url()))
+            .bearer_auth(self.server.token())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A GET with an `Accept` header (and `If-None-Match` when given): status, headers, body.
+    async fn get_as(
+        &self,
+        path: &str,
+        accept: &str,
+        if_none_match: Option<&str>,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        let mut request = self
+            .http
+            .get(format!("{}{path}", self.server.url()))
+            .bearer_auth(self.server.token())
+            .header("accept", accept);
+        if let Some(tag) = if_none_match {
+            request = request.header("if-none-match", tag);
+        }
+        let response = request.send().await.unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let text = response.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, headers, body)
+    }
+
     async fn configmap(&self, name: &str, labels: Value) -> Value {
         let (status, body) = self
             .post("/api/v1/namespaces/default/configmaps", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}))
@@ -106,10 +138,16 @@ impl Api {
 
     /// Reads a watch stream for `wait`, returning the events.
     async fn watch(&self, path: &str, wait: Duration) -> Vec<Value> {
+        self.watch_as(path, "application/json", wait).await
+    }
+
+    /// Reads a watch stream asked for with an `Accept` header.
+    async fn watch_as(&self, path: &str, accept: &str, wait: Duration) -> Vec<Value> {
         let mut response = self
             .http
             .get(format!("{}{path}", self.server.url()))
             .bearer_auth(self.server.token())
+            .header("accept", accept)
             .send()
             .await
             .unwrap();
@@ -1185,4 +1223,1008 @@ async fn continue_tokens_expire_with_the_log_and_when_too_many_lists_are_paged()
     let newest = newest["metadata"]["continue"].as_str().unwrap().to_owned();
     let (status, body) = page(Some(newest)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// What kubectl 1.32 and kube 5 send to `/api` and `/apis`.
+const AGGREGATED_DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+/// The versions of a legacy APIGroup document, in its order.
+fn version_names(group: &Value) -> Vec<&Value> {
+    group["versions"]
+        .as_array()
+        .map(|versions| versions.iter().map(|v| &v["version"]).collect())
+        .unwrap_or_default()
+}
+
+/// A legacy resource list in the aggregated shape, to compare both discoveries: one entry per
+/// resource (name, kind, scope, singular, verbs, short names, categories) and one per
+/// subresource (`parent/sub`, response kind, verbs).
+fn legacy_as_entries(group: &str, version: &str, list: &Value) -> Vec<Value> {
+    let mut entries: Vec<Value> = list["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let kind = json!({
+                "group": r.get("group").and_then(Value::as_str).unwrap_or(group),
+                "version": r.get("version").and_then(Value::as_str).unwrap_or(version),
+                "kind": r["kind"],
+            });
+            let name = r["name"].as_str().unwrap();
+            if name.contains('/') {
+                json!({"name": name, "kind": kind, "verbs": r["verbs"]})
+            } else {
+                let scope = if r["namespaced"] == true { "Namespaced" } else { "Cluster" };
+                let or_empty = |v: &Value| if v.is_null() { json!([]) } else { v.clone() };
+                json!({"name": name, "kind": kind, "scope": scope, "singular": r["singularName"], "verbs": r["verbs"], "shortNames": or_empty(&r["shortNames"]), "categories": or_empty(&r["categories"])})
+            }
+        })
+        .collect();
+    entries.sort_by_key(|e| e["name"].as_str().unwrap().to_owned());
+    entries
+}
+
+/// The same entries from one version of an aggregated document.
+fn aggregated_as_entries(version: &Value) -> Vec<Value> {
+    let mut entries = Vec::new();
+    for r in version["resources"].as_array().unwrap() {
+        let name = r["resource"].as_str().unwrap();
+        let or_empty = |v: &Value| if v.is_null() { json!([]) } else { v.clone() };
+        entries.push(json!({"name": name, "kind": r["responseKind"], "scope": r["scope"], "singular": r["singularResource"], "verbs": r["verbs"], "shortNames": or_empty(&r["shortNames"]), "categories": or_empty(&r["categories"])}));
+        for sub in r["subresources"].as_array().into_iter().flatten() {
+            entries.push(json!({"name": format!("{name}/{}", sub["subresource"].as_str().unwrap()), "kind": sub["responseKind"], "verbs": sub["verbs"]}));
+        }
+    }
+    entries.sort_by_key(|e| e["name"].as_str().unwrap().to_owned());
+    entries
+}
+
+#[tokio::test]
+async fn aggregated_discovery_answers_when_asked_and_agrees_with_the_legacy_documents() {
+    let api = Api::start().await;
+    // A CRD created now is in both documents at once.
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "widgets.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "shortNames": ["wd"], "categories": ["all"]}, "scope": "Cluster", "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}}, "schema": {"openAPIV3Schema": {"type": "object"}}}, {"name": "v1alpha1", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+    let (status, _) = api
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            crd,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    let (status, headers, apis) = api.get_as("/apis", AGGREGATED_DISCOVERY, None).await;
+    assert_eq!(status, StatusCode::OK, "{apis}");
+    assert_eq!(
+        headers["content-type"],
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    assert_eq!(headers["vary"], "Accept");
+    assert_eq!(
+        (&apis["kind"], &apis["apiVersion"]),
+        (
+            &json!("APIGroupDiscoveryList"),
+            &json!("apidiscovery.k8s.io/v2")
+        )
+    );
+    let (_, legacy) = api.get("/apis").await;
+    let legacy_groups: Vec<&Value> = legacy["groups"].as_array().unwrap().iter().collect();
+    let items = apis["items"].as_array().unwrap();
+    assert_eq!(items.len(), legacy_groups.len());
+    assert!(items.iter().any(|g| g["metadata"]["name"] == "example.com"));
+    for (item, group) in items.iter().zip(&legacy_groups) {
+        let name = group["name"].as_str().unwrap();
+        assert_eq!(item["metadata"]["name"], name);
+        let versions: Vec<&Value> = item["versions"].as_array().unwrap().iter().collect();
+        let legacy_versions = version_names(group);
+        assert_eq!(
+            versions.iter().map(|v| &v["version"]).collect::<Vec<_>>(),
+            legacy_versions
+        );
+        assert_eq!(versions[0]["version"], group["preferredVersion"]["version"]);
+        for version in versions {
+            let v = version["version"].as_str().unwrap();
+            assert_eq!(version["freshness"], "Current");
+            let (_, list) = api.get(&format!("/apis/{name}/{v}")).await;
+            assert_eq!(
+                aggregated_as_entries(version),
+                legacy_as_entries(name, v, &list),
+                "{name}/{v}"
+            );
+        }
+    }
+
+    let (status, headers, core) = api.get_as("/api", AGGREGATED_DISCOVERY, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let core_items = core["items"].as_array().unwrap();
+    assert_eq!(core_items.len(), 1);
+    assert!(
+        core_items[0]["metadata"].get("name").is_none(),
+        "the core group's name is empty"
+    );
+    let (_, list) = api.get("/api/v1").await;
+    let v1 = &core_items[0]["versions"][0];
+    assert_eq!(v1["version"], "v1");
+    assert_eq!(
+        aggregated_as_entries(v1),
+        legacy_as_entries("", "v1", &list)
+    );
+    let pods = v1["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "pods")
+        .unwrap();
+    assert!(
+        pods["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["subresource"] == "eviction"
+                && s["responseKind"]
+                    == json!({"group": "policy", "version": "v1", "kind": "Eviction"}))
+    );
+
+    // The ETag lets a client revalidate its cached copy.
+    let etag = headers["etag"].to_str().unwrap().to_owned();
+    let (status, _, _) = api.get_as("/api", AGGREGATED_DISCOVERY, Some(&etag)).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+
+    // v2beta1 when only it is asked for; the legacy document when aggregation is not asked
+    // for; 406 when nothing asked for can be produced.
+    let (_, headers, beta) = api
+        .get_as(
+            "/apis",
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
+            None,
+        )
+        .await;
+    assert_eq!(beta["apiVersion"], "apidiscovery.k8s.io/v2beta1");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .contains("v=v2beta1")
+    );
+    let (_, headers, plain) = api.get_as("/apis", "application/json, */*", None).await;
+    assert_eq!(
+        (&plain["kind"], &headers["content-type"]),
+        (
+            &json!("APIGroupList"),
+            &"application/json"
+                .parse::<reqwest::header::HeaderValue>()
+                .unwrap()
+        )
+    );
+    let (status, _, refused) = api
+        .get_as(
+            "/apis",
+            "application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList",
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, &refused["reason"]),
+        (StatusCode::NOT_ACCEPTABLE, &json!("NotAcceptable"))
+    );
+}
+
+const METADATA: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+const METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+
+#[tokio::test]
+async fn metadata_only_requests_get_partial_object_metadata() {
+    let api = Api::start().await;
+    let full = api.configmap("a", json!({"app": "db"})).await;
+    api.configmap("b", json!({"app": "db"})).await;
+    let path = "/api/v1/namespaces/default/configmaps";
+
+    let (status, _, partial) = api.get_as(&format!("{path}/a"), METADATA, None).await;
+    assert_eq!(status, StatusCode::OK, "{partial}");
+    assert_eq!(
+        partial,
+        json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": full["metadata"]})
+    );
+    let (_, _, beta) = api
+        .get_as(
+            &format!("{path}/a"),
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1",
+            None,
+        )
+        .await;
+    assert_eq!(beta["apiVersion"], "meta.k8s.io/v1beta1");
+
+    // A list keeps its own metadata (resourceVersion, continue); each item names its kind.
+    let (status, _, list) = api
+        .get_as(&format!("{path}?limit=1"), METADATA_LIST, None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(
+        (&list["kind"], &list["apiVersion"]),
+        (
+            &json!("PartialObjectMetadataList"),
+            &json!("meta.k8s.io/v1")
+        )
+    );
+    assert!(
+        list["metadata"]["continue"].is_string() && list["metadata"]["resourceVersion"].is_string()
+    );
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["kind"], "PartialObjectMetadata");
+    assert!(items[0].get("data").is_none() && items[0]["metadata"]["name"] == "a");
+
+    // The wrong shape is refused, as the real server does.
+    let (status, _, refused) = api.get_as(path, METADATA, None).await;
+    assert_eq!(
+        (status, &refused["reason"]),
+        (StatusCode::NOT_ACCEPTABLE, &json!("NotAcceptable"))
+    );
+    let (status, _, _) = api.get_as(&format!("{path}/a"), METADATA_LIST, None).await;
+    assert_eq!(status, StatusCode::NOT_ACCEPTABLE);
+
+    // A patch answers the patched object's metadata.
+    let response = api
+        .http
+        .patch(format!("{}{path}/a", api.server.url()))
+        .bearer_auth(api.server.token())
+        .header("accept", METADATA)
+        .header("content-type", "application/merge-patch+json")
+        .body(json!({"metadata": {"labels": {"tier": "x"}}, "data": {"k": "w"}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let patched: Value = response.json().await.unwrap();
+    assert_eq!(patched["kind"], "PartialObjectMetadata");
+    assert_eq!(patched["metadata"]["labels"]["tier"], "x");
+    assert!(patched.get("data").is_none());
+    assert_eq!(
+        api.get(&format!("{path}/a")).await.1["data"]["k"],
+        "w",
+        "the patch itself is whole"
+    );
+
+    // A watch sends every object, bookmarks included, as metadata.
+    let events = api
+        .watch_as(
+            &format!("{path}?watch=true&resourceVersion={}&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1", rv(&full)),
+            METADATA,
+            Duration::from_secs(3),
+        )
+        .await;
+    assert_eq!(
+        types(&events),
+        ["ADDED", "MODIFIED", "BOOKMARK"],
+        "{events:?}"
+    );
+    for event in &events {
+        assert_eq!(event["object"]["kind"], "PartialObjectMetadata", "{event}");
+        assert!(event["object"].get("data").is_none());
+    }
+}
+
+/// A namespaced CRD whose scale subresource reads `.spec.size`, `.status.ready` and
+/// `.status.selector`.
+fn scalable_crd(scale: Value) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "pools.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Pool", "plural": "pools", "singular": "pool"}, "scope": "Namespaced", "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}, "scale": scale}, "schema": {"openAPIV3Schema": {"type": "object"}}}]}})
+}
+
+#[tokio::test]
+async fn a_crd_scale_subresource_reads_and_writes_the_crds_paths() {
+    let api = Api::start().await;
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let (status, refused) = api
+        .post(
+            crds,
+            scalable_crd(
+                json!({"specReplicasPath": ".status.size", "statusReplicasPath": ".status.ready"}),
+            ),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "the spec path must be under .spec: {refused}"
+    );
+    let (status, _) = api
+        .post(crds, scalable_crd(json!({"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.ready", "labelSelectorPath": ".status.selector"})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, resources) = api.get("/apis/example.com/v1").await;
+    assert!(
+        resources["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "pools/scale"
+                && r["kind"] == "Scale"
+                && r["group"] == "autoscaling"
+                && r["version"] == "v1"),
+        "{resources}"
+    );
+    let path = "/apis/example.com/v1/namespaces/default/pools";
+    let (status, pool) = api
+        .post(path, json!({"apiVersion": "example.com/v1", "kind": "Pool", "metadata": {"name": "p"}, "spec": {"size": 2}}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, _) = api
+        .put(&format!("{path}/p/status"), json!({"apiVersion": "example.com/v1", "kind": "Pool", "metadata": {"name": "p"}, "spec": {"size": 2}, "status": {"ready": 1, "selector": "app=p"}}))
+        .await;
+
+    let (status, scale) = api.get(&format!("{path}/p/scale")).await;
+    assert_eq!(status, StatusCode::OK, "{scale}");
+    assert_eq!(
+        (&scale["kind"], &scale["apiVersion"]),
+        (&json!("Scale"), &json!("autoscaling/v1"))
+    );
+    assert_eq!(
+        (&scale["metadata"]["name"], &scale["metadata"]["uid"]),
+        (&json!("p"), &pool["metadata"]["uid"])
+    );
+    assert_eq!(scale["spec"], json!({"replicas": 2}));
+    assert_eq!(scale["status"], json!({"replicas": 1, "selector": "app=p"}));
+
+    // A merge patch of the Scale writes the spec path; the generation moves.
+    let (status, scaled) = api
+        .patch(
+            &format!("{path}/p/scale"),
+            "application/merge-patch+json",
+            json!({"spec": {"replicas": 5}, "status": {"replicas": 9}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{scaled}");
+    assert_eq!(
+        (&scaled["spec"]["replicas"], &scaled["status"]["replicas"]),
+        (&json!(5), &json!(1))
+    );
+    let (_, object) = api.get(&format!("{path}/p")).await;
+    assert_eq!(
+        (&object["spec"]["size"], &object["status"]["ready"]),
+        (&json!(5), &json!(1))
+    );
+    assert_eq!(object["metadata"]["generation"], 2);
+
+    // A replace with a stale resourceVersion conflicts; negative replicas are invalid.
+    let mut stale = scale.clone();
+    stale["spec"]["replicas"] = json!(3);
+    let (status, _) = api.put(&format!("{path}/p/scale"), stale.clone()).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    stale["metadata"]["resourceVersion"] = object["metadata"]["resourceVersion"].clone();
+    let (status, replaced) = api.put(&format!("{path}/p/scale"), stale.clone()).await;
+    assert_eq!(
+        (status, &replaced["spec"]["replicas"]),
+        (StatusCode::OK, &json!(3))
+    );
+    let (status, invalid) = api
+        .patch(
+            &format!("{path}/p/scale"),
+            "application/json-patch+json",
+            json!([{"op": "replace", "path": "/spec/replicas", "value": -1}]),
+        )
+        .await;
+    assert_eq!(
+        (status, &invalid["reason"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("Invalid"))
+    );
+    let (status, _) = api
+        .patch(
+            &format!("{path}/p/scale"),
+            "application/strategic-merge-patch+json",
+            json!({"spec": {"replicas": 1}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(
+        api.get(&format!("{path}/missing/scale")).await.0,
+        StatusCode::NOT_FOUND
+    );
+    // A kind without a scale subresource has no such path.
+    assert_eq!(
+        api.get("/api/v1/namespaces/default/configmaps/x/scale")
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+/// Reads a whole watch response (until the server ends it or `wait` passes): its events, and
+/// whether the server ended it.
+async fn read_watch(response: reqwest::Response, wait: Duration) -> (Vec<Value>, bool) {
+    let mut response = response;
+    let mut events = Vec::new();
+    let mut buffer = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => {
+                buffer.extend_from_slice(&chunk);
+                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    events.push(serde_json::from_slice(&line).unwrap());
+                }
+            }
+            Ok(Ok(None)) => return (events, true),
+            Ok(Err(_)) | Err(_) => return (events, false),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_watcher_that_falls_behind_has_its_stream_closed_and_resumes_from_its_last_version() {
+    let api = Api::start_with(ApiServerConfig {
+        watch_buffer: 64,
+        ..ApiServerConfig::default()
+    })
+    .await;
+    let start = rv(&api.configmap("first", json!({})).await);
+    let path = "/api/v1/namespaces/default/configmaps";
+    // A client that does not read its watch while many large changes happen: the socket and
+    // the server's queue fill, and the watch falls more than its buffer behind.
+    let stalled = api
+        .open(&format!(
+            "{path}?watch=true&resourceVersion={start}&timeoutSeconds=60"
+        ))
+        .await;
+    let blob = "x".repeat(32 * 1024);
+    let total = 1000;
+    for index in 0..total {
+        let (status, _) = api
+            .post(path, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{index}")}, "data": {"blob": blob}}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    // The stream ends without an ERROR event, after what the server had already queued, in
+    // order and without gaps.
+    let (first, ended) = read_watch(stalled, Duration::from_secs(30)).await;
+    assert!(
+        ended,
+        "the server closes the stream of a watcher that fell behind"
+    );
+    let others: Vec<&Value> = first.iter().filter(|e| e["type"] != "ADDED").collect();
+    assert!(others.is_empty(), "no ERROR event: {others:?}");
+    assert!(
+        first.len() < total,
+        "the stream ended early ({} events)",
+        first.len()
+    );
+    let names: Vec<String> = first
+        .iter()
+        .map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (0..first.len()).map(|i| format!("c{i}")).collect();
+    assert_eq!(names, expected);
+    // Re-watching from the last version seen delivers the rest.
+    let last = rv(&first.last().unwrap()["object"]);
+    let resumed = api
+        .open(&format!(
+            "{path}?watch=true&resourceVersion={last}&timeoutSeconds=2"
+        ))
+        .await;
+    let (rest, _) = read_watch(resumed, Duration::from_secs(30)).await;
+    let rest_names: Vec<String> = rest
+        .iter()
+        .map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (first.len()..total).map(|i| format!("c{i}")).collect();
+    assert_eq!(rest_names, expected);
+}
+
+#[tokio::test]
+async fn eviction_reads_the_budgets_stored_status() {
+    let api = Api::start().await;
+    ready_pod(&api, "db-0").await;
+    ready_pod(&api, "db-1").await;
+    let pdbs = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
+    api.post(pdbs, json!({"metadata": {"name": "db"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}})).await;
+    let evict = |pod: &str| {
+        api.http
+            .post(format!(
+                "{}/api/v1/namespaces/default/pods/{pod}/eviction",
+                api.server.url()
+            ))
+            .bearer_auth(api.server.token())
+            .header("content-type", "application/json")
+            .body(
+                json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod}})
+                    .to_string(),
+            )
+            .send()
+    };
+
+    // A spec change the disruption controller has not processed yet: the handler refuses,
+    // with Retry-After 10, until the status catches up with the generation.
+    api.server.pause_disruption_controller(true);
+    api.patch(
+        &format!("{pdbs}/db"),
+        "application/merge-patch+json",
+        json!({"spec": {"minAvailable": 2}}),
+    )
+    .await;
+    let (_, pdb) = api.get(&format!("{pdbs}/db")).await;
+    assert_eq!(
+        (
+            &pdb["metadata"]["generation"],
+            &pdb["status"]["observedGeneration"]
+        ),
+        (&json!(2), &json!(1))
+    );
+    let response = evict("db-0").await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "10");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["details"]["causes"][0]["message"],
+        "The disruption budget db is still being processed by the server."
+    );
+    api.server.pause_disruption_controller(false);
+    let (_, pdb) = api.get(&format!("{pdbs}/db")).await;
+    assert_eq!(
+        (
+            &pdb["status"]["observedGeneration"],
+            &pdb["status"]["disruptionsAllowed"]
+        ),
+        (&json!(2), &json!(0))
+    );
+    let response = evict("db-0").await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(response.headers().get("retry-after").is_none());
+
+    // What the stored status says decides, not a computation on the spot: a stale status
+    // that allows one disruption lets one eviction through and is decremented.
+    api.server.pause_disruption_controller(true);
+    let mut stale = pdb.clone();
+    stale["status"]["disruptionsAllowed"] = json!(1);
+    let (status, _) = api.put(&format!("{pdbs}/db/status"), stale).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(evict("db-0").await.unwrap().status(), StatusCode::CREATED);
+    let (_, pdb) = api.get(&format!("{pdbs}/db")).await;
+    assert_eq!(pdb["status"]["disruptionsAllowed"], 0);
+    assert!(pdb["status"]["disruptedPods"]["db-0"].is_string());
+    let condition = &pdb["status"]["conditions"][0];
+    assert_eq!(
+        (
+            &condition["type"],
+            &condition["status"],
+            &condition["reason"]
+        ),
+        (
+            &json!("DisruptionAllowed"),
+            &json!("False"),
+            &json!("InsufficientPods")
+        )
+    );
+    // A negative count is refused outright.
+    let mut negative = pdb.clone();
+    negative["status"]["disruptionsAllowed"] = json!(-1);
+    api.put(&format!("{pdbs}/db/status"), negative).await;
+    let response = evict("db-1").await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    api.server.pause_disruption_controller(false);
+
+    // A pod that is not Ready goes without a decrement while the budget is met.
+    api.patch(
+        &format!("{pdbs}/db"),
+        "application/merge-patch+json",
+        json!({"spec": {"minAvailable": 1}}),
+    )
+    .await;
+    ready_pod(&api, "db-2").await;
+    let (status, _) = api
+        .patch(
+            "/api/v1/namespaces/default/pods/db-2/status",
+            "application/merge-patch+json",
+            json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, before) = api.get(&format!("{pdbs}/db")).await;
+    assert_eq!(
+        (
+            &before["status"]["currentHealthy"],
+            &before["status"]["desiredHealthy"]
+        ),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(before["status"]["disruptionsAllowed"], 0);
+    assert_eq!(evict("db-2").await.unwrap().status(), StatusCode::CREATED);
+    let (_, after) = api.get(&format!("{pdbs}/db")).await;
+    assert!(
+        after["status"]["disruptedPods"].get("db-2").is_none(),
+        "{after}"
+    );
+}
+
+#[tokio::test]
+async fn every_served_group_version_has_an_api_service_that_follows_the_crds() {
+    let api = Api::start().await;
+    let services = "/apis/apiregistration.k8s.io/v1/apiservices";
+    let names = |list: &Value| -> Vec<String> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // One per group-version of the discovery documents, the core one named "v1.".
+    let (_, groups) = api.get("/apis").await;
+    let mut served: Vec<String> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| {
+            g["versions"].as_array().unwrap().iter().map(move |v| {
+                format!(
+                    "{}.{}",
+                    v["version"].as_str().unwrap(),
+                    g["name"].as_str().unwrap()
+                )
+            })
+        })
+        .collect();
+    served.push("v1.".into());
+    served.sort();
+    let (status, list) = api.get(services).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(names(&list), served);
+    let (_, apps) = api.get(&format!("{services}/v1.apps")).await;
+    assert_eq!(
+        apps["spec"],
+        json!({"group": "apps", "version": "v1", "groupPriorityMinimum": 17800, "versionPriority": 15})
+    );
+    let available = &apps["status"]["conditions"][0];
+    assert_eq!(
+        (
+            &available["type"],
+            &available["status"],
+            &available["reason"]
+        ),
+        (&json!("Available"), &json!("True"), &json!("Local"))
+    );
+
+    // A CRD's group-versions get theirs, and lose them with it; one a client made stays.
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "widgets.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Cluster", "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}, {"name": "v2", "served": false, "storage": false, "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+    assert_eq!(api.post(crds, crd).await.0, StatusCode::CREATED);
+    let (status, widget) = api.get(&format!("{services}/v1.example.com")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (
+            &widget["spec"]["groupPriorityMinimum"],
+            &widget["spec"]["versionPriority"]
+        ),
+        (&json!(1000), &json!(100))
+    );
+    assert_eq!(
+        widget["metadata"]["labels"]["kube-aggregator.kubernetes.io/automanaged"],
+        "true"
+    );
+    assert_eq!(
+        api.get(&format!("{services}/v2.example.com")).await.0,
+        StatusCode::NOT_FOUND,
+        "v2 is not served"
+    );
+    let mine = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1beta1.metrics.example.org"}, "spec": {"group": "metrics.example.org", "version": "v1beta1", "groupPriorityMinimum": 100, "versionPriority": 100, "service": {"namespace": "default", "name": "metrics"}}});
+    assert_eq!(
+        api.post(services, mine.clone()).await.0,
+        StatusCode::CREATED
+    );
+    let mut misnamed = mine;
+    misnamed["metadata"]["name"] = json!("metrics");
+    assert_eq!(
+        api.post(services, misnamed).await.0,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "the name must be version.group"
+    );
+    api.delete(&format!("{crds}/widgets.example.com"), None)
+        .await;
+    assert_eq!(
+        api.get(&format!("{services}/v1.example.com")).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        api.get(&format!("{services}/v1beta1.metrics.example.org"))
+            .await
+            .0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn token_requests_issue_service_account_tokens_that_authenticate_until_their_account_goes() {
+    let api = Api::start().await;
+    let accounts = "/api/v1/namespaces/default/serviceaccounts";
+    api.post(
+        accounts,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+    )
+    .await;
+    let request = |spec: Value| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec});
+    let (status, issued) = api
+        .post(
+            &format!("{accounts}/robot/token"),
+            request(json!({"audiences": ["api"], "expirationSeconds": 600})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{issued}");
+    assert_eq!(
+        (&issued["kind"], &issued["apiVersion"]),
+        (&json!("TokenRequest"), &json!("authentication.k8s.io/v1"))
+    );
+    assert_eq!(issued["spec"]["audiences"], json!(["api"]));
+    assert!(
+        issued["status"]["expirationTimestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    let token = issued["status"]["token"].as_str().unwrap().to_owned();
+    // A JWT whose claims name the ServiceAccount.
+    let payload = token.split('.').nth(1).unwrap();
+    let claims: Value = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["sub"], "system:serviceaccount:default:robot");
+    assert_eq!(
+        claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap(),
+        600
+    );
+
+    let as_token = |bearer: String| {
+        api.http
+            .get(format!("{}/api/v1/namespaces", api.server.url()))
+            .bearer_auth(bearer)
+            .send()
+    };
+    assert_eq!(
+        as_token(token.clone()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let forged = format!("{}x", &token[..token.len() - 1]);
+    assert_eq!(
+        as_token(forged).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+
+    // Defaults, refusals and a token bound to a pod, which ends with the pod.
+    let (_, defaulted) = api
+        .post(&format!("{accounts}/robot/token"), request(json!({})))
+        .await;
+    assert_eq!(defaulted["spec"]["expirationSeconds"], 3600);
+    let (status, _) = api
+        .post(
+            &format!("{accounts}/robot/token"),
+            request(json!({"expirationSeconds": 60})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = api
+        .post(&format!("{accounts}/nobody/token"), request(json!({})))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    api.post(
+        "/api/v1/namespaces/default/pods",
+        json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+    )
+    .await;
+    let (status, bound) = api
+        .post(
+            &format!("{accounts}/robot/token"),
+            request(json!({"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{bound}");
+    let bound = bound["status"]["token"].as_str().unwrap().to_owned();
+    assert_eq!(
+        as_token(bound.clone()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    api.delete("/api/v1/namespaces/default/pods/p", None).await;
+    assert_eq!(
+        as_token(bound).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED,
+        "the pod is gone"
+    );
+
+    api.delete(&format!("{accounts}/robot"), None).await;
+    assert_eq!(
+        as_token(token).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED,
+        "the account is gone"
+    );
+}
+
+#[tokio::test]
+async fn certificate_signing_requests_record_their_requester_and_are_approved_through_approval() {
+    let api = Api::start().await;
+    let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let csr = |name: &str, request: String| json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": name}, "spec": {"request": request, "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"], "expirationSeconds": 86400, "username": "mallory", "groups": ["system:masters"]}});
+    let (status, created) = api
+        .post(
+            csrs,
+            csr(
+                "alice",
+                baremend_sim::tls::signing_request("alice").unwrap(),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    // The requester comes from the credentials, not from the body.
+    assert_eq!(created["spec"]["username"], "baremend-sim");
+    assert!(
+        created["spec"]["groups"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("system:authenticated"))
+    );
+    assert!(
+        created
+            .get("status")
+            .is_none_or(|s| s.get("conditions").is_none())
+    );
+    let not_a_csr = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n",
+    );
+    let (status, refused) = api.post(csrs, csr("bad", not_a_csr)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    let (status, list) = api.get(csrs).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let (_, resources) = api.get("/apis/certificates.k8s.io/v1").await;
+    let names: Vec<&str> = resources["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "certificatesigningrequests",
+            "certificatesigningrequests/status",
+            "certificatesigningrequests/approval"
+        ]
+    );
+
+    // Neither an update nor a status update can change the spec or approve.
+    let mut changed = created.clone();
+    changed["spec"]["signerName"] = json!("example.com/other");
+    let (_, updated) = api.put(&format!("{csrs}/alice"), changed).await;
+    assert_eq!(
+        updated["spec"]["signerName"],
+        "kubernetes.io/kube-apiserver-client"
+    );
+    let mut approved = updated.clone();
+    approved["status"] = json!({"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}]});
+    let (_, by_status) = api
+        .put(&format!("{csrs}/alice/status"), approved.clone())
+        .await;
+    assert_eq!(by_status["status"]["conditions"], json!([]), "{by_status}");
+
+    // The approval subresource approves; the condition gets its times.
+    let mut current = approved.clone();
+    current["metadata"]["resourceVersion"] = by_status["metadata"]["resourceVersion"].clone();
+    let (status, by_approval) = api.put(&format!("{csrs}/alice/approval"), current).await;
+    assert_eq!(status, StatusCode::OK, "{by_approval}");
+    let condition = &by_approval["status"]["conditions"][0];
+    assert_eq!(
+        (&condition["type"], &condition["status"]),
+        (&json!("Approved"), &json!("True"))
+    );
+    assert!(condition["lastUpdateTime"].is_string() && condition["lastTransitionTime"].is_string());
+    // Denying as well, or taking the approval back, is refused.
+    let mut denied = by_approval.clone();
+    denied["status"]["conditions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "Denied", "status": "True"}));
+    assert_eq!(
+        api.put(&format!("{csrs}/alice/approval"), denied).await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let mut withdrawn = by_approval.clone();
+    withdrawn["status"]["conditions"] = json!([]);
+    assert_eq!(
+        api.put(&format!("{csrs}/alice/approval"), withdrawn)
+            .await
+            .0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    // A stale resourceVersion conflicts.
+    assert_eq!(
+        api.put(&format!("{csrs}/alice/approval"), approved).await.0,
+        StatusCode::CONFLICT
+    );
+
+    // A ServiceAccount's request names the account.
+    api.post(
+        "/api/v1/namespaces/default/serviceaccounts",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+    )
+    .await;
+    let (_, issued) = api
+        .post(
+            "/api/v1/namespaces/default/serviceaccounts/robot/token",
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await;
+    let token = issued["status"]["token"].as_str().unwrap();
+    let response = api
+        .http
+        .post(format!("{}{csrs}", api.server.url()))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(
+            csr(
+                "robot",
+                baremend_sim::tls::signing_request("robot").unwrap(),
+            )
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let by_robot: Value = response.json().await.unwrap();
+    assert_eq!(
+        by_robot["spec"]["username"],
+        "system:serviceaccount:default:robot"
+    );
+    assert!(by_robot["spec"]["uid"].is_string());
+}
+
+#[tokio::test]
+async fn discovery_orders_groups_by_priority_and_versions_kube_aware() {
+    let api = Api::start().await;
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "gadgets.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Gadget", "plural": "gadgets"}, "scope": "Namespaced", "versions": [
+        {"name": "v1alpha1", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "object"}}},
+        {"name": "v1beta1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}},
+        {"name": "v1", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "object"}}}]}});
+    api.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        crd,
+    )
+    .await;
+    let (_, group) = api.get("/apis/example.com").await;
+    assert_eq!(
+        group["preferredVersion"]["version"], "v1",
+        "the highest kube-like version, not the spec's first"
+    );
+    assert_eq!(
+        version_names(&group),
+        [&json!("v1"), &json!("v1beta1"), &json!("v1alpha1")]
+    );
+    // Built-in groups by the aggregator's priorities, CRD groups (1000) last.
+    let (_, groups) = api.get("/apis").await;
+    let names: Vec<&str> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "apiregistration.k8s.io",
+            "apps",
+            "events.k8s.io",
+            "certificates.k8s.io",
+            "policy",
+            "rbac.authorization.k8s.io",
+            "apiextensions.k8s.io",
+            "coordination.k8s.io",
+            "discovery.k8s.io",
+            "example.com"
+        ]
+    );
+    let (_, _, aggregated) = api.get_as("/apis", AGGREGATED_DISCOVERY, None).await;
+    let aggregated_names: Vec<&str> = aggregated["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(aggregated_names, names);
 }

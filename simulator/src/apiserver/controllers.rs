@@ -41,8 +41,24 @@ pub(crate) fn prepare_for_create(ty: &ResourceType, object: &mut Value, now: &st
     }
 }
 
+/// What an update keeps of the stored object beyond the status split (the spec of a
+/// CertificateSigningRequest, its approval conditions).
+pub(crate) fn prepare_for_update(
+    ty: &ResourceType,
+    current: &Value,
+    next: &mut Value,
+    status: bool,
+) {
+    if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
+        super::csr::prepare_for_update(current, next, status);
+    }
+}
+
 /// Create-time validation beyond metadata.
 pub(crate) fn validate_create(ty: &ResourceType, object: &Value) -> ApiResult<()> {
+    if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
+        super::csr::validate(object)?;
+    }
     if ty.group == "apiextensions.k8s.io" && ty.plural == "customresourcedefinitions" {
         crd_type(object).map_err(|why| {
             ApiError::invalid(
@@ -130,10 +146,13 @@ pub(crate) fn grace_period(ty: &ResourceType, object: &Value, requested: Option<
 /// After any write of `ty` in `namespace`.
 pub(crate) fn after_write(store: &Store, inner: &mut Inner, ty: &ResourceType, namespace: &str) {
     match (ty.group.as_str(), ty.plural.as_str()) {
-        ("", "pods") | ("policy", "poddisruptionbudgets") => {
+        ("", "pods") | ("policy", "poddisruptionbudgets") if !inner.disruption_paused => {
             update_pdb_status(store, inner, namespace)
         }
-        ("apiextensions.k8s.io", "customresourcedefinitions") => register_crds(store, inner),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            register_crds(store, inner);
+            super::apiservices::sync(store, inner);
+        }
         _ => {}
     }
     namespace_cleanup(store, inner);
@@ -206,7 +225,8 @@ pub(crate) fn selector_matches(selector: &Value, object: &Value) -> bool {
     match_labels && expressions
 }
 
-fn pod_ready(pod: &Value) -> bool {
+/// Whether a pod counts as healthy for a disruption budget: Ready and not terminating.
+pub(crate) fn pod_ready(pod: &Value) -> bool {
     pod.pointer("/metadata/deletionTimestamp").is_none()
         && pod
             .pointer("/status/conditions")
@@ -276,6 +296,17 @@ pub(crate) fn pdb_status(inner: &Inner, namespace: &str, pdb: &Value) -> Value {
             "lastTransitionTime": pdb.pointer("/metadata/creationTimestamp").cloned().unwrap_or_default(),
         }],
     })
+}
+
+/// The disruption controller's pass over every namespace with a PodDisruptionBudget.
+pub(crate) fn resync_pdbs(store: &Store, inner: &mut Inner) {
+    let namespaces: std::collections::BTreeSet<String> = inner
+        .objects_of("policy", "poddisruptionbudgets", None)
+        .map(|(key, _)| key.namespace.clone())
+        .collect();
+    for namespace in namespaces {
+        update_pdb_status(store, inner, &namespace);
+    }
 }
 
 fn update_pdb_status(store: &Store, inner: &mut Inner, namespace: &str) {
@@ -398,6 +429,7 @@ pub(crate) fn after_delete(
             store.commit(inner, instance, None, EventType::Deleted);
         }
         inner.registry.unregister(&defined.group, &defined.plural);
+        super::apiservices::sync(store, inner);
     }
     collect_dependents(store, inner, key, gone, false);
 }

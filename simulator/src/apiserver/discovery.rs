@@ -4,14 +4,22 @@
 use serde_json::{Value, json};
 
 use super::ServerState;
+use super::apiservices::group_priority;
 use super::errors::{ApiError, ApiResult};
 use super::kinds::api_resources;
+use super::negotiate::DiscoveryVersion;
+
+/// The named groups in the API server's order: by group priority (highest first), then by
+/// name.
+fn ordered_groups(state: &ServerState) -> Vec<(String, Vec<String>)> {
+    let mut groups: Vec<(String, Vec<String>)> =
+        state.store.registry().groups().into_iter().collect();
+    groups.sort_by(|(a, _), (b, _)| group_priority(b).cmp(&group_priority(a)).then(a.cmp(b)));
+    groups
+}
 
 pub(crate) fn group_list(state: &ServerState) -> Value {
-    let groups: Vec<Value> = state
-        .store
-        .registry()
-        .groups()
+    let groups: Vec<Value> = ordered_groups(state)
         .into_iter()
         .map(|(group, versions)| group_json(&group, &versions))
         .collect();
@@ -49,6 +57,107 @@ pub(crate) fn resource_list(state: &ServerState, group: &str, version: &str) -> 
         format!("{group}/{version}")
     };
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
+}
+
+/// Which document of aggregated discovery: `/api` (the core group) or `/apis` (the others).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DiscoveryRoot {
+    /// `/api`: the core group, named "".
+    Core,
+    /// `/apis`: every named group.
+    Groups,
+}
+
+/// The `APIGroupDiscoveryList` of `/api` or `/apis`: every group with its versions (the
+/// preferred one first) and their resources. It is built from the same resource lists as the
+/// legacy documents, so both kinds of discovery always agree.
+pub(crate) fn aggregated(
+    state: &ServerState,
+    root: DiscoveryRoot,
+    version: DiscoveryVersion,
+) -> Value {
+    let groups = match root {
+        DiscoveryRoot::Core => vec![(String::new(), vec!["v1".to_owned()])],
+        DiscoveryRoot::Groups => ordered_groups(state),
+    };
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|v| {
+                    let legacy = resource_list(state, group, v);
+                    let entries = legacy["resources"].as_array().map(Vec::as_slice).unwrap_or_default();
+                    json!({"version": v, "resources": aggregated_resources(group, v, entries), "freshness": "Current"})
+                })
+                .collect();
+            // The core group's name is empty, which the real server omits.
+            let mut metadata = json!({"creationTimestamp": null});
+            if !group.is_empty() {
+                metadata["name"] = json!(group);
+            }
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{}", version.as_str()),
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// The aggregated form of a legacy resource list: each resource with its subresources
+/// (`pods/status`, `pods/eviction`) nested under it.
+fn aggregated_resources(group: &str, version: &str, entries: &[Value]) -> Vec<Value> {
+    let response_kind = |entry: &Value| {
+        json!({
+            "group": entry.get("group").and_then(Value::as_str).unwrap_or(group),
+            "version": entry.get("version").and_then(Value::as_str).unwrap_or(version),
+            "kind": entry["kind"],
+        })
+    };
+    let mut resources: Vec<Value> = Vec::new();
+    for entry in entries {
+        let name = entry["name"].as_str().unwrap_or_default();
+        match name.split_once('/') {
+            None => {
+                let mut resource = json!({
+                    "resource": name,
+                    "responseKind": response_kind(entry),
+                    "scope": if entry["namespaced"] == true { "Namespaced" } else { "Cluster" },
+                    "singularResource": entry["singularName"],
+                    "verbs": entry["verbs"],
+                    "subresources": [],
+                });
+                for list in ["shortNames", "categories"] {
+                    if entry[list].as_array().is_some_and(|l| !l.is_empty()) {
+                        resource[list] = entry[list].clone();
+                    }
+                }
+                resources.push(resource);
+            }
+            Some((parent, subresource)) => {
+                let sub = json!({"subresource": subresource, "responseKind": response_kind(entry), "verbs": entry["verbs"]});
+                if let Some(list) = resources
+                    .iter_mut()
+                    .find(|r| r["resource"] == parent)
+                    .and_then(|r| r["subresources"].as_array_mut())
+                {
+                    list.push(sub);
+                }
+            }
+        }
+    }
+    // The real server omits an empty list of subresources.
+    for resource in &mut resources {
+        if let Some(object) = resource.as_object_mut()
+            && object["subresources"].as_array().is_some_and(Vec::is_empty)
+        {
+            object.remove("subresources");
+        }
+    }
+    resources
 }
 
 /// The OpenAPI v3 discovery document: one entry per group-version.

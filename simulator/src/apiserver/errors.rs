@@ -73,6 +73,16 @@ impl ApiError {
         .with_details(group, plural, name)
     }
 
+    /// 409 Conflict for a write based on a resourceVersion that is no longer the current one.
+    pub fn stale(group: &str, plural: &str, name: &str) -> Self {
+        ApiError::conflict(
+            group,
+            plural,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
     /// 422 Invalid with causes.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: &[(&str, String)]) -> Self {
         let text: Vec<String> = causes
@@ -103,6 +113,17 @@ impl ApiError {
         ApiError::new(401, "Unauthorized", "Unauthorized")
     }
 
+    /// 403 Forbidden for a named object.
+    pub fn forbidden(group: &str, plural: &str, name: &str, why: &str) -> Self {
+        let resource = qualified(group, plural);
+        ApiError::new(
+            403,
+            "Forbidden",
+            format!("{resource} \"{name}\" is forbidden: {why}"),
+        )
+        .with_details(group, plural, name)
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(verb: &str, resource: &str) -> Self {
         ApiError::new(
@@ -128,6 +149,11 @@ impl ApiError {
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})"
             ),
         )
+    }
+
+    /// 406 NotAcceptable: no representation the client accepts can be produced.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        ApiError::new(406, "NotAcceptable", message)
     }
 
     /// 429 TooManyRequests.

@@ -18,6 +18,62 @@ pub struct PrinterColumn {
     pub priority: i64,
 }
 
+/// Where a custom resource keeps what its `scale` subresource shows (the CRD's
+/// `subresources.scale`), as field names from the object's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// `specReplicasPath` (`.spec.replicas`): written by scale updates.
+    pub spec_replicas: Vec<String>,
+    /// `statusReplicasPath` (`.status.replicas`).
+    pub status_replicas: Vec<String>,
+    /// `labelSelectorPath` (`.status.selector`), a label selector in its string form.
+    pub label_selector: Option<Vec<String>>,
+}
+
+impl ScalePaths {
+    /// The paths of a CRD's `subresources.scale`, validated as the API server does: JSON
+    /// paths without array steps, the spec one under `.spec`, the status one under `.status`
+    /// and the selector's under either.
+    fn parse(scale: &Value) -> Result<Self, String> {
+        let path = |field: &str, roots: &[&str]| -> Result<Option<Vec<String>>, String> {
+            let Some(text) = scale.get(field).and_then(Value::as_str) else {
+                return Ok(None);
+            };
+            let steps: Vec<String> = text
+                .strip_prefix('.')
+                .unwrap_or_default()
+                .split('.')
+                .map(str::to_owned)
+                .collect();
+            let valid = steps.len() >= 2
+                && roots.contains(&steps[0].as_str())
+                && steps
+                    .iter()
+                    .all(|s| !s.is_empty() && !s.contains(['[', ']']));
+            if !valid {
+                return Err(format!(
+                    "spec.subresources.scale.{field}: Invalid value: {text:?}: should be a json path under {}",
+                    roots
+                        .iter()
+                        .map(|r| format!(".{r}"))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ));
+            }
+            Ok(Some(steps))
+        };
+        let required = |field: &str, root: &str| {
+            path(field, &[root])?
+                .ok_or_else(|| format!("spec.subresources.scale.{field}: Required value"))
+        };
+        Ok(ScalePaths {
+            spec_replicas: required("specReplicasPath", "spec")?,
+            status_replicas: required("statusReplicasPath", "status")?,
+            label_selector: path("labelSelectorPath", &["spec", "status"])?,
+        })
+    }
+}
+
 /// One served resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceType {
@@ -43,6 +99,8 @@ pub struct ResourceType {
     pub categories: Vec<String>,
     /// Defined by a CRD.
     pub custom: bool,
+    /// The `scale` subresource of a CRD that declares one.
+    pub scale: Option<ScalePaths>,
 }
 
 impl ResourceType {
@@ -66,6 +124,7 @@ impl ResourceType {
             printer_columns: Vec::new(),
             categories: Vec::new(),
             custom: false,
+            scale: None,
         }
     }
 
@@ -171,6 +230,23 @@ impl Registry {
             )
             .short(&["pdb"]),
             ResourceType::builtin(
+                "certificates.k8s.io",
+                "v1",
+                "CertificateSigningRequest",
+                "certificatesigningrequests",
+                false,
+                true,
+            )
+            .short(&["csr"]),
+            ResourceType::builtin(
+                "apiregistration.k8s.io",
+                "v1",
+                "APIService",
+                "apiservices",
+                false,
+                true,
+            ),
+            ResourceType::builtin(
                 "apiextensions.k8s.io",
                 "v1",
                 "CustomResourceDefinition",
@@ -223,7 +299,8 @@ impl Registry {
         self.types.remove(&(group.to_owned(), plural.to_owned()));
     }
 
-    /// API groups other than core, with their versions.
+    /// API groups other than core, with their versions, the preferred first (kube-aware
+    /// order, as the API server sorts a group's versions for discovery).
     pub fn groups(&self) -> BTreeMap<String, Vec<String>> {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for ty in self.types.values().filter(|t| !t.group.is_empty()) {
@@ -234,7 +311,41 @@ impl Registry {
                 }
             }
         }
+        for versions in groups.values_mut() {
+            versions.sort_by(|a, b| kube_version_order(a, b));
+        }
         groups
+    }
+}
+
+/// A "kube-like" version (`v2`, `v1beta1`, `v1alpha2`): stability (GA 2, beta 1, alpha 0),
+/// major, minor.
+fn kube_version(version: &str) -> Option<(u8, u64, u64)> {
+    let rest = version.strip_prefix('v')?;
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let major: u64 = rest[..digits].parse().ok().filter(|m| *m > 0)?;
+    let suffix = &rest[digits..];
+    if suffix.is_empty() {
+        return Some((2, major, 0));
+    }
+    let (stability, minor) = if let Some(minor) = suffix.strip_prefix("beta") {
+        (1, minor)
+    } else {
+        (0, suffix.strip_prefix("alpha")?)
+    };
+    Some((stability, major, minor.parse().ok()?))
+}
+
+/// The API server's order of versions, most preferred first: kube-like versions by
+/// stability, then major, then minor (highest first), then the others alphabetically.
+pub fn kube_version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    match (kube_version(a), kube_version(b)) {
+        (Some(x), Some(y)) => y.cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
     }
 }
 
@@ -334,6 +445,10 @@ pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
         printer_columns,
         categories: strings("/spec/names/categories"),
         custom: true,
+        scale: first
+            .pointer("/subresources/scale")
+            .map(ScalePaths::parse)
+            .transpose()?,
     })
 }
 
@@ -370,6 +485,37 @@ pub fn api_resources(ty: &ResourceType) -> Vec<Value> {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if ty.scale.is_some() {
+        resources.push(json!({
+            "name": format!("{}/scale", ty.plural),
+            "singularName": "",
+            "namespaced": ty.namespaced,
+            "group": "autoscaling",
+            "version": "v1",
+            "kind": "Scale",
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if ty.plural == "certificatesigningrequests" && ty.group == "certificates.k8s.io" {
+        resources.push(json!({
+            "name": "certificatesigningrequests/approval",
+            "singularName": "",
+            "namespaced": false,
+            "kind": "CertificateSigningRequest",
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if ty.plural == "serviceaccounts" && ty.group.is_empty() {
+        resources.push(json!({
+            "name": "serviceaccounts/token",
+            "singularName": "",
+            "namespaced": true,
+            "group": "authentication.k8s.io",
+            "version": "v1",
+            "kind": "TokenRequest",
+            "verbs": ["create"],
+        }));
+    }
     if ty.plural == "pods" && ty.group.is_empty() {
         resources.push(json!({
             "name": "pods/eviction",
@@ -382,4 +528,23 @@ pub fn api_resources(ty: &ResourceType) -> Vec<Value> {
         }));
     }
     resources
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_sort_as_the_api_server_sorts_them() {
+        let mut versions = vec![
+            "foo1", "v1alpha1", "v2beta1", "v1", "v1beta2", "v10", "v3beta1", "foo10",
+        ];
+        versions.sort_by(|a, b| kube_version_order(a, b));
+        assert_eq!(
+            versions,
+            [
+                "v10", "v1", "v3beta1", "v2beta1", "v1beta2", "v1alpha1", "foo1", "foo10"
+            ]
+        );
+    }
 }

@@ -1,32 +1,41 @@
 //! A simulated Kubernetes API server that real clients (kube-rs, kubectl) use over HTTP(S).
 //!
-//! Built-in kinds: Namespace, Node, Pod (with eviction), Secret, ConfigMap, Event (core/v1 and
-//! events.k8s.io/v1 over one store), Lease, PodDisruptionBudget (status computed like the
-//! disruption controller) and CustomResourceDefinition — every CRD created is served at once,
-//! with its status subresource and printer columns.
+//! Built-in kinds: Namespace, Node, Pod (with eviction), ServiceAccount (with TokenRequest),
+//! Secret, ConfigMap, Event (core/v1 and events.k8s.io/v1 over one store), Lease,
+//! PodDisruptionBudget (status kept by a simulated disruption controller),
+//! CertificateSigningRequest (with approval), APIService (one per served group-version) and
+//! CustomResourceDefinition — every CRD created is served at once, with its status and scale
+//! subresources and printer columns.
 //!
 //! Semantics follow the real API server where clients can tell (see the fake-conformance
-//! tests): one global resourceVersion; list with selectors and consistent pagination; watch
-//! with bookmarks, timeouts and 410 Gone; create/update/patch (merge, JSON, strategic,
+//! tests): legacy and aggregated discovery; one global resourceVersion; list with selectors
+//! and consistent pagination; watch with bookmarks, timeouts, 410 Gone and closed lagging
+//! streams; metadata-only and Table renderings; create/update/patch (merge, JSON, strategic,
 //! server-side apply with field managers); status separation; finalizers; graceful pod
-//! deletion; owner-reference garbage collection; eviction against PDBs; Status error bodies;
-//! injectable failures. It does not emulate RBAC, admission webhooks, OpenAPI schema
-//! validation or defaulting of CRDs.
+//! deletion; owner-reference garbage collection; eviction against the PDBs' stored status;
+//! Status error bodies; injectable failures. It does not emulate RBAC, admission webhooks,
+//! OpenAPI schema validation or defaulting of CRDs.
 
+mod apiservices;
 mod apply;
 mod controllers;
+mod csr;
 mod discovery;
 pub(crate) mod errors;
+pub(crate) mod eviction;
 pub(crate) mod kinds;
+mod negotiate;
 mod objects;
 pub(crate) mod operations;
 mod patch;
 mod protobuf;
 mod routes;
+mod scale;
 pub mod selectors;
 pub(crate) mod store;
 mod table;
 pub mod time;
+mod tokens;
 mod watch;
 
 use std::net::SocketAddr;
@@ -89,6 +98,10 @@ pub struct ApiServerConfig {
     pub token: Option<String>,
     /// How many changes the watch log keeps before older resourceVersions get 410 Gone.
     pub event_log_capacity: usize,
+    /// How many changes a watch may fall behind its client before the server closes its
+    /// stream (the real server's per-watcher buffer; the client then re-watches from the
+    /// last version it saw).
+    pub watch_buffer: usize,
     /// How often watches with bookmarks get one.
     pub bookmark_interval: Duration,
     /// The Kubernetes version reported by /version.
@@ -102,11 +115,15 @@ impl Default for ApiServerConfig {
             tls: false,
             token: None,
             event_log_capacity: 100_000,
+            watch_buffer: 65_536,
             bookmark_interval: Duration::from_secs(10),
             kubernetes_version: (1, 32),
         }
     }
 }
+
+/// The user the server's own token authenticates as (the kubeconfig's user).
+const ADMIN: &str = "baremend-sim";
 
 /// What request handlers share.
 /// One request as an audit log keeps it: enough to tell the RBAC verb and resource.
@@ -131,17 +148,63 @@ pub(crate) struct ServerState {
     pub wall: Arc<dyn WallClock>,
     pub address: String,
     version: (u32, u32),
+    /// Signs and checks the ServiceAccount tokens of TokenRequests.
+    pub tokens: tokens::TokenIssuer,
 }
 
 impl ServerState {
+    /// The server's own token, or a ServiceAccount token it issued that still holds.
     fn authorized(&self, headers: &HeaderMap) -> bool {
         headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
             .is_some_and(|token| {
-                constant_time_equal(token.trim().as_bytes(), self.token.as_bytes())
+                constant_time_equal(token.as_bytes(), self.token.as_bytes())
+                    || tokens::authenticates(
+                        &self.store,
+                        &self.tokens,
+                        token,
+                        self.wall.since_epoch().as_secs(),
+                    )
             })
+    }
+
+    /// Who sent a request: a ServiceAccount for one of its tokens, else the administrator
+    /// the server's own token stands for.
+    fn requester(&self, headers: &HeaderMap) -> csr::Requester {
+        let claims = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|token| {
+                self.tokens
+                    .verify(token.trim(), self.wall.since_epoch().as_secs())
+            });
+        match claims.as_ref().and_then(|c| c.get("kubernetes.io")) {
+            Some(identity) => {
+                let namespace = identity["namespace"].as_str().unwrap_or_default();
+                let account = &identity["serviceaccount"];
+                csr::Requester {
+                    username: format!(
+                        "system:serviceaccount:{namespace}:{}",
+                        account["name"].as_str().unwrap_or_default()
+                    ),
+                    uid: account["uid"].as_str().unwrap_or_default().to_owned(),
+                    groups: vec![
+                        "system:serviceaccounts".into(),
+                        format!("system:serviceaccounts:{namespace}"),
+                        "system:authenticated".into(),
+                    ],
+                }
+            }
+            None => csr::Requester {
+                username: ADMIN.into(),
+                uid: String::new(),
+                groups: vec!["system:masters".into(), "system:authenticated".into()],
+            },
+        }
     }
 
     /// The first fault that matches the request, consumed.
@@ -245,7 +308,7 @@ impl ApiServer {
         let url = format!("{scheme}://{local}");
         let (stop_watches, _) = broadcast::channel(4);
         let state = Arc::new(ServerState {
-            store: Store::new(wall.clone(), config.event_log_capacity),
+            store: Store::new(wall.clone(), config.event_log_capacity, config.watch_buffer),
             token: token.clone(),
             audit: Mutex::new(None),
             faults: Mutex::new(Vec::new()),
@@ -254,6 +317,7 @@ impl ApiServer {
             wall,
             address: local.to_string(),
             version: config.kubernetes_version,
+            tokens: tokens::TokenIssuer::generate().map_err(Error::Config)?,
         });
         let router = Router::new()
             .fallback(routes::dispatch)
@@ -362,6 +426,13 @@ impl ApiServer {
             delay_ms: ms,
         });
         self.drop_watches();
+    }
+
+    /// Holds the disruption controller back (PodDisruptionBudget statuses go stale, and a
+    /// budget whose spec changed meanwhile refuses evictions until it catches up), or lets it
+    /// catch up.
+    pub fn pause_disruption_controller(&self, paused: bool) {
+        self.state.store.pause_disruption_controller(paused);
     }
 
     /// Forgets the watch history: every older resourceVersion becomes 410 Gone.

@@ -1,4 +1,4 @@
-//! Patch and eviction, on top of the store's write rules.
+//! Patch, on top of the store's write rules.
 
 use serde_json::{Value, json};
 
@@ -7,7 +7,7 @@ use super::errors::{ApiError, ApiResult};
 use super::kinds::ResourceType;
 use super::objects::meta_str;
 use super::patch::{JsonPatchError, json_patch, merge_patch, strategic_merge};
-use super::store::{DeleteOptions, Store};
+use super::store::Store;
 
 /// The four patch types.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,12 +133,7 @@ pub fn patch(
         .flatten()
         && Some(rv) != meta_str(&stored, "resourceVersion")
     {
-        return Err(ApiError::conflict(
-            &ty.group,
-            &ty.plural,
-            name,
-            "the object has been modified; please apply your changes to the latest version and try again",
-        ));
+        return Err(ApiError::stale(&ty.group, &ty.plural, name));
     }
     let next = Store::stored_shape(ty, next);
     let result = store.write(&mut inner, ty, version, &key, stored, next, status, dry_run)?;
@@ -148,101 +143,43 @@ pub fn patch(
     Ok(result)
 }
 
-/// `POST pods/{name}/eviction`.
-pub fn evict(store: &Store, namespace: &str, name: &str, body: &Value) -> ApiResult<()> {
-    let dry_run = body
-        .pointer("/deleteOptions/dryRun")
-        .and_then(Value::as_array)
-        .is_some_and(|v| v.iter().any(|d| d == "All"));
-    let grace = body
-        .pointer("/deleteOptions/gracePeriodSeconds")
-        .and_then(Value::as_i64);
-    let mut inner = store.lock();
-    let registry = inner.registry.clone();
-    let pods = registry
-        .get("", "v1", "pods")
-        .ok_or_else(|| ApiError::internal("pods are not served"))?;
-    let key = super::store::ObjectKey {
-        group: String::new(),
-        plural: "pods".into(),
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-    };
-    let pod = inner
-        .objects
-        .get(&key)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found("", "pods", name))?;
-    let terminal = matches!(
-        pod.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    );
-    let terminating = pod.pointer("/metadata/deletionTimestamp").is_some();
-    if !terminal && !terminating {
-        let pdbs: Vec<(super::store::ObjectKey, Value)> = inner
-            .objects
-            .iter()
-            .filter(|(k, _)| {
-                k.group == "policy"
-                    && k.plural == "poddisruptionbudgets"
-                    && k.namespace == namespace
-            })
-            .filter(|(_, pdb)| {
-                pdb.pointer("/spec/selector")
-                    .is_some_and(|s| !s.is_null() && super::controllers::selector_matches(s, &pod))
-            })
-            .map(|(k, v)| (k.clone(), Value::clone(v)))
-            .collect();
-        if pdbs.len() > 1 {
-            return Err(ApiError::internal(
-                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-            ));
-        }
-        if let Some((pdb_key, pdb)) = pdbs.into_iter().next() {
-            let status = super::controllers::pdb_status(&inner, namespace, &pdb);
-            let allowed = status
-                .get("disruptionsAllowed")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if allowed <= 0 {
-                // No Retry-After, as the real eviction handler (client-go would otherwise retry
-                // the request by itself instead of reporting the refusal).
-                let mut error = ApiError::too_many_requests(
-                    "Cannot evict pod as it would violate the pod's disruption budget.",
-                    None,
-                );
-                error.details = Some(
-                    json!({"causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {} needs {} healthy pods and has {} currently", pdb_key.name, status["desiredHealthy"], status["currentHealthy"])}]}),
-                );
-                return Err(error);
+/// What a write to a subresource that takes whole objects (`/scale`, `/approval`) carries.
+#[derive(Debug, Clone)]
+pub(crate) enum SubresourceWrite {
+    /// PUT: the whole object.
+    Replace(Value),
+    /// PATCH: a merge or JSON patch of the current object.
+    Patch(PatchKind, Value),
+}
+
+impl SubresourceWrite {
+    /// The object the write asks for, given the current one (a `group`/`kind` object named
+    /// `name`, for errors).
+    pub(crate) fn proposed(
+        &self,
+        current: &Value,
+        group: &str,
+        kind: &str,
+        name: &str,
+    ) -> ApiResult<Value> {
+        match self {
+            SubresourceWrite::Replace(object) => Ok(object.clone()),
+            SubresourceWrite::Patch(PatchKind::Merge, patch) => {
+                let mut next = current.clone();
+                merge_patch(&mut next, patch);
+                Ok(next)
             }
-            if dry_run {
-                return Ok(());
+            SubresourceWrite::Patch(PatchKind::Json, patch) => {
+                json_patch(current, patch).map_err(|error| match error {
+                    JsonPatchError::Malformed(message) => ApiError::bad_request(message),
+                    JsonPatchError::Unprocessable(message) => {
+                        ApiError::invalid(group, kind, name, &[("", message)])
+                    }
+                })
             }
-            let mut next = pdb.clone();
-            let mut new_status = status;
-            new_status["disruptionsAllowed"] = json!(allowed - 1);
-            let now = super::time::format_time(store.wall_time());
-            new_status["disruptedPods"][name] = json!(now);
-            next["status"] = new_status;
-            store.commit(
-                &mut inner,
-                pdb_key,
-                Some(next),
-                super::store::EventType::Modified,
-            );
+            SubresourceWrite::Patch(other, _) => Err(ApiError::unsupported_media_type(&format!(
+                "{other:?} (this subresource takes merge and JSON patches)"
+            ))),
         }
     }
-    if dry_run {
-        return Ok(());
-    }
-    let options = DeleteOptions {
-        grace_period_seconds: grace,
-        ..DeleteOptions::default()
-    };
-    store.delete_locked(&mut inner, &pods, "v1", namespace, name, &options)?;
-    // The disruption controller notices the deletion: a pod that is gone leaves the PDB's
-    // disrupted list.
-    super::controllers::after_write(store, &mut inner, &pods, namespace);
-    Ok(())
 }

@@ -1,6 +1,6 @@
 //! Decoding of the Kubernetes protobuf encoding for the request bodies kubectl's typed clients
-//! send (`kubectl create namespace|configmap|secret`, and the Eviction and DeleteOptions of
-//! `kubectl drain`). Answers stay JSON, which every client accepts. Other kinds in protobuf get
+//! send (`kubectl create namespace|configmap|secret|serviceaccount|token`, `kubectl
+//! certificate approve|deny`, and the Eviction and DeleteOptions of `kubectl drain`). Answers stay JSON, which every client accepts. Other kinds in protobuf get
 //! 415, as from a server that does not serve them in that encoding.
 
 use base64::Engine;
@@ -160,13 +160,151 @@ fn delete_options(bytes: &[u8]) -> Result<Value, String> {
     Ok(Value::Object(options))
 }
 
+/// The `name` fields (field `name_field`) of repeated references.
+fn reference_name(bytes: &[u8], name_field: u64) -> Result<Value, String> {
+    let mut reference = Map::new();
+    for (number, field) in fields(bytes)? {
+        if let (n, Field::Bytes(b)) = (number, field)
+            && n == name_field
+        {
+            reference.insert("name".into(), json!(text(b)?));
+        }
+    }
+    Ok(Value::Object(reference))
+}
+
+/// A TokenRequestSpec: audiences (1), boundObjectRef (3), expirationSeconds (4).
+fn token_request_spec(bytes: &[u8]) -> Result<Value, String> {
+    let mut spec = Map::new();
+    let mut audiences = Vec::new();
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => audiences.push(json!(text(b)?)),
+            (3, Field::Bytes(b)) => {
+                let mut reference = Map::new();
+                for (n, f) in fields(b)? {
+                    let key = match n {
+                        1 => "kind",
+                        2 => "apiVersion",
+                        3 => "name",
+                        4 => "uid",
+                        _ => continue,
+                    };
+                    if let Field::Bytes(v) = f {
+                        reference.insert(key.into(), json!(text(v)?));
+                    }
+                }
+                spec.insert("boundObjectRef".into(), Value::Object(reference));
+            }
+            (4, Field::Varint(v)) => {
+                spec.insert("expirationSeconds".into(), json!(v as i64));
+            }
+            _ => {}
+        }
+    }
+    spec.insert("audiences".into(), Value::Array(audiences));
+    Ok(Value::Object(spec))
+}
+
+/// A `metav1.Time` (seconds 1, nanos 2) as RFC 3339 seconds.
+fn time(bytes: &[u8]) -> Result<Value, String> {
+    let mut seconds = 0u64;
+    for (number, field) in fields(bytes)? {
+        if let (1, Field::Varint(v)) = (number, field) {
+            seconds = v;
+        }
+    }
+    Ok(json!(super::time::format_time(
+        std::time::Duration::from_secs(seconds)
+    )))
+}
+
+/// A CertificateSigningRequestSpec: request (1, bytes), username (2), uid (3), groups (4),
+/// usages (5), signerName (7), expirationSeconds (8).
+fn csr_spec(bytes: &[u8]) -> Result<Value, String> {
+    let mut spec = Map::new();
+    let mut groups = Vec::new();
+    let mut usages = Vec::new();
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => {
+                spec.insert(
+                    "request".into(),
+                    json!(base64::engine::general_purpose::STANDARD.encode(b)),
+                );
+            }
+            (2, Field::Bytes(b)) => {
+                spec.insert("username".into(), json!(text(b)?));
+            }
+            (3, Field::Bytes(b)) => {
+                spec.insert("uid".into(), json!(text(b)?));
+            }
+            (4, Field::Bytes(b)) => groups.push(json!(text(b)?)),
+            (5, Field::Bytes(b)) => usages.push(json!(text(b)?)),
+            (7, Field::Bytes(b)) => {
+                spec.insert("signerName".into(), json!(text(b)?));
+            }
+            (8, Field::Varint(v)) => {
+                spec.insert("expirationSeconds".into(), json!(v as i64));
+            }
+            _ => {}
+        }
+    }
+    spec.insert("groups".into(), Value::Array(groups));
+    spec.insert("usages".into(), Value::Array(usages));
+    Ok(Value::Object(spec))
+}
+
+/// A CertificateSigningRequestStatus: conditions (1: type 1, reason 2, message 3,
+/// lastUpdateTime 4, lastTransitionTime 5, status 6) and certificate (2, bytes).
+fn csr_status(bytes: &[u8]) -> Result<Value, String> {
+    let mut status = Map::new();
+    let mut conditions = Vec::new();
+    for (number, field) in fields(bytes)? {
+        match (number, field) {
+            (1, Field::Bytes(b)) => {
+                let mut condition = Map::new();
+                for (n, f) in fields(b)? {
+                    let Field::Bytes(v) = f else { continue };
+                    let (key, value) = match n {
+                        1 => ("type", json!(text(v)?)),
+                        2 => ("reason", json!(text(v)?)),
+                        3 => ("message", json!(text(v)?)),
+                        4 => ("lastUpdateTime", time(v)?),
+                        5 => ("lastTransitionTime", time(v)?),
+                        6 => ("status", json!(text(v)?)),
+                        _ => continue,
+                    };
+                    condition.insert(key.into(), value);
+                }
+                conditions.push(Value::Object(condition));
+            }
+            (2, Field::Bytes(b)) => {
+                status.insert(
+                    "certificate".into(),
+                    json!(base64::engine::general_purpose::STANDARD.encode(b)),
+                );
+            }
+            _ => {}
+        }
+    }
+    status.insert("conditions".into(), Value::Array(conditions));
+    Ok(Value::Object(status))
+}
+
 /// The kind's own fields (all but metadata) of a message.
 fn body(kind: &str, bytes: &[u8]) -> Result<Map<String, Value>, String> {
     let mut object = Map::new();
     for (number, field) in fields(bytes)? {
         let Field::Bytes(b) = field else {
-            if let ("ConfigMap" | "Secret", 4 | 5, Field::Varint(v)) = (kind, number, field) {
-                object.insert("immutable".into(), json!(v != 0));
+            match (kind, number, field) {
+                ("ConfigMap" | "Secret", 4 | 5, Field::Varint(v)) => {
+                    object.insert("immutable".into(), json!(v != 0));
+                }
+                ("ServiceAccount", 4, Field::Varint(v)) => {
+                    object.insert("automountServiceAccountToken".into(), json!(v != 0));
+                }
+                _ => {}
             }
             continue;
         };
@@ -205,6 +343,32 @@ fn body(kind: &str, bytes: &[u8]) -> Result<Map<String, Value>, String> {
             ("Secret", 3) => {
                 object.insert("type".into(), json!(text(b)?));
             }
+            ("ServiceAccount", 2 | 3) => {
+                // secrets are ObjectReferences (name is field 3), imagePullSecrets
+                // LocalObjectReferences (name is field 1).
+                let (key, name_field) = if number == 2 {
+                    ("secrets", 3)
+                } else {
+                    ("imagePullSecrets", 1)
+                };
+                let reference = reference_name(b, name_field)?;
+                if let Some(list) = object
+                    .entry(key)
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                {
+                    list.push(reference);
+                }
+            }
+            ("CertificateSigningRequest", 2) => {
+                object.insert("spec".into(), csr_spec(b)?);
+            }
+            ("CertificateSigningRequest", 3) => {
+                object.insert("status".into(), csr_status(b)?);
+            }
+            ("TokenRequest", 2) => {
+                object.insert("spec".into(), token_request_spec(b)?);
+            }
             ("Eviction", 2) | ("DeleteOptions", 2) if kind == "Eviction" => {
                 object.insert("deleteOptions".into(), delete_options(b)?);
             }
@@ -238,7 +402,13 @@ pub fn decode(bytes: &[u8]) -> Result<Value, String> {
         }
     }
     let mut object = match kind.as_str() {
-        "Namespace" | "ConfigMap" | "Secret" | "Eviction" => body(&kind, raw)?,
+        "Namespace"
+        | "ConfigMap"
+        | "Secret"
+        | "Eviction"
+        | "ServiceAccount"
+        | "TokenRequest"
+        | "CertificateSigningRequest" => body(&kind, raw)?,
         "DeleteOptions" => match delete_options(raw)? {
             Value::Object(map) => map,
             _ => Map::new(),
@@ -338,5 +508,88 @@ mod tests {
         );
         assert!(decode(b"k8s\0\x0a\xff").is_err());
         assert!(decode(b"{}").is_err());
+    }
+
+    fn envelope(api_version: &[u8], kind: &[u8], raw: &[u8]) -> Vec<u8> {
+        let type_meta = [field_bytes(1, api_version), field_bytes(2, kind)].concat();
+        [
+            MAGIC.to_vec(),
+            field_bytes(1, &type_meta),
+            field_bytes(2, raw),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn service_accounts_token_requests_and_signing_requests_decode() {
+        let account = [
+            field_bytes(1, &field_bytes(1, b"robot")),
+            field_bytes(3, &field_bytes(1, b"pull")),
+            vec![0x20, 0x00],
+        ]
+        .concat();
+        assert_eq!(
+            decode(&envelope(b"v1", b"ServiceAccount", &account)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}, "imagePullSecrets": [{"name": "pull"}], "automountServiceAccountToken": false})
+        );
+        // audiences (1), boundObjectRef (3) and expirationSeconds (4, 900 as a varint).
+        let spec = [
+            field_bytes(1, b"api"),
+            field_bytes(3, &[field_bytes(1, b"Pod"), field_bytes(3, b"p")].concat()),
+            vec![0x20, 0x84, 0x07],
+        ]
+        .concat();
+        let request = field_bytes(2, &spec);
+        let decoded = decode(&envelope(
+            b"authentication.k8s.io/v1",
+            b"TokenRequest",
+            &request,
+        ))
+        .unwrap();
+        assert_eq!(
+            decoded["spec"],
+            json!({"audiences": ["api"], "boundObjectRef": {"kind": "Pod", "name": "p"}, "expirationSeconds": 900})
+        );
+        // A CertificateSigningRequest as kubectl certificate approve sends it.
+        let condition = [
+            field_bytes(1, b"Approved"),
+            field_bytes(2, b"KubectlApprove"),
+            field_bytes(4, &[0x08, 0x00]),
+            field_bytes(6, b"True"),
+        ]
+        .concat();
+        let spec = [
+            field_bytes(1, b"\x30\x00"),
+            field_bytes(5, b"client auth"),
+            field_bytes(7, b"example.com/s"),
+        ]
+        .concat();
+        let csr = [
+            field_bytes(1, &field_bytes(1, b"alice")),
+            field_bytes(2, &spec),
+            field_bytes(3, &field_bytes(1, &condition)),
+        ]
+        .concat();
+        let decoded = decode(&envelope(
+            b"certificates.k8s.io/v1",
+            b"CertificateSigningRequest",
+            &csr,
+        ))
+        .unwrap();
+        assert_eq!(
+            decoded["status"]["conditions"],
+            json!([{"type": "Approved", "reason": "KubectlApprove", "lastUpdateTime": "1970-01-01T00:00:00Z", "status": "True"}])
+        );
+        assert_eq!(decoded["spec"]["request"], "MAA=");
+        assert_eq!(decoded["spec"]["signerName"], "example.com/s");
+        let truncated = field_bytes(2, &[0x1a, 0x05, b'x']);
+        assert!(
+            decode(&envelope(
+                b"authentication.k8s.io/v1",
+                b"TokenRequest",
+                &truncated
+            ))
+            .is_err()
+        );
     }
 }

@@ -12,12 +12,22 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::ServerState;
-use super::discovery::{group_document, group_list, openapi_document, openapi_root, resource_list};
+use super::csr::{stamp, update_approval};
+use super::discovery::{
+    DiscoveryRoot, aggregated, group_document, group_list, openapi_document, openapi_root,
+    resource_list,
+};
 use super::errors::{ApiError, ApiResult};
+use super::eviction::evict;
 use super::kinds::ResourceType;
-use super::operations::{PatchKind, evict, patch};
+use super::negotiate::{
+    DiscoveryFormat, MediaRanges, Rendering, partial_metadata, partial_metadata_list, wrong_shape,
+};
+use super::operations::{PatchKind, SubresourceWrite, patch};
+use super::scale::{ScaleTarget, get_scale, write_scale};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::DeleteOptions;
+use super::tokens::request_token;
 use super::watch::{WatchRequest, start};
 
 /// Request bodies larger than this are refused (etcd's limit is about 1.5 MiB).
@@ -89,16 +99,68 @@ fn openapi_v2(headers: &HeaderMap) -> Response {
     }
 }
 
-fn wants_table(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
+fn accept(headers: &HeaderMap) -> MediaRanges {
+    MediaRanges::parse(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
+}
+
+/// `/api` or `/apis`: the legacy document, or aggregated discovery when the client asks for
+/// it (with the media type naming the kind, as client-go checks, and an ETag).
+fn discovery_root(
+    state: &ServerState,
+    headers: &HeaderMap,
+    root: DiscoveryRoot,
+) -> ApiResult<Response> {
+    let version = match accept(headers).discovery()? {
+        DiscoveryFormat::Legacy => {
+            let legacy = match root {
+                DiscoveryRoot::Core => {
+                    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": state.address}]})
+                }
+                DiscoveryRoot::Groups => group_list(state),
+            };
+            return Ok(with_vary_accept(json_response(StatusCode::OK, &legacy)));
+        }
+        DiscoveryFormat::Aggregated(version) => version,
+    };
+    let body = aggregated(state, root, version).to_string();
+    let etag = format!("\"{:016X}\"", fnv1a(body.as_bytes()));
+    let content_type = format!(
+        "application/json;g=apidiscovery.k8s.io;v={};as=APIGroupDiscoveryList",
+        version.as_str()
+    );
+    let unchanged = headers
+        .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|accept| {
-            accept
-                .split(',')
-                .next()
-                .is_some_and(|first| first.contains("as=Table"))
-        })
+        .is_some_and(|tags| tags.split(',').any(|tag| tag.trim() == etag));
+    let status = if unchanged {
+        StatusCode::NOT_MODIFIED
+    } else {
+        StatusCode::OK
+    };
+    let body = if unchanged { String::new() } else { body };
+    Ok(with_vary_accept(
+        (
+            status,
+            [(header::CONTENT_TYPE, content_type), (header::ETAG, etag)],
+            body,
+        )
+            .into_response(),
+    ))
+}
+
+/// The discovery roots answer by `Accept`, so caches must key on it.
+fn with_vary_accept(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::VARY, header::HeaderValue::from_static("Accept"));
+    response
+}
+
+/// A stable 64-bit FNV-1a hash (the ETag of a discovery document).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The entry point of every request.
@@ -211,15 +273,12 @@ async fn route(
     match segments.as_slice() {
         ["healthz"] | ["readyz"] | ["livez"] => Ok("ok".into_response()),
         ["version"] => Ok(json_response(StatusCode::OK, &state.version_info())),
-        ["api"] => Ok(json_response(
-            StatusCode::OK,
-            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": state.address}]}),
-        )),
+        ["api"] => discovery_root(state, headers, DiscoveryRoot::Core),
         ["api", "v1"] => Ok(json_response(
             StatusCode::OK,
             &resource_list(state, "", "v1"),
         )),
-        ["apis"] => Ok(json_response(StatusCode::OK, &group_list(state))),
+        ["apis"] => discovery_root(state, headers, DiscoveryRoot::Groups),
         ["openapi", "v2"] => Ok(openapi_v2(headers)),
         ["openapi", "v3"] => Ok(json_response(StatusCode::OK, &openapi_root(state))),
         ["openapi", "v3", "api", "v1"] => Ok(json_response(
@@ -314,7 +373,10 @@ fn parse_target(
     match (subresource.as_deref(), ty.plural.as_str()) {
         (None, _) => {}
         (Some("status"), _) if ty.status_subresource => {}
+        (Some("scale"), _) if ty.scale.is_some() => {}
         (Some("eviction"), "pods") if ty.group.is_empty() => {}
+        (Some("token"), "serviceaccounts") if ty.group.is_empty() => {}
+        (Some("approval"), "certificatesigningrequests") if ty.group == "certificates.k8s.io" => {}
         (Some("finalize"), "namespaces") => {}
         _ => return Err(ApiError::no_route(path)),
     }
@@ -366,49 +428,42 @@ async fn resource(
     body: Bytes,
 ) -> ApiResult<Response> {
     let target = parse_target(state, group, version, rest, path)?;
+    match target.subresource.as_deref() {
+        Some("scale") => {
+            return scale_request(state, method, &target, version, path, query, headers, &body);
+        }
+        Some("approval") => {
+            return approval_request(state, method, &target, path, query, headers, &body);
+        }
+        _ => {}
+    }
     let store = &state.store;
     let ty = target.ty.clone();
     let namespace = target.namespace.clone().unwrap_or_default();
     let status = target.subresource.as_deref() == Some("status");
-    let table = wants_table(headers);
+    let rendering = accept(headers).rendering()?;
+    let table = rendering == Rendering::Table;
     let include_object = query.get("includeObject").is_some_and(|v| v == "Object");
+    let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let list = target.name.is_none() && matches!(*method, Method::GET | Method::DELETE) && !watch;
+    check_shape(rendering, list)?;
+    let one = |object: Value| match rendering {
+        Rendering::Metadata(version) => partial_metadata(version, &object),
+        _ => object,
+    };
     match (method.clone(), target.name.as_deref()) {
         (Method::GET, None) => {
-            let labels =
-                LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
-                    .map_err(ApiError::bad_request)?;
-            let fields = FieldSelector::parse(
-                query.get("fieldSelector").map_or("", String::as_str),
-                &ty.plural,
-            )
-            .map_err(ApiError::bad_request)?;
+            let (labels, fields) = selectors(query, &ty.plural)?;
             let namespace = target.namespace.clone();
-            if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
-                let resource_version = match query.get("resourceVersion").map(String::as_str) {
-                    None | Some("") => None,
-                    Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
-                        ApiError::bad_request(format!("invalid resource version {rv:?}"))
-                    })?),
-                };
-                let timeout = query
-                    .get("timeoutSeconds")
-                    .and_then(|t| t.parse::<u64>().ok())
-                    .map_or(Duration::from_secs(1800), Duration::from_secs);
-                let request = WatchRequest {
+            if watch {
+                let scope = WatchScope {
                     ty,
-                    version: version.to_owned(),
+                    version,
                     namespace,
                     labels,
                     fields,
-                    resource_version,
-                    bookmarks: query
-                        .get("allowWatchBookmarks")
-                        .is_some_and(|v| v == "true"),
-                    timeout,
-                    bookmark_interval: state.bookmark_interval,
-                    table,
-                    initial_events_end: query.get("sendInitialEvents").is_some_and(|v| v == "true"),
                 };
+                let request = watch_request(state, scope, query, rendering)?;
                 let wall = state.wall.clone();
                 return start(
                     store.clone(),
@@ -450,6 +505,12 @@ async fn resource(
                     ),
                 ));
             }
+            if let Rendering::MetadataList(version) = rendering {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &partial_metadata_list(version, &list),
+                ));
+            }
             Ok(json_response(StatusCode::OK, &list))
         }
         (Method::GET, Some(name)) => {
@@ -471,15 +532,18 @@ async fn resource(
                     ),
                 ));
             }
-            Ok(json_response(StatusCode::OK, &object))
+            Ok(json_response(StatusCode::OK, &one(object)))
         }
         (Method::POST, None) => {
             if target.namespace.is_none() && ty.namespaced {
                 return Err(ApiError::method_not_allowed("POST", path));
             }
-            let created =
-                store.create(&ty, version, &namespace, parse_json(&body)?, dry_run(query))?;
-            Ok(json_response(StatusCode::CREATED, &created))
+            let mut object = parse_json(&body)?;
+            if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
+                stamp(&mut object, &state.requester(headers));
+            }
+            let created = store.create(&ty, version, &namespace, object, dry_run(query))?;
+            Ok(json_response(StatusCode::CREATED, &one(created)))
         }
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("eviction") => {
             let eviction = parse_json(&body)?;
@@ -488,6 +552,17 @@ async fn resource(
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
             ))
+        }
+        (Method::POST, Some(name)) if target.subresource.as_deref() == Some("token") => {
+            let issued = request_token(
+                store,
+                &state.tokens,
+                &namespace,
+                name,
+                &parse_json(&body)?,
+                state.wall.since_epoch().as_secs(),
+            )?;
+            Ok(json_response(StatusCode::CREATED, &issued))
         }
         (Method::PUT, Some(name)) => {
             let updated = store.update(
@@ -499,7 +574,7 @@ async fn resource(
                 status,
                 dry_run(query),
             )?;
-            Ok(json_response(StatusCode::OK, &updated))
+            Ok(json_response(StatusCode::OK, &one(updated)))
         }
         (Method::PATCH, Some(name)) => {
             let content_type = headers
@@ -530,22 +605,15 @@ async fn resource(
             } else {
                 StatusCode::CREATED
             };
-            Ok(json_response(code, &patched))
+            Ok(json_response(code, &one(patched)))
         }
         (Method::DELETE, Some(name)) => {
             let options = delete_options(query, &body)?;
             let deleted = store.delete(&ty, version, &namespace, name, &options)?;
-            Ok(json_response(StatusCode::OK, &deleted))
+            Ok(json_response(StatusCode::OK, &one(deleted)))
         }
         (Method::DELETE, None) => {
-            let labels =
-                LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
-                    .map_err(ApiError::bad_request)?;
-            let fields = FieldSelector::parse(
-                query.get("fieldSelector").map_or("", String::as_str),
-                &ty.plural,
-            )
-            .map_err(ApiError::bad_request)?;
+            let (labels, fields) = selectors(query, &ty.plural)?;
             let options = delete_options(query, &body)?;
             let list = store.list(
                 &ty,
@@ -570,12 +638,162 @@ async fn resource(
                     deleted.push(object);
                 }
             }
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({"apiVersion": ty.api_version(version), "kind": format!("{}List", ty.kind), "metadata": {"resourceVersion": store.revision().to_string()}, "items": deleted}),
-            ))
+            let list = json!({"apiVersion": ty.api_version(version), "kind": format!("{}List", ty.kind), "metadata": {"resourceVersion": store.revision().to_string()}, "items": deleted});
+            let list = match rendering {
+                Rendering::MetadataList(version) => partial_metadata_list(version, &list),
+                _ => list,
+            };
+            Ok(json_response(StatusCode::OK, &list))
         }
         (method, _) => Err(ApiError::method_not_allowed(method.as_str(), path)),
+    }
+}
+
+/// What a `PUT` or `PATCH` of a whole-object subresource (`/scale`, `/approval`) carries;
+/// None for a `GET`.
+fn subresource_write(
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> ApiResult<Option<SubresourceWrite>> {
+    match *method {
+        Method::GET => Ok(None),
+        Method::PUT => Ok(Some(SubresourceWrite::Replace(parse_json(body)?))),
+        Method::PATCH => {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let kind = PatchKind::from_content_type(content_type)
+                .filter(|k| matches!(k, PatchKind::Merge | PatchKind::Json))
+                .ok_or_else(|| ApiError::unsupported_media_type(content_type))?;
+            Ok(Some(SubresourceWrite::Patch(kind, parse_json(body)?)))
+        }
+        ref other => Err(ApiError::method_not_allowed(other.as_str(), path)),
+    }
+}
+
+/// `GET`, `PUT` and `PATCH …/approval` of a CertificateSigningRequest.
+fn approval_request(
+    state: &ServerState,
+    method: &Method,
+    target: &Target,
+    path: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> ApiResult<Response> {
+    let name = target.name.as_deref().unwrap_or_default();
+    let Some(write) = subresource_write(method, path, headers, body)? else {
+        let object = state.store.get(&target.ty, "v1", "", name)?;
+        return Ok(json_response(StatusCode::OK, &object));
+    };
+    let updated = update_approval(&state.store, &target.ty, name, &write, dry_run(query))?;
+    Ok(json_response(StatusCode::OK, &updated))
+}
+
+/// `GET`, `PUT` and `PATCH …/scale` of a custom resource.
+#[allow(clippy::too_many_arguments)]
+fn scale_request(
+    state: &ServerState,
+    method: &Method,
+    target: &Target,
+    version: &str,
+    path: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> ApiResult<Response> {
+    let scale_target = ScaleTarget {
+        ty: &target.ty,
+        version,
+        namespace: target.namespace.as_deref().unwrap_or_default(),
+        name: target.name.as_deref().unwrap_or_default(),
+        path,
+    };
+    let Some(write) = subresource_write(method, path, headers, body)? else {
+        let scale = get_scale(&state.store, scale_target)?;
+        return Ok(json_response(StatusCode::OK, &scale));
+    };
+    let scale = write_scale(
+        &state.store,
+        scale_target,
+        &write,
+        &manager(query, headers),
+        dry_run(query),
+    )?;
+    Ok(json_response(StatusCode::OK, &scale))
+}
+
+/// The label and field selectors of a list, a watch or a collection delete.
+fn selectors(
+    query: &HashMap<String, String>,
+    plural: &str,
+) -> ApiResult<(LabelSelector, FieldSelector)> {
+    let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
+        .map_err(ApiError::bad_request)?;
+    let fields = FieldSelector::parse(
+        query.get("fieldSelector").map_or("", String::as_str),
+        plural,
+    )
+    .map_err(ApiError::bad_request)?;
+    Ok((labels, fields))
+}
+
+/// The objects a watch covers.
+struct WatchScope<'a> {
+    ty: Arc<ResourceType>,
+    version: &'a str,
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+/// What a `?watch=true` asks for.
+fn watch_request(
+    state: &ServerState,
+    scope: WatchScope<'_>,
+    query: &HashMap<String, String>,
+    rendering: Rendering,
+) -> ApiResult<WatchRequest> {
+    let resource_version = match query.get("resourceVersion").map(String::as_str) {
+        None | Some("") => None,
+        Some(rv) => Some(
+            rv.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?,
+        ),
+    };
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map_or(Duration::from_secs(1800), Duration::from_secs);
+    Ok(WatchRequest {
+        ty: scope.ty,
+        version: scope.version.to_owned(),
+        namespace: scope.namespace,
+        labels: scope.labels,
+        fields: scope.fields,
+        resource_version,
+        bookmarks: query
+            .get("allowWatchBookmarks")
+            .is_some_and(|v| v == "true"),
+        timeout,
+        bookmark_interval: state.bookmark_interval,
+        rendering,
+        initial_events_end: query.get("sendInitialEvents").is_some_and(|v| v == "true"),
+    })
+}
+
+/// Refuses a metadata rendering of the wrong shape (a list's for one object, or one
+/// object's for a list), with the real server's 406.
+fn check_shape(rendering: Rendering, list: bool) -> ApiResult<()> {
+    match (rendering, list) {
+        (Rendering::Metadata(_), true) => Err(wrong_shape("PartialObjectMetadata", "a list")),
+        (Rendering::MetadataList(_), false) => {
+            Err(wrong_shape("PartialObjectMetadataList", "not a list"))
+        }
+        _ => Ok(()),
     }
 }
 

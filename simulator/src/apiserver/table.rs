@@ -136,6 +136,62 @@ fn pod_cells(pod: &Value, now: Duration) -> Vec<Value> {
 }
 
 /// (column definitions, cells of one object) for a type.
+/// `Denied`, `Approved` or `Pending`, then `,Failed` and `,Issued` when they apply.
+fn csr_condition(object: &Value) -> String {
+    let conditions = object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let has = |kind: &str| conditions.iter().any(|c| c["type"] == kind);
+    let mut text = if has("Denied") {
+        "Denied".to_owned()
+    } else if has("Approved") {
+        "Approved".to_owned()
+    } else {
+        "Pending".to_owned()
+    };
+    if has("Failed") {
+        text.push_str(",Failed");
+    }
+    if object
+        .pointer("/status/certificate")
+        .and_then(Value::as_str)
+        .is_some_and(|c| !c.is_empty())
+    {
+        text.push_str(",Issued");
+    }
+    text
+}
+
+/// `namespace/name` of the Service an APIService proxies to, or `Local`.
+fn api_service_backend(object: &Value) -> String {
+    match object.pointer("/spec/service").filter(|s| !s.is_null()) {
+        Some(service) => format!(
+            "{}/{}",
+            service["namespace"].as_str().unwrap_or_default(),
+            service["name"].as_str().unwrap_or_default()
+        ),
+        None => "Local".into(),
+    }
+}
+
+/// `True`, `False (Reason)`, or `Unknown` without an Available condition.
+fn api_service_available(object: &Value) -> String {
+    object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Available"))
+        .map_or("Unknown".into(), |c| match c["status"].as_str() {
+            Some("True") => "True".into(),
+            status => format!(
+                "{} ({})",
+                status.unwrap_or("Unknown"),
+                c["reason"].as_str().unwrap_or_default()
+            ),
+        })
+}
+
 fn columns_and_cells(ty: &ResourceType, object: &Value, now: Duration) -> (Vec<Value>, Vec<Value>) {
     let name = json!(
         object
@@ -177,6 +233,43 @@ fn columns_and_cells(ty: &ResourceType, object: &Value, now: Duration) -> (Vec<V
                 cells,
             )
         }
+        ("certificates.k8s.io", "certificatesigningrequests") => (
+            vec![
+                column("Name", "string", 0),
+                column("Age", "string", 0),
+                column("SignerName", "string", 0),
+                column("Requestor", "string", 0),
+                column("RequestedDuration", "string", 0),
+                column("Condition", "string", 0),
+            ],
+            vec![
+                name,
+                age,
+                cell(object.pointer("/spec/signerName")),
+                cell(object.pointer("/spec/username")),
+                json!(
+                    object
+                        .pointer("/spec/expirationSeconds")
+                        .and_then(Value::as_u64)
+                        .map_or("<none>".into(), |s| human_age(Duration::from_secs(s)))
+                ),
+                json!(csr_condition(object)),
+            ],
+        ),
+        ("apiregistration.k8s.io", "apiservices") => (
+            vec![
+                column("Name", "string", 0),
+                column("Service", "string", 0),
+                column("Available", "string", 0),
+                column("Age", "string", 0),
+            ],
+            vec![
+                name,
+                json!(api_service_backend(object)),
+                json!(api_service_available(object)),
+                age,
+            ],
+        ),
         ("policy", "poddisruptionbudgets") => (
             vec![
                 column("Name", "string", 0),

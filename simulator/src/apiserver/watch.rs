@@ -1,6 +1,6 @@
 //! Watch streams: newline-delimited `{"type","object"}` events from a resourceVersion, with
 //! selectors (an object that starts or stops matching is ADDED or DELETED), bookmarks, a
-//! timeout, 410 for compacted versions, and an ERROR 410 for a watcher that falls behind.
+//! timeout, 410 for compacted versions, and a closed stream for a watcher that falls behind.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::errors::ApiResult;
 use super::kinds::ResourceType;
+use super::negotiate::{Rendering, partial_metadata};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::{EventType, Store, WatchEvent, storage_group};
 
@@ -38,8 +39,8 @@ pub struct WatchRequest {
     pub timeout: Duration,
     /// How often bookmarks go out.
     pub bookmark_interval: Duration,
-    /// Objects as Table rows (kubectl `get -w`).
-    pub table: bool,
+    /// Objects as they are, as Table rows (kubectl `get -w`) or as their metadata alone.
+    pub rendering: Rendering,
     /// Send the initial-events-end bookmark (sendInitialEvents=true).
     pub initial_events_end: bool,
 }
@@ -69,7 +70,7 @@ pub fn start(
                 let once =
                     futures_util::stream::once(async move { Ok::<Bytes, Infallible>(bytes) });
                 let mut response = Response::new(Body::from_stream(once));
-                stream_headers(&mut response, request.table);
+                stream_headers(&mut response, request.rendering);
                 return Ok(response);
             }
             Err(error) => return Err(error),
@@ -112,7 +113,7 @@ pub fn start(
         }
     };
     let (sender, receiver) = mpsc::channel::<Bytes>(256);
-    let table = request.table;
+    let rendering = request.rendering;
     tokio::spawn(async move {
         let mut stop = stop;
         let mut last = revision;
@@ -128,7 +129,14 @@ pub fn start(
         }
         if request.initial_events_end && request.bookmarks {
             let bookmark = json!({"kind": request.ty.kind, "apiVersion": request.ty.api_version(&request.version), "metadata": {"resourceVersion": last.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
-            if sender.send(line("BOOKMARK", bookmark)).await.is_err() {
+            if sender
+                .send(line(
+                    "BOOKMARK",
+                    bookmark_or_object(request.rendering, bookmark),
+                ))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -142,7 +150,7 @@ pub fn start(
                 _ = bookmarks.tick(), if request.bookmarks => {
                     let current = store.revision().max(last);
                     let bookmark = json!({"kind": request.ty.kind, "apiVersion": request.ty.api_version(&request.version), "metadata": {"resourceVersion": current.to_string()}});
-                    if sender.send(line("BOOKMARK", bookmark)).await.is_err() {
+                    if sender.send(line("BOOKMARK", bookmark_or_object(request.rendering, bookmark))).await.is_err() {
                         return;
                     }
                 }
@@ -158,11 +166,11 @@ pub fn start(
                             return;
                         }
                     }
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let status = super::errors::ApiError::gone("too old resource version: the watch fell behind").status();
-                        let _ = sender.send(line("ERROR", status)).await;
-                        return;
-                    }
+                    // The real server closes the stream of a watcher that cannot keep up
+                    // (the cacher "forgets" it, after draining what it had queued; no ERROR
+                    // event). The client re-watches from the last version it saw, which the
+                    // event log still serves, or gets 410 there and re-lists.
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
             }
@@ -175,12 +183,12 @@ pub fn start(
             .map(|bytes| (Ok::<Bytes, Infallible>(bytes), receiver))
     });
     let mut response = Response::new(Body::from_stream(stream));
-    stream_headers(&mut response, table);
+    stream_headers(&mut response, rendering);
     Ok(response)
 }
 
-fn stream_headers(response: &mut Response, table: bool) {
-    let content_type = if table {
+fn stream_headers(response: &mut Response, rendering: Rendering) {
+    let content_type = if rendering == Rendering::Table {
         "application/json;as=Table;v=v1;g=meta.k8s.io"
     } else {
         "application/json"
@@ -192,6 +200,15 @@ fn stream_headers(response: &mut Response, table: bool) {
         header::TRANSFER_ENCODING,
         HeaderValue::from_static("chunked"),
     );
+}
+
+/// An event's object (or a bookmark's) as the watch renders objects: whole, or its metadata
+/// alone under the meta.k8s.io kind, as the real server converts bookmarks too.
+fn bookmark_or_object(rendering: Rendering, object: Value) -> Value {
+    match rendering {
+        Rendering::Metadata(version) => partial_metadata(version, &object),
+        _ => object,
+    }
 }
 
 /// The line for one event, or None when the watch does not see it.
@@ -231,15 +248,16 @@ fn render(
             (_, false, false) => return None,
         }
     };
-    let object = if request.table {
-        let rv = now
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        super::table::table(&request.ty, &[now], &rv, None, wall(), false)
-    } else {
-        now
+    let object = match request.rendering {
+        Rendering::Table => {
+            let rv = now
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            super::table::table(&request.ty, &[now], &rv, None, wall(), false)
+        }
+        rendering => bookmark_or_object(rendering, now),
     };
     Some(line(kind.as_str(), object))
 }

@@ -261,7 +261,7 @@ impl Local {
 
     /// Evicts a pod through the eviction subresource (PodDisruptionBudgets respected).
     pub fn evict(&self, namespace: &str, name: &str) -> ApiResult<()> {
-        crate::apiserver::operations::evict(
+        crate::apiserver::eviction::evict(
             &self.store,
             namespace,
             name,

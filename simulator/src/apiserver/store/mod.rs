@@ -114,6 +114,9 @@ pub(crate) struct Inner {
     compacted_through: u64,
     snapshots: HashMap<u64, Snapshot>,
     next_snapshot: u64,
+    /// The disruption controller is held back (a lagging controller manager): PDB statuses
+    /// are not recomputed until it resumes.
+    pub disruption_paused: bool,
 }
 
 impl Inner {
@@ -205,9 +208,10 @@ fn kubernetes_service() -> [(&'static str, &'static str, Value); 3] {
 }
 
 impl Store {
-    /// An empty store with the system namespaces; the event log keeps `log_capacity` events.
-    pub fn new(wall: Arc<dyn WallClock>, log_capacity: usize) -> Arc<Self> {
-        let (sender, _) = broadcast::channel(65_536);
+    /// An empty store with the system namespaces; the event log keeps `log_capacity` events,
+    /// and a watch may fall `watch_buffer` changes behind before it is closed.
+    pub fn new(wall: Arc<dyn WallClock>, log_capacity: usize, watch_buffer: usize) -> Arc<Self> {
+        let (sender, _) = broadcast::channel(watch_buffer.max(16));
         let store = Arc::new(Store {
             hooks: Mutex::new(Vec::new()),
             inner: Mutex::new(Inner {
@@ -219,6 +223,7 @@ impl Store {
                 compacted_through: 0,
                 snapshots: HashMap::new(),
                 next_snapshot: 1,
+                disruption_paused: false,
             }),
             sender,
             wall,
@@ -236,8 +241,19 @@ impl Store {
                 let _ = store.create_locked(&mut inner, &ty, "v1", "default", object, false);
             }
         }
+        crate::apiserver::apiservices::sync(&store, &mut inner);
         drop(inner);
         store
+    }
+
+    /// Holds the disruption controller back (`true`), or lets it catch up with every
+    /// PodDisruptionBudget at once (`false`), as a lagging controller manager would.
+    pub fn pause_disruption_controller(&self, paused: bool) {
+        let mut inner = self.lock();
+        inner.disruption_paused = paused;
+        if !paused {
+            crate::apiserver::controllers::resync_pdbs(self, &mut inner);
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -14,8 +14,26 @@ use crate::apiserver::objects::{
 impl Store {
     fn validate_metadata(ty: &ResourceType, object: &Value, name: &str) -> ApiResult<()> {
         let mut causes = Vec::new();
+        // An APIService is named `version.group` (the core one `v1.`), not a DNS subdomain.
+        let api_service = ty.group == "apiregistration.k8s.io" && ty.plural == "apiservices";
         let name_ok = if ty.plural == "namespaces" {
             valid_label_name(name)
+        } else if api_service {
+            let required = format!(
+                "{}.{}",
+                object
+                    .pointer("/spec/version")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                object
+                    .pointer("/spec/group")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            );
+            if name != required {
+                causes.push(("metadata.name", format!("Invalid value: {name:?}: must be `spec.version+\".\"+spec.group`: {required:?}")));
+            }
+            true
         } else {
             valid_subdomain(name)
         };
@@ -248,12 +266,7 @@ impl Store {
         if let Some(expected) = meta_str(&body, "resourceVersion").filter(|rv| !rv.is_empty())
             && Some(expected) != meta_str(&current, "resourceVersion")
         {
-            return Err(ApiError::conflict(
-                &ty.group,
-                &ty.plural,
-                name,
-                "the object has been modified; please apply your changes to the latest version and try again",
-            ));
+            return Err(ApiError::stale(&ty.group, &ty.plural, name));
         }
         let result = self.write(
             &mut inner, ty, version, &key, current, body, status, dry_run,
@@ -328,6 +341,7 @@ impl Store {
                 }
             }
         }
+        crate::apiserver::controllers::prepare_for_update(ty, &current, &mut next, status);
         Self::validate_metadata(ty, &next, &key.name)?;
         let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
         if deleting {
