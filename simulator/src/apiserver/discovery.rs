@@ -14,6 +14,7 @@ pub(crate) fn group_list(state: &ServerState) -> Value {
         .groups()
         .into_iter()
         .map(|(group, versions)| group_json(&group, &versions))
+        .chain(super::reviews::groups())
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }

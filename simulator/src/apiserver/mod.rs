@@ -22,6 +22,7 @@ mod objects;
 pub(crate) mod operations;
 mod patch;
 mod protobuf;
+mod reviews;
 mod routes;
 pub mod selectors;
 pub(crate) mod store;
@@ -44,6 +45,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 pub use self::errors::ApiError;
+pub use self::reviews::{ADMIN_USER, API_AUDIENCE, ReviewCounts, ReviewedUser, Subject};
 pub use self::store::{EventType, ObjectKey, Store, WatchEvent};
 use self::time::{SystemWallClock, WallClock};
 use crate::tls::{self, TlsIdentity};
@@ -131,6 +133,8 @@ pub(crate) struct ServerState {
     pub wall: Arc<dyn WallClock>,
     pub address: String,
     version: (u32, u32),
+    /// The tokens and rules TokenReviews and SubjectAccessReviews answer from.
+    reviews: reviews::Reviews,
 }
 
 impl ServerState {
@@ -254,6 +258,7 @@ impl ApiServer {
             wall,
             address: local.to_string(),
             version: config.kubernetes_version,
+            reviews: reviews::Reviews::new(&token),
         });
         let router = Router::new()
             .fallback(routes::dispatch)
