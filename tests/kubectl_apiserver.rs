@@ -866,3 +866,39 @@ async fn applying_a_kind_whose_crd_is_missing_says_so() {
         "{err}"
     );
 }
+
+/// kubectl creates the two review kinds as on a real cluster: found through discovery, the
+/// answer in `status`, nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_token_and_subject_access_reviews() {
+    use baremend_sim::apiserver::Subject;
+    let c = cluster().await;
+    let token = c._server.mint_token("alice", &["team"]);
+    let review = format!(
+        "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: {token}\n"
+    );
+    let user = c
+        .ok(
+            &[
+                "create",
+                "-f",
+                "-",
+                "-o",
+                "jsonpath={.status.user.username}",
+            ],
+            Some(&review),
+        )
+        .await;
+    assert_eq!(user, "alice");
+    let access = "apiVersion: authorization.k8s.io/v1\nkind: SubjectAccessReview\nspec:\n  user: alice\n  groups: [team]\n  nonResourceAttributes: {path: /metrics, verb: get}\n";
+    let allowed = |out: String| out.trim().to_owned();
+    let jsonpath = ["create", "-f", "-", "-o", "jsonpath={.status.allowed}"];
+    assert_eq!(allowed(c.ok(&jsonpath, Some(access)).await), "false");
+    c._server
+        .allow_non_resource(Subject::Group("team".into()), "get", "/metrics");
+    assert_eq!(allowed(c.ok(&jsonpath, Some(access)).await), "true");
+    let resources = c
+        .ok(&["api-resources", "--api-group=authorization.k8s.io"], None)
+        .await;
+    assert!(resources.contains("subjectaccessreviews"), "{resources}");
+}
