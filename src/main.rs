@@ -43,7 +43,7 @@ enum Command {
     #[cfg(feature = "lab")]
     Lab(LabArgs),
     /// Run the remediation controller against a cluster.
-    Run(baremend::run::RunArgs),
+    Run(Box<baremend::run::RunArgs>),
     /// Print baremend's CustomResourceDefinitions (or write them with --out).
     Crds(CrdsArgs),
     /// On a node (in the drift coordinator's helper pod): create or remove the MCO's
@@ -92,7 +92,7 @@ async fn main() -> ExitCode {
         Command::Bmc(args) => baremend::bmc::run(args).await,
         #[cfg(feature = "lab")]
         Command::Lab(args) => baremend::lab::run(args).await,
-        Command::Run(args) => baremend::run::run(args).await,
+        Command::Run(args) => baremend::run::run(*args).await,
         Command::Crds(args) => baremend::api::run_crds(args),
         Command::HostFile(args) => baremend::hostfile::run(&args).map(|done| println!("{done}")),
     };

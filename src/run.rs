@@ -11,7 +11,9 @@ use kube::{Client, Config};
 use crate::drift::controller::HelperPods;
 use crate::duration::{parse_duration, parse_duration_or_off};
 use crate::leader::{Leadership, LeaseConfig};
-use crate::metrics::{Metrics, serve};
+use crate::metrics::access::{Gate, KubeReviewer};
+use crate::metrics::tls::{CertSource, server_config};
+use crate::metrics::{Metrics, serve, serve_probes, serve_secure};
 use crate::remediation::controller::{
     ControllerOptions, Placement, run as run_controller, run_elected,
 };
@@ -30,9 +32,33 @@ pub struct RunArgs {
     /// How soon to look again while waiting for a BMC or a Node.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub poll: Duration,
-    /// Where to serve `/metrics`, `/healthz` and `/readyz`.
-    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR:PORT")]
+    /// Where to serve `/metrics` (HTTPS with authentication and authorization unless
+    /// `--metrics-secure=false`).
+    #[arg(long, default_value = "0.0.0.0:8443", value_name = "ADDR:PORT")]
     pub metrics_listen: SocketAddr,
+    /// Where to serve the probes `/healthz` and `/readyz` (plain HTTP, unauthenticated).
+    #[arg(long, default_value = "0.0.0.0:8081", value_name = "ADDR:PORT")]
+    pub probe_listen: SocketAddr,
+    /// Serve `/metrics` over HTTPS, only to callers whose bearer token the cluster
+    /// authenticates (TokenReview) and authorises to get `/metrics` (SubjectAccessReview).
+    /// `false`: plain HTTP to anyone, for labs or behind a proxy of the cluster's own.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub metrics_secure: bool,
+    /// A directory holding the serving certificate `tls.crt` and its key `tls.key` (e.g. the
+    /// mounted service-ca Secret); read again when they change. Without it (and without
+    /// --metrics-tls-cert), a self-signed certificate is generated at start.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["metrics_tls_cert", "metrics_tls_key"])]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// The serving certificate (PEM chain); with --metrics-tls-key.
+    #[arg(long, value_name = "FILE", requires = "metrics_tls_key")]
+    pub metrics_tls_cert: Option<PathBuf>,
+    /// The serving certificate's private key (PEM); with --metrics-tls-cert.
+    #[arg(long, value_name = "FILE", requires = "metrics_tls_cert")]
+    pub metrics_tls_key: Option<PathBuf>,
+    /// How long a caller's allowed review is kept before the cluster is asked again (refusals
+    /// at most 30s); a revoked binding takes effect within it.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub metrics_auth_cache_ttl: Duration,
     /// Elect a leader among the replicas on a Lease; only the leader acts. Turn it off only
     /// for a single replica.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -119,8 +145,7 @@ async fn client(args: &RunArgs) -> Result<Client> {
 pub async fn run(args: RunArgs) -> Result<()> {
     let client = client(&args).await?;
     let metrics = Arc::new(Metrics::new());
-    let bound = serve(args.metrics_listen, metrics.clone()).await?;
-    tracing::info!(%bound, "serving /metrics, /healthz and /readyz");
+    serve_endpoints(&args, &client, &metrics).await?;
     let shutdown = async {
         let terminate = async {
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -172,6 +197,33 @@ pub async fn run(args: RunArgs) -> Result<()> {
         retry_period: args.retry_period,
     };
     run_elected(client, Arc::new(SystemClock), options, lease, shutdown).await
+}
+
+/// Serves the probes and `/metrics` as the flags ask.
+async fn serve_endpoints(args: &RunArgs, client: &Client, metrics: &Arc<Metrics>) -> Result<()> {
+    let probes = serve_probes(args.probe_listen, metrics.clone()).await?;
+    tracing::info!(%probes, "serving /healthz and /readyz (plain HTTP)");
+    if !args.metrics_secure {
+        let bound = serve(args.metrics_listen, metrics.clone()).await?;
+        tracing::warn!(%bound, "serving /metrics over plain HTTP to anyone (--metrics-secure=false)");
+        return Ok(());
+    }
+    let source = CertSource::from_args(
+        args.metrics_cert_dir.as_deref(),
+        args.metrics_tls_cert.as_deref(),
+        args.metrics_tls_key.as_deref(),
+        &args.instance,
+    );
+    let tls = server_config(&source)?;
+    let reviewer = Arc::new(KubeReviewer::new(client.clone()));
+    let gate = Arc::new(Gate::new(
+        reviewer,
+        Arc::new(SystemClock),
+        args.metrics_auth_cache_ttl,
+    ));
+    let bound = serve_secure(args.metrics_listen, metrics.clone(), tls, gate).await?;
+    tracing::info!(%bound, "serving /metrics over HTTPS to callers the cluster authorises");
+    Ok(())
 }
 
 /// A replica's identity: the pod name, made unique for restarts of the same pod (a restarted

@@ -13,9 +13,10 @@ use baremend::api::{DriftPhase, Remediation, RemediationPhase};
 use baremend::drift::controller::HelperPods;
 use baremend::drift::helper::HELPER_SERVICE_ACCOUNT;
 use baremend::leader::LeaseConfig;
+use baremend::metrics::access::{Access::Allowed, Gate, KubeReviewer};
 use baremend::remediation::controller::{ControllerOptions, run_elected};
 use baremend::runtime::SystemClock;
-use baremend_sim::apiserver::{ApiServer, AuditRecord};
+use baremend_sim::apiserver::{ApiServer, AuditRecord, Subject as Grantee};
 use baremend_sim::cluster::ClusterSpec;
 use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::cluster::local::{Gvr, NODES};
@@ -23,10 +24,11 @@ use baremend_sim::cluster::mco::disk::SimFile;
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::tls::TestCa;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
 };
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
 mod common;
@@ -82,6 +84,7 @@ fn every_manifest_parses_into_its_typed_struct() {
             "Role" => drop(typed::<Role>(&file, &value)),
             "RoleBinding" => drop(typed::<RoleBinding>(&file, &value)),
             "Service" => drop(typed::<Service>(&file, &value)),
+            "Secret" => drop(typed::<Secret>(&file, &value)),
             "Deployment" => drop(typed::<Deployment>(&file, &value)),
             // The Prometheus Operator's kinds have no k8s-openapi type: their shape is
             // checked where they are used below.
@@ -170,6 +173,118 @@ fn the_deployment_runs_two_hardened_replicas_probed_on_our_endpoints() {
     let args = container.args.clone().unwrap();
     assert_eq!(args[0], "run");
     assert!(args.iter().any(|a| a == "--leader-elect=true"), "{args:?}");
+    // The probes: plain HTTP on their own port (the kubelet has no token); /metrics on
+    // HTTPS on another.
+    let port_of = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+        probe.clone().unwrap().http_get.unwrap().port
+    };
+    let probes = IntOrString::String("probes".into());
+    assert_eq!(port_of(&container.liveness_probe), probes);
+    assert_eq!(port_of(&container.readiness_probe), probes);
+    let ports: Vec<(String, i32)> = container
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.clone().unwrap_or_default(), p.container_port))
+        .collect();
+    assert!(ports.contains(&("probes".into(), 8081)), "{ports:?}");
+    assert!(ports.contains(&("https-metrics".into(), 8443)), "{ports:?}");
+    for arg in [
+        "--probe-listen=0.0.0.0:8081",
+        "--metrics-listen=0.0.0.0:8443",
+    ] {
+        assert!(args.iter().any(|a| a == arg), "{arg} missing: {args:?}");
+    }
+}
+
+#[test]
+fn the_metrics_certificate_is_the_service_cas_mounted_where_baremend_reads_it() {
+    let deployment: Deployment = typed("deployment.yaml", &of_kind("Deployment")[0]);
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let container = &pod.containers[0];
+    let args = container.args.clone().unwrap();
+    let dir = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--metrics-cert-dir="))
+        .expect("--metrics-cert-dir");
+    let mount = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == dir)
+        .expect("a volume mounted at the certificate directory");
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    let secret = volume.secret.clone().unwrap().secret_name.unwrap();
+    let service: Service = typed("service.yaml", &of_kind("Service")[0]);
+    let annotations = service.metadata.annotations.unwrap();
+    assert_eq!(
+        annotations
+            .get("service.beta.openshift.io/serving-cert-secret-name")
+            .map(String::as_str),
+        Some(secret.as_str()),
+        "the service CA writes the Secret the pod mounts"
+    );
+}
+
+#[test]
+fn the_service_monitor_scrapes_https_with_a_token_allowed_to_get_metrics() {
+    let monitor = &of_kind("ServiceMonitor")[0];
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["path"], "/metrics");
+    assert_eq!(endpoint["scheme"], "https");
+    // The endpoint's port is a port of the Service, on the container's HTTPS port.
+    let service: Service = typed("service.yaml", &of_kind("Service")[0]);
+    let spec = service.spec.unwrap();
+    let port = spec
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == endpoint["port"].as_str())
+        .expect("the ServiceMonitor's port on the Service");
+    assert_eq!(
+        port.target_port,
+        Some(IntOrString::String("https-metrics".into()))
+    );
+    // The certificate is verified for the Service's DNS name, with the service CA.
+    let name = service.metadata.name.unwrap();
+    let namespace = service.metadata.namespace.unwrap();
+    let tls = &endpoint["tlsConfig"];
+    assert_eq!(tls["serverName"], format!("{name}.{namespace}.svc"));
+    assert_eq!(tls["ca"]["configMap"]["name"], "openshift-service-ca.crt");
+    assert_ne!(tls["insecureSkipVerify"], true);
+    // No file access (user-workload monitoring refuses it): the token comes from a Secret.
+    assert!(endpoint.get("bearerTokenFile").is_none() && tls.get("caFile").is_none());
+    assert_eq!(endpoint["authorization"]["type"], "Bearer");
+    let secret_name = endpoint["authorization"]["credentials"]["name"]
+        .as_str()
+        .unwrap();
+    let secret: Secret = of_kind("Secret")
+        .iter()
+        .map(|v| typed::<Secret>("serviceaccount.yaml", v))
+        .find(|s| s.metadata.name.as_deref() == Some(secret_name))
+        .expect("the token Secret in deploy/");
+    assert_eq!(
+        secret.type_.as_deref(),
+        Some("kubernetes.io/service-account-token")
+    );
+    let account =
+        secret.metadata.annotations.unwrap()["kubernetes.io/service-account.name"].clone();
+    // That account may get /metrics, and nothing else.
+    let granted = grants(&account);
+    assert!(!granted.is_empty(), "{account} is bound to nothing");
+    for g in &granted {
+        assert!(
+            g.rule.resources.is_none() && g.rule.api_groups.is_none(),
+            "{account} may touch resources"
+        );
+        assert_eq!(g.rule.non_resource_urls, Some(vec!["/metrics".to_string()]));
+        assert_eq!(g.rule.verbs, vec!["get".to_string()]);
+    }
 }
 
 #[test]
@@ -552,9 +667,6 @@ fn alerts_and_dashboard_use_only_exported_metrics() {
             }
         }
     }
-    let monitor = &of_kind("ServiceMonitor")[0];
-    assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
-    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
 }
 
 /// What RBAC sees of a request.
@@ -791,6 +903,19 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         },
         std::future::pending(),
     ));
+    // A scrape of /metrics: its caller's TokenReview and SubjectAccessReview, made as the
+    // endpoint makes them.
+    let scraper = "system:serviceaccount:baremend:baremend-metrics-reader";
+    let token = server.mint_token(scraper, &["system:serviceaccounts"]);
+    server.allow_non_resource(Grantee::User(scraper.into()), "get", "/metrics");
+    let reviewer = Arc::new(KubeReviewer::new(lab.client.clone()));
+    let gate = Gate::new(reviewer, Arc::new(SystemClock), Duration::from_secs(60));
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert(
+        axum::http::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().unwrap(),
+    );
+    assert_eq!(gate.check(&headers).await, Allowed);
     // Read through the store: the test's own reads must not count as the controller's.
     let phase = |r: Remediation| r.status.map(|s| s.phase);
     lab.cluster.hang("worker-0");

@@ -680,6 +680,10 @@ async fn kubectl_applies_the_crds_and_the_whole_deploy_folder() {
         "role.rbac.authorization.k8s.io/baremend-leader-election created",
         "configmap/baremend-dashboard created",
         "service/baremend-metrics created",
+        "serviceaccount/baremend-metrics-reader created",
+        "secret/baremend-metrics-reader-token created",
+        "clusterrole.rbac.authorization.k8s.io/baremend-metrics-reader created",
+        "clusterrolebinding.rbac.authorization.k8s.io/baremend-metrics-reader created",
         "deployment.apps/baremend created",
         "servicemonitor.monitoring.coreos.com/baremend created",
         "prometheusrule.monitoring.coreos.com/baremend created",
@@ -1105,4 +1109,40 @@ async fn kubectl_approves_a_certificate_signing_request() {
         )
         .await;
     assert_eq!(reason, "KubectlApprove");
+}
+
+/// kubectl creates the two review kinds as on a real cluster: found through discovery, the
+/// answer in `status`, nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_token_and_subject_access_reviews() {
+    use baremend_sim::apiserver::Subject;
+    let c = cluster().await;
+    let token = c.server.mint_token("alice", &["team"]);
+    let review = format!(
+        "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: {token}\n"
+    );
+    let user = c
+        .ok(
+            &[
+                "create",
+                "-f",
+                "-",
+                "-o",
+                "jsonpath={.status.user.username}",
+            ],
+            Some(&review),
+        )
+        .await;
+    assert_eq!(user, "alice");
+    let access = "apiVersion: authorization.k8s.io/v1\nkind: SubjectAccessReview\nspec:\n  user: alice\n  groups: [team]\n  nonResourceAttributes: {path: /metrics, verb: get}\n";
+    let allowed = |out: String| out.trim().to_owned();
+    let jsonpath = ["create", "-f", "-", "-o", "jsonpath={.status.allowed}"];
+    assert_eq!(allowed(c.ok(&jsonpath, Some(access)).await), "false");
+    c.server
+        .allow_non_resource(Subject::Group("team".into()), "get", "/metrics");
+    assert_eq!(allowed(c.ok(&jsonpath, Some(access)).await), "true");
+    let resources = c
+        .ok(&["api-resources", "--api-group=authorization.k8s.io"], None)
+        .await;
+    assert!(resources.contains("subjectaccessreviews"), "{resources}");
 }

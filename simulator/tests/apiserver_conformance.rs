@@ -2228,3 +2228,166 @@ async fn discovery_orders_groups_by_priority_and_versions_kube_aware() {
         .collect();
     assert_eq!(aggregated_names, names);
 }
+
+fn token_review(token: &str, audiences: &[&str]) -> Value {
+    json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+        "spec": {"token": token, "audiences": audiences}})
+}
+
+fn metrics_access_review(user: &str, groups: &[&str]) -> Value {
+    json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "groups": groups, "uid": format!("uid-{user}"),
+            "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}})
+}
+
+#[tokio::test]
+async fn token_reviews_name_the_tokens_user_and_answer_unknown_tokens_unauthenticated() {
+    let api = Api::start().await;
+    let path = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let token = api.server.mint_token(
+        "system:serviceaccount:monitoring:prometheus",
+        &["system:serviceaccounts"],
+    );
+    let (status, body) = api.post(path, token_review(&token, &[])).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["kind"], "TokenReview");
+    assert_eq!(body["status"]["authenticated"], true, "{body}");
+    assert_eq!(
+        body["status"]["user"]["username"],
+        "system:serviceaccount:monitoring:prometheus"
+    );
+    let groups = body["status"]["user"]["groups"].as_array().unwrap();
+    assert!(
+        groups.contains(&json!("system:serviceaccounts"))
+            && groups.contains(&json!("system:authenticated")),
+        "{body}"
+    );
+    assert_eq!(
+        body["status"]["audiences"],
+        json!(["https://kubernetes.default.svc"])
+    );
+
+    // The kubeconfig's own token is the cluster admin's.
+    let (_, body) = api.post(path, token_review(api.server.token(), &[])).await;
+    assert_eq!(
+        body["status"]["user"]["username"], "kubernetes-admin",
+        "{body}"
+    );
+
+    // An unknown token and a foreign audience are answers, not errors.
+    let (status, body) = api.post(path, token_review("not-a-token", &[])).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["status"]["authenticated"], false, "{body}");
+    assert!(body["status"].get("user").is_none(), "{body}");
+    let (_, body) = api
+        .post(path, token_review(&token, &["https://elsewhere"]))
+        .await;
+    assert_eq!(body["status"]["authenticated"], false, "{body}");
+
+    // No token: 400; the wrong kind: 400; create-only: 405 on GET.
+    let (status, body) = api.post(path, token_review("", &[])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["kind"], "Status");
+    let (status, _) = api
+        .post(
+            path,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "spec": {"token": token}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = api.get(path).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(api.server.review_counts().token_reviews, 4);
+}
+
+#[tokio::test]
+async fn subject_access_reviews_decide_non_resource_urls_from_the_rules_default_deny() {
+    use baremend_sim::apiserver::Subject;
+    let api = Api::start().await;
+    let path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let allowed = |body: &Value| body["status"]["allowed"].as_bool();
+    let (status, body) = api
+        .post(path, metrics_access_review("alice", &["team"]))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(allowed(&body), Some(false), "default deny: {body}");
+    api.server
+        .allow_non_resource(Subject::Group("team".into()), "get", "/metrics");
+    let (_, body) = api
+        .post(path, metrics_access_review("alice", &["team"]))
+        .await;
+    assert_eq!(allowed(&body), Some(true), "{body}");
+    let (_, body) = api
+        .post(path, metrics_access_review("bob", &["other"]))
+        .await;
+    assert_eq!(allowed(&body), Some(false), "{body}");
+    // Another verb or path is another question.
+    let mut post = metrics_access_review("alice", &["team"]);
+    post["spec"]["nonResourceAttributes"]["verb"] = json!("post");
+    assert_eq!(allowed(&api.post(path, post).await.1), Some(false));
+    api.server
+        .revoke_non_resource(&Subject::Group("team".into()));
+    let (_, body) = api
+        .post(path, metrics_access_review("alice", &["team"]))
+        .await;
+    assert_eq!(allowed(&body), Some(false), "revoked: {body}");
+    // The cluster admin may do everything.
+    let (_, body) = api
+        .post(
+            path,
+            metrics_access_review("kubernetes-admin", &["system:masters"]),
+        )
+        .await;
+    assert_eq!(allowed(&body), Some(true), "{body}");
+
+    // No subject, or neither or both attribute kinds: 422.
+    let (status, body) = api.post(path, metrics_access_review("", &[])).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["reason"], "Invalid");
+    let mut both = metrics_access_review("alice", &[]);
+    both["spec"]["resourceAttributes"] = json!({"verb": "get", "resource": "pods"});
+    assert_eq!(
+        api.post(path, both).await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(api.server.review_counts().access_reviews, 6);
+}
+
+#[tokio::test]
+async fn the_review_groups_are_discovered_with_create_only_resources() {
+    let api = Api::start().await;
+    let (_, groups) = api.get("/apis").await;
+    let names: Vec<&str> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"authentication.k8s.io") && names.contains(&"authorization.k8s.io"),
+        "{names:?}"
+    );
+    for (group, plural, kind) in [
+        ("authentication.k8s.io", "tokenreviews", "TokenReview"),
+        (
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+        ),
+    ] {
+        let (status, list) = api.get(&format!("/apis/{group}/v1")).await;
+        assert_eq!(status, StatusCode::OK, "{list}");
+        let resource = &list["resources"][0];
+        assert_eq!(
+            (resource["name"].as_str(), resource["kind"].as_str()),
+            (Some(plural), Some(kind))
+        );
+        assert_eq!(resource["verbs"], json!(["create"]));
+        assert_eq!(resource["namespaced"], false);
+        let (status, document) = api.get(&format!("/apis/{group}")).await;
+        assert_eq!(
+            (status, document["preferredVersion"]["version"].as_str()),
+            (StatusCode::OK, Some("v1"))
+        );
+    }
+}

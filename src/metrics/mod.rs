@@ -1,5 +1,7 @@
-//! The controller's Prometheus metrics (OpenMetrics text) and the HTTP endpoint that serves
-//! them with the health and readiness probes.
+//! The controller's Prometheus metrics (OpenMetrics text) and the endpoints that serve them
+//! and the health and readiness probes: `/metrics` over HTTPS to the callers the cluster
+//! authorises ([`access`], [`tls`]), or plain when asked for; the probes always plain, on their
+//! own port.
 //!
 //! Counters move when a step is carried out; the gauges (remediations in progress, starts
 //! held by each safety gate) are recounted from the watch caches by the controller, so a
@@ -10,8 +12,10 @@
 //! `increase()` needs a sample before it, so the first failure after every restart (and the
 //! process restarts on every leadership loss) would pass no alert.
 
+pub mod access;
 pub mod drift;
 pub mod power;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,9 +23,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
@@ -31,6 +36,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use self::access::{Access, Gate};
 use self::power::PowerMetrics;
 use crate::{Error, Result};
 
@@ -364,26 +370,131 @@ async fn readiness(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     }
 }
 
-/// Binds `listen` and serves `/metrics`, `/healthz` and `/readyz` from a spawned task.
-/// Returns the bound address (`listen` may ask for port 0).
-pub async fn serve(listen: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr> {
+fn probes() -> Router<Arc<Metrics>> {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readiness))
+}
+
+async fn bind(listen: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr)> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| Error::Listen { listen, source })?;
     let bound = listener
         .local_addr()
         .map_err(|source| Error::Listen { listen, source })?;
-    let app = Router::new()
-        .route("/metrics", get(metrics_text))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readiness))
-        .with_state(metrics);
+    Ok((listener, bound))
+}
+
+fn spawn_plain(listener: tokio::net::TcpListener, app: Router) {
     tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::warn!(%error, "the metrics endpoint stopped");
         }
     });
+}
+
+/// Binds `listen` and serves `/metrics`, `/healthz` and `/readyz` over plain HTTP, without
+/// authentication, from a spawned task (`baremend lab`, and `baremend run
+/// --metrics-secure=false` behind a proxy of the cluster's own). Returns the bound address
+/// (`listen` may ask for port 0).
+pub async fn serve(listen: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr> {
+    let (listener, bound) = bind(listen).await?;
+    let app = probes()
+        .route("/metrics", get(metrics_text))
+        .with_state(metrics);
+    spawn_plain(listener, app);
     Ok(bound)
+}
+
+/// Binds `listen` and serves only the probes `/healthz` and `/readyz`, plain and
+/// unauthenticated (the kubelet's probes carry no token).
+pub async fn serve_probes(listen: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr> {
+    let (listener, bound) = bind(listen).await?;
+    spawn_plain(listener, probes().with_state(metrics));
+    Ok(bound)
+}
+
+/// Lets the request through only when the gate allows its caller.
+async fn authorised(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
+    match gate.check(request.headers()).await {
+        Access::Allowed => next.run(request).await,
+        Access::Unauthenticated => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "a bearer token the cluster knows is required\n",
+        )
+            .into_response(),
+        Access::Forbidden => (
+            StatusCode::FORBIDDEN,
+            "this user may not get /metrics (see the baremend-metrics-reader ClusterRole)\n",
+        )
+            .into_response(),
+        other => (
+            other.status(),
+            "the caller could not be reviewed; try again\n",
+        )
+            .into_response(),
+    }
+}
+
+/// Binds `listen` and serves `/metrics` over HTTPS with `tls`, to the callers `gate` allows.
+pub async fn serve_secure(
+    listen: SocketAddr,
+    metrics: Arc<Metrics>,
+    tls: Arc<rustls::ServerConfig>,
+    gate: Arc<Gate>,
+) -> Result<SocketAddr> {
+    let (listener, bound) = bind(listen).await?;
+    let app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .with_state(metrics)
+        .layer(from_fn_with_state(gate, authorised));
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    tokio::spawn(accept_tls(listener, acceptor, app));
+    Ok(bound)
+}
+
+/// How long a client may take over its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn accept_tls(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: Router,
+) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(%error, "the metrics endpoint could not accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Each connection on its own task: a slow handshake holds up nobody else.
+        tokio::spawn(serve_tls(stream, acceptor.clone(), app.clone()));
+    }
+}
+
+async fn serve_tls(
+    stream: tokio::net::TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: Router,
+) {
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => return tracing::debug!(%error, "a metrics TLS handshake failed"),
+        Err(_) => return tracing::debug!("a metrics TLS handshake timed out"),
+    };
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    if let Err(error) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(%error, "a metrics connection ended with an error");
+    }
 }
 
 #[cfg(test)]

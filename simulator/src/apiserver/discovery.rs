@@ -22,6 +22,7 @@ pub(crate) fn group_list(state: &ServerState) -> Value {
     let groups: Vec<Value> = ordered_groups(state)
         .into_iter()
         .map(|(group, versions)| group_json(&group, &versions))
+        .chain(super::reviews::groups())
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }

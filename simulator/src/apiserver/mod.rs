@@ -29,6 +29,7 @@ mod objects;
 pub(crate) mod operations;
 mod patch;
 mod protobuf;
+mod reviews;
 mod routes;
 mod scale;
 pub mod selectors;
@@ -53,6 +54,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 pub use self::errors::ApiError;
+pub use self::reviews::{ADMIN_USER, API_AUDIENCE, ReviewCounts, ReviewedUser, Subject};
 pub use self::store::{EventType, ObjectKey, Store, WatchEvent};
 use self::time::{SystemWallClock, WallClock};
 use crate::tls::{self, TlsIdentity};
@@ -150,6 +152,8 @@ pub(crate) struct ServerState {
     version: (u32, u32),
     /// Signs and checks the ServiceAccount tokens of TokenRequests.
     pub tokens: tokens::TokenIssuer,
+    /// The tokens and rules TokenReviews and SubjectAccessReviews answer from.
+    reviews: reviews::Reviews,
 }
 
 impl ServerState {
@@ -318,6 +322,7 @@ impl ApiServer {
             address: local.to_string(),
             version: config.kubernetes_version,
             tokens: tokens::TokenIssuer::generate().map_err(Error::Config)?,
+            reviews: reviews::Reviews::new(&token),
         });
         let router = Router::new()
             .fallback(routes::dispatch)

@@ -279,6 +279,9 @@ async fn route(
             &resource_list(state, "", "v1"),
         )),
         ["apis"] => discovery_root(state, headers, DiscoveryRoot::Groups),
+        ["apis", group, rest @ ..] if super::reviews::owns(group) => {
+            super::reviews::route(state, method, group, rest, path, &body)
+        }
         ["openapi", "v2"] => Ok(openapi_v2(headers)),
         ["openapi", "v3"] => Ok(json_response(StatusCode::OK, &openapi_root(state))),
         ["openapi", "v3", "api", "v1"] => Ok(json_response(
