@@ -129,12 +129,17 @@ fn the_shipped_policies_start_the_first_day_in_dry_run_and_observe() {
     assert_eq!(remediation[0].spec.mode, RemediationMode::DryRun);
     assert!(!remediation[0].spec.paused);
     assert_eq!(drift[0].spec.mode, DriftMode::Observe);
-    // In the kustomization, and the guide shows how to switch each.
+    // Created once, outside the kustomization (an upgrade's `apply -k` must not switch a
+    // cluster that remediates back to dry run), and the guide shows how to create and switch.
     let kustomization =
         std::fs::read_to_string(common::repo_root().join("deploy/kustomization.yaml")).unwrap();
-    assert!(kustomization.contains("- policies.yaml"), "{kustomization}");
+    assert!(
+        !kustomization.contains("- policies.yaml"),
+        "{kustomization}"
+    );
     let guide = std::fs::read_to_string(common::repo_root().join("docs/install.md")).unwrap();
     for switch in [
+        "kubectl create -f deploy/policies.yaml",
         r#"kubectl patch remediationpolicy default --type merge -p '{"spec":{"mode":"Remediate"}}'"#,
         r#"kubectl patch driftpolicy default --type merge -p '{"spec":{"mode":"Remediate"}}'"#,
     ] {

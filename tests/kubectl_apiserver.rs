@@ -687,10 +687,25 @@ async fn kubectl_applies_the_crds_and_the_whole_deploy_folder() {
         "deployment.apps/baremend created",
         "servicemonitor.monitoring.coreos.com/baremend created",
         "prometheusrule.monitoring.coreos.com/baremend created",
+    ] {
+        assert!(out.contains(object), "missing {object:?} in:\n{out}");
+    }
+    assert!(
+        !out.contains("policy"),
+        "the policies are created apart: {out}"
+    );
+    let policies = deploy.join("policies.yaml");
+    let created = c
+        .ok(&["create", "-f", policies.to_str().unwrap()], None)
+        .await;
+    for object in [
         "remediationpolicy.baremend.io/default created",
         "driftpolicy.baremend.io/default created",
     ] {
-        assert!(out.contains(object), "missing {object:?} in:\n{out}");
+        assert!(
+            created.contains(object),
+            "missing {object:?} in:\n{created}"
+        );
     }
     // The first day's policies: cluster-scoped (kubectl drops the namespace kustomize adds), in
     // DryRun and Observe, the rest defaulted by the schema.
@@ -724,12 +739,43 @@ async fn kubectl_applies_the_crds_and_the_whole_deploy_folder() {
             .any(|r| r.starts_with(&["driftpolicy.baremend.io/default", "Observe"])),
         "{table}"
     );
-    // A second apply changes nothing.
+    // Switched to remediate, a second apply (an upgrade) changes nothing, and the policies
+    // cannot be created over.
+    c.ok(
+        &[
+            "patch",
+            "remediationpolicy",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"mode":"Remediate"}}"#,
+        ],
+        None,
+    )
+    .await;
     let again = c.ok(&["apply", "-k", deploy.to_str().unwrap()], None).await;
     assert!(
         !again.contains("configured") && !again.contains("created"),
         "{again}"
     );
+    let (ok, _, err) = c
+        .kubectl(&["create", "-f", policies.to_str().unwrap()], None)
+        .await;
+    assert!(!ok && err.contains("AlreadyExists"), "{err}");
+    let mode = c
+        .ok(
+            &[
+                "get",
+                "remediationpolicy",
+                "default",
+                "-o",
+                "jsonpath={.spec.mode}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(mode.trim(), "Remediate");
     let replicas = c
         .ok(
             &[

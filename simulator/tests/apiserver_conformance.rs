@@ -2210,6 +2210,8 @@ async fn discovery_orders_groups_by_priority_and_versions_kube_aware() {
             "apiregistration.k8s.io",
             "apps",
             "events.k8s.io",
+            "authentication.k8s.io",
+            "authorization.k8s.io",
             "certificates.k8s.io",
             "policy",
             "rbac.authorization.k8s.io",

@@ -40,6 +40,7 @@ pub(crate) fn group_priority(group: &str) -> i64 {
         "apps" => 17800,
         "events.k8s.io" => 17750,
         "authentication.k8s.io" => 17700,
+        "authorization.k8s.io" => 17600,
         "certificates.k8s.io" => 17300,
         "policy" => 17100,
         "rbac.authorization.k8s.io" => 17000,
@@ -56,6 +57,11 @@ pub(crate) fn wanted(registry: &Registry, now: &str) -> BTreeMap<String, Value> 
     for (group, served) in registry.groups() {
         versions.extend(served.into_iter().map(|v| (group.clone(), v)));
     }
+    versions.extend(
+        super::reviews::GROUPS
+            .iter()
+            .map(|group| ((*group).to_owned(), super::reviews::VERSION.to_owned())),
+    );
     versions
         .into_iter()
         .map(|(group, version)| {

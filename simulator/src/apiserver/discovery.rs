@@ -14,6 +14,13 @@ use super::negotiate::DiscoveryVersion;
 fn ordered_groups(state: &ServerState) -> Vec<(String, Vec<String>)> {
     let mut groups: Vec<(String, Vec<String>)> =
         state.store.registry().groups().into_iter().collect();
+    // The review groups hold no stored objects: they are served apart, but discovered alike.
+    groups.extend(super::reviews::GROUPS.iter().map(|group| {
+        (
+            (*group).to_owned(),
+            vec![super::reviews::VERSION.to_owned()],
+        )
+    }));
     groups.sort_by(|(a, _), (b, _)| group_priority(b).cmp(&group_priority(a)).then(a.cmp(b)));
     groups
 }
@@ -22,7 +29,6 @@ pub(crate) fn group_list(state: &ServerState) -> Value {
     let groups: Vec<Value> = ordered_groups(state)
         .into_iter()
         .map(|(group, versions)| group_json(&group, &versions))
-        .chain(super::reviews::groups())
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
@@ -46,6 +52,9 @@ pub(crate) fn group_document(state: &ServerState, group: &str) -> ApiResult<Valu
 }
 
 pub(crate) fn resource_list(state: &ServerState, group: &str, version: &str) -> Value {
+    if super::reviews::owns(group) {
+        return super::reviews::resource_list(group);
+    }
     let registry = state.store.registry();
     let resources: Vec<Value> = registry
         .all()

@@ -129,6 +129,12 @@ fn path_matches(rule: &str, path: &str) -> bool {
     }
 }
 
+/// The two groups this module serves, each at [`VERSION`] only.
+pub(crate) const GROUPS: [&str; 2] = [AUTHENTICATION, AUTHORIZATION];
+
+/// The one version of both groups.
+pub(crate) const VERSION: &str = "v1";
+
 /// Whether this module serves `group`.
 pub(crate) fn owns(group: &str) -> bool {
     group == AUTHENTICATION || group == AUTHORIZATION
@@ -145,7 +151,8 @@ pub(crate) fn groups() -> Vec<Value> {
         .collect()
 }
 
-fn resource_list(group: &str) -> Value {
+/// The resource list of one of the two groups (`/apis/<group>/v1`).
+pub(crate) fn resource_list(group: &str) -> Value {
     let (plural, kind) = if group == AUTHENTICATION {
         ("tokenreviews", "TokenReview")
     } else {
