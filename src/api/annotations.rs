@@ -47,3 +47,17 @@ pub const MACHINE_ROLE: &str = "machine.openshift.io/cluster-api-machine-role";
 /// after the remediation failed or was aborted, and goes at once when the node is handed
 /// over (the drift guard, `drift::guard`).
 pub const PLANNED_REBOOT: &str = "baremend.io/planned-reboot";
+
+/// On a finished `Failed` Remediation or DriftRemediation: the operator has seen it (value
+/// `true`). Retention keeps every unacknowledged Failed object beyond `keepFinished`; an
+/// acknowledged one counts like any other finished object.
+pub const ACKNOWLEDGED: &str = "baremend.io/acknowledged";
+
+/// On a `Failed` Remediation (the Machine's latest) or DriftRemediation (the Node's latest):
+/// try again (value `true`). A new attempt starts through the normal start path, every gate
+/// included, if the trigger (the Machine's external-remediation annotation, the Node's drift)
+/// is still there. A retried object counts as acknowledged.
+pub const RETRY: &str = "baremend.io/retry";
+
+/// Set by baremend on a retried `Failed` object: the name of the attempt that retries it.
+pub const RETRIED_BY: &str = "baremend.io/retried-by";

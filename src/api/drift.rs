@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::remediation::{Condition, StepTime};
+use super::retention::Retention;
 
 /// How a file or unit differs from its rendered MachineConfig.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -248,6 +249,9 @@ pub struct DriftPolicySpec {
     /// The namespace of the helper pods.
     #[serde(default = "default_helper_namespace")]
     pub helper_namespace: String,
+    /// How many finished DriftRemediations are kept per Node.
+    #[serde(default)]
+    pub retention: Retention,
 }
 
 impl Default for DriftPolicySpec {
@@ -262,6 +266,7 @@ impl Default for DriftPolicySpec {
             drain_before_restore: false,
             helper_image: None,
             helper_namespace: default_helper_namespace(),
+            retention: Retention::default(),
         }
     }
 }
@@ -370,5 +375,6 @@ mod tests {
         assert_eq!(spec, DriftPolicySpec::default());
         assert_eq!(spec.action, DriftAction::Force);
         assert_eq!(spec.timeouts.pickup_seconds, 120);
+        assert_eq!(spec.retention.keep_finished, 5);
     }
 }

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::annotations::DEFAULT_REBOOT_KEY;
+use super::retention::Retention;
 
 /// The policy. See the policy table in docs/reference.md for what each field does.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -55,6 +56,9 @@ pub struct RemediationPolicySpec {
     /// MachineSet replaces it (only for Machines owned by a MachineSet).
     #[serde(default)]
     pub delete_machine_on_failure: bool,
+    /// How many finished Remediations are kept per Machine.
+    #[serde(default)]
+    pub retention: Retention,
 }
 
 impl Default for RemediationPolicySpec {
@@ -69,6 +73,7 @@ impl Default for RemediationPolicySpec {
             timeouts: PolicyTimeouts::default(),
             max_attempts: default_max_attempts(),
             delete_machine_on_failure: false,
+            retention: Retention::default(),
         }
     }
 }
@@ -205,6 +210,7 @@ mod tests {
         assert_eq!(spec.max_concurrent, 1);
         assert_eq!(spec.reboot_key, "capbm-requested-power-off");
         assert_eq!(spec.node_release, NodeReleaseMode::Delete);
+        assert_eq!(spec.retention.keep_finished, 5);
     }
 
     #[test]
@@ -242,6 +248,7 @@ mod tests {
             json!({"strategies": ["Telepathy"]}),
             json!({"nodeRelease": "Evaporate"}),
             json!({"maxConcurrent": -1}),
+            json!({"retention": {"keepFinished": -1}}),
         ] {
             assert!(
                 serde_json::from_value::<RemediationPolicySpec>(bad.clone()).is_err(),

@@ -12,6 +12,7 @@ pub mod controller;
 pub mod execute;
 pub mod fence;
 pub mod gates;
+mod housekeeping;
 pub mod metered;
 pub mod monitor;
 pub mod observe;

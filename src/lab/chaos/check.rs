@@ -11,7 +11,9 @@
 //! 5. no step applied twice;
 //! 6. no power cycle on a trigger already consumed: a remediation starts (requests power-off)
 //!    only if its Machine's trigger appeared again since the previous one started, unless
-//!    that one failed (an operator deletes a Failed remediation to allow another);
+//!    that one failed (an operator deletes a Failed remediation, or retries it with
+//!    `baremend.io/retry`, to allow another: a retry is a legitimate start on the same
+//!    trigger);
 //! 7. no machine remediation requests power-off for a Node while it carries
 //!    `baremend.io/planned-reboot`, or while the Machine Config Operator is in the middle of
 //!    a re-apply on it (a drain request not carried out, the node held drained for an
