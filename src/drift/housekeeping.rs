@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
 
 use super::pass::Pass;
 use super::retention::{counts_for_recurrence, phase_since, recurrence_reset, standing};
@@ -47,6 +47,9 @@ impl Pass {
             .filter_map(|key| all.get(*key))
             .map(|r| &**r)
             .collect();
+        // The Event names the oldest pruned one as related: Events with the same reason,
+        // object and related object fold into one series that keeps the first note.
+        let oldest = doomed.first().map(|r| r.object_ref(&()));
         let (pruned, outcome) = delete_each(
             &api,
             doomed,
@@ -60,7 +63,15 @@ impl Pass {
                 pruned.len(),
                 pruned.join(", ")
             );
-            self.node_event(Severity::Normal, "Pruned", note).await;
+            let node = self.node.object_ref(&());
+            crate::runtime::events::publish(
+                &self.context.recorder,
+                Severity::Normal,
+                "Pruned",
+                &note,
+                &[(node, oldest)],
+            )
+            .await;
         }
         outcome
     }

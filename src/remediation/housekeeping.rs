@@ -45,6 +45,9 @@ impl Pass {
             .filter_map(|key| existing.get(*key))
             .map(|r| &**r)
             .collect();
+        // The Event names the oldest pruned one as related: Events with the same reason,
+        // object and related object fold into one series that keeps the first note.
+        let oldest = doomed.first().map(|r| r.object_ref(&()));
         let (pruned, outcome) =
             delete_each(&api, doomed, &self.context.leadership, "DeleteRemediation").await;
         if !pruned.is_empty() {
@@ -53,7 +56,15 @@ impl Pass {
                 pruned.len(),
                 pruned.join(", ")
             );
-            self.machine_event(Severity::Normal, "Pruned", note).await;
+            let machine = self.machine.object_ref(&());
+            crate::runtime::events::publish(
+                &self.context.recorder,
+                Severity::Normal,
+                "Pruned",
+                &note,
+                &[(machine, oldest)],
+            )
+            .await;
         }
         outcome
     }
@@ -111,19 +122,6 @@ impl Pass {
             ..new.status.clone().unwrap_or_default()
         };
         self.persist(new, status).await
-    }
-
-    /// An Event on the Machine alone (what housekeeping did concerns several Remediations).
-    async fn machine_event(&self, severity: Severity, reason: &str, note: String) {
-        let machine = self.machine.object_ref(&());
-        crate::runtime::events::publish(
-            &self.context.recorder,
-            severity,
-            reason,
-            &note,
-            &[(machine, None)],
-        )
-        .await;
     }
 }
 
