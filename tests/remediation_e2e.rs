@@ -1523,6 +1523,13 @@ async fn a_failed_remediation_retried_with_the_annotation_runs_again_and_is_kept
     lab.failed("worker-0-1").await;
     // A Failed remediation holds the trigger: no new one without the operator.
     assert_eq!(lab.remediations_of("worker-0"), ["worker-0-1"]);
+    // A value that is not "true" is refused with a Warning, never guessed at.
+    lab.annotate_remediation("worker-0-1", "baremend.io/retry", "yes");
+    lab.told("the RetryIgnored Warning", |t| {
+        t.contains("\"reason\":\"RetryIgnored\"")
+    })
+    .await;
+    assert_eq!(lab.remediations_of("worker-0"), ["worker-0-1"]);
     // The operator repairs the BMC and asks for a retry.
     lab.unstuck("worker-0");
     lab.annotate_remediation("worker-0-1", "baremend.io/retry", "true");

@@ -10,13 +10,15 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
 use super::pass::Pass;
-use super::retention::{counts_for_recurrence, phase_since, recurrence_reset, standing};
+use super::retention::{
+    counts_for_recurrence, failed_retry_ask, phase_since, recurrence_reset, standing,
+};
 use crate::api::DriftRemediation;
 use crate::api::annotations::{RETRIED_BY, RETRY};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::delete::delete_each;
 use crate::runtime::events::Severity;
-use crate::runtime::retention::{Record, to_prune};
+use crate::runtime::retention::{Record, RetryAsk, to_prune};
 use crate::{Error, Result};
 
 /// The most DriftRemediations one pass deletes.
@@ -74,6 +76,22 @@ impl Pass {
             .await;
         }
         outcome
+    }
+
+    /// Tells, with a Warning on the Node, that the retry annotation of its latest, Failed
+    /// DriftRemediation was not understood.
+    pub(super) async fn refuse_malformed_retry(&self, latest: Option<&Arc<DriftRemediation>>) {
+        let Some(latest) = latest else {
+            return;
+        };
+        if let RetryAsk::Malformed(value) = failed_retry_ask(latest) {
+            let note = format!(
+                "{RETRY} on DriftRemediation {} is {value:?}: only \"true\" asks for a retry, so nothing is done",
+                latest.name_any()
+            );
+            self.node_event(Severity::Warning, "RetryIgnored", note)
+                .await;
+        }
     }
 
     /// Marks `failed` as retried by the attempt `next` (before that attempt is opened, so that

@@ -131,6 +131,7 @@ impl Pass {
         if owed || marked.is_some() {
             return Ok(Action::requeue(self.context.poll));
         }
+        self.refuse_malformed_retry(all.last()).await;
         match &state {
             ConfigState::Drifted(drift) => {
                 let latest = all.last();

@@ -16,15 +16,24 @@ use std::time::Duration;
 use kube::ResourceExt;
 
 use super::observe::attempt_number;
-use crate::api::annotations::{ACKNOWLEDGED, RETRIED_BY, RETRY};
+use crate::api::annotations::RETRIED_BY;
 use crate::api::{DriftPhase, DriftRemediation};
 use crate::runtime::clock::parse_rfc3339;
-use crate::runtime::retention::Standing;
+use crate::runtime::retention::{RetryAsk, Standing, acknowledged, retry_ask};
+
+/// What a DriftRemediation's `baremend.io/retry` asks, if it is `Failed` (a retry of any
+/// other phase asks nothing).
+pub fn failed_retry_ask(remediation: &DriftRemediation) -> RetryAsk {
+    if remediation.status.as_ref().map(|s| s.phase) == Some(DriftPhase::Failed) {
+        retry_ask(remediation.annotations())
+    } else {
+        RetryAsk::NotAsked
+    }
+}
 
 /// Whether a DriftRemediation is `Failed` and asks for a retry.
 pub fn retry_requested(remediation: &DriftRemediation) -> bool {
-    remediation.status.as_ref().map(|s| s.phase) == Some(DriftPhase::Failed)
-        && remediation.annotations().get(RETRY).map(String::as_str) == Some("true")
+    failed_retry_ask(remediation) == RetryAsk::Retry
 }
 
 /// The attempt number up to which attempts no longer count for the recurrence cap: the
@@ -73,10 +82,8 @@ pub fn standing(
     if !status.phase.is_terminal() || status.force_file_written || status.cordoned_by_us {
         return Standing::Open;
     }
-    let annotations = remediation.annotations();
-    let acknowledged = annotations.get(ACKNOWLEDGED).map(String::as_str) == Some("true")
-        || annotations.contains_key(RETRIED_BY);
-    let unseen_failure = status.phase == DriftPhase::Failed && !acknowledged;
+    let unseen_failure =
+        status.phase == DriftPhase::Failed && !acknowledged(remediation.annotations());
     if unseen_failure || counted(remediation) {
         Standing::Kept
     } else {
@@ -97,6 +104,7 @@ pub fn phase_since(remediation: &DriftRemediation) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::annotations::{ACKNOWLEDGED, RETRY};
     use crate::api::{DriftAction, DriftKind, DriftRemediationSpec, DriftRemediationStatus};
 
     fn drift(number: u64, phase: DriftPhase, annotations: &[(&str, &str)]) -> DriftRemediation {

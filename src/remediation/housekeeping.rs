@@ -13,12 +13,12 @@ use super::pass::{Pass, attempt_number};
 use super::plan::Phase;
 use super::state::created_at;
 use crate::Result;
-use crate::api::annotations::{ACKNOWLEDGED, RETRIED_BY, RETRY};
+use crate::api::annotations::{RETRIED_BY, RETRY};
 use crate::api::{Remediation, RemediationStatus, RemediationStep};
 use crate::runtime::clock::parse_rfc3339;
 use crate::runtime::delete::delete_each;
 use crate::runtime::events::Severity;
-use crate::runtime::retention::{Record, Standing, to_prune};
+use crate::runtime::retention::{Record, Standing, acknowledged, to_prune};
 
 /// The most Remediations one pass deletes: a Machine with a long backlog (a policy lowered,
 /// an upgrade from a version without retention) is cleaned over a few passes.
@@ -69,6 +69,14 @@ impl Pass {
         outcome
     }
 
+    /// Tells, with a Warning, that a retry annotation was not understood.
+    pub(super) async fn refuse_retry(&self, failed: &Remediation, value: &str) {
+        let note =
+            format!("{RETRY} is {value:?}: only \"true\" asks for a retry, so nothing is done");
+        self.event(failed, Severity::Warning, "RetryIgnored", note)
+            .await;
+    }
+
     /// Starts a new Remediation for the Machine in place of `failed`, which asked for a retry:
     /// the trigger is confirmed on a fresh read first, the failed one is marked (its new
     /// attempt's name) before the new one is created, and the new one is `Pending` — every
@@ -79,6 +87,11 @@ impl Pass {
         existing: &[Arc<Remediation>],
     ) -> Result<Option<Remediation>> {
         if !self.triggered() || !self.trigger_confirmed().await? {
+            let note = format!(
+                "{RETRY}: the Machine carries no host.metal3.io/external-remediation, so there is nothing to retry until it is unhealthy again"
+            );
+            self.event(failed, Severity::Normal, "RetryWaiting", note)
+                .await;
             return Ok(None);
         }
         let number = next_number(existing, &self.name);
@@ -125,11 +138,6 @@ impl Pass {
     }
 }
 
-/// Whether a `Failed` remediation asks for a retry.
-pub(super) fn retry_requested(remediation: &Remediation) -> bool {
-    remediation.annotations().get(RETRY).map(String::as_str) == Some("true")
-}
-
 /// The number of the Machine's next Remediation: one past the highest, so that a pruned
 /// older one never frees a name a newer one still holds.
 pub(super) fn next_number(existing: &[Arc<Remediation>], machine: &str) -> usize {
@@ -152,10 +160,7 @@ pub fn standing(remediation: &Remediation) -> Standing {
     if !phase.is_terminal() {
         return Standing::Open;
     }
-    let annotations = remediation.annotations();
-    let acknowledged = annotations.get(ACKNOWLEDGED).map(String::as_str) == Some("true")
-        || annotations.contains_key(RETRIED_BY);
-    if phase == Phase::Failed && !acknowledged {
+    if phase == Phase::Failed && !acknowledged(remediation.annotations()) {
         Standing::Kept
     } else {
         Standing::Finished
@@ -192,6 +197,7 @@ fn released_node(status: &RemediationStatus) -> bool {
 mod tests {
     use super::*;
     use crate::api::RemediationSpec;
+    use crate::api::annotations::ACKNOWLEDGED;
 
     fn remediation(name: &str, phase: Phase, annotations: &[(&str, &str)]) -> Arc<Remediation> {
         let mut object = Remediation::new(
@@ -251,8 +257,5 @@ mod tests {
         ];
         assert_eq!(next_number(&left, "worker-0"), 8);
         assert_eq!(next_number(&[], "worker-0"), 1);
-        let retry = |value| retry_requested(&remediation("a", Phase::Failed, &[(RETRY, value)]));
-        assert!(retry("true"));
-        assert!(!retry("yes"));
     }
 }

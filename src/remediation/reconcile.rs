@@ -15,7 +15,7 @@ use tracing::Instrument;
 use super::context::Context;
 use super::fence::ConfirmedOff;
 use super::gates::{Held, Launched};
-use super::housekeeping::{next_number, retry_requested};
+use super::housekeeping::next_number;
 use super::observe::node_view;
 use super::pass::Pass;
 use super::plan::{Observed, Phase, next_step};
@@ -25,6 +25,7 @@ use crate::api::ConditionType;
 use crate::api::{Remediation, slim};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
+use crate::runtime::retention::{RetryAsk, retry_ask};
 use crate::{Error, Result};
 
 /// The most steps one pass takes before yielding (a safety net; a normal pass ends in Wait).
@@ -49,9 +50,13 @@ impl Pass {
             // with `baremend.io/retry` on it (or deletes it): it would otherwise loop on a
             // host that cannot be fenced.
             Some(last) if last.status.as_ref().map(|s| s.phase) == Some(Phase::Failed) => {
-                let retried = match retry_requested(last) {
-                    true => self.retry_failed(last, &existing).await?,
-                    false => None,
+                let retried = match retry_ask(last.annotations()) {
+                    RetryAsk::Retry => self.retry_failed(last, &existing).await?,
+                    RetryAsk::Malformed(value) => {
+                        self.refuse_retry(last, &value).await;
+                        None
+                    }
+                    RetryAsk::NotAsked => None,
                 };
                 match retried {
                     Some(remediation) => remediation,

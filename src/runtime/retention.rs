@@ -17,7 +17,10 @@
 //! Caveats: "newest" is by finish time, ties broken by creation order; an unknown finish
 //! time reads as the epoch (oldest), so a malformed object goes first, never a good one.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use crate::api::annotations::{ACKNOWLEDGED, RETRIED_BY, RETRY};
 
 /// How retention sees one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +69,33 @@ pub fn to_prune<K: Clone>(records: &[Record<K>], keep: usize, bound: usize) -> V
     prune.reverse();
     prune.truncate(bound);
     prune.into_iter().map(|(_, r)| r.key.clone()).collect()
+}
+
+/// What an operator's `baremend.io/retry` on a finished object asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryAsk {
+    /// No retry annotation.
+    NotAsked,
+    /// `"true"`: try again.
+    Retry,
+    /// Any other value (told in a Warning, never guessed at).
+    Malformed(String),
+}
+
+/// What the annotations ask for.
+pub fn retry_ask(annotations: &BTreeMap<String, String>) -> RetryAsk {
+    match annotations.get(RETRY).map(String::as_str) {
+        None => RetryAsk::NotAsked,
+        Some("true") => RetryAsk::Retry,
+        Some(other) => RetryAsk::Malformed(other.to_string()),
+    }
+}
+
+/// Whether a finished object's failure has been seen: `baremend.io/acknowledged: "true"`,
+/// or retried (`baremend.io/retried-by`).
+pub fn acknowledged(annotations: &BTreeMap<String, String>) -> bool {
+    annotations.get(ACKNOWLEDGED).map(String::as_str) == Some("true")
+        || annotations.contains_key(RETRIED_BY)
 }
 
 #[cfg(test)]
@@ -152,6 +182,26 @@ mod tests {
 
     fn newer_than(a: &Record<usize>, b: &Record<usize>) -> bool {
         (a.finished_at, a.key) > (b.finished_at, b.key)
+    }
+
+    #[test]
+    fn the_retry_and_acknowledged_annotations_read_only_true_as_yes() {
+        let of = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(retry_ask(&of(&[])), RetryAsk::NotAsked);
+        assert_eq!(retry_ask(&of(&[(RETRY, "true")])), RetryAsk::Retry);
+        assert_eq!(
+            retry_ask(&of(&[(RETRY, "yes")])),
+            RetryAsk::Malformed("yes".into())
+        );
+        assert!(!acknowledged(&of(&[(ACKNOWLEDGED, "True")])));
+        assert!(acknowledged(&of(&[(ACKNOWLEDGED, "true")])));
+        assert!(acknowledged(&of(&[(RETRIED_BY, "worker-0-2")])));
+        assert!(!acknowledged(&of(&[(RETRY, "true")])));
     }
 
     #[test]
