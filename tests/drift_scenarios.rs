@@ -246,6 +246,11 @@ async fn a_capped_drift_retried_with_the_annotation_is_remediated_again_and_old_
     })
     .await;
     lab.wait_event("Pruned", "Node").await;
+    assert!(
+        lab.metrics
+            .encode()
+            .contains("baremend_pruned_total{kind=\"DriftRemediation\"} 1")
+    );
     assert!(lab.drift_remediation("worker-0-2").is_some());
     assert!(lab.drift_remediation("worker-0-3").is_some());
     lab.stop().await;

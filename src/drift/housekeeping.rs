@@ -60,6 +60,9 @@ impl Pass {
         )
         .await;
         if !pruned.is_empty() {
+            self.context
+                .metrics
+                .pruned("DriftRemediation", pruned.len());
             let note = format!(
                 "retention (keepFinished {keep}): deleted {} finished DriftRemediation(s): {}",
                 pruned.len(),

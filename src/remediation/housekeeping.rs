@@ -51,6 +51,7 @@ impl Pass {
         let (pruned, outcome) =
             delete_each(&api, doomed, &self.context.leadership, "DeleteRemediation").await;
         if !pruned.is_empty() {
+            self.context.metrics.pruned("Remediation", pruned.len());
             let note = format!(
                 "retention (keepFinished {keep}): deleted {} finished Remediation(s): {}",
                 pruned.len(),
