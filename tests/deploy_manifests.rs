@@ -849,6 +849,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     let policy = json!({
         "strategies": ["BareMetalHostRebootApi", "DirectBmc"],
         "timeouts": {"readyGraceSeconds": 0, "powerOffSeconds": 2},
+        "retention": {"keepFinished": 1},
     });
     let spec = ClusterSpec {
         timing: Timing::fast(),
@@ -858,9 +859,15 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     };
     let lab = Lab::builder(spec)
         .policy(policy)
-        .drift_policy(json!({"debounceSeconds": 1}))
+        .drift_policy(json!({"debounceSeconds": 1, "retention": {"keepFinished": 1}}))
         .start()
         .await;
+    // Earlier failures an operator asked to retry (the retries mark them, a patch), and
+    // older finished attempts (retention deletes them).
+    let retry = json!({"baremend.io/retry": "true"});
+    lab.seed_remediation("worker-1", 1, "Failed", retry.clone());
+    lab.seed_drift_remediation("worker-2", 1, "Succeeded", json!({}));
+    lab.seed_drift_remediation("worker-2", 2, "Failed", retry);
     lab.detach("worker-1");
     // The other remediators' kinds are served: the ForeignRemediation gate lists them.
     lab.serve_foreign_remediations();
@@ -930,7 +937,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     );
     lab.trigger("worker-1", true);
     assert_eq!(
-        phase(lab.ended("worker-1-1").await),
+        phase(lab.ended("worker-1-2").await),
         Some(RemediationPhase::Succeeded)
     );
     // Config drift on worker-2, force-reapplied through the MCO.
@@ -938,7 +945,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         .disk("worker-2")
         .unwrap()
         .put("/etc/demo/rules.json", SimFile::regular(b"[]", 0o644));
-    lab.reach("worker-2-1", DriftPhase::Succeeded).await;
+    lab.reach("worker-2-3", DriftPhase::Succeeded).await;
     let granted = grants("baremend");
     // The calls that come last (the Lease's renewals, every 500 ms) may not have come yet.
     eventually(

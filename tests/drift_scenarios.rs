@@ -18,7 +18,7 @@ mod common;
 
 use common::drift::{self, steps};
 use common::eventually;
-use common::lab::{Lab, STATE};
+use common::lab::{DRIFT_REMEDIATIONS, Lab, STATE};
 
 fn once(remediation: &DriftRemediation) {
     let steps = steps(remediation);
@@ -204,6 +204,55 @@ async fn drift_that_keeps_coming_back_is_retried_up_to_the_cap_then_failed() {
         lab.metrics.encode().contains("mco_remediations_total{action=\"Force\",outcome=\"Failed\",reason=\"DriftRecurring\"} 1")
     })
     .await;
+    lab.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_drift_retried_with_the_annotation_is_remediated_again_and_old_attempts_pruned() {
+    let policy = json!({"maxAttempts": 1, "retention": {"keepFinished": 1}});
+    let mut lab = drift::start(2, json!(1), policy).await;
+    lab.drift("worker-0");
+    lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    lab.drift("worker-0");
+    lab.reach("worker-0-2", DriftPhase::Failed).await;
+    let boots = lab.reboots("worker-0");
+    // Still counted by the recurrence cap: kept although beyond keepFinished.
+    assert!(lab.drift_remediation("worker-0-1").is_some());
+    // The operator asks for another attempt: the cap's count starts again after it.
+    lab.api
+        .merge(
+            DRIFT_REMEDIATIONS,
+            "",
+            "worker-0-2",
+            &json!({"metadata": {"annotations": {"baremend.io/retry": "true"}}}),
+            false,
+        )
+        .unwrap();
+    let done = lab.reach("worker-0-3", DriftPhase::Succeeded).await;
+    assert!(steps(&done).contains(&"ForceRequested".to_string()));
+    assert!(lab.reboots("worker-0") > boots, "the retry re-applied");
+    let old = lab
+        .drift_remediation("worker-0-2")
+        .expect("the retried one is kept");
+    assert_eq!(old.status.map(|s| s.phase), Some(DriftPhase::Failed));
+    assert_eq!(
+        common::lab::retried_by(&old.metadata).as_deref(),
+        Some("worker-0-3")
+    );
+    // Attempts up to the retried one no longer count for the cap: the oldest finished one
+    // goes; the retried one is the newest finished, worker-0-3 is counted by the cap.
+    eventually("worker-0-1 pruned", Duration::from_secs(20), async || {
+        lab.drift_remediation("worker-0-1").is_none()
+    })
+    .await;
+    lab.wait_event("Pruned", "Node").await;
+    assert!(
+        lab.metrics
+            .encode()
+            .contains("baremend_pruned_total{kind=\"DriftRemediation\"} 1")
+    );
+    assert!(lab.drift_remediation("worker-0-2").is_some());
+    assert!(lab.drift_remediation("worker-0-3").is_some());
     lab.stop().await;
 }
 

@@ -618,6 +618,30 @@ async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_a
         table.contains("worker-1-1   worker-1   worker-1"),
         "{table}"
     );
+    // The retry of a Failed remediation as docs/install.md shows it.
+    let out = c
+        .ok(
+            &["annotate", "brem", "worker-1-1", "baremend.io/retry=true"],
+            None,
+        )
+        .await;
+    assert!(
+        out.contains("remediation.baremend.io/worker-1-1 annotated"),
+        "{out}"
+    );
+    let value = c
+        .ok(
+            &[
+                "get",
+                "brem",
+                "worker-1-1",
+                "-o",
+                r"jsonpath={.metadata.annotations.baremend\.io/retry}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(value.trim(), "true");
 }
 
 /// The Prometheus Operator's two kinds that deploy/ uses, as a cluster with it has them

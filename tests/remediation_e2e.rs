@@ -1749,3 +1749,161 @@ async fn a_dry_run_names_the_gate_that_would_hold_the_start() {
         assert!(lab.node_exists(machine));
     }
 }
+
+impl Lab {
+    /// The names of the Remediations of `machine` in the store, sorted.
+    fn remediations_of(&self, machine: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .api
+            .list(common::lab::REMEDIATIONS, Some(MACHINE_NAMESPACE))
+            .iter()
+            .filter(|r| r["spec"]["machineName"] == machine)
+            .filter_map(|r| r["metadata"]["name"].as_str().map(String::from))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Waits (20 s) until the Remediations of `machine` are exactly `expected`.
+    async fn remediations_become(&self, machine: &str, expected: &[&str]) {
+        eventually(
+            &format!("the Remediations of {machine} are {expected:?}"),
+            Duration::from_secs(20),
+            async || {
+                let names = self.remediations_of(machine);
+                if names == expected {
+                    Ok(())
+                } else {
+                    Err(format!("{names:?}"))
+                }
+            },
+        )
+        .await
+    }
+
+    /// Sets one annotation on a Remediation.
+    fn annotate_remediation(&self, name: &str, key: &str, value: &str) {
+        self.api
+            .merge(
+                common::lab::REMEDIATIONS,
+                MACHINE_NAMESPACE,
+                name,
+                &json!({"metadata": {"annotations": {key: value}}}),
+                false,
+            )
+            .unwrap();
+    }
+
+    /// Lets a host's BMC power it again (see `stuck`).
+    fn unstuck(&self, host: &str) {
+        let host = &self.cluster.host(host).unwrap().host;
+        let mut faults = host.faults();
+        faults.stuck_power = false;
+        host.set_faults(faults);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_remediations_beyond_keep_finished_are_pruned_and_failed_ones_kept_until_acknowledged()
+ {
+    let mut policy = fast_policy();
+    policy["retention"] = json!({"keepFinished": 2});
+    let lab = start_prepared(fast(), policy, |lab| {
+        let ack = json!({"baremend.io/acknowledged": "true"});
+        lab.seed_remediation("worker-0", 1, "Succeeded", json!({}));
+        lab.seed_remediation("worker-0", 2, "Failed", json!({}));
+        lab.seed_remediation("worker-0", 3, "Failed", ack);
+        lab.seed_remediation("worker-0", 6, "Cancelled", json!({}));
+    })
+    .await;
+    // The regular pass: of the three finished ones that count (the Failed worker-0-2 is not
+    // acknowledged), the oldest goes.
+    lab.remediations_become("worker-0", &["worker-0-2", "worker-0-3", "worker-0-6"])
+        .await;
+    // A remediation that finishes prunes again; it is numbered past the highest left.
+    assert!(lab.cluster.hang("worker-0"));
+    lab.succeeded("worker-0-7").await;
+    lab.remediations_become("worker-0", &["worker-0-2", "worker-0-6", "worker-0-7"])
+        .await;
+    let events = lab
+        .told("both prunings", |t| {
+            t.contains("deleted 1 finished Remediation(s): worker-0-1")
+                && t.contains("deleted 1 finished Remediation(s): worker-0-3")
+        })
+        .await;
+    assert!(events.contains("\"reason\":\"Pruned\""), "{events}");
+    // Acknowledged, the Failed one counts like the others: it is the oldest.
+    lab.annotate_remediation("worker-0-2", "baremend.io/acknowledged", "true");
+    lab.remediations_become("worker-0", &["worker-0-6", "worker-0-7"])
+        .await;
+    let metrics = lab.metrics.encode();
+    assert!(
+        metrics.contains("baremend_pruned_total{kind=\"Remediation\"} 3"),
+        "{metrics}"
+    );
+    // Another Machine's Remediations are its own: worker-1 has none and lost none.
+    assert!(lab.remediations_of("worker-1").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_remediation_retried_with_the_annotation_runs_again_and_is_kept_marked() {
+    let mut policy = fast_policy();
+    policy["timeouts"]["powerOffSeconds"] = json!(2);
+    let lab = start_prepared(fast(), policy, |lab| lab.stuck("worker-0")).await;
+    lab.cluster.hang("worker-0");
+    lab.failed("worker-0-1").await;
+    // A Failed remediation holds the trigger: no new one without the operator.
+    assert_eq!(lab.remediations_of("worker-0"), ["worker-0-1"]);
+    // A value that is not "true" is refused with a Warning, never guessed at.
+    lab.annotate_remediation("worker-0-1", "baremend.io/retry", "yes");
+    lab.told("the RetryIgnored Warning", |t| {
+        t.contains("\"reason\":\"RetryIgnored\"")
+    })
+    .await;
+    assert_eq!(lab.remediations_of("worker-0"), ["worker-0-1"]);
+    // The operator repairs the BMC and asks for a retry.
+    lab.unstuck("worker-0");
+    lab.annotate_remediation("worker-0-1", "baremend.io/retry", "true");
+    let done = lab.succeeded("worker-0-2").await;
+    assert_each_step_once(&done);
+    lab.assert_machine_clean("worker-0");
+    let old = lab
+        .remediation("worker-0-1")
+        .expect("the failed one is kept");
+    assert_eq!(
+        old.status.map(|s| s.phase),
+        Some(RemediationPhase::Failed),
+        "its audit stays as it was"
+    );
+    assert_eq!(
+        common::lab::retried_by(&old.metadata).as_deref(),
+        Some("worker-0-2")
+    );
+    lab.told("the Retried Event", |t| {
+        t.contains("\"reason\":\"Retried\"") && t.contains("worker-0-2 starts in its place")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_the_node_never_returned_restores_the_node_from_the_failed_ones_backup() {
+    let mut policy = fast_policy();
+    policy["maxAttempts"] = json!(1);
+    policy["timeouts"]["nodeReadySeconds"] = json!(3);
+    let lab = start(fast(), policy).await;
+    lab.label("worker-0");
+    lab.cluster.break_host("worker-0");
+    let failed = lab.failed("worker-0-1").await;
+    assert!(steps(&failed).contains(&"NodeDeleted".to_string()));
+    // The hardware is repaired; the Node that had the label is gone.
+    assert!(lab.cluster.recover("worker-0"));
+    lab.annotate_remediation("worker-0-1", "baremend.io/retry", "true");
+    let done = lab.succeeded("worker-0-2").await;
+    let steps = steps(&done);
+    assert!(
+        !steps.contains(&"NodeBackedUp".to_string()),
+        "the backup of the failed one is used: {steps:?}"
+    );
+    lab.assert_label_restored("worker-0", "restored from worker-0-1's backup");
+    lab.assert_machine_clean("worker-0");
+}

@@ -82,3 +82,17 @@ pub const DRIFT_REMEDIATION_ANNOTATION: &str = "baremend.io/drift-remediation";
 
 /// The value of [`DRIFT_REMEDIATION_ANNOTATION`] that disables drift remediation.
 pub const DRIFT_REMEDIATION_DISABLED: &str = "disabled";
+
+/// On a finished `Failed` Remediation or DriftRemediation: the operator has seen it (value
+/// `true`). Retention keeps every unacknowledged Failed object beyond `keepFinished`; an
+/// acknowledged one counts like any other finished object.
+pub const ACKNOWLEDGED: &str = "baremend.io/acknowledged";
+
+/// On a `Failed` Remediation (the Machine's latest) or DriftRemediation (the Node's latest):
+/// try again (value `true`). A new attempt starts through the normal start path, every gate
+/// included, if the trigger (the Machine's external-remediation annotation, the Node's drift)
+/// is still there. A retried object counts as acknowledged.
+pub const RETRY: &str = "baremend.io/retry";
+
+/// Set by baremend on a retried `Failed` object: the name of the attempt that retries it.
+pub const RETRIED_BY: &str = "baremend.io/retried-by";

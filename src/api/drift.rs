@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::remediation::{Condition, StepTime};
+use super::retention::Retention;
 
 /// How a file or unit differs from its rendered MachineConfig.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -253,6 +254,9 @@ pub struct DriftPolicySpec {
     /// The namespace of the helper pods.
     #[serde(default = "default_helper_namespace")]
     pub helper_namespace: String,
+    /// How many finished DriftRemediations are kept per Node.
+    #[serde(default)]
+    pub retention: Retention,
 }
 
 impl Default for DriftPolicySpec {
@@ -268,6 +272,7 @@ impl Default for DriftPolicySpec {
             drain_before_restore: false,
             helper_image: None,
             helper_namespace: default_helper_namespace(),
+            retention: Retention::default(),
         }
     }
 }
@@ -389,5 +394,6 @@ mod tests {
         assert_eq!(spec.mode, DriftMode::Remediate);
         assert!(serde_json::from_str::<DriftPolicySpec>(r#"{"mode": "Watch"}"#).is_err());
         assert_eq!(spec.timeouts.pickup_seconds, 120);
+        assert_eq!(spec.retention.keep_finished, 5);
     }
 }

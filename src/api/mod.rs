@@ -19,6 +19,7 @@ pub mod mco;
 mod names;
 mod policy;
 mod remediation;
+mod retention;
 pub mod slim;
 
 pub use crds::{CrdsArgs, all_crds, render_crds, run as run_crds};
@@ -36,6 +37,7 @@ pub use remediation::{
     Condition, NodeBackup, Remediation, RemediationPhase, RemediationSpec, RemediationStatus,
     SavedTaint, StepTime,
 };
+pub use retention::Retention;
 
 /// The API group of baremend's own resources.
 pub const GROUP: &str = "baremend.io";

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::annotations::DEFAULT_REBOOT_KEY;
+use super::retention::Retention;
 
 /// The policy. See the policy table in docs/reference.md for what each field does.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -66,6 +67,9 @@ pub struct RemediationPolicySpec {
     /// MachineSet replaces it (only for Machines owned by a MachineSet).
     #[serde(default)]
     pub delete_machine_on_failure: bool,
+    /// How many finished Remediations are kept per Machine.
+    #[serde(default)]
+    pub retention: Retention,
 }
 
 impl Default for RemediationPolicySpec {
@@ -82,6 +86,7 @@ impl Default for RemediationPolicySpec {
             timeouts: PolicyTimeouts::default(),
             max_attempts: default_max_attempts(),
             delete_machine_on_failure: false,
+            retention: Retention::default(),
         }
     }
 }
@@ -233,6 +238,7 @@ mod tests {
         // A policy stored before `mode` and `paused` existed keeps its meaning.
         assert_eq!(spec.mode, RemediationMode::Remediate);
         assert!(!spec.paused);
+        assert_eq!(spec.retention.keep_finished, 5);
     }
 
     #[test]
@@ -272,6 +278,7 @@ mod tests {
             json!({"mode": "Pretend"}),
             json!({"paused": "yes"}),
             json!({"maxConcurrent": -1}),
+            json!({"retention": {"keepFinished": -1}}),
         ] {
             assert!(
                 serde_json::from_value::<RemediationPolicySpec>(bad.clone()).is_err(),

@@ -17,6 +17,7 @@ use super::context::DriftContext;
 use super::observe::{self, attempt_number, node_observation, pool_of, pool_view};
 use super::pdb::blocking_budgets;
 use super::plan::{Observed, PlanPolicy, next_step, recurrence_hold};
+use super::retention::{counts_for_recurrence, recurrence_reset, retry_requested};
 use crate::api::mco::MachineConfigPool;
 use crate::api::{ConditionType, DriftStep};
 use crate::api::{
@@ -131,6 +132,7 @@ impl Pass {
         if owed || marked.is_some() {
             return Ok(Action::requeue(self.context.poll));
         }
+        self.refuse_malformed_retry(all.last()).await;
         match &state {
             ConfigState::Drifted(drift) => {
                 let latest = all.last();
@@ -140,9 +142,12 @@ impl Pass {
                         && r.spec.kind == drift.kind
                         && r.spec.target == drift.target
                 });
+                // An operator's retry of the latest, Failed attempt opens a new one at once.
+                let retry = latest.filter(|r| retry_requested(r));
                 // One the recurrence cap failed waits out the window (else every debounce
                 // would open an attempt the cap fails at once, for as long as it stays).
                 let capped_at = latest
+                    .filter(|_| retry.is_none())
                     .filter(|r| r.spec.kind == drift.kind && r.spec.target == drift.target)
                     .and_then(|r| r.status.as_ref())
                     .filter(|s| {
@@ -161,6 +166,10 @@ impl Pass {
                 }
                 if !aborted_same {
                     let next = latest.map_or(0, |r| attempt_number(r)) + 1;
+                    if let Some(failed) = retry {
+                        self.mark_retried(failed, &format!("{}-{next}", self.name))
+                            .await?;
+                    }
                     self.open(drift, next).await?;
                 }
             }
@@ -171,6 +180,8 @@ impl Pass {
                 }
             }
         }
+        // Nothing under way, owed or marked: the housekeeping of the finished ones.
+        self.prune(&all).await?;
         Ok(Action::await_change())
     }
 
@@ -375,25 +386,16 @@ impl Pass {
     }
 
     /// The node's other remediations that ended (Succeeded, Failed, Escalated) within the
-    /// policy's recurrence window: drift that keeps coming back is held, not fixed forever.
+    /// policy's recurrence window, after the last retry: drift that keeps coming back is
+    /// held, not fixed forever.
     fn recent_attempts(&self, remediation: &DriftRemediation, now: Duration) -> u32 {
         let window = Duration::from_secs(self.policy.recurrence_window_seconds);
-        let count = self
-            .remediations()
+        let all = self.remediations();
+        let reset = recurrence_reset(&all);
+        let count = all
             .iter()
             .filter(|r| r.name_any() != remediation.name_any())
-            .filter_map(|r| r.status.as_ref().map(|s| (s.phase, s.detected_at.clone())))
-            .filter(|(phase, _)| {
-                matches!(
-                    phase,
-                    DriftPhase::Succeeded | DriftPhase::Failed | DriftPhase::Escalated
-                )
-            })
-            .filter(|(_, at)| {
-                at.as_deref()
-                    .map(crate::runtime::clock::parse_rfc3339)
-                    .is_some_and(|at| now.saturating_sub(at) <= window)
-            })
+            .filter(|r| counts_for_recurrence(r, reset, now, window))
             .count();
         u32::try_from(count).unwrap_or(u32::MAX)
     }

@@ -75,6 +75,16 @@ pub struct DryRunLabels {
     pub outcome: String,
 }
 
+/// The kinds retention deletes, as the pruned counter names them.
+pub const PRUNED_KINDS: [&str; 2] = ["Remediation", "DriftRemediation"];
+
+/// Labels of the pruned counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `Remediation` or `DriftRemediation`.
+    pub kind: String,
+}
+
 /// Labels of a remediation counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StrategyLabels {
@@ -108,6 +118,7 @@ pub struct Metrics {
     failed: Family<FailureLabels, Counter>,
     dry_runs: Family<DryRunLabels, Counter>,
     machines_deleted: Counter,
+    pruned: Family<KindLabels, Counter>,
     in_progress: Gauge,
     held: Family<GateLabels, Gauge>,
     duration: DurationHistograms,
@@ -191,6 +202,15 @@ impl Metrics {
             "Machines deleted after a failed remediation (deleteMachineOnFailure)",
             machines_deleted.clone(),
         );
+        let pruned = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "pruned",
+            "Finished Remediations and DriftRemediations deleted by retention, by kind",
+            pruned.clone(),
+        );
+        for kind in PRUNED_KINDS {
+            pruned.get_or_create_owned(&KindLabels { kind: kind.into() });
+        }
         let in_progress = Gauge::default();
         registry.register(
             "remediations_in_progress",
@@ -249,6 +269,7 @@ impl Metrics {
             failed,
             dry_runs,
             machines_deleted,
+            pruned,
             in_progress,
             held,
             duration,
@@ -297,6 +318,13 @@ impl Metrics {
                 outcome: outcome.into(),
             })
             .inc();
+    }
+
+    /// Retention deleted `count` finished objects of `kind` (see [`PRUNED_KINDS`]).
+    pub fn pruned(&self, kind: &str, count: usize) {
+        self.pruned
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
     }
 
     /// A Machine was deleted after a failed remediation.
@@ -518,6 +546,8 @@ mod tests {
             "baremend_remediations_held{gate=\"Quorum\"} 0",
             "baremend_remediation_duration_seconds_count{strategy=\"DirectBmc\"} 1",
             "baremend_machines_deleted_total 0",
+            "baremend_pruned_total{kind=\"Remediation\"} 0",
+            "baremend_pruned_total{kind=\"DriftRemediation\"} 0",
         ] {
             assert!(text.contains(line), "{line} missing in:\n{text}");
         }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::fence::ConfirmedOff;
@@ -14,20 +14,20 @@ use crate::api::annotations::{
     OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE,
 };
 use crate::api::{NodeBackup, SavedTaint};
+use crate::runtime::delete::delete_exactly;
 use crate::{Error, Result};
 
-fn not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == 404)
-}
-
 /// Sets (`Some`) or removes (`None`) one annotation with a merge patch.
-pub async fn set_annotation(
-    api: &Api<DynamicObject>,
+pub async fn set_annotation<K>(
+    api: &Api<K>,
     name: &str,
     key: &str,
     value: Option<&str>,
     op: &'static str,
-) -> Result<()> {
+) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let patch = json!({"metadata": {"annotations": {key: value}}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -57,32 +57,6 @@ pub async fn delete_machine(
     uid: Option<String>,
 ) -> Result<()> {
     delete_exactly(machines, name, uid, "DeleteMachine").await
-}
-
-/// Deletes the object `name` if it still has `uid`; gone already, or replaced, is done.
-async fn delete_exactly<K>(
-    api: &Api<K>,
-    name: &str,
-    uid: Option<String>,
-    op: &'static str,
-) -> Result<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let params = DeleteParams {
-        preconditions: uid.map(|uid| Preconditions {
-            uid: Some(uid),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(name, &params).await {
-        Ok(_) => Ok(()),
-        Err(error) if not_found(&error) => Ok(()),
-        // A UID mismatch: the old object is gone already; the one there now is new.
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(error) => Err(Error::kube(op)(error)),
-    }
 }
 
 fn taints_of(node: &Node) -> Vec<Value> {

@@ -14,6 +14,7 @@ pub mod execute;
 pub mod fence;
 mod foreign;
 pub mod gates;
+mod housekeeping;
 pub mod metered;
 pub mod monitor;
 pub mod observe;

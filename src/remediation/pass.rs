@@ -239,7 +239,7 @@ impl Pass {
 }
 
 /// The attempt number in a Remediation name `<machine>-<n>`.
-fn attempt_number(remediation: &str, machine: &str) -> u64 {
+pub(super) fn attempt_number(remediation: &str, machine: &str) -> u64 {
     remediation
         .strip_prefix(machine)
         .and_then(|rest| rest.strip_prefix('-'))

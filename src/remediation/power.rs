@@ -394,7 +394,7 @@ impl Pass {
                     // Nothing to ask; the evidence says why and the planner escalates.
                     return Ok(());
                 };
-                let hosts = Api::namespaced_with(
+                let hosts: Api<kube::api::DynamicObject> = Api::namespaced_with(
                     self.context.client.clone(),
                     &host_ref.namespace,
                     &host_resource(),

@@ -15,6 +15,7 @@ use tracing::Instrument;
 use super::context::Context;
 use super::fence::ConfirmedOff;
 use super::gates::{Held, Launched};
+use super::housekeeping::next_number;
 use super::observe::node_view;
 use super::pass::Pass;
 use super::plan::{Observed, Phase, next_step};
@@ -24,6 +25,7 @@ use crate::api::ConditionType;
 use crate::api::{Remediation, slim};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
+use crate::runtime::retention::{RetryAsk, retry_ask};
 use crate::{Error, Result};
 
 /// The most steps one pass takes before yielding (a safety net; a normal pass ends in Wait).
@@ -44,23 +46,39 @@ impl Pass {
             {
                 (**last).clone()
             }
-            // A Failed remediation keeps the trigger; an operator deletes the Remediation to
-            // allow another (it would otherwise loop on a host that cannot be fenced).
+            // A Failed remediation keeps the trigger; an operator asks for another attempt
+            // with `baremend.io/retry` on it (or deletes it): it would otherwise loop on a
+            // host that cannot be fenced.
             Some(last) if last.status.as_ref().map(|s| s.phase) == Some(Phase::Failed) => {
-                return Ok(Action::await_change());
+                let retried = match retry_ask(last.annotations()) {
+                    RetryAsk::Retry => self.retry_failed(last, &existing).await?,
+                    RetryAsk::Malformed(value) => {
+                        self.refuse_retry(last, &value).await;
+                        None
+                    }
+                    RetryAsk::NotAsked => None,
+                };
+                match retried {
+                    Some(remediation) => remediation,
+                    None => return self.idle(&existing).await,
+                }
             }
             // A dry run is recorded once per appearance of the trigger, not once per pass.
             Some(last) if last.status.as_ref().map(|s| s.phase) == Some(Phase::DryRun) => {
                 match self.after_dry_run(last).await? {
-                    Some(action) => return Ok(action),
-                    None => self.start(existing.len() + 1).await?,
+                    // Dry runs pile up like any finished record: retention keeps the newest.
+                    Some(action) => {
+                        self.prune(&existing).await?;
+                        return Ok(action);
+                    }
+                    None => self.start(next_number(&existing, &self.name)).await?,
                 }
             }
-            _ if !self.triggered() => return Ok(Action::await_change()),
+            _ if !self.triggered() => return self.idle(&existing).await,
             // The cached Machine may still show a trigger the last remediation removed (its
             // watch lags behind the Remediation's): a start rests only on a fresh read.
-            _ if !self.trigger_confirmed().await? => return Ok(Action::await_change()),
-            _ => self.start(existing.len() + 1).await?,
+            _ if !self.trigger_confirmed().await? => return self.idle(&existing).await,
+            _ => self.start(next_number(&existing, &self.name)).await?,
         };
         for _ in 0..MAX_STEPS_PER_PASS {
             match self.step(&mut remediation).await? {
@@ -69,6 +87,12 @@ impl Pass {
             }
         }
         Ok(Action::requeue(Duration::ZERO))
+    }
+
+    /// Nothing under way for the Machine: the housekeeping of its finished Remediations.
+    async fn idle(&self, existing: &[Arc<Remediation>]) -> Result<Action> {
+        self.prune(existing).await?;
+        Ok(Action::await_change())
     }
 
     /// One observe–plan–act round. `None`: go on with the next step at once.

@@ -7,10 +7,12 @@
 
 pub mod clock;
 pub mod conditions;
+pub mod delete;
 pub mod events;
 pub mod informer;
 pub mod node_watch;
 pub mod requeue;
+pub mod retention;
 pub mod tasks;
 
 pub use clock::{Clock, SystemClock};

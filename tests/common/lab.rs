@@ -354,6 +354,38 @@ impl Lab {
             self.api.create(CRDS, "", crd).unwrap();
         }
     }
+
+    /// Seeds a finished Remediation `<machine>-<number>` (an earlier controller's work)
+    /// ended in `phase` at minute `number` of a past hour, with `annotations`.
+    pub fn seed_remediation(&self, machine: &str, number: u32, phase: &str, annotations: Value) {
+        let object = json!({
+            "metadata": {"name": format!("{machine}-{number}"), "annotations": annotations},
+            "spec": {"machineName": machine},
+        });
+        self.seed(REMEDIATIONS, MACHINE_NAMESPACE, object, phase, number);
+    }
+
+    /// Seeds a finished DriftRemediation `<node>-<number>` of a content drift, as
+    /// `seed_remediation`.
+    pub fn seed_drift_remediation(&self, node: &str, number: u32, phase: &str, annotations: Value) {
+        let object = json!({
+            "metadata": {"name": format!("{node}-{number}"), "annotations": annotations},
+            "spec": {"nodeName": node, "kind": "Content", "target": "/etc/demo/rules.json", "action": "Force"},
+        });
+        self.seed(DRIFT_REMEDIATIONS, "", object, phase, number);
+    }
+
+    /// Creates `object`, then writes its status (a create ignores the status, as on a real
+    /// API server).
+    fn seed(&self, gvr: Gvr, namespace: &str, object: Value, phase: &str, minute: u32) {
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        self.api.create(gvr, namespace, object).unwrap();
+        let since = format!("2026-01-01T00:{minute:02}:00Z");
+        let status = json!({"status": {"phase": phase, "phaseSince": since}});
+        self.api
+            .merge(gvr, namespace, &name, &status, true)
+            .unwrap();
+    }
 }
 
 /// The phase of one of our kinds, and how the test reads an object of that kind.
@@ -401,6 +433,15 @@ impl Phase for DriftPhase {
     fn status(object: &DriftRemediation) -> String {
         format!("{:#?}", object.status)
     }
+}
+
+/// The attempt that retried a Failed object, as its `baremend.io/retried-by` names it.
+pub fn retried_by(metadata: &kube::api::ObjectMeta) -> Option<String> {
+    metadata
+        .annotations
+        .as_ref()?
+        .get(baremend::api::annotations::RETRIED_BY)
+        .cloned()
 }
 
 /// The steps a Remediation persisted, in order.

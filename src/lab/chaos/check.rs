@@ -11,7 +11,9 @@
 //! 5. no step applied twice;
 //! 6. no power cycle on a trigger already consumed: a remediation starts (requests power-off)
 //!    only if its Machine's trigger appeared again since the previous one started, unless
-//!    that one failed (an operator deletes a Failed remediation to allow another);
+//!    that one failed (an operator deletes a Failed remediation, or retries it with
+//!    `baremend.io/retry`, to allow another: a retry is a legitimate start on the same
+//!    trigger);
 //! 7. no machine remediation requests power-off for a Node while it carries
 //!    `baremend.io/planned-reboot`, or while the Machine Config Operator is in the middle of
 //!    a re-apply on it (a drain request not carried out, the node held drained for an
@@ -57,6 +59,9 @@ pub struct Checker {
     trigger_epoch: HashMap<String, u64>,
     /// Per Machine, the trigger epoch its latest remediation started in, and that remediation.
     started_in: HashMap<String, (u64, String)>,
+    /// Per Remediation deleted after it ended (retention, an operator), its last phase:
+    /// invariant 6 still reads how the previous one ended once it is gone.
+    ended_deleted: HashMap<String, RemediationPhase>,
     /// Per Remediation, how many `PowerOffRequested` steps it has recorded.
     power_off_steps: HashMap<String, usize>,
     /// Per Node, as last committed: its planned-reboot mark, and how the MCO is busy on it.
@@ -321,7 +326,11 @@ impl Checker {
         let machine = remediation.spec.machine_name.clone();
         let before = self.phases.get(&key).map(|(_, p)| *p);
         if matches!(event.kind, EventType::Deleted) {
-            self.phases.remove(&key);
+            if let Some((_, ended)) = self.phases.remove(&key)
+                && ended.is_terminal()
+            {
+                self.ended_deleted.insert(key.clone(), ended);
+            }
             self.power_off_steps.remove(&key);
             return;
         }
@@ -378,7 +387,11 @@ impl Checker {
         let epoch = self.trigger_epoch.get(machine).copied().unwrap_or(0);
         if let Some((previous_epoch, previous)) = self.started_in.get(machine)
             && *previous_epoch == epoch
-            && let Some((_, phase)) = self.phases.get(previous)
+            && let Some(phase) = self
+                .phases
+                .get(previous)
+                .map(|(_, p)| p)
+                .or_else(|| self.ended_deleted.get(previous))
             && matches!(
                 phase,
                 RemediationPhase::Succeeded | RemediationPhase::Cancelled
@@ -682,6 +695,21 @@ mod tests {
         step(&mut checker, "worker-0-3", "Failed");
         step(&mut checker, "worker-0-4", "PoweringOff");
         assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        // A previous one that succeeded and was then deleted (retention) still consumed
+        // the trigger.
+        step(&mut checker, "worker-0-4", "Succeeded");
+        let gone = remediation("worker-0-4", "worker-0", "Succeeded", &[]);
+        let deleted = change(
+            "remediations",
+            "baremend.io",
+            "worker-0-4",
+            EventType::Deleted,
+            gone,
+        );
+        checker.observe(&deleted, &none);
+        step(&mut checker, "worker-0-5", "PoweringOff");
+        assert_eq!(checker.violations.len(), 2, "{:?}", checker.violations);
+        assert!(checker.violations[1].starts_with("invariant 6: ns/worker-0-5"));
     }
 
     /// Shows `checker` Node worker-0 with these annotations.
