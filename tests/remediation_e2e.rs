@@ -1907,3 +1907,74 @@ async fn a_retry_after_the_node_never_returned_restores_the_node_from_the_failed
     lab.assert_label_restored("worker-0", "restored from worker-0-1's backup");
     lab.assert_machine_clean("worker-0");
 }
+
+/// A Node held by someone's finalizer lingers after the release, being deleted; the host boots
+/// again and its kubelet reports the lingering Node Ready on the new boot. That Node is going
+/// away with whatever is restored onto it: the remediation waits until it is gone and the
+/// host has registered anew, then restores the labels there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_held_by_a_finalizer_is_not_taken_as_back_until_it_has_gone() {
+    let lab = start(fast(), fast_policy()).await;
+    lab.label("worker-0");
+    lab.api
+        .merge(
+            NODES,
+            "",
+            "worker-0",
+            &json!({"metadata": {"finalizers": ["example.com/hold"]}}),
+            false,
+        )
+        .unwrap();
+    let old = lab.api.get(NODES, "", "worker-0").unwrap();
+    let old_boot = old["status"]["nodeInfo"]["bootID"].clone();
+    lab.cluster.hang("worker-0");
+    eventually(
+        "the lingering Node Ready on the new boot",
+        Duration::from_secs(30),
+        async || {
+            let node = lab.api.get(NODES, "", "worker-0").ok()?;
+            let lingering = node["metadata"]["uid"] == old["metadata"]["uid"]
+                && !node["metadata"]["deletionTimestamp"].is_null();
+            let rebooted = node["status"]["nodeInfo"]["bootID"] != old_boot
+                && node["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                });
+            (lingering && rebooted).then_some(())
+        },
+    )
+    .await;
+    // A negative: for 3 s (three ready graces), the lingering Node is not taken as back.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = lab.remediation("worker-0-1").unwrap();
+    let phase = waiting.status.as_ref().map(|s| s.phase);
+    assert_ne!(
+        phase,
+        Some(RemediationPhase::Succeeded),
+        "{:?}",
+        waiting.status
+    );
+    assert_ne!(
+        phase,
+        Some(RemediationPhase::Restoring),
+        "{:?}",
+        waiting.status
+    );
+    // The finalizer's owner lets go: the Node goes, the host registers anew, labels return.
+    lab.api
+        .merge(
+            NODES,
+            "",
+            "worker-0",
+            &json!({"metadata": {"finalizers": null}}),
+            false,
+        )
+        .unwrap();
+    lab.succeeded("worker-0-1").await;
+    let node = lab.api.get(NODES, "", "worker-0").unwrap();
+    assert_ne!(
+        node["metadata"]["uid"], old["metadata"]["uid"],
+        "a new Node"
+    );
+    lab.assert_label_restored("worker-0", "restored on the new Node");
+}

@@ -390,9 +390,11 @@ fn secret_text(secret: &Secret, key: &str) -> Result<Option<String>, Unusable> {
 }
 
 /// The Node as the planner sees it: missing, or present and Ready since when (time since the
-/// Unix epoch, the planner's clock).
+/// Unix epoch, the planner's clock). A Node being deleted (a finalizer holds it) counts as
+/// missing: its kubelet may still report it Ready on a new boot, but it is going away with
+/// whatever is restored onto it, and the host can register again only once it has gone.
 pub fn node_view(node: Option<&Node>) -> NodeView {
-    let Some(node) = node else {
+    let Some(node) = node.filter(|n| n.metadata.deletion_timestamp.is_none()) else {
         return NodeView::Missing;
     };
     let ready_since = crate::api::slim::ready_condition(node)
@@ -693,7 +695,8 @@ mod tests {
     }
 
     #[test]
-    fn a_node_is_back_only_when_ready_and_ready_since_comes_from_the_condition() {
+    fn a_node_is_back_only_when_ready_and_not_being_deleted_and_ready_since_comes_from_the_condition()
+     {
         assert_eq!(node_view(None), NodeView::Missing);
         let node: Node = serde_json::from_value(json!({
             "metadata": {"name": "n"},
@@ -712,6 +715,15 @@ mod tests {
                 boot_id: Some("3f1c".into()),
             }
         );
+        // Being deleted (held by a finalizer), a Ready Node on a new boot is not back.
+        let mut terminating = node.clone();
+        terminating.metadata.deletion_timestamp = terminating
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c[0].last_transition_time.clone());
+        terminating.metadata.finalizers = Some(vec!["metal3.io/capbm".into()]);
+        assert_eq!(node_view(Some(&terminating)), NodeView::Missing);
         let not_ready: Node = serde_json::from_value(json!({
             "metadata": {"name": "n"},
             "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}
