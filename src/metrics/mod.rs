@@ -11,6 +11,7 @@
 //! process restarts on every leadership loss) would pass no alert.
 
 pub mod drift;
+pub mod fencing;
 pub mod power;
 
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use self::fencing::FencingMetrics;
 use self::power::PowerMetrics;
 use crate::{Error, Result};
 
@@ -109,6 +111,8 @@ pub struct Metrics {
     ready: AtomicBool,
     /// BMC requests and host power.
     pub power: Arc<PowerMetrics>,
+    /// Fencing readiness.
+    pub fencing: Arc<FencingMetrics>,
     /// The drift coordinator's (`mco_…`, unprefixed).
     pub drift: Arc<crate::metrics::drift::DriftMetrics>,
 }
@@ -213,6 +217,7 @@ impl Metrics {
             steps.clone(),
         );
         let power = Arc::new(PowerMetrics::register(registry));
+        let fencing = Arc::new(FencingMetrics::register(registry));
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -249,6 +254,7 @@ impl Metrics {
             leader,
             ready: AtomicBool::new(false),
             power,
+            fencing,
             drift,
         }
     }
