@@ -428,6 +428,92 @@ mod tests {
         );
     }
 
+    fn machine(name: &str, role: &str) -> Arc<slim::Machine> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "machine.openshift.io/v1beta1",
+                "kind": "Machine",
+                "metadata": {"name": name, "namespace": "m",
+                    "labels": {crate::api::annotations::MACHINE_ROLE: role},
+                    "annotations": {"metal3.io/BareMetalHost": format!("m/{name}")}},
+                "status": {"nodeRef": {"name": name}},
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn remediation(machine: &str, phase: &str) -> Arc<Remediation> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "baremend.io/v1alpha1",
+                "kind": "Remediation",
+                "metadata": {"name": format!("{machine}-1"), "namespace": "m"},
+                "spec": {"machineName": machine},
+                "status": {"phase": phase},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn only_machines_baremend_would_remediate_are_checked_and_those_under_way_are_marked() {
+        let machines = [
+            machine("master-0", "master"),
+            machine("worker-0", "worker"),
+            machine("worker-1", "worker"),
+            machine("worker-2", "worker"),
+        ];
+        let remediations = [
+            remediation("worker-0", "PoweringOff"),
+            remediation("worker-1", "Pending"),
+            remediation("worker-2", "Succeeded"),
+        ];
+        let mut policy = RemediationPolicySpec::default();
+        let none = |_: &HostRef| None;
+        let listed = |policy: &RemediationPolicySpec| {
+            targets(&Fleet {
+                machines: &machines,
+                host: &none,
+                host_bmcs: &[],
+                remediations: &remediations,
+                policy,
+            })
+        };
+        let all = listed(&policy);
+        let keys: Vec<(&str, bool)> = all
+            .iter()
+            .map(|t| (t.key.as_str(), t.remediating))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("m/master-0", false),
+                ("m/worker-0", true),
+                ("m/worker-1", false),
+                ("m/worker-2", false),
+            ]
+        );
+        let worker = &all[2];
+        assert_eq!(worker.node, "worker-1");
+        assert_eq!(
+            worker.host,
+            Ok(Some(HostRef {
+                namespace: "m".into(),
+                name: "worker-1".into(),
+            }))
+        );
+        assert_eq!(
+            worker.bmc,
+            Err(NoBmc::NotNamed),
+            "no cached host, no HostBmc"
+        );
+        assert_eq!(worker.reference.name.as_deref(), Some("worker-1"));
+
+        policy.control_plane.enabled = false;
+        let keys: Vec<String> = listed(&policy).into_iter().map(|t| t.key).collect();
+        assert_eq!(keys, ["m/worker-0", "m/worker-1", "m/worker-2"]);
+    }
+
     #[test]
     fn the_metric_names_every_reason() {
         let names: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
