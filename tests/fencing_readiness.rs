@@ -215,3 +215,53 @@ async fn a_host_its_operator_would_not_act_on_is_not_ready_naming_why() {
     told(&lab, "worker-1", "FencingNotReady", "HostDetached").await;
     lab.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipmi_bmc_is_checked_with_a_session_that_is_closed_and_no_chassis_control() {
+    let spec = baremend_sim::cluster::ClusterSpec {
+        ipmi: true,
+        bmh_uses_ipmi: true,
+        ..fast()
+    };
+    let mut lab = Lab::builder(spec).start().await;
+    lab.detach("worker-1");
+    started(&mut lab);
+    until_ready(&lab, "worker-1", "ipmi", 1.0).await;
+    let controls = |lab: &Lab| -> Vec<Vec<u8>> {
+        lab.cluster
+            .ipmi()
+            .iter()
+            .map(|sim| sim.stats().chassis_controls)
+            .collect()
+    };
+    let before = controls(&lab);
+
+    set_password(&lab, "worker-1", WRONG);
+    until_ready(&lab, "worker-1", "ipmi", 0.0).await;
+    let note = told(&lab, "worker-1", "FencingNotReady", "CredentialsRefused").await;
+    assert!(note.contains("ipmi://"), "{note}");
+    set_password(&lab, "worker-1", lab.cluster.bmc_password());
+    until_ready(&lab, "worker-1", "ipmi", 1.0).await;
+    told(&lab, "worker-1", "FencingReady", "READY").await;
+    lab.stop().await;
+
+    assert_eq!(
+        controls(&lab),
+        before,
+        "a check never sends a chassis control"
+    );
+    eventually(
+        "every IPMI session closed",
+        Duration::from_secs(10),
+        async || {
+            let open: usize = lab
+                .cluster
+                .ipmi()
+                .iter()
+                .map(|sim| sim.stats().open_sessions)
+                .sum();
+            (open == 0).then_some(()).ok_or(open)
+        },
+    )
+    .await;
+}
