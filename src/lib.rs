@@ -16,6 +16,7 @@
 
 pub mod api;
 pub mod bmc;
+pub mod check;
 pub mod drift;
 pub mod duration;
 pub mod hostfile;

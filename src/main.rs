@@ -42,6 +42,9 @@ enum Command {
     /// Run the story on simulated hardware, in this process.
     #[cfg(feature = "lab")]
     Lab(LabArgs),
+    /// Check every Machine's fencing path once, without disrupting it: one line per Machine,
+    /// READY or NOT READY and why; the exit code is 1 when any is not ready.
+    Check(baremend::check::CheckArgs),
     /// Run the remediation controller against a cluster.
     Run(Box<baremend::run::RunArgs>),
     /// Print baremend's CustomResourceDefinitions (or write them with --out).
@@ -92,6 +95,7 @@ async fn main() -> ExitCode {
         Command::Bmc(args) => baremend::bmc::run(args).await,
         #[cfg(feature = "lab")]
         Command::Lab(args) => baremend::lab::run(args).await,
+        Command::Check(args) => baremend::check::run(args).await,
         Command::Run(args) => baremend::run::run(*args).await,
         Command::Crds(args) => baremend::api::run_crds(args),
         Command::HostFile(args) => baremend::hostfile::run(&args).map(|done| println!("{done}")),

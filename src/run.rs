@@ -87,6 +87,12 @@ pub struct RunArgs {
     /// BareMetalHost, without a BMC request); 0s turns it off.
     #[arg(long, default_value = "60s", value_parser = parse_duration_or_off)]
     pub power_poll: Duration,
+    /// How often to check every fencing path without disrupting it (the reboot API's host
+    /// status and credentials, or a BMC login, system read and advertised forced off) into
+    /// `baremend_fencing_ready`, with an Event on the Machine when it changes (each Machine at
+    /// its own offset in the interval); 0s turns it off.
+    #[arg(long, default_value = "10m", value_parser = parse_duration_or_off)]
+    pub fencing_check_interval: Duration,
     /// Also coordinate the Machine Config Operator's config-drift remediation (where the API
     /// serves MachineConfigPools). With shards, turn it on in one shard only.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -122,12 +128,14 @@ pub struct RunArgs {
     pub peer_selector: String,
 }
 
-async fn client(args: &RunArgs) -> Result<Client> {
+/// A client of the cluster `kubeconfig` names; without it, the in-cluster configuration (or
+/// KUBECONFIG). It does not retry on its own.
+pub async fn cluster_client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
     let invalid = |reason: String| Error::Invalid {
         object: "the cluster configuration".into(),
         reason,
     };
-    let mut config = match &args.kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path).map_err(|e| invalid(e.to_string()))?;
             Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
@@ -143,7 +151,7 @@ async fn client(args: &RunArgs) -> Result<Client> {
 
 /// Runs the controller until SIGINT or SIGTERM.
 pub async fn run(args: RunArgs) -> Result<()> {
-    let client = client(&args).await?;
+    let client = cluster_client(args.kubeconfig.as_deref()).await?;
     let metrics = Arc::new(Metrics::new());
     serve_endpoints(&args, &client, &metrics).await?;
     let shutdown = async {
@@ -168,6 +176,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
         after_persist: None,
         machine_selector: args.machine_selector.clone(),
         power_poll: (!args.power_poll.is_zero()).then_some(args.power_poll),
+        fencing_check: (!args.fencing_check_interval.is_zero())
+            .then_some(args.fencing_check_interval),
         // Replicas read in the same order; the pod name spreads different shards apart.
         power_poll_seed: args
             .instance

@@ -38,6 +38,9 @@ const EXPECTED_EMPTY: [(&str, &str); 2] = [
 ];
 
 /// A child process whose output goes to a file of the scratch folder.
+/// The Machine the redfish lab fences.
+const FENCED: &str = "openshift-machine-api/worker-0";
+
 fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> Child {
     let out = std::fs::File::create(dir.join(format!("{name}.out"))).unwrap();
     let err = std::fs::File::create(dir.join(format!("{name}.err"))).unwrap();
@@ -213,6 +216,27 @@ async fn a_real_prometheus_scraping_the_lab_evaluates_every_alert_and_dashboard_
         one(api.query("mco_remediation_success_rate").await),
         Some(1.0)
     );
+    // The redfish lab's fencing readiness check found all six hosts fenceable.
+    eventually(
+        "every host of the redfish lab fenceable",
+        Duration::from_secs(30),
+        async || {
+            let ready = one(api
+                .query(&format!(
+                    "sum(baremend_fencing_ready{{instance=\"{redfish}\"}} == 1)"
+                ))
+                .await);
+            let not_ready = one(api
+                .query(&format!(
+                    "sum(baremend_fencing_not_ready{{instance=\"{redfish}\"}})"
+                ))
+                .await);
+            (ready == Some(6.0) && not_ready == Some(0.0))
+                .then_some(())
+                .ok_or(format!("ready {ready:?}, not ready {not_ready:?}"))
+        },
+    )
+    .await;
     // Drift is coordinated in the drift lab only (the other has no MachineConfigPools).
     let drift = format!("127.0.0.1:{}", labs[1].1);
     for (instance, running) in [(&redfish, 0.0), (&drift, 1.0)] {
@@ -228,7 +252,8 @@ async fn a_real_prometheus_scraping_the_lab_evaluates_every_alert_and_dashboard_
     }
 
     // The hung host's power-state series stayed visible all through its remediation (fed by
-    // the remediation's own BMC reads) and showed it off.
+    // the remediation's own BMC reads) and showed it off. (Every host of the redfish lab is
+    // read over Redfish: its policy fences only through the BMC, so all are detached.)
     let window = "[15m:1s]";
     let in_progress =
         format!("sum(baremend_remediations_in_progress{{instance=\"{redfish}\"}}) > 0");
@@ -238,7 +263,7 @@ async fn a_real_prometheus_scraping_the_lab_evaluates_every_alert_and_dashboard_
     .unwrap_or(0.0);
     let shown = one(api
         .query(&format!(
-            "count_over_time((sum(baremend_host_power_state{{instance=\"{redfish}\",driver=\"redfish\"}}) > 0 and on() {in_progress}){window})"
+            "count_over_time((sum(baremend_host_power_state{{instance=\"{redfish}\",machine=\"{FENCED}\",driver=\"redfish\"}}) > 0 and on() {in_progress}){window})"
         ))
         .await)
     .unwrap_or(0.0);
@@ -250,7 +275,7 @@ async fn a_real_prometheus_scraping_the_lab_evaluates_every_alert_and_dashboard_
     assert_eq!(
         one(api
             .query(&format!(
-                "max_over_time(baremend_host_power_state{{instance=\"{redfish}\",driver=\"redfish\",state=\"off\"}}[15m])"
+                "max_over_time(baremend_host_power_state{{instance=\"{redfish}\",machine=\"{FENCED}\",driver=\"redfish\",state=\"off\"}}[15m])"
             ))
             .await),
         Some(1.0),

@@ -79,6 +79,10 @@ pub struct ProbeReport {
     pub selected_system: String,
     /// The power operations the BMC advertises (Redfish reset types).
     pub power_operations: Vec<String>,
+    /// Whether a forced power-off is available: a Redfish reset type the driver would send
+    /// for one (`ForceOff`, else `PushPowerButton`; the standard values when the BMC lists
+    /// none), or IPMI chassis control (its power down is mandatory).
+    pub forced_off: bool,
     /// The power state read while probing.
     pub power_state: Option<PowerState>,
 }

@@ -189,6 +189,43 @@ async fn basic_auth_is_used_when_the_bmc_has_no_session_service() {
     assert_eq!(requests_to(&server, "POST", SESSIONS).await, 0);
 }
 
+/// A BMC whose system, answered without a session service, advertises `allowable`.
+async fn basic_bmc_advertising(allowable: Option<&[&str]>) -> MockServer {
+    let server = bmc(false).await;
+    Mock::given(method("GET"))
+        .and(path(SYSTEM))
+        .respond_with(ResponseTemplate::new(200).set_body_json(system("On", allowable)))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/redfish/v1/Systems"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"Members": [{"@odata.id": SYSTEM}]})),
+        )
+        .mount(&server)
+        .await;
+    server
+}
+
+#[tokio::test]
+async fn a_probe_says_whether_a_forced_off_is_advertised() {
+    for (allowable, forced_off) in [
+        (Some(&["On", "ForceOff"][..]), true),
+        (Some(&["On", "PushPowerButton"][..]), true),
+        (None, true),
+        (Some(&["On", "GracefulShutdown", "ForceRestart"][..]), false),
+    ] {
+        let server = basic_bmc_advertising(allowable).await;
+        let probe = driver(&server).probe().await.unwrap();
+        assert_eq!(probe.forced_off, forced_off, "{allowable:?}");
+        assert_eq!(
+            requests_to(&server, "POST", RESET).await,
+            0,
+            "a probe never resets"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_session_service_that_answers_404_falls_back_to_basic() {
     let server = bmc(true).await;

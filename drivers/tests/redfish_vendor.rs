@@ -301,6 +301,10 @@ async fn probe_off_on_and_status_pass_against_every_vendor_mode() {
             "{vendor}"
         );
         assert_eq!(report.power_operations, reset_types, "{vendor}");
+        assert!(
+            report.forced_off,
+            "{vendor}: every vendor advertises a forced off"
+        );
         assert_eq!(report.power_state, Some(PowerState::On), "{vendor}");
         assert_eq!(sim.service().stats().sessions_created, 1, "{vendor}");
 

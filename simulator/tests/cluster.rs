@@ -447,3 +447,77 @@ async fn a_machine_whose_node_never_starts_is_unhealthy_after_node_startup_timeo
         started.elapsed()
     );
 }
+
+/// As metal3: `status.goodCredentials` names the Secret and the resourceVersion of the
+/// credentials the BMC last accepted; a changed Secret is tried at once; a refused login is a
+/// `registration error` and leaves goodCredentials at the last good version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_records_the_credentials_the_bmc_accepted_and_a_refusal_as_registration_error()
+{
+    use base64::Engine;
+    let cluster = SimCluster::start(fast()).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    let secret = "worker-0-bmc-secret";
+    let version = |api: &Local| {
+        api.get(
+            baremend_sim::cluster::local::SECRETS,
+            MACHINE_NAMESPACE,
+            secret,
+        )
+        .unwrap()["metadata"]["resourceVersion"]
+            .clone()
+    };
+    let host = |api: &Local| api.get(BMHS, MACHINE_NAMESPACE, "worker-0").unwrap();
+    let first = version(&api);
+    eventually(
+        "goodCredentials recorded",
+        Duration::from_secs(10),
+        async || {
+            let good = &host(&api)["status"]["goodCredentials"];
+            good["credentials"]["name"] == secret
+                && good["credentials"]["namespace"] == MACHINE_NAMESPACE
+                && good["credentialsVersion"] == first
+        },
+    )
+    .await;
+
+    let set_password = |password: &str| {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(password);
+        api.merge(
+            baremend_sim::cluster::local::SECRETS,
+            MACHINE_NAMESPACE,
+            secret,
+            &json!({"data": {"password": encoded}}),
+            false,
+        )
+        .unwrap();
+    };
+    set_password("not-the-password");
+    eventually(
+        "a registration error",
+        Duration::from_secs(10),
+        async || {
+            let status = &host(&api)["status"];
+            status["operationalStatus"] == "error" && status["errorType"] == "registration error"
+        },
+    )
+    .await;
+    assert_eq!(
+        host(&api)["status"]["goodCredentials"]["credentialsVersion"],
+        first,
+        "a refused login validates nothing"
+    );
+
+    set_password(cluster.bmc_password());
+    let fixed = version(&api);
+    eventually(
+        "the new version validated",
+        Duration::from_secs(10),
+        async || {
+            let status = &host(&api)["status"];
+            status["operationalStatus"] == "OK"
+                && status["goodCredentials"]["credentialsVersion"] == fixed
+        },
+    )
+    .await;
+}

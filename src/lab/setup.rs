@@ -113,7 +113,8 @@ impl LabCluster {
     }
 
     /// Starts the controller on this cluster, with the power monitor reading every host each
-    /// second (`baremend run` reads each minute); it runs until the handle is stopped.
+    /// second (`baremend run` reads each minute) and the fencing readiness check every 5 s
+    /// (`baremend run`: every 10 minutes); it runs until the handle is stopped.
     pub fn start_controller(&self, metrics: Arc<Metrics>, poll: Duration) -> RunningController {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(run_controller(
@@ -124,6 +125,7 @@ impl LabCluster {
                 poll,
                 metrics,
                 power_poll: Some(Duration::from_secs(1)),
+                fencing_check: Some(Duration::from_secs(5)),
                 ..ControllerOptions::default()
             },
             async move {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use baremend_sim::cluster::local::{Local, MACHINES, NODES};
+use baremend_sim::cluster::local::{BMHS, Local, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::ObservedPower;
@@ -206,6 +206,9 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
     for (target, _) in &plan.targets {
         prepare(scenario, &lab, target)?;
     }
+    if matches!(scenario, Scenario::Redfish | Scenario::Ipmi) {
+        detach_the_others(&lab, &plan)?;
+    }
     lab.install_policy(plan.policy.clone()).await?;
     let metrics = Arc::new(Metrics::new());
     let metrics_at = serving.serve(metrics.clone()).await?;
@@ -376,6 +379,28 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
         "\nremediation {}: after {:.1} s (as expected for this scenario)",
         summary.join(", "),
         story_took.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Under a policy that fences only through the BMC, a host its BareMetal Operator manages
+/// cannot be fenced (the operator would power it back on): the fencing readiness check would
+/// rightly call it not ready. The lab's other hosts are let go of too, so that every host is
+/// fenceable as the policy says.
+fn detach_the_others(lab: &LabCluster, plan: &Plan) -> Result<()> {
+    let hosts = lab.api.list(BMHS, Some(MACHINE_NAMESPACE));
+    let mut others: Vec<&str> = hosts
+        .iter()
+        .filter_map(|h| h.pointer("/metadata/name").and_then(Value::as_str))
+        .filter(|name| plan.targets.iter().all(|(target, _)| target != name))
+        .collect();
+    others.sort_unstable();
+    for host in &others {
+        lab.detach(host)?;
+    }
+    println!(
+        "  the other BareMetalHosts detached too ({}): the policy fences every host through its BMC",
+        others.join(", ")
     );
     Ok(())
 }

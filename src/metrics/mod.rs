@@ -14,6 +14,7 @@
 
 pub mod access;
 pub mod drift;
+pub mod fencing;
 pub mod power;
 pub mod tls;
 
@@ -37,6 +38,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use self::access::{Access, Gate};
+use self::fencing::FencingMetrics;
 use self::power::PowerMetrics;
 use crate::{Error, Result};
 
@@ -127,6 +129,8 @@ pub struct Metrics {
     ready: AtomicBool,
     /// BMC requests and host power.
     pub power: Arc<PowerMetrics>,
+    /// Fencing readiness.
+    pub fencing: Arc<FencingMetrics>,
     /// The drift coordinator's (`mco_…`, unprefixed).
     pub drift: Arc<crate::metrics::drift::DriftMetrics>,
 }
@@ -240,6 +244,7 @@ impl Metrics {
             steps.clone(),
         );
         let power = Arc::new(PowerMetrics::register(registry));
+        let fencing = Arc::new(FencingMetrics::register(registry));
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -277,6 +282,7 @@ impl Metrics {
             leader,
             ready: AtomicBool::new(false),
             power,
+            fencing,
             drift,
         }
     }

@@ -55,8 +55,12 @@ pub struct ControllerOptions {
     pub machine_selector: Option<String>,
     /// Read every known host's power this often into `baremend_host_power_state` (None: off).
     pub power_poll: Option<Duration>,
-    /// Spreads the power reads over the interval (see the power monitor, `monitor.rs`).
+    /// Spreads the power reads over the interval (see the power monitor, `monitor.rs`), and
+    /// the fencing readiness checks over theirs.
     pub power_poll_seed: u64,
+    /// Check every fencing path this often into `baremend_fencing_ready` (None: off; see
+    /// `fencing_check.rs`).
+    pub fencing_check: Option<Duration>,
     /// Also run the config-drift coordinator (see [`crate::drift`]) where the API serves
     /// MachineConfigPools, with helper pods run this way. None: not at all.
     pub drift_helpers: Option<HelperPods>,
@@ -75,6 +79,7 @@ impl Default for ControllerOptions {
             machine_selector: None,
             power_poll: None,
             power_poll_seed: 0,
+            fencing_check: None,
             drift_helpers: None,
             placement: None,
         }

@@ -216,6 +216,7 @@ async fn run_machines(
         host_bmcs: watches.host_bmcs.0,
     };
     let power = options.power_poll.map(|p| (p, options.power_poll_seed));
+    let fencing = options.fencing_check.map(|p| (p, options.power_poll_seed));
     let context = Arc::new(Context::new(
         client,
         clock,
@@ -228,6 +229,9 @@ async fn run_machines(
     // lost): nothing may go on reading BMCs for a controller that is gone.
     let monitor = power.map(|(interval, seed)| {
         Background::spawn(super::monitor::run(context.clone(), interval, seed))
+    });
+    let readiness = fencing.map(|(interval, seed)| {
+        Background::spawn(super::fencing_check::run(context.clone(), interval, seed))
     });
     let gauges = {
         let context = context.clone();
@@ -255,7 +259,7 @@ async fn run_machines(
             }
         })
         .await;
-    drop((gauges, monitor));
+    drop((gauges, monitor, readiness));
     context.refresh_metrics();
     info!("controller stopped");
     Ok(())

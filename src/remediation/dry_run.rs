@@ -7,9 +7,10 @@
 //! # Expected flow
 //! 1. A triggered Machine's `Pending` Remediation, under `DryRun`: the gates are evaluated as
 //!    for a start; the strategies are probed in the policy's order up to the first that
-//!    answers (the reboot API: a fresh read of the BareMetalHost, which must be managed, not
-//!    detached or paused, allow power-off and report its power; a BMC: a login and a read of
-//!    the system's power state).
+//!    answers, with the readiness check's probes (`probe`, decided in `readiness`: the reboot
+//!    API's host must be managed, not detached or paused, allow power-off, report no error,
+//!    have its current credentials validated and report its power; a BMC must let us log in,
+//!    show the system and advertise a forced off).
 //! 2. The planner turns that into a [`DryRun`]; [`describe`] into a condition reason
 //!    (`WouldFence`, `WouldHold`, `ProbeFailed`) and a message; the step persists the
 //!    `DryRun` phase, then tells it (a Normal Event, and a Warning when no path answered).
@@ -19,7 +20,8 @@
 //!    real remediation.
 //!
 //! # Guarantees
-//! Probes only read: a GET of the BareMetalHost; a BMC session and a power-state read. A
+//! Probes only read: a GET of the BareMetalHost and its Secret; a BMC session (closed after)
+//! and reads of the system. A
 //! failed probe is a recorded outcome, never an error that retries.
 //!
 //! # Caveats
@@ -28,15 +30,18 @@
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::fence::{BareMetalHostView, HostRef};
 use super::gates::Held;
 use super::pass::Pass;
 use super::plan::{DryRun, Mode, Phase, Probe, ReleaseMode};
+use super::probe;
 use super::state::{record_step, set_condition, strategy_name};
 use super::steps::Round;
 use crate::Result;
 use crate::api::{ConditionType, FenceStrategyName, Remediation, RemediationStep};
 use crate::runtime::events::Severity;
+
+/// How long a BMC probe may take, login and close included.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What a dry run tells: the condition's reason, its message, and the probe failures when no
 /// fencing path answered (a Warning).
@@ -48,27 +53,6 @@ pub struct Record {
     pub message: String,
     /// Why no fencing path answered, when none did.
     pub warning: Option<String>,
-}
-
-/// The reboot API's probe verdict on a BareMetalHost read just now: it answers when its
-/// operator manages it (not detached, not paused), may power it off and reports its power.
-pub fn host_probe(host: &HostRef, view: &BareMetalHostView) -> std::result::Result<String, String> {
-    let refuse = |why: &str| Err(format!("BareMetalHost {host} {why}"));
-    if view.detached || view.operational_status.as_deref() == Some("detached") {
-        return refuse("is detached: the BareMetal Operator would not act on a reboot request");
-    }
-    if view.paused {
-        return refuse("is paused: the BareMetal Operator would not act on a reboot request");
-    }
-    if view.disable_power_off {
-        return refuse("has disablePowerOff: it cannot be powered off through the reboot API");
-    }
-    match view.powered_on {
-        Some(on) => Ok(format!(
-            "BareMetalHost {host}: managed, not detached, poweredOn {on}"
-        )),
-        None => refuse("reports no power state (status.poweredOn)"),
-    }
 }
 
 /// What a dry run would have done, in words: `names` are the policy's strategies, `node` the
@@ -151,32 +135,36 @@ impl Pass {
         probes
     }
 
-    /// The reboot API's probe: the BareMetalHost read from the API server now.
+    /// The reboot API's probe (shared with the readiness check, see `probe`).
     async fn probe_host(&self, remediation: &Remediation) -> std::result::Result<String, String> {
-        let target =
-            self.fence_target(remediation, FenceStrategyName::BareMetalHostRebootApi, None);
-        let view = self
-            .fresh_host_view(&target)
+        let (host, _) = self
+            .host(remediation)
+            .ok_or("the Machine names no BareMetalHost")?;
+        probe::probe_host(&self.context.client, &host, &self.policy.reboot_key)
             .await
-            .map_err(|not| not.to_string())?;
-        let host = target.host.ok_or("the Machine names no BareMetalHost")?;
-        host_probe(&host, &view)
+            .map(|answer| answer.said)
+            .map_err(|refusal| refusal.detail)
     }
 
-    /// The BMC's probe: a login (the driver's session) and a read of the system's power.
+    /// The BMC's probe (shared with the readiness check, see `probe`): a login, a read of the
+    /// system and its reset types, the session closed.
     async fn probe_bmc(&self, remediation: &Remediation) -> std::result::Result<String, String> {
         let bmc = self
-            .direct_bmc(remediation)
-            .await
+            .locate_direct_bmc(remediation)
             .map_err(|e| e.to_string())?;
-        let power = self
-            .read_power(&bmc)
-            .await
-            .map_err(|e| format!("BMC {}: {e}", bmc.address))?;
-        Ok(format!(
-            "BMC {}: logged in, system power {power:?}",
-            bmc.address
-        ))
+        let metrics = Some(self.context.metrics.power.clone());
+        let context = &self.context;
+        probe::probe_bmc(
+            &context.client,
+            &context.connector,
+            &self.namespace,
+            &bmc,
+            PROBE_TIMEOUT,
+            metrics,
+        )
+        .await
+        .map(|answer| answer.said)
+        .map_err(|refusal| refusal.detail)
     }
 
     /// After a dry run (`last`): `Some` when nothing starts now; `None` when a new
@@ -260,68 +248,6 @@ impl Pass {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn view() -> BareMetalHostView {
-        BareMetalHostView {
-            powered_on: Some(true),
-            ..BareMetalHostView::default()
-        }
-    }
-
-    fn host() -> HostRef {
-        HostRef {
-            namespace: "m".into(),
-            name: "h0".into(),
-        }
-    }
-
-    #[test]
-    fn the_reboot_api_answers_only_for_a_managed_host_that_reports_its_power() {
-        assert_eq!(
-            host_probe(&host(), &view()),
-            Ok("BareMetalHost m/h0: managed, not detached, poweredOn true".into())
-        );
-        for (broken, why) in [
-            (
-                BareMetalHostView {
-                    detached: true,
-                    ..view()
-                },
-                "is detached",
-            ),
-            (
-                BareMetalHostView {
-                    operational_status: Some("detached".into()),
-                    ..view()
-                },
-                "is detached",
-            ),
-            (
-                BareMetalHostView {
-                    paused: true,
-                    ..view()
-                },
-                "is paused",
-            ),
-            (
-                BareMetalHostView {
-                    disable_power_off: true,
-                    ..view()
-                },
-                "disablePowerOff",
-            ),
-            (
-                BareMetalHostView {
-                    powered_on: None,
-                    ..view()
-                },
-                "no power state",
-            ),
-        ] {
-            let refused = host_probe(&host(), &broken).unwrap_err();
-            assert!(refused.contains(why), "{refused}");
-        }
-    }
 
     fn dry(strategy: Option<usize>, held: Option<Held>, probes: Vec<Probe>) -> DryRun {
         DryRun {

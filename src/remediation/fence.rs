@@ -38,7 +38,7 @@ use baremend_drivers::PowerState;
 use crate::api::FenceStrategyName;
 
 /// A BareMetalHost, by namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct HostRef {
     /// Namespace.
     pub namespace: String,

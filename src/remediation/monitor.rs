@@ -29,8 +29,8 @@ use super::context::Context;
 use super::metered::Metered;
 use super::observe::{BmcRef, machine_host};
 use super::power::{bmc_driver_config, bmc_series, driver_kind, locate_bmc};
-use crate::api::RemediationPhase;
 use crate::api::annotations::BMH_DETACHED;
+use crate::api::{Remediation, RemediationPhase};
 use crate::metrics::power::HostSeries;
 
 /// BMC reads in flight at once, over all BMCs.
@@ -63,18 +63,22 @@ impl Target {
     }
 }
 
-/// The hosts to look at now, from the caches.
-fn targets(context: &Context) -> Vec<Target> {
-    let remediating: HashSet<(String, String)> = context
-        .remediations
-        .state()
+/// The Machines (`namespace`, `name`) whose remediation is past its start and not ended:
+/// their BMC is the remediation's to read.
+pub(super) fn under_remediation(remediations: &[Arc<Remediation>]) -> HashSet<(String, String)> {
+    remediations
         .iter()
         .filter(|r| {
             let phase = r.status.as_ref().map(|s| s.phase).unwrap_or_default();
             phase != RemediationPhase::Pending && !phase.is_terminal()
         })
         .filter_map(|r| Some((r.namespace()?, r.spec.machine_name.clone())))
-        .collect();
+        .collect()
+}
+
+/// The hosts to look at now, from the caches.
+fn targets(context: &Context) -> Vec<Target> {
+    let remediating = under_remediation(&context.remediations.state());
     let host_bmcs = context.host_bmcs.state();
     let mut targets = Vec::new();
     for machine in context.machines.state() {
@@ -137,7 +141,7 @@ fn targets(context: &Context) -> Vec<Target> {
 }
 
 /// Where in the interval a host is read: fixed for a host and seed, spread over the fleet.
-fn offset(seed: u64, key: &str, interval: Duration) -> Duration {
+pub(super) fn offset(seed: u64, key: &str, interval: Duration) -> Duration {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     seed.hash(&mut hasher);
     key.hash(&mut hasher);

@@ -52,13 +52,13 @@ pub fn locate_bmc(
     machine: &str,
     node: Option<&str>,
     host: Option<(&HostRef, Option<&slim::BareMetalHost>)>,
-) -> std::result::Result<BmcRef, String> {
+) -> std::result::Result<BmcRef, NoBmc> {
     if let Some((host_ref, Some(host))) = host
         && !detached(host)
     {
-        return Err(format!(
+        return Err(NoBmc::Managed(format!(
             "BareMetalHost {host_ref} is managed by the BareMetal Operator, which would power it back on; direct BMC fencing needs it detached"
-        ));
+        )));
     }
     let mapping = host_bmcs.iter().find(|m| {
         m.namespace().as_deref() == Some(namespace)
@@ -70,17 +70,18 @@ pub fn locate_bmc(
             let spec = &mapping.spec;
             let ca_bundle = match (&spec.ca_bundle, &spec.ca_bundle_ref) {
                 (Some(_), Some(_)) => {
-                    return Err(format!(
+                    return Err(NoBmc::Unusable(format!(
                         "HostBmc {namespace}/{}: caBundle and caBundleRef both name a CA bundle: keep one",
                         mapping.name_any()
-                    ));
+                    )));
                 }
                 (Some(pem), None) => Some(CaBundle::Inline(pem.clone())),
                 (None, Some(named)) => Some(CaBundle::Named(named.clone())),
                 (None, None) => None,
             };
-            let tls = BmcTls::new(ca_bundle, spec.insecure_skip_verify)
-                .map_err(|e| format!("HostBmc {namespace}/{}: {e}", mapping.name_any()))?;
+            let tls = BmcTls::new(ca_bundle, spec.insecure_skip_verify).map_err(|e| {
+                NoBmc::Unusable(format!("HostBmc {namespace}/{}: {e}", mapping.name_any()))
+            })?;
             Ok(BmcRef {
                 address: spec.address.clone(),
                 credentials_name: spec.credentials_name.clone(),
@@ -89,9 +90,30 @@ pub fn locate_bmc(
         }
         (None, Some((host_ref, Some(host)))) => {
             let json = serde_json::to_value(host).unwrap_or(Value::Null);
-            bare_metal_host_bmc(&json).map_err(|e| format!("BareMetalHost {host_ref}: {e}"))
+            bare_metal_host_bmc(&json)
+                .map_err(|e| NoBmc::Unusable(format!("BareMetalHost {host_ref}: {e}")))
         }
-        _ => Err("no HostBmc and no BareMetalHost names its BMC".into()),
+        _ => Err(NoBmc::NotNamed),
+    }
+}
+
+/// Why a Machine has no BMC to fence directly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoBmc {
+    /// Its BareMetalHost is managed by the BareMetal Operator (which would power it back on).
+    Managed(String),
+    /// The HostBmc or BareMetalHost naming it is unusable.
+    Unusable(String),
+    /// Nothing names one.
+    NotNamed,
+}
+
+impl std::fmt::Display for NoBmc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoBmc::Managed(why) | NoBmc::Unusable(why) => f.write_str(why),
+            NoBmc::NotNamed => f.write_str("no HostBmc and no BareMetalHost names its BMC"),
+        }
     }
 }
 
@@ -297,6 +319,21 @@ impl Pass {
         Ok(bare_metal_host_view(&json, &self.policy.reboot_key))
     }
 
+    /// Where the BMC for direct fencing is (see [`locate_bmc`]).
+    pub(super) fn locate_direct_bmc(
+        &self,
+        remediation: &Remediation,
+    ) -> std::result::Result<BmcRef, NoBmc> {
+        let host = self.host(remediation);
+        locate_bmc(
+            &self.context.host_bmcs.state(),
+            &self.namespace,
+            &self.name,
+            remediation.spec.node_name.as_deref(),
+            host.as_ref().map(|(r, h)| (r, h.as_deref())),
+        )
+    }
+
     /// The BMC for direct fencing: from a `HostBmc` naming the Machine or Node, else from an
     /// unmanaged (detached) BareMetalHost. A managed host is refused: its operator would power
     /// it back on.
@@ -305,15 +342,9 @@ impl Pass {
             object: format!("Machine {}/{}", self.namespace, self.name),
             reason,
         };
-        let host = self.host(remediation);
-        let bmc = locate_bmc(
-            &self.context.host_bmcs.state(),
-            &self.namespace,
-            &self.name,
-            remediation.spec.node_name.as_deref(),
-            host.as_ref().map(|(r, h)| (r, h.as_deref())),
-        )
-        .map_err(invalid)?;
+        let bmc = self
+            .locate_direct_bmc(remediation)
+            .map_err(|e| invalid(e.to_string()))?;
         let config = bmc_driver_config(&self.context.client, &self.namespace, &bmc)
             .await
             .map_err(invalid)?;
@@ -632,7 +663,8 @@ mod tests {
             None,
             Some((&host_ref, Some(&managed))),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             refused.contains("managed by the BareMetal Operator"),
             "{refused}"
@@ -696,7 +728,9 @@ mod tests {
                 "choose one",
             ),
         ] {
-            let error = locate_bmc(&[mapping_with(tls)], "m", "w0", None, None).unwrap_err();
+            let error = locate_bmc(&[mapping_with(tls)], "m", "w0", None, None)
+                .unwrap_err()
+                .to_string();
             assert!(error.starts_with("HostBmc m/w0: "), "{error}");
             assert!(error.contains(reason), "{error}");
         }

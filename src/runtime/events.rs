@@ -47,11 +47,24 @@ pub async fn publish(
     note: &str,
     pairs: &[(ObjectReference, Option<ObjectReference>)],
 ) {
+    publish_action(recorder, severity, (reason, reason), note, pairs).await;
+}
+
+/// [`publish`] with an action apart from the reason, `(reason, action)`: the recorder counts
+/// an Event with the same reason, action and object as a repeat of the first (its note is
+/// not updated), so what differs between two Events to be told apart goes in the action.
+pub async fn publish_action(
+    recorder: &Recorder,
+    severity: Severity,
+    (reason, action): (&str, &str),
+    note: &str,
+    pairs: &[(ObjectReference, Option<ObjectReference>)],
+) {
     let mut event = Event {
         type_: severity.into(),
         reason: reason.into(),
         note: Some(cut_to_bytes(note, NOTE_LIMIT).to_string()),
-        action: reason.into(),
+        action: action.into(),
         secondary: None,
     };
     for (regarding, related) in pairs {

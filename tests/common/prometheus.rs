@@ -94,6 +94,14 @@ pub fn exported_metrics() -> BTreeSet<String> {
     metrics
         .power
         .set_host_power(&host, Some(baremend_drivers::PowerState::On));
+    metrics.fencing.set_ready(
+        &baremend::metrics::fencing::FencingLabels {
+            machine: "ns/m".into(),
+            node: "n".into(),
+            path: "redfish".into(),
+        },
+        true,
+    );
     metrics.drift.set_pool("worker", 1, 0);
     metrics
         .drift

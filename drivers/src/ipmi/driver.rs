@@ -397,6 +397,8 @@ impl PowerDriver for IpmiDriver {
             ),
             systems: vec!["chassis".into()],
             selected_system: "chassis".into(),
+            // The probe's chassis status answered: chassis control (power down) is mandatory.
+            forced_off: true,
             power_operations: [
                 "power down",
                 "power up",

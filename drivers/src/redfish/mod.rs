@@ -580,6 +580,15 @@ impl PowerDriver for RedfishDriver {
             service,
             systems,
             selected_system: snapshot.path.clone(),
+            // A forced off from On is what fencing would ask: whatever the decision would send.
+            forced_off: matches!(
+                decide_reset(
+                    PowerIntent::Off(PowerOffMode::Forced),
+                    &PowerState::On,
+                    advertised.as_deref()
+                ),
+                ResetDecision::Send(_)
+            ),
             power_operations: advertised
                 .unwrap_or_else(|| vec!["(not advertised; standard values assumed)".into()]),
             power_state: Some(snapshot.power_state()),

@@ -6,6 +6,9 @@
 //! requesters (hard wins) — plus `spec.online`, `spec.disablePowerOff` (power-off becomes a
 //! reboot, so the host never reads off) and the `detached` and `paused` annotations.
 //! `status.poweredOn` is written only from a power state read back from the BMC.
+//! `status.goodCredentials` names the Secret and the resourceVersion of the credentials the
+//! BMC last accepted, as metal3 records them; a changed Secret is tried at once, and a refused
+//! login is a `registration error`, as metal3 reports a registration with bad credentials.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -92,6 +95,17 @@ pub async fn run(api: Local, timing: Timing) {
     }
 }
 
+/// The `status.goodCredentials` a successful login with the host's Secret as it is now records
+/// (None when the Secret is not there).
+fn good_credentials(api: &Local, bmh: &Value, namespace: &str) -> Option<Value> {
+    let name = bmh.pointer("/spec/bmc/credentialsName")?.as_str()?;
+    let secret = api.get(SECRETS, namespace, name).ok()?;
+    let version = secret.pointer("/metadata/resourceVersion")?.clone();
+    Some(
+        json!({"credentials": {"name": name, "namespace": namespace}, "credentialsVersion": version}),
+    )
+}
+
 fn driver_for(
     api: &Local,
     connector: &Connector,
@@ -124,7 +138,12 @@ fn driver_for(
         String::from_utf8(bytes).map_err(|_| format!("the {key} is not UTF-8"))
     };
     let (username, password) = (decode("username")?, decode("password")?);
-    let identity = format!("{address}|{username}|{}", password.len());
+    // A changed Secret (its resourceVersion) means a new login, as metal3 registers again.
+    let version = secret
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let identity = format!("{address}|{secret_name}|{version}");
     if let Some((known, driver)) = &memory.driver
         && *known == identity
     {
@@ -205,9 +224,11 @@ async fn reconcile(
     let want_on = (online && !rebooting) || disable_power_off;
     let known = bmh.pointer("/status/poweredOn").and_then(Value::as_bool);
     // Read the BMC only when a change is pending, or now and then (steady-state check).
+    let good = good_credentials(api, bmh, &namespace);
     let pending = known != Some(want_on)
         || memory.requested.is_some()
-        || (suffixless && known == Some(false));
+        || (suffixless && known == Some(false))
+        || good.as_ref() != bmh.pointer("/status/goodCredentials");
     let due = memory.next_check.is_none_or(|t| Instant::now() >= t);
     if !pending && !due {
         return;
@@ -225,12 +246,22 @@ async fn reconcile(
     let state = match driver.power_state().await {
         Ok(state) => state,
         Err(error) => {
+            let kind = match error {
+                baremend_drivers::Error::Authentication { .. } => "registration error",
+                _ => "power management error",
+            };
             set_status(
-                json!({"operationalStatus": "error", "errorType": "power management error", "errorMessage": error.to_string()}),
+                json!({"operationalStatus": "error", "errorType": kind, "errorMessage": error.to_string()}),
             );
             return;
         }
     };
+    // The BMC accepted these credentials: metal3 records which, by the Secret's version.
+    if let Some(good) = good
+        && Some(&good) != bmh.pointer("/status/goodCredentials")
+    {
+        set_status(json!({"goodCredentials": good}));
+    }
     let is_on = match state {
         PowerState::On => Some(true),
         PowerState::Off => Some(false),

@@ -1,0 +1,522 @@
+//! The fencing readiness check: for every Machine baremend would remediate, its fencing path
+//! probed without disruption (see `probe`) every interval, at a jittered moment, decided by
+//! `readiness`, exported as `baremend_fencing_ready`, and told by an Event on the Machine when
+//! it changes. `baremend check` runs the same [`targets`] and [`check`] once.
+//!
+//! Requests stay few: a Machine's strategies are probed in the policy's order up to the first
+//! that answers; BMC probes go through the controller's [`Connector`], whose gate keeps one
+//! request in flight per BMC (shared with the power monitor and the remediations); at most
+//! [`CHECKS_AT_ONCE`] checks run at once; every session is closed; no power change is ever
+//! asked. Machines under remediation are skipped (their fence is in progress) and keep the
+//! readiness last shown.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baremend_drivers::Connector;
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::Value;
+
+use super::context::Context;
+use super::monitor::{offset, under_remediation};
+use super::observe::{BmcRef, HostRef, machine_host, machine_is_control_plane};
+use super::power::{NoBmc, locate_bmc};
+use super::probe::{no_bmc, probe_bmc, probe_host};
+use super::readiness::{Readiness, Reason, Refusal, decide};
+use crate::api::slim;
+use crate::api::{FenceStrategyName, HostBmc, Remediation, RemediationPolicySpec};
+use crate::metrics::fencing::FencingLabels;
+use crate::metrics::power::PowerMetrics;
+use crate::runtime::events::{Severity, publish_action};
+
+/// Checks in flight at once, over all Machines.
+pub const CHECKS_AT_ONCE: usize = 4;
+
+/// How long one path's probe may take (login, reads and close).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The Event reason when a host's fencing path stops answering (Warning).
+pub const NOT_READY_EVENT: &str = "FencingNotReady";
+
+/// The Event reason when it answers again (Normal).
+pub const READY_EVENT: &str = "FencingReady";
+
+/// One Machine to check, and where its fencing paths are.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `namespace/name`.
+    pub key: String,
+    /// The Machine's namespace.
+    pub namespace: String,
+    /// Its Node, if it has one (empty otherwise).
+    pub node: String,
+    /// The Machine, for its Events.
+    pub reference: ObjectReference,
+    /// The BareMetalHost it names, or why the reference is unusable.
+    pub host: Result<Option<HostRef>, String>,
+    /// Its BMC for direct fencing, or why there is none.
+    pub bmc: Result<BmcRef, NoBmc>,
+    /// A remediation of it is under way (past its start, not ended).
+    pub remediating: bool,
+}
+
+/// What the Machines' fencing paths are looked up in.
+pub struct Fleet<'a> {
+    /// Every Machine.
+    pub machines: &'a [Arc<slim::Machine>],
+    /// A BareMetalHost by reference, from a cache or a list.
+    pub host: &'a (dyn Fn(&HostRef) -> Option<Arc<slim::BareMetalHost>> + Sync),
+    /// Every HostBmc.
+    pub host_bmcs: &'a [Arc<HostBmc>],
+    /// Every Remediation.
+    pub remediations: &'a [Arc<Remediation>],
+    /// The policy in force.
+    pub policy: &'a RemediationPolicySpec,
+}
+
+/// The Machines baremend would remediate (a control-plane Machine only while the policy's
+/// control-plane gate is enabled), each with its fencing paths.
+pub fn targets(fleet: &Fleet<'_>) -> Vec<Target> {
+    let remediating = under_remediation(fleet.remediations);
+    let mut targets = Vec::new();
+    for machine in fleet.machines {
+        if machine_is_control_plane(machine.labels()) && !fleet.policy.control_plane.enabled {
+            continue;
+        }
+        let namespace = machine.namespace().unwrap_or_default();
+        let name = machine.name_any();
+        let node = machine
+            .status
+            .as_ref()
+            .and_then(|s| s.node_ref.as_ref())
+            .map(|n| n.name.clone())
+            .unwrap_or_default();
+        let json = serde_json::to_value(&**machine).unwrap_or(Value::Null);
+        let host = machine_host(&json).map_err(|e| format!("Machine {namespace}/{name}: {e}"));
+        let host_ref = host.as_ref().ok().cloned().flatten();
+        let cached = host_ref.as_ref().and_then(|r| (fleet.host)(r));
+        let bmc = locate_bmc(
+            fleet.host_bmcs,
+            &namespace,
+            &name,
+            Some(node.as_str()).filter(|n| !n.is_empty()),
+            host_ref.as_ref().map(|r| (r, cached.as_deref())),
+        );
+        targets.push(Target {
+            key: format!("{namespace}/{name}"),
+            remediating: remediating.contains(&(namespace.clone(), name)),
+            reference: machine.object_ref(&()),
+            namespace,
+            node,
+            host,
+            bmc,
+        });
+    }
+    targets
+}
+
+/// What a check needs besides its target.
+pub struct Probes<'a> {
+    /// The API client.
+    pub client: &'a Client,
+    /// BMC drivers, one request gate per BMC.
+    pub connector: &'a Connector,
+    /// The policy's strategies, in order.
+    pub strategies: &'a [FenceStrategyName],
+    /// The policy's reboot key.
+    pub reboot_key: &'a str,
+    /// How long one probe may take.
+    pub timeout: Duration,
+    /// Where BMC requests are counted, if anywhere.
+    pub metrics: Option<Arc<PowerMetrics>>,
+}
+
+/// Checks one Machine: its strategies probed in the policy's order up to the first that
+/// answers, then decided.
+pub async fn check(probes: &Probes<'_>, target: &Target) -> Readiness {
+    let mut verdicts = Vec::new();
+    for strategy in probes.strategies {
+        let verdict = match strategy {
+            FenceStrategyName::BareMetalHostRebootApi => match &target.host {
+                Ok(Some(host)) => probe_host(probes.client, host, probes.reboot_key).await,
+                Ok(None) => Err(Refusal::new(
+                    None,
+                    Reason::NoFencingPath,
+                    format!("Machine {} names no BareMetalHost", target.key),
+                )),
+                Err(unusable) => Err(Refusal::new(None, Reason::NoFencingPath, unusable.clone())),
+            },
+            FenceStrategyName::DirectBmc => match &target.bmc {
+                Ok(bmc) => {
+                    let metrics = probes.metrics.clone();
+                    let (client, connector) = (probes.client, probes.connector);
+                    probe_bmc(
+                        client,
+                        connector,
+                        &target.namespace,
+                        bmc,
+                        probes.timeout,
+                        metrics,
+                    )
+                    .await
+                }
+                Err(why) => Err(no_bmc(why)),
+            },
+        };
+        let answered = verdict.is_ok();
+        verdicts.push(verdict);
+        if answered {
+            break;
+        }
+    }
+    decide(verdicts)
+}
+
+/// The one line `baremend check` and the Events say about a Machine's readiness.
+pub fn describe(readiness: &Readiness) -> String {
+    match readiness {
+        Readiness::Ready { path, said } => format!("{path}: READY ({said})"),
+        Readiness::NotReady {
+            path,
+            reason,
+            detail,
+        } => {
+            let path = path
+                .as_ref()
+                .map_or_else(|| "no fencing path".to_string(), ToString::to_string);
+            format!("{path}: NOT READY: {}: {detail}", reason.as_str())
+        }
+    }
+}
+
+/// What was last shown of a Machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shown {
+    labels: FencingLabels,
+    reason: Option<Reason>,
+}
+
+/// The Event a change of readiness deserves, if any: a Warning when a path stops answering
+/// (or answers for another reason), a Normal one when it answers again; none for a first
+/// check that finds it ready, and none while nothing changes.
+fn change_event(before: Option<&Shown>, now: &Readiness) -> Option<(Severity, &'static str)> {
+    let was = before.map(|s| s.reason);
+    match (was, now.reason()) {
+        (Some(Some(_)), None) => Some((Severity::Normal, READY_EVENT)),
+        (_, Some(reason)) if was != Some(Some(reason)) => {
+            Some((Severity::Warning, NOT_READY_EVENT))
+        }
+        _ => None,
+    }
+}
+
+/// The check's memory between rounds.
+#[derive(Default)]
+struct Memory {
+    shown: HashMap<String, Shown>,
+}
+
+impl Memory {
+    /// Records a check's outcome: its series, the count by reason, and an Event on a change.
+    async fn record(&mut self, context: &Context, target: &Target, readiness: &Readiness) {
+        let labels = FencingLabels {
+            machine: target.key.clone(),
+            node: target.node.clone(),
+            path: readiness.path_label().into(),
+        };
+        let metrics = &context.metrics.fencing;
+        let before = self.shown.get(&target.key);
+        if let Some(before) = before
+            && before.labels != labels
+        {
+            metrics.forget(&before.labels);
+        }
+        metrics.set_ready(&labels, readiness.is_ready());
+        if let Some((severity, reason)) = change_event(before, readiness) {
+            let note = format!("fencing path {}", describe(readiness));
+            tracing::info!(machine = %target.key, %note, "fencing readiness changed");
+            // The readiness reason as the action: each reason its own Event, not a repeat.
+            let action = readiness.reason().map_or("Ready", Reason::as_str);
+            let regarding = [(target.reference.clone(), None)];
+            publish_action(
+                &context.recorder,
+                severity,
+                (reason, action),
+                &note,
+                &regarding,
+            )
+            .await;
+        }
+        self.shown.insert(
+            target.key.clone(),
+            Shown {
+                labels,
+                reason: readiness.reason(),
+            },
+        );
+        self.count(context);
+    }
+
+    /// Forgets the Machines no longer checked (gone, or out of scope); those under
+    /// remediation stay as last shown.
+    fn retain(&mut self, context: &Context, targets: &[Target]) {
+        let keys: HashSet<&str> = targets.iter().map(|t| t.key.as_str()).collect();
+        self.shown.retain(|key, shown| {
+            let keep = keys.contains(key.as_str());
+            if !keep {
+                context.metrics.fencing.forget(&shown.labels);
+            }
+            keep
+        });
+        self.count(context);
+    }
+
+    fn count(&self, context: &Context) {
+        let mut counts: HashMap<&'static str, usize> = HashMap::new();
+        for reason in self.shown.values().filter_map(|s| s.reason) {
+            *counts.entry(reason.as_str()).or_default() += 1;
+        }
+        let counts: Vec<(&str, usize)> = counts.into_iter().collect();
+        context.metrics.fencing.set_not_ready(&counts);
+    }
+}
+
+/// Checks every Machine's fencing path every `interval` until the task is dropped; `seed`
+/// spreads the checks over the interval (the jitter: fixed per Machine and seed).
+pub async fn run(context: Arc<Context>, interval: Duration, seed: u64) {
+    let mut memory = Memory::default();
+    loop {
+        let started = tokio::time::Instant::now();
+        if context.caches_ready() {
+            round(&context, &mut memory, interval, seed, started).await;
+        }
+        let rest = interval.saturating_sub(started.elapsed());
+        tokio::time::sleep(rest.max(Duration::from_millis(200))).await;
+    }
+}
+
+/// One round: every target checked once, at its offset in the interval.
+async fn round(
+    context: &Context,
+    memory: &mut Memory,
+    interval: Duration,
+    seed: u64,
+    started: tokio::time::Instant,
+) {
+    let policy = context.policy();
+    let mut targets = {
+        let lookup = |r: &HostRef| {
+            let key = kube::runtime::reflector::ObjectRef::new(&r.name).within(&r.namespace);
+            context.hosts.get(&key)
+        };
+        targets(&Fleet {
+            machines: &context.machines.state(),
+            host: &lookup,
+            host_bmcs: &context.host_bmcs.state(),
+            remediations: &context.remediations.state(),
+            policy: &policy,
+        })
+    };
+    memory.retain(context, &targets);
+    targets.retain(|t| !t.remediating);
+    // Earliest first: a slot of the bounded stream is never held by a check that waits.
+    targets.sort_by_key(|t| offset(seed, &t.key, interval));
+    let probes = Probes {
+        client: &context.client,
+        connector: &context.connector,
+        strategies: &policy.strategies,
+        reboot_key: &policy.reboot_key,
+        timeout: PROBE_TIMEOUT.min(interval.max(Duration::from_secs(1))),
+        metrics: Some(context.metrics.power.clone()),
+    };
+    let mut outcomes = futures_util::stream::iter(targets)
+        .map(|target| {
+            let probes = &probes;
+            async move {
+                let wait = offset(seed, &target.key, interval).saturating_sub(started.elapsed());
+                tokio::time::sleep(wait).await;
+                let readiness = check(probes, &target).await;
+                (target, readiness)
+            }
+        })
+        .buffer_unordered(CHECKS_AT_ONCE);
+    while let Some((target, readiness)) = outcomes.next().await {
+        memory.record(context, &target, &readiness).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remediation::readiness::FencingPath;
+
+    fn ready() -> Readiness {
+        Readiness::Ready {
+            path: FencingPath::Bmc {
+                address: "redfish://bmc".into(),
+                driver: "redfish",
+            },
+            said: "logged in".into(),
+        }
+    }
+
+    fn not_ready(reason: Reason) -> Readiness {
+        Readiness::NotReady {
+            path: None,
+            reason,
+            detail: "why".into(),
+        }
+    }
+
+    fn shown(reason: Option<Reason>) -> Shown {
+        Shown {
+            labels: FencingLabels {
+                machine: "m/w0".into(),
+                node: "w0".into(),
+                path: "redfish".into(),
+            },
+            reason,
+        }
+    }
+
+    #[test]
+    fn an_event_is_told_only_when_readiness_changes() {
+        let refused = Reason::CredentialsRefused;
+        let cases = [
+            (None, ready(), None),
+            (
+                None,
+                not_ready(refused),
+                Some((Severity::Warning, NOT_READY_EVENT)),
+            ),
+            (Some(shown(None)), ready(), None),
+            (
+                Some(shown(None)),
+                not_ready(refused),
+                Some((Severity::Warning, NOT_READY_EVENT)),
+            ),
+            (Some(shown(Some(refused))), not_ready(refused), None),
+            (
+                Some(shown(Some(refused))),
+                not_ready(Reason::Unreachable),
+                Some((Severity::Warning, NOT_READY_EVENT)),
+            ),
+            (
+                Some(shown(Some(refused))),
+                ready(),
+                Some((Severity::Normal, READY_EVENT)),
+            ),
+        ];
+        for (before, now, event) in cases {
+            assert_eq!(
+                change_event(before.as_ref(), &now),
+                event,
+                "{before:?} -> {now:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_line_names_the_path_and_the_reason() {
+        assert_eq!(describe(&ready()), "BMC redfish://bmc: READY (logged in)");
+        assert_eq!(
+            describe(&not_ready(Reason::Unreachable)),
+            "no fencing path: NOT READY: Unreachable: why"
+        );
+    }
+
+    fn machine(name: &str, role: &str) -> Arc<slim::Machine> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "machine.openshift.io/v1beta1",
+                "kind": "Machine",
+                "metadata": {"name": name, "namespace": "m",
+                    "labels": {crate::api::annotations::MACHINE_ROLE: role},
+                    "annotations": {"metal3.io/BareMetalHost": format!("m/{name}")}},
+                "status": {"nodeRef": {"name": name}},
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn remediation(machine: &str, phase: &str) -> Arc<Remediation> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "baremend.io/v1alpha1",
+                "kind": "Remediation",
+                "metadata": {"name": format!("{machine}-1"), "namespace": "m"},
+                "spec": {"machineName": machine},
+                "status": {"phase": phase},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn only_machines_baremend_would_remediate_are_checked_and_those_under_way_are_marked() {
+        let machines = [
+            machine("master-0", "master"),
+            machine("worker-0", "worker"),
+            machine("worker-1", "worker"),
+            machine("worker-2", "worker"),
+        ];
+        let remediations = [
+            remediation("worker-0", "PoweringOff"),
+            remediation("worker-1", "Pending"),
+            remediation("worker-2", "Succeeded"),
+        ];
+        let mut policy = RemediationPolicySpec::default();
+        let none = |_: &HostRef| None;
+        let listed = |policy: &RemediationPolicySpec| {
+            targets(&Fleet {
+                machines: &machines,
+                host: &none,
+                host_bmcs: &[],
+                remediations: &remediations,
+                policy,
+            })
+        };
+        let all = listed(&policy);
+        let keys: Vec<(&str, bool)> = all
+            .iter()
+            .map(|t| (t.key.as_str(), t.remediating))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("m/master-0", false),
+                ("m/worker-0", true),
+                ("m/worker-1", false),
+                ("m/worker-2", false),
+            ]
+        );
+        let worker = &all[2];
+        assert_eq!(worker.node, "worker-1");
+        assert_eq!(
+            worker.host,
+            Ok(Some(HostRef {
+                namespace: "m".into(),
+                name: "worker-1".into(),
+            }))
+        );
+        assert_eq!(
+            worker.bmc,
+            Err(NoBmc::NotNamed),
+            "no cached host, no HostBmc"
+        );
+        assert_eq!(worker.reference.name.as_deref(), Some("worker-1"));
+
+        policy.control_plane.enabled = false;
+        let keys: Vec<String> = listed(&policy).into_iter().map(|t| t.key).collect();
+        assert_eq!(keys, ["m/worker-0", "m/worker-1", "m/worker-2"]);
+    }
+
+    #[test]
+    fn the_metric_names_every_reason() {
+        let names: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names, crate::metrics::fencing::FENCING_REASONS);
+    }
+}
