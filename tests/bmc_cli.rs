@@ -185,10 +185,7 @@ async fn probe_status_off_and_on_pass_against_every_vendor_mode() {
 async fn the_password_comes_from_a_file_or_the_environment_never_the_command_line() {
     let sim = sim(TlsMode::Plain).await;
     let address = sim.bmc_address("1");
-    let dir = scratch("password");
-    let file = dir.join("pw");
-    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
-    let file = file.to_string_lossy().into_owned();
+    let file = password_file("password", "pw");
     let from_file = baremend(
         &[
             "bmc",
@@ -579,10 +576,7 @@ async fn a_bmc_busy_for_longer_than_the_timeout_fails_in_time_with_its_own_answe
 async fn a_previous_password_file_logs_in_when_the_bmc_still_has_it_and_says_so() {
     let sim = sim(TlsMode::Plain).await;
     let address = sim.bmc_address("1");
-    let dir = scratch("previous-password");
-    let file = dir.join("previous");
-    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
-    let file = file.to_string_lossy().into_owned();
+    let file = password_file("previous-password", "previous");
     const NEW: &str = "Xy8?the-new-password";
     for verb in ["status", "probe"] {
         let before = sim.service().stats().authentication_failures;
@@ -628,4 +622,12 @@ async fn a_previous_password_file_logs_in_when_the_bmc_still_has_it_and_says_so(
     assert!(output.status.success(), "{out}\n{err}");
     assert!(out.contains("password used:    current"), "{out}");
     assert!(!err.contains("previous"), "{err}");
+}
+
+/// The path of a file `file` in the scratch directory `name` that holds the BMC password (and
+/// a newline, as editors leave it).
+fn password_file(name: &str, file: &str) -> String {
+    let path = scratch(name).join(file);
+    std::fs::write(&path, format!("{PASSWORD}\n")).unwrap();
+    path.to_string_lossy().into_owned()
 }

@@ -60,6 +60,18 @@ impl Lab {
             .unwrap();
     }
 
+    /// `host` was powered off once and on once.
+    fn assert_one_power_cycle(&self, host: &str) {
+        assert_eq!(
+            self.power_history(host),
+            [
+                baremend_sim::host::Power::Off,
+                baremend_sim::host::Power::On
+            ],
+            "{host}"
+        );
+    }
+
     fn assert_label_restored(&self, node: &str, context: &str) {
         let node = self.api.get(NODES, "", node).unwrap();
         assert_eq!(node["metadata"]["labels"]["team"], "db", "{context}");
@@ -967,13 +979,7 @@ async fn api_errors_and_conflicts_injected_by_the_server_lose_no_update_and_repe
         server.pending_faults()
     );
     lab.assert_label_restored("worker-0", "after injected failures");
-    assert_eq!(
-        lab.power_history("worker-0"),
-        [
-            baremend_sim::host::Power::Off,
-            baremend_sim::host::Power::On
-        ]
-    );
+    lab.assert_one_power_cycle("worker-0");
     lab.assert_machine_clean("worker-0");
 }
 
@@ -1704,13 +1710,7 @@ async fn a_switch_to_dry_run_mid_cycle_lets_the_fenced_remediation_finish_under_
         &done,
         &["Fenced", "NodeDeleted", "PowerOnRequested", "Succeeded"],
     );
-    assert_eq!(
-        lab.power_history("worker-0"),
-        [
-            baremend_sim::host::Power::Off,
-            baremend_sim::host::Power::On
-        ]
-    );
+    lab.assert_one_power_cycle("worker-0");
     lab.assert_machine_clean("worker-0");
 }
 
