@@ -143,8 +143,12 @@ mod tests {
             wanted["v1.policy"]["status"]["conditions"][0]["reason"],
             "Local"
         );
-        let served: usize = 1 + registry.groups().values().map(Vec::len).sum::<usize>();
+        // The core group, the stored groups' versions and the two review groups.
+        let served: usize = 1
+            + registry.groups().values().map(Vec::len).sum::<usize>()
+            + super::super::reviews::GROUPS.len();
         assert_eq!(wanted.len(), served);
+        assert!(wanted.contains_key("v1.authorization.k8s.io"));
         // Every built-in group-version served here has the aggregator's priorities.
         assert!(
             wanted
