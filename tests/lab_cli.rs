@@ -171,3 +171,36 @@ async fn a_chaos_run_prints_its_verdict_and_nothing_else() {
     assert_eq!(lines.len(), 1, "{out}");
     assert!(lines[0].starts_with("chaos: 12 seeds from 0"), "{out}");
 }
+
+/// The benchmark's lab, small: the controller runs as its own `baremend run` process (its
+/// probes, its metrics port, its flags) and each remediation is measured. The figures are the
+/// benchmark's (docs/benchmarks.md), not this test's: it checks the lab still runs end to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_remediation() {
+    let output = baremend(
+        &[
+            "lab",
+            "--scenario",
+            "scale",
+            "--machines",
+            "12",
+            "--samples",
+            "2",
+            "--timeout",
+            "60s",
+        ],
+        None,
+    )
+    .await;
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    for line in [
+        "caches filled",
+        "1. worker-0: trigger stored in",
+        "| fence latency p99 |",
+        "| Redfish requests per remediation (mean / max) |",
+        "| controller resident memory",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}

@@ -88,7 +88,7 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
-/// A free loopback port for the controller's metrics endpoint.
+/// A free loopback port for one of the controller's endpoints.
 fn free_port() -> Result<u16> {
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| invalid("a loopback port", e))?;
@@ -129,12 +129,17 @@ impl ControllerProcess {
             .arg("run")
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .arg("--metrics-listen")
+            // `/readyz` is on the probe port; metrics stay out of the way on a port of their own.
+            .arg("--probe-listen")
             .arg(format!("127.0.0.1:{port}"))
+            .arg("--metrics-listen")
+            .arg(format!("127.0.0.1:{}", free_port()?))
             // One replica: the benchmark measures remediation, not an election.
             .arg("--leader-elect=false")
-            // The power monitor's reads would count in each remediation's BMC requests.
+            // The power monitor's and the fencing readiness check's reads would count in each
+            // remediation's BMC requests.
             .arg("--power-poll=0s")
+            .arg("--fencing-check-interval=0s")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log_file)
