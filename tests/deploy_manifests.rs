@@ -923,7 +923,28 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         phase(lab.ended("worker-0-1").await),
         Some(RemediationPhase::Succeeded)
     );
-    lab.trigger("worker-1", true);
+    // worker-1 through a health check's request instead of the annotation.
+    let machine = lab
+        .api
+        .get(
+            baremend_sim::cluster::local::MACHINES,
+            MACHINE_NAMESPACE,
+            "worker-1",
+        )
+        .unwrap();
+    lab.api
+        .create(
+            baremend_sim::cluster::local::MACHINE_REMEDIATIONS,
+            MACHINE_NAMESPACE,
+            json!({
+                "metadata": {"name": "worker-1", "ownerReferences": [{
+                    "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+                    "name": "worker-1", "uid": machine["metadata"]["uid"],
+                }]},
+                "spec": {},
+            }),
+        )
+        .unwrap();
     assert_eq!(
         phase(lab.ended("worker-1-1").await),
         Some(RemediationPhase::Succeeded)

@@ -765,6 +765,7 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     assert!(files.len() >= 3, "{files:?}");
     let guide = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
     let mut health_checks = Vec::new();
+    let mut templates = Vec::new();
     for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
@@ -795,12 +796,23 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
                     assert!(host.spec.ca_bundle_ref.is_some(), "{document}");
                     assert!(!host.spec.insecure_skip_verify);
                 }
+                "MachineRemediationTemplate" => {
+                    let template: baremend::api::MachineRemediationTemplate =
+                        serde_json::from_value(document.clone()).unwrap();
+                    assert_ne!(
+                        template.spec.template.spec.overrides,
+                        baremend::api::PolicyOverrides::default(),
+                        "{document}"
+                    );
+                    templates.push(template.metadata.name.unwrap_or_default());
+                }
                 _ => {}
             }
         }
     }
-    // The trigger: the external-baremetal strategy on every health check, workers and the
-    // control plane apart, and the control plane's one at a time.
+    // The trigger: the external-baremetal strategy, or a remediation template of ours that
+    // the examples define, on every health check; workers, infra and the control plane
+    // apart, and the control plane's one at a time.
     let listed: serde_json::Value = serde_json::from_str(
         &c.ok(
             &["get", "mhc", "-n", "openshift-machine-api", "-o", "json"],
@@ -813,11 +825,21 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     assert_eq!(listed.len(), health_checks.len());
     let mut roles = Vec::new();
     for check in listed {
-        assert_eq!(
-            check["metadata"]["annotations"]["machine.openshift.io/remediation-strategy"],
-            "external-baremetal",
-            "{check}"
-        );
+        let template = &check["spec"]["remediationTemplate"];
+        if template.is_null() {
+            assert_eq!(
+                check["metadata"]["annotations"]["machine.openshift.io/remediation-strategy"],
+                "external-baremetal",
+                "{check}"
+            );
+        } else {
+            assert_eq!(template["kind"], "MachineRemediationTemplate", "{check}");
+            assert_eq!(template["apiVersion"], "baremend.io/v1alpha1", "{check}");
+            assert!(
+                templates.iter().any(|t| template["name"] == t.as_str()),
+                "{check} names a template no example defines: {templates:?}"
+            );
+        }
         let role = check["spec"]["selector"]["matchLabels"]
             ["machine.openshift.io/cluster-api-machine-role"]
             .as_str()
@@ -829,7 +851,7 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
         roles.push(role);
     }
     roles.sort();
-    assert_eq!(roles, ["master", "worker"]);
+    assert_eq!(roles, ["infra", "master", "worker"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,6 +38,10 @@ pub struct RemediationSpec {
     /// The BareMetalHost as `namespace/name`, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// What asked for the remediation (none: the Machine annotation, as before triggers were
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<super::TriggerRef>,
 }
 
 /// Where a remediation is.

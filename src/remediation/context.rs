@@ -17,7 +17,8 @@ use super::bmc_cache::DriverCache;
 use super::gates::Launched;
 use crate::api::slim;
 use crate::api::{
-    HostBmc, Remediation, RemediationPhase, RemediationPolicy, RemediationPolicySpec,
+    HostBmc, MachineRemediation, Remediation, RemediationPhase, RemediationPolicy,
+    RemediationPolicySpec,
 };
 use crate::drift::helper::HelperPods;
 use crate::leader::Leadership;
@@ -95,6 +96,8 @@ pub struct Caches {
     pub policies: Store<RemediationPolicy>,
     /// BMC mappings.
     pub host_bmcs: Store<HostBmc>,
+    /// Cluster API remediation requests (`MachineRemediation`).
+    pub machine_requests: Store<MachineRemediation>,
 }
 
 /// What every reconcile shares.
@@ -113,6 +116,8 @@ pub struct Context {
     pub policies: Store<RemediationPolicy>,
     /// BMC mappings.
     pub host_bmcs: Store<HostBmc>,
+    /// Cluster API remediation requests, a trigger like the Machine annotation.
+    pub machine_requests: Store<MachineRemediation>,
     /// BMC drivers, one request gate per BMC.
     pub connector: Connector,
     /// The BMC drivers of remediations under way, one login each.
@@ -193,6 +198,7 @@ impl Context {
             remediations: caches.remediations,
             policies: caches.policies,
             host_bmcs: caches.host_bmcs,
+            machine_requests: caches.machine_requests,
             connector: Connector::new(),
             bmc_drivers: DriverCache::default(),
             clock,
@@ -219,6 +225,7 @@ impl Context {
             && is_ready(&self.remediations)
             && is_ready(&self.policies)
             && is_ready(&self.host_bmcs)
+            && is_ready(&self.machine_requests)
     }
 
     /// Recounts the gauges from the caches: remediations in progress, starts held per gate.

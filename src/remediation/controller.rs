@@ -21,7 +21,7 @@ pub use super::context::{Caches, Context, ControllerOptions, PersistFn, PersistH
 use super::reconcile::{error_policy, reconcile};
 use crate::api::annotations::NODE_MACHINE;
 use crate::api::slim;
-use crate::api::{HostBmc, Remediation, RemediationPhase, RemediationPolicy};
+use crate::api::{HostBmc, MachineRemediation, Remediation, RemediationPhase, RemediationPolicy};
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::{Changes, informer, slimmed_informer, watch_config};
@@ -135,6 +135,7 @@ struct Watches {
     remediations: (Store<Remediation>, Changes<Remediation>),
     policies: (Store<RemediationPolicy>, Changes<RemediationPolicy>),
     host_bmcs: (Store<HostBmc>, Changes<HostBmc>),
+    machine_requests: (Store<MachineRemediation>, Changes<MachineRemediation>),
 }
 
 /// Starts one informer per kind (Nodes come from the shared watch); Machines only of this
@@ -154,7 +155,8 @@ fn watch_kinds(client: &Client, machine_selector: Option<&str>) -> Watches {
         )),
         remediations: (informer(Api::all(client.clone()), config.clone())),
         policies: (informer(Api::all(client.clone()), config.clone())),
-        host_bmcs: (informer(Api::all(client.clone()), config)),
+        host_bmcs: (informer(Api::all(client.clone()), config.clone())),
+        machine_requests: (informer(Api::all(client.clone()), config)),
     }
 }
 
@@ -164,6 +166,12 @@ fn machine_of_host(host: slim::BareMetalHost) -> Option<ObjectRef<slim::Machine>
     let namespace = consumer.namespace?;
     (consumer.kind.as_deref() == Some("Machine"))
         .then(|| ObjectRef::new(&consumer.name).within(&namespace))
+}
+
+/// The Machine a Cluster API remediation request is for: the one of its name and namespace.
+fn machine_of_request(request: MachineRemediation) -> Option<ObjectRef<slim::Machine>> {
+    let namespace = request.namespace()?;
+    Some(ObjectRef::new(&request.name_any()).within(&namespace))
 }
 
 /// The Machine of a Node (the Machine API's annotation), to wake on the Node's changes.
@@ -214,6 +222,7 @@ async fn run_machines(
         remediations: remediations.clone(),
         policies: watches.policies.0,
         host_bmcs: watches.host_bmcs.0,
+        machine_requests: watches.machine_requests.0,
     };
     let power = options.power_poll.map(|p| (p, options.power_poll_seed));
     let context = Arc::new(Context::new(
@@ -244,6 +253,7 @@ async fn run_machines(
     Controller::for_stream(machine_stream, machines)
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
         .watches_stream(watches.hosts.1, machine_of_host)
+        .watches_stream(watches.machine_requests.1, machine_of_request)
         .watches_shared_stream(node_feed.changes, machine_of_node)
         .watches_stream(remediation_stream, by_remediation)
         .reconcile_all_on(reconcile_all)

@@ -24,3 +24,4 @@ mod reconcile;
 pub mod start_gates;
 pub mod state;
 mod steps;
+pub mod trigger;

@@ -16,7 +16,6 @@ use super::context::{Context, machine_resource};
 use super::fence::{ConfirmedOff, HostRef};
 use super::plan::PlanPolicy;
 use super::state::{created_at, strategy_in_status};
-use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::slim;
 use crate::api::{FenceStrategyName, Remediation, RemediationPolicySpec, RemediationStatus};
 use crate::runtime::clock::since_epoch;
@@ -38,24 +37,26 @@ impl Pass {
     /// A pass over `machine`.
     pub fn new(machine: Arc<slim::Machine>, context: Arc<Context>) -> Self {
         let policy = context.policy();
-        Pass {
+        let mut pass = Pass {
             name: machine.name_any(),
             namespace: machine.namespace().unwrap_or_default(),
             machine,
             context,
             policy,
             recent_proof: std::sync::Mutex::new(None),
-        }
+        };
+        // A health check's request may narrow the policy for its Machine (its template's spec).
+        pass.policy = pass.policy_for_machine(pass.policy.clone());
+        pass
     }
 
     pub(super) fn machine_json(&self) -> Value {
         serde_json::to_value(&*self.machine).unwrap_or(Value::Null)
     }
 
+    /// Whether the Machine carries a trigger (the annotation or a request), in the cache.
     pub(super) fn triggered(&self) -> bool {
-        self.machine
-            .annotations()
-            .contains_key(EXTERNAL_REMEDIATION)
+        self.cached_trigger().is_some()
     }
 
     pub(super) fn remediations_of_machine(&self) -> Vec<Arc<Remediation>> {

@@ -20,6 +20,7 @@ use super::pass::Pass;
 use super::plan::{Observed, Phase, next_step};
 use super::state::{created_at, persisted, set_condition};
 use super::steps::Round;
+use super::trigger::answered;
 use crate::api::ConditionType;
 use crate::api::{Remediation, slim};
 use crate::runtime::clock::since_epoch;
@@ -56,7 +57,14 @@ impl Pass {
                     None => self.start(existing.len() + 1).await?,
                 }
             }
-            _ if !self.triggered() => return Ok(Action::await_change()),
+            // No trigger, or only a request a remediation already answered (the health check
+            // keeps it until the Machine is healthy).
+            _ if self
+                .cached_trigger()
+                .is_none_or(|t| answered(&t, &existing)) =>
+            {
+                return Ok(Action::await_change());
+            }
             // The cached Machine may still show a trigger the last remediation removed (its
             // watch lags behind the Remediation's): a start rests only on a fresh read.
             _ if !self.trigger_confirmed().await? => return Ok(Action::await_change()),
@@ -136,6 +144,11 @@ impl Pass {
             )
             .await;
         self.after_step(remediation, proof, starts.as_deref_mut());
+        // The request's status is the health check's view; a failure to write it never
+        // holds the remediation (it is written again on the next step).
+        if let Err(error) = self.report_to_request(remediation).await {
+            tracing::warn!(%error, "cannot report to the remediation request");
+        }
         acted
     }
 

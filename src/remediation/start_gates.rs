@@ -22,15 +22,21 @@ use crate::api::slim;
 use crate::{Error, Result};
 
 impl Pass {
-    /// Whether the Machine carries the trigger, read from the API server now (not from the
-    /// cache). A Machine that is gone carries none.
+    /// Whether the Machine carries a trigger (the annotation, or a Cluster API request named
+    /// after it), read from the API server now (not from the cache). A Machine that is gone
+    /// carries none.
     pub(super) async fn trigger_confirmed(&self) -> Result<bool> {
         let api: Api<slim::Machine> = Api::namespaced(self.context.client.clone(), &self.namespace);
         let machine = api
             .get_opt(&self.name)
             .await
             .map_err(Error::kube("GetMachine"))?;
-        Ok(machine.is_some_and(|m| m.annotations().contains_key(EXTERNAL_REMEDIATION)))
+        let Some(machine) = machine else {
+            return Ok(false);
+        };
+        // A Cluster API request counts only for a Machine that exists.
+        Ok(machine.annotations().contains_key(EXTERNAL_REMEDIATION)
+            || self.request_confirmed().await?)
     }
 
     /// Every Remediation, read from the API server now (not from the cache).
@@ -60,9 +66,22 @@ impl Pass {
             machines: machines.len(),
             ..FleetHealth::default()
         };
+        // A Cluster API request counts as the annotation does: a health check found the
+        // Machine unhealthy.
+        let requested: std::collections::HashSet<(String, String)> = self
+            .context
+            .machine_requests
+            .state()
+            .iter()
+            .map(|r| (r.namespace().unwrap_or_default(), r.name_any()))
+            .collect();
         for machine in &machines {
             let ready = node_ready(machine);
-            if machine.annotations().contains_key(EXTERNAL_REMEDIATION) || ready == Some(false) {
+            let key = (machine.namespace().unwrap_or_default(), machine.name_any());
+            if machine.annotations().contains_key(EXTERNAL_REMEDIATION)
+                || requested.contains(&key)
+                || ready == Some(false)
+            {
                 health.unhealthy += 1;
             }
             // Each Machine's role is read once, from its labels, not per comparison.

@@ -535,6 +535,7 @@ impl Pass {
                 machine_uid: self.machine.uid(),
                 node_name: observe::machine_node(&machine_json),
                 host: host.map(|h| h.to_string()),
+                trigger: self.cached_trigger(),
             },
         );
         object.metadata.namespace = Some(self.namespace.clone());

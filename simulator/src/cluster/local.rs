@@ -83,6 +83,18 @@ pub const MHCS: Gvr = Gvr {
     version: "v1beta1",
     plural: "machinehealthchecks",
 };
+/// baremend's Cluster API remediation templates.
+pub const MACHINE_REMEDIATION_TEMPLATES: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "machineremediationtemplates",
+};
+/// baremend's Cluster API remediation requests.
+pub const MACHINE_REMEDIATIONS: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "machineremediations",
+};
 /// BareMetalHosts.
 pub const BMHS: Gvr = Gvr {
     group: "metal3.io",

@@ -170,10 +170,22 @@ impl SimCluster {
         for info in &hosts {
             Self::register(&api, info, &bmc_password, spec.bmh_uses_ipmi).map_err(fail)?;
         }
-        let mhc = json!({
+        // Either the external-baremetal annotation or a remediation template, as an operator
+        // configures one MachineHealthCheck.
+        let (annotations, template) = match &spec.remediation_template {
+            None => (
+                json!({STRATEGY_ANNOTATION: "external-baremetal"}),
+                Value::Null,
+            ),
+            Some(name) => (
+                json!({}),
+                json!({"apiVersion": "baremend.io/v1alpha1", "kind": "MachineRemediationTemplate", "name": name}),
+            ),
+        };
+        let mut mhc = json!({
             "apiVersion": "machine.openshift.io/v1beta1",
             "kind": "MachineHealthCheck",
-            "metadata": {"name": "workers", "namespace": MACHINE_NAMESPACE, "annotations": {STRATEGY_ANNOTATION: "external-baremetal"}},
+            "metadata": {"name": "workers", "namespace": MACHINE_NAMESPACE, "annotations": annotations},
             "spec": {
                 "selector": {"matchLabels": {"machine.openshift.io/cluster-api-machine-role": "worker"}},
                 "unhealthyConditions": [
@@ -184,6 +196,9 @@ impl SimCluster {
                 "nodeStartupTimeout": format!("{}ms", spec.timing.node_startup_timeout.as_millis()),
             },
         });
+        if !template.is_null() {
+            mhc["spec"]["remediationTemplate"] = template;
+        }
         api.create(MHCS, MACHINE_NAMESPACE, mhc).map_err(fail)?;
         Self::place_workloads(&api, &hosts, &spec.workloads).map_err(fail)?;
         let mco = if spec.mco {

@@ -6,6 +6,7 @@
 //! ipmi: false            # also serve every host over IPMI
 //! bmhUsesIpmi: false     # BareMetalHosts point at the IPMI address instead of Redfish
 //! maxUnhealthy: "40%"
+//! remediationTemplate: baremend   # the MHC creates MachineRemediation requests from it
 //! timing:
 //!   powerDelay: 1500ms
 //!   bootDelay: 2s
@@ -59,6 +60,10 @@ pub struct ClusterSpec {
     pub mco: bool,
     /// The pools' `maxUnavailable` (an integer or a percentage).
     pub mco_max_unavailable: serde_json::Value,
+    /// The workers' MachineHealthCheck names this baremend `MachineRemediationTemplate` (in
+    /// the Machines' namespace) in `spec.remediationTemplate` and asks for remediation with a
+    /// request object instead of the `external-baremetal` annotation. None: the annotation.
+    pub remediation_template: Option<String>,
 }
 
 /// Pods placed on the workers, so that drains and evictions meet real PDBs.
@@ -115,6 +120,7 @@ impl Default for ClusterSpec {
             kubernetes_version: ApiServerConfig::default().kubernetes_version,
             mco: false,
             mco_max_unavailable: serde_json::json!(1),
+            remediation_template: None,
         }
     }
 }

@@ -1,0 +1,278 @@
+//! The remediation contracts end to end: a health check's request (`MachineRemediation`,
+//! created from a `MachineRemediationTemplate` named in a MachineHealthCheck's
+//! `spec.remediationTemplate`) as a trigger, on the simulated cluster with the controller on a
+//! real kube client. The health check's actor creates the request for an unhealthy Machine
+//! and deletes it once the Machine is healthy; tests that need the request to stay create it
+//! themselves, as a health check would, on a cluster whose health check annotates instead.
+
+use std::time::Duration;
+
+use baremend::api::{MachineRemediation, Remediation, RemediationPhase, TriggerKind};
+use baremend_sim::cluster::local::{
+    BMHS, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, NODES,
+};
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use serde_json::{Value, json};
+
+mod common;
+
+use common::eventually;
+use common::lab::{Lab, fast, steps};
+
+fn fast_policy() -> Value {
+    json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
+}
+
+/// The lab with the controller started, after `prepare`.
+async fn start(spec: ClusterSpec, policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
+    let mut lab = Lab::builder(spec).policy(policy).start().await;
+    prepare(&lab);
+    let options = lab.options();
+    lab.start_controller(options);
+    lab
+}
+
+/// A cluster whose workers' MachineHealthCheck names the template `baremend`.
+fn with_template() -> ClusterSpec {
+    ClusterSpec {
+        remediation_template: Some("baremend".into()),
+        ..fast()
+    }
+}
+
+impl Lab {
+    /// The template `baremend` with this `spec.template.spec`.
+    fn template(&self, spec: Value) {
+        self.api
+            .create(
+                MACHINE_REMEDIATION_TEMPLATES,
+                MACHINE_NAMESPACE,
+                json!({
+                    "apiVersion": "baremend.io/v1alpha1",
+                    "kind": "MachineRemediationTemplate",
+                    "metadata": {"name": "baremend", "namespace": MACHINE_NAMESPACE},
+                    "spec": {"template": {"spec": spec}},
+                }),
+            )
+            .unwrap();
+    }
+
+    /// Creates a Machine's request as a health check does: named after it, owned by it.
+    fn request(&self, machine: &str) {
+        let object = self.api.get(MACHINES, MACHINE_NAMESPACE, machine).unwrap();
+        self.api
+            .create(
+                MACHINE_REMEDIATIONS,
+                MACHINE_NAMESPACE,
+                json!({
+                    "apiVersion": "baremend.io/v1alpha1",
+                    "kind": "MachineRemediation",
+                    "metadata": {
+                        "name": machine,
+                        "namespace": MACHINE_NAMESPACE,
+                        "ownerReferences": [{
+                            "apiVersion": "machine.openshift.io/v1beta1",
+                            "kind": "Machine",
+                            "name": machine,
+                            "uid": object["metadata"]["uid"],
+                        }],
+                    },
+                    "spec": {},
+                }),
+            )
+            .unwrap();
+    }
+
+    /// The Machine's request, if it has one.
+    fn request_object(&self, machine: &str) -> Option<MachineRemediation> {
+        let value = self
+            .api
+            .get(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, machine)
+            .ok()?;
+        Some(serde_json::from_value(value).unwrap())
+    }
+
+    /// The Machine's request once its status says `phase`; fails after 30 s.
+    async fn request_reports(&self, machine: &str, phase: RemediationPhase) -> MachineRemediation {
+        eventually(
+            &format!("request {machine} reports {phase:?}"),
+            Duration::from_secs(30),
+            async || match self.request_object(machine) {
+                Some(r) if r.status.as_ref().and_then(|s| s.phase) == Some(phase) => Ok(r),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await
+    }
+
+    fn remediations_of(&self, machine: &str) -> Vec<String> {
+        self.api
+            .list(common::lab::REMEDIATIONS, Some(MACHINE_NAMESPACE))
+            .iter()
+            .filter(|r| r["spec"]["machineName"] == machine)
+            .filter_map(|r| r["metadata"]["name"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    fn no_reboot_request(&self, host: &str) -> bool {
+        let bmh = self.api.get(BMHS, MACHINE_NAMESPACE, host).unwrap();
+        bmh["metadata"]["annotations"]
+            .as_object()
+            .is_none_or(|a| !a.keys().any(|k| k.starts_with("reboot.metal3.io/")))
+    }
+
+    fn stuck(&self, host: &str) {
+        let host = &self.cluster.host(host).unwrap().host;
+        let mut faults = host.faults();
+        faults.stuck_power = true;
+        host.set_faults(faults);
+    }
+}
+
+fn trigger_of(remediation: &Remediation) -> (TriggerKind, Option<String>) {
+    let trigger = remediation
+        .spec
+        .trigger
+        .clone()
+        .expect("a recorded trigger");
+    (trigger.kind, trigger.uid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_request_is_remediated_with_its_template_and_withdrawn_when_healthy() {
+    // The template narrows the policy: keep the Node, tainted out-of-service.
+    let lab = start(with_template(), fast_policy(), |lab| {
+        lab.template(json!({"nodeRelease": "OutOfService"}));
+    })
+    .await;
+    let node_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    lab.cluster.hang("worker-0");
+    let request = eventually(
+        "the request answered",
+        Duration::from_secs(30),
+        async || match lab.request_object("worker-0") {
+            Some(r)
+                if r.status.as_ref().and_then(|s| s.remediation.as_deref())
+                    == Some("worker-0-1") =>
+            {
+                Ok(r)
+            }
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    assert_eq!(
+        trigger_of(&done),
+        (
+            TriggerKind::MachineRemediation,
+            request.metadata.uid.clone()
+        )
+    );
+    let steps = steps(&done);
+    assert!(steps.contains(&"NodeTainted".to_string()), "{steps:?}");
+    assert!(!steps.contains(&"NodeDeleted".to_string()), "{steps:?}");
+    assert_eq!(
+        lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"],
+        node_uid,
+        "the template's nodeRelease kept the Node"
+    );
+    // The health check deletes the request once the Machine is healthy again.
+    eventually(
+        "the request withdrawn",
+        Duration::from_secs(20),
+        async || lab.request_object("worker-0").is_none(),
+    )
+    .await;
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+    assert!(lab.no_reboot_request("worker-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_with_a_request_and_the_annotation_is_remediated_once_and_never_again() {
+    // This cluster's health check annotates the Machine too; the request stays until the
+    // test deletes it, as a health check keeps it until it sees the Machine healthy.
+    let lab = start(fast(), fast_policy(), |_| {}).await;
+    lab.request("worker-0");
+    lab.cluster.hang("worker-0");
+    let request = lab
+        .request_reports("worker-0", RemediationPhase::Succeeded)
+        .await;
+    let done = lab.remediation("worker-0-1").unwrap();
+    assert_eq!(
+        trigger_of(&done),
+        (
+            TriggerKind::MachineRemediation,
+            request.metadata.uid.clone()
+        )
+    );
+    // A negative: for 2 s, many passes of a 100 ms poll, the request that stays starts no
+    // second remediation; no condition to wait for proves that nothing happens.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+    let host = &lab.cluster.host("worker-0").unwrap().host;
+    assert_eq!(host.power(), baremend_sim::host::Power::On);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_deleted_before_the_proof_cancels_and_withdraws_the_power_off() {
+    let lab = start(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
+    lab.request("worker-0");
+    lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
+    lab.api
+        .delete(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, "worker-0", None)
+        .unwrap();
+    let cancelled = lab.reach("worker-0-1", RemediationPhase::Cancelled).await;
+    assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));
+    assert!(lab.no_reboot_request("worker-0"));
+    assert!(lab.node_exists("worker-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_deleted_after_the_proof_still_completes_the_cycle() {
+    let lab = start(fast(), fast_policy(), |_| {}).await;
+    lab.request("worker-0");
+    lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
+    lab.api
+        .delete(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, "worker-0", None)
+        .unwrap();
+    lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    let host = &lab.cluster.host("worker-0").unwrap().host;
+    assert_eq!(host.power(), baremend_sim::host::Power::On);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_count_in_the_storm_gate() {
+    let mut policy = fast_policy();
+    policy["maxConcurrent"] = json!(5);
+    policy["storm"] = json!({"maxUnhealthyPercent": 10});
+    let lab = start(fast(), policy, |_| {}).await;
+    lab.request("worker-0");
+    lab.request("worker-1");
+    let status = lab.held_with("worker-0-1", "storm: 2 of 6").await;
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    assert!(lab.node_exists("worker-0") && lab.node_exists("worker-1"));
+    assert!(lab.no_reboot_request("worker-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_request_is_held_when_fencing_would_break_etcd_quorum() {
+    let mut policy = fast_policy();
+    policy["maxConcurrent"] = json!(5);
+    policy["storm"] = json!({"maxUnhealthyPercent": 100});
+    let lab = start(fast(), policy, |_| {}).await;
+    lab.cluster.hang("master-0");
+    lab.cluster.hang("master-1");
+    lab.node_ready_is("master-1", "Unknown").await;
+    lab.request("master-0");
+    let status = lab.held_with("master-0-1", "etcd quorum").await;
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    assert!(lab.node_exists("master-0"));
+    let request = lab
+        .request_reports("master-0", RemediationPhase::Pending)
+        .await;
+    assert_eq!(
+        request.status.unwrap().remediation.as_deref(),
+        Some("master-0-1")
+    );
+}
