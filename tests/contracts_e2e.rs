@@ -7,9 +7,12 @@
 
 use std::time::Duration;
 
+use baremend::api::slim::MachineApi;
 use baremend::api::{MachineRemediation, Remediation, RemediationPhase, TriggerKind};
+use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{
-    BMHS, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, NODES,
+    BMHS, CAPI_MACHINES, EVENTS, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES,
+    NODES,
 };
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
@@ -21,6 +24,26 @@ use common::lab::{Lab, fast, steps};
 
 fn fast_policy() -> Value {
     json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
+}
+
+/// Five remediations at once, and the storm gate at `storm_percent`.
+fn gated_policy(storm_percent: u32) -> Value {
+    let mut policy = fast_policy();
+    policy["maxConcurrent"] = json!(5);
+    policy["storm"] = json!({"maxUnhealthyPercent": storm_percent});
+    policy
+}
+
+/// Two of three control-plane hosts hang, and master-0's request (as a control-plane health
+/// check makes it; the workers' one does not select it) is held by the quorum guard.
+async fn quorum_would_break(lab: &Lab) {
+    lab.cluster.hang("master-0");
+    lab.cluster.hang("master-1");
+    lab.node_ready_is("master-1", "Unknown").await;
+    lab.request("master-0");
+    let status = lab.held_with("master-0-1", "etcd quorum").await;
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    assert!(lab.node_exists("master-0"));
 }
 
 /// The lab with the controller started, after `prepare`.
@@ -59,7 +82,11 @@ impl Lab {
 
     /// Creates a Machine's request as a health check does: named after it, owned by it.
     fn request(&self, machine: &str) {
-        let object = self.api.get(MACHINES, MACHINE_NAMESPACE, machine).unwrap();
+        let (machines, api_version) = match self.api.get(MACHINES, MACHINE_NAMESPACE, machine) {
+            Ok(_) => (MACHINES, "machine.openshift.io/v1beta1"),
+            Err(_) => (CAPI_MACHINES, "cluster.x-k8s.io/v1beta1"),
+        };
+        let object = self.api.get(machines, MACHINE_NAMESPACE, machine).unwrap();
         self.api
             .create(
                 MACHINE_REMEDIATIONS,
@@ -71,7 +98,7 @@ impl Lab {
                         "name": machine,
                         "namespace": MACHINE_NAMESPACE,
                         "ownerReferences": [{
-                            "apiVersion": "machine.openshift.io/v1beta1",
+                            "apiVersion": api_version,
                             "kind": "Machine",
                             "name": machine,
                             "uid": object["metadata"]["uid"],
@@ -114,6 +141,31 @@ impl Lab {
             .collect()
     }
 
+    /// Deletes the Machine's request once its remediation is powering off; returns the
+    /// remediation once it is Cancelled with the power-off withdrawn.
+    async fn request_deleted_while_powering_off(&self, machine: &str) -> Remediation {
+        let name = format!("{machine}-1");
+        self.reach(&name, RemediationPhase::PoweringOff).await;
+        self.api
+            .delete(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, machine, None)
+            .unwrap();
+        let cancelled = self.reach(&name, RemediationPhase::Cancelled).await;
+        assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));
+        cancelled
+    }
+
+    /// The health check withdraws the Machine's request once it is healthy again, and the
+    /// request started exactly one remediation; fails after 20 s.
+    async fn withdrawn_after_one_remediation(&self, machine: &str) {
+        eventually(
+            "the request withdrawn",
+            Duration::from_secs(20),
+            async || self.request_object(machine).is_none(),
+        )
+        .await;
+        assert_eq!(self.remediations_of(machine), vec![format!("{machine}-1")]);
+    }
+
     fn no_reboot_request(&self, host: &str) -> bool {
         let bmh = self.api.get(BMHS, MACHINE_NAMESPACE, host).unwrap();
         bmh["metadata"]["annotations"]
@@ -127,6 +179,25 @@ impl Lab {
         faults.stuck_power = true;
         host.set_faults(faults);
     }
+}
+
+/// The Cluster API flavour: `cluster.x-k8s.io` Machines, Metal3Machines, a Cluster API
+/// MachineHealthCheck naming the template `baremend` (which exists, empty); the controller on
+/// that Machine API.
+async fn start_cluster_api(spec: ClusterSpec, policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
+    let spec = ClusterSpec {
+        cluster_api: true,
+        ..spec
+    };
+    let mut lab = Lab::builder(spec).policy(policy).start().await;
+    lab.template(json!({}));
+    prepare(&lab);
+    let options = ControllerOptions {
+        machine_api: MachineApi::ClusterApi,
+        ..lab.options()
+    };
+    lab.start_controller(options);
+    lab
 }
 
 fn trigger_of(remediation: &Remediation) -> (TriggerKind, Option<String>) {
@@ -178,13 +249,7 @@ async fn a_health_check_request_is_remediated_with_its_template_and_withdrawn_wh
         "the template's nodeRelease kept the Node"
     );
     // The health check deletes the request once the Machine is healthy again.
-    eventually(
-        "the request withdrawn",
-        Duration::from_secs(20),
-        async || lab.request_object("worker-0").is_none(),
-    )
-    .await;
-    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+    lab.withdrawn_after_one_remediation("worker-0").await;
     assert!(lab.no_reboot_request("worker-0"));
 }
 
@@ -218,12 +283,7 @@ async fn a_machine_with_a_request_and_the_annotation_is_remediated_once_and_neve
 async fn the_request_deleted_before_the_proof_cancels_and_withdraws_the_power_off() {
     let lab = start(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
     lab.request("worker-0");
-    lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
-    lab.api
-        .delete(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, "worker-0", None)
-        .unwrap();
-    let cancelled = lab.reach("worker-0-1", RemediationPhase::Cancelled).await;
-    assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));
+    lab.request_deleted_while_powering_off("worker-0").await;
     assert!(lab.no_reboot_request("worker-0"));
     assert!(lab.node_exists("worker-0"));
 }
@@ -243,9 +303,7 @@ async fn the_request_deleted_after_the_proof_still_completes_the_cycle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_count_in_the_storm_gate() {
-    let mut policy = fast_policy();
-    policy["maxConcurrent"] = json!(5);
-    policy["storm"] = json!({"maxUnhealthyPercent": 10});
+    let policy = gated_policy(10);
     let lab = start(fast(), policy, |_| {}).await;
     lab.request("worker-0");
     lab.request("worker-1");
@@ -257,17 +315,8 @@ async fn requests_count_in_the_storm_gate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_request_is_held_when_fencing_would_break_etcd_quorum() {
-    let mut policy = fast_policy();
-    policy["maxConcurrent"] = json!(5);
-    policy["storm"] = json!({"maxUnhealthyPercent": 100});
-    let lab = start(fast(), policy, |_| {}).await;
-    lab.cluster.hang("master-0");
-    lab.cluster.hang("master-1");
-    lab.node_ready_is("master-1", "Unknown").await;
-    lab.request("master-0");
-    let status = lab.held_with("master-0-1", "etcd quorum").await;
-    assert_eq!(status.phase, RemediationPhase::Pending);
-    assert!(lab.node_exists("master-0"));
+    let lab = start(fast(), gated_policy(100), |_| {}).await;
+    quorum_would_break(&lab).await;
     let request = lab
         .request_reports("master-0", RemediationPhase::Pending)
         .await;
@@ -275,4 +324,79 @@ async fn a_control_plane_request_is_held_when_fencing_would_break_etcd_quorum() 
         request.status.unwrap().remediation.as_deref(),
         Some("master-0-1")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_api_machine_is_resolved_through_its_metal3_machine_and_remediated() {
+    let lab = start_cluster_api(fast(), fast_policy(), |lab| {
+        // Nothing of OpenShift's Machine API is left to find the host through.
+        assert!(
+            lab.api
+                .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
+                .is_err()
+        );
+    })
+    .await;
+    let node_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    lab.cluster.hang("worker-0");
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    assert_eq!(
+        done.spec.host.as_deref(),
+        Some("openshift-machine-api/worker-0"),
+        "found through the Metal3Machine's metal3.io/BareMetalHost"
+    );
+    assert_eq!(done.spec.node_name.as_deref(), Some("worker-0"));
+    assert_eq!(trigger_of(&done).0, TriggerKind::MachineRemediation);
+    let owner = &done.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.api_version.as_str(), owner.kind.as_str()),
+        ("cluster.x-k8s.io/v1beta1", "Machine")
+    );
+    assert!(steps(&done).contains(&"NodeDeleted".to_string()));
+    assert_ne!(
+        lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"],
+        node_uid,
+        "a new Node registered"
+    );
+    assert!(lab.no_reboot_request("worker-0"));
+    // The Cluster API health check withdraws its request once the Machine is healthy.
+    lab.withdrawn_after_one_remediation("worker-0").await;
+    // The Events name the Cluster API Machine.
+    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+    assert!(
+        events.iter().any(|e| e["reason"] == "Succeeded"
+            && e["involvedObject"]["kind"] == "Machine"
+            && e["involvedObject"]["apiVersion"] == "cluster.x-k8s.io/v1beta1"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_api_request_deleted_before_the_proof_cancels_even_when_made_again() {
+    // The host never powers off; the health check makes its request again at once.
+    let lab = start_cluster_api(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
+    lab.cluster.hang("worker-0");
+    let cancelled = lab.request_deleted_while_powering_off("worker-0").await;
+    assert!(!steps(&cancelled).contains(&"NodeDeleted".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_api_requests_count_in_the_storm_gate() {
+    let policy = gated_policy(10);
+    let spec = ClusterSpec {
+        max_unhealthy: "100%".into(),
+        ..fast()
+    };
+    let lab = start_cluster_api(spec, policy, |_| {}).await;
+    lab.cluster.hang("worker-0");
+    lab.cluster.hang("worker-1");
+    let status = lab.held_with("worker-0-1", "storm: 2 of 6").await;
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    assert!(lab.node_exists("worker-0") && lab.node_exists("worker-1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_api_control_plane_machine_is_held_when_fencing_would_break_etcd_quorum() {
+    let lab = start_cluster_api(fast(), gated_policy(100), |_| {}).await;
+    quorum_would_break(&lab).await;
 }

@@ -753,12 +753,16 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     let root = common::repo_root();
     // OpenShift's kinds (Machine, MachineHealthCheck, BareMetalHost, …), ours, and the
     // namespaces the examples live in.
-    for crd in baremend_sim::cluster::fixtures::all() {
+    // Cluster API's and metal3's kinds too, for the Cluster API example.
+    let fixtures = baremend_sim::cluster::fixtures::all()
+        .into_iter()
+        .chain(baremend_sim::cluster::fixtures::cluster_api_crds());
+    for crd in fixtures {
         c.ok(&["apply", "-f", "-"], Some(&crd.to_string())).await;
     }
     let crds = root.join("crds");
     c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
-    for namespace in ["openshift-machine-api", "baremend"] {
+    for namespace in ["openshift-machine-api", "baremend", "metal3"] {
         c.ok(&["create", "namespace", namespace], None).await;
     }
     let files = common::yaml_files(&root.join("deploy/examples"));
@@ -766,6 +770,7 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     let guide = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
     let mut health_checks = Vec::new();
     let mut templates = Vec::new();
+    let mut capi_checks = Vec::new();
     for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
@@ -788,6 +793,9 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
         );
         for document in documents {
             match document["kind"].as_str().unwrap() {
+                "MachineHealthCheck" if document["apiVersion"] == "cluster.x-k8s.io/v1beta1" => {
+                    capi_checks.push(document)
+                }
                 "MachineHealthCheck" => health_checks.push(document),
                 // Our kinds must read as our types (a misspelt field would be dropped).
                 "HostBmc" => {
@@ -815,7 +823,14 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     // apart, and the control plane's one at a time.
     let listed: serde_json::Value = serde_json::from_str(
         &c.ok(
-            &["get", "mhc", "-n", "openshift-machine-api", "-o", "json"],
+            &[
+                "get",
+                "machinehealthchecks.machine.openshift.io",
+                "-n",
+                "openshift-machine-api",
+                "-o",
+                "json",
+            ],
             None,
         )
         .await,
@@ -852,6 +867,16 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     }
     roles.sort();
     assert_eq!(roles, ["infra", "master", "worker"]);
+    // The Cluster API health check names a template of ours that the examples define.
+    assert_eq!(capi_checks.len(), 1);
+    for check in &capi_checks {
+        let template = &check["spec"]["remediationTemplate"];
+        assert_eq!(template["kind"], "MachineRemediationTemplate", "{check}");
+        assert!(
+            templates.iter().any(|t| template["name"] == t.as_str()),
+            "{check}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

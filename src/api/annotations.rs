@@ -64,6 +64,18 @@ pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
 /// controller).
 pub const NODE_MACHINE: &str = "machine.openshift.io/machine";
 
+/// On a Node, by the Cluster API machine controller: the name of its Machine (the namespace
+/// is in [`CAPI_NODE_CLUSTER_NAMESPACE`]).
+pub const CAPI_NODE_MACHINE: &str = "cluster.x-k8s.io/machine";
+
+/// On a Node, by the Cluster API machine controller: the namespace of its cluster (and
+/// Machine).
+pub const CAPI_NODE_CLUSTER_NAMESPACE: &str = "cluster.x-k8s.io/cluster-namespace";
+
+/// The label of a Cluster API control-plane Machine (set, with an empty value, by the
+/// control-plane provider).
+pub const CAPI_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
+
 /// The role label of an OpenShift Machine (`master`, `worker`, …).
 pub const MACHINE_ROLE: &str = "machine.openshift.io/cluster-api-machine-role";
 

@@ -63,6 +63,8 @@ pub struct ControllerOptions {
     pub drift_helpers: Option<HelperPods>,
     /// Where this replica runs (see [`Placement`]).
     pub placement: Option<Placement>,
+    /// Which Machine API the cluster's Machines come from.
+    pub machine_api: slim::MachineApi,
 }
 
 impl Default for ControllerOptions {
@@ -78,6 +80,7 @@ impl Default for ControllerOptions {
             power_poll_seed: 0,
             drift_helpers: None,
             placement: None,
+            machine_api: slim::MachineApi::default(),
         }
     }
 }
@@ -145,6 +148,8 @@ pub struct Context {
     pub placement: Option<Placement>,
     /// Failures in a row per Machine, for the requeue of transient ones.
     pub backoff: Backoff,
+    /// Which Machine API the Machines come from.
+    pub machine_api: slim::MachineApi,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step
@@ -211,6 +216,7 @@ impl Context {
             leadership: options.leadership,
             placement: options.placement,
             backoff: Backoff::default(),
+            machine_api: options.machine_api,
         }
     }
 

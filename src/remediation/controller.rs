@@ -19,12 +19,14 @@ use tracing::{info, warn};
 
 pub use super::context::{Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement};
 use super::reconcile::{error_policy, reconcile};
-use crate::api::annotations::NODE_MACHINE;
+use crate::api::annotations::{CAPI_NODE_CLUSTER_NAMESPACE, CAPI_NODE_MACHINE, NODE_MACHINE};
 use crate::api::slim;
 use crate::api::{HostBmc, MachineRemediation, Remediation, RemediationPhase, RemediationPolicy};
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::runtime::clock::Clock;
-use crate::runtime::informer::{Changes, informer, slimmed_informer, watch_config};
+use crate::runtime::informer::{
+    Changes, informer, mapped_informer, slimmed_informer, watch_config,
+};
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
@@ -138,16 +140,30 @@ struct Watches {
     machine_requests: (Store<MachineRemediation>, Changes<MachineRemediation>),
 }
 
-/// Starts one informer per kind (Nodes come from the shared watch); Machines only of this
-/// replica's shard when a selector is given.
-fn watch_kinds(client: &Client, machine_selector: Option<&str>) -> Watches {
+/// Starts one informer per kind (Nodes come from the shared watch); Machines of the Machine
+/// API in use, only of this replica's shard when a selector is given.
+fn watch_kinds(
+    client: &Client,
+    machine_selector: Option<&str>,
+    machine_api: slim::MachineApi,
+) -> Watches {
     let config = watch_config();
     let machine_config = match machine_selector {
         Some(selector) => config.clone().labels(selector),
         None => config.clone(),
     };
     Watches {
-        machines: (slimmed_informer(Api::all(client.clone()), machine_config, slim::machine)),
+        machines: match machine_api {
+            slim::MachineApi::OpenShift => {
+                slimmed_informer(Api::all(client.clone()), machine_config, slim::machine)
+            }
+            slim::MachineApi::ClusterApi => mapped_informer(
+                Api::<slim::CapiMachine>::all(client.clone()),
+                machine_config,
+                slim::Machine::from,
+                slim::machine,
+            ),
+        },
         hosts: (slimmed_informer(
             Api::all(client.clone()),
             config.clone(),
@@ -174,9 +190,17 @@ fn machine_of_request(request: MachineRemediation) -> Option<ObjectRef<slim::Mac
     Some(ObjectRef::new(&request.name_any()).within(&namespace))
 }
 
-/// The Machine of a Node (the Machine API's annotation), to wake on the Node's changes.
+/// The Machine of a Node (the Machine API's annotation, or Cluster API's pair), to wake on
+/// the Node's changes.
 fn machine_of_node(node: Arc<Node>) -> Option<ObjectRef<slim::Machine>> {
-    node.annotations()
+    let annotations = node.annotations();
+    if let (Some(name), Some(namespace)) = (
+        annotations.get(CAPI_NODE_MACHINE),
+        annotations.get(CAPI_NODE_CLUSTER_NAMESPACE),
+    ) {
+        return Some(ObjectRef::new(name).within(namespace));
+    }
+    annotations
         .get(NODE_MACHINE)
         .and_then(|value| value.split_once('/'))
         .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
@@ -212,7 +236,11 @@ async fn run_machines(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
     let out_of_service_taint = out_of_service_taint(&client).await;
-    let watches = watch_kinds(&client, options.machine_selector.as_deref());
+    let watches = watch_kinds(
+        &client,
+        options.machine_selector.as_deref(),
+        options.machine_api,
+    );
     let (remediations, remediation_stream) = watches.remediations;
     let (machines, machine_stream) = watches.machines;
     let caches = Caches {

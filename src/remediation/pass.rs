@@ -12,7 +12,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::context::{Context, machine_resource};
+use super::context::Context;
 use super::fence::{ConfirmedOff, HostRef};
 use super::plan::PlanPolicy;
 use super::state::{created_at, strategy_in_status};
@@ -82,8 +82,20 @@ impl Pass {
         Api::namespaced_with(
             self.context.client.clone(),
             &self.namespace,
-            &machine_resource(),
+            &self.context.machine_api.resource(),
         )
+    }
+
+    /// The Machine's annotations, read from the API server now (None: the Machine is gone).
+    pub(super) async fn fresh_machine_annotations(
+        &self,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+        let machine = self
+            .machines_api()
+            .get_opt(&self.name)
+            .await
+            .map_err(Error::kube("GetMachine"))?;
+        Ok(machine.map(|m| m.metadata.annotations.unwrap_or_default()))
     }
 
     pub(super) fn plan_policy(&self) -> PlanPolicy {
@@ -182,7 +194,8 @@ impl Pass {
         // On both objects: `kubectl describe machine` is where an operator looks first, the
         // Remediation keeps the whole story; each names the other as related.
         let remediation_ref = remediation.object_ref(&());
-        let machine_ref = self.machine.object_ref(&());
+        let mut machine_ref = self.machine.object_ref(&());
+        machine_ref.api_version = Some(self.context.machine_api.api_version().into());
         crate::runtime::events::publish(
             &self.context.recorder,
             severity,

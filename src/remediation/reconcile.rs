@@ -109,7 +109,7 @@ impl Pass {
                 self.may_start(remediation, node.as_deref(), launched)
                     .await?
             }
-            None => (Ok(()), self.triggered()),
+            None => (Ok(()), self.still_triggered(remediation)),
         };
         let probes = if self.dry_run_start(state.phase, triggered, &may) {
             // A dry run launches nothing: the other starts need not wait for its probes (an

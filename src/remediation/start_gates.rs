@@ -26,17 +26,11 @@ impl Pass {
     /// after it), read from the API server now (not from the cache). A Machine that is gone
     /// carries none.
     pub(super) async fn trigger_confirmed(&self) -> Result<bool> {
-        let api: Api<slim::Machine> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        let machine = api
-            .get_opt(&self.name)
-            .await
-            .map_err(Error::kube("GetMachine"))?;
-        let Some(machine) = machine else {
+        let Some(annotations) = self.fresh_machine_annotations().await? else {
             return Ok(false);
         };
-        // A Cluster API request counts only for a Machine that exists.
-        Ok(machine.annotations().contains_key(EXTERNAL_REMEDIATION)
-            || self.request_confirmed().await?)
+        // A request counts only for a Machine that exists.
+        Ok(annotations.contains_key(EXTERNAL_REMEDIATION) || self.request_confirmed().await?)
     }
 
     /// Every Remediation, read from the API server now (not from the cache).

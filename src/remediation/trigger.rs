@@ -56,6 +56,27 @@ pub fn answered(trigger: &TriggerRef, remediations: &[std::sync::Arc<Remediation
         })
 }
 
+/// Whether the trigger a remediation answers is still there: the annotation, or the very
+/// request it recorded (a request deleted and made again by the health check is another
+/// one: the first is gone). Pure.
+pub fn still_there(
+    recorded: Option<&TriggerRef>,
+    now: Option<&TriggerRef>,
+    annotated: bool,
+) -> bool {
+    match recorded {
+        Some(TriggerRef {
+            kind: TriggerKind::MachineRemediation,
+            uid,
+            ..
+        }) => {
+            annotated
+                || now.is_some_and(|t| t.kind == TriggerKind::MachineRemediation && t.uid == *uid)
+        }
+        _ => now.is_some(),
+    }
+}
+
 /// The status to report on a request for `remediation`, if it differs from `current`. Pure.
 pub fn request_status(remediation: &Remediation, current: &RequestStatus) -> Option<RequestStatus> {
     let phase = remediation
@@ -88,6 +109,16 @@ impl Pass {
             .annotations()
             .contains_key(EXTERNAL_REMEDIATION);
         trigger_of(annotated, self.cached_request().as_deref())
+    }
+
+    /// Whether the trigger `remediation` answers is still there, in the cache.
+    pub(super) fn still_triggered(&self, remediation: &Remediation) -> bool {
+        let annotated = self
+            .machine
+            .annotations()
+            .contains_key(EXTERNAL_REMEDIATION);
+        let now = trigger_of(annotated, self.cached_request().as_deref());
+        still_there(remediation.spec.trigger.as_ref(), now.as_ref(), annotated)
     }
 
     /// Whether the Machine's request exists, read from the API server now.
@@ -196,6 +227,20 @@ mod tests {
         assert!(!answered(&second, std::slice::from_ref(&done)));
         let annotation = trigger_of(true, None).unwrap();
         assert!(!answered(&annotation, &[done]));
+    }
+
+    #[test]
+    fn a_request_made_again_is_another_trigger_and_the_first_is_gone() {
+        let first = trigger_of(false, Some(&request("u1")));
+        let again = trigger_of(false, Some(&request("u2")));
+        assert!(still_there(first.as_ref(), first.as_ref(), false));
+        assert!(!still_there(first.as_ref(), again.as_ref(), false));
+        assert!(!still_there(first.as_ref(), None, false));
+        // The annotation set beside the request keeps the Machine triggered.
+        assert!(still_there(first.as_ref(), None, true));
+        let annotation = trigger_of(true, None);
+        assert!(still_there(annotation.as_ref(), annotation.as_ref(), true));
+        assert!(!still_there(annotation.as_ref(), None, false));
     }
 
     #[test]

@@ -18,8 +18,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::local::{
-    Gvr, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, MHCS, NODES,
-    namespace_and_name,
+    CAPI_MACHINES, CAPI_MHCS, Gvr, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS,
+    MACHINES, MHCS, NODES, namespace_and_name,
 };
 use super::timing::{Timing, parse_go_duration};
 use crate::apiserver::time::parse_time;
@@ -132,7 +132,13 @@ pub fn pass(api: &Local) {
             Some((name.to_owned(), node.clone()))
         })
         .collect();
-    for mhc in api.list(MHCS, None) {
+    // OpenShift's health checks over OpenShift's Machines, Cluster API's over Cluster API's
+    // (a cluster serves one pair: listing a kind it does not serve finds nothing).
+    let checks = [(MHCS, MACHINES), (CAPI_MHCS, CAPI_MACHINES)];
+    for (mhc, machines_gvr) in checks
+        .into_iter()
+        .flat_map(|(mhcs, machines)| api.list(mhcs, None).into_iter().map(move |m| (m, machines)))
+    {
         let namespace = mhc
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
@@ -145,7 +151,7 @@ pub fn pass(api: &Local) {
             .to_owned();
         let selector = mhc.pointer("/spec/selector").cloned().unwrap_or(json!({}));
         let machines: Vec<Arc<Value>> = api
-            .list_shared(MACHINES, Some(&namespace))
+            .list_shared(machines_gvr, Some(&namespace))
             .into_iter()
             .filter(|m| labels_match(&selector, m))
             .collect();
@@ -162,7 +168,12 @@ pub fn pass(api: &Local) {
             "conditions": [{"type": "RemediationAllowed", "status": if remediation_allowed { "True" } else { "False" }, "reason": if remediation_allowed { "" } else { "TooManyUnhealthy" }}],
         }});
         if mhc.get("status") != status.get("status") {
-            let _ = api.merge(MHCS, &namespace, &name, &status, true);
+            let mhcs = if machines_gvr == MACHINES {
+                MHCS
+            } else {
+                CAPI_MHCS
+            };
+            let _ = api.merge(mhcs, &namespace, &name, &status, true);
         }
         if !remediation_allowed {
             if !sick.is_empty() {
@@ -189,7 +200,10 @@ pub fn pass(api: &Local) {
                     .find(|(m, _)| m.pointer("/metadata/name") == machine.pointer("/metadata/name"))
                     .map(|(_, why)| why.as_str());
                 match why {
-                    Some(why) => request_remediation(api, &mhc, template, machine, why),
+                    Some(why) => {
+                        let owner = format!("{}/{}", machines_gvr.group, machines_gvr.version);
+                        request_remediation(api, &mhc, template, (machine, &owner), why);
+                    }
                     None => withdraw_request(api, template, machine),
                 }
             }
@@ -240,7 +254,14 @@ fn request_kind(template: &Value) -> Option<(Gvr, &'static str)> {
 }
 
 /// Creates the Machine's request from the template, unless it has one.
-fn request_remediation(api: &Local, mhc: &Value, template: &Value, machine: &Value, why: &str) {
+/// `machine`: the Machine and its `apiVersion` (a shared list holds none).
+fn request_remediation(
+    api: &Local,
+    mhc: &Value,
+    template: &Value,
+    (machine, api_version): (&Value, &str),
+    why: &str,
+) {
     let (namespace, name) = namespace_and_name(machine);
     let Some((requests, kind)) = request_kind(template) else {
         return;
@@ -270,7 +291,7 @@ fn request_remediation(api: &Local, mhc: &Value, template: &Value, machine: &Val
             "name": name,
             "namespace": namespace,
             "ownerReferences": [{
-                "apiVersion": machine.get("apiVersion").cloned().unwrap_or(json!("machine.openshift.io/v1beta1")),
+                "apiVersion": api_version,
                 "kind": "Machine",
                 "name": name,
                 "uid": machine.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),

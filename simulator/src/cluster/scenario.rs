@@ -7,6 +7,7 @@
 //! bmhUsesIpmi: false     # BareMetalHosts point at the IPMI address instead of Redfish
 //! maxUnhealthy: "40%"
 //! remediationTemplate: baremend   # the MHC creates MachineRemediation requests from it
+//! clusterApi: false      # cluster.x-k8s.io Machines and Metal3Machines, a Cluster API MHC
 //! timing:
 //!   powerDelay: 1500ms
 //!   bootDelay: 2s
@@ -64,6 +65,11 @@ pub struct ClusterSpec {
     /// the Machines' namespace) in `spec.remediationTemplate` and asks for remediation with a
     /// request object instead of the `external-baremetal` annotation. None: the annotation.
     pub remediation_template: Option<String>,
+    /// The Cluster API flavour: Machines of `cluster.x-k8s.io/v1beta1` with metal3's
+    /// Metal3Machines between them and their BareMetalHosts, and a Cluster API
+    /// MachineHealthCheck for the workers naming the `MachineRemediationTemplate`
+    /// `remediationTemplate` (`baremend` when unset). Off: OpenShift's Machine API.
+    pub cluster_api: bool,
 }
 
 /// Pods placed on the workers, so that drains and evictions meet real PDBs.
@@ -121,6 +127,7 @@ impl Default for ClusterSpec {
             mco: false,
             mco_max_unavailable: serde_json::json!(1),
             remediation_template: None,
+            cluster_api: false,
         }
     }
 }
