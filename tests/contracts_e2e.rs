@@ -8,11 +8,13 @@
 use std::time::Duration;
 
 use baremend::api::slim::MachineApi;
-use baremend::api::{MachineRemediation, Remediation, RemediationPhase, TriggerKind};
+use baremend::api::{
+    MachineRemediation, NodeRemediation, Remediation, RemediationPhase, TriggerKind,
+};
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{
-    BMHS, CAPI_MACHINES, EVENTS, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES,
-    NODES,
+    BMHS, CAPI_MACHINES, EVENTS, Gvr, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS,
+    MACHINES, NAMESPACES, NODES,
 };
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
@@ -399,4 +401,176 @@ async fn cluster_api_requests_count_in_the_storm_gate() {
 async fn a_cluster_api_control_plane_machine_is_held_when_fencing_would_break_etcd_quorum() {
     let lab = start_cluster_api(fast(), gated_policy(100), |_| {}).await;
     quorum_would_break(&lab).await;
+}
+
+/// baremend's NodeHealthCheck requests, for the test's own reads and writes.
+const NODE_REMEDIATIONS: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "noderemediations",
+};
+
+/// Where the NodeHealthCheck's template, and so its requests, live.
+const NHC_NAMESPACE: &str = "workload-availability";
+
+/// A cluster whose Machine health check asks nothing of baremend (its template does not
+/// exist), so that only the NodeHealthCheck's requests trigger.
+async fn start_nhc(policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
+    let spec = ClusterSpec {
+        remediation_template: Some("not-baremend".into()),
+        ..fast()
+    };
+    start(spec, policy, |lab| {
+        lab.api
+            .create(NAMESPACES, "", json!({"metadata": {"name": NHC_NAMESPACE}}))
+            .unwrap();
+        prepare(lab);
+    })
+    .await
+}
+
+impl Lab {
+    /// Creates a NodeHealthCheck's request for a Node, as the NodeHealthCheck does: named after
+    /// the Node, in the template's namespace, from the template's spec.
+    fn node_request(&self, node: &str, spec: Value) {
+        self.api
+            .create(
+                NODE_REMEDIATIONS,
+                NHC_NAMESPACE,
+                json!({
+                    "apiVersion": "baremend.io/v1alpha1",
+                    "kind": "NodeRemediation",
+                    "metadata": {"name": node, "namespace": NHC_NAMESPACE},
+                    "spec": spec,
+                }),
+            )
+            .unwrap();
+    }
+
+    /// Marks the request timed out, as the NodeHealthCheck does when it escalates.
+    fn time_out(&self, node: &str) {
+        let patch = json!({"metadata": {"annotations": {"remediation.medik8s.io/nhc-timed-out": "2026-11-24T10:00:00Z"}}});
+        self.api
+            .merge(NODE_REMEDIATIONS, NHC_NAMESPACE, node, &patch, false)
+            .unwrap();
+    }
+
+    /// The Node's request once `check` holds for it; fails after 30 s.
+    async fn node_request_where(
+        &self,
+        node: &str,
+        what: &str,
+        check: impl Fn(&NodeRemediation) -> bool,
+    ) -> NodeRemediation {
+        eventually(what, Duration::from_secs(30), async || {
+            let request = self
+                .api
+                .get(NODE_REMEDIATIONS, NHC_NAMESPACE, node)
+                .ok()
+                .map(|v| serde_json::from_value::<NodeRemediation>(v).unwrap());
+            match request {
+                Some(r) if check(&r) => Ok(r),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+    }
+}
+
+/// Whether the request's condition `type_` has this status and, if given, reason.
+fn has(request: &NodeRemediation, type_: &str, status: &str, reason: Option<&str>) -> bool {
+    request.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == status && reason.is_none_or(|r| c.reason == r))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_health_check_request_is_remediated_with_the_contracts_conditions() {
+    let lab = start_nhc(fast_policy(), |_| {}).await;
+    lab.node_request("worker-0", json!({}));
+    lab.cluster.hang("worker-0");
+    // While the Node is deleted on the way, the health check is told to keep the request.
+    lab.node_request_where("worker-0", "Processing, Node deletion expected", |r| {
+        has(r, "Processing", "True", None) && has(r, "PermanentNodeDeletionExpected", "True", None)
+    })
+    .await;
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    let trigger = done.spec.trigger.clone().unwrap();
+    assert_eq!(trigger.kind, TriggerKind::NodeRemediation);
+    assert_eq!(trigger.namespace.as_deref(), Some(NHC_NAMESPACE));
+    assert!(steps(&done).contains(&"NodeDeleted".to_string()));
+    let request = lab
+        .node_request_where("worker-0", "Succeeded", |r| {
+            has(r, "Succeeded", "True", None)
+        })
+        .await;
+    assert!(has(&request, "Processing", "False", None), "{request:?}");
+    assert!(has(
+        &request,
+        "PermanentNodeDeletionExpected",
+        "False",
+        None
+    ));
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_timeout_before_the_proof_stops_cleanly_and_says_so() {
+    let lab = start_nhc(fast_policy(), |lab| lab.stuck("worker-0")).await;
+    lab.node_request("worker-0", json!({}));
+    lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
+    lab.time_out("worker-0");
+    let cancelled = lab.reach("worker-0-1", RemediationPhase::Cancelled).await;
+    assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));
+    let request = lab
+        .node_request_where("worker-0", "told of the timeout", |r| {
+            has(r, "Succeeded", "False", Some("RemediationTimedOutByNhc"))
+        })
+        .await;
+    assert!(has(&request, "Processing", "False", None), "{request:?}");
+    assert!(lab.no_reboot_request("worker-0"));
+    assert!(lab.node_exists("worker-0"));
+    // The timed-out request starts nothing again.
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_timeout_after_the_proof_powers_the_host_on_and_restores_the_node() {
+    // The template keeps the Node (out-of-service): no deletion is expected.
+    let lab = start_nhc(fast_policy(), |_| {}).await;
+    lab.node_request("worker-0", json!({"nodeRelease": "OutOfService"}));
+    lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
+    lab.time_out("worker-0");
+    lab.node_request_where("worker-0", "completing after the timeout", |r| {
+        has(r, "Processing", "True", Some("CompletingAfterTimeout"))
+            || has(r, "Succeeded", "True", None)
+    })
+    .await;
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    assert!(steps(&done).contains(&"NodeTainted".to_string()));
+    let host = &lab.cluster.host("worker-0").unwrap().host;
+    assert_eq!(host.power(), baremend_sim::host::Power::On);
+    let request = lab
+        .node_request_where("worker-0", "Succeeded", |r| {
+            has(r, "Succeeded", "True", None)
+        })
+        .await;
+    assert!(has(
+        &request,
+        "PermanentNodeDeletionExpected",
+        "False",
+        None
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_health_check_requests_count_in_the_storm_gate() {
+    let lab = start_nhc(gated_policy(10), |_| {}).await;
+    lab.node_request("worker-0", json!({}));
+    lab.node_request("worker-1", json!({}));
+    let status = lab.held_with("worker-0-1", "storm: 2 of 6").await;
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    assert!(lab.no_reboot_request("worker-0"));
 }

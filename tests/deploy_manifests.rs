@@ -949,6 +949,25 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         phase(lab.ended("worker-1-1").await),
         Some(RemediationPhase::Succeeded)
     );
+    // master-0 through a NodeHealthCheck's request, named after its Node.
+    lab.api
+        .create(
+            baremend_sim::cluster::local::NAMESPACES,
+            "",
+            json!({"metadata": {"name": "workload-availability"}}),
+        )
+        .unwrap();
+    lab.api
+        .create(
+            NODE_REMEDIATIONS,
+            "workload-availability",
+            json!({"metadata": {"name": "master-0"}, "spec": {}}),
+        )
+        .unwrap();
+    assert_eq!(
+        phase(lab.ended("master-0-1").await),
+        Some(RemediationPhase::Succeeded)
+    );
     // Config drift on worker-2, force-reapplied through the MCO.
     lab.cluster
         .disk("worker-2")
@@ -1065,6 +1084,13 @@ fn the_install_guide_explains_every_granted_permission() {
         }
     }
 }
+
+/// baremend's NodeHealthCheck requests.
+const NODE_REMEDIATIONS: baremend_sim::cluster::local::Gvr = baremend_sim::cluster::local::Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "noderemediations",
+};
 
 /// Every call the API server recorded.
 fn used(server: &ApiServer) -> BTreeSet<Access> {

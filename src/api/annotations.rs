@@ -39,6 +39,10 @@ pub const LEGACY_NODE_FINALIZER: &str = "metal3.io/capbm";
 /// after it.
 pub const MEDIK8S_NODE_NAME: &str = "remediation.medik8s.io/node-name";
 
+/// On a medik8s remediation request, by the NodeHealthCheck: its escalation timeout passed
+/// (an RFC 3339 time; remediators read the key only) and the next remediator takes over.
+pub const NHC_TIMED_OUT: &str = "remediation.medik8s.io/nhc-timed-out";
+
 /// On a Machine, names its BareMetalHost as `namespace/name`.
 pub const MACHINE_HOST: &str = "metal3.io/BareMetalHost";
 

@@ -17,7 +17,7 @@ use super::bmc_cache::DriverCache;
 use super::gates::Launched;
 use crate::api::slim;
 use crate::api::{
-    HostBmc, MachineRemediation, Remediation, RemediationPhase, RemediationPolicy,
+    HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy,
     RemediationPolicySpec,
 };
 use crate::drift::helper::HelperPods;
@@ -101,6 +101,8 @@ pub struct Caches {
     pub host_bmcs: Store<HostBmc>,
     /// Cluster API remediation requests (`MachineRemediation`).
     pub machine_requests: Store<MachineRemediation>,
+    /// NodeHealthCheck remediation requests (`NodeRemediation`).
+    pub node_requests: Store<NodeRemediation>,
 }
 
 /// What every reconcile shares.
@@ -121,6 +123,8 @@ pub struct Context {
     pub host_bmcs: Store<HostBmc>,
     /// Cluster API remediation requests, a trigger like the Machine annotation.
     pub machine_requests: Store<MachineRemediation>,
+    /// NodeHealthCheck remediation requests, named after the Machines' Nodes.
+    pub node_requests: Store<NodeRemediation>,
     /// BMC drivers, one request gate per BMC.
     pub connector: Connector,
     /// The BMC drivers of remediations under way, one login each.
@@ -204,6 +208,7 @@ impl Context {
             policies: caches.policies,
             host_bmcs: caches.host_bmcs,
             machine_requests: caches.machine_requests,
+            node_requests: caches.node_requests,
             connector: Connector::new(),
             bmc_drivers: DriverCache::default(),
             clock,
@@ -232,6 +237,7 @@ impl Context {
             && is_ready(&self.policies)
             && is_ready(&self.host_bmcs)
             && is_ready(&self.machine_requests)
+            && is_ready(&self.node_requests)
     }
 
     /// Recounts the gauges from the caches: remediations in progress, starts held per gate.

@@ -21,7 +21,9 @@ pub use super::context::{Caches, Context, ControllerOptions, PersistFn, PersistH
 use super::reconcile::{error_policy, reconcile};
 use crate::api::annotations::{CAPI_NODE_CLUSTER_NAMESPACE, CAPI_NODE_MACHINE, NODE_MACHINE};
 use crate::api::slim;
-use crate::api::{HostBmc, MachineRemediation, Remediation, RemediationPhase, RemediationPolicy};
+use crate::api::{
+    HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy,
+};
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::{
@@ -138,6 +140,7 @@ struct Watches {
     policies: (Store<RemediationPolicy>, Changes<RemediationPolicy>),
     host_bmcs: (Store<HostBmc>, Changes<HostBmc>),
     machine_requests: (Store<MachineRemediation>, Changes<MachineRemediation>),
+    node_requests: (Store<NodeRemediation>, Changes<NodeRemediation>),
 }
 
 /// Starts one informer per kind (Nodes come from the shared watch); Machines of the Machine
@@ -172,7 +175,8 @@ fn watch_kinds(
         remediations: (informer(Api::all(client.clone()), config.clone())),
         policies: (informer(Api::all(client.clone()), config.clone())),
         host_bmcs: (informer(Api::all(client.clone()), config.clone())),
-        machine_requests: (informer(Api::all(client.clone()), config)),
+        machine_requests: (informer(Api::all(client.clone()), config.clone())),
+        node_requests: (informer(Api::all(client.clone()), config)),
     }
 }
 
@@ -251,6 +255,7 @@ async fn run_machines(
         policies: watches.policies.0,
         host_bmcs: watches.host_bmcs.0,
         machine_requests: watches.machine_requests.0,
+        node_requests: watches.node_requests.0,
     };
     let power = options.power_poll.map(|p| (p, options.power_poll_seed));
     let context = Arc::new(Context::new(
@@ -271,6 +276,13 @@ async fn run_machines(
         Background::every(GAUGE_REFRESH, move || context.refresh_metrics())
     };
     let by_remediation = move |r: Remediation| machines_of_remediation(&r, &remediations);
+    // A NodeHealthCheck's request is named after the Node: its Machine is the Node's.
+    let nodes = node_feed.store.clone();
+    let machine_of_node_request = move |request: NodeRemediation| {
+        nodes
+            .get(&ObjectRef::new(&request.name_any()))
+            .and_then(machine_of_node)
+    };
     // A policy or BMC mapping change may unblock anything: look at every Machine again.
     let reconcile_all = futures_util::stream::select(
         watches.policies.1.map(|_| ()),
@@ -282,6 +294,7 @@ async fn run_machines(
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
         .watches_stream(watches.hosts.1, machine_of_host)
         .watches_stream(watches.machine_requests.1, machine_of_request)
+        .watches_stream(watches.node_requests.1, machine_of_node_request)
         .watches_shared_stream(node_feed.changes, machine_of_node)
         .watches_stream(remediation_stream, by_remediation)
         .reconcile_all_on(reconcile_all)

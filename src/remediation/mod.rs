@@ -22,6 +22,7 @@ mod pass;
 pub mod plan;
 mod power;
 mod reconcile;
+pub mod requests;
 pub mod start_gates;
 pub mod state;
 mod steps;

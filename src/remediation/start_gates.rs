@@ -69,11 +69,21 @@ impl Pass {
             .iter()
             .map(|r| (r.namespace().unwrap_or_default(), r.name_any()))
             .collect();
+        let node_requested: std::collections::HashSet<String> = self
+            .context
+            .node_requests
+            .state()
+            .iter()
+            .filter(|r| !super::requests::node_request(r).timed_out)
+            .map(|r| r.name_any())
+            .collect();
         for machine in &machines {
             let ready = node_ready(machine);
             let key = (machine.namespace().unwrap_or_default(), machine.name_any());
+            let node = machine.status.as_ref().and_then(|s| s.node_ref.as_ref());
             if machine.annotations().contains_key(EXTERNAL_REMEDIATION)
                 || requested.contains(&key)
+                || node.is_some_and(|n| node_requested.contains(&n.name))
                 || ready == Some(false)
             {
                 health.unhealthy += 1;

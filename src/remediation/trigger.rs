@@ -18,22 +18,20 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 
 use super::pass::Pass;
+use super::requests::{RequestView, machine_request, node_request, request_status};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{
-    MachineRemediation, Remediation, RemediationPolicySpec, RequestStatus, TriggerKind, TriggerRef,
+    MachineRemediation, NodeRemediation, Remediation, RemediationPolicySpec, TriggerKind,
+    TriggerRef,
 };
 use crate::{Error, Result};
 
-/// The trigger a Machine carries now: its request if there is one (it has a status to report
-/// to), else the annotation. Pure.
-pub fn trigger_of(annotated: bool, request: Option<&MachineRemediation>) -> Option<TriggerRef> {
-    match request {
-        Some(request) => Some(TriggerRef {
-            kind: TriggerKind::MachineRemediation,
-            name: Some(request.name_any()),
-            namespace: None,
-            uid: request.uid(),
-        }),
+/// The trigger a Machine carries now: its request if there is one it may act on (it has a
+/// status to report to; a request the NodeHealthCheck timed out asks to stop, not to start),
+/// else the annotation. Pure.
+pub fn trigger_of(annotated: bool, request: Option<&RequestView>) -> Option<TriggerRef> {
+    match request.filter(|r| !r.timed_out) {
+        Some(request) => Some(request.trigger()),
         None => annotated.then_some(TriggerRef {
             kind: TriggerKind::MachineAnnotation,
             name: None,
@@ -58,78 +56,92 @@ pub fn answered(trigger: &TriggerRef, remediations: &[std::sync::Arc<Remediation
 
 /// Whether the trigger a remediation answers is still there: the annotation, or the very
 /// request it recorded (a request deleted and made again by the health check is another
-/// one: the first is gone). Pure.
+/// one, and one the NodeHealthCheck timed out asks to stop: either way the first is gone).
+/// Pure.
 pub fn still_there(
     recorded: Option<&TriggerRef>,
     now: Option<&TriggerRef>,
     annotated: bool,
 ) -> bool {
     match recorded {
-        Some(TriggerRef {
-            kind: TriggerKind::MachineRemediation,
-            uid,
-            ..
-        }) => {
-            annotated
-                || now.is_some_and(|t| t.kind == TriggerKind::MachineRemediation && t.uid == *uid)
+        Some(TriggerRef { kind, uid, .. }) if *kind != TriggerKind::MachineAnnotation => {
+            annotated || now.is_some_and(|t| t.kind == *kind && t.uid == *uid)
         }
         _ => now.is_some(),
     }
 }
 
-/// The status to report on a request for `remediation`, if it differs from `current`. Pure.
-pub fn request_status(remediation: &Remediation, current: &RequestStatus) -> Option<RequestStatus> {
-    let phase = remediation
-        .status
-        .as_ref()
-        .map(|s| s.phase)
-        .unwrap_or_default();
-    let wanted = RequestStatus {
-        phase: Some(phase),
-        remediation: Some(remediation.name_any()),
-        conditions: current.conditions.clone(),
-    };
-    (wanted != *current).then_some(wanted)
-}
-
 impl Pass {
-    /// The Machine's request in the cache: a `MachineRemediation` of its name and namespace,
-    /// not being deleted.
-    pub(super) fn cached_request(&self) -> Option<std::sync::Arc<MachineRemediation>> {
-        self.context
+    /// The Machine's request in the cache, not being deleted: a `MachineRemediation` of its
+    /// name and namespace, else a `NodeRemediation` named after its Node (one not timed out
+    /// first).
+    pub(super) fn cached_request(&self) -> Option<RequestView> {
+        let machine = self
+            .context
             .machine_requests
             .get(&ObjectRef::new(&self.name).within(&self.namespace))
-            .filter(|r| r.metadata.deletion_timestamp.is_none())
+            .filter(|r| r.metadata.deletion_timestamp.is_none());
+        if let Some(request) = machine {
+            return Some(machine_request(&request));
+        }
+        let node = super::observe::machine_node(&self.machine_json())?;
+        let mut requests: Vec<RequestView> = self
+            .context
+            .node_requests
+            .state()
+            .iter()
+            .filter(|r| r.name_any() == node && r.metadata.deletion_timestamp.is_none())
+            .map(|r| node_request(r))
+            .collect();
+        requests.sort_by(|a, b| (a.timed_out, &a.namespace).cmp(&(b.timed_out, &b.namespace)));
+        requests.into_iter().next()
     }
 
     /// The trigger the Machine carries in the cache.
     pub(super) fn cached_trigger(&self) -> Option<TriggerRef> {
-        let annotated = self
-            .machine
+        trigger_of(self.annotated(), self.cached_request().as_ref())
+    }
+
+    fn annotated(&self) -> bool {
+        self.machine
             .annotations()
-            .contains_key(EXTERNAL_REMEDIATION);
-        trigger_of(annotated, self.cached_request().as_deref())
+            .contains_key(EXTERNAL_REMEDIATION)
     }
 
     /// Whether the trigger `remediation` answers is still there, in the cache.
     pub(super) fn still_triggered(&self, remediation: &Remediation) -> bool {
-        let annotated = self
-            .machine
-            .annotations()
-            .contains_key(EXTERNAL_REMEDIATION);
-        let now = trigger_of(annotated, self.cached_request().as_deref());
+        let annotated = self.annotated();
+        let now = trigger_of(annotated, self.cached_request().as_ref());
         still_there(remediation.spec.trigger.as_ref(), now.as_ref(), annotated)
     }
 
-    /// Whether the Machine's request exists, read from the API server now.
+    /// Whether the Machine's request exists (and, for a NodeHealthCheck's, is not timed
+    /// out), read from the API server now.
     pub(super) async fn request_confirmed(&self) -> Result<bool> {
-        let api: Api<MachineRemediation> =
+        let machines: Api<MachineRemediation> =
             Api::namespaced(self.context.client.clone(), &self.namespace);
-        let request = api
+        let machine = machines
             .get_opt(&self.name)
             .await
             .map_err(Error::kube("GetMachineRemediation"))?;
-        Ok(request.is_some_and(|r| r.metadata.deletion_timestamp.is_none()))
+        if machine.is_some_and(|r| r.metadata.deletion_timestamp.is_none()) {
+            return Ok(true);
+        }
+        let Some(cached) = self
+            .cached_request()
+            .filter(|r| r.kind == TriggerKind::NodeRemediation)
+        else {
+            return Ok(false);
+        };
+        let nodes: Api<NodeRemediation> =
+            Api::namespaced(self.context.client.clone(), &cached.namespace);
+        let node = nodes
+            .get_opt(&cached.name)
+            .await
+            .map_err(Error::kube("GetNodeRemediation"))?;
+        Ok(node
+            .filter(|r| r.metadata.deletion_timestamp.is_none())
+            .is_some_and(|r| !node_request(&r).timed_out))
     }
 
     /// The policy in force for this Machine: the policy, narrowed by its request's spec.
@@ -137,36 +149,64 @@ impl Pass {
         &self,
         policy: RemediationPolicySpec,
     ) -> RemediationPolicySpec {
-        match self.cached_request() {
-            Some(request) => request.spec.overrides.apply(policy),
+        match self.cached_request().filter(|r| !r.timed_out) {
+            Some(request) => request.overrides.apply(policy),
             None => policy,
         }
     }
 
-    /// Reports the Remediation's phase on the request that started it, when it changed.
+    /// The request `trigger` records, in the cache (also when timed out: it is told why the
+    /// remediation stopped).
+    fn recorded_request(&self, trigger: &TriggerRef) -> Option<RequestView> {
+        let name = trigger.name.as_deref()?;
+        let namespace = trigger.namespace.as_deref().unwrap_or(&self.namespace);
+        let view = match trigger.kind {
+            TriggerKind::MachineAnnotation => return None,
+            TriggerKind::MachineRemediation => self
+                .context
+                .machine_requests
+                .get(&ObjectRef::new(name).within(namespace))
+                .map(|r| machine_request(&r)),
+            TriggerKind::NodeRemediation => self
+                .context
+                .node_requests
+                .get(&ObjectRef::new(name).within(namespace))
+                .map(|r| node_request(&r)),
+        };
+        view.filter(|v| v.is(trigger))
+    }
+
+    /// Reports the Remediation on the request that started it, when that changes its status.
     pub(super) async fn report_to_request(&self, remediation: &Remediation) -> Result<()> {
         let Some(trigger) = &remediation.spec.trigger else {
             return Ok(());
         };
-        if trigger.kind != TriggerKind::MachineRemediation {
-            return Ok(());
-        }
-        let Some(request) = self.cached_request().filter(|r| r.uid() == trigger.uid) else {
+        let Some(request) = self.recorded_request(trigger) else {
             return Ok(());
         };
-        let current = request.status.clone().unwrap_or_default();
-        let Some(status) = request_status(remediation, &current) else {
+        let now = self.context.clock.now();
+        let release = self.policy.node_release;
+        let Some(status) = request_status(&request, remediation, release, now) else {
             return Ok(());
         };
         self.context.leadership.ensure()?;
-        let api: Api<MachineRemediation> =
-            Api::namespaced(self.context.client.clone(), &self.namespace);
-        let patch = serde_json::json!({"status": status});
-        match api
-            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => Ok(()),
+        let patch = Patch::Merge(serde_json::json!({"status": status}));
+        let params = PatchParams::default();
+        let client = self.context.client.clone();
+        let result = match request.kind {
+            TriggerKind::NodeRemediation => {
+                Api::<NodeRemediation>::namespaced(client, &request.namespace)
+                    .patch_status(&request.name, &params, &patch)
+                    .await
+                    .map(|_| ())
+            }
+            _ => Api::<MachineRemediation>::namespaced(client, &request.namespace)
+                .patch_status(&request.name, &params, &patch)
+                .await
+                .map(|_| ()),
+        };
+        match result {
+            Ok(()) => Ok(()),
             // Deleted by the health check meanwhile: nothing left to tell.
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             Err(error) => Err(Error::kube("ReportToRequest")(error)),
@@ -181,10 +221,10 @@ mod tests {
     use super::*;
     use crate::api::{RemediationPhase, RemediationSpec, RemediationStatus};
 
-    fn request(uid: &str) -> MachineRemediation {
+    fn request(uid: &str) -> RequestView {
         let mut request = MachineRemediation::new("worker-1", Default::default());
         request.metadata.uid = Some(uid.into());
-        request
+        machine_request(&request)
     }
 
     fn remediation(trigger: Option<TriggerRef>, phase: RemediationPhase) -> Remediation {
@@ -230,6 +270,17 @@ mod tests {
     }
 
     #[test]
+    fn a_timed_out_request_is_no_trigger_and_stops_the_one_it_started() {
+        let mut timed_out = request("u1");
+        timed_out.kind = TriggerKind::NodeRemediation;
+        let recorded = timed_out.trigger();
+        timed_out.timed_out = true;
+        assert_eq!(trigger_of(false, Some(&timed_out)), None);
+        let now = trigger_of(false, Some(&timed_out));
+        assert!(!still_there(Some(&recorded), now.as_ref(), false));
+    }
+
+    #[test]
     fn a_request_made_again_is_another_trigger_and_the_first_is_gone() {
         let first = trigger_of(false, Some(&request("u1")));
         let again = trigger_of(false, Some(&request("u2")));
@@ -241,19 +292,5 @@ mod tests {
         let annotation = trigger_of(true, None);
         assert!(still_there(annotation.as_ref(), annotation.as_ref(), true));
         assert!(!still_there(annotation.as_ref(), None, false));
-    }
-
-    #[test]
-    fn the_request_status_follows_the_phase_and_is_written_only_on_change() {
-        let object = remediation(None, RemediationPhase::PoweringOff);
-        let first = request_status(&object, &RequestStatus::default()).unwrap();
-        assert_eq!(first.phase, Some(RemediationPhase::PoweringOff));
-        assert_eq!(first.remediation.as_deref(), Some("worker-1-1"));
-        assert_eq!(request_status(&object, &first), None);
-        let later = remediation(None, RemediationPhase::Succeeded);
-        assert_eq!(
-            request_status(&later, &first).unwrap().phase,
-            Some(RemediationPhase::Succeeded)
-        );
     }
 }
