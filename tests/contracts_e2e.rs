@@ -13,8 +13,8 @@ use baremend::api::{
 };
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{
-    BMHS, CAPI_MACHINES, EVENTS, Gvr, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS,
-    MACHINES, NAMESPACES, NODES,
+    BMHS, CAPI_MACHINES, EVENTS, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES,
+    NAMESPACES, NODES,
 };
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
@@ -403,15 +403,8 @@ async fn a_cluster_api_control_plane_machine_is_held_when_fencing_would_break_et
     quorum_would_break(&lab).await;
 }
 
-/// baremend's NodeHealthCheck requests, for the test's own reads and writes.
-const NODE_REMEDIATIONS: Gvr = Gvr {
-    group: "baremend.io",
-    version: "v1alpha1",
-    plural: "noderemediations",
-};
-
-/// Where the NodeHealthCheck's template, and so its requests, live.
-const NHC_NAMESPACE: &str = "workload-availability";
+use baremend_sim::cluster::NHC_NAMESPACE;
+use baremend_sim::cluster::nhc::{NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS};
 
 /// A cluster whose Machine health check asks nothing of baremend (its template does not
 /// exist), so that only the NodeHealthCheck's requests trigger.
@@ -477,6 +470,16 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// The Node's request once it says the remediation stopped on the health check's timeout.
+    async fn told_of_the_timeout(&self, node: &str) -> NodeRemediation {
+        self.node_request_where(node, "told of the timeout", |r| {
+            has(r, "Succeeded", "False", Some("RemediationTimedOutByNhc"))
+        })
+        .await
+    }
+}
+
 /// Whether the request's condition `type_` has this status and, if given, reason.
 fn has(request: &NodeRemediation, type_: &str, status: &str, reason: Option<&str>) -> bool {
     request.status.as_ref().is_some_and(|s| {
@@ -524,11 +527,7 @@ async fn an_escalation_timeout_before_the_proof_stops_cleanly_and_says_so() {
     lab.time_out("worker-0");
     let cancelled = lab.reach("worker-0-1", RemediationPhase::Cancelled).await;
     assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));
-    let request = lab
-        .node_request_where("worker-0", "told of the timeout", |r| {
-            has(r, "Succeeded", "False", Some("RemediationTimedOutByNhc"))
-        })
-        .await;
+    let request = lab.told_of_the_timeout("worker-0").await;
     assert!(has(&request, "Processing", "False", None), "{request:?}");
     assert!(lab.no_reboot_request("worker-0"));
     assert!(lab.node_exists("worker-0"));
@@ -573,4 +572,89 @@ async fn node_health_check_requests_count_in_the_storm_gate() {
     let status = lab.held_with("worker-0-1", "storm: 2 of 6").await;
     assert_eq!(status.phase, RemediationPhase::Pending);
     assert!(lab.no_reboot_request("worker-0"));
+}
+
+/// A cluster whose workers are watched by a medik8s NodeHealthCheck (baremend's template
+/// first, for `escalation`), with the template in place and the controller started.
+async fn start_node_health_check(escalation: Duration, prepare: impl FnOnce(&Lab)) -> Lab {
+    let spec = ClusterSpec {
+        node_health_check: true,
+        escalation_timeout: escalation,
+        ..fast()
+    };
+    start(spec, fast_policy(), |lab| {
+        lab.api
+            .create(
+                NODE_REMEDIATION_TEMPLATES,
+                NHC_NAMESPACE,
+                json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+            )
+            .unwrap();
+        prepare(lab);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_health_check_keeps_its_request_while_baremend_deletes_the_node_and_withdraws_it_after()
+ {
+    let lab = start_node_health_check(Duration::from_secs(60), |_| {}).await;
+    lab.cluster.hang("worker-0");
+    // The Node is gone on the way; the request says the deletion is expected, so the health
+    // check keeps it instead of taking the Node for deleted.
+    eventually(
+        "the request kept while the Node is gone",
+        Duration::from_secs(30),
+        async || {
+            !lab.node_exists("worker-0")
+                && lab
+                    .api
+                    .get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")
+                    .is_ok()
+        },
+    )
+    .await;
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    assert_eq!(
+        done.spec.trigger.unwrap().kind,
+        TriggerKind::NodeRemediation
+    );
+    eventually(
+        "the request withdrawn",
+        Duration::from_secs(20),
+        async || {
+            lab.api
+                .get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")
+                .is_err()
+        },
+    )
+    .await;
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_health_check_escalation_timeout_stops_baremend_before_the_proof() {
+    // baremend's step times out after 2 s; the host never powers off meanwhile.
+    let lab = start_node_health_check(Duration::from_secs(2), |lab| lab.stuck("worker-0")).await;
+    lab.cluster.hang("worker-0");
+    let cancelled = lab.reach("worker-0-1", RemediationPhase::Cancelled).await;
+    assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));
+    let request = lab.told_of_the_timeout("worker-0").await;
+    assert!(
+        request
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("remediation.medik8s.io/nhc-timed-out")
+    );
+    assert!(lab.no_reboot_request("worker-0"));
+    assert!(lab.node_exists("worker-0"), "nothing destructive remains");
+    // The health check moved on to its next remediator (one the simulated cluster does not
+    // serve), and baremend starts nothing again for the timed-out request.
+    let events = lab.api.list(EVENTS, None);
+    assert!(
+        events.iter().any(|e| e["reason"] == "NoTemplateLeft"),
+        "{events:?}"
+    );
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
 }

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use baremend_sim::cluster::local::{
-    Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, NODES,
+    Gvr, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, NODES,
 };
+use baremend_sim::cluster::nhc::{NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS};
 use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, NHC_NAMESPACE};
 use baremend_sim::host::ObservedPower;
 use kube::api::Api;
 use serde_json::{Value, json};
@@ -55,6 +56,7 @@ impl Plan {
                 plan.targets = vec![("master-0", RemediationPhase::Succeeded)];
             }
             Scenario::Capi => plan.spec.cluster_api = true,
+            Scenario::Nhc => plan.spec.node_health_check = true,
             Scenario::StuckBmc => {
                 plan.targets = vec![("worker-0", RemediationPhase::Failed)];
                 plan.policy["timeouts"]["powerOffSeconds"] = json!(5);
@@ -132,6 +134,8 @@ enum Asked {
     Annotation,
     /// A `MachineRemediation` named after the Machine.
     Request,
+    /// A `NodeRemediation` named after the Machine's Node.
+    NodeRequest,
 }
 
 impl Asked {
@@ -139,13 +143,21 @@ impl Asked {
         match self {
             Asked::Annotation => "external-remediation annotation",
             Asked::Request => "MachineRemediation request",
+            Asked::NodeRequest => "NodeRemediation request",
+        }
+    }
+
+    fn asker(self) -> &'static str {
+        match self {
+            Asked::NodeRequest => "NodeHealthCheck",
+            Asked::Annotation | Asked::Request => "MachineHealthCheck",
         }
     }
 
     fn made(self) -> &'static str {
         match self {
             Asked::Annotation => "set",
-            Asked::Request => "created",
+            Asked::Request | Asked::NodeRequest => "created",
         }
     }
 }
@@ -162,9 +174,16 @@ fn triggered(api: &Local, machine: &str) -> Option<Asked> {
     if annotated {
         return Some(Asked::Annotation);
     }
-    api.get(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, machine)
+    if api
+        .get(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, machine)
         .is_ok()
-        .then_some(Asked::Request)
+    {
+        return Some(Asked::Request);
+    }
+    // Machine and Node names are equal in the simulated cluster.
+    api.get(NODE_REMEDIATIONS, NHC_NAMESPACE, machine)
+        .is_ok()
+        .then_some(Asked::NodeRequest)
 }
 
 fn held_message(status: &RemediationStatus) -> Option<String> {
@@ -187,9 +206,10 @@ fn print_changes(at: &str, target: &str, name: &str, was: &Seen, now: &Seen) {
     if now.triggered != was.triggered {
         match (now.triggered, was.triggered) {
             (Some(how), _) => println!(
-                "{at:>7}  Machine {target}: {} {} by the MachineHealthCheck",
+                "{at:>7}  Machine {target}: {} {} by the {}",
                 how.what(),
-                how.made()
+                how.made(),
+                how.asker()
             ),
             (None, Some(how)) => println!("{at:>7}  Machine {target}: {} removed", how.what()),
             (None, None) => {}
@@ -445,18 +465,14 @@ fn prepare(scenario: Scenario, lab: &LabCluster, target: &str) -> Result<()> {
         Scenario::Storm => {
             println!("  {target} will hang with the others: half the workers at once");
         }
+        Scenario::Nhc => {
+            empty_template(lab, NODE_REMEDIATION_TEMPLATES, NHC_NAMESPACE)?;
+            println!(
+                "  medik8s NodeHealthCheck: escalating remediations, baremend's NodeRemediationTemplate first (60 s), then MachineDeletionRemediation"
+            );
+        }
         Scenario::Capi => {
-            // The template the Cluster API MachineHealthCheck names (empty: the policy's values).
-            lab.api
-                .create(
-                    MACHINE_REMEDIATION_TEMPLATES,
-                    MACHINE_NAMESPACE,
-                    json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
-                )
-                .map_err(|e| Error::Invalid {
-                    object: "MachineRemediationTemplate baremend".into(),
-                    reason: e.message,
-                })?;
+            empty_template(lab, MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE)?;
             println!(
                 "  Cluster API: {target} is a cluster.x-k8s.io Machine with a Metal3Machine; its MachineHealthCheck names baremend's MachineRemediationTemplate"
             );
@@ -464,4 +480,19 @@ fn prepare(scenario: Scenario, lab: &LabCluster, target: &str) -> Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+/// The template `baremend` a health check names, empty: its requests get the policy's values.
+fn empty_template(lab: &LabCluster, templates: Gvr, namespace: &str) -> Result<()> {
+    lab.api
+        .create(
+            templates,
+            namespace,
+            json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+        )
+        .map(|_| ())
+        .map_err(|e| Error::Invalid {
+            object: format!("{} baremend", templates.plural),
+            reason: e.message,
+        })
 }

@@ -244,6 +244,19 @@ pub fn cluster_api_crds() -> Vec<Value> {
     ]
 }
 
+/// medik8s's NodeHealthCheck (cluster-scoped), installed only where the scenario asks for it.
+pub fn node_health_check_crd() -> Value {
+    crd(
+        "remediation.medik8s.io",
+        "NodeHealthCheck",
+        "nodehealthchecks",
+        &["nhc"],
+        "Cluster",
+        "v1alpha1",
+        json!([{"name": "Phase", "type": "string", "jsonPath": ".status.phase"}]),
+    )
+}
+
 /// Every fixture CRD.
 pub fn all() -> Vec<Value> {
     vec![

@@ -107,9 +107,14 @@ fn allowed_unhealthy(max: Option<&Value>, total: usize) -> usize {
 
 /// Runs the controller until the task is aborted.
 pub async fn run(api: Local, timing: Timing) {
+    every(api, timing.mhc_period, pass).await;
+}
+
+/// Runs `pass` every `period` until the task is aborted (a health check's loop), off the async
+/// workers, like the Node lifecycle controller's pass.
+pub(super) async fn every(api: Local, period: Duration, pass: fn(&Local)) {
     loop {
-        tokio::time::sleep(timing.mhc_period).await;
-        // Off the async workers, like the Node lifecycle controller's pass.
+        tokio::time::sleep(period).await;
         let api = api.clone();
         if tokio::task::spawn_blocking(move || pass(&api))
             .await

@@ -12,6 +12,7 @@ mod lifecycle;
 pub mod local;
 pub mod mco;
 mod mhc;
+pub mod nhc;
 pub mod scenario;
 pub mod timing;
 
@@ -41,6 +42,9 @@ use crate::{Error, Result};
 
 /// The namespace of Machines, BareMetalHosts and BMC Secrets.
 pub const MACHINE_NAMESPACE: &str = "openshift-machine-api";
+
+/// Where the NodeHealthCheck's templates, and so its requests, live.
+pub const NHC_NAMESPACE: &str = "workload-availability";
 
 /// The Cluster API flavour's cluster name (its Machines live in [`MACHINE_NAMESPACE`] too).
 pub const CAPI_CLUSTER_NAME: &str = "sim";
@@ -110,6 +114,12 @@ impl SimCluster {
             for crd in fixtures::cluster_api_crds() {
                 api.create(CRDS, "", crd).map_err(fail)?;
             }
+        }
+        if spec.node_health_check {
+            api.create(CRDS, "", fixtures::node_health_check_crd())
+                .map_err(fail)?;
+            api.create(NAMESPACES, "", json!({"metadata": {"name": NHC_NAMESPACE}}))
+                .map_err(fail)?;
         }
         api.create(
             NAMESPACES,
@@ -184,7 +194,10 @@ impl SimCluster {
                 Self::as_cluster_api(&api, info).map_err(fail)?;
             }
         }
-        if spec.cluster_api {
+        if spec.node_health_check {
+            api.create(nhc::NHCS, "", node_health_check(&spec))
+                .map_err(fail)?;
+        } else if spec.cluster_api {
             let mhc = capi_health_check(&spec);
             api.create(CAPI_MHCS, MACHINE_NAMESPACE, mhc)
                 .map_err(fail)?;
@@ -258,6 +271,15 @@ impl SimCluster {
         // Machines carry their nodeRef from the start here (in OpenShift it appears when the
         // Node registers), so the health check starts once the Nodes are up; before, it would
         // take a Node still registering for a missing one.
+        if cluster.spec.node_health_check {
+            cluster.actors.push(tokio::spawn(nhc::run(
+                Local::new(
+                    cluster.server.store().clone(),
+                    "node-healthcheck-controller",
+                ),
+                cluster.spec.timing.clone(),
+            )));
+        }
         cluster.actors.push(tokio::spawn(mhc::run(
             Local::new(
                 cluster.server.store().clone(),
@@ -569,6 +591,36 @@ fn capi_health_check(spec: &ClusterSpec) -> Value {
             "maxUnhealthy": spec.max_unhealthy,
             "nodeStartupTimeout": format!("{}ms", spec.timing.node_startup_timeout.as_millis()),
             "remediationTemplate": {"apiVersion": "baremend.io/v1alpha1", "kind": "MachineRemediationTemplate", "name": template},
+        },
+    })
+}
+
+/// The workers' NodeHealthCheck: baremend first, for `escalationTimeout`, then a remediator
+/// the simulated cluster does not serve.
+fn node_health_check(spec: &ClusterSpec) -> Value {
+    let duration = format!("{}ms", spec.timing.unhealthy_timeout.as_millis());
+    json!({
+        "apiVersion": "remediation.medik8s.io/v1alpha1",
+        "kind": "NodeHealthCheck",
+        "metadata": {"name": "workers"},
+        "spec": {
+            "selector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}},
+            "unhealthyConditions": [
+                {"type": "Ready", "status": "False", "duration": duration},
+                {"type": "Ready", "status": "Unknown", "duration": duration},
+            ],
+            "escalatingRemediations": [
+                {
+                    "remediationTemplate": {"apiVersion": "baremend.io/v1alpha1", "kind": "NodeRemediationTemplate", "namespace": NHC_NAMESPACE, "name": "baremend"},
+                    "order": 0,
+                    "timeout": format!("{}ms", spec.escalation_timeout.as_millis()),
+                },
+                {
+                    "remediationTemplate": {"apiVersion": "machine-deletion-remediation.medik8s.io/v1alpha1", "kind": "MachineDeletionRemediationTemplate", "namespace": NHC_NAMESPACE, "name": "default"},
+                    "order": 1,
+                    "timeout": "30m",
+                },
+            ],
         },
     })
 }

@@ -8,6 +8,8 @@
 //! maxUnhealthy: "40%"
 //! remediationTemplate: baremend   # the MHC creates MachineRemediation requests from it
 //! clusterApi: false      # cluster.x-k8s.io Machines and Metal3Machines, a Cluster API MHC
+//! nodeHealthCheck: false # a medik8s NodeHealthCheck instead of the MachineHealthCheck
+//! escalationTimeout: 60s # its timeout for baremend's step
 //! timing:
 //!   powerDelay: 1500ms
 //!   bootDelay: 2s
@@ -70,6 +72,14 @@ pub struct ClusterSpec {
     /// MachineHealthCheck for the workers naming the `MachineRemediationTemplate`
     /// `remediationTemplate` (`baremend` when unset). Off: OpenShift's Machine API.
     pub cluster_api: bool,
+    /// A medik8s NodeHealthCheck for the workers instead of the MachineHealthCheck: its
+    /// escalating remediations are baremend's `NodeRemediationTemplate` `baremend` (in the
+    /// namespace `workload-availability`) for `escalationTimeout`, then a
+    /// MachineDeletionRemediation (a kind the simulated cluster does not serve).
+    pub node_health_check: bool,
+    /// The NodeHealthCheck's timeout for baremend's step.
+    #[serde(with = "humantime_ms")]
+    pub escalation_timeout: Duration,
 }
 
 /// Pods placed on the workers, so that drains and evictions meet real PDBs.
@@ -128,6 +138,8 @@ impl Default for ClusterSpec {
             mco_max_unavailable: serde_json::json!(1),
             remediation_template: None,
             cluster_api: false,
+            node_health_check: false,
+            escalation_timeout: Duration::from_secs(60),
         }
     }
 }
