@@ -36,13 +36,14 @@ fn gated_policy(storm_percent: u32) -> Value {
     policy
 }
 
-/// Two of three control-plane hosts hang, and master-0's request (as a control-plane health
-/// check makes it; the workers' one does not select it) is held by the quorum guard.
-async fn quorum_would_break(lab: &Lab) {
+/// Two of three control-plane hosts hang, and master-0's request (made by `ask`, as a
+/// control-plane health check makes it; the workers' one does not select it) is held by the
+/// quorum guard.
+async fn quorum_would_break(lab: &Lab, ask: impl FnOnce(&Lab)) {
     lab.cluster.hang("master-0");
     lab.cluster.hang("master-1");
     lab.node_ready_is("master-1", "Unknown").await;
-    lab.request("master-0");
+    ask(lab);
     let status = lab.held_with("master-0-1", "etcd quorum").await;
     assert_eq!(status.phase, RemediationPhase::Pending);
     assert!(lab.node_exists("master-0"));
@@ -318,7 +319,7 @@ async fn requests_count_in_the_storm_gate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_request_is_held_when_fencing_would_break_etcd_quorum() {
     let lab = start(fast(), gated_policy(100), |_| {}).await;
-    quorum_would_break(&lab).await;
+    quorum_would_break(&lab, |lab| lab.request("master-0")).await;
     let request = lab
         .request_reports("master-0", RemediationPhase::Pending)
         .await;
@@ -400,7 +401,7 @@ async fn cluster_api_requests_count_in_the_storm_gate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_api_control_plane_machine_is_held_when_fencing_would_break_etcd_quorum() {
     let lab = start_cluster_api(fast(), gated_policy(100), |_| {}).await;
-    quorum_would_break(&lab).await;
+    quorum_would_break(&lab, |lab| lab.request("master-0")).await;
 }
 
 use baremend_sim::cluster::NHC_NAMESPACE;
@@ -657,4 +658,19 @@ async fn the_node_health_check_escalation_timeout_stops_baremend_before_the_proo
         "{events:?}"
     );
     assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_health_check_request_for_a_control_plane_node_is_held_when_quorum_would_break() {
+    let lab = start_nhc(gated_policy(100), |_| {}).await;
+    quorum_would_break(&lab, |lab| lab.node_request("master-0", json!({}))).await;
+    let request = lab
+        .node_request_where("master-0", "Processing while held", |r| {
+            has(r, "Processing", "True", Some("RemediationPending"))
+        })
+        .await;
+    assert_eq!(
+        request.status.unwrap().phase,
+        Some(RemediationPhase::Pending)
+    );
 }

@@ -756,13 +756,19 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     // Cluster API's and metal3's kinds too, for the Cluster API example.
     let fixtures = baremend_sim::cluster::fixtures::all()
         .into_iter()
-        .chain(baremend_sim::cluster::fixtures::cluster_api_crds());
+        .chain(baremend_sim::cluster::fixtures::cluster_api_crds())
+        .chain([baremend_sim::cluster::fixtures::node_health_check_crd()]);
     for crd in fixtures {
         c.ok(&["apply", "-f", "-"], Some(&crd.to_string())).await;
     }
     let crds = root.join("crds");
     c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
-    for namespace in ["openshift-machine-api", "baremend", "metal3"] {
+    for namespace in [
+        "openshift-machine-api",
+        "baremend",
+        "metal3",
+        "openshift-workload-availability",
+    ] {
         c.ok(&["create", "namespace", namespace], None).await;
     }
     let files = common::yaml_files(&root.join("deploy/examples"));
@@ -771,6 +777,7 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     let mut health_checks = Vec::new();
     let mut templates = Vec::new();
     let mut capi_checks = Vec::new();
+    let mut node_checks = Vec::new();
     for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
@@ -797,6 +804,12 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
                     capi_checks.push(document)
                 }
                 "MachineHealthCheck" => health_checks.push(document),
+                "NodeHealthCheck" => node_checks.push(document),
+                "NodeRemediationTemplate" => {
+                    let template: baremend::api::NodeRemediationTemplate =
+                        serde_json::from_value(document.clone()).unwrap();
+                    templates.push(template.metadata.name.unwrap_or_default());
+                }
                 // Our kinds must read as our types (a misspelt field would be dropped).
                 "HostBmc" => {
                     let host: baremend::api::HostBmc =
@@ -867,6 +880,16 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     }
     roles.sort();
     assert_eq!(roles, ["infra", "master", "worker"]);
+    // The NodeHealthCheck names, as its first escalation step, a template of ours.
+    assert_eq!(node_checks.len(), 1);
+    for check in &node_checks {
+        let first = &check["spec"]["escalatingRemediations"][0]["remediationTemplate"];
+        assert_eq!(first["kind"], "NodeRemediationTemplate", "{check}");
+        assert!(
+            templates.iter().any(|t| first["name"] == t.as_str()),
+            "{check}"
+        );
+    }
     // The Cluster API health check names a template of ours that the examples define.
     assert_eq!(capi_checks.len(), 1);
     for check in &capi_checks {

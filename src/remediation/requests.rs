@@ -122,6 +122,13 @@ fn nhc_conditions(
 ) {
     let ended = phase.is_terminal();
     let (processing, reason, message) = match (ended, timed_out) {
+        // Accepted: the Remediation exists and waits for its start (a safety gate may hold
+        // it; its Held condition says which).
+        (false, false) if phase == RemediationPhase::Pending => (
+            true,
+            "RemediationPending",
+            "baremend accepted the request; the start may wait for a safety gate (see the Remediation's Held condition)",
+        ),
         (false, false) => (
             true,
             "RemediationStarted",
