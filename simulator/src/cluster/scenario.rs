@@ -244,4 +244,20 @@ mod tests {
                 .is_err()
         );
     }
+
+    #[test]
+    fn the_health_check_scenarios_parse_with_their_health_checks() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let read = |name: &str| {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            ClusterSpec::from_yaml(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+        };
+        let capi = read("capi.yaml");
+        assert!(capi.cluster_api && !capi.node_health_check);
+        assert_eq!(capi.remediation_template.as_deref(), Some("baremend"));
+        let nhc = read("nhc.yaml");
+        assert!(nhc.node_health_check && !nhc.cluster_api);
+        assert_eq!(nhc.escalation_timeout, Duration::from_secs(30));
+        assert_eq!(nhc.faults.len(), 2);
+    }
 }
