@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RemediationSpec {
-    /// The Machine (same namespace) that carried the external-remediation annotation.
+    /// The Machine (same namespace) a health check asked to remediate (`spec.trigger` says how).
     #[schemars(length(min = 1, max = 253))]
     pub machine_name: String,
     /// The Machine's UID when the remediation began; a recreated Machine is another one.

@@ -1,17 +1,20 @@
-//! What asked for a Machine's remediation: the Machine annotation, or a Cluster API
-//! `MachineRemediation` request named after the Machine. Observed fresh like the annotation,
-//! fed to the same planner as `triggered`; the Remediation records which trigger it answers
-//! (and the request's UID), and the request's status mirrors the Remediation.
+//! What asked for a Machine's remediation: the Machine annotation, a `MachineRemediation`
+//! named after the Machine (a Machine API or Cluster API MachineHealthCheck), or a
+//! `NodeRemediation` named after its Node (a medik8s NodeHealthCheck). Observed like the
+//! annotation and fed to the same planner as `triggered`; the Remediation records which
+//! trigger it answers (with the request's UID), and the request's status mirrors it
+//! (`requests`).
 //!
-//! Expected flow: a MachineHealthCheck creates the request → a pass sees it in the cache,
-//! confirms it on a fresh read and starts one Remediation recording it → each step's phase
-//! is reported on the request → the health check deletes the request once the Machine is
-//! healthy. Guarantees: one request starts one Remediation, however long it stays after the
-//! remediation ended; a Machine with both the annotation and a request is remediated once
-//! (both are one trigger of the same Machine); the request disappearing before the proof
-//! cancels, after it the cycle completes, as for the annotation. Caveats: the request's
-//! policy overrides are read from the request while it exists: a cycle completing after the
-//! health check deleted it completes under the policy's own values.
+//! Expected flow: a health check creates the request → a pass sees it in the cache, confirms
+//! it on a fresh read and starts one Remediation recording it → each step is reported on the
+//! request → the health check deletes the request once the Machine or Node is healthy.
+//! Guarantees: one request starts one Remediation, however long it stays after the
+//! remediation ended; a Machine asked for in several ways is remediated once (they are one
+//! trigger of the one Machine); the recorded request disappearing, being made again, or being
+//! timed out by a NodeHealthCheck before the proof cancels, after it the cycle completes, as
+//! for the annotation. Caveats: a request's policy overrides are read from the request while
+//! it exists: a cycle completing after the health check deleted it completes under the
+//! policy's own values.
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
