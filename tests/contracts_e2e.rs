@@ -472,6 +472,13 @@ impl Lab {
 }
 
 impl Lab {
+    /// The Remediation once Succeeded, having recorded a trigger of `kind`.
+    async fn succeeded_through(&self, name: &str, kind: TriggerKind) -> Remediation {
+        let done = self.reach(name, RemediationPhase::Succeeded).await;
+        assert_eq!(done.spec.trigger.clone().map(|t| t.kind), Some(kind));
+        done
+    }
+
     /// The Node's request once it says the remediation stopped on the health check's timeout.
     async fn told_of_the_timeout(&self, node: &str) -> NodeRemediation {
         self.node_request_where(node, "told of the timeout", |r| {
@@ -615,11 +622,8 @@ async fn the_node_health_check_keeps_its_request_while_baremend_deletes_the_node
         },
     )
     .await;
-    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
-    assert_eq!(
-        done.spec.trigger.unwrap().kind,
-        TriggerKind::NodeRemediation
-    );
+    lab.succeeded_through("worker-0-1", TriggerKind::NodeRemediation)
+        .await;
     eventually(
         "the request withdrawn",
         Duration::from_secs(20),
@@ -672,5 +676,34 @@ async fn a_node_health_check_request_for_a_control_plane_node_is_held_when_quoru
     assert_eq!(
         request.status.unwrap().phase,
         Some(RemediationPhase::Pending)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_asked_for_by_both_contracts_is_remediated_once_even_when_one_request_outlives_it()
+ {
+    let lab = start_nhc(fast_policy(), |_| {}).await;
+    lab.request("worker-0");
+    lab.node_request("worker-0", json!({}));
+    lab.cluster.hang("worker-0");
+    lab.succeeded_through("worker-0-1", TriggerKind::MachineRemediation)
+        .await;
+    // The Machine health check withdraws its request once the Machine is healthy; the
+    // NodeHealthCheck's stays (this cluster runs none to delete it).
+    eventually(
+        "the MachineRemediation withdrawn",
+        Duration::from_secs(20),
+        async || lab.request_object("worker-0").is_none(),
+    )
+    .await;
+    // A negative: for 2 s, many passes of a 100 ms poll, the request that was there when the
+    // remediation started starts no second one; no condition to wait for proves that.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+    assert!(
+        lab.api
+            .get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")
+            .is_ok(),
+        "the NodeHealthCheck's request is still there"
     );
 }

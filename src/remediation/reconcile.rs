@@ -20,7 +20,6 @@ use super::pass::Pass;
 use super::plan::{Observed, Phase, next_step};
 use super::state::{created_at, persisted, set_condition};
 use super::steps::Round;
-use super::trigger::answered;
 use crate::api::ConditionType;
 use crate::api::{Remediation, slim};
 use crate::runtime::clock::since_epoch;
@@ -59,10 +58,7 @@ impl Pass {
             }
             // No trigger, or only a request a remediation already answered (the health check
             // keeps it until the Machine is healthy).
-            _ if self
-                .cached_trigger()
-                .is_none_or(|t| answered(&t, &existing)) =>
-            {
+            _ if self.unanswered_trigger(&existing).is_none() => {
                 return Ok(Action::await_change());
             }
             // The cached Machine may still show a trigger the last remediation removed (its

@@ -37,6 +37,8 @@ pub struct RequestView {
     pub status: RequestStatus,
     /// The NodeHealthCheck's escalation timeout passed on it.
     pub timed_out: bool,
+    /// When it was created (time since the Unix epoch), if the server said.
+    pub created: Option<std::time::Duration>,
 }
 
 impl RequestView {
@@ -66,6 +68,7 @@ pub fn machine_request(request: &MachineRemediation) -> RequestView {
         overrides: request.spec.overrides.clone(),
         status: request.status.clone().unwrap_or_default(),
         timed_out: false,
+        created: created(&request.metadata),
     }
 }
 
@@ -79,7 +82,18 @@ pub fn node_request(request: &NodeRemediation) -> RequestView {
         overrides: request.spec.overrides.clone(),
         status: request.status.clone().unwrap_or_default(),
         timed_out: request.annotations().contains_key(NHC_TIMED_OUT),
+        created: created(&request.metadata),
     }
+}
+
+/// An object's creation time (since the Unix epoch).
+fn created(
+    metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<std::time::Duration> {
+    let at = metadata.creation_timestamp.as_ref()?;
+    Some(std::time::Duration::from_millis(
+        u64::try_from(at.0.as_millisecond()).unwrap_or(0),
+    ))
 }
 
 /// The status to write on `request` for `remediation`, if it differs from what is there.

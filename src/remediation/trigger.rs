@@ -44,33 +44,43 @@ pub fn trigger_of(annotated: bool, request: Option<&RequestView>) -> Option<Trig
     }
 }
 
-/// Whether `trigger` was already answered by one of `remediations` (a request, by its UID:
-/// the health check keeps it until the Machine is healthy, which may be long after the
-/// remediation ended). The annotation is never "answered": the remediation removes it. Pure.
-pub fn answered(trigger: &TriggerRef, remediations: &[std::sync::Arc<Remediation>]) -> bool {
-    trigger.uid.is_some()
-        && remediations.iter().any(|r| {
-            r.spec
-                .trigger
-                .as_ref()
-                .is_some_and(|t| t.uid == trigger.uid)
-        })
+/// Whether `trigger` was already answered by one of the Machine's `remediations`: a request
+/// one recorded (by its UID: the health check keeps it until the Machine is healthy, which may
+/// be long after the remediation ended), or one that already existed (`created`) when one
+/// started (a second health check's request for the same Machine: both were answered by that
+/// one remediation). The annotation is never "answered": the remediation removes it. Pure.
+pub fn answered(
+    trigger: &TriggerRef,
+    created: Option<std::time::Duration>,
+    remediations: &[std::sync::Arc<Remediation>],
+) -> bool {
+    if trigger.uid.is_none() {
+        return false;
+    }
+    remediations.iter().any(|r| {
+        let recorded = r
+            .spec
+            .trigger
+            .as_ref()
+            .is_some_and(|t| t.uid == trigger.uid);
+        let existed = created
+            .zip(super::state::created_at(r))
+            .is_some_and(|(request, remediation)| request <= remediation);
+        recorded || existed
+    })
 }
 
-/// Whether the trigger a remediation answers is still there: the annotation, or the very
-/// request it recorded (a request deleted and made again by the health check is another
-/// one, and one the NodeHealthCheck timed out asks to stop: either way the first is gone).
-/// Pure.
-pub fn still_there(
-    recorded: Option<&TriggerRef>,
-    now: Option<&TriggerRef>,
-    annotated: bool,
-) -> bool {
+/// Whether the Machine is still asked for, for the remediation that recorded `recorded`:
+/// the annotation, the very request it recorded (a request deleted and made again by its
+/// health check is another one, and one the NodeHealthCheck timed out asks to stop: either
+/// way the first is gone), or another contract's request (`present`: the requests there now,
+/// none timed out). Pure.
+pub fn still_there(recorded: Option<&TriggerRef>, present: &[TriggerRef], annotated: bool) -> bool {
     match recorded {
         Some(TriggerRef { kind, uid, .. }) if *kind != TriggerKind::MachineAnnotation => {
-            annotated || now.is_some_and(|t| t.kind == *kind && t.uid == *uid)
+            annotated || present.iter().any(|t| t.kind != *kind || t.uid == *uid)
         }
-        _ => now.is_some(),
+        _ => annotated || !present.is_empty(),
     }
 }
 
@@ -79,30 +89,47 @@ impl Pass {
     /// name and namespace, else a `NodeRemediation` named after its Node (one not timed out
     /// first).
     pub(super) fn cached_request(&self) -> Option<RequestView> {
+        self.cached_requests().into_iter().next()
+    }
+
+    /// The Machine's requests in the cache, not being deleted, the one to record first: its
+    /// `MachineRemediation`, then the `NodeRemediation`s named after its Node (those not
+    /// timed out first).
+    fn cached_requests(&self) -> Vec<RequestView> {
         let machine = self
             .context
             .machine_requests
             .get(&ObjectRef::new(&self.name).within(&self.namespace))
-            .filter(|r| r.metadata.deletion_timestamp.is_none());
-        if let Some(request) = machine {
-            return Some(machine_request(&request));
-        }
-        let node = super::observe::machine_node(&self.machine_json())?;
+            .filter(|r| r.metadata.deletion_timestamp.is_none())
+            .map(|r| machine_request(&r));
+        let node = super::observe::machine_node(&self.machine_json());
         let mut requests: Vec<RequestView> = self
             .context
             .node_requests
             .state()
             .iter()
-            .filter(|r| r.name_any() == node && r.metadata.deletion_timestamp.is_none())
+            .filter(|r| Some(r.name_any()) == node && r.metadata.deletion_timestamp.is_none())
             .map(|r| node_request(r))
             .collect();
         requests.sort_by(|a, b| (a.timed_out, &a.namespace).cmp(&(b.timed_out, &b.namespace)));
-        requests.into_iter().next()
+        machine.into_iter().chain(requests).collect()
     }
 
     /// The trigger the Machine carries in the cache.
     pub(super) fn cached_trigger(&self) -> Option<TriggerRef> {
         trigger_of(self.annotated(), self.cached_request().as_ref())
+    }
+
+    /// The trigger the Machine carries in the cache that none of its `remediations` answered
+    /// yet (see [`answered`]).
+    pub(super) fn unanswered_trigger(
+        &self,
+        remediations: &[std::sync::Arc<Remediation>],
+    ) -> Option<TriggerRef> {
+        let request = self.cached_request();
+        let trigger = trigger_of(self.annotated(), request.as_ref())?;
+        let created = request.and_then(|r| r.created);
+        (!answered(&trigger, created, remediations)).then_some(trigger)
     }
 
     fn annotated(&self) -> bool {
@@ -111,11 +138,19 @@ impl Pass {
             .contains_key(EXTERNAL_REMEDIATION)
     }
 
-    /// Whether the trigger `remediation` answers is still there, in the cache.
+    /// Whether the Machine is still asked for, for `remediation`, in the cache.
     pub(super) fn still_triggered(&self, remediation: &Remediation) -> bool {
-        let annotated = self.annotated();
-        let now = trigger_of(annotated, self.cached_request().as_ref());
-        still_there(remediation.spec.trigger.as_ref(), now.as_ref(), annotated)
+        let present: Vec<TriggerRef> = self
+            .cached_requests()
+            .iter()
+            .filter(|r| !r.timed_out)
+            .map(RequestView::trigger)
+            .collect();
+        still_there(
+            remediation.spec.trigger.as_ref(),
+            &present,
+            self.annotated(),
+        )
     }
 
     /// Whether the Machine's request exists (and, for a NodeHealthCheck's, is not timed
@@ -265,11 +300,23 @@ mod tests {
             Some(first.clone()),
             RemediationPhase::Succeeded,
         ));
-        assert!(answered(&first, std::slice::from_ref(&done)));
+        assert!(answered(&first, None, std::slice::from_ref(&done)));
         let second = trigger_of(false, Some(&request("u2"))).unwrap();
-        assert!(!answered(&second, std::slice::from_ref(&done)));
+        assert!(!answered(&second, None, std::slice::from_ref(&done)));
         let annotation = trigger_of(true, None).unwrap();
-        assert!(!answered(&annotation, &[done]));
+        assert!(!answered(&annotation, None, std::slice::from_ref(&done)));
+        // A second request that existed when the remediation started was answered by it; one
+        // made after it was not.
+        let mut started = (*done).clone();
+        started.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(100).unwrap(),
+            ));
+        let started = Arc::new(started);
+        let at = |s: u64| Some(std::time::Duration::from_secs(s));
+        assert!(answered(&second, at(99), std::slice::from_ref(&started)));
+        assert!(answered(&second, at(100), std::slice::from_ref(&started)));
+        assert!(!answered(&second, at(101), std::slice::from_ref(&started)));
     }
 
     #[test]
@@ -279,21 +326,25 @@ mod tests {
         let recorded = timed_out.trigger();
         timed_out.timed_out = true;
         assert_eq!(trigger_of(false, Some(&timed_out)), None);
-        let now = trigger_of(false, Some(&timed_out));
-        assert!(!still_there(Some(&recorded), now.as_ref(), false));
+        assert!(!still_there(Some(&recorded), &[], false));
     }
 
     #[test]
     fn a_request_made_again_is_another_trigger_and_the_first_is_gone() {
-        let first = trigger_of(false, Some(&request("u1")));
-        let again = trigger_of(false, Some(&request("u2")));
-        assert!(still_there(first.as_ref(), first.as_ref(), false));
-        assert!(!still_there(first.as_ref(), again.as_ref(), false));
-        assert!(!still_there(first.as_ref(), None, false));
-        // The annotation set beside the request keeps the Machine triggered.
-        assert!(still_there(first.as_ref(), None, true));
+        let first = trigger_of(false, Some(&request("u1"))).unwrap();
+        let again = trigger_of(false, Some(&request("u2"))).unwrap();
+        let recorded = Some(&first);
+        assert!(still_there(recorded, std::slice::from_ref(&first), false));
+        assert!(!still_there(recorded, std::slice::from_ref(&again), false));
+        assert!(!still_there(recorded, &[], false));
+        // The annotation set beside the request keeps the Machine asked for.
+        assert!(still_there(recorded, &[], true));
+        // So does another contract's request.
+        let mut node = request("u3");
+        node.kind = TriggerKind::NodeRemediation;
+        assert!(still_there(recorded, &[node.trigger()], false));
         let annotation = trigger_of(true, None);
-        assert!(still_there(annotation.as_ref(), annotation.as_ref(), true));
-        assert!(!still_there(annotation.as_ref(), None, false));
+        assert!(still_there(annotation.as_ref(), &[], true));
+        assert!(!still_there(annotation.as_ref(), &[], false));
     }
 }
