@@ -82,6 +82,10 @@ pub struct RunArgs {
     /// runs its own replicas with its own --lease-name; safety gates count within the shard).
     #[arg(long, value_name = "SELECTOR")]
     pub machine_selector: Option<String>,
+    /// The Machine API of the cluster's Machines: `openshift` (machine.openshift.io) or
+    /// `cluster-api` (cluster.x-k8s.io, bare metal through metal3's Metal3Machines).
+    #[arg(long, value_enum, default_value = "openshift")]
+    pub machine_api: crate::api::slim::MachineApi,
     /// How often to read every known host's power for the `baremend_host_power_state` gauge
     /// (each host at its own offset in the interval; BMO-managed hosts from their
     /// BareMetalHost, without a BMC request); 0s turns it off.
@@ -175,6 +179,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         leadership: Leadership::unconditional(),
         after_persist: None,
         machine_selector: args.machine_selector.clone(),
+        machine_api: args.machine_api,
         power_poll: (!args.power_poll.is_zero()).then_some(args.power_poll),
         fencing_check: (!args.fencing_check_interval.is_zero())
             .then_some(args.fencing_check_interval),

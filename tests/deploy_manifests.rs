@@ -935,9 +935,49 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         phase(lab.ended("worker-0-1").await),
         Some(RemediationPhase::Succeeded)
     );
-    lab.trigger("worker-1", true);
+    // worker-1 through a health check's request instead of the annotation.
+    let machine = lab
+        .api
+        .get(
+            baremend_sim::cluster::local::MACHINES,
+            MACHINE_NAMESPACE,
+            "worker-1",
+        )
+        .unwrap();
+    lab.api
+        .create(
+            baremend_sim::cluster::local::MACHINE_REMEDIATIONS,
+            MACHINE_NAMESPACE,
+            json!({
+                "metadata": {"name": "worker-1", "ownerReferences": [{
+                    "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+                    "name": "worker-1", "uid": machine["metadata"]["uid"],
+                }]},
+                "spec": {},
+            }),
+        )
+        .unwrap();
     assert_eq!(
         phase(lab.ended("worker-1-2").await),
+        Some(RemediationPhase::Succeeded)
+    );
+    // master-0 through a NodeHealthCheck's request, named after its Node.
+    lab.api
+        .create(
+            baremend_sim::cluster::local::NAMESPACES,
+            "",
+            json!({"metadata": {"name": "workload-availability"}}),
+        )
+        .unwrap();
+    lab.api
+        .create(
+            NODE_REMEDIATIONS,
+            "workload-availability",
+            json!({"metadata": {"name": "master-0"}, "spec": {}}),
+        )
+        .unwrap();
+    assert_eq!(
+        phase(lab.ended("master-0-1").await),
         Some(RemediationPhase::Succeeded)
     );
     // Config drift on worker-2, force-reapplied through the MCO.
@@ -1057,6 +1097,13 @@ fn the_install_guide_explains_every_granted_permission() {
     }
 }
 
+/// baremend's NodeHealthCheck requests.
+const NODE_REMEDIATIONS: baremend_sim::cluster::local::Gvr = baremend_sim::cluster::local::Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "noderemediations",
+};
+
 /// Every call the API server recorded.
 fn used(server: &ApiServer) -> BTreeSet<Access> {
     server
@@ -1089,4 +1136,97 @@ fn unneeded(granted: &[Granted], used: &BTreeSet<Access>) -> Vec<String> {
         }
     }
     unneeded
+}
+
+/// What `deploy/examples/rbac-cluster-api.yaml` grants (one ClusterRole, bound to the
+/// controller's account there).
+fn cluster_api_grants() -> Vec<Granted> {
+    let path = common::repo_root().join("deploy/examples/rbac-cluster-api.yaml");
+    let documents = common::yaml_documents(&std::fs::read_to_string(path).unwrap());
+    let binding: ClusterRoleBinding = documents
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .map(|d| typed("rbac-cluster-api.yaml", d))
+        .expect("a ClusterRoleBinding");
+    assert!(
+        binding
+            .subjects
+            .iter()
+            .flatten()
+            .any(|s| s.kind == "ServiceAccount"
+                && s.name == "baremend"
+                && s.namespace.as_deref() == Some("baremend"))
+    );
+    documents
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .flat_map(|d| {
+            typed::<ClusterRole>("rbac-cluster-api.yaml", d)
+                .rules
+                .unwrap_or_default()
+        })
+        .map(|rule| Granted {
+            rule,
+            namespace: None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cluster_api_the_controller_calls_only_what_the_rbac_and_its_cluster_api_example_grant()
+{
+    let spec = ClusterSpec {
+        timing: Timing::fast(),
+        cluster_api: true,
+        ..ClusterSpec::default()
+    };
+    let mut lab = Lab::builder(spec)
+        .policy(json!({"timeouts": {"readyGraceSeconds": 0}}))
+        .start()
+        .await;
+    lab.api
+        .create(
+            baremend_sim::cluster::local::MACHINE_REMEDIATION_TEMPLATES,
+            MACHINE_NAMESPACE,
+            json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+        )
+        .unwrap();
+    lab.cluster.api_server().record_requests();
+    let options = ControllerOptions {
+        machine_api: baremend::api::slim::MachineApi::ClusterApi,
+        ..lab.options()
+    };
+    lab.start_controller(options);
+    lab.cluster.hang("worker-0");
+    let done = lab.ended("worker-0-1").await;
+    assert_eq!(
+        done.status.map(|s| s.phase),
+        Some(RemediationPhase::Succeeded)
+    );
+    let used = used(lab.cluster.api_server());
+    let extra = cluster_api_grants();
+    let mut granted = grants("baremend");
+    granted.extend(cluster_api_grants());
+    for access in &used {
+        assert!(
+            granted.iter().any(|g| allows(g, access)),
+            "on Cluster API the controller needs {access:?}, which neither deploy/rbac.yaml nor the example grants"
+        );
+    }
+    // Every extra grant is called for, but the deletion of a Machine (deleteMachineOnFailure,
+    // as for OpenShift's Machines).
+    for g in &extra {
+        for group in g.rule.api_groups.iter().flatten() {
+            for resource in g.rule.resources.iter().flatten() {
+                for verb in g.rule.verbs.iter().filter(|v| *v != "delete") {
+                    assert!(
+                        used.iter().any(|a| a.group == *group
+                            && a.resource == *resource
+                            && a.verb == *verb),
+                        "{verb} {group}/{resource} is granted and never called"
+                    );
+                }
+            }
+        }
+    }
 }

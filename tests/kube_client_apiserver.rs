@@ -327,6 +327,7 @@ async fn our_crds_register_and_our_typed_objects_round_trip_with_status() {
             machine_uid: Some("uid-1".into()),
             node_name: Some("worker-0".into()),
             host: Some("openshift-machine-api/worker-0".into()),
+            trigger: None,
         },
     );
     object.status = Some(RemediationStatus {

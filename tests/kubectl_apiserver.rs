@@ -823,18 +823,31 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     let root = common::repo_root();
     // OpenShift's kinds (Machine, MachineHealthCheck, BareMetalHost, …), ours, and the
     // namespaces the examples live in.
-    for crd in baremend_sim::cluster::fixtures::all() {
+    // Cluster API's and metal3's kinds too, for the Cluster API example.
+    let fixtures = baremend_sim::cluster::fixtures::all()
+        .into_iter()
+        .chain(baremend_sim::cluster::fixtures::cluster_api_crds())
+        .chain([baremend_sim::cluster::fixtures::node_health_check_crd()]);
+    for crd in fixtures {
         c.ok(&["apply", "-f", "-"], Some(&crd.to_string())).await;
     }
     let crds = root.join("crds");
     c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
-    for namespace in ["openshift-machine-api", "baremend"] {
+    for namespace in [
+        "openshift-machine-api",
+        "baremend",
+        "metal3",
+        "openshift-workload-availability",
+    ] {
         c.ok(&["create", "namespace", namespace], None).await;
     }
     let files = common::yaml_files(&root.join("deploy/examples"));
     assert!(files.len() >= 3, "{files:?}");
     let guide = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
     let mut health_checks = Vec::new();
+    let mut templates = Vec::new();
+    let mut capi_checks = Vec::new();
+    let mut node_checks = Vec::new();
     for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
@@ -857,7 +870,16 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
         );
         for document in documents {
             match document["kind"].as_str().unwrap() {
+                "MachineHealthCheck" if document["apiVersion"] == "cluster.x-k8s.io/v1beta1" => {
+                    capi_checks.push(document)
+                }
                 "MachineHealthCheck" => health_checks.push(document),
+                "NodeHealthCheck" => node_checks.push(document),
+                "NodeRemediationTemplate" => {
+                    let template: baremend::api::NodeRemediationTemplate =
+                        serde_json::from_value(document.clone()).unwrap();
+                    templates.push(template.metadata.name.unwrap_or_default());
+                }
                 // Our kinds must read as our types (a misspelt field would be dropped).
                 "HostBmc" => {
                     let host: baremend::api::HostBmc =
@@ -865,15 +887,33 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
                     assert!(host.spec.ca_bundle_ref.is_some(), "{document}");
                     assert!(!host.spec.insecure_skip_verify);
                 }
+                "MachineRemediationTemplate" => {
+                    let template: baremend::api::MachineRemediationTemplate =
+                        serde_json::from_value(document.clone()).unwrap();
+                    assert_ne!(
+                        template.spec.template.spec.overrides,
+                        baremend::api::PolicyOverrides::default(),
+                        "{document}"
+                    );
+                    templates.push(template.metadata.name.unwrap_or_default());
+                }
                 _ => {}
             }
         }
     }
-    // The trigger: the external-baremetal strategy on every health check, workers and the
-    // control plane apart, and the control plane's one at a time.
+    // The trigger: the external-baremetal strategy, or a remediation template of ours that
+    // the examples define, on every health check; workers, infra and the control plane
+    // apart, and the control plane's one at a time.
     let listed: serde_json::Value = serde_json::from_str(
         &c.ok(
-            &["get", "mhc", "-n", "openshift-machine-api", "-o", "json"],
+            &[
+                "get",
+                "machinehealthchecks.machine.openshift.io",
+                "-n",
+                "openshift-machine-api",
+                "-o",
+                "json",
+            ],
             None,
         )
         .await,
@@ -883,11 +923,21 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     assert_eq!(listed.len(), health_checks.len());
     let mut roles = Vec::new();
     for check in listed {
-        assert_eq!(
-            check["metadata"]["annotations"]["machine.openshift.io/remediation-strategy"],
-            "external-baremetal",
-            "{check}"
-        );
+        let template = &check["spec"]["remediationTemplate"];
+        if template.is_null() {
+            assert_eq!(
+                check["metadata"]["annotations"]["machine.openshift.io/remediation-strategy"],
+                "external-baremetal",
+                "{check}"
+            );
+        } else {
+            assert_eq!(template["kind"], "MachineRemediationTemplate", "{check}");
+            assert_eq!(template["apiVersion"], "baremend.io/v1alpha1", "{check}");
+            assert!(
+                templates.iter().any(|t| template["name"] == t.as_str()),
+                "{check} names a template no example defines: {templates:?}"
+            );
+        }
         let role = check["spec"]["selector"]["matchLabels"]
             ["machine.openshift.io/cluster-api-machine-role"]
             .as_str()
@@ -899,7 +949,27 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
         roles.push(role);
     }
     roles.sort();
-    assert_eq!(roles, ["master", "worker"]);
+    assert_eq!(roles, ["infra", "master", "worker"]);
+    // The NodeHealthCheck names, as its first escalation step, a template of ours.
+    assert_eq!(node_checks.len(), 1);
+    for check in &node_checks {
+        let first = &check["spec"]["escalatingRemediations"][0]["remediationTemplate"];
+        assert_eq!(first["kind"], "NodeRemediationTemplate", "{check}");
+        assert!(
+            templates.iter().any(|t| first["name"] == t.as_str()),
+            "{check}"
+        );
+    }
+    // The Cluster API health check names a template of ours that the examples define.
+    assert_eq!(capi_checks.len(), 1);
+    for check in &capi_checks {
+        let template = &check["spec"]["remediationTemplate"];
+        assert_eq!(template["kind"], "MachineRemediationTemplate", "{check}");
+        assert!(
+            templates.iter().any(|t| template["name"] == t.as_str()),
+            "{check}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

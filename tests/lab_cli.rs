@@ -31,6 +31,49 @@ async fn the_default_lab_tells_the_whole_story_and_exits_zero() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_api_lab_remediates_a_cluster_api_machine_through_its_request() {
+    let output = baremend(&["lab", "--scenario", "capi"], None).await;
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    for line in [
+        "cluster.x-k8s.io Machine with a Metal3Machine",
+        "MachineRemediation request created by the MachineHealthCheck",
+        "Remediation worker-0-1: PoweringOff",
+        "host worker-0: power Off",
+        "Node worker-0: absent",
+        "MachineRemediation request removed",
+        "Remediation worker-0-1: Succeeded",
+        "| Fenced |",
+        "| NodeDeleted |",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    let at = |needle: &str| out.find(needle).unwrap();
+    assert!(at("request created") < at("Remediation worker-0-1: PoweringOff"));
+    assert!(at("host worker-0: power Off") < at("Node worker-0: absent"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_health_check_lab_remediates_a_node_through_its_request() {
+    let output = baremend(&["lab", "--scenario", "nhc"], None).await;
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    for line in [
+        "medik8s NodeHealthCheck: escalating remediations",
+        "NodeRemediation request created by the NodeHealthCheck",
+        "Remediation worker-0-1: PoweringOff",
+        "Node worker-0: absent",
+        "NodeRemediation request removed",
+        "Remediation worker-0-1: Succeeded",
+        "| Fenced |",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    let at = |needle: &str| out.find(needle).unwrap();
+    assert!(at("request created") < at("Remediation worker-0-1: PoweringOff"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stuck_bmc_lab_fails_the_remediation_and_keeps_the_node_with_json_logs() {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
         .args(["--log-format", "json", "lab", "--scenario", "stuck-bmc"])

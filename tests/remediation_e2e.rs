@@ -178,24 +178,7 @@ fn condition<'a>(
 /// The Remediation's status once its Held condition is True and says `message`; fails
 /// after 20 s.
 async fn held_with(lab: &Lab, name: &str, message: &str) -> baremend::api::RemediationStatus {
-    eventually(
-        &format!("{name} held: {message}"),
-        Duration::from_secs(20),
-        async || {
-            let status = lab.remediation(name).and_then(|r| r.status);
-            match status {
-                Some(s)
-                    if s.conditions.iter().any(|c| {
-                        c.type_ == "Held" && c.status == "True" && c.message.contains(message)
-                    }) =>
-                {
-                    Ok(s)
-                }
-                other => Err(format!("{other:#?}")),
-            }
-        },
-    )
-    .await
+    lab.held_with(name, message).await
 }
 
 fn fast_policy() -> Value {
@@ -591,16 +574,7 @@ async fn a_control_plane_machine_is_held_when_fencing_would_break_etcd_quorum() 
     // Two of three control-plane hosts hang: one Ready remains, below a quorum of two.
     lab.cluster.hang("master-0");
     lab.cluster.hang("master-1");
-    eventually("master-1 Unknown", Duration::from_secs(10), async || {
-        lab.api.get(NODES, "", "master-1").ok().and_then(|n| {
-            n.pointer("/status/conditions")?
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == "Ready")
-                .map(|c| c["status"] == "Unknown")
-        }) == Some(true)
-    })
-    .await;
+    lab.node_ready_is("master-1", "Unknown").await;
     lab.trigger("master-0", true);
     let status = held_with(&lab, "master-0-1", "etcd quorum").await;
     assert_eq!(status.phase, RemediationPhase::Pending);

@@ -39,6 +39,10 @@ pub const LEGACY_NODE_FINALIZER: &str = "metal3.io/capbm";
 /// after it.
 pub const MEDIK8S_NODE_NAME: &str = "remediation.medik8s.io/node-name";
 
+/// On a medik8s remediation request, by the NodeHealthCheck: its escalation timeout passed
+/// (an RFC 3339 time; remediators read the key only) and the next remediator takes over.
+pub const NHC_TIMED_OUT: &str = "remediation.medik8s.io/nhc-timed-out";
+
 /// On a Machine, names its BareMetalHost as `namespace/name`.
 pub const MACHINE_HOST: &str = "metal3.io/BareMetalHost";
 
@@ -63,6 +67,18 @@ pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
 /// On a Node, names its Machine as `namespace/name` (set by the machine-api nodelink
 /// controller).
 pub const NODE_MACHINE: &str = "machine.openshift.io/machine";
+
+/// On a Node, by the Cluster API machine controller: the name of its Machine (the namespace
+/// is in [`CAPI_NODE_CLUSTER_NAMESPACE`]).
+pub const CAPI_NODE_MACHINE: &str = "cluster.x-k8s.io/machine";
+
+/// On a Node, by the Cluster API machine controller: the namespace of its cluster (and
+/// Machine).
+pub const CAPI_NODE_CLUSTER_NAMESPACE: &str = "cluster.x-k8s.io/cluster-namespace";
+
+/// The label of a Cluster API control-plane Machine (set, with an empty value, by the
+/// control-plane provider).
+pub const CAPI_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
 
 /// The role label of an OpenShift Machine (`master`, `worker`, …).
 pub const MACHINE_ROLE: &str = "machine.openshift.io/cluster-api-machine-role";

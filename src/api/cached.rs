@@ -18,9 +18,16 @@ where
 }
 
 /// Implements `kube::Resource` for a cached kind of our own shape:
-/// `cached_kind!(Type, "group", "version", "Kind", "plural", Scope)`.
+/// `cached_kind!(Type, "group", "version", "Kind", "plural", Scope)`; with a last argument
+/// `[field.metadata]`, for a type that holds the object in `field` (another kind of the same
+/// shape, e.g. a Cluster API Machine held as a Machine).
 macro_rules! cached_kind {
     ($name:ident, $group:expr, $version:literal, $kind:literal, $plural:literal, $scope:ty) => {
+        $crate::api::cached::cached_kind!(
+            $name, $group, $version, $kind, $plural, $scope, [metadata]
+        );
+    };
+    ($name:ident, $group:expr, $version:literal, $kind:literal, $plural:literal, $scope:ty, [$($meta:ident).+]) => {
         impl kube::Resource for $name {
             type DynamicType = ();
             type Scope = $scope;
@@ -38,12 +45,12 @@ macro_rules! cached_kind {
                 std::borrow::Cow::Borrowed($plural)
             }
             fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                &self.metadata
+                &self.$($meta).+
             }
             fn meta_mut(
                 &mut self,
             ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                &mut self.metadata
+                &mut self.$($meta).+
             }
         }
     };

@@ -3,7 +3,10 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use super::{DriftPolicy, DriftRemediation, HostBmc, Remediation, RemediationPolicy};
+use super::{
+    DriftPolicy, DriftRemediation, HostBmc, MachineRemediation, MachineRemediationTemplate,
+    NodeRemediation, NodeRemediationTemplate, Remediation, RemediationPolicy,
+};
 
 /// Every CRD of baremend, with the file name it has under `crds/`.
 pub fn all_crds() -> Vec<(&'static str, CustomResourceDefinition)> {
@@ -13,6 +16,16 @@ pub fn all_crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("hostbmcs.yaml", HostBmc::crd()),
         ("driftremediations.yaml", DriftRemediation::crd()),
         ("driftpolicies.yaml", DriftPolicy::crd()),
+        ("machineremediations.yaml", MachineRemediation::crd()),
+        (
+            "machineremediationtemplates.yaml",
+            MachineRemediationTemplate::crd(),
+        ),
+        ("noderemediations.yaml", NodeRemediation::crd()),
+        (
+            "noderemediationtemplates.yaml",
+            NodeRemediationTemplate::crd(),
+        ),
     ]
 }
 

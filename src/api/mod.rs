@@ -4,6 +4,8 @@
 //! - [`Remediation`]: one per Machine and trigger; the audit trail and the state a restarted
 //!   controller resumes from.
 //! - [`RemediationPolicy`]: cluster-scoped knobs and safety gates, all defaulted.
+//! - [`MachineRemediation`], [`NodeRemediation`] and their templates: the Cluster API and
+//!   medik8s NodeHealthCheck remediation contracts (requests that trigger a `Remediation`).
 //! - [`HostBmc`]: maps a Machine or Node without a BareMetalHost to its BMC.
 //! - [`DriftRemediation`] and [`DriftPolicy`]: the config-drift coordinator's audit trail and
 //!   knobs; [`mco`]: the Machine Config Operator's objects and annotations it reads.
@@ -12,6 +14,7 @@
 
 pub mod annotations;
 pub(crate) mod cached;
+mod contracts;
 mod crds;
 mod drift;
 mod host_bmc;
@@ -22,6 +25,12 @@ mod remediation;
 mod retention;
 pub mod slim;
 
+pub use contracts::{
+    MachineRemediation, MachineRemediationSpec, MachineRemediationTemplate,
+    MachineRemediationTemplateResource, MachineRemediationTemplateSpec, NodeRemediation,
+    NodeRemediationSpec, NodeRemediationTemplate, NodeRemediationTemplateResource,
+    NodeRemediationTemplateSpec, PolicyOverrides, RequestStatus, TriggerKind, TriggerRef,
+};
 pub use crds::{CrdsArgs, all_crds, render_crds, run as run_crds};
 pub use drift::{
     APPROVE_ANNOTATION, DriftAction, DriftKind, DriftMode, DriftPhase, DriftPolicy,

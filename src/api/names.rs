@@ -138,6 +138,12 @@ stored_names! {
         StrategyInPolicy,
         /// What a dry run would have done (reason: `WouldFence`, `WouldHold`, `ProbeFailed`).
         DryRun,
+        /// On a NodeHealthCheck's request (the medik8s contract): the remediation is under
+        /// way.
+        Processing,
+        /// On a NodeHealthCheck's request (the medik8s contract): the Node is deleted on the
+        /// way, so the health check keeps the request while the Node is gone.
+        PermanentNodeDeletionExpected,
     }
 }
 

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RemediationSpec {
-    /// The Machine (same namespace) that carried the external-remediation annotation.
+    /// The Machine (same namespace) a health check asked to remediate (`spec.trigger` says how).
     #[schemars(length(min = 1, max = 253))]
     pub machine_name: String,
     /// The Machine's UID when the remediation began; a recreated Machine is another one.
@@ -38,6 +38,10 @@ pub struct RemediationSpec {
     /// The BareMetalHost as `namespace/name`, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// What asked for the remediation (none: the Machine annotation, as before triggers were
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<super::TriggerRef>,
 }
 
 /// Where a remediation is.

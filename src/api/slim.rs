@@ -92,6 +92,70 @@ pub struct MachineSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub provider_id: Option<String>,
+    /// A Cluster API Machine's infrastructure object (a Metal3Machine for bare metal).
+    #[serde(
+        rename = "infrastructureRef",
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub infrastructure_ref: Option<Named>,
+}
+
+/// A Cluster API Machine (`cluster.x-k8s.io/v1beta1`) as watched: the same fields as a
+/// [`Machine`], which it is turned into before it is cached (a controller runs over one
+/// Machine API, see [`MachineApi`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CapiMachine {
+    /// The Machine's fields.
+    pub machine: Machine,
+}
+cached_kind!(
+    CapiMachine,
+    "cluster.x-k8s.io",
+    "v1beta1",
+    "Machine",
+    "machines",
+    NamespaceResourceScope,
+    [machine.metadata]
+);
+
+impl From<CapiMachine> for Machine {
+    fn from(capi: CapiMachine) -> Self {
+        capi.machine
+    }
+}
+
+/// Which Machine API a cluster's Machines come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MachineApi {
+    /// OpenShift's Machine API (`machine.openshift.io/v1beta1`).
+    #[default]
+    #[value(name = "openshift")]
+    OpenShift,
+    /// Cluster API (`cluster.x-k8s.io/v1beta1`, served by every Cluster API release since
+    /// v1.0, beside v1beta2 from v1.11), with metal3's Metal3Machines.
+    #[value(name = "cluster-api")]
+    ClusterApi,
+}
+
+impl MachineApi {
+    /// The Machines' `apiVersion`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            MachineApi::OpenShift => "machine.openshift.io/v1beta1",
+            MachineApi::ClusterApi => "cluster.x-k8s.io/v1beta1",
+        }
+    }
+
+    /// The Machine resource, for reads and writes.
+    pub fn resource(self) -> kube::api::ApiResource {
+        match self {
+            MachineApi::OpenShift => kube::api::ApiResource::erase::<Machine>(&()),
+            MachineApi::ClusterApi => kube::api::ApiResource::erase::<CapiMachine>(&()),
+        }
+    }
 }
 
 /// What is kept of a Machine's status.

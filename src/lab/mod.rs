@@ -38,6 +38,14 @@ pub enum Scenario {
     OutOfService,
     /// A hung control-plane host (one at a time, etcd quorum kept).
     ControlPlane,
+    /// Cluster API: a hung worker's cluster.x-k8s.io Machine, whose Cluster API
+    /// MachineHealthCheck creates a MachineRemediation from baremend's template; the host is
+    /// found through the Machine's Metal3Machine.
+    Capi,
+    /// medik8s NodeHealthCheck: a hung worker's Node, for which the NodeHealthCheck creates a
+    /// NodeRemediation from baremend's template (the first of its escalating remediations);
+    /// baremend reports the contract's conditions on it.
+    Nhc,
     /// A BMC that accepts power-off and never does it: the Node must never be deleted.
     StuckBmc,
     /// Half the workers hang at once: the storm gate holds every start until an operator

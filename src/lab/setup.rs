@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::api::annotations::{BMH_DETACHED, EXTERNAL_REMEDIATION};
+use crate::api::slim::MachineApi;
 use crate::api::{RemediationPolicy, all_crds};
 use crate::metrics::Metrics;
 use crate::remediation::controller::{ControllerOptions, run as run_controller};
@@ -115,7 +116,12 @@ impl LabCluster {
     /// Starts the controller on this cluster, with the power monitor reading every host each
     /// second (`baremend run` reads each minute) and the fencing readiness check every 5 s
     /// (`baremend run`: every 10 minutes); it runs until the handle is stopped.
-    pub fn start_controller(&self, metrics: Arc<Metrics>, poll: Duration) -> RunningController {
+    pub fn start_controller(
+        &self,
+        metrics: Arc<Metrics>,
+        poll: Duration,
+        machine_api: MachineApi,
+    ) -> RunningController {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(run_controller(
             self.client.clone(),
@@ -126,6 +132,7 @@ impl LabCluster {
                 metrics,
                 power_poll: Some(Duration::from_secs(1)),
                 fencing_check: Some(Duration::from_secs(5)),
+                machine_api,
                 ..ControllerOptions::default()
             },
             async move {

@@ -5,9 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use baremend_sim::cluster::local::{BMHS, Local, MACHINES, NODES};
+use baremend_sim::cluster::local::{
+    BMHS, Gvr, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, NODES,
+};
+use baremend_sim::cluster::nhc::{NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS};
 use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, NHC_NAMESPACE};
 use baremend_sim::host::ObservedPower;
 use kube::api::Api;
 use serde_json::{Value, json};
@@ -15,6 +18,7 @@ use serde_json::{Value, json};
 use super::setup::LabCluster;
 use super::{Scenario, Serving};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
+use crate::api::slim::MachineApi;
 use crate::api::{Remediation, RemediationPhase, RemediationStatus};
 use crate::metrics::Metrics;
 use crate::runtime::clock::{parse_rfc3339, since_epoch};
@@ -51,6 +55,8 @@ impl Plan {
             Scenario::ControlPlane => {
                 plan.targets = vec![("master-0", RemediationPhase::Succeeded)];
             }
+            Scenario::Capi => plan.spec.cluster_api = true,
+            Scenario::Nhc => plan.spec.node_health_check = true,
             Scenario::StuckBmc => {
                 plan.targets = vec![("worker-0", RemediationPhase::Failed)];
                 plan.policy["timeouts"]["powerOffSeconds"] = json!(5);
@@ -90,7 +96,7 @@ enum Operator {
 #[derive(Default, PartialEq, Eq, Clone)]
 struct Seen {
     node: String,
-    triggered: bool,
+    triggered: Option<Asked>,
     phase: String,
     held: Option<String>,
     power: String,
@@ -121,13 +127,63 @@ fn node_state(api: &Local, name: &str) -> String {
     }
 }
 
-fn triggered(api: &Local, machine: &str) -> bool {
-    api.get(MACHINES, MACHINE_NAMESPACE, machine)
+/// How a health check asks for a Machine's remediation.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Asked {
+    /// OpenShift's annotation on the Machine.
+    Annotation,
+    /// A `MachineRemediation` named after the Machine.
+    Request,
+    /// A `NodeRemediation` named after the Machine's Node.
+    NodeRequest,
+}
+
+impl Asked {
+    fn what(self) -> &'static str {
+        match self {
+            Asked::Annotation => "external-remediation annotation",
+            Asked::Request => "MachineRemediation request",
+            Asked::NodeRequest => "NodeRemediation request",
+        }
+    }
+
+    fn asker(self) -> &'static str {
+        match self {
+            Asked::NodeRequest => "NodeHealthCheck",
+            Asked::Annotation | Asked::Request => "MachineHealthCheck",
+        }
+    }
+
+    fn made(self) -> &'static str {
+        match self {
+            Asked::Annotation => "set",
+            Asked::Request | Asked::NodeRequest => "created",
+        }
+    }
+}
+
+/// How the health check asks for the Machine's remediation now, if it does.
+fn triggered(api: &Local, machine: &str) -> Option<Asked> {
+    let annotated = api
+        .get(MACHINES, MACHINE_NAMESPACE, machine)
         .is_ok_and(|m| {
             m.pointer("/metadata/annotations")
                 .and_then(|a| a.get(EXTERNAL_REMEDIATION))
                 .is_some()
-        })
+        });
+    if annotated {
+        return Some(Asked::Annotation);
+    }
+    if api
+        .get(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, machine)
+        .is_ok()
+    {
+        return Some(Asked::Request);
+    }
+    // Machine and Node names are equal in the simulated cluster.
+    api.get(NODE_REMEDIATIONS, NHC_NAMESPACE, machine)
+        .is_ok()
+        .then_some(Asked::NodeRequest)
 }
 
 fn held_message(status: &RemediationStatus) -> Option<String> {
@@ -148,14 +204,16 @@ fn print_changes(at: &str, target: &str, name: &str, was: &Seen, now: &Seen) {
         println!("{at:>7}  Node {target}: {}", now.node);
     }
     if now.triggered != was.triggered {
-        println!(
-            "{at:>7}  Machine {target}: external-remediation annotation {}",
-            if now.triggered {
-                "set by the MachineHealthCheck"
-            } else {
-                "removed"
-            }
-        );
+        match (now.triggered, was.triggered) {
+            (Some(how), _) => println!(
+                "{at:>7}  Machine {target}: {} {} by the {}",
+                how.what(),
+                how.made(),
+                how.asker()
+            ),
+            (None, Some(how)) => println!("{at:>7}  Machine {target}: {} removed", how.what()),
+            (None, None) => {}
+        }
     }
     if now.phase != was.phase {
         println!("{at:>7}  Remediation {name}: {}", now.phase);
@@ -212,7 +270,12 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
     lab.install_policy(plan.policy.clone()).await?;
     let metrics = Arc::new(Metrics::new());
     let metrics_at = serving.serve(metrics.clone()).await?;
-    let controller = lab.start_controller(metrics.clone(), Duration::from_millis(250));
+    let machine_api = if plan.spec.cluster_api {
+        MachineApi::ClusterApi
+    } else {
+        MachineApi::OpenShift
+    };
+    let controller = lab.start_controller(metrics.clone(), Duration::from_millis(250), machine_api);
     println!(
         "controller running (kube client over HTTPS), metrics at http://{metrics_at}/metrics\n"
     );
@@ -259,7 +322,7 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
             // one does; for a control-plane host the lab stands in for a control-plane check.
             if scenario == Scenario::ControlPlane
                 && now.node == "Ready=Unknown"
-                && !now.triggered
+                && now.triggered.is_none()
                 && !lab_triggered
             {
                 lab_triggered = true;
@@ -427,7 +490,34 @@ fn prepare(scenario: Scenario, lab: &LabCluster, target: &str) -> Result<()> {
         Scenario::Storm => {
             println!("  {target} will hang with the others: half the workers at once");
         }
+        Scenario::Nhc => {
+            empty_template(lab, NODE_REMEDIATION_TEMPLATES, NHC_NAMESPACE)?;
+            println!(
+                "  medik8s NodeHealthCheck: escalating remediations, baremend's NodeRemediationTemplate first (60 s), then MachineDeletionRemediation"
+            );
+        }
+        Scenario::Capi => {
+            empty_template(lab, MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE)?;
+            println!(
+                "  Cluster API: {target} is a cluster.x-k8s.io Machine with a Metal3Machine; its MachineHealthCheck names baremend's MachineRemediationTemplate"
+            );
+        }
         _ => {}
     }
     Ok(())
+}
+
+/// The template `baremend` a health check names, empty: its requests get the policy's values.
+fn empty_template(lab: &LabCluster, templates: Gvr, namespace: &str) -> Result<()> {
+    lab.api
+        .create(
+            templates,
+            namespace,
+            json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+        )
+        .map(|_| ())
+        .map_err(|e| Error::Invalid {
+            object: format!("{} baremend", templates.plural),
+            reason: e.message,
+        })
 }

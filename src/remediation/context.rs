@@ -17,7 +17,8 @@ use super::bmc_cache::DriverCache;
 use super::gates::Launched;
 use crate::api::slim;
 use crate::api::{
-    HostBmc, Remediation, RemediationPhase, RemediationPolicy, RemediationPolicySpec,
+    HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy,
+    RemediationPolicySpec,
 };
 use crate::drift::helper::HelperPods;
 use crate::leader::Leadership;
@@ -66,6 +67,8 @@ pub struct ControllerOptions {
     pub drift_helpers: Option<HelperPods>,
     /// Where this replica runs (see [`Placement`]).
     pub placement: Option<Placement>,
+    /// Which Machine API the cluster's Machines come from.
+    pub machine_api: slim::MachineApi,
 }
 
 impl Default for ControllerOptions {
@@ -82,6 +85,7 @@ impl Default for ControllerOptions {
             fencing_check: None,
             drift_helpers: None,
             placement: None,
+            machine_api: slim::MachineApi::default(),
         }
     }
 }
@@ -100,6 +104,10 @@ pub struct Caches {
     pub policies: Store<RemediationPolicy>,
     /// BMC mappings.
     pub host_bmcs: Store<HostBmc>,
+    /// Cluster API remediation requests (`MachineRemediation`).
+    pub machine_requests: Store<MachineRemediation>,
+    /// NodeHealthCheck remediation requests (`NodeRemediation`).
+    pub node_requests: Store<NodeRemediation>,
 }
 
 /// What every reconcile shares.
@@ -118,6 +126,10 @@ pub struct Context {
     pub policies: Store<RemediationPolicy>,
     /// BMC mappings.
     pub host_bmcs: Store<HostBmc>,
+    /// Cluster API remediation requests, a trigger like the Machine annotation.
+    pub machine_requests: Store<MachineRemediation>,
+    /// NodeHealthCheck remediation requests, named after the Machines' Nodes.
+    pub node_requests: Store<NodeRemediation>,
     /// BMC drivers, one request gate per BMC.
     pub connector: Connector,
     /// The BMC drivers of remediations under way, one login each.
@@ -145,6 +157,8 @@ pub struct Context {
     pub placement: Option<Placement>,
     /// Failures in a row per Machine, for the requeue of transient ones.
     pub backoff: Backoff,
+    /// Which Machine API the Machines come from.
+    pub machine_api: slim::MachineApi,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step
@@ -198,6 +212,8 @@ impl Context {
             remediations: caches.remediations,
             policies: caches.policies,
             host_bmcs: caches.host_bmcs,
+            machine_requests: caches.machine_requests,
+            node_requests: caches.node_requests,
             connector: Connector::new(),
             bmc_drivers: DriverCache::default(),
             clock,
@@ -210,6 +226,7 @@ impl Context {
             leadership: options.leadership,
             placement: options.placement,
             backoff: Backoff::default(),
+            machine_api: options.machine_api,
         }
     }
 
@@ -224,6 +241,8 @@ impl Context {
             && is_ready(&self.remediations)
             && is_ready(&self.policies)
             && is_ready(&self.host_bmcs)
+            && is_ready(&self.machine_requests)
+            && is_ready(&self.node_requests)
     }
 
     /// Recounts the gauges from the caches: remediations in progress, starts held per gate.

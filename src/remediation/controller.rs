@@ -19,12 +19,16 @@ use tracing::{info, warn};
 
 pub use super::context::{Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement};
 use super::reconcile::{error_policy, reconcile};
-use crate::api::annotations::NODE_MACHINE;
+use crate::api::annotations::{CAPI_NODE_CLUSTER_NAMESPACE, CAPI_NODE_MACHINE, NODE_MACHINE};
 use crate::api::slim;
-use crate::api::{HostBmc, Remediation, RemediationPhase, RemediationPolicy};
+use crate::api::{
+    HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy,
+};
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::runtime::clock::Clock;
-use crate::runtime::informer::{Changes, informer, slimmed_informer, watch_config};
+use crate::runtime::informer::{
+    Changes, informer, mapped_informer, slimmed_informer, watch_config,
+};
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
@@ -135,18 +139,34 @@ struct Watches {
     remediations: (Store<Remediation>, Changes<Remediation>),
     policies: (Store<RemediationPolicy>, Changes<RemediationPolicy>),
     host_bmcs: (Store<HostBmc>, Changes<HostBmc>),
+    machine_requests: (Store<MachineRemediation>, Changes<MachineRemediation>),
+    node_requests: (Store<NodeRemediation>, Changes<NodeRemediation>),
 }
 
-/// Starts one informer per kind (Nodes come from the shared watch); Machines only of this
-/// replica's shard when a selector is given.
-fn watch_kinds(client: &Client, machine_selector: Option<&str>) -> Watches {
+/// Starts one informer per kind (Nodes come from the shared watch); Machines of the Machine
+/// API in use, only of this replica's shard when a selector is given.
+fn watch_kinds(
+    client: &Client,
+    machine_selector: Option<&str>,
+    machine_api: slim::MachineApi,
+) -> Watches {
     let config = watch_config();
     let machine_config = match machine_selector {
         Some(selector) => config.clone().labels(selector),
         None => config.clone(),
     };
     Watches {
-        machines: (slimmed_informer(Api::all(client.clone()), machine_config, slim::machine)),
+        machines: match machine_api {
+            slim::MachineApi::OpenShift => {
+                slimmed_informer(Api::all(client.clone()), machine_config, slim::machine)
+            }
+            slim::MachineApi::ClusterApi => mapped_informer(
+                Api::<slim::CapiMachine>::all(client.clone()),
+                machine_config,
+                slim::Machine::from,
+                slim::machine,
+            ),
+        },
         hosts: (slimmed_informer(
             Api::all(client.clone()),
             config.clone(),
@@ -154,7 +174,9 @@ fn watch_kinds(client: &Client, machine_selector: Option<&str>) -> Watches {
         )),
         remediations: (informer(Api::all(client.clone()), config.clone())),
         policies: (informer(Api::all(client.clone()), config.clone())),
-        host_bmcs: (informer(Api::all(client.clone()), config)),
+        host_bmcs: (informer(Api::all(client.clone()), config.clone())),
+        machine_requests: (informer(Api::all(client.clone()), config.clone())),
+        node_requests: (informer(Api::all(client.clone()), config)),
     }
 }
 
@@ -166,9 +188,23 @@ fn machine_of_host(host: slim::BareMetalHost) -> Option<ObjectRef<slim::Machine>
         .then(|| ObjectRef::new(&consumer.name).within(&namespace))
 }
 
-/// The Machine of a Node (the Machine API's annotation), to wake on the Node's changes.
+/// The Machine a Cluster API remediation request is for: the one of its name and namespace.
+fn machine_of_request(request: MachineRemediation) -> Option<ObjectRef<slim::Machine>> {
+    let namespace = request.namespace()?;
+    Some(ObjectRef::new(&request.name_any()).within(&namespace))
+}
+
+/// The Machine of a Node (the Machine API's annotation, or Cluster API's pair), to wake on
+/// the Node's changes.
 fn machine_of_node(node: Arc<Node>) -> Option<ObjectRef<slim::Machine>> {
-    node.annotations()
+    let annotations = node.annotations();
+    if let (Some(name), Some(namespace)) = (
+        annotations.get(CAPI_NODE_MACHINE),
+        annotations.get(CAPI_NODE_CLUSTER_NAMESPACE),
+    ) {
+        return Some(ObjectRef::new(name).within(namespace));
+    }
+    annotations
         .get(NODE_MACHINE)
         .and_then(|value| value.split_once('/'))
         .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
@@ -204,7 +240,11 @@ async fn run_machines(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
     let out_of_service_taint = out_of_service_taint(&client).await;
-    let watches = watch_kinds(&client, options.machine_selector.as_deref());
+    let watches = watch_kinds(
+        &client,
+        options.machine_selector.as_deref(),
+        options.machine_api,
+    );
     let (remediations, remediation_stream) = watches.remediations;
     let (machines, machine_stream) = watches.machines;
     let caches = Caches {
@@ -214,6 +254,8 @@ async fn run_machines(
         remediations: remediations.clone(),
         policies: watches.policies.0,
         host_bmcs: watches.host_bmcs.0,
+        machine_requests: watches.machine_requests.0,
+        node_requests: watches.node_requests.0,
     };
     let power = options.power_poll.map(|p| (p, options.power_poll_seed));
     let fencing = options.fencing_check.map(|p| (p, options.power_poll_seed));
@@ -238,6 +280,13 @@ async fn run_machines(
         Background::every(GAUGE_REFRESH, move || context.refresh_metrics())
     };
     let by_remediation = move |r: Remediation| machines_of_remediation(&r, &remediations);
+    // A NodeHealthCheck's request is named after the Node: its Machine is the Node's.
+    let nodes = node_feed.store.clone();
+    let machine_of_node_request = move |request: NodeRemediation| {
+        nodes
+            .get(&ObjectRef::new(&request.name_any()))
+            .and_then(machine_of_node)
+    };
     // A policy or BMC mapping change may unblock anything: look at every Machine again.
     let reconcile_all = futures_util::stream::select(
         watches.policies.1.map(|_| ()),
@@ -248,6 +297,8 @@ async fn run_machines(
     Controller::for_stream(machine_stream, machines)
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
         .watches_stream(watches.hosts.1, machine_of_host)
+        .watches_stream(watches.machine_requests.1, machine_of_request)
+        .watches_stream(watches.node_requests.1, machine_of_node_request)
         .watches_shared_stream(node_feed.changes, machine_of_node)
         .watches_stream(remediation_stream, by_remediation)
         .reconcile_all_on(reconcile_all)

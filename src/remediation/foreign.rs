@@ -29,14 +29,10 @@ impl Pass {
         remediation: &Remediation,
         ours: &[Arc<Remediation>],
     ) -> Result<std::result::Result<(), Held>> {
-        let machines: Api<slim::Machine> =
-            Api::namespaced(self.context.client.clone(), &self.namespace);
-        let machine = machines
-            .get_opt(&self.name)
-            .await
-            .map_err(Error::kube("GetMachine"))?;
-        let machine_marks = machine
-            .map(|m| legacy_marks(m.annotations()))
+        let machine_marks = self
+            .fresh_machine_annotations()
+            .await?
+            .map(|a| legacy_marks(&a))
             .unwrap_or_default();
         let host = remediation.spec.host.as_deref();
         let evidence = ForeignEvidence {

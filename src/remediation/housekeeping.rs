@@ -208,6 +208,7 @@ mod tests {
                 machine_uid: None,
                 node_name: None,
                 host: None,
+                trigger: None,
             },
         );
         object.metadata.annotations = Some(

@@ -7,6 +7,7 @@
 //! destructive step.
 
 pub mod bmc_cache;
+mod capi;
 pub mod context;
 pub mod controller;
 mod dry_run;
@@ -25,6 +26,8 @@ mod power;
 pub mod probe;
 pub mod readiness;
 mod reconcile;
+pub mod requests;
 pub mod start_gates;
 pub mod state;
 mod steps;
+pub mod trigger;

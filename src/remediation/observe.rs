@@ -14,7 +14,7 @@ use super::gates::{ForeignKind, ForeignObject};
 use super::plan::NodeView;
 use crate::api::CaBundleRef;
 use crate::api::annotations::{
-    BMC_CA_BUNDLE, BMH_DETACHED, BMH_PAUSED, LEGACY_NODE_ANNOTATIONS_BACKUP,
+    BMC_CA_BUNDLE, BMH_DETACHED, BMH_PAUSED, CAPI_CONTROL_PLANE, LEGACY_NODE_ANNOTATIONS_BACKUP,
     LEGACY_NODE_LABELS_BACKUP, LEGACY_POWER_ON_TIMEOUT, MACHINE_HOST, MACHINE_ROLE,
     MEDIK8S_NODE_NAME, REBOOT_PREFIX,
 };
@@ -164,12 +164,14 @@ pub fn machine_node(machine: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Whether a Machine is a control-plane machine, from its labels (OpenShift's machine role).
+/// Whether a Machine is a control-plane machine, from its labels (OpenShift's machine role,
+/// or Cluster API's control-plane label).
 pub fn machine_is_control_plane(labels: &BTreeMap<String, String>) -> bool {
-    matches!(
-        labels.get(MACHINE_ROLE).map(String::as_str),
-        Some("master" | "control-plane")
-    )
+    labels.contains_key(CAPI_CONTROL_PLANE)
+        || matches!(
+            labels.get(MACHINE_ROLE).map(String::as_str),
+            Some("master" | "control-plane")
+        )
 }
 
 /// Whether deleting a Machine gets it replaced and nothing else (the rule of the older

@@ -12,11 +12,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::context::{Context, machine_resource};
+use super::context::Context;
 use super::fence::{ConfirmedOff, HostRef};
 use super::plan::PlanPolicy;
 use super::state::{created_at, strategy_in_status};
-use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::slim;
 use crate::api::{FenceStrategyName, Remediation, RemediationPolicySpec, RemediationStatus};
 use crate::runtime::clock::since_epoch;
@@ -38,24 +37,26 @@ impl Pass {
     /// A pass over `machine`.
     pub fn new(machine: Arc<slim::Machine>, context: Arc<Context>) -> Self {
         let policy = context.policy();
-        Pass {
+        let mut pass = Pass {
             name: machine.name_any(),
             namespace: machine.namespace().unwrap_or_default(),
             machine,
             context,
             policy,
             recent_proof: std::sync::Mutex::new(None),
-        }
+        };
+        // A health check's request may narrow the policy for its Machine (its template's spec).
+        pass.policy = pass.policy_for_machine(pass.policy.clone());
+        pass
     }
 
     pub(super) fn machine_json(&self) -> Value {
         serde_json::to_value(&*self.machine).unwrap_or(Value::Null)
     }
 
+    /// Whether the Machine carries a trigger (the annotation or a request), in the cache.
     pub(super) fn triggered(&self) -> bool {
-        self.machine
-            .annotations()
-            .contains_key(EXTERNAL_REMEDIATION)
+        self.cached_trigger().is_some()
     }
 
     pub(super) fn remediations_of_machine(&self) -> Vec<Arc<Remediation>> {
@@ -81,8 +82,20 @@ impl Pass {
         Api::namespaced_with(
             self.context.client.clone(),
             &self.namespace,
-            &machine_resource(),
+            &self.context.machine_api.resource(),
         )
+    }
+
+    /// The Machine's annotations, read from the API server now (None: the Machine is gone).
+    pub(super) async fn fresh_machine_annotations(
+        &self,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+        let machine = self
+            .machines_api()
+            .get_opt(&self.name)
+            .await
+            .map_err(Error::kube("GetMachine"))?;
+        Ok(machine.map(|m| m.metadata.annotations.unwrap_or_default()))
     }
 
     pub(super) fn plan_policy(&self) -> PlanPolicy {
@@ -181,7 +194,8 @@ impl Pass {
         // On both objects: `kubectl describe machine` is where an operator looks first, the
         // Remediation keeps the whole story; each names the other as related.
         let remediation_ref = remediation.object_ref(&());
-        let machine_ref = self.machine.object_ref(&());
+        let mut machine_ref = self.machine.object_ref(&());
+        machine_ref.api_version = Some(self.context.machine_api.api_version().into());
         crate::runtime::events::publish(
             &self.context.recorder,
             severity,

@@ -74,7 +74,11 @@ impl Pass {
                     None => self.start(next_number(&existing, &self.name)).await?,
                 }
             }
-            _ if !self.triggered() => return self.idle(&existing).await,
+            // No trigger, or only a request a remediation already answered (the health check
+            // keeps it until the Machine is healthy).
+            _ if self.unanswered_trigger(&existing).is_none() => {
+                return self.idle(&existing).await;
+            }
             // The cached Machine may still show a trigger the last remediation removed (its
             // watch lags behind the Remediation's): a start rests only on a fresh read.
             _ if !self.trigger_confirmed().await? => return self.idle(&existing).await,
@@ -125,7 +129,7 @@ impl Pass {
                 self.may_start(remediation, node.as_deref(), launched)
                     .await?
             }
-            None => (Ok(()), self.triggered()),
+            None => (Ok(()), self.still_triggered(remediation)),
         };
         let probes = if self.dry_run_start(state.phase, triggered, &may) {
             // A dry run launches nothing: the other starts need not wait for its probes (an
@@ -160,6 +164,11 @@ impl Pass {
             )
             .await;
         self.after_step(remediation, proof, starts.as_deref_mut());
+        // The request's status is the health check's view; a failure to write it never
+        // holds the remediation (it is written again on the next step).
+        if let Err(error) = self.report_to_request(remediation).await {
+            tracing::warn!(%error, "cannot report to the remediation request");
+        }
         acted
     }
 

@@ -22,15 +22,15 @@ use crate::api::slim;
 use crate::{Error, Result};
 
 impl Pass {
-    /// Whether the Machine carries the trigger, read from the API server now (not from the
-    /// cache). A Machine that is gone carries none.
+    /// Whether the Machine carries a trigger (the annotation, or a Cluster API request named
+    /// after it), read from the API server now (not from the cache). A Machine that is gone
+    /// carries none.
     pub(super) async fn trigger_confirmed(&self) -> Result<bool> {
-        let api: Api<slim::Machine> = Api::namespaced(self.context.client.clone(), &self.namespace);
-        let machine = api
-            .get_opt(&self.name)
-            .await
-            .map_err(Error::kube("GetMachine"))?;
-        Ok(machine.is_some_and(|m| m.annotations().contains_key(EXTERNAL_REMEDIATION)))
+        let Some(annotations) = self.fresh_machine_annotations().await? else {
+            return Ok(false);
+        };
+        // A request counts only for a Machine that exists.
+        Ok(annotations.contains_key(EXTERNAL_REMEDIATION) || self.request_confirmed().await?)
     }
 
     /// Every Remediation, read from the API server now (not from the cache).
@@ -60,9 +60,32 @@ impl Pass {
             machines: machines.len(),
             ..FleetHealth::default()
         };
+        // A Cluster API request counts as the annotation does: a health check found the
+        // Machine unhealthy.
+        let requested: std::collections::HashSet<(String, String)> = self
+            .context
+            .machine_requests
+            .state()
+            .iter()
+            .map(|r| (r.namespace().unwrap_or_default(), r.name_any()))
+            .collect();
+        let node_requested: std::collections::HashSet<String> = self
+            .context
+            .node_requests
+            .state()
+            .iter()
+            .filter(|r| !super::requests::node_request(r).timed_out)
+            .map(|r| r.name_any())
+            .collect();
         for machine in &machines {
             let ready = node_ready(machine);
-            if machine.annotations().contains_key(EXTERNAL_REMEDIATION) || ready == Some(false) {
+            let key = (machine.namespace().unwrap_or_default(), machine.name_any());
+            let node = machine.status.as_ref().and_then(|s| s.node_ref.as_ref());
+            if machine.annotations().contains_key(EXTERNAL_REMEDIATION)
+                || requested.contains(&key)
+                || node.is_some_and(|n| node_requested.contains(&n.name))
+                || ready == Some(false)
+            {
                 health.unhealthy += 1;
             }
             // Each Machine's role is read once, from its labels, not per comparison.

@@ -15,7 +15,7 @@ use tracing::info;
 use super::execute;
 use super::fence::ConfirmedOff;
 use super::gates::Held;
-use super::observe::{self, machine_host, node_view};
+use super::observe::{self, node_view};
 use super::pass::Pass;
 use super::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
 use super::power::Withdraw;
@@ -524,7 +524,7 @@ impl Pass {
     /// Creates the Machine's Remediation number `number`, owned by the Machine.
     pub(super) async fn start(&self, number: usize) -> Result<Remediation> {
         let machine_json = self.machine_json();
-        let (host, unusable) = match machine_host(&machine_json) {
+        let (host, unusable) = match self.host_of_machine(&machine_json).await? {
             Ok(host) => (host, None),
             Err(unusable) => (None, Some(unusable)),
         };
@@ -535,11 +535,12 @@ impl Pass {
                 machine_uid: self.machine.uid(),
                 node_name: observe::machine_node(&machine_json),
                 host: host.map(|h| h.to_string()),
+                trigger: self.cached_trigger(),
             },
         );
         object.metadata.namespace = Some(self.namespace.clone());
         object.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "machine.openshift.io/v1beta1".into(),
+            api_version: self.context.machine_api.api_version().into(),
             kind: "Machine".into(),
             name: self.name.clone(),
             uid: self.machine.uid().unwrap_or_default(),

@@ -61,6 +61,38 @@ where
     (store, changes)
 }
 
+/// Like [`slimmed_informer`] over a kind watched as `K` and cached as `T` (the same object in
+/// another shape, e.g. a Cluster API Machine cached as a Machine).
+pub fn mapped_informer<K, T>(
+    api: Api<K>,
+    config: watcher::Config,
+    map: fn(K) -> T,
+    slim: impl FnMut(&mut T) + Send + 'static,
+) -> (Store<T>, Changes<T>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    T: Resource + Clone + Debug + Send + Sync + 'static,
+    T::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    use futures_util::TryStreamExt;
+    let (store, writer) = reflector::store::<T>();
+    let changes = watcher(api, config)
+        .default_backoff()
+        .map_ok(move |event| match event {
+            watcher::Event::Apply(object) => watcher::Event::Apply(map(object)),
+            watcher::Event::Delete(object) => watcher::Event::Delete(map(object)),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitApply(object) => watcher::Event::InitApply(map(object)),
+            watcher::Event::InitDone => watcher::Event::InitDone,
+        })
+        .modify(slim)
+        .reflect(writer)
+        .touched_objects()
+        .boxed();
+    (store, changes)
+}
+
 /// The name of the policy object in force (cluster-scoped, one per kind).
 pub const POLICY_NAME: &str = "default";
 

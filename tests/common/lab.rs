@@ -347,6 +347,44 @@ impl Lab {
         self.api.get(NODES, "", name).is_ok()
     }
 
+    /// The Remediation's status once it is held with `message`; fails after 20 s.
+    pub async fn held_with(&self, name: &str, message: &str) -> baremend::api::RemediationStatus {
+        eventually(
+            &format!("{name} held: {message}"),
+            Duration::from_secs(20),
+            async || match self.remediation(name).and_then(|r| r.status) {
+                Some(s)
+                    if s.conditions.iter().any(|c| {
+                        c.type_ == "Held" && c.status == "True" && c.message.contains(message)
+                    }) =>
+                {
+                    Ok(s)
+                }
+                other => Err(format!("{other:#?}")),
+            },
+        )
+        .await
+    }
+
+    /// Waits until the Node's Ready condition reads `status` (the node lifecycle controller
+    /// marks a hung Node `Unknown`); fails after 10 s.
+    pub async fn node_ready_is(&self, name: &str, status: &str) {
+        eventually(
+            &format!("{name} Ready={status}"),
+            Duration::from_secs(10),
+            async || {
+                self.api.get(NODES, "", name).ok().and_then(|n| {
+                    n.pointer("/status/conditions")?
+                        .as_array()?
+                        .iter()
+                        .find(|c| c["type"] == "Ready")
+                        .map(|c| c["status"] == status)
+                }) == Some(true)
+            },
+        )
+        .await;
+    }
+
     /// Serves the other remediators' kinds (Metal3Remediation and the medik8s ones), as a
     /// cluster where they are installed does.
     pub fn serve_foreign_remediations(&self) {

@@ -209,6 +209,54 @@ pub fn foreign_remediation_crds() -> Vec<Value> {
     ]
 }
 
+/// The Cluster API flavour's kinds: Cluster API's Machine and MachineHealthCheck and metal3's
+/// Metal3Machine (installed only in that flavour: OpenShift clusters do not serve them).
+pub fn cluster_api_crds() -> Vec<Value> {
+    let namespaced = |group, kind, plural, short, columns| {
+        crd(group, kind, plural, short, "Namespaced", "v1beta1", columns)
+    };
+    vec![
+        namespaced(
+            "cluster.x-k8s.io",
+            "Machine",
+            "machines",
+            &["ma"],
+            json!([
+                {"name": "Cluster", "type": "string", "jsonPath": ".spec.clusterName"},
+                {"name": "NodeName", "type": "string", "jsonPath": ".status.nodeRef.name"},
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            ]),
+        ),
+        namespaced(
+            "cluster.x-k8s.io",
+            "MachineHealthCheck",
+            "machinehealthchecks",
+            &["mhc", "mhcs"],
+            json!([{"name": "Cluster", "type": "string", "jsonPath": ".spec.clusterName"}]),
+        ),
+        namespaced(
+            "infrastructure.cluster.x-k8s.io",
+            "Metal3Machine",
+            "metal3machines",
+            &["m3m"],
+            json!([{"name": "ProviderID", "type": "string", "jsonPath": ".spec.providerID"}]),
+        ),
+    ]
+}
+
+/// medik8s's NodeHealthCheck (cluster-scoped), installed only where the scenario asks for it.
+pub fn node_health_check_crd() -> Value {
+    crd(
+        "remediation.medik8s.io",
+        "NodeHealthCheck",
+        "nodehealthchecks",
+        &["nhc"],
+        "Cluster",
+        "v1alpha1",
+        json!([{"name": "Phase", "type": "string", "jsonPath": ".status.phase"}]),
+    )
+}
+
 /// Every fixture CRD.
 pub fn all() -> Vec<Value> {
     vec![

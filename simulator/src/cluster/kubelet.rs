@@ -68,6 +68,8 @@ pub struct NodeIdentity {
     pub name: String,
     /// `master` or `worker`.
     pub role: String,
+    /// The Machine is a Cluster API one.
+    pub cluster_api: bool,
 }
 
 /// The boot ID of a host's `boot`-th boot, UUID-shaped like `/proc/sys/kernel/random/boot_id`:
@@ -104,15 +106,26 @@ fn node_object(identity: &NodeIdentity, now: &str, boot_id: &str) -> Value {
     if identity.role == "master" {
         labels["node-role.kubernetes.io/control-plane"] = json!("");
     }
+    // Set by the machine-api nodelink controller in OpenShift, or by Cluster API's machine
+    // controller; the simulator has neither, so the kubelet writes them (machine and host
+    // names are equal here).
+    let annotations = if identity.cluster_api {
+        json!({
+            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            "cluster.x-k8s.io/machine": identity.name,
+            "cluster.x-k8s.io/cluster-namespace": "openshift-machine-api",
+            "cluster.x-k8s.io/cluster-name": super::CAPI_CLUSTER_NAME,
+        })
+    } else {
+        json!({
+            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            "machine.openshift.io/machine": format!("openshift-machine-api/{}", identity.name),
+        })
+    };
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": identity.name, "labels": labels, "annotations": {
-            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-            // Set by the machine-api nodelink controller in OpenShift; the simulator has none,
-            // so the kubelet writes it (machine and host names are equal here).
-            "machine.openshift.io/machine": format!("openshift-machine-api/{}", identity.name),
-        }},
+        "metadata": {"name": identity.name, "labels": labels, "annotations": annotations},
         "spec": {"providerID": format!("baremetalhost:///openshift-machine-api/{}", identity.name)},
         "status": {
             "conditions": conditions(now, now),

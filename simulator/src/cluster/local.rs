@@ -83,6 +83,36 @@ pub const MHCS: Gvr = Gvr {
     version: "v1beta1",
     plural: "machinehealthchecks",
 };
+/// Cluster API Machines.
+pub const CAPI_MACHINES: Gvr = Gvr {
+    group: "cluster.x-k8s.io",
+    version: "v1beta1",
+    plural: "machines",
+};
+/// Cluster API MachineHealthChecks.
+pub const CAPI_MHCS: Gvr = Gvr {
+    group: "cluster.x-k8s.io",
+    version: "v1beta1",
+    plural: "machinehealthchecks",
+};
+/// metal3's Metal3Machines.
+pub const METAL3_MACHINES: Gvr = Gvr {
+    group: "infrastructure.cluster.x-k8s.io",
+    version: "v1beta1",
+    plural: "metal3machines",
+};
+/// baremend's Cluster API remediation templates.
+pub const MACHINE_REMEDIATION_TEMPLATES: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "machineremediationtemplates",
+};
+/// baremend's Cluster API remediation requests.
+pub const MACHINE_REMEDIATIONS: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "machineremediations",
+};
 /// BareMetalHosts.
 pub const BMHS: Gvr = Gvr {
     group: "metal3.io",

@@ -3,7 +3,13 @@
 //! (`nodeStartupTimeout`), or holds an unhealthy condition longer than its timeout; more
 //! unhealthy Machines than `maxUnhealthy` short-circuit remediation; with the
 //! `external-baremetal` strategy the Machine is annotated for external remediation (the
-//! annotation is never removed by the MHC).
+//! annotation is never removed by the MHC). With `spec.remediationTemplate` (the external
+//! remediation of the OpenShift and Cluster API health checks) it instead creates a request
+//! from the template's `spec.template.spec`, named after the Machine, in its namespace,
+//! owned by it, and deletes the request once the Machine is healthy again. The simulated
+//! cluster knows one template kind, baremend's `MachineRemediationTemplate` (a real health
+//! check finds the request kind through the API's discovery: the template kind without
+//! `Template`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,7 +17,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::local::{Local, MACHINES, MHCS, NODES};
+use super::local::{
+    CAPI_MACHINES, CAPI_MHCS, Gvr, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS,
+    MACHINES, MHCS, NODES, namespace_and_name,
+};
 use super::timing::{Timing, parse_go_duration};
 use crate::apiserver::time::parse_time;
 
@@ -98,9 +107,14 @@ fn allowed_unhealthy(max: Option<&Value>, total: usize) -> usize {
 
 /// Runs the controller until the task is aborted.
 pub async fn run(api: Local, timing: Timing) {
+    every(api, timing.mhc_period, pass).await;
+}
+
+/// Runs `pass` every `period` until the task is aborted (a health check's loop), off the async
+/// workers, like the Node lifecycle controller's pass.
+pub(super) async fn every(api: Local, period: Duration, pass: fn(&Local)) {
     loop {
-        tokio::time::sleep(timing.mhc_period).await;
-        // Off the async workers, like the Node lifecycle controller's pass.
+        tokio::time::sleep(period).await;
         let api = api.clone();
         if tokio::task::spawn_blocking(move || pass(&api))
             .await
@@ -123,7 +137,13 @@ pub fn pass(api: &Local) {
             Some((name.to_owned(), node.clone()))
         })
         .collect();
-    for mhc in api.list(MHCS, None) {
+    // OpenShift's health checks over OpenShift's Machines, Cluster API's over Cluster API's
+    // (a cluster serves one pair: listing a kind it does not serve finds nothing).
+    let checks = [(MHCS, MACHINES), (CAPI_MHCS, CAPI_MACHINES)];
+    for (mhc, machines_gvr) in checks
+        .into_iter()
+        .flat_map(|(mhcs, machines)| api.list(mhcs, None).into_iter().map(move |m| (m, machines)))
+    {
         let namespace = mhc
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
@@ -136,7 +156,7 @@ pub fn pass(api: &Local) {
             .to_owned();
         let selector = mhc.pointer("/spec/selector").cloned().unwrap_or(json!({}));
         let machines: Vec<Arc<Value>> = api
-            .list_shared(MACHINES, Some(&namespace))
+            .list_shared(machines_gvr, Some(&namespace))
             .into_iter()
             .filter(|m| labels_match(&selector, m))
             .collect();
@@ -153,7 +173,12 @@ pub fn pass(api: &Local) {
             "conditions": [{"type": "RemediationAllowed", "status": if remediation_allowed { "True" } else { "False" }, "reason": if remediation_allowed { "" } else { "TooManyUnhealthy" }}],
         }});
         if mhc.get("status") != status.get("status") {
-            let _ = api.merge(MHCS, &namespace, &name, &status, true);
+            let mhcs = if machines_gvr == MACHINES {
+                MHCS
+            } else {
+                CAPI_MHCS
+            };
+            let _ = api.merge(mhcs, &namespace, &name, &status, true);
         }
         if !remediation_allowed {
             if !sick.is_empty() {
@@ -167,6 +192,25 @@ pub fn pass(api: &Local) {
                     ),
                     "machinehealthcheck-controller",
                 );
+            }
+            continue;
+        }
+        if let Some(template) = mhc
+            .pointer("/spec/remediationTemplate")
+            .filter(|t| t.is_object())
+        {
+            for machine in &machines {
+                let why = sick
+                    .iter()
+                    .find(|(m, _)| m.pointer("/metadata/name") == machine.pointer("/metadata/name"))
+                    .map(|(_, why)| why.as_str());
+                match why {
+                    Some(why) => {
+                        let owner = format!("{}/{}", machines_gvr.group, machines_gvr.version);
+                        request_remediation(api, &mhc, template, (machine, &owner), why);
+                    }
+                    None => withdraw_request(api, template, machine),
+                }
             }
             continue;
         }
@@ -203,5 +247,80 @@ pub fn pass(api: &Local) {
                 }
             }
         }
+    }
+}
+
+/// The request kind of a template the simulated cluster knows.
+fn request_kind(template: &Value) -> Option<(Gvr, &'static str)> {
+    let api_version = template.get("apiVersion").and_then(Value::as_str)?;
+    let kind = template.get("kind").and_then(Value::as_str)?;
+    (api_version == "baremend.io/v1alpha1" && kind == "MachineRemediationTemplate")
+        .then_some((MACHINE_REMEDIATIONS, "MachineRemediation"))
+}
+
+/// Creates the Machine's request from the template, unless it has one.
+/// `machine`: the Machine and its `apiVersion` (a shared list holds none).
+fn request_remediation(
+    api: &Local,
+    mhc: &Value,
+    template: &Value,
+    (machine, api_version): (&Value, &str),
+    why: &str,
+) {
+    let (namespace, name) = namespace_and_name(machine);
+    let Some((requests, kind)) = request_kind(template) else {
+        return;
+    };
+    if api.get(requests, namespace, name).is_ok() {
+        return;
+    }
+    let template_name = template
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    // The template lives in the health check's namespace.
+    let Ok(found) = api.get(MACHINE_REMEDIATION_TEMPLATES, namespace, template_name) else {
+        api.event(
+            mhc,
+            "Warning",
+            "ExternalRemediationTemplateNotFound",
+            &format!("remediation template {template_name} not found"),
+            "machinehealthcheck-controller",
+        );
+        return;
+    };
+    let request = json!({
+        "apiVersion": "baremend.io/v1alpha1",
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "ownerReferences": [{
+                "apiVersion": api_version,
+                "kind": "Machine",
+                "name": name,
+                "uid": machine.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+            }],
+        },
+        "spec": found.pointer("/spec/template/spec").cloned().unwrap_or(json!({})),
+    });
+    if api.create(requests, namespace, request).is_ok() {
+        api.event(
+            machine,
+            "Normal",
+            "ExternalRemediationRequestCreated",
+            &format!("Requesting external remediation of {name}: {why}"),
+            "machinehealthcheck-controller",
+        );
+    }
+}
+
+/// Deletes the request of a Machine that is healthy again, if it has one.
+fn withdraw_request(api: &Local, template: &Value, machine: &Value) {
+    let (namespace, name) = namespace_and_name(machine);
+    if let Some((requests, _)) = request_kind(template)
+        && api.get(requests, namespace, name).is_ok()
+    {
+        let _ = api.delete(requests, namespace, name, None);
     }
 }

@@ -12,6 +12,7 @@ mod lifecycle;
 pub mod local;
 pub mod mco;
 mod mhc;
+pub mod nhc;
 pub mod scenario;
 pub mod timing;
 
@@ -26,7 +27,10 @@ use tokio::task::JoinHandle;
 
 pub use self::bmo::{DETACHED, PAUSED, REBOOT, REBOOT_PREFIX};
 pub use self::kubelet::NodeFaults;
-use self::local::{BMHS, CRDS, Local, MACHINES, MHCS, NAMESPACES, NODES, SECRETS};
+use self::local::{
+    BMHS, CAPI_MACHINES, CAPI_MHCS, CRDS, Local, MACHINES, METAL3_MACHINES, MHCS, NAMESPACES,
+    NODES, SECRETS,
+};
 pub use self::mhc::{EXTERNAL_REMEDIATION, STRATEGY_ANNOTATION};
 pub use self::scenario::ClusterSpec;
 use crate::apiserver::{ApiServer, ApiServerConfig};
@@ -38,6 +42,12 @@ use crate::{Error, Result};
 
 /// The namespace of Machines, BareMetalHosts and BMC Secrets.
 pub const MACHINE_NAMESPACE: &str = "openshift-machine-api";
+
+/// Where the NodeHealthCheck's templates, and so its requests, live.
+pub const NHC_NAMESPACE: &str = "workload-availability";
+
+/// The Cluster API flavour's cluster name (its Machines live in [`MACHINE_NAMESPACE`] too).
+pub const CAPI_CLUSTER_NAME: &str = "sim";
 /// The BMC account of every simulated host.
 pub const BMC_USERNAME: &str = "admin";
 
@@ -99,6 +109,17 @@ impl SimCluster {
             |e: crate::apiserver::ApiError| Error::Config(format!("cluster set-up: {}", e.message));
         for crd in fixtures::all() {
             api.create(CRDS, "", crd).map_err(fail)?;
+        }
+        if spec.cluster_api {
+            for crd in fixtures::cluster_api_crds() {
+                api.create(CRDS, "", crd).map_err(fail)?;
+            }
+        }
+        if spec.node_health_check {
+            api.create(CRDS, "", fixtures::node_health_check_crd())
+                .map_err(fail)?;
+            api.create(NAMESPACES, "", json!({"metadata": {"name": NHC_NAMESPACE}}))
+                .map_err(fail)?;
         }
         api.create(
             NAMESPACES,
@@ -169,22 +190,21 @@ impl SimCluster {
         }
         for info in &hosts {
             Self::register(&api, info, &bmc_password, spec.bmh_uses_ipmi).map_err(fail)?;
+            if spec.cluster_api {
+                Self::as_cluster_api(&api, info).map_err(fail)?;
+            }
         }
-        let mhc = json!({
-            "apiVersion": "machine.openshift.io/v1beta1",
-            "kind": "MachineHealthCheck",
-            "metadata": {"name": "workers", "namespace": MACHINE_NAMESPACE, "annotations": {STRATEGY_ANNOTATION: "external-baremetal"}},
-            "spec": {
-                "selector": {"matchLabels": {"machine.openshift.io/cluster-api-machine-role": "worker"}},
-                "unhealthyConditions": [
-                    {"type": "Ready", "status": "False", "timeout": format!("{}ms", spec.timing.unhealthy_timeout.as_millis())},
-                    {"type": "Ready", "status": "Unknown", "timeout": format!("{}ms", spec.timing.unhealthy_timeout.as_millis())},
-                ],
-                "maxUnhealthy": spec.max_unhealthy,
-                "nodeStartupTimeout": format!("{}ms", spec.timing.node_startup_timeout.as_millis()),
-            },
-        });
-        api.create(MHCS, MACHINE_NAMESPACE, mhc).map_err(fail)?;
+        if spec.node_health_check {
+            api.create(nhc::NHCS, "", node_health_check(&spec))
+                .map_err(fail)?;
+        } else if spec.cluster_api {
+            let mhc = capi_health_check(&spec);
+            api.create(CAPI_MHCS, MACHINE_NAMESPACE, mhc)
+                .map_err(fail)?;
+        } else {
+            api.create(MHCS, MACHINE_NAMESPACE, machine_api_health_check(&spec))
+                .map_err(fail)?;
+        }
         Self::place_workloads(&api, &hosts, &spec.workloads).map_err(fail)?;
         let mco = if spec.mco {
             Some(mco::SimMco::install(&api, &hosts, &spec.mco_max_unavailable).map_err(fail)?)
@@ -197,6 +217,7 @@ impl SimCluster {
             let identity = kubelet::NodeIdentity {
                 name: info.name.clone(),
                 role: info.role.clone(),
+                cluster_api: spec.cluster_api,
             };
             // Spread heartbeats over the interval, deterministically for a seed (xorshift).
             seed ^= seed << 13;
@@ -250,6 +271,15 @@ impl SimCluster {
         // Machines carry their nodeRef from the start here (in OpenShift it appears when the
         // Node registers), so the health check starts once the Nodes are up; before, it would
         // take a Node still registering for a missing one.
+        if cluster.spec.node_health_check {
+            cluster.actors.push(tokio::spawn(nhc::run(
+                Local::new(
+                    cluster.server.store().clone(),
+                    "node-healthcheck-controller",
+                ),
+                cluster.spec.timing.clone(),
+            )));
+        }
         cluster.actors.push(tokio::spawn(mhc::run(
             Local::new(
                 cluster.server.store().clone(),
@@ -301,6 +331,44 @@ impl SimCluster {
             "spec": {"providerID": format!("baremetalhost:///{MACHINE_NAMESPACE}/{}/{uid}", info.name)},
         }))?;
         api.merge(MACHINES, MACHINE_NAMESPACE, &info.name, &json!({"status": {"phase": "Running", "nodeRef": {"kind": "Node", "name": info.name}}}), true)?;
+        Ok(())
+    }
+
+    /// Turns a host's Machine into the Cluster API flavour: the OpenShift Machine is replaced by
+    /// a `cluster.x-k8s.io` Machine whose `infrastructureRef` names a Metal3Machine carrying
+    /// the `metal3.io/BareMetalHost` annotation, and the host's consumer is the Metal3Machine,
+    /// as CAPM3 sets them.
+    fn as_cluster_api(
+        api: &Local,
+        info: &HostInfo,
+    ) -> std::result::Result<(), crate::apiserver::ApiError> {
+        let name = &info.name;
+        api.delete(MACHINES, MACHINE_NAMESPACE, name, Some(0))?;
+        api.create(METAL3_MACHINES, MACHINE_NAMESPACE, json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+            "kind": "Metal3Machine",
+            "metadata": {"name": name, "annotations": {"metal3.io/BareMetalHost": format!("{MACHINE_NAMESPACE}/{name}")}},
+            "spec": {"providerID": format!("metal3://{MACHINE_NAMESPACE}/{name}/{name}")},
+        }))?;
+        api.merge(BMHS, MACHINE_NAMESPACE, name, &json!({"spec": {"consumerRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": name, "namespace": MACHINE_NAMESPACE}}}), false)?;
+        let mut labels = json!({"cluster.x-k8s.io/cluster-name": CAPI_CLUSTER_NAME});
+        if info.role == "master" {
+            labels["cluster.x-k8s.io/control-plane"] = json!("");
+        } else {
+            labels["cluster.x-k8s.io/deployment-name"] = json!("workers");
+        }
+        api.create(CAPI_MACHINES, MACHINE_NAMESPACE, json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "Machine",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "clusterName": CAPI_CLUSTER_NAME,
+                "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
+                "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": name, "namespace": MACHINE_NAMESPACE},
+                "providerID": format!("metal3://{MACHINE_NAMESPACE}/{name}/{name}"),
+            },
+        }))?;
+        api.merge(CAPI_MACHINES, MACHINE_NAMESPACE, name, &json!({"status": {"phase": "Running", "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": name}}}), true)?;
         Ok(())
     }
 
@@ -466,4 +534,93 @@ impl Drop for SimCluster {
             actor.abort();
         }
     }
+}
+
+/// The workers' OpenShift MachineHealthCheck: the external-baremetal annotation, or a
+/// remediation template, as an operator configures one.
+fn machine_api_health_check(spec: &ClusterSpec) -> Value {
+    // Either the external-baremetal annotation or a remediation template, as an operator
+    // configures one MachineHealthCheck.
+    let (annotations, template) = match &spec.remediation_template {
+        None => (
+            json!({STRATEGY_ANNOTATION: "external-baremetal"}),
+            Value::Null,
+        ),
+        Some(name) => (
+            json!({}),
+            json!({"apiVersion": "baremend.io/v1alpha1", "kind": "MachineRemediationTemplate", "name": name}),
+        ),
+    };
+    let mut mhc = json!({
+        "apiVersion": "machine.openshift.io/v1beta1",
+        "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers", "namespace": MACHINE_NAMESPACE, "annotations": annotations},
+        "spec": {
+            "selector": {"matchLabels": {"machine.openshift.io/cluster-api-machine-role": "worker"}},
+            "unhealthyConditions": unhealthy_conditions(spec),
+            "maxUnhealthy": spec.max_unhealthy,
+            "nodeStartupTimeout": format!("{}ms", spec.timing.node_startup_timeout.as_millis()),
+        },
+    });
+    if !template.is_null() {
+        mhc["spec"]["remediationTemplate"] = template;
+    }
+    mhc
+}
+
+/// The workers' unhealthy conditions and timeouts, the same in both flavours.
+fn unhealthy_conditions(spec: &ClusterSpec) -> Value {
+    let timeout = format!("{}ms", spec.timing.unhealthy_timeout.as_millis());
+    json!([
+        {"type": "Ready", "status": "False", "timeout": timeout},
+        {"type": "Ready", "status": "Unknown", "timeout": timeout},
+    ])
+}
+
+/// The workers' Cluster API MachineHealthCheck, naming baremend's remediation template.
+fn capi_health_check(spec: &ClusterSpec) -> Value {
+    let template = spec.remediation_template.as_deref().unwrap_or("baremend");
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "MachineHealthCheck",
+        "metadata": {"name": "workers", "namespace": MACHINE_NAMESPACE},
+        "spec": {
+            "clusterName": CAPI_CLUSTER_NAME,
+            "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": "workers"}},
+            "unhealthyConditions": unhealthy_conditions(spec),
+            "maxUnhealthy": spec.max_unhealthy,
+            "nodeStartupTimeout": format!("{}ms", spec.timing.node_startup_timeout.as_millis()),
+            "remediationTemplate": {"apiVersion": "baremend.io/v1alpha1", "kind": "MachineRemediationTemplate", "name": template},
+        },
+    })
+}
+
+/// The workers' NodeHealthCheck: baremend first, for `escalationTimeout`, then a remediator
+/// the simulated cluster does not serve.
+fn node_health_check(spec: &ClusterSpec) -> Value {
+    let duration = format!("{}ms", spec.timing.unhealthy_timeout.as_millis());
+    json!({
+        "apiVersion": "remediation.medik8s.io/v1alpha1",
+        "kind": "NodeHealthCheck",
+        "metadata": {"name": "workers"},
+        "spec": {
+            "selector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}},
+            "unhealthyConditions": [
+                {"type": "Ready", "status": "False", "duration": duration},
+                {"type": "Ready", "status": "Unknown", "duration": duration},
+            ],
+            "escalatingRemediations": [
+                {
+                    "remediationTemplate": {"apiVersion": "baremend.io/v1alpha1", "kind": "NodeRemediationTemplate", "namespace": NHC_NAMESPACE, "name": "baremend"},
+                    "order": 0,
+                    "timeout": format!("{}ms", spec.escalation_timeout.as_millis()),
+                },
+                {
+                    "remediationTemplate": {"apiVersion": "machine-deletion-remediation.medik8s.io/v1alpha1", "kind": "MachineDeletionRemediationTemplate", "namespace": NHC_NAMESPACE, "name": "default"},
+                    "order": 1,
+                    "timeout": "30m",
+                },
+            ],
+        },
+    })
 }

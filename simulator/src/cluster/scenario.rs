@@ -6,6 +6,10 @@
 //! ipmi: false            # also serve every host over IPMI
 //! bmhUsesIpmi: false     # BareMetalHosts point at the IPMI address instead of Redfish
 //! maxUnhealthy: "40%"
+//! remediationTemplate: baremend   # the MHC creates MachineRemediation requests from it
+//! clusterApi: false      # cluster.x-k8s.io Machines and Metal3Machines, a Cluster API MHC
+//! nodeHealthCheck: false # a medik8s NodeHealthCheck instead of the MachineHealthCheck
+//! escalationTimeout: 60s # its timeout for baremend's step
 //! timing:
 //!   powerDelay: 1500ms
 //!   bootDelay: 2s
@@ -59,6 +63,23 @@ pub struct ClusterSpec {
     pub mco: bool,
     /// The pools' `maxUnavailable` (an integer or a percentage).
     pub mco_max_unavailable: serde_json::Value,
+    /// The workers' MachineHealthCheck names this baremend `MachineRemediationTemplate` (in
+    /// the Machines' namespace) in `spec.remediationTemplate` and asks for remediation with a
+    /// request object instead of the `external-baremetal` annotation. None: the annotation.
+    pub remediation_template: Option<String>,
+    /// The Cluster API flavour: Machines of `cluster.x-k8s.io/v1beta1` with metal3's
+    /// Metal3Machines between them and their BareMetalHosts, and a Cluster API
+    /// MachineHealthCheck for the workers naming the `MachineRemediationTemplate`
+    /// `remediationTemplate` (`baremend` when unset). Off: OpenShift's Machine API.
+    pub cluster_api: bool,
+    /// A medik8s NodeHealthCheck for the workers instead of the MachineHealthCheck: its
+    /// escalating remediations are baremend's `NodeRemediationTemplate` `baremend` (in the
+    /// namespace `workload-availability`) for `escalationTimeout`, then a
+    /// MachineDeletionRemediation (a kind the simulated cluster does not serve).
+    pub node_health_check: bool,
+    /// The NodeHealthCheck's timeout for baremend's step.
+    #[serde(with = "humantime_ms")]
+    pub escalation_timeout: Duration,
 }
 
 /// Pods placed on the workers, so that drains and evictions meet real PDBs.
@@ -115,6 +136,10 @@ impl Default for ClusterSpec {
             kubernetes_version: ApiServerConfig::default().kubernetes_version,
             mco: false,
             mco_max_unavailable: serde_json::json!(1),
+            remediation_template: None,
+            cluster_api: false,
+            node_health_check: false,
+            escalation_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -218,5 +243,21 @@ mod tests {
             ClusterSpec::from_yaml("faults:\n- {at: 5s, fault: explode, target: worker-0}\n")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn the_health_check_scenarios_parse_with_their_health_checks() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+        let read = |name: &str| {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            ClusterSpec::from_yaml(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+        };
+        let capi = read("capi.yaml");
+        assert!(capi.cluster_api && !capi.node_health_check);
+        assert_eq!(capi.remediation_template.as_deref(), Some("baremend"));
+        let nhc = read("nhc.yaml");
+        assert!(nhc.node_health_check && !nhc.cluster_api);
+        assert_eq!(nhc.escalation_timeout, Duration::from_secs(30));
+        assert_eq!(nhc.faults.len(), 2);
     }
 }

@@ -1,0 +1,75 @@
+//! Cluster API Machines: the BareMetalHost of a Machine is found as metal3's provider finds
+//! it, Machine → its `spec.infrastructureRef` (a Metal3Machine) → that object's
+//! `metal3.io/BareMetalHost: <namespace>/<name>` annotation. The Node comes from the
+//! Machine's `status.nodeRef`, as for OpenShift's Machines.
+//!
+//! Guarantees: read fresh when a remediation starts (the host is then recorded in the
+//! Remediation); a missing or malformed reference is an `Unusable` (an Event, and the
+//! strategies say the rest), never a guess. Caveats: a BareMetalHost's `consumerRef` names
+//! the Metal3Machine, not the Machine, so a host's changes do not wake the Machine's pass;
+//! the pass looks again at its poll interval while it waits for the host.
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+
+use super::observe::{HostRef, Unusable, machine_host};
+use super::pass::Pass;
+use crate::api::slim::MachineApi;
+use crate::{Error, Result};
+
+/// The kind a Cluster API Machine names for bare metal.
+const METAL3_MACHINE: &str = "Metal3Machine";
+
+/// metal3's Metal3Machine resource (`infrastructure.cluster.x-k8s.io/v1beta1`).
+fn metal3_machine_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta1", METAL3_MACHINE),
+        "metal3machines",
+    )
+}
+
+impl Pass {
+    /// The BareMetalHost of the Machine: from the Machine itself (OpenShift), or through its
+    /// Metal3Machine (Cluster API). `Ok(Ok(None))`: it names none.
+    pub(super) async fn host_of_machine(
+        &self,
+        machine_json: &serde_json::Value,
+    ) -> Result<std::result::Result<Option<HostRef>, Unusable>> {
+        if self.context.machine_api == MachineApi::OpenShift {
+            return Ok(machine_host(machine_json));
+        }
+        let Some(reference) = self
+            .machine
+            .spec
+            .as_ref()
+            .and_then(|s| s.infrastructure_ref.as_ref())
+        else {
+            return Ok(Ok(None));
+        };
+        if reference.kind.as_deref() != Some(METAL3_MACHINE) {
+            return Ok(Ok(None));
+        }
+        let namespace = reference.namespace.as_deref().unwrap_or(&self.namespace);
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.context.client.clone(),
+            namespace,
+            &metal3_machine_resource(),
+        );
+        let Some(object) = api
+            .get_opt(&reference.name)
+            .await
+            .map_err(Error::kube("GetMetal3Machine"))?
+        else {
+            return Ok(Err(Unusable {
+                field: "spec.infrastructureRef".into(),
+                reason: format!("Metal3Machine {namespace}/{} not found", reference.name),
+            }));
+        };
+        // The Metal3Machine carries the annotation the OpenShift Machine carries; its
+        // providerID (`metal3://…`) is not the BareMetalHost form and is passed over.
+        let json = serde_json::to_value(&object).unwrap_or_default();
+        Ok(machine_host(&json).map_err(|unusable| Unusable {
+            field: format!("Metal3Machine {}: {}", reference.name, unusable.field),
+            reason: unusable.reason,
+        }))
+    }
+}

@@ -1,0 +1,350 @@
+//! What asked for a Machine's remediation: the Machine annotation, a `MachineRemediation`
+//! named after the Machine (a Machine API or Cluster API MachineHealthCheck), or a
+//! `NodeRemediation` named after its Node (a medik8s NodeHealthCheck). Observed like the
+//! annotation and fed to the same planner as `triggered`; the Remediation records which
+//! trigger it answers (with the request's UID), and the request's status mirrors it
+//! (`requests`).
+//!
+//! Expected flow: a health check creates the request → a pass sees it in the cache, confirms
+//! it on a fresh read and starts one Remediation recording it → each step is reported on the
+//! request → the health check deletes the request once the Machine or Node is healthy.
+//! Guarantees: one request starts one Remediation, however long it stays after the
+//! remediation ended; a Machine asked for in several ways is remediated once (they are one
+//! trigger of the one Machine); the recorded request disappearing, being made again, or being
+//! timed out by a NodeHealthCheck before the proof cancels, after it the cycle completes, as
+//! for the annotation. Caveats: a request's policy overrides are read from the request while
+//! it exists: a cycle completing after the health check deleted it completes under the
+//! policy's own values.
+
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+
+use super::pass::Pass;
+use super::requests::{RequestView, machine_request, node_request, request_status};
+use crate::api::annotations::EXTERNAL_REMEDIATION;
+use crate::api::{
+    MachineRemediation, NodeRemediation, Remediation, RemediationPolicySpec, TriggerKind,
+    TriggerRef,
+};
+use crate::{Error, Result};
+
+/// The trigger a Machine carries now: its request if there is one it may act on (it has a
+/// status to report to; a request the NodeHealthCheck timed out asks to stop, not to start),
+/// else the annotation. Pure.
+pub fn trigger_of(annotated: bool, request: Option<&RequestView>) -> Option<TriggerRef> {
+    match request.filter(|r| !r.timed_out) {
+        Some(request) => Some(request.trigger()),
+        None => annotated.then_some(TriggerRef {
+            kind: TriggerKind::MachineAnnotation,
+            name: None,
+            namespace: None,
+            uid: None,
+        }),
+    }
+}
+
+/// Whether `trigger` was already answered by one of the Machine's `remediations`: a request
+/// one recorded (by its UID: the health check keeps it until the Machine is healthy, which may
+/// be long after the remediation ended), or one that already existed (`created`) when one
+/// started (a second health check's request for the same Machine: both were answered by that
+/// one remediation). The annotation is never "answered": the remediation removes it. Pure.
+pub fn answered(
+    trigger: &TriggerRef,
+    created: Option<std::time::Duration>,
+    remediations: &[std::sync::Arc<Remediation>],
+) -> bool {
+    if trigger.uid.is_none() {
+        return false;
+    }
+    remediations.iter().any(|r| {
+        let recorded = r
+            .spec
+            .trigger
+            .as_ref()
+            .is_some_and(|t| t.uid == trigger.uid);
+        let existed = created
+            .zip(super::state::created_at(r))
+            .is_some_and(|(request, remediation)| request <= remediation);
+        recorded || existed
+    })
+}
+
+/// Whether the Machine is still asked for, for the remediation that recorded `recorded`:
+/// the annotation, the very request it recorded (a request deleted and made again by its
+/// health check is another one, and one the NodeHealthCheck timed out asks to stop: either
+/// way the first is gone), or another contract's request (`present`: the requests there now,
+/// none timed out). Pure.
+pub fn still_there(recorded: Option<&TriggerRef>, present: &[TriggerRef], annotated: bool) -> bool {
+    match recorded {
+        Some(TriggerRef { kind, uid, .. }) if *kind != TriggerKind::MachineAnnotation => {
+            annotated || present.iter().any(|t| t.kind != *kind || t.uid == *uid)
+        }
+        _ => annotated || !present.is_empty(),
+    }
+}
+
+impl Pass {
+    /// The Machine's request in the cache, not being deleted: a `MachineRemediation` of its
+    /// name and namespace, else a `NodeRemediation` named after its Node (one not timed out
+    /// first).
+    pub(super) fn cached_request(&self) -> Option<RequestView> {
+        self.cached_requests().into_iter().next()
+    }
+
+    /// The Machine's requests in the cache, not being deleted, the one to record first: its
+    /// `MachineRemediation`, then the `NodeRemediation`s named after its Node (those not
+    /// timed out first).
+    fn cached_requests(&self) -> Vec<RequestView> {
+        let machine = self
+            .context
+            .machine_requests
+            .get(&ObjectRef::new(&self.name).within(&self.namespace))
+            .filter(|r| r.metadata.deletion_timestamp.is_none())
+            .map(|r| machine_request(&r));
+        let node = super::observe::machine_node(&self.machine_json());
+        let mut requests: Vec<RequestView> = self
+            .context
+            .node_requests
+            .state()
+            .iter()
+            .filter(|r| Some(r.name_any()) == node && r.metadata.deletion_timestamp.is_none())
+            .map(|r| node_request(r))
+            .collect();
+        requests.sort_by(|a, b| (a.timed_out, &a.namespace).cmp(&(b.timed_out, &b.namespace)));
+        machine.into_iter().chain(requests).collect()
+    }
+
+    /// The trigger the Machine carries in the cache.
+    pub(super) fn cached_trigger(&self) -> Option<TriggerRef> {
+        trigger_of(self.annotated(), self.cached_request().as_ref())
+    }
+
+    /// The trigger the Machine carries in the cache that none of its `remediations` answered
+    /// yet (see [`answered`]).
+    pub(super) fn unanswered_trigger(
+        &self,
+        remediations: &[std::sync::Arc<Remediation>],
+    ) -> Option<TriggerRef> {
+        let request = self.cached_request();
+        let trigger = trigger_of(self.annotated(), request.as_ref())?;
+        let created = request.and_then(|r| r.created);
+        (!answered(&trigger, created, remediations)).then_some(trigger)
+    }
+
+    fn annotated(&self) -> bool {
+        self.machine
+            .annotations()
+            .contains_key(EXTERNAL_REMEDIATION)
+    }
+
+    /// Whether the Machine is still asked for, for `remediation`, in the cache.
+    pub(super) fn still_triggered(&self, remediation: &Remediation) -> bool {
+        let present: Vec<TriggerRef> = self
+            .cached_requests()
+            .iter()
+            .filter(|r| !r.timed_out)
+            .map(RequestView::trigger)
+            .collect();
+        still_there(
+            remediation.spec.trigger.as_ref(),
+            &present,
+            self.annotated(),
+        )
+    }
+
+    /// Whether the Machine's request exists (and, for a NodeHealthCheck's, is not timed
+    /// out), read from the API server now.
+    pub(super) async fn request_confirmed(&self) -> Result<bool> {
+        let machines: Api<MachineRemediation> =
+            Api::namespaced(self.context.client.clone(), &self.namespace);
+        let machine = machines
+            .get_opt(&self.name)
+            .await
+            .map_err(Error::kube("GetMachineRemediation"))?;
+        if machine.is_some_and(|r| r.metadata.deletion_timestamp.is_none()) {
+            return Ok(true);
+        }
+        let Some(cached) = self
+            .cached_request()
+            .filter(|r| r.kind == TriggerKind::NodeRemediation)
+        else {
+            return Ok(false);
+        };
+        let nodes: Api<NodeRemediation> =
+            Api::namespaced(self.context.client.clone(), &cached.namespace);
+        let node = nodes
+            .get_opt(&cached.name)
+            .await
+            .map_err(Error::kube("GetNodeRemediation"))?;
+        Ok(node
+            .filter(|r| r.metadata.deletion_timestamp.is_none())
+            .is_some_and(|r| !node_request(&r).timed_out))
+    }
+
+    /// The policy in force for this Machine: the policy, narrowed by its request's spec.
+    pub(super) fn policy_for_machine(
+        &self,
+        policy: RemediationPolicySpec,
+    ) -> RemediationPolicySpec {
+        match self.cached_request().filter(|r| !r.timed_out) {
+            Some(request) => request.overrides.apply(policy),
+            None => policy,
+        }
+    }
+
+    /// The request `trigger` records, in the cache (also when timed out: it is told why the
+    /// remediation stopped).
+    fn recorded_request(&self, trigger: &TriggerRef) -> Option<RequestView> {
+        let name = trigger.name.as_deref()?;
+        let namespace = trigger.namespace.as_deref().unwrap_or(&self.namespace);
+        let view = match trigger.kind {
+            TriggerKind::MachineAnnotation => return None,
+            TriggerKind::MachineRemediation => self
+                .context
+                .machine_requests
+                .get(&ObjectRef::new(name).within(namespace))
+                .map(|r| machine_request(&r)),
+            TriggerKind::NodeRemediation => self
+                .context
+                .node_requests
+                .get(&ObjectRef::new(name).within(namespace))
+                .map(|r| node_request(&r)),
+        };
+        view.filter(|v| v.is(trigger))
+    }
+
+    /// Reports the Remediation on the request that started it, when that changes its status.
+    pub(super) async fn report_to_request(&self, remediation: &Remediation) -> Result<()> {
+        let Some(trigger) = &remediation.spec.trigger else {
+            return Ok(());
+        };
+        let Some(request) = self.recorded_request(trigger) else {
+            return Ok(());
+        };
+        let now = self.context.clock.now();
+        let release = self.policy.node_release;
+        let Some(status) = request_status(&request, remediation, release, now) else {
+            return Ok(());
+        };
+        self.context.leadership.ensure()?;
+        let patch = Patch::Merge(serde_json::json!({"status": status}));
+        let params = PatchParams::default();
+        let client = self.context.client.clone();
+        let result = match request.kind {
+            TriggerKind::NodeRemediation => {
+                Api::<NodeRemediation>::namespaced(client, &request.namespace)
+                    .patch_status(&request.name, &params, &patch)
+                    .await
+                    .map(|_| ())
+            }
+            _ => Api::<MachineRemediation>::namespaced(client, &request.namespace)
+                .patch_status(&request.name, &params, &patch)
+                .await
+                .map(|_| ()),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            // Deleted by the health check meanwhile: nothing left to tell.
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(error) => Err(Error::kube("ReportToRequest")(error)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::api::{RemediationPhase, RemediationSpec, RemediationStatus};
+
+    fn request(uid: &str) -> RequestView {
+        let mut request = MachineRemediation::new("worker-1", Default::default());
+        request.metadata.uid = Some(uid.into());
+        machine_request(&request)
+    }
+
+    fn remediation(trigger: Option<TriggerRef>, phase: RemediationPhase) -> Remediation {
+        let mut object = Remediation::new(
+            "worker-1-1",
+            RemediationSpec {
+                machine_name: "worker-1".into(),
+                machine_uid: None,
+                node_name: None,
+                host: None,
+                trigger,
+            },
+        );
+        object.status = Some(RemediationStatus {
+            phase,
+            ..RemediationStatus::default()
+        });
+        object
+    }
+
+    #[test]
+    fn a_request_is_the_trigger_even_with_the_annotation() {
+        let both = trigger_of(true, Some(&request("u1"))).unwrap();
+        assert_eq!(both.kind, TriggerKind::MachineRemediation);
+        assert_eq!(both.uid.as_deref(), Some("u1"));
+        let annotation = trigger_of(true, None).unwrap();
+        assert_eq!(annotation.kind, TriggerKind::MachineAnnotation);
+        assert_eq!(trigger_of(false, None), None);
+    }
+
+    #[test]
+    fn a_request_is_answered_once_and_a_new_one_is_not() {
+        let first = trigger_of(false, Some(&request("u1"))).unwrap();
+        let done = Arc::new(remediation(
+            Some(first.clone()),
+            RemediationPhase::Succeeded,
+        ));
+        assert!(answered(&first, None, std::slice::from_ref(&done)));
+        let second = trigger_of(false, Some(&request("u2"))).unwrap();
+        assert!(!answered(&second, None, std::slice::from_ref(&done)));
+        let annotation = trigger_of(true, None).unwrap();
+        assert!(!answered(&annotation, None, std::slice::from_ref(&done)));
+        // A second request that existed when the remediation started was answered by it; one
+        // made after it was not.
+        let mut started = (*done).clone();
+        started.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(100).unwrap(),
+            ));
+        let started = Arc::new(started);
+        let at = |s: u64| Some(std::time::Duration::from_secs(s));
+        assert!(answered(&second, at(99), std::slice::from_ref(&started)));
+        assert!(answered(&second, at(100), std::slice::from_ref(&started)));
+        assert!(!answered(&second, at(101), std::slice::from_ref(&started)));
+    }
+
+    #[test]
+    fn a_timed_out_request_is_no_trigger_and_stops_the_one_it_started() {
+        let mut timed_out = request("u1");
+        timed_out.kind = TriggerKind::NodeRemediation;
+        let recorded = timed_out.trigger();
+        timed_out.timed_out = true;
+        assert_eq!(trigger_of(false, Some(&timed_out)), None);
+        assert!(!still_there(Some(&recorded), &[], false));
+    }
+
+    #[test]
+    fn a_request_made_again_is_another_trigger_and_the_first_is_gone() {
+        let first = trigger_of(false, Some(&request("u1"))).unwrap();
+        let again = trigger_of(false, Some(&request("u2"))).unwrap();
+        let recorded = Some(&first);
+        assert!(still_there(recorded, std::slice::from_ref(&first), false));
+        assert!(!still_there(recorded, std::slice::from_ref(&again), false));
+        assert!(!still_there(recorded, &[], false));
+        // The annotation set beside the request keeps the Machine asked for.
+        assert!(still_there(recorded, &[], true));
+        // So does another contract's request.
+        let mut node = request("u3");
+        node.kind = TriggerKind::NodeRemediation;
+        assert!(still_there(recorded, &[node.trigger()], false));
+        let annotation = trigger_of(true, None);
+        assert!(still_there(annotation.as_ref(), &[], true));
+        assert!(!still_there(annotation.as_ref(), &[], false));
+    }
+}

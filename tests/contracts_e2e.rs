@@ -1,0 +1,709 @@
+//! The remediation contracts end to end: a health check's request (`MachineRemediation`,
+//! created from a `MachineRemediationTemplate` named in a MachineHealthCheck's
+//! `spec.remediationTemplate`) as a trigger, on the simulated cluster with the controller on a
+//! real kube client. The health check's actor creates the request for an unhealthy Machine
+//! and deletes it once the Machine is healthy; tests that need the request to stay create it
+//! themselves, as a health check would, on a cluster whose health check annotates instead.
+
+use std::time::Duration;
+
+use baremend::api::slim::MachineApi;
+use baremend::api::{
+    MachineRemediation, NodeRemediation, Remediation, RemediationPhase, TriggerKind,
+};
+use baremend::remediation::controller::ControllerOptions;
+use baremend_sim::cluster::local::{
+    BMHS, CAPI_MACHINES, EVENTS, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES,
+    NAMESPACES, NODES,
+};
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use serde_json::{Value, json};
+
+mod common;
+
+use common::eventually;
+use common::lab::{Lab, fast, steps};
+
+fn fast_policy() -> Value {
+    json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
+}
+
+/// Five remediations at once, and the storm gate at `storm_percent`.
+fn gated_policy(storm_percent: u32) -> Value {
+    let mut policy = fast_policy();
+    policy["maxConcurrent"] = json!(5);
+    policy["storm"] = json!({"maxUnhealthyPercent": storm_percent});
+    policy
+}
+
+/// Two of three control-plane hosts hang, and master-0's request (made by `ask`, as a
+/// control-plane health check makes it; the workers' one does not select it) is held by the
+/// quorum guard.
+async fn quorum_would_break(lab: &Lab, ask: impl FnOnce(&Lab)) {
+    lab.cluster.hang("master-0");
+    lab.cluster.hang("master-1");
+    lab.node_ready_is("master-1", "Unknown").await;
+    ask(lab);
+    let status = lab.held_with("master-0-1", "etcd quorum").await;
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    assert!(lab.node_exists("master-0"));
+}
+
+/// The lab with the controller started, after `prepare`.
+async fn start(spec: ClusterSpec, policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
+    let mut lab = Lab::builder(spec).policy(policy).start().await;
+    prepare(&lab);
+    let options = lab.options();
+    lab.start_controller(options);
+    lab
+}
+
+/// A cluster whose workers' MachineHealthCheck names the template `baremend`.
+fn with_template() -> ClusterSpec {
+    ClusterSpec {
+        remediation_template: Some("baremend".into()),
+        ..fast()
+    }
+}
+
+impl Lab {
+    /// The template `baremend` with this `spec.template.spec`.
+    fn template(&self, spec: Value) {
+        self.api
+            .create(
+                MACHINE_REMEDIATION_TEMPLATES,
+                MACHINE_NAMESPACE,
+                json!({
+                    "apiVersion": "baremend.io/v1alpha1",
+                    "kind": "MachineRemediationTemplate",
+                    "metadata": {"name": "baremend", "namespace": MACHINE_NAMESPACE},
+                    "spec": {"template": {"spec": spec}},
+                }),
+            )
+            .unwrap();
+    }
+
+    /// Creates a Machine's request as a health check does: named after it, owned by it.
+    fn request(&self, machine: &str) {
+        let (machines, api_version) = match self.api.get(MACHINES, MACHINE_NAMESPACE, machine) {
+            Ok(_) => (MACHINES, "machine.openshift.io/v1beta1"),
+            Err(_) => (CAPI_MACHINES, "cluster.x-k8s.io/v1beta1"),
+        };
+        let object = self.api.get(machines, MACHINE_NAMESPACE, machine).unwrap();
+        self.api
+            .create(
+                MACHINE_REMEDIATIONS,
+                MACHINE_NAMESPACE,
+                json!({
+                    "apiVersion": "baremend.io/v1alpha1",
+                    "kind": "MachineRemediation",
+                    "metadata": {
+                        "name": machine,
+                        "namespace": MACHINE_NAMESPACE,
+                        "ownerReferences": [{
+                            "apiVersion": api_version,
+                            "kind": "Machine",
+                            "name": machine,
+                            "uid": object["metadata"]["uid"],
+                        }],
+                    },
+                    "spec": {},
+                }),
+            )
+            .unwrap();
+    }
+
+    /// The Machine's request, if it has one.
+    fn request_object(&self, machine: &str) -> Option<MachineRemediation> {
+        let value = self
+            .api
+            .get(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, machine)
+            .ok()?;
+        Some(serde_json::from_value(value).unwrap())
+    }
+
+    /// The Machine's request once its status says `phase`; fails after 30 s.
+    async fn request_reports(&self, machine: &str, phase: RemediationPhase) -> MachineRemediation {
+        eventually(
+            &format!("request {machine} reports {phase:?}"),
+            Duration::from_secs(30),
+            async || match self.request_object(machine) {
+                Some(r) if r.status.as_ref().and_then(|s| s.phase) == Some(phase) => Ok(r),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await
+    }
+
+    fn remediations_of(&self, machine: &str) -> Vec<String> {
+        self.api
+            .list(common::lab::REMEDIATIONS, Some(MACHINE_NAMESPACE))
+            .iter()
+            .filter(|r| r["spec"]["machineName"] == machine)
+            .filter_map(|r| r["metadata"]["name"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// Deletes the Machine's request once its remediation is powering off; returns the
+    /// remediation once it is Cancelled with the power-off withdrawn.
+    async fn request_deleted_while_powering_off(&self, machine: &str) -> Remediation {
+        let name = format!("{machine}-1");
+        self.reach(&name, RemediationPhase::PoweringOff).await;
+        self.api
+            .delete(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, machine, None)
+            .unwrap();
+        let cancelled = self.reach(&name, RemediationPhase::Cancelled).await;
+        assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));
+        cancelled
+    }
+
+    /// The health check withdraws the Machine's request once it is healthy again, and the
+    /// request started exactly one remediation; fails after 20 s.
+    async fn withdrawn_after_one_remediation(&self, machine: &str) {
+        eventually(
+            "the request withdrawn",
+            Duration::from_secs(20),
+            async || self.request_object(machine).is_none(),
+        )
+        .await;
+        assert_eq!(self.remediations_of(machine), vec![format!("{machine}-1")]);
+    }
+
+    fn no_reboot_request(&self, host: &str) -> bool {
+        let bmh = self.api.get(BMHS, MACHINE_NAMESPACE, host).unwrap();
+        bmh["metadata"]["annotations"]
+            .as_object()
+            .is_none_or(|a| !a.keys().any(|k| k.starts_with("reboot.metal3.io/")))
+    }
+
+    fn stuck(&self, host: &str) {
+        let host = &self.cluster.host(host).unwrap().host;
+        let mut faults = host.faults();
+        faults.stuck_power = true;
+        host.set_faults(faults);
+    }
+}
+
+/// The Cluster API flavour: `cluster.x-k8s.io` Machines, Metal3Machines, a Cluster API
+/// MachineHealthCheck naming the template `baremend` (which exists, empty); the controller on
+/// that Machine API.
+async fn start_cluster_api(spec: ClusterSpec, policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
+    let spec = ClusterSpec {
+        cluster_api: true,
+        ..spec
+    };
+    let mut lab = Lab::builder(spec).policy(policy).start().await;
+    lab.template(json!({}));
+    prepare(&lab);
+    let options = ControllerOptions {
+        machine_api: MachineApi::ClusterApi,
+        ..lab.options()
+    };
+    lab.start_controller(options);
+    lab
+}
+
+fn trigger_of(remediation: &Remediation) -> (TriggerKind, Option<String>) {
+    let trigger = remediation
+        .spec
+        .trigger
+        .clone()
+        .expect("a recorded trigger");
+    (trigger.kind, trigger.uid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_request_is_remediated_with_its_template_and_withdrawn_when_healthy() {
+    // The template narrows the policy: keep the Node, tainted out-of-service.
+    let lab = start(with_template(), fast_policy(), |lab| {
+        lab.template(json!({"nodeRelease": "OutOfService"}));
+    })
+    .await;
+    let node_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    lab.cluster.hang("worker-0");
+    let request = eventually(
+        "the request answered",
+        Duration::from_secs(30),
+        async || match lab.request_object("worker-0") {
+            Some(r)
+                if r.status.as_ref().and_then(|s| s.remediation.as_deref())
+                    == Some("worker-0-1") =>
+            {
+                Ok(r)
+            }
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    assert_eq!(
+        trigger_of(&done),
+        (
+            TriggerKind::MachineRemediation,
+            request.metadata.uid.clone()
+        )
+    );
+    let steps = steps(&done);
+    assert!(steps.contains(&"NodeTainted".to_string()), "{steps:?}");
+    assert!(!steps.contains(&"NodeDeleted".to_string()), "{steps:?}");
+    assert_eq!(
+        lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"],
+        node_uid,
+        "the template's nodeRelease kept the Node"
+    );
+    // The health check deletes the request once the Machine is healthy again.
+    lab.withdrawn_after_one_remediation("worker-0").await;
+    assert!(lab.no_reboot_request("worker-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_with_a_request_and_the_annotation_is_remediated_once_and_never_again() {
+    // This cluster's health check annotates the Machine too; the request stays until the
+    // test deletes it, as a health check keeps it until it sees the Machine healthy.
+    let lab = start(fast(), fast_policy(), |_| {}).await;
+    lab.request("worker-0");
+    lab.cluster.hang("worker-0");
+    let request = lab
+        .request_reports("worker-0", RemediationPhase::Succeeded)
+        .await;
+    let done = lab.remediation("worker-0-1").unwrap();
+    assert_eq!(
+        trigger_of(&done),
+        (
+            TriggerKind::MachineRemediation,
+            request.metadata.uid.clone()
+        )
+    );
+    // A negative: for 2 s, many passes of a 100 ms poll, the request that stays starts no
+    // second remediation; no condition to wait for proves that nothing happens.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+    let host = &lab.cluster.host("worker-0").unwrap().host;
+    assert_eq!(host.power(), baremend_sim::host::Power::On);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_deleted_before_the_proof_cancels_and_withdraws_the_power_off() {
+    let lab = start(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
+    lab.request("worker-0");
+    lab.request_deleted_while_powering_off("worker-0").await;
+    assert!(lab.no_reboot_request("worker-0"));
+    assert!(lab.node_exists("worker-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_deleted_after_the_proof_still_completes_the_cycle() {
+    let lab = start(fast(), fast_policy(), |_| {}).await;
+    lab.request("worker-0");
+    lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
+    lab.api
+        .delete(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, "worker-0", None)
+        .unwrap();
+    lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    let host = &lab.cluster.host("worker-0").unwrap().host;
+    assert_eq!(host.power(), baremend_sim::host::Power::On);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_count_in_the_storm_gate() {
+    let policy = gated_policy(10);
+    let lab = start(fast(), policy, |_| {}).await;
+    lab.request("worker-0");
+    lab.request("worker-1");
+    let status = lab.held_with("worker-0-1", "storm: 2 of 6").await;
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    assert!(lab.node_exists("worker-0") && lab.node_exists("worker-1"));
+    assert!(lab.no_reboot_request("worker-0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_request_is_held_when_fencing_would_break_etcd_quorum() {
+    let lab = start(fast(), gated_policy(100), |_| {}).await;
+    quorum_would_break(&lab, |lab| lab.request("master-0")).await;
+    let request = lab
+        .request_reports("master-0", RemediationPhase::Pending)
+        .await;
+    assert_eq!(
+        request.status.unwrap().remediation.as_deref(),
+        Some("master-0-1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_api_machine_is_resolved_through_its_metal3_machine_and_remediated() {
+    let lab = start_cluster_api(fast(), fast_policy(), |lab| {
+        // Nothing of OpenShift's Machine API is left to find the host through.
+        assert!(
+            lab.api
+                .get(MACHINES, MACHINE_NAMESPACE, "worker-0")
+                .is_err()
+        );
+    })
+    .await;
+    let node_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    lab.cluster.hang("worker-0");
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    assert_eq!(
+        done.spec.host.as_deref(),
+        Some("openshift-machine-api/worker-0"),
+        "found through the Metal3Machine's metal3.io/BareMetalHost"
+    );
+    assert_eq!(done.spec.node_name.as_deref(), Some("worker-0"));
+    assert_eq!(trigger_of(&done).0, TriggerKind::MachineRemediation);
+    let owner = &done.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.api_version.as_str(), owner.kind.as_str()),
+        ("cluster.x-k8s.io/v1beta1", "Machine")
+    );
+    assert!(steps(&done).contains(&"NodeDeleted".to_string()));
+    assert_ne!(
+        lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"],
+        node_uid,
+        "a new Node registered"
+    );
+    assert!(lab.no_reboot_request("worker-0"));
+    // The Cluster API health check withdraws its request once the Machine is healthy.
+    lab.withdrawn_after_one_remediation("worker-0").await;
+    // The Events name the Cluster API Machine.
+    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+    assert!(
+        events.iter().any(|e| e["reason"] == "Succeeded"
+            && e["involvedObject"]["kind"] == "Machine"
+            && e["involvedObject"]["apiVersion"] == "cluster.x-k8s.io/v1beta1"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_api_request_deleted_before_the_proof_cancels_even_when_made_again() {
+    // The host never powers off; the health check makes its request again at once.
+    let lab = start_cluster_api(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
+    lab.cluster.hang("worker-0");
+    let cancelled = lab.request_deleted_while_powering_off("worker-0").await;
+    assert!(!steps(&cancelled).contains(&"NodeDeleted".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_api_requests_count_in_the_storm_gate() {
+    let policy = gated_policy(10);
+    let spec = ClusterSpec {
+        max_unhealthy: "100%".into(),
+        ..fast()
+    };
+    let lab = start_cluster_api(spec, policy, |_| {}).await;
+    lab.cluster.hang("worker-0");
+    lab.cluster.hang("worker-1");
+    let status = lab.held_with("worker-0-1", "storm: 2 of 6").await;
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    assert!(lab.node_exists("worker-0") && lab.node_exists("worker-1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_api_control_plane_machine_is_held_when_fencing_would_break_etcd_quorum() {
+    let lab = start_cluster_api(fast(), gated_policy(100), |_| {}).await;
+    quorum_would_break(&lab, |lab| lab.request("master-0")).await;
+}
+
+use baremend_sim::cluster::NHC_NAMESPACE;
+use baremend_sim::cluster::nhc::{NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS};
+
+/// A cluster whose Machine health check asks nothing of baremend (its template does not
+/// exist), so that only the NodeHealthCheck's requests trigger.
+async fn start_nhc(policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
+    let spec = ClusterSpec {
+        remediation_template: Some("not-baremend".into()),
+        ..fast()
+    };
+    start(spec, policy, |lab| {
+        lab.api
+            .create(NAMESPACES, "", json!({"metadata": {"name": NHC_NAMESPACE}}))
+            .unwrap();
+        prepare(lab);
+    })
+    .await
+}
+
+impl Lab {
+    /// Creates a NodeHealthCheck's request for a Node, as the NodeHealthCheck does: named after
+    /// the Node, in the template's namespace, from the template's spec.
+    fn node_request(&self, node: &str, spec: Value) {
+        self.api
+            .create(
+                NODE_REMEDIATIONS,
+                NHC_NAMESPACE,
+                json!({
+                    "apiVersion": "baremend.io/v1alpha1",
+                    "kind": "NodeRemediation",
+                    "metadata": {"name": node, "namespace": NHC_NAMESPACE},
+                    "spec": spec,
+                }),
+            )
+            .unwrap();
+    }
+
+    /// Marks the request timed out, as the NodeHealthCheck does when it escalates.
+    fn time_out(&self, node: &str) {
+        let patch = json!({"metadata": {"annotations": {"remediation.medik8s.io/nhc-timed-out": "2026-11-24T10:00:00Z"}}});
+        self.api
+            .merge(NODE_REMEDIATIONS, NHC_NAMESPACE, node, &patch, false)
+            .unwrap();
+    }
+
+    /// The Node's request once `check` holds for it; fails after 30 s.
+    async fn node_request_where(
+        &self,
+        node: &str,
+        what: &str,
+        check: impl Fn(&NodeRemediation) -> bool,
+    ) -> NodeRemediation {
+        eventually(what, Duration::from_secs(30), async || {
+            let request = self
+                .api
+                .get(NODE_REMEDIATIONS, NHC_NAMESPACE, node)
+                .ok()
+                .map(|v| serde_json::from_value::<NodeRemediation>(v).unwrap());
+            match request {
+                Some(r) if check(&r) => Ok(r),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+    }
+}
+
+impl Lab {
+    /// The Remediation once Succeeded, having recorded a trigger of `kind`.
+    async fn succeeded_through(&self, name: &str, kind: TriggerKind) -> Remediation {
+        let done = self.reach(name, RemediationPhase::Succeeded).await;
+        assert_eq!(done.spec.trigger.clone().map(|t| t.kind), Some(kind));
+        done
+    }
+
+    /// The Node's request once it says the remediation stopped on the health check's timeout.
+    async fn told_of_the_timeout(&self, node: &str) -> NodeRemediation {
+        self.node_request_where(node, "told of the timeout", |r| {
+            has(r, "Succeeded", "False", Some("RemediationTimedOutByNhc"))
+        })
+        .await
+    }
+}
+
+/// Whether the request's condition `type_` has this status and, if given, reason.
+fn has(request: &NodeRemediation, type_: &str, status: &str, reason: Option<&str>) -> bool {
+    request.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == status && reason.is_none_or(|r| c.reason == r))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_health_check_request_is_remediated_with_the_contracts_conditions() {
+    let lab = start_nhc(fast_policy(), |_| {}).await;
+    lab.node_request("worker-0", json!({}));
+    lab.cluster.hang("worker-0");
+    // While the Node is deleted on the way, the health check is told to keep the request.
+    lab.node_request_where("worker-0", "Processing, Node deletion expected", |r| {
+        has(r, "Processing", "True", None) && has(r, "PermanentNodeDeletionExpected", "True", None)
+    })
+    .await;
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    let trigger = done.spec.trigger.clone().unwrap();
+    assert_eq!(trigger.kind, TriggerKind::NodeRemediation);
+    assert_eq!(trigger.namespace.as_deref(), Some(NHC_NAMESPACE));
+    assert!(steps(&done).contains(&"NodeDeleted".to_string()));
+    let request = lab
+        .node_request_where("worker-0", "Succeeded", |r| {
+            has(r, "Succeeded", "True", None)
+        })
+        .await;
+    assert!(has(&request, "Processing", "False", None), "{request:?}");
+    assert!(has(
+        &request,
+        "PermanentNodeDeletionExpected",
+        "False",
+        None
+    ));
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_timeout_before_the_proof_stops_cleanly_and_says_so() {
+    let lab = start_nhc(fast_policy(), |lab| lab.stuck("worker-0")).await;
+    lab.node_request("worker-0", json!({}));
+    lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
+    lab.time_out("worker-0");
+    let cancelled = lab.reach("worker-0-1", RemediationPhase::Cancelled).await;
+    assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));
+    let request = lab.told_of_the_timeout("worker-0").await;
+    assert!(has(&request, "Processing", "False", None), "{request:?}");
+    assert!(lab.no_reboot_request("worker-0"));
+    assert!(lab.node_exists("worker-0"));
+    // The timed-out request starts nothing again.
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_timeout_after_the_proof_powers_the_host_on_and_restores_the_node() {
+    // The template keeps the Node (out-of-service): no deletion is expected.
+    let lab = start_nhc(fast_policy(), |_| {}).await;
+    lab.node_request("worker-0", json!({"nodeRelease": "OutOfService"}));
+    lab.reach("worker-0-1", RemediationPhase::PoweringOn).await;
+    lab.time_out("worker-0");
+    lab.node_request_where("worker-0", "completing after the timeout", |r| {
+        has(r, "Processing", "True", Some("CompletingAfterTimeout"))
+            || has(r, "Succeeded", "True", None)
+    })
+    .await;
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    assert!(steps(&done).contains(&"NodeTainted".to_string()));
+    let host = &lab.cluster.host("worker-0").unwrap().host;
+    assert_eq!(host.power(), baremend_sim::host::Power::On);
+    let request = lab
+        .node_request_where("worker-0", "Succeeded", |r| {
+            has(r, "Succeeded", "True", None)
+        })
+        .await;
+    assert!(has(
+        &request,
+        "PermanentNodeDeletionExpected",
+        "False",
+        None
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_health_check_requests_count_in_the_storm_gate() {
+    let lab = start_nhc(gated_policy(10), |_| {}).await;
+    lab.node_request("worker-0", json!({}));
+    lab.node_request("worker-1", json!({}));
+    let status = lab.held_with("worker-0-1", "storm: 2 of 6").await;
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    assert!(lab.no_reboot_request("worker-0"));
+}
+
+/// A cluster whose workers are watched by a medik8s NodeHealthCheck (baremend's template
+/// first, for `escalation`), with the template in place and the controller started.
+async fn start_node_health_check(escalation: Duration, prepare: impl FnOnce(&Lab)) -> Lab {
+    let spec = ClusterSpec {
+        node_health_check: true,
+        escalation_timeout: escalation,
+        ..fast()
+    };
+    start(spec, fast_policy(), |lab| {
+        lab.api
+            .create(
+                NODE_REMEDIATION_TEMPLATES,
+                NHC_NAMESPACE,
+                json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+            )
+            .unwrap();
+        prepare(lab);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_health_check_keeps_its_request_while_baremend_deletes_the_node_and_withdraws_it_after()
+ {
+    let lab = start_node_health_check(Duration::from_secs(60), |_| {}).await;
+    lab.cluster.hang("worker-0");
+    // The Node is gone on the way; the request says the deletion is expected, so the health
+    // check keeps it instead of taking the Node for deleted.
+    eventually(
+        "the request kept while the Node is gone",
+        Duration::from_secs(30),
+        async || {
+            !lab.node_exists("worker-0")
+                && lab
+                    .api
+                    .get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")
+                    .is_ok()
+        },
+    )
+    .await;
+    lab.succeeded_through("worker-0-1", TriggerKind::NodeRemediation)
+        .await;
+    eventually(
+        "the request withdrawn",
+        Duration::from_secs(20),
+        async || {
+            lab.api
+                .get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")
+                .is_err()
+        },
+    )
+    .await;
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_health_check_escalation_timeout_stops_baremend_before_the_proof() {
+    // baremend's step times out after 2 s; the host never powers off meanwhile.
+    let lab = start_node_health_check(Duration::from_secs(2), |lab| lab.stuck("worker-0")).await;
+    lab.cluster.hang("worker-0");
+    let cancelled = lab.reach("worker-0-1", RemediationPhase::Cancelled).await;
+    assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));
+    let request = lab.told_of_the_timeout("worker-0").await;
+    assert!(
+        request
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("remediation.medik8s.io/nhc-timed-out")
+    );
+    assert!(lab.no_reboot_request("worker-0"));
+    assert!(lab.node_exists("worker-0"), "nothing destructive remains");
+    // The health check moved on to its next remediator (one the simulated cluster does not
+    // serve), and baremend starts nothing again for the timed-out request.
+    let events = lab.api.list(EVENTS, None);
+    assert!(
+        events.iter().any(|e| e["reason"] == "NoTemplateLeft"),
+        "{events:?}"
+    );
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_health_check_request_for_a_control_plane_node_is_held_when_quorum_would_break() {
+    let lab = start_nhc(gated_policy(100), |_| {}).await;
+    quorum_would_break(&lab, |lab| lab.node_request("master-0", json!({}))).await;
+    let request = lab
+        .node_request_where("master-0", "Processing while held", |r| {
+            has(r, "Processing", "True", Some("RemediationPending"))
+        })
+        .await;
+    assert_eq!(
+        request.status.unwrap().phase,
+        Some(RemediationPhase::Pending)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_asked_for_by_both_contracts_is_remediated_once_even_when_one_request_outlives_it()
+ {
+    let lab = start_nhc(fast_policy(), |_| {}).await;
+    lab.request("worker-0");
+    lab.node_request("worker-0", json!({}));
+    lab.cluster.hang("worker-0");
+    lab.succeeded_through("worker-0-1", TriggerKind::MachineRemediation)
+        .await;
+    // The Machine health check withdraws its request once the Machine is healthy; the
+    // NodeHealthCheck's stays (this cluster runs none to delete it).
+    eventually(
+        "the MachineRemediation withdrawn",
+        Duration::from_secs(20),
+        async || lab.request_object("worker-0").is_none(),
+    )
+    .await;
+    // A negative: for 2 s, many passes of a 100 ms poll, the request that was there when the
+    // remediation started starts no second one; no condition to wait for proves that.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+    assert!(
+        lab.api
+            .get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")
+            .is_ok(),
+        "the NodeHealthCheck's request is still there"
+    );
+}
