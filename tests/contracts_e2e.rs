@@ -175,13 +175,6 @@ impl Lab {
             .as_object()
             .is_none_or(|a| !a.keys().any(|k| k.starts_with("reboot.metal3.io/")))
     }
-
-    fn stuck(&self, host: &str) {
-        let host = &self.cluster.host(host).unwrap().host;
-        let mut faults = host.faults();
-        faults.stuck_power = true;
-        host.set_faults(faults);
-    }
 }
 
 /// The Cluster API flavour: `cluster.x-k8s.io` Machines, Metal3Machines, a Cluster API
@@ -284,7 +277,10 @@ async fn a_machine_with_a_request_and_the_annotation_is_remediated_once_and_neve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_deleted_before_the_proof_cancels_and_withdraws_the_power_off() {
-    let lab = start(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
+    let lab = start(fast(), fast_policy(), |lab| {
+        lab.stuck_power("worker-0", true)
+    })
+    .await;
     lab.request("worker-0");
     lab.request_deleted_while_powering_off("worker-0").await;
     assert!(lab.no_reboot_request("worker-0"));
@@ -377,7 +373,10 @@ async fn a_cluster_api_machine_is_resolved_through_its_metal3_machine_and_remedi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_api_request_deleted_before_the_proof_cancels_even_when_made_again() {
     // The host never powers off; the health check makes its request again at once.
-    let lab = start_cluster_api(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
+    let lab = start_cluster_api(fast(), fast_policy(), |lab| {
+        lab.stuck_power("worker-0", true)
+    })
+    .await;
     lab.cluster.hang("worker-0");
     let cancelled = lab.request_deleted_while_powering_off("worker-0").await;
     assert!(!steps(&cancelled).contains(&"NodeDeleted".to_string()));
@@ -529,7 +528,7 @@ async fn a_node_health_check_request_is_remediated_with_the_contracts_conditions
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_escalation_timeout_before_the_proof_stops_cleanly_and_says_so() {
-    let lab = start_nhc(fast_policy(), |lab| lab.stuck("worker-0")).await;
+    let lab = start_nhc(fast_policy(), |lab| lab.stuck_power("worker-0", true)).await;
     lab.node_request("worker-0", json!({}));
     lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
     lab.time_out("worker-0");
@@ -640,7 +639,10 @@ async fn the_node_health_check_keeps_its_request_while_baremend_deletes_the_node
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_health_check_escalation_timeout_stops_baremend_before_the_proof() {
     // baremend's step times out after 2 s; the host never powers off meanwhile.
-    let lab = start_node_health_check(Duration::from_secs(2), |lab| lab.stuck("worker-0")).await;
+    let lab = start_node_health_check(Duration::from_secs(2), |lab| {
+        lab.stuck_power("worker-0", true)
+    })
+    .await;
     lab.cluster.hang("worker-0");
     let cancelled = lab.reach("worker-0-1", RemediationPhase::Cancelled).await;
     assert!(steps(&cancelled).contains(&"PowerOffWithdrawn".to_string()));

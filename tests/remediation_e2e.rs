@@ -97,13 +97,6 @@ impl Lab {
             .unwrap();
     }
 
-    fn stuck(&self, host: &str) {
-        let host = &self.cluster.host(host).unwrap().host;
-        let mut faults = host.faults();
-        faults.stuck_power = true;
-        host.set_faults(faults);
-    }
-
     /// Sets the password in the BMC Secret of `host` (the simulated BMCs keep theirs).
     fn bmc_password(&self, host: &str, password: &str) {
         use base64::Engine;
@@ -420,7 +413,7 @@ async fn a_kept_node_still_ready_from_before_the_power_cycle_is_not_taken_as_bac
 async fn a_bmc_that_never_powers_off_fails_the_remediation_and_the_node_is_never_deleted() {
     let mut policy = fast_policy();
     policy["timeouts"]["powerOffSeconds"] = json!(2);
-    let lab = start_prepared(fast(), policy, |lab| lab.stuck("worker-0")).await;
+    let lab = start_prepared(fast(), policy, |lab| lab.stuck_power("worker-0", true)).await;
     lab.cluster.hang("worker-0");
     let failed = lab.failed("worker-0-1").await;
     assert!(lab.node_exists("worker-0"));
@@ -476,7 +469,10 @@ async fn a_paused_or_detached_host_is_never_taken_as_fenced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_trigger_removed_before_the_proof_cancels_and_withdraws_the_request() {
-    let lab = start_prepared(fast(), fast_policy(), |lab| lab.stuck("worker-0")).await;
+    let lab = start_prepared(fast(), fast_policy(), |lab| {
+        lab.stuck_power("worker-0", true)
+    })
+    .await;
     lab.trigger("worker-0", true);
     lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
     lab.trigger("worker-0", false);
@@ -1046,10 +1042,8 @@ async fn a_lagging_bare_metal_host_cache_cannot_release_a_node() {
     let server = lab.cluster.api_server();
     server.slow_watch("v1alpha1/baremetalhosts", 60_000);
     // ...while the host comes back on and stays on whatever its operator asks.
+    lab.stuck_power("worker-0", true);
     let host = &lab.cluster.host("worker-0").unwrap().host;
-    let mut faults = host.faults();
-    faults.stuck_power = true;
-    host.set_faults(faults);
     host.set_power(baremend_sim::host::Power::On);
     // The release takes the proof from a fresh read: it sees the host on and fences again.
     eventually(
@@ -1253,7 +1247,7 @@ async fn the_leader_fences_its_own_node_only_once_another_replica_is_ready_elsew
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_edit_that_drops_the_strategy_in_use_is_reported_and_never_switches_it() {
     let lab = start(fast(), fast_policy()).await;
-    lab.stuck("worker-0");
+    lab.stuck_power("worker-0", true);
     lab.cluster.hang("worker-0");
     lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
     let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
@@ -1767,14 +1761,6 @@ impl Lab {
             )
             .unwrap();
     }
-
-    /// Lets a host's BMC power it again (see `stuck`).
-    fn unstuck(&self, host: &str) {
-        let host = &self.cluster.host(host).unwrap().host;
-        let mut faults = host.faults();
-        faults.stuck_power = false;
-        host.set_faults(faults);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1823,7 +1809,7 @@ async fn finished_remediations_beyond_keep_finished_are_pruned_and_failed_ones_k
 async fn a_failed_remediation_retried_with_the_annotation_runs_again_and_is_kept_marked() {
     let mut policy = fast_policy();
     policy["timeouts"]["powerOffSeconds"] = json!(2);
-    let lab = start_prepared(fast(), policy, |lab| lab.stuck("worker-0")).await;
+    let lab = start_prepared(fast(), policy, |lab| lab.stuck_power("worker-0", true)).await;
     lab.cluster.hang("worker-0");
     lab.failed("worker-0-1").await;
     // A Failed remediation holds the trigger: no new one without the operator.
@@ -1836,7 +1822,7 @@ async fn a_failed_remediation_retried_with_the_annotation_runs_again_and_is_kept
     .await;
     assert_eq!(lab.remediations_of("worker-0"), ["worker-0-1"]);
     // The operator repairs the BMC and asks for a retry.
-    lab.unstuck("worker-0");
+    lab.stuck_power("worker-0", false);
     lab.annotate_remediation("worker-0-1", "baremend.io/retry", "true");
     let done = lab.succeeded("worker-0-2").await;
     assert_each_step_once(&done);

@@ -342,6 +342,15 @@ impl Lab {
             .collect()
     }
 
+    /// Makes `host`'s BMC accept power requests and never change the power (`true`), or lets it
+    /// power the host again (`false`).
+    pub fn stuck_power(&self, host: &str, stuck: bool) {
+        let host = &self.cluster.host(host).unwrap().host;
+        let mut faults = host.faults();
+        faults.stuck_power = stuck;
+        host.set_faults(faults);
+    }
+
     /// Whether the Node exists.
     pub fn node_exists(&self, name: &str) -> bool {
         self.api.get(NODES, "", name).is_ok()
