@@ -4,6 +4,7 @@
 
 mod common;
 
+use axum::Router;
 use axum::http::StatusCode;
 use baremend_sim::redfish::{Account, Role};
 use base64::Engine;
@@ -546,19 +547,6 @@ async fn only_account_managers_change_other_accounts_and_anyone_may_change_their
 async fn a_disabled_or_renamed_account_loses_its_sessions_and_cannot_log_in() {
     let (_, app) = service();
     let uri = create_operator(&app).await;
-    let log_in = |password: &'static str| {
-        let app = app.clone();
-        async move {
-            call(
-                &app,
-                "POST",
-                "/redfish/v1/SessionService/Sessions",
-                &[],
-                Some(json!({"UserName": "operator1", "Password": password})),
-            )
-            .await
-        }
-    };
     let admin_patch = |body: Value| {
         let (app, uri) = (app.clone(), uri.clone());
         async move { call(&app, "PATCH", &uri, &[("authorization", BASIC)], Some(body)).await }
@@ -567,7 +555,7 @@ async fn a_disabled_or_renamed_account_loses_its_sessions_and_cannot_log_in() {
         (json!({"Enabled": false}), Some(json!({"Enabled": true}))),
         (json!({"UserName": "operator2"}), None),
     ] {
-        let token = log_in("Operator-pw1")
+        let token = session_login(&app, "operator1", "Operator-pw1")
             .await
             .header("x-auth-token")
             .to_owned();
@@ -582,7 +570,7 @@ async fn a_disabled_or_renamed_account_loses_its_sessions_and_cannot_log_in() {
         )
         .await;
         assert_eq!(with_token.status, StatusCode::UNAUTHORIZED, "{change}");
-        let again = log_in("Operator-pw1").await;
+        let again = session_login(&app, "operator1", "Operator-pw1").await;
         assert_eq!(again.status, StatusCode::UNAUTHORIZED, "{change}");
         if let Some(restore) = restore {
             admin_patch(restore).await;
@@ -688,31 +676,30 @@ async fn failed_logins_lock_the_account_out_even_for_its_right_password_as_the_a
     assert_eq!(settings["AccountLockoutThreshold"], 3);
     assert_eq!(settings["AccountLockoutDuration"], 300);
     assert_eq!(settings["AccountLockoutCounterResetAfter"], 300);
-    let log_in = |password: &'static str| {
-        let app = app.clone();
-        async move {
-            call(
-                &app,
-                "POST",
-                "/redfish/v1/SessionService/Sessions",
-                &[],
-                Some(json!({"UserName": "admin", "Password": password})),
-            )
-            .await
-            .status
-        }
-    };
-    assert_eq!(log_in("wrong-one").await, StatusCode::UNAUTHORIZED);
-    assert_eq!(log_in("wrong-two").await, StatusCode::UNAUTHORIZED);
     assert_eq!(
-        log_in("password").await,
+        session_login(&app, "admin", "wrong-one").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        session_login(&app, "admin", "wrong-two").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        session_login(&app, "admin", "password").await.status,
         StatusCode::CREATED,
         "a good login before the threshold resets the count"
     );
     for _ in 0..3 {
-        assert_eq!(log_in("wrong").await, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            session_login(&app, "admin", "wrong").await.status,
+            StatusCode::UNAUTHORIZED
+        );
     }
-    assert_eq!(log_in("password").await, StatusCode::UNAUTHORIZED, "locked");
+    assert_eq!(
+        session_login(&app, "admin", "password").await.status,
+        StatusCode::UNAUTHORIZED,
+        "locked"
+    );
     let basic_while_locked = call(&app, "GET", ADMIN, &[("authorization", BASIC)], None).await;
     assert_eq!(basic_while_locked.status, StatusCode::UNAUTHORIZED);
     let status = service.lockout_status("admin").unwrap();
@@ -721,4 +708,16 @@ async fn failed_logins_lock_the_account_out_even_for_its_right_password_as_the_a
     assert_eq!(status.failed_logins, 2 + 3 + 2);
     // The Basic requests (two GETs and four PATCHes of the AccountService) and the session.
     assert_eq!(status.good_logins, 7);
+}
+
+/// `POST` of `user` and `password` to the SessionService: a session login.
+async fn session_login(app: &Router, user: &str, password: &str) -> Answer {
+    call(
+        app,
+        "POST",
+        "/redfish/v1/SessionService/Sessions",
+        &[],
+        Some(json!({"UserName": user, "Password": password})),
+    )
+    .await
 }
