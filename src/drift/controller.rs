@@ -94,7 +94,7 @@ pub async fn run(
         let concerned: Vec<ObjectRef<Node>> = nodes
             .state()
             .iter()
-            .filter(|node| concerns_drift(node, &remediated, false))
+            .filter(|node| concerns_drift(node, |name| remediated.contains(name)))
             .map(|node| ObjectRef::from_obj(node.as_ref()))
             .collect();
         futures_util::stream::iter(concerned)
@@ -104,12 +104,16 @@ pub async fn run(
     let all = remediations.clone();
     let reports = context.clone();
     let node_changes = node_feed.changes.filter(move |node| {
-        let remediated = nodes_with_remediations(&all.state());
-        let reported = reports
-            .reported
-            .lock()
-            .is_ok_and(|reported| reported.contains_key(&node.name_any()));
-        std::future::ready(concerns_drift(node, &remediated, reported))
+        // Looked up only for a Node whose annotations do not already say (the common case of a
+        // status update on a healthy Node ends here).
+        let has_history = |name: &str| {
+            reports
+                .reported
+                .lock()
+                .is_ok_and(|reported| reported.contains_key(name))
+                || all.state().iter().any(|r| r.spec.node_name == name)
+        };
+        std::future::ready(concerns_drift(node, has_history))
     });
     Controller::for_shared_stream(node_changes, node_feed.store)
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
@@ -199,23 +203,19 @@ fn nodes_with_remediations(
 }
 
 /// Whether a Node's change may concern the drift coordinator: the MCO reports it degraded
-/// (drift to remediate, or another cause to report), its not-drift degradation was reported
-/// (`reported`: the pass that sees it recover forgets the report), it carries our
-/// planned-reboot mark, or it has a DriftRemediation (an open one to drive; an ended one may
-/// still owe a cleanup, and the planned-reboot guard reads the last one's persisted state).
-/// On any other Node a pass has nothing to do.
-fn concerns_drift(
-    node: &Node,
-    remediated: &std::collections::HashSet<String>,
-    reported: bool,
-) -> bool {
-    reported
-        || node.annotations().contains_key(PLANNED_REBOOT)
+/// (drift to remediate, or another cause to report), it carries our planned-reboot mark, or it
+/// has a history with us (`has_history`, asked of the Node's name only when the annotations do
+/// not decide): a not-drift degradation reported (the pass that sees it recover forgets the
+/// report) or a DriftRemediation (an open one to drive; an ended one may still owe a cleanup,
+/// and the planned-reboot guard reads the last one's persisted state). On any other Node a pass
+/// has nothing to do.
+fn concerns_drift(node: &Node, has_history: impl Fn(&str) -> bool) -> bool {
+    node.annotations().contains_key(PLANNED_REBOOT)
         || matches!(
             classify(node.annotations()),
             ConfigState::Drifted(_) | ConfigState::Degraded(_)
         )
-        || remediated.contains(&node.name_any())
+        || has_history(&node.name_any())
 }
 
 /// The Nodes a pool or machine-remediation change may concern: drifted ones, ones with an
@@ -335,17 +335,17 @@ mod tests {
         ];
         for (node, expected) in cases {
             assert_eq!(
-                concerns_drift(&node, &remediated, false),
+                concerns_drift(&node, |name| remediated.contains(name)),
                 expected,
                 "{}",
                 node.name_any()
             );
         }
         // A not-drift degradation reported before: its recovery must reach a pass.
+        let reported = |name: &str| name == "recovered";
         assert!(concerns_drift(
             &node("recovered", mco("Done", "")),
-            &remediated,
-            true
+            reported
         ));
     }
 
