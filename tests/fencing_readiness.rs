@@ -118,11 +118,18 @@ async fn a_wrong_password_and_an_unreachable_bmc_show_before_any_host_fails() {
     until_ready(&lab, "worker-1", "redfish", 0.0).await;
     let note = told(&lab, "worker-1", "FencingNotReady", "CredentialsRefused").await;
     assert!(note.contains("NOT READY"), "{note}");
-    let text = lab.metrics.encode();
-    assert!(
-        text.contains("baremend_fencing_not_ready{reason=\"CredentialsRefused\"} 1"),
-        "{text}"
-    );
+    // The counts by reason are set at the end of a round, after each Machine's own series.
+    eventually(
+        "one Machine not ready for CredentialsRefused",
+        Duration::from_secs(10),
+        async || {
+            let text = lab.metrics.encode();
+            text.contains("baremend_fencing_not_ready{reason=\"CredentialsRefused\"} 1")
+                .then_some(())
+                .ok_or(text)
+        },
+    )
+    .await;
 
     set_password(&lab, "worker-1", lab.cluster.bmc_password());
     let wrong_for = wrong_since.elapsed();
