@@ -323,7 +323,8 @@ async fn our_crds_register_and_our_typed_objects_round_trip_with_status() {
     let mut object = Remediation::new(
         "worker-0-1",
         RemediationSpec {
-            machine_name: "worker-0".into(),
+            machine_name: Some("worker-0".into()),
+            host_bmc: None,
             machine_uid: Some("uid-1".into()),
             node_name: Some("worker-0".into()),
             host: Some("openshift-machine-api/worker-0".into()),
@@ -371,7 +372,7 @@ async fn our_crds_register_and_our_typed_objects_round_trip_with_status() {
         .unwrap();
     let read = remediations.get("worker-0-1").await.unwrap();
     assert_eq!(read.status, Some(status));
-    assert_eq!(read.spec.machine_name, "worker-0");
+    assert_eq!(read.spec.machine_name.as_deref(), Some("worker-0"));
 
     // The cluster-scoped policy is cluster-scoped.
     let policies: Api<RemediationPolicy> = Api::all(client);

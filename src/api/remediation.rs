@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
     status = "RemediationStatus",
     shortname = "brem",
     category = "baremend",
+    validation = "has(self.spec.machineName) || (has(self.spec.nodeName) && has(self.spec.hostBmc))",
     printcolumn = r#"{"name":"Machine","type":"string","jsonPath":".spec.machineName"}"#,
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
@@ -27,8 +28,16 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct RemediationSpec {
     /// The Machine (same namespace) a health check asked to remediate (`spec.trigger` says how).
+    /// None: a Node no Machine stands for (a cluster without Machines: platform none, UPI
+    /// bare metal), named by `nodeName`, its BMC by the `HostBmc` `hostBmc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
-    pub machine_name: String,
+    pub machine_name: Option<String>,
+    /// The `HostBmc` (same namespace) that maps a Node without a Machine to its BMC, when the
+    /// remediation is of such a Node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub host_bmc: Option<String>,
     /// The Machine's UID when the remediation began; a recreated Machine is another one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_uid: Option<String>,
@@ -42,6 +51,22 @@ pub struct RemediationSpec {
     /// recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<super::TriggerRef>,
+}
+
+impl RemediationSpec {
+    /// What the remediation is for, by name: its Machine's, else (a Node without a Machine)
+    /// its Node's. Remediations are numbered after it (`<name>-<n>`).
+    pub fn subject_name(&self) -> &str {
+        self.machine_name
+            .as_deref()
+            .or(self.node_name.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// Whether it is of a Node no Machine stands for.
+    pub fn of_machineless_node(&self) -> bool {
+        self.machine_name.is_none()
+    }
 }
 
 /// Where a remediation is.

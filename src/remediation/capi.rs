@@ -38,9 +38,9 @@ impl Pass {
             return Ok(machine_host(machine_json));
         }
         let Some(reference) = self
-            .machine
-            .spec
-            .as_ref()
+            .subject
+            .machine()
+            .and_then(|m| m.spec.as_ref())
             .and_then(|s| s.infrastructure_ref.as_ref())
         else {
             return Ok(Ok(None));

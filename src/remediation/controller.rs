@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::Controller;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
@@ -27,7 +27,7 @@ use crate::api::{
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::{
-    Changes, informer, mapped_informer, slimmed_informer, watch_config,
+    Changes, informer, mapped_informer, shared_informer, slimmed_informer, watch_config,
 };
 use crate::runtime::node_watch::{NodeFeed, watch_nodes};
 use crate::runtime::tasks::Background;
@@ -93,9 +93,10 @@ pub async fn run(
     };
     // One watch of Nodes, shared: on a large cluster a second cache of every Node (and a
     // second stream of their updates to decode) would cost as much as the rest together.
-    let consumers = if drift.is_some() { 2 } else { 1 };
+    // The Machine controller, the controller of Machine-less Nodes, and the drift coordinator.
+    let consumers = if drift.is_some() { 3 } else { 2 };
     let (mut feeds, node_watch) = watch_nodes(&client, consumers)?;
-    let machine_nodes = feeds.remove(0);
+    let machine_nodes = (feeds.remove(0), feeds.remove(0));
     let Some(drift) = drift else {
         let result = run_machines(client, clock, options, machine_nodes, shutdown).await;
         drop(node_watch);
@@ -108,9 +109,6 @@ pub async fn run(
         shutdown.await;
         let _ = stop.send(true);
     });
-    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    };
     let (machines, drifts) = tokio::join!(
         run_machines(
             client.clone(),
@@ -136,11 +134,62 @@ pub async fn run(
 struct Watches {
     machines: (Store<slim::Machine>, Changes<slim::Machine>),
     hosts: (Store<slim::BareMetalHost>, Changes<slim::BareMetalHost>),
-    remediations: (Store<Remediation>, Changes<Remediation>),
-    policies: (Store<RemediationPolicy>, Changes<RemediationPolicy>),
-    host_bmcs: (Store<HostBmc>, Changes<HostBmc>),
     machine_requests: (Store<MachineRemediation>, Changes<MachineRemediation>),
-    node_requests: (Store<NodeRemediation>, Changes<NodeRemediation>),
+    /// Shared with the controller of Machine-less Nodes: one cache, a stream for each.
+    remediations: Shared<Remediation>,
+    policies: Shared<RemediationPolicy>,
+    host_bmcs: Shared<HostBmc>,
+    node_requests: Shared<NodeRemediation>,
+    /// The tasks driving the shared watches.
+    tasks: Vec<Background>,
+}
+
+/// A kind watched for both controllers: the cache, and the changes for the Machine
+/// controller and for the controller of Machine-less Nodes.
+struct Shared<K: kube::Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store: Store<K>,
+    for_machines: ReflectHandle<K>,
+    for_nodes: ReflectHandle<K>,
+}
+
+/// Changes a shared watch holds for a consumer that is behind.
+const SHARED_CHANGES_BUFFER: usize = 256;
+
+/// Starts a shared watch of `K` for both controllers.
+fn shared<K>(client: &Client, tasks: &mut Vec<Background>) -> Result<Shared<K>>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let api = Api::all(client.clone());
+    let (store, mut handles, task) = shared_informer(
+        api,
+        watch_config(),
+        |_: &mut K| {},
+        2,
+        SHARED_CHANGES_BUFFER,
+    )?;
+    tasks.push(task);
+    let (Some(for_nodes), Some(for_machines)) = (handles.pop(), handles.pop()) else {
+        return Err(Error::Invalid {
+            object: "a shared watch".into(),
+            reason: "fewer streams than asked for".into(),
+        });
+    };
+    Ok(Shared {
+        store,
+        for_machines,
+        for_nodes,
+    })
 }
 
 /// Starts one informer per kind (Nodes come from the shared watch); Machines of the Machine
@@ -149,13 +198,14 @@ fn watch_kinds(
     client: &Client,
     machine_selector: Option<&str>,
     machine_api: slim::MachineApi,
-) -> Watches {
+) -> Result<Watches> {
     let config = watch_config();
+    let mut tasks = Vec::new();
     let machine_config = match machine_selector {
         Some(selector) => config.clone().labels(selector),
         None => config.clone(),
     };
-    Watches {
+    Ok(Watches {
         machines: match machine_api {
             slim::MachineApi::OpenShift => {
                 slimmed_informer(Api::all(client.clone()), machine_config, slim::machine)
@@ -172,12 +222,13 @@ fn watch_kinds(
             config.clone(),
             slim::bare_metal_host,
         )),
-        remediations: (informer(Api::all(client.clone()), config.clone())),
-        policies: (informer(Api::all(client.clone()), config.clone())),
-        host_bmcs: (informer(Api::all(client.clone()), config.clone())),
-        machine_requests: (informer(Api::all(client.clone()), config.clone())),
-        node_requests: (informer(Api::all(client.clone()), config)),
-    }
+        machine_requests: (informer(Api::all(client.clone()), config)),
+        remediations: shared(client, &mut tasks)?,
+        policies: shared(client, &mut tasks)?,
+        host_bmcs: shared(client, &mut tasks)?,
+        node_requests: shared(client, &mut tasks)?,
+        tasks,
+    })
 }
 
 /// The Machine a BareMetalHost serves (its consumer), to wake on the host's changes.
@@ -218,7 +269,8 @@ fn machines_of_remediation(
 ) -> Vec<ObjectRef<slim::Machine>> {
     let mut machines: Vec<ObjectRef<slim::Machine>> = remediation
         .namespace()
-        .map(|namespace| ObjectRef::new(&remediation.spec.machine_name).within(&namespace))
+        .zip(remediation.spec.machine_name.as_deref())
+        .map(|(namespace, machine)| ObjectRef::new(machine).within(&namespace))
         .into_iter()
         .collect();
     if remediation
@@ -231,31 +283,33 @@ fn machines_of_remediation(
     machines
 }
 
-/// Runs the machine remediation controller until `shutdown` resolves.
+/// Runs the machine remediation controller, and beside it the controller of Nodes without a
+/// Machine (`node_feeds`: the Node watch's streams for each), until `shutdown` resolves.
 async fn run_machines(
     client: Client,
     clock: Arc<dyn Clock>,
     options: ControllerOptions,
-    node_feed: NodeFeed,
+    node_feeds: (NodeFeed, NodeFeed),
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
+    let (node_feed, machineless_nodes) = node_feeds;
     let out_of_service_taint = out_of_service_taint(&client).await;
     let watches = watch_kinds(
         &client,
         options.machine_selector.as_deref(),
         options.machine_api,
-    );
-    let (remediations, remediation_stream) = watches.remediations;
+    )?;
+    let remediations = watches.remediations.store.clone();
     let (machines, machine_stream) = watches.machines;
     let caches = Caches {
         machines: machines.clone(),
         hosts: watches.hosts.0,
         nodes: node_feed.store.clone(),
         remediations: remediations.clone(),
-        policies: watches.policies.0,
-        host_bmcs: watches.host_bmcs.0,
+        policies: watches.policies.store.clone(),
+        host_bmcs: watches.host_bmcs.store.clone(),
         machine_requests: watches.machine_requests.0,
-        node_requests: watches.node_requests.0,
+        node_requests: watches.node_requests.store.clone(),
     };
     let power = options.power_poll.map(|p| (p, options.power_poll_seed));
     let fencing = options.fencing_check.map(|p| (p, options.power_poll_seed));
@@ -279,41 +333,63 @@ async fn run_machines(
         let context = context.clone();
         Background::every(GAUGE_REFRESH, move || context.refresh_metrics())
     };
-    let by_remediation = move |r: Remediation| machines_of_remediation(&r, &remediations);
+    let by_remediation = move |r: Arc<Remediation>| machines_of_remediation(&r, &remediations);
     // A NodeHealthCheck's request is named after the Node: its Machine is the Node's.
     let nodes = node_feed.store.clone();
-    let machine_of_node_request = move |request: NodeRemediation| {
+    let machine_of_node_request = move |request: Arc<NodeRemediation>| {
         nodes
             .get(&ObjectRef::new(&request.name_any()))
             .and_then(machine_of_node)
     };
     // A policy or BMC mapping change may unblock anything: look at every Machine again.
     let reconcile_all = futures_util::stream::select(
-        watches.policies.1.map(|_| ()),
-        watches.host_bmcs.1.map(|_| ()),
+        watches.policies.for_machines.map(|_| ()),
+        watches.host_bmcs.for_machines.map(|_| ()),
+    );
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let signal = Background::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let machineless = super::machineless::run(
+        context.clone(),
+        super::machineless::Feeds {
+            host_bmcs: (watches.host_bmcs.store, watches.host_bmcs.for_nodes),
+            requests: watches.node_requests.for_nodes,
+            remediations: watches.remediations.for_nodes,
+            policies: watches.policies.for_nodes,
+            nodes: machineless_nodes.changes,
+        },
+        until_stopped(stopped.clone()),
     );
     // A bounded number of passes at once: at start every Machine is looked at, and thousands
     // of passes in flight would only hold memory (and API connections) for nothing.
-    Controller::for_stream(machine_stream, machines)
+    let machine_controller = Controller::for_stream(machine_stream, machines)
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
         .watches_stream(watches.hosts.1, machine_of_host)
         .watches_stream(watches.machine_requests.1, machine_of_request)
-        .watches_stream(watches.node_requests.1, machine_of_node_request)
+        .watches_shared_stream(watches.node_requests.for_machines, machine_of_node_request)
         .watches_shared_stream(node_feed.changes, machine_of_node)
-        .watches_stream(remediation_stream, by_remediation)
+        .watches_shared_stream(watches.remediations.for_machines, by_remediation)
         .reconcile_all_on(reconcile_all)
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(until_stopped(stopped))
         .run(reconcile, error_policy, context.clone())
         .for_each(|result| async move {
             if let Err(error) = result {
                 warn!(%error, "reconcile failed");
             }
-        })
-        .await;
-    drop((gauges, monitor, readiness));
+        });
+    tokio::join!(machine_controller, machineless);
+    drop((gauges, monitor, readiness, signal, watches.tasks));
     context.refresh_metrics();
     info!("controller stopped");
     Ok(())
+}
+
+/// Resolves once `stopped` says so (or its sender is gone): one shutdown for several
+/// controllers.
+async fn until_stopped(mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
 }
 
 /// Runs the controller while this replica holds the Lease of `lease`, until `shutdown`
@@ -383,7 +459,7 @@ fn held_machines(remediations: &Store<Remediation>) -> Vec<ObjectRef<slim::Machi
         })
         .filter_map(|r| {
             let namespace = r.namespace()?;
-            Some(ObjectRef::new(&r.spec.machine_name).within(&namespace))
+            Some(ObjectRef::new(r.spec.machine_name.as_deref()?).within(&namespace))
         })
         .collect()
 }

@@ -13,7 +13,7 @@ use super::execute;
 use super::gates::{
     ForeignEvidence, ForeignKind, ForeignObject, Held, Target, foreign_remediation,
 };
-use super::observe::{self, foreign_object, legacy_marks, reboot_keys};
+use super::observe::{foreign_object, legacy_marks, reboot_keys};
 use super::pass::Pass;
 use crate::api::annotations::{LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS_BACKUP};
 use crate::api::{NodeBackup, Remediation, RemediationPhase, slim};
@@ -45,7 +45,7 @@ impl Pass {
             .spec
             .node_name
             .clone()
-            .or_else(|| observe::machine_node(&self.machine_json()));
+            .or_else(|| self.subject_node());
         let target = Target {
             namespace: &self.namespace,
             machine: &self.name,
@@ -116,7 +116,8 @@ impl Pass {
     /// The legacy actuator's Node backup on this Machine, if any; a malformed one is told
     /// (Warning Event) and left in place.
     pub(super) async fn legacy_backup(&self, remediation: &Remediation) -> Option<NodeBackup> {
-        match execute::legacy_backup(self.machine.annotations()) {
+        let annotations = self.subject.machine_annotations()?;
+        match execute::legacy_backup(annotations) {
             Ok(backup) => backup,
             Err(why) => {
                 self.event(
@@ -145,16 +146,15 @@ impl Pass {
     /// After a restore: the legacy actuator's backup is on the Node again, so it leaves the
     /// Machine (an unreadable one stays, for an operator to read).
     pub(super) async fn drop_legacy_backup(&self) -> Result<()> {
-        if !matches!(
-            execute::legacy_backup(self.machine.annotations()),
-            Ok(Some(_))
-        ) {
+        let Some(annotations) = self.subject.machine_annotations() else {
+            return Ok(());
+        };
+        if !matches!(execute::legacy_backup(annotations), Ok(Some(_))) {
             return Ok(());
         }
-        let machines = self.machines_api();
         for key in [LEGACY_NODE_LABELS_BACKUP, LEGACY_NODE_ANNOTATIONS_BACKUP] {
             self.context.leadership.ensure()?;
-            execute::set_annotation(&machines, &self.name, key, None, "DropLegacyBackup").await?;
+            self.annotate_machine(key, None, "DropLegacyBackup").await?;
         }
         Ok(())
     }

@@ -57,7 +57,7 @@ impl Pass {
                 pruned.len(),
                 pruned.join(", ")
             );
-            let machine = self.machine.object_ref(&());
+            let machine = self.event_target();
             crate::runtime::events::publish(
                 &self.context.recorder,
                 Severity::Normal,
@@ -204,7 +204,8 @@ mod tests {
         let mut object = Remediation::new(
             name,
             RemediationSpec {
-                machine_name: "worker-0".into(),
+                machine_name: Some("worker-0".into()),
+                host_bmc: None,
                 machine_uid: None,
                 node_name: None,
                 host: None,

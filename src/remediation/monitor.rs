@@ -72,7 +72,7 @@ pub(super) fn under_remediation(remediations: &[Arc<Remediation>]) -> HashSet<(S
             let phase = r.status.as_ref().map(|s| s.phase).unwrap_or_default();
             phase != RemediationPhase::Pending && !phase.is_terminal()
         })
-        .filter_map(|r| Some((r.namespace()?, r.spec.machine_name.clone())))
+        .filter_map(|r| Some((r.namespace()?, r.spec.subject_name().to_string())))
         .collect()
 }
 
@@ -112,7 +112,7 @@ fn targets(context: &Context) -> Vec<Target> {
                 Target {
                     key: format!("{namespace}/{name}"),
                     namespace: namespace.clone(),
-                    series: bmc_series(&machine, &address),
+                    series: bmc_series(format!("{namespace}/{name}"), node.clone(), &address),
                     source: Source::Bmc(bmc),
                     remediating: under_remediation,
                 }

@@ -1,7 +1,7 @@
-//! One reconcile of one Machine: the Machine, the policy in force and the shared
-//! [`Context`], with the primitives every stage of the pass uses — the cached objects it
+//! One reconcile of one subject (a Machine, or a Node without one: [`Subject`]): the subject,
+//! the policy in force and the shared [`Context`], with the primitives every stage of the pass uses — the cached objects it
 //! concerns, the APIs it writes, persisting a status (the step first, then the act) and
-//! telling it (Events on the Machine and its Remediation).
+//! telling it (Events on the Machine, or the Node, and its Remediation).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,15 +16,16 @@ use super::context::Context;
 use super::fence::{ConfirmedOff, HostRef};
 use super::plan::PlanPolicy;
 use super::state::{created_at, strategy_in_status};
+use super::subject::Subject;
 use crate::api::slim;
 use crate::api::{FenceStrategyName, Remediation, RemediationPolicySpec, RemediationStatus};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
-/// One reconcile of one Machine.
+/// One reconcile of one subject.
 pub struct Pass {
-    pub(super) machine: Arc<slim::Machine>,
+    pub(super) subject: Subject,
     pub(super) context: Arc<Context>,
     pub(super) policy: RemediationPolicySpec,
     pub(super) name: String,
@@ -34,13 +35,13 @@ pub struct Pass {
 }
 
 impl Pass {
-    /// A pass over `machine`.
-    pub fn new(machine: Arc<slim::Machine>, context: Arc<Context>) -> Self {
+    /// A pass over `subject`.
+    pub fn new(subject: Subject, context: Arc<Context>) -> Self {
         let policy = context.policy();
         let mut pass = Pass {
-            name: machine.name_any(),
-            namespace: machine.namespace().unwrap_or_default(),
-            machine,
+            name: subject.name(),
+            namespace: subject.namespace(),
+            subject,
             context,
             policy,
             recent_proof: std::sync::Mutex::new(None),
@@ -50,8 +51,21 @@ impl Pass {
         pass
     }
 
-    pub(super) fn machine_json(&self) -> Value {
-        serde_json::to_value(&*self.machine).unwrap_or(Value::Null)
+    /// The Machine as JSON (None: a Node subject, which has no Machine).
+    pub(super) fn machine_json(&self) -> Option<Value> {
+        self.subject
+            .machine()
+            .map(|m| serde_json::to_value(m).unwrap_or(Value::Null))
+    }
+
+    /// The subject's Node now: the Machine's `status.nodeRef`, or the Node a `HostBmc` names.
+    pub(super) fn subject_node(&self) -> Option<String> {
+        match &self.subject {
+            Subject::Machine(_) => self
+                .machine_json()
+                .and_then(|json| super::observe::machine_node(&json)),
+            Subject::Node(mapping) => mapping.spec.node_name.clone(),
+        }
     }
 
     /// Whether the Machine carries a trigger (the annotation or a request), in the cache.
@@ -59,7 +73,9 @@ impl Pass {
         self.cached_trigger().is_some()
     }
 
-    pub(super) fn remediations_of_machine(&self) -> Vec<Arc<Remediation>> {
+    /// The subject's Remediations, oldest first.
+    pub(super) fn remediations_of_subject(&self) -> Vec<Arc<Remediation>> {
+        let node_subject = self.subject.machine().is_none();
         let mut all: Vec<Arc<Remediation>> = self
             .context
             .remediations
@@ -67,31 +83,63 @@ impl Pass {
             .into_iter()
             .filter(|r| {
                 r.namespace().as_deref() == Some(self.namespace.as_str())
-                    && r.spec.machine_name == self.name
+                    && r.spec.of_machineless_node() == node_subject
+                    && r.spec.subject_name() == self.name
             })
             .collect();
         all.sort_by_key(|r| attempt_number(&r.name_any(), &self.name));
         all
     }
 
+    /// Whether one of the subject's Remediations is under way (not ended).
+    pub(super) fn under_way(&self) -> bool {
+        self.remediations_of_subject().last().is_some_and(|r| {
+            !r.status
+                .as_ref()
+                .map(|s| s.phase)
+                .unwrap_or_default()
+                .is_terminal()
+        })
+    }
+
     pub(super) fn remediation_api(&self) -> Api<Remediation> {
         Api::namespaced(self.context.client.clone(), &self.namespace)
     }
 
-    pub(super) fn machines_api(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(
+    /// The API of the subject's Machine (None: a Node subject, which has no Machine to mark,
+    /// read or delete).
+    pub(super) fn machines_api(&self) -> Option<Api<DynamicObject>> {
+        self.subject.machine()?;
+        Some(Api::namespaced_with(
             self.context.client.clone(),
             &self.namespace,
             &self.context.machine_api.resource(),
-        )
+        ))
     }
 
-    /// The Machine's annotations, read from the API server now (None: the Machine is gone).
+    /// Sets (`Some`) or removes (`None`) an annotation of the subject's Machine; a Node subject
+    /// has no Machine: nothing to do. `action` names the write in errors.
+    pub(super) async fn annotate_machine(
+        &self,
+        key: &str,
+        value: Option<&str>,
+        action: &'static str,
+    ) -> Result<()> {
+        let Some(machines) = self.machines_api() else {
+            return Ok(());
+        };
+        super::execute::set_annotation(&machines, &self.name, key, value, action).await
+    }
+
+    /// The Machine's annotations, read from the API server now (None: the Machine is gone, or
+    /// the subject is a Node, which has none).
     pub(super) async fn fresh_machine_annotations(
         &self,
     ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
-        let machine = self
-            .machines_api()
+        let Some(machines) = self.machines_api() else {
+            return Ok(None);
+        };
+        let machine = machines
             .get_opt(&self.name)
             .await
             .map_err(Error::kube("GetMachine"))?;
@@ -191,11 +239,10 @@ impl Pass {
         reason: &str,
         note: String,
     ) {
-        // On both objects: `kubectl describe machine` is where an operator looks first, the
-        // Remediation keeps the whole story; each names the other as related.
+        // On both objects: `kubectl describe machine` (or node) is where an operator looks
+        // first, the Remediation keeps the whole story; each names the other as related.
         let remediation_ref = remediation.object_ref(&());
-        let mut machine_ref = self.machine.object_ref(&());
-        machine_ref.api_version = Some(self.context.machine_api.api_version().into());
+        let machine_ref = self.event_target();
         crate::runtime::events::publish(
             &self.context.recorder,
             severity,
@@ -243,6 +290,20 @@ impl Pass {
         self.event(remediation, Severity::Warning, reason, text)
             .await;
         Ok(())
+    }
+
+    /// Where the subject's Events go (see [`Subject::event_target`]).
+    pub(super) fn event_target(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        let node_uid = match &self.subject {
+            Subject::Machine(_) => None,
+            Subject::Node(_) => self
+                .context
+                .nodes
+                .get(&ObjectRef::new(&self.name))
+                .and_then(|n| n.uid()),
+        };
+        self.subject
+            .event_target(self.context.machine_api.api_version(), node_uid)
     }
 
     /// Time since the Remediation was created.

@@ -192,18 +192,9 @@ pub fn driver_kind(address: &BmcAddress) -> &'static str {
 
 /// The power-state series of a host whose BMC is read directly. The power monitor and the
 /// host's remediation name it alike, so the remediation's reads carry on the monitor's series.
-pub fn bmc_series(machine: &slim::Machine, address: &BmcAddress) -> HostSeries {
-    let node = machine
-        .status
-        .as_ref()
-        .and_then(|s| s.node_ref.as_ref())
-        .map(|n| n.name.clone());
+pub fn bmc_series(machine: String, node: Option<String>, address: &BmcAddress) -> HostSeries {
     HostSeries {
-        machine: format!(
-            "{}/{}",
-            machine.namespace().unwrap_or_default(),
-            machine.name_any()
-        ),
+        machine,
         node: node.unwrap_or_default(),
         bmc: address.to_string(),
         driver: driver_kind(address).into(),
@@ -300,9 +291,13 @@ impl Pass {
     ) -> std::result::Result<BareMetalHostView, NotFenced> {
         let Some(host_ref) = &target.host else {
             return Err(NotFenced::Untrustworthy(
-                match observe::machine_host(&self.machine_json()) {
-                    Err(unusable) => format!("Machine {}: {unusable}", self.name),
-                    Ok(_) => "the Machine names no BareMetalHost".into(),
+                match self.machine_json().map(|json| observe::machine_host(&json)) {
+                    Some(Err(unusable)) => format!("Machine {}: {unusable}", self.name),
+                    Some(Ok(_)) => "the Machine names no BareMetalHost".into(),
+                    None => format!(
+                        "Node {} has no Machine, hence no BareMetalHost: only its HostBmc's BMC can fence it",
+                        self.name
+                    ),
                 },
             ));
         };
@@ -351,7 +346,11 @@ impl Pass {
         let kind = driver_kind(&config.address);
         let shown = config.address.to_string();
         let system = config.address.system_path().map(str::to_string);
-        let series = bmc_series(&self.machine, &config.address);
+        let series = bmc_series(
+            format!("{}/{}", self.namespace, self.name),
+            self.subject_node(),
+            &config.address,
+        );
         let driver = self.context.bmc_drivers.get_or_connect(
             &self.machine_key(),
             config,

@@ -21,6 +21,7 @@ use super::pass::Pass;
 use super::plan::{Observed, Phase, next_step};
 use super::state::{created_at, persisted, set_condition};
 use super::steps::Round;
+use super::subject::Subject;
 use crate::api::ConditionType;
 use crate::api::{Remediation, slim};
 use crate::runtime::clock::since_epoch;
@@ -34,7 +35,7 @@ const MAX_STEPS_PER_PASS: usize = 16;
 impl Pass {
     /// Runs the pass.
     pub async fn run(self) -> Result<Action> {
-        let existing = self.remediations_of_machine();
+        let existing = self.remediations_of_subject();
         let mut remediation = match existing.last() {
             Some(last)
                 if !last
@@ -278,7 +279,7 @@ pub(super) async fn reconcile(
     if !context.caches_ready() {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
-    let action = Pass::new(machine, context.clone())
+    let action = Pass::new(Subject::Machine(machine), context.clone())
         .run()
         .instrument(span)
         .await?;

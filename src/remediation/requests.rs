@@ -236,7 +236,8 @@ mod tests {
         let mut object = Remediation::new(
             "worker-1-1",
             RemediationSpec {
-                machine_name: "worker-1".into(),
+                machine_name: Some("worker-1".into()),
+                host_bmc: None,
                 machine_uid: None,
                 node_name: Some("worker-1".into()),
                 host: None,

@@ -16,6 +16,7 @@ use super::gates::{
 use super::observe::{machine_is_control_plane, node_view};
 use super::pass::Pass;
 use super::plan::NodeView;
+use super::subject::{machineless_nodes, node_is_control_plane, node_key, subject_key};
 use crate::api::Remediation;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::api::slim;
@@ -26,6 +27,10 @@ impl Pass {
     /// after it), read from the API server now (not from the cache). A Machine that is gone
     /// carries none.
     pub(super) async fn trigger_confirmed(&self) -> Result<bool> {
+        if self.subject.machine().is_none() {
+            // A Node without a Machine is asked for by its NodeHealthCheck's request only.
+            return self.request_confirmed().await;
+        }
         let Some(annotations) = self.fresh_machine_annotations().await? else {
             return Ok(false);
         };
@@ -77,8 +82,12 @@ impl Pass {
             .filter(|r| !super::requests::node_request(r).timed_out)
             .map(|r| r.name_any())
             .collect();
+        let mut machine_nodes = std::collections::HashSet::new();
         for machine in &machines {
             let ready = node_ready(machine);
+            if let Some(node) = machine.status.as_ref().and_then(|s| s.node_ref.as_ref()) {
+                machine_nodes.insert(node.name.clone());
+            }
             let key = (machine.namespace().unwrap_or_default(), machine.name_any());
             let node = machine.status.as_ref().and_then(|s| s.node_ref.as_ref());
             if machine.annotations().contains_key(EXTERNAL_REMEDIATION)
@@ -91,6 +100,21 @@ impl Pass {
             // Each Machine's role is read once, from its labels, not per comparison.
             if machine_is_control_plane(machine.labels()) {
                 health.control_plane.insert(machine.name_any());
+                if ready == Some(true) {
+                    health.control_plane_ready += 1;
+                }
+            }
+        }
+        let mappings = self.context.host_bmcs.state();
+        for node in machineless_nodes(&mappings, &machine_nodes) {
+            let cached = self.context.nodes.get(&ObjectRef::new(&node));
+            let ready = cached.as_deref().map(|n| is_ready(Some(n)));
+            health.machines += 1;
+            if node_requested.contains(&node) || ready == Some(false) {
+                health.unhealthy += 1;
+            }
+            if cached.is_some_and(|n| node_is_control_plane(n.labels())) {
+                health.control_plane.insert(node_key(&node));
                 if ready == Some(true) {
                     health.control_plane_ready += 1;
                 }
@@ -118,7 +142,7 @@ impl Pass {
             .map(|r| Listed {
                 namespace: r.namespace().unwrap_or_default(),
                 name: r.name_any(),
-                machine: r.spec.machine_name.clone(),
+                machine: subject_key(&r.spec),
                 phase: r.status.as_ref().map(|s| s.phase).unwrap_or_default(),
             })
             .collect();
@@ -135,8 +159,12 @@ impl Pass {
             control_plane_ready: health.control_plane_ready,
             out_of_service_taint: self.context.out_of_service_taint,
         };
+        let control_plane = match self.subject.machine() {
+            Some(machine) => machine_is_control_plane(machine.labels()),
+            None => node.is_some_and(|n| node_is_control_plane(n.labels())),
+        };
         let candidate = Candidate {
-            control_plane: machine_is_control_plane(self.machine.labels()),
+            control_plane,
             node_ready: is_ready(node),
         };
         may_start(candidate, fleet, &self.policy)

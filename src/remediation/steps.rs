@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
@@ -15,7 +14,7 @@ use tracing::info;
 use super::execute;
 use super::fence::ConfirmedOff;
 use super::gates::Held;
-use super::observe::{self, node_view};
+use super::observe::node_view;
 use super::pass::Pass;
 use super::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
 use super::power::Withdraw;
@@ -256,14 +255,8 @@ impl Pass {
         );
         self.persist(remediation, status).await?;
         self.context.leadership.ensure()?;
-        execute::set_annotation(
-            &self.machines_api(),
-            &self.name,
-            POWERED_OFF_FOR_REMEDIATION,
-            Some(""),
-            "MarkMachine",
-        )
-        .await?;
+        self.annotate_machine(POWERED_OFF_FOR_REMEDIATION, Some(""), "MarkMachine")
+            .await?;
         let note = format!("{host} is proven off");
         self.event(remediation, Severity::Normal, "Fenced", note)
             .await;
@@ -457,11 +450,10 @@ impl Pass {
     /// Removes the Machine's powered-off mark and the health check's trigger.
     async fn unmark_machine_and_remove_trigger(&self) -> Result<()> {
         self.context.leadership.ensure()?;
-        let machines = self.machines_api();
         let mark = POWERED_OFF_FOR_REMEDIATION;
-        execute::set_annotation(&machines, &self.name, mark, None, "UnmarkMachine").await?;
+        self.annotate_machine(mark, None, "UnmarkMachine").await?;
         let trigger = EXTERNAL_REMEDIATION;
-        execute::set_annotation(&machines, &self.name, trigger, None, "RemoveTrigger").await
+        self.annotate_machine(trigger, None, "RemoveTrigger").await
     }
 
     /// The strategy in use could not prove the host off: the next one takes over.
@@ -521,31 +513,33 @@ impl Pass {
         Ok(None)
     }
 
-    /// Creates the Machine's Remediation number `number`, owned by the Machine.
+    /// Creates the subject's Remediation number `number`, owned by the Machine (or by the
+    /// `HostBmc` of a Node without one).
     pub(super) async fn start(&self, number: usize) -> Result<Remediation> {
-        let machine_json = self.machine_json();
-        let (host, unusable) = match self.host_of_machine(&machine_json).await? {
-            Ok(host) => (host, None),
-            Err(unusable) => (None, Some(unusable)),
+        let (host, unusable) = match self.machine_json() {
+            Some(json) => match self.host_of_machine(&json).await? {
+                Ok(host) => (host, None),
+                Err(unusable) => (None, Some(unusable)),
+            },
+            None => (None, None),
         };
+        let machine = self.subject.machine();
         let mut object = Remediation::new(
             &format!("{}-{number}", self.name),
             RemediationSpec {
-                machine_name: self.name.clone(),
-                machine_uid: self.machine.uid(),
-                node_name: observe::machine_node(&machine_json),
+                machine_name: machine.map(|m| m.name_any()),
+                machine_uid: machine.and_then(|m| m.uid()),
+                host_bmc: self.subject.host_bmc().map(|m| m.name_any()),
+                node_name: self.subject_node(),
                 host: host.map(|h| h.to_string()),
                 trigger: self.cached_trigger(),
             },
         );
         object.metadata.namespace = Some(self.namespace.clone());
-        object.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: self.context.machine_api.api_version().into(),
-            kind: "Machine".into(),
-            name: self.name.clone(),
-            uid: self.machine.uid().unwrap_or_default(),
-            ..OwnerReference::default()
-        }]);
+        object.metadata.owner_references = Some(vec![
+            self.subject
+                .owner_reference(self.context.machine_api.api_version()),
+        ]);
         self.context.leadership.ensure()?;
         let api = self.remediation_api();
         let created = match api.create(&PostParams::default(), &object).await {
@@ -700,14 +694,8 @@ impl Pass {
             // The Machine's mark would claim a power-off nobody can prove any more. Removed
             // before Failed is persisted: a failed removal is tried again by the next pass.
             self.context.leadership.ensure()?;
-            execute::set_annotation(
-                &self.machines_api(),
-                &self.name,
-                POWERED_OFF_FOR_REMEDIATION,
-                None,
-                "UnmarkMachine",
-            )
-            .await?;
+            self.annotate_machine(POWERED_OFF_FOR_REMEDIATION, None, "UnmarkMachine")
+                .await?;
         }
         self.persist(remediation, status).await?;
         self.event(remediation, Severity::Warning, "Failed", message)
@@ -733,7 +721,10 @@ impl Pass {
             .host(remediation)
             .and_then(|(_, host)| host)
             .map(|h| serde_json::to_value(&*h).unwrap_or_default());
-        if let Err(why) = super::observe::reprovisionable(&self.machine.metadata, host.as_ref()) {
+        let Some(machine) = self.subject.machine() else {
+            return Ok(());
+        };
+        if let Err(why) = super::observe::reprovisionable(&machine.metadata, host.as_ref()) {
             self.event(
                 remediation,
                 Severity::Normal,
@@ -761,7 +752,10 @@ impl Pass {
         )
         .await;
         self.context.leadership.ensure()?;
-        execute::delete_machine(&self.machines_api(), &self.name, self.machine.uid()).await?;
+        let Some(machines) = self.machines_api() else {
+            return Ok(());
+        };
+        execute::delete_machine(&machines, &self.name, machine.uid()).await?;
         self.context.metrics.machine_deleted();
         Ok(())
     }

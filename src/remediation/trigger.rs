@@ -96,13 +96,18 @@ impl Pass {
     /// `MachineRemediation`, then the `NodeRemediation`s named after its Node (those not
     /// timed out first).
     fn cached_requests(&self) -> Vec<RequestView> {
+        // A Node subject has no Machine a MachineRemediation could be named after.
         let machine = self
-            .context
-            .machine_requests
-            .get(&ObjectRef::new(&self.name).within(&self.namespace))
+            .subject
+            .machine()
+            .and_then(|_| {
+                self.context
+                    .machine_requests
+                    .get(&ObjectRef::new(&self.name).within(&self.namespace))
+            })
             .filter(|r| r.metadata.deletion_timestamp.is_none())
             .map(|r| machine_request(&r));
-        let node = super::observe::machine_node(&self.machine_json());
+        let node = self.subject_node();
         let mut requests: Vec<RequestView> = self
             .context
             .node_requests
@@ -133,9 +138,9 @@ impl Pass {
     }
 
     fn annotated(&self) -> bool {
-        self.machine
-            .annotations()
-            .contains_key(EXTERNAL_REMEDIATION)
+        self.subject
+            .machine_annotations()
+            .is_some_and(|a| a.contains_key(EXTERNAL_REMEDIATION))
     }
 
     /// Whether the Machine is still asked for, for `remediation`, in the cache.
@@ -156,14 +161,16 @@ impl Pass {
     /// Whether the Machine's request exists (and, for a NodeHealthCheck's, is not timed
     /// out), read from the API server now.
     pub(super) async fn request_confirmed(&self) -> Result<bool> {
-        let machines: Api<MachineRemediation> =
-            Api::namespaced(self.context.client.clone(), &self.namespace);
-        let machine = machines
-            .get_opt(&self.name)
-            .await
-            .map_err(Error::kube("GetMachineRemediation"))?;
-        if machine.is_some_and(|r| r.metadata.deletion_timestamp.is_none()) {
-            return Ok(true);
+        if self.subject.machine().is_some() {
+            let machines: Api<MachineRemediation> =
+                Api::namespaced(self.context.client.clone(), &self.namespace);
+            let machine = machines
+                .get_opt(&self.name)
+                .await
+                .map_err(Error::kube("GetMachineRemediation"))?;
+            if machine.is_some_and(|r| r.metadata.deletion_timestamp.is_none()) {
+                return Ok(true);
+            }
         }
         let Some(cached) = self
             .cached_request()
@@ -269,7 +276,8 @@ mod tests {
         let mut object = Remediation::new(
             "worker-1-1",
             RemediationSpec {
-                machine_name: "worker-1".into(),
+                machine_name: Some("worker-1".into()),
+                host_bmc: None,
                 machine_uid: None,
                 node_name: None,
                 host: None,

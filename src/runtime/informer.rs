@@ -17,6 +17,8 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 
+use crate::runtime::tasks::Background;
+
 /// A kind's stream of changed objects (boxed: a controller keeps several in one struct).
 pub type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
@@ -59,6 +61,44 @@ where
         .touched_objects()
         .boxed();
     (store, changes)
+}
+
+/// One watch of a kind for several consumers (kube's shared reflector): one cache, and for
+/// each consumer its own stream of the objects that changed; `slim` is applied to every object
+/// before it is stored. The returned task drives the watch and stops it when dropped; a
+/// consumer more than `buffer` changes behind holds the others back, so each must be polled.
+pub fn shared_informer<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    slim: impl FnMut(&mut K) + Send + 'static,
+    consumers: usize,
+    buffer: usize,
+) -> crate::Result<(Store<K>, Vec<reflector::ReflectHandle<K>>, Background)>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store_shared::<K>(buffer);
+    let handles = (0..consumers)
+        .map(|_| {
+            writer.subscribe().ok_or_else(|| crate::Error::Invalid {
+                object: format!("the {} watch", K::kind(&K::DynamicType::default())),
+                reason: "its store is not shared".into(),
+            })
+        })
+        .collect::<crate::Result<Vec<_>>>()?;
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let watch = watcher(api, config)
+        .default_backoff()
+        .modify(slim)
+        .reflect_shared(writer)
+        .for_each(move |event| {
+            if let Err(error) = event {
+                tracing::warn!(%error, kind = %kind, "watch failed; retrying");
+            }
+            std::future::ready(())
+        });
+    Ok((store, handles, Background::spawn(watch)))
 }
 
 /// Like [`slimmed_informer`] over a kind watched as `K` and cached as `T` (the same object in

@@ -3,18 +3,15 @@
 //! large cluster a second cache of every Node, and a second stream of their updates to
 //! decode, would cost as much memory and CPU as everything else together.
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use tracing::warn;
 
+use crate::Result;
 use crate::api::slim;
-use crate::runtime::informer::watch_config;
+use crate::runtime::informer::{shared_informer, watch_config};
 use crate::runtime::tasks::Background;
-use crate::{Error, Result};
 
 /// How many Node changes the shared watch holds for a consumer that is behind (it waits
 /// when one is that far behind).
@@ -33,27 +30,20 @@ pub struct NodeFeed {
 /// Starts the Node watch for `consumers` consumers; the returned task drives it, and stops it
 /// when dropped.
 pub fn watch_nodes(client: &Client, consumers: usize) -> Result<(Vec<NodeFeed>, Background)> {
-    let (store, writer) = reflector::store_shared::<Node>(NODE_CHANGES_BUFFER);
-    let feeds = (0..consumers)
-        .map(|_| {
-            let changes = writer.subscribe().ok_or_else(|| Error::Invalid {
-                object: "the Node watch".into(),
-                reason: "its store is not shared".into(),
-            })?;
-            Ok(NodeFeed {
-                store: store.clone(),
-                changes,
-            })
+    let api = Api::<Node>::all(client.clone());
+    let (store, handles, task) = shared_informer(
+        api,
+        watch_config(),
+        slim::node,
+        consumers,
+        NODE_CHANGES_BUFFER,
+    )?;
+    let feeds = handles
+        .into_iter()
+        .map(|changes| NodeFeed {
+            store: store.clone(),
+            changes,
         })
-        .collect::<Result<Vec<_>>>()?;
-    let watch = watcher(Api::<Node>::all(client.clone()), watch_config())
-        .default_backoff()
-        .modify(slim::node)
-        .reflect_shared(writer)
-        .for_each(|event| async move {
-            if let Err(error) = event {
-                warn!(%error, "Node watch failed; retrying");
-            }
-        });
-    Ok((feeds, Background::spawn(watch)))
+        .collect();
+    Ok((feeds, task))
 }

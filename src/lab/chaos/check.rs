@@ -134,7 +134,7 @@ pub(super) fn latest_per_machine(remediations: &[Remediation]) -> HashMap<String
         r.metadata
             .name
             .as_deref()
-            .and_then(|n| n.strip_prefix(r.spec.machine_name.as_str()))
+            .and_then(|n| n.strip_prefix(r.spec.subject_name()))
             .and_then(|rest| rest.strip_prefix('-'))
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0)
@@ -142,10 +142,10 @@ pub(super) fn latest_per_machine(remediations: &[Remediation]) -> HashMap<String
     let mut latest: HashMap<String, &Remediation> = HashMap::new();
     for remediation in remediations {
         let newer = latest
-            .get(&remediation.spec.machine_name)
+            .get(remediation.spec.subject_name())
             .is_some_and(|r| attempt(r) > attempt(remediation));
         if !newer {
-            latest.insert(remediation.spec.machine_name.clone(), remediation);
+            latest.insert(remediation.spec.subject_name().to_string(), remediation);
         }
     }
     latest
@@ -323,7 +323,7 @@ impl Checker {
             .as_ref()
             .map(|s| s.phase)
             .unwrap_or_default();
-        let machine = remediation.spec.machine_name.clone();
+        let machine = remediation.spec.subject_name().to_string();
         let before = self.phases.get(&key).map(|(_, p)| *p);
         if matches!(event.kind, EventType::Deleted) {
             if let Some((_, ended)) = self.phases.remove(&key)

@@ -1,0 +1,195 @@
+//! The controller of Nodes without a Machine (platform none, UPI bare metal): a kube
+//! `Controller` over the `HostBmc`s that name such a Node, whose passes are the Machine
+//! controller's passes over a [`Subject::Node`] — the same state machine, proof, gates,
+//! Events and metrics. Its trigger is the NodeHealthCheck's `NodeRemediation` named after
+//! the Node; its host is reached through the `HostBmc`'s BMC only (`DirectBmc`: without a
+//! Machine there is no BareMetalHost).
+//!
+//! It shares the Machine controller's caches and context (one remediation budget, one set
+//! of gates). A `HostBmc` is the subject, not the Node or the request: it stays while the
+//! Node is deleted and registers again, and while the health check deletes its request
+//! after the proof, so a pass is woken through the whole cycle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::runtime::Controller;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
+use tracing::{Instrument, warn};
+
+use super::context::Context;
+use super::pass::Pass;
+use super::subject::{Subject, first_claim, machineless_node};
+use crate::api::annotations::{CAPI_NODE_MACHINE, NODE_MACHINE};
+use crate::api::{HostBmc, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy};
+use crate::runtime::events::Severity;
+use crate::{Error, Result};
+
+/// What wakes the controller: its share of the Machine controller's watches.
+pub(super) struct Feeds {
+    /// The `HostBmc`s, its subjects.
+    pub host_bmcs: (Store<HostBmc>, ReflectHandle<HostBmc>),
+    /// The NodeHealthCheck's requests, named after Nodes.
+    pub requests: ReflectHandle<NodeRemediation>,
+    /// The Remediations (a Node subject's own, and any that ended: a gate may open).
+    pub remediations: ReflectHandle<Remediation>,
+    /// The policy (a change may unblock anything).
+    pub policies: ReflectHandle<RemediationPolicy>,
+    /// The Nodes.
+    pub nodes: ReflectHandle<Node>,
+}
+
+/// Passes at once: few clusters have many Machine-less Nodes failing together, and the
+/// gates decide starts one at a time anyway.
+const PASSES_AT_ONCE: u16 = 8;
+
+/// Runs the controller until `shutdown` resolves.
+pub(super) async fn run(
+    context: Arc<Context>,
+    feeds: Feeds,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (mappings, mapping_changes) = feeds.host_bmcs;
+    let of_node = {
+        let mappings = mappings.clone();
+        move |node: &str| subject_of_node(&mappings, node)
+    };
+    let of_request = {
+        let of_node = of_node.clone();
+        move |request: Arc<NodeRemediation>| of_node(&request.name_any())
+    };
+    let of_changed_node = {
+        let of_node = of_node.clone();
+        move |node: Arc<Node>| {
+            // A Node with a Machine is its Machine's to remediate: no lookup for it.
+            let annotations = node.annotations();
+            let has_machine = annotations.contains_key(NODE_MACHINE)
+                || annotations.contains_key(CAPI_NODE_MACHINE);
+            if has_machine {
+                None
+            } else {
+                of_node(&node.name_any())
+            }
+        }
+    };
+    let remediations = context.remediations.clone();
+    let of_remediation =
+        move |r: Arc<Remediation>| subjects_of_remediation(&r, &remediations, &of_node);
+    Controller::for_shared_stream(mapping_changes, mappings)
+        .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
+        .watches_shared_stream(feeds.requests, of_request)
+        .watches_shared_stream(feeds.nodes, of_changed_node)
+        .watches_shared_stream(feeds.remediations, of_remediation)
+        .reconcile_all_on(feeds.policies.map(|_| ()))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                warn!(%error, "reconcile of a Node without a Machine failed");
+            }
+        })
+        .await;
+}
+
+/// The `HostBmc` that is Machine-less Node `node`'s subject, if any.
+fn subject_of_node(mappings: &Store<HostBmc>, node: &str) -> Option<ObjectRef<HostBmc>> {
+    first_claim(&mappings.state(), node).map(|m| ObjectRef::from_obj(&**m))
+}
+
+/// The subjects a changed Remediation wakes: its own (a Node subject's), and when it ended
+/// (which may open a gate) every Node subject whose start is held.
+fn subjects_of_remediation(
+    remediation: &Remediation,
+    all: &Store<Remediation>,
+    of_node: &impl Fn(&str) -> Option<ObjectRef<HostBmc>>,
+) -> Vec<ObjectRef<HostBmc>> {
+    let own = node_subject(remediation).and_then(of_node);
+    let ended = remediation
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase.is_terminal());
+    let held = all.state().into_iter().filter(|r| {
+        ended && r.status.as_ref().map(|s| s.phase).unwrap_or_default() == RemediationPhase::Pending
+    });
+    own.into_iter()
+        .chain(held.filter_map(|r| node_subject(&r).and_then(of_node)))
+        .collect()
+}
+
+/// The Node of a Remediation of a Machine-less Node.
+fn node_subject(remediation: &Remediation) -> Option<&str> {
+    let spec = &remediation.spec;
+    spec.of_machineless_node().then(|| spec.subject_name())
+}
+
+/// Reconciles one `HostBmc`: a pass over the Node it makes a subject, once the caches hold a
+/// full picture.
+async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Action> {
+    let Some(node) = machineless_node(&mapping).map(str::to_string) else {
+        return Ok(Action::await_change());
+    };
+    if !context.caches_ready() {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    let namespace = mapping.namespace().unwrap_or_default();
+    let claimed = first_claim(&context.host_bmcs.state(), &node).map(|m| ObjectRef::from_obj(&**m));
+    if claimed.is_some_and(|first| first != ObjectRef::from_obj(&*mapping)) {
+        refuse_second_mapping(&context, &mapping, &node).await;
+        return Ok(Action::await_change());
+    }
+    let pass = Pass::new(Subject::Node(mapping.clone()), context.clone());
+    // A Node that has a Machine is its Machine's to remediate (the HostBmc then only tells
+    // where its BMC is); one already under remediation as a Node finishes as one.
+    if node_has_machine(&context, &node) && !pass.under_way() {
+        return Ok(Action::await_change());
+    }
+    let span = tracing::info_span!("remediate", node = %node, namespace = %namespace);
+    let action = pass.run().instrument(span).await?;
+    context.backoff.succeeded(&backoff_key(&mapping));
+    Ok(action)
+}
+
+/// Whether a Machine in the cache has `node` as its Node.
+fn node_has_machine(context: &Context, node: &str) -> bool {
+    context.machines.state().iter().any(|m| {
+        m.status
+            .as_ref()
+            .and_then(|s| s.node_ref.as_ref())
+            .is_some_and(|r| r.name == node)
+    })
+}
+
+/// Tells, on the second `HostBmc`, that another one already maps the Node.
+async fn refuse_second_mapping(context: &Context, mapping: &HostBmc, node: &str) {
+    let note = format!(
+        "another HostBmc already maps Node {node} (the oldest one is used): this one is ignored; delete one of them"
+    );
+    warn!(host_bmc = %mapping.name_any(), %node, "{note}");
+    let reference = kube::Resource::object_ref(mapping, &());
+    crate::runtime::events::publish(
+        &context.recorder,
+        Severity::Warning,
+        "DuplicateHostBmc",
+        &note,
+        &[(reference, None)],
+    )
+    .await;
+}
+
+fn backoff_key(mapping: &HostBmc) -> String {
+    format!(
+        "HostBmc/{}/{}",
+        mapping.namespace().unwrap_or_default(),
+        mapping.name_any()
+    )
+}
+
+/// What a failed pass leads to (see [`crate::runtime::requeue`]).
+fn error_policy(mapping: Arc<HostBmc>, error: &Error, context: Arc<Context>) -> Action {
+    let base = context.poll.max(Duration::from_secs(1));
+    context.backoff.failed(&backoff_key(&mapping), error, base)
+}
