@@ -361,6 +361,20 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
     println!("READY {}", cluster.api_server().url());
+    if cluster.spec().platform_none {
+        // The HostBmc kind is baremend's: its objects come once its CRDs are applied.
+        eprintln!("platform none: the HostBmcs appear once baremend's CRDs are installed");
+        let cluster = cluster.clone();
+        tokio::spawn(async move {
+            match cluster
+                .create_host_bmcs_once_served(Duration::from_millis(250))
+                .await
+            {
+                Ok(count) => eprintln!("{count} HostBmcs created"),
+                Err(error) => eprintln!("the HostBmcs could not be created: {error}"),
+            }
+        });
+    }
     wait_for_termination().await;
     Ok(())
 }

@@ -1,13 +1,25 @@
 //! The simulated cluster: it comes up, a hung worker is marked by the MachineHealthCheck for
 //! external remediation within its timeout, and hosts powered off through the BareMetalHost
-//! reboot API come back and re-register after power-on.
+//! reboot API come back and re-register after power-on; a platform-none cluster has only Nodes
+//! and HostBmcs, and its NodeHealthCheck asks for the remediation of a hung Node.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baremend_sim::cluster::local::{BMHS, Local, MACHINES, NODES};
+use baremend_drivers::{
+    BmcAddress, Connector, Credentials, DriverConfig, PowerDriver, PowerOffMode, PowerState,
+    TlsOptions,
+};
+use baremend_sim::Error;
+use baremend_sim::cluster::local::{BMHS, CRDS, HOST_BMCS, Local, MACHINES, MHCS, NODES, SECRETS};
+use baremend_sim::cluster::nhc::{self, NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS};
 use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, EXTERNAL_REMEDIATION, MACHINE_NAMESPACE, SimCluster};
+use baremend_sim::cluster::{
+    ClusterSpec, EXTERNAL_REMEDIATION, MACHINE_NAMESPACE, NHC_NAMESPACE, SimCluster,
+};
 use baremend_sim::host::Power;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 mod common;
@@ -520,4 +532,185 @@ async fn the_operator_records_the_credentials_the_bmc_accepted_and_a_refusal_as_
         },
     )
     .await;
+}
+
+/// A platform-none cluster (of `spec`'s other settings), baremend's CRDs that it needs installed
+/// from the repository's `crds/` (as the lab installs them), and each host's HostBmc created.
+async fn platform_none_cluster(spec: ClusterSpec) -> (SimCluster, Local) {
+    let cluster = SimCluster::start(ClusterSpec {
+        platform_none: true,
+        ..spec
+    })
+    .await
+    .unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
+    for file in [
+        "hostbmcs.yaml",
+        "noderemediations.yaml",
+        "noderemediationtemplates.yaml",
+    ] {
+        let text = std::fs::read_to_string(crds.join(file)).unwrap();
+        let crd: Value = serde_yaml::from_str(&text).unwrap();
+        api.create(CRDS, "", crd).unwrap();
+    }
+    let hosts = cluster.hosts().len();
+    assert_eq!(cluster.create_host_bmcs().unwrap(), hosts);
+    assert_eq!(api.list(HOST_BMCS, None).len(), hosts);
+    (cluster, api)
+}
+
+/// The fast cluster with a NodeHealthCheck for its workers.
+fn with_nhc() -> ClusterSpec {
+    ClusterSpec {
+        node_health_check: true,
+        ..fast()
+    }
+}
+
+/// A driver for the BMC a HostBmc names, with the credentials of its Secret.
+fn driver_from_host_bmc(api: &Local, host_bmc: &Value) -> Arc<dyn PowerDriver> {
+    let namespace = host_bmc["metadata"]["namespace"].as_str().unwrap();
+    let secret_name = host_bmc["spec"]["credentialsName"].as_str().unwrap();
+    let secret = api.get(SECRETS, namespace, secret_name).unwrap();
+    let decode = |key: &str| {
+        let encoded = secret["data"][key].as_str().unwrap();
+        String::from_utf8(STANDARD.decode(encoded).unwrap()).unwrap()
+    };
+    let address = BmcAddress::parse(host_bmc["spec"]["address"].as_str().unwrap()).unwrap();
+    let credentials = Credentials::new(decode("username"), decode("password"));
+    let config = DriverConfig::new(address, credentials, TlsOptions::default());
+    Connector::new().connect(config).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_platform_none_cluster_has_nodes_and_host_bmcs_and_no_machines() {
+    let (cluster, api) = platform_none_cluster(with_nhc()).await;
+    assert_eq!(cluster.ready_nodes(), 6);
+    for (kind, gvr) in [
+        ("Machines", MACHINES),
+        ("BareMetalHosts", BMHS),
+        ("MHCs", MHCS),
+    ] {
+        assert!(api.list(gvr, None).is_empty(), "no {kind}");
+    }
+    let host_bmcs = api.list(HOST_BMCS, Some(MACHINE_NAMESPACE));
+    assert_eq!(host_bmcs.len(), 6);
+    for host_bmc in &host_bmcs {
+        let name = host_bmc["metadata"]["name"].as_str().unwrap();
+        let host = cluster.host(name).unwrap();
+        assert_eq!(host_bmc["spec"]["nodeName"], name);
+        assert_eq!(host_bmc["spec"]["address"], host.redfish_address.as_str());
+        assert_eq!(
+            host_bmc["spec"]["credentialsName"],
+            format!("{name}-bmc-secret")
+        );
+        let node = api.get(NODES, "", name).unwrap();
+        let annotations = node["metadata"]["annotations"].as_object().unwrap();
+        assert!(
+            annotations.keys().all(|k| !k.contains("machine")),
+            "{name} has no Machine: {annotations:?}"
+        );
+        assert!(node["spec"].get("providerID").is_none(), "{name}");
+    }
+    // The BMC a HostBmc names answers to its Secret's credentials and powers the host: the
+    // kubelet goes silent while it is off and comes back with a new boot after power-on.
+    let host_bmc = api.get(HOST_BMCS, MACHINE_NAMESPACE, "worker-1").unwrap();
+    let driver = driver_from_host_bmc(&api, &host_bmc);
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+    let boot = |api: &Local| {
+        api.get(NODES, "", "worker-1").unwrap()["status"]["nodeInfo"]["bootID"].clone()
+    };
+    let first_boot = boot(&api);
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    eventually(
+        "worker-1 to be off and its Node Unknown",
+        Duration::from_secs(10),
+        async || {
+            cluster.host("worker-1").unwrap().host.power() == Power::Off
+                && ready(&api, "worker-1").as_deref() == Some("Unknown")
+        },
+    )
+    .await;
+    // No BareMetal Operator powers it back on: it stays off until the BMC is told.
+    assert_eq!(driver.power_state().await.unwrap(), PowerState::Off);
+    driver.power_on().await.unwrap();
+    eventually(
+        "worker-1 Ready again after a new boot",
+        Duration::from_secs(10),
+        async || ready(&api, "worker-1").as_deref() == Some("True") && boot(&api) != first_boot,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_machineless_worker_gets_a_node_remediation_from_the_node_health_check() {
+    let (cluster, api) = platform_none_cluster(with_nhc()).await;
+    api.create(
+        NODE_REMEDIATION_TEMPLATES,
+        NHC_NAMESPACE,
+        json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+    )
+    .unwrap();
+    assert!(cluster.hang("worker-2"));
+    eventually(
+        "a NodeRemediation named after worker-2",
+        Duration::from_secs(10),
+        async || {
+            api.get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-2")
+                .is_ok()
+        },
+    )
+    .await;
+    let requests = api.list(NODE_REMEDIATIONS, None);
+    let names: Vec<&str> = requests
+        .iter()
+        .filter_map(|r| r["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["worker-2"], "only the hung worker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_platform_none_cluster_with_bmh_uses_ipmi_names_the_ipmi_bmcs() {
+    // No NodeHealthCheck: allowed, nothing there asks for remediation by itself.
+    let ipmi = ClusterSpec {
+        masters: 1,
+        workers: 1,
+        ipmi: true,
+        bmh_uses_ipmi: true,
+        ..fast()
+    };
+    let (cluster, api) = platform_none_cluster(ipmi).await;
+    assert_eq!(cluster.ready_nodes(), 2);
+    for host in cluster.hosts() {
+        let host_bmc = api.get(HOST_BMCS, MACHINE_NAMESPACE, &host.name).unwrap();
+        let address = host.ipmi_address.as_deref().unwrap();
+        assert!(address.starts_with("ipmi://"), "{address}");
+        assert_eq!(host_bmc["spec"]["address"], address);
+        let driver = driver_from_host_bmc(&api, &host_bmc);
+        assert_eq!(driver.power_state().await.unwrap(), PowerState::On);
+    }
+    assert!(api.list(nhc::NHCS, None).is_empty());
+}
+
+#[tokio::test]
+async fn a_platform_none_cluster_refuses_the_machine_flavours() {
+    for spec in [
+        ClusterSpec {
+            cluster_api: true,
+            ..ClusterSpec::default()
+        },
+        ClusterSpec {
+            remediation_template: Some("baremend".into()),
+            ..ClusterSpec::default()
+        },
+    ] {
+        let spec = ClusterSpec {
+            platform_none: true,
+            ..spec
+        };
+        let error = SimCluster::start(spec).await.unwrap_err();
+        assert!(matches!(error, Error::Config(_)), "{error}");
+        assert!(error.to_string().contains("platformNone"), "{error}");
+    }
 }

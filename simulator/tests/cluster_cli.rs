@@ -60,19 +60,19 @@ async fn sim(args: &[&str]) -> (bool, String) {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_process_is_seen_by_kubectl_and_takes_faults() {
-    let dir = scratch();
-    let scenario = dir.join("scenario.yaml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    let control = format!("127.0.0.1:{}", free_port());
+/// Starts `baremend-sim cluster` on a scenario file and waits for its `READY` line; the
+/// process ends when the handle is dropped.
+async fn start_cluster(
+    scenario: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    extra: &[&str],
+) -> tokio::process::Child {
     let mut cluster = Command::new(env!("CARGO_BIN_EXE_baremend-sim"))
         .args(["cluster", "--scenario"])
-        .arg(&scenario)
+        .arg(scenario)
         .arg("--kubeconfig-out")
-        .arg(&kubeconfig)
-        .args(["--control", &control])
+        .arg(kubeconfig)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -85,6 +85,17 @@ async fn a_cluster_process_is_seen_by_kubectl_and_takes_faults() {
         .unwrap()
         .unwrap();
     assert!(ready.starts_with("READY https://127.0.0.1:"), "{ready}");
+    cluster
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_process_is_seen_by_kubectl_and_takes_faults() {
+    let dir = scratch();
+    let scenario = dir.join("scenario.yaml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let control = format!("127.0.0.1:{}", free_port());
+    let _cluster = start_cluster(&scenario, &kubeconfig, &["--control", &control]).await;
 
     let (ok, out) = kubectl(&kubeconfig, &["get", "nodes,machines,baremetalhosts", "-A"]).await;
     assert!(ok, "{out}");
@@ -152,4 +163,61 @@ async fn a_cluster_process_is_seen_by_kubectl_and_takes_faults() {
     let (ok, _) = kubectl(&kubeconfig, &["get", "nodes", "--request-timeout=5s"]).await;
     let (ok_after, out) = kubectl(&kubeconfig, &["get", "nodes"]).await;
     assert!(ok || ok_after, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_platform_none_cluster_process_creates_its_host_bmcs_once_the_crd_is_applied() {
+    let dir = scratch();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let kubeconfig = dir.join("kubeconfig-upi");
+    let scenario = root.join("scenarios/nhc-upi.yaml");
+    let _cluster = start_cluster(&scenario, &kubeconfig, &[]).await;
+    let (ok, out) = kubectl(&kubeconfig, &["get", "nodes"]).await;
+    assert!(ok, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.contains(" Ready ")).count(),
+        6,
+        "{out}"
+    );
+    let (ok, out) = kubectl(&kubeconfig, &["get", "machines,baremetalhosts", "-A"]).await;
+    assert!(ok && out.contains("No resources found"), "{out}");
+
+    let crd = root.join("../crds/hostbmcs.yaml");
+    let (ok, out) = kubectl(&kubeconfig, &["apply", "-f", crd.to_str().unwrap()]).await;
+    assert!(ok, "{out}");
+    eventually("the six HostBmcs", Duration::from_secs(10), async || {
+        let (_, out) = kubectl(
+            &kubeconfig,
+            &[
+                "-n",
+                "openshift-machine-api",
+                "get",
+                "hostbmcs",
+                "-o",
+                "name",
+            ],
+        )
+        .await;
+        if out.lines().filter(|l| l.starts_with("hostbmc")).count() == 6 {
+            Ok(())
+        } else {
+            Err(out)
+        }
+    })
+    .await;
+    let (ok, node) = kubectl(
+        &kubeconfig,
+        &[
+            "-n",
+            "openshift-machine-api",
+            "get",
+            "hostbmc",
+            "worker-0",
+            "-o",
+            "jsonpath={.spec.nodeName} {.spec.credentialsName}",
+        ],
+    )
+    .await;
+    assert!(ok, "{node}");
+    assert_eq!(node, "worker-0 worker-0-bmc-secret");
 }

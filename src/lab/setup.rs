@@ -33,7 +33,8 @@ pub struct LabCluster {
 }
 
 impl LabCluster {
-    /// Starts the cluster and installs the CRDs.
+    /// Starts the cluster and installs the CRDs (then, on a platform-none cluster, each
+    /// host's `HostBmc`).
     pub async fn start(spec: ClusterSpec) -> Result<Self> {
         let cluster = SimCluster::start(spec).await?;
         let invalid = |reason: String| Error::Invalid {
@@ -54,6 +55,8 @@ impl LabCluster {
                 .await
                 .map_err(Error::kube("CreateCrd"))?;
         }
+        // A platform-none cluster's hosts are described by HostBmcs: served from now on.
+        cluster.create_host_bmcs()?;
         let api = Local::new(cluster.api_server().store().clone(), "lab");
         Ok(LabCluster {
             cluster,

@@ -61,6 +61,19 @@ pub struct Machine {
     pub disk: Option<Arc<NodeDisk>>,
 }
 
+/// Which Machine, if any, a Node belongs to: it decides the Node's Machine annotations and
+/// `spec.providerID`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MachineLink {
+    /// An OpenShift Machine API Machine (`machine.openshift.io/machine`).
+    MachineApi,
+    /// A Cluster API Machine (`cluster.x-k8s.io/machine` and its cluster).
+    ClusterApi,
+    /// No Machine (platform none): no annotation, no provider ID, as a user-provisioned
+    /// bare-metal Node has.
+    None,
+}
+
 /// What a kubelet knows about its node.
 #[derive(Debug, Clone)]
 pub struct NodeIdentity {
@@ -68,8 +81,8 @@ pub struct NodeIdentity {
     pub name: String,
     /// `master` or `worker`.
     pub role: String,
-    /// The Machine is a Cluster API one.
-    pub cluster_api: bool,
+    /// The Node's Machine.
+    pub machine: MachineLink,
 }
 
 /// The boot ID of a host's `boot`-th boot, UUID-shaped like `/proc/sys/kernel/random/boot_id`:
@@ -95,6 +108,36 @@ fn node_info(boot_id: &str) -> Value {
     json!({"kubeletVersion": "v1.32.0", "operatingSystem": "linux", "architecture": "amd64", "bootID": boot_id})
 }
 
+/// The Node's annotations and spec as its Machine's controller leaves them.
+fn machine_fields(identity: &NodeIdentity) -> (Value, Value) {
+    // Set by the machine-api nodelink controller in OpenShift, or by Cluster API's machine
+    // controller; the simulator has neither, so the kubelet writes them (machine and host
+    // names are equal here).
+    let mut annotations = json!({"volumes.kubernetes.io/controller-managed-attach-detach": "true"});
+    let mut spec = json!({});
+    match identity.machine {
+        MachineLink::ClusterApi => {
+            annotations["cluster.x-k8s.io/machine"] = json!(identity.name);
+            annotations["cluster.x-k8s.io/cluster-namespace"] = json!(super::MACHINE_NAMESPACE);
+            annotations["cluster.x-k8s.io/cluster-name"] = json!(super::CAPI_CLUSTER_NAME);
+        }
+        MachineLink::MachineApi => {
+            annotations["machine.openshift.io/machine"] =
+                json!(format!("{}/{}", super::MACHINE_NAMESPACE, identity.name));
+        }
+        // Without a cloud provider nothing sets a provider ID on a user-provisioned Node.
+        MachineLink::None => {}
+    }
+    if identity.machine != MachineLink::None {
+        spec["providerID"] = json!(format!(
+            "baremetalhost:///{}/{}",
+            super::MACHINE_NAMESPACE,
+            identity.name
+        ));
+    }
+    (annotations, spec)
+}
+
 fn node_object(identity: &NodeIdentity, now: &str, boot_id: &str) -> Value {
     let role_label = format!("node-role.kubernetes.io/{}", identity.role);
     let mut labels = json!({
@@ -106,27 +149,12 @@ fn node_object(identity: &NodeIdentity, now: &str, boot_id: &str) -> Value {
     if identity.role == "master" {
         labels["node-role.kubernetes.io/control-plane"] = json!("");
     }
-    // Set by the machine-api nodelink controller in OpenShift, or by Cluster API's machine
-    // controller; the simulator has neither, so the kubelet writes them (machine and host
-    // names are equal here).
-    let annotations = if identity.cluster_api {
-        json!({
-            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-            "cluster.x-k8s.io/machine": identity.name,
-            "cluster.x-k8s.io/cluster-namespace": "openshift-machine-api",
-            "cluster.x-k8s.io/cluster-name": super::CAPI_CLUSTER_NAME,
-        })
-    } else {
-        json!({
-            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-            "machine.openshift.io/machine": format!("openshift-machine-api/{}", identity.name),
-        })
-    };
+    let (annotations, spec) = machine_fields(identity);
     json!({
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": identity.name, "labels": labels, "annotations": annotations},
-        "spec": {"providerID": format!("baremetalhost:///openshift-machine-api/{}", identity.name)},
+        "spec": spec,
         "status": {
             "conditions": conditions(now, now),
             "addresses": [{"type": "Hostname", "address": identity.name}],

@@ -113,6 +113,12 @@ pub const MACHINE_REMEDIATIONS: Gvr = Gvr {
     version: "v1alpha1",
     plural: "machineremediations",
 };
+/// baremend's HostBmcs (a host's BMC, for hosts without a BareMetalHost).
+pub const HOST_BMCS: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "hostbmcs",
+};
 /// BareMetalHosts.
 pub const BMHS: Gvr = Gvr {
     group: "metal3.io",
@@ -181,6 +187,11 @@ impl Local {
             .registry()
             .get(gvr.group, gvr.version, gvr.plural)
             .ok_or_else(|| ApiError::no_route(gvr.plural))
+    }
+
+    /// Whether the API serves the kind (its CRD is installed, for a custom one).
+    pub fn serves(&self, gvr: Gvr) -> bool {
+        self.ty(gvr).is_ok()
     }
 
     /// Reads an object.

@@ -2,7 +2,9 @@
 //! their BMCs (Redfish, optionally IPMI), and the actors around the controller under test —
 //! kubelets, the node lifecycle controller, the MachineHealthCheck controller and the
 //! BareMetal Operator. Machines, BareMetalHosts and Nodes are linked as in OpenShift
-//! (`status.nodeRef`, `spec.providerID`, the `metal3.io/BareMetalHost` annotation).
+//! (`status.nodeRef`, `spec.providerID`, the `metal3.io/BareMetalHost` annotation); in the
+//! platform-none flavour ([`ClusterSpec::platform_none`]) there are only Nodes, and each
+//! host's BMC is a baremend `HostBmc` naming its Node.
 
 mod bmo;
 pub mod control;
@@ -26,10 +28,10 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 pub use self::bmo::{DETACHED, PAUSED, REBOOT, REBOOT_PREFIX};
-pub use self::kubelet::NodeFaults;
+pub use self::kubelet::{MachineLink, NodeFaults};
 use self::local::{
-    BMHS, CAPI_MACHINES, CAPI_MHCS, CRDS, Local, MACHINES, METAL3_MACHINES, MHCS, NAMESPACES,
-    NODES, SECRETS,
+    BMHS, CAPI_MACHINES, CAPI_MHCS, CRDS, HOST_BMCS, Local, MACHINES, METAL3_MACHINES, MHCS,
+    NAMESPACES, NODES, SECRETS,
 };
 pub use self::mhc::{EXTERNAL_REMEDIATION, STRATEGY_ANNOTATION};
 pub use self::scenario::ClusterSpec;
@@ -40,7 +42,9 @@ use crate::ipmi::{IpmiSim, IpmiSimConfig, IpmiUser, privilege};
 use crate::redfish::{RedfishSim, RedfishSimConfig};
 use crate::{Error, Result};
 
-/// The namespace of Machines, BareMetalHosts and BMC Secrets.
+/// The namespace of Machines, BareMetalHosts and BMC Secrets (and, in the platform-none
+/// flavour, of the HostBmcs: OpenShift has it on every platform, and baremend's shipped RBAC
+/// reads BMC Secrets there).
 pub const MACHINE_NAMESPACE: &str = "openshift-machine-api";
 
 /// Where the NodeHealthCheck's templates, and so its requests, live.
@@ -66,6 +70,23 @@ pub struct HostInfo {
     pub redfish_address: String,
     /// Its IPMI address, when IPMI is served.
     pub ipmi_address: Option<String>,
+}
+
+impl HostInfo {
+    /// The BMC address its BareMetalHost or HostBmc names: IPMI when asked for and served,
+    /// else Redfish.
+    pub fn bmc_address(&self, use_ipmi: bool) -> String {
+        match (&self.ipmi_address, use_ipmi) {
+            (Some(ipmi), true) => ipmi.clone(),
+            _ => self.redfish_address.clone(),
+        }
+    }
+
+    /// The name of its BMC credentials Secret (`username`, `password`), in
+    /// [`MACHINE_NAMESPACE`].
+    pub fn bmc_secret(&self) -> String {
+        format!("{}-bmc-secret", self.name)
+    }
 }
 
 /// A running simulated cluster. Dropping it stops everything.
@@ -97,6 +118,7 @@ impl SimCluster {
     /// Builds and starts a cluster; returns once every Node is registered and Ready (or
     /// after `spec.ready_timeout`).
     pub async fn start(spec: ClusterSpec) -> Result<Self> {
+        spec.validate().map_err(Error::Config)?;
         let started = Instant::now();
         let server = ApiServer::start(ApiServerConfig {
             tls: spec.tls,
@@ -189,7 +211,11 @@ impl SimCluster {
             });
         }
         for info in &hosts {
-            Self::register(&api, info, &bmc_password, spec.bmh_uses_ipmi).map_err(fail)?;
+            Self::create_bmc_secret(&api, info, &bmc_password).map_err(fail)?;
+            if spec.platform_none {
+                continue;
+            }
+            Self::register(&api, info, spec.bmh_uses_ipmi).map_err(fail)?;
             if spec.cluster_api {
                 Self::as_cluster_api(&api, info).map_err(fail)?;
             }
@@ -197,6 +223,8 @@ impl SimCluster {
         if spec.node_health_check {
             api.create(nhc::NHCS, "", node_health_check(&spec))
                 .map_err(fail)?;
+        } else if spec.platform_none {
+            // No Machines, so no MachineHealthCheck: the requests come from elsewhere.
         } else if spec.cluster_api {
             let mhc = capi_health_check(&spec);
             api.create(CAPI_MHCS, MACHINE_NAMESPACE, mhc)
@@ -217,7 +245,7 @@ impl SimCluster {
             let identity = kubelet::NodeIdentity {
                 name: info.name.clone(),
                 role: info.role.clone(),
-                cluster_api: spec.cluster_api,
+                machine: spec.machine_link(),
             };
             // Spread heartbeats over the interval, deterministically for a seed (xorshift).
             seed ^= seed << 13;
@@ -240,10 +268,12 @@ impl SimCluster {
             Local::new(server.store().clone(), "kube-controller-manager"),
             spec.timing.clone(),
         )));
-        actors.push(tokio::spawn(bmo::run(
-            Local::new(server.store().clone(), "metal3-baremetal-controller"),
-            spec.timing.clone(),
-        )));
+        if !spec.platform_none {
+            actors.push(tokio::spawn(bmo::run(
+                Local::new(server.store().clone(), "metal3-baremetal-controller"),
+                spec.timing.clone(),
+            )));
+        }
         if let Some(mco) = &mco {
             actors.extend(mco.start(
                 &Local::new(server.store().clone(), "machine-config-daemon"),
@@ -280,13 +310,15 @@ impl SimCluster {
                 cluster.spec.timing.clone(),
             )));
         }
-        cluster.actors.push(tokio::spawn(mhc::run(
-            Local::new(
-                cluster.server.store().clone(),
-                "machine-healthcheck-controller",
-            ),
-            cluster.spec.timing.clone(),
-        )));
+        if !cluster.spec.platform_none {
+            cluster.actors.push(tokio::spawn(mhc::run(
+                Local::new(
+                    cluster.server.store().clone(),
+                    "machine-healthcheck-controller",
+                ),
+                cluster.spec.timing.clone(),
+            )));
+        }
         if !faults.is_empty() {
             let hosts = cluster.hosts.clone();
             cluster
@@ -296,19 +328,24 @@ impl SimCluster {
         Ok(cluster)
     }
 
-    /// Creates the Secret, BareMetalHost and Machine of a host.
-    fn register(
+    /// Creates a host's BMC credentials Secret.
+    fn create_bmc_secret(
         api: &Local,
         info: &HostInfo,
         password: &str,
+    ) -> std::result::Result<(), crate::apiserver::ApiError> {
+        api.create(SECRETS, MACHINE_NAMESPACE, json!({"metadata": {"name": info.bmc_secret()}, "type": "Opaque", "data": {"username": secret_data(BMC_USERNAME), "password": secret_data(password)}}))?;
+        Ok(())
+    }
+
+    /// Creates the BareMetalHost and Machine of a host (its Secret exists).
+    fn register(
+        api: &Local,
+        info: &HostInfo,
         use_ipmi: bool,
     ) -> std::result::Result<(), crate::apiserver::ApiError> {
-        let secret_name = format!("{}-bmc-secret", info.name);
-        api.create(SECRETS, MACHINE_NAMESPACE, json!({"metadata": {"name": secret_name}, "type": "Opaque", "data": {"username": secret_data(BMC_USERNAME), "password": secret_data(password)}}))?;
-        let address = match (&info.ipmi_address, use_ipmi) {
-            (Some(ipmi), true) => ipmi.clone(),
-            _ => info.redfish_address.clone(),
-        };
+        let address = info.bmc_address(use_ipmi);
+        let secret_name = info.bmc_secret();
         let bmh = api.create(BMHS, MACHINE_NAMESPACE, json!({
             "apiVersion": "metal3.io/v1alpha1",
             "kind": "BareMetalHost",
@@ -332,6 +369,44 @@ impl SimCluster {
         }))?;
         api.merge(MACHINES, MACHINE_NAMESPACE, &info.name, &json!({"status": {"phase": "Running", "nodeRef": {"kind": "Node", "name": info.name}}}), true)?;
         Ok(())
+    }
+
+    /// Creates, in the platform-none flavour, each host's `HostBmc` (named after the host, in
+    /// [`MACHINE_NAMESPACE`]): `spec.nodeName` its Node, `spec.address` its BMC (IPMI with
+    /// `bmhUsesIpmi` and `ipmi`, else Redfish), `spec.credentialsName` its Secret. The kind is
+    /// baremend's, so whoever installs baremend's CRDs calls this afterwards (the lab does);
+    /// other flavours create none. Returns how many were created.
+    pub fn create_host_bmcs(&self) -> Result<usize> {
+        if !self.spec.platform_none {
+            return Ok(0);
+        }
+        let api = Local::new(self.server.store().clone(), "baremend-sim-installer");
+        for info in &self.hosts {
+            let object = host_bmc(info, self.spec.bmh_uses_ipmi);
+            api.create(HOST_BMCS, MACHINE_NAMESPACE, object)
+                .map_err(|e| {
+                    Error::Config(format!(
+                        "HostBmc {} not created (is baremend's HostBmc CRD installed?): {}",
+                        info.name, e.message
+                    ))
+                })?;
+        }
+        Ok(self.hosts.len())
+    }
+
+    /// Waits, looking `every` so often, until the `HostBmc` kind is served, then creates the
+    /// HostBmcs as [`SimCluster::create_host_bmcs`]: the step of an administrator who applies
+    /// them once baremend's CRDs are installed (the `baremend-sim cluster` command runs it; a
+    /// test that installs the CRDs itself calls `create_host_bmcs` at once).
+    pub async fn create_host_bmcs_once_served(&self, every: Duration) -> Result<usize> {
+        if !self.spec.platform_none {
+            return Ok(0);
+        }
+        let api = Local::new(self.server.store().clone(), "reader");
+        while !api.serves(HOST_BMCS) {
+            tokio::time::sleep(every).await;
+        }
+        self.create_host_bmcs()
     }
 
     /// Turns a host's Machine into the Cluster API flavour: the OpenShift Machine is replaced by
@@ -416,6 +491,11 @@ impl SimCluster {
                     })
             })
             .count()
+    }
+
+    /// The spec the cluster was started with.
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.spec
     }
 
     /// The API server.
@@ -534,6 +614,20 @@ impl Drop for SimCluster {
             actor.abort();
         }
     }
+}
+
+/// A host's `HostBmc` (baremend.io/v1alpha1): its Node, BMC address and credentials Secret.
+fn host_bmc(info: &HostInfo, use_ipmi: bool) -> Value {
+    json!({
+        "apiVersion": "baremend.io/v1alpha1",
+        "kind": "HostBmc",
+        "metadata": {"name": info.name, "namespace": MACHINE_NAMESPACE},
+        "spec": {
+            "nodeName": info.name,
+            "address": info.bmc_address(use_ipmi),
+            "credentialsName": info.bmc_secret(),
+        },
+    })
 }
 
 /// The workers' OpenShift MachineHealthCheck: the external-baremetal annotation, or a

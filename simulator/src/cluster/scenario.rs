@@ -9,6 +9,7 @@
 //! remediationTemplate: baremend   # the MHC creates MachineRemediation requests from it
 //! clusterApi: false      # cluster.x-k8s.io Machines and Metal3Machines, a Cluster API MHC
 //! nodeHealthCheck: false # a medik8s NodeHealthCheck instead of the MachineHealthCheck
+//! platformNone: false    # Nodes and HostBmcs only: no Machines, BareMetalHosts, BMO or MHC
 //! escalationTimeout: 60s # its timeout for baremend's step
 //! timing:
 //!   powerDelay: 1500ms
@@ -80,6 +81,15 @@ pub struct ClusterSpec {
     /// The NodeHealthCheck's timeout for baremend's step.
     #[serde(with = "humantime_ms")]
     pub escalation_timeout: Duration,
+    /// The platform-none (user-provisioned) flavour: Nodes without any Machine — no Machines,
+    /// Metal3Machines, BareMetalHosts, BareMetal Operator or MachineHealthCheck, no Machine
+    /// annotation and no `spec.providerID` on the Nodes. Each host's BMC is described by a
+    /// baremend `HostBmc` naming its Node, beside its credentials Secret, in
+    /// [`super::MACHINE_NAMESPACE`]: the Secrets exist from the start, the HostBmcs once
+    /// baremend's CRD is served ([`super::SimCluster::create_host_bmcs`]). Meant with
+    /// `nodeHealthCheck` (the only health check that watches Nodes without Machines); see
+    /// [`ClusterSpec::validate`] for what it cannot go with.
+    pub platform_none: bool,
 }
 
 /// Pods placed on the workers, so that drains and evictions meet real PDBs.
@@ -140,6 +150,7 @@ impl Default for ClusterSpec {
             cluster_api: false,
             node_health_check: false,
             escalation_timeout: Duration::from_secs(60),
+            platform_none: false,
         }
     }
 }
@@ -164,7 +175,41 @@ impl ClusterSpec {
                 return Err(format!("invalid scenario: unknown fault {:?}", fault.fault));
             }
         }
+        spec.validate()
+            .map_err(|reason| format!("invalid scenario: {reason}"))?;
         Ok(spec)
+    }
+
+    /// Which Machine the Nodes of this flavour belong to.
+    pub fn machine_link(&self) -> super::MachineLink {
+        match (self.platform_none, self.cluster_api) {
+            (true, _) => super::MachineLink::None,
+            (false, true) => super::MachineLink::ClusterApi,
+            (false, false) => super::MachineLink::MachineApi,
+        }
+    }
+
+    /// Refuses the flavour combinations that describe no cluster: a platform-none cluster has
+    /// no Machines, so no Cluster API flavour and no MachineHealthCheck whose template
+    /// (`remediationTemplate`) could be named. A platform-none cluster without
+    /// `nodeHealthCheck` is allowed: nothing there asks for remediation by itself, and a test
+    /// (or a user's own health checker) creates the `NodeRemediation` requests.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.platform_none {
+            return Ok(());
+        }
+        if self.cluster_api {
+            return Err(
+                "platformNone has no Machines, so it cannot be the Cluster API flavour (clusterApi)"
+                    .into(),
+            );
+        }
+        if let Some(template) = &self.remediation_template {
+            return Err(format!(
+                "platformNone has no MachineHealthCheck to name the remediationTemplate {template:?}; a NodeHealthCheck (nodeHealthCheck) names baremend's NodeRemediationTemplate"
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -259,5 +304,31 @@ mod tests {
         assert!(nhc.node_health_check && !nhc.cluster_api);
         assert_eq!(nhc.escalation_timeout, Duration::from_secs(30));
         assert_eq!(nhc.faults.len(), 2);
+        let upi = read("nhc-upi.yaml");
+        assert!(upi.platform_none && upi.node_health_check && !upi.cluster_api);
+        assert_eq!(upi.remediation_template, None);
+        assert_eq!(upi.escalation_timeout, Duration::from_secs(30));
+        assert_eq!(upi.faults.len(), 1);
+    }
+
+    #[test]
+    fn platform_none_refuses_the_machine_flavours() {
+        let upi = ClusterSpec::from_yaml("platformNone: true\nnodeHealthCheck: true\n").unwrap();
+        assert!(upi.platform_none && !ClusterSpec::default().platform_none);
+        let capi = ClusterSpec::from_yaml("platformNone: true\nclusterApi: true\n").unwrap_err();
+        assert!(capi.contains("clusterApi"), "{capi}");
+        let template =
+            ClusterSpec::from_yaml("platformNone: true\nremediationTemplate: baremend\n")
+                .unwrap_err();
+        assert!(template.contains("remediationTemplate"), "{template}");
+        // Without a NodeHealthCheck: allowed, the requests come from elsewhere.
+        assert!(ClusterSpec::from_yaml("platformNone: true\n").is_ok());
+        // The same rules when a spec is built in code.
+        let spec = ClusterSpec {
+            platform_none: true,
+            cluster_api: true,
+            ..ClusterSpec::default()
+        };
+        assert!(spec.validate().is_err());
     }
 }
