@@ -13,8 +13,8 @@ use baremend::api::{
 };
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{
-    BMHS, CAPI_MACHINES, EVENTS, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES,
-    NAMESPACES, NODES,
+    BMHS, CAPI_MACHINES, EVENTS, HOST_BMCS, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS,
+    MACHINES, NAMESPACES, NODES,
 };
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast, steps};
+use common::lab::{Lab, fast, request_has as has, steps};
 
 fn fast_policy() -> Value {
     json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
@@ -404,7 +404,7 @@ async fn a_cluster_api_control_plane_machine_is_held_when_fencing_would_break_et
 }
 
 use baremend_sim::cluster::NHC_NAMESPACE;
-use baremend_sim::cluster::nhc::{NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS};
+use baremend_sim::cluster::nhc::NODE_REMEDIATIONS;
 
 /// A cluster whose Machine health check asks nothing of baremend (its template does not
 /// exist), so that only the NodeHealthCheck's requests trigger.
@@ -423,50 +423,12 @@ async fn start_nhc(policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
 }
 
 impl Lab {
-    /// Creates a NodeHealthCheck's request for a Node, as the NodeHealthCheck does: named after
-    /// the Node, in the template's namespace, from the template's spec.
-    fn node_request(&self, node: &str, spec: Value) {
-        self.api
-            .create(
-                NODE_REMEDIATIONS,
-                NHC_NAMESPACE,
-                json!({
-                    "apiVersion": "baremend.io/v1alpha1",
-                    "kind": "NodeRemediation",
-                    "metadata": {"name": node, "namespace": NHC_NAMESPACE},
-                    "spec": spec,
-                }),
-            )
-            .unwrap();
-    }
-
     /// Marks the request timed out, as the NodeHealthCheck does when it escalates.
     fn time_out(&self, node: &str) {
         let patch = json!({"metadata": {"annotations": {"remediation.medik8s.io/nhc-timed-out": "2026-11-24T10:00:00Z"}}});
         self.api
             .merge(NODE_REMEDIATIONS, NHC_NAMESPACE, node, &patch, false)
             .unwrap();
-    }
-
-    /// The Node's request once `check` holds for it; fails after 30 s.
-    async fn node_request_where(
-        &self,
-        node: &str,
-        what: &str,
-        check: impl Fn(&NodeRemediation) -> bool,
-    ) -> NodeRemediation {
-        eventually(what, Duration::from_secs(30), async || {
-            let request = self
-                .api
-                .get(NODE_REMEDIATIONS, NHC_NAMESPACE, node)
-                .ok()
-                .map(|v| serde_json::from_value::<NodeRemediation>(v).unwrap());
-            match request {
-                Some(r) if check(&r) => Ok(r),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await
     }
 }
 
@@ -485,15 +447,6 @@ impl Lab {
         })
         .await
     }
-}
-
-/// Whether the request's condition `type_` has this status and, if given, reason.
-fn has(request: &NodeRemediation, type_: &str, status: &str, reason: Option<&str>) -> bool {
-    request.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == type_ && c.status == status && reason.is_none_or(|r| c.reason == r))
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -590,13 +543,7 @@ async fn start_node_health_check(escalation: Duration, prepare: impl FnOnce(&Lab
         ..fast()
     };
     start(spec, fast_policy(), |lab| {
-        lab.api
-            .create(
-                NODE_REMEDIATION_TEMPLATES,
-                NHC_NAMESPACE,
-                json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
-            )
-            .unwrap();
+        lab.baremend_node_template();
         prepare(lab);
     })
     .await
@@ -623,16 +570,7 @@ async fn the_node_health_check_keeps_its_request_while_baremend_deletes_the_node
     .await;
     lab.succeeded_through("worker-0-1", TriggerKind::NodeRemediation)
         .await;
-    eventually(
-        "the request withdrawn",
-        Duration::from_secs(20),
-        async || {
-            lab.api
-                .get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")
-                .is_err()
-        },
-    )
-    .await;
+    lab.node_request_withdrawn("worker-0").await;
     assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
 }
 
@@ -708,4 +646,38 @@ async fn a_machine_asked_for_by_both_contracts_is_remediated_once_even_when_one_
             .is_ok(),
         "the NodeHealthCheck's request is still there"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_a_machine_is_remediated_as_its_machine_even_when_a_host_bmc_names_only_the_node()
+ {
+    let lab = start_nhc(fast_policy(), |lab| {
+        // A HostBmc naming the Node and no Machine: on a cluster with Machines it only says
+        // where the BMC is; the Node is still its Machine's to remediate.
+        let host = lab.api.get(BMHS, MACHINE_NAMESPACE, "worker-0").unwrap();
+        let mapping = json!({
+            "apiVersion": "baremend.io/v1alpha1",
+            "kind": "HostBmc",
+            "metadata": {"name": "worker-0-bmc", "namespace": MACHINE_NAMESPACE},
+            "spec": {
+                "nodeName": "worker-0",
+                "address": host["spec"]["bmc"]["address"],
+                "credentialsName": host["spec"]["bmc"]["credentialsName"],
+            },
+        });
+        lab.api
+            .create(HOST_BMCS, MACHINE_NAMESPACE, mapping)
+            .unwrap();
+    })
+    .await;
+    lab.node_request("worker-0", json!({}));
+    lab.cluster.hang("worker-0");
+    let done = lab
+        .succeeded_through("worker-0-1", TriggerKind::NodeRemediation)
+        .await;
+    assert_eq!(done.spec.machine_name.as_deref(), Some("worker-0"));
+    assert_eq!(done.spec.host_bmc, None);
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+    let all = lab.api.list(common::lab::REMEDIATIONS, None);
+    assert_eq!(all.len(), 1, "one remediation in all: {all:?}");
 }

@@ -74,6 +74,28 @@ async fn the_node_health_check_lab_remediates_a_node_through_its_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_platform_none_lab_remediates_a_node_without_a_machine_through_its_host_bmc() {
+    let output = baremend(&["lab", "--scenario", "nhc-upi"], None).await;
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    for line in [
+        "platform none: no Machines, no BareMetalHosts; HostBmc worker-0",
+        "Node worker-0: NodeRemediation request created by the NodeHealthCheck",
+        "Remediation worker-0-1: PoweringOff",
+        "host worker-0: power Off",
+        "Node worker-0: absent",
+        "Remediation worker-0-1: Succeeded",
+        "baremend_remediations_succeeded_total{strategy=\"DirectBmc\"} 1",
+        "| Fenced |",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    assert!(!out.contains("BareMetalHostRebootApi"), "{out}");
+    let at = |needle: &str| out.find(needle).unwrap();
+    assert!(at("host worker-0: power Off") < at("Node worker-0: absent"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stuck_bmc_lab_fails_the_remediation_and_keeps_the_node_with_json_logs() {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
         .args(["--log-format", "json", "lab", "--scenario", "stuck-bmc"])

@@ -313,3 +313,33 @@ async fn a_bmc_that_still_has_the_previous_password_shows_in_its_gauge_until_it_
     assert!(!text.contains(NEW), "{text}");
     lab.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_of_nodes_without_machines_are_read_over_the_bmc_their_host_bmc_names() {
+    let spec = baremend_sim::cluster::ClusterSpec {
+        platform_none: true,
+        ..fast()
+    };
+    let mut lab = Lab::builder(spec).start().await;
+    lab.start_controller(ControllerOptions {
+        power_poll: Some(Duration::from_millis(300)),
+        power_poll_seed: 1,
+        ..lab.options()
+    });
+    let metrics = lab.metrics.clone();
+    // No Machine: the series names the Node, and no Machine.
+    let worker = [
+        "baremend_host_power_state{",
+        "machine=\"\"",
+        "node=\"worker-2\"",
+        "driver=\"redfish\"",
+    ];
+    until(&metrics, &[&worker[..], &["state=\"on\""]].concat(), 1.0).await;
+    lab.cluster
+        .host("worker-2")
+        .unwrap()
+        .host
+        .set_power(Power::Off);
+    until(&metrics, &[&worker[..], &["state=\"off\""]].concat(), 1.0).await;
+    until(&metrics, &[&worker[..], &["state=\"on\""]].concat(), 0.0).await;
+}

@@ -46,6 +46,10 @@ pub enum Scenario {
     /// NodeRemediation from baremend's template (the first of its escalating remediations);
     /// baremend reports the contract's conditions on it.
     Nhc,
+    /// medik8s NodeHealthCheck on a cluster without Machines (platform none, UPI bare metal):
+    /// a hung worker's Node, found through the HostBmc that names it, fenced directly through
+    /// its BMC.
+    NhcUpi,
     /// A BMC that accepts power-off and never does it: the Node must never be deleted.
     StuckBmc,
     /// Half the workers hang at once: the storm gate holds every start until an operator

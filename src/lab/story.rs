@@ -57,6 +57,10 @@ impl Plan {
             }
             Scenario::Capi => plan.spec.cluster_api = true,
             Scenario::Nhc => plan.spec.node_health_check = true,
+            Scenario::NhcUpi => {
+                plan.spec.node_health_check = true;
+                plan.spec.platform_none = true;
+            }
             Scenario::StuckBmc => {
                 plan.targets = vec![("worker-0", RemediationPhase::Failed)];
                 plan.policy["timeouts"]["powerOffSeconds"] = json!(5);
@@ -154,6 +158,14 @@ impl Asked {
         }
     }
 
+    /// What the request is named after and about.
+    fn about(self) -> &'static str {
+        match self {
+            Asked::NodeRequest => "Node",
+            Asked::Annotation | Asked::Request => "Machine",
+        }
+    }
+
     fn made(self) -> &'static str {
         match self {
             Asked::Annotation => "set",
@@ -206,12 +218,15 @@ fn print_changes(at: &str, target: &str, name: &str, was: &Seen, now: &Seen) {
     if now.triggered != was.triggered {
         match (now.triggered, was.triggered) {
             (Some(how), _) => println!(
-                "{at:>7}  Machine {target}: {} {} by the {}",
+                "{at:>7}  {} {target}: {} {} by the {}",
+                how.about(),
                 how.what(),
                 how.made(),
                 how.asker()
             ),
-            (None, Some(how)) => println!("{at:>7}  Machine {target}: {} removed", how.what()),
+            (None, Some(how)) => {
+                println!("{at:>7}  {} {target}: {} removed", how.about(), how.what())
+            }
             (None, None) => {}
         }
     }
@@ -490,11 +505,16 @@ fn prepare(scenario: Scenario, lab: &LabCluster, target: &str) -> Result<()> {
         Scenario::Storm => {
             println!("  {target} will hang with the others: half the workers at once");
         }
-        Scenario::Nhc => {
+        Scenario::Nhc | Scenario::NhcUpi => {
             empty_template(lab, NODE_REMEDIATION_TEMPLATES, NHC_NAMESPACE)?;
             println!(
                 "  medik8s NodeHealthCheck: escalating remediations, baremend's NodeRemediationTemplate first (60 s), then MachineDeletionRemediation"
             );
+            if scenario == Scenario::NhcUpi {
+                println!(
+                    "  platform none: no Machines, no BareMetalHosts; HostBmc {target} names the Node and its Redfish BMC"
+                );
+            }
         }
         Scenario::Capi => {
             empty_template(lab, MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE)?;

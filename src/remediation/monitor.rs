@@ -29,8 +29,9 @@ use super::context::Context;
 use super::metered::Metered;
 use super::observe::{BmcRef, machine_host};
 use super::power::{bmc_driver_config, bmc_series, driver_kind, locate_bmc};
+use super::subject::{first_claim, machineless_nodes};
 use crate::api::annotations::BMH_DETACHED;
-use crate::api::{Remediation, RemediationPhase};
+use crate::api::{HostBmc, Remediation, RemediationPhase};
 use crate::metrics::power::HostSeries;
 
 /// BMC reads in flight at once, over all BMCs.
@@ -136,6 +137,42 @@ fn targets(context: &Context) -> Vec<Target> {
             _ => continue,
         };
         targets.push(target);
+    }
+    targets.extend(machineless_targets(context, &host_bmcs, &remediating));
+    targets
+}
+
+/// The hosts of Nodes without a Machine, each through the `HostBmc` that is its subject.
+fn machineless_targets(
+    context: &Context,
+    host_bmcs: &[Arc<HostBmc>],
+    remediating: &HashSet<(String, String)>,
+) -> Vec<Target> {
+    let machine_nodes: HashSet<String> = context
+        .machines
+        .state()
+        .iter()
+        .filter_map(|m| Some(m.status.as_ref()?.node_ref.as_ref()?.name.clone()))
+        .collect();
+    let mut targets = Vec::new();
+    for node in machineless_nodes(host_bmcs, &machine_nodes) {
+        let Some(mapping) = first_claim(host_bmcs, &node) else {
+            continue;
+        };
+        let namespace = mapping.namespace().unwrap_or_default();
+        let Ok(bmc) = locate_bmc(host_bmcs, &namespace, &node, Some(&node), None) else {
+            continue;
+        };
+        let Ok(address) = BmcAddress::parse(&bmc.address) else {
+            continue;
+        };
+        targets.push(Target {
+            key: format!("{namespace}/Node/{node}"),
+            series: bmc_series(String::new(), Some(node.clone()), &address),
+            remediating: remediating.contains(&(namespace.clone(), node)),
+            namespace,
+            source: Source::Bmc(bmc),
+        });
     }
     targets
 }

@@ -48,6 +48,9 @@ impl Pass {
         };
         // A health check's request may narrow the policy for its Machine (its template's spec).
         pass.policy = pass.policy_for_machine(pass.policy.clone());
+        if pass.subject.machine().is_none() {
+            pass.policy.strategies = machineless_strategies(&pass.policy.strategies);
+        }
         pass
     }
 
@@ -310,6 +313,22 @@ impl Pass {
     pub(super) fn age(&self, remediation: &Remediation) -> Duration {
         let created = created_at(remediation).unwrap_or_default();
         since_epoch(self.context.clock.now()).saturating_sub(created)
+    }
+}
+
+/// The strategies that can fence a Node without a Machine: those that drive its BMC (it has
+/// no BareMetalHost, so the reboot API could only fail and escalate). None left: the
+/// policy's own, so that the remediation fails saying why instead of doing nothing.
+fn machineless_strategies(strategies: &[FenceStrategyName]) -> Vec<FenceStrategyName> {
+    let usable: Vec<FenceStrategyName> = strategies
+        .iter()
+        .copied()
+        .filter(|s| *s != FenceStrategyName::BareMetalHostRebootApi)
+        .collect();
+    if usable.is_empty() {
+        strategies.to_vec()
+    } else {
+        usable
     }
 }
 

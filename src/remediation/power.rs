@@ -346,8 +346,12 @@ impl Pass {
         let kind = driver_kind(&config.address);
         let shown = config.address.to_string();
         let system = config.address.system_path().map(str::to_string);
+        let machine = self
+            .subject
+            .machine()
+            .map(|_| format!("{}/{}", self.namespace, self.name));
         let series = bmc_series(
-            format!("{}/{}", self.namespace, self.name),
+            machine.unwrap_or_default(),
             self.subject_node(),
             &config.address,
         );

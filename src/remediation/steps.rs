@@ -551,6 +551,22 @@ impl Pass {
                 .map_err(Error::kube("GetRemediation"))?,
             Err(source) => return Err(Error::kube("CreateRemediation")(source)),
         };
+        // A Machine and a Machine-less Node of one name in one namespace would share names
+        // of Remediations: never carry on with the other one's.
+        if created.spec.of_machineless_node() != object.spec.of_machineless_node() {
+            return Err(Error::Invalid {
+                object: format!("{} {}/{}", self.subject.kind(), self.namespace, self.name),
+                reason: format!(
+                    "Remediation {} already exists for a {} of the same name: rename one of them",
+                    created.name_any(),
+                    if created.spec.of_machineless_node() {
+                        "Node"
+                    } else {
+                        "Machine"
+                    },
+                ),
+            });
+        }
         info!(machine = %self.name, remediation = %created.name_any(), "remediation started");
         if let Some(unusable) = unusable {
             // Not fatal yet: a HostBmc may still name the BMC. The strategies say the rest.

@@ -517,3 +517,91 @@ pub fn assert_each_step_once(steps: &[String]) {
         );
     }
 }
+
+impl Lab {
+    /// The NodeHealthCheck's request for `node` once `check` holds for it; fails after 30 s.
+    pub async fn node_request_where(
+        &self,
+        node: &str,
+        what: &str,
+        check: impl Fn(&baremend::api::NodeRemediation) -> bool,
+    ) -> baremend::api::NodeRemediation {
+        use baremend_sim::cluster::NHC_NAMESPACE;
+        use baremend_sim::cluster::nhc::NODE_REMEDIATIONS;
+        eventually(what, Duration::from_secs(30), async || {
+            let request = self
+                .api
+                .get(NODE_REMEDIATIONS, NHC_NAMESPACE, node)
+                .ok()
+                .map(|v| serde_json::from_value::<baremend::api::NodeRemediation>(v).unwrap());
+            match request {
+                Some(r) if check(&r) => Ok(r),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+    }
+}
+
+impl Lab {
+    /// baremend's `NodeRemediationTemplate` `baremend`, empty, in the NodeHealthCheck's
+    /// namespace (what the simulated NodeHealthCheck names first).
+    pub fn baremend_node_template(&self) {
+        use baremend_sim::cluster::NHC_NAMESPACE;
+        use baremend_sim::cluster::nhc::NODE_REMEDIATION_TEMPLATES;
+        self.api
+            .create(
+                NODE_REMEDIATION_TEMPLATES,
+                NHC_NAMESPACE,
+                json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+            )
+            .unwrap();
+    }
+
+    /// Creates a NodeHealthCheck's request for a Node, as the NodeHealthCheck does: named after
+    /// the Node, in the template's namespace, from the template's spec.
+    pub fn node_request(&self, node: &str, spec: Value) {
+        self.api
+            .create(
+                baremend_sim::cluster::nhc::NODE_REMEDIATIONS,
+                baremend_sim::cluster::NHC_NAMESPACE,
+                json!({
+                    "apiVersion": "baremend.io/v1alpha1",
+                    "kind": "NodeRemediation",
+                    "metadata": {"name": node, "namespace": baremend_sim::cluster::NHC_NAMESPACE},
+                    "spec": spec,
+                }),
+            )
+            .unwrap();
+    }
+
+    /// Waits (up to 20 s) until the NodeHealthCheck's request for `node` is gone.
+    pub async fn node_request_withdrawn(&self, node: &str) {
+        use baremend_sim::cluster::NHC_NAMESPACE;
+        use baremend_sim::cluster::nhc::NODE_REMEDIATIONS;
+        eventually(
+            "the request withdrawn",
+            Duration::from_secs(20),
+            async || {
+                self.api
+                    .get(NODE_REMEDIATIONS, NHC_NAMESPACE, node)
+                    .is_err()
+            },
+        )
+        .await;
+    }
+}
+
+/// Whether the request's condition `type_` has this status and, if given, reason.
+pub fn request_has(
+    request: &baremend::api::NodeRemediation,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+) -> bool {
+    request.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == status && reason.is_none_or(|r| c.reason == r))
+    })
+}
