@@ -231,12 +231,34 @@ fn watch_kinds(
     })
 }
 
-/// The Machine a BareMetalHost serves (its consumer), to wake on the host's changes.
-fn machine_of_host(host: slim::BareMetalHost) -> Option<ObjectRef<slim::Machine>> {
+/// The Machine a BareMetalHost serves, to wake on the host's changes: its consumer (a Machine
+/// API Machine), or the Cluster API Machine whose infrastructure is the consuming
+/// Metal3Machine (looked up in `machines`).
+fn machine_of_host(
+    host: slim::BareMetalHost,
+    machines: &Store<slim::Machine>,
+) -> Option<ObjectRef<slim::Machine>> {
     let consumer = host.spec?.consumer_ref?;
     let namespace = consumer.namespace?;
-    (consumer.kind.as_deref() == Some("Machine"))
-        .then(|| ObjectRef::new(&consumer.name).within(&namespace))
+    match consumer.kind.as_deref() {
+        Some("Machine") => Some(ObjectRef::new(&consumer.name).within(&namespace)),
+        Some("Metal3Machine") => machines
+            .state()
+            .iter()
+            .find(|m| {
+                m.namespace().as_deref() == Some(namespace.as_str())
+                    && m.spec
+                        .as_ref()
+                        .and_then(|s| s.infrastructure_ref.as_ref())
+                        .is_some_and(|r| {
+                            r.name == consumer.name
+                                && r.kind.as_deref() == Some("Metal3Machine")
+                                && r.namespace.as_deref().is_none_or(|n| n == namespace)
+                        })
+            })
+            .map(|m| ObjectRef::from_obj(&**m)),
+        _ => None,
+    }
 }
 
 /// The Machine a Cluster API remediation request is for: the one of its name and namespace.
@@ -301,6 +323,7 @@ async fn run_machines(
     )?;
     let remediations = watches.remediations.store.clone();
     let (machines, machine_stream) = watches.machines;
+    let machines_of_hosts = machines.clone();
     let caches = Caches {
         machines: machines.clone(),
         hosts: watches.hosts.0,
@@ -366,7 +389,9 @@ async fn run_machines(
     // of passes in flight would only hold memory (and API connections) for nothing.
     let machine_controller = Controller::for_stream(machine_stream, machines)
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
-        .watches_stream(watches.hosts.1, machine_of_host)
+        .watches_stream(watches.hosts.1, move |host| {
+            machine_of_host(host, &machines_of_hosts)
+        })
         .watches_stream(watches.machine_requests.1, machine_of_request)
         .watches_shared_stream(watches.node_requests.for_machines, machine_of_node_request)
         .watches_shared_stream(node_feed.changes, machine_of_node)
@@ -462,4 +487,60 @@ fn held_machines(remediations: &Store<Remediation>) -> Vec<ObjectRef<slim::Machi
             Some(ObjectRef::new(r.spec.machine_name.as_deref()?).within(&namespace))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    use super::*;
+
+    fn host(consumer: serde_json::Value) -> slim::BareMetalHost {
+        serde_json::from_value(json!({
+            "metadata": {"name": "worker-0", "namespace": "ns"},
+            "spec": {"consumerRef": consumer},
+        }))
+        .unwrap()
+    }
+
+    fn machines(objects: &[serde_json::Value]) -> Store<slim::Machine> {
+        let (store, mut writer) = reflector::store::<slim::Machine>();
+        for object in objects {
+            writer.apply_watcher_event(&Event::Apply(
+                serde_json::from_value(object.clone()).unwrap(),
+            ));
+        }
+        store
+    }
+
+    #[test]
+    fn a_host_wakes_the_machine_api_machine_it_serves() {
+        let consumer = json!({"kind": "Machine", "name": "m-0", "namespace": "ns"});
+        let woken = machine_of_host(host(consumer), &machines(&[]));
+        assert_eq!(woken, Some(ObjectRef::new("m-0").within("ns")));
+    }
+
+    #[test]
+    fn a_host_wakes_the_cluster_api_machine_whose_metal3_machine_consumes_it() {
+        let capi = |name: &str, namespace: &str, infrastructure: &str| {
+            json!({
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"infrastructureRef": {"kind": "Metal3Machine", "name": infrastructure}},
+            })
+        };
+        let store = machines(&[
+            capi("other", "ns", "m3-other"),
+            capi("elsewhere", "ns2", "m3-0"),
+            capi("worker-0", "ns", "m3-0"),
+        ]);
+        let consumer = json!({"kind": "Metal3Machine", "name": "m3-0", "namespace": "ns"});
+        let woken = machine_of_host(host(consumer), &store);
+        assert_eq!(woken, Some(ObjectRef::new("worker-0").within("ns")));
+        let unknown = json!({"kind": "Metal3Machine", "name": "m3-9", "namespace": "ns"});
+        assert_eq!(machine_of_host(host(unknown), &store), None);
+        let foreign = json!({"kind": "Something", "name": "m3-0", "namespace": "ns"});
+        assert_eq!(machine_of_host(host(foreign), &store), None);
+    }
 }
