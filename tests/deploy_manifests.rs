@@ -1230,3 +1230,49 @@ async fn on_cluster_api_the_controller_calls_only_what_the_rbac_and_its_cluster_
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_without_machines_the_controller_calls_only_what_the_rbac_grants() {
+    // Platform none: a NodeHealthCheck asks for a Node, its HostBmc names the BMC.
+    let spec = ClusterSpec {
+        timing: Timing::fast(),
+        platform_none: true,
+        node_health_check: true,
+        ..ClusterSpec::default()
+    };
+    let mut lab = Lab::builder(spec)
+        .policy(json!({"timeouts": {"readyGraceSeconds": 0}}))
+        .start()
+        .await;
+    lab.baremend_node_template();
+    lab.cluster.api_server().record_requests();
+    lab.start_controller(lab.options());
+    lab.cluster.hang("worker-0");
+    let done = lab.ended("worker-0-1").await;
+    assert_eq!(
+        done.status.map(|s| s.phase),
+        Some(RemediationPhase::Succeeded)
+    );
+    assert_eq!(done.spec.host_bmc.as_deref(), Some("worker-0"));
+    let used = used(lab.cluster.api_server());
+    let granted = grants("baremend");
+    for access in &used {
+        assert!(
+            granted.iter().any(|g| allows(g, access)),
+            "without Machines the controller needs {access:?}, which deploy/rbac.yaml does not grant"
+        );
+    }
+    // What this run is about was called: the Node's Events, the HostBmc's Secret, the request.
+    for (group, resource, verb) in [
+        ("events.k8s.io", "events", "create"),
+        ("", "secrets", "get"),
+        ("baremend.io", "noderemediations/status", "patch"),
+        ("baremend.io", "remediations", "create"),
+    ] {
+        assert!(
+            used.iter()
+                .any(|a| a.group == group && a.resource == resource && a.verb == verb),
+            "{verb} {group}/{resource} never called: {used:?}"
+        );
+    }
+}
