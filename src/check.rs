@@ -4,7 +4,7 @@
 //! READY or NOT READY with the reason. Nothing is changed: no power request, no write.
 //! Run it on day one, before trusting remediation, and after any BMC or credentials change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +12,7 @@ use std::time::Duration;
 use baremend_drivers::Connector;
 use clap::Args;
 use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -20,6 +21,7 @@ use crate::api::{HostBmc, Remediation, RemediationPolicy, RemediationPolicySpec}
 use crate::duration::parse_duration;
 use crate::remediation::fencing_check::{CHECKS_AT_ONCE, Fleet, Probes, check, describe, targets};
 use crate::remediation::observe::HostRef;
+use crate::remediation::subject::machineless_node;
 use crate::runtime::informer::POLICY_NAME;
 use crate::{Error, Result};
 
@@ -29,7 +31,8 @@ pub struct CheckArgs {
     /// A kubeconfig file; without it, the in-cluster configuration (or KUBECONFIG).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// Only this Machine (`name`, or `namespace/name`).
+    /// Only this Machine, or Node without a Machine (`name`, or `namespace/name`; a Node's
+    /// namespace is its `HostBmc`'s).
     #[arg(long, value_name = "NAME")]
     pub machine: Option<String>,
     /// How long each fencing path's probe may take (login, reads and logout).
@@ -44,6 +47,9 @@ struct Listed {
     host_bmcs: Vec<Arc<HostBmc>>,
     remediations: Vec<Arc<Remediation>>,
     policy: RemediationPolicySpec,
+    /// The labels of every Node, when a `HostBmc` names a Node without a Machine (its role
+    /// says whether it is control plane).
+    node_labels: HashMap<String, BTreeMap<String, String>>,
 }
 
 async fn list_all<K>(client: &Client, what: &'static str) -> Result<Vec<Arc<K>>>
@@ -60,13 +66,28 @@ where
 async fn list(client: &Client) -> Result<Listed> {
     let hosts = list_all::<slim::BareMetalHost>(client, "List BareMetalHosts").await?;
     let policies = list_all::<RemediationPolicy>(client, "List RemediationPolicies").await?;
+    let host_bmcs: Vec<Arc<HostBmc>> = list_all(client, "List HostBmcs").await?;
+    let node_labels = if host_bmcs.iter().any(|m| machineless_node(m).is_some()) {
+        // Their metadata only: labels are all the check reads of them.
+        Api::<Node>::all(client.clone())
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(Error::kube("List Nodes"))?
+            .items
+            .into_iter()
+            .map(|n| (n.name_any(), n.metadata.labels.unwrap_or_default()))
+            .collect()
+    } else {
+        HashMap::new()
+    };
     Ok(Listed {
         machines: list_all(client, "List Machines").await?,
         hosts: hosts
             .into_iter()
             .map(|h| ((h.namespace().unwrap_or_default(), h.name_any()), h))
             .collect(),
-        host_bmcs: list_all(client, "List HostBmcs").await?,
+        host_bmcs,
+        node_labels,
         remediations: list_all(client, "List Remediations").await?,
         policy: policies
             .iter()
@@ -102,6 +123,7 @@ pub async fn run(args: CheckArgs) -> Result<()> {
         host_bmcs: &listed.host_bmcs,
         remediations: &listed.remediations,
         policy: &listed.policy,
+        node_labels: &|name: &str| listed.node_labels.get(name).cloned(),
     };
     let mut targets = targets(&fleet);
     targets.retain(|t| is_wanted(&t.key, args.machine.as_deref()));
@@ -109,8 +131,10 @@ pub async fn run(args: CheckArgs) -> Result<()> {
         return Err(Error::Invalid {
             object: "baremend check".into(),
             reason: match &args.machine {
-                Some(name) => format!("no Machine {name} that baremend would remediate"),
-                None => "no Machine that baremend would remediate".into(),
+                Some(name) => {
+                    format!("no Machine or Machine-less Node {name} that baremend would remediate")
+                }
+                None => "no Machine or Machine-less Node that baremend would remediate".into(),
             },
         });
     }

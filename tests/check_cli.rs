@@ -16,7 +16,10 @@ use common::lab::{Lab, fast};
 const WRONG: &str = "not-the-bmc-password";
 
 async fn check(lab: &Lab, args: &[&str]) -> Output {
-    let dir = std::env::temp_dir().join(format!("baremend-check-{}", std::process::id()));
+    // One folder per call: the tests of this file run at once, each with its own cluster.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("baremend-check-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, lab.cluster.kubeconfig()).unwrap();
@@ -111,7 +114,10 @@ async fn check_prints_one_line_per_machine_and_fails_when_one_is_not_ready() {
     let unknown = check(&lab, &["--machine", "no-such-machine"]).await;
     let (_, stderr) = text(&unknown);
     assert_eq!(unknown.status.code(), Some(1));
-    assert!(stderr.contains("no Machine no-such-machine"), "{stderr}");
+    assert!(
+        stderr.contains("no Machine or Machine-less Node no-such-machine"),
+        "{stderr}"
+    );
 
     let after = lab.cluster.redfish().service().stats();
     assert_eq!(after.resets, before.resets, "a check never asks for power");
@@ -119,4 +125,31 @@ async fn check_prints_one_line_per_machine_and_fails_when_one_is_not_ready() {
         after.open_sessions, before.open_sessions,
         "every session the checks opened is closed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_probes_the_bmc_of_each_node_without_a_machine_through_its_host_bmc() {
+    let lab = Lab::builder(baremend_sim::cluster::ClusterSpec {
+        platform_none: true,
+        ..fast()
+    })
+    .start()
+    .await;
+    let before = lab.cluster.redfish().service().stats();
+    let output = check(&lab, &[]).await;
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.lines().count(), 6, "one line per Node: {stdout}");
+    let worker = line(&stdout, "worker-2");
+    assert!(
+        worker.starts_with("openshift-machine-api/worker-2 worker-2 ")
+            && worker.contains(": READY (BMC ")
+            && worker.contains("logged in"),
+        "{worker}"
+    );
+    assert!(!stdout.contains("BareMetalHost"), "{stdout}");
+    let one = check(&lab, &["--machine", "worker-2"]).await;
+    assert_eq!(text(&one).0.lines().count(), 1);
+    let after = lab.cluster.redfish().service().stats();
+    assert_eq!(after.resets, before.resets, "a check never asks for power");
 }

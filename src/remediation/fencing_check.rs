@@ -10,7 +10,7 @@
 //! asked. Machines under remediation are skipped (their fence is in progress) and keep the
 //! readiness last shown.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +26,9 @@ use super::observe::{BmcRef, HostRef, machine_host, machine_is_control_plane};
 use super::power::{NoBmc, locate_bmc};
 use super::probe::{no_bmc, probe_bmc, probe_host};
 use super::readiness::{Readiness, Reason, Refusal, decide};
+use super::subject::{
+    first_claim, machineless_nodes, machineless_strategies, node_is_control_plane,
+};
 use crate::api::slim;
 use crate::api::{FenceStrategyName, HostBmc, Remediation, RemediationPolicySpec};
 use crate::metrics::fencing::FencingLabels;
@@ -44,17 +47,19 @@ pub const NOT_READY_EVENT: &str = "FencingNotReady";
 /// The Event reason when it answers again (Normal).
 pub const READY_EVENT: &str = "FencingReady";
 
-/// One Machine to check, and where its fencing paths are.
+/// One Machine (or Node without one) to check, and where its fencing paths are.
 #[derive(Debug, Clone)]
 pub struct Target {
-    /// `namespace/name`.
+    /// `namespace/name` (a Node without a Machine: the `HostBmc`'s namespace, the Node's name).
     pub key: String,
-    /// The Machine's namespace.
+    /// The Machine's namespace (or the `HostBmc`'s).
     pub namespace: String,
     /// Its Node, if it has one (empty otherwise).
     pub node: String,
-    /// The Machine, for its Events.
+    /// The Machine (or the Node without one), for its Events.
     pub reference: ObjectReference,
+    /// A Node without a Machine: fenced through its `HostBmc` only.
+    pub machineless: bool,
     /// The BareMetalHost it names, or why the reference is unusable.
     pub host: Result<Option<HostRef>, String>,
     /// Its BMC for direct fencing, or why there is none.
@@ -75,6 +80,8 @@ pub struct Fleet<'a> {
     pub remediations: &'a [Arc<Remediation>],
     /// The policy in force.
     pub policy: &'a RemediationPolicySpec,
+    /// A Node's labels, from a cache or a list (only Nodes without a Machine are asked for).
+    pub node_labels: &'a (dyn Fn(&str) -> Option<BTreeMap<String, String>> + Sync),
 }
 
 /// The Machines baremend would remediate (a control-plane Machine only while the policy's
@@ -109,10 +116,49 @@ pub fn targets(fleet: &Fleet<'_>) -> Vec<Target> {
             key: format!("{namespace}/{name}"),
             remediating: remediating.contains(&(namespace.clone(), name)),
             reference: machine.object_ref(&()),
+            machineless: false,
             namespace,
             node,
             host,
             bmc,
+        });
+    }
+    targets.extend(machineless_targets(fleet, &remediating));
+    targets
+}
+
+/// The Nodes without a Machine baremend would remediate, each through the `HostBmc` that is
+/// its subject.
+fn machineless_targets(fleet: &Fleet<'_>, remediating: &HashSet<(String, String)>) -> Vec<Target> {
+    let machine_nodes: HashSet<String> = fleet
+        .machines
+        .iter()
+        .filter_map(|m| Some(m.status.as_ref()?.node_ref.as_ref()?.name.clone()))
+        .collect();
+    let mut targets = Vec::new();
+    for node in machineless_nodes(fleet.host_bmcs, &machine_nodes) {
+        let control_plane = (fleet.node_labels)(&node).is_some_and(|l| node_is_control_plane(&l));
+        if control_plane && !fleet.policy.control_plane.enabled {
+            continue;
+        }
+        let Some(mapping) = first_claim(fleet.host_bmcs, &node) else {
+            continue;
+        };
+        let namespace = mapping.namespace().unwrap_or_default();
+        targets.push(Target {
+            key: format!("{namespace}/{node}"),
+            remediating: remediating.contains(&(namespace.clone(), node.clone())),
+            reference: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.clone()),
+                ..ObjectReference::default()
+            },
+            machineless: true,
+            bmc: locate_bmc(fleet.host_bmcs, &namespace, &node, Some(&node), None),
+            host: Ok(None),
+            namespace,
+            node,
         });
     }
     targets
@@ -138,7 +184,12 @@ pub struct Probes<'a> {
 /// answers, then decided.
 pub async fn check(probes: &Probes<'_>, target: &Target) -> Readiness {
     let mut verdicts = Vec::new();
-    for strategy in probes.strategies {
+    let strategies = if target.machineless {
+        machineless_strategies(probes.strategies)
+    } else {
+        probes.strategies.to_vec()
+    };
+    for strategy in &strategies {
         let verdict = match strategy {
             FenceStrategyName::BareMetalHostRebootApi => match &target.host {
                 Ok(Some(host)) => probe_host(probes.client, host, probes.reboot_key).await,
@@ -318,6 +369,10 @@ async fn round(
             host_bmcs: &context.host_bmcs.state(),
             remediations: &context.remediations.state(),
             policy: &policy,
+            node_labels: &|name: &str| {
+                let key = kube::runtime::reflector::ObjectRef::new(name);
+                context.nodes.get(&key).map(|n| n.labels().clone())
+            },
         })
     };
     memory.retain(context, &targets);
@@ -477,6 +532,7 @@ mod tests {
                 host_bmcs: &[],
                 remediations: &remediations,
                 policy,
+                node_labels: &|_: &str| None,
             })
         };
         let all = listed(&policy);
@@ -512,6 +568,84 @@ mod tests {
         policy.control_plane.enabled = false;
         let keys: Vec<String> = listed(&policy).into_iter().map(|t| t.key).collect();
         assert_eq!(keys, ["m/worker-0", "m/worker-1", "m/worker-2"]);
+    }
+
+    fn mapping(name: &str, machine: Option<&str>, node: &str) -> Arc<HostBmc> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "baremend.io/v1alpha1",
+                "kind": "HostBmc",
+                "metadata": {"name": name, "namespace": "hosts"},
+                "spec": {"machineName": machine, "nodeName": node,
+                    "address": format!("redfish://{name}.bmc"), "credentialsName": "s"},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn nodes_without_machines_are_checked_through_their_host_bmc_alone() {
+        let machines = [machine("worker-0", "worker")];
+        // One per Node without a Machine; one naming a Node that has a Machine (not a subject
+        // of its own); a control-plane Node without a Machine.
+        let host_bmcs = [
+            mapping("upi-0", None, "upi-0"),
+            mapping("w0", None, "worker-0"),
+            mapping("upi-cp", None, "upi-cp"),
+        ];
+        let remediations: Vec<Arc<Remediation>> = vec![Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "baremend.io/v1alpha1",
+                "kind": "Remediation",
+                "metadata": {"name": "upi-0-1", "namespace": "hosts"},
+                "spec": {"nodeName": "upi-0", "hostBmc": "upi-0"},
+                "status": {"phase": "PoweringOff"},
+            }))
+            .unwrap(),
+        )];
+        let mut policy = RemediationPolicySpec::default();
+        let none = |_: &HostRef| None;
+        let labels = |node: &str| {
+            (node == "upi-cp").then(|| {
+                BTreeMap::from([(
+                    "node-role.kubernetes.io/control-plane".to_string(),
+                    String::new(),
+                )])
+            })
+        };
+        let listed = |policy: &RemediationPolicySpec| {
+            targets(&Fleet {
+                machines: &machines,
+                host: &none,
+                host_bmcs: &host_bmcs,
+                remediations: &remediations,
+                policy,
+                node_labels: &labels,
+            })
+        };
+        let all = listed(&policy);
+        let keys: Vec<(&str, bool, bool)> = all
+            .iter()
+            .map(|t| (t.key.as_str(), t.machineless, t.remediating))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("m/worker-0", false, false),
+                ("hosts/upi-0", true, true),
+                ("hosts/upi-cp", true, false),
+            ]
+        );
+        let upi = &all[1];
+        assert_eq!(upi.reference.kind.as_deref(), Some("Node"));
+        assert_eq!(upi.host, Ok(None));
+        assert_eq!(
+            upi.bmc.as_ref().map(|b| b.address.as_str()),
+            Ok("redfish://upi-0.bmc")
+        );
+        policy.control_plane.enabled = false;
+        let keys: Vec<String> = listed(&policy).into_iter().map(|t| t.key).collect();
+        assert_eq!(keys, ["m/worker-0", "hosts/upi-0"]);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use super::context::Context;
 use super::fence::{ConfirmedOff, HostRef};
 use super::plan::PlanPolicy;
 use super::state::{created_at, strategy_in_status};
-use super::subject::Subject;
+use super::subject::{Subject, machineless_strategies};
 use crate::api::slim;
 use crate::api::{FenceStrategyName, Remediation, RemediationPolicySpec, RemediationStatus};
 use crate::runtime::clock::since_epoch;
@@ -313,22 +313,6 @@ impl Pass {
     pub(super) fn age(&self, remediation: &Remediation) -> Duration {
         let created = created_at(remediation).unwrap_or_default();
         since_epoch(self.context.clock.now()).saturating_sub(created)
-    }
-}
-
-/// The strategies that can fence a Node without a Machine: those that drive its BMC (it has
-/// no BareMetalHost, so the reboot API could only fail and escalate). None left: the
-/// policy's own, so that the remediation fails saying why instead of doing nothing.
-fn machineless_strategies(strategies: &[FenceStrategyName]) -> Vec<FenceStrategyName> {
-    let usable: Vec<FenceStrategyName> = strategies
-        .iter()
-        .copied()
-        .filter(|s| *s != FenceStrategyName::BareMetalHostRebootApi)
-        .collect();
-    if usable.is_empty() {
-        strategies.to_vec()
-    } else {
-        usable
     }
 }
 

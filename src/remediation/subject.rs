@@ -131,6 +131,24 @@ impl Subject {
     }
 }
 
+/// The strategies that can fence a Node without a Machine: those that drive its BMC (it has
+/// no BareMetalHost, so the reboot API could only fail and escalate). None left: the
+/// policy's own, so that the remediation fails saying why instead of doing nothing.
+pub fn machineless_strategies(
+    strategies: &[crate::api::FenceStrategyName],
+) -> Vec<crate::api::FenceStrategyName> {
+    let usable: Vec<crate::api::FenceStrategyName> = strategies
+        .iter()
+        .copied()
+        .filter(|s| *s != crate::api::FenceStrategyName::BareMetalHostRebootApi)
+        .collect();
+    if usable.is_empty() {
+        strategies.to_vec()
+    } else {
+        usable
+    }
+}
+
 /// Whether Node `labels` say control plane.
 pub fn node_is_control_plane(labels: &BTreeMap<String, String>) -> bool {
     labels.contains_key(NODE_ROLE_CONTROL_PLANE) || labels.contains_key(NODE_ROLE_MASTER)
