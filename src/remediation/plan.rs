@@ -11,7 +11,9 @@
 //! 2. `PoweringOff`: once the strategy's evidence proves the host off → `MarkFenced`. Evidence
 //!    that can never prove it (a detached host, `disablePowerOff`) or the power-off deadline
 //!    → the next strategy, or `Failed` when none is left. The trigger disappearing before the
-//!    host is proven off cancels and withdraws the request.
+//!    host is proven off cancels and withdraws the request — in the first power cycle only: a
+//!    later one follows a release, so the trigger going away in it fails the remediation
+//!    (`NodeNeverReady`, the host left off) instead of claiming nothing happened.
 //! 3. `Fenced`: back up the Node (delete mode), then release it (delete it, or taint it
 //!    out-of-service) on fresh proof → `NodeReleased`. From here on the cycle completes even
 //!    if the trigger goes away: the host must not stay off. If the proof cannot be taken
@@ -22,7 +24,8 @@
 //!    within the power-off deadline → `Failed` (`FenceLost`).
 //! 4. `NodeReleased` → request power-on (`PoweringOn`).
 //! 5. `PoweringOn`: the Node registered and Ready for the grace period → `Restore`. No Node in
-//!    time → a new power cycle, or `Failed` once the attempts are used up.
+//!    time → a new power cycle while the trigger is there and attempts remain, else `Failed`
+//!    (a health check that withdrew its trigger, or timed it out, gets no new power cycle).
 //! 6. `Restoring`: restore the Node and remove our marks → `Succeeded`; not done within the
 //!    Node deadline → `Failed` (`RestoreTimedOut`).
 //!
@@ -261,8 +264,16 @@ fn escalate_or_fail(state: &Persisted, policy: &PlanPolicy, why: String) -> Step
     }
 }
 
-fn retry_or_fail(state: &Persisted, policy: &PlanPolicy, why: String, fail: FailReason) -> Step {
-    if state.attempt < policy.max_attempts {
+/// Another power cycle, only while the trigger is there (one gone after the proof lets the
+/// cycle under way complete, and asks for no new one) and attempts remain; else `fail`.
+fn retry_or_fail(
+    state: &Persisted,
+    observed: &Observed,
+    policy: &PlanPolicy,
+    why: String,
+    fail: FailReason,
+) -> Step {
+    if observed.triggered && state.attempt < policy.max_attempts {
         Step::Retry {
             attempt: state.attempt + 1,
             why,
@@ -329,7 +340,10 @@ fn powering_off(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> 
     match &observed.fence {
         // Proof first: once the host is off, the cycle completes whatever the trigger does.
         Ok(()) => Step::MarkFenced,
-        Err(_) if !observed.triggered => Step::WithdrawPowerOff,
+        Err(_) if !observed.triggered && state.attempt == 1 => Step::WithdrawPowerOff,
+        // A later power cycle follows a release (its Node is gone or tainted): nothing to
+        // cancel; the host is left off and the remediation says why.
+        Err(_) if !observed.triggered => Step::Fail(FailReason::NodeNeverReady),
         Err(NotFenced::Untrustworthy(why)) => escalate_or_fail(state, policy, why.clone()),
         Err(not_yet) if waited >= policy.power_off_timeout => escalate_or_fail(
             state,
@@ -369,6 +383,7 @@ fn fenced(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
         Err(NotFenced::RequestMissing(why)) => lost(format!("{why}, again after it was re-made")),
         Err(NotFenced::PoweredOn(why)) => retry_or_fail(
             state,
+            observed,
             policy,
             format!("the host was fenced, then {why}"),
             FailReason::FenceLost(format!("the host was fenced, then {why}")),
@@ -405,6 +420,7 @@ fn powering_on(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> S
     } else if waited(state, observed) >= policy.node_timeout {
         retry_or_fail(
             state,
+            observed,
             policy,
             "the Node did not come back".into(),
             FailReason::NodeNeverReady,
@@ -741,10 +757,17 @@ mod tests {
                 s.phase,
                 Phase::Fenced | Phase::NodeReleased | Phase::PoweringOn | Phase::Restoring
             );
-            if after_fencing && !o.triggered {
+            // A Pending remediation is always in its first power cycle.
+            let later_cycle = s.attempt > 1 && s.phase != Phase::Pending;
+            if (after_fencing || later_cycle) && !o.triggered {
                 seen.untriggered_after_fencing += 1;
+                // Nothing to cancel once a power cycle released the Node, and no new power
+                // cycle without a trigger.
                 assert!(
-                    !matches!(step, Step::Cancel | Step::WithdrawPowerOff),
+                    !matches!(
+                        step,
+                        Step::Cancel | Step::WithdrawPowerOff | Step::Retry { .. }
+                    ),
                     "{}",
                     why()
                 );
@@ -922,6 +945,53 @@ mod tests {
             Step::MarkFenced,
             "off already: complete the cycle"
         );
+    }
+
+    #[test]
+    fn a_later_power_cycle_is_never_cancelled_and_none_starts_without_the_trigger() {
+        // Found by the chaos harness (seeds 135 and 182, a NodeHealthCheck timing out after
+        // the proof): the Node did not come back, a second power cycle started without a
+        // trigger, and the next pass cancelled it as if nothing had happened.
+        let gone = Observed {
+            triggered: false,
+            now: Duration::from_secs(1000 + 600),
+            ..observed()
+        };
+        assert_eq!(
+            next_step(&state(Phase::PoweringOn), &gone, &policy()),
+            Step::Fail(FailReason::NodeNeverReady),
+            "no Node in time and no trigger: no new power cycle"
+        );
+        let there = Observed {
+            triggered: true,
+            ..gone.clone()
+        };
+        assert!(matches!(
+            next_step(&state(Phase::PoweringOn), &there, &policy()),
+            Step::Retry { attempt: 2, .. }
+        ));
+        let second = Persisted {
+            attempt: 2,
+            ..state(Phase::PoweringOff)
+        };
+        let soon = Observed {
+            triggered: false,
+            ..observed()
+        };
+        assert_eq!(
+            next_step(&second, &soon, &policy()),
+            Step::Fail(FailReason::NodeNeverReady),
+            "the first cycle released the Node: nothing to cancel"
+        );
+        let fenced_then_on = Observed {
+            triggered: false,
+            fence: Err(NotFenced::PoweredOn("read On".into())),
+            ..observed()
+        };
+        assert!(matches!(
+            next_step(&state(Phase::Fenced), &fenced_then_on, &policy()),
+            Step::Fail(FailReason::FenceLost(_))
+        ));
     }
 
     #[test]
