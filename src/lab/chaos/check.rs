@@ -24,8 +24,9 @@
 //! 8. no DriftRemediation records `ForceFileRemoved` while the forcefile is still on the
 //!    node's disk at that instant, and no forcefile is left on any node at the end;
 //! 9. a NodeHealthCheck's escalation timeout: once the remediation reported that it saw its
-//!    request timed out before the proof (`RemediationTimedOutByNhc` on the request), it
-//!    requests no power-off again; one timed out before the proof leaves its host on at the
+//!    request timed out (`RemediationTimedOutByNhc` or `CompletingAfterTimeout` on the
+//!    request), it requests no power-off again (no new power cycle, no escalation to another
+//!    strategy); one timed out before the proof leaves its host on at the
 //!    end (unless a later remediation of the Machine failed); one proven off — before the
 //!    timeout or after it (the proof comes first: a host already off when the timeout is
 //!    seen completes its cycle) — completes the cycle: it is not cancelled, and it requests
@@ -83,17 +84,19 @@ pub struct Checker {
     pub disks: HashMap<String, Arc<NodeDisk>>,
     /// Per Remediation, the UID of the request it recorded as its trigger.
     recorded_uid: HashMap<String, String>,
-    /// Remediations whose latest power-off request is proven (a `Fenced` step after it).
+    /// Remediations whose latest power cycle is proven off (a `Fenced` step after it).
     proven: std::collections::HashSet<String>,
+    /// Per Remediation, how many power-off requests ([`POWER_OFF_REQUESTS`]) it recorded.
+    power_off_requests: HashMap<String, usize>,
     /// NodeRemediations (by UID) seen timed out, and those whose remediation reported that
     /// it saw the timeout before the proof.
     timed_out: std::collections::HashSet<String>,
     saw_timeout: std::collections::HashSet<String>,
     /// Remediations whose request timed out: their Machine.
     stopped_by_timeout: HashMap<String, String>,
-    /// Remediations that saw their request timed out before the proof: their power-off
-    /// requests at that moment.
-    saw_before_proof: HashMap<String, usize>,
+    /// Remediations that saw their request timed out: their power-off requests at that
+    /// moment.
+    saw_timeout_at: HashMap<String, usize>,
     /// Remediations whose request timed out and that are proven off: they must complete.
     completing_after_timeout: std::collections::HashSet<String>,
     /// When the NodeHealthCheck's timeouts came.
@@ -112,7 +115,14 @@ pub struct TimeoutTally {
 }
 
 /// The reason baremend reports on a NodeRemediation it saw timed out before the proof.
-const SAW_TIMEOUT: &str = "RemediationTimedOutByNhc";
+const CANCELLED_FOR_TIMEOUT: &str = "RemediationTimedOutByNhc";
+
+/// The reasons baremend reports on a NodeRemediation once it saw it timed out.
+const SAW_TIMEOUT: [&str; 2] = [CANCELLED_FOR_TIMEOUT, "CompletingAfterTimeout"];
+
+/// The steps that request power-off: a power cycle's first, another strategy's, a new
+/// power cycle's.
+const POWER_OFF_REQUESTS: [&str; 3] = ["PowerOffRequested", "Escalated", "Retry"];
 
 /// How the Machine Config Operator is in the middle of a re-apply on a Node (as JSON), or
 /// None when it is not.
@@ -148,7 +158,8 @@ fn step_count(object: &Value, step: &str) -> usize {
         })
 }
 
-/// Whether a Remediation's latest power-off request is proven: a `Fenced` step after it.
+/// Whether a Remediation's latest power cycle is proven off: a `Fenced` step after its
+/// power-off request (a `Retry` begins a new one).
 fn proven(object: &Value) -> bool {
     let steps: Vec<&Value> = object
         .pointer("/status/steps")
@@ -156,7 +167,8 @@ fn proven(object: &Value) -> bool {
         .map(|s| s.iter().map(|s| &s["step"]).collect())
         .unwrap_or_default();
     let last = |name: &str| steps.iter().rposition(|s| *s == name);
-    last("Fenced").is_some_and(|fenced| last("PowerOffRequested").is_none_or(|off| off < fenced))
+    let request = last("PowerOffRequested").max(last("Retry"));
+    last("Fenced").is_some_and(|fenced| request.is_none_or(|off| off < fenced))
 }
 
 fn under_way(phase: RemediationPhase) -> bool {
@@ -348,9 +360,13 @@ impl Checker {
         let saw = object
             .pointer("/status/conditions")
             .and_then(Value::as_array)
-            .is_some_and(|c| c.iter().any(|c| c["reason"] == SAW_TIMEOUT));
-        if saw && self.saw_timeout.insert(uid.clone()) {
-            self.timeout_seen(&uid);
+            .into_iter()
+            .flatten()
+            .find_map(|c| c["reason"].as_str().filter(|r| SAW_TIMEOUT.contains(r)));
+        if let Some(reason) = saw
+            && self.saw_timeout.insert(uid.clone())
+        {
+            self.timeout_seen(&uid, reason);
         }
     }
 
@@ -379,20 +395,20 @@ impl Checker {
         }
     }
 
-    /// Invariant 9, when the remediation of the request `uid` reports that it saw it timed
-    /// out before the proof.
-    fn timeout_seen(&mut self, uid: &str) {
+    /// Invariant 9, when the remediation of the request `uid` reports (`reason`) that it saw
+    /// it timed out.
+    fn timeout_seen(&mut self, uid: &str, reason: &str) {
         let Some(key) = self.recorder(uid) else {
             return;
         };
-        if self.proven.contains(&key) {
+        if self.proven.contains(&key) && reason == CANCELLED_FOR_TIMEOUT {
             self.violations.push(format!(
                 "invariant 9: {key} was cancelled for the NodeHealthCheck's timeout after the \
                  proof: the host is left off"
             ));
         } else {
-            let done = self.power_off_steps.get(&key).copied().unwrap_or(0);
-            self.saw_before_proof.insert(key, done);
+            let done = self.power_off_requests.get(&key).copied().unwrap_or(0);
+            self.saw_timeout_at.insert(key, done);
         }
     }
 
@@ -515,8 +531,8 @@ impl Checker {
     }
 
     /// What invariant 9 needs of a Remediation's change: the request it recorded, whether
-    /// its power-off is proven (then it must complete if its request timed out), and no
-    /// power-off requested again after it saw its request timed out before the proof.
+    /// its power cycle is proven off (then it must complete if its request timed out), and
+    /// no power-off requested again after it saw its request timed out.
     fn timeout_steps(&mut self, key: &str, remediation: &Remediation, object: &Value) {
         if let Some(uid) = remediation
             .spec
@@ -534,8 +550,12 @@ impl Checker {
         if self.proven.contains(key) && self.stopped_by_timeout.contains_key(key) {
             self.completing_after_timeout.insert(key.to_owned());
         }
-        let offs = step_count(object, "PowerOffRequested");
-        if let Some(then) = self.saw_before_proof.get(key)
+        let offs: usize = POWER_OFF_REQUESTS
+            .iter()
+            .map(|s| step_count(object, s))
+            .sum();
+        self.power_off_requests.insert(key.to_owned(), offs);
+        if let Some(then) = self.saw_timeout_at.get(key)
             && offs > *then
         {
             let steps: Vec<&str> = remediation
@@ -545,9 +565,9 @@ impl Checker {
                 .collect();
             self.violations.push(format!(
                 "invariant 9: {key} requested power-off again after it saw its NodeRemediation \
-                 timed out before the proof (steps {steps:?})"
+                 timed out (steps {steps:?})"
             ));
-            self.saw_before_proof.remove(key);
+            self.saw_timeout_at.remove(key);
         }
     }
 
@@ -1072,6 +1092,62 @@ mod tests {
                 assert!(v.contains("host worker-0 left off"), "{v}");
             }
         }
+    }
+
+    #[test]
+    fn a_new_power_cycle_after_a_timeout_seen_after_the_proof_is_a_violation() {
+        let node_request = ("noderemediations", "u1");
+        let mut checker = Checker::new(1);
+        see_request(&mut checker, node_request, EventType::Added, false, None);
+        let powering_on = [
+            "PowerOffRequested",
+            "Fenced",
+            "NodeDeleted",
+            "PowerOnRequested",
+        ];
+        see_recording(&mut checker, "PoweringOn", &powering_on);
+        let completing = Some("CompletingAfterTimeout");
+        see_request(
+            &mut checker,
+            node_request,
+            EventType::Modified,
+            true,
+            completing,
+        );
+        assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+        // The Node is not back: a new power cycle on the request the health check gave up.
+        let mut retried = powering_on.to_vec();
+        retried.push("Retry");
+        see_recording(&mut checker, "PoweringOff", &retried);
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        assert!(
+            checker.violations[0]
+                .starts_with("invariant 9: ns/worker-0-1 requested power-off again"),
+            "{:?}",
+            checker.violations
+        );
+        // Its withdrawal then says "cancelled for the timeout" without a proof in this cycle:
+        // no second violation, but the cycle that released the Node did not complete.
+        retried.push("PowerOffWithdrawn");
+        see_recording(&mut checker, "Cancelled", &retried);
+        let cancelled = Some("RemediationTimedOutByNhc");
+        see_request(
+            &mut checker,
+            node_request,
+            EventType::Modified,
+            true,
+            cancelled,
+        );
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        let mut last = remediation("worker-0-1", "worker-0", "Cancelled", &retried);
+        last["spec"]["trigger"] = json!({"kind": "NodeRemediation", "uid": "u1"});
+        checker.finish(&[serde_json::from_value(last).unwrap()], &hosts(Power::On));
+        let ours = invariant_9(&checker);
+        assert_eq!(ours.len(), 2, "{ours:?}");
+        assert!(
+            ours[1].contains("ended Cancelled without completing"),
+            "{ours:?}"
+        );
     }
 
     #[test]
