@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use baremend_sim::cluster::local::{
     Gvr, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, NODES,
 };
-use baremend_sim::cluster::nhc::{NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS, TIMED_OUT};
+use baremend_sim::cluster::nhc::{NHCS, NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS, TIMED_OUT};
 use baremend_sim::cluster::{ClusterSpec, EXTERNAL_REMEDIATION, MACHINE_NAMESPACE, NHC_NAMESPACE};
 use serde_json::{Value, json};
 
@@ -149,8 +149,27 @@ fn request(api: &Local, check: HealthCheck, machine: &str) -> Option<Value> {
     api.get(kind, namespace, machine).ok()
 }
 
-/// Whether the NodeHealthCheck timed out the request of `machine`'s Node.
+/// Whether the NodeHealthCheck timed out the request of `machine`'s Node (the request may
+/// be gone since: its status keeps the timeout).
 pub(super) fn timed_out(api: &Local, check: HealthCheck, machine: &str) -> bool {
+    if !matches!(check, HealthCheck::NodeRequest { .. }) {
+        return false;
+    }
+    request_timed_out(api, check, machine)
+        || api.list(NHCS, None).iter().any(|nhc| {
+            nhc.pointer("/status/unhealthyNodes")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|entry| entry["name"] == machine)
+                .filter_map(|entry| entry["remediations"].as_array())
+                .flatten()
+                .any(|started| started.get("timedOut").is_some())
+        })
+}
+
+/// Whether the request of `machine`'s Node is there, annotated timed out.
+fn request_timed_out(api: &Local, check: HealthCheck, machine: &str) -> bool {
     request(api, check, machine).is_some_and(|r| {
         r.pointer("/metadata/annotations")
             .and_then(Value::as_object)
@@ -171,7 +190,7 @@ pub(super) fn left(api: &Local, check: HealthCheck, machine: &str) -> Option<Str
         return Some(format!("Machine {machine} is still annotated"));
     }
     let request = request(api, check, machine)?;
-    (!timed_out(api, check, machine)).then(|| {
+    (!request_timed_out(api, check, machine)).then(|| {
         format!(
             "{} {machine} is still there (status {:?})",
             check.label(),
