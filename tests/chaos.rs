@@ -1,6 +1,7 @@
 //! The chaos suite as CI runs it: 200 seeded runs of BMC faults, API faults, controller
-//! crashes, leader changes, hangs, false alarms and triggers removed mid-flow, each checked
-//! against the safety invariants (src/lab/chaos). Any number of seeds:
+//! crashes, leader changes, hangs, false alarms and triggers removed mid-flow — each seed's
+//! health check asking by the annotation, MachineRemediation or NodeRemediation requests —
+//! each checked against the safety invariants (src/lab/chaos). Any number of seeds:
 //! `baremend lab --scenario chaos --seeds N [--first-seed S] [--jobs J]`.
 
 use std::time::Duration;

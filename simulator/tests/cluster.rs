@@ -714,3 +714,70 @@ async fn a_platform_none_cluster_refuses_the_machine_flavours() {
         assert!(error.to_string().contains("platformNone"), "{error}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_health_check_makes_a_deleted_request_again_while_the_node_is_unhealthy() {
+    let mut spec = fast();
+    spec.node_health_check = true;
+    let cluster = SimCluster::start(spec).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    // baremend's request kinds (baremend installs its own CRDs; these keep unknown fields).
+    for (kind, plural) in [
+        ("NodeRemediationTemplate", "noderemediationtemplates"),
+        ("NodeRemediation", "noderemediations"),
+    ] {
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.baremend.io")},
+            "spec": {
+                "group": "baremend.io",
+                "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural,
+                    "singular": kind.to_ascii_lowercase()},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}],
+            },
+        });
+        api.create(CRDS, "", crd).unwrap();
+    }
+    api.create(
+        NODE_REMEDIATION_TEMPLATES,
+        NHC_NAMESPACE,
+        json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+    )
+    .unwrap();
+    assert!(cluster.hang("worker-0"));
+    let uid = |api: &Local| {
+        api.get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")
+            .ok()
+            .and_then(|r| r["metadata"]["uid"].as_str().map(str::to_owned))
+    };
+    eventually(
+        "the NodeHealthCheck's request",
+        Duration::from_secs(10),
+        async || uid(&api).is_some(),
+    )
+    .await;
+    let first = uid(&api).unwrap();
+    api.delete(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0", None)
+        .unwrap();
+    eventually(
+        "the request made again, with a new UID",
+        Duration::from_secs(5),
+        async || uid(&api).is_some_and(|u| u != first),
+    )
+    .await;
+    // Still the first step: nothing timed out.
+    let request = api
+        .get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")
+        .unwrap();
+    assert!(
+        request["metadata"]["annotations"]
+            .get("remediation.medik8s.io/nhc-timed-out")
+            .is_none(),
+        "{request}"
+    );
+}

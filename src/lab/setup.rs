@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baremend_sim::cluster::local::{BMHS, Local, MACHINES};
+use baremend_sim::cluster::local::{BMHS, Gvr, Local, MACHINES};
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, SimCluster};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -94,6 +94,22 @@ impl LabCluster {
             .map(|_| ())
             .map_err(|e| Error::Invalid {
                 object: format!("Machine {machine}"),
+                reason: e.message,
+            })
+    }
+
+    /// Creates the template `baremend` a health check names, empty: its requests get the
+    /// policy's values.
+    pub fn empty_template(&self, templates: Gvr, namespace: &str) -> Result<()> {
+        self.api
+            .create(
+                templates,
+                namespace,
+                json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+            )
+            .map(|_| ())
+            .map_err(|e| Error::Invalid {
+                object: format!("{} baremend", templates.plural),
                 reason: e.message,
             })
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use baremend_sim::cluster::local::{
-    BMHS, Gvr, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, NODES,
+    BMHS, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, NODES,
 };
 use baremend_sim::cluster::nhc::{NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS};
 use baremend_sim::cluster::timing::Timing;
@@ -506,7 +506,7 @@ fn prepare(scenario: Scenario, lab: &LabCluster, target: &str) -> Result<()> {
             println!("  {target} will hang with the others: half the workers at once");
         }
         Scenario::Nhc | Scenario::NhcUpi => {
-            empty_template(lab, NODE_REMEDIATION_TEMPLATES, NHC_NAMESPACE)?;
+            lab.empty_template(NODE_REMEDIATION_TEMPLATES, NHC_NAMESPACE)?;
             println!(
                 "  medik8s NodeHealthCheck: escalating remediations, baremend's NodeRemediationTemplate first (60 s), then MachineDeletionRemediation"
             );
@@ -517,7 +517,7 @@ fn prepare(scenario: Scenario, lab: &LabCluster, target: &str) -> Result<()> {
             }
         }
         Scenario::Capi => {
-            empty_template(lab, MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE)?;
+            lab.empty_template(MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE)?;
             println!(
                 "  Cluster API: {target} is a cluster.x-k8s.io Machine with a Metal3Machine; its MachineHealthCheck names baremend's MachineRemediationTemplate"
             );
@@ -525,19 +525,4 @@ fn prepare(scenario: Scenario, lab: &LabCluster, target: &str) -> Result<()> {
         _ => {}
     }
     Ok(())
-}
-
-/// The template `baremend` a health check names, empty: its requests get the policy's values.
-fn empty_template(lab: &LabCluster, templates: Gvr, namespace: &str) -> Result<()> {
-    lab.api
-        .create(
-            templates,
-            namespace,
-            json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
-        )
-        .map(|_| ())
-        .map_err(|e| Error::Invalid {
-            object: format!("{} baremend", templates.plural),
-            reason: e.message,
-        })
 }

@@ -135,7 +135,17 @@ fn nhc_conditions(
     now: SystemTime,
 ) {
     let ended = phase.is_terminal();
-    let (processing, reason, message) = match (ended, timed_out) {
+    // Completing after the timeout only once the host is proven off: before, the timeout
+    // stops the remediation (the next pass withdraws the power-off), whatever the pass that
+    // writes this status decided from an older view.
+    let proven = matches!(
+        phase,
+        RemediationPhase::Fenced
+            | RemediationPhase::NodeReleased
+            | RemediationPhase::PoweringOn
+            | RemediationPhase::Restoring
+    );
+    let (processing, reason, message) = match (ended, timed_out && proven) {
         // Accepted: the Remediation exists and waits for its start (a safety gate may hold
         // it; its Held condition says which).
         (false, false) if phase == RemediationPhase::Pending => (
@@ -349,6 +359,19 @@ mod tests {
             (processing.status.as_str(), processing.reason.as_str()),
             ("True", "CompletingAfterTimeout")
         );
+        // Timed out while the power-off waits for its proof: not completing (found by the
+        // chaos harness, seed 31: the pass that requested power-off wrote its status with the
+        // timeout its cache had just received).
+        for (phase, reason) in [
+            (RemediationPhase::Pending, "RemediationPending"),
+            (RemediationPhase::PoweringOff, "RemediationStarted"),
+        ] {
+            let status =
+                request_status(&request, &remediation(phase), NodeReleaseMode::Delete, now)
+                    .unwrap();
+            let processing = condition(&status, ConditionType::Processing);
+            assert_eq!(processing.reason, reason, "{phase:?}");
+        }
     }
 
     #[test]

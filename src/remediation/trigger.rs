@@ -48,7 +48,11 @@ pub fn trigger_of(annotated: bool, request: Option<&RequestView>) -> Option<Trig
 /// one recorded (by its UID: the health check keeps it until the Machine is healthy, which may
 /// be long after the remediation ended), or one that already existed (`created`) when one
 /// started (a second health check's request for the same Machine: both were answered by that
-/// one remediation). The annotation is never "answered": the remediation removes it. Pure.
+/// one remediation). A request named as the one a remediation recorded, with another UID,
+/// was made again after that one was gone: it is new to that remediation, whatever the
+/// creation times say (they have a one-second resolution, and a health check makes a deleted
+/// request again within its period). The annotation is never "answered": the remediation
+/// removes it. Pure.
 pub fn answered(
     trigger: &TriggerRef,
     created: Option<std::time::Duration>,
@@ -58,15 +62,17 @@ pub fn answered(
         return false;
     }
     remediations.iter().any(|r| {
-        let recorded = r
-            .spec
-            .trigger
-            .as_ref()
-            .is_some_and(|t| t.uid == trigger.uid);
+        let recorded = r.spec.trigger.as_ref();
+        if recorded.is_some_and(|t| t.uid == trigger.uid) {
+            return true;
+        }
+        let made_again = recorded.is_some_and(|t| {
+            (&t.kind, &t.name, &t.namespace) == (&trigger.kind, &trigger.name, &trigger.namespace)
+        });
         let existed = created
             .zip(super::state::created_at(r))
             .is_some_and(|(request, remediation)| request <= remediation);
-        recorded || existed
+        existed && !made_again
     })
 }
 
@@ -159,8 +165,12 @@ impl Pass {
     }
 
     /// Whether the Machine's request exists (and, for a NodeHealthCheck's, is not timed
-    /// out), read from the API server now.
+    /// out), read from the API server now: the very request the cache shows (the start
+    /// records that one; a request of its name with another UID was made again since, and the
+    /// cache will show it soon).
     pub(super) async fn request_confirmed(&self) -> Result<bool> {
+        let cached = self.cached_request();
+        // A Node subject has no Machine a MachineRemediation could be named after.
         if self.subject.machine().is_some() {
             let machines: Api<MachineRemediation> =
                 Api::namespaced(self.context.client.clone(), &self.namespace);
@@ -168,14 +178,14 @@ impl Pass {
                 .get_opt(&self.name)
                 .await
                 .map_err(Error::kube("GetMachineRemediation"))?;
-            if machine.is_some_and(|r| r.metadata.deletion_timestamp.is_none()) {
-                return Ok(true);
+            if let Some(fresh) = machine.filter(|r| r.metadata.deletion_timestamp.is_none()) {
+                let stale = cached.as_ref().is_some_and(|c| {
+                    c.kind == TriggerKind::MachineRemediation && c.uid != fresh.metadata.uid
+                });
+                return Ok(!stale);
             }
         }
-        let Some(cached) = self
-            .cached_request()
-            .filter(|r| r.kind == TriggerKind::NodeRemediation)
-        else {
+        let Some(cached) = cached.filter(|r| r.kind == TriggerKind::NodeRemediation) else {
             return Ok(false);
         };
         let nodes: Api<NodeRemediation> =
@@ -186,7 +196,7 @@ impl Pass {
             .map_err(Error::kube("GetNodeRemediation"))?;
         Ok(node
             .filter(|r| r.metadata.deletion_timestamp.is_none())
-            .is_some_and(|r| !node_request(&r).timed_out))
+            .is_some_and(|r| !node_request(&r).timed_out && r.metadata.uid == cached.uid))
     }
 
     /// The policy in force for this Machine: the policy, narrowed by its request's spec.
@@ -313,8 +323,12 @@ mod tests {
         assert!(!answered(&second, None, std::slice::from_ref(&done)));
         let annotation = trigger_of(true, None).unwrap();
         assert!(!answered(&annotation, None, std::slice::from_ref(&done)));
-        // A second request that existed when the remediation started was answered by it; one
-        // made after it was not.
+        // A second health check's request (another contract's: two requests of one name
+        // cannot exist at once) that existed when the remediation started was answered by
+        // it; one made after it was not.
+        let mut node = request("u2");
+        node.kind = TriggerKind::NodeRemediation;
+        let second = node.trigger();
         let mut started = (*done).clone();
         started.metadata.creation_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -325,6 +339,28 @@ mod tests {
         assert!(answered(&second, at(99), std::slice::from_ref(&started)));
         assert!(answered(&second, at(100), std::slice::from_ref(&started)));
         assert!(!answered(&second, at(101), std::slice::from_ref(&started)));
+    }
+
+    #[test]
+    fn a_request_made_again_in_the_second_its_remediation_started_is_not_answered() {
+        // The remediation recorded u1 and was cancelled when u1 was deleted; the health check
+        // made the request again (u2) within the same second (found by the chaos harness,
+        // seeds 209, 228 and 272 of 800: the hung Machine was never remediated again).
+        let first = trigger_of(false, Some(&request("u1"))).unwrap();
+        let mut cancelled = remediation(Some(first), RemediationPhase::Cancelled);
+        cancelled.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(100).unwrap(),
+            ));
+        let cancelled = Arc::new(cancelled);
+        let again = trigger_of(false, Some(&request("u2"))).unwrap();
+        let at = Some(std::time::Duration::from_secs(100));
+        assert!(!answered(&again, at, std::slice::from_ref(&cancelled)));
+        // Another contract's request of that second is still the second health check's.
+        let mut node = request("u3");
+        node.kind = TriggerKind::NodeRemediation;
+        let other = node.trigger();
+        assert!(answered(&other, at, std::slice::from_ref(&cancelled)));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! `escalatingRemediations` (or its `remediationTemplate`), named after the Node, in the
 //! template's namespace, with the template's `spec.template.spec`; when an escalation's
 //! `timeout` passes, or the remediator reports `Succeeded=False`, it annotates the request
-//! `remediation.medik8s.io/nhc-timed-out` and creates the next. Once the Node is healthy it
+//! `remediation.medik8s.io/nhc-timed-out` and creates the next; a running step's request
+//! deleted by someone else while the Node is unhealthy is made again (the real controller
+//! ensures the current step's request on every pass). Once the Node is healthy it
 //! deletes its requests; a request for a Node that is gone is deleted too, unless it reports
 //! `PermanentNodeDeletionExpected=True` and not yet `Succeeded`. Progress is kept in the
 //! NodeHealthCheck's `status.unhealthyNodes`, as the real controller keeps it.
@@ -181,7 +183,10 @@ pub fn pass(api: &Local) {
             nodes.contains_key(node) || keep_for_gone_node(api, entry)
         });
         for entry in &mut tracked {
-            escalate(api, &nhc, entry, &steps, now);
+            let present = entry["name"]
+                .as_str()
+                .is_some_and(|node| nodes.contains_key(node));
+            escalate(api, &nhc, (entry, present), &steps, now);
         }
         let status = json!({"status": {"unhealthyNodes": tracked, "phase": if tracked.is_empty() { "Enabled" } else { "Remediating" }}});
         if nhc.get("status") != status.get("status") {
@@ -191,11 +196,12 @@ pub fn pass(api: &Local) {
 }
 
 /// Creates the Node's next request when none runs, or when the running one timed out or
-/// failed (after marking it timed out).
+/// failed (after marking it timed out); makes the running one again if it was deleted while
+/// the Node (`present`) is still unhealthy.
 fn escalate(
     api: &Local,
     nhc: &Value,
-    entry: &mut Value,
+    (entry, present): (&mut Value, bool),
     steps: &[(Value, Option<Duration>)],
     now: Duration,
 ) {
@@ -217,6 +223,15 @@ fn escalate(
             .as_ref()
             .is_some_and(|r| reports(r, "Succeeded", "False"));
         if !expired && !failed {
+            // Deleted by someone else while the Node is still unhealthy: made again, as the
+            // real controller ensures the current step's request on every pass (its timeout
+            // still runs from the first).
+            if request.is_none()
+                && present
+                && let Some((template, _)) = step
+            {
+                remake(api, entry, template, &node);
+            }
             return;
         }
         let patch = json!({"metadata": {"annotations": {TIMED_OUT: format_time(now)}}});
@@ -252,6 +267,20 @@ fn escalate(
             &format!("Created remediation object for node {node}"),
             "NodeHealthCheck",
         );
+    }
+}
+
+/// Makes the running step's request of `node` again (a new UID), recorded in its entry.
+fn remake(api: &Local, entry: &mut Value, template: &Value, node: &str) {
+    let Some((namespace, request)) = request_for(api, template, node) else {
+        return;
+    };
+    if let Ok(created) = api.create(NODE_REMEDIATIONS, &namespace, request)
+        && let Some(last) = entry["remediations"]
+            .as_array_mut()
+            .and_then(|list| list.last_mut())
+    {
+        last["resource"]["uid"] = created["metadata"]["uid"].clone();
     }
 }
 

@@ -10,17 +10,27 @@
 //!    Ready;
 //! 5. no step applied twice;
 //! 6. no power cycle on a trigger already consumed: a remediation starts (requests power-off)
-//!    only if its Machine's trigger appeared again since the previous one started, unless
-//!    that one failed (an operator deletes a Failed remediation, or retries it with
-//!    `baremend.io/retry`, to allow another: a retry is a legitimate start on the same
-//!    trigger);
+//!    only if a trigger of its Machine appeared since the previous one started — the
+//!    annotation set again, or a request with a new UID created for the Machine
+//!    (`MachineRemediation`) or for its Node (`NodeRemediation`; the simulated cluster's Nodes
+//!    have their Machine's name) — unless that one failed (an operator deletes a Failed
+//!    remediation, or retries it with `baremend.io/retry`, to allow another: a retry is a
+//!    legitimate start on the same trigger);
 //! 7. no machine remediation requests power-off for a Node while it carries
 //!    `baremend.io/planned-reboot`, or while the Machine Config Operator is in the middle of
 //!    a re-apply on it (a drain request not carried out, the node held drained for an
 //!    update, the MCD `Working`, `post-config-action=Rebooting`) unless the drift
 //!    coordinator handed the node over (its latest DriftRemediation `Escalated`);
 //! 8. no DriftRemediation records `ForceFileRemoved` while the forcefile is still on the
-//!    node's disk at that instant, and no forcefile is left on any node at the end.
+//!    node's disk at that instant, and no forcefile is left on any node at the end;
+//! 9. a NodeHealthCheck's escalation timeout: once the remediation reported that it saw its
+//!    request timed out (`RemediationTimedOutByNhc` or `CompletingAfterTimeout` on the
+//!    request), it requests no power-off again (no new power cycle, no escalation to another
+//!    strategy); one timed out before the proof leaves its host on at the
+//!    end (unless a later remediation of the Machine failed); one proven off — before the
+//!    timeout or after it (the proof comes first: a host already off when the timeout is
+//!    seen completes its cycle) — completes the cycle: it is not cancelled, and it requests
+//!    power-on unless it failed.
 
 use std::collections::HashMap;
 
@@ -32,7 +42,7 @@ use baremend_sim::cluster::mco::disk::NodeDisk;
 use baremend_sim::host::{Power, SimHost};
 use serde_json::Value;
 
-use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
+use crate::api::annotations::{EXTERNAL_REMEDIATION, NHC_TIMED_OUT, PLANNED_REBOOT};
 use crate::api::mco::{DESIRED_DRAIN, LAST_APPLIED_DRAIN, POST_CONFIG_ACTION, STATE};
 use crate::api::{Remediation, RemediationPhase};
 
@@ -72,7 +82,47 @@ pub struct Checker {
     force_file_removed: std::collections::HashSet<String>,
     /// The nodes' simulated disks (seeds that run the MCO).
     pub disks: HashMap<String, Arc<NodeDisk>>,
+    /// Per Remediation, the UID of the request it recorded as its trigger.
+    recorded_uid: HashMap<String, String>,
+    /// Remediations whose latest power cycle is proven off (a `Fenced` step after it).
+    proven: std::collections::HashSet<String>,
+    /// Per Remediation, how many power-off requests ([`POWER_OFF_REQUESTS`]) it recorded.
+    power_off_requests: HashMap<String, usize>,
+    /// NodeRemediations (by UID) seen timed out, and those whose remediation reported that
+    /// it saw the timeout before the proof.
+    timed_out: std::collections::HashSet<String>,
+    saw_timeout: std::collections::HashSet<String>,
+    /// Remediations whose request timed out: their Machine.
+    stopped_by_timeout: HashMap<String, String>,
+    /// Remediations that saw their request timed out: their power-off requests at that
+    /// moment.
+    saw_timeout_at: HashMap<String, usize>,
+    /// Remediations whose request timed out and that are proven off: they must complete.
+    completing_after_timeout: std::collections::HashSet<String>,
+    /// When the NodeHealthCheck's timeouts came.
+    pub timeouts: TimeoutTally,
 }
+
+/// When a NodeHealthCheck timed out its requests, as the API server committed the timeout.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TimeoutTally {
+    /// No remediation had recorded the request yet.
+    pub before_start: usize,
+    /// Its remediation had not proven the host off.
+    pub before_proof: usize,
+    /// Its remediation had.
+    pub after_proof: usize,
+}
+
+/// The reason baremend reports on a NodeRemediation it saw timed out before the proof.
+const CANCELLED_FOR_TIMEOUT: &str = "RemediationTimedOutByNhc";
+
+/// The reasons baremend reports on a NodeRemediation once it saw it timed out.
+const SAW_TIMEOUT: [&str; 2] = [CANCELLED_FOR_TIMEOUT, "CompletingAfterTimeout"];
+
+/// The steps that request power-off: a power cycle's first, another strategy's, a new
+/// power cycle's.
+const POWER_OFF_REQUESTS: [&str; 3] = ["PowerOffRequested", "Escalated", "Retry"];
 
 /// How the Machine Config Operator is in the middle of a re-apply on a Node (as JSON), or
 /// None when it is not.
@@ -106,6 +156,19 @@ fn step_count(object: &Value, step: &str) -> usize {
         .map_or(0, |steps| {
             steps.iter().filter(|s| s["step"] == step).count()
         })
+}
+
+/// Whether a Remediation's latest power cycle is proven off: a `Fenced` step after its
+/// power-off request (a `Retry` begins a new one).
+fn proven(object: &Value) -> bool {
+    let steps: Vec<&Value> = object
+        .pointer("/status/steps")
+        .and_then(Value::as_array)
+        .map(|s| s.iter().map(|s| &s["step"]).collect())
+        .unwrap_or_default();
+    let last = |name: &str| steps.iter().rposition(|s| *s == name);
+    let request = last("PowerOffRequested").max(last("Retry"));
+    last("Fenced").is_some_and(|fenced| request.is_none_or(|off| off < fenced))
 }
 
 fn under_way(phase: RemediationPhase) -> bool {
@@ -181,6 +244,9 @@ impl Checker {
             ("baremend.io", "remediations") => self.remediation_change(event),
             ("machine.openshift.io", "machines") => self.machine_change(event),
             ("baremend.io", "driftremediations") => self.drift_change(event),
+            ("baremend.io", "machineremediations" | "noderemediations") => {
+                self.request_change(event)
+            }
             _ => {}
         }
     }
@@ -265,6 +331,87 @@ impl Checker {
         }
     }
 
+    /// A health check's request: a new one is a trigger of its Machine (invariant 6; a
+    /// Node has its Machine's name here); a NodeRemediation timed out, and the remediation
+    /// seeing it (invariant 9).
+    fn request_change(&mut self, event: &WatchEvent) {
+        if matches!(event.kind, EventType::Deleted) {
+            return;
+        }
+        if matches!(event.kind, EventType::Added) {
+            *self
+                .trigger_epoch
+                .entry(event.key.name.clone())
+                .or_default() += 1;
+        }
+        let object = &event.object;
+        let uid = object
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let timed_out = object
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .is_some_and(|a| a.contains_key(NHC_TIMED_OUT));
+        if timed_out && self.timed_out.insert(uid.clone()) {
+            self.timeout_committed(&uid);
+        }
+        let saw = object
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find_map(|c| c["reason"].as_str().filter(|r| SAW_TIMEOUT.contains(r)));
+        if let Some(reason) = saw
+            && self.saw_timeout.insert(uid.clone())
+        {
+            self.timeout_seen(&uid, reason);
+        }
+    }
+
+    /// The Remediation that recorded the request `uid`.
+    fn recorder(&self, uid: &str) -> Option<String> {
+        self.recorded_uid
+            .iter()
+            .find(|(_, recorded)| recorded.as_str() == uid)
+            .map(|(key, _)| key.clone())
+    }
+
+    /// Invariant 9, when the NodeHealthCheck's timeout of the request `uid` is committed.
+    fn timeout_committed(&mut self, uid: &str) {
+        let Some(key) = self.recorder(uid) else {
+            self.timeouts.before_start += 1;
+            return;
+        };
+        if self.proven.contains(&key) {
+            self.timeouts.after_proof += 1;
+            self.completing_after_timeout.insert(key.clone());
+        } else {
+            self.timeouts.before_proof += 1;
+        }
+        if let Some((machine, _)) = self.phases.get(&key) {
+            self.stopped_by_timeout.insert(key, machine.clone());
+        }
+    }
+
+    /// Invariant 9, when the remediation of the request `uid` reports (`reason`) that it saw
+    /// it timed out.
+    fn timeout_seen(&mut self, uid: &str, reason: &str) {
+        let Some(key) = self.recorder(uid) else {
+            return;
+        };
+        if self.proven.contains(&key) && reason == CANCELLED_FOR_TIMEOUT {
+            self.violations.push(format!(
+                "invariant 9: {key} was cancelled for the NodeHealthCheck's timeout after the \
+                 proof: the host is left off"
+            ));
+        } else {
+            let done = self.power_off_requests.get(&key).copied().unwrap_or(0);
+            self.saw_timeout_at.insert(key, done);
+        }
+    }
+
     fn node_change(&mut self, event: &WatchEvent, hosts: &HashMap<String, Arc<SimHost>>) {
         let name = event.key.name.as_str();
         let released = match event.kind {
@@ -344,6 +491,7 @@ impl Checker {
         if power_offs > before_offs.unwrap_or(0) {
             self.check_no_planned_reboot(&machine, &key);
         }
+        self.timeout_steps(&key, &remediation, &event.object);
         let running: Vec<&String> = self
             .phases
             .values()
@@ -379,6 +527,47 @@ impl Checker {
                     "invariant 4: {machine} fenced with {others_ready} other control-plane Nodes Ready"
                 ));
             }
+        }
+    }
+
+    /// What invariant 9 needs of a Remediation's change: the request it recorded, whether
+    /// its power cycle is proven off (then it must complete if its request timed out), and
+    /// no power-off requested again after it saw its request timed out.
+    fn timeout_steps(&mut self, key: &str, remediation: &Remediation, object: &Value) {
+        if let Some(uid) = remediation
+            .spec
+            .trigger
+            .as_ref()
+            .and_then(|t| t.uid.clone())
+        {
+            self.recorded_uid.insert(key.to_owned(), uid);
+        }
+        if proven(object) {
+            self.proven.insert(key.to_owned());
+        } else {
+            self.proven.remove(key);
+        }
+        if self.proven.contains(key) && self.stopped_by_timeout.contains_key(key) {
+            self.completing_after_timeout.insert(key.to_owned());
+        }
+        let offs: usize = POWER_OFF_REQUESTS
+            .iter()
+            .map(|s| step_count(object, s))
+            .sum();
+        self.power_off_requests.insert(key.to_owned(), offs);
+        if let Some(then) = self.saw_timeout_at.get(key)
+            && offs > *then
+        {
+            let steps: Vec<&str> = remediation
+                .status
+                .iter()
+                .flat_map(|s| s.steps.iter().map(|t| t.step.as_str()))
+                .collect();
+            self.violations.push(format!(
+                "invariant 9: {key} requested power-off again after it saw its NodeRemediation \
+                 timed out (steps {steps:?})"
+            ));
+            self.saw_timeout_at.remove(key);
         }
     }
 
@@ -451,6 +640,7 @@ impl Checker {
             }
         }
         let latest = latest_per_machine(remediations);
+        self.finish_timeouts(remediations, hosts, &latest);
         let mut names: Vec<&String> = hosts.keys().collect();
         names.sort();
         for name in names {
@@ -473,6 +663,64 @@ impl Checker {
                 ));
             }
         }
+    }
+}
+
+impl Checker {
+    /// Invariant 9 on the final state: a host not left off by a remediation the timeout
+    /// stopped before the proof (unless a later one of its Machine failed), and a cycle
+    /// completed by one proven off whose request timed out.
+    fn finish_timeouts(
+        &mut self,
+        remediations: &[Remediation],
+        hosts: &HashMap<String, Arc<SimHost>>,
+        latest: &HashMap<String, &Remediation>,
+    ) {
+        let mut stopped: Vec<(&String, &String)> = self
+            .stopped_by_timeout
+            .iter()
+            .filter(|(key, _)| !self.completing_after_timeout.contains(*key))
+            .collect();
+        stopped.sort();
+        let mut found = Vec::new();
+        for (key, machine) in stopped {
+            let off = hosts.get(machine).is_some_and(|h| h.power() == Power::Off);
+            if off && !latest_failed(latest, machine) {
+                found.push(format!(
+                    "invariant 9: host {machine} left off after the NodeHealthCheck timed out \
+                     the request of {key} before the proof"
+                ));
+            }
+        }
+        for remediation in remediations {
+            let name = remediation.metadata.name.clone().unwrap_or_default();
+            let key = format!(
+                "{}/{name}",
+                remediation
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .unwrap_or_default()
+            );
+            if !self.completing_after_timeout.contains(&key) {
+                continue;
+            }
+            let status = remediation.status.clone().unwrap_or_default();
+            let powered_on = status.steps.iter().any(|s| s.step == "PowerOnRequested");
+            let completed = match status.phase {
+                RemediationPhase::Cancelled => false,
+                RemediationPhase::Failed => true,
+                _ => powered_on,
+            };
+            if !completed {
+                found.push(format!(
+                    "invariant 9: {key} was proven off and its NodeRemediation timed out, and it \
+                     ended {:?} without completing the cycle (power-on requested: {powered_on})",
+                    status.phase
+                ));
+            }
+        }
+        self.violations.extend(found);
     }
 }
 
@@ -710,6 +958,253 @@ mod tests {
         step(&mut checker, "worker-0-5", "PoweringOff");
         assert_eq!(checker.violations.len(), 2, "{:?}", checker.violations);
         assert!(checker.violations[1].starts_with("invariant 6: ns/worker-0-5"));
+    }
+
+    /// Shows `checker` a health check's request for worker-0: `kind` is `Added` for a new
+    /// one; `timed_out` annotates it; `reason` is a condition reason baremend reported.
+    fn see_request(
+        checker: &mut Checker,
+        (plural, uid): (&str, &str),
+        kind: EventType,
+        timed_out: bool,
+        reason: Option<&str>,
+    ) {
+        let annotations = if timed_out {
+            json!({NHC_TIMED_OUT: "2026-11-24T10:00:00Z"})
+        } else {
+            json!({})
+        };
+        let conditions: Vec<Value> = reason
+            .map(|r| json!({"type": "Processing", "status": "True", "reason": r}))
+            .into_iter()
+            .collect();
+        let object = json!({"metadata": {"name": "worker-0", "uid": uid, "annotations": annotations},
+            "status": {"remediation": "worker-0-1", "conditions": conditions}});
+        let event = change(plural, "baremend.io", "worker-0", kind, object);
+        checker.observe(&event, &HashMap::new());
+    }
+
+    /// Shows `checker` the Remediation worker-0-1, recording the NodeRemediation `u1`.
+    fn see_recording(checker: &mut Checker, phase: &str, steps: &[&str]) {
+        let mut object = remediation("worker-0-1", "worker-0", phase, steps);
+        object["spec"]["trigger"] =
+            json!({"kind": "NodeRemediation", "name": "worker-0", "uid": "u1"});
+        let event = change(
+            "remediations",
+            "baremend.io",
+            "worker-0-1",
+            EventType::Modified,
+            object,
+        );
+        checker.observe(&event, &HashMap::new());
+    }
+
+    #[test]
+    fn a_start_on_a_request_the_previous_remediation_consumed_is_a_violation() {
+        let mut checker = Checker::new(1);
+        let step = |checker: &mut Checker, name: &str, phase: &str| {
+            see_remediation(checker, name, "worker-0", phase, &[]);
+        };
+        let machine_request = ("machineremediations", "u1");
+        see_request(&mut checker, machine_request, EventType::Added, false, None);
+        step(&mut checker, "worker-0-1", "PoweringOff");
+        step(&mut checker, "worker-0-1", "Succeeded");
+        // The request's status written by baremend is no new request.
+        see_request(
+            &mut checker,
+            machine_request,
+            EventType::Modified,
+            false,
+            None,
+        );
+        step(&mut checker, "worker-0-2", "PoweringOff");
+        step(&mut checker, "worker-0-2", "Succeeded");
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        assert!(checker.violations[0].starts_with("invariant 6: ns/worker-0-2"));
+        // A NodeHealthCheck's request for its Node allows a new start.
+        see_request(
+            &mut checker,
+            ("noderemediations", "u2"),
+            EventType::Added,
+            false,
+            None,
+        );
+        step(&mut checker, "worker-0-3", "PoweringOff");
+        step(&mut checker, "worker-0-3", "Succeeded");
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        // ... once: the next start is on a consumed trigger again.
+        step(&mut checker, "worker-0-4", "PoweringOff");
+        assert_eq!(checker.violations.len(), 2, "{:?}", checker.violations);
+        assert!(checker.violations[1].starts_with("invariant 6: ns/worker-0-4"));
+    }
+
+    fn invariant_9(checker: &Checker) -> Vec<&String> {
+        checker
+            .violations
+            .iter()
+            .filter(|v| v.starts_with("invariant 9"))
+            .collect()
+    }
+
+    #[test]
+    fn a_power_off_request_after_a_timeout_seen_before_the_proof_or_a_host_left_off_is_a_violation()
+    {
+        let node_request = ("noderemediations", "u1");
+        let stopped = |checker: &mut Checker| {
+            see_request(checker, node_request, EventType::Added, false, None);
+            see_recording(checker, "PoweringOff", &["PowerOffRequested"]);
+            see_request(checker, node_request, EventType::Modified, true, None);
+            see_request(
+                checker,
+                node_request,
+                EventType::Modified,
+                true,
+                Some("RemediationTimedOutByNhc"),
+            );
+        };
+        // Power-off requested again after it saw the timeout.
+        let mut checker = Checker::new(1);
+        stopped(&mut checker);
+        assert_eq!(checker.timeouts.before_proof, 1);
+        assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+        let again = ["PowerOffRequested", "PowerOffRequested"];
+        see_recording(&mut checker, "PoweringOff", &again);
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        assert!(
+            checker.violations[0]
+                .starts_with("invariant 9: ns/worker-0-1 requested power-off again"),
+            "{:?}",
+            checker.violations
+        );
+        // Cancelled as it should, but the host is left off; then on: no violation.
+        for (power, violations) in [(Power::Off, 1), (Power::On, 0)] {
+            let mut checker = Checker::new(1);
+            stopped(&mut checker);
+            see_recording(
+                &mut checker,
+                "Cancelled",
+                &["PowerOffRequested", "PowerOffWithdrawn"],
+            );
+            checker.finish(&[], &hosts(power));
+            let ours = invariant_9(&checker);
+            assert_eq!(ours.len(), violations, "{power:?}: {ours:?}");
+            if let Some(v) = ours.first() {
+                assert!(v.contains("host worker-0 left off"), "{v}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_power_cycle_after_a_timeout_seen_after_the_proof_is_a_violation() {
+        let node_request = ("noderemediations", "u1");
+        let mut checker = Checker::new(1);
+        see_request(&mut checker, node_request, EventType::Added, false, None);
+        let powering_on = [
+            "PowerOffRequested",
+            "Fenced",
+            "NodeDeleted",
+            "PowerOnRequested",
+        ];
+        see_recording(&mut checker, "PoweringOn", &powering_on);
+        let completing = Some("CompletingAfterTimeout");
+        see_request(
+            &mut checker,
+            node_request,
+            EventType::Modified,
+            true,
+            completing,
+        );
+        assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+        // The Node is not back: a new power cycle on the request the health check gave up.
+        let mut retried = powering_on.to_vec();
+        retried.push("Retry");
+        see_recording(&mut checker, "PoweringOff", &retried);
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        assert!(
+            checker.violations[0]
+                .starts_with("invariant 9: ns/worker-0-1 requested power-off again"),
+            "{:?}",
+            checker.violations
+        );
+        // Its withdrawal then says "cancelled for the timeout" without a proof in this cycle:
+        // no second violation, but the cycle that released the Node did not complete.
+        retried.push("PowerOffWithdrawn");
+        see_recording(&mut checker, "Cancelled", &retried);
+        let cancelled = Some("RemediationTimedOutByNhc");
+        see_request(
+            &mut checker,
+            node_request,
+            EventType::Modified,
+            true,
+            cancelled,
+        );
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        let mut last = remediation("worker-0-1", "worker-0", "Cancelled", &retried);
+        last["spec"]["trigger"] = json!({"kind": "NodeRemediation", "uid": "u1"});
+        checker.finish(&[serde_json::from_value(last).unwrap()], &hosts(Power::On));
+        let ours = invariant_9(&checker);
+        assert_eq!(ours.len(), 2, "{ours:?}");
+        assert!(
+            ours[1].contains("ended Cancelled without completing"),
+            "{ours:?}"
+        );
+    }
+
+    #[test]
+    fn a_remediation_proven_off_whose_request_timed_out_must_complete_the_cycle() {
+        let node_request = ("noderemediations", "u1");
+        let fenced = ["PowerOffRequested", "Fenced"];
+        // Proven off, then timed out; or timed out, then proven off (the proof comes first).
+        let proven_then_timed_out = |checker: &mut Checker| {
+            see_request(checker, node_request, EventType::Added, false, None);
+            see_recording(checker, "Fenced", &fenced);
+            see_request(checker, node_request, EventType::Modified, true, None);
+        };
+        let timed_out_then_proven = |checker: &mut Checker| {
+            see_request(checker, node_request, EventType::Added, false, None);
+            see_recording(checker, "PoweringOff", &["PowerOffRequested"]);
+            see_request(checker, node_request, EventType::Modified, true, None);
+            see_recording(checker, "Fenced", &fenced);
+        };
+        // Reported cancelled for the timeout after the proof: at once.
+        let mut checker = Checker::new(1);
+        proven_then_timed_out(&mut checker);
+        assert_eq!(checker.timeouts.after_proof, 1);
+        let reason = Some("RemediationTimedOutByNhc");
+        see_request(
+            &mut checker,
+            node_request,
+            EventType::Modified,
+            true,
+            reason,
+        );
+        assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+        assert!(checker.violations[0].contains("cancelled for the NodeHealthCheck's timeout"));
+        // It must power on (or fail).
+        let ended = |phase: &str, steps: &[&str]| -> Remediation {
+            let mut object = remediation("worker-0-1", "worker-0", phase, steps);
+            object["spec"]["trigger"] = json!({"kind": "NodeRemediation", "uid": "u1"});
+            serde_json::from_value(object).unwrap()
+        };
+        let completed = ["PowerOffRequested", "Fenced", "PowerOnRequested"];
+        let cases = [
+            (ended("Cancelled", &fenced), 1),
+            (ended("Succeeded", &fenced), 1),
+            (ended("Succeeded", &completed), 0),
+            (ended("Failed", &fenced), 0),
+        ];
+        for (last, violations) in cases {
+            let phase = last.status.as_ref().map(|s| s.phase);
+            let plays: [&dyn Fn(&mut Checker); 2] =
+                [&proven_then_timed_out, &timed_out_then_proven];
+            for play in plays {
+                let mut checker = Checker::new(1);
+                play(&mut checker);
+                checker.finish(std::slice::from_ref(&last), &hosts(Power::On));
+                let ours = invariant_9(&checker);
+                assert_eq!(ours.len(), violations, "{phase:?}: {ours:?}");
+            }
+        }
     }
 
     /// Shows `checker` Node worker-0 with these annotations.

@@ -10,18 +10,19 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use baremend_sim::cluster::local::{Gvr, Local, MACHINES, NAMESPACES, NODES, PDBS, PODS};
+use baremend_sim::cluster::NodeFaults;
+use baremend_sim::cluster::local::{Gvr, Local, NAMESPACES, NODES, PDBS, PODS};
 use baremend_sim::cluster::mco::disk::SimFile;
-use baremend_sim::cluster::{MACHINE_NAMESPACE, NodeFaults};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use super::super::setup::LabCluster;
 use super::check::mco_busy;
-use super::plan::Fault;
+use super::plan::{Fault, HealthCheck};
+use super::trigger;
 use crate::api::DriftPolicy;
-use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
+use crate::api::annotations::PLANNED_REBOOT;
 use crate::api::mco::{POST_CONFIG_ACTION, STATE};
 use crate::{Error, Result};
 
@@ -133,7 +134,11 @@ fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
 /// Starts the scenario now: the worker's kubelet holds pod starts, a file of its rendered
 /// config is changed by hand, and a task plays the rest. None when `fault` is no drift
 /// scenario.
-pub(super) fn play(lab: &LabCluster, fault: &Fault) -> Option<JoinHandle<Played>> {
+pub(super) fn play(
+    lab: &LabCluster,
+    fault: &Fault,
+    check: HealthCheck,
+) -> Option<JoinHandle<Played>> {
     let node = fault.drift_node()?.to_owned();
     let faults = lab.cluster.host(&node)?.faults.clone();
     let disk = lab.cluster.disk(&node)?.clone();
@@ -147,6 +152,7 @@ pub(super) fn play(lab: &LabCluster, fault: &Fault) -> Option<JoinHandle<Played>
         api: lab.api.clone(),
         node,
         faults,
+        check,
         deadline: Instant::now() + SCENARIO_LIMIT,
     };
     let fault = fault.clone();
@@ -167,6 +173,8 @@ struct Scenario {
     api: Local,
     node: String,
     faults: Arc<NodeFaults>,
+    /// The seed's health check: the trigger a late reboot sets.
+    check: HealthCheck,
     deadline: Instant,
 }
 
@@ -262,13 +270,19 @@ impl Scenario {
             played.stalled = Some(stalled);
             return played;
         }
-        // A MachineHealthCheck takes the reboot for a failure (chaos physics reboot faster
-        // than its timeout, so the harness plays it).
-        let trigger = json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: ""}}});
-        played.trigger_set = self
-            .api
-            .merge(MACHINES, MACHINE_NAMESPACE, &self.node, &trigger, false)
-            .is_ok();
+        // A health check takes the reboot for a failure (chaos physics reboot faster than
+        // its timeout, so the harness plays it): the annotation, or a request it withdraws
+        // once it sees the Node Ready again.
+        let made = trigger::set(&self.api, self.check, &self.node);
+        played.trigger_set = match made {
+            Some(uid) => {
+                let withdraw = (uid, trigger::WITHDRAW_AFTER);
+                let node = self.node.clone();
+                trigger::withdraw_when_ready(self.api.clone(), self.check, node, withdraw);
+                true
+            }
+            None => trigger::left(&self.api, self.check, &self.node).is_some(),
+        };
         played
     }
 

@@ -7,6 +7,13 @@
 //! MCO finishes late or whose helper pod hangs — with the invariants of [`check`] checked
 //! over the recorded history.
 //!
+//! Each seed also draws, from a stream of its own ([`plan::health_check`]), the health check
+//! that asks for remediation, and so the trigger its faults act on (`trigger`): OpenShift's
+//! MachineHealthCheck annotating the Machine, the same MachineHealthCheck naming baremend's
+//! `MachineRemediationTemplate` (a `MachineRemediation` per Machine), or a medik8s
+//! NodeHealthCheck (a `NodeRemediation` per Node) whose escalation timeout falls before or
+//! after the proof.
+//!
 //! `baremend lab --scenario chaos --seeds N [--first-seed S] [--jobs J]` runs seeds S..S+N
 //! and prints a summary; a failing seed prints the command that replays it alone.
 
@@ -14,6 +21,7 @@ pub mod check;
 mod drift;
 pub mod plan;
 mod settle;
+mod trigger;
 
 pub use self::drift::DriftOutcome;
 
@@ -31,8 +39,8 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use self::check::Checker;
-use self::plan::{Fault, WORKERS};
+use self::check::{Checker, TimeoutTally};
+use self::plan::{Fault, HealthCheck, WORKERS};
 use self::settle::{list_remediations, settle};
 use super::setup::LabCluster;
 use crate::api::Remediation;
@@ -89,6 +97,12 @@ pub struct SeedOutcome {
     pub fence_lost: usize,
     /// The seed's config-drift scenario, if it drew one.
     pub drift: Option<DriftOutcome>,
+    /// The health check it ran (the trigger its faults acted on).
+    pub health_check: HealthCheck,
+    /// Its remediations by the trigger they recorded.
+    pub by_trigger: HashMap<String, usize>,
+    /// When its NodeHealthCheck timed out requests.
+    pub timeouts: TimeoutTally,
     /// How long it took.
     pub took: Duration,
 }
@@ -167,7 +181,8 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
     let started = Instant::now();
     let plan = plan::plan(seed);
     let drift = plan.drift().cloned();
-    let spec = ClusterSpec {
+    let check = plan.health_check;
+    let mut spec = ClusterSpec {
         masters: 3,
         workers: WORKERS,
         timing: timing(),
@@ -181,7 +196,9 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         mco_max_unavailable: json!(3),
         ..ClusterSpec::default()
     };
+    trigger::configure(check, &mut spec);
     let lab = LabCluster::start(spec).await?;
+    trigger::prepare(&lab, check)?;
     lab.install_policy(plan.policy.clone()).await?;
     for host in &plan.detached {
         lab.detach(host)?;
@@ -235,13 +252,13 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
     for (at, fault) in &plan.events {
         let due = window_start + *at;
         tokio::time::sleep_until(due.into()).await;
-        if let Some(task) = drift::play(&lab, fault) {
+        if let Some(task) = drift::play(&lab, fault, check) {
             scenario = Some(task);
             continue;
         }
         apply(
             &lab,
-            fault,
+            (fault, check),
             &hosts,
             &mut replicas,
             &mut next_replica,
@@ -278,7 +295,7 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         }),
         None => drift::Played::default(),
     };
-    let settled = settle(&lab).await;
+    let settled = settle(&lab, check).await;
     let remediations = list_remediations(&lab).await?;
     for replica in &replicas {
         replica.task.abort();
@@ -299,6 +316,9 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         .and_then(|fault| drift::outcome(&lab.api, fault, &played));
     Ok(SeedOutcome {
         seed,
+        health_check: check,
+        by_trigger: by_trigger(&remediations),
+        timeouts: checker.timeouts,
         requests_remade,
         fence_lost,
         drift,
@@ -344,9 +364,24 @@ fn tally(remediations: &[Remediation]) -> (HashMap<String, usize>, usize, usize)
     (phases, requests_remade, fence_lost)
 }
 
+/// A seed's remediations by the kind of trigger they recorded.
+fn by_trigger(remediations: &[Remediation]) -> HashMap<String, usize> {
+    let mut kinds = HashMap::new();
+    for remediation in remediations {
+        let kind = remediation
+            .spec
+            .trigger
+            .as_ref()
+            .map(|t| format!("{:?}", t.kind))
+            .unwrap_or_else(|| "none recorded".into());
+        *kinds.entry(kind).or_default() += 1;
+    }
+    kinds
+}
+
 async fn apply(
     lab: &LabCluster,
-    fault: &Fault,
+    (fault, check): (&Fault, HealthCheck),
     hosts: &HashMap<String, Arc<SimHost>>,
     replicas: &mut Vec<Replica>,
     next_replica: &mut usize,
@@ -450,11 +485,12 @@ async fn apply(
             replicas.push(start_replica(lab, format!("replica-{next_replica}")));
             *next_replica += 1;
         }
-        Fault::RemoveTrigger(machine) => {
-            let _ = lab.set_trigger(machine, false);
-        }
+        Fault::RemoveTrigger(machine) => trigger::remove(&lab.api, check, machine),
         Fault::FalseAlarm(machine) => {
-            let _ = lab.set_trigger(machine, true);
+            if let Some(uid) = trigger::set(&lab.api, check, machine) {
+                let withdraw = (uid, trigger::WITHDRAW_AFTER);
+                trigger::withdraw_when_ready(lab.api.clone(), check, machine.clone(), withdraw);
+            }
         }
         Fault::RemoveRebootRequest(host) => {
             strike_at_fence(lab.api.clone(), host.clone(), FAULT_WINDOW);
@@ -521,6 +557,49 @@ fn remove_reboot_requests(api: &Local, host: &str) {
     let _ = api.merge(BMHS, MACHINE_NAMESPACE, host, &patch, false);
 }
 
+/// The seeds and remediations of each trigger, for the summary.
+#[derive(Default)]
+struct TriggerTally {
+    seeds: HashMap<&'static str, usize>,
+    remediations: HashMap<String, usize>,
+    timeouts: TimeoutTally,
+}
+
+impl TriggerTally {
+    fn add(&mut self, outcome: &SeedOutcome) {
+        *self.seeds.entry(outcome.health_check.label()).or_default() += 1;
+        for (kind, count) in &outcome.by_trigger {
+            *self.remediations.entry(kind.clone()).or_default() += count;
+        }
+        self.timeouts.before_start += outcome.timeouts.before_start;
+        self.timeouts.before_proof += outcome.timeouts.before_proof;
+        self.timeouts.after_proof += outcome.timeouts.after_proof;
+    }
+
+    fn summary(&self) -> String {
+        let list = |counts: Vec<(String, usize)>| {
+            let mut counts = counts;
+            counts.sort();
+            counts
+                .iter()
+                .map(|(k, c)| format!("{k} {c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let seeds = self.seeds.iter().map(|(k, c)| ((*k).to_owned(), *c));
+        let remediations = self.remediations.iter().map(|(k, c)| (k.clone(), *c));
+        let t = &self.timeouts;
+        format!(
+            "seeds by health check's trigger: {}; remediations by recorded trigger: {}; NodeHealthCheck timeouts before a start {}, before the proof {}, after it {}",
+            list(seeds.collect()),
+            list(remediations.collect()),
+            t.before_start,
+            t.before_proof,
+            t.after_proof
+        )
+    }
+}
+
 /// Runs `seeds` seeds from `first`, `jobs` at a time; prints failures as they come and a
 /// summary. An error when any seed broke an invariant.
 pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
@@ -555,6 +634,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut lies = 0;
     let (mut remade, mut lost) = (0, 0);
     let mut drift = drift::DriftTally::default();
+    let mut triggers = TriggerTally::default();
     for outcome in &outcomes {
         match outcome {
             Ok(o) => {
@@ -573,6 +653,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
                 if let Some(scenario) = &o.drift {
                     drift.add(scenario);
                 }
+                triggers.add(o);
             }
             Err(_) => errors += 1,
         }
@@ -581,7 +662,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut phase_list: Vec<(String, usize)> = phases.into_iter().collect();
     phase_list.sort();
     println!(
-        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost{}",
+        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; {}{}",
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64(),
         failed.len(),
@@ -590,6 +671,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
             .map(|(p, c)| format!("{p} {c}"))
             .collect::<Vec<_>>()
             .join(", "),
+        triggers.summary(),
         drift.summary()
     );
     if failed.is_empty() && errors == 0 {

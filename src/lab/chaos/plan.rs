@@ -1,5 +1,6 @@
-//! What one chaos seed does: a policy, which hosts are fenced directly, and a timed list of
-//! faults — all drawn from the seed, so a seed replays the same plan.
+//! What one chaos seed does: a policy, which hosts are fenced directly, which health check asks
+//! for remediation and how, and a timed list of faults — all drawn from the seed, so a seed
+//! replays the same plan.
 
 use std::time::Duration;
 
@@ -84,9 +85,11 @@ pub enum Fault {
     Compact,
     /// A controller replica dies (no release) and a new one starts after `restart_ms`.
     Crash { restart_ms: u64 },
-    /// The trigger is removed from a Machine (an operator, or a recovered health check).
+    /// The trigger is removed from a Machine (an operator, or a recovered health check): the
+    /// annotation, or the Machine's request is deleted.
     RemoveTrigger(String),
-    /// A trigger is set on a Machine whose host is healthy (a health check's false alarm).
+    /// A trigger is set on a Machine whose host is healthy (a health check's false alarm):
+    /// the annotation, or a request is made for it (and withdrawn once its Node is Ready).
     FalseAlarm(String),
     /// Someone else (an admin, the legacy actuator, a restore) removes every
     /// `reboot.metal3.io/…` request from the host's BareMetalHost: its operator powers it back
@@ -146,6 +149,72 @@ pub struct Plan {
     pub replicas: usize,
     /// Faults, at their time from the start.
     pub events: Vec<(Duration, Fault)>,
+    /// The health check that asks for remediation, and so the trigger the faults act on.
+    pub health_check: HealthCheck,
+}
+
+/// How a seed's health check asks for a Machine's remediation: the trigger it sets, and the
+/// one the trigger faults (removed mid-flow, false alarm, set during a late MCO reboot) act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthCheck {
+    /// OpenShift's MachineHealthCheck with the `external-baremetal` strategy: the Machine
+    /// annotation `host.metal3.io/external-remediation`.
+    Annotation,
+    /// OpenShift's MachineHealthCheck naming baremend's `MachineRemediationTemplate`: a
+    /// `MachineRemediation` named after the Machine.
+    MachineRequest,
+    /// A medik8s NodeHealthCheck whose first escalating remediation is baremend's
+    /// `NodeRemediationTemplate`: a `NodeRemediation` named after the Node, timed out (annotated
+    /// `remediation.medik8s.io/nhc-timed-out`) after `escalation`.
+    NodeRequest {
+        /// The escalation timeout of baremend's step.
+        escalation: Duration,
+    },
+}
+
+impl HealthCheck {
+    /// A short name, for the summary.
+    pub fn label(&self) -> &'static str {
+        match self {
+            HealthCheck::Annotation => "annotation",
+            HealthCheck::MachineRequest => "MachineRemediation",
+            HealthCheck::NodeRequest { .. } => "NodeRemediation",
+        }
+    }
+}
+
+/// Mixed into the seed for the health check's draws: a stream of its own, so that adding it
+/// changed no earlier seed's faults (ASCII "triggers").
+const HEALTH_CHECK_STREAM: u64 = 0x7472_6967_6765_7273;
+
+/// Seeds that found bugs before seeds drew their trigger, which `tests/chaos.rs` replays:
+/// they keep the annotation, so that they replay what they were found with (three of them
+/// found a second power cycle on a lagging cache of the annotation).
+const FOUND_WITH_THE_ANNOTATION: [u64; 5] = [186, 1708, 86, 348, 470];
+
+/// The health check of `seed`, drawn from its own stream: a third of the seeds each. A
+/// NodeHealthCheck's escalation timeout is short (0.1–0.9 s: it often fires before the
+/// host is proven off) or long (1.5–4 s: after it, or never) in half the seeds each; its
+/// start is taken at one-second resolution, so the timeout runs up to a second shorter.
+pub fn health_check(seed: u64) -> HealthCheck {
+    if FOUND_WITH_THE_ANNOTATION.contains(&seed) {
+        return HealthCheck::Annotation;
+    }
+    let mut rng = Rng::new(seed ^ HEALTH_CHECK_STREAM);
+    match rng.below(3) {
+        0 => HealthCheck::Annotation,
+        1 => HealthCheck::MachineRequest,
+        _ => {
+            let ms = if rng.chance(50) {
+                100 + rng.below(800)
+            } else {
+                1500 + rng.below(2500)
+            };
+            HealthCheck::NodeRequest {
+                escalation: Duration::from_millis(ms),
+            }
+        }
+    }
 }
 
 impl Plan {
@@ -307,6 +376,7 @@ pub fn plan(seed: u64) -> Plan {
         detached,
         replicas,
         events,
+        health_check: health_check(seed),
     }
 }
 
@@ -403,6 +473,42 @@ mod tests {
             late > 80 && pending > 80,
             "{late} late reboots, {pending} pending helpers"
         );
+    }
+
+    #[test]
+    fn seeds_draw_each_health_check_and_escalation_timeouts_on_both_sides() {
+        let mut kinds = std::collections::HashMap::new();
+        let (mut short, mut long) = (0, 0);
+        for seed in 0..900 {
+            let check = plan(seed).health_check;
+            assert_eq!(check, health_check(seed), "seed {seed}");
+            *kinds.entry(check.label()).or_insert(0) += 1;
+            if let HealthCheck::NodeRequest { escalation } = check {
+                assert!(
+                    escalation >= Duration::from_millis(100)
+                        && escalation < Duration::from_millis(4000),
+                    "{escalation:?}"
+                );
+                if escalation < Duration::from_millis(1000) {
+                    short += 1;
+                } else {
+                    long += 1;
+                }
+            }
+        }
+        for kind in ["annotation", "MachineRemediation", "NodeRemediation"] {
+            let count = kinds.get(kind).copied().unwrap_or(0);
+            assert!((250..350).contains(&count), "{kind}: {count} of 900");
+        }
+        assert!(short > 100 && long > 100, "{short} short, {long} long");
+        // The seeds replayed for the bugs the annotation found keep it.
+        for seed in FOUND_WITH_THE_ANNOTATION {
+            assert_eq!(
+                plan(seed).health_check,
+                HealthCheck::Annotation,
+                "seed {seed}"
+            );
+        }
     }
 
     /// FNV-1a of a plan's faults other than the drift scenario, with its policy.

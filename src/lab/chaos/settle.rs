@@ -4,11 +4,12 @@ use std::time::{Duration, Instant};
 
 use baremend_sim::cluster::MACHINE_NAMESPACE;
 use kube::api::{Api, ListParams};
-use serde_json::Value;
 
 use super::super::setup::LabCluster;
 use super::check::{latest_failed, latest_per_machine, node_ready};
-use crate::api::Remediation;
+use super::plan::HealthCheck;
+use super::trigger;
+use crate::api::{Remediation, RemediationPhase};
 use crate::{Error, Result};
 
 /// The longest a seed may take to settle after the window before it counts as stuck.
@@ -25,15 +26,21 @@ pub(super) async fn list_remediations(lab: &LabCluster) -> Result<Vec<Remediatio
 }
 
 /// Waits until nothing is left to do: every Remediation ended, every Node back and Ready
-/// unless its Machine's latest remediation failed, and no trigger without a failed
-/// remediation; where the MCO runs, also every DriftRemediation ended, no planned-reboot
-/// mark left and the MCO idle on every node (see [`super::drift::unsettled`]) — twice in a
-/// row, 300 ms apart.
-pub(super) async fn settle(lab: &LabCluster) -> std::result::Result<(), String> {
+/// unless its Machine's latest remediation failed or its NodeRemediation was timed out by
+/// the NodeHealthCheck (the next remediator's turn, which the simulated cluster does not
+/// serve; the latest remediation must not have succeeded), and no trigger without a failed
+/// remediation (the annotation, or a request not timed out: a health check withdraws its
+/// request once the Machine is healthy); where the MCO runs, also every DriftRemediation
+/// ended, no planned-reboot mark left and the MCO idle on every node (see
+/// [`super::drift::unsettled`]) — twice in a row, 300 ms apart.
+pub(super) async fn settle(
+    lab: &LabCluster,
+    check: HealthCheck,
+) -> std::result::Result<(), String> {
     let started = Instant::now();
     let mut calm = 0;
     loop {
-        let why = unsettled(lab).await;
+        let why = unsettled(lab, check).await;
         match why {
             None => {
                 calm += 1;
@@ -55,7 +62,21 @@ pub(super) async fn settle(lab: &LabCluster) -> std::result::Result<(), String> 
     }
 }
 
-async fn unsettled(lab: &LabCluster) -> Option<String> {
+/// Whether the Node of `machine` is left to the NodeHealthCheck's next remediator: its
+/// request timed out, and its latest remediation (if any) did not bring it back.
+fn escalated(
+    lab: &LabCluster,
+    check: HealthCheck,
+    machine: &str,
+    latest: Option<&&Remediation>,
+) -> bool {
+    let succeeded = latest
+        .and_then(|r| r.status.as_ref())
+        .is_some_and(|s| s.phase == RemediationPhase::Succeeded);
+    !succeeded && trigger::timed_out(&lab.api, check, machine)
+}
+
+async fn unsettled(lab: &LabCluster, check: HealthCheck) -> Option<String> {
     let remediations = match list_remediations(lab).await {
         Ok(list) => list,
         Err(error) => return Some(error.to_string()),
@@ -72,7 +93,9 @@ async fn unsettled(lab: &LabCluster) -> Option<String> {
     }
     let latest = latest_per_machine(&remediations);
     for info in lab.cluster.hosts() {
-        if latest_failed(&latest, &info.name) {
+        if latest_failed(&latest, &info.name)
+            || escalated(lab, check, &info.name, latest.get(&info.name))
+        {
             continue;
         }
         let node = lab
@@ -101,23 +124,15 @@ async fn unsettled(lab: &LabCluster) -> Option<String> {
                 info.faults,
             ));
         }
-        let machine = lab.api.get(
-            baremend_sim::cluster::local::MACHINES,
-            MACHINE_NAMESPACE,
-            &info.name,
-        );
-        let triggered = machine.as_ref().is_ok_and(|m| {
-            m.pointer("/metadata/annotations")
-                .and_then(Value::as_object)
-                .is_some_and(|a| a.contains_key("host.metal3.io/external-remediation"))
-        });
-        if triggered {
-            return Some(format!("Machine {} is still triggered", info.name));
+        if let Some(left) = trigger::left(&lab.api, check, &info.name) {
+            return Some(left);
         }
     }
     if lab.cluster.mco().is_some() {
-        // A host kept off by a failed remediation runs no daemon: its MCO state is frozen.
-        let gone_for_good = |node: &str| latest_failed(&latest, node);
+        // A host kept off by a failed remediation runs no daemon: its MCO state is frozen; so
+        // is a hung one left to the NodeHealthCheck's next remediator.
+        let gone_for_good =
+            |node: &str| latest_failed(&latest, node) || trigger::timed_out(&lab.api, check, node);
         return super::drift::unsettled(&lab.api, &gone_for_good);
     }
     None
