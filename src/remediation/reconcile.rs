@@ -94,8 +94,15 @@ impl Pass {
         Ok(Action::requeue(Duration::ZERO))
     }
 
-    /// Nothing under way for the Machine: the housekeeping of its finished Remediations.
+    /// Nothing under way for the Machine: the housekeeping of its finished Remediations, and
+    /// the request of the last one told how it ended if it does not say so (its last report
+    /// may have failed, or been overwritten by a pass that acted on an older view).
     async fn idle(&self, existing: &[Arc<Remediation>]) -> Result<Action> {
+        if let Some(last) = existing.last()
+            && let Err(error) = self.report_to_request(last).await
+        {
+            tracing::warn!(%error, "cannot report to the remediation request");
+        }
         self.prune(existing).await?;
         Ok(Action::await_change())
     }
@@ -166,8 +173,11 @@ impl Pass {
             .await;
         self.after_step(remediation, proof, starts.as_deref_mut());
         // The request's status is the health check's view; a failure to write it never
-        // holds the remediation (it is written again on the next step).
-        if let Err(error) = self.report_to_request(remediation).await {
+        // holds the remediation (it is written again on the next step). A step that failed
+        // may have left `remediation` older than the stored one (a conflict): not reported.
+        if acted.is_ok()
+            && let Err(error) = self.report_to_request(remediation).await
+        {
             tracing::warn!(%error, "cannot report to the remediation request");
         }
         acted
