@@ -274,7 +274,12 @@ impl Memory {
     /// Records a check's outcome: its series, the count by reason, and an Event on a change.
     async fn record(&mut self, context: &Context, target: &Target, readiness: &Readiness) {
         let labels = FencingLabels {
-            machine: target.key.clone(),
+            // A Node without a Machine: no Machine to name (as in its power-state series).
+            machine: if target.machineless {
+                String::new()
+            } else {
+                target.key.clone()
+            },
             node: target.node.clone(),
             path: readiness.path_label().into(),
         };
