@@ -121,6 +121,14 @@ cached_kind!(
     [machine.metadata]
 );
 
+impl Machine {
+    /// Its Node (`status.nodeRef.name`), if it names one.
+    pub fn node_name(&self) -> Option<&str> {
+        let name = self.status.as_ref()?.node_ref.as_ref()?.name.as_str();
+        (!name.is_empty()).then_some(name)
+    }
+}
+
 impl From<CapiMachine> for Machine {
     fn from(capi: CapiMachine) -> Self {
         capi.machine
@@ -333,7 +341,7 @@ mod tests {
 
     use super::*;
     use crate::remediation::observe::{
-        bare_metal_host_bmc, bare_metal_host_view, machine_host, machine_node, node_view,
+        bare_metal_host_bmc, bare_metal_host_view, machine_host, node_view,
     };
     use crate::remediation::plan::NodeView;
 
@@ -385,7 +393,8 @@ mod tests {
         machine(&mut m);
         let after = serde_json::to_value(&m).unwrap();
         assert_eq!(machine_host(&after).unwrap(), host_before);
-        assert_eq!(machine_node(&after).as_deref(), Some("w"));
+        let back: Machine = serde_json::from_value(after.clone()).unwrap();
+        assert_eq!(back.node_name(), Some("w"));
         assert!(after.pointer("/spec/providerSpec").is_none());
         assert!(after.pointer("/status/conditions").is_none());
 
@@ -450,6 +459,6 @@ mod tests {
         .unwrap();
         let json = serde_json::to_value(&machine).unwrap();
         assert_eq!(machine_host(&json).unwrap(), None);
-        assert_eq!(machine_node(&json), None);
+        assert_eq!(machine.node_name(), None);
     }
 }

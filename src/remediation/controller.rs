@@ -19,11 +19,10 @@ use tracing::{info, warn};
 
 pub use super::context::{Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement};
 use super::reconcile::{error_policy, reconcile};
+use super::state::unblocked_by;
 use crate::api::annotations::{CAPI_NODE_CLUSTER_NAMESPACE, CAPI_NODE_MACHINE, NODE_MACHINE};
 use crate::api::slim;
-use crate::api::{
-    HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy,
-};
+use crate::api::{HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPolicy};
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::{
@@ -289,20 +288,14 @@ fn machines_of_remediation(
     remediation: &Remediation,
     all: &Store<Remediation>,
 ) -> Vec<ObjectRef<slim::Machine>> {
-    let mut machines: Vec<ObjectRef<slim::Machine>> = remediation
-        .namespace()
-        .zip(remediation.spec.machine_name.as_deref())
-        .map(|(namespace, machine)| ObjectRef::new(machine).within(&namespace))
-        .into_iter()
-        .collect();
-    if remediation
-        .status
-        .as_ref()
-        .is_some_and(|s| s.phase.is_terminal())
-    {
-        machines.extend(held_machines(all));
-    }
-    machines
+    let held = unblocked_by(remediation, || all.state());
+    std::iter::once(remediation)
+        .chain(held.iter().map(|r| &**r))
+        .filter_map(|r| {
+            let namespace = r.namespace()?;
+            Some(ObjectRef::new(r.spec.machine_name.as_deref()?).within(&namespace))
+        })
+        .collect()
 }
 
 /// Runs the machine remediation controller, and beside it the controller of Nodes without a
@@ -473,21 +466,6 @@ const PASSES_AT_ONCE: u16 = 16;
 
 /// How often the gauges are recounted from the caches.
 const GAUGE_REFRESH: Duration = Duration::from_secs(1);
-
-/// The Machines whose remediation waits for a gate.
-fn held_machines(remediations: &Store<Remediation>) -> Vec<ObjectRef<slim::Machine>> {
-    remediations
-        .state()
-        .iter()
-        .filter(|r| {
-            r.status.as_ref().map(|s| s.phase).unwrap_or_default() == RemediationPhase::Pending
-        })
-        .filter_map(|r| {
-            let namespace = r.namespace()?;
-            Some(ObjectRef::new(r.spec.machine_name.as_deref()?).within(&namespace))
-        })
-        .collect()
-}
 
 #[cfg(test)]
 mod tests {

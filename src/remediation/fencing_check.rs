@@ -27,7 +27,8 @@ use super::power::{NoBmc, locate_bmc};
 use super::probe::{no_bmc, probe_bmc, probe_host};
 use super::readiness::{Readiness, Reason, Refusal, decide};
 use super::subject::{
-    first_claim, machineless_nodes, machineless_strategies, node_is_control_plane,
+    machine_nodes, machineless_strategies, machineless_subjects, node_is_control_plane,
+    node_reference,
 };
 use crate::api::slim;
 use crate::api::{FenceStrategyName, HostBmc, Remediation, RemediationPolicySpec};
@@ -130,30 +131,18 @@ pub fn targets(fleet: &Fleet<'_>) -> Vec<Target> {
 /// The Nodes without a Machine baremend would remediate, each through the `HostBmc` that is
 /// its subject.
 fn machineless_targets(fleet: &Fleet<'_>, remediating: &HashSet<(String, String)>) -> Vec<Target> {
-    let machine_nodes: HashSet<String> = fleet
-        .machines
-        .iter()
-        .filter_map(|m| Some(m.status.as_ref()?.node_ref.as_ref()?.name.clone()))
-        .collect();
+    let machine_nodes = machine_nodes(fleet.machines);
     let mut targets = Vec::new();
-    for node in machineless_nodes(fleet.host_bmcs, &machine_nodes) {
+    for (node, mapping) in machineless_subjects(fleet.host_bmcs, &machine_nodes) {
         let control_plane = (fleet.node_labels)(&node).is_some_and(|l| node_is_control_plane(&l));
         if control_plane && !fleet.policy.control_plane.enabled {
             continue;
         }
-        let Some(mapping) = first_claim(fleet.host_bmcs, &node) else {
-            continue;
-        };
         let namespace = mapping.namespace().unwrap_or_default();
         targets.push(Target {
             key: format!("{namespace}/{node}"),
             remediating: remediating.contains(&(namespace.clone(), node.clone())),
-            reference: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(node.clone()),
-                ..ObjectReference::default()
-            },
+            reference: node_reference(&node, None),
             machineless: true,
             bmc: locate_bmc(fleet.host_bmcs, &namespace, &node, Some(&node), None),
             host: Ok(None),

@@ -23,9 +23,10 @@ use tracing::{Instrument, warn};
 
 use super::context::Context;
 use super::pass::Pass;
+use super::state::unblocked_by;
 use super::subject::{Subject, first_claim, machineless_node};
 use crate::api::annotations::{CAPI_NODE_MACHINE, NODE_MACHINE};
-use crate::api::{HostBmc, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy};
+use crate::api::{HostBmc, NodeRemediation, Remediation, RemediationPolicy};
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
@@ -107,16 +108,10 @@ fn subjects_of_remediation(
     all: &Store<Remediation>,
     of_node: &impl Fn(&str) -> Option<ObjectRef<HostBmc>>,
 ) -> Vec<ObjectRef<HostBmc>> {
-    let own = node_subject(remediation).and_then(of_node);
-    let ended = remediation
-        .status
-        .as_ref()
-        .is_some_and(|s| s.phase.is_terminal());
-    let held = all.state().into_iter().filter(|r| {
-        ended && r.status.as_ref().map(|s| s.phase).unwrap_or_default() == RemediationPhase::Pending
-    });
-    own.into_iter()
-        .chain(held.filter_map(|r| node_subject(&r).and_then(of_node)))
+    let held = unblocked_by(remediation, || all.state());
+    std::iter::once(remediation)
+        .chain(held.iter().map(|r| &**r))
+        .filter_map(|r| node_subject(r).and_then(of_node))
         .collect()
 }
 
@@ -155,12 +150,11 @@ async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Actio
 
 /// Whether a Machine in the cache has `node` as its Node.
 fn node_has_machine(context: &Context, node: &str) -> bool {
-    context.machines.state().iter().any(|m| {
-        m.status
-            .as_ref()
-            .and_then(|s| s.node_ref.as_ref())
-            .is_some_and(|r| r.name == node)
-    })
+    context
+        .machines
+        .state()
+        .iter()
+        .any(|m| m.node_name() == Some(node))
 }
 
 /// Tells, on the second `HostBmc`, that another one already maps the Node.

@@ -29,7 +29,7 @@ use super::context::Context;
 use super::metered::Metered;
 use super::observe::{BmcRef, machine_host};
 use super::power::{bmc_driver_config, bmc_series, driver_kind, locate_bmc};
-use super::subject::{first_claim, machineless_nodes};
+use super::subject::{machine_nodes, machineless_subjects};
 use crate::api::annotations::BMH_DETACHED;
 use crate::api::{HostBmc, Remediation, RemediationPhase};
 use crate::metrics::power::HostSeries;
@@ -148,17 +148,9 @@ fn machineless_targets(
     host_bmcs: &[Arc<HostBmc>],
     remediating: &HashSet<(String, String)>,
 ) -> Vec<Target> {
-    let machine_nodes: HashSet<String> = context
-        .machines
-        .state()
-        .iter()
-        .filter_map(|m| Some(m.status.as_ref()?.node_ref.as_ref()?.name.clone()))
-        .collect();
+    let machine_nodes = machine_nodes(&context.machines.state());
     let mut targets = Vec::new();
-    for node in machineless_nodes(host_bmcs, &machine_nodes) {
-        let Some(mapping) = first_claim(host_bmcs, &node) else {
-            continue;
-        };
+    for (node, mapping) in machineless_subjects(host_bmcs, &machine_nodes) {
         let namespace = mapping.namespace().unwrap_or_default();
         let Ok(bmc) = locate_bmc(host_bmcs, &namespace, &node, Some(&node), None) else {
             continue;

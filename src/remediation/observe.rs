@@ -157,13 +157,6 @@ pub fn pointer_escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-/// The Node of a Machine (`status.nodeRef.name`), if it has one.
-pub fn machine_node(machine: &Value) -> Option<String> {
-    text(machine, "/status/nodeRef/name")
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-}
-
 /// Whether a Machine is a control-plane machine, from its labels (OpenShift's machine role,
 /// or Cluster API's control-plane label).
 pub fn machine_is_control_plane(labels: &BTreeMap<String, String>) -> bool {

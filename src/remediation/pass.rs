@@ -61,14 +61,9 @@ impl Pass {
             .map(|m| serde_json::to_value(m).unwrap_or(Value::Null))
     }
 
-    /// The subject's Node now: the Machine's `status.nodeRef`, or the Node a `HostBmc` names.
+    /// The subject's Node now (see [`Subject::node_name`]).
     pub(super) fn subject_node(&self) -> Option<String> {
-        match &self.subject {
-            Subject::Machine(_) => self
-                .machine_json()
-                .and_then(|json| super::observe::machine_node(&json)),
-            Subject::Node(mapping) => mapping.spec.node_name.clone(),
-        }
+        self.subject.node_name()
     }
 
     /// Whether the Machine carries a trigger (the annotation or a request), in the cache.

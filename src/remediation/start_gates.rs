@@ -16,7 +16,7 @@ use super::gates::{
 use super::observe::{machine_is_control_plane, node_view};
 use super::pass::Pass;
 use super::plan::NodeView;
-use super::subject::{machineless_nodes, node_is_control_plane, node_key, subject_key};
+use super::subject::{machineless_subjects, node_is_control_plane, node_key, subject_key};
 use crate::api::Remediation;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::api::slim;
@@ -85,11 +85,11 @@ impl Pass {
         let mut machine_nodes = std::collections::HashSet::new();
         for machine in &machines {
             let ready = node_ready(machine);
-            if let Some(node) = machine.status.as_ref().and_then(|s| s.node_ref.as_ref()) {
-                machine_nodes.insert(node.name.clone());
-            }
             let key = (machine.namespace().unwrap_or_default(), machine.name_any());
             let node = machine.status.as_ref().and_then(|s| s.node_ref.as_ref());
+            if let Some(node) = node {
+                machine_nodes.insert(node.name.clone());
+            }
             if machine.annotations().contains_key(EXTERNAL_REMEDIATION)
                 || requested.contains(&key)
                 || node.is_some_and(|n| node_requested.contains(&n.name))
@@ -106,7 +106,7 @@ impl Pass {
             }
         }
         let mappings = self.context.host_bmcs.state();
-        for node in machineless_nodes(&mappings, &machine_nodes) {
+        for node in machineless_subjects(&mappings, &machine_nodes).into_keys() {
             let cached = self.context.nodes.get(&ObjectRef::new(&node));
             let ready = cached.as_deref().map(|n| is_ready(Some(n)));
             health.machines += 1;

@@ -47,6 +47,25 @@ pub fn persisted(
     }
 }
 
+/// The Remediations a change of `changed` may let start: when it ended (a gate may open),
+/// every one of `all` still waiting in `Pending`; otherwise none (and `all` is not read:
+/// most changes are not an end).
+pub fn unblocked_by(
+    changed: &Remediation,
+    all: impl FnOnce() -> Vec<std::sync::Arc<Remediation>>,
+) -> Vec<std::sync::Arc<Remediation>> {
+    let ended = changed
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase.is_terminal());
+    if !ended {
+        return Vec::new();
+    }
+    let mut waiting = all();
+    waiting.retain(|r| r.status.as_ref().map(|s| s.phase).unwrap_or_default() == Phase::Pending);
+    waiting
+}
+
 /// The strategy a status names, if it names a known one.
 pub fn strategy_in_status(status: &RemediationStatus) -> Option<FenceStrategyName> {
     match status.strategy.as_deref()? {
@@ -102,6 +121,36 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use super::*;
+
+    #[test]
+    fn only_an_end_unblocks_and_then_every_remediation_waiting_in_pending() {
+        let with = |name: &str, phase: Phase| {
+            let mut r = Remediation::new(
+                name,
+                serde_json::from_value(serde_json::json!({"machineName": name})).unwrap(),
+            );
+            r.status = Some(RemediationStatus {
+                phase,
+                ..RemediationStatus::default()
+            });
+            std::sync::Arc::new(r)
+        };
+        let all = vec![
+            with("a", Phase::Pending),
+            with("b", Phase::PoweringOff),
+            with("c", Phase::Pending),
+        ];
+        let names = |v: Vec<std::sync::Arc<Remediation>>| -> Vec<String> {
+            v.iter().filter_map(|r| r.metadata.name.clone()).collect()
+        };
+        assert_eq!(
+            names(unblocked_by(&with("d", Phase::Failed), || all.clone())),
+            ["a", "c"]
+        );
+        let running = with("e", Phase::Fenced);
+        let unread = unblocked_by(&running, || panic!("read though nothing ended"));
+        assert!(unread.is_empty());
+    }
 
     #[test]
     fn the_persisted_view_reads_phase_strategy_attempt_and_backup() {

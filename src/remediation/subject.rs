@@ -11,7 +11,7 @@
 //! Caveats: a Node subject has no Machine to mark, delete or read annotations from: those
 //! steps are skipped, and its Events go to the Node.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -50,6 +50,14 @@ impl Subject {
             Subject::Node(mapping) => mapping.namespace(),
         }
         .unwrap_or_default()
+    }
+
+    /// Its Node now: the Machine's `status.nodeRef`, or the Node its `HostBmc` names.
+    pub fn node_name(&self) -> Option<String> {
+        match self {
+            Subject::Machine(machine) => machine.node_name().map(str::to_string),
+            Subject::Node(mapping) => mapping.spec.node_name.clone(),
+        }
     }
 
     /// The Machine, when it is one.
@@ -120,13 +128,7 @@ impl Subject {
                 reference.api_version = Some(machine_api_version.into());
                 reference
             }
-            Subject::Node(_) => ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(self.name()),
-                uid: node_uid,
-                ..ObjectReference::default()
-            },
+            Subject::Node(_) => node_reference(&self.name(), node_uid),
         }
     }
 }
@@ -162,18 +164,33 @@ pub fn machineless_node(mapping: &HostBmc) -> Option<&str> {
     }
 }
 
-/// The Nodes that are subjects of their own: named by a `HostBmc` naming no Machine, and not
-/// the Node of any Machine (`machine_nodes`). Pure.
-pub fn machineless_nodes(
-    mappings: &[Arc<HostBmc>],
-    machine_nodes: &std::collections::HashSet<String>,
-) -> std::collections::BTreeSet<String> {
-    mappings
+/// The Nodes of `machines` (their `status.nodeRef`): a Node among them is its Machine's to
+/// remediate, never a subject of its own.
+pub fn machine_nodes(machines: &[Arc<slim::Machine>]) -> HashSet<String> {
+    machines
         .iter()
-        .filter_map(|m| machineless_node(m))
-        .filter(|node| !machine_nodes.contains(*node))
-        .map(str::to_string)
+        .filter_map(|m| m.node_name().map(str::to_string))
         .collect()
+}
+
+/// The Nodes that are subjects of their own — named by a `HostBmc` naming no Machine, and
+/// not the Node of any Machine (`machine_nodes`) — each with the `HostBmc` that is its
+/// subject ([`first_claim`]'s choice), in one pass over the mappings. Pure.
+pub fn machineless_subjects<'a>(
+    mappings: &'a [Arc<HostBmc>],
+    machine_nodes: &HashSet<String>,
+) -> BTreeMap<String, &'a Arc<HostBmc>> {
+    let mut subjects: BTreeMap<String, &'a Arc<HostBmc>> = BTreeMap::new();
+    for mapping in mappings {
+        let Some(node) = machineless_node(mapping).filter(|n| !machine_nodes.contains(*n)) else {
+            continue;
+        };
+        let first = subjects.entry(node.to_string()).or_insert(mapping);
+        if claim_order(mapping) < claim_order(first) {
+            *first = mapping;
+        }
+    }
+    subjects
 }
 
 /// The key the start gates count a remediation's subject by: its Machine's name, or
@@ -197,16 +214,30 @@ pub fn first_claim<'a>(mappings: &'a [Arc<HostBmc>], node: &str) -> Option<&'a A
     mappings
         .iter()
         .filter(|m| machineless_node(m) == Some(node))
-        .min_by(|a, b| {
-            let key = |m: &HostBmc| {
-                (
-                    m.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    m.namespace(),
-                    m.name_any(),
-                )
-            };
-            key(a).cmp(&key(b))
-        })
+        .min_by_key(|m| claim_order(m))
+}
+
+/// The order in which mappings of one Node claim it: the oldest first, then by namespace and
+/// name.
+fn claim_order(
+    mapping: &HostBmc,
+) -> (Option<k8s_openapi::jiff::Timestamp>, Option<String>, String) {
+    (
+        mapping.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        mapping.namespace(),
+        mapping.name_any(),
+    )
+}
+
+/// A reference to Node `name` (`uid` when known), for its Events.
+pub fn node_reference(name: &str, uid: Option<String>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.into()),
+        uid,
+        ..ObjectReference::default()
+    }
 }
 
 #[cfg(test)]
@@ -275,6 +306,32 @@ mod tests {
         reversed.reverse();
         assert_eq!(first_claim(&reversed, "n1").map(|m| m.name_any()), first);
         assert!(first_claim(&all, "n3").is_none());
+    }
+
+    #[test]
+    fn each_node_without_a_machine_is_the_subject_of_its_first_claim_in_one_pass() {
+        let all = vec![
+            mapping("b", "second", None, Some("n1"), 20),
+            mapping("c", "first", None, Some("n1"), 10),
+            mapping("a", "other", None, Some("n2"), 5),
+            mapping("a", "of-a-machine-node", None, Some("m0"), 1),
+            mapping("a", "names-a-machine", Some("w"), Some("n3"), 1),
+        ];
+        let machine_nodes = HashSet::from(["m0".to_string()]);
+        let subjects: Vec<(String, String)> = machineless_subjects(&all, &machine_nodes)
+            .into_iter()
+            .map(|(node, m)| (node, m.name_any()))
+            .collect();
+        assert_eq!(
+            subjects,
+            [("n1".into(), "first".into()), ("n2".into(), "other".into())]
+        );
+        for (node, name) in &subjects {
+            assert_eq!(
+                first_claim(&all, node).map(|m| m.name_any()).as_ref(),
+                Some(name)
+            );
+        }
     }
 
     #[test]
