@@ -622,9 +622,14 @@ async fn a_node_health_check_request_for_a_control_plane_node_is_held_when_quoru
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_asked_for_by_both_contracts_is_remediated_once_even_when_one_request_outlives_it()
  {
-    let lab = start_nhc(fast_policy(), |_| {}).await;
-    lab.request("worker-0");
-    lab.node_request("worker-0", json!({}));
+    // Both requests exist before the controller starts: its first pass sees both (its
+    // caches are complete before any pass), so the recorded one is the MachineRemediation.
+    // Made while it runs, whichever watch delivers first would start the remediation.
+    let lab = start_nhc(fast_policy(), |lab| {
+        lab.request("worker-0");
+        lab.node_request("worker-0", json!({}));
+    })
+    .await;
     lab.cluster.hang("worker-0");
     lab.succeeded_through("worker-0-1", TriggerKind::MachineRemediation)
         .await;
