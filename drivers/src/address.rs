@@ -147,9 +147,20 @@ impl BmcAddress {
         format!("{scheme}://{}:{}", self.host, self.port())
     }
 
-    /// `host:port`: the BMC endpoint, which at most one request at a time may use.
+    /// `host:port`: the BMC endpoint.
     pub fn endpoint(&self) -> String {
         format!("{}:{}", self.host, self.port())
+    }
+
+    /// What at most one request at a time may use: the endpoint, or, where the address names
+    /// one system of a Redfish service that serves several (a chassis manager, an emulator),
+    /// that system at the endpoint. A BMC that answers one of its systems late must not hold
+    /// the fencing of the others behind it; requests about one system still never overlap.
+    pub fn request_gate(&self) -> String {
+        match (self.kind(), &self.path) {
+            (DriverKind::Redfish, Some(path)) => format!("{}{path}", self.endpoint()),
+            _ => self.endpoint(),
+        }
     }
 }
 
@@ -258,6 +269,21 @@ mod tests {
         base_url: &'static str,
         port: u16,
         system: Option<&'static str>,
+    }
+
+    #[test]
+    fn systems_of_one_redfish_service_have_gates_of_their_own_an_ipmi_endpoint_one() {
+        let gate = |address: &str| BmcAddress::parse(address).unwrap().request_gate();
+        let one = gate("redfish+http://127.0.0.1:8000/redfish/v1/Systems/a");
+        let other = gate("redfish+http://127.0.0.1:8000/redfish/v1/Systems/b");
+        assert_ne!(one, other);
+        assert_eq!(
+            one,
+            gate("redfish+http://127.0.0.1:8000/redfish/v1/Systems/a/")
+        );
+        // Without a system path the driver finds the only system: the endpoint is the gate.
+        assert_eq!(gate("redfish+http://127.0.0.1:8000"), "127.0.0.1:8000");
+        assert_eq!(gate("ipmi://10.0.0.5:623"), "10.0.0.5:623");
     }
 
     #[test]

@@ -43,10 +43,12 @@ impl DriverConfig {
     }
 }
 
-/// The per-endpoint lock that keeps at most one request in flight to a BMC.
+/// The lock that keeps at most one request in flight to a BMC (per system of a Redfish
+/// service that serves several: see [`crate::BmcAddress::request_gate`]).
 pub(crate) type EndpointGate = Arc<tokio::sync::Mutex<()>>;
 
-/// Builds drivers and shares one request gate per BMC endpoint among all of them, so that a
+/// Builds drivers and shares one request gate per BMC (see [`crate::BmcAddress::request_gate`])
+/// among all of them, so that a
 /// power-state poller and a remediation never hit the same BMC in parallel (many BMCs fail
 /// under parallel load).
 #[derive(Debug, Default)]
@@ -64,11 +66,11 @@ impl Connector {
     pub fn connect(&self, config: DriverConfig) -> Result<Arc<dyn PowerDriver>> {
         match config.address.kind() {
             DriverKind::Redfish => {
-                let gate = self.gate(&config.address.endpoint());
+                let gate = self.gate(&config.address.request_gate());
                 Ok(Arc::new(RedfishDriver::with_gate(config, gate)?))
             }
             DriverKind::Ipmi => {
-                let gate = self.gate(&config.address.endpoint());
+                let gate = self.gate(&config.address.request_gate());
                 Ok(Arc::new(IpmiDriver::with_gate(config, gate)?))
             }
         }

@@ -6,8 +6,55 @@ use std::collections::HashMap;
 
 use crate::api::{NodeReleaseMode, RemediationPhase, RemediationPolicySpec};
 
-/// Starts made by this process, by (namespace, Remediation name), with their Machine.
-pub type Launched = HashMap<(String, String), String>;
+/// Starts made by this process that the Remediation list may not show yet, by (namespace,
+/// Remediation name), with their Machine and the order they were made in.
+///
+/// The order lets a list read *before* a start was made leave that start alone: such a list
+/// lacks it because it predates it, not because it was deleted (the start's fresh reads run
+/// outside the lock that serialises the decision, so one may overtake another's).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Launched {
+    starts: HashMap<(String, String), (String, u64)>,
+    made: u64,
+}
+
+/// How far a list of Remediations can be trusted to show this process's starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListFreshness {
+    /// The watch cache: it may lag by any amount, so a start it lacks is kept.
+    Cached,
+    /// Read from the API server after [`Launched::mark`] returned this: a start made before
+    /// the mark that the list lacks was deleted; one made after it may simply be newer.
+    ReadAfter(u64),
+}
+
+impl Launched {
+    /// No starts.
+    pub fn new() -> Self {
+        Launched::default()
+    }
+
+    /// Remembers a start this process just persisted.
+    pub fn insert(&mut self, key: (String, String), machine: String) {
+        self.made += 1;
+        self.starts.insert(key, (machine, self.made));
+    }
+
+    /// The mark to take before reading a fresh list (see [`ListFreshness::ReadAfter`]).
+    pub fn mark(&self) -> u64 {
+        self.made
+    }
+
+    /// How many starts are remembered.
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+}
 
 /// A Remediation as the start gates count it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,21 +74,22 @@ pub struct Listed {
 /// show past `Pending` yet (a lagging cache may not show them at all).
 ///
 /// Forgets the starts the list shows past `Pending` (they count through the list now) and, on
-/// a `fresh` list read from the API server, the starts it lacks: those were deleted. A cached
-/// list that lacks one may only lag, so the start is kept.
+/// a list read fresh after a start was made, the starts it lacks: those were deleted. A cached
+/// list, or a fresh one read before the start, that lacks one proves nothing, so it is kept.
 pub fn running_machines(
     listed: &[Listed],
     launched: &mut Launched,
     this: &str,
-    fresh: bool,
+    freshness: ListFreshness,
 ) -> Vec<String> {
-    launched.retain(|(namespace, name), _| {
+    launched.starts.retain(|(namespace, name), (_, made)| {
         let seen = listed
             .iter()
             .find(|r| r.namespace == *namespace && r.name == *name);
-        match seen {
-            Some(r) => r.phase == RemediationPhase::Pending,
-            None => !fresh,
+        match (seen, freshness) {
+            (Some(r), _) => r.phase == RemediationPhase::Pending,
+            (None, ListFreshness::Cached) => true,
+            (None, ListFreshness::ReadAfter(mark)) => *made > mark,
         }
     });
     let mut running: Vec<String> = listed
@@ -52,9 +100,10 @@ pub fn running_machines(
         .collect();
     running.extend(
         launched
+            .starts
             .iter()
             .filter(|((_, name), _)| name != this)
-            .map(|(_, machine)| machine.clone()),
+            .map(|(_, (machine, _))| machine.clone()),
     );
     running
 }
@@ -670,11 +719,16 @@ mod tests {
         }
     }
 
+    /// A list read after every start so far (all of them tests make before reading).
+    const FRESH: ListFreshness = ListFreshness::ReadAfter(u64::MAX);
+    const CACHED: ListFreshness = ListFreshness::Cached;
+
     fn launched(entries: &[(&str, &str)]) -> Launched {
-        entries
-            .iter()
-            .map(|(name, machine)| (("m".to_string(), name.to_string()), machine.to_string()))
-            .collect()
+        let mut launched = Launched::new();
+        for (name, machine) in entries {
+            launched.insert(("m".to_string(), name.to_string()), machine.to_string());
+        }
+        launched
     }
 
     #[test]
@@ -686,8 +740,11 @@ mod tests {
             listed("d-1", "d", RemediationPhase::Fenced),
         ];
         let mut none = Launched::new();
-        assert_eq!(running_machines(&list, &mut none, "d-1", true), ["a"]);
-        assert_eq!(running_machines(&list, &mut none, "x-1", false), ["a", "d"]);
+        assert_eq!(running_machines(&list, &mut none, "d-1", FRESH), ["a"]);
+        assert_eq!(
+            running_machines(&list, &mut none, "x-1", CACHED),
+            ["a", "d"]
+        );
     }
 
     #[test]
@@ -696,27 +753,46 @@ mod tests {
         // watch, shows nothing of it.
         let cache = [listed("a-1", "a", RemediationPhase::Succeeded)];
         let mut starts = launched(&[("e-1", "e")]);
-        assert_eq!(running_machines(&cache, &mut starts, "f-1", false), ["e"]);
+        assert_eq!(running_machines(&cache, &mut starts, "f-1", CACHED), ["e"]);
         assert_eq!(starts.len(), 1, "a cache that lacks it may only lag");
         // A fresh list that shows it Pending still counts it through the reminder...
         let fresh = [listed("e-1", "e", RemediationPhase::Pending)];
-        assert_eq!(running_machines(&fresh, &mut starts, "f-1", true), ["e"]);
+        assert_eq!(running_machines(&fresh, &mut starts, "f-1", FRESH), ["e"]);
         // ...one that shows it under way counts it through the list and forgets the reminder...
         let fresh = [listed("e-1", "e", RemediationPhase::PoweringOff)];
-        assert_eq!(running_machines(&fresh, &mut starts, "f-1", true), ["e"]);
+        assert_eq!(running_machines(&fresh, &mut starts, "f-1", FRESH), ["e"]);
         assert!(starts.is_empty());
         // ...and a fresh list that lacks it means it was deleted.
         let mut starts = launched(&[("e-1", "e")]);
-        assert!(running_machines(&[], &mut starts, "f-1", true).is_empty());
+        assert!(running_machines(&[], &mut starts, "f-1", FRESH).is_empty());
+        assert!(starts.is_empty());
+    }
+
+    #[test]
+    fn a_fresh_list_read_before_a_start_does_not_forget_it() {
+        // Two starts decided at once: f's fresh list was read before e's start was made (the
+        // reads run outside the lock), so it lacks e-1 without proving it deleted.
+        let mut starts = Launched::new();
+        let mark = starts.mark();
+        starts.insert(("m".into(), "e-1".into()), "e".into());
+        let read_before = ListFreshness::ReadAfter(mark);
+        assert_eq!(
+            running_machines(&[], &mut starts, "f-1", read_before),
+            ["e"]
+        );
+        assert_eq!(starts.len(), 1);
+        // A list read after the start that still lacks it: deleted.
+        let read_after = ListFreshness::ReadAfter(starts.mark());
+        assert!(running_machines(&[], &mut starts, "f-1", read_after).is_empty());
         assert!(starts.is_empty());
     }
 
     #[test]
     fn a_remediation_never_counts_against_itself() {
         let mut starts = launched(&[("e-1", "e")]);
-        assert!(running_machines(&[], &mut starts, "e-1", false).is_empty());
+        assert!(running_machines(&[], &mut starts, "e-1", CACHED).is_empty());
         let list = [listed("e-1", "e", RemediationPhase::PoweringOff)];
-        assert!(running_machines(&list, &mut Launched::new(), "e-1", true).is_empty());
+        assert!(running_machines(&list, &mut Launched::new(), "e-1", FRESH).is_empty());
     }
 
     const WORKER: Candidate = Candidate {

@@ -14,11 +14,11 @@ use tracing::Instrument;
 
 use super::context::Context;
 use super::fence::ConfirmedOff;
-use super::gates::{Held, Launched};
+use super::gates::{FleetHealth, Held, ListFreshness};
 use super::housekeeping::next_number;
 use super::observe::node_view;
 use super::pass::Pass;
-use super::plan::{Observed, Phase, next_step};
+use super::plan::{Observed, Phase, Step, next_step};
 use super::state::{created_at, persisted, set_condition};
 use super::steps::Round;
 use super::subject::Subject;
@@ -125,29 +125,17 @@ impl Pass {
             Ok(confirmed) => (Ok(()), Some(confirmed)),
             Err(not_fenced) => (Err(not_fenced), None),
         };
-        // Starts are decided one at a time, with the starts this process made and the cache
-        // may not show yet: two Machines reconciled at once must not both pass the gates.
-        let mut starts = if state.phase == Phase::Pending {
-            Some(self.context.starts.lock().await)
+        let (may, triggered, basis) = if state.phase == Phase::Pending {
+            self.may_start(remediation, node.as_deref()).await?
         } else {
-            None
-        };
-        let (may, triggered) = match starts.as_deref_mut() {
-            Some(launched) => {
-                self.may_start(remediation, node.as_deref(), launched)
-                    .await?
-            }
-            None => (Ok(()), self.still_triggered(remediation)),
+            (Ok(()), self.still_triggered(remediation), None)
         };
         let probes = if self.dry_run_start(state.phase, triggered, &may) {
-            // A dry run launches nothing: the other starts need not wait for its probes (an
-            // unreachable BMC takes its timeout to say so).
-            starts = None;
             self.probe_strategies(remediation).await
         } else {
             Vec::new()
         };
-        let observed = Observed {
+        let mut observed = Observed {
             now: since_epoch(self.context.clock.now()),
             triggered,
             fence: verdict,
@@ -156,22 +144,44 @@ impl Pass {
             probes,
         };
         // Plan (pure), then execute.
-        let step = next_step(&state, &observed, &self.plan_policy());
+        let mut step = next_step(&state, &observed, &self.plan_policy());
         tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
-        let acted = self
-            .execute(
-                step,
-                Round {
-                    remediation,
+        let now = self.context.clock.now();
+        let acted = match (step.clone(), basis) {
+            (Step::RequestPowerOff { strategy }, Some(basis)) => {
+                let round = Round {
+                    remediation: &mut *remediation,
                     status,
                     state: &state,
                     proof: &mut proof,
                     node,
-                    now: self.context.clock.now(),
-                },
-            )
-            .await;
-        self.after_step(remediation, proof, starts.as_deref_mut());
+                    now,
+                };
+                match self.launch(round, strategy, basis).await {
+                    Launch::Started(acted) => acted,
+                    Launch::HeldAtLast(held) => {
+                        let (held, round) = *held;
+                        // Another start overtook this one between its fresh reads and the
+                        // lock: planned again with the gate that now holds it.
+                        observed.may_start = Err(held);
+                        step = next_step(&state, &observed, &self.plan_policy());
+                        self.execute(step, round).await
+                    }
+                }
+            }
+            (step, _) => {
+                let round = Round {
+                    remediation: &mut *remediation,
+                    status,
+                    state: &state,
+                    proof: &mut proof,
+                    node,
+                    now,
+                };
+                self.execute(step, round).await
+            }
+        };
+        self.after_step(remediation, proof);
         // The request's status is the health check's view; a failure to write it never
         // holds the remediation (it is written again on the next step). A step that failed
         // may have left `remediation` older than the stored one (a conflict): not reported.
@@ -183,27 +193,56 @@ impl Pass {
         acted
     }
 
+    /// Starts a remediation the gates let start: the decision is judged once more and its
+    /// record persisted under the start lock, with every start this process made (so two
+    /// Machines decided at once never both pass a gate that admits one), and the power-off is
+    /// requested after the lock is released: a BMC that answers late holds only its own host.
+    async fn launch<'a>(&self, round: Round<'a>, strategy: usize, basis: StartBasis) -> Launch<'a> {
+        // The driver's name may need the BMC's Secret: read before the lock.
+        let name = self.strategy_at(strategy);
+        let driver = self.driver_name(round.remediation, name).await;
+        let mut launched = self.context.starts.lock().await;
+        let verdict = self.gates(
+            round.remediation,
+            round.node.as_deref(),
+            &mut launched,
+            &basis.fresh,
+            ListFreshness::ReadAfter(basis.mark),
+            &basis.health,
+        );
+        if let Err(held) = verdict {
+            return Launch::HeldAtLast(Box::new((held, round)));
+        }
+        let remediation = round.remediation;
+        let recorded = self
+            .record_power_off(
+                Round {
+                    remediation: &mut *remediation,
+                    ..round
+                },
+                strategy,
+                driver,
+            )
+            .await;
+        if let Err(error) = recorded {
+            return Launch::Started(Err(error));
+        }
+        launched.insert(
+            (self.namespace.clone(), remediation.name_any()),
+            self.name.clone(),
+        );
+        drop(launched);
+        Launch::Started(self.act_power_off(remediation, name).await)
+    }
+
     /// What a step leaves behind in memory: a BMC proof it did not spend (it serves the
-    /// release a moment later), the start it made (the cache may not show it yet), and the
-    /// BMC session of a remediation that ended (not needed any more).
-    fn after_step(
-        &self,
-        remediation: &Remediation,
-        unspent: Option<ConfirmedOff>,
-        starts: Option<&mut Launched>,
-    ) {
+    /// release a moment later) and the BMC session of a remediation that ended (not needed
+    /// any more).
+    fn after_step(&self, remediation: &Remediation, unspent: Option<ConfirmedOff>) {
         if let Some(unspent) = unspent {
             self.remember_bmc_proof(unspent);
         }
         let phase = remediation.status.as_ref().map(|s| s.phase);
-        if let Some(launched) = starts
-            && phase == Some(Phase::PoweringOff)
-        {
-            launched.insert(
-                (self.namespace.clone(), remediation.name_any()),
-                self.name.clone(),
-            );
-        }
         if phase.is_some_and(Phase::is_terminal) {
             self.context.bmc_drivers.release(&self.machine_key());
         }
@@ -211,35 +250,51 @@ impl Pass {
 
     /// The gates for a start, decided on the caches and confirmed on fresh reads (the cache
     /// may lag behind a watch broken for seconds, and a start must never rest on it; nor may
-    /// the power-off rest on a cached trigger, see `run`). Returns the verdict and whether the
-    /// trigger is (still) there.
+    /// the power-off rest on a cached trigger, see `run`). Returns the verdict, whether the
+    /// trigger is (still) there, and — when the gates let it start — what the last judgment
+    /// under the start lock rests on. No lock is held across these reads: a slow API server
+    /// or BMC delays this start only.
     pub(super) async fn may_start(
         &self,
         remediation: &Remediation,
         node: Option<&Node>,
-        launched: &mut Launched,
-    ) -> Result<(std::result::Result<(), Held>, bool)> {
+    ) -> Result<(std::result::Result<(), Held>, bool, Option<StartBasis>)> {
         let triggered = self.triggered();
         let cached = self.context.remediations.state();
         let health = self.fleet_health();
-        match self.gates(remediation, node, launched, &cached, false, &health) {
-            Ok(()) => {
-                let (fresh, confirmed) =
-                    tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
-                let fresh = fresh?;
-                let may = self.gates(remediation, node, launched, &fresh, true, &health);
-                let may = match may {
-                    Ok(()) => self.foreign_gate(remediation, &fresh).await?,
-                    held => held,
-                };
-                let may = match may {
-                    Ok(()) => self.self_fence_gate(remediation).await?,
-                    held => held,
-                };
-                Ok((may, triggered && confirmed?))
-            }
-            held => Ok((held, triggered)),
+        let (mut launched, mark) = {
+            let launched = self.context.starts.lock().await;
+            (launched.clone(), launched.mark())
+        };
+        let held = self.gates(
+            remediation,
+            node,
+            &mut launched,
+            &cached,
+            ListFreshness::Cached,
+            &health,
+        );
+        if let Err(held) = held {
+            return Ok((Err(held), triggered, None));
         }
+        let (fresh, confirmed) = tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
+        let fresh = fresh?;
+        let freshness = ListFreshness::ReadAfter(mark);
+        let may = self.gates(remediation, node, &mut launched, &fresh, freshness, &health);
+        let may = match may {
+            Ok(()) => self.foreign_gate(remediation, &fresh).await?,
+            held => held,
+        };
+        let may = match may {
+            Ok(()) => self.self_fence_gate(remediation).await?,
+            held => held,
+        };
+        let basis = StartBasis {
+            fresh,
+            mark,
+            health,
+        };
+        Ok((may, triggered && confirmed?, Some(basis)))
     }
 
     /// Tells once, with a condition and a Warning Event, that the policy no longer names the
@@ -276,6 +331,22 @@ impl Pass {
         .await;
         Ok(())
     }
+}
+
+/// What the last judgment of a start rests on: the fresh reads its gates were confirmed on.
+pub(super) struct StartBasis {
+    /// Every Remediation, read from the API server after `mark`.
+    fresh: Vec<Arc<Remediation>>,
+    /// [`super::gates::Launched::mark`] before the list was read.
+    mark: u64,
+    /// The fleet's health the gates counted.
+    health: FleetHealth,
+}
+
+/// How a launch ended: started (the step's outcome), or held by a start that overtook it.
+enum Launch<'a> {
+    Started(Result<Option<Action>>),
+    HeldAtLast(Box<(Held, Round<'a>)>),
 }
 
 /// Reconciles one Machine: a [`Pass`] over it, once the caches hold a full picture.

@@ -11,7 +11,8 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::context::Placement;
 use super::gates::{
-    Candidate, Fleet, FleetHealth, Held, Launched, Listed, may_start, running_machines,
+    Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, may_start,
+    running_machines,
 };
 use super::observe::{machine_is_control_plane, node_view};
 use super::pass::Pass;
@@ -131,7 +132,7 @@ impl Pass {
         node: Option<&Node>,
         launched: &mut Launched,
         remediations: &[Arc<Remediation>],
-        fresh: bool,
+        freshness: ListFreshness,
         health: &FleetHealth,
     ) -> std::result::Result<(), Held> {
         if let Some(by) = node.and_then(|n| n.annotations().get(PLANNED_REBOOT)) {
@@ -146,7 +147,7 @@ impl Pass {
                 phase: r.status.as_ref().map(|s| s.phase).unwrap_or_default(),
             })
             .collect();
-        let running = running_machines(&listed, launched, &remediation.name_any(), fresh);
+        let running = running_machines(&listed, launched, &remediation.name_any(), freshness);
         let fleet = Fleet {
             machines: health.machines,
             unhealthy: health.unhealthy,

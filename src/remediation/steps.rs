@@ -162,6 +162,29 @@ impl Pass {
     /// Persists the power-off request with what the release will need (the Node's UID and
     /// boot ID), then makes it.
     async fn request_power_off(&self, round: Round<'_>, strategy: usize) -> Result<Next> {
+        let name = self.strategy_at(strategy);
+        let driver = self.driver_name(round.remediation, name).await;
+        let remediation = round.remediation;
+        self.record_power_off(
+            Round {
+                remediation: &mut *remediation,
+                ..round
+            },
+            strategy,
+            driver,
+        )
+        .await?;
+        self.act_power_off(remediation, name).await
+    }
+
+    /// The start's record: `PoweringOff` with the strategy, the driver, the attempt and what
+    /// the Node looked like, persisted before any request (a restart finds it and goes on).
+    pub(super) async fn record_power_off(
+        &self,
+        round: Round<'_>,
+        strategy: usize,
+        driver: String,
+    ) -> Result<()> {
         let Round {
             remediation,
             mut status,
@@ -172,7 +195,7 @@ impl Pass {
         } = round;
         let name = self.strategy_at(strategy);
         status.strategy = Some(strategy_name(name).into());
-        status.driver = Some(self.driver_name(remediation, name).await);
+        status.driver = Some(driver);
         status.attempt = Some(state.attempt);
         remember_boot(&mut status, node.as_deref());
         remember_node_uid(&mut status, node.as_deref());
@@ -183,7 +206,15 @@ impl Pass {
             Some(Phase::PoweringOff),
             now,
         );
-        self.persist(remediation, status).await?;
+        self.persist(remediation, status).await
+    }
+
+    /// The power-off request of a start just recorded, and the Event that tells it.
+    pub(super) async fn act_power_off(
+        &self,
+        remediation: &mut Remediation,
+        name: FenceStrategyName,
+    ) -> Result<Next> {
         // The request first: every moment before it, the hung host may still write to
         // shared storage.
         let requested = self.request_power(remediation, name, true).await;
