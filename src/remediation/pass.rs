@@ -237,14 +237,28 @@ impl Pass {
         reason: &str,
         note: String,
     ) {
+        self.event_action(remediation, severity, (reason, reason), note)
+            .await;
+    }
+
+    /// [`Pass::event`] with an action apart from the reason: Events with the same reason and
+    /// action are one series to the recorder (a later note is not shown), so what must be
+    /// told apart — which gate holds a start — goes in the action.
+    pub(super) async fn event_action(
+        &self,
+        remediation: &Remediation,
+        severity: Severity,
+        (reason, action): (&str, &str),
+        note: String,
+    ) {
         // On both objects: `kubectl describe machine` (or node) is where an operator looks
         // first, the Remediation keeps the whole story; each names the other as related.
         let remediation_ref = remediation.object_ref(&());
         let machine_ref = self.event_target();
-        crate::runtime::events::publish(
+        crate::runtime::events::publish_action(
             &self.context.recorder,
             severity,
-            reason,
+            (reason, action),
             &note,
             &[
                 (machine_ref.clone(), Some(remediation_ref.clone())),

@@ -129,7 +129,10 @@ impl Pass {
                 now,
             );
             self.persist(remediation, status).await?;
-            self.event(remediation, Severity::Warning, "Held", reason)
+            // The gate is the action: a start held by one gate and then another is two
+            // Events, each with its own note.
+            let action = format!("HeldBy{}", held.gate());
+            self.event_action(remediation, Severity::Warning, ("Held", &action), reason)
                 .await;
         }
         // Gates open when other Machines change; their events do not reach this one, so
