@@ -467,7 +467,7 @@ async fn slow_clients_and_a_flood_of_new_tokens_starve_neither_the_probes_nor_a_
     .await;
     let scraper = "system:serviceaccount:openshift-monitoring:prometheus-k8s";
     let prometheus = api.mint_token(scraper, &["system:serviceaccounts"]);
-    authorise_scraper(&api, scraper);
+    authorise_scraper(api, scraper);
     eventually("the first scrape", Duration::from_secs(60), async || {
         status_of(metrics, "/metrics", Some(&prometheus), Some(None)).await == 200
     })

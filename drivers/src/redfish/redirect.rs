@@ -164,6 +164,10 @@ mod tests {
     fn default_ports_are_normalised() {
         assert_eq!(origin("https://bmc/"), origin("https://bmc:443/"));
         assert_eq!(origin("http://BMC:80"), origin("http://bmc/"));
+        assert_eq!(
+            origin("https://[fd00::1]:443/"),
+            origin("https://[fd00::1]/")
+        );
         assert_eq!(origin("https://bmc:8443/x").to_string(), "https://bmc:8443");
         assert!(Origin::of(&Url::parse("ftp://bmc/").unwrap()).is_none());
     }
