@@ -11,9 +11,10 @@ use kube::{Client, Config};
 use crate::drift::controller::HelperPods;
 use crate::duration::{parse_duration, parse_duration_or_off};
 use crate::leader::{Leadership, LeaseConfig};
-use crate::metrics::access::{Gate, KubeReviewer};
+use crate::metrics::access::{DEFAULT_MAX_REVIEWS, Gate, KubeReviewer, ReviewLimits};
+use crate::metrics::server::{DEFAULT_MAX_CONNECTIONS, ServerLimits};
 use crate::metrics::tls::{CertSource, server_config};
-use crate::metrics::{Metrics, serve, serve_probes, serve_secure};
+use crate::metrics::{Metrics, serve_plain, serve_probes, serve_secure};
 use crate::remediation::controller::{
     ControllerOptions, Placement, run as run_controller, run_elected,
 };
@@ -59,6 +60,23 @@ pub struct RunArgs {
     /// at most 30s); a revoked binding takes effect within it.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub metrics_auth_cache_ttl: Duration,
+    /// The longest a client of the metrics or probe endpoint may take to send a complete
+    /// request head (and, over TLS, to finish its handshake); also how long an idle
+    /// keep-alive connection is kept.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub metrics_header_read_timeout: Duration,
+    /// Connections each of the metrics and probe endpoints serves at once; more wait to be
+    /// accepted until one ends.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    pub metrics_max_connections: usize,
+    /// Reviews of new bearer tokens (a TokenReview, then a SubjectAccessReview) in flight at
+    /// once; 8 requests per slot may wait, more are answered 503 at once. One review per
+    /// token: concurrent requests with the same token share it.
+    #[arg(long, default_value_t = DEFAULT_MAX_REVIEWS, value_name = "N")]
+    pub metrics_max_reviews: usize,
+    /// The longest a request waits for a review slot, and the longest a review may take.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub metrics_review_timeout: Duration,
     /// Elect a leader among the replicas on a Lease; only the leader acts. Turn it off only
     /// for a single replica.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -216,10 +234,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
 
 /// Serves the probes and `/metrics` as the flags ask.
 async fn serve_endpoints(args: &RunArgs, client: &Client, metrics: &Arc<Metrics>) -> Result<()> {
-    let probes = serve_probes(args.probe_listen, metrics.clone()).await?;
+    let limits = ServerLimits {
+        header_read_timeout: args.metrics_header_read_timeout,
+        max_connections: args.metrics_max_connections,
+    };
+    let probes = serve_probes(args.probe_listen, metrics.clone(), limits).await?;
     tracing::info!(%probes, "serving /healthz and /readyz (plain HTTP)");
     if !args.metrics_secure {
-        let bound = serve(args.metrics_listen, metrics.clone()).await?;
+        let bound = serve_plain(args.metrics_listen, metrics.clone(), limits).await?;
         tracing::warn!(%bound, "serving /metrics over plain HTTP to anyone (--metrics-secure=false)");
         return Ok(());
     }
@@ -231,12 +253,13 @@ async fn serve_endpoints(args: &RunArgs, client: &Client, metrics: &Arc<Metrics>
     );
     let tls = server_config(&source)?;
     let reviewer = Arc::new(KubeReviewer::new(client.clone()));
-    let gate = Arc::new(Gate::new(
+    let gate = Arc::new(Gate::with_limits(
         reviewer,
         Arc::new(SystemClock),
         args.metrics_auth_cache_ttl,
+        ReviewLimits::new(args.metrics_max_reviews, args.metrics_review_timeout),
     ));
-    let bound = serve_secure(args.metrics_listen, metrics.clone(), tls, gate).await?;
+    let bound = serve_secure(args.metrics_listen, metrics.clone(), tls, gate, limits).await?;
     tracing::info!(%bound, "serving /metrics over HTTPS to callers the cluster authorises");
     Ok(())
 }

@@ -7,10 +7,11 @@
 mod common;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baremend_sim::apiserver::Subject;
+use baremend_sim::apiserver::{FaultRule, Subject};
 use baremend_sim::tls::TestCa;
 use common::lab::{Lab, fast};
 use common::{eventually, free_port, scratch};
@@ -371,4 +372,231 @@ async fn without_files_the_certificate_is_self_signed_and_plain_metrics_only_whe
     })
     .await;
     assert!(body.contains("baremend_leader"), "{body}");
+}
+
+/// Lets `user` get `/metrics`. Kept in one place: how the simulated API server grants rights
+/// may change (RBAC objects instead of its rule table).
+fn authorise_scraper(api: &baremend_sim::apiserver::ApiServer, user: &str) {
+    api.allow_non_resource(Subject::User(user.into()), "get", "/metrics");
+}
+
+/// Until `stop`, keeps one connection open that sends a request head one byte a second (over
+/// TLS when `tls`, after the handshake), opening a new one whenever the server closes it.
+/// Returns how many connections the server closed.
+async fn slow_header_client(port: u16, tls: bool, stop: Arc<AtomicBool>) -> u32 {
+    let mut closed = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let ended = if tls {
+            let (config, _) = client_config(None);
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+            let name = ServerName::try_from("localhost").unwrap();
+            match connector.connect(name, stream).await {
+                Ok(stream) => dribble(stream, &stop).await,
+                Err(_) => true,
+            }
+        } else {
+            dribble(stream, &stop).await
+        };
+        closed += u32::from(ended);
+    }
+    closed
+}
+
+/// Sends a request head one byte a second until the server closes (true) or `stop` (false).
+async fn dribble<S: tokio::io::AsyncRead + tokio::io::AsyncWrite>(
+    stream: S,
+    stop: &AtomicBool,
+) -> bool {
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let head = b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let write = async {
+        for byte in head {
+            if stop.load(Ordering::Relaxed) || writer.write_all(&[*byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        std::future::pending::<()>().await
+    };
+    let mut buffer = [0u8; 512];
+    tokio::select! {
+        _ = async { while let Ok(n) = reader.read(&mut buffer).await { if n == 0 { break } } } => true,
+        _ = write => false,
+    }
+}
+
+/// The time `future` takes, with its output.
+async fn timed<T>(future: impl std::future::Future<Output = T>) -> (T, Duration) {
+    let started = tokio::time::Instant::now();
+    let output = future.await;
+    (output, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_and_a_flood_of_new_tokens_starve_neither_the_probes_nor_a_scrape() {
+    const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+    const REVIEW_TIMEOUT: Duration = Duration::from_secs(2);
+    const MAX_CONNECTIONS: u32 = 128;
+    const MAX_REVIEWS: u64 = 4;
+    const FLOOD: usize = 500;
+    // More slow clients than the probe port's cap: it is saturated by them alone.
+    const SLOW_ON_PROBES: u32 = MAX_CONNECTIONS + 8;
+    const SLOW_ON_METRICS: u32 = 16;
+    let lab = Lab::builder(fast()).start().await;
+    let api = lab.cluster.api_server();
+    let dir = scratch("metrics-abuse");
+    let (metrics, probes) = (free_port(), free_port());
+    let flags = [
+        format!(
+            "--metrics-header-read-timeout={}s",
+            HEADER_TIMEOUT.as_secs()
+        ),
+        format!("--metrics-review-timeout={}s", REVIEW_TIMEOUT.as_secs()),
+        format!("--metrics-max-connections={MAX_CONNECTIONS}"),
+        format!("--metrics-max-reviews={MAX_REVIEWS}"),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _run = run(&lab, &dir, metrics, probes, &flags);
+    eventually("the probes", Duration::from_secs(60), async || {
+        status_of(probes, "/readyz", None, None).await == 200
+    })
+    .await;
+    let scraper = "system:serviceaccount:openshift-monitoring:prometheus-k8s";
+    let prometheus = api.mint_token(scraper, &["system:serviceaccounts"]);
+    authorise_scraper(api, scraper);
+    eventually("the first scrape", Duration::from_secs(60), async || {
+        status_of(metrics, "/metrics", Some(&prometheus), Some(None)).await == 200
+    })
+    .await;
+
+    // Every review takes 100 ms at the API server from now on, so that reviews overlap.
+    api.inject(FaultRule {
+        method: Some("POST".into()),
+        path_contains: Some("reviews".into()),
+        status: 0,
+        count: None,
+        retry_after: None,
+        delay_ms: 100,
+    });
+
+    // One new token in 20 concurrent requests: one review for all of them.
+    let before = api.review_counts();
+    let stranger = api.mint_token("system:serviceaccount:default:stranger", &[]);
+    let same: Vec<u16> = futures_util::future::join_all(
+        (0..20).map(|_| status_of(metrics, "/metrics", Some(&stranger), Some(None))),
+    )
+    .await;
+    assert!(same.iter().all(|s| *s == 403), "{same:?}");
+    let shared = api.review_counts();
+    assert_eq!(
+        (
+            shared.token_reviews - before.token_reviews,
+            shared.access_reviews - before.access_reviews
+        ),
+        (1, 1),
+        "concurrent requests with one token share one review"
+    );
+
+    // The abuse: slow heads on both ports (the probe port's cap saturated), then a flood of
+    // fresh tokens on the metrics port.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut slow = Vec::new();
+    for (port, tls, count) in [
+        (probes, false, SLOW_ON_PROBES),
+        (metrics, true, SLOW_ON_METRICS),
+    ] {
+        for _ in 0..count {
+            slow.push(tokio::spawn(slow_header_client(port, tls, stop.clone())));
+        }
+    }
+    tokio::time::sleep(HEADER_TIMEOUT / 2).await;
+    let flood_started = tokio::time::Instant::now();
+    let flood: Vec<_> = (0..FLOOD)
+        .map(|i| {
+            tokio::spawn(async move {
+                let token = format!("flood-{i}-{}", std::process::id());
+                status_of(metrics, "/metrics", Some(&token), Some(None)).await
+            })
+        })
+        .collect();
+
+    // While it lasts: an authorised scrape and /readyz, each timed.
+    let (mut scrapes, mut probes_took) = (Vec::new(), Vec::new());
+    while scrapes.len() < 3 || flood.iter().any(|f| !f.is_finished()) {
+        let (status, took) = timed(status_of(
+            metrics,
+            "/metrics",
+            Some(&prometheus),
+            Some(None),
+        ))
+        .await;
+        assert_eq!(status, 200, "the authorised scrape during the flood");
+        scrapes.push(took);
+        let (status, took) = timed(status_of(probes, "/readyz", None, None)).await;
+        assert_eq!(status, 200, "/readyz during the flood");
+        probes_took.push(took);
+    }
+    let flood_took = flood_started.elapsed();
+    let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+    for handle in flood {
+        *answers.entry(handle.await.unwrap()).or_default() += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut slow_closed = 0;
+    for handle in slow {
+        slow_closed += handle.await.unwrap();
+    }
+    let reviewed = api.review_counts();
+    let max_in_flight = api.reviews_max_in_flight();
+    api.clear_faults();
+
+    // The bounds, from the configuration. A connection holds a slot at most for its
+    // handshake and its head (a header-read timeout each), a wait for a review slot and the
+    // review (a review timeout each). A new connection has at most one connection per other
+    // client ahead of it in the accept queue, served `cap` at a time, and is then answered
+    // within its own handshake and head (the scrape's answer is cached, no review).
+    let rounds = |ahead: u32| ahead.div_ceil(MAX_CONNECTIONS);
+    let metrics_slot = 2 * HEADER_TIMEOUT + 2 * REVIEW_TIMEOUT;
+    let scrape_bound = metrics_slot * rounds(SLOW_ON_METRICS + FLOOD as u32) + 2 * HEADER_TIMEOUT;
+    let probe_bound = HEADER_TIMEOUT * rounds(SLOW_ON_PROBES) + HEADER_TIMEOUT;
+    let worst_scrape = scrapes.iter().max().copied().unwrap_or_default();
+    let worst_probe = probes_took.iter().max().copied().unwrap_or_default();
+    println!(
+        "flood: {FLOOD} new tokens in {flood_took:?}, answers {answers:?}; TokenReviews {} \
+         SubjectAccessReviews {}; reviews in flight at most {max_in_flight} (bound \
+         {MAX_REVIEWS}); scrapes during the flood {scrapes:?} (worst {worst_scrape:?}, bound \
+         {scrape_bound:?}); /readyz {probes_took:?} (worst {worst_probe:?}, bound \
+         {probe_bound:?}); slow-header connections closed by the server: {slow_closed}",
+        reviewed.token_reviews - shared.token_reviews,
+        reviewed.access_reviews - shared.access_reviews,
+    );
+    assert!(
+        max_in_flight <= MAX_REVIEWS,
+        "{max_in_flight} reviews at once"
+    );
+    assert!(
+        reviewed.token_reviews - shared.token_reviews <= FLOOD as u64,
+        "at most one review per token"
+    );
+    assert_eq!(
+        reviewed.access_reviews, shared.access_reviews,
+        "unknown tokens"
+    );
+    assert!(
+        answers.keys().all(|s| [401, 503].contains(s)),
+        "every flood request refused or shed: {answers:?}"
+    );
+    assert!(
+        worst_scrape <= scrape_bound,
+        "{worst_scrape:?} > {scrape_bound:?}"
+    );
+    assert!(
+        worst_probe <= probe_bound,
+        "{worst_probe:?} > {probe_bound:?}"
+    );
+    assert!(slow_closed > 0, "the slow heads were cut off");
 }

@@ -1,16 +1,26 @@
-//! BMC credentials that cannot be printed by accident.
+//! BMC credentials that cannot be printed by accident, and that are wiped from memory when
+//! dropped.
+//!
+//! Caveats: the copies a request needs on its way out (reqwest's request body and header
+//! buffers, the RMCP+ key schedule's intermediate MAC states) are not in our hands and are not
+//! wiped; what is wiped is every copy this crate keeps: the passwords of cached drivers, the
+//! Redfish session token, the IPMI user key, session integrity key and session keys.
 
 use std::fmt;
 
-/// A BMC password. It has no `Display`, its `Debug` is redacted, and reading it takes an explicit
-/// call to [`Password::expose`], so that it cannot end up in a log line or error by accident.
+use zeroize::Zeroizing;
+
+/// A BMC password. It has no `Display`, its `Debug` is redacted, reading it takes an explicit
+/// call to [`Password::expose`], so that it cannot end up in a log line or error by accident,
+/// and its bytes are overwritten with zeros when it is dropped (every clone's too).
 #[derive(Clone, PartialEq, Eq)]
-pub struct Password(String);
+pub struct Password(Zeroizing<String>);
 
 impl Password {
-    /// Wraps a password.
+    /// Wraps a password. A `String` is moved in, not copied, so no unwiped copy is left
+    /// behind by the wrapping itself.
     pub fn new(password: impl Into<String>) -> Self {
-        Password(password.into())
+        Password(Zeroizing::new(password.into()))
     }
 
     /// The password itself, for the one place that sends it to the BMC.
@@ -143,6 +153,17 @@ mod tests {
         }
         assert!(format!("{credentials:?}").contains("admin"));
         assert_eq!(credentials.password.expose(), "s3cr3t-Pa55");
+    }
+
+    #[test]
+    fn a_password_is_held_in_a_type_that_wipes_it_on_drop() {
+        // The wiping itself is zeroize's (it is `Zeroizing<String>`'s `Drop`); what is pinned
+        // here is that the password's storage is that type, so that no refactoring silently
+        // turns it back into a plain `String`.
+        fn wipes_on_drop<T: zeroize::ZeroizeOnDrop>(_: &T) {}
+        let password = Password::new("s3cr3t-Pa55");
+        wipes_on_drop(&password.0);
+        assert_eq!(format!("{password:?}"), "Password(<redacted>)");
     }
 
     #[test]

@@ -4,21 +4,28 @@
 //! controller-runtime's secure metrics do.
 //!
 //! Expected flow: [`Gate::check`] takes the `Authorization` header → [`bearer`] (no token:
-//! 401) → the cache, keyed by the token's SHA-256 → on a miss, the two reviews through a
-//! [`Reviewer`] → [`decide`] (pure) → the answer is cached and returned.
+//! 401) → the caches, keyed by the token's SHA-256 → on a miss, the token's review *flight*:
+//! the first request of a token starts it, every concurrent request of the same token waits
+//! for its answer → a review slot ([`ReviewLimits`]) → the two reviews through a
+//! [`Reviewer`] → [`decide`] (pure) → the answer is cached and returned to every waiter.
 //!
 //! Guarantees: the token itself is never stored, logged or put in an error (only its hash
-//! keys the cache); an allowed answer is kept for the TTL, a refused one for at most
+//! keys the caches); an allowed answer is kept for the TTL, a refused one for at most
 //! [`MAX_DENY_TTL`] (a binding just created is seen soon); a failed review (API server
-//! unreachable, our own RBAC lacking `create`) is answered 503/500 and never cached; the
-//! cache holds at most [`CACHE_CAPACITY`] answers, the expired and then the oldest dropped
-//! first.
+//! unreachable, our own RBAC lacking `create`) is answered 503/500 and never cached. Allowed
+//! answers are cached apart from refusals ([`CACHE_CAPACITY`] and [`DENY_CACHE_CAPACITY`],
+//! the expired and then the oldest dropped first), so a flood of unknown tokens cannot push
+//! a scraper's answer out. At most one review per token is in flight, at most
+//! [`ReviewLimits::max_in_flight`] in all, each within [`ReviewLimits::timeout`]; at most
+//! [`ReviewLimits::max_waiting`] requests wait for a slot (each at most the timeout), more
+//! are answered 503 at once ([`Access::Overloaded`]).
 //!
 //! Caveats: a revoked token or binding is still honoured until its cached answer expires
 //! (the TTL is the bound); the reviews ask for no audience, so the API server's own
 //! audiences apply (as controller-runtime does).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -38,6 +45,8 @@ use crate::runtime::clock::Clock;
 pub const METRICS_PATH: &str = "/metrics";
 /// At most this many answers are cached.
 pub const CACHE_CAPACITY: usize = 1024;
+/// At most this many refusals are cached (apart from the allowed answers).
+pub const DENY_CACHE_CAPACITY: usize = 256;
 /// A refusal is cached at most this long, whatever the TTL.
 pub const MAX_DENY_TTL: Duration = Duration::from_secs(30);
 
@@ -55,6 +64,8 @@ pub enum Access {
     /// The API server refused our review itself (our RBAC lacks `create` on the review
     /// kinds): 500.
     Misconfigured,
+    /// Too many new tokens are being reviewed at once: 503, try again.
+    Overloaded,
 }
 
 impl Access {
@@ -64,7 +75,7 @@ impl Access {
             Access::Allowed => StatusCode::OK,
             Access::Unauthenticated => StatusCode::UNAUTHORIZED,
             Access::Forbidden => StatusCode::FORBIDDEN,
-            Access::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Access::Unavailable | Access::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Access::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -208,7 +219,7 @@ pub fn keep_for(access: Access, ttl: Duration) -> Option<Duration> {
     match access {
         Access::Allowed => Some(ttl),
         Access::Unauthenticated | Access::Forbidden => Some(ttl.min(MAX_DENY_TTL)),
-        Access::Unavailable | Access::Misconfigured => None,
+        Access::Unavailable | Access::Misconfigured | Access::Overloaded => None,
     }
 }
 
@@ -219,12 +230,20 @@ fn hash(token: &str) -> TokenHash {
 }
 
 /// Cached answers by token hash, bounded.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Cache {
+    capacity: usize,
     entries: HashMap<TokenHash, (Access, SystemTime)>,
 }
 
 impl Cache {
+    fn new(capacity: usize) -> Self {
+        Cache {
+            capacity,
+            entries: HashMap::new(),
+        }
+    }
+
     fn get(&self, key: &TokenHash, now: SystemTime) -> Option<Access> {
         self.entries
             .get(key)
@@ -233,10 +252,10 @@ impl Cache {
     }
 
     fn put(&mut self, key: TokenHash, access: Access, until: SystemTime, now: SystemTime) {
-        if self.entries.len() >= CACHE_CAPACITY && !self.entries.contains_key(&key) {
+        if self.entries.len() >= self.capacity && !self.entries.contains_key(&key) {
             self.entries.retain(|_, (_, until)| *until > now);
         }
-        if self.entries.len() >= CACHE_CAPACITY
+        if self.entries.len() >= self.capacity
             && let Some(oldest) = self
                 .entries
                 .iter()
@@ -249,35 +268,148 @@ impl Cache {
     }
 }
 
+/// How many reviews the gate makes at once, and how long a request waits for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReviewLimits {
+    /// Token reviews (each a TokenReview, then a SubjectAccessReview) in flight at once.
+    pub max_in_flight: usize,
+    /// Requests waiting for a review slot; more are answered [`Access::Overloaded`] at once.
+    pub max_waiting: usize,
+    /// The longest a request waits for a slot, and the longest one review (both calls) may
+    /// take; past it the answer is [`Access::Unavailable`] (not cached).
+    pub timeout: Duration,
+}
+
+/// The default number of reviews in flight.
+pub const DEFAULT_MAX_REVIEWS: usize = 8;
+/// Requests that may wait for a review slot, per slot.
+pub const WAITING_PER_REVIEW: usize = 8;
+/// The default review timeout.
+pub const DEFAULT_REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl ReviewLimits {
+    /// `max_in_flight` reviews at once, [`WAITING_PER_REVIEW`] waiting requests per slot.
+    pub fn new(max_in_flight: usize, timeout: Duration) -> Self {
+        let max_in_flight = max_in_flight.max(1);
+        ReviewLimits {
+            max_in_flight,
+            max_waiting: max_in_flight * WAITING_PER_REVIEW,
+            timeout,
+        }
+    }
+}
+
+impl Default for ReviewLimits {
+    fn default() -> Self {
+        ReviewLimits::new(DEFAULT_MAX_REVIEWS, DEFAULT_REVIEW_TIMEOUT)
+    }
+}
+
+/// One token's review under way: every request of that token waits for the same answer.
+type Flight = Arc<tokio::sync::OnceCell<Access>>;
+
 /// The gate in front of `/metrics`.
 pub struct Gate {
     reviewer: Arc<dyn Reviewer>,
     clock: Arc<dyn Clock>,
     ttl: Duration,
-    cache: Mutex<Cache>,
+    limits: ReviewLimits,
+    allowed: Mutex<Cache>,
+    refused: Mutex<Cache>,
+    flights: Mutex<HashMap<TokenHash, Flight>>,
+    slots: tokio::sync::Semaphore,
+    waiting: AtomicUsize,
 }
 
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gate")
             .field("ttl", &self.ttl)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
 
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts a request waiting for a review slot; counted out when dropped (also when the
+/// request is cancelled).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A request's part in a flight: the last one out removes the flight.
+struct Boarded<'a> {
+    gate: &'a Gate,
+    key: TokenHash,
+    flight: Flight,
+}
+
+impl Drop for Boarded<'_> {
+    fn drop(&mut self) {
+        let mut flights = locked(&self.gate.flights);
+        // New passengers board under this lock, so the count is exact: the map and us.
+        if flights
+            .get(&self.key)
+            .is_some_and(|f| Arc::ptr_eq(f, &self.flight))
+            && Arc::strong_count(&self.flight) == 2
+        {
+            flights.remove(&self.key);
+        }
+    }
+}
+
 impl Gate {
-    /// A gate whose allowed answers are kept for `ttl`.
+    /// A gate whose allowed answers are kept for `ttl`, with the default [`ReviewLimits`].
     pub fn new(reviewer: Arc<dyn Reviewer>, clock: Arc<dyn Clock>, ttl: Duration) -> Self {
+        Gate::with_limits(reviewer, clock, ttl, ReviewLimits::default())
+    }
+
+    /// A gate with these review limits.
+    pub fn with_limits(
+        reviewer: Arc<dyn Reviewer>,
+        clock: Arc<dyn Clock>,
+        ttl: Duration,
+        limits: ReviewLimits,
+    ) -> Self {
         Gate {
             reviewer,
             clock,
             ttl,
-            cache: Mutex::new(Cache::default()),
+            limits,
+            allowed: Mutex::new(Cache::new(CACHE_CAPACITY)),
+            refused: Mutex::new(Cache::new(DENY_CACHE_CAPACITY)),
+            flights: Mutex::new(HashMap::new()),
+            slots: tokio::sync::Semaphore::new(limits.max_in_flight.max(1)),
+            waiting: AtomicUsize::new(0),
         }
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    fn cached(&self, key: &TokenHash) -> Option<Access> {
+        let now = self.clock.now();
+        locked(&self.allowed)
+            .get(key, now)
+            .or_else(|| locked(&self.refused).get(key, now))
+    }
+
+    fn remember(&self, key: TokenHash, access: Access) {
+        let Some(ttl) = keep_for(access, self.ttl) else {
+            return;
+        };
+        let now = self.clock.now();
+        let (into, other) = if access == Access::Allowed {
+            (&self.allowed, &self.refused)
+        } else {
+            (&self.refused, &self.allowed)
+        };
+        locked(other).entries.remove(&key);
+        locked(into).put(key, access, now + ttl, now);
     }
 
     /// The answer to a request with these headers.
@@ -286,15 +418,47 @@ impl Gate {
             return Access::Unauthenticated;
         };
         let key = hash(token);
-        if let Some(access) = self.cache().get(&key, self.clock.now()) {
+        if let Some(access) = self.cached(&key) {
             return access;
         }
-        let access = self.review(token).await;
-        if let Some(ttl) = keep_for(access, self.ttl) {
-            let now = self.clock.now();
-            self.cache().put(key, access, now + ttl, now);
+        let flight = locked(&self.flights).entry(key).or_default().clone();
+        let boarded = Boarded {
+            gate: self,
+            key,
+            flight,
+        };
+        // The first request runs the review; the others wait for its answer. If the first
+        // is cancelled (its client went away), a waiting one runs it instead.
+        *boarded
+            .flight
+            .get_or_init(|| async {
+                let access = self.review_in_slot(token).await;
+                self.remember(key, access);
+                access
+            })
+            .await
+    }
+
+    /// Reviews `token` once a slot is free, within the limits.
+    async fn review_in_slot(&self, token: &str) -> Access {
+        let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let counted = Waiting(&self.waiting);
+        if waiting >= self.limits.max_waiting {
+            return Access::Overloaded;
         }
-        access
+        let slot = tokio::time::timeout(self.limits.timeout, self.slots.acquire()).await;
+        drop(counted);
+        let Ok(Ok(_slot)) = slot else {
+            tracing::warn!("a /metrics caller waited too long for a review slot");
+            return Access::Overloaded;
+        };
+        match tokio::time::timeout(self.limits.timeout, self.review(token)).await {
+            Ok(access) => access,
+            Err(_) => {
+                tracing::warn!(timeout = ?self.limits.timeout, "a /metrics caller's review timed out");
+                Access::Unavailable
+            }
+        }
     }
 
     async fn review(&self, token: &str) -> Access {
@@ -450,9 +614,139 @@ mod tests {
         );
     }
 
+    /// Answers every token "unknown" after `delay`, counting calls and overlaps.
+    struct Slow {
+        delay: Duration,
+        calls: AtomicU32,
+        in_flight: AtomicU32,
+        max_in_flight: AtomicU32,
+    }
+
+    impl Slow {
+        fn new(delay: Duration) -> Arc<Self> {
+            Arc::new(Slow {
+                delay,
+                calls: AtomicU32::new(0),
+                in_flight: AtomicU32::new(0),
+                max_in_flight: AtomicU32::new(0),
+            })
+        }
+    }
+
+    #[async_trait]
+    impl Reviewer for Slow {
+        async fn authenticate(&self, _token: &str) -> Result<Option<UserInfo>, ReviewError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            Ok(None)
+        }
+        async fn authorize(&self, _user: &UserInfo) -> Result<bool, ReviewError> {
+            Ok(false)
+        }
+    }
+
+    fn slow_gate(reviewer: Arc<Slow>, limits: ReviewLimits) -> Gate {
+        let clock = Arc::new(Manual(AtomicU64::new(0)));
+        Gate::with_limits(reviewer, clock, Duration::from_secs(60), limits)
+    }
+
+    async fn check_all(gate: &Gate, tokens: impl Iterator<Item = String>) -> Vec<Access> {
+        let headers: Vec<HeaderMap> = tokens.map(|t| headers(&format!("Bearer {t}"))).collect();
+        futures_util::future::join_all(headers.iter().map(|h| gate.check(h))).await
+    }
+
+    #[tokio::test]
+    async fn concurrent_requests_with_one_new_token_share_one_review() {
+        let reviewer = Slow::new(Duration::from_millis(50));
+        let gate = slow_gate(reviewer.clone(), ReviewLimits::default());
+        let answers = check_all(&gate, (0..50).map(|_| "same".to_owned())).await;
+        assert!(answers.iter().all(|a| *a == Access::Unauthenticated));
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 1);
+        assert!(locked(&gate.flights).is_empty(), "the flight is gone");
+    }
+
+    #[tokio::test]
+    async fn reviews_in_flight_never_exceed_the_bound() {
+        let reviewer = Slow::new(Duration::from_millis(20));
+        let limits = ReviewLimits {
+            max_in_flight: 4,
+            max_waiting: 1000,
+            timeout: Duration::from_secs(30),
+        };
+        let gate = slow_gate(reviewer.clone(), limits);
+        let answers = check_all(&gate, (0..100).map(|i| format!("token-{i}"))).await;
+        assert!(answers.iter().all(|a| *a == Access::Unauthenticated));
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 100);
+        assert_eq!(reviewer.max_in_flight.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn past_the_waiting_bound_new_tokens_are_answered_overloaded_at_once() {
+        let reviewer = Slow::new(Duration::from_millis(20));
+        let limits = ReviewLimits {
+            max_in_flight: 1,
+            max_waiting: 2,
+            timeout: Duration::from_secs(30),
+        };
+        let gate = slow_gate(reviewer.clone(), limits);
+        let answers = check_all(&gate, (0..10).map(|i| format!("token-{i}"))).await;
+        let overloaded = answers.iter().filter(|a| **a == Access::Overloaded).count();
+        // One in its slot, two waiting; the other seven shed, and not cached.
+        assert_eq!((overloaded, reviewer.calls.load(Ordering::SeqCst)), (7, 3));
+        assert_eq!(Access::Overloaded.status(), StatusCode::SERVICE_UNAVAILABLE);
+        check_all(&gate, std::iter::once("token-9".to_owned())).await;
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_review_that_takes_too_long_is_unavailable_and_frees_its_slot() {
+        let reviewer = Slow::new(Duration::from_secs(5));
+        let limits = ReviewLimits {
+            max_in_flight: 1,
+            max_waiting: 8,
+            timeout: Duration::from_millis(50),
+        };
+        let gate = slow_gate(reviewer.clone(), limits);
+        let started = std::time::Instant::now();
+        assert_eq!(gate.check(&headers("Bearer a")).await, Access::Unavailable);
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "cut at the timeout"
+        );
+        assert_eq!(gate.slots.available_permits(), 1, "the slot is free again");
+        // Waiting for a slot is bounded the same way.
+        let held = gate.slots.acquire().await.unwrap();
+        assert_eq!(gate.check(&headers("Bearer b")).await, Access::Overloaded);
+        drop(held);
+        assert_eq!(gate.waiting.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_refused_tokens_never_pushes_out_an_allowed_answer() {
+        let clock = Arc::new(Manual(AtomicU64::new(0)));
+        let reviewer = script(true, None);
+        let gate = Gate::new(reviewer.clone(), clock, Duration::from_secs(60));
+        assert_eq!(gate.check(&headers("Bearer good")).await, Access::Allowed);
+        for i in 0..CACHE_CAPACITY + DENY_CACHE_CAPACITY {
+            let answer = gate.check(&headers(&format!("Bearer bad-{i}"))).await;
+            assert_eq!(answer, Access::Unauthenticated);
+        }
+        let calls = reviewer.calls.load(Ordering::Relaxed);
+        assert_eq!(gate.check(&headers("Bearer good")).await, Access::Allowed);
+        assert_eq!(
+            reviewer.calls.load(Ordering::Relaxed),
+            calls,
+            "still cached"
+        );
+        assert_eq!(locked(&gate.refused).entries.len(), DENY_CACHE_CAPACITY);
+    }
+
     #[test]
     fn the_cache_stays_bounded_and_keeps_the_newest() {
-        let mut cache = Cache::default();
+        let mut cache = Cache::new(CACHE_CAPACITY);
         let now = SystemTime::UNIX_EPOCH;
         for i in 0..CACHE_CAPACITY + 10 {
             let until = now + Duration::from_secs(100 + i as u64);

@@ -16,6 +16,7 @@ pub mod access;
 pub mod drift;
 pub mod fencing;
 pub mod power;
+pub mod server;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -40,7 +41,8 @@ use prometheus_client::registry::Registry;
 use self::access::{Access, Gate};
 use self::fencing::FencingMetrics;
 use self::power::PowerMetrics;
-use crate::{Error, Result};
+use self::server::{ServerLimits, bind, serve_connections};
+use crate::Result;
 
 /// Every gate that can hold a start, as named in the `Held` condition's reason.
 pub const GATES: [&str; 10] = [
@@ -410,42 +412,41 @@ fn probes() -> Router<Arc<Metrics>> {
         .route("/readyz", get(readiness))
 }
 
-async fn bind(listen: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr)> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|source| Error::Listen { listen, source })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| Error::Listen { listen, source })?;
-    Ok((listener, bound))
-}
-
-fn spawn_plain(listener: tokio::net::TcpListener, app: Router) {
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).await {
-            tracing::warn!(%error, "the metrics endpoint stopped");
-        }
-    });
+fn spawn_plain(listener: tokio::net::TcpListener, app: Router, limits: ServerLimits) {
+    tokio::spawn(serve_connections(listener, None, app, limits));
 }
 
 /// Binds `listen` and serves `/metrics`, `/healthz` and `/readyz` over plain HTTP, without
 /// authentication, from a spawned task (`baremend lab`, and `baremend run
-/// --metrics-secure=false` behind a proxy of the cluster's own). Returns the bound address
-/// (`listen` may ask for port 0).
+/// --metrics-secure=false` behind a proxy of the cluster's own), within the default
+/// [`ServerLimits`]. Returns the bound address (`listen` may ask for port 0).
 pub async fn serve(listen: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr> {
+    serve_plain(listen, metrics, ServerLimits::default()).await
+}
+
+/// [`serve`] within `limits`.
+pub async fn serve_plain(
+    listen: SocketAddr,
+    metrics: Arc<Metrics>,
+    limits: ServerLimits,
+) -> Result<SocketAddr> {
     let (listener, bound) = bind(listen).await?;
     let app = probes()
         .route("/metrics", get(metrics_text))
         .with_state(metrics);
-    spawn_plain(listener, app);
+    spawn_plain(listener, app, limits);
     Ok(bound)
 }
 
 /// Binds `listen` and serves only the probes `/healthz` and `/readyz`, plain and
-/// unauthenticated (the kubelet's probes carry no token).
-pub async fn serve_probes(listen: SocketAddr, metrics: Arc<Metrics>) -> Result<SocketAddr> {
+/// unauthenticated (the kubelet's probes carry no token), within `limits`.
+pub async fn serve_probes(
+    listen: SocketAddr,
+    metrics: Arc<Metrics>,
+    limits: ServerLimits,
+) -> Result<SocketAddr> {
     let (listener, bound) = bind(listen).await?;
-    spawn_plain(listener, probes().with_state(metrics));
+    spawn_plain(listener, probes().with_state(metrics), limits);
     Ok(bound)
 }
 
@@ -464,6 +465,12 @@ async fn authorised(State(gate): State<Arc<Gate>>, request: Request, next: Next)
             "this user may not get /metrics (see the baremend-metrics-reader ClusterRole)\n",
         )
             .into_response(),
+        Access::Overloaded => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            "too many new callers are being reviewed at once; try again\n",
+        )
+            .into_response(),
         other => (
             other.status(),
             "the caller could not be reviewed; try again\n",
@@ -472,12 +479,14 @@ async fn authorised(State(gate): State<Arc<Gate>>, request: Request, next: Next)
     }
 }
 
-/// Binds `listen` and serves `/metrics` over HTTPS with `tls`, to the callers `gate` allows.
+/// Binds `listen` and serves `/metrics` over HTTPS with `tls`, to the callers `gate` allows,
+/// within `limits`.
 pub async fn serve_secure(
     listen: SocketAddr,
     metrics: Arc<Metrics>,
     tls: Arc<rustls::ServerConfig>,
     gate: Arc<Gate>,
+    limits: ServerLimits,
 ) -> Result<SocketAddr> {
     let (listener, bound) = bind(listen).await?;
     let app = Router::new()
@@ -485,50 +494,8 @@ pub async fn serve_secure(
         .with_state(metrics)
         .layer(from_fn_with_state(gate, authorised));
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    tokio::spawn(accept_tls(listener, acceptor, app));
+    tokio::spawn(serve_connections(listener, Some(acceptor), app, limits));
     Ok(bound)
-}
-
-/// How long a client may take over its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-async fn accept_tls(
-    listener: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
-    app: Router,
-) {
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(error) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!(%error, "the metrics endpoint could not accept a connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        // Each connection on its own task: a slow handshake holds up nobody else.
-        tokio::spawn(serve_tls(stream, acceptor.clone(), app.clone()));
-    }
-}
-
-async fn serve_tls(
-    stream: tokio::net::TcpStream,
-    acceptor: tokio_rustls::TlsAcceptor,
-    app: Router,
-) {
-    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => return tracing::debug!(%error, "a metrics TLS handshake failed"),
-        Err(_) => return tracing::debug!("a metrics TLS handshake timed out"),
-    };
-    let service = hyper_util::service::TowerToHyperService::new(app);
-    if let Err(error) = hyper::server::conn::http1::Builder::new()
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-        .await
-    {
-        tracing::debug!(%error, "a metrics connection ended with an error");
-    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use crate::Result;
 
 struct Cached {
     address: BmcAddress,
+    /// Compared with the Secret's on every use. Its passwords are `Password`s: redacted in
+    /// `Debug` and wiped from memory when the entry (or the driver's own copy) is dropped.
     credentials: Credentials,
     tls: TlsOptions,
     driver: Arc<dyn PowerDriver>,

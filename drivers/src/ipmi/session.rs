@@ -30,6 +30,8 @@ use tokio::time::Instant;
 
 use super::commands::{CloseSession, SetSessionPrivilegeLevel};
 use super::completion::{CompletionClass, classify, describe};
+use zeroize::Zeroizing;
+
 use super::wire::crypto::{CipherSuite, RakpContext, SessionCrypto, user_key};
 use super::wire::rakp::{
     NAME_ONLY_LOOKUP, OpenSessionRequest, OpenSessionResponse, Rakp1, Rakp2, Rakp3, Rakp4,
@@ -146,12 +148,13 @@ impl Session {
         credentials: &Credentials,
         suites: &[CipherSuite],
     ) -> Result<Attempt<Self>> {
-        let password = user_key(credentials.password.expose().as_bytes()).map_err(|_| {
-            Error::Configuration {
+        // K_UID and the session integrity key are the password's equivalents: wiped on drop.
+        let password = user_key(credentials.password.expose().as_bytes())
+            .map(Zeroizing::new)
+            .map_err(|_| Error::Configuration {
                 bmc: params.bmc.clone(),
                 reason: "an IPMI password has at most 20 bytes".into(),
-            }
-        })?;
+            })?;
         if credentials.username.len() > 16 {
             return Err(Error::Configuration {
                 bmc: params.bmc.clone(),
@@ -160,7 +163,9 @@ impl Session {
         }
         let mut refused = Vec::new();
         for suite in suites {
-            match Self::try_suite(&socket, &params, credentials, &password, *suite).await? {
+            match Self::try_suite(&socket, &params, credentials, password.as_slice(), *suite)
+                .await?
+            {
                 SuiteAttempt::Open(session) => return Ok(Attempt::Accepted(session)),
                 SuiteAttempt::PasswordRefused(error) => return Ok(Attempt::Refused(error)),
                 SuiteAttempt::SuiteRefused(code) => {
@@ -295,7 +300,7 @@ impl Session {
         if rakp4.status != status::OK {
             return Err(session_error(params, rakp4.status));
         }
-        let sik = context.session_integrity_key(password);
+        let sik = Zeroizing::new(context.session_integrity_key(password));
         if !context.verify_rakp4(&sik, &rakp4.icv) {
             return Ok(SuiteAttempt::PasswordRefused(Error::Authentication {
                 bmc: params.bmc.clone(),

@@ -21,6 +21,7 @@
 //! `X-Auth-Token` header, marked sensitive.
 
 mod model;
+mod redirect;
 mod reset;
 mod session;
 mod transport;

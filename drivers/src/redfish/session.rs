@@ -3,6 +3,7 @@
 
 use reqwest::{Method, StatusCode};
 use serde_json::json;
+use zeroize::Zeroize;
 
 use super::model::ServiceRoot;
 use super::transport::{Reply, RequestAuth, SessionToken, Transport};
@@ -79,19 +80,12 @@ pub(crate) async fn log_in(
     let password = credentials
         .password_for(which)
         .unwrap_or(&credentials.password);
-    let body = json!({
+    let body = LoginBody(json!({
         "UserName": credentials.username,
         "Password": password.expose(),
-    });
-    let reply = transport
-        .send(
-            Method::POST,
-            path,
-            RequestAuth::None,
-            Some(&body),
-            OPERATION,
-        )
-        .await?;
+    }));
+    let reply = transport.send_password(path, &body.0, OPERATION).await?;
+    drop(body);
     match reply.status {
         status if status.is_success() => match reply.header("X-Auth-Token") {
             Some(token) if !token.is_empty() => {
@@ -101,7 +95,7 @@ pub(crate) async fn log_in(
                         .and_then(|v| v.get("@odata.id")?.as_str().map(str::to_owned))
                 });
                 Ok(Attempt::Accepted(Auth::Session {
-                    token: SessionToken(token.to_owned()),
+                    token: SessionToken::new(token),
                     location,
                 }))
             }
@@ -130,6 +124,18 @@ pub(crate) async fn log_in(
                 "no usable session service; using Basic auth"
             );
             Ok(Attempt::Accepted(Auth::Basic(which)))
+        }
+    }
+}
+
+/// A login body: the password in it is wiped when it is dropped (the copy reqwest serialises
+/// it into is not ours to wipe).
+struct LoginBody(serde_json::Value);
+
+impl Drop for LoginBody {
+    fn drop(&mut self) {
+        if let Some(serde_json::Value::String(password)) = self.0.get_mut("Password") {
+            password.zeroize();
         }
     }
 }

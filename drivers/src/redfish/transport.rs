@@ -5,10 +5,15 @@ use std::error::Error as StdError;
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::{Method, StatusCode};
+use reqwest::{Method, StatusCode, Url};
 use serde::de::DeserializeOwned;
 
+use zeroize::Zeroizing;
+
 use super::model::ErrorBody;
+use super::redirect::{
+    MAX_REDIRECTS, Origin, Refusal, describe_target, follow_with, is_redirect, judge,
+};
 use crate::connector::EndpointGate;
 use crate::credentials::Password;
 use crate::error::{Error, Result, shorten};
@@ -18,9 +23,19 @@ use crate::tls::TlsOptions;
 /// Answers larger than this are refused: a BMC resource is a few kilobytes.
 const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
-/// A Redfish session token; `Debug` never shows it.
+/// A Redfish session token: `Debug` never shows it, and it is wiped from memory when dropped.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct SessionToken(pub(crate) String);
+pub(crate) struct SessionToken(Zeroizing<String>);
+
+impl SessionToken {
+    pub(crate) fn new(token: &str) -> Self {
+        SessionToken(Zeroizing::new(token.to_owned()))
+    }
+
+    fn expose(&self) -> &str {
+        &self.0
+    }
+}
 
 impl std::fmt::Debug for SessionToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -75,6 +90,8 @@ impl Reply {
 pub(crate) struct Transport {
     bmc: String,
     base_url: String,
+    /// The BMC's origin: the only one requests and redirects go to.
+    origin: Origin,
     http: reqwest::Client,
     gate: EndpointGate,
     request_timeout: Duration,
@@ -88,23 +105,24 @@ impl Transport {
         request_timeout: Duration,
         gate: EndpointGate,
     ) -> Result<Self> {
-        let origin = base_url.clone();
-        // Only same-origin redirects (sushy-tools redirects a system name to its UUID); a
-        // redirect elsewhere would carry the session token to another host.
-        let redirects = reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() < 5 && attempt.url().as_str().starts_with(&origin) {
-                attempt.follow()
-            } else {
-                attempt.stop()
-            }
-        });
+        let origin = Url::parse(&base_url)
+            .ok()
+            .as_ref()
+            .and_then(Origin::of)
+            .ok_or_else(|| Error::Configuration {
+                bmc: bmc.clone(),
+                reason: "the BMC address is not an http(s) URL with a host".into(),
+            })?;
+        // Redirects are followed by `send`, not by reqwest: only to the BMC's own origin
+        // (sushy-tools redirects a system name to its UUID), and never with the password body
+        // of a login (see `redirect`).
         let mut builder = reqwest::Client::builder()
             .use_rustls_tls()
             .timeout(request_timeout)
             .connect_timeout(request_timeout.min(Duration::from_secs(10)))
             .pool_max_idle_per_host(1)
             .pool_idle_timeout(Duration::from_secs(30))
-            .redirect(redirects)
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("baremend/", env!("CARGO_PKG_VERSION")));
         if base_url.starts_with("http://") {
             // Plain HTTP never verifies a certificate: loading the system roots (milliseconds
@@ -138,6 +156,7 @@ impl Transport {
         Ok(Transport {
             bmc,
             base_url,
+            origin,
             http,
             gate,
             request_timeout,
@@ -149,21 +168,29 @@ impl Transport {
     }
 
     /// Resolves a path or a same-origin absolute URL from the BMC into a request URL.
-    fn url(&self, path: &str, operation: &str) -> Result<String> {
-        if path.starts_with('/') {
-            return Ok(format!("{}{path}", self.base_url));
+    fn url(&self, path: &str, operation: &str) -> Result<Url> {
+        let outside = || {
+            self.malformed(
+                operation,
+                format!("link {:?} does not point into this BMC", shorten(path)),
+            )
+        };
+        let url = if path.starts_with('/') {
+            Url::parse(&format!("{}{path}", self.base_url))
+        } else {
+            Url::parse(path)
         }
-        if path.starts_with(&format!("{}/", self.base_url)) {
-            return Ok(path.to_owned());
+        .map_err(|_| outside())?;
+        match judge(&self.origin, &url, false) {
+            Ok(()) => Ok(url),
+            Err(_) => Err(outside()),
         }
-        Err(self.malformed(
-            operation,
-            format!("link {:?} does not point into this BMC", shorten(path)),
-        ))
     }
 
-    /// Sends one request and reads the whole answer. At most one request per BMC endpoint is
-    /// in flight at a time; callers waiting for the gate count against nobody's timeout.
+    /// Sends one request and reads the whole answer, following redirects to the BMC's own
+    /// origin (at most [`MAX_REDIRECTS`]); a redirect anywhere else is an error, so that
+    /// credentials never leave the BMC's origin. At most one request per BMC endpoint is in
+    /// flight at a time; callers waiting for the gate count against nobody's timeout.
     pub(crate) async fn send(
         &self,
         method: Method,
@@ -172,10 +199,92 @@ impl Transport {
         body: Option<&serde_json::Value>,
         operation: &str,
     ) -> Result<Reply> {
-        let url = self.url(path, operation)?;
+        self.send_following(method, path, auth, body, false, operation)
+            .await
+    }
+
+    /// POSTs a body that carries the password (the session login): a redirect is never
+    /// followed, whatever its target, and is an error naming its status and the target's
+    /// origin.
+    pub(crate) async fn send_password(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        operation: &str,
+    ) -> Result<Reply> {
+        self.send_following(
+            Method::POST,
+            path,
+            RequestAuth::None,
+            Some(body),
+            true,
+            operation,
+        )
+        .await
+    }
+
+    async fn send_following(
+        &self,
+        mut method: Method,
+        path: &str,
+        auth: RequestAuth<'_>,
+        mut body: Option<&serde_json::Value>,
+        carries_password: bool,
+        operation: &str,
+    ) -> Result<Reply> {
+        let mut url = self.url(path, operation)?;
+        let _in_flight = self.gate.lock().await;
+        let mut hops = 0;
+        loop {
+            let reply = self
+                .exchange(method.clone(), url.clone(), auth, body, operation)
+                .await?;
+            let location = match reply.header("Location") {
+                Some(location) if is_redirect(reply.status) => location,
+                _ => return Ok(reply),
+            };
+            let status = reply.status.as_u16();
+            let target = url.join(location).map_err(|_| {
+                self.malformed(
+                    operation,
+                    format!("HTTP {status} with a Location that is not a URL"),
+                )
+            })?;
+            let verdict = if hops >= MAX_REDIRECTS {
+                Err(Refusal::TooMany)
+            } else {
+                judge(&self.origin, &target, carries_password)
+            };
+            if let Err(refusal) = verdict {
+                return Err(self.malformed(
+                    operation,
+                    format!(
+                        "redirected with HTTP {status} to {}, not followed: {refusal}",
+                        describe_target(&target)
+                    ),
+                ));
+            }
+            let (next, keep_body) = follow_with(reply.status, &method);
+            tracing::debug!(bmc = %self.bmc, operation, status, "following a redirect within the BMC");
+            method = next;
+            body = body.filter(|_| keep_body);
+            url = target;
+            hops += 1;
+        }
+    }
+
+    /// One request and its whole answer, with the gate already held.
+    async fn exchange(
+        &self,
+        method: Method,
+        url: Url,
+        auth: RequestAuth<'_>,
+        body: Option<&serde_json::Value>,
+        operation: &str,
+    ) -> Result<Reply> {
         let mut request = self
             .http
-            .request(method, &url)
+            .request(method, url)
             .header("OData-Version", HeaderValue::from_static("4.0"))
             .header("Accept", HeaderValue::from_static("application/json"));
         request = match auth {
@@ -184,7 +293,7 @@ impl Transport {
                 request.basic_auth(username, Some(password.expose()))
             }
             RequestAuth::Token(token) => {
-                let mut value = HeaderValue::from_str(&token.0).map_err(|_| {
+                let mut value = HeaderValue::from_str(token.expose()).map_err(|_| {
                     self.malformed(operation, "the session token is not a valid header value")
                 })?;
                 value.set_sensitive(true);
@@ -194,7 +303,6 @@ impl Transport {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let _in_flight = self.gate.lock().await;
         let mut response = request
             .send()
             .await

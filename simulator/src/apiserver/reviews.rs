@@ -82,6 +82,18 @@ pub(crate) struct Reviews {
     rules: Mutex<Vec<Rule>>,
     token_reviews: AtomicU64,
     access_reviews: AtomicU64,
+    /// Review requests being answered now (an injected delay included), and the most ever.
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
+/// Counts one review request in while it is answered; counted out when dropped.
+pub(crate) struct ReviewInFlight<'a>(&'a Reviews);
+
+impl Drop for ReviewInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Reviews {
@@ -97,6 +109,18 @@ impl Reviews {
             },
         );
         reviews
+    }
+
+    /// Counts a request in when it posts a review (`POST .../tokenreviews` or
+    /// `.../subjectaccessreviews`), for [`ApiServer::reviews_max_in_flight`].
+    pub(crate) fn track(&self, method: &Method, path: &str) -> Option<ReviewInFlight<'_>> {
+        let review = path.ends_with("/tokenreviews") || path.ends_with("/subjectaccessreviews");
+        if *method != Method::POST || !review {
+            return None;
+        }
+        let now = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::AcqRel);
+        Some(ReviewInFlight(self))
     }
 
     fn tokens_mut(&self) -> std::sync::MutexGuard<'_, HashMap<String, ReviewedUser>> {
@@ -345,6 +369,12 @@ impl ApiServer {
             .reviews
             .rules_mut()
             .retain(|rule| &rule.subject != subject);
+    }
+
+    /// The most review requests (TokenReviews and SubjectAccessReviews) ever answered at the
+    /// same time, an injected delay included: how many reviews a client had in flight.
+    pub fn reviews_max_in_flight(&self) -> u64 {
+        self.state.reviews.max_in_flight.load(Ordering::Acquire)
     }
 
     /// How many TokenReviews and SubjectAccessReviews were answered so far.

@@ -187,6 +187,7 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
             .into_response();
         }
     };
+    let _review = state.reviews.track(&parts.method, &path);
     if let Some((error, delay)) = state.take_fault(&parts.method, &path) {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;

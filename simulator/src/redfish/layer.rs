@@ -11,7 +11,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::respond::RedfishError;
-use super::service::RedfishService;
+use super::service::{RedfishService, Redirect};
 use crate::host::RequestFault;
 use crate::server::DropConnection;
 
@@ -39,6 +39,9 @@ pub(crate) async fn redfish_layer(
     };
     if let Some(rejection) = protocol_rejection(&parts) {
         return finish(rejection.into_response());
+    }
+    if let Some(redirect) = service.redirect_for(parts.uri.path()) {
+        return finish(redirect_response(&redirect));
     }
     if let Some(host) = system_id(parts.uri.path()).and_then(|id| service.host(id)) {
         let (fault, latency) = host.request_fault();
@@ -99,6 +102,16 @@ fn protocol_rejection(parts: &axum::http::request::Parts) -> Option<RedfishError
             "Remove the query parameters and resubmit the request if the operation failed.",
         ),
     )
+}
+
+/// A redirect's answer: its status, its `Location`, no body.
+fn redirect_response(redirect: &Redirect) -> Response {
+    let status = StatusCode::from_u16(redirect.status).unwrap_or(StatusCode::FOUND);
+    let mut response = status.into_response();
+    if let Ok(location) = HeaderValue::from_str(&redirect.location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
 }
 
 /// `/redfish/v1/Systems/{id}...` → `id`.

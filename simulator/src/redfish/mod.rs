@@ -25,7 +25,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use self::service::{
-    Account, AuthSettings, Principal, RedfishService, ResetRecord, Role, Stats,
+    Account, AuthSettings, Principal, RedfishService, Redirect, ResetRecord, Role, Stats,
 };
 pub use self::vendor::{Vendor, VendorPayloads};
 use crate::clock::{Clock, SystemClock};

@@ -255,6 +255,19 @@ struct ServiceState {
     resets: Vec<ResetRecord>,
     /// Every session token ever issued, for tests that look for leaked tokens.
     issued: Vec<String>,
+    /// Paths answered with a redirect instead of their resource (see
+    /// [`RedfishService::redirect`]).
+    redirects: HashMap<String, Redirect>,
+}
+
+/// A redirect the service answers a path with, as a BMC behind a front end or one that moved
+/// a resource does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redirect {
+    /// 301, 302, 303, 307 or 308.
+    pub status: u16,
+    /// The `Location` header, sent as given (relative or absolute, any origin).
+    pub location: String,
 }
 
 /// Why a login or a request's credentials were refused.
@@ -315,6 +328,7 @@ impl RedfishService {
                 authentication_failures: 0,
                 resets: Vec::new(),
                 issued: Vec::new(),
+                redirects: HashMap::new(),
             }),
             random: SystemRandom::new(),
             requests: AtomicU64::new(0),
@@ -564,6 +578,21 @@ impl RedfishService {
     /// Every session token this service has issued (open or ended).
     pub fn issued_tokens(&self) -> Vec<String> {
         self.lock().issued.clone()
+    }
+
+    /// Answers every request for exactly `path` (any method, before authentication) with
+    /// `redirect` from now on; `None` takes the redirect back.
+    pub fn redirect(&self, path: &str, redirect: Option<Redirect>) {
+        let mut state = self.lock();
+        match redirect {
+            Some(redirect) => state.redirects.insert(path.to_owned(), redirect),
+            None => state.redirects.remove(path),
+        };
+    }
+
+    /// The redirect `path` is answered with, if any.
+    pub(crate) fn redirect_for(&self, path: &str) -> Option<Redirect> {
+        self.lock().redirects.get(path).cloned()
     }
 
     /// Ends every session at once, as if they had all timed out.

@@ -10,6 +10,8 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha1::Sha1;
 use sha2::Sha256;
 
+use zeroize::Zeroize;
+
 use super::WireError;
 
 /// The cipher suites baremend speaks. Both use AES-CBC-128 for confidentiality.
@@ -293,6 +295,14 @@ impl fmt::Debug for SessionCrypto {
         f.debug_struct("SessionCrypto")
             .field("suite", &self.suite)
             .finish_non_exhaustive()
+    }
+}
+
+/// The keys are wiped when the session (and every copy of its keys) is dropped.
+impl Drop for SessionCrypto {
+    fn drop(&mut self) {
+        self.k1.zeroize();
+        self.aes_key.zeroize();
     }
 }
 
