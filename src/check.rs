@@ -93,7 +93,7 @@ async fn list(client: &Client) -> Result<Listed> {
             .iter()
             .find(|p| p.name_any() == POLICY_NAME)
             .map(|p| p.spec.clone())
-            .unwrap_or_default(),
+            .unwrap_or_else(RemediationPolicySpec::unconfigured),
     })
 }
 

@@ -259,6 +259,17 @@ pub struct DriftPolicySpec {
     pub retention: Retention,
 }
 
+impl DriftPolicySpec {
+    /// The policy in force when no DriftPolicy `default` exists: the defaults in `Observe`,
+    /// so that no Node is drained or rebooted before an operator has said so.
+    pub fn unconfigured() -> Self {
+        DriftPolicySpec {
+            mode: DriftMode::Observe,
+            ..DriftPolicySpec::default()
+        }
+    }
+}
+
 impl Default for DriftPolicySpec {
     fn default() -> Self {
         DriftPolicySpec {

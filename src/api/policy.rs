@@ -72,6 +72,18 @@ pub struct RemediationPolicySpec {
     pub retention: Retention,
 }
 
+impl RemediationPolicySpec {
+    /// The policy in force when no RemediationPolicy `default` exists (an install step
+    /// skipped, the policy deleted): the defaults in `DryRun`, so that nothing is fenced
+    /// before an operator has said so.
+    pub fn unconfigured() -> Self {
+        RemediationPolicySpec {
+            mode: RemediationMode::DryRun,
+            ..RemediationPolicySpec::default()
+        }
+    }
+}
+
 impl Default for RemediationPolicySpec {
     fn default() -> Self {
         RemediationPolicySpec {

@@ -18,10 +18,10 @@ use crate::api::DriftStep;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
 use crate::api::{DriftPolicy, DriftPolicySpec, DriftRemediation, Remediation};
 use crate::leader::Leadership;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PolicyKind};
 use crate::runtime::clock::Clock;
 use crate::runtime::conditions::held_by;
-use crate::runtime::informer::{is_ready, policy_in_force};
+use crate::runtime::informer::{is_ready, policy_object};
 use crate::runtime::requeue::Backoff;
 
 /// Options of the drift coordinator (`run` in `controller.rs` takes them).
@@ -135,9 +135,10 @@ impl DriftContext {
         }
     }
 
-    /// The policy in force: the object named `default`, else the defaults.
+    /// The policy in force: the object named `default`; without one, the defaults in
+    /// `Observe` (see [`DriftPolicySpec::unconfigured`]).
     pub fn policy(&self) -> DriftPolicySpec {
-        policy_in_force(&self.policies, |p| &p.spec)
+        policy_object(&self.policies, |p| &p.spec).unwrap_or_else(DriftPolicySpec::unconfigured)
     }
 
     /// Whether every cache holds a full list.
@@ -154,6 +155,8 @@ impl DriftContext {
         if !self.caches_ready() {
             return;
         }
+        let missing = policy_object(&self.policies, |p| &p.spec).is_none();
+        self.metrics.set_policy_missing(PolicyKind::Drift, missing);
         let pools = self.pools.state();
         let nodes = self.nodes.state();
         let mut per_pool: HashMap<String, (usize, usize)> =

@@ -82,11 +82,30 @@ pub struct DryRunLabels {
 /// The kinds retention deletes, as the pruned counter names them.
 pub const PRUNED_KINDS: [&str; 2] = ["Remediation", "DriftRemediation"];
 
-/// Labels of the pruned counter.
+/// Labels of the pruned counter and of the missing-policy gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
-    /// `Remediation` or `DriftRemediation`.
+    /// `Remediation` or `DriftRemediation` (pruned); `RemediationPolicy` or `DriftPolicy`.
     pub kind: String,
+}
+
+/// The kinds of policy object a controller reads (`baremend_policy_missing{kind}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// `RemediationPolicy`.
+    Remediation,
+    /// `DriftPolicy`.
+    Drift,
+}
+
+impl PolicyKind {
+    /// The kind's name, as the label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKind::Remediation => "RemediationPolicy",
+            PolicyKind::Drift => "DriftPolicy",
+        }
+    }
 }
 
 /// Labels of a remediation counter.
@@ -125,6 +144,7 @@ pub struct Metrics {
     pruned: Family<KindLabels, Counter>,
     in_progress: Gauge,
     held: Family<GateLabels, Gauge>,
+    policy_missing: Family<KindLabels, Gauge>,
     duration: DurationHistograms,
     steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
@@ -223,6 +243,19 @@ impl Metrics {
             "Remediations past their start and not ended",
             in_progress.clone(),
         );
+        let policy_missing = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "policy_missing",
+            "1 while the policy object `default` of this kind does not exist: remediation then runs in DryRun, drift in Observe",
+            policy_missing.clone(),
+        );
+        for kind in [PolicyKind::Remediation, PolicyKind::Drift] {
+            policy_missing
+                .get_or_create(&KindLabels {
+                    kind: kind.as_str().into(),
+                })
+                .set(0);
+        }
         let held = Family::<GateLabels, Gauge>::default();
         registry.register(
             "remediations_held",
@@ -279,6 +312,7 @@ impl Metrics {
             pruned,
             in_progress,
             held,
+            policy_missing,
             duration,
             steps,
             leader,
@@ -338,6 +372,15 @@ impl Metrics {
     /// A Machine was deleted after a failed remediation.
     pub fn machine_deleted(&self) {
         self.machines_deleted.inc();
+    }
+
+    /// Sets whether the policy object of `kind` is missing.
+    pub fn set_policy_missing(&self, kind: PolicyKind, missing: bool) {
+        self.policy_missing
+            .get_or_create(&KindLabels {
+                kind: kind.as_str().into(),
+            })
+            .set(i64::from(missing));
     }
 
     /// Sets the gauges recounted from the caches.

@@ -22,10 +22,10 @@ use crate::api::{
 };
 use crate::drift::helper::HelperPods;
 use crate::leader::Leadership;
-use crate::metrics::{GATES, Metrics};
+use crate::metrics::{GATES, Metrics, PolicyKind};
 use crate::runtime::clock::Clock;
 use crate::runtime::conditions::held_by;
-use crate::runtime::informer::{is_ready, policy_in_force};
+use crate::runtime::informer::{is_ready, policy_object};
 use crate::runtime::requeue::Backoff;
 
 /// The Machine resource (machine.openshift.io/v1beta1), for writes.
@@ -272,10 +272,19 @@ impl Context {
             }
         }
         self.metrics.set_counts(in_progress, &held);
+        self.metrics
+            .set_policy_missing(PolicyKind::Remediation, !self.policy_configured());
     }
 
-    /// The policy in force: the object named `default`, else the built-in defaults.
+    /// The policy in force: the object named `default`; without one, the defaults in
+    /// `DryRun` (see [`RemediationPolicySpec::unconfigured`]).
     pub fn policy(&self) -> RemediationPolicySpec {
-        policy_in_force(&self.policies, |p| &p.spec)
+        policy_object(&self.policies, |p| &p.spec)
+            .unwrap_or_else(RemediationPolicySpec::unconfigured)
+    }
+
+    /// Whether the policy object `default` exists.
+    pub fn policy_configured(&self) -> bool {
+        policy_object(&self.policies, |p| &p.spec).is_some()
     }
 }

@@ -240,6 +240,11 @@ impl Pass {
             self.event(remediation, Severity::Warning, "DryRunProbeFailed", note)
                 .await;
         }
+        if !self.context.policy_configured() {
+            let note = "no RemediationPolicy named default exists: baremend records dry runs and changes nothing until one is created (kubectl create -f deploy/policies.yaml, then set its mode)";
+            self.event(remediation, Severity::Warning, "PolicyMissing", note.into())
+                .await;
+        }
         self.context.metrics.remediation_dry_run(record.reason);
         Ok(Some(Action::await_change()))
     }

@@ -136,18 +136,17 @@ where
 /// The name of the policy object in force (cluster-scoped, one per kind).
 pub const POLICY_NAME: &str = "default";
 
-/// The spec of the policy in force: the object named [`POLICY_NAME`] in `store`, else the
-/// built-in defaults.
-pub fn policy_in_force<K, S>(store: &Store<K>, spec: impl Fn(&K) -> &S) -> S
+/// The spec of the policy object named [`POLICY_NAME`] in `store`; None when there is none
+/// (an install step skipped, the policy deleted): each controller then runs in its safe mode.
+pub fn policy_object<K, S>(store: &Store<K>, spec: impl Fn(&K) -> &S) -> Option<S>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
-    S: Clone + Default,
+    S: Clone,
 {
     store
         .get(&ObjectRef::new(POLICY_NAME))
         .map(|policy| spec(&policy).clone())
-        .unwrap_or_default()
 }
 
 /// Whether `store` holds a full list, checked without waiting (a controller keeps polling

@@ -60,14 +60,20 @@ pub fn fast() -> ClusterSpec {
 #[must_use]
 pub struct LabBuilder {
     spec: ClusterSpec,
-    policy: Value,
+    policy: Option<Value>,
     drift_policy: Option<Value>,
 }
 
 impl LabBuilder {
     /// The spec of the RemediationPolicy `default` (`{}` unless set).
     pub fn policy(mut self, spec: Value) -> Self {
-        self.policy = spec;
+        self.policy = Some(spec);
+        self
+    }
+
+    /// No RemediationPolicy at all (an install step skipped).
+    pub fn without_policy(mut self) -> Self {
+        self.policy = None;
         self
     }
 
@@ -85,7 +91,9 @@ impl LabBuilder {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mco = self.spec.mco;
         let cluster = LabCluster::start(self.spec).await.unwrap();
-        cluster.install_policy(self.policy).await.unwrap();
+        if let Some(spec) = self.policy {
+            cluster.install_policy(spec).await.unwrap();
+        }
         if let Some(spec) = self.drift_policy {
             cluster
                 .api
@@ -146,7 +154,7 @@ impl Lab {
     pub fn builder(spec: ClusterSpec) -> LabBuilder {
         LabBuilder {
             spec,
-            policy: json!({}),
+            policy: Some(json!({})),
             drift_policy: None,
         }
     }
