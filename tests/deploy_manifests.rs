@@ -902,7 +902,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         ..lab.options()
     };
     let controller = tokio::spawn(run_elected(
-        lab.client.clone(),
+        lab.controller_client.clone(),
         Arc::new(SystemClock),
         options,
         LeaseConfig {
@@ -920,7 +920,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     let scraper = "system:serviceaccount:baremend:baremend-metrics-reader";
     let token = server.mint_token(scraper, &["system:serviceaccounts"]);
     server.allow_non_resource(Grantee::User(scraper.into()), "get", "/metrics");
-    let reviewer = Arc::new(KubeReviewer::new(lab.client.clone()));
+    let reviewer = Arc::new(KubeReviewer::new(lab.controller_client.clone()));
     let gate = Gate::new(reviewer, Arc::new(SystemClock), Duration::from_secs(60));
     let mut headers = axum::http::HeaderMap::new();
     headers.insert(

@@ -17,6 +17,8 @@ use kube::Client;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
+use baremend::lab::setup::DEPLOY_NAMESPACE;
+
 mod common;
 
 use common::eventually;
@@ -28,7 +30,8 @@ const RETRY: Duration = Duration::from_millis(300);
 
 fn lease(name: &str, identity: &str) -> LeaseConfig {
     LeaseConfig {
-        namespace: MACHINE_NAMESPACE.into(),
+        // Where deploy/rbac.yaml grants the controller its Lease.
+        namespace: DEPLOY_NAMESPACE.into(),
         name: name.into(),
         identity: identity.into(),
         lease_duration: LEASE,
@@ -61,7 +64,7 @@ fn replica(
 }
 
 fn holder(api: &Local, name: &str) -> Option<String> {
-    api.get(LEASES, MACHINE_NAMESPACE, name)
+    api.get(LEASES, DEPLOY_NAMESPACE, name)
         .ok()?
         .pointer("/spec/holderIdentity")
         .and_then(Value::as_str)
@@ -92,8 +95,16 @@ async fn the_standby_takes_over_a_killed_leader_within_the_lease_and_repeats_no_
         .start()
         .await;
     let api = lab.api.clone();
-    let mut a = Some(replica(&lab.client, lease("baremend", "a"), None));
-    let mut b = Some(replica(&lab.client, lease("baremend", "b"), None));
+    let mut a = Some(replica(
+        &lab.controller_client,
+        lease("baremend", "a"),
+        None,
+    ));
+    let mut b = Some(replica(
+        &lab.controller_client,
+        lease("baremend", "b"),
+        None,
+    ));
     let first = eventually("a leader", Duration::from_secs(10), async || {
         holder(&api, "baremend")
     })
@@ -142,7 +153,7 @@ async fn the_standby_takes_over_a_killed_leader_within_the_lease_and_repeats_no_
 async fn a_leader_whose_lease_is_taken_stops_acting_and_says_so() {
     let lab = Lab::builder(fast()).start().await;
     let api = lab.api.clone();
-    let a = replica(&lab.client, lease("baremend", "a"), None);
+    let a = replica(&lab.controller_client, lease("baremend", "a"), None);
     eventually("a leader", Duration::from_secs(10), async || {
         holder(&api, "baremend").filter(|h| h == "a")
     })
@@ -150,7 +161,7 @@ async fn a_leader_whose_lease_is_taken_stops_acting_and_says_so() {
     // Another writer takes the Lease over (what a partitioned leader would find).
     api.merge(
         LEASES,
-        MACHINE_NAMESPACE,
+        DEPLOY_NAMESPACE,
         "baremend",
         &json!({"spec": {"holderIdentity": "intruder"}}),
         false,
@@ -193,7 +204,7 @@ async fn two_shards_each_remediate_only_their_machines_under_their_own_lease() {
         .unwrap();
     }
     let shard_a = replica(
-        &lab.client,
+        &lab.controller_client,
         lease("baremend-a", "a-1"),
         Some("baremend.io/shard=a"),
     );
@@ -205,7 +216,7 @@ async fn two_shards_each_remediate_only_their_machines_under_their_own_lease() {
         "shard a acted on shard b's Machine"
     );
     let shard_b = replica(
-        &lab.client,
+        &lab.controller_client,
         lease("baremend-b", "b-1"),
         Some("baremend.io/shard=b"),
     );

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use baremend::api::{DriftPhase, RemediationPhase};
-use baremend_sim::cluster::local::{EVENTS, NAMESPACES, NODES};
+use baremend_sim::cluster::local::{EVENTS, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::json;
@@ -83,9 +83,6 @@ async fn without_a_drift_policy_drift_is_observed_and_nothing_is_done() {
         ..ClusterSpec::default()
     };
     let mut lab = Lab::builder(spec).start().await;
-    lab.api
-        .create(NAMESPACES, "", json!({"metadata": {"name": "baremend"}}))
-        .unwrap();
     lab.start_coordinator();
     metric(&lab, "baremend_policy_missing{kind=\"DriftPolicy\"} 1").await;
     let boots = lab.reboots("worker-0");

@@ -106,17 +106,8 @@ pub async fn run(timeout: Duration, serving: Serving) -> Result<()> {
         "starting the simulated cluster with a Machine Config Operator: 3 control-plane hosts, 3 workers ..."
     );
     let started = Instant::now();
+    // The namespace of its helper pods is deploy/'s, which the lab applies.
     let lab = LabCluster::start(spec).await?;
-    lab.api
-        .create(
-            baremend_sim::cluster::local::NAMESPACES,
-            "",
-            json!({"metadata": {"name": "baremend"}}),
-        )
-        .map_err(|e| Error::Invalid {
-            object: "namespace baremend".into(),
-            reason: e.message,
-        })?;
     let policy: DriftPolicy = serde_json::from_value(json!({"metadata": {"name": "default"},
         "spec": {"debounceSeconds": DEBOUNCE_SECONDS}}))
     .map_err(|e| Error::Invalid {
@@ -153,7 +144,7 @@ pub async fn run(timeout: Duration, serving: Serving) -> Result<()> {
     let metrics_at = serving.serve(metrics.clone()).await?;
     let (stop, stopped) = oneshot::channel::<()>();
     let controller = tokio::spawn(run_controller(
-        lab.client.clone(),
+        lab.controller_client.clone(),
         Arc::new(SystemClock),
         ControllerOptions {
             instance: "lab".into(),

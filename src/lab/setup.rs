@@ -10,6 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -22,14 +23,136 @@ use crate::remediation::controller::{ControllerOptions, run as run_controller};
 use crate::runtime::clock::SystemClock;
 use crate::{Error, Result};
 
-/// A running simulated cluster with baremend's CRDs installed.
+/// A running simulated cluster with baremend's CRDs installed and `deploy/`'s namespace,
+/// ServiceAccounts and RBAC applied, as an install does.
 pub struct LabCluster {
     /// The cluster.
     pub cluster: SimCluster,
-    /// A kube client on its API server (HTTPS, as a real cluster).
+    /// A kube client on its API server (HTTPS, as a real cluster) with the administrator's
+    /// rights: the lab's and the tests' own writes (policies, triggers, faults).
     pub client: Client,
+    /// A kube client as the controller's ServiceAccount (`baremend/baremend`), with only what
+    /// `deploy/rbac.yaml` grants it: what the controller runs on, so a missing grant fails.
+    pub controller_client: Client,
     /// Direct access to the server's store, for the lab's own observations and faults.
     pub api: Local,
+}
+
+/// The namespace `deploy/` installs into.
+pub const DEPLOY_NAMESPACE: &str = "baremend";
+/// The controller's ServiceAccount there.
+pub const CONTROLLER_ACCOUNT: &str = "baremend";
+
+/// The manifests of `deploy/` that make the controller's identity and rights, read from the
+/// files an install applies (not a copy): a grant missing there is missing in every lab.
+const DEPLOY_IDENTITY: [(&str, &str); 3] = [
+    (
+        "namespace.yaml",
+        include_str!("../../deploy/namespace.yaml"),
+    ),
+    (
+        "serviceaccount.yaml",
+        include_str!("../../deploy/serviceaccount.yaml"),
+    ),
+    ("rbac.yaml", include_str!("../../deploy/rbac.yaml")),
+];
+/// The example an install on Cluster API adds (docs/install.md).
+const DEPLOY_CLUSTER_API_RBAC: (&str, &str) = (
+    "examples/rbac-cluster-api.yaml",
+    include_str!("../../deploy/examples/rbac-cluster-api.yaml"),
+);
+
+/// Creates every object of a multi-document manifest of `deploy/`, as `kubectl create -f`.
+fn apply_manifests(api: &Local, file: &str, text: &str) -> Result<()> {
+    let invalid = |reason: String| Error::Invalid {
+        object: format!("deploy/{file}"),
+        reason,
+    };
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let object = Value::deserialize(document).map_err(|e| invalid(e.to_string()))?;
+        if object.is_null() {
+            continue;
+        }
+        let gvr = deploy_kind(&object).ok_or_else(|| {
+            invalid(format!(
+                "kind {} is not one the lab applies",
+                object["kind"].as_str().unwrap_or("(none)")
+            ))
+        })?;
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+        api.create(gvr, namespace, object.clone())
+            .map_err(|e| invalid(e.message))?;
+    }
+    Ok(())
+}
+
+/// The resource of a kind `deploy/`'s identity manifests hold.
+fn deploy_kind(object: &Value) -> Option<Gvr> {
+    let rbac = |plural| Gvr {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural,
+    };
+    let core = |plural| Gvr {
+        group: "",
+        version: "v1",
+        plural,
+    };
+    Some(match object["kind"].as_str()? {
+        "Namespace" => core("namespaces"),
+        "ServiceAccount" => core("serviceaccounts"),
+        "Secret" => core("secrets"),
+        "ClusterRole" => rbac("clusterroles"),
+        "ClusterRoleBinding" => rbac("clusterrolebindings"),
+        "Role" => rbac("roles"),
+        "RoleBinding" => rbac("rolebindings"),
+        _ => return None,
+    })
+}
+
+/// A token of the controller's ServiceAccount, as its pod would mount (a TokenRequest).
+async fn controller_token(admin: &Client) -> Result<String> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), DEPLOY_NAMESPACE);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            // A lab or a test outlives no day.
+            expiration_seconds: Some(24 * 3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let granted = accounts
+        .create_token_request(CONTROLLER_ACCOUNT, &PostParams::default(), &request)
+        .await
+        .map_err(Error::kube("CreateToken"))?;
+    granted
+        .status
+        .map(|s| s.token)
+        .ok_or_else(|| Error::Invalid {
+            object: format!("ServiceAccount {DEPLOY_NAMESPACE}/{CONTROLLER_ACCOUNT}"),
+            reason: "the TokenRequest was answered without a token".into(),
+        })
+}
+
+/// A client on the cluster of `kubeconfig` that authenticates with `token` instead.
+async fn client_with_token(kubeconfig: &str, token: &str) -> Result<Client> {
+    let invalid = |reason: String| Error::Invalid {
+        object: "the simulated cluster's kubeconfig".into(),
+        reason,
+    };
+    let mut kubeconfig = Kubeconfig::from_yaml(kubeconfig).map_err(|e| invalid(e.to_string()))?;
+    for user in &mut kubeconfig.auth_infos {
+        if let Some(auth) = user.auth_info.as_mut() {
+            auth.token = Some(token.to_owned().into());
+        }
+    }
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| invalid(e.to_string()))?;
+    config.default_retry = false;
+    Client::try_from(config).map_err(Error::kube("Connect"))
 }
 
 impl LabCluster {
@@ -58,9 +181,19 @@ impl LabCluster {
         // A platform-none cluster's hosts are described by HostBmcs: served from now on.
         cluster.create_host_bmcs()?;
         let api = Local::new(cluster.api_server().store().clone(), "lab");
+        let mut manifests = DEPLOY_IDENTITY.to_vec();
+        if cluster.spec().cluster_api {
+            manifests.push(DEPLOY_CLUSTER_API_RBAC);
+        }
+        for (file, text) in manifests {
+            apply_manifests(&api, file, text)?;
+        }
+        let token = controller_token(&client).await?;
+        let controller_client = client_with_token(&cluster.kubeconfig(), &token).await?;
         Ok(LabCluster {
             cluster,
             client,
+            controller_client,
             api,
         })
     }
@@ -143,7 +276,7 @@ impl LabCluster {
     ) -> RunningController {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(run_controller(
-            self.client.clone(),
+            self.controller_client.clone(),
             Arc::new(SystemClock),
             ControllerOptions {
                 instance: "lab".into(),

@@ -17,7 +17,7 @@ use baremend::metrics::Metrics;
 use baremend::remediation::controller::ControllerOptions;
 use baremend::runtime::SystemClock;
 use baremend_sim::clock::SystemClock as SimClock;
-use baremend_sim::cluster::local::{BMHS, CRDS, Gvr, Local, NAMESPACES, NODES};
+use baremend_sim::cluster::local::{BMHS, CRDS, Gvr, Local, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{BMC_USERNAME, ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::Power;
@@ -77,8 +77,7 @@ impl LabBuilder {
         self
     }
 
-    /// A DriftPolicy `default` with this spec, and the `baremend` namespace its helper pods
-    /// run in.
+    /// A DriftPolicy `default` with this spec.
     pub fn drift_policy(mut self, spec: Value) -> Self {
         self.drift_policy = Some(spec);
         self
@@ -94,11 +93,8 @@ impl LabBuilder {
         if let Some(spec) = self.policy {
             cluster.install_policy(spec).await.unwrap();
         }
+        // The `baremend` namespace of the helper pods is deploy/'s, which the lab applies.
         if let Some(spec) = self.drift_policy {
-            cluster
-                .api
-                .create(NAMESPACES, "", json!({"metadata": {"name": "baremend"}}))
-                .unwrap();
             let policy: DriftPolicy =
                 serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": spec}))
                     .unwrap();
@@ -170,7 +166,7 @@ impl Lab {
 
     /// Starts the controller (machines, and drift when the options give a helper image).
     pub fn start_controller(&mut self, options: ControllerOptions) {
-        let client = self.client.clone();
+        let client = self.controller_client.clone();
         self.spawn(|stopped| async move {
             let stopped = async move {
                 let _ = stopped.await;
@@ -183,7 +179,7 @@ impl Lab {
 
     /// Starts the drift coordinator alone.
     pub fn start_coordinator(&mut self) {
-        let client = self.client.clone();
+        let client = self.controller_client.clone();
         let options = DriftOptions {
             poll: Duration::from_millis(100),
             metrics: self.metrics.clone(),

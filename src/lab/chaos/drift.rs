@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use baremend_sim::cluster::NodeFaults;
-use baremend_sim::cluster::local::{Gvr, Local, NAMESPACES, NODES, PDBS, PODS};
+use baremend_sim::cluster::local::{Gvr, Local, NODES, PDBS, PODS};
 use baremend_sim::cluster::mco::disk::SimFile;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -90,16 +90,10 @@ fn invalid(object: &str) -> impl Fn(String) -> Error + '_ {
     }
 }
 
-/// Readies an MCO seed before its faults: the helpers' namespace, the DriftPolicy, and every
+/// Readies an MCO seed before its faults: the DriftPolicy, and every
 /// daemon reporting its node Done (the drift must be seen as drift, not as a first start).
 pub(super) async fn prepare(lab: &LabCluster, fault: &Fault) -> Result<()> {
-    lab.api
-        .create(
-            NAMESPACES,
-            "",
-            json!({"metadata": {"name": HELPER_NAMESPACE}}),
-        )
-        .map_err(|e| invalid("the helpers' namespace")(e.message))?;
+    // The helpers' namespace is deploy/'s, which every lab applies.
     let policy: DriftPolicy =
         serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": policy(fault)}))
             .map_err(|e| invalid("the chaos drift policy")(e.to_string()))?;

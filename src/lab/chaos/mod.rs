@@ -119,7 +119,7 @@ struct Replica {
 /// Starts a replica that, like a pod, is restarted (with a new identity) whenever its
 /// controller exits — as `baremend run` does when it loses the Lease.
 fn start_replica(lab: &LabCluster, identity: String) -> Replica {
-    let client = lab.client.clone();
+    let client = lab.controller_client.clone();
     let name = identity.clone();
     // The drift coordinator runs where the MCO does.
     let drift_helpers = lab
@@ -137,7 +137,8 @@ fn start_replica(lab: &LabCluster, identity: String) -> Replica {
                 ..ControllerOptions::default()
             };
             let lease = LeaseConfig {
-                namespace: MACHINE_NAMESPACE.into(),
+                // Where deploy/rbac.yaml grants the controller its Lease.
+                namespace: crate::lab::setup::DEPLOY_NAMESPACE.into(),
                 name: "baremend".into(),
                 identity,
                 lease_duration: Duration::from_millis(1000),
@@ -461,7 +462,7 @@ async fn apply(
             // The leader dies if there is one (a standby's death changes little).
             let leader = lab
                 .api
-                .get(LEASES, MACHINE_NAMESPACE, "baremend")
+                .get(LEASES, crate::lab::setup::DEPLOY_NAMESPACE, "baremend")
                 .ok()
                 .and_then(|l| {
                     l.pointer("/spec/holderIdentity")
