@@ -37,6 +37,7 @@ pub(crate) mod store;
 mod table;
 pub mod time;
 mod tokens;
+pub(crate) mod validation;
 mod watch;
 
 use std::net::SocketAddr;

@@ -219,6 +219,7 @@ impl Store {
             }
         }
         crate::apiserver::controllers::prepare_for_create(ty, &mut object, &now);
+        crate::apiserver::validation::admit(ty, version, None, &mut object)?;
         crate::apiserver::controllers::validate_create(ty, &object)?;
         let object = Self::present(ty, version, &object);
         let stored = if ty.group == "events.k8s.io" {
@@ -343,6 +344,7 @@ impl Store {
         }
         crate::apiserver::controllers::prepare_for_update(ty, &current, &mut next, status);
         Self::validate_metadata(ty, &next, &key.name)?;
+        crate::apiserver::validation::admit(ty, version, Some(&current), &mut next)?;
         let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
         if deleting {
             let before = finalizers(&current);
