@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::validation::CrdSchemas;
+use super::validation::schema::CrdSchemas;
 
 /// A column of `kubectl get` output.
 #[derive(Debug, Clone, PartialEq, Eq)]

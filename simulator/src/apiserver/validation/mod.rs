@@ -14,66 +14,16 @@
 
 pub(crate) mod cel;
 pub(crate) mod errors;
+pub(crate) mod rules;
 pub(crate) mod schema;
-
-use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde_json::Value;
 
 use self::errors::FieldError;
-use self::schema::Schema;
+use self::schema::{CrdSchemas, Schema};
 use super::errors::ApiResult;
 use super::kinds::ResourceType;
 use super::objects::meta_str;
-
-/// The structural schemas of a CRD's versions.
-#[derive(Debug)]
-pub struct CrdSchemas {
-    versions: BTreeMap<String, Schema>,
-    /// The `spec.versions` they were parsed from (what equality compares).
-    source: Value,
-}
-
-impl PartialEq for CrdSchemas {
-    fn eq(&self, other: &Self) -> bool {
-        self.source == other.source
-    }
-}
-
-impl Eq for CrdSchemas {}
-
-impl CrdSchemas {
-    /// Parses (and compiles the rules of) every version's `schema.openAPIV3Schema`; None
-    /// when no version has one.
-    pub fn parse(crd: &Value) -> Result<Option<Arc<CrdSchemas>>, FieldError> {
-        let Some(versions) = crd.pointer("/spec/versions").and_then(Value::as_array) else {
-            return Ok(None);
-        };
-        let mut parsed = BTreeMap::new();
-        for (i, version) in versions.iter().enumerate() {
-            let (Some(name), Some(node)) = (
-                version.get("name").and_then(Value::as_str),
-                version.pointer("/schema/openAPIV3Schema"),
-            ) else {
-                continue;
-            };
-            let path = format!("spec.versions[{i}].schema.openAPIV3Schema");
-            parsed.insert(name.to_owned(), Schema::parse(node, &path)?);
-        }
-        Ok((!parsed.is_empty()).then(|| {
-            Arc::new(CrdSchemas {
-                versions: parsed,
-                source: Value::Array(versions.clone()),
-            })
-        }))
-    }
-
-    /// The schema of one version.
-    pub fn version(&self, version: &str) -> Option<&Schema> {
-        self.versions.get(version)
-    }
-}
 
 /// Whether a type is the CRD kind itself.
 fn is_crd(ty: &ResourceType) -> bool {
@@ -118,7 +68,7 @@ pub fn check_custom_resource(
     let mut found = Vec::new();
     schema.validate(object, "", &mut found);
     if found.is_empty() {
-        cel::validate(schema, object, old, "", &mut found);
+        rules::validate(schema, object, old, "", &mut found);
     }
     found
 }

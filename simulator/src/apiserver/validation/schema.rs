@@ -557,6 +557,54 @@ impl Schema {
     }
 }
 
+/// The structural schemas of a CRD's versions.
+#[derive(Debug)]
+pub struct CrdSchemas {
+    versions: BTreeMap<String, Schema>,
+    /// The `spec.versions` they were parsed from (what equality compares).
+    source: Value,
+}
+
+impl PartialEq for CrdSchemas {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for CrdSchemas {}
+
+impl CrdSchemas {
+    /// Parses (and compiles the rules of) every version's `schema.openAPIV3Schema`; None
+    /// when no version has one.
+    pub fn parse(crd: &Value) -> Result<Option<Arc<CrdSchemas>>, FieldError> {
+        let Some(versions) = crd.pointer("/spec/versions").and_then(Value::as_array) else {
+            return Ok(None);
+        };
+        let mut parsed = BTreeMap::new();
+        for (i, version) in versions.iter().enumerate() {
+            let (Some(name), Some(node)) = (
+                version.get("name").and_then(Value::as_str),
+                version.pointer("/schema/openAPIV3Schema"),
+            ) else {
+                continue;
+            };
+            let path = format!("spec.versions[{i}].schema.openAPIV3Schema");
+            parsed.insert(name.to_owned(), Schema::parse(node, &path)?);
+        }
+        Ok((!parsed.is_empty()).then(|| {
+            Arc::new(CrdSchemas {
+                versions: parsed,
+                source: Value::Array(versions.clone()),
+            })
+        }))
+    }
+
+    /// The schema of one version.
+    pub fn version(&self, version: &str) -> Option<&Schema> {
+        self.versions.get(version)
+    }
+}
+
 /// `a.b`, or `b` at the root.
 pub fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
