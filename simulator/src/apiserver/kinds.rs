@@ -252,6 +252,22 @@ impl Registry {
                 true,
             ),
             ResourceType::builtin(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicy",
+                "validatingadmissionpolicies",
+                false,
+                true,
+            ),
+            ResourceType::builtin(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicyBinding",
+                "validatingadmissionpolicybindings",
+                false,
+                false,
+            ),
+            ResourceType::builtin(
                 "apiextensions.k8s.io",
                 "v1",
                 "CustomResourceDefinition",

@@ -212,6 +212,15 @@ impl ServerState {
         }
     }
 
+    /// Names the caller as the user admission policies see, for as long as the scope lives.
+    fn admission_user(&self, headers: &HeaderMap) -> validation::admission::UserScope {
+        let requester = self.requester(headers);
+        validation::admission::UserScope::enter(validation::admission::RequestUser {
+            username: requester.username,
+            groups: requester.groups,
+        })
+    }
+
     /// The first fault that matches the request, consumed.
     fn take_fault(&self, method: &Method, path: &str) -> Option<(Option<ApiError>, Duration)> {
         let mut faults = self.faults.lock().unwrap_or_else(|e| e.into_inner());

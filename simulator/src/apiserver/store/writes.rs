@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use super::{DeleteOptions, EventType, Inner, ObjectKey, Store};
 use crate::apiserver::errors::{ApiError, ApiResult};
 use crate::apiserver::kinds::ResourceType;
+use crate::apiserver::validation::{Surroundings, admission};
 use crate::apiserver::objects::{
     finalizers, meta_str, metadata_mut, valid_label_name, valid_label_value, valid_qualified_name,
     valid_subdomain,
@@ -219,7 +220,8 @@ impl Store {
             }
         }
         crate::apiserver::controllers::prepare_for_create(ty, &mut object, &now);
-        crate::apiserver::validation::admit(ty, version, None, &mut object)?;
+        let around = surroundings(inner, namespace);
+        crate::apiserver::validation::admit(ty, version, "", None, &mut object, &around)?;
         crate::apiserver::controllers::validate_create(ty, &object)?;
         let object = Self::present(ty, version, &object);
         let stored = if ty.group == "events.k8s.io" {
@@ -344,7 +346,9 @@ impl Store {
         }
         crate::apiserver::controllers::prepare_for_update(ty, &current, &mut next, status);
         Self::validate_metadata(ty, &next, &key.name)?;
-        crate::apiserver::validation::admit(ty, version, Some(&current), &mut next)?;
+        let around = surroundings(inner, &key.namespace);
+        let subresource = if status { "status" } else { "" };
+        crate::apiserver::validation::admit(ty, version, subresource, Some(&current), &mut next, &around)?;
         let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
         if deleting {
             let before = finalizers(&current);
@@ -478,6 +482,32 @@ impl Store {
             crate::apiserver::controllers::after_delete_orphaning(self, inner, ty, &key, &gone);
         }
         Ok(Self::present(ty, version, &gone))
+    }
+}
+
+/// The admission policies, their bindings and the namespace a write is admitted against
+/// (nothing at all while no binding exists, the usual case).
+fn surroundings(inner: &Inner, namespace: &str) -> Surroundings {
+    let of = |plural: &str| -> Vec<std::sync::Arc<Value>> {
+        inner
+            .objects_of(admission::GROUP, plural, None)
+            .map(|(_, object)| object.clone())
+            .collect()
+    };
+    let bindings = of("validatingadmissionpolicybindings");
+    if bindings.is_empty() {
+        return Surroundings::default();
+    }
+    let namespace_key = ObjectKey {
+        group: String::new(),
+        plural: "namespaces".into(),
+        namespace: String::new(),
+        name: namespace.to_owned(),
+    };
+    Surroundings {
+        policies: of("validatingadmissionpolicies"),
+        bindings,
+        namespace: inner.objects.get(&namespace_key).cloned(),
     }
 }
 

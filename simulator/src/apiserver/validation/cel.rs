@@ -88,9 +88,16 @@ impl Expression {
 
     /// Evaluates with the given variables (JSON values).
     pub fn evaluate(&self, variables: &[(&str, &Value)]) -> Result<cel::Value, String> {
+        let converted: Vec<(&str, cel::Value)> =
+            variables.iter().map(|(n, v)| (*n, to_cel(v))).collect();
+        self.evaluate_cel(&converted)
+    }
+
+    /// Evaluates with the given variables (CEL values).
+    pub fn evaluate_cel(&self, variables: &[(&str, cel::Value)]) -> Result<cel::Value, String> {
         let mut context = Context::with_env(ENV.clone());
         for (name, value) in variables {
-            context.add_variable_from_value(*name, to_cel(value));
+            context.add_variable_from_value(*name, value.clone());
         }
         self.program.execute(&context).map_err(|e| e.to_string())
     }

@@ -12,10 +12,13 @@
 //!
 //! Caveats: see each module (`schema`, `cel`, `admission`).
 
+pub(crate) mod admission;
 pub(crate) mod cel;
 pub(crate) mod errors;
 pub(crate) mod rules;
 pub(crate) mod schema;
+
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -30,29 +33,66 @@ fn is_crd(ty: &ResourceType) -> bool {
     ty.group == "apiextensions.k8s.io" && ty.plural == "customresourcedefinitions"
 }
 
+/// The stored objects a write is admitted against besides itself.
+#[derive(Debug, Default)]
+pub(crate) struct Surroundings {
+    /// Every ValidatingAdmissionPolicy.
+    pub policies: Vec<Arc<Value>>,
+    /// Every ValidatingAdmissionPolicyBinding.
+    pub bindings: Vec<Arc<Value>>,
+    /// The Namespace of a namespaced object.
+    pub namespace: Option<Arc<Value>>,
+}
+
 /// Checks a write about to be committed: `object` is the whole new object (pruned and
-/// defaulted in place), `old` the stored one on update.
+/// defaulted in place), `old` the stored one on update, `subresource` `status` for a write
+/// through the status subresource. Schema checks come first, then admission policies (the
+/// real server validates in the strategy, then runs validating admission).
 pub(crate) fn admit(
     ty: &ResourceType,
     version: &str,
+    subresource: &str,
     old: Option<&Value>,
     object: &mut Value,
+    around: &Surroundings,
 ) -> ApiResult<()> {
     let name = meta_str(object, "name").unwrap_or_default().to_owned();
-    if is_crd(ty) {
-        return CrdSchemas::parse(object)
-            .map(|_| ())
-            .map_err(|error| errors::invalid(&ty.group, &ty.kind, &name, &[error]));
-    }
-    let Some(schema) = ty.schemas.as_ref().and_then(|s| s.version(version)) else {
-        return Ok(());
-    };
-    let found = check_custom_resource(schema, old, object);
-    if found.is_empty() {
-        Ok(())
+    let found = if is_crd(ty) {
+        CrdSchemas::parse(object).err().into_iter().collect()
+    } else if ty.group == admission::GROUP && ty.plural == "validatingadmissionpolicies" {
+        admission::check_policy(object)
+    } else if let Some(schema) = ty.schemas.as_ref().and_then(|s| s.version(version)) {
+        check_custom_resource(schema, old, object)
     } else {
-        Err(errors::invalid(&ty.group, &ty.kind, &name, &found))
+        Vec::new()
+    };
+    if !found.is_empty() {
+        return Err(errors::invalid(&ty.group, &ty.kind, &name, &found));
     }
+    if around.bindings.is_empty() {
+        return Ok(());
+    }
+    let user = admission::current_user();
+    let request = admission::AdmissionRequest {
+        operation: if old.is_some() {
+            admission::Operation::Update
+        } else {
+            admission::Operation::Create
+        },
+        group: &ty.group,
+        version,
+        kind: &ty.kind,
+        resource: &ty.plural,
+        subresource,
+        namespaced: ty.namespaced,
+        namespace: meta_str(object, "namespace").unwrap_or_default(),
+        name: &name,
+        object,
+        old,
+        namespace_object: around.namespace.as_deref(),
+        user: &user,
+    };
+    admission::admit(&around.policies, &around.bindings, &request)
 }
 
 /// Prunes, defaults, validates against the schema and then, if that passed, evaluates the
