@@ -2215,6 +2215,7 @@ async fn discovery_orders_groups_by_priority_and_versions_kube_aware() {
             "certificates.k8s.io",
             "policy",
             "rbac.authorization.k8s.io",
+            "admissionregistration.k8s.io",
             "apiextensions.k8s.io",
             "coordination.k8s.io",
             "discovery.k8s.io",

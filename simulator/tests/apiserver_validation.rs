@@ -25,7 +25,13 @@ impl Api {
         }
     }
 
-    async fn call(&self, method: Method, path: &str, content_type: &str, body: Value) -> (StatusCode, Value) {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Value,
+    ) -> (StatusCode, Value) {
         let response = self
             .http
             .request(method, format!("{}{path}", self.server.url()))
@@ -37,7 +43,10 @@ impl Api {
             .unwrap();
         let status = response.status();
         let text = response.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     async fn get(&self, path: &str) -> (StatusCode, Value) {
@@ -53,7 +62,8 @@ impl Api {
     }
 
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.call(Method::POST, path, "application/json", body).await
+        self.call(Method::POST, path, "application/json", body)
+            .await
     }
 
     async fn put(&self, path: &str, body: Value) -> (StatusCode, Value) {
@@ -67,14 +77,19 @@ impl Api {
     /// Creates a CRD and expects it to be accepted.
     async fn crd(&self, crd: Value) {
         let (status, body) = self
-            .post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            .post(
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                crd,
+            )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
 
     /// Creates one of baremend's own CRDs from `crds/`.
     async fn baremend_crd(&self, file: &str) {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds").join(file);
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../crds")
+            .join(file);
         let text = std::fs::read_to_string(&path).unwrap();
         self.crd(serde_yaml::from_str(&text).unwrap()).await;
     }
@@ -144,13 +159,18 @@ fn assert_invalid(status: StatusCode, body: &Value, message: &str) {
 async fn a_value_of_the_wrong_type_is_invalid_naming_its_path() {
     let api = Api::start().await;
     api.crd(widget_crd(rich_schema())).await;
-    let (status, body) = api.post(WIDGETS, widget("w", json!({"size": "three"}))).await;
+    let (status, body) = api
+        .post(WIDGETS, widget("w", json!({"size": "three"})))
+        .await;
     assert_invalid(
         status,
         &body,
         "Widget.example.com \"w\" is invalid: spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\"",
     );
-    assert_eq!(causes(&body), [("spec.size".to_owned(), "FieldValueInvalid".to_owned())]);
+    assert_eq!(
+        causes(&body),
+        [("spec.size".to_owned(), "FieldValueInvalid".to_owned())]
+    );
     assert_eq!(body["details"]["group"], "example.com");
     assert_eq!(body["details"]["kind"], "Widget");
 }
@@ -159,7 +179,9 @@ async fn a_value_of_the_wrong_type_is_invalid_naming_its_path() {
 async fn required_bounds_lengths_and_patterns_are_checked_together() {
     let api = Api::start().await;
     api.crd(widget_crd(rich_schema())).await;
-    let (status, body) = api.post(WIDGETS, widget("w", json!({"ratio": 1, "name": "ABCDEF"}))).await;
+    let (status, body) = api
+        .post(WIDGETS, widget("w", json!({"ratio": 1, "name": "ABCDEF"})))
+        .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     let message = body["message"].as_str().unwrap();
     for part in [
@@ -171,14 +193,19 @@ async fn required_bounds_lengths_and_patterns_are_checked_together() {
         assert!(message.contains(part), "{part} missing from {message}");
     }
     // Several errors are listed as an aggregate: `[a, b, …]`.
-    assert!(message.starts_with("Widget.example.com \"w\" is invalid: ["), "{message}");
+    assert!(
+        message.starts_with("Widget.example.com \"w\" is invalid: ["),
+        "{message}"
+    );
     let (status, body) = api.post(WIDGETS, widget("w", json!({"size": 0}))).await;
     assert_invalid(
         status,
         &body,
         "Widget.example.com \"w\" is invalid: spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1",
     );
-    let (status, body) = api.post(WIDGETS, widget("w", json!({"size": 2, "name": "a"}))).await;
+    let (status, body) = api
+        .post(WIDGETS, widget("w", json!({"size": 2, "name": "a"})))
+        .await;
     assert_invalid(
         status,
         &body,
@@ -191,29 +218,57 @@ async fn int_or_string_nullable_date_time_and_list_sets() {
     let api = Api::start().await;
     api.crd(widget_crd(rich_schema())).await;
     let (status, body) = api
-        .post(WIDGETS, widget("a", json!({"size": 1, "port": "http", "note": null, "since": "2026-11-26T10:00:00Z"})))
+        .post(
+            WIDGETS,
+            widget(
+                "a",
+                json!({"size": 1, "port": "http", "note": null, "since": "2026-11-26T10:00:00Z"}),
+            ),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["spec"]["note"], Value::Null, "a nullable null is kept");
-    let (status, _) = api.post(WIDGETS, widget("b", json!({"size": 1, "port": 8080}))).await;
+    let (status, _) = api
+        .post(WIDGETS, widget("b", json!({"size": 1, "port": 8080})))
+        .await;
     assert_eq!(status, StatusCode::CREATED);
-    let (status, body) = api.post(WIDGETS, widget("c", json!({"size": 1, "port": true}))).await;
+    let (status, body) = api
+        .post(WIDGETS, widget("c", json!({"size": 1, "port": true})))
+        .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(causes(&body)[0].0, "spec.port");
-    let (status, body) = api.post(WIDGETS, widget("c", json!({"size": 1, "since": "yesterday"}))).await;
+    let (status, body) = api
+        .post(
+            WIDGETS,
+            widget("c", json!({"size": 1, "since": "yesterday"})),
+        )
+        .await;
     assert_invalid(
         status,
         &body,
         "Widget.example.com \"c\" is invalid: spec.since: Invalid value: \"yesterday\": spec.since in body must be of type date-time: \"yesterday\"",
     );
-    let (status, body) = api.post(WIDGETS, widget("c", json!({"size": 1, "tags": ["x", "y", "x"]}))).await;
+    let (status, body) = api
+        .post(
+            WIDGETS,
+            widget("c", json!({"size": 1, "tags": ["x", "y", "x"]})),
+        )
+        .await;
     assert_invalid(
         status,
         &body,
         "Widget.example.com \"c\" is invalid: spec.tags[2]: Duplicate value: \"x\"",
     );
-    assert_eq!(causes(&body), [("spec.tags[2]".to_owned(), "FieldValueDuplicate".to_owned())]);
-    let (status, body) = api.post(WIDGETS, widget("c", json!({"size": 1, "tags": ["a", "b", "c", "d"]}))).await;
+    assert_eq!(
+        causes(&body),
+        [("spec.tags[2]".to_owned(), "FieldValueDuplicate".to_owned())]
+    );
+    let (status, body) = api
+        .post(
+            WIDGETS,
+            widget("c", json!({"size": 1, "tags": ["a", "b", "c", "d"]})),
+        )
+        .await;
     assert_invalid(
         status,
         &body,
@@ -225,8 +280,11 @@ async fn int_or_string_nullable_date_time_and_list_sets() {
 async fn unknown_fields_are_pruned_except_where_preserved_and_defaults_are_applied() {
     let api = Api::start().await;
     api.crd(widget_crd(rich_schema())).await;
-    let mut object = widget("w", json!({"size": 2, "stray": 1, "free": {"anything": {"goes": true}},
-        "labels": {"a": "b"}}));
+    let mut object = widget(
+        "w",
+        json!({"size": 2, "stray": 1, "free": {"anything": {"goes": true}},
+        "labels": {"a": "b"}}),
+    );
     object["topLevelStray"] = json!("x");
     object["metadata"]["labels"] = json!({"keep": "me"});
     let (status, body) = api.post(WIDGETS, object).await;
@@ -236,7 +294,10 @@ async fn unknown_fields_are_pruned_except_where_preserved_and_defaults_are_appli
     assert_eq!(body["spec"]["free"], json!({"anything": {"goes": true}}));
     assert_eq!(body["spec"]["labels"], json!({"a": "b"}));
     assert_eq!(body["metadata"]["labels"], json!({"keep": "me"}));
-    assert_eq!(body["spec"]["color"], "red", "the default is applied on create");
+    assert_eq!(
+        body["spec"]["color"], "red",
+        "the default is applied on create"
+    );
     let (_, stored) = api.get(&format!("{WIDGETS}/w")).await;
     assert!(stored["spec"].get("stray").is_none());
 }
@@ -253,13 +314,29 @@ async fn every_write_path_is_validated() {
     let (status, body) = api.put(&path, replaced).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "update: {body}");
     let (status, body) = api
-        .patch(&path, "application/merge-patch+json", json!({"spec": {"color": "green"}}))
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            json!({"spec": {"color": "green"}}),
+        )
         .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "merge patch: {body}");
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "merge patch: {body}"
+    );
     let (status, body) = api
-        .patch(&path, "application/json-patch+json", json!([{"op": "replace", "path": "/spec/size", "value": 99}]))
+        .patch(
+            &path,
+            "application/json-patch+json",
+            json!([{"op": "replace", "path": "/spec/size", "value": 99}]),
+        )
         .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "json patch: {body}");
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "json patch: {body}"
+    );
     let (status, body) = api
         .call(
             Method::PATCH,
@@ -270,7 +347,11 @@ async fn every_write_path_is_validated() {
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "apply: {body}");
     let (status, body) = api
-        .patch(&format!("{path}/status"), "application/merge-patch+json", json!({"status": {"ready": -1}}))
+        .patch(
+            &format!("{path}/status"),
+            "application/merge-patch+json",
+            json!({"status": {"ready": -1}}),
+        )
         .await;
     assert_invalid(
         status,
@@ -278,10 +359,18 @@ async fn every_write_path_is_validated() {
         "Widget.example.com \"w\" is invalid: status.ready: Invalid value: -1: status.ready in body should be greater than or equal to 0",
     );
     let (status, body) = api
-        .patch(&format!("{path}/status"), "application/merge-patch+json", json!({"status": {"ready": 1, "extra": 2}}))
+        .patch(
+            &format!("{path}/status"),
+            "application/merge-patch+json",
+            json!({"status": {"ready": 1, "extra": 2}}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body["status"], json!({"ready": 1}), "the status is pruned too");
+    assert_eq!(
+        body["status"],
+        json!({"ready": 1}),
+        "the status is pruned too"
+    );
     // A server-side apply that creates is checked as a create.
     let (status, body) = api
         .call(
@@ -291,7 +380,11 @@ async fn every_write_path_is_validated() {
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "fresh"}, "spec": {"size": "x"}}),
         )
         .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "apply-create: {body}");
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "apply-create: {body}"
+    );
 }
 
 #[tokio::test]
@@ -319,40 +412,54 @@ async fn a_default_added_to_the_crd_shows_on_objects_stored_before() {
 
 fn cel_schema() -> Value {
     json!({"type": "object", "properties": {"spec": {"type": "object",
-        "properties": {
-            "min": {"type": "integer"}, "max": {"type": "integer"},
-            "owner": {"type": "string", "x-kubernetes-validations": [
-                {"rule": "self == oldSelf", "message": "owner is immutable"}]},
-            "hosts": {"type": "array", "items": {"type": "string"}}
-        },
-        "x-kubernetes-validations": [
-            {"rule": "self.min <= self.max", "messageExpression": "'min ' + string(self.min) + ' exceeds max ' + string(self.max)"},
-            {"rule": "!has(self.hosts) || self.hosts.all(h, h.startsWith('bmc-') && h.matches('^[a-z0-9-]+$'))",
-                "message": "hosts must be bmc-… names", "fieldPath": ".hosts", "reason": "FieldValueForbidden"}
-        ]}}})
+    "properties": {
+        "min": {"type": "integer"}, "max": {"type": "integer"},
+        "owner": {"type": "string", "x-kubernetes-validations": [
+            {"rule": "self == oldSelf", "message": "owner is immutable"}]},
+        "hosts": {"type": "array", "items": {"type": "string"}}
+    },
+    "x-kubernetes-validations": [
+        {"rule": "self.min <= self.max", "messageExpression": "'min ' + string(self.min) + ' exceeds max ' + string(self.max)"},
+        {"rule": "!has(self.hosts) || self.hosts.all(h, h.startsWith('bmc-') && h.matches('^[a-z0-9-]+$'))",
+            "message": "hosts must be bmc-… names", "fieldPath": ".hosts", "reason": "FieldValueForbidden"}
+    ]}}})
 }
 
 #[tokio::test]
 async fn cel_rules_with_message_expression_field_path_and_reason() {
     let api = Api::start().await;
     api.crd(widget_crd(cel_schema())).await;
-    let (status, body) = api.post(WIDGETS, widget("w", json!({"min": 5, "max": 2}))).await;
+    let (status, body) = api
+        .post(WIDGETS, widget("w", json!({"min": 5, "max": 2})))
+        .await;
     assert_invalid(
         status,
         &body,
         "Widget.example.com \"w\" is invalid: spec: Invalid value: \"object\": min 5 exceeds max 2",
     );
     let (status, body) = api
-        .post(WIDGETS, widget("w", json!({"min": 1, "max": 2, "hosts": ["bmc-1", "db-2"]})))
+        .post(
+            WIDGETS,
+            widget("w", json!({"min": 1, "max": 2, "hosts": ["bmc-1", "db-2"]})),
+        )
         .await;
     assert_invalid(
         status,
         &body,
         "Widget.example.com \"w\" is invalid: spec.hosts: Forbidden: hosts must be bmc-… names",
     );
-    assert_eq!(causes(&body), [("spec.hosts".to_owned(), "FieldValueForbidden".to_owned())]);
+    assert_eq!(
+        causes(&body),
+        [("spec.hosts".to_owned(), "FieldValueForbidden".to_owned())]
+    );
     let (status, body) = api
-        .post(WIDGETS, widget("w", json!({"min": 1, "max": 2, "hosts": ["bmc-1"], "owner": "a"})))
+        .post(
+            WIDGETS,
+            widget(
+                "w",
+                json!({"min": 1, "max": 2, "hosts": ["bmc-1"], "owner": "a"}),
+            ),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
@@ -361,11 +468,24 @@ async fn cel_rules_with_message_expression_field_path_and_reason() {
 async fn a_transition_rule_holds_on_update_only() {
     let api = Api::start().await;
     api.crd(widget_crd(cel_schema())).await;
-    let (status, _) = api.post(WIDGETS, widget("w", json!({"min": 1, "max": 2, "owner": "a"}))).await;
-    assert_eq!(status, StatusCode::CREATED, "a create has no oldSelf: the rule is not run");
+    let (status, _) = api
+        .post(
+            WIDGETS,
+            widget("w", json!({"min": 1, "max": 2, "owner": "a"})),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "a create has no oldSelf: the rule is not run"
+    );
     let path = format!("{WIDGETS}/w");
     let (status, body) = api
-        .patch(&path, "application/merge-patch+json", json!({"spec": {"owner": "b"}}))
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            json!({"spec": {"owner": "b"}}),
+        )
         .await;
     assert_invalid(
         status,
@@ -373,7 +493,11 @@ async fn a_transition_rule_holds_on_update_only() {
         "Widget.example.com \"w\" is invalid: spec.owner: Invalid value: \"string\": owner is immutable",
     );
     let (status, body) = api
-        .patch(&path, "application/merge-patch+json", json!({"spec": {"max": 3}}))
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            json!({"spec": {"max": 3}}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "unchanged owner passes: {body}");
 }
@@ -382,7 +506,9 @@ async fn a_transition_rule_holds_on_update_only() {
 async fn a_crd_whose_rule_does_not_compile_is_refused() {
     let api = Api::start().await;
     let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
-    let bad = widget_crd(json!({"type": "object", "x-kubernetes-validations": [{"rule": "self.spec.x ==="}]}));
+    let bad = widget_crd(
+        json!({"type": "object", "x-kubernetes-validations": [{"rule": "self.spec.x ==="}]}),
+    );
     let (status, body) = api.post(crds, bad).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(
@@ -392,16 +518,27 @@ async fn a_crd_whose_rule_does_not_compile_is_refused() {
     assert!(body["message"].as_str().unwrap().starts_with(
         "CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.com\" is invalid: spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].rule: Invalid value: \"self.spec.x ===\": compilation failed: "
     ), "{body}");
-    let unknown = widget_crd(json!({"type": "object", "properties": {"spec": {"type": "object",
-        "x-kubernetes-validations": [{"rule": "noSuchFunction(self)"}]}}}));
+    let unknown = widget_crd(
+        json!({"type": "object", "properties": {"spec": {"type": "object",
+        "x-kubernetes-validations": [{"rule": "noSuchFunction(self)"}]}}}),
+    );
     let (status, body) = api.post(crds, unknown).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(
-        body["message"].as_str().unwrap().contains("undeclared reference to 'noSuchFunction'"),
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("undeclared reference to 'noSuchFunction'"),
         "{body}"
     );
-    let (status, _) = api.get("/apis/example.com/v1/namespaces/default/widgets").await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "a refused CRD serves nothing");
+    let (status, _) = api
+        .get("/apis/example.com/v1/namespaces/default/widgets")
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "a refused CRD serves nothing"
+    );
 }
 
 #[tokio::test]
@@ -417,7 +554,10 @@ async fn baremends_remediation_policy_refuses_a_bogus_mode_and_defaults_the_rest
         &body,
         "RemediationPolicy.baremend.io \"x\" is invalid: spec.mode: Unsupported value: \"Bogus\": supported values: \"Remediate\", \"DryRun\"",
     );
-    assert_eq!(causes(&body), [("spec.mode".to_owned(), "FieldValueNotSupported".to_owned())]);
+    assert_eq!(
+        causes(&body),
+        [("spec.mode".to_owned(), "FieldValueNotSupported".to_owned())]
+    );
     let (status, body) = api.post(path, policy(json!({"maxConcurrent": 0}))).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(causes(&body)[0].0, "spec.maxConcurrent");
@@ -426,7 +566,10 @@ async fn baremends_remediation_policy_refuses_a_bogus_mode_and_defaults_the_rest
     assert_eq!(body["spec"]["mode"], "Remediate");
     assert_eq!(body["spec"]["maxConcurrent"], 1);
     assert_eq!(body["spec"]["timeouts"]["powerOffSeconds"], 180);
-    assert_eq!(body["spec"]["strategies"], json!(["BareMetalHostRebootApi", "DirectBmc"]));
+    assert_eq!(
+        body["spec"]["strategies"],
+        json!(["BareMetalHostRebootApi", "DirectBmc"])
+    );
 }
 
 #[tokio::test]
@@ -466,15 +609,15 @@ const BINDINGS: &str = "/apis/admissionregistration.k8s.io/v1/validatingadmissio
 
 async fn replica_limit(api: &Api, actions: Value) {
     let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "replica-limit"},
-        "spec": {"failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
-            "validations": [
-                {"expression": "object.spec.replicas <= 5"},
-                {"expression": "request.operation != 'UPDATE' || object.spec.replicas >= oldObject.spec.replicas",
-                    "messageExpression": "'no scaling down by ' + request.userInfo.username"}
-            ]}});
+    "metadata": {"name": "replica-limit"},
+    "spec": {"failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
+        "validations": [
+            {"expression": "object.spec.replicas <= 5"},
+            {"expression": "request.operation != 'UPDATE' || object.spec.replicas >= oldObject.spec.replicas",
+                "messageExpression": "'no scaling down by ' + request.userInfo.username"}
+        ]}});
     let (status, body) = api.post(POLICIES, policy).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
@@ -511,7 +654,11 @@ async fn a_validating_admission_policy_denies_a_create_and_an_update() {
     let (status, body) = api.post(path, deployment("small", 3)).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (status, body) = api
-        .patch(&format!("{path}/small"), "application/merge-patch+json", json!({"spec": {"replicas": 2}}))
+        .patch(
+            &format!("{path}/small"),
+            "application/merge-patch+json",
+            json!({"spec": {"replicas": 2}}),
+        )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     // The request's user is the caller: the server's own token is `baremend-sim`.
@@ -520,7 +667,11 @@ async fn a_validating_admission_policy_denies_a_create_and_an_update() {
         "ValidatingAdmissionPolicy 'replica-limit' with binding 'replica-limit-binding' denied request: no scaling down by baremend-sim"
     );
     let (status, body) = api
-        .patch(&format!("{path}/small"), "application/merge-patch+json", json!({"spec": {"replicas": 4}}))
+        .patch(
+            &format!("{path}/small"),
+            "application/merge-patch+json",
+            json!({"spec": {"replicas": 4}}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
@@ -530,14 +681,24 @@ async fn a_policy_outside_its_binding_or_only_warning_lets_requests_through() {
     let api = Api::start().await;
     // The namespace lacks the label the binding selects: not matched.
     replica_limit(&api, json!(["Deny"])).await;
-    let (status, body) = api.post("/apis/apps/v1/namespaces/default/deployments", deployment("big", 7)).await;
+    let (status, body) = api
+        .post(
+            "/apis/apps/v1/namespaces/default/deployments",
+            deployment("big", 7),
+        )
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let api = Api::start().await;
     let (_, mut ns) = api.get("/api/v1/namespaces/default").await;
     ns["metadata"]["labels"]["replica-limit"] = json!("on");
     api.put("/api/v1/namespaces/default", ns).await;
     replica_limit(&api, json!(["Warn"])).await;
-    let (status, body) = api.post("/apis/apps/v1/namespaces/default/deployments", deployment("big", 7)).await;
+    let (status, body) = api
+        .post(
+            "/apis/apps/v1/namespaces/default/deployments",
+            deployment("big", 7),
+        )
+        .await;
     assert_eq!(status, StatusCode::CREATED, "Warn does not deny: {body}");
 }
 

@@ -6,11 +6,11 @@ use serde_json::{Value, json};
 use super::{DeleteOptions, EventType, Inner, ObjectKey, Store};
 use crate::apiserver::errors::{ApiError, ApiResult};
 use crate::apiserver::kinds::ResourceType;
-use crate::apiserver::validation::{Surroundings, admission};
 use crate::apiserver::objects::{
     finalizers, meta_str, metadata_mut, valid_label_name, valid_label_value, valid_qualified_name,
     valid_subdomain,
 };
+use crate::apiserver::validation::{Surroundings, admission};
 
 impl Store {
     fn validate_metadata(ty: &ResourceType, object: &Value, name: &str) -> ApiResult<()> {
@@ -348,7 +348,14 @@ impl Store {
         Self::validate_metadata(ty, &next, &key.name)?;
         let around = surroundings(inner, &key.namespace);
         let subresource = if status { "status" } else { "" };
-        crate::apiserver::validation::admit(ty, version, subresource, Some(&current), &mut next, &around)?;
+        crate::apiserver::validation::admit(
+            ty,
+            version,
+            subresource,
+            Some(&current),
+            &mut next,
+            &around,
+        )?;
         let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
         if deleting {
             let before = finalizers(&current);

@@ -219,7 +219,10 @@ fn evaluate(policy: &Value, binding: &Value, request: &AdmissionRequest) -> Resu
             .to_owned()
     };
     let (policy_name, binding_name) = (name_of(policy), name_of(binding));
-    let ignore_errors = policy.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore");
+    let ignore_errors = policy
+        .pointer("/spec/failurePolicy")
+        .and_then(Value::as_str)
+        == Some("Ignore");
     let deny = |denial: Denial| ApiError {
         code: denial.code,
         reason: denial.reason,
@@ -235,7 +238,10 @@ fn evaluate(policy: &Value, binding: &Value, request: &AdmissionRequest) -> Resu
         ("oldObject", request.old.map_or(cel::Value::Null, to_cel)),
         ("request", to_cel(&request_variable(request))),
         ("params", cel::Value::Null),
-        ("namespaceObject", request.namespace_object.map_or(cel::Value::Null, to_cel)),
+        (
+            "namespaceObject",
+            request.namespace_object.map_or(cel::Value::Null, to_cel),
+        ),
     ];
     variables.push(("variables", named_variables(policy, &variables)));
     let failed = |source: &str, why: String| Denial {
@@ -248,7 +254,13 @@ fn evaluate(policy: &Value, binding: &Value, request: &AdmissionRequest) -> Resu
         match Expression::compile(&source).and_then(|e| e.evaluate_cel(&variables)) {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => return Ok(()),
-            Ok(other) => return error_or_skip(ignore_errors, failed(&source, format!("{other:?} is not a bool")), deny),
+            Ok(other) => {
+                return error_or_skip(
+                    ignore_errors,
+                    failed(&source, format!("{other:?} is not a bool")),
+                    deny,
+                );
+            }
             Err(why) => return error_or_skip(ignore_errors, failed(&source, why), deny),
         }
     }
@@ -259,7 +271,11 @@ fn evaluate(policy: &Value, binding: &Value, request: &AdmissionRequest) -> Resu
             Ok(cel::Value::Bool(false)) => {
                 return Err(deny(validation_denial(&validation, &source, &variables)));
             }
-            Ok(other) => error_or_skip(ignore_errors, failed(&source, format!("{other:?} is not a bool")), deny)?,
+            Ok(other) => error_or_skip(
+                ignore_errors,
+                failed(&source, format!("{other:?} is not a bool")),
+                deny,
+            )?,
             Err(why) => error_or_skip(ignore_errors, failed(&source, why), deny)?,
         }
     }
@@ -286,7 +302,12 @@ fn validation_denial(validation: &Value, source: &str, variables: &[(&str, cel::
             _ => None,
         });
     let message = from_expression
-        .or_else(|| validation.get("message").and_then(Value::as_str).map(str::to_owned))
+        .or_else(|| {
+            validation
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
         .unwrap_or_else(|| format!("failed expression: {}", source.trim()));
     let (reason, code) = match validation.get("reason").and_then(Value::as_str) {
         Some("Forbidden") => ("Forbidden", 403),
@@ -341,12 +362,20 @@ fn text(entry: &Value, field: &str) -> String {
 /// Whether a `matchConstraints` / `matchResources` matches; an absent one matches all.
 fn matches_resources(spec: Option<&Value>, request: &AdmissionRequest) -> bool {
     let Some(spec) = spec else { return true };
-    let rules = |field: &str| spec.get(field).and_then(Value::as_array).cloned().unwrap_or_default();
+    let rules = |field: &str| {
+        spec.get(field)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
     let included = rules("resourceRules");
     if !included.is_empty() && !included.iter().any(|r| rule_matches(r, request)) {
         return false;
     }
-    if rules("excludeResourceRules").iter().any(|r| rule_matches(r, request)) {
+    if rules("excludeResourceRules")
+        .iter()
+        .any(|r| rule_matches(r, request))
+    {
         return false;
     }
     if let Some(selector) = spec.get("objectSelector")
@@ -355,7 +384,9 @@ fn matches_resources(spec: Option<&Value>, request: &AdmissionRequest) -> bool {
         return false;
     }
     match (spec.get("namespaceSelector"), request.namespaced) {
-        (Some(selector), true) => request.namespace_object.is_some_and(|ns| selects(selector, ns)),
+        (Some(selector), true) => request
+            .namespace_object
+            .is_some_and(|ns| selects(selector, ns)),
         _ => true,
     }
 }
@@ -366,7 +397,11 @@ fn rule_matches(rule: &Value, request: &AdmissionRequest) -> bool {
     let list = |field: &str| -> Vec<String> {
         rule.get(field)
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let has = |field: &str, wanted: &str| list(field).iter().any(|v| v == "*" || v == wanted);
@@ -391,7 +426,9 @@ fn rule_matches(rule: &Value, request: &AdmissionRequest) -> bool {
 /// A label selector (`matchLabels`, `matchExpressions`) against an object's labels; an
 /// empty selector selects everything.
 fn selects(selector: &Value, object: &Value) -> bool {
-    let labels = object.pointer("/metadata/labels").and_then(Value::as_object);
+    let labels = object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object);
     let label = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
     let by_labels = selector
         .get("matchLabels")
@@ -426,13 +463,13 @@ mod tests {
 
     fn policy() -> Arc<Value> {
         Arc::new(json!({"metadata": {"name": "max-replicas"}, "spec": {
-            "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
-            "variables": [{"name": "limit", "expression": "5"}],
-            "validations": [
-                {"expression": "object.spec.replicas <= variables.limit"},
-                {"expression": "request.userInfo.username != 'mallory'", "messageExpression": "'no ' + request.userInfo.username", "reason": "Forbidden"}
-            ]}}))
+        "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
+        "variables": [{"name": "limit", "expression": "5"}],
+        "validations": [
+            {"expression": "object.spec.replicas <= variables.limit"},
+            {"expression": "request.userInfo.username != 'mallory'", "messageExpression": "'no ' + request.userInfo.username", "reason": "Forbidden"}
+        ]}}))
     }
 
     fn binding(actions: &[&str]) -> Arc<Value> {
@@ -481,9 +518,18 @@ mod tests {
             groups: vec![],
         };
         let small = json!({"metadata": {"name": "web"}, "spec": {"replicas": 3}});
-        let error = admit(&[policy()], &[binding(&["Deny"])], &request(&small, &mallory)).unwrap_err();
+        let error = admit(
+            &[policy()],
+            &[binding(&["Deny"])],
+            &request(&small, &mallory),
+        )
+        .unwrap_err();
         assert_eq!((error.code, error.reason), (403, "Forbidden"));
-        assert!(error.message.ends_with("denied request: no mallory"), "{}", error.message);
+        assert!(
+            error.message.ends_with("denied request: no mallory"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]
@@ -500,7 +546,9 @@ mod tests {
 
     #[test]
     fn an_expression_that_does_not_compile_refuses_the_policy() {
-        let errors = check_policy(&json!({"spec": {"validations": [{"expression": "object.spec.replicas <="}]}}));
+        let errors = check_policy(
+            &json!({"spec": {"validations": [{"expression": "object.spec.replicas <="}]}}),
+        );
         assert_eq!(errors[0].field, "spec.validations[0].expression");
     }
 

@@ -40,13 +40,39 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
 /// The functions (besides operators) the environment has: what a rule may call.
 const FUNCTIONS: &[&str] = &[
     // standard library
-    "size", "contains", "startsWith", "endsWith", "matches", "int", "uint", "double",
-    "string", "bytes", "bool", "type", "dyn",
+    "size",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "matches",
+    "int",
+    "uint",
+    "double",
+    "string",
+    "bytes",
+    "bool",
+    "type",
+    "dyn",
     // strings extension
-    "charAt", "indexOf", "lastIndexOf", "join", "lowerAscii", "upperAscii", "trim",
-    "replace", "split", "substring", "format", "reverse", "strings.quote",
+    "charAt",
+    "indexOf",
+    "lastIndexOf",
+    "join",
+    "lowerAscii",
+    "upperAscii",
+    "trim",
+    "replace",
+    "split",
+    "substring",
+    "format",
+    "reverse",
+    "strings.quote",
     // lists extension
-    "distinct", "flatten", "sort", "lists.range", "slice",
+    "distinct",
+    "flatten",
+    "sort",
+    "lists.range",
+    "slice",
 ];
 
 /// A compiled CEL expression and its source.
@@ -149,11 +175,21 @@ impl Rule {
         let text = |field: &str| entry.get(field).and_then(Value::as_str).map(str::to_owned);
         let source = text("rule").unwrap_or_default();
         let rule = Expression::compile(&source).map_err(|why| {
-            FieldError::new(ErrorType::Invalid, &format!("{path}.rule"), Value::String(source.clone()), why)
+            FieldError::new(
+                ErrorType::Invalid,
+                &format!("{path}.rule"),
+                Value::String(source.clone()),
+                why,
+            )
         })?;
         let message_expression = match text("messageExpression") {
             Some(m) => Some(Expression::compile(&m).map_err(|why| {
-                FieldError::new(ErrorType::Invalid, &format!("{path}.messageExpression"), Value::String(m.clone()), why)
+                FieldError::new(
+                    ErrorType::Invalid,
+                    &format!("{path}.messageExpression"),
+                    Value::String(m.clone()),
+                    why,
+                )
             })?),
             None => None,
         };
@@ -206,7 +242,10 @@ mod tests {
     #[test]
     fn unknown_functions_and_syntax_errors_do_not_compile() {
         let error = Expression::compile("isSorted(self)").unwrap_err();
-        assert!(error.contains("undeclared reference to 'isSorted'"), "{error}");
+        assert!(
+            error.contains("undeclared reference to 'isSorted'"),
+            "{error}"
+        );
         assert!(Expression::compile("self.a ===").is_err());
         assert!(Rule::compile(&json!({"rule": "true", "reason": "Nope"}), "r").is_err());
         let rule = Rule::compile(&json!({"rule": "self == oldSelf"}), "r").unwrap();

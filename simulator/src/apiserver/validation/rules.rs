@@ -65,7 +65,10 @@ pub fn validate(
                 ErrorType::Invalid,
                 &shown(&at),
                 Value::String(type_name.to_owned()),
-                format!("rule {} evaluated to {other:?}, not a bool", rule.rule.source),
+                format!(
+                    "rule {} evaluated to {other:?}, not a bool",
+                    rule.rule.source
+                ),
             )),
             Err(why) => errors.push(FieldError::new(
                 ErrorType::Invalid,
@@ -78,7 +81,9 @@ pub fn validate(
     match value {
         Value::Object(map) => {
             for (key, child) in map {
-                let Some(child_schema) = schema.child(key) else { continue };
+                let Some(child_schema) = schema.child(key) else {
+                    continue;
+                };
                 let old_child = old.and_then(|o| o.get(key));
                 let at = if schema.properties.contains_key(key) {
                     join(path, key)
@@ -118,24 +123,30 @@ mod tests {
     #[test]
     fn a_failed_root_rule_is_reported_at_nil_with_the_rule() {
         // apiextensions-apiserver schema/cel/validation.go: ruleMessageOrDefault.
-        let s = schema(json!({"type": "object", "properties": {"spec": {"type": "object",
+        let s = schema(
+            json!({"type": "object", "properties": {"spec": {"type": "object",
             "properties": {"machineName": {"type": "string"}, "nodeName": {"type": "string"}}}},
-            "x-kubernetes-validations": [{"rule": "has(self.spec.machineName) || has(self.spec.nodeName)"}]}));
+            "x-kubernetes-validations": [{"rule": "has(self.spec.machineName) || has(self.spec.nodeName)"}]}),
+        );
         assert!(check(&s, json!({"spec": {"nodeName": "n"}}), None).is_empty());
         assert_eq!(
             check(&s, json!({"spec": {}}), None),
-            ["<nil>: Invalid value: \"object\": failed rule: has(self.spec.machineName) || has(self.spec.nodeName)"]
+            [
+                "<nil>: Invalid value: \"object\": failed rule: has(self.spec.machineName) || has(self.spec.nodeName)"
+            ]
         );
     }
 
     #[test]
     fn message_expression_reason_and_field_path() {
-        let s = schema(json!({"type": "object", "properties": {"spec": {"type": "object",
+        let s = schema(
+            json!({"type": "object", "properties": {"spec": {"type": "object",
             "properties": {"n": {"type": "integer"}, "name": {"type": "string"}},
             "x-kubernetes-validations": [
                 {"rule": "self.n < 5", "messageExpression": "'n is ' + string(self.n)", "fieldPath": ".n"},
                 {"rule": "self.name.startsWith('a') && self.name.matches('^[a-z]+$')", "message": "bad name", "reason": "FieldValueForbidden"}
-            ]}}}));
+            ]}}}),
+        );
         assert!(check(&s, json!({"spec": {"n": 1, "name": "abc"}}), None).is_empty());
         assert_eq!(
             check(&s, json!({"spec": {"n": 7, "name": "Bob"}}), None),
@@ -148,24 +159,46 @@ mod tests {
 
     #[test]
     fn transition_rules_need_an_old_value() {
-        let s = schema(json!({"type": "object", "properties": {"spec": {"type": "object",
+        let s = schema(
+            json!({"type": "object", "properties": {"spec": {"type": "object",
             "properties": {"mode": {"type": "string",
-                "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "mode is immutable"}]}}}}}));
+                "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "mode is immutable"}]}}}}}),
+        );
         assert!(check(&s, json!({"spec": {"mode": "a"}}), None).is_empty());
-        assert!(check(&s, json!({"spec": {"mode": "a"}}), Some(json!({"spec": {"mode": "a"}}))).is_empty());
+        assert!(
+            check(
+                &s,
+                json!({"spec": {"mode": "a"}}),
+                Some(json!({"spec": {"mode": "a"}}))
+            )
+            .is_empty()
+        );
         assert_eq!(
-            check(&s, json!({"spec": {"mode": "b"}}), Some(json!({"spec": {"mode": "a"}}))),
+            check(
+                &s,
+                json!({"spec": {"mode": "b"}}),
+                Some(json!({"spec": {"mode": "a"}}))
+            ),
             ["spec.mode: Invalid value: \"string\": mode is immutable"]
         );
         // No old value at that place (the field is new): not checked.
-        assert!(check(&s, json!({"spec": {"mode": "b"}}), Some(json!({"spec": {}}))).is_empty());
+        assert!(
+            check(
+                &s,
+                json!({"spec": {"mode": "b"}}),
+                Some(json!({"spec": {}}))
+            )
+            .is_empty()
+        );
     }
 
     #[test]
     fn list_macros_and_string_functions_work() {
-        let s = schema(json!({"type": "object", "properties": {"tags": {"type": "array",
+        let s = schema(
+            json!({"type": "object", "properties": {"tags": {"type": "array",
             "items": {"type": "string"},
-            "x-kubernetes-validations": [{"rule": "self.all(t, t.size() <= 3) && !self.exists(t, t.endsWith('x')) && self.join(',').split(',').size() == size(self)"}]}}}));
+            "x-kubernetes-validations": [{"rule": "self.all(t, t.size() <= 3) && !self.exists(t, t.endsWith('x')) && self.join(',').split(',').size() == size(self)"}]}}}),
+        );
         assert!(check(&s, json!({"tags": ["a", "bb"]}), None).is_empty());
         assert_eq!(check(&s, json!({"tags": ["abcd"]}), None).len(), 1);
         assert_eq!(check(&s, json!({"tags": ["ax"]}), None).len(), 1);
@@ -182,8 +215,24 @@ mod tests {
             error.field,
             "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].rule"
         );
-        assert!(error.body().contains("undeclared reference to 'isSorted'"), "{}", error.body());
-        assert!(Schema::parse(&json!({"x-kubernetes-validations": [{"rule": "self.a ==="}]}), "s").is_err());
-        assert!(Schema::parse(&json!({"x-kubernetes-validations": [{"rule": "true", "reason": "Nope"}]}), "s").is_err());
+        assert!(
+            error.body().contains("undeclared reference to 'isSorted'"),
+            "{}",
+            error.body()
+        );
+        assert!(
+            Schema::parse(
+                &json!({"x-kubernetes-validations": [{"rule": "self.a ==="}]}),
+                "s"
+            )
+            .is_err()
+        );
+        assert!(
+            Schema::parse(
+                &json!({"x-kubernetes-validations": [{"rule": "true", "reason": "Nope"}]}),
+                "s"
+            )
+            .is_err()
+        );
     }
 }

@@ -79,9 +79,7 @@ impl SchemaType {
             // A JSON number with no fraction is an integer, `2.0` included (kube-openapi's
             // `swag.IsFloat64AJSONInteger`).
             SchemaType::Integer => {
-                value.is_i64()
-                    || value.is_u64()
-                    || value.as_f64().is_some_and(|f| f.fract() == 0.0)
+                value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
             }
         }
     }
@@ -216,7 +214,12 @@ impl Schema {
         let pattern = match node.get("pattern").and_then(Value::as_str) {
             Some(text) => Some((
                 text.to_owned(),
-                Regex::new(text).map_err(|e| bad("pattern", &format!("must be a valid regular expression, but isn't: {e}")))?,
+                Regex::new(text).map_err(|e| {
+                    bad(
+                        "pattern",
+                        &format!("must be a valid regular expression, but isn't: {e}"),
+                    )
+                })?,
             )),
             None => None,
         };
@@ -225,7 +228,11 @@ impl Schema {
             Some("map") => ListType::Map(
                 node.get("x-kubernetes-list-map-keys")
                     .and_then(Value::as_array)
-                    .map(|keys| keys.iter().filter_map(|k| k.as_str().map(str::to_owned)).collect())
+                    .map(|keys| {
+                        keys.iter()
+                            .filter_map(|k| k.as_str().map(str::to_owned))
+                            .collect()
+                    })
                     .unwrap_or_default(),
             ),
             Some("atomic") | None => ListType::Atomic,
@@ -237,7 +244,10 @@ impl Schema {
             }
         };
         let mut compiled = Vec::new();
-        if let Some(rules) = node.get("x-kubernetes-validations").and_then(Value::as_array) {
+        if let Some(rules) = node
+            .get("x-kubernetes-validations")
+            .and_then(Value::as_array)
+        {
             for (i, entry) in rules.iter().enumerate() {
                 let at = format!("{path}.x-kubernetes-validations[{i}]");
                 compiled.push(Arc::new(Rule::compile(entry, &at)?));
@@ -259,7 +269,11 @@ impl Schema {
             required: node
                 .get("required")
                 .and_then(Value::as_array)
-                .map(|r| r.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                .map(|r| {
+                    r.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
                 .unwrap_or_default(),
             enumeration: node
                 .get("enum")
@@ -275,7 +289,10 @@ impl Schema {
             min_properties: count("minProperties"),
             max_properties: count("maxProperties"),
             pattern,
-            format: node.get("format").and_then(Value::as_str).map(str::to_owned),
+            format: node
+                .get("format")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             default: node.get("default").cloned(),
             list_type,
             compiled,
@@ -285,9 +302,7 @@ impl Schema {
 
     /// The schema of a property or a map value, if the node declares it.
     pub fn child(&self, key: &str) -> Option<&Schema> {
-        self.properties
-            .get(key)
-            .or(self.additional.as_deref())
+        self.properties.get(key).or(self.additional.as_deref())
     }
 
     /// Drops the fields the schema does not declare. `root` keeps `apiVersion`, `kind` and
@@ -422,7 +437,11 @@ impl Schema {
         if let Some(min) = self.min_length
             && length < min
         {
-            errors.push(in_body(path, value, &format!("should be at least {min} chars long")));
+            errors.push(in_body(
+                path,
+                value,
+                &format!("should be at least {min} chars long"),
+            ));
         }
         if let Some((source, regex)) = &self.pattern
             && !regex.is_match(text)
@@ -435,7 +454,10 @@ impl Schema {
             errors.push(in_body(
                 path,
                 value,
-                &format!("must be of type {format}: {}", super::errors::go_quote(text)),
+                &format!(
+                    "must be of type {format}: {}",
+                    super::errors::go_quote(text)
+                ),
             ));
         }
     }
@@ -445,20 +467,42 @@ impl Schema {
         if let Some((min, exclusive)) = self.minimum {
             let fails = if exclusive { n <= min } else { n < min };
             if fails {
-                let words = if exclusive { "greater than" } else { "greater than or equal to" };
-                errors.push(in_body(path, value, &format!("should be {words} {}", number(min))));
+                let words = if exclusive {
+                    "greater than"
+                } else {
+                    "greater than or equal to"
+                };
+                errors.push(in_body(
+                    path,
+                    value,
+                    &format!("should be {words} {}", number(min)),
+                ));
             }
         }
         if let Some((max, exclusive)) = self.maximum {
             let fails = if exclusive { n >= max } else { n > max };
             if fails {
-                let words = if exclusive { "less than" } else { "less than or equal to" };
-                errors.push(in_body(path, value, &format!("should be {words} {}", number(max))));
+                let words = if exclusive {
+                    "less than"
+                } else {
+                    "less than or equal to"
+                };
+                errors.push(in_body(
+                    path,
+                    value,
+                    &format!("should be {words} {}", number(max)),
+                ));
             }
         }
     }
 
-    fn validate_array(&self, items: &[Value], value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    fn validate_array(
+        &self,
+        items: &[Value],
+        value: &Value,
+        path: &str,
+        errors: &mut Vec<FieldError>,
+    ) {
         let count = items.len() as u64;
         if let Some(max) = self.max_items
             && count > max
@@ -473,7 +517,11 @@ impl Schema {
         if let Some(min) = self.min_items
             && count < min
         {
-            errors.push(in_body(path, value, &format!("should have at least {min} items")));
+            errors.push(in_body(
+                path,
+                value,
+                &format!("should have at least {min} items"),
+            ));
         }
         self.validate_list_type(items, path, errors);
         if let Some(schema) = &self.items {
@@ -515,7 +563,13 @@ impl Schema {
         }
     }
 
-    fn validate_object(&self, map: &Map<String, Value>, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    fn validate_object(
+        &self,
+        map: &Map<String, Value>,
+        value: &Value,
+        path: &str,
+        errors: &mut Vec<FieldError>,
+    ) {
         let count = map.len() as u64;
         if let Some(max) = self.max_properties
             && count > max
@@ -530,7 +584,11 @@ impl Schema {
         if let Some(min) = self.min_properties
             && count < min
         {
-            errors.push(in_body(path, value, &format!("should have at least {min} properties")));
+            errors.push(in_body(
+                path,
+                value,
+                &format!("should have at least {min} properties"),
+            ));
         }
         for name in &self.required {
             if !map.contains_key(name) {
@@ -551,7 +609,11 @@ impl Schema {
             if let Some(schema) = self.properties.get(key) {
                 schema.validate(child, &join(path, key), errors);
             } else if let Some(schema) = &self.additional {
-                schema.validate(child, &format!("{}[{key}]", if path.is_empty() { "<nil>" } else { path }), errors);
+                schema.validate(
+                    child,
+                    &format!("{}[{key}]", if path.is_empty() { "<nil>" } else { path }),
+                    errors,
+                );
             }
         }
     }
@@ -649,7 +711,10 @@ fn type_error(path: &str, want: &str, value: &Value) -> FieldError {
         ErrorType::Invalid,
         path,
         json!(got),
-        format!("{path} in body must be of type {want}: {}", super::errors::go_quote(got)),
+        format!(
+            "{path} in body must be of type {want}: {}",
+            super::errors::go_quote(got)
+        ),
     )
 }
 
@@ -668,7 +733,9 @@ fn format_holds(format: &str, text: &str) -> bool {
         }
         "byte" => {
             use base64::Engine;
-            base64::engine::general_purpose::STANDARD.decode(text).is_ok()
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .is_ok()
         }
         _ => true,
     }
@@ -690,21 +757,27 @@ mod tests {
 
     #[test]
     fn types_enums_and_bounds_are_worded_as_kube_openapi_does() {
-        let s = schema(json!({"type": "object", "properties": {"spec": {"type": "object",
+        let s = schema(
+            json!({"type": "object", "properties": {"spec": {"type": "object",
             "required": ["address"],
             "properties": {
                 "mode": {"type": "string", "enum": ["Remediate", "DryRun"]},
                 "n": {"type": "integer", "minimum": 1, "maximum": 10},
                 "name": {"type": "string", "maxLength": 3, "minLength": 1, "pattern": "^[a-z]+$"},
                 "address": {"type": "string"}
-            }}}}));
+            }}}}),
+        );
         assert_eq!(
             check(&s, json!({"spec": {"address": "a", "mode": "Bogus"}})),
-            ["spec.mode: Unsupported value: \"Bogus\": supported values: \"Remediate\", \"DryRun\""]
+            [
+                "spec.mode: Unsupported value: \"Bogus\": supported values: \"Remediate\", \"DryRun\""
+            ]
         );
         assert_eq!(
             check(&s, json!({"spec": {"address": "a", "n": "two"}})),
-            ["spec.n: Invalid value: \"string\": spec.n in body must be of type integer: \"string\""]
+            [
+                "spec.n: Invalid value: \"string\": spec.n in body must be of type integer: \"string\""
+            ]
         );
         assert_eq!(
             check(&s, json!({"spec": {"address": "a", "n": 11}})),
@@ -717,7 +790,10 @@ mod tests {
                 "spec.name: Invalid value: \"ABCD\": spec.name in body should match '^[a-z]+$'"
             ]
         );
-        assert_eq!(check(&s, json!({"spec": {}})), ["spec.address: Required value"]);
+        assert_eq!(
+            check(&s, json!({"spec": {}})),
+            ["spec.address: Required value"]
+        );
         assert!(check(&s, json!({"spec": {"address": "a", "n": 2.0}})).is_empty());
     }
 
@@ -731,18 +807,23 @@ mod tests {
         let mut value = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n", "odd": 1},
             "spec": {"a": "x", "b": "y"}, "extra": {"anything": 1}, "labels": {"k": "v"}, "stray": true});
         s.prune(&mut value, true);
-        assert_eq!(value, json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n", "odd": 1},
-            "spec": {"a": "x"}, "extra": {"anything": 1}, "labels": {"k": "v"}}));
+        assert_eq!(
+            value,
+            json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n", "odd": 1},
+            "spec": {"a": "x"}, "extra": {"anything": 1}, "labels": {"k": "v"}})
+        );
     }
 
     #[test]
     fn defaults_fill_absent_and_non_nullable_null_fields() {
-        let s = schema(json!({"type": "object", "properties": {"spec": {"type": "object",
+        let s = schema(
+            json!({"type": "object", "properties": {"spec": {"type": "object",
             "default": {}, "properties": {
                 "mode": {"type": "string", "default": "Remediate"},
                 "gone": {"type": "string"},
                 "kept": {"type": "string", "nullable": true, "default": "x"}
-            }}}}));
+            }}}}),
+        );
         let mut value = json!({"metadata": {}});
         s.default_values(&mut value);
         assert_eq!(value["spec"], json!({"mode": "Remediate", "kept": "x"}));
@@ -766,19 +847,26 @@ mod tests {
         assert!(check(&s, json!({"port": "http"})).is_empty());
         assert_eq!(
             check(&s, json!({"port": true})),
-            ["port: Invalid value: \"boolean\": port in body must be of type integer,string: \"boolean\""]
+            [
+                "port: Invalid value: \"boolean\": port in body must be of type integer,string: \"boolean\""
+            ]
         );
         assert_eq!(
             check(&s, json!({"tags": ["a", "b", "a"]})),
             ["tags[2]: Duplicate value: \"a\""]
         );
         assert_eq!(
-            check(&s, json!({"ports": [{"name": "a", "n": 1}, {"name": "a", "n": 2}]})),
+            check(
+                &s,
+                json!({"ports": [{"name": "a", "n": 1}, {"name": "a", "n": 2}]})
+            ),
             ["ports[1]: Duplicate value: {\"name\":\"a\"}"]
         );
         assert_eq!(
             check(&s, json!({"when": "yesterday"})),
-            ["when: Invalid value: \"yesterday\": when in body must be of type date-time: \"yesterday\""]
+            [
+                "when: Invalid value: \"yesterday\": when in body must be of type date-time: \"yesterday\""
+            ]
         );
         assert!(check(&s, json!({"when": "2026-11-26T10:00:00Z"})).is_empty());
     }
