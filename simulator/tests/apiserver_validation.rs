@@ -102,7 +102,8 @@ fn widget_crd(schema: Value) -> Value {
         "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"},
             "scope": "Namespaced",
             "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}}, "schema": {"openAPIV3Schema": schema}}]}})
+                "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.ready"}},
+                "schema": {"openAPIV3Schema": schema}}]}})
 }
 
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
@@ -370,6 +371,19 @@ async fn every_write_path_is_validated() {
         body["status"],
         json!({"ready": 1}),
         "the status is pruned too"
+    );
+    // The scale subresource writes `.spec.size`, which the schema bounds.
+    let (status, body) = api
+        .patch(
+            &format!("{path}/scale"),
+            "application/merge-patch+json",
+            json!({"spec": {"replicas": 99}}),
+        )
+        .await;
+    assert_invalid(
+        status,
+        &body,
+        "Widget.example.com \"w\" is invalid: spec.size: Invalid value: 99: spec.size in body should be less than or equal to 10",
     );
     // A server-side apply that creates is checked as a create.
     let (status, body) = api

@@ -93,10 +93,11 @@ impl Expression {
         let references = program.references();
         let mut functions = references.functions();
         functions.sort_unstable();
-        if let Some(unknown) = functions.into_iter().find(|f| {
-            !(f.starts_with('_') || f.starts_with('@') || f.starts_with("!_"))
-                && !FUNCTIONS.contains(f)
-        }) {
+        let operator = |f: &str| f.starts_with('_') || f.starts_with('@') || f.starts_with("!_");
+        if let Some(unknown) = functions
+            .into_iter()
+            .find(|f| !(operator(f) || FUNCTIONS.contains(f)))
+        {
             return Err(format!(
                 "compilation failed: ERROR: <input>: undeclared reference to '{unknown}' (in container '')"
             ));

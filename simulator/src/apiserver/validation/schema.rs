@@ -600,6 +600,24 @@ impl Schema {
                 ));
             }
         }
+        if self.embedded {
+            // An embedded resource names its kind (apiextensions-apiserver
+            // `schema/objectmeta` validation of `x-kubernetes-embedded-resource`).
+            for field in ["apiVersion", "kind"] {
+                if map
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    errors.push(FieldError::new(
+                        ErrorType::Required,
+                        &join(path, field),
+                        Value::Null,
+                        "must not be empty",
+                    ));
+                }
+            }
+        }
         let root = path.is_empty();
         for (key, child) in map {
             // The root's metadata is ObjectMeta, checked by the store, not by the schema.
@@ -869,6 +887,28 @@ mod tests {
             ]
         );
         assert!(check(&s, json!({"when": "2026-11-26T10:00:00Z"})).is_empty());
+    }
+
+    #[test]
+    fn an_embedded_resource_keeps_its_metadata_and_names_its_kind() {
+        let s = schema(
+            json!({"type": "object", "properties": {"template": {"type": "object",
+            "x-kubernetes-embedded-resource": true,
+            "properties": {"spec": {"type": "object", "properties": {"n": {"type": "integer"}}}}}}}),
+        );
+        let mut value = json!({"template": {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p"}, "spec": {"n": 1, "x": 2}, "stray": 3}});
+        s.prune(&mut value, true);
+        assert_eq!(
+            value["template"],
+            json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p"}, "spec": {"n": 1}})
+        );
+        assert!(check(&s, value).is_empty());
+        assert_eq!(
+            check(&s, json!({"template": {"kind": "Pod"}})),
+            ["template.apiVersion: Required value: must not be empty"]
+        );
     }
 
     #[test]
