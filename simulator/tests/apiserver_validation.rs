@@ -752,3 +752,61 @@ async fn a_policy_applies_to_custom_resources_too() {
     let (status, _) = api.post(WIDGETS, widget("even", json!({"size": 4}))).await;
     assert_eq!(status, StatusCode::CREATED);
 }
+
+#[tokio::test]
+async fn a_policy_sees_the_service_account_that_calls() {
+    let api = Api::start().await;
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "no-robots"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["configmaps"]}]},
+            "validations": [{"expression": "!request.userInfo.username.startsWith('system:serviceaccount:') || !('system:serviceaccounts' in request.userInfo.groups)",
+                "messageExpression": "request.userInfo.username + ' may not create ' + request.resource.resource"}]}});
+    assert_eq!(api.post(POLICIES, policy).await.0, StatusCode::CREATED);
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "no-robots"}, "spec": {"policyName": "no-robots", "validationActions": ["Deny"]}});
+    assert_eq!(api.post(BINDINGS, binding).await.0, StatusCode::CREATED);
+    api.post(
+        "/api/v1/namespaces/default/serviceaccounts",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+    )
+    .await;
+    let (_, issued) = api
+        .post(
+            "/api/v1/namespaces/default/serviceaccounts/robot/token",
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await;
+    let token = issued["status"]["token"].as_str().unwrap();
+    let configmap =
+        |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+    let response = api
+        .http
+        .post(format!(
+            "{}/api/v1/namespaces/default/configmaps",
+            api.server.url()
+        ))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(configmap("by-robot").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["message"],
+        "ValidatingAdmissionPolicy 'no-robots' with binding 'no-robots' denied request: system:serviceaccount:default:robot may not create configmaps"
+    );
+    let (status, _) = api
+        .post(
+            "/api/v1/namespaces/default/configmaps",
+            configmap("by-admin"),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "the administrator is no service account"
+    );
+}

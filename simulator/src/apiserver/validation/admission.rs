@@ -19,7 +19,8 @@
 //!
 //! Caveats: `Warn` and `Audit` actions are accepted and do nothing (no warning headers, no
 //! audit log); `paramKind`/`paramRef` are not resolved (`params` is null); delete and
-//! connect operations are not admitted; variables are evaluated eagerly (one that fails is
+//! connect operations are not admitted; a write through `/scale` is seen as one of the main
+//! resource (`subResource` empty); variables are evaluated eagerly (one that fails is
 //! absent rather than an error where used); the policy's status (type checking) stays empty.
 
 use std::cell::RefCell;
