@@ -810,3 +810,46 @@ async fn a_policy_sees_the_service_account_that_calls() {
         "the administrator is no service account"
     );
 }
+
+#[tokio::test]
+async fn a_tightened_crd_lets_an_update_keep_a_value_it_does_not_touch() {
+    // Validation ratcheting (apiextensions-apiserver, on by default since 1.30): only the
+    // values an update changes are checked against the new schema.
+    let api = Api::start().await;
+    let schema = |max: i64| {
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "size": {"type": "integer", "maximum": max}, "note": {"type": "string"}}}}})
+    };
+    api.crd(widget_crd(schema(10))).await;
+    let (status, _) = api.post(WIDGETS, widget("w", json!({"size": 8}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com";
+    let (_, mut crd) = api.get(crd_path).await;
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = schema(5);
+    assert_eq!(api.put(crd_path, crd).await.0, StatusCode::OK);
+    let path = format!("{WIDGETS}/w");
+    let (status, body) = api
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            json!({"spec": {"note": "hi"}}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the untouched size ratchets: {body}"
+    );
+    let (status, body) = api
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            json!({"spec": {"size": 7}}),
+        )
+        .await;
+    assert_invalid(
+        status,
+        &body,
+        "Widget.example.com \"w\" is invalid: spec.size: Invalid value: 7: spec.size in body should be less than or equal to 5",
+    );
+}

@@ -106,7 +106,7 @@ pub fn check_custom_resource(
     schema.prune(object, true);
     schema.default_values(object);
     let mut found = Vec::new();
-    schema.validate(object, "", &mut found);
+    schema.validate_update(object, old, "", &mut found);
     if found.is_empty() {
         rules::validate(schema, object, old, "", &mut found);
     }

@@ -42,6 +42,10 @@ pub fn validate(
         if rule.transition && old.is_none() {
             continue;
         }
+        // Ratcheting: a rule without oldSelf is not run again on a value left as it was.
+        if !rule.transition && old == Some(value) {
+            continue;
+        }
         let mut variables = vec![("self", value)];
         if let Some(old) = old.filter(|_| rule.transition) {
             variables.push(("oldSelf", old));

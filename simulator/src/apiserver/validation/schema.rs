@@ -14,9 +14,10 @@
 //! (`PruneNonNullableNullsWithoutDefaults`).
 //!
 //! Caveats: `allOf`/`anyOf`/`oneOf`/`not` are read as nothing (the real server checks them);
-//! `format` is checked for `date-time`, `date`, `int32`/`int64`-free ints and `byte` only;
-//! unchanged invalid fields are not let through on update (the real server's validation
-//! ratcheting does); metadata of embedded resources is kept whole, not pruned to ObjectMeta.
+//! `format` is checked for `date-time`, `date` and `byte` only; validation ratcheting
+//! (an update may keep an invalid value it does not touch) follows properties and map keys,
+//! not the items of a changed list; metadata of embedded resources is kept whole, not pruned
+//! to ObjectMeta.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -379,6 +380,22 @@ impl Schema {
 
     /// Checks a value against this node; `path` is its field path (empty at the root).
     pub fn validate(&self, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+        self.validate_update(value, None, path, errors);
+    }
+
+    /// Checks a value against this node, `old` being the stored value at the same place on
+    /// update: a value left as it was is not checked again (validation ratcheting, on by
+    /// default since Kubernetes 1.30), so a tightened CRD does not block unrelated updates.
+    pub fn validate_update(
+        &self,
+        value: &Value,
+        old: Option<&Value>,
+        path: &str,
+        errors: &mut Vec<FieldError>,
+    ) {
+        if old == Some(value) {
+            return;
+        }
         if value.is_null() {
             if !self.nullable && (self.ty.is_some() || self.int_or_string) {
                 let want = self.ty.map_or("integer,string", SchemaType::name);
@@ -417,7 +434,7 @@ impl Schema {
             Value::String(text) => self.validate_string(text, value, path, errors),
             Value::Number(_) => self.validate_number(value, path, errors),
             Value::Array(items) => self.validate_array(items, value, path, errors),
-            Value::Object(map) => self.validate_object(map, value, path, errors),
+            Value::Object(map) => self.validate_object(map, value, path, old, errors),
             _ => {}
         }
     }
@@ -568,6 +585,7 @@ impl Schema {
         map: &Map<String, Value>,
         value: &Value,
         path: &str,
+        old: Option<&Value>,
         errors: &mut Vec<FieldError>,
     ) {
         let count = map.len() as u64;
@@ -625,7 +643,12 @@ impl Schema {
                 continue;
             }
             if let Some(schema) = self.properties.get(key) {
-                schema.validate(child, &join(path, key), errors);
+                schema.validate_update(
+                    child,
+                    old.and_then(|o| o.get(key)),
+                    &join(path, key),
+                    errors,
+                );
             } else if let Some(schema) = &self.additional {
                 schema.validate(
                     child,
@@ -909,6 +932,31 @@ mod tests {
             check(&s, json!({"template": {"kind": "Pod"}})),
             ["template.apiVersion: Required value: must not be empty"]
         );
+    }
+
+    #[test]
+    fn an_unchanged_invalid_value_ratchets_on_update() {
+        // apiextensions-apiserver validation ratcheting (CRDValidationRatcheting).
+        let s = schema(
+            json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"a": {"type": "integer", "maximum": 1}, "b": {"type": "string"}}}}}),
+        );
+        let old = json!({"spec": {"a": 5, "b": "x"}});
+        let mut errors = Vec::new();
+        s.validate_update(
+            &json!({"spec": {"a": 5, "b": "y"}}),
+            Some(&old),
+            "",
+            &mut errors,
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        s.validate_update(
+            &json!({"spec": {"a": 6, "b": "y"}}),
+            Some(&old),
+            "",
+            &mut errors,
+        );
+        assert_eq!(errors.len(), 1);
     }
 
     #[test]
