@@ -17,7 +17,8 @@
 //! `format` is checked for `date-time`, `date` and `byte` only; validation ratcheting
 //! (an update may keep an invalid value it does not touch) follows properties and map keys,
 //! not the items of a changed list; metadata of embedded resources is kept whole, not pruned
-//! to ObjectMeta.
+//! to ObjectMeta; an int-or-string of another type gets one error `must be of type
+//! integer,string` (the real server reports its internal `anyOf`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
