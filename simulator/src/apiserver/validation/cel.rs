@@ -252,4 +252,13 @@ mod tests {
         let rule = Rule::compile(&json!({"rule": "self == oldSelf"}), "r").unwrap();
         assert!(rule.transition);
     }
+
+    #[test]
+    fn malformed_sources_are_errors_not_panics() {
+        for source in [
+            "", "(((", "self.", "'open", "1 +", "}{", "self[", "a.b.c(", "\u{0}",
+        ] {
+            assert!(Expression::compile(source).is_err(), "{source:?} compiled");
+        }
+    }
 }
