@@ -1286,3 +1286,59 @@ async fn kubectl_creates_token_and_subject_access_reviews() {
         .await;
     assert!(resources.contains("subjectaccessreviews"), "{resources}");
 }
+
+/// kubectl prints a 422 from its details: `The <Kind> "<name>" is invalid: <field>: <message>`
+/// (kubernetes `staging/src/k8s.io/kubectl/pkg/cmd/util/helpers.go`, `checkErr` for
+/// `IsInvalid`), here with the schema's and a CEL rule's errors of baremend's own CRDs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_of_an_invalid_custom_resource_prints_the_servers_reasons() {
+    let c = cluster().await;
+    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    for file in ["remediationpolicies.yaml", "hostbmcs.yaml"] {
+        c.ok(&["apply", "-f", crds.join(file).to_str().unwrap()], None)
+            .await;
+    }
+    let (ok, out, err) = c
+        .kubectl(
+            &["apply", "-f", "-"],
+            Some("apiVersion: baremend.io/v1alpha1\nkind: RemediationPolicy\nmetadata:\n  name: x\nspec:\n  mode: Bogus\n"),
+        )
+        .await;
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(
+            "The RemediationPolicy \"x\" is invalid: spec.mode: Unsupported value: \"Bogus\": supported values: \"Remediate\", \"DryRun\""
+        ),
+        "{err}"
+    );
+    let (ok, out, err) = c
+        .kubectl(
+            &["apply", "-f", "-"],
+            Some("apiVersion: baremend.io/v1alpha1\nkind: HostBmc\nmetadata:\n  name: h\n  namespace: default\nspec:\n  address: redfish://10.0.0.1\n  credentialsName: creds\n"),
+        )
+        .await;
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(
+            "The HostBmc \"h\" is invalid: <nil>: Invalid value: \"object\": failed rule: has(self.spec.machineName) || has(self.spec.nodeName)"
+        ),
+        "{err}"
+    );
+    let out = c
+        .ok(
+            &["apply", "-f", "-"],
+            Some("apiVersion: baremend.io/v1alpha1\nkind: RemediationPolicy\nmetadata:\n  name: x\nspec:\n  mode: DryRun\n"),
+        )
+        .await;
+    assert!(
+        out.contains("remediationpolicy.baremend.io/x created"),
+        "{out}"
+    );
+    let mode = c
+        .ok(
+            &["get", "brpol", "x", "-o", "jsonpath={.spec.nodeRelease}"],
+            None,
+        )
+        .await;
+    assert_eq!(mode, "Delete", "the schema's default");
+}

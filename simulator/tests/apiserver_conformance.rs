@@ -1504,9 +1504,9 @@ async fn metadata_only_requests_get_partial_object_metadata() {
 }
 
 /// A namespaced CRD whose scale subresource reads `.spec.size`, `.status.ready` and
-/// `.status.selector`.
+/// `.status.selector` (declared in its schema: the server prunes undeclared fields).
 fn scalable_crd(scale: Value) -> Value {
-    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "pools.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Pool", "plural": "pools", "singular": "pool"}, "scope": "Namespaced", "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}, "scale": scale}, "schema": {"openAPIV3Schema": {"type": "object"}}}]}})
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "pools.example.com"}, "spec": {"group": "example.com", "names": {"kind": "Pool", "plural": "pools", "singular": "pool"}, "scope": "Namespaced", "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}, "scale": scale}, "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}, "status": {"type": "object", "properties": {"ready": {"type": "integer"}, "selector": {"type": "string"}}}}}}}]}})
 }
 
 #[tokio::test]
@@ -2215,6 +2215,7 @@ async fn discovery_orders_groups_by_priority_and_versions_kube_aware() {
             "certificates.k8s.io",
             "policy",
             "rbac.authorization.k8s.io",
+            "admissionregistration.k8s.io",
             "apiextensions.k8s.io",
             "coordination.k8s.io",
             "discovery.k8s.io",

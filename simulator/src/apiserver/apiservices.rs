@@ -44,6 +44,7 @@ pub(crate) fn group_priority(group: &str) -> i64 {
         "certificates.k8s.io" => 17300,
         "policy" => 17100,
         "rbac.authorization.k8s.io" => 17000,
+        "admissionregistration.k8s.io" => 16700,
         "apiextensions.k8s.io" => 16700,
         "coordination.k8s.io" => 16500,
         "discovery.k8s.io" => 16200,

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::validation::schema::CrdSchemas;
+
 /// A column of `kubectl get` output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrinterColumn {
@@ -101,6 +103,8 @@ pub struct ResourceType {
     pub custom: bool,
     /// The `scale` subresource of a CRD that declares one.
     pub scale: Option<ScalePaths>,
+    /// The structural schemas of a CRD's versions (None for built-in kinds).
+    pub schemas: Option<Arc<CrdSchemas>>,
 }
 
 impl ResourceType {
@@ -125,6 +129,7 @@ impl ResourceType {
             categories: Vec::new(),
             custom: false,
             scale: None,
+            schemas: None,
         }
     }
 
@@ -245,6 +250,22 @@ impl Registry {
                 "apiservices",
                 false,
                 true,
+            ),
+            ResourceType::builtin(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicy",
+                "validatingadmissionpolicies",
+                false,
+                true,
+            ),
+            ResourceType::builtin(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicyBinding",
+                "validatingadmissionpolicybindings",
+                false,
+                false,
             ),
             ResourceType::builtin(
                 "apiextensions.k8s.io",
@@ -449,6 +470,7 @@ pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
             .pointer("/subresources/scale")
             .map(ScalePaths::parse)
             .transpose()?,
+        schemas: CrdSchemas::parse(crd).map_err(|error| error.message())?,
     })
 }
 

@@ -3,8 +3,8 @@
 //! Built-in kinds: Namespace, Node, Pod (with eviction), ServiceAccount (with TokenRequest),
 //! Secret, ConfigMap, Event (core/v1 and events.k8s.io/v1 over one store), Lease,
 //! PodDisruptionBudget (status kept by a simulated disruption controller),
-//! CertificateSigningRequest (with approval), APIService (one per served group-version) and
-//! CustomResourceDefinition — every CRD created is served at once, with its status and scale
+//! CertificateSigningRequest (with approval), APIService (one per served group-version),
+//! ValidatingAdmissionPolicy and its binding, and CustomResourceDefinition — every CRD created is served at once, with its status and scale
 //! subresources and printer columns.
 //!
 //! Semantics follow the real API server where clients can tell (see the fake-conformance
@@ -13,8 +13,10 @@
 //! streams; metadata-only and Table renderings; create/update/patch (merge, JSON, strategic,
 //! server-side apply with field managers); status separation; finalizers; graceful pod
 //! deletion; owner-reference garbage collection; eviction against the PDBs' stored status;
-//! Status error bodies; injectable failures. It does not emulate RBAC, admission webhooks,
-//! OpenAPI schema validation or defaulting of CRDs.
+//! Status error bodies; injectable failures. Custom resources are pruned, defaulted and
+//! validated against their CRD version's structural schema and CEL rules, and
+//! ValidatingAdmissionPolicies are enforced on every create and update (module `validation`).
+//! It does not emulate RBAC or admission webhooks.
 
 mod apiservices;
 mod apply;
@@ -37,6 +39,7 @@ pub(crate) mod store;
 mod table;
 pub mod time;
 mod tokens;
+pub(crate) mod validation;
 mod watch;
 
 use std::net::SocketAddr;
@@ -209,6 +212,15 @@ impl ServerState {
                 groups: vec!["system:masters".into(), "system:authenticated".into()],
             },
         }
+    }
+
+    /// Names the caller as the user admission policies see, for as long as the scope lives.
+    fn admission_user(&self, headers: &HeaderMap) -> validation::admission::UserScope {
+        let requester = self.requester(headers);
+        validation::admission::UserScope::enter(validation::admission::RequestUser {
+            username: requester.username,
+            groups: requester.groups,
+        })
     }
 
     /// The first fault that matches the request, consumed.

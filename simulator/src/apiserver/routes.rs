@@ -431,6 +431,8 @@ async fn resource(
     headers: &HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
+    // Admission policies see the caller; nothing below awaits, so the scope is this request's.
+    let _user = state.admission_user(headers);
     let target = parse_target(state, group, version, rest, path)?;
     match target.subresource.as_deref() {
         Some("scale") => {

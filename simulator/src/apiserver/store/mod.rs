@@ -413,6 +413,7 @@ impl Store {
             return crate::apiserver::objects::event_to_events_v1(object);
         }
         let mut object = object.clone();
+        crate::apiserver::validation::default_on_read(ty, version, &mut object);
         if let Value::Object(map) = &mut object {
             map.insert("apiVersion".into(), json!(ty.api_version(version)));
             map.insert("kind".into(), json!(ty.kind));

@@ -10,6 +10,7 @@ use crate::apiserver::objects::{
     finalizers, meta_str, metadata_mut, valid_label_name, valid_label_value, valid_qualified_name,
     valid_subdomain,
 };
+use crate::apiserver::validation::{Surroundings, admission};
 
 impl Store {
     fn validate_metadata(ty: &ResourceType, object: &Value, name: &str) -> ApiResult<()> {
@@ -219,6 +220,8 @@ impl Store {
             }
         }
         crate::apiserver::controllers::prepare_for_create(ty, &mut object, &now);
+        let around = surroundings(inner, namespace);
+        crate::apiserver::validation::admit(ty, version, "", None, &mut object, &around)?;
         crate::apiserver::controllers::validate_create(ty, &object)?;
         let object = Self::present(ty, version, &object);
         let stored = if ty.group == "events.k8s.io" {
@@ -343,6 +346,16 @@ impl Store {
         }
         crate::apiserver::controllers::prepare_for_update(ty, &current, &mut next, status);
         Self::validate_metadata(ty, &next, &key.name)?;
+        let around = surroundings(inner, &key.namespace);
+        let subresource = if status { "status" } else { "" };
+        crate::apiserver::validation::admit(
+            ty,
+            version,
+            subresource,
+            Some(&current),
+            &mut next,
+            &around,
+        )?;
         let deleting = current.pointer("/metadata/deletionTimestamp").is_some();
         if deleting {
             let before = finalizers(&current);
@@ -476,6 +489,32 @@ impl Store {
             crate::apiserver::controllers::after_delete_orphaning(self, inner, ty, &key, &gone);
         }
         Ok(Self::present(ty, version, &gone))
+    }
+}
+
+/// The admission policies, their bindings and the namespace a write is admitted against
+/// (nothing at all while no binding exists, the usual case).
+fn surroundings(inner: &Inner, namespace: &str) -> Surroundings {
+    let of = |plural: &str| -> Vec<std::sync::Arc<Value>> {
+        inner
+            .objects_of(admission::GROUP, plural, None)
+            .map(|(_, object)| object.clone())
+            .collect()
+    };
+    let bindings = of("validatingadmissionpolicybindings");
+    if bindings.is_empty() {
+        return Surroundings::default();
+    }
+    let namespace_key = ObjectKey {
+        group: String::new(),
+        plural: "namespaces".into(),
+        namespace: String::new(),
+        name: namespace.to_owned(),
+    };
+    Surroundings {
+        policies: of("validatingadmissionpolicies"),
+        bindings,
+        namespace: inner.objects.get(&namespace_key).cloned(),
     }
 }
 
