@@ -135,26 +135,40 @@ impl Error {
         move |source| Error::Kube { op, source }
     }
 
-    /// What kind of failure this is: it names the Event reason a user sees.
+    /// What kind of failure this is: it names the Event reason a user sees. Every variant
+    /// is named: a new one does not compile until it is classified.
     pub fn category(&self) -> ErrorCategory {
         match self {
             Error::Driver(error) if error.category() == "authentication" => {
                 ErrorCategory::BmcCredentials
             }
             Error::Driver(_) => ErrorCategory::Bmc,
+            Error::Kube {
+                source: kube::Error::Api(status),
+                ..
+            } if status.code == 403 => ErrorCategory::Forbidden,
             Error::Kube { .. } => ErrorCategory::Api,
             Error::Invalid { .. } => ErrorCategory::InvalidObject,
             Error::Changed { .. } => ErrorCategory::Changed,
             Error::NotLeader | Error::LeadershipLost(_) => ErrorCategory::Leadership,
             Error::Abandoned(_) => ErrorCategory::Abandoned,
-            _ => ErrorCategory::Local,
+            Error::MissingPassword
+            | Error::ReadFile { .. }
+            | Error::WriteFile { .. }
+            | Error::HostFile(_)
+            | Error::Render { .. }
+            | Error::BadFile { .. }
+            | Error::Listen { .. } => ErrorCategory::Local,
+            #[cfg(feature = "lab")]
+            Error::Simulator(_) => ErrorCategory::Local,
         }
     }
 
     /// Whether trying the same thing again soon may succeed: a BMC that is busy or
     /// unreachable, an API call that conflicted, was throttled or found the server failing.
     /// A refused password, an object that is unusable as it stands, an API refusal
-    /// (forbidden, invalid) only repeat themselves: something has to change first.
+    /// (forbidden, invalid) only repeat themselves: something has to change first. Every
+    /// variant is named, as in [`Error::category`].
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Driver(error) => error.is_retryable(),
@@ -171,7 +185,17 @@ impl Error {
             // A hook abandoned the pass where a crash would: the next pass resumes, as a
             // restarted process would at once.
             Error::Abandoned(_) => true,
-            _ => false,
+            Error::LeadershipLost(_)
+            | Error::Invalid { .. }
+            | Error::MissingPassword
+            | Error::ReadFile { .. }
+            | Error::WriteFile { .. }
+            | Error::HostFile(_)
+            | Error::Render { .. }
+            | Error::BadFile { .. }
+            | Error::Listen { .. } => false,
+            #[cfg(feature = "lab")]
+            Error::Simulator(_) => false,
         }
     }
 }
@@ -183,6 +207,9 @@ pub enum ErrorCategory {
     Bmc,
     /// A BMC refused the credentials (retrying would only lock the account).
     BmcCredentials,
+    /// The API server refused a call for want of a grant (403): the controller's RBAC
+    /// lacks a verb, or an admission policy denied it. Nothing moves until it is granted.
+    Forbidden,
     /// A Kubernetes API call failed.
     Api,
     /// An object is unusable as it stands.
@@ -198,17 +225,34 @@ pub enum ErrorCategory {
 }
 
 impl ErrorCategory {
-    /// The Event reason a failure of this kind is reported under.
+    /// The reason of the Warning Event a failure of this kind is reported under.
     pub fn event_reason(self) -> &'static str {
         match self {
             ErrorCategory::Bmc => "BmcError",
             ErrorCategory::BmcCredentials => "BmcCredentialsRefused",
+            ErrorCategory::Forbidden => "Forbidden",
             ErrorCategory::Api => "ApiError",
             ErrorCategory::InvalidObject => "InvalidObject",
             ErrorCategory::Changed => "StateChanged",
             ErrorCategory::Leadership => "NotLeader",
             ErrorCategory::Abandoned => "Abandoned",
             ErrorCategory::Local => "LocalError",
+        }
+    }
+
+    /// Whether a failed pass of this kind is told in an Event on its subject: what an
+    /// operator must act on (a grant, an object, a BMC, its credentials, the API server).
+    /// A step that found the world changed, a replica that is not the leader and a test's
+    /// hook are the controller's own business: they are logged only.
+    pub fn operator_should_see(self) -> bool {
+        match self {
+            ErrorCategory::Bmc
+            | ErrorCategory::BmcCredentials
+            | ErrorCategory::Forbidden
+            | ErrorCategory::Api
+            | ErrorCategory::InvalidObject
+            | ErrorCategory::Local => true,
+            ErrorCategory::Changed | ErrorCategory::Leadership | ErrorCategory::Abandoned => false,
         }
     }
 }

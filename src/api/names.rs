@@ -136,6 +136,9 @@ stored_names! {
         Failed,
         /// The policy still names the strategy in use.
         StrategyInPolicy,
+        /// The last step could not be carried out (reason: the error's category, e.g.
+        /// `Forbidden`; message: the error); False again once a step goes through.
+        StepFailed,
         /// What a dry run would have done (reason: `WouldFence`, `WouldHold`, `ProbeFailed`).
         DryRun,
         /// On a NodeHealthCheck's request (the medik8s contract): the remediation is under

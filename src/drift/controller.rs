@@ -263,6 +263,8 @@ async fn reconcile(node: Arc<Node>, context: Arc<DriftContext>) -> Result<Action
 /// A backoff for a transient failure, a wait for a change for a terminal one (see
 /// [`crate::runtime::requeue`]).
 fn error_policy(node: Arc<Node>, error: &Error, context: Arc<DriftContext>) -> Action {
+    let target = kube::Resource::object_ref(node.as_ref(), &());
+    crate::runtime::events::report_failed_pass(&context.recorder, target, error);
     let base = context.poll.max(Duration::from_secs(1));
     context.backoff.failed(&node.name_any(), error, base)
 }

@@ -184,6 +184,15 @@ fn backoff_key(mapping: &HostBmc) -> String {
 
 /// What a failed pass leads to (see [`crate::runtime::requeue`]).
 fn error_policy(mapping: Arc<HostBmc>, error: &Error, context: Arc<Context>) -> Action {
+    // Told on the Node, where its remediation's Events go.
+    if let Some(node) = mapping.spec.node_name.as_deref() {
+        let uid = context
+            .nodes
+            .get(&ObjectRef::new(node))
+            .and_then(|n| n.uid());
+        let target = super::subject::node_reference(node, uid);
+        crate::runtime::events::report_failed_pass(&context.recorder, target, error);
+    }
     let base = context.poll.max(Duration::from_secs(1));
     context.backoff.failed(&backoff_key(&mapping), error, base)
 }

@@ -15,10 +15,12 @@ use serde_json::Value;
 use super::context::Context;
 use super::fence::{ConfirmedOff, HostRef};
 use super::plan::PlanPolicy;
-use super::state::{created_at, strategy_in_status};
+use super::state::{created_at, set_condition, strategy_in_status};
 use super::subject::{Subject, machineless_strategies};
 use crate::api::slim;
-use crate::api::{FenceStrategyName, Remediation, RemediationPolicySpec, RemediationStatus};
+use crate::api::{
+    ConditionType, FenceStrategyName, Remediation, RemediationPolicySpec, RemediationStatus,
+};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
@@ -297,8 +299,17 @@ impl Pass {
         let mut status = remediation.status.clone().unwrap_or_default();
         let text = error.to_string().replace(['\n', '\r'], " ");
         status.last_error = Some(text.clone());
-        self.persist(remediation, status).await?;
         let reason = error.category().event_reason();
+        let now = self.context.clock.now();
+        set_condition(
+            &mut status,
+            ConditionType::StepFailed,
+            true,
+            reason,
+            &text,
+            now,
+        );
+        self.persist(remediation, status).await?;
         self.event(remediation, Severity::Warning, reason, text)
             .await;
         Ok(())

@@ -25,7 +25,7 @@ use super::subject::Subject;
 use crate::api::ConditionType;
 use crate::api::{Remediation, slim};
 use crate::runtime::clock::since_epoch;
-use crate::runtime::events::Severity;
+use crate::runtime::events::{Severity, report_failed_pass};
 use crate::runtime::retention::{RetryAsk, retry_ask};
 use crate::{Error, Result};
 
@@ -380,6 +380,8 @@ pub(super) fn error_policy(
         machine.namespace().unwrap_or_default(),
         machine.name_any()
     );
+    let target = Subject::Machine(machine).event_target(context.machine_api.api_version(), None);
+    report_failed_pass(&context.recorder, target, error);
     let base = context.poll.max(Duration::from_secs(1));
     context.backoff.failed(&key, error, base)
 }

@@ -90,6 +90,21 @@ pub fn record_step(
     phase: Option<Phase>,
     now: SystemTime,
 ) {
+    // A step that went through ends the failure the last one reported.
+    let failed = status
+        .conditions
+        .iter()
+        .any(|c| c.is_true(ConditionType::StepFailed));
+    if failed {
+        set_condition(
+            status,
+            ConditionType::StepFailed,
+            false,
+            "StepTaken",
+            "",
+            now,
+        );
+    }
     let time = rfc3339(now);
     status.steps.push(StepTime {
         step: step.as_str().to_string(),

@@ -38,6 +38,30 @@ impl From<Severity> for EventType {
     }
 }
 
+/// Tells a failed pass on its subject, where an operator looks (`kubectl describe`): a
+/// Warning whose reason is the error's category (`Forbidden`, `InvalidObject`, `BmcError`…)
+/// and whose note is the error, for the categories an operator must act on. The one place
+/// every controller's failed passes reach (their `error_policy`); the log line is the
+/// backoff's. Published in a task: `error_policy` cannot wait.
+pub fn report_failed_pass(recorder: &Recorder, subject: ObjectReference, error: &crate::Error) {
+    let category = error.category();
+    if !category.operator_should_see() {
+        return;
+    }
+    let recorder = recorder.clone();
+    let note = error.to_string().replace(['\n', '\r'], " ");
+    tokio::spawn(async move {
+        publish(
+            &recorder,
+            Severity::Warning,
+            category.event_reason(),
+            &note,
+            &[(subject, None)],
+        )
+        .await;
+    });
+}
+
 /// Publishes one Event on each `(regarding, related)` pair. A failure is logged, never
 /// returned: an Event is a courtesy, the step it tells about already happened.
 pub async fn publish(
