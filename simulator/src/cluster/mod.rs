@@ -15,6 +15,7 @@ pub mod local;
 pub mod mco;
 mod mhc;
 pub mod nhc;
+pub mod nhc_rules;
 pub mod scenario;
 pub mod timing;
 
