@@ -14,7 +14,7 @@ use baremend::api::{
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{
     BMHS, CAPI_MACHINES, EVENTS, HOST_BMCS, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS,
-    MACHINES, NAMESPACES, NODES,
+    MACHINES, MHCS, NAMESPACES, NODES,
 };
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
@@ -406,14 +406,15 @@ async fn a_cluster_api_control_plane_machine_is_held_when_fencing_would_break_et
 use baremend_sim::cluster::NHC_NAMESPACE;
 use baremend_sim::cluster::nhc::NODE_REMEDIATIONS;
 
-/// A cluster whose Machine health check asks nothing of baremend (its template does not
-/// exist), so that only the NodeHealthCheck's requests trigger.
+/// A cluster with Machines and no MachineHealthCheck, where the test makes the
+/// NodeHealthCheck's requests: medik8s disables a NodeHealthCheck while a custom
+/// MachineHealthCheck exists (`internal/controller/mhc/checker.go`), so a real one runs only on
+/// a cluster without any.
 async fn start_nhc(policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
-    let spec = ClusterSpec {
-        remediation_template: Some("not-baremend".into()),
-        ..fast()
-    };
-    start(spec, policy, |lab| {
+    start(fast(), policy, |lab| {
+        lab.api
+            .delete(MHCS, MACHINE_NAMESPACE, "workers", None)
+            .unwrap();
         lab.api
             .create(NAMESPACES, "", json!({"metadata": {"name": NHC_NAMESPACE}}))
             .unwrap();
@@ -575,6 +576,65 @@ async fn the_node_health_check_keeps_its_request_while_baremend_deletes_the_node
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generate_named_node_health_check_request_is_remediated_through_its_node_annotation() {
+    // medik8s `internal/controller/resources/manager.go`, `generateRemediationCR`: a template
+    // with multiple-templates support gets requests named `<node>-<random>`, naming their
+    // Node only in `remediation.medik8s.io/node-name`.
+    let lab = start_node_health_check(Duration::from_secs(60), |lab| {
+        let patch = json!({"metadata": {"annotations": {
+            "remediation.medik8s.io/multiple-templates-support": "true"}}});
+        lab.api
+            .merge(
+                baremend_sim::cluster::nhc::NODE_REMEDIATION_TEMPLATES,
+                NHC_NAMESPACE,
+                "baremend",
+                &patch,
+                false,
+            )
+            .unwrap();
+    })
+    .await;
+    lab.cluster.hang("worker-0");
+    let name = eventually(
+        "the request naming worker-0",
+        Duration::from_secs(30),
+        async || {
+            lab.api
+                .list(NODE_REMEDIATIONS, Some(NHC_NAMESPACE))
+                .into_iter()
+                .find(|r| {
+                    r["metadata"]["annotations"]["remediation.medik8s.io/node-name"] == "worker-0"
+                })
+                .and_then(|r| r["metadata"]["name"].as_str().map(str::to_owned))
+        },
+    )
+    .await;
+    assert!(
+        name.starts_with("worker-0-") && name != "worker-0",
+        "{name}"
+    );
+    let done = lab
+        .succeeded_through("worker-0-1", TriggerKind::NodeRemediation)
+        .await;
+    assert_eq!(
+        done.spec.trigger.unwrap().name.as_deref(),
+        Some(name.as_str())
+    );
+    // Healthy again, the NodeHealthCheck withdraws it (found by its annotations, not its name).
+    eventually(
+        "the request withdrawn",
+        Duration::from_secs(30),
+        async || {
+            lab.api
+                .get(NODE_REMEDIATIONS, NHC_NAMESPACE, &name)
+                .is_err()
+        },
+    )
+    .await;
+    assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_health_check_escalation_timeout_stops_baremend_before_the_proof() {
     // baremend's step times out after 2 s; the host never powers off meanwhile.
     let lab = start_node_health_check(Duration::from_secs(2), |lab| {
@@ -624,13 +684,27 @@ async fn a_machine_asked_for_by_both_contracts_is_remediated_once_even_when_one_
  {
     // Both requests exist before the controller starts: its first pass sees both (its
     // caches are complete before any pass), so the recorded one is the MachineRemediation.
-    // Made while it runs, whichever watch delivers first would start the remediation.
-    let lab = start_nhc(fast_policy(), |lab| {
-        lab.request("worker-0");
-        lab.node_request("worker-0", json!({}));
+    // Made while it runs, whichever watch delivers first would start the remediation. The
+    // Machine is unhealthy past the health check's timeout by then: a request of a healthy
+    // Machine would be withdrawn by the health check's next pass (openshift/machine-api-operator
+    // `cleanEMR`), before the controller's caches are complete.
+    let mut lab = Lab::builder(ClusterSpec {
+        remediation_template: Some("not-baremend".into()),
+        ..fast()
     })
+    .policy(fast_policy())
+    .start()
     .await;
+    lab.api
+        .create(NAMESPACES, "", json!({"metadata": {"name": NHC_NAMESPACE}}))
+        .unwrap();
     lab.cluster.hang("worker-0");
+    lab.node_ready_is("worker-0", "Unknown").await;
+    tokio::time::sleep(lab.cluster.spec().timing.unhealthy_timeout * 3).await;
+    lab.request("worker-0");
+    lab.node_request("worker-0", json!({}));
+    let options = lab.options();
+    lab.start_controller(options);
     lab.succeeded_through("worker-0-1", TriggerKind::MachineRemediation)
         .await;
     // The Machine health check withdraws its request once the Machine is healthy; the

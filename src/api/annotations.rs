@@ -35,8 +35,10 @@ pub const LEGACY_POWER_ON_TIMEOUT: &str = "remediation.metal3.io/power-on-will-t
 /// Node that keeps it cannot be deleted once that actuator is gone.
 pub const LEGACY_NODE_FINALIZER: &str = "metal3.io/capbm";
 
-/// On a medik8s FenceAgentsRemediation: the Node it fences when the object is not named
-/// after it.
+/// On a medik8s remediation request (a FenceAgentsRemediation, or a NodeHealthCheck's
+/// request to baremend): the Node it is for. The NodeHealthCheck always sets it, and names the
+/// request `<node>-<random>` (`generateName`) when the template carries
+/// `remediation.medik8s.io/multiple-templates-support`.
 pub const MEDIK8S_NODE_NAME: &str = "remediation.medik8s.io/node-name";
 
 /// On a medik8s remediation request, by the NodeHealthCheck: its escalation timeout passed

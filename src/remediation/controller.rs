@@ -350,11 +350,11 @@ async fn run_machines(
         Background::every(GAUGE_REFRESH, move || context.refresh_metrics())
     };
     let by_remediation = move |r: Arc<Remediation>| machines_of_remediation(&r, &remediations);
-    // A NodeHealthCheck's request is named after the Node: its Machine is the Node's.
+    // A NodeHealthCheck's request names its Node: its Machine is the Node's.
     let nodes = node_feed.store.clone();
     let machine_of_node_request = move |request: Arc<NodeRemediation>| {
         nodes
-            .get(&ObjectRef::new(&request.name_any()))
+            .get(&ObjectRef::new(&super::requests::node_of_request(&request)))
             .and_then(machine_of_node)
     };
     // A policy or BMC mapping change may unblock anything: look at every Machine again.

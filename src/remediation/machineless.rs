@@ -61,7 +61,7 @@ pub(super) async fn run(
     };
     let of_request = {
         let of_node = of_node.clone();
-        move |request: Arc<NodeRemediation>| of_node(&request.name_any())
+        move |request: Arc<NodeRemediation>| of_node(&super::requests::node_of_request(&request))
     };
     let of_changed_node = {
         let of_node = of_node.clone();

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use kube::ResourceExt;
 
-use crate::api::annotations::NHC_TIMED_OUT;
+use crate::api::annotations::{MEDIK8S_NODE_NAME, NHC_TIMED_OUT};
 use crate::api::{
     ConditionType, MachineRemediation, NodeReleaseMode, NodeRemediation, PolicyOverrides,
     Remediation, RemediationPhase, RequestStatus, TriggerKind, TriggerRef,
@@ -70,6 +70,18 @@ pub fn machine_request(request: &MachineRemediation) -> RequestView {
         timed_out: false,
         created: created(&request.metadata),
     }
+}
+
+/// The Node a `NodeRemediation` is for: the NodeHealthCheck's `remediation.medik8s.io/node-name`
+/// annotation when there is one (a `generateName`d request is not named after its Node),
+/// else the request's name (medik8s node-healthcheck-operator `GetNodeNameFromCR`).
+pub fn node_of_request(request: &NodeRemediation) -> String {
+    request
+        .annotations()
+        .get(MEDIK8S_NODE_NAME)
+        .filter(|node| !node.is_empty())
+        .cloned()
+        .unwrap_or_else(|| request.name_any())
 }
 
 /// A `NodeRemediation` as a view.
@@ -372,6 +384,24 @@ mod tests {
             let processing = condition(&status, ConditionType::Processing);
             assert_eq!(processing.reason, reason, "{phase:?}");
         }
+    }
+
+    #[test]
+    fn a_node_request_names_its_node_by_the_annotation_else_by_its_name() {
+        // medik8s node-healthcheck-operator `internal/controller/utils/utils.go`,
+        // `GetNodeNameFromCR`, and `resources/manager.go`, `generateRemediationCR`.
+        let mut generated = NodeRemediation::new("worker-1-x7k2p", NodeRemediationSpec::default());
+        generated
+            .annotations_mut()
+            .insert(MEDIK8S_NODE_NAME.into(), "worker-1".into());
+        assert_eq!(node_of_request(&generated), "worker-1");
+        let named = NodeRemediation::new("worker-2", NodeRemediationSpec::default());
+        assert_eq!(node_of_request(&named), "worker-2");
+        let mut empty = NodeRemediation::new("worker-3", NodeRemediationSpec::default());
+        empty
+            .annotations_mut()
+            .insert(MEDIK8S_NODE_NAME.into(), String::new());
+        assert_eq!(node_of_request(&empty), "worker-3");
     }
 
     #[test]

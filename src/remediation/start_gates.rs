@@ -81,7 +81,7 @@ impl Pass {
             .state()
             .iter()
             .filter(|r| !super::requests::node_request(r).timed_out)
-            .map(|r| r.name_any())
+            .map(|r| super::requests::node_of_request(r))
             .collect();
         let mut machine_nodes = std::collections::HashSet::new();
         for machine in &machines {

@@ -16,12 +16,13 @@
 //! it exists: a cycle completing after the health check deleted it completes under the
 //! policy's own values.
 
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 
 use super::pass::Pass;
-use super::requests::{RequestView, machine_request, node_request, request_status};
+use super::requests::{
+    RequestView, machine_request, node_of_request, node_request, request_status,
+};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{
     MachineRemediation, NodeRemediation, Remediation, RemediationPolicySpec, TriggerKind,
@@ -119,7 +120,7 @@ impl Pass {
             .node_requests
             .state()
             .iter()
-            .filter(|r| Some(r.name_any()) == node && r.metadata.deletion_timestamp.is_none())
+            .filter(|r| Some(node_of_request(r)) == node && r.metadata.deletion_timestamp.is_none())
             .map(|r| node_request(r))
             .collect();
         requests.sort_by(|a, b| (a.timed_out, &a.namespace).cmp(&(b.timed_out, &b.namespace)));

@@ -1,14 +1,25 @@
-//! A simulated BareMetal Operator: it powers each BareMetalHost through the real baremend
-//! drivers (Redfish or IPMI, from `spec.bmc.address` and the credentials Secret) and honours
-//! the reboot API — `reboot.metal3.io` (power off, then on once off) and
-//! `reboot.metal3.io/<key>` (held off until every such annotation is gone), modes hard and
-//! soft (soft escalates to hard after a timeout; invalid values mean soft), several
-//! requesters (hard wins) — plus `spec.online`, `spec.disablePowerOff` (power-off becomes a
-//! reboot, so the host never reads off) and the `detached` and `paused` annotations.
-//! `status.poweredOn` is written only from a power state read back from the BMC.
-//! `status.goodCredentials` names the Secret and the resourceVersion of the credentials the
-//! BMC last accepted, as metal3 records them; a changed Secret is tried at once, and a refused
-//! login is a `registration error`, as metal3 reports a registration with bad credentials.
+//! A simulated BareMetal Operator (read from metal3-io/baremetal-operator main, August 2026,
+//! `internal/controller/metal3.io/baremetalhost_controller.go` `manageHostPower`,
+//! `hasRebootAnnotation`, `clearRebootAnnotations`, and `host_state_machine.go`; the
+//! release-0.13 branch for the older rule): it powers each BareMetalHost through the real
+//! baremend drivers (Redfish or IPMI, from `spec.bmc.address` and the credentials Secret) and
+//! honours the reboot API — `reboot.metal3.io` (power off, then on once off) and
+//! `reboot.metal3.io/<key>` (held off until every such annotation is gone), value
+//! `{"mode":"hard"|"soft","force":bool}` (soft escalates to hard after a timeout; empty or
+//! invalid values mean soft, an invalid one with an Event), several requesters (hard wins) —
+//! plus `spec.online`, `spec.disablePowerOff` (a power-off becomes a reboot: the host is
+//! power-cycled, never reported off, and the suffixless key goes at once) and the `detached`
+//! and `paused` annotations. Power is managed by provisioning state (`status.provisioning.state`):
+//! `provisioned` and `externally provisioned` honour every reboot key; `available` (and the
+//! older `ready`) only those with `"force": true`; `inspecting`, `provisioning` and
+//! `deprovisioning` manage no power and drop the suffixless key — and, as BMO 0.13 and older
+//! did, every suffixed key too when [`BmoOptions::drops_suffixed_reboot_keys`]; other states
+//! manage no power. Every failure counts in `status.errorCount`, and a host with errors is
+//! powered off hard. `status.poweredOn` is written only from a power state read back from the
+//! BMC. `status.goodCredentials` names the Secret and the resourceVersion of the credentials
+//! the BMC last accepted, as metal3 records them; a changed Secret is tried at once, and a
+//! refused login is a `registration error`, as metal3 reports a registration with bad
+//! credentials.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,12 +45,30 @@ pub const DETACHED: &str = "baremetalhost.metal3.io/detached";
 /// Paused hosts are not reconciled at all.
 pub const PAUSED: &str = "baremetalhost.metal3.io/paused";
 
+/// How the simulated operator behaves beyond its timing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BmoOptions {
+    /// Drop the suffixed reboot keys too on entering inspecting, provisioning or
+    /// deprovisioning, as BMO 0.13 and older did (`clearRebootAnnotations`).
+    pub drops_suffixed_reboot_keys: bool,
+}
+
+/// Where a reboot of a host with `spec.disablePowerOff` stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reboot {
+    /// Told to power off.
+    GoingOff,
+    /// Read off, told to power on.
+    ComingOn,
+}
+
 /// What the operator remembers per host between passes.
 #[derive(Default)]
 struct HostMemory {
     driver: Option<(String, Arc<dyn PowerDriver>)>,
     requested: Option<(bool, Instant, bool)>,
     next_check: Option<Instant>,
+    reboot: Option<Reboot>,
 }
 
 fn annotations(bmh: &Value) -> serde_json::Map<String, Value> {
@@ -49,32 +78,75 @@ fn annotations(bmh: &Value) -> serde_json::Map<String, Value> {
         .unwrap_or_default()
 }
 
-/// (any reboot annotation, any asks for hard, any invalid value) of a host.
-fn reboot_requests(bmh: &Value) -> (bool, bool, bool, bool) {
-    let mut any = false;
-    let mut hard = false;
-    let mut invalid = false;
-    let mut suffixless = false;
+/// How a provisioning state's handler treats power and reboot keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateClass {
+    /// `provisioned`, `externally provisioned`: power managed, every reboot key honoured.
+    Provisioned,
+    /// `available`, `ready`: power managed, only forced reboot keys honoured.
+    Available,
+    /// `inspecting`, `provisioning`, `deprovisioning`: no power management; reboot keys
+    /// cleared.
+    Clearing,
+    /// Any other state: no power management.
+    Unmanaged,
+}
+
+/// The class of a host's `status.provisioning.state`.
+pub fn state_class(bmh: &Value) -> StateClass {
+    let state = bmh
+        .pointer("/status/provisioning/state")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match state {
+        "provisioned" | "externally provisioned" => StateClass::Provisioned,
+        "available" | "ready" => StateClass::Available,
+        "inspecting" | "provisioning" | "deprovisioning" => StateClass::Clearing,
+        _ => StateClass::Unmanaged,
+    }
+}
+
+/// A host's reboot keys, as `hasRebootAnnotation` reads them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RebootRequests {
+    /// Any key counts (with `expect_force`: any forced one).
+    pub any: bool,
+    /// One that counts asks for hard.
+    pub hard: bool,
+    /// A value is not valid JSON (taken for soft, unforced).
+    pub invalid: bool,
+    /// The suffixless key is there (counting or not).
+    pub suffixless: bool,
+}
+
+/// Reads a host's reboot keys; with `expect_force` only those with `"force": true` count.
+pub fn reboot_requests(bmh: &Value, expect_force: bool) -> RebootRequests {
+    let mut found = RebootRequests::default();
     for (key, value) in annotations(bmh) {
         if key != REBOOT && !key.starts_with(REBOOT_PREFIX) {
             continue;
         }
-        any = true;
-        suffixless |= key == REBOOT;
+        found.suffixless |= key == REBOOT;
         let text = value.as_str().unwrap_or_default();
-        if text.is_empty() {
+        let arguments = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str::<Value>(text).unwrap_or_else(|_| {
+                found.invalid = true;
+                Value::Null
+            })
+        };
+        if expect_force && arguments.get("force").and_then(Value::as_bool) != Some(true) {
             continue;
         }
-        match serde_json::from_str::<Value>(text) {
-            Ok(arguments) => hard |= arguments.get("mode").and_then(Value::as_str) == Some("hard"),
-            Err(_) => invalid = true,
-        }
+        found.any = true;
+        found.hard |= arguments.get("mode").and_then(Value::as_str) == Some("hard");
     }
-    (any, hard, invalid, suffixless)
+    found
 }
 
 /// Runs the operator until the task is aborted.
-pub async fn run(api: Local, timing: Timing) {
+pub async fn run(api: Local, timing: Timing, options: BmoOptions) {
     let connector = Connector::new();
     let mut memory: HashMap<String, HostMemory> = HashMap::new();
     loop {
@@ -90,7 +162,7 @@ pub async fn run(api: Local, timing: Timing) {
                     .unwrap_or_default()
             );
             let state = memory.entry(key).or_default();
-            reconcile(&api, &connector, &bmh, state, &timing).await;
+            reconcile(&api, &connector, &bmh, state, (&timing, options)).await;
         }
     }
 }
@@ -169,42 +241,88 @@ fn driver_for(
     Ok(driver)
 }
 
+/// The host's namespace and name.
+fn host_key(bmh: &Value) -> (String, String) {
+    let (namespace, name) = super::local::namespace_and_name(bmh);
+    (namespace.to_owned(), name.to_owned())
+}
+
+/// Merges `status` into the host's status.
+fn set_status(api: &Local, bmh: &Value, status: Value) {
+    let (namespace, name) = host_key(bmh);
+    let _ = api.merge(BMHS, &namespace, &name, &json!({"status": status}), true);
+}
+
+/// Records a failure as `setErrorMessage` does: operational status `error`, its type and
+/// message, and one more in `errorCount`.
+fn set_error(api: &Local, bmh: &Value, kind: &str, message: String) {
+    let count = bmh
+        .pointer("/status/errorCount")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    set_status(
+        api,
+        bmh,
+        json!({"operationalStatus": "error", "errorType": kind, "errorMessage": message, "errorCount": count + 1}),
+    );
+}
+
+/// Removes reboot keys: the suffixless one, and the suffixed ones too when `all`.
+fn clear_reboot_keys(api: &Local, bmh: &Value, all: bool) {
+    let doomed: serde_json::Map<String, Value> = annotations(bmh)
+        .into_iter()
+        .filter(|(key, _)| key == REBOOT || (all && key.starts_with(REBOOT_PREFIX)))
+        .map(|(key, _)| (key, Value::Null))
+        .collect();
+    if doomed.is_empty() {
+        return;
+    }
+    let (namespace, name) = host_key(bmh);
+    let patch = json!({"metadata": {"annotations": doomed}});
+    let _ = api.merge(BMHS, &namespace, &name, &patch, false);
+}
+
 async fn reconcile(
     api: &Local,
     connector: &Connector,
     bmh: &Value,
     memory: &mut HostMemory,
-    timing: &Timing,
+    (timing, options): (&Timing, BmoOptions),
 ) {
     let ann = annotations(bmh);
     if ann.contains_key(PAUSED) {
         return;
     }
-    let namespace = bmh
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let name = bmh
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let set_status = |status: Value| {
-        let _ = api.merge(BMHS, &namespace, &name, &json!({"status": status}), true);
-    };
     if ann.contains_key(DETACHED) {
         if bmh
             .pointer("/status/operationalStatus")
             .and_then(Value::as_str)
             != Some("detached")
         {
-            set_status(json!({"operationalStatus": "detached"}));
+            set_status(api, bmh, json!({"operationalStatus": "detached"}));
         }
         return;
     }
-    let (rebooting, hard, invalid, suffixless) = reboot_requests(bmh);
-    if invalid && memory.requested.is_none() {
+    match state_class(bmh) {
+        StateClass::Clearing => clear_reboot_keys(api, bmh, options.drops_suffixed_reboot_keys),
+        StateClass::Unmanaged => {}
+        StateClass::Provisioned => manage_power(api, connector, bmh, memory, (timing, false)).await,
+        StateClass::Available => manage_power(api, connector, bmh, memory, (timing, true)).await,
+    }
+}
+
+/// `manageHostPower`: reads the host's power and moves it towards what `spec.online` and the
+/// reboot keys ask (`expect_force`: only forced keys count, for hosts not provisioned).
+async fn manage_power(
+    api: &Local,
+    connector: &Connector,
+    bmh: &Value,
+    memory: &mut HostMemory,
+    (timing, expect_force): (&Timing, bool),
+) {
+    let (namespace, _) = host_key(bmh);
+    let requests = reboot_requests(bmh, expect_force);
+    if requests.invalid && memory.requested.is_none() {
         api.event(
             bmh,
             "Warning",
@@ -217,30 +335,56 @@ async fn reconcile(
         .pointer("/spec/online")
         .and_then(Value::as_bool)
         .unwrap_or(true);
-    let disable_power_off = bmh
-        .pointer("/spec/disablePowerOff")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let want_on = (online && !rebooting) || disable_power_off;
+    let want_on = online && !requests.any;
     let known = bmh.pointer("/status/poweredOn").and_then(Value::as_bool);
     // Read the BMC only when a change is pending, or now and then (steady-state check).
     let good = good_credentials(api, bmh, &namespace);
     let pending = known != Some(want_on)
         || memory.requested.is_some()
-        || (suffixless && known == Some(false))
+        || memory.reboot.is_some()
+        || (requests.suffixless && known == Some(false))
         || good.as_ref() != bmh.pointer("/status/goodCredentials");
     let due = memory.next_check.is_none_or(|t| Instant::now() >= t);
     if !pending && !due {
         return;
     }
     memory.next_check = Some(Instant::now() + timing.bmo_period * 40);
+    let Some((driver, is_on)) = read_power(api, connector, bmh, memory, good).await else {
+        return;
+    };
+    let disable_power_off = bmh
+        .pointer("/spec/disablePowerOff")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if disable_power_off && (!want_on || memory.reboot.is_some()) {
+        reboot_instead(api, bmh, memory, (&driver, is_on), requests).await;
+        return;
+    }
+    if let Some(is_on) = is_on {
+        record_power(api, bmh, is_on);
+        if is_on == want_on {
+            memory.requested = None;
+            settle(api, bmh, is_on, requests);
+            return;
+        }
+    }
+    change_power(api, bmh, memory, &driver, (want_on, requests, timing)).await;
+}
+
+/// Logs in (recording a refusal) and reads the power state (recording a failure): the driver
+/// and the state (None when neither on nor off).
+async fn read_power(
+    api: &Local,
+    connector: &Connector,
+    bmh: &Value,
+    memory: &mut HostMemory,
+    good: Option<Value>,
+) -> Option<(Arc<dyn PowerDriver>, Option<bool>)> {
     let driver = match driver_for(api, connector, bmh, memory) {
         Ok(driver) => driver,
         Err(why) => {
-            set_status(
-                json!({"operationalStatus": "error", "errorType": "registration error", "errorMessage": why}),
-            );
-            return;
+            set_error(api, bmh, "registration error", why);
+            return None;
         }
     };
     let state = match driver.power_state().await {
@@ -250,50 +394,73 @@ async fn reconcile(
                 baremend_drivers::Error::Authentication { .. } => "registration error",
                 _ => "power management error",
             };
-            set_status(
-                json!({"operationalStatus": "error", "errorType": kind, "errorMessage": error.to_string()}),
-            );
-            return;
+            set_error(api, bmh, kind, error.to_string());
+            return None;
         }
     };
     // The BMC accepted these credentials: metal3 records which, by the Secret's version.
     if let Some(good) = good
         && Some(&good) != bmh.pointer("/status/goodCredentials")
     {
-        set_status(json!({"goodCredentials": good}));
+        set_status(api, bmh, json!({"goodCredentials": good}));
     }
     let is_on = match state {
         PowerState::On => Some(true),
         PowerState::Off => Some(false),
         _ => None,
     };
-    if let Some(is_on) = is_on {
-        let healthy = bmh
-            .pointer("/status/operationalStatus")
-            .and_then(Value::as_str)
-            == Some("OK");
-        if known != Some(is_on) || !healthy {
-            set_status(
-                json!({"poweredOn": is_on, "operationalStatus": "OK", "errorType": null, "errorMessage": null}),
-            );
-        }
-        if is_on == want_on {
-            memory.requested = None;
-            // The suffixless form is fire-and-forget: once the host is off, it goes.
-            if suffixless && !is_on {
-                let _ = api.merge(
-                    BMHS,
-                    &namespace,
-                    &name,
-                    &json!({"metadata": {"annotations": {REBOOT: null}}}),
-                    false,
-                );
-            }
-            return;
-        }
+    Some((driver, is_on))
+}
+
+/// Writes the power state read back, and clears an error.
+fn record_power(api: &Local, bmh: &Value, is_on: bool) {
+    let known = bmh.pointer("/status/poweredOn").and_then(Value::as_bool);
+    let healthy = bmh
+        .pointer("/status/operationalStatus")
+        .and_then(Value::as_str)
+        == Some("OK");
+    if known != Some(is_on) || !healthy {
+        set_status(
+            api,
+            bmh,
+            json!({"poweredOn": is_on, "operationalStatus": "OK", "errorType": null, "errorMessage": null}),
+        );
     }
+}
+
+/// The host reached the wanted state: no errors count any more, and the suffixless key (fire
+/// and forget) goes once the host is off.
+fn settle(api: &Local, bmh: &Value, is_on: bool, requests: RebootRequests) {
+    let (namespace, name) = host_key(bmh);
+    let errors = bmh
+        .pointer("/status/errorCount")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    if errors > 0 {
+        set_status(api, bmh, json!({"errorCount": 0}));
+    }
+    if requests.suffixless && !is_on {
+        let patch = json!({"metadata": {"annotations": {REBOOT: null}}});
+        let _ = api.merge(BMHS, &namespace, &name, &patch, false);
+    }
+}
+
+/// Tells the BMC to power on or off (hard when asked, when the host has errors, or once a soft
+/// power-off took too long); asks again only now and then.
+async fn change_power(
+    api: &Local,
+    bmh: &Value,
+    memory: &mut HostMemory,
+    driver: &Arc<dyn PowerDriver>,
+    (want_on, requests, timing): (bool, RebootRequests, &Timing),
+) {
+    let errors = bmh
+        .pointer("/status/errorCount")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     // Ask again only now and then: BMCs take time and dislike repeated commands.
-    let hard_now = hard
+    let hard_now = requests.hard
+        || errors > 0
         || memory
             .requested
             .is_some_and(|(_, at, soft)| soft && at.elapsed() > timing.soft_power_off_timeout);
@@ -312,8 +479,52 @@ async fn reconcile(
     };
     match result {
         Ok(()) => memory.requested = Some((want_on, Instant::now(), !want_on && !hard_now)),
-        Err(error) => set_status(
-            json!({"operationalStatus": "error", "errorType": "power management error", "errorMessage": error.to_string()}),
-        ),
+        Err(error) => set_error(api, bmh, "power management error", error.to_string()),
+    }
+}
+
+/// A host with `spec.disablePowerOff` asked to power off is rebooted instead (ironic's
+/// `rebooting` target): powered off and on again in one operation, so it is never reported
+/// off; the suffixless key goes as soon as the reboot is asked for. A suffixed key left on the
+/// host asks again once the reboot is done, as upstream asks on every reconcile.
+async fn reboot_instead(
+    api: &Local,
+    bmh: &Value,
+    memory: &mut HostMemory,
+    (driver, is_on): (&Arc<dyn PowerDriver>, Option<bool>),
+    requests: RebootRequests,
+) {
+    let result = match (memory.reboot, is_on) {
+        (None, _) => {
+            let mode = if requests.hard {
+                PowerOffMode::Forced
+            } else {
+                PowerOffMode::Graceful
+            };
+            let result = driver.power_off(mode).await;
+            if result.is_ok() {
+                memory.reboot = Some(Reboot::GoingOff);
+                if requests.suffixless {
+                    clear_reboot_keys(api, bmh, false);
+                }
+            }
+            result
+        }
+        (Some(Reboot::GoingOff), Some(false)) => {
+            let result = driver.power_on().await;
+            if result.is_ok() {
+                memory.reboot = Some(Reboot::ComingOn);
+            }
+            result
+        }
+        (Some(Reboot::ComingOn), Some(true)) => {
+            memory.reboot = None;
+            record_power(api, bmh, true);
+            Ok(())
+        }
+        _ => Ok(()),
+    };
+    if let Err(error) = result {
+        set_error(api, bmh, "power management error", error.to_string());
     }
 }

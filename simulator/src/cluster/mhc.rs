@@ -1,15 +1,21 @@
-//! The MachineHealthCheck controller of the OpenShift machine-api, as far as baremend meets
-//! it: Machines selected by an MHC are unhealthy when their Node is gone, never came
-//! (`nodeStartupTimeout`), or holds an unhealthy condition longer than its timeout; more
-//! unhealthy Machines than `maxUnhealthy` short-circuit remediation; with the
-//! `external-baremetal` strategy the Machine is annotated for external remediation (the
-//! annotation is never removed by the MHC). With `spec.remediationTemplate` (the external
-//! remediation of the OpenShift and Cluster API health checks) it instead creates a request
-//! from the template's `spec.template.spec`, named after the Machine, in its namespace,
-//! owned by it, and deletes the request once the Machine is healthy again. The simulated
-//! cluster knows one template kind, baremend's `MachineRemediationTemplate` (a real health
-//! check finds the request kind through the API's discovery: the template kind without
-//! `Template`).
+//! The MachineHealthCheck controllers of the OpenShift machine-api and of Cluster API, as far
+//! as baremend meets them (read from openshift/machine-api-operator main, August 2026,
+//! `pkg/controller/machinehealthcheck/machinehealthcheck_controller.go`, and
+//! kubernetes-sigs/cluster-api main, August 2026, `core/reconcilers/machinehealthcheck/`):
+//! Machines selected by an MHC need remediation when their Node is gone, never came
+//! (`nodeStartupTimeout`), or holds an unhealthy condition longer than its timeout, and
+//! (OpenShift) when their phase is `Failed`. A condition within its timeout, or a Node yet to
+//! start, is neither healthy nor remediated. Only Machines that pass — not being deleted, with
+//! their Node, and (OpenShift) not annotated for external remediation — count as healthy; more
+//! unhealthy Machines than `maxUnhealthy` short-circuit remediation (and withdrawal).
+//! With the `external-baremetal` strategy a Machine not `Failed` is annotated for external
+//! remediation (never removed by the MHC); a `Failed` one, or any without the strategy, is
+//! deleted when a controller owns it. With `spec.remediationTemplate` (both health checks) it
+//! instead creates a request from the template's `spec.template.spec`, named after the
+//! Machine, in its namespace, owned by it, and deletes the request only once the Machine is
+//! healthy again. The simulated cluster knows one template kind, baremend's
+//! `MachineRemediationTemplate` (a real health check finds the request kind through the API's
+//! discovery: the template kind without `Template`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +30,9 @@ use super::local::{
 use super::timing::{Timing, parse_go_duration};
 use crate::apiserver::time::parse_time;
 
+/// The component its Events name.
+const COMPONENT: &str = "machinehealthcheck-controller";
+
 /// The MHC annotation that selects external remediation.
 pub const STRATEGY_ANNOTATION: &str = "machine.openshift.io/remediation-strategy";
 /// The Machine annotation that asks for external remediation.
@@ -33,13 +42,30 @@ fn labels_match(selector: &Value, machine: &Value) -> bool {
     crate::apiserver::controllers_selector(selector, machine)
 }
 
-/// Why a Machine is unhealthy, if it is.
-fn unhealthy(
+/// A target as the health check sees it (OpenShift `target.needsRemediation` and
+/// `healthCheckTargets`; Cluster API `healthCheckTargets`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// Needs remediation, and why.
+    Remediate(String),
+    /// An unhealthy condition holds within its timeout, or the Node has yet to start: not
+    /// remediated, not healthy either.
+    Pending,
+    /// Passed the health check.
+    Passed,
+}
+
+/// How a Machine fares under the health check. `openshift`: OpenShift's, which also takes a
+/// Machine in phase `Failed` for one that needs remediation.
+fn verdict(
     machine: &Value,
     mhc: &Value,
-    now: Duration,
+    (now, openshift): (Duration, bool),
     nodes: &HashMap<String, Arc<Value>>,
-) -> Option<String> {
+) -> Verdict {
+    if openshift && machine.pointer("/status/phase").and_then(Value::as_str) == Some("Failed") {
+        return Verdict::Remediate("the machine phase is Failed".to_owned());
+    }
     let node_name = machine
         .pointer("/status/nodeRef/name")
         .and_then(Value::as_str);
@@ -52,46 +78,76 @@ fn unhealthy(
         let created = machine
             .pointer("/metadata/creationTimestamp")
             .and_then(Value::as_str)
-            .and_then(parse_time)?;
-        return (now.saturating_sub(created) > startup)
-            .then(|| "the node did not start within nodeStartupTimeout".to_owned());
+            .and_then(parse_time);
+        return match created {
+            Some(created) if now.saturating_sub(created) > startup => {
+                Verdict::Remediate("the node did not start within nodeStartupTimeout".to_owned())
+            }
+            _ => Verdict::Pending,
+        };
     };
     let Some(node) = nodes.get(node_name) else {
-        return Some(format!("node {node_name} not found"));
+        return Verdict::Remediate(format!("node {node_name} not found"));
     };
+    condition_verdict(node, mhc, now)
+}
+
+/// The verdict of a present Node's conditions under the health check's unhealthy conditions.
+fn condition_verdict(node: &Value, mhc: &Value, now: Duration) -> Verdict {
     let conditions = node
         .pointer("/status/conditions")
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
+    let mut verdict = Verdict::Passed;
     for rule in mhc
         .pointer("/spec/unhealthyConditions")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
+        .into_iter()
+        .flatten()
     {
         let timeout = rule
             .get("timeout")
             .and_then(Value::as_str)
             .and_then(parse_go_duration)
             .unwrap_or(Duration::from_secs(300));
-        for condition in conditions {
-            if condition["type"] == rule["type"] && condition["status"] == rule["status"] {
-                let since = condition["lastTransitionTime"]
-                    .as_str()
-                    .and_then(parse_time)
-                    .unwrap_or(now);
-                if now.saturating_sub(since) > timeout {
-                    return Some(format!(
-                        "condition {}={} for more than {timeout:?}",
-                        rule["type"].as_str().unwrap_or_default(),
-                        rule["status"].as_str().unwrap_or_default()
-                    ));
-                }
-            }
+        let Some(condition) = conditions.iter().find(|c| c["type"] == rule["type"]) else {
+            continue;
+        };
+        if condition["status"] != rule["status"] {
+            continue;
         }
+        let since = condition["lastTransitionTime"]
+            .as_str()
+            .and_then(parse_time)
+            .unwrap_or(now);
+        if now.saturating_sub(since) > timeout {
+            return Verdict::Remediate(format!(
+                "condition {}={} for more than {timeout:?}",
+                rule["type"].as_str().unwrap_or_default(),
+                rule["status"].as_str().unwrap_or_default()
+            ));
+        }
+        verdict = Verdict::Pending;
     }
-    None
+    verdict
+}
+
+/// Whether a Machine that passed counts as healthy: not being deleted, its Node there, and
+/// (OpenShift) not annotated for external remediation — an annotated Machine counts as
+/// unhealthy for `maxUnhealthy` until its remediator removes the annotation.
+fn counts_healthy(machine: &Value, openshift: bool) -> bool {
+    let deleting = machine.pointer("/metadata/deletionTimestamp").is_some();
+    let has_node = machine.pointer("/status/nodeRef/name").is_some();
+    !deleting && has_node && !(openshift && annotated(machine))
+}
+
+/// Whether a Machine carries the external-remediation annotation.
+fn annotated(machine: &Value) -> bool {
+    machine
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(EXTERNAL_REMEDIATION))
 }
 
 fn allowed_unhealthy(max: Option<&Value>, total: usize) -> usize {
@@ -112,10 +168,14 @@ pub async fn run(api: Local, timing: Timing) {
 
 /// Runs `pass` every `period` until the task is aborted (a health check's loop), off the async
 /// workers, like the Node lifecycle controller's pass.
-pub(super) async fn every(api: Local, period: Duration, pass: fn(&Local)) {
+pub(super) async fn every<F>(api: Local, period: Duration, pass: F)
+where
+    F: Fn(&Local) + Clone + Send + 'static,
+{
     loop {
         tokio::time::sleep(period).await;
         let api = api.clone();
+        let pass = pass.clone();
         if tokio::task::spawn_blocking(move || pass(&api))
             .await
             .is_err()
@@ -144,109 +204,138 @@ pub fn pass(api: &Local) {
         .into_iter()
         .flat_map(|(mhcs, machines)| api.list(mhcs, None).into_iter().map(move |m| (m, machines)))
     {
-        let namespace = mhc
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let name = mhc
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let selector = mhc.pointer("/spec/selector").cloned().unwrap_or(json!({}));
-        let machines: Vec<Arc<Value>> = api
-            .list_shared(machines_gvr, Some(&namespace))
-            .into_iter()
-            .filter(|m| labels_match(&selector, m))
-            .collect();
-        let sick: Vec<(Arc<Value>, String)> = machines
-            .iter()
-            .filter_map(|m| unhealthy(m, &mhc, now, &nodes).map(|why| (m.clone(), why)))
-            .collect();
-        let allowed = allowed_unhealthy(mhc.pointer("/spec/maxUnhealthy"), machines.len());
-        let remediation_allowed = sick.len() <= allowed;
-        let status = json!({"status": {
-            "expectedMachines": machines.len(),
-            "currentHealthy": machines.len() - sick.len(),
-            "remediationsAllowed": allowed.saturating_sub(sick.len()),
-            "conditions": [{"type": "RemediationAllowed", "status": if remediation_allowed { "True" } else { "False" }, "reason": if remediation_allowed { "" } else { "TooManyUnhealthy" }}],
-        }});
-        if mhc.get("status") != status.get("status") {
-            let mhcs = if machines_gvr == MACHINES {
-                MHCS
-            } else {
-                CAPI_MHCS
-            };
-            let _ = api.merge(mhcs, &namespace, &name, &status, true);
+        check(api, &mhc, machines_gvr, (now, &nodes));
+    }
+}
+
+/// One MachineHealthCheck's pass over its Machines.
+fn check(
+    api: &Local,
+    mhc: &Value,
+    machines_gvr: Gvr,
+    (now, nodes): (Duration, &HashMap<String, Arc<Value>>),
+) {
+    let (namespace, name) = namespace_and_name(mhc);
+    let openshift = machines_gvr == MACHINES;
+    let selector = mhc.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+    let machines: Vec<Arc<Value>> = api
+        .list_shared(machines_gvr, Some(namespace))
+        .into_iter()
+        .filter(|m| labels_match(&selector, m))
+        .collect();
+    let verdicts: Vec<(Arc<Value>, Verdict)> = machines
+        .iter()
+        .map(|m| (m.clone(), verdict(m, mhc, (now, openshift), nodes)))
+        .collect();
+    let healthy = verdicts
+        .iter()
+        .filter(|(m, v)| *v == Verdict::Passed && counts_healthy(m, openshift))
+        .count();
+    let unhealthy = machines.len() - healthy;
+    let allowed = allowed_unhealthy(mhc.pointer("/spec/maxUnhealthy"), machines.len());
+    let remediation_allowed = unhealthy <= allowed;
+    let status = json!({"status": {
+        "expectedMachines": machines.len(),
+        "currentHealthy": healthy,
+        "remediationsAllowed": allowed.saturating_sub(unhealthy),
+        "conditions": [{"type": "RemediationAllowed", "status": if remediation_allowed { "True" } else { "False" }, "reason": if remediation_allowed { "" } else { "TooManyUnhealthy" }}],
+    }});
+    if mhc.get("status") != status.get("status") {
+        let mhcs = if openshift { MHCS } else { CAPI_MHCS };
+        let _ = api.merge(mhcs, namespace, name, &status, true);
+    }
+    if !remediation_allowed {
+        // Short-circuited: nothing is remediated, and no request is withdrawn either.
+        let message =
+            format!("Remediation restricted: {unhealthy} unhealthy machines exceed maxUnhealthy");
+        api.event(mhc, "Warning", "RemediationRestricted", &message, COMPONENT);
+        return;
+    }
+    let owner = format!("{}/{}", machines_gvr.group, machines_gvr.version);
+    for (machine, verdict) in &verdicts {
+        remediate_or_withdraw(api, mhc, (machine, &owner, openshift), verdict);
+    }
+}
+
+/// Acts on one Machine's verdict: a Machine that needs remediation gets a request (a template)
+/// or the Machine API's own remediation; a healthy one's request is withdrawn — only a
+/// healthy one's: a condition within its timeout keeps it.
+fn remediate_or_withdraw(
+    api: &Local,
+    mhc: &Value,
+    (machine, owner, openshift): (&Value, &str, bool),
+    verdict: &Verdict,
+) {
+    let template = mhc
+        .pointer("/spec/remediationTemplate")
+        .filter(|t| t.is_object());
+    match (verdict, template) {
+        (Verdict::Remediate(why), Some(template)) => {
+            request_remediation(api, mhc, template, (machine, owner), why)
         }
-        if !remediation_allowed {
-            if !sick.is_empty() {
-                api.event(
-                    &mhc,
-                    "Warning",
-                    "RemediationRestricted",
-                    &format!(
-                        "Remediation restricted: {} unhealthy machines exceed maxUnhealthy",
-                        sick.len()
-                    ),
-                    "machinehealthcheck-controller",
-                );
-            }
-            continue;
+        (Verdict::Remediate(why), None) if openshift => {
+            internal_remediation(api, mhc, machine, why)
         }
-        if let Some(template) = mhc
-            .pointer("/spec/remediationTemplate")
-            .filter(|t| t.is_object())
-        {
-            for machine in &machines {
-                let why = sick
-                    .iter()
-                    .find(|(m, _)| m.pointer("/metadata/name") == machine.pointer("/metadata/name"))
-                    .map(|(_, why)| why.as_str());
-                match why {
-                    Some(why) => {
-                        let owner = format!("{}/{}", machines_gvr.group, machines_gvr.version);
-                        request_remediation(api, &mhc, template, (machine, &owner), why);
-                    }
-                    None => withdraw_request(api, template, machine),
-                }
-            }
-            continue;
+        (Verdict::Passed, Some(template)) if counts_healthy(machine, openshift) => {
+            withdraw_request(api, template, machine)
         }
-        let external = mhc
-            .pointer(&format!(
-                "/metadata/annotations/{}",
-                STRATEGY_ANNOTATION.replace('/', "~1")
-            ))
-            .and_then(Value::as_str)
-            == Some("external-baremetal");
-        for (machine, why) in sick {
-            let machine_name = machine
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let annotated = machine
-                .pointer("/metadata/annotations")
-                .and_then(Value::as_object)
-                .is_some_and(|a| a.contains_key(EXTERNAL_REMEDIATION));
-            let failed = machine.pointer("/status/phase").and_then(Value::as_str) == Some("Failed");
-            if external && !annotated && !failed {
-                let patch = json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: ""}}});
-                if api
-                    .merge(MACHINES, &namespace, machine_name, &patch, false)
-                    .is_ok()
-                {
-                    api.event(
-                        &machine,
-                        "Normal",
-                        "ExternalAnnotationAdded",
-                        &format!("Requesting external remediation of {machine_name}: {why}"),
-                        "machinehealthcheck-controller",
-                    );
-                }
-            }
+        _ => {}
+    }
+}
+
+/// OpenShift's remediation without a template (`internalRemediation`): a Machine not `Failed`
+/// under the `external-baremetal` strategy is annotated for external remediation; any other
+/// (a `Failed` one, or without the strategy) is deleted when a controller (its MachineSet) owns
+/// it, else skipped with an Event.
+fn internal_remediation(api: &Local, mhc: &Value, machine: &Value, why: &str) {
+    let (namespace, name) = namespace_and_name(machine);
+    let failed = machine.pointer("/status/phase").and_then(Value::as_str) == Some("Failed");
+    let external = mhc
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            STRATEGY_ANNOTATION.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+        == Some("external-baremetal");
+    if external && !failed {
+        if annotated(machine) {
+            return;
         }
+        let patch = json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: ""}}});
+        if api.merge(MACHINES, namespace, name, &patch, false).is_ok() {
+            let message = format!("Requesting external remediation of {name}: {why}");
+            api.event(
+                machine,
+                "Normal",
+                "ExternalAnnotationAdded",
+                &message,
+                COMPONENT,
+            );
+        }
+        return;
+    }
+    let controlled = machine
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|o| o.iter().any(|o| o["controller"] == true));
+    if !controlled {
+        let message = format!("Machine {name} has no controller owner, skipping remediation");
+        api.event(
+            machine,
+            "Normal",
+            "SkippedNoController",
+            &message,
+            COMPONENT,
+        );
+        return;
+    }
+    if machine.pointer("/metadata/deletionTimestamp").is_some() {
+        return;
+    }
+    if api.delete(MACHINES, namespace, name, None).is_ok() {
+        let message =
+            format!("Machine {name} has been remediated by requesting to delete Machine object");
+        api.event(machine, "Normal", "MachineDeleted", &message, COMPONENT);
     }
 }
 
@@ -285,7 +374,7 @@ fn request_remediation(
             "Warning",
             "ExternalRemediationTemplateNotFound",
             &format!("remediation template {template_name} not found"),
-            "machinehealthcheck-controller",
+            COMPONENT,
         );
         return;
     };
@@ -310,7 +399,7 @@ fn request_remediation(
             "Normal",
             "ExternalRemediationRequestCreated",
             &format!("Requesting external remediation of {name}: {why}"),
-            "machinehealthcheck-controller",
+            COMPONENT,
         );
     }
 }

@@ -15,6 +15,7 @@ pub mod local;
 pub mod mco;
 mod mhc;
 pub mod nhc;
+pub mod nhc_rules;
 pub mod scenario;
 pub mod timing;
 
@@ -27,7 +28,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-pub use self::bmo::{DETACHED, PAUSED, REBOOT, REBOOT_PREFIX};
+pub use self::bmo::{BmoOptions, DETACHED, PAUSED, REBOOT, REBOOT_PREFIX};
 pub use self::kubelet::{MachineLink, NodeFaults};
 use self::local::{
     BMHS, CAPI_MACHINES, CAPI_MHCS, CRDS, HOST_BMCS, Local, MACHINES, METAL3_MACHINES, MHCS,
@@ -272,6 +273,7 @@ impl SimCluster {
             actors.push(tokio::spawn(bmo::run(
                 Local::new(server.store().clone(), "metal3-baremetal-controller"),
                 spec.timing.clone(),
+                spec.bmo_options(),
             )));
         }
         if let Some(mco) = &mco {

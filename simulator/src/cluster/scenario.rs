@@ -11,6 +11,7 @@
 //! nodeHealthCheck: false # a medik8s NodeHealthCheck instead of the MachineHealthCheck
 //! platformNone: false    # Nodes and HostBmcs only: no Machines, BareMetalHosts, BMO or MHC
 //! escalationTimeout: 60s # its timeout for baremend's step
+//! bmoVersion: [0, 14]    # 0.13 and older drop suffixed reboot keys entering (de)provisioning
 //! timing:
 //!   powerDelay: 1500ms
 //!   bootDelay: 2s
@@ -90,6 +91,10 @@ pub struct ClusterSpec {
     /// `nodeHealthCheck` (the only health check that watches Nodes without Machines); see
     /// [`ClusterSpec::validate`] for what it cannot go with.
     pub platform_none: bool,
+    /// The BareMetal Operator version `[major, minor]` the simulated one behaves as: 0.13 and
+    /// older drop the suffixed reboot keys too on entering inspecting, provisioning or
+    /// deprovisioning (fixed in 0.14). Default: 0.14, the current behaviour.
+    pub bmo_version: (u32, u32),
 }
 
 /// Pods placed on the workers, so that drains and evictions meet real PDBs.
@@ -151,6 +156,7 @@ impl Default for ClusterSpec {
             node_health_check: false,
             escalation_timeout: Duration::from_secs(60),
             platform_none: false,
+            bmo_version: (0, 14),
         }
     }
 }
@@ -178,6 +184,13 @@ impl ClusterSpec {
         spec.validate()
             .map_err(|reason| format!("invalid scenario: {reason}"))?;
         Ok(spec)
+    }
+
+    /// How the simulated BareMetal Operator behaves for [`ClusterSpec::bmo_version`].
+    pub fn bmo_options(&self) -> super::BmoOptions {
+        super::BmoOptions {
+            drops_suffixed_reboot_keys: self.bmo_version <= (0, 13),
+        }
     }
 
     /// Which Machine the Nodes of this flavour belong to.

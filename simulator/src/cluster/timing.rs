@@ -66,6 +66,14 @@ pub struct Timing {
     /// How often the BareMetal Operator reconciles a host with a pending change.
     #[serde(with = "millis")]
     pub bmo_period: Duration,
+    /// A NodeHealthCheck's expected duration of a single `remediationTemplate` (medik8s
+    /// `DefaultRemediationDuration`, 10 min): its request times out through the Node's lease
+    /// after three of these.
+    #[serde(with = "millis")]
+    pub nhc_remediation_duration: Duration,
+    /// What a NodeHealthCheck adds to its Node leases' duration (medik8s `LeaseBuffer`, 1 min).
+    #[serde(with = "millis")]
+    pub nhc_lease_buffer: Duration,
     /// How long the BareMetal Operator waits for a soft power-off before a hard one.
     #[serde(with = "millis")]
     pub soft_power_off_timeout: Duration,
@@ -86,7 +94,8 @@ pub struct Timing {
 }
 
 impl Default for Timing {
-    /// Intervals for a lab that tells the story in seconds.
+    /// Intervals for a lab that tells the story in seconds (the NodeHealthCheck's lease
+    /// durations stay upstream's: a story never waits for them).
     fn default() -> Self {
         Timing {
             power_delay: Duration::from_millis(1500),
@@ -98,6 +107,8 @@ impl Default for Timing {
             unhealthy_timeout: Duration::from_millis(1000),
             node_startup_timeout: Duration::from_secs(60),
             bmo_period: Duration::from_millis(250),
+            nhc_remediation_duration: Duration::from_secs(600),
+            nhc_lease_buffer: Duration::from_secs(60),
             soft_power_off_timeout: Duration::from_secs(5),
             mcd_period: Duration::from_millis(250),
             mcd_max_backoff: Duration::from_secs(2),
@@ -141,6 +152,8 @@ impl Timing {
             unhealthy_timeout: scaled(300.0),
             node_startup_timeout: scaled(600.0),
             bmo_period: scaled(3.0),
+            nhc_remediation_duration: scaled(600.0),
+            nhc_lease_buffer: scaled(60.0),
             soft_power_off_timeout: scaled(180.0),
             mcd_period: scaled(1.0),
             mcd_max_backoff: scaled(60.0),

@@ -8,8 +8,12 @@
 //! harness made are withdrawn once their Node is Ready ([`withdraw_when_ready`]), as their
 //! health check would → settling asks what is [`left`].
 //! Guarantees: a request is made the way the simulated health check makes it (named after
-//! the Machine or Node, in the template's namespace, a Machine's owned by it), so the
-//! controller cannot tell the harness's from the health check's.
+//! the Machine or Node, in the template's namespace, a Machine's owned by it, a Node's
+//! annotated with its Node and template and labelled part of the NodeHealthCheck), so the
+//! controller cannot tell the harness's from the health check's. A Node's is not owned by the
+//! NodeHealthCheck, which therefore leaves it to the harness, as medik8s leaves requests it
+//! does not own. A seed whose NodeHealthCheck would be disabled by a custom
+//! MachineHealthCheck is refused ([`prepare`]): nothing would ask for remediation.
 //! Caveats: the Machine API's MachineHealthCheck asks by request here (not the Cluster API
 //! flavour): the seeds that run the MCO need OpenShift's Machines, and the drift
 //! coordinator's escalation sets the annotation on them.
@@ -17,9 +21,12 @@
 use std::time::{Duration, Instant};
 
 use baremend_sim::cluster::local::{
-    Gvr, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, NODES,
+    Gvr, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, MHCS, NODES,
 };
 use baremend_sim::cluster::nhc::{NHCS, NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS, TIMED_OUT};
+use baremend_sim::cluster::nhc_rules::{
+    MhcConflict, NODE_NAME, PART_OF, PART_OF_VALUE, TEMPLATE_NAME, mhc_conflict,
+};
 use baremend_sim::cluster::{ClusterSpec, EXTERNAL_REMEDIATION, MACHINE_NAMESPACE, NHC_NAMESPACE};
 use serde_json::{Value, json};
 
@@ -65,6 +72,18 @@ pub(super) fn prepare(lab: &LabCluster, check: HealthCheck) -> Result<()> {
             lab.empty_template(MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE)
         }
         HealthCheck::NodeRequest { .. } => {
+            // medik8s disables a NodeHealthCheck while a custom MachineHealthCheck exists:
+            // such a seed would test nothing, so it is a harness error, not a pass.
+            let mhcs = lab.api.list(MHCS, None);
+            if mhc_conflict(&mhcs) == MhcConflict::Custom {
+                return Err(crate::Error::Invalid {
+                    object: "chaos seed".into(),
+                    reason: format!(
+                        "a NodeHealthCheck seed runs beside {} MachineHealthCheck(s); the NodeHealthCheck would be disabled",
+                        mhcs.len()
+                    ),
+                });
+            }
             lab.empty_template(NODE_REMEDIATION_TEMPLATES, NHC_NAMESPACE)
         }
     }
@@ -84,6 +103,10 @@ pub(super) fn set(api: &Local, check: HealthCheck, machine: &str) -> Option<Stri
         "metadata": {"name": machine, "namespace": namespace},
         "spec": {},
     });
+    if kind == NODE_REMEDIATIONS {
+        request["metadata"]["annotations"] = json!({NODE_NAME: machine, TEMPLATE_NAME: "baremend"});
+        request["metadata"]["labels"] = json!({PART_OF: PART_OF_VALUE});
+    }
     if kind == MACHINE_REMEDIATIONS {
         let uid = api
             .get(MACHINES, MACHINE_NAMESPACE, machine)
