@@ -262,6 +262,8 @@ pub struct ApiServer {
     url: String,
     ca_pem: Option<String>,
     token: String,
+    /// The simulated controllers observing the store (held to pause one of them).
+    controllers: Arc<controllers::Controllers>,
     task: JoinHandle<()>,
 }
 
@@ -311,8 +313,11 @@ impl ApiServer {
         let scheme = if acceptor.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{local}");
         let (stop_watches, _) = broadcast::channel(4);
+        let store = Store::new(wall.clone(), config.event_log_capacity, config.watch_buffer);
+        // The store knows no controller: the server registers them before it serves.
+        let controllers = controllers::Controllers::install(&store);
         let state = Arc::new(ServerState {
-            store: Store::new(wall.clone(), config.event_log_capacity, config.watch_buffer),
+            store,
             token: token.clone(),
             audit: Mutex::new(None),
             faults: Mutex::new(Vec::new()),
@@ -333,6 +338,7 @@ impl ApiServer {
             url,
             ca_pem,
             token,
+            controllers,
             task,
         })
     }
@@ -437,7 +443,7 @@ impl ApiServer {
     /// budget whose spec changed meanwhile refuses evictions until it catches up), or lets it
     /// catch up.
     pub fn pause_disruption_controller(&self, paused: bool) {
-        self.state.store.pause_disruption_controller(paused);
+        self.controllers.pause_disruption(&self.state.store, paused);
     }
 
     /// Forgets the watch history: every older resourceVersion becomes 410 Gone.
