@@ -3,9 +3,15 @@
 //! Built-in kinds: Namespace, Node, Pod (with eviction), ServiceAccount (with TokenRequest),
 //! Secret, ConfigMap, Event (core/v1 and events.k8s.io/v1 over one store), Lease,
 //! PodDisruptionBudget (status kept by a simulated disruption controller),
-//! CertificateSigningRequest (with approval), APIService (one per served group-version) and
+//! CertificateSigningRequest (with approval), APIService (one per served group-version),
 //! CustomResourceDefinition — every CRD created is served at once, with its status and scale
-//! subresources and printer columns.
+//! subresources and printer columns — and, stored only, Service, Endpoints, EndpointSlice,
+//! Deployment, Job, CronJob, ResourceQuota, PriorityClass and the RBAC kinds; ComponentStatus
+//! read-only. Bodies and answers in JSON, YAML (bodies) and the Kubernetes protobuf encoding.
+//!
+//! The store knows no controller: the server registers the kind rules and the simulated
+//! controllers with it at start (`controllers::Controllers::install`), and they run under its
+//! lock after every write (see `store::observers`).
 //!
 //! Semantics follow the real API server where clients can tell (see the fake-conformance
 //! tests): legacy and aggregated discovery; one global resourceVersion; list with selectors

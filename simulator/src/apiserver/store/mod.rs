@@ -211,6 +211,20 @@ fn kubernetes_service() -> [(&'static str, &'static str, Value); 3] {
     ]
 }
 
+/// The ComponentStatuses a healthy 1.32 control plane reports (`kubectl get cs`): the
+/// scheduler, the controller-manager and the etcd member, all Healthy.
+fn component_statuses() -> [(&'static str, &'static str, Value); 3] {
+    let healthy = |name: &str, message: &str| {
+        json!({"apiVersion": "v1", "kind": "ComponentStatus", "metadata": {"name": name},
+            "conditions": [{"type": "Healthy", "status": "True", "message": message}]})
+    };
+    [
+        ("", "componentstatuses", healthy("scheduler", "ok")),
+        ("", "componentstatuses", healthy("controller-manager", "ok")),
+        ("", "componentstatuses", healthy("etcd-0", "ok")),
+    ]
+}
+
 impl Store {
     /// An empty store with the system namespaces; the event log keeps `log_capacity` events,
     /// and a watch may fall `watch_buffer` changes behind before it is closed.
@@ -241,7 +255,8 @@ impl Store {
                 let _ = store.create_locked(&mut inner, &ty, "v1", "", namespace, false);
             }
         }
-        for (group, plural, object) in kubernetes_service() {
+        for (group, plural, object) in kubernetes_service().into_iter().chain(component_statuses())
+        {
             if let Some(ty) = inner.registry.get(group, "v1", plural) {
                 let _ = store.create_locked(&mut inner, &ty, "v1", "default", object, false);
             }
