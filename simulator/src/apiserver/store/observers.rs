@@ -98,3 +98,105 @@ pub(crate) trait WriteObserver: Send + Sync {
     /// After an object went away (its finalizers done, its grace period over).
     fn after_removal(&self, _store: &Store, _inner: &mut Inner, _removal: &Removal<'_>) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::apiserver::store::DeleteOptions;
+    use crate::apiserver::time::SystemWallClock;
+
+    /// Records what it is told, in order.
+    #[derive(Default)]
+    struct Recording(Mutex<Vec<String>>);
+
+    impl WriteObserver for Recording {
+        fn attached(&self, _store: &Store, inner: &mut Inner) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("attached at {}", inner.revision > 1));
+        }
+
+        fn after_write(
+            &self,
+            _store: &Store,
+            _inner: &mut Inner,
+            ty: &ResourceType,
+            namespace: &str,
+        ) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("write {} in {namespace}", ty.plural));
+        }
+
+        fn after_removal(&self, _store: &Store, _inner: &mut Inner, removal: &Removal<'_>) {
+            self.0.lock().unwrap().push(format!(
+                "removed {} orphan={}",
+                removal.key.name, removal.orphan
+            ));
+        }
+    }
+
+    #[test]
+    fn observers_hear_every_settled_write_and_removal_and_no_controller_runs_unless_registered() {
+        let store = Store::new(Arc::new(SystemWallClock), 64, 64);
+        let recording = Arc::new(Recording::default());
+        store.observe(recording.clone());
+        let ty = store.registry().get("", "v1", "configmaps").unwrap();
+        let owner = store
+            .create(
+                &ty,
+                "v1",
+                "default",
+                json!({"metadata": {"name": "owner"}}),
+                false,
+            )
+            .unwrap();
+        let uid = owner["metadata"]["uid"].clone();
+        store
+            .create(
+                &ty,
+                "v1",
+                "default",
+                json!({"metadata": {"name": "dependent", "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}]}}),
+                false,
+            )
+            .unwrap();
+        // A dry run settles nothing.
+        store
+            .create(
+                &ty,
+                "v1",
+                "default",
+                json!({"metadata": {"name": "dry"}}),
+                true,
+            )
+            .unwrap();
+        let orphaning = DeleteOptions {
+            orphan: true,
+            ..DeleteOptions::default()
+        };
+        store
+            .delete(&ty, "v1", "default", "owner", &orphaning)
+            .unwrap();
+        assert_eq!(
+            *recording.0.lock().unwrap(),
+            [
+                "attached at true",
+                "write configmaps in default",
+                "write configmaps in default",
+                "removed owner orphan=true",
+                "write configmaps in default",
+            ]
+        );
+        // Without the server's controllers registered, nobody collected the dependent or
+        // dropped its reference: that is theirs to do, not the store's.
+        let dependent = store.get(&ty, "v1", "default", "dependent").unwrap();
+        assert_eq!(dependent["metadata"]["ownerReferences"][0]["uid"], uid);
+    }
+}
