@@ -1594,3 +1594,29 @@ async fn a_pdb_round_trips_through_protobuf_and_kube_reads_it() {
     );
     assert_eq!(pdb.status.unwrap().expected_pods, 0);
 }
+
+/// `kubectl get cs` prints the control plane's components as on a 1.32 cluster (the real
+/// printer's Name, Status, Message and Error columns), and they cannot be deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_componentstatuses_prints_them_healthy() {
+    let c = cluster().await;
+    let out = c.ok(&["get", "componentstatuses"], None).await;
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0], ["NAME", "STATUS", "MESSAGE", "ERROR"], "{out}");
+    let mut names: Vec<&str> = rows[1..].iter().map(|r| r[0]).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["controller-manager", "etcd-0", "scheduler"],
+        "{out}"
+    );
+    assert!(
+        rows[1..].iter().all(|r| r[1..] == ["Healthy", "ok"]),
+        "{out}"
+    );
+    let (ok, _, err) = c.kubectl(&["delete", "cs", "scheduler"], None).await;
+    assert!(!ok && err.contains("MethodNotAllowed"), "{err}");
+}

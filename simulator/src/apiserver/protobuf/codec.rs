@@ -173,31 +173,8 @@ fn fields_json(
                 let list = object
                     .entry(field.name.clone())
                     .or_insert_with(|| Value::Array(Vec::new()));
-                let Value::Array(list) = list else { continue };
-                match raw {
-                    // A packed list of numbers.
-                    Raw::Bytes(mut packed)
-                        if !matches!(
-                            field.ty,
-                            FieldType::String | FieldType::Bytes | FieldType::Message(_)
-                        ) =>
-                    {
-                        while packed.has_remaining() {
-                            let raw = match field.ty {
-                                FieldType::Double if packed.len() >= 8 => {
-                                    Raw::Fixed64(packed.get_u64_le())
-                                }
-                                FieldType::Double => {
-                                    return Err("a packed double is truncated".into());
-                                }
-                                _ => Raw::Varint(
-                                    decode_varint(&mut packed).map_err(|e| e.to_string())?,
-                                ),
-                            };
-                            list.push(value_json(schema, &field.ty, raw, depth)?);
-                        }
-                    }
-                    raw => list.push(value_json(schema, &field.ty, raw, depth)?),
+                if let Value::Array(list) = list {
+                    push_repeated(schema, field, raw, list, depth)?;
                 }
             }
             Cardinality::Map => {
@@ -222,6 +199,38 @@ fn fields_json(
         !(optional && is_go_zero(value))
     });
     Ok(object)
+}
+
+/// Appends one wire value of a repeated field to its list (several, for a packed list of
+/// numbers).
+fn push_repeated(
+    schema: &Schema,
+    field: &Field,
+    raw: Raw<'_>,
+    list: &mut Vec<Value>,
+    depth: usize,
+) -> Result<(), String> {
+    let numeric = !matches!(
+        field.ty,
+        FieldType::String | FieldType::Bytes | FieldType::Message(_)
+    );
+    let Raw::Bytes(mut packed) = raw else {
+        list.push(value_json(schema, &field.ty, raw, depth)?);
+        return Ok(());
+    };
+    if !numeric {
+        list.push(value_json(schema, &field.ty, Raw::Bytes(packed), depth)?);
+        return Ok(());
+    }
+    while packed.has_remaining() {
+        let raw = match field.ty {
+            FieldType::Double if packed.len() >= 8 => Raw::Fixed64(packed.get_u64_le()),
+            FieldType::Double => return Err("a packed double is truncated".into()),
+            _ => Raw::Varint(decode_varint(&mut packed).map_err(|e| e.to_string())?),
+        };
+        list.push(value_json(schema, &field.ty, raw, depth)?);
+    }
+    Ok(())
 }
 
 /// What Go's encoder writes for an unset non-pointer string (and for a zero `Time`, which
@@ -446,57 +455,61 @@ pub(crate) fn message_proto(
             .ok_or_else(|| format!("{path}: {value} is not an object"))?,
     };
     for field in &message.fields {
-        if field.cardinality == Cardinality::Inline {
-            // The embedded struct takes its fields from the enclosing object.
-            let FieldType::Message(inner) = &field.ty else {
-                continue;
-            };
-            let mut embedded = Vec::new();
-            message_proto(
-                schema,
-                inner,
-                &Value::Object(object.clone()),
-                path,
-                depth + 1,
-                &mut embedded,
-            )?;
-            if !embedded.is_empty() {
-                put_bytes(out, field.number, &embedded);
-            }
-            continue;
+        put_field(schema, out, field, &object, path, depth)?;
+    }
+    Ok(())
+}
+
+/// The wire form of one field of `object` (nothing when it is absent or null).
+fn put_field(
+    schema: &Schema,
+    out: &mut Vec<u8>,
+    field: &Field,
+    object: &Map<String, Value>,
+    path: &str,
+    depth: usize,
+) -> Result<(), String> {
+    if let (Cardinality::Inline, FieldType::Message(inner)) = (field.cardinality, &field.ty) {
+        // The embedded struct takes its fields from the enclosing object.
+        let mut embedded = Vec::new();
+        let whole = Value::Object(object.clone());
+        message_proto(schema, inner, &whole, path, depth + 1, &mut embedded)?;
+        if !embedded.is_empty() {
+            put_bytes(out, field.number, &embedded);
         }
-        let Some(value) = object.get(&field.name).filter(|v| !v.is_null()) else {
-            continue;
-        };
-        let path = if path.is_empty() {
-            field.name.clone()
-        } else {
-            format!("{path}.{}", field.name)
-        };
-        match field.cardinality {
-            Cardinality::Single | Cardinality::Inline => {
-                put_value(schema, out, field.number, &field.ty, value, &path, depth)?
+        return Ok(());
+    }
+    let Some(value) = object.get(&field.name).filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let path = if path.is_empty() {
+        field.name.clone()
+    } else {
+        format!("{path}.{}", field.name)
+    };
+    match field.cardinality {
+        Cardinality::Single | Cardinality::Inline => {
+            put_value(schema, out, field.number, &field.ty, value, &path, depth)?
+        }
+        Cardinality::Repeated => {
+            let items = value
+                .as_array()
+                .ok_or_else(|| format!("{path}: {value} is not a list"))?;
+            for item in items {
+                put_value(schema, out, field.number, &field.ty, item, &path, depth)?;
             }
-            Cardinality::Repeated => {
-                let items = value
-                    .as_array()
-                    .ok_or_else(|| format!("{path}: {value} is not a list"))?;
-                for item in items {
-                    put_value(schema, out, field.number, &field.ty, item, &path, depth)?;
+        }
+        Cardinality::Map => {
+            let entries = value
+                .as_object()
+                .ok_or_else(|| format!("{path}: {value} is not a map"))?;
+            for (key, item) in entries {
+                let mut entry = Vec::new();
+                put_bytes(&mut entry, 1, key.as_bytes());
+                if !item.is_null() {
+                    put_value(schema, &mut entry, 2, &field.ty, item, &path, depth)?;
                 }
-            }
-            Cardinality::Map => {
-                let entries = value
-                    .as_object()
-                    .ok_or_else(|| format!("{path}: {value} is not a map"))?;
-                for (key, item) in entries {
-                    let mut entry = Vec::new();
-                    put_bytes(&mut entry, 1, key.as_bytes());
-                    if !item.is_null() {
-                        put_value(schema, &mut entry, 2, &field.ty, item, &path, depth)?;
-                    }
-                    put_bytes(out, field.number, &entry);
-                }
+                put_bytes(out, field.number, &entry);
             }
         }
     }
@@ -511,80 +524,68 @@ fn special_proto(
     value: &Value,
     path: &str,
 ) -> Result<Option<Map<String, Value>>, String> {
-    let mut object = Map::new();
-    match name {
+    let text = |what: &str| {
+        value
+            .as_str()
+            .ok_or_else(|| format!("{path}: {value} is not a {what}"))
+    };
+    let fields = match name {
         TIME | MICRO_TIME => {
-            let text = value
-                .as_str()
-                .ok_or_else(|| format!("{path}: {value} is not a time"))?;
+            let text = text("time")?;
             let since = parse_time(text)
                 .ok_or_else(|| format!("{path}: {text:?} is not an RFC 3339 time"))?;
-            object.insert("seconds".into(), json!(since.as_secs()));
-            if name == MICRO_TIME && since.subsec_nanos() != 0 {
-                object.insert("nanos".into(), json!(since.subsec_micros() * 1000));
-            }
+            let nanos = if name == MICRO_TIME {
+                since.subsec_micros() * 1000
+            } else {
+                0
+            };
+            json!({"seconds": since.as_secs(), "nanos": nanos})
         }
         DURATION => {
-            let text = value
-                .as_str()
-                .ok_or_else(|| format!("{path}: {value} is not a duration"))?;
+            let text = text("duration")?;
             let nanos = parse_duration(text)
                 .ok_or_else(|| format!("{path}: {text:?} is not a duration"))?;
-            object.insert("duration".into(), json!(nanos));
+            json!({"duration": nanos})
         }
         INT_OR_STRING => match value {
-            Value::Number(n) => {
-                object.insert("type".into(), json!(0));
-                object.insert(
-                    "intVal".into(),
-                    json!(
-                        n.as_i64()
-                            .ok_or_else(|| format!("{path}: {n} is not an integer"))?
-                    ),
-                );
-            }
-            Value::String(s) => {
-                object.insert("type".into(), json!(1));
-                object.insert("strVal".into(), json!(s));
-            }
+            Value::Number(n) => match n.as_i64() {
+                Some(n) => json!({"type": 0, "intVal": n}),
+                None => return Err(format!("{path}: {n} is not an integer")),
+            },
+            Value::String(s) => json!({"type": 1, "strVal": s}),
             other => {
                 return Err(format!(
                     "{path}: {other} is neither an integer nor a string"
                 ));
             }
         },
-        QUANTITY => {
-            let text = match value {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                other => return Err(format!("{path}: {other} is not a quantity")),
-            };
-            object.insert("string".into(), json!(text));
-        }
+        QUANTITY => match value {
+            Value::String(s) => json!({"string": s}),
+            Value::Number(n) => json!({"string": n.to_string()}),
+            other => return Err(format!("{path}: {other} is not a quantity")),
+        },
         _ if RAW_JSON.contains(&name) => {
             let field = message.by_number(1).map_or("raw", |f| f.name.as_str());
             let raw = base64::engine::general_purpose::STANDARD.encode(value.to_string());
-            object.insert(field.to_owned(), json!(raw));
+            json!({field: raw})
         }
-        _ if message.list => {
-            object.insert("items".into(), value.clone());
-        }
-        _ => {
-            let Some((_, schema, other)) = SCHEMA_UNIONS.iter().find(|(union, ..)| *union == name)
-            else {
-                return Ok(None);
-            };
-            if value.is_object() {
-                object.insert((*schema).into(), value.clone());
-                if *other == "allows" {
-                    object.insert("allows".into(), json!(true));
-                }
-            } else {
-                object.insert((*other).into(), value.clone());
+        _ if message.list => json!({"items": value}),
+        _ => match SCHEMA_UNIONS.iter().find(|(union, ..)| *union == name) {
+            // OrBool's `allows` is true beside a schema.
+            Some((_, schema, "allows")) if value.is_object() => {
+                json!({*schema: value, "allows": true})
             }
-        }
-    }
-    Ok(Some(object))
+            Some((_, schema, _)) if value.is_object() => json!({*schema: value}),
+            Some((_, _, other)) => json!({*other: value}),
+            None => return Ok(None),
+        },
+    };
+    // A zero `nanos` is not written, as Go's encoder writes none for an exact second.
+    let Value::Object(mut fields) = fields else {
+        return Ok(None);
+    };
+    fields.retain(|key, v| !(key == "nanos" && v == &json!(0)));
+    Ok(Some(fields))
 }
 
 #[cfg(test)]
