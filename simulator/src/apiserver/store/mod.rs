@@ -1,7 +1,8 @@
 //! The object store: one global, monotonic resourceVersion, an event log for watches (with
 //! compaction, so an old resourceVersion gets 410 Gone), and the write rules of the real API
 //! server — optimistic concurrency, status separation, generation, finalizers, graceful pod
-//! deletion, delete preconditions.
+//! deletion, delete preconditions. Kind-specific rules and the controllers that react to writes
+//! are registered from outside ([`observers`]); the store calls none by name.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
