@@ -877,3 +877,123 @@ async fn a_certificate_signing_request_is_approved_through_kube() {
         Some(1)
     );
 }
+
+/// kube-client's own `csr_can_be_approved` (kube-client `src/lib.rs`) against the simulator: a
+/// request with `expirationSeconds`, approved through `/approval` with a condition type of the
+/// client's own (`ApprovedFake`), read back through `/approval`, then deleted — all as a real
+/// server accepts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubes_own_csr_test_passes() {
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequest, CertificateSigningRequestCondition,
+        CertificateSigningRequestStatus,
+    };
+
+    let (_server, client) = start().await;
+    let request = baremend_sim::tls::signing_request("angela").unwrap();
+    let csr: CertificateSigningRequest = serde_json::from_value(json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": "fake"},
+        "spec": {"request": request, "signerName": "kubernetes.io/kube-apiserver-client",
+            "expirationSeconds": 86400, "usages": ["client auth"]},
+    }))
+    .unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(client);
+    let created = csrs.create(&PostParams::default(), &csr).await.unwrap();
+    assert_eq!(created.spec.expiration_seconds, Some(86400));
+    let status = CertificateSigningRequestStatus {
+        certificate: None,
+        conditions: Some(vec![CertificateSigningRequestCondition {
+            type_: "ApprovedFake".into(),
+            last_update_time: None,
+            last_transition_time: None,
+            message: Some("ApprovedFake by kube-rs client".into()),
+            reason: Some("kube-rsClient".into()),
+            status: "True".into(),
+        }]),
+    };
+    csrs.patch_approval(
+        "fake",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .unwrap();
+    let read = csrs.get_approval("fake").await.unwrap();
+    let conditions = read.status.unwrap().conditions.unwrap();
+    assert_eq!(conditions[0].type_, "ApprovedFake");
+    assert!(conditions[0].last_update_time.is_some());
+    csrs.delete("fake", &DeleteParams::default()).await.unwrap();
+    assert!(csrs.get_opt("fake").await.unwrap().is_none());
+}
+
+/// `componentstatuses` as a 1.32 server serves them: the scheduler, the controller-manager and
+/// etcd, Healthy, readable and listable but not writable; kube's events Recorder test
+/// (kube-runtime `src/events.rs`, `event_recorder_attaches_events_without_namespace`) attaches
+/// events to one, and they land in `default`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn component_statuses_are_served_read_only_and_take_events() {
+    use k8s_openapi::api::core::v1::ComponentStatus;
+
+    let (_server, client) = start().await;
+    let statuses: Api<ComponentStatus> = Api::all(client.clone());
+    let list = statuses.list(&ListParams::default()).await.unwrap();
+    let mut names: Vec<String> = list
+        .items
+        .iter()
+        .map(|s| s.metadata.name.clone().unwrap_or_default())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["controller-manager", "etcd-0", "scheduler"]);
+    for status in &list.items {
+        let condition = &status.conditions.as_ref().unwrap()[0];
+        assert_eq!(
+            (condition.type_.as_str(), condition.status.as_str()),
+            ("Healthy", "True")
+        );
+    }
+    let scheduler = statuses.get("scheduler").await.unwrap();
+    let mut copy = scheduler.clone();
+    copy.metadata = kube::api::ObjectMeta {
+        name: Some("mine".into()),
+        ..Default::default()
+    };
+    match statuses
+        .create(&PostParams::default(), &copy)
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(status) => assert_eq!(
+            (status.code, status.reason.as_str()),
+            (405, "MethodNotAllowed")
+        ),
+        other => panic!("expected 405, got {other:?}"),
+    }
+    let recorder = Recorder::new(client.clone(), "kube".into());
+    let published = event(
+        EventType::Normal,
+        "VeryCoolServiceNoNamespace",
+        "without namespace",
+        "Test event",
+    );
+    recorder
+        .publish(&published, &scheduler.object_ref(&()))
+        .await
+        .unwrap();
+    recorder
+        .publish(&published, &scheduler.object_ref(&()))
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, "default");
+    let found = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("VeryCoolServiceNoNamespace"))
+        .unwrap();
+    assert_eq!(found.regarding.unwrap().name.as_deref(), Some("scheduler"));
+    assert!(found.series.is_some());
+}

@@ -2212,11 +2212,13 @@ async fn discovery_orders_groups_by_priority_and_versions_kube_aware() {
             "events.k8s.io",
             "authentication.k8s.io",
             "authorization.k8s.io",
+            "batch",
             "certificates.k8s.io",
             "policy",
             "rbac.authorization.k8s.io",
             "admissionregistration.k8s.io",
             "apiextensions.k8s.io",
+            "scheduling.k8s.io",
             "coordination.k8s.io",
             "discovery.k8s.io",
             "example.com"

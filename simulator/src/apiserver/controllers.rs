@@ -2,16 +2,106 @@
 //! must do too: create-time defaults, CRD registration, the PodDisruptionBudget status
 //! (disruption controller), namespace termination, owner-reference garbage collection and
 //! pod grace periods.
+//!
+//! Expected flow: the server registers [`BuiltinRules`] as the store's kind rules and a
+//! [`Controllers`] as an observer of its writes ([`Controllers::install`]); the store calls
+//! them under its lock, and they write back through it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 
 use super::errors::{ApiError, ApiResult};
 use super::kinds::{ResourceType, crd_type};
 use super::objects::{meta_str, metadata_mut};
-use super::store::{DeleteOptions, EventType, Inner, ObjectKey, Store};
+use super::store::{
+    DeleteOptions, EventType, Inner, KindRules, ObjectKey, Removal, Store, WriteObserver,
+};
+
+/// The rules of the built-in kinds, CertificateSigningRequests and CustomResourceDefinitions.
+pub(crate) struct BuiltinRules;
+
+impl KindRules for BuiltinRules {
+    fn prepare_for_create(&self, ty: &ResourceType, object: &mut Value, now: &str) {
+        prepare_for_create(ty, object, now);
+    }
+
+    fn validate_create(&self, ty: &ResourceType, object: &Value) -> ApiResult<()> {
+        validate_create(ty, object)
+    }
+
+    fn prepare_for_update(
+        &self,
+        ty: &ResourceType,
+        current: &Value,
+        next: &mut Value,
+        status: bool,
+    ) {
+        prepare_for_update(ty, current, next, status);
+    }
+
+    fn validate_update(&self, ty: &ResourceType, before: &Value, after: &Value) -> ApiResult<()> {
+        validate_update(ty, before, after)
+    }
+
+    fn grace_period(&self, ty: &ResourceType, object: &Value, requested: Option<i64>) -> i64 {
+        grace_period(ty, object, requested)
+    }
+}
+
+/// The simulated controller-manager (disruption controller, namespace lifecycle, garbage
+/// collector), the CRD registration and the aggregator's APIService registration, as one
+/// observer of the store's writes.
+pub(crate) struct Controllers {
+    /// The disruption controller is held back (a lagging controller manager): PDB statuses
+    /// are not recomputed until it resumes.
+    disruption_paused: AtomicBool,
+}
+
+impl Controllers {
+    /// Registers the built-in rules and the controllers with `store`.
+    pub(crate) fn install(store: &Store) -> Arc<Controllers> {
+        store.set_rules(Arc::new(BuiltinRules));
+        let controllers = Arc::new(Controllers {
+            disruption_paused: AtomicBool::new(false),
+        });
+        store.observe(controllers.clone());
+        controllers
+    }
+
+    /// Holds the disruption controller back (`true`), or lets it catch up with every
+    /// PodDisruptionBudget at once (`false`), as a lagging controller manager would.
+    pub(crate) fn pause_disruption(&self, store: &Store, paused: bool) {
+        let mut inner = store.lock();
+        self.disruption_paused.store(paused, Ordering::SeqCst);
+        if !paused {
+            resync_pdbs(store, &mut inner);
+        }
+    }
+}
+
+impl WriteObserver for Controllers {
+    fn attached(&self, store: &Store, inner: &mut Inner) {
+        super::apiservices::sync(store, inner);
+    }
+
+    fn after_write(&self, store: &Store, inner: &mut Inner, ty: &ResourceType, namespace: &str) {
+        let paused = self.disruption_paused.load(Ordering::SeqCst);
+        after_write(store, inner, ty, namespace, paused);
+    }
+
+    fn after_removal(&self, store: &Store, inner: &mut Inner, removal: &Removal<'_>) {
+        if removal.orphan {
+            collect_dependents(store, inner, removal.key, removal.gone, true);
+        } else {
+            after_delete(store, inner, removal.ty, removal.key, removal.gone);
+        }
+    }
+}
 
 /// Defaults and resets applied when an object is created.
-pub(crate) fn prepare_for_create(ty: &ResourceType, object: &mut Value, now: &str) {
+fn prepare_for_create(ty: &ResourceType, object: &mut Value, now: &str) {
     match (ty.group.as_str(), ty.plural.as_str()) {
         ("", "pods") => {
             // The API server resets pod status on create; the kubelet reports it later.
@@ -43,19 +133,14 @@ pub(crate) fn prepare_for_create(ty: &ResourceType, object: &mut Value, now: &st
 
 /// What an update keeps of the stored object beyond the status split (the spec of a
 /// CertificateSigningRequest, its approval conditions).
-pub(crate) fn prepare_for_update(
-    ty: &ResourceType,
-    current: &Value,
-    next: &mut Value,
-    status: bool,
-) {
+fn prepare_for_update(ty: &ResourceType, current: &Value, next: &mut Value, status: bool) {
     if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
         super::csr::prepare_for_update(current, next, status);
     }
 }
 
 /// Create-time validation beyond metadata.
-pub(crate) fn validate_create(ty: &ResourceType, object: &Value) -> ApiResult<()> {
+fn validate_create(ty: &ResourceType, object: &Value) -> ApiResult<()> {
     if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
         super::csr::validate(object)?;
     }
@@ -73,7 +158,7 @@ pub(crate) fn validate_create(ty: &ResourceType, object: &Value) -> ApiResult<()
 }
 
 /// Update rules of specific kinds.
-pub(crate) fn validate_update(ty: &ResourceType, before: &Value, after: &Value) -> ApiResult<()> {
+fn validate_update(ty: &ResourceType, before: &Value, after: &Value) -> ApiResult<()> {
     if ty.group.is_empty() && ty.plural == "pods" {
         let comparable = |pod: &Value| {
             let mut spec = pod.get("spec").cloned().unwrap_or_default();
@@ -114,7 +199,7 @@ pub(crate) fn validate_update(ty: &ResourceType, before: &Value, after: &Value) 
 
 /// The grace period of a delete: pods bound to a node get theirs (the kubelet confirms the
 /// deletion); everything else goes at once.
-pub(crate) fn grace_period(ty: &ResourceType, object: &Value, requested: Option<i64>) -> i64 {
+fn grace_period(ty: &ResourceType, object: &Value, requested: Option<i64>) -> i64 {
     if ty.group.is_empty() && ty.plural == "namespaces" {
         // Namespaces stay until their content is gone (see `namespace_cleanup`).
         return 1;
@@ -143,10 +228,10 @@ pub(crate) fn grace_period(ty: &ResourceType, object: &Value, requested: Option<
         .max(0)
 }
 
-/// After any write of `ty` in `namespace`.
-pub(crate) fn after_write(store: &Store, inner: &mut Inner, ty: &ResourceType, namespace: &str) {
+/// After any write of `ty` in `namespace` (`paused`: the disruption controller is held back).
+fn after_write(store: &Store, inner: &mut Inner, ty: &ResourceType, namespace: &str, paused: bool) {
     match (ty.group.as_str(), ty.plural.as_str()) {
-        ("", "pods") | ("policy", "poddisruptionbudgets") if !inner.disruption_paused => {
+        ("", "pods") | ("policy", "poddisruptionbudgets") if !paused => {
             update_pdb_status(store, inner, namespace)
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
@@ -299,7 +384,7 @@ pub(crate) fn pdb_status(inner: &Inner, namespace: &str, pdb: &Value) -> Value {
 }
 
 /// The disruption controller's pass over every namespace with a PodDisruptionBudget.
-pub(crate) fn resync_pdbs(store: &Store, inner: &mut Inner) {
+fn resync_pdbs(store: &Store, inner: &mut Inner) {
     let namespaces: std::collections::BTreeSet<String> = inner
         .objects_of("policy", "poddisruptionbudgets", None)
         .map(|(key, _)| key.namespace.clone())
@@ -408,7 +493,7 @@ fn namespace_cleanup(store: &Store, inner: &mut Inner) {
 }
 
 /// After an object is gone: CRD instances, dependents (background garbage collection).
-pub(crate) fn after_delete(
+fn after_delete(
     store: &Store,
     inner: &mut Inner,
     ty: &ResourceType,
@@ -432,17 +517,6 @@ pub(crate) fn after_delete(
         super::apiservices::sync(store, inner);
     }
     collect_dependents(store, inner, key, gone, false);
-}
-
-/// After an object is gone with `propagationPolicy: Orphan`: dependents lose the reference.
-pub(crate) fn after_delete_orphaning(
-    store: &Store,
-    inner: &mut Inner,
-    _ty: &ResourceType,
-    key: &ObjectKey,
-    gone: &Value,
-) {
-    collect_dependents(store, inner, key, gone, true);
 }
 
 fn collect_dependents(

@@ -3,15 +3,14 @@
 //!
 //! Expected flow: create → [`validate`] the request (pure) and [`stamp`] the requester into
 //! the spec; every later write keeps the spec ([`prepare_for_update`]); `/approval` takes the
-//! Approved and Denied conditions of the object sent ([`approval_conditions`], pure) and
-//! keeps everything else.
+//! conditions of the object sent ([`approval_conditions`], pure) and keeps everything else.
 //!
 //! Guarantees (as the real strategy and validation): `spec.request` must be a PEM
 //! `CERTIFICATE REQUEST` block, `signerName` and `usages` are required and
 //! `expirationSeconds` is at least 600 (422 otherwise); the requester's name, uid and groups
 //! replace whatever the client sent; the spec never changes after create; Approved and Denied
-//! conditions change only through `/approval`, must be `True`, exclude each other and cannot
-//! be removed; condition times are filled in.
+//! conditions change only through `/approval` (which takes every condition sent, of any type),
+//! must be `True`, exclude each other and cannot be removed; condition times are filled in.
 //!
 //! Caveats: the request's signature is not verified, and no signer issues certificates for
 //! approved requests (`status.certificate` is only what a client writes through `/status`).
@@ -178,8 +177,9 @@ pub(crate) fn prepare_for_update(current: &Value, next: &mut Value, status: bool
     }
 }
 
-/// The conditions after an approval update: the Approved and Denied ones of `proposed`, the
-/// others of `current`, refused as the API server refuses them.
+/// The conditions after an approval update: those of `proposed` (times filled in), refused
+/// as the API server refuses them (kubernetes `pkg/registry/certificates/certificates/
+/// strategy.go`, `csrApprovalStrategy.PrepareForUpdate`).
 pub(crate) fn approval_conditions(
     current: &Value,
     proposed: &Value,
@@ -220,12 +220,12 @@ pub(crate) fn approval_conditions(
             "Invalid value: Approved and Denied conditions are mutually exclusive".into(),
         ));
     }
-    let mut next: Vec<Value> = conditions(current)
+    // Every condition the client sent is taken, as the real approval strategy takes them (a
+    // client may record its own types beside Approved and Denied).
+    Ok(conditions(proposed)
         .into_iter()
-        .filter(|c| !is_approval(c))
-        .collect();
-    next.extend(wanted.into_iter().map(|c| stamped(c, now)));
-    Ok(next)
+        .map(|c| stamped(c, now))
+        .collect())
 }
 
 /// `PUT` or `PATCH …/approval`: writes the Approved and Denied conditions of the object the
@@ -321,6 +321,11 @@ mod tests {
         assert!(approval_conditions(&csr(json!([])), &csr(both), "T").is_err());
         let removed = approval_conditions(&csr(approved.clone()), &csr(json!([])), "T");
         assert_eq!(removed.map_err(|e| e.code), Err(422));
+        // Other types are the client's own, taken as sent (kube-client's `csr_can_be_approved`
+        // approves with `ApprovedFake`).
+        let own = json!([{"type": "ApprovedFake", "status": "True", "reason": "kube-rsClient"}]);
+        let next = approval_conditions(&csr(json!([])), &csr(own), "T").unwrap();
+        assert_eq!((next.len(), &next[0]["type"]), (1, &json!("ApprovedFake")));
         let not_true = json!([{"type": "Denied", "status": "False"}]);
         assert!(approval_conditions(&csr(json!([])), &csr(not_true), "T").is_err());
         // A status update cannot approve.

@@ -15,7 +15,7 @@
 //!
 //! Caveats: the budget's status is the simulated disruption controller's, which recomputes it
 //! after every pod or budget write unless a test holds it back
-//! ([`Store::pause_disruption_controller`]).
+//! ([`super::ApiServer::pause_disruption_controller`]).
 
 use serde_json::{Value, json};
 
@@ -227,7 +227,7 @@ pub fn evict(store: &Store, namespace: &str, name: &str, body: &Value) -> ApiRes
     store.delete_locked(&mut inner, &pods, "v1", namespace, name, &options)?;
     // The disruption controller notices the deletion: a pod that is gone leaves the PDB's
     // disrupted list.
-    super::controllers::after_write(store, &mut inner, &pods, namespace);
+    store.settle(&mut inner, &pods, namespace);
     Ok(())
 }
 

@@ -147,12 +147,22 @@ impl ResourceType {
         }
     }
 
+    /// Whether clients may only read the kind (ComponentStatus: `get` and `list`).
+    pub fn is_read_only(&self) -> bool {
+        self.group.is_empty() && self.plural == "componentstatuses"
+    }
+
     /// Whether the kind keeps `metadata.generation` (bumped on spec changes).
     pub fn tracks_generation(&self) -> bool {
         self.custom
             || matches!(
                 self.plural.as_str(),
-                "pods" | "poddisruptionbudgets" | "customresourcedefinitions"
+                "pods"
+                    | "poddisruptionbudgets"
+                    | "customresourcedefinitions"
+                    | "deployments"
+                    | "jobs"
+                    | "cronjobs"
             )
     }
 }
@@ -193,6 +203,31 @@ impl Registry {
             ),
             ResourceType::builtin("apps", "v1", "Deployment", "deployments", true, true)
                 .short(&["deploy"]),
+            // Stored only too: what `kubectl create job|cronjob|quota|priorityclass` makes.
+            ResourceType::builtin("batch", "v1", "Job", "jobs", true, true),
+            ResourceType::builtin("batch", "v1", "CronJob", "cronjobs", true, true).short(&["cj"]),
+            ResourceType::builtin("", "v1", "ResourceQuota", "resourcequotas", true, true)
+                .short(&["quota"]),
+            ResourceType::builtin(
+                "scheduling.k8s.io",
+                "v1",
+                "PriorityClass",
+                "priorityclasses",
+                false,
+                false,
+            )
+            .short(&["pc"]),
+            // Read-only: the health of the control plane's components, as `kubectl get cs`
+            // shows it.
+            ResourceType::builtin(
+                "",
+                "v1",
+                "ComponentStatus",
+                "componentstatuses",
+                false,
+                false,
+            )
+            .short(&["cs"]),
             ResourceType::builtin(
                 "rbac.authorization.k8s.io",
                 "v1",
@@ -488,6 +523,9 @@ pub fn api_resources(ty: &ResourceType) -> Vec<Value> {
     ];
     if ty.plural == "events" && ty.group.is_empty() {
         verbs.sort_unstable();
+    }
+    if ty.is_read_only() {
+        verbs = vec!["get", "list"];
     }
     let mut resources = vec![json!({
         "name": ty.plural,

@@ -4,8 +4,15 @@
 //! Secret, ConfigMap, Event (core/v1 and events.k8s.io/v1 over one store), Lease,
 //! PodDisruptionBudget (status kept by a simulated disruption controller),
 //! CertificateSigningRequest (with approval), APIService (one per served group-version),
-//! ValidatingAdmissionPolicy and its binding, and CustomResourceDefinition — every CRD created is served at once, with its status and scale
-//! subresources and printer columns.
+//! ValidatingAdmissionPolicy and its binding, and CustomResourceDefinition — every CRD
+//! created is served at once, with its status and scale subresources and printer columns —
+//! and, stored only, Service, Endpoints, EndpointSlice, Deployment, Job, CronJob,
+//! ResourceQuota, PriorityClass and the RBAC kinds; ComponentStatus read-only. Bodies and
+//! answers in JSON, YAML (bodies) and the Kubernetes protobuf encoding.
+//!
+//! The store knows no controller: the server registers the kind rules and the simulated
+//! controllers with it at start (`controllers::Controllers::install`), and they run under its
+//! lock after every write (see `store::observers`).
 //!
 //! Semantics follow the real API server where clients can tell (see the fake-conformance
 //! tests): legacy and aggregated discovery; one global resourceVersion; list with selectors
@@ -274,6 +281,8 @@ pub struct ApiServer {
     url: String,
     ca_pem: Option<String>,
     token: String,
+    /// The simulated controllers observing the store (held to pause one of them).
+    controllers: Arc<controllers::Controllers>,
     task: JoinHandle<()>,
 }
 
@@ -323,8 +332,11 @@ impl ApiServer {
         let scheme = if acceptor.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{local}");
         let (stop_watches, _) = broadcast::channel(4);
+        let store = Store::new(wall.clone(), config.event_log_capacity, config.watch_buffer);
+        // The store knows no controller: the server registers them before it serves.
+        let controllers = controllers::Controllers::install(&store);
         let state = Arc::new(ServerState {
-            store: Store::new(wall.clone(), config.event_log_capacity, config.watch_buffer),
+            store,
             token: token.clone(),
             audit: Mutex::new(None),
             faults: Mutex::new(Vec::new()),
@@ -345,6 +357,7 @@ impl ApiServer {
             url,
             ca_pem,
             token,
+            controllers,
             task,
         })
     }
@@ -449,7 +462,7 @@ impl ApiServer {
     /// budget whose spec changed meanwhile refuses evictions until it catches up), or lets it
     /// catch up.
     pub fn pause_disruption_controller(&self, paused: bool) {
-        self.state.store.pause_disruption_controller(paused);
+        self.controllers.pause_disruption(&self.state.store, paused);
     }
 
     /// Forgets the watch history: every older resourceVersion becomes 410 Gone.

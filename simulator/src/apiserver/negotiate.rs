@@ -6,10 +6,11 @@
 //! Guarantees: the ranges are tried in the client's order of preference (`q`, then position),
 //! as the real server's negotiation does; a range with an `as=` this server does not produce is
 //! skipped, and when nothing is left the answer is 406 NotAcceptable, as a real server gives.
-//! A range without `as=` (JSON, YAML, protobuf, `*/*`) is served JSON.
+//! A range without `as=` is served in protobuf when it is the protobuf type (objects and lists
+//! of kinds with a protobuf message), in JSON otherwise (JSON, YAML, `*/*`).
 //!
-//! Caveats: answers are always JSON (a protobuf range is answered in JSON, a documented
-//! difference); only `as=` values the simulator renders are recognised.
+//! Caveats: Tables, metadata renderings, watch streams, discovery and errors are always JSON
+//! (every client accepts it); only `as=` values the simulator renders are recognised.
 
 use serde_json::{Value, json};
 
@@ -26,6 +27,8 @@ struct MediaRange {
     kind: Option<String>,
     /// `q`: the preference, 0 to 1.
     quality: f32,
+    /// The type is `application/vnd.kubernetes.protobuf`.
+    protobuf: bool,
 }
 
 /// The parsed `Accept` header, in the client's order of preference.
@@ -138,6 +141,7 @@ impl MediaRanges {
                 version: None,
                 kind: None,
                 quality: 1.0,
+                protobuf: false,
             });
         }
         // A stable sort keeps the header's order among equal preferences.
@@ -168,6 +172,15 @@ impl MediaRanges {
             .ok_or_else(not_acceptable)
     }
 
+    /// Whether the client prefers objects in protobuf: its most preferred range for a plain
+    /// object (no `as=`) is `application/vnd.kubernetes.protobuf`.
+    pub(crate) fn prefers_protobuf(&self) -> bool {
+        self.0
+            .iter()
+            .find(|range| range.kind.is_none() && range.group.is_none())
+            .is_some_and(|range| range.protobuf)
+    }
+
     /// The rendering of a resource answer asked for, or 406 when no range can be served.
     pub(crate) fn rendering(&self) -> Result<Rendering, ApiError> {
         self.0
@@ -195,13 +208,14 @@ impl MediaRanges {
 
 fn parse_range(text: &str) -> Option<MediaRange> {
     let mut parts = text.split(';').map(str::trim);
-    // The type itself does not matter: every answer is JSON (see the caveats).
-    parts.next().filter(|essence| essence.contains('/'))?;
+    // Beyond protobuf the type does not matter: JSON, YAML and `*/*` are answered in JSON.
+    let essence = parts.next().filter(|essence| essence.contains('/'))?;
     let mut range = MediaRange {
         group: None,
         version: None,
         kind: None,
         quality: 1.0,
+        protobuf: essence.eq_ignore_ascii_case("application/vnd.kubernetes.protobuf"),
     };
     for parameter in parts {
         let Some((key, value)) = parameter.split_once('=') else {

@@ -88,7 +88,7 @@ pub fn patch(
         }
         let created = store.create_locked(&mut inner, ty, version, namespace, object, dry_run)?;
         if !dry_run {
-            super::controllers::after_write(store, &mut inner, ty, namespace);
+            store.settle(&mut inner, ty, namespace);
         }
         return Ok(created);
     };
@@ -138,7 +138,7 @@ pub fn patch(
     let next = Store::stored_shape(ty, next);
     let result = store.write(&mut inner, ty, version, &key, stored, next, status, dry_run)?;
     if !dry_run {
-        super::controllers::after_write(store, &mut inner, ty, namespace);
+        store.settle(&mut inner, ty, namespace);
     }
     Ok(result)
 }

@@ -72,6 +72,16 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     (status, axum::Json(body.clone())).into_response()
 }
 
+/// An answer in the Kubernetes protobuf encoding.
+fn protobuf_response(status: StatusCode, body: Vec<u8>) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/vnd.kubernetes.protobuf")],
+        body,
+    )
+        .into_response()
+}
+
 /// `/openapi/v2`: what kubectl's client-side validation reads when the OpenAPI v3 documents do
 /// not know an object's group-version (a kind whose CRD is not installed). Protobuf when asked
 /// for, as kubectl does; JSON otherwise.
@@ -451,11 +461,26 @@ async fn resource(
     let table = rendering == Rendering::Table;
     let include_object = query.get("includeObject").is_some_and(|v| v == "Object");
     let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    if ty.is_read_only() && (*method != Method::GET || watch) {
+        // ComponentStatus is served for get and list only, as by the real server.
+        let verb = if watch { "watch" } else { method.as_str() };
+        return Err(ApiError::method_not_allowed(verb, &ty.plural));
+    }
     let list = target.name.is_none() && matches!(*method, Method::GET | Method::DELETE) && !watch;
     check_shape(rendering, list)?;
     let one = |object: Value| match rendering {
         Rendering::Metadata(version) => partial_metadata(version, &object),
         _ => object,
+    };
+    // Objects and lists in the client's encoding: protobuf when it prefers it (kubectl's
+    // typed clients), JSON otherwise and for what has no protobuf message.
+    let protobuf = rendering == Rendering::Object && accept(headers).prefers_protobuf();
+    let answer = |code: StatusCode, object: Value| -> Response {
+        let object = one(object);
+        match protobuf.then(|| super::protobuf::encode(&object)) {
+            Some(Ok(bytes)) => protobuf_response(code, bytes),
+            _ => json_response(code, &object),
+        }
     };
     match (method.clone(), target.name.as_deref()) {
         (Method::GET, None) => {
@@ -517,7 +542,7 @@ async fn resource(
                     &partial_metadata_list(version, &list),
                 ));
             }
-            Ok(json_response(StatusCode::OK, &list))
+            Ok(answer(StatusCode::OK, list))
         }
         (Method::GET, Some(name)) => {
             let object = store.get(&ty, version, &namespace, name)?;
@@ -538,7 +563,7 @@ async fn resource(
                     ),
                 ));
             }
-            Ok(json_response(StatusCode::OK, &one(object)))
+            Ok(answer(StatusCode::OK, object))
         }
         (Method::POST, None) => {
             if target.namespace.is_none() && ty.namespaced {
@@ -549,7 +574,7 @@ async fn resource(
                 stamp(&mut object, &state.requester(headers));
             }
             let created = store.create(&ty, version, &namespace, object, dry_run(query))?;
-            Ok(json_response(StatusCode::CREATED, &one(created)))
+            Ok(answer(StatusCode::CREATED, created))
         }
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("eviction") => {
             let eviction = parse_json(&body)?;
@@ -580,7 +605,7 @@ async fn resource(
                 status,
                 dry_run(query),
             )?;
-            Ok(json_response(StatusCode::OK, &one(updated)))
+            Ok(answer(StatusCode::OK, updated))
         }
         (Method::PATCH, Some(name)) => {
             let content_type = headers
@@ -611,12 +636,12 @@ async fn resource(
             } else {
                 StatusCode::CREATED
             };
-            Ok(json_response(code, &one(patched)))
+            Ok(answer(code, patched))
         }
         (Method::DELETE, Some(name)) => {
             let options = delete_options(query, &body)?;
             let deleted = store.delete(&ty, version, &namespace, name, &options)?;
-            Ok(json_response(StatusCode::OK, &one(deleted)))
+            Ok(answer(StatusCode::OK, deleted))
         }
         (Method::DELETE, None) => {
             let (labels, fields) = selectors(query, &ty.plural)?;

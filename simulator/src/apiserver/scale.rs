@@ -165,7 +165,7 @@ pub(crate) fn write_scale(
     apply::record_update(ty, version, &current, &mut next, updater);
     let written = store.write(&mut inner, ty, version, &key, stored, next, false, dry_run)?;
     if !dry_run {
-        super::controllers::after_write(store, &mut inner, ty, namespace);
+        store.settle(&mut inner, ty, namespace);
     }
     Ok(scale_of(&paths, ty.namespaced, &written))
 }

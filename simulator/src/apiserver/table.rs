@@ -256,6 +256,29 @@ fn columns_and_cells(ty: &ResourceType, object: &Value, now: Duration) -> (Vec<V
                 json!(csr_condition(object)),
             ],
         ),
+        ("", "componentstatuses") => {
+            // As the real printer: the Healthy condition's status, message and error.
+            let healthy = object
+                .pointer("/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| c.iter().find(|c| c["type"] == "Healthy"));
+            let status = match healthy.map(|c| &c["status"]) {
+                Some(s) if s == "True" => "Healthy",
+                Some(_) => "Unhealthy",
+                None => "Unknown",
+            };
+            let text =
+                |field: &str| json!(healthy.and_then(|c| c[field].as_str()).unwrap_or_default());
+            (
+                vec![
+                    column("Name", "string", 0),
+                    column("Status", "string", 0),
+                    column("Message", "string", 0),
+                    column("Error", "string", 0),
+                ],
+                vec![name, json!(status), text("message"), text("error")],
+            )
+        }
         ("apiregistration.k8s.io", "apiservices") => (
             vec![
                 column("Name", "string", 0),

@@ -1,16 +1,20 @@
 //! The object store: one global, monotonic resourceVersion, an event log for watches (with
 //! compaction, so an old resourceVersion gets 410 Gone), and the write rules of the real API
 //! server — optimistic concurrency, status separation, generation, finalizers, graceful pod
-//! deletion, delete preconditions.
+//! deletion, delete preconditions. Kind-specific rules and the controllers that react to writes
+//! are registered from outside ([`observers`]); the store calls none by name.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+mod observers;
 mod writes;
+
+pub(crate) use self::observers::{KindRules, NoRules, Removal, WriteObserver};
 
 use super::errors::{ApiError, ApiResult};
 use super::kinds::{Registry, ResourceType};
@@ -114,9 +118,6 @@ pub(crate) struct Inner {
     compacted_through: u64,
     snapshots: HashMap<u64, Snapshot>,
     next_snapshot: u64,
-    /// The disruption controller is held back (a lagging controller manager): PDB statuses
-    /// are not recomputed until it resumes.
-    pub disruption_paused: bool,
 }
 
 impl Inner {
@@ -151,6 +152,10 @@ pub type CommitHook = Arc<dyn Fn(&WatchEvent) + Send + Sync>;
 pub struct Store {
     inner: Mutex<Inner>,
     hooks: Mutex<Vec<CommitHook>>,
+    /// The kind rules writes obey (registered by the server; none at first).
+    rules: RwLock<Arc<dyn KindRules>>,
+    /// Told of every settled write, in the order registered.
+    observers: RwLock<Vec<Arc<dyn WriteObserver>>>,
     sender: broadcast::Sender<Arc<WatchEvent>>,
     wall: Arc<dyn WallClock>,
     rng: SystemRandom,
@@ -207,6 +212,20 @@ fn kubernetes_service() -> [(&'static str, &'static str, Value); 3] {
     ]
 }
 
+/// The ComponentStatuses a healthy 1.32 control plane reports (`kubectl get cs`): the
+/// scheduler, the controller-manager and the etcd member, all Healthy.
+fn component_statuses() -> [(&'static str, &'static str, Value); 3] {
+    let healthy = |name: &str, message: &str| {
+        json!({"apiVersion": "v1", "kind": "ComponentStatus", "metadata": {"name": name},
+            "conditions": [{"type": "Healthy", "status": "True", "message": message}]})
+    };
+    [
+        ("", "componentstatuses", healthy("scheduler", "ok")),
+        ("", "componentstatuses", healthy("controller-manager", "ok")),
+        ("", "componentstatuses", healthy("etcd-0", "ok")),
+    ]
+}
+
 impl Store {
     /// An empty store with the system namespaces; the event log keeps `log_capacity` events,
     /// and a watch may fall `watch_buffer` changes behind before it is closed.
@@ -214,6 +233,8 @@ impl Store {
         let (sender, _) = broadcast::channel(watch_buffer.max(16));
         let store = Arc::new(Store {
             hooks: Mutex::new(Vec::new()),
+            rules: RwLock::new(Arc::new(NoRules)),
+            observers: RwLock::new(Vec::new()),
             inner: Mutex::new(Inner {
                 registry: Registry::new(),
                 objects: BTreeMap::new(),
@@ -223,7 +244,6 @@ impl Store {
                 compacted_through: 0,
                 snapshots: HashMap::new(),
                 next_snapshot: 1,
-                disruption_paused: false,
             }),
             sender,
             wall,
@@ -236,23 +256,56 @@ impl Store {
                 let _ = store.create_locked(&mut inner, &ty, "v1", "", namespace, false);
             }
         }
-        for (group, plural, object) in kubernetes_service() {
+        for (group, plural, object) in kubernetes_service().into_iter().chain(component_statuses())
+        {
             if let Some(ty) = inner.registry.get(group, "v1", plural) {
                 let _ = store.create_locked(&mut inner, &ty, "v1", "default", object, false);
             }
         }
-        crate::apiserver::apiservices::sync(&store, &mut inner);
         drop(inner);
         store
     }
 
-    /// Holds the disruption controller back (`true`), or lets it catch up with every
-    /// PodDisruptionBudget at once (`false`), as a lagging controller manager would.
-    pub fn pause_disruption_controller(&self, paused: bool) {
+    /// Sets the kind rules every later write obeys.
+    pub(crate) fn set_rules(&self, rules: Arc<dyn KindRules>) {
+        *self.rules.write().unwrap_or_else(|e| e.into_inner()) = rules;
+    }
+
+    /// Registers an observer of every later settled write; it first catches up with what the
+    /// store holds ([`WriteObserver::attached`]), under the lock.
+    pub(crate) fn observe(&self, observer: Arc<dyn WriteObserver>) {
         let mut inner = self.lock();
-        inner.disruption_paused = paused;
-        if !paused {
-            crate::apiserver::controllers::resync_pdbs(self, &mut inner);
+        self.observers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(observer.clone());
+        observer.attached(self, &mut inner);
+    }
+
+    fn rules(&self) -> Arc<dyn KindRules> {
+        self.rules.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A copy of the observers, so that none is called with the list's lock held (an observer
+    /// may write, and so settle, again).
+    fn observers(&self) -> Vec<Arc<dyn WriteObserver>> {
+        self.observers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Tells every observer that a write of `ty` in `namespace` settled.
+    pub(crate) fn settle(&self, inner: &mut Inner, ty: &ResourceType, namespace: &str) {
+        for observer in self.observers() {
+            observer.after_write(self, inner, ty, namespace);
+        }
+    }
+
+    /// Tells every observer that an object went away.
+    pub(crate) fn settle_removal(&self, inner: &mut Inner, removal: &Removal<'_>) {
+        for observer in self.observers() {
+            observer.after_removal(self, inner, removal);
         }
     }
 

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{DeleteOptions, EventType, Inner, ObjectKey, Store};
+use super::{DeleteOptions, EventType, Inner, ObjectKey, Removal, Store};
 use crate::apiserver::errors::{ApiError, ApiResult};
 use crate::apiserver::kinds::ResourceType;
 use crate::apiserver::objects::{
@@ -132,7 +132,7 @@ impl Store {
         let mut inner = self.lock();
         let created = self.create_locked(&mut inner, ty, version, namespace, body, dry_run)?;
         if !dry_run {
-            crate::apiserver::controllers::after_write(self, &mut inner, ty, namespace);
+            self.settle(&mut inner, ty, namespace);
         }
         Ok(created)
     }
@@ -219,10 +219,11 @@ impl Store {
                 metadata.remove("generation");
             }
         }
-        crate::apiserver::controllers::prepare_for_create(ty, &mut object, &now);
+        let rules = self.rules();
+        rules.prepare_for_create(ty, &mut object, &now);
         let around = surroundings(inner, namespace);
         crate::apiserver::validation::admit(ty, version, "", None, &mut object, &around)?;
-        crate::apiserver::controllers::validate_create(ty, &object)?;
+        rules.validate_create(ty, &object)?;
         let object = Self::present(ty, version, &object);
         let stored = if ty.group == "events.k8s.io" {
             crate::apiserver::objects::event_from_events_v1(&object)
@@ -275,7 +276,7 @@ impl Store {
             &mut inner, ty, version, &key, current, body, status, dry_run,
         )?;
         if !dry_run {
-            crate::apiserver::controllers::after_write(self, &mut inner, ty, namespace);
+            self.settle(&mut inner, ty, namespace);
         }
         Ok(result)
     }
@@ -344,7 +345,8 @@ impl Store {
                 }
             }
         }
-        crate::apiserver::controllers::prepare_for_update(ty, &current, &mut next, status);
+        let rules = self.rules();
+        rules.prepare_for_update(ty, &current, &mut next, status);
         Self::validate_metadata(ty, &next, &key.name)?;
         let around = surroundings(inner, &key.namespace);
         let subresource = if status { "status" } else { "" };
@@ -380,7 +382,7 @@ impl Store {
                 .unwrap_or(1);
             metadata_mut(&mut next).insert("generation".into(), json!(generation + 1));
         }
-        crate::apiserver::controllers::validate_update(ty, &current, &next)?;
+        rules.validate_update(ty, &current, &next)?;
         let unchanged = strip_rv(&current) == strip_rv(&next);
         if dry_run {
             return Ok(Self::present(ty, version, &next));
@@ -390,7 +392,15 @@ impl Store {
         }
         if deleting && finalizers(&next).is_empty() && ty.plural != "pods" {
             let gone = self.commit(inner, key.clone(), Some(next), EventType::Deleted);
-            crate::apiserver::controllers::after_delete(self, inner, ty, key, &gone);
+            self.settle_removal(
+                inner,
+                &Removal {
+                    ty,
+                    key,
+                    gone: &gone,
+                    orphan: false,
+                },
+            );
             return Ok(Self::present(ty, version, &gone));
         }
         let committed = self.commit(inner, key.clone(), Some(next), EventType::Modified);
@@ -409,7 +419,7 @@ impl Store {
         let mut inner = self.lock();
         let result = self.delete_locked(&mut inner, ty, version, namespace, name, options)?;
         if !options.dry_run {
-            crate::apiserver::controllers::after_write(self, &mut inner, ty, namespace);
+            self.settle(&mut inner, ty, namespace);
         }
         Ok(result)
     }
@@ -456,8 +466,9 @@ impl Store {
         if options.dry_run {
             return Ok(Self::present(ty, version, &current));
         }
-        let grace =
-            crate::apiserver::controllers::grace_period(ty, &current, options.grace_period_seconds);
+        let grace = self
+            .rules()
+            .grace_period(ty, &current, options.grace_period_seconds);
         let pending_finalizers = !finalizers(&current).is_empty();
         if pending_finalizers || grace > 0 {
             let mut next = current.clone();
@@ -473,7 +484,15 @@ impl Store {
             metadata.insert("deletionGracePeriodSeconds".into(), json!(grace));
             if grace == 0 && !pending_finalizers {
                 let gone = self.commit(inner, key.clone(), Some(next), EventType::Deleted);
-                crate::apiserver::controllers::after_delete(self, inner, ty, &key, &gone);
+                self.settle_removal(
+                    inner,
+                    &Removal {
+                        ty,
+                        key: &key,
+                        gone: &gone,
+                        orphan: false,
+                    },
+                );
                 return Ok(Self::present(ty, version, &gone));
             }
             if already && previous_grace == Some(grace) {
@@ -483,11 +502,13 @@ impl Store {
             return Ok(Self::present(ty, version, &committed));
         }
         let gone = self.commit(inner, key.clone(), None, EventType::Deleted);
-        if !options.orphan {
-            crate::apiserver::controllers::after_delete(self, inner, ty, &key, &gone);
-        } else {
-            crate::apiserver::controllers::after_delete_orphaning(self, inner, ty, &key, &gone);
-        }
+        let removal = Removal {
+            ty,
+            key: &key,
+            gone: &gone,
+            orphan: options.orphan,
+        };
+        self.settle_removal(inner, &removal);
         Ok(Self::present(ty, version, &gone))
     }
 }
