@@ -16,7 +16,7 @@ use baremend::leader::LeaseConfig;
 use baremend::metrics::access::{Access::Allowed, Gate, KubeReviewer};
 use baremend::remediation::controller::{ControllerOptions, run_elected};
 use baremend::runtime::SystemClock;
-use baremend_sim::apiserver::{ApiServer, AuditRecord, Subject as Grantee};
+use baremend_sim::apiserver::{ApiServer, AuditRecord};
 use baremend_sim::cluster::ClusterSpec;
 use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::cluster::local::{Gvr, NODES};
@@ -919,7 +919,24 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     // endpoint makes them.
     let scraper = "system:serviceaccount:baremend:baremend-metrics-reader";
     let token = server.mint_token(scraper, &["system:serviceaccounts"]);
-    server.allow_non_resource(Grantee::User(scraper.into()), "get", "/metrics");
+    // What deploy/rbac.yaml grants the scraper's account, in the cluster.
+    for (file, document) in documents() {
+        let name = document.pointer("/metadata/name").and_then(Value::as_str);
+        if file != "rbac.yaml" || name != Some("baremend-metrics-reader") {
+            continue;
+        }
+        let plural = match document["kind"].as_str() {
+            Some("ClusterRole") => "clusterroles",
+            Some("ClusterRoleBinding") => "clusterrolebindings",
+            _ => continue,
+        };
+        let gvr = baremend_sim::cluster::local::Gvr {
+            group: "rbac.authorization.k8s.io",
+            version: "v1",
+            plural,
+        };
+        lab.api.create(gvr, "", document).unwrap();
+    }
     let reviewer = Arc::new(KubeReviewer::new(lab.client.clone()));
     let gate = Gate::new(reviewer, Arc::new(SystemClock), Duration::from_secs(60));
     let mut headers = axum::http::HeaderMap::new();

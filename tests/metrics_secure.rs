@@ -10,7 +10,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baremend_sim::apiserver::Subject;
 use baremend_sim::tls::TestCa;
 use common::lab::{Lab, fast};
 use common::{eventually, free_port, scratch};
@@ -241,8 +240,31 @@ async fn metrics_are_served_over_https_only_to_callers_the_cluster_authorises() 
     );
     let prometheus_user = "system:serviceaccount:openshift-monitoring:prometheus-k8s";
     let prometheus = api.mint_token(prometheus_user, &["system:serviceaccounts"]);
-    let subject = Subject::User(prometheus_user.into());
-    api.allow_non_resource(subject.clone(), "get", "/metrics");
+    // What a cluster admin grants the scraper: a ClusterRole with the URL, bound to it.
+    let rbac = |plural: &'static str| baremend_sim::cluster::local::Gvr {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural,
+    };
+    lab.api
+        .create(
+            rbac("clusterroles"),
+            "",
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "metrics-reader"},
+                "rules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}),
+        )
+        .unwrap();
+    lab.api
+        .create(
+            rbac("clusterrolebindings"),
+            "",
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "prometheus-metrics"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+                "subjects": [{"kind": "ServiceAccount", "namespace": "openshift-monitoring", "name": "prometheus-k8s"}]}),
+        )
+        .unwrap();
     let (status, body, _) = get(metrics, "/metrics", Some(&prometheus), Some(roots))
         .await
         .unwrap();
@@ -305,7 +327,9 @@ async fn metrics_are_served_over_https_only_to_callers_the_cluster_authorises() 
     }
 
     // A revoked binding is refused once the cached answer has expired.
-    api.revoke_non_resource(&subject);
+    lab.api
+        .delete(rbac("clusterrolebindings"), "", "prometheus-metrics", None)
+        .unwrap();
     eventually(
         "the revoked caller refused",
         Duration::from_secs(20),

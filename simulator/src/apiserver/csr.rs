@@ -31,7 +31,7 @@ const KIND: &str = "CertificateSigningRequest";
 const APPROVAL: [&str; 2] = ["Approved", "Denied"];
 
 /// Who sent a request, as the API server's authenticators tell.
-pub(crate) type Requester = super::auth::UserInfo;
+pub(crate) type Requester = super::auth::user::UserInfo;
 
 fn name_of(object: &Value) -> &str {
     object

@@ -326,8 +326,7 @@ impl ApiServer {
         &self.state.store
     }
 
-    /// The RBAC authorizer (for in-process actors that act as a user, see
-    /// [`crate::cluster::local::Local::as_user`]).
+    /// The RBAC authorizer (for in-process actors that act as a user: `Local::as_user`).
     pub fn authorizer(&self) -> &Arc<Authorizer> {
         &self.state.authorizer
     }

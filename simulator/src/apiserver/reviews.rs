@@ -26,7 +26,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Value, json};
 
 use super::auth::rbac::{Attributes, Decision, ResourceAttributes};
-use super::auth::{AUTHENTICATED, UserInfo};
+use super::auth::user::{AUTHENTICATED, UserInfo};
 use super::errors::{ApiError, ApiResult};
 use super::{ApiServer, ServerState};
 

@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use super::ServerState;
 use super::auth::escalation::{self, RbacKind};
-use super::auth::{ANONYMOUS, UserInfo, authn, request_info};
+use super::auth::user::{ANONYMOUS, UserInfo};
+use super::auth::{authn, request_info};
 use super::csr::{stamp, update_approval};
 use super::discovery::{
     DiscoveryRoot, aggregated, group_document, group_list, openapi_document, openapi_root,

@@ -22,7 +22,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{self, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde_json::{Value, json};
 
-use super::auth::UserInfo;
+use super::auth::user::UserInfo;
 use super::errors::{ApiError, ApiResult};
 use super::store::Store;
 

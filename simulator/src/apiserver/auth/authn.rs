@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use axum::http::HeaderMap;
 
 use super::rbac::{Attributes, ResourceAttributes};
-use super::{ANONYMOUS, AUTHENTICATED, SUPERUSERS, UNAUTHENTICATED, UserInfo};
+use super::user::{ANONYMOUS, AUTHENTICATED, SUPERUSERS, UNAUTHENTICATED, UserInfo};
 use crate::apiserver::errors::{ApiError, ApiResult};
 use crate::apiserver::reviews::{ADMIN_USER, API_AUDIENCE};
 use crate::apiserver::store::Store;

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
-use super::RBAC_GROUP;
+use super::user::RBAC_GROUP;
 use crate::apiserver::ServerState;
 use crate::apiserver::store::{EventType, Store};
 use crate::apiserver::tokens::legacy_claims;

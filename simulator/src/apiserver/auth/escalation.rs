@@ -17,8 +17,9 @@
 
 use serde_json::{Value, json};
 
+use super::authorizer::Authorizer;
 use super::rbac::{Attributes, Decision, PolicyRule, ResourceAttributes, covers};
-use super::{Authorizer, RBAC_GROUP, UserInfo};
+use super::user::{RBAC_GROUP, UserInfo};
 use crate::apiserver::errors::{ApiError, ApiResult};
 
 /// Which RBAC kind is written.

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::UserInfo;
+use super::user::UserInfo;
 
 /// One rule of a Role or ClusterRole.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
