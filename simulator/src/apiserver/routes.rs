@@ -207,8 +207,11 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
         && writes
         && content_type.starts_with("application/vnd.kubernetes.protobuf")
     {
-        // kubectl's typed clients (create namespace/configmap/secret, drain) send protobuf.
-        match super::protobuf::decode(&body) {
+        // kubectl's typed clients (create namespace/configmap/secret, drain, create role,
+        // auth can-i) send protobuf.
+        let decoded =
+            super::auth::wire::decode(&body).unwrap_or_else(|| super::protobuf::decode(&body));
+        match decoded {
             Ok(object) => Bytes::from(object.to_string()),
             Err(why) => {
                 return ApiError::unsupported_media_type(&format!("{content_type}: {why}"))

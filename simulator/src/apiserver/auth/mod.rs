@@ -23,6 +23,7 @@ pub(crate) mod escalation;
 pub mod rbac;
 pub mod request_info;
 pub mod user;
+pub(crate) mod wire;
 
 pub use self::authorizer::Authorizer;
 pub use self::user::{ANONYMOUS, AUTHENTICATED, RBAC_GROUP, SUPERUSERS, UNAUTHENTICATED, UserInfo};
