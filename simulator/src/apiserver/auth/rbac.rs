@@ -547,7 +547,7 @@ mod tests {
         let local = json!({"kind": "RoleBinding", "metadata": {"name": "b", "namespace": "a"},
             "roleRef": {"kind": "ClusterRole", "name": "reader"},
             "subjects": [{"kind": "ServiceAccount", "name": "sa"}]});
-        let rules = set(&[reader.clone()], &[local]);
+        let rules = set(std::slice::from_ref(&reader), &[local]);
         let sa = user("system:serviceaccount:a:sa", &["system:serviceaccounts"]);
         assert_eq!(
             rules.authorize(&sa, &request("list", "", "secrets", "", "a", "")),
