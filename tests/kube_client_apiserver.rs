@@ -802,7 +802,8 @@ async fn a_token_request_through_kube_gives_a_token_that_authenticates() {
         .unwrap();
     let request = TokenRequest {
         spec: TokenRequestSpec {
-            audiences: vec!["api".into()],
+            // The API server's own audience: a token for another is not accepted by it.
+            audiences: vec![baremend_sim::apiserver::API_AUDIENCE.into()],
             expiration_seconds: Some(900),
             ..TokenRequestSpec::default()
         },
@@ -814,7 +815,16 @@ async fn a_token_request_through_kube_gives_a_token_that_authenticates() {
         .unwrap();
     let status = issued.status.expect("the token is in the status");
     assert!(!status.token.is_empty());
-    // A client holding only that token is let in.
+    // A client holding only that token is let in, to do what RBAC grants it (view).
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "robot-view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "namespace": "default", "name": "robot"}]}))
+    .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(accounts.clone().into_client())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
     let mut kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
     for user in &mut kubeconfig.auth_infos {
         if let Some(auth) = user.auth_info.as_mut() {
@@ -855,7 +865,7 @@ async fn a_certificate_signing_request_is_approved_through_kube() {
     let csrs: Api<CertificateSigningRequest> = Api::all(client);
     let csr: CertificateSigningRequest = serde_json::from_value(json!({"metadata": {"name": "alice"}, "spec": {"request": request, "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]}})).unwrap();
     let created = csrs.create(&PostParams::default(), &csr).await.unwrap();
-    assert_eq!(created.spec.username.as_deref(), Some("baremend-sim"));
+    assert_eq!(created.spec.username.as_deref(), Some("kubernetes-admin"));
     let approval = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "approved by the test"}]}});
     let approved = csrs
         .patch_approval("alice", &PatchParams::default(), &Patch::Merge(approval))

@@ -1188,6 +1188,18 @@ async fn kubectl_create_token_gives_a_token_kubectl_can_use() {
     assert_eq!(claims["sub"], "system:serviceaccount:default:robot");
     let lifetime = claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap();
     assert_eq!(lifetime, 900, "--duration=15m arrives");
+    // The token is the account's: it may do what RBAC grants the account.
+    c.ok(
+        &[
+            "create",
+            "rolebinding",
+            "robot-view",
+            "--clusterrole=view",
+            "--serviceaccount=default:robot",
+        ],
+        None,
+    )
+    .await;
     let out = c
         .ok(
             &[
@@ -1226,7 +1238,7 @@ async fn kubectl_approves_a_certificate_signing_request() {
         columns.get(2..).unwrap_or_default(),
         [
             "kubernetes.io/kube-apiserver-client",
-            "baremend-sim",
+            "kubernetes-admin",
             "24h",
             "Pending"
         ],
@@ -1255,7 +1267,6 @@ async fn kubectl_approves_a_certificate_signing_request() {
 /// answer in `status`, nothing stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_creates_token_and_subject_access_reviews() {
-    use baremend_sim::apiserver::Subject;
     let c = cluster().await;
     let token = c.server.mint_token("alice", &["team"]);
     let review = format!(
@@ -1278,8 +1289,28 @@ async fn kubectl_creates_token_and_subject_access_reviews() {
     let allowed = |out: String| out.trim().to_owned();
     let jsonpath = ["create", "-f", "-", "-o", "jsonpath={.status.allowed}"];
     assert_eq!(allowed(c.ok(&jsonpath, Some(access)).await), "false");
-    c.server
-        .allow_non_resource(Subject::Group("team".into()), "get", "/metrics");
+    c.ok(
+        &[
+            "create",
+            "clusterrole",
+            "metrics-reader",
+            "--verb=get",
+            "--non-resource-url=/metrics",
+        ],
+        None,
+    )
+    .await;
+    c.ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            "team-metrics",
+            "--clusterrole=metrics-reader",
+            "--group=team",
+        ],
+        None,
+    )
+    .await;
     assert_eq!(allowed(c.ok(&jsonpath, Some(access)).await), "true");
     let resources = c
         .ok(&["api-resources", "--api-group=authorization.k8s.io"], None)
@@ -1675,4 +1706,106 @@ async fn kubectl_get_componentstatuses_prints_them_healthy() {
     );
     let (ok, _, err) = c.kubectl(&["delete", "cs", "scheduler"], None).await;
     assert!(!ok && err.contains("MethodNotAllowed"), "{err}");
+}
+
+/// RBAC as kubectl users meet it: a ServiceAccount's token is refused what no binding grants,
+/// with the real server's message; `kubectl auth can-i` (a SelfSubjectAccessReview, and with
+/// `--list` a SelfSubjectRulesReview, sent as the impersonated account) tells; a RoleBinding
+/// changes the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_is_refused_what_rbac_does_not_grant_and_auth_can_i_tells() {
+    let c = cluster().await;
+    c.ok(&["create", "serviceaccount", "nobody"], None).await;
+    let token = c.ok(&["create", "token", "nobody"], None).await;
+    let token = token.trim();
+    let (ok, _, err) = c
+        .kubectl(&["--token", token, "get", "secrets", "-A"], None)
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains("Error from server (Forbidden): secrets is forbidden: User \"system:serviceaccount:default:nobody\" cannot list resource \"secrets\" in API group \"\" at the cluster scope"),
+        "{err}"
+    );
+    let as_nobody = "--as=system:serviceaccount:default:nobody";
+    let (ok, out, _) = c
+        .kubectl(&["auth", "can-i", "list", "secrets", as_nobody], None)
+        .await;
+    assert_eq!((ok, out.trim()), (false, "no"));
+    let listed = c.ok(&["auth", "can-i", "--list", as_nobody], None).await;
+    assert!(
+        listed.contains("selfsubjectaccessreviews.authorization.k8s.io")
+            && listed.contains("[/api/*]")
+            && !listed.contains("secrets"),
+        "{listed}"
+    );
+    c.ok(
+        &[
+            "create",
+            "role",
+            "secret-reader",
+            "--verb=get,list",
+            "--resource=secrets",
+        ],
+        None,
+    )
+    .await;
+    c.ok(
+        &[
+            "create",
+            "rolebinding",
+            "nobody-reads-secrets",
+            "--role=secret-reader",
+            "--serviceaccount=default:nobody",
+        ],
+        None,
+    )
+    .await;
+    let out = c
+        .ok(&["auth", "can-i", "list", "secrets", as_nobody], None)
+        .await;
+    assert_eq!(out.trim(), "yes");
+    let (ok, out, _) = c
+        .kubectl(&["auth", "can-i", "list", "secrets", "-A", as_nobody], None)
+        .await;
+    assert_eq!(
+        (ok, out.trim()),
+        (false, "no"),
+        "a RoleBinding grants in its namespace only"
+    );
+    // A kubeconfig of the account's own: what the binding grants, and no more.
+    let kubeconfig = c.dir.join("nobody.kubeconfig");
+    std::fs::write(&kubeconfig, c.server.kubeconfig_for(token)).unwrap();
+    let path = kubeconfig.to_str().unwrap();
+    let names = c
+        .ok(
+            &["--kubeconfig", path, "get", "secrets", "-o", "name"],
+            None,
+        )
+        .await;
+    assert_eq!(
+        names.trim(),
+        "",
+        "no secrets in default yet, and the list is allowed"
+    );
+    let (ok, _, err) = c
+        .kubectl(&["--kubeconfig", path, "get", "configmaps"], None)
+        .await;
+    assert!(
+        !ok && err.contains("cannot list resource \"configmaps\""),
+        "{err}"
+    );
+    let whoami = c
+        .ok(
+            &[
+                "--kubeconfig",
+                path,
+                "auth",
+                "whoami",
+                "-o",
+                "jsonpath={.status.userInfo.username}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(whoami, "system:serviceaccount:default:nobody");
 }

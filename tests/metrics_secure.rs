@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baremend_sim::apiserver::{FaultRule, Subject};
+use baremend_sim::apiserver::FaultRule;
 use baremend_sim::tls::TestCa;
 use common::lab::{Lab, fast};
 use common::{eventually, free_port, scratch};
@@ -242,8 +242,31 @@ async fn metrics_are_served_over_https_only_to_callers_the_cluster_authorises() 
     );
     let prometheus_user = "system:serviceaccount:openshift-monitoring:prometheus-k8s";
     let prometheus = api.mint_token(prometheus_user, &["system:serviceaccounts"]);
-    let subject = Subject::User(prometheus_user.into());
-    api.allow_non_resource(subject.clone(), "get", "/metrics");
+    // What a cluster admin grants the scraper: a ClusterRole with the URL, bound to it.
+    let rbac = |plural: &'static str| baremend_sim::cluster::local::Gvr {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural,
+    };
+    lab.api
+        .create(
+            rbac("clusterroles"),
+            "",
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "metrics-reader"},
+                "rules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}),
+        )
+        .unwrap();
+    lab.api
+        .create(
+            rbac("clusterrolebindings"),
+            "",
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "prometheus-metrics"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+                "subjects": [{"kind": "ServiceAccount", "namespace": "openshift-monitoring", "name": "prometheus-k8s"}]}),
+        )
+        .unwrap();
     let (status, body, _) = get(metrics, "/metrics", Some(&prometheus), Some(roots))
         .await
         .unwrap();
@@ -306,7 +329,9 @@ async fn metrics_are_served_over_https_only_to_callers_the_cluster_authorises() 
     }
 
     // A revoked binding is refused once the cached answer has expired.
-    api.revoke_non_resource(&subject);
+    lab.api
+        .delete(rbac("clusterrolebindings"), "", "prometheus-metrics", None)
+        .unwrap();
     eventually(
         "the revoked caller refused",
         Duration::from_secs(20),
@@ -374,10 +399,35 @@ async fn without_files_the_certificate_is_self_signed_and_plain_metrics_only_whe
     assert!(body.contains("baremend_leader"), "{body}");
 }
 
-/// Lets `user` get `/metrics`. Kept in one place: how the simulated API server grants rights
-/// may change (RBAC objects instead of its rule table).
+/// Lets `user` get `/metrics`: a ClusterRole with the URL, bound to the user, as an admin
+/// grants a scraper.
 fn authorise_scraper(api: &baremend_sim::apiserver::ApiServer, user: &str) {
-    api.allow_non_resource(Subject::User(user.into()), "get", "/metrics");
+    let local = baremend_sim::cluster::local::Local::new(api.store().clone(), "test");
+    let rbac = |plural: &'static str| baremend_sim::cluster::local::Gvr {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural,
+    };
+    let name = format!("scrape-{}", user.replace(':', "-"));
+    local
+        .create(
+            rbac("clusterroles"),
+            "",
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": name},
+                "rules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}),
+        )
+        .unwrap();
+    local
+        .create(
+            rbac("clusterrolebindings"),
+            "",
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]}),
+        )
+        .unwrap();
 }
 
 /// Until `stop`, keeps one connection open that sends a request head one byte a second (over

@@ -1977,6 +1977,27 @@ async fn token_requests_issue_service_account_tokens_that_authenticate_until_the
             .bearer_auth(bearer)
             .send()
     };
+    // A token for another audience does not authenticate to the API server: its audiences
+    // must meet the server's (k8s.io/apiserver `authenticator.Audiences` checks).
+    assert_eq!(
+        as_token(token.clone()).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    // One for the API's audience does, and may do what RBAC grants the account (view).
+    let (status, body) = api
+        .post(
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "robot-view"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                "subjects": [{"kind": "ServiceAccount", "namespace": "default", "name": "robot"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, issued) = api
+        .post(&format!("{accounts}/robot/token"), request(json!({})))
+        .await;
+    let token = issued["status"]["token"].as_str().unwrap().to_owned();
     assert_eq!(
         as_token(token.clone()).await.unwrap().status(),
         StatusCode::OK
@@ -2051,7 +2072,7 @@ async fn certificate_signing_requests_record_their_requester_and_are_approved_th
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     // The requester comes from the credentials, not from the body.
-    assert_eq!(created["spec"]["username"], "baremend-sim");
+    assert_eq!(created["spec"]["username"], "kubernetes-admin");
     assert!(
         created["spec"]["groups"]
             .as_array()
@@ -2138,10 +2159,24 @@ async fn certificate_signing_requests_record_their_requester_and_are_approved_th
         StatusCode::CONFLICT
     );
 
-    // A ServiceAccount's request names the account.
+    // A ServiceAccount's request names the account (RBAC lets it create requests, as the
+    // system:node-bootstrapper role lets a kubelet).
     api.post(
         "/api/v1/namespaces/default/serviceaccounts",
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+    )
+    .await;
+    api.post(
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "csr-creator"},
+            "rules": [{"verbs": ["create"], "apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"]}]}),
+    )
+    .await;
+    api.post(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "robot-csr"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "csr-creator"},
+            "subjects": [{"kind": "ServiceAccount", "namespace": "default", "name": "robot"}]}),
     )
     .await;
     let (_, issued) = api
@@ -2306,8 +2341,7 @@ async fn token_reviews_name_the_tokens_user_and_answer_unknown_tokens_unauthenti
 }
 
 #[tokio::test]
-async fn subject_access_reviews_decide_non_resource_urls_from_the_rules_default_deny() {
-    use baremend_sim::apiserver::Subject;
+async fn subject_access_reviews_decide_non_resource_urls_from_rbac_default_deny() {
     let api = Api::start().await;
     let path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
     let allowed = |body: &Value| body["status"]["allowed"].as_bool();
@@ -2316,8 +2350,28 @@ async fn subject_access_reviews_decide_non_resource_urls_from_the_rules_default_
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(allowed(&body), Some(false), "default deny: {body}");
-    api.server
-        .allow_non_resource(Subject::Group("team".into()), "get", "/metrics");
+    // What a cluster admin grants a metrics scraper: a ClusterRole with the URL, bound.
+    let roles = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
+    let bindings = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
+    let (status, body) = api
+        .post(
+            roles,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "metrics-reader"},
+                "rules": [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = api
+        .post(
+            bindings,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "team-metrics"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
     let (_, body) = api
         .post(path, metrics_access_review("alice", &["team"]))
         .await;
@@ -2330,8 +2384,8 @@ async fn subject_access_reviews_decide_non_resource_urls_from_the_rules_default_
     let mut post = metrics_access_review("alice", &["team"]);
     post["spec"]["nonResourceAttributes"]["verb"] = json!("post");
     assert_eq!(allowed(&api.post(path, post).await.1), Some(false));
-    api.server
-        .revoke_non_resource(&Subject::Group("team".into()));
+    let (status, _) = api.delete(&format!("{bindings}/team-metrics"), None).await;
+    assert_eq!(status, StatusCode::OK);
     let (_, body) = api
         .post(path, metrics_access_review("alice", &["team"]))
         .await;
@@ -2382,7 +2436,12 @@ async fn the_review_groups_are_discovered_with_create_only_resources() {
     ] {
         let (status, list) = api.get(&format!("/apis/{group}/v1")).await;
         assert_eq!(status, StatusCode::OK, "{list}");
-        let resource = &list["resources"][0];
+        let resource = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == plural)
+            .unwrap_or_else(|| panic!("{plural} in {list}"));
         assert_eq!(
             (resource["name"].as_str(), resource["kind"].as_str()),
             (Some(plural), Some(kind))

@@ -30,15 +30,7 @@ const KIND: &str = "CertificateSigningRequest";
 const APPROVAL: [&str; 2] = ["Approved", "Denied"];
 
 /// Who sent a request, as the API server's authenticators tell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Requester {
-    /// `spec.username`.
-    pub username: String,
-    /// `spec.uid` (empty for the admin).
-    pub uid: String,
-    /// `spec.groups`.
-    pub groups: Vec<String>,
-}
+pub(crate) type Requester = super::auth::user::UserInfo;
 
 fn name_of(object: &Value) -> &str {
     object
@@ -128,6 +120,13 @@ pub(crate) fn stamp(object: &mut Value, requester: &Requester) {
         }
     } else {
         object["spec"]["uid"] = json!(requester.uid);
+    }
+    if requester.extra.is_empty() {
+        if let Some(spec) = object["spec"].as_object_mut() {
+            spec.remove("extra");
+        }
+    } else {
+        object["spec"]["extra"] = json!(requester.extra);
     }
     if let Some(map) = object.as_object_mut() {
         map.remove("status");
@@ -298,11 +297,7 @@ mod tests {
 
     #[test]
     fn the_requester_replaces_the_bodys_and_odd_bodies_are_left_to_the_create() {
-        let requester = Requester {
-            username: "u".into(),
-            uid: String::new(),
-            groups: vec!["g".into()],
-        };
+        let requester = Requester::new("u", &["g"]);
         let mut object = json!({"spec": {"username": "mallory", "uid": "x"}, "status": {}});
         stamp(&mut object, &requester);
         assert_eq!(object, json!({"spec": {"username": "u", "groups": ["g"]}}));

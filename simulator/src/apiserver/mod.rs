@@ -20,13 +20,17 @@
 //! streams; metadata-only and Table renderings; create/update/patch (merge, JSON, strategic,
 //! server-side apply with field managers); status separation; finalizers; graceful pod
 //! deletion; owner-reference garbage collection; eviction against the PDBs' stored status;
-//! Status error bodies; injectable failures. Custom resources are pruned, defaulted and
-//! validated against their CRD version's structural schema and CEL rules, and
-//! ValidatingAdmissionPolicies are enforced on every create and update (module `validation`).
-//! It does not emulate RBAC or admission webhooks.
+//! Status error bodies; injectable failures. Every request is authenticated (the kubeconfig's
+//! admin token, TokenRequest and legacy ServiceAccount tokens, tokens minted by tests,
+//! impersonation) and authorized by RBAC from the stored Roles, ClusterRoles and bindings,
+//! with the bootstrap roles of a real cluster, ClusterRole aggregation and the escalation
+//! checks (see [`auth`]). Custom resources are pruned, defaulted and validated against their
+//! CRD version's structural schema and CEL rules, and ValidatingAdmissionPolicies are enforced
+//! on every create and update (module `validation`). It does not emulate admission webhooks.
 
 mod apiservices;
 mod apply;
+pub mod auth;
 mod controllers;
 mod csr;
 mod discovery;
@@ -63,8 +67,9 @@ use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+pub use self::auth::{Authorizer, UserInfo};
 pub use self::errors::ApiError;
-pub use self::reviews::{ADMIN_USER, API_AUDIENCE, ReviewCounts, ReviewedUser, Subject};
+pub use self::reviews::{ADMIN_USER, API_AUDIENCE, ReviewCounts};
 pub use self::store::{EventType, ObjectKey, Store, WatchEvent};
 use self::time::{SystemWallClock, WallClock};
 use crate::tls::{self, TlsIdentity};
@@ -134,9 +139,6 @@ impl Default for ApiServerConfig {
     }
 }
 
-/// The user the server's own token authenticates as (the kubeconfig's user).
-const ADMIN: &str = "baremend-sim";
-
 /// What request handlers share.
 /// One request as an audit log keeps it: enough to tell the RBAC verb and resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,7 +153,6 @@ pub struct AuditRecord {
 
 pub(crate) struct ServerState {
     pub store: Arc<Store>,
-    token: String,
     faults: Mutex<Vec<FaultRule>>,
     /// The requests served, while a test records them (None: not recording).
     pub audit: Mutex<Option<Vec<AuditRecord>>>,
@@ -162,71 +163,39 @@ pub(crate) struct ServerState {
     version: (u32, u32),
     /// Signs and checks the ServiceAccount tokens of TokenRequests.
     pub tokens: tokens::TokenIssuer,
-    /// The tokens and rules TokenReviews and SubjectAccessReviews answer from.
+    /// The review counters.
     reviews: reviews::Reviews,
+    /// The tokens besides the ServiceAccount ones (the admin's, minted ones).
+    authenticator: auth::authn::Authenticator,
+    /// RBAC.
+    pub authorizer: Arc<Authorizer>,
+    /// The CA of the server's certificate (TLS only), as token Secrets carry it.
+    pub ca_pem: Option<String>,
 }
 
 impl ServerState {
-    /// The server's own token, or a ServiceAccount token it issued that still holds.
-    fn authorized(&self, headers: &HeaderMap) -> bool {
-        headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .is_some_and(|token| {
-                constant_time_equal(token.as_bytes(), self.token.as_bytes())
-                    || tokens::authenticates(
-                        &self.store,
-                        &self.tokens,
-                        token,
-                        self.wall.since_epoch().as_secs(),
-                    )
-            })
-    }
-
-    /// Who sent a request: a ServiceAccount for one of its tokens, else the administrator
-    /// the server's own token stands for.
-    fn requester(&self, headers: &HeaderMap) -> csr::Requester {
-        let claims = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .and_then(|token| {
-                self.tokens
-                    .verify(token.trim(), self.wall.since_epoch().as_secs())
-            });
-        match claims.as_ref().and_then(|c| c.get("kubernetes.io")) {
-            Some(identity) => {
-                let namespace = identity["namespace"].as_str().unwrap_or_default();
-                let account = &identity["serviceaccount"];
-                csr::Requester {
-                    username: format!(
-                        "system:serviceaccount:{namespace}:{}",
-                        account["name"].as_str().unwrap_or_default()
-                    ),
-                    uid: account["uid"].as_str().unwrap_or_default().to_owned(),
-                    groups: vec![
-                        "system:serviceaccounts".into(),
-                        format!("system:serviceaccounts:{namespace}"),
-                        "system:authenticated".into(),
-                    ],
-                }
-            }
-            None => csr::Requester {
-                username: ADMIN.into(),
-                uid: String::new(),
-                groups: vec!["system:masters".into(), "system:authenticated".into()],
-            },
-        }
+    /// Who sent a request: the user of its bearer token (None: a token no authenticator
+    /// knows), anonymous without one.
+    fn authenticate(&self, headers: &HeaderMap) -> Option<UserInfo> {
+        let Some(token) = auth::authn::bearer(headers) else {
+            return Some(auth::authn::anonymous());
+        };
+        self.authenticator
+            .authenticate(
+                &self.store,
+                &self.tokens,
+                token,
+                &[],
+                self.wall.since_epoch().as_secs(),
+            )
+            .map(|found| found.user)
     }
 
     /// Names the caller as the user admission policies see, for as long as the scope lives.
-    fn admission_user(&self, headers: &HeaderMap) -> validation::admission::UserScope {
-        let requester = self.requester(headers);
+    fn admission_user(&self, user: &UserInfo) -> validation::admission::UserScope {
         validation::admission::UserScope::enter(validation::admission::RequestUser {
-            username: requester.username,
-            groups: requester.groups,
+            username: user.username.clone(),
+            groups: user.groups.clone(),
         })
     }
 
@@ -270,11 +239,6 @@ impl ServerState {
     }
 }
 
-/// Compares two byte strings without an early exit on the first difference.
-fn constant_time_equal(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// A running simulated API server. Dropping it stops it.
 pub struct ApiServer {
     state: Arc<ServerState>,
@@ -284,6 +248,8 @@ pub struct ApiServer {
     /// The simulated controllers observing the store (held to pause one of them).
     controllers: Arc<controllers::Controllers>,
     task: JoinHandle<()>,
+    /// The RBAC controllers (ClusterRole aggregation, the token controller).
+    auth_controllers: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -333,11 +299,14 @@ impl ApiServer {
         let url = format!("{scheme}://{local}");
         let (stop_watches, _) = broadcast::channel(4);
         let store = Store::new(wall.clone(), config.event_log_capacity, config.watch_buffer);
-        // The store knows no controller: the server registers them before it serves.
+        // The store knows no controller: the server registers them before it serves, and
+        // before the bootstrap policy is written (its writes follow the kind rules too).
         let controllers = controllers::Controllers::install(&store);
+        bootstrap_policy(&store);
+        auth::controllers::sync_aggregation(&store);
         let state = Arc::new(ServerState {
+            authorizer: Authorizer::new(store.clone()),
             store,
-            token: token.clone(),
             audit: Mutex::new(None),
             faults: Mutex::new(Vec::new()),
             stop_watches,
@@ -346,8 +315,11 @@ impl ApiServer {
             address: local.to_string(),
             version: config.kubernetes_version,
             tokens: tokens::TokenIssuer::generate().map_err(Error::Config)?,
-            reviews: reviews::Reviews::new(&token),
+            reviews: reviews::Reviews::default(),
+            authenticator: auth::authn::Authenticator::new(&token),
+            ca_pem: ca_pem.clone(),
         });
+        let auth_controllers = auth::controllers::spawn(state.clone());
         let router = Router::new()
             .fallback(routes::dispatch)
             .with_state(state.clone());
@@ -359,6 +331,7 @@ impl ApiServer {
             token,
             controllers,
             task,
+            auth_controllers,
         })
     }
 
@@ -377,8 +350,20 @@ impl ApiServer {
         &self.state.store
     }
 
-    /// A kubeconfig (YAML) that points kubectl and kube-rs at this server.
+    /// The RBAC authorizer (for in-process actors that act as a user: `Local::as_user`).
+    pub fn authorizer(&self) -> &Arc<Authorizer> {
+        &self.state.authorizer
+    }
+
+    /// A kubeconfig (YAML) that points kubectl and kube-rs at this server as the cluster
+    /// admin (`system:masters`).
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_for(&self.token)
+    }
+
+    /// A kubeconfig that presents `token` (a ServiceAccount's, a minted one) instead of the
+    /// admin's.
+    pub fn kubeconfig_for(&self, token: &str) -> String {
         let ca = self
             .ca_pem
             .as_ref()
@@ -391,7 +376,7 @@ impl ApiServer {
             .unwrap_or_default();
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: baremend-sim\n  cluster:\n    server: {}\n{ca}contexts:\n- name: baremend-sim\n  context:\n    cluster: baremend-sim\n    user: baremend-sim\n    namespace: default\ncurrent-context: baremend-sim\nusers:\n- name: baremend-sim\n  user:\n    token: {}\npreferences: {{}}\n",
-            self.url, self.token
+            self.url, token
         )
     }
 
@@ -474,5 +459,20 @@ impl ApiServer {
 impl Drop for ApiServer {
     fn drop(&mut self) {
         self.task.abort();
+        self.auth_controllers.abort();
+    }
+}
+
+/// Creates the bootstrap ClusterRoles and ClusterRoleBindings (see [`auth::bootstrap`]).
+fn bootstrap_policy(store: &Store) {
+    let registry = store.registry();
+    for object in auth::bootstrap::objects() {
+        let plural = match object["kind"].as_str() {
+            Some("ClusterRole") => "clusterroles",
+            _ => "clusterrolebindings",
+        };
+        if let Some(ty) = registry.get(auth::RBAC_GROUP, "v1", plural) {
+            let _ = store.create(&ty, "v1", "", object, false);
+        }
     }
 }

@@ -1,24 +1,22 @@
-//! The two review kinds a server that delegates its authentication and authorization to the
-//! cluster calls: `authentication.k8s.io/v1` TokenReview (who holds this bearer token) and
-//! `authorization.k8s.io/v1` SubjectAccessReview (may this user do that).
+//! The review kinds: `authentication.k8s.io/v1` TokenReview (who holds this bearer token)
+//! and SelfSubjectReview (who am I), `authorization.k8s.io/v1` SubjectAccessReview,
+//! LocalSubjectAccessReview, SelfSubjectAccessReview (may this user do that) and
+//! SelfSubjectRulesReview (what may I do here) — what `kubectl auth can-i` and a server that
+//! delegates its authentication and authorization to the cluster ask.
 //!
-//! Expected flow: a test mints a token for a user ([`ApiServer::mint_token`]) and grants a
-//! user or group a non-resource URL ([`ApiServer::allow_non_resource`]); the server under
-//! test posts the reviews and gets the answers the real API server would give.
+//! Expected flow: a review is created → answered from the same authenticator and RBAC
+//! authorizer that decide every request ([`super::auth`]) → returned with its `status`.
 //!
-//! Guarantees: like the real server, both kinds are create-only and not stored; a review of
-//! an unknown token answers `authenticated: false` (200, not an error); a missing token is 400;
-//! a SubjectAccessReview without a user or group, or without exactly one of
-//! `resourceAttributes` and `nonResourceAttributes`, is 422. The kubeconfig's token is the
-//! cluster admin's (`system:masters`, which RBAC allows everything); every other decision
-//! comes from the rule table, default deny.
+//! Guarantees: like the real server, every kind is create-only and not stored; a review of
+//! an unknown token answers `authenticated: false` (200, not an error) and a known one echoes
+//! `status.audiences` (the asked audiences the token is good for, the API's when none are
+//! asked); a missing token is 400; a SubjectAccessReview without a user or group, or without
+//! exactly one of `resourceAttributes` and `nonResourceAttributes`, is 422; a
+//! LocalSubjectAccessReview must name its own namespace.
 //!
-//! Caveats: no RBAC objects are read (the table stands in for ClusterRoles and their
-//! bindings); resource attributes are always denied to anyone but the admin; minted tokens are
-//! known to the reviews only, not accepted as credentials by the server itself.
+//! Caveats: an allowed review carries no RBAC reason naming the binding; SelfSubjectRulesReview
+//! never reports `incomplete`.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Bytes;
@@ -27,6 +25,8 @@ use axum::response::{IntoResponse, Response};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Value, json};
 
+use super::auth::rbac::{Attributes, Decision, ResourceAttributes};
+use super::auth::user::{AUTHENTICATED, UserInfo};
 use super::errors::{ApiError, ApiResult};
 use super::{ApiServer, ServerState};
 
@@ -36,50 +36,18 @@ const AUTHORIZATION: &str = "authorization.k8s.io";
 pub const API_AUDIENCE: &str = "https://kubernetes.default.svc";
 /// The user the kubeconfig's token belongs to.
 pub const ADMIN_USER: &str = "kubernetes-admin";
-/// The group RBAC allows everything.
-const SUPERUSERS: &str = "system:masters";
-
-/// Who a token belongs to, as a TokenReview reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReviewedUser {
-    /// `status.user.username`.
-    pub username: String,
-    /// `status.user.uid`.
-    pub uid: String,
-    /// `status.user.groups` (`system:authenticated` included).
-    pub groups: Vec<String>,
-}
-
-/// Whom a rule grants: one user or every member of a group.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Subject {
-    /// A username.
-    User(String),
-    /// A group name.
-    Group(String),
-}
-
 /// How many reviews the server has answered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReviewCounts {
     /// TokenReviews.
     pub token_reviews: u64,
-    /// SubjectAccessReviews.
+    /// SubjectAccessReviews (of every kind).
     pub access_reviews: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Rule {
-    subject: Subject,
-    verb: String,
-    path: String,
-}
-
-/// The tokens and rules the reviews decide from.
+/// The review counters.
 #[derive(Debug, Default)]
 pub(crate) struct Reviews {
-    tokens: Mutex<HashMap<String, ReviewedUser>>,
-    rules: Mutex<Vec<Rule>>,
     token_reviews: AtomicU64,
     access_reviews: AtomicU64,
     /// Review requests being answered now (an injected delay included), and the most ever.
@@ -97,20 +65,6 @@ impl Drop for ReviewInFlight<'_> {
 }
 
 impl Reviews {
-    /// The reviews of a server whose own token is `admin_token`.
-    pub(crate) fn new(admin_token: &str) -> Self {
-        let reviews = Reviews::default();
-        reviews.tokens_mut().insert(
-            admin_token.to_owned(),
-            ReviewedUser {
-                username: ADMIN_USER.into(),
-                uid: "uid-kubernetes-admin".into(),
-                groups: vec![SUPERUSERS.into(), "system:authenticated".into()],
-            },
-        );
-        reviews
-    }
-
     /// Counts a request in when it posts a review (`POST .../tokenreviews` or
     /// `.../subjectaccessreviews`), for [`ApiServer::reviews_max_in_flight`].
     pub(crate) fn track(&self, method: &Method, path: &str) -> Option<ReviewInFlight<'_>> {
@@ -121,35 +75,6 @@ impl Reviews {
         let now = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
         self.max_in_flight.fetch_max(now, Ordering::AcqRel);
         Some(ReviewInFlight(self))
-    }
-
-    fn tokens_mut(&self) -> std::sync::MutexGuard<'_, HashMap<String, ReviewedUser>> {
-        self.tokens.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn rules_mut(&self) -> std::sync::MutexGuard<'_, Vec<Rule>> {
-        self.rules.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn allows(&self, username: &str, groups: &[String], verb: &str, path: &str) -> bool {
-        if groups.iter().any(|g| g == SUPERUSERS) {
-            return true;
-        }
-        self.rules_mut().iter().any(|rule| {
-            let subject = match &rule.subject {
-                Subject::User(user) => user == username,
-                Subject::Group(group) => groups.iter().any(|g| g == group),
-            };
-            subject && (rule.verb == verb || rule.verb == "*") && path_matches(&rule.path, path)
-        })
-    }
-}
-
-/// RBAC's non-resource URL match: exact, or a prefix ending in `*`.
-fn path_matches(rule: &str, path: &str) -> bool {
-    match rule.strip_suffix('*') {
-        Some(prefix) => path.starts_with(prefix),
-        None => rule == path,
     }
 }
 
@@ -177,19 +102,59 @@ pub(crate) fn groups() -> Vec<Value> {
 
 /// The resource list of one of the two groups (`/apis/<group>/v1`).
 pub(crate) fn resource_list(group: &str) -> Value {
-    let (plural, kind) = if group == AUTHENTICATION {
-        ("tokenreviews", "TokenReview")
+    let kinds: &[(&str, &str, bool)] = if group == AUTHENTICATION {
+        &[
+            ("tokenreviews", "TokenReview", false),
+            ("selfsubjectreviews", "SelfSubjectReview", false),
+        ]
     } else {
-        ("subjectaccessreviews", "SubjectAccessReview")
+        &[
+            (
+                "localsubjectaccessreviews",
+                "LocalSubjectAccessReview",
+                true,
+            ),
+            ("selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
+            ("selfsubjectrulesreviews", "SelfSubjectRulesReview", false),
+            ("subjectaccessreviews", "SubjectAccessReview", false),
+        ]
     };
-    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/v1"), "resources": [
-        {"name": plural, "singularName": kind.to_ascii_lowercase(), "namespaced": false, "kind": kind, "verbs": ["create"]}
-    ]})
+    let resources: Vec<Value> = kinds
+        .iter()
+        .map(|(plural, kind, namespaced)| json!({"name": plural, "singularName": kind.to_ascii_lowercase(), "namespaced": namespaced, "kind": kind, "verbs": ["create"]}))
+        .collect();
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/v1"), "resources": resources})
 }
 
-/// Everything under `/apis/<group>` of the two groups.
+/// One review kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReviewKind {
+    Token,
+    SelfSubject,
+    SubjectAccess,
+    SelfSubjectAccess,
+    LocalSubjectAccess,
+    SelfSubjectRules,
+}
+
+impl ReviewKind {
+    fn of(group: &str, plural: &str) -> Option<Self> {
+        match (group, plural) {
+            (AUTHENTICATION, "tokenreviews") => Some(ReviewKind::Token),
+            (AUTHENTICATION, "selfsubjectreviews") => Some(ReviewKind::SelfSubject),
+            (AUTHORIZATION, "subjectaccessreviews") => Some(ReviewKind::SubjectAccess),
+            (AUTHORIZATION, "selfsubjectaccessreviews") => Some(ReviewKind::SelfSubjectAccess),
+            (AUTHORIZATION, "localsubjectaccessreviews") => Some(ReviewKind::LocalSubjectAccess),
+            (AUTHORIZATION, "selfsubjectrulesreviews") => Some(ReviewKind::SelfSubjectRules),
+            _ => None,
+        }
+    }
+}
+
+/// Everything under `/apis/<group>` of the two groups, for `user`.
 pub(crate) fn route(
     state: &ServerState,
+    user: &UserInfo,
     method: &Method,
     group: &str,
     rest: &[&str],
@@ -197,30 +162,37 @@ pub(crate) fn route(
     body: &Bytes,
 ) -> ApiResult<Response> {
     let ok = |value: Value| Ok((StatusCode::OK, axum::Json(value)).into_response());
-    match rest {
-        [] => ok(groups()
-            .into_iter()
-            .find(|g| g["name"] == group)
-            .unwrap_or_default()),
-        ["v1"] => ok(resource_list(group)),
-        ["v1", plural] => {
-            let created =
-                |value: Value| Ok((StatusCode::CREATED, axum::Json(value)).into_response());
-            match (group, *plural) {
-                (AUTHENTICATION, "tokenreviews") if method == Method::POST => {
-                    created(token_review(&state.reviews, parse(body)?)?)
-                }
-                (AUTHORIZATION, "subjectaccessreviews") if method == Method::POST => {
-                    created(access_review(&state.reviews, parse(body)?)?)
-                }
-                (AUTHENTICATION, "tokenreviews") | (AUTHORIZATION, "subjectaccessreviews") => {
-                    Err(ApiError::method_not_allowed(method.as_str(), plural))
-                }
-                _ => Err(ApiError::no_route(path)),
-            }
+    let (namespace, plural) = match rest {
+        [] => {
+            return ok(groups()
+                .into_iter()
+                .find(|g| g["name"] == group)
+                .unwrap_or_default());
         }
-        _ => Err(ApiError::no_route(path)),
+        ["v1"] => return ok(resource_list(group)),
+        ["v1", plural] => (None, *plural),
+        ["v1", "namespaces", namespace, plural] => (Some(*namespace), *plural),
+        _ => return Err(ApiError::no_route(path)),
+    };
+    let Some(kind) = ReviewKind::of(group, plural) else {
+        return Err(ApiError::no_route(path));
+    };
+    if (kind == ReviewKind::LocalSubjectAccess) != namespace.is_some() {
+        return Err(ApiError::no_route(path));
     }
+    if method != Method::POST {
+        return Err(ApiError::method_not_allowed(method.as_str(), plural));
+    }
+    let review = parse(body)?;
+    let answered = match kind {
+        ReviewKind::Token => token_review(state, review)?,
+        ReviewKind::SelfSubject => self_subject_review(user, review)?,
+        ReviewKind::SubjectAccess => access_review(state, None, None, review)?,
+        ReviewKind::SelfSubjectAccess => access_review(state, Some(user), None, review)?,
+        ReviewKind::LocalSubjectAccess => access_review(state, None, namespace, review)?,
+        ReviewKind::SelfSubjectRules => rules_review(state, user, review)?,
+    };
+    Ok((StatusCode::CREATED, axum::Json(answered)).into_response())
 }
 
 fn parse(body: &Bytes) -> ApiResult<Value> {
@@ -252,9 +224,9 @@ fn strings(value: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Answers a TokenReview: who holds `spec.token`, for `spec.audiences` (the server's own
-/// audience when none are asked for).
-fn token_review(reviews: &Reviews, mut review: Value) -> ApiResult<Value> {
+/// Answers a TokenReview: who holds `spec.token`, for `spec.audiences` (the API's own
+/// when none are asked for).
+fn token_review(state: &ServerState, mut review: Value) -> ApiResult<Value> {
     check_kind(&review, AUTHENTICATION, "TokenReview")?;
     let token = review["spec"]["token"]
         .as_str()
@@ -265,36 +237,86 @@ fn token_review(reviews: &Reviews, mut review: Value) -> ApiResult<Value> {
             "token is required for TokenReview in authentication",
         ));
     }
-    reviews.token_reviews.fetch_add(1, Ordering::Relaxed);
+    state.reviews.token_reviews.fetch_add(1, Ordering::Relaxed);
     let asked = strings(&review["spec"]["audiences"]);
-    let audiences_ok = asked.is_empty() || asked.iter().any(|a| a == API_AUDIENCE);
-    let user = reviews.tokens_mut().get(&token).cloned();
-    review["status"] = match user {
-        Some(user) if audiences_ok => json!({
+    let now = state.wall.since_epoch().as_secs();
+    review["status"] = match state.authenticator.authenticate(
+        &state.store,
+        &state.tokens,
+        &token,
+        &asked,
+        now,
+    ) {
+        Some(found) => json!({
             "authenticated": true,
-            "user": {"username": user.username, "uid": user.uid, "groups": user.groups},
-            "audiences": [API_AUDIENCE],
+            "user": found.user.to_json(),
+            "audiences": found.audiences,
         }),
-        Some(_) => {
-            json!({"authenticated": false, "error": "token audiences are invalid for the target audiences"})
+        None => {
+            json!({"authenticated": false, "error": "invalid bearer token, token lookup failed or token audiences are invalid for the target audiences"})
         }
-        None => json!({"authenticated": false, "error": "invalid bearer token"}),
     };
     Ok(review)
 }
 
-/// Answers a SubjectAccessReview from the rule table.
-fn access_review(reviews: &Reviews, mut review: Value) -> ApiResult<Value> {
-    check_kind(&review, AUTHORIZATION, "SubjectAccessReview")?;
+/// Answers a SelfSubjectReview: the caller.
+fn self_subject_review(user: &UserInfo, mut review: Value) -> ApiResult<Value> {
+    check_kind(&review, AUTHENTICATION, "SelfSubjectReview")?;
+    review["status"] = json!({"userInfo": user.to_json()});
+    Ok(review)
+}
+
+/// The attributes a review's spec asks about.
+fn review_attributes(spec: &Value) -> Attributes {
+    let text = |v: &Value, f: &str| v[f].as_str().unwrap_or_default().to_owned();
+    let resource = &spec["resourceAttributes"];
+    if resource.is_object() {
+        return Attributes::resource(
+            &text(resource, "verb"),
+            ResourceAttributes {
+                group: text(resource, "group"),
+                version: text(resource, "version"),
+                resource: text(resource, "resource"),
+                subresource: text(resource, "subresource"),
+                namespace: text(resource, "namespace"),
+                name: text(resource, "name"),
+            },
+        );
+    }
+    let other = &spec["nonResourceAttributes"];
+    Attributes::non_resource(&text(other, "verb"), &text(other, "path"))
+}
+
+/// Answers a SubjectAccessReview (the user in the spec), a SelfSubjectAccessReview (`caller`)
+/// or a LocalSubjectAccessReview (in `namespace`).
+fn access_review(
+    state: &ServerState,
+    caller: Option<&UserInfo>,
+    namespace: Option<&str>,
+    mut review: Value,
+) -> ApiResult<Value> {
+    let kind = match (caller, namespace) {
+        (Some(_), _) => "SelfSubjectAccessReview",
+        (None, Some(_)) => "LocalSubjectAccessReview",
+        (None, None) => "SubjectAccessReview",
+    };
+    check_kind(&review, AUTHORIZATION, kind)?;
     let spec = &review["spec"];
-    let user = spec["user"].as_str().unwrap_or_default().to_owned();
-    let groups = strings(&spec["groups"]);
     let resource = spec.get("resourceAttributes").is_some_and(|v| !v.is_null());
     let non_resource = spec
         .get("nonResourceAttributes")
         .is_some_and(|v| !v.is_null());
+    let user = match caller {
+        Some(caller) => caller.clone(),
+        None => UserInfo {
+            username: spec["user"].as_str().unwrap_or_default().to_owned(),
+            uid: spec["uid"].as_str().unwrap_or_default().to_owned(),
+            groups: strings(&spec["groups"]),
+            extra: serde_json::from_value(spec["extra"].clone()).unwrap_or_default(),
+        },
+    };
     let mut causes = Vec::new();
-    if user.is_empty() && groups.is_empty() {
+    if caller.is_none() && user.username.is_empty() && user.groups.is_empty() {
         causes.push((
             "spec.user",
             "at least one of user or group must be specified".to_owned(),
@@ -307,68 +329,71 @@ fn access_review(reviews: &Reviews, mut review: Value) -> ApiResult<Value> {
                 .to_owned(),
         ));
     }
-    if !causes.is_empty() {
-        return Err(ApiError::invalid(
-            AUTHORIZATION,
-            "SubjectAccessReview",
-            "",
-            &causes,
-        ));
+    if let Some(namespace) = namespace {
+        if non_resource {
+            causes.push((
+                "spec.nonResourceAttributes",
+                "disallowed on this kind of request".to_owned(),
+            ));
+        }
+        if spec["resourceAttributes"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            != namespace
+        {
+            return Err(ApiError::bad_request(format!(
+                "spec.resourceAttributes.namespace must match namespace: {namespace}"
+            )));
+        }
     }
-    reviews.access_reviews.fetch_add(1, Ordering::Relaxed);
-    let verb = spec["nonResourceAttributes"]["verb"]
-        .as_str()
-        .unwrap_or_default();
-    let path = spec["nonResourceAttributes"]["path"]
-        .as_str()
-        .unwrap_or_default();
-    let allowed = if non_resource {
-        reviews.allows(&user, &groups, verb, path)
-    } else {
-        groups.iter().any(|g| g == SUPERUSERS)
-    };
-    review["status"] = if allowed {
-        json!({"allowed": true, "reason": "allowed by the simulated RBAC"})
-    } else {
-        json!({"allowed": false})
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(AUTHORIZATION, kind, "", &causes));
+    }
+    state.reviews.access_reviews.fetch_add(1, Ordering::Relaxed);
+    review["status"] = match state.authorizer.decide(&user, &review_attributes(spec)) {
+        Decision::Allow => json!({"allowed": true}),
+        Decision::Deny(reason) if reason.is_empty() => json!({"allowed": false}),
+        Decision::Deny(reason) => json!({"allowed": false, "reason": reason}),
     };
     Ok(review)
 }
 
+/// Answers a SelfSubjectRulesReview: the caller's rules in `spec.namespace`.
+fn rules_review(state: &ServerState, user: &UserInfo, mut review: Value) -> ApiResult<Value> {
+    check_kind(&review, AUTHORIZATION, "SelfSubjectRulesReview")?;
+    let namespace = review["spec"]["namespace"].as_str().unwrap_or_default();
+    let rules = state.authorizer.rules().rules_for(user, namespace);
+    let mut resource_rules = Vec::new();
+    let mut non_resource_rules = Vec::new();
+    for rule in &rules {
+        if !rule.non_resource_urls.is_empty() {
+            non_resource_rules
+                .push(json!({"verbs": rule.verbs, "nonResourceURLs": rule.non_resource_urls}));
+        }
+        if !rule.resources.is_empty() {
+            let mut entry = json!({"verbs": rule.verbs, "apiGroups": rule.api_groups, "resources": rule.resources});
+            if !rule.resource_names.is_empty() {
+                entry["resourceNames"] = json!(rule.resource_names);
+            }
+            resource_rules.push(entry);
+        }
+    }
+    review["status"] = json!({"resourceRules": resource_rules, "nonResourceRules": non_resource_rules, "incomplete": false});
+    Ok(review)
+}
+
 impl ApiServer {
-    /// A new bearer token for `username` in `groups` (plus `system:authenticated`), known
-    /// to TokenReviews from now on.
+    /// A new bearer token for `username` in `groups` (plus `system:authenticated`): a
+    /// credential the server accepts from now on, and TokenReviews report.
     pub fn mint_token(&self, username: &str, groups: &[&str]) -> String {
         let mut bytes = [0u8; 24];
         let _ = SystemRandom::new().fill(&mut bytes);
         let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let mut all: Vec<String> = groups.iter().map(|g| (*g).to_owned()).collect();
-        all.push("system:authenticated".into());
-        let user = ReviewedUser {
-            username: username.into(),
-            uid: format!("uid-{username}"),
-            groups: all,
-        };
-        self.state.reviews.tokens_mut().insert(token.clone(), user);
+        let mut user = UserInfo::new(username, groups);
+        user.uid = format!("uid-{username}");
+        user.groups.push(AUTHENTICATED.into());
+        self.state.authenticator.remember(token.clone(), user);
         token
-    }
-
-    /// Lets `subject` use `verb` on the non-resource URL `path` (a trailing `*` matches a
-    /// prefix), as a ClusterRole with `nonResourceURLs` bound to it would.
-    pub fn allow_non_resource(&self, subject: Subject, verb: &str, path: &str) {
-        self.state.reviews.rules_mut().push(Rule {
-            subject,
-            verb: verb.into(),
-            path: path.into(),
-        });
-    }
-
-    /// Takes back every rule of `subject`, as deleting its binding would.
-    pub fn revoke_non_resource(&self, subject: &Subject) {
-        self.state
-            .reviews
-            .rules_mut()
-            .retain(|rule| &rule.subject != subject);
     }
 
     /// The most review requests (TokenReviews and SubjectAccessReviews) ever answered at the
@@ -383,18 +408,5 @@ impl ApiServer {
             token_reviews: self.state.reviews.token_reviews.load(Ordering::Relaxed),
             access_reviews: self.state.reviews.access_reviews.load(Ordering::Relaxed),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_rule_matches_exact_paths_and_star_prefixes_only() {
-        assert!(path_matches("/metrics", "/metrics"));
-        assert!(!path_matches("/metrics", "/metrics/extra"));
-        assert!(path_matches("/metrics*", "/metrics/extra"));
-        assert!(!path_matches("/healthz", "/metrics"));
     }
 }

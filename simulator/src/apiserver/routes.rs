@@ -12,6 +12,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::ServerState;
+use super::auth::escalation::{self, RbacKind};
+use super::auth::user::{ANONYMOUS, UserInfo};
+use super::auth::{authn, request_info};
 use super::csr::{stamp, update_approval};
 use super::discovery::{
     DiscoveryRoot, aggregated, group_document, group_list, openapi_document, openapi_root,
@@ -177,13 +180,11 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
-    let public = matches!(
-        path.as_str(),
-        "/healthz" | "/readyz" | "/livez" | "/version"
-    );
-    if !public && !state.authorized(&parts.headers) {
-        return ApiError::unauthorized().into_response();
-    }
+    let query = query_map(parts.uri.query());
+    let user = match identify(&state, &parts.method, &path, &query, &parts.headers) {
+        Ok(user) => user,
+        Err(error) => return error.into_response(),
+    };
     let body = match to_bytes(body, MAX_BODY).await {
         Ok(body) => body,
         Err(_) => {
@@ -217,7 +218,8 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
         && writes
         && content_type.starts_with("application/vnd.kubernetes.protobuf")
     {
-        // kubectl's typed clients (create namespace/configmap/secret, drain) send protobuf.
+        // kubectl's typed clients (every `kubectl create <kind>`, drain, auth can-i) send
+        // protobuf.
         match super::protobuf::decode(&body) {
             Ok(object) => Bytes::from(object.to_string()),
             Err(why) => {
@@ -249,7 +251,6 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
     } else {
         body
     };
-    let query = query_map(parts.uri.query());
     if let Some(log) = state
         .audit
         .lock()
@@ -262,20 +263,65 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
             watch: query.get("watch").is_some_and(|w| w == "true" || w == "1"),
         });
     }
-    match route(&state, &parts.method, &path, &query, &parts.headers, body).await {
+    let request = Call {
+        user: &user,
+        method: &parts.method,
+        path: &path,
+        query: &query,
+        headers: &parts.headers,
+    };
+    match route(&state, request, body).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     }
 }
 
-async fn route(
-    state: &Arc<ServerState>,
+/// Who is calling (401 for an unknown token, or no token outside the public paths), as whom
+/// (impersonation, each part of it authorized), and whether RBAC lets them (403).
+fn identify(
+    state: &ServerState,
     method: &Method,
     path: &str,
     query: &HashMap<String, String>,
     headers: &HeaderMap,
-    body: Bytes,
-) -> ApiResult<Response> {
+) -> ApiResult<UserInfo> {
+    let public = matches!(path, "/healthz" | "/readyz" | "/livez" | "/version");
+    let user = state
+        .authenticate(headers)
+        .filter(|user| public || user.username != ANONYMOUS)
+        .ok_or_else(ApiError::unauthorized)?;
+    let user = match authn::impersonation(headers)? {
+        None => user,
+        Some(asked) => {
+            for check in authn::impersonation_checks(&asked) {
+                state.authorizer.check(&user, &check)?;
+            }
+            authn::impersonated(asked)
+        }
+    };
+    let attributes = request_info::attributes(method.as_str(), path, query);
+    state.authorizer.check(&user, &attributes)?;
+    Ok(user)
+}
+
+/// One authorized request.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    user: &'a UserInfo,
+    method: &'a Method,
+    path: &'a str,
+    query: &'a HashMap<String, String>,
+    headers: &'a HeaderMap,
+}
+
+async fn route(state: &Arc<ServerState>, call: Call<'_>, body: Bytes) -> ApiResult<Response> {
+    let Call {
+        user,
+        method,
+        path,
+        query: _,
+        headers,
+    } = call;
     let segments: Vec<&str> = path
         .trim_matches('/')
         .split('/')
@@ -291,7 +337,7 @@ async fn route(
         )),
         ["apis"] => discovery_root(state, headers, DiscoveryRoot::Groups),
         ["apis", group, rest @ ..] if super::reviews::owns(group) => {
-            super::reviews::route(state, method, group, rest, path, &body)
+            super::reviews::route(state, user, method, group, rest, path, &body)
         }
         ["openapi", "v2"] => Ok(openapi_v2(headers)),
         ["openapi", "v3"] => Ok(json_response(StatusCode::OK, &openapi_root(state))),
@@ -318,14 +364,9 @@ async fn route(
                 &resource_list(state, group, version),
             ))
         }
-        ["api", "v1", rest @ ..] => {
-            resource(state, method, "", "v1", rest, path, query, headers, body).await
-        }
+        ["api", "v1", rest @ ..] => resource(state, call, "", "v1", rest, body).await,
         ["apis", group, version, rest @ ..] => {
-            resource(
-                state, method, group, version, rest, path, query, headers, body,
-            )
-            .await
+            resource(state, call, group, version, rest, body).await
         }
         _ => Err(ApiError::no_route(path)),
     }
@@ -429,21 +470,26 @@ fn manager(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
         })
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn resource(
     state: &Arc<ServerState>,
-    method: &Method,
+    call: Call<'_>,
     group: &str,
     version: &str,
     rest: &[&str],
-    path: &str,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
+    let Call {
+        user,
+        method,
+        path,
+        query,
+        headers,
+    } = call;
     // Admission policies see the caller; nothing below awaits, so the scope is this request's.
-    let _user = state.admission_user(headers);
+    let _admission = state.admission_user(user);
     let target = parse_target(state, group, version, rest, path)?;
+    // Writes of RBAC objects must not grant what the caller does not hold.
+    let rbac = RbacKind::of(group, &target.ty.plural).filter(|_| target.subresource.is_none());
     match target.subresource.as_deref() {
         Some("scale") => {
             return scale_request(state, method, &target, version, path, query, headers, &body);
@@ -571,7 +617,10 @@ async fn resource(
             }
             let mut object = parse_json(&body)?;
             if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
-                stamp(&mut object, &state.requester(headers));
+                stamp(&mut object, user);
+            }
+            if let Some(kind) = rbac {
+                escalation::check(&state.authorizer, user, kind, &namespace, &object)?;
             }
             let created = store.create(&ty, version, &namespace, object, dry_run(query))?;
             Ok(answer(StatusCode::CREATED, created))
@@ -596,12 +645,16 @@ async fn resource(
             Ok(json_response(StatusCode::CREATED, &issued))
         }
         (Method::PUT, Some(name)) => {
+            let object = parse_json(&body)?;
+            if let Some(kind) = rbac {
+                escalation::check(&state.authorizer, user, kind, &namespace, &object)?;
+            }
             let updated = store.update(
                 &ty,
                 version,
                 &namespace,
                 name,
-                parse_json(&body)?,
+                object,
                 status,
                 dry_run(query),
             )?;
@@ -619,6 +672,23 @@ async fn resource(
                 *force = query.get("force").is_some_and(|f| f == "true");
             }
             let existed = store.get(&ty, version, &namespace, name).is_ok();
+            let patch_body = parse_json(&body)?;
+            if let Some(rbac_kind) = rbac {
+                // The object the patch would store, without storing it.
+                let preview = patch(
+                    store,
+                    &ty,
+                    version,
+                    &namespace,
+                    name,
+                    &kind,
+                    &patch_body,
+                    status,
+                    &manager(query, headers),
+                    true,
+                )?;
+                escalation::check(&state.authorizer, user, rbac_kind, &namespace, &preview)?;
+            }
             let patched = patch(
                 store,
                 &ty,

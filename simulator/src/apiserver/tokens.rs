@@ -8,9 +8,11 @@
 //! Guarantees (as the real handler): `expirationSeconds` defaults to 3600 and must be at least
 //! 600 (422 otherwise); audiences default to the server's; a missing ServiceAccount or bound
 //! object is 404; a token authenticates requests until it expires, while its ServiceAccount
-//! (same uid) and bound object exist.
+//! (same uid) and bound object exist; a legacy token (of a `service-account-token` Secret)
+//! while its Secret holds it and its ServiceAccount exists. Audiences default to the API's
+//! ([`super::reviews::API_AUDIENCE`]), as the real server's `--api-audiences`.
 //!
-//! Caveats: no RBAC, so a ServiceAccount token may do what any token may; the signing key is
+//! Caveats: the signing key is
 //! made per server start (tokens do not survive a restart); the issuer has no OIDC discovery
 //! documents.
 
@@ -20,6 +22,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{self, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde_json::{Value, json};
 
+use super::auth::user::UserInfo;
 use super::errors::{ApiError, ApiResult};
 use super::store::Store;
 
@@ -95,7 +98,7 @@ pub(crate) fn plan(request: &Value, name: &str) -> ApiResult<TokenPlan> {
                 .collect()
         })
         .filter(|a: &Vec<String>| !a.is_empty())
-        .unwrap_or_else(|| vec![ISSUER.to_owned()]);
+        .unwrap_or_else(|| vec![super::reviews::API_AUDIENCE.to_owned()]);
     let bound = match spec.get("boundObjectRef").filter(|b| !b.is_null()) {
         None => None,
         Some(reference) => {
@@ -308,27 +311,137 @@ pub(crate) fn request_token(
     Ok(response(&plan, namespace, name, &token, &expiration))
 }
 
-/// Whether `token` is a ServiceAccount token of this server that still authenticates at
-/// `now`: signed here, not expired, its ServiceAccount (same uid) and bound object present.
-pub(crate) fn authenticates(store: &Store, issuer: &TokenIssuer, token: &str, now: u64) -> bool {
-    let Some(claims) = issuer.verify(token, now) else {
-        return false;
-    };
-    let Some(identity) = claims.get("kubernetes.io") else {
-        return false;
-    };
+/// The issuer of legacy ServiceAccount token Secrets (the token controller's).
+pub(crate) const LEGACY_ISSUER: &str = "kubernetes/serviceaccount";
+
+/// A ServiceAccount token of this server that still authenticates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServiceAccountToken {
+    /// The ServiceAccount, with its groups, and the extra attributes of the token.
+    pub user: UserInfo,
+    /// The token's audiences; None for a legacy Secret token (valid for the API's own).
+    pub audiences: Option<Vec<String>>,
+}
+
+/// Who `token` authenticates at `now`: a TokenRequest token (signed here, not expired, its
+/// ServiceAccount (same uid) and bound object present) or a legacy token still stored in its
+/// Secret; None for anything else.
+pub(crate) fn identify(
+    store: &Store,
+    issuer: &TokenIssuer,
+    token: &str,
+    now: u64,
+) -> Option<ServiceAccountToken> {
+    let claims = issuer.verify(token, now)?;
+    if claims["iss"] == LEGACY_ISSUER {
+        return identify_legacy(store, token, &claims);
+    }
+    let identity = claims.get("kubernetes.io")?;
     let namespace = identity["namespace"].as_str().unwrap_or_default();
     let present = |plural: &str, scope: &str, reference: &Value| {
         let name = reference["name"].as_str().unwrap_or_default();
         core_uid(store, plural, scope, name).is_ok_and(|uid| reference["uid"] == uid.as_str())
     };
-    present("serviceaccounts", namespace, &identity["serviceaccount"])
-        && ["Pod", "Secret", "Node"].iter().all(|kind| {
-            let reference = &identity[kind.to_ascii_lowercase()];
-            let (plural, namespaced) = bound_resource(kind);
-            reference.is_null()
-                || present(plural, if namespaced { namespace } else { "" }, reference)
-        })
+    let account = &identity["serviceaccount"];
+    let bound_present = ["Pod", "Secret", "Node"].iter().all(|kind| {
+        let reference = &identity[kind.to_ascii_lowercase()];
+        let (plural, namespaced) = bound_resource(kind);
+        reference.is_null() || present(plural, if namespaced { namespace } else { "" }, reference)
+    });
+    if !present("serviceaccounts", namespace, account) || !bound_present {
+        return None;
+    }
+    let mut user = UserInfo::service_account(
+        namespace,
+        account["name"].as_str().unwrap_or_default(),
+        account["uid"].as_str().unwrap_or_default(),
+    );
+    let mut extra = |key: &str, value: &Value| {
+        if let Some(value) = value.as_str() {
+            user.extra.insert(
+                format!("authentication.kubernetes.io/{key}"),
+                vec![value.to_owned()],
+            );
+        }
+    };
+    extra("pod-name", &identity["pod"]["name"]);
+    extra("pod-uid", &identity["pod"]["uid"]);
+    extra("node-name", &identity["node"]["name"]);
+    extra("node-uid", &identity["node"]["uid"]);
+    if let Some(id) = claims["jti"].as_str() {
+        extra("credential-id", &Value::from(format!("JTI={id}")));
+    }
+    let audiences = match &claims["aud"] {
+        Value::String(one) => vec![one.clone()],
+        other => other
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    Some(ServiceAccountToken {
+        user,
+        audiences: Some(audiences),
+    })
+}
+
+/// A legacy token authenticates while its Secret holds it and its ServiceAccount (same uid)
+/// exists.
+fn identify_legacy(store: &Store, token: &str, claims: &Value) -> Option<ServiceAccountToken> {
+    let claim = |key: &str| {
+        claims[format!("kubernetes.io/serviceaccount/{key}")]
+            .as_str()
+            .unwrap_or_default()
+    };
+    let namespace = claim("namespace");
+    let secrets = store.registry().get("", "v1", "secrets")?;
+    let secret = store
+        .get(&secrets, "v1", namespace, claim("secret.name"))
+        .ok()?;
+    let stored = secret["data"]["token"].as_str().unwrap_or_default();
+    if base64::engine::general_purpose::STANDARD
+        .decode(stored)
+        .ok()?
+        != token.as_bytes()
+    {
+        return None;
+    }
+    let uid = core_uid(
+        store,
+        "serviceaccounts",
+        namespace,
+        claim("service-account.name"),
+    )
+    .ok()?;
+    if uid != claim("service-account.uid") {
+        return None;
+    }
+    let mut user = UserInfo::service_account(namespace, claim("service-account.name"), &uid);
+    user.extra.insert(
+        "authentication.kubernetes.io/credential-id".into(),
+        vec![format!("Secret={}", claim("secret.name"))],
+    );
+    Some(ServiceAccountToken {
+        user,
+        audiences: None,
+    })
+}
+
+/// The claims of a legacy token for the Secret `secret` of ServiceAccount `account`.
+pub(crate) fn legacy_claims(namespace: &str, account: &str, uid: &str, secret: &str) -> Value {
+    json!({
+        "iss": LEGACY_ISSUER,
+        "kubernetes.io/serviceaccount/namespace": namespace,
+        "kubernetes.io/serviceaccount/secret.name": secret,
+        "kubernetes.io/serviceaccount/service-account.name": account,
+        "kubernetes.io/serviceaccount/service-account.uid": uid,
+        "sub": format!("system:serviceaccount:{namespace}:{account}"),
+        // Legacy tokens never expire; the verifier wants an expiry, so the far future.
+        "exp": u64::from(u32::MAX) * 16,
+    })
 }
 
 #[cfg(test)]
@@ -339,7 +452,10 @@ mod tests {
     fn requests_default_and_refuse_short_lifetimes_and_unknown_bindings() {
         let plan = plan(&json!({"spec": {}}), "sa").unwrap();
         assert_eq!(plan.expiration_seconds, 3600);
-        assert_eq!(plan.audiences, vec![ISSUER.to_owned()]);
+        assert_eq!(
+            plan.audiences,
+            vec![super::super::reviews::API_AUDIENCE.to_owned()]
+        );
         let short = super::plan(&json!({"spec": {"expirationSeconds": 599}}), "sa").unwrap_err();
         assert_eq!((short.code, short.reason), (422, "Invalid"));
         let bound = super::plan(

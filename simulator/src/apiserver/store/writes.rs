@@ -35,6 +35,9 @@ impl Store {
                 causes.push(("metadata.name", format!("Invalid value: {name:?}: must be `spec.version+\".\"+spec.group`: {required:?}")));
             }
             true
+        } else if ty.group == "rbac.authorization.k8s.io" {
+            // RBAC names are path segments (`system:discovery`), as ValidateRBACName.
+            !matches!(name, "" | "." | "..") && !name.contains(['/', '%'])
         } else {
             valid_subdomain(name)
         };
