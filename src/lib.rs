@@ -60,7 +60,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A Kubernetes API call failed.
-    #[error("{op}: {source}")]
+    #[error("{op}: {}", kube_text(source))]
     Kube {
         /// The operation, e.g. `DeleteNode`.
         op: &'static str,
@@ -129,6 +129,17 @@ pub enum Error {
     Simulator(#[from] baremend_sim::Error),
 }
 
+/// A failed API call as a user reads it: the server's own message, reason and code (the
+/// client's rendering repeats the Status object in Rust's debug notation).
+fn kube_text(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => {
+            format!("{} ({}, {})", status.message, status.reason, status.code)
+        }
+        other => other.to_string(),
+    }
+}
+
 impl Error {
     /// Maps a failed Kubernetes API call of operation `op` (for `map_err`).
     pub fn kube(op: &'static str) -> impl FnOnce(kube::Error) -> Error {
@@ -166,16 +177,18 @@ impl Error {
 
     /// Whether trying the same thing again soon may succeed: a BMC that is busy or
     /// unreachable, an API call that conflicted, was throttled or found the server failing.
-    /// A refused password, an object that is unusable as it stands, an API refusal
-    /// (forbidden, invalid) only repeat themselves: something has to change first. Every
-    /// variant is named, as in [`Error::category`].
+    /// A refused password, an object that is unusable as it stands, an invalid API call
+    /// only repeat themselves: something has to change first, and its change wakes the pass.
+    /// A refusal for want of a grant (403) is retried on the backoff: the grant is fixed in
+    /// RBAC, which no pass watches, and the story must resume soon after. Every variant is
+    /// named, as in [`Error::category`].
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Driver(error) => error.is_retryable(),
             Error::Kube {
                 source: kube::Error::Api(status),
                 ..
-            } => matches!(status.code, 404 | 409 | 429) || status.code >= 500,
+            } => matches!(status.code, 403 | 404 | 409 | 429) || status.code >= 500,
             // Transport, TLS handshakes with a restarting server, timeouts.
             Error::Kube { .. } => true,
             Error::Changed { .. } => true,

@@ -129,4 +129,31 @@ mod tests {
         assert!(!refused.is_transient());
         assert_eq!(refused.category().event_reason(), "BmcCredentialsRefused");
     }
+
+    #[test]
+    fn a_missing_grant_is_forbidden_and_tried_again_on_the_backoff() {
+        let status = kube::core::Status {
+            code: 403,
+            message: "nodes \"w\" is forbidden: User \"u\" cannot delete resource \"nodes\"".into(),
+            reason: "Forbidden".into(),
+            ..kube::core::Status::default()
+        };
+        let forbidden = Error::Kube {
+            op: "DeleteNode",
+            source: kube::Error::Api(Box::new(status)),
+        };
+        assert_eq!(forbidden.category().event_reason(), "Forbidden");
+        assert!(forbidden.category().operator_should_see());
+        // The grant is fixed where no watch sees it: retried, not left for five minutes.
+        let base = Duration::from_secs(1);
+        assert_eq!(
+            Backoff::default().failed("m", &forbidden, base),
+            Action::requeue(base)
+        );
+        // Told as the server said it, once.
+        assert_eq!(
+            forbidden.to_string(),
+            "DeleteNode: nodes \"w\" is forbidden: User \"u\" cannot delete resource \"nodes\" (Forbidden, 403)"
+        );
+    }
 }
