@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::power::PowerState;
+use crate::state::PowerState;
 
 /// Result alias of the drivers crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -146,6 +146,9 @@ pub enum Error {
         code: u8,
         /// The code, described.
         detail: String,
+        /// Whether trying again can help (busy, timeout, ...): decided where the code is read,
+        /// by the IPMI layer that knows what the code means.
+        retryable: bool,
     },
     /// The BMC refused to open an RMCP+ session for a reason other than the credentials.
     #[error("BMC {bmc} refused the IPMI session: {detail} (RMCP+ status {status:#04x})")]
@@ -205,10 +208,7 @@ impl Error {
             | Error::Busy { .. }
             | Error::StateNotReached { .. } => true,
             Error::Http { status, .. } => *status >= 500,
-            Error::Completion { code, .. } => {
-                crate::ipmi::completion::classify(*code)
-                    == crate::ipmi::completion::CompletionClass::Retry
-            }
+            Error::Completion { retryable, .. } => *retryable,
             Error::SessionRejected { status, .. } => matches!(status, 0x01 | 0x02 | 0x08 | 0x0B),
             Error::PowerFault { .. } => true,
             Error::InvalidAddress { .. }

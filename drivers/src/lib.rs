@@ -19,22 +19,27 @@
 #![forbid(unsafe_code)]
 
 mod address;
+mod config;
 mod connector;
 mod credentials;
 mod error;
+mod gate;
 pub mod ipmi;
 mod power;
 pub mod redfish;
 mod retry;
 mod rotation;
+mod state;
 mod tls;
 mod wait;
 
 pub use address::{BmcAddress, DriverKind};
-pub use connector::{Connector, DriverConfig};
+pub use config::DriverConfig;
+pub use connector::Connector;
 pub use credentials::{CredentialUsed, Credentials, Password};
 pub use error::{Error, Result};
-pub use power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
+pub use power::{PowerDriver, PowerOffMode, ProbeReport};
 pub use retry::{RetryPolicy, retry, retry_observed};
+pub use state::PowerState;
 pub use tls::TlsOptions;
 pub use wait::{PowerOffOutcome, WaitOptions, power_off_confirmed, wait_for_power_state};

@@ -5,8 +5,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::power::{PowerDriver, PowerOffMode, PowerState};
+use crate::power::{PowerDriver, PowerOffMode};
 use crate::retry::{RetryPolicy, next_pause, retry_observed};
+use crate::state::PowerState;
 
 /// How to poll for a power state.
 #[derive(Debug, Clone)]

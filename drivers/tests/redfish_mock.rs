@@ -78,7 +78,7 @@ fn driver_with(server: &MockServer, system_path: &str, request_timeout: Duration
     );
     config.request_timeout = request_timeout;
     config.task_timeout = Duration::from_secs(10);
-    RedfishDriver::new(config).unwrap()
+    RedfishDriver::new(config.into_redfish()).unwrap()
 }
 
 fn driver(server: &MockServer) -> RedfishDriver {
@@ -626,11 +626,9 @@ fn rotating_driver(server: &MockServer) -> RedfishDriver {
     let address =
         BmcAddress::parse(&format!("redfish+http://{}{SYSTEM}", server.address())).unwrap();
     let credentials = Credentials::new("admin", "new-password").with_previous("password");
-    RedfishDriver::new(DriverConfig::new(
-        address,
-        credentials,
-        TlsOptions::default(),
-    ))
+    RedfishDriver::new(
+        DriverConfig::new(address, credentials, TlsOptions::default()).into_redfish(),
+    )
     .unwrap()
 }
 

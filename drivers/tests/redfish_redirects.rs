@@ -90,7 +90,7 @@ fn driver_for(address: &str, tls: TlsOptions) -> RedfishDriver {
         tls,
     );
     config.request_timeout = Duration::from_secs(5);
-    RedfishDriver::new(config).unwrap()
+    RedfishDriver::new(config.into_redfish()).unwrap()
 }
 
 fn driver(server: &MockServer) -> RedfishDriver {

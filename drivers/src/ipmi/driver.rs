@@ -16,12 +16,13 @@ use super::session::{Session, SessionParams};
 use super::suites::offered_suites;
 use super::wire::crypto::CipherSuite;
 use crate::address::BmcAddress;
-use crate::connector::{DriverConfig, EndpointGate};
 use crate::credentials::{CredentialUsed, Credentials};
 use crate::error::{Error, Result};
-use crate::power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
+use crate::gate::EndpointGate;
+use crate::power::{PowerDriver, PowerOffMode, ProbeReport};
 use crate::retry::{RetryPolicy, retry};
 use crate::rotation::{self, LoginMemory};
+use crate::state::PowerState;
 
 /// IPMI-specific settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,27 +83,28 @@ enum Change {
 }
 
 impl IpmiDriver {
-    pub(crate) fn with_gate(config: DriverConfig, gate: EndpointGate) -> Result<Self> {
-        let bmc = config.address.to_string();
-        if config.ipmi.cipher_suites.is_empty() {
+    pub(crate) fn with_gate(
+        address: BmcAddress,
+        credentials: Credentials,
+        options: IpmiOptions,
+        gate: EndpointGate,
+    ) -> Result<Self> {
+        let bmc = address.to_string();
+        if options.cipher_suites.is_empty() {
             return Err(Error::Configuration {
                 bmc,
                 reason: "no IPMI cipher suite is allowed".into(),
             });
         }
-        if config.credentials.username.len() > 16 {
+        if credentials.username.len() > 16 {
             return Err(Error::Configuration {
                 bmc,
                 reason: "an IPMI user name has at most 16 bytes".into(),
             });
         }
         let too_long = |p: &crate::credentials::Password| p.expose().len() > 20;
-        if too_long(&config.credentials.password)
-            || config
-                .credentials
-                .previous_password
-                .as_ref()
-                .is_some_and(too_long)
+        if too_long(&credentials.password)
+            || credentials.previous_password.as_ref().is_some_and(too_long)
         {
             return Err(Error::Configuration {
                 bmc,
@@ -110,10 +112,10 @@ impl IpmiDriver {
             });
         }
         Ok(IpmiDriver {
-            address: config.address,
+            address,
             bmc,
-            credentials: config.credentials,
-            options: config.ipmi,
+            credentials,
+            options,
             gate,
             negotiated: Mutex::new(None),
             memory: LoginMemory::default(),
@@ -279,6 +281,7 @@ impl IpmiDriver {
                     operation,
                     code: 0xD5,
                     detail: "the BMC cannot do this in the present state".into(),
+                    retryable: classify(0xD5) == CompletionClass::Retry,
                 });
             }
             Err(Error::Completion { code, detail, .. })

@@ -415,6 +415,7 @@ impl Session {
                 operation: operation.to_owned(),
                 code: response.completion_code,
                 detail: describe(response.completion_code),
+                retryable: classify(response.completion_code) == CompletionClass::Retry,
             });
         }
         Ok(response.data)

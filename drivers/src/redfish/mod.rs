@@ -41,14 +41,31 @@ use self::reset::{
 use self::session::{Auth, log_in, log_out, sessions_path};
 use self::transport::{Reply, Transport};
 use crate::address::BmcAddress;
-use crate::connector::{DriverConfig, EndpointGate};
 use crate::credentials::{CredentialUsed, Credentials};
 use crate::error::{Error, Result, shorten};
-use crate::power::{PowerDriver, PowerOffMode, PowerState, ProbeReport};
+use crate::gate::EndpointGate;
+use crate::power::{PowerDriver, PowerOffMode, ProbeReport};
 use crate::rotation::{self, LoginMemory};
+use crate::state::PowerState;
+use crate::tls::TlsOptions;
 
 /// The systems collection when the service root does not link one.
 const DEFAULT_SYSTEMS_PATH: &str = "/redfish/v1/Systems";
+
+/// What the Redfish driver needs to reach one BMC (see [`crate::DriverConfig::into_redfish`]).
+#[derive(Debug, Clone)]
+pub struct RedfishConfig {
+    /// Where the BMC is.
+    pub address: BmcAddress,
+    /// The account to use.
+    pub credentials: Credentials,
+    /// Certificate verification.
+    pub tls: TlsOptions,
+    /// The limit for one request, connection set-up included.
+    pub request_timeout: Duration,
+    /// The limit for an asynchronous BMC task (a task monitor) to finish.
+    pub task_timeout: Duration,
+}
 
 /// A Redfish BMC.
 pub struct RedfishDriver {
@@ -93,11 +110,11 @@ impl SystemSnapshot {
 impl RedfishDriver {
     /// A driver with its own request gate. Prefer [`crate::Connector::connect`], which shares
     /// the gate with every other driver of the same BMC endpoint.
-    pub fn new(config: DriverConfig) -> Result<Self> {
+    pub fn new(config: RedfishConfig) -> Result<Self> {
         Self::with_gate(config, EndpointGate::default())
     }
 
-    pub(crate) fn with_gate(config: DriverConfig, gate: EndpointGate) -> Result<Self> {
+    pub(crate) fn with_gate(config: RedfishConfig, gate: EndpointGate) -> Result<Self> {
         let bmc = config.address.to_string();
         if config.credentials.username.is_empty() {
             return Err(Error::Configuration {

@@ -1,7 +1,8 @@
 //! Which Redfish `ResetType` to send: a pure decision over what the BMC advertises and the
 //! state it just reported.
 
-use crate::power::{PowerOffMode, PowerState};
+use crate::power::PowerOffMode;
+use crate::state::PowerState;
 
 /// What the caller wants the host to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,9 +14,9 @@ use super::model::ErrorBody;
 use super::redirect::{
     MAX_REDIRECTS, Origin, Refusal, describe_target, follow_with, is_redirect, judge,
 };
-use crate::connector::EndpointGate;
 use crate::credentials::Password;
 use crate::error::{Error, Result, shorten};
+use crate::gate::EndpointGate;
 use crate::retry::parse_retry_after;
 use crate::tls::TlsOptions;
 
