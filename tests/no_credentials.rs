@@ -62,6 +62,10 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     let spec = ClusterSpec {
         timing: Timing::fast(),
         bmc_password: PASSWORD.into(),
+        // worker-1 is triggered by hand and worker-0 hangs: two of three workers, which the
+        // MachineHealthCheck counts as unhealthy together (annotated Machines count, as in
+        // machine-api-operator) and would short-circuit on at its default limit.
+        max_unhealthy: "100%".into(),
         ..ClusterSpec::default()
     };
     let policy = json!({"strategies": ["DirectBmc"], "timeouts": {"readyGraceSeconds": 0, "powerOffSeconds": 5}});

@@ -74,6 +74,10 @@ impl Plan {
                 ];
                 // The MachineHealthCheck's own guard would hide the storm: let it report all.
                 plan.spec.max_unhealthy = "100%".into();
+                // Three hung workers' Nodes go NotReady up to a heartbeat apart: the health
+                // check waits long enough after the first that the third is NotReady (and
+                // counted by the storm gate) before any trigger is set.
+                plan.spec.timing.unhealthy_timeout = Duration::from_secs(3);
             }
             Scenario::Bmh
             | Scenario::PowerDemo
