@@ -29,7 +29,12 @@ fn without_verb(rules: &Value, resource: &str, verb: &str) -> Value {
         .as_array_mut()
         .unwrap()
         .iter_mut()
-        .find(|r| r["resources"].as_array().unwrap().contains(&json!(resource)))
+        .find(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(resource))
+        })
         .unwrap_or_else(|| panic!("deploy/rbac.yaml has no rule on {resource}"));
     let verbs = rule["verbs"].as_array_mut().unwrap();
     assert!(verbs.contains(&json!(verb)), "{rule}");
