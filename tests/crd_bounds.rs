@@ -113,11 +113,15 @@ fn host_bmc(spec: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_must_be_dns_subdomains_of_at_most_253_characters() {
     let (_server, client) = start().await;
-    let spec = |node: &str| {
-        json!({"nodeName": node, "address": "redfish://10.0.0.1", "credentialsName": "creds"})
-    };
+    let spec = |node: &str| json!({"nodeName": node, "address": "redfish://10.0.0.1", "credentialsName": "creds"});
     // 253 characters in labels of 63 is the longest name a Node can have.
-    let longest = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join(".");
+    let longest = [
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61),
+    ]
+    .join(".");
     assert_eq!(longest.len(), 253);
     let mut accepted = host_bmc(spec(&longest));
     accepted["metadata"]["name"] = json!("longest");
@@ -180,9 +184,7 @@ async fn a_helper_image_must_be_pinned_by_digest_and_its_namespace_a_label() {
         .unwrap();
     assert_eq!(created.data["spec"]["helperImage"], json!(pinned));
     // Unset, it stays unset (the controller's own image) and the namespace is defaulted.
-    let created = create(&client, policy("default", json!({})))
-        .await
-        .unwrap();
+    let created = create(&client, policy("default", json!({}))).await.unwrap();
     assert!(created.data["spec"].get("helperImage").is_none());
     assert_eq!(created.data["spec"]["helperNamespace"], "baremend");
 }
