@@ -18,6 +18,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::bounds::{DNS_LABEL, DNS_LABEL_MAX, DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX, UID_MAX};
 use super::policy::{FenceStrategyName, NodeReleaseMode, RemediationPolicySpec};
 use super::remediation::{Condition, RemediationPhase};
 
@@ -53,12 +54,15 @@ pub struct TriggerRef {
     pub kind: TriggerKind,
     /// The request's name (none for the annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN))]
     pub name: Option<String>,
     /// The request's namespace, when it is not the Machine's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = DNS_LABEL_MAX), pattern(DNS_LABEL))]
     pub namespace: Option<String>,
     /// The request's UID (none for the annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = UID_MAX))]
     pub uid: Option<String>,
 }
 

@@ -8,6 +8,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::bounds::{
+    DNS_LABEL, DNS_LABEL_MAX, DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_OR_EMPTY,
+    IMAGE_BY_DIGEST, IMAGE_MAX, PATH_MAX,
+};
 use super::remediation::{Condition, StepTime};
 use super::retention::Retention;
 
@@ -59,17 +63,20 @@ pub const APPROVE_ANNOTATION: &str = "baremend.io/approve-drift-remediation";
 #[serde(rename_all = "camelCase")]
 pub struct DriftRemediationSpec {
     /// The drifted Node.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN))]
     pub node_name: String,
     /// Its MachineConfigPool.
     #[serde(default)]
+    #[schemars(length(max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN_OR_EMPTY))]
     pub pool: String,
     /// What differs: `Content`, `Mode`, `Missing`, `UnitEnablement`.
     pub kind: DriftKind,
     /// The drifted file path or unit name.
+    #[schemars(length(min = 1, max = PATH_MAX))]
     pub target: String,
     /// The rendered MachineConfig the node is on.
     #[serde(default)]
+    #[schemars(length(max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN_OR_EMPTY))]
     pub rendered_config: String,
     /// The action taken: `Force` (the MCO re-applies and reboots) or `Restore`.
     pub action: DriftAction,
@@ -247,12 +254,16 @@ pub struct DriftPolicySpec {
     /// checked before and respected throughout), uncordon once verified.
     #[serde(default)]
     pub drain_before_restore: bool,
-    /// The image of the short-lived helper pod that writes files on the node (default: the
-    /// controller's own image, which carries the `baremend host-file` command).
+    /// The image of the short-lived helper pod that writes files on the node, pinned by
+    /// digest (`…@sha256:<64 hex>`: the pod runs privileged, its image must not move under a
+    /// tag). Unset: the controller's own image (`--helper-image`, which deploy/ sets to the
+    /// controller container's image), which carries the `baremend host-file` command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = IMAGE_MAX), pattern(IMAGE_BY_DIGEST))]
     pub helper_image: Option<String>,
     /// The namespace of the helper pods.
     #[serde(default = "default_helper_namespace")]
+    #[schemars(length(min = 1, max = DNS_LABEL_MAX), pattern(DNS_LABEL))]
     pub helper_namespace: String,
     /// How many finished DriftRemediations are kept per Node.
     #[serde(default)]

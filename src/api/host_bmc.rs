@@ -9,6 +9,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::bounds::{ADDRESS_MAX, CA_BUNDLE_MAX, CONFIG_MAP_KEY, DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX};
+
 /// Maps a Machine or a Node to its BMC. Lives in the Machine's namespace, beside the Secret.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -30,19 +32,22 @@ use serde::{Deserialize, Serialize};
 pub struct HostBmcSpec {
     /// The Machine this BMC powers (same namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN))]
     pub machine_name: Option<String>,
     /// The Node this BMC powers, when no Machine is named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN))]
     pub node_name: Option<String>,
     /// The BMC address in BareMetalHost form (`redfish://…`, `redfish+http://…`, `ipmi://…`).
-    #[schemars(length(min = 1, max = 2048))]
+    #[schemars(length(min = 1, max = ADDRESS_MAX))]
     pub address: String,
     /// A Secret in the same namespace with `username` and `password` keys.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN))]
     pub credentials_name: String,
     /// PEM CA bundle to verify the BMC's certificate with, instead of the system roots.
     /// At most one of `caBundle` and `caBundleRef`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = CA_BUNDLE_MAX))]
     pub ca_bundle: Option<String>,
     /// A key of a ConfigMap or Secret in the same namespace holding the PEM CA bundle to
     /// verify the BMC's certificate with, instead of the system roots.
@@ -89,11 +94,11 @@ pub struct CaBundleRef {
     /// `ConfigMap` or `Secret`.
     pub kind: CaBundleKind,
     /// The object's name (same namespace).
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN))]
     pub name: String,
     /// The key holding the PEM certificates.
     #[serde(default = "default_ca_bundle_key")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(CONFIG_MAP_KEY))]
     pub key: String,
 }
 

@@ -13,6 +13,7 @@
 //! The YAML under `crds/` is generated from these types by `baremend crds`.
 
 pub mod annotations;
+pub mod bounds;
 pub(crate) mod cached;
 mod contracts;
 mod crds;

@@ -51,7 +51,10 @@ pub struct RemediationPolicySpec {
     /// The key of our request in the BareMetalHost reboot API
     /// (`reboot.metal3.io/<key>`).
     #[serde(default = "default_reboot_key")]
-    #[schemars(regex(pattern = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+    )]
     pub reboot_key: String,
     /// Delete the Node, or keep it tainted out-of-service (Kubernetes ≥ 1.28).
     #[serde(default)]

@@ -7,6 +7,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::bounds::{
+    DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX, NAMESPACED_NAME, NAMESPACED_NAME_MAX, UID_MAX,
+};
+
 /// What is being remediated. Written once at creation; the status carries the progress.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -31,21 +35,24 @@ pub struct RemediationSpec {
     /// None: a Node no Machine stands for (a cluster without Machines: platform none, UPI
     /// bare metal), named by `nodeName`, its BMC by the `HostBmc` `hostBmc`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN))]
     pub machine_name: Option<String>,
     /// The `HostBmc` (same namespace) that maps a Node without a Machine to its BMC, when the
     /// remediation is of such a Node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN))]
     pub host_bmc: Option<String>,
     /// The Machine's UID when the remediation began; a recreated Machine is another one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = UID_MAX))]
     pub machine_uid: Option<String>,
     /// The Node of the Machine (`status.nodeRef`) when the remediation began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN))]
     pub node_name: Option<String>,
     /// The BareMetalHost as `namespace/name`, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 3, max = NAMESPACED_NAME_MAX), pattern(NAMESPACED_NAME))]
     pub host: Option<String>,
     /// What asked for the remediation (none: the Machine annotation, as before triggers were
     /// recorded).
