@@ -678,7 +678,7 @@ async fn a_validating_admission_policy_denies_a_create_and_an_update() {
     // The request's user is the caller: the server's own token is `baremend-sim`.
     assert_eq!(
         body["message"],
-        "ValidatingAdmissionPolicy 'replica-limit' with binding 'replica-limit-binding' denied request: no scaling down by baremend-sim"
+        "ValidatingAdmissionPolicy 'replica-limit' with binding 'replica-limit-binding' denied request: no scaling down by kubernetes-admin"
     );
     let (status, body) = api
         .patch(
@@ -778,6 +778,19 @@ async fn a_policy_sees_the_service_account_that_calls() {
         )
         .await;
     let token = issued["status"]["token"].as_str().unwrap();
+    // RBAC lets it create ConfigMaps (the bootstrap `edit` role in its namespace): the refusal
+    // below is the admission policy's, not the authorizer's.
+    let grant = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "robot-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "robot", "namespace": "default"}]});
+    let (status, body) = api
+        .post(
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+            grant,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
     let configmap =
         |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
     let response = api
