@@ -328,7 +328,7 @@ pub async fn run(args: &LabArgs) -> Result<()> {
         source,
     })?;
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, lab.cluster.kubeconfig()).map_err(|source| Error::WriteFile {
+    std::fs::write(&kubeconfig, &lab.controller_kubeconfig).map_err(|source| Error::WriteFile {
         what: "kubeconfig",
         path: kubeconfig.clone(),
         source,

@@ -34,6 +34,8 @@ pub struct LabCluster {
     /// A kube client as the controller's ServiceAccount (`baremend/baremend`), with only what
     /// `deploy/rbac.yaml` grants it: what the controller runs on, so a missing grant fails.
     pub controller_client: Client,
+    /// The kubeconfig of that client, for a controller run as its own process.
+    pub controller_kubeconfig: String,
     /// Direct access to the server's store, for the lab's own observations and faults.
     pub api: Local,
 }
@@ -136,18 +138,14 @@ async fn controller_token(admin: &Client) -> Result<String> {
         })
 }
 
-/// A client on the cluster of `kubeconfig` that authenticates with `token` instead.
-async fn client_with_token(kubeconfig: &str, token: &str) -> Result<Client> {
+/// A client from a kubeconfig of the simulated cluster, without kube's own retries (the
+/// controller requeues by itself).
+async fn client_of(kubeconfig: &str) -> Result<Client> {
     let invalid = |reason: String| Error::Invalid {
         object: "the simulated cluster's kubeconfig".into(),
         reason,
     };
-    let mut kubeconfig = Kubeconfig::from_yaml(kubeconfig).map_err(|e| invalid(e.to_string()))?;
-    for user in &mut kubeconfig.auth_infos {
-        if let Some(auth) = user.auth_info.as_mut() {
-            auth.token = Some(token.to_owned().into());
-        }
-    }
+    let kubeconfig = Kubeconfig::from_yaml(kubeconfig).map_err(|e| invalid(e.to_string()))?;
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| invalid(e.to_string()))?;
@@ -160,18 +158,7 @@ impl LabCluster {
     /// host's `HostBmc`).
     pub async fn start(spec: ClusterSpec) -> Result<Self> {
         let cluster = SimCluster::start(spec).await?;
-        let invalid = |reason: String| Error::Invalid {
-            object: "the simulated cluster's kubeconfig".into(),
-            reason,
-        };
-        let kubeconfig =
-            Kubeconfig::from_yaml(&cluster.kubeconfig()).map_err(|e| invalid(e.to_string()))?;
-        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| invalid(e.to_string()))?;
-        // The controller requeues by itself; kube's own retries would hide what happens.
-        config.default_retry = false;
-        let client = Client::try_from(config).map_err(Error::kube("Connect"))?;
+        let client = client_of(&cluster.kubeconfig()).await?;
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for (_, crd) in all_crds() {
             crds.create(&PostParams::default(), &crd)
@@ -189,11 +176,15 @@ impl LabCluster {
             apply_manifests(&api, file, text)?;
         }
         let token = controller_token(&client).await?;
-        let controller_client = client_with_token(&cluster.kubeconfig(), &token).await?;
+        let controller_kubeconfig = cluster
+            .kubeconfig()
+            .replace(cluster.api_server().token(), &token);
+        let controller_client = client_of(&controller_kubeconfig).await?;
         Ok(LabCluster {
             cluster,
             client,
             controller_client,
+            controller_kubeconfig,
             api,
         })
     }
