@@ -6,14 +6,13 @@
 use std::time::Duration;
 
 use baremend::api::RemediationPhase;
-use baremend_sim::cluster::MACHINE_NAMESPACE;
-use baremend_sim::cluster::local::{EVENTS, Gvr};
+use baremend_sim::cluster::local::Gvr;
 use serde_json::{Value, json};
 
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast};
+use common::lab::{Lab, fast, warning_on};
 
 const CLUSTER_ROLES: Gvr = Gvr {
     group: "rbac.authorization.k8s.io",
@@ -94,27 +93,7 @@ async fn a_grant_taken_away_stops_the_story_with_forbidden_in_a_condition_and_an
         "{condition:?}"
     );
     assert_eq!(status.phase, RemediationPhase::PoweringOff);
-    eventually(
-        "a Forbidden Warning on the Machine",
-        Duration::from_secs(10),
-        async || {
-            let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-            events
-                .iter()
-                .any(|e| {
-                    e["reason"] == "Forbidden"
-                        && e["type"] == "Warning"
-                        && e["involvedObject"]["kind"] == "Machine"
-                        && e["involvedObject"]["name"] == "worker-0"
-                        && e["message"]
-                            .as_str()
-                            .is_some_and(|m| m.contains("cannot patch"))
-                })
-                .then_some(())
-                .ok_or(format!("{events:#?}"))
-        },
-    )
-    .await;
+    warning_on(&lab, ("Machine", "worker-0"), "Forbidden", "cannot patch").await;
     // Nothing beyond the refused call happened: the host runs, the Node is there.
     assert!(lab.power_history("worker-0").is_empty());
     assert!(lab.node_exists("worker-0"));

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast, steps};
+use common::lab::{Lab, fast, metric, patch_policy, steps};
 
 /// The lab with the controller started.
 async fn start(spec: ClusterSpec, policy: Value) -> Lab {
@@ -1400,32 +1400,6 @@ async fn a_secret_rotated_before_its_redfish_bmc_fences_with_the_previous_passwo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_rotated_before_its_ipmi_bmc_fences_with_the_previous_password_and_says_so() {
     fence_after_secret_rotation(Protocol::Ipmi, "worker-2").await;
-}
-
-/// Merges `patch` into the `default` RemediationPolicy's spec.
-async fn patch_policy(lab: &Lab, patch: Value) {
-    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({ "spec": patch })),
-        )
-        .await
-        .unwrap();
-}
-
-/// The metrics once they contain `line`; fails after 5 s.
-async fn metric(lab: &Lab, line: &str) {
-    eventually(line, Duration::from_secs(5), async || {
-        let metrics = lab.metrics.encode();
-        if metrics.contains(line) {
-            Ok(())
-        } else {
-            Err(metrics)
-        }
-    })
-    .await;
 }
 
 /// Nothing of a dry run may show on the host, its BareMetalHost, its Node or its Machine.

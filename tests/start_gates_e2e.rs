@@ -7,13 +7,12 @@ use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::cluster::local::{EVENTS, MACHINES};
 use baremend_sim::host::{Faults, PowerAction};
-use kube::api::Api;
-use serde_json::{Value, json};
+use serde_json::json;
 
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast};
+use common::lab::{Lab, fast, patch_policy};
 
 /// How late the slow BMC answers every request.
 const SLOW_BMC: Duration = Duration::from_secs(20);
@@ -23,18 +22,6 @@ fn options(lab: &Lab) -> ControllerOptions {
         instance: "test".into(),
         ..lab.options()
     }
-}
-
-async fn patch_policy(lab: &Lab, patch: Value) {
-    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({ "spec": patch })),
-        )
-        .await
-        .unwrap();
 }
 
 /// When the Machine first carries the health check's trigger, watched from now on.

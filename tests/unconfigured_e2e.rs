@@ -5,28 +5,15 @@
 use std::time::Duration;
 
 use baremend::api::{DriftPhase, RemediationPhase};
-use baremend_sim::cluster::local::{EVENTS, NODES};
+use baremend_sim::cluster::ClusterSpec;
+use baremend_sim::cluster::local::NODES;
 use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::json;
 
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast};
-
-/// Waits until the metrics contain `line`.
-async fn metric(lab: &Lab, line: &str) {
-    eventually(line, Duration::from_secs(10), async || {
-        let metrics = lab.metrics.encode();
-        if metrics.contains(line) {
-            Ok(())
-        } else {
-            Err(metrics)
-        }
-    })
-    .await;
-}
+use common::lab::{Lab, fast, metric, warning_on};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_remediation_policy_a_hung_worker_gets_a_dry_run_that_says_why() {
@@ -40,25 +27,11 @@ async fn without_a_remediation_policy_a_hung_worker_gets_a_dry_run_that_says_why
     lab.cluster.hang("worker-0");
     let dry = lab.reach("worker-0-1", RemediationPhase::DryRun).await;
     assert_eq!(dry.status.unwrap().phase, RemediationPhase::DryRun);
-    eventually(
-        "a PolicyMissing Warning on the Machine",
-        Duration::from_secs(10),
-        async || {
-            let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-            events
-                .iter()
-                .any(|e| {
-                    e["reason"] == "PolicyMissing"
-                        && e["type"] == "Warning"
-                        && e["involvedObject"]["kind"] == "Machine"
-                        && e["involvedObject"]["name"] == "worker-0"
-                        && e["message"]
-                            .as_str()
-                            .is_some_and(|m| m.contains("no RemediationPolicy named default"))
-                })
-                .then_some(())
-                .ok_or(format!("{events:#?}"))
-        },
+    warning_on(
+        &lab,
+        ("Machine", "worker-0"),
+        "PolicyMissing",
+        "no RemediationPolicy named default",
     )
     .await;
     // Nothing was done to the host or its Node.

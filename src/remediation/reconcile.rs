@@ -147,39 +147,29 @@ impl Pass {
         let mut step = next_step(&state, &observed, &self.plan_policy());
         tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
         let now = self.context.clock.now();
+        let round = Round {
+            remediation: &mut *remediation,
+            status,
+            state: &state,
+            proof: &mut proof,
+            node,
+            now,
+        };
         let acted = match (step.clone(), basis) {
             (Step::RequestPowerOff { strategy }, Some(basis)) => {
-                let round = Round {
-                    remediation: &mut *remediation,
-                    status,
-                    state: &state,
-                    proof: &mut proof,
-                    node,
-                    now,
-                };
                 match self.launch(round, strategy, basis).await {
                     Launch::Started(acted) => acted,
                     Launch::HeldAtLast(held) => {
-                        let (held, round) = *held;
                         // Another start overtook this one between its fresh reads and the
                         // lock: planned again with the gate that now holds it.
+                        let (held, round) = *held;
                         observed.may_start = Err(held);
                         step = next_step(&state, &observed, &self.plan_policy());
                         self.execute(step, round).await
                     }
                 }
             }
-            (step, _) => {
-                let round = Round {
-                    remediation: &mut *remediation,
-                    status,
-                    state: &state,
-                    proof: &mut proof,
-                    node,
-                    now,
-                };
-                self.execute(step, round).await
-            }
+            (step, _) => self.execute(step, round).await,
         };
         self.after_step(remediation, proof);
         // The request's status is the health check's view; a failure to write it never

@@ -609,3 +609,56 @@ pub fn request_has(
             .any(|c| c.type_ == type_ && c.status == status && reason.is_none_or(|r| c.reason == r))
     })
 }
+
+/// Merges `patch` into the spec of the RemediationPolicy `default`, as an operator would.
+pub async fn patch_policy(lab: &Lab, patch: Value) {
+    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
+    policies
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "spec": patch })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits until the lab's metrics contain `line`; fails after 10 s.
+pub async fn metric(lab: &Lab, line: &str) {
+    eventually(line, Duration::from_secs(10), async || {
+        let metrics = lab.metrics.encode();
+        if metrics.contains(line) {
+            Ok(())
+        } else {
+            Err(metrics)
+        }
+    })
+    .await;
+}
+
+/// Waits until a Warning Event with `reason` on the object `kind`/`name` of the Machines'
+/// namespace says `says`; fails after 10 s.
+pub async fn warning_on(lab: &Lab, (kind, name): (&str, &str), reason: &str, says: &str) {
+    eventually(
+        &format!("a {reason} Warning on {kind} {name} saying {says:?}"),
+        Duration::from_secs(10),
+        async || {
+            let events = lab.api.list(
+                baremend_sim::cluster::local::EVENTS,
+                Some(MACHINE_NAMESPACE),
+            );
+            events
+                .iter()
+                .any(|e| {
+                    e["reason"] == reason
+                        && e["type"] == "Warning"
+                        && e["involvedObject"]["kind"] == kind
+                        && e["involvedObject"]["name"] == name
+                        && e["message"].as_str().is_some_and(|m| m.contains(says))
+                })
+                .then_some(())
+                .ok_or(format!("{events:#?}"))
+        },
+    )
+    .await;
+}

@@ -425,37 +425,9 @@ fn rule_matches(rule: &Value, request: &AdmissionRequest) -> bool {
 }
 
 /// A label selector (`matchLabels`, `matchExpressions`) against an object's labels; an
-/// empty selector selects everything.
+/// empty selector selects everything (the server's one reading of a selector object).
 fn selects(selector: &Value, object: &Value) -> bool {
-    let labels = object
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object);
-    let label = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
-    let by_labels = selector
-        .get("matchLabels")
-        .and_then(Value::as_object)
-        .is_none_or(|m| m.iter().all(|(k, v)| label(k) == v.as_str()));
-    let by_expressions = selector
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .is_none_or(|all| {
-            all.iter().all(|e| {
-                let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
-                let values: Vec<&str> = e
-                    .get("values")
-                    .and_then(Value::as_array)
-                    .map(|v| v.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
-                match e.get("operator").and_then(Value::as_str) {
-                    Some("In") => label(key).is_some_and(|v| values.contains(&v)),
-                    Some("NotIn") => label(key).is_none_or(|v| !values.contains(&v)),
-                    Some("Exists") => label(key).is_some(),
-                    Some("DoesNotExist") => label(key).is_none(),
-                    _ => false,
-                }
-            })
-        });
-    by_labels && by_expressions
+    crate::apiserver::controllers_selector(selector, object)
 }
 
 #[cfg(test)]
