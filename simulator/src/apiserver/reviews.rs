@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Value, json};
 
-use super::auth::rbac::{Attributes, Decision, ResourceAttributes};
+use super::auth::rbac::{Attributes, Decision, ResourceAttributes, strings};
 use super::auth::user::{AUTHENTICATED, UserInfo};
 use super::errors::{ApiError, ApiResult};
 use super::{ApiServer, ServerState};
@@ -210,18 +210,6 @@ fn check_kind(review: &Value, group: &str, kind: &str) -> ApiResult<()> {
             "the object provided is unrecognized (must be of type {kind}): {api_version}, Kind={found}"
         )))
     }
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    value
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Answers a TokenReview: who holds `spec.token`, for `spec.audiences` (the API's own

@@ -41,7 +41,8 @@ pub struct PolicyRule {
     pub non_resource_urls: Vec<String>,
 }
 
-fn strings(value: &Value) -> Vec<String> {
+/// The strings of a JSON array (anything else: none), as the API objects' string lists read.
+pub(crate) fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
         .map(|items| {
