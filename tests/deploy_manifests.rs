@@ -1158,9 +1158,11 @@ fn cluster_api_grants() -> Vec<Granted> {
                 && s.name == "baremend"
                 && s.namespace.as_deref() == Some("baremend"))
     );
+    // Only the role bound to the controller: the example's other ClusterRole is the Cluster
+    // API manager's (aggregated into its role), not baremend's.
     documents
         .iter()
-        .filter(|d| d["kind"] == "ClusterRole")
+        .filter(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == binding.role_ref.name)
         .flat_map(|d| {
             typed::<ClusterRole>("rbac-cluster-api.yaml", d)
                 .rules

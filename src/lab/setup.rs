@@ -47,7 +47,7 @@ pub const CONTROLLER_ACCOUNT: &str = "baremend";
 
 /// The manifests of `deploy/` that make the controller's identity and rights, read from the
 /// files an install applies (not a copy): a grant missing there is missing in every lab.
-const DEPLOY_IDENTITY: [(&str, &str); 3] = [
+const DEPLOY_IDENTITY: [(&str, &str); 4] = [
     (
         "namespace.yaml",
         include_str!("../../deploy/namespace.yaml"),
@@ -57,6 +57,10 @@ const DEPLOY_IDENTITY: [(&str, &str); 3] = [
         include_str!("../../deploy/serviceaccount.yaml"),
     ),
     ("rbac.yaml", include_str!("../../deploy/rbac.yaml")),
+    (
+        "rbac-health-checks.yaml",
+        include_str!("../../deploy/rbac-health-checks.yaml"),
+    ),
 ];
 /// The example an install on Cluster API adds (docs/install.md).
 const DEPLOY_CLUSTER_API_RBAC: (&str, &str) = (
