@@ -83,6 +83,8 @@ async fn drift_is_force_reapplied_by_the_mco_and_verified() {
     )
     .await;
     println!("drift to verified Done: {took:?}");
+    // The MCO's controller and daemons, and the kubelet running the helper, were never refused.
+    lab.assert_no_actor_refused();
     lab.stop().await;
 }
 
@@ -246,6 +248,9 @@ async fn the_restore_action_writes_the_file_back_without_a_reboot() {
             .unwrap(),
         config
     );
+    // The kubelet read the helper's Secret through the Node authorizer's graph (its pod mounts
+    // it) and was refused nothing.
+    lab.assert_no_actor_refused();
     lab.stop().await;
 }
 

@@ -11,7 +11,10 @@ use baremend_drivers::{
     TlsOptions,
 };
 use baremend_sim::Error;
-use baremend_sim::cluster::local::{BMHS, CRDS, HOST_BMCS, Local, MACHINES, MHCS, NODES, SECRETS};
+use baremend_sim::cluster::local::{
+    BMHS, CRDS, HOST_BMCS, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES,
+    MHCS, NODES, SECRETS,
+};
 use baremend_sim::cluster::nhc::{self, NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{
@@ -100,23 +103,21 @@ async fn a_hung_worker_becomes_unknown_tainted_and_is_marked_for_external_remedi
         unknown >= Duration::from_millis(500),
         "not before the grace period (less the last heartbeat's age): {unknown:?}"
     );
-    let node = api.get(NODES, "", "worker-0").unwrap();
-    let taints: Vec<String> = node["spec"]["taints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            format!(
-                "{}:{}",
-                t["key"].as_str().unwrap(),
-                t["effect"].as_str().unwrap()
-            )
-        })
-        .collect();
-    assert!(
-        taints.contains(&"node.kubernetes.io/unreachable:NoExecute".to_owned()),
-        "{taints:?}"
-    );
+    // The status and the taint are two writes (the lifecycle controller's and, upstream,
+    // the taint manager's): the taint follows within a pass.
+    eventually(
+        "the unreachable taint",
+        Duration::from_secs(2),
+        async || {
+            let node = api.get(NODES, "", "worker-0").ok()?;
+            node["spec"]["taints"]
+                .as_array()?
+                .iter()
+                .any(|t| t["key"] == "node.kubernetes.io/unreachable" && t["effect"] == "NoExecute")
+                .then_some(())
+        },
+    )
+    .await;
     let started = Instant::now();
     eventually(
         "the external-remediation annotation",
@@ -544,16 +545,14 @@ async fn platform_none_cluster(spec: ClusterSpec) -> (SimCluster, Local) {
     .await
     .unwrap();
     let api = Local::new(cluster.api_server().store().clone(), "test");
-    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
-    for file in [
-        "hostbmcs.yaml",
-        "noderemediations.yaml",
-        "noderemediationtemplates.yaml",
-    ] {
-        let text = std::fs::read_to_string(crds.join(file)).unwrap();
-        let crd: Value = serde_yaml::from_str(&text).unwrap();
-        api.create(CRDS, "", crd).unwrap();
-    }
+    common::install_crds(
+        &api,
+        &[
+            "hostbmcs.yaml",
+            "noderemediations.yaml",
+            "noderemediationtemplates.yaml",
+        ],
+    );
     let hosts = cluster.hosts().len();
     assert_eq!(cluster.create_host_bmcs().unwrap(), hosts);
     assert_eq!(api.list(HOST_BMCS, None).len(), hosts);
@@ -646,6 +645,7 @@ async fn a_platform_none_cluster_has_nodes_and_host_bmcs_and_no_machines() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_machineless_worker_gets_a_node_remediation_from_the_node_health_check() {
     let (cluster, api) = platform_none_cluster(with_nhc()).await;
+    common::install_remediator_roles(&api);
     api.create(
         NODE_REMEDIATION_TEMPLATES,
         NHC_NAMESPACE,
@@ -743,6 +743,7 @@ async fn the_node_health_check_makes_a_deleted_request_again_while_the_node_is_u
         });
         api.create(CRDS, "", crd).unwrap();
     }
+    common::install_remediator_roles(&api);
     api.create(
         NODE_REMEDIATION_TEMPLATES,
         NHC_NAMESPACE,
@@ -780,4 +781,185 @@ async fn the_node_health_check_makes_a_deleted_request_again_while_the_node_is_u
             .is_none(),
         "{request}"
     );
+}
+
+/// Whether the flavour's health check asked for worker-0's remediation: the annotation on
+/// OpenShift's Machine, or a request from the template.
+fn remediation_asked(api: &Local, spec: &ClusterSpec) -> bool {
+    if spec.node_health_check {
+        return !api.list(NODE_REMEDIATIONS, None).is_empty();
+    }
+    if spec.cluster_api {
+        return api
+            .get(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, "worker-0")
+            .is_ok();
+    }
+    api.get(MACHINES, MACHINE_NAMESPACE, "worker-0")
+        .ok()
+        .and_then(|m| m.pointer("/metadata/annotations").cloned())
+        .is_some_and(|a| a.get(EXTERNAL_REMEDIATION).is_some())
+}
+
+/// Serves baremend's request kinds and the template the flavour's health check names (a
+/// Cluster API MachineHealthCheck, a NodeHealthCheck), as installing baremend does.
+fn template_in_place(api: &Local, spec: &ClusterSpec) {
+    if spec.node_health_check {
+        common::install_crds(
+            api,
+            &["noderemediations.yaml", "noderemediationtemplates.yaml"],
+        );
+        let template =
+            json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}});
+        api.create(NODE_REMEDIATION_TEMPLATES, NHC_NAMESPACE, template)
+            .unwrap();
+        return;
+    }
+    if !spec.cluster_api {
+        return;
+    }
+    common::install_crds(
+        api,
+        &[
+            "machineremediations.yaml",
+            "machineremediationtemplates.yaml",
+        ],
+    );
+    let template = json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}});
+    api.create(MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE, template)
+        .unwrap();
+}
+
+/// Every actor runs as its upstream account (accounts.rs, upstream_rbac/): through a
+/// hang and its remediation request in each flavour, no actor is refused anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_actor_is_refused_through_a_hang_and_its_request_in_any_flavour() {
+    for (flavour, spec) in [
+        ("openshift", fast()),
+        (
+            "cluster-api",
+            ClusterSpec {
+                cluster_api: true,
+                ..fast()
+            },
+        ),
+        (
+            "nodehealthcheck",
+            ClusterSpec {
+                node_health_check: true,
+                platform_none: true,
+                masters: 3,
+                workers: 2,
+                ..fast()
+            },
+        ),
+        (
+            "mco",
+            ClusterSpec {
+                mco: true,
+                ..fast()
+            },
+        ),
+    ] {
+        let cluster = SimCluster::start(spec.clone()).await.unwrap();
+        let api = Local::new(cluster.api_server().store().clone(), "test");
+        template_in_place(&api, &spec);
+        common::install_remediator_roles(&api);
+        assert!(cluster.hang("worker-0"));
+        // A refusal ends the wait early, to be shown.
+        eventually(flavour, Duration::from_secs(20), async || {
+            (remediation_asked(&api, &spec) || !cluster.actor_refusals().is_empty()).then_some(())
+        })
+        .await;
+        let refusals = cluster.actor_refusals();
+        assert!(refusals.is_empty(), "{flavour}: {refusals:#?}");
+    }
+}
+
+/// Without the remediator's aggregated role, Cluster API's health check is refused the
+/// template, as the real one is (its manager's rights to other groups come only through
+/// `cluster.x-k8s.io/aggregate-to-manager`), and no request is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_remediators_aggregated_role_the_health_check_is_refused_and_asks_nothing() {
+    let spec = ClusterSpec {
+        cluster_api: true,
+        ..fast()
+    };
+    let cluster = SimCluster::start(spec.clone()).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    template_in_place(&api, &spec);
+    assert!(cluster.hang("worker-0"));
+    let refusal = eventually("the refusal", Duration::from_secs(20), async || {
+        cluster
+            .actor_refusals()
+            .into_iter()
+            .find(|r| r.contains("machineremediationtemplates"))
+    })
+    .await;
+    assert!(
+        refusal.contains("system:serviceaccount:capi-system:capi-manager")
+            && refusal.contains("cannot get resource"),
+        "{refusal}"
+    );
+    assert!(!remediation_asked(&api, &spec));
+    // Granted (as installing the remediator does), the next pass makes the request.
+    common::install_remediator_roles(&api);
+    eventually("the request", Duration::from_secs(10), async || {
+        remediation_asked(&api, &spec).then_some(())
+    })
+    .await;
+}
+
+/// A kubelet calls as `system:node:<name>` and meets the Node authorizer and NodeRestriction
+/// as upstream's (kubernetes plugin/pkg/auth/authorizer/node/node_authorizer.go,
+/// plugin/pkg/admission/noderestriction/admission.go): its own Node, lease and pods only,
+/// never its taints, never a Secret its pods do not use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_writes_only_what_is_its_own() {
+    let cluster = SimCluster::start(fast()).await.unwrap();
+    let kubelet = cluster.accounts().kubelet("worker-0", "test");
+    let own = json!({"metadata": {"annotations": {"example.com/x": "1"}}});
+    kubelet.merge(NODES, "", "worker-0", &own, false).unwrap();
+    let forbidden = |result: Result<Value, baremend_sim::apiserver::ApiError>, expected: &str| {
+        let error = result.unwrap_err();
+        assert_eq!(error.code, 403, "{}", error.message);
+        assert!(error.message.contains(expected), "{}", error.message);
+    };
+    forbidden(
+        kubelet.merge(NODES, "", "worker-1", &own, false),
+        "not allowed to modify node \"worker-1\"",
+    );
+    let taint = json!({"spec": {"taints": [{"key": "example.com/t", "effect": "NoSchedule"}]}});
+    forbidden(
+        kubelet.merge(NODES, "", "worker-0", &taint, false),
+        "not allowed to modify taints",
+    );
+    forbidden(
+        kubelet.delete(NODES, "", "worker-0", None),
+        "cannot delete resource \"nodes\"",
+    );
+    forbidden(
+        kubelet.get(SECRETS, MACHINE_NAMESPACE, &cluster.hosts()[0].bmc_secret()),
+        "cannot get resource \"secrets\"",
+    );
+    let lease = json!({"spec": {"renewTime": "2026-01-01T00:00:00.000000Z"}});
+    forbidden(
+        kubelet.merge(
+            baremend_sim::cluster::local::LEASES,
+            "kube-node-lease",
+            "worker-1",
+            &lease,
+            false,
+        ),
+        "cannot patch resource \"leases\"",
+    );
+    // Its own lease it renews (as it does every heartbeat).
+    kubelet
+        .merge(
+            baremend_sim::cluster::local::LEASES,
+            "kube-node-lease",
+            "worker-0",
+            &lease,
+            false,
+        )
+        .unwrap();
 }

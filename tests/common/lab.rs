@@ -623,6 +623,16 @@ pub async fn patch_policy(lab: &Lab, patch: Value) {
         .unwrap();
 }
 
+impl Lab {
+    /// Fails when a simulated actor (a health check, the BareMetal Operator, the MCO, a
+    /// kubelet), running as its upstream account, was refused anything: a grant missing from
+    /// its upstream roles or from what `deploy/` ships for it.
+    pub fn assert_no_actor_refused(&self) {
+        let refusals = self.cluster.actor_refusals();
+        assert!(refusals.is_empty(), "actors refused: {refusals:#?}");
+    }
+}
+
 /// Waits until the lab's metrics contain `line`; fails after 10 s.
 pub async fn metric(lab: &Lab, line: &str) {
     eventually(line, Duration::from_secs(10), async || {

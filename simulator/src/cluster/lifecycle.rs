@@ -31,8 +31,19 @@ fn taints(node: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// kube-controller-manager's two identities: its shared informers list and watch as
+/// `system:kube-controller-manager`; the node lifecycle controller writes as its own
+/// ServiceAccount (`--use-service-account-credentials`).
+#[derive(Debug, Clone)]
+pub struct ControllerManager {
+    /// The shared informers' client.
+    pub informers: Local,
+    /// The node lifecycle controller's client.
+    pub writes: Local,
+}
+
 /// Runs the controller until the task is aborted.
-pub async fn run(api: Local, timing: Timing) {
+pub async fn run(api: ControllerManager, timing: Timing) {
     let mut missing = HashMap::new();
     loop {
         tokio::time::sleep(timing.monitor_period).await;
@@ -55,11 +66,12 @@ pub async fn run(api: Local, timing: Timing) {
 }
 
 /// One pass over every Node and pod; `missing` remembers since when a pod's Node is gone.
-pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration>) {
+pub fn pass(kcm: &ControllerManager, grace: Duration, missing: &mut HashMap<String, Duration>) {
+    let api = &kcm.writes;
     let now = api.store().wall_time();
     let stamp = format_time(now);
-    let leases = api.list_shared(LEASES, Some("kube-node-lease"));
-    let nodes = api.list_shared(NODES, None);
+    let leases = kcm.informers.list_shared(LEASES, Some("kube-node-lease"));
+    let nodes = kcm.informers.list_shared(NODES, None);
     let renewals: HashMap<&str, Duration> = leases
         .iter()
         .filter_map(|lease| {
@@ -150,13 +162,13 @@ pub fn pass(api: &Local, grace: Duration, missing: &mut HashMap<String, Duration
             );
         }
     }
-    collect_pods(api, &nodes, now, grace, missing);
+    collect_pods(kcm, &nodes, now, grace, missing);
 }
 
 /// Pod GC: pods bound to a Node that has been gone for the quarantine time (the grace period
 /// here, 40 s in Kubernetes), and pods on out-of-service Nodes that are not Ready, are deleted.
 fn collect_pods(
-    api: &Local,
+    kcm: &ControllerManager,
     nodes: &[Arc<Value>],
     now: Duration,
     quarantine: Duration,
@@ -176,7 +188,7 @@ fn collect_pods(
         .iter()
         .filter_map(|n| n.pointer("/metadata/name").and_then(Value::as_str))
         .collect();
-    for pod in api.list_shared(PODS, None) {
+    for pod in kcm.informers.list_shared(PODS, None) {
         let Some(node) = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
@@ -190,7 +202,7 @@ fn collect_pods(
         };
         if orphaned || out_of_service.contains(&node) {
             let (namespace, name) = namespace_and_name(&pod);
-            let _ = api.delete(PODS, namespace, name, Some(0));
+            let _ = kcm.writes.delete(PODS, namespace, name, Some(0));
         }
     }
 }

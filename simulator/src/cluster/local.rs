@@ -165,6 +165,53 @@ pub struct Local {
     /// The user the calls are authorized as; None: the privileged in-process path (like the
     /// control plane's loopback client, allowed everything).
     caller: Option<(Arc<Authorizer>, UserInfo)>,
+    /// Where refusals are told, when someone listens.
+    refusals: Option<Arc<Refusals>>,
+}
+
+/// The refusals simulated actors met. An actor that runs as its upstream account and is
+/// refused lacks a grant its upstream install (or what baremend ships for it) gives: the
+/// tests read these to tell a missing grant from a quiet actor.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    seen: std::sync::Mutex<Vec<String>>,
+    dropped_events: std::sync::Mutex<Vec<String>>,
+}
+
+impl Refusals {
+    /// The most refusals kept (the first ones tell the story).
+    const KEPT: usize = 64;
+
+    fn record(&self, message: String) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() < Self::KEPT && !seen.contains(&message) {
+            seen.push(message);
+        }
+    }
+
+    /// The refusals so far (at most 64): `<actor>: <the API server's message>`.
+    pub fn all(&self) -> Vec<String> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn record_dropped_event(&self, event: String) {
+        let mut dropped = self
+            .dropped_events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if dropped.len() < Self::KEPT {
+            dropped.push(event);
+        }
+    }
+
+    /// The Events the actors' accounts may not write, dropped as client-go's recorder drops
+    /// them (at most 64): `<actor>: <reason> on <kind>/<name> in <namespace>`.
+    pub fn dropped_events(&self) -> Vec<String> {
+        self.dropped_events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 impl std::fmt::Debug for Local {
@@ -186,6 +233,7 @@ impl Local {
             store,
             manager,
             caller: None,
+            refusals: None,
         }
     }
 
@@ -197,6 +245,45 @@ impl Local {
             caller: Some((authorizer, user)),
             ..self
         }
+    }
+
+    /// The same access, telling `refusals` of every call RBAC or admission refuses (Events
+    /// apart: an Event a recorder may not write is dropped, as client-go's recorder does).
+    pub fn reporting(self, refusals: Arc<Refusals>) -> Self {
+        Local {
+            refusals: Some(refusals),
+            ..self
+        }
+    }
+
+    /// The user the calls are made as (None: the privileged in-process path).
+    pub fn user(&self) -> Option<&UserInfo> {
+        self.caller.as_ref().map(|(_, user)| user)
+    }
+
+    /// Tells the listener of a refused call.
+    fn refused<T>(&self, result: ApiResult<T>, gvr: Gvr) -> ApiResult<T> {
+        if let (Err(error), Some(refusals)) = (&result, &self.refusals)
+            && error.code == 403
+            && gvr.plural != EVENTS.plural
+        {
+            let user = self.user().map_or("", |u| u.username.as_str());
+            tracing::warn!(actor = self.manager, user, "refused: {}", error.message);
+            refusals.record(format!("{} ({user}): {}", self.manager, error.message));
+        }
+        result
+    }
+
+    /// Names the caller to admission (NodeRestriction, admission policies) while it writes.
+    fn admission_scope(&self) -> Option<crate::apiserver::validation::admission::UserScope> {
+        self.user().map(|user| {
+            crate::apiserver::validation::admission::UserScope::enter(
+                crate::apiserver::validation::admission::RequestUser {
+                    username: user.username.clone(),
+                    groups: user.groups.clone(),
+                },
+            )
+        })
     }
 
     /// Ok when the caller may `verb` the object (`name` "" for a collection).
@@ -222,7 +309,8 @@ impl Local {
                 name: name.into(),
             },
         );
-        authorizer.check(user, &attributes)
+        let checked = authorizer.check(user, &attributes);
+        self.refused(checked, gvr)
     }
 
     /// The store.
@@ -301,8 +389,11 @@ impl Local {
     /// Creates an object.
     pub fn create(&self, gvr: Gvr, namespace: &str, body: Value) -> ApiResult<Value> {
         self.allowed("create", gvr, "", namespace, "")?;
-        self.store
-            .create(&*self.ty(gvr)?, gvr.version, namespace, body, false)
+        let _admission = self.admission_scope();
+        let created = self
+            .store
+            .create(&*self.ty(gvr)?, gvr.version, namespace, body, false);
+        self.refused(created, gvr)
     }
 
     /// Merge-patches an object or its status.
@@ -316,7 +407,8 @@ impl Local {
     ) -> ApiResult<Value> {
         let subresource = if status { "status" } else { "" };
         self.allowed("patch", gvr, subresource, namespace, name)?;
-        patch(
+        let _admission = self.admission_scope();
+        let patched = patch(
             &self.store,
             &*self.ty(gvr)?,
             gvr.version,
@@ -327,7 +419,8 @@ impl Local {
             status,
             self.manager,
             false,
-        )
+        );
+        self.refused(patched, gvr)
     }
 
     /// Deletes an object with a grace period (None: the object's own).
@@ -343,8 +436,11 @@ impl Local {
             grace_period_seconds: grace,
             ..DeleteOptions::default()
         };
-        self.store
-            .delete(&*self.ty(gvr)?, gvr.version, namespace, name, &options)
+        let _admission = self.admission_scope();
+        let deleted = self
+            .store
+            .delete(&*self.ty(gvr)?, gvr.version, namespace, name, &options);
+        self.refused(deleted, gvr)
     }
 
     /// Records an Event about an object, in the object's namespace (`default` for a
@@ -368,12 +464,14 @@ impl Local {
     /// Evicts a pod through the eviction subresource (PodDisruptionBudgets respected).
     pub fn evict(&self, namespace: &str, name: &str) -> ApiResult<()> {
         self.allowed("create", PODS, "eviction", namespace, name)?;
-        crate::apiserver::eviction::evict(
+        let _admission = self.admission_scope();
+        let evicted = crate::apiserver::eviction::evict(
             &self.store,
             namespace,
             name,
             &serde_json::json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}),
-        )
+        );
+        self.refused(evicted, PODS)
     }
 
     /// Records an Event about an object in `namespace` (as the MCO records its Node Events
@@ -409,6 +507,18 @@ impl Local {
             "lastTimestamp": now,
             "count": 1,
         });
-        let _ = self.create(EVENTS, namespace, event);
+        if let (Err(error), Some(refusals)) =
+            (self.create(EVENTS, namespace, event), &self.refusals)
+            && error.code == 403
+        {
+            let kind = regarding
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            refusals.record_dropped_event(format!(
+                "{}: {reason} on {kind}/{name} in {namespace}",
+                self.manager
+            ));
+        }
     }
 }

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::MACHINE_NAMESPACE;
 use super::local::{
     CAPI_MACHINES, CAPI_MHCS, Gvr, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS,
     MACHINES, MHCS, NODES, namespace_and_name,
@@ -161,9 +162,23 @@ fn allowed_unhealthy(max: Option<&Value>, total: usize) -> usize {
     }
 }
 
-/// Runs the controller until the task is aborted.
-pub async fn run(api: Local, timing: Timing) {
-    every(api, timing.mhc_period, pass).await;
+/// Runs the controller until the task is aborted: `api` is the health check's account,
+/// `nodes` how it reads Nodes (the same account for OpenShift's; for Cluster API's, the
+/// workload cluster's kubeconfig).
+pub async fn run(api: Local, nodes: Local, flavour: Flavour, timing: Timing) {
+    every(api, timing.mhc_period, move |api: &Local| {
+        pass(api, &nodes, flavour);
+    })
+    .await;
+}
+
+/// Which MachineHealthCheck controller runs: a cluster runs OpenShift's or Cluster API's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavour {
+    /// OpenShift's machine-api-operator.
+    MachineApi,
+    /// Cluster API's manager.
+    ClusterApi,
 }
 
 /// Runs `pass` every `period` until the task is aborted (a health check's loop), off the async
@@ -185,11 +200,11 @@ where
     }
 }
 
-/// One pass over every MachineHealthCheck.
-pub fn pass(api: &Local) {
+/// One pass over every MachineHealthCheck of `flavour`, reading Nodes through `node_reader`.
+pub fn pass(api: &Local, node_reader: &Local, flavour: Flavour) {
     let now = api.store().wall_time();
     // Read, not copied: thousands of Machines and Nodes every period.
-    let nodes: HashMap<String, Arc<Value>> = api
+    let nodes: HashMap<String, Arc<Value>> = node_reader
         .list_shared(NODES, None)
         .into_iter()
         .filter_map(|node| {
@@ -197,13 +212,13 @@ pub fn pass(api: &Local) {
             Some((name.to_owned(), node.clone()))
         })
         .collect();
-    // OpenShift's health checks over OpenShift's Machines, Cluster API's over Cluster API's
-    // (a cluster serves one pair: listing a kind it does not serve finds nothing).
-    let checks = [(MHCS, MACHINES), (CAPI_MHCS, CAPI_MACHINES)];
-    for (mhc, machines_gvr) in checks
-        .into_iter()
-        .flat_map(|(mhcs, machines)| api.list(mhcs, None).into_iter().map(move |m| (m, machines)))
-    {
+    // OpenShift's controllers watch only their namespace (machine-api-operator runs them with
+    // `--namespace openshift-machine-api`); Cluster API's manager watches every namespace.
+    let (mhcs, machines_gvr, scope) = match flavour {
+        Flavour::MachineApi => (MHCS, MACHINES, Some(MACHINE_NAMESPACE)),
+        Flavour::ClusterApi => (CAPI_MHCS, CAPI_MACHINES, None),
+    };
+    for mhc in api.list(mhcs, scope) {
         check(api, &mhc, machines_gvr, (now, &nodes));
     }
 }

@@ -6,6 +6,7 @@
 //! platform-none flavour ([`ClusterSpec::platform_none`]) there are only Nodes, and each
 //! host's BMC is a baremend `HostBmc` naming its Node.
 
+pub mod accounts;
 mod bmo;
 pub mod control;
 pub mod fixtures;
@@ -100,6 +101,7 @@ pub struct SimCluster {
     bmc_password: String,
     spec: ClusterSpec,
     mco: Option<mco::SimMco>,
+    accounts: accounts::Accounts,
 }
 
 impl std::fmt::Debug for SimCluster {
@@ -240,6 +242,13 @@ impl SimCluster {
         } else {
             None
         };
+        // Every actor runs as its upstream account, with its upstream rights.
+        accounts::install(&api, &spec.actors()).map_err(fail)?;
+        let accounts = accounts::Accounts::new(
+            server.store().clone(),
+            server.authorizer().clone(),
+            Arc::new(local::Refusals::default()),
+        );
         let mut actors = Vec::new();
         let mut seed = spec.seed.max(1);
         for info in &hosts {
@@ -254,7 +263,7 @@ impl SimCluster {
             seed ^= seed << 17;
             let phase = spec.timing.heartbeat.mul_f64((seed % 1000) as f64 / 1000.0);
             actors.push(tokio::spawn(kubelet::run(
-                Local::new(server.store().clone(), "kubelet"),
+                accounts.kubelet(&info.name, "kubelet"),
                 kubelet::Machine {
                     host: info.host.clone(),
                     faults: info.faults.clone(),
@@ -266,22 +275,21 @@ impl SimCluster {
             )));
         }
         actors.push(tokio::spawn(lifecycle::run(
-            Local::new(server.store().clone(), "kube-controller-manager"),
+            lifecycle::ControllerManager {
+                informers: accounts.local(accounts::Actor::ControllerManager),
+                writes: accounts.local(accounts::Actor::NodeLifecycle),
+            },
             spec.timing.clone(),
         )));
         if !spec.platform_none {
             actors.push(tokio::spawn(bmo::run(
-                Local::new(server.store().clone(), "metal3-baremetal-controller"),
+                accounts.local(accounts::Actor::BareMetalOperator),
                 spec.timing.clone(),
                 spec.bmo_options(),
             )));
         }
         if let Some(mco) = &mco {
-            actors.extend(mco.start(
-                &Local::new(server.store().clone(), "machine-config-daemon"),
-                &hosts,
-                &spec.timing,
-            ));
+            actors.extend(mco.start(&accounts, &hosts, &spec.timing));
         }
         let faults = spec.faults.clone();
         let mut cluster = SimCluster {
@@ -293,6 +301,7 @@ impl SimCluster {
             bmc_password,
             spec,
             mco,
+            accounts,
         };
         let deadline = started + cluster.spec.ready_timeout;
         // Each look lists every Node: often enough for a small cluster, not a burden for a big one.
@@ -305,19 +314,25 @@ impl SimCluster {
         // take a Node still registering for a missing one.
         if cluster.spec.node_health_check {
             cluster.actors.push(tokio::spawn(nhc::run(
-                Local::new(
-                    cluster.server.store().clone(),
-                    "node-healthcheck-controller",
-                ),
+                cluster.accounts.local(accounts::Actor::NodeHealthCheck),
                 cluster.spec.timing.clone(),
             )));
         }
         if !cluster.spec.platform_none {
+            // OpenShift's health check reads Nodes with its own account; Cluster API's through
+            // the workload cluster's kubeconfig.
+            let (health_check, nodes, flavour) = if cluster.spec.cluster_api {
+                let manager = cluster.accounts.local(accounts::Actor::ClusterApi);
+                let workload = cluster.accounts.workload_admin();
+                (manager, workload, mhc::Flavour::ClusterApi)
+            } else {
+                let controllers = cluster.accounts.local(accounts::Actor::MachineApi);
+                (controllers.clone(), controllers, mhc::Flavour::MachineApi)
+            };
             cluster.actors.push(tokio::spawn(mhc::run(
-                Local::new(
-                    cluster.server.store().clone(),
-                    "machine-healthcheck-controller",
-                ),
+                health_check,
+                nodes,
+                flavour,
                 cluster.spec.timing.clone(),
             )));
         }
@@ -523,6 +538,24 @@ impl SimCluster {
     /// A host by name.
     pub fn host(&self, name: &str) -> Option<&HostInfo> {
         self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// The actors' accounts (each actor's client, authorized as its upstream account).
+    pub fn accounts(&self) -> &accounts::Accounts {
+        &self.accounts
+    }
+
+    /// What the API server refused the simulated actors so far (`<actor> (<user>): <message>`;
+    /// Events apart): empty unless an upstream grant, or one baremend ships for them, is
+    /// missing.
+    pub fn actor_refusals(&self) -> Vec<String> {
+        self.accounts.refusals()
+    }
+
+    /// The Events the actors tried to record and the API server refused (`<actor>: <reason>
+    /// on <kind>/<name> in <namespace>`): what a recorder drops.
+    pub fn dropped_events(&self) -> Vec<String> {
+        self.accounts.dropped_events()
     }
 
     /// The simulated Machine Config Operator, when the spec asked for one.

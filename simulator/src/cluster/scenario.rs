@@ -193,6 +193,27 @@ impl ClusterSpec {
         }
     }
 
+    /// The actors with an upstream account that a cluster of this flavour runs.
+    pub fn actors(&self) -> Vec<super::accounts::Actor> {
+        use super::accounts::Actor;
+        let mut actors = vec![Actor::ControllerManager, Actor::NodeLifecycle];
+        if !self.platform_none {
+            actors.push(Actor::BareMetalOperator);
+            actors.push(if self.cluster_api {
+                Actor::ClusterApi
+            } else {
+                Actor::MachineApi
+            });
+        }
+        if self.node_health_check {
+            actors.push(Actor::NodeHealthCheck);
+        }
+        if self.mco {
+            actors.extend([Actor::MachineConfigController, Actor::MachineConfigDaemon]);
+        }
+        actors
+    }
+
     /// Which Machine the Nodes of this flavour belong to.
     pub fn machine_link(&self) -> super::MachineLink {
         match (self.platform_none, self.cluster_api) {

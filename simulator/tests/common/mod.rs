@@ -99,3 +99,48 @@ pub async fn call(
 pub async fn get(app: &Router, uri: &str) -> Answer {
     call(app, "GET", uri, &[("authorization", BASIC)], None).await
 }
+
+/// Installs, as a remediator does, the ClusterRoles that let the health checks use its
+/// template and request kinds (here baremend's kinds, which the simulated cluster serves in
+/// place): labelled for aggregation into OpenShift's MachineHealthCheck and NodeHealthCheck
+/// accounts (`rbac.ext-remediation/aggregate-to-ext-remediation`) and Cluster API's manager
+/// (`cluster.x-k8s.io/aggregate-to-manager`). Without them every health check is refused.
+pub fn install_remediator_roles(api: &baremend_sim::cluster::local::Local) {
+    use baremend_sim::cluster::local::Gvr;
+    const CLUSTER_ROLES: Gvr = Gvr {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "clusterroles",
+    };
+    for (name, label) in [
+        (
+            "remediator-ext-remediation",
+            "rbac.ext-remediation/aggregate-to-ext-remediation",
+        ),
+        (
+            "remediator-cluster-api",
+            "cluster.x-k8s.io/aggregate-to-manager",
+        ),
+    ] {
+        let role = serde_json::json!({
+            "metadata": {"name": name, "labels": {label: "true"}},
+            "rules": [
+                {"apiGroups": ["baremend.io"], "resources": ["machineremediationtemplates", "noderemediationtemplates"], "verbs": ["get"]},
+                {"apiGroups": ["baremend.io"], "resources": ["machineremediations", "noderemediations"], "verbs": ["create", "get", "list", "watch", "patch", "delete"]},
+            ],
+        });
+        api.create(CLUSTER_ROLES, "", role).unwrap();
+    }
+}
+
+/// Installs baremend's CRDs from the repository's `crds/` (`files` named there), as the
+/// tests that run a health check against baremend's kinds in place need.
+pub fn install_crds(api: &baremend_sim::cluster::local::Local, files: &[&str]) {
+    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
+    for file in files {
+        let text = std::fs::read_to_string(crds.join(file)).unwrap();
+        let crd: Value = serde_yaml::from_str(&text).unwrap();
+        api.create(baremend_sim::cluster::local::CRDS, "", crd)
+            .unwrap();
+    }
+}

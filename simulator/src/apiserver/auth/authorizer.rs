@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::node;
 use super::rbac::{Attributes, Decision, RbacObjects, RuleSet};
 use super::request_info;
 use super::user::{RBAC_GROUP, UserInfo};
@@ -84,7 +85,36 @@ impl Authorizer {
         if user.is_superuser() {
             return Decision::Allow;
         }
+        // `--authorization-mode=Node,RBAC`: the Node authorizer first, for kubelets.
+        if let Some(node) = node::node_name(&user.username, &user.groups) {
+            let related = |resource: &str, namespace: &str, name: &str| {
+                self.pod_on_node_refers_to(node, resource, namespace, name)
+            };
+            if let Some(decision) = node::authorize(node, attributes, &related) {
+                return decision;
+            }
+        }
         self.rules().authorize(user, attributes)
+    }
+
+    /// The Node authorizer's graph edge: a pod bound to `node` in `namespace` uses the
+    /// Secret or ConfigMap `name`.
+    fn pod_on_node_refers_to(
+        &self,
+        node: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> bool {
+        let inner = self.store.lock();
+        inner
+            .objects_of("", "pods", Some(namespace))
+            .any(|(_, pod)| {
+                pod.pointer("/spec/nodeName")
+                    .and_then(serde_json::Value::as_str)
+                    == Some(node)
+                    && node::pod_refers_to(pod, resource, name)
+            })
     }
 
     /// Ok when allowed, the real server's 403 otherwise.

@@ -20,6 +20,7 @@ mod authorizer;
 pub(crate) mod bootstrap;
 pub(crate) mod controllers;
 pub(crate) mod escalation;
+pub mod node;
 pub mod rbac;
 pub mod request_info;
 pub mod user;

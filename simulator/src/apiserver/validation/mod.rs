@@ -24,7 +24,8 @@ use serde_json::Value;
 
 use self::errors::FieldError;
 use self::schema::{CrdSchemas, Schema};
-use super::errors::ApiResult;
+use super::auth::node::{self, NodeWrite, WriteOperation};
+use super::errors::{ApiError, ApiResult};
 use super::kinds::ResourceType;
 use super::objects::meta_str;
 
@@ -69,10 +70,26 @@ pub(crate) fn admit(
     if !found.is_empty() {
         return Err(errors::invalid(&ty.group, &ty.kind, &name, &found));
     }
+    let user = admission::current_user();
+    restrict_node(
+        &user,
+        &NodeWrite {
+            operation: if old.is_some() {
+                WriteOperation::Update
+            } else {
+                WriteOperation::Create
+            },
+            group: &ty.group,
+            resource: &ty.plural,
+            subresource,
+            object: Some(object),
+            old,
+        },
+        &name,
+    )?;
     if around.bindings.is_empty() {
         return Ok(());
     }
-    let user = admission::current_user();
     let request = admission::AdmissionRequest {
         operation: if old.is_some() {
             admission::Operation::Update
@@ -93,6 +110,20 @@ pub(crate) fn admit(
         user: &user,
     };
     admission::admit(&around.policies, &around.bindings, &request)
+}
+
+/// The NodeRestriction admission plugin, for a kubelet's write (any other caller passes):
+/// 403 `Forbidden` as the real plugin answers.
+pub(crate) fn restrict_node(
+    user: &admission::RequestUser,
+    write: &NodeWrite,
+    name: &str,
+) -> ApiResult<()> {
+    let Some(node) = node::node_name(&user.username, &user.groups) else {
+        return Ok(());
+    };
+    node::restrict(node, write)
+        .map_err(|why| ApiError::forbidden(write.group, write.resource, name, &why))
 }
 
 /// Prunes, defaults, validates against the schema and then, if that passed, evaluates the

@@ -130,18 +130,22 @@ pub struct Daemon {
     pub rendered: Arc<Rendered>,
     /// While set, the daemon is down and does nothing.
     pub down: Arc<std::sync::atomic::AtomicBool>,
+    /// The daemon's Node writer: the kubelet's credentials (`pkg/daemon/writer.go` writes
+    /// the Node's annotations with the kubelet's kubeconfig, so NodeRestriction applies).
+    pub node_writer: Local,
 }
 
 impl Daemon {
-    fn annotate(&self, api: &Local, annotations: Value) -> Option<Value> {
-        api.merge(
-            NODES,
-            "",
-            &self.name,
-            &json!({"metadata": {"annotations": annotations}}),
-            false,
-        )
-        .ok()
+    fn annotate(&self, annotations: Value) -> Option<Value> {
+        self.node_writer
+            .merge(
+                NODES,
+                "",
+                &self.name,
+                &json!({"metadata": {"annotations": annotations}}),
+                false,
+            )
+            .ok()
     }
 
     fn event(&self, api: &Local, node: &Value, kind: &str, reason: &str, message: &str) {
@@ -150,7 +154,7 @@ impl Daemon {
 
     fn set_done(&self, api: &Local, node: &Value) {
         let rendered = &self.rendered.name;
-        self.annotate(api, json!({STATE: "Done", REASON: ""}));
+        self.annotate(json!({STATE: "Done", REASON: ""}));
         set_mcn_condition(
             api,
             &self.name,
@@ -179,7 +183,7 @@ impl Daemon {
     }
 
     fn degrade(&self, api: &Local, reason: &str) {
-        self.annotate(api, json!({STATE: "Degraded", REASON: reason}));
+        self.annotate(json!({STATE: "Degraded", REASON: reason}));
         set_mcn_condition(
             api,
             &self.name,
@@ -239,7 +243,7 @@ impl Daemon {
             let rendered = self.rendered.name.clone();
             if annotation(STATE).is_none() {
                 // First start on this node: take the pool's config.
-                self.annotate(&api, json!({CURRENT_CONFIG: rendered, DESIRED_CONFIG: rendered, STATE: "Done", REASON: "", DESIRED_DRAIN: format!("uncordon-{rendered}"), LAST_APPLIED_DRAIN: format!("uncordon-{rendered}")}));
+                self.annotate(json!({CURRENT_CONFIG: rendered, DESIRED_CONFIG: rendered, STATE: "Done", REASON: "", DESIRED_DRAIN: format!("uncordon-{rendered}"), LAST_APPLIED_DRAIN: format!("uncordon-{rendered}")}));
                 set_mcn_condition(&api, &self.name, "NodeDegraded", "False", "");
                 continue;
             }
@@ -267,7 +271,7 @@ impl Daemon {
                             "Drain",
                             "Draining node to update config.",
                         );
-                        self.annotate(&api, json!({DESIRED_DRAIN: format!("drain-{rendered}")}));
+                        self.annotate(json!({DESIRED_DRAIN: format!("drain-{rendered}")}));
                         Phase::AwaitDrain
                     } else {
                         match validate(&self.disk, &self.rendered) {
@@ -296,7 +300,7 @@ impl Daemon {
                 Phase::AwaitDrain => {
                     if annotation(LAST_APPLIED_DRAIN) == Some(format!("drain-{rendered}")) {
                         install(&self.disk, &self.rendered);
-                        self.annotate(&api, json!({POST_CONFIG_ACTION: "Rebooting"}));
+                        self.annotate(json!({POST_CONFIG_ACTION: "Rebooting"}));
                         self.event(
                             &api,
                             &node,
@@ -313,14 +317,11 @@ impl Daemon {
                 }
                 Phase::Rebooting { offs } if offs == offs_seen => phase,
                 Phase::Rebooting { .. } => {
-                    self.annotate(&api, json!({POST_CONFIG_ACTION: ""}));
+                    self.annotate(json!({POST_CONFIG_ACTION: ""}));
                     set_mcn_condition(&api, &self.name, "RebootedNode", "True", "");
                     match validate(&self.disk, &self.rendered) {
                         None => {
-                            self.annotate(
-                                &api,
-                                json!({DESIRED_DRAIN: format!("uncordon-{rendered}")}),
-                            );
+                            self.annotate(json!({DESIRED_DRAIN: format!("uncordon-{rendered}")}));
                             Phase::Finishing
                         }
                         Some(reason) => {

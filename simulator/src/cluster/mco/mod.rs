@@ -141,7 +141,14 @@ impl SimMco {
     }
 
     /// Starts a daemon per node and the controller.
-    pub fn start(&self, api: &Local, hosts: &[HostInfo], timing: &Timing) -> Vec<JoinHandle<()>> {
+    pub fn start(
+        &self,
+        accounts: &super::accounts::Accounts,
+        hosts: &[HostInfo],
+        timing: &Timing,
+    ) -> Vec<JoinHandle<()>> {
+        use super::accounts::Actor;
+        let daemon_api = accounts.local(Actor::MachineConfigDaemon);
         let mut actors = Vec::new();
         for host in hosts {
             let (Some(config), Some(disk)) =
@@ -160,10 +167,14 @@ impl SimMco {
                     .get(&host.name)
                     .cloned()
                     .unwrap_or_default(),
+                node_writer: accounts.kubelet(&host.name, "machine-config-daemon"),
             };
-            actors.push(tokio::spawn(daemon.run(api.clone(), timing.clone())));
+            actors.push(tokio::spawn(daemon.run(daemon_api.clone(), timing.clone())));
         }
-        actors.push(tokio::spawn(mcc::run(api.clone(), timing.clone())));
+        actors.push(tokio::spawn(mcc::run(
+            accounts.local(Actor::MachineConfigController),
+            timing.clone(),
+        )));
         actors
     }
 }

@@ -1,0 +1,293 @@
+//! Who each simulated actor is: the account its upstream install creates, with the roles
+//! that install grants (`upstream_rbac/*.yaml`, one file per upstream project, trimmed to the
+//! API groups the simulated cluster serves, each naming its source files, the version read and
+//! what was trimmed), so that an actor
+//! is refused exactly what the real one would be, and a remediator's missing aggregated role
+//! shows up as the 403 a real health check meets.
+//!
+//! Expected flow: [`install`] creates the accounts, roles and bindings (and their
+//! namespaces) of the actors a cluster runs, before any of them starts; [`Accounts::local`] / [`Accounts::kubelet`] give each
+//! actor its in-process client, authorized as its account and reporting every refusal to one
+//! [`Refusals`] the tests read.
+//!
+//! Guarantees: no actor but the installer and the Cluster API health check's workload-cluster
+//! view (whose kubeconfig is the workload cluster's admin, as Cluster API's bootstrap writes
+//! it) calls the API server unchecked.
+//!
+//! Caveats: OpenShift deploys the BareMetal Operator through cluster-baremetal-operator under
+//! another account; metal3's own install is followed here. The NodeHealthCheck is installed as
+//! OLM does (its manager role without the aggregation label a kustomize install adds).
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::local::{Gvr, Local, NAMESPACES, Refusals};
+use crate::apiserver::auth::node::NODES_GROUP;
+use crate::apiserver::auth::{AUTHENTICATED, RBAC_GROUP};
+use crate::apiserver::{ApiError, Authorizer, Store, UserInfo};
+
+/// The upstream accounts and roles, per upstream install.
+const MACHINE_API_RBAC: &str = include_str!("upstream_rbac/machine-api.yaml");
+const CLUSTER_API_RBAC: &str = include_str!("upstream_rbac/cluster-api.yaml");
+const NODE_HEALTH_CHECK_RBAC: &str = include_str!("upstream_rbac/node-healthcheck.yaml");
+const BAREMETAL_OPERATOR_RBAC: &str = include_str!("upstream_rbac/baremetal-operator.yaml");
+const MACHINE_CONFIG_RBAC: &str = include_str!("upstream_rbac/machine-config.yaml");
+const CONTROLLER_MANAGER_RBAC: &str = include_str!("upstream_rbac/kube-controller-manager.yaml");
+
+/// The MCO's namespace (`pkg/controller/common/constants.go`, `MCONamespace`).
+const MCO_NAMESPACE: &str = "openshift-machine-config-operator";
+
+/// A simulated actor with an upstream account of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actor {
+    /// OpenShift's MachineHealthCheck controller (machine-api-operator).
+    MachineApi,
+    /// Cluster API's manager (its MachineHealthCheck).
+    ClusterApi,
+    /// medik8s NodeHealthCheck.
+    NodeHealthCheck,
+    /// metal3's BareMetal Operator.
+    BareMetalOperator,
+    /// The MCO's machine-config-controller.
+    MachineConfigController,
+    /// The MCO's machine-config-daemon (its Node writes go as the kubelet).
+    MachineConfigDaemon,
+    /// kube-controller-manager's shared informers.
+    ControllerManager,
+    /// The node lifecycle controller's writes.
+    NodeLifecycle,
+}
+
+impl Actor {
+    /// The user the actor authenticates as.
+    pub fn user(self) -> UserInfo {
+        let account = |namespace, name| UserInfo::service_account(namespace, name, "");
+        match self {
+            Actor::MachineApi => account("openshift-machine-api", "machine-api-controllers"),
+            Actor::ClusterApi => account("capi-system", "capi-manager"),
+            Actor::NodeHealthCheck => {
+                account(super::NHC_NAMESPACE, "node-healthcheck-controller-manager")
+            }
+            Actor::BareMetalOperator => account(
+                "baremetal-operator-system",
+                "baremetal-operator-controller-manager",
+            ),
+            Actor::MachineConfigController => account(MCO_NAMESPACE, "machine-config-controller"),
+            Actor::MachineConfigDaemon => account(MCO_NAMESPACE, "machine-config-daemon"),
+            Actor::ControllerManager => {
+                UserInfo::new("system:kube-controller-manager", &[AUTHENTICATED])
+            }
+            Actor::NodeLifecycle => account("kube-system", "node-controller"),
+        }
+    }
+
+    /// The upstream install that creates its account and roles.
+    fn install_manifests(self) -> &'static str {
+        match self {
+            Actor::MachineApi => MACHINE_API_RBAC,
+            Actor::ClusterApi => CLUSTER_API_RBAC,
+            Actor::NodeHealthCheck => NODE_HEALTH_CHECK_RBAC,
+            Actor::BareMetalOperator => BAREMETAL_OPERATOR_RBAC,
+            Actor::MachineConfigController | Actor::MachineConfigDaemon => MACHINE_CONFIG_RBAC,
+            Actor::ControllerManager | Actor::NodeLifecycle => CONTROLLER_MANAGER_RBAC,
+        }
+    }
+
+    /// Every actor.
+    pub const ALL: [Actor; 8] = [
+        Actor::MachineApi,
+        Actor::ClusterApi,
+        Actor::NodeHealthCheck,
+        Actor::BareMetalOperator,
+        Actor::MachineConfigController,
+        Actor::MachineConfigDaemon,
+        Actor::ControllerManager,
+        Actor::NodeLifecycle,
+    ];
+
+    /// The field manager its writes carry.
+    fn manager(self) -> &'static str {
+        match self {
+            Actor::MachineApi => "machine-healthcheck-controller",
+            Actor::ClusterApi => "capi-manager",
+            Actor::NodeHealthCheck => "node-healthcheck-controller",
+            Actor::BareMetalOperator => "metal3-baremetal-controller",
+            Actor::MachineConfigController => "machine-config-controller",
+            Actor::MachineConfigDaemon => "machine-config-daemon",
+            Actor::ControllerManager | Actor::NodeLifecycle => "kube-controller-manager",
+        }
+    }
+}
+
+/// The kubelet of `node`: `system:node:<node>` in `system:nodes`.
+pub fn kubelet_user(node: &str) -> UserInfo {
+    UserInfo::new(
+        &format!("system:node:{node}"),
+        &[NODES_GROUP, AUTHENTICATED],
+    )
+}
+
+/// The actors' clients over one store.
+#[derive(Debug, Clone)]
+pub struct Accounts {
+    store: Arc<Store>,
+    authorizer: Arc<Authorizer>,
+    refusals: Arc<Refusals>,
+}
+
+impl Accounts {
+    /// Clients authorized by `authorizer` (the API server's), telling `refusals`.
+    pub fn new(store: Arc<Store>, authorizer: Arc<Authorizer>, refusals: Arc<Refusals>) -> Self {
+        Accounts {
+            store,
+            authorizer,
+            refusals,
+        }
+    }
+
+    /// The client of `actor`.
+    pub fn local(&self, actor: Actor) -> Local {
+        Local::new(self.store.clone(), actor.manager())
+            .as_user(self.authorizer.clone(), actor.user())
+            .reporting(self.refusals.clone())
+    }
+
+    /// The client of `node`'s kubelet (and of what writes with its credentials).
+    pub fn kubelet(&self, node: &str, manager: &'static str) -> Local {
+        Local::new(self.store.clone(), manager)
+            .as_user(self.authorizer.clone(), kubelet_user(node))
+            .reporting(self.refusals.clone())
+    }
+
+    /// Cluster API's view of a workload cluster through its kubeconfig Secret: the workload
+    /// cluster's admin (here the same API server, a self-hosted cluster).
+    pub fn workload_admin(&self) -> Local {
+        Local::new(self.store.clone(), "capi-manager")
+    }
+
+    /// The refusals so far.
+    pub fn refusals(&self) -> Vec<String> {
+        self.refusals.all()
+    }
+
+    /// The Events refused and dropped so far.
+    pub fn dropped_events(&self) -> Vec<String> {
+        self.refusals.dropped_events()
+    }
+}
+
+/// The group, version and plural of the kinds `upstream_rbac/` holds.
+fn gvr_of(kind: &str) -> Option<Gvr> {
+    let rbac = |plural| Gvr {
+        group: RBAC_GROUP,
+        version: "v1",
+        plural,
+    };
+    Some(match kind {
+        "Namespace" => NAMESPACES,
+        "ServiceAccount" => Gvr {
+            group: "",
+            version: "v1",
+            plural: "serviceaccounts",
+        },
+        "ClusterRole" => rbac("clusterroles"),
+        "ClusterRoleBinding" => rbac("clusterrolebindings"),
+        "Role" => rbac("roles"),
+        "RoleBinding" => rbac("rolebindings"),
+        _ => return None,
+    })
+}
+
+/// Creates the upstream accounts, roles and bindings of `actors` (and the namespaces they
+/// live in) with the installer's client; what exists already is kept. Returns how many
+/// objects were created.
+pub fn install(installer: &Local, actors: &[Actor]) -> Result<usize, ApiError> {
+    let mut files: Vec<&str> = actors.iter().map(|a| a.install_manifests()).collect();
+    files.sort_unstable();
+    files.dedup();
+    let mut created = 0;
+    for file in files {
+        for object in documents(file)? {
+            created += usize::from(install_object(installer, object)?);
+        }
+    }
+    Ok(created)
+}
+
+/// The objects of one upstream install.
+fn documents(text: &str) -> Result<Vec<Value>, ApiError> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|document| {
+            Value::deserialize(document)
+                .map_err(|e| ApiError::bad_request(format!("upstream RBAC: {e}")))
+        })
+        .filter(|object| !matches!(object, Ok(Value::Null)))
+        .collect()
+}
+
+/// Creates one object (its namespace first); Ok(false) when it existed.
+fn install_object(installer: &Local, object: Value) -> Result<bool, ApiError> {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let gvr =
+        gvr_of(kind).ok_or_else(|| ApiError::bad_request(format!("upstream RBAC: kind {kind}")))?;
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if !namespace.is_empty() {
+        let namespace_object = serde_json::json!({"metadata": {"name": namespace}});
+        kept_if_exists(installer.create(NAMESPACES, "", namespace_object))?;
+    }
+    kept_if_exists(installer.create(gvr, &namespace, object))
+}
+
+/// Ok(true) for a creation, Ok(false) for an object already there.
+fn kept_if_exists(result: Result<Value, ApiError>) -> Result<bool, ApiError> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(error) if error.code == 409 => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_document_is_a_kind_the_installer_knows() {
+        for actor in Actor::ALL {
+            for object in documents(actor.install_manifests()).unwrap() {
+                let kind = object["kind"].as_str().unwrap();
+                assert!(gvr_of(kind).is_some(), "{actor:?}: {kind}");
+            }
+        }
+    }
+
+    #[test]
+    fn each_actor_is_a_subject_of_a_binding_in_its_upstream_install() {
+        for actor in Actor::ALL {
+            let user = actor.user();
+            let bound = documents(actor.install_manifests())
+                .unwrap()
+                .into_iter()
+                .filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("Binding")))
+                .flat_map(|o| o["subjects"].as_array().cloned().unwrap_or_default())
+                .any(|s| {
+                    let name = match s["kind"].as_str() {
+                        Some("ServiceAccount") => format!(
+                            "system:serviceaccount:{}:{}",
+                            s["namespace"].as_str().unwrap_or_default(),
+                            s["name"].as_str().unwrap_or_default()
+                        ),
+                        _ => s["name"].as_str().unwrap_or_default().to_owned(),
+                    };
+                    name == user.username
+                });
+            assert!(bound, "{actor:?} ({}) is bound to no role", user.username);
+        }
+    }
+}
