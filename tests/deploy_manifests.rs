@@ -846,6 +846,18 @@ const RARE: &[(&str, &str, &str, &str)] = &[
         "create",
         "drainBeforeRestore: our own drain",
     ),
+    (
+        "remediation.medik8s.io",
+        "nodehealthchecks",
+        "list",
+        "served only with the Node Health Check Operator (the run without Machines calls it)",
+    ),
+    (
+        "remediation.medik8s.io",
+        "nodehealthchecks",
+        "watch",
+        "served only with the Node Health Check Operator (the run without Machines calls it)",
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1271,8 +1283,11 @@ async fn on_a_cluster_without_machines_the_controller_calls_only_what_the_rbac_g
             "without Machines the controller needs {access:?}, which deploy/base/rbac.yaml does not grant"
         );
     }
-    // What this run is about was called: the Node's Events, the HostBmc's Secret, the request.
+    // What this run is about was called: the Node's Events, the HostBmc's Secret, the request,
+    // and the NodeHealthChecks watched (one disabled would be told).
     for (group, resource, verb) in [
+        ("remediation.medik8s.io", "nodehealthchecks", "list"),
+        ("remediation.medik8s.io", "nodehealthchecks", "watch"),
         ("events.k8s.io", "events", "create"),
         ("", "secrets", "get"),
         ("baremend.io", "noderemediations/status", "patch"),
