@@ -1120,6 +1120,49 @@ async fn kubectl_applies_every_documented_combination_of_base_and_components() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kustomize_refuses_a_node_health_check_beside_a_custom_machine_health_check() {
+    // A NodeHealthCheck disables itself while any custom MachineHealthCheck exists
+    // (medik8s/node-healthcheck-operator, internal/mhc/checker.go `NeedDisableNHC`): the
+    // components refuse to be built together, in either order, and from the overlay too.
+    let c = cluster().await;
+    let kustomization = |resource: &str, components: &[&str]| {
+        let mut text = format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../baremend/deploy/{resource}\ncomponents:\n"
+        );
+        for component in components {
+            text.push_str(&format!("  - ../baremend/deploy/components/{component}\n"));
+        }
+        text
+    };
+    let refused = [
+        kustomization("base", &["nodehealthcheck", "machine-api-annotation"]),
+        kustomization("base", &["machine-api-annotation", "nodehealthcheck"]),
+        kustomization("base", &["nodehealthcheck", "machine-api-template"]),
+        kustomization("base", &["machine-api-template", "nodehealthcheck"]),
+        kustomization("overlays/openshift", &["nodehealthcheck"]),
+    ];
+    for (index, text) in refused.iter().enumerate() {
+        let mine = own_kustomization(&c.dir.join(format!("refused-{index}")), text);
+        let (ok, _, err) = c
+            .kubectl(&["kustomize", mine.to_str().unwrap()], None)
+            .await;
+        assert!(!ok, "{text}");
+        assert!(
+            err.contains("a-nodehealthcheck-disables-itself-beside-any-custom-machinehealthcheck"),
+            "{text}: {err}"
+        );
+    }
+    // Each alone, and the machine-api ones together, build.
+    for text in [
+        kustomization("base", &["nodehealthcheck"]),
+        kustomization("base", &["machine-api-annotation", "machine-api-template"]),
+    ] {
+        let mine = own_kustomization(&c.dir.join("allowed"), &text);
+        c.ok(&["kustomize", mine.to_str().unwrap()], None).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_applies_every_example_of_the_install_guide() {
     let c = cluster().await;
     let root = common::repo_root();
