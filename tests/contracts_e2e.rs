@@ -790,6 +790,35 @@ async fn event_on_node_health_check(
     .await;
 }
 
+/// Waits until baremend's template `baremend` has the condition `NodeHealthCheckDisabled` with
+/// this status and reason; fails after 20 s.
+async fn template_condition_is(lab: &Lab, status: &str, reason: &str) {
+    use baremend_sim::cluster::nhc::NODE_REMEDIATION_TEMPLATES;
+    eventually(
+        &format!("NodeHealthCheckDisabled {status} ({reason}) on the template"),
+        Duration::from_secs(20),
+        async || {
+            let template = lab
+                .api
+                .get(NODE_REMEDIATION_TEMPLATES, NHC_NAMESPACE, "baremend")
+                .unwrap();
+            let conditions = template["status"]["conditions"].clone();
+            conditions
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c["type"] == "NodeHealthCheckDisabled"
+                        && c["status"] == status
+                        && c["reason"] == reason
+                })
+                .then_some(())
+                .ok_or(format!("{conditions}"))
+        },
+    )
+    .await;
+}
+
 /// `baremend check` on the lab's cluster, as an admin runs it: (success, stdout).
 async fn baremend_check(lab: &Lab) -> (bool, String) {
     let dir = common::scratch("check-nhc");
@@ -842,6 +871,7 @@ async fn a_node_health_check_disabled_by_a_custom_machine_health_check_is_told_u
     )
     .await;
     common::lab::metric(&lab, "baremend_node_health_checks_disabled 1").await;
+    template_condition_is(&lab, "True", reason).await;
     let (ok, stdout) = baremend_check(&lab).await;
     assert!(!ok, "{stdout}");
     let line = stdout
@@ -875,6 +905,7 @@ async fn a_node_health_check_disabled_by_a_custom_machine_health_check_is_told_u
     )
     .await;
     common::lab::metric(&lab, "baremend_node_health_checks_disabled 0").await;
+    template_condition_is(&lab, "False", "NodeHealthChecksEnabled").await;
     lab.succeeded_through("worker-0-1", TriggerKind::NodeRemediation)
         .await;
 }

@@ -853,6 +853,12 @@ const RARE: &[(&str, &str, &str, &str)] = &[
         "served only with the Node Health Check Operator (the run without Machines calls it)",
     ),
     (
+        "baremend.io",
+        "noderemediationtemplates/status",
+        "patch",
+        "a Disabled NodeHealthCheck's condition on the template (tests/contracts_e2e.rs)",
+    ),
+    (
         "remediation.medik8s.io",
         "nodehealthchecks",
         "watch",

@@ -8,15 +8,16 @@
 //! objects to say why. So the controller watches the NodeHealthChecks (where the API serves
 //! them) and, for one that names a baremend `NodeRemediationTemplate` while it is disabled,
 //! says so where an admin looks: a Warning Event on the NodeHealthCheck (a Normal one once it
-//! is enabled again), the gauge `baremend_node_health_checks_disabled`, and a line of
-//! `baremend check` ([`list_disabled`]).
+//! is enabled again), the condition `NodeHealthCheckDisabled` on each baremend template it
+//! names, the gauge `baremend_node_health_checks_disabled`, and a line of `baremend check`
+//! ([`list_disabled`]).
 //!
-//! Observe (the watch, or a list) → plan ([`disabled`], [`notices`]: pure) → execute
-//! ([`tell`]: an Event each, a log line, the gauge).
+//! Observe (the watch, or a list) → plan ([`disabled`], [`notices`], [`template_conditions`]:
+//! pure) → execute ([`tell`]: an Event each, a log line; [`set_condition`]; the gauge).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -28,7 +29,8 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use super::context::Context;
-use crate::api::NodeRemediationTemplate;
+use crate::api::{Condition, ConditionType, NodeRemediationTemplate};
+use crate::runtime::conditions::upsert_condition;
 use crate::runtime::events::{Severity, publish};
 use crate::{Error, Result};
 
@@ -94,11 +96,12 @@ struct TemplateRef {
 #[derive(Debug, Default, Deserialize)]
 struct Status {
     #[serde(default)]
-    conditions: Vec<Condition>,
+    conditions: Vec<TheirCondition>,
 }
 
+/// A condition on the NodeHealthCheck (theirs, read only).
 #[derive(Debug, Deserialize)]
-struct Condition {
+struct TheirCondition {
     #[serde(rename = "type")]
     type_: String,
     status: String,
@@ -219,6 +222,95 @@ pub fn notices(
         }
     }
     told
+}
+
+/// The templates (`namespace/name`) whose condition changes between two states, each with the
+/// disabled NodeHealthChecks naming it now (none: the condition turns False). A template
+/// named without a namespace is left out (there is no object to write on). Pure.
+pub fn template_conditions(
+    before: &BTreeMap<String, Disabled>,
+    now: &BTreeMap<String, Disabled>,
+) -> BTreeMap<String, Vec<Disabled>> {
+    let by_template = |state: &BTreeMap<String, Disabled>| {
+        let mut templates: BTreeMap<String, Vec<Disabled>> = BTreeMap::new();
+        for disabled in state.values() {
+            for template in disabled.templates.iter().filter(|t| t.contains('/')) {
+                templates
+                    .entry(template.clone())
+                    .or_default()
+                    .push(disabled.clone());
+            }
+        }
+        templates
+    };
+    let (was, is) = (by_template(before), by_template(now));
+    let mut changed = BTreeMap::new();
+    for (template, checks) in &is {
+        if was.get(template) != Some(checks) {
+            changed.insert(template.clone(), checks.clone());
+        }
+    }
+    for template in was.keys().filter(|t| !is.contains_key(*t)) {
+        changed.insert(template.clone(), Vec::new());
+    }
+    changed
+}
+
+/// The `NodeHealthCheckDisabled` condition for a template named by `checks` (the disabled
+/// ones; none: False), at `now`. Pure.
+pub fn template_condition(checks: &[Disabled], now: SystemTime) -> Condition {
+    let (truth, reason, message) = match checks {
+        [] => (
+            false,
+            "NodeHealthChecksEnabled".to_string(),
+            "no NodeHealthCheck naming this template is Disabled".to_string(),
+        ),
+        [first, ..] => (
+            true,
+            // A reason is CamelCase; the NodeHealthCheck's always is, but it is not ours.
+            if !first.reason.is_empty() && first.reason.chars().all(|c| c.is_ascii_alphanumeric()) {
+                first.reason.clone()
+            } else {
+                REASON_DISABLED.to_string()
+            },
+            checks
+                .iter()
+                .map(Disabled::describe)
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    };
+    let mut conditions = Vec::new();
+    upsert_condition(
+        &mut conditions,
+        ConditionType::NodeHealthCheckDisabled,
+        truth,
+        &reason,
+        &message,
+        now,
+    );
+    conditions.remove(0)
+}
+
+/// Writes the condition on the template `key` (`namespace/name`); a template that does not
+/// exist is no error (the NodeHealthCheck names one that is not there: its Event says it).
+async fn set_condition(context: &Context, key: &str, condition: Condition) {
+    use kube::api::{Patch, PatchParams};
+    let Some((namespace, name)) = key.split_once('/') else {
+        return;
+    };
+    let api: Api<NodeRemediationTemplate> = Api::namespaced(context.client.clone(), namespace);
+    let patch = Patch::Merge(serde_json::json!({"status": {"conditions": [condition]}}));
+    match api
+        .patch_status(name, &PatchParams::default(), &patch)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(error) => {
+            warn!(%error, template = key, "cannot write the NodeHealthCheckDisabled condition")
+        }
+    }
 }
 
 /// The disabled NodeHealthChecks naming baremend among `objects`, by name. Pure.
@@ -349,6 +441,10 @@ async fn watch(context: &Context) {
             };
             tell(context, &notice, uid(&name)).await;
         }
+        let at = context.clock.now();
+        for (template, checks) in template_conditions(&before, &now) {
+            set_condition(context, &template, template_condition(&checks, at)).await;
+        }
         context.metrics.set_node_health_checks_disabled(now.len());
         before = now;
     }
@@ -462,5 +558,59 @@ mod tests {
             [Notice::Enabled("a".into())]
         );
         assert_eq!(notices(&mhc, &none, &gone), []);
+    }
+
+    #[test]
+    fn a_template_gets_its_condition_when_the_checks_naming_it_change_and_only_then() {
+        let off = |name: &str, templates: &[&str]| Disabled {
+            name: name.into(),
+            templates: templates.iter().map(|t| t.to_string()).collect(),
+            reason: DISABLED_BY_MHC.into(),
+            message: String::new(),
+        };
+        let state = |checks: Vec<Disabled>| -> BTreeMap<String, Disabled> {
+            checks.into_iter().map(|d| (d.name.clone(), d)).collect()
+        };
+        let none = state(vec![]);
+        let a = state(vec![off("a", &["nhc/t1", "nhc/t2"])]);
+        let ab = state(vec![off("a", &["nhc/t1", "nhc/t2"]), off("b", &["nhc/t1"])]);
+        assert!(template_conditions(&none, &none).is_empty());
+        let first = template_conditions(&none, &a);
+        assert_eq!(first.keys().collect::<Vec<_>>(), ["nhc/t1", "nhc/t2"]);
+        assert!(template_conditions(&a, &a).is_empty());
+        // A second check naming t1: only t1 changes.
+        let second = template_conditions(&a, &ab);
+        assert_eq!(second.keys().collect::<Vec<_>>(), ["nhc/t1"]);
+        assert_eq!(second["nhc/t1"].len(), 2);
+        // All enabled: both back to False (no checks).
+        let back = template_conditions(&ab, &none);
+        assert_eq!(back.keys().collect::<Vec<_>>(), ["nhc/t1", "nhc/t2"]);
+        assert!(back.values().all(Vec::is_empty));
+        // A template named without a namespace gets nothing.
+        assert!(template_conditions(&none, &state(vec![off("c", &["bare"])])).is_empty());
+
+        let at = SystemTime::UNIX_EPOCH;
+        let on = template_condition(&ab.values().cloned().collect::<Vec<_>>(), at);
+        assert_eq!(on.type_, "NodeHealthCheckDisabled");
+        assert_eq!(
+            (on.status.as_str(), on.reason.as_str()),
+            ("True", DISABLED_BY_MHC)
+        );
+        assert!(
+            on.message.contains("NodeHealthCheck a ") && on.message.contains("NodeHealthCheck b ")
+        );
+        let odd = Disabled {
+            reason: "not camel: case".into(),
+            ..off("d", &["nhc/t1"])
+        };
+        assert_eq!(
+            template_condition(&[odd], at).reason,
+            "NodeHealthCheckDisabled"
+        );
+        let cleared = template_condition(&[], at);
+        assert_eq!(
+            (cleared.status.as_str(), cleared.reason.as_str()),
+            ("False", "NodeHealthChecksEnabled")
+        );
     }
 }
