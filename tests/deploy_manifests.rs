@@ -856,7 +856,7 @@ const RARE: &[(&str, &str, &str, &str)] = &[
         "baremend.io",
         "noderemediationtemplates/status",
         "patch",
-        "a Disabled NodeHealthCheck's condition on the template (tests/contracts_e2e.rs)",
+        "only with NodeHealthChecks: the template's condition (the run without Machines writes it)",
     ),
     (
         "remediation.medik8s.io",
@@ -1290,10 +1290,12 @@ async fn on_a_cluster_without_machines_the_controller_calls_only_what_the_rbac_g
         );
     }
     // What this run is about was called: the Node's Events, the HostBmc's Secret, the request,
-    // and the NodeHealthChecks watched (one disabled would be told).
+    // and the NodeHealthChecks watched (one disabled would be told; the template's condition is
+    // written False on the first look).
     for (group, resource, verb) in [
         ("remediation.medik8s.io", "nodehealthchecks", "list"),
         ("remediation.medik8s.io", "nodehealthchecks", "watch"),
+        ("baremend.io", "noderemediationtemplates/status", "patch"),
         ("events.k8s.io", "events", "create"),
         ("", "secrets", "get"),
         ("baremend.io", "noderemediations/status", "patch"),

@@ -15,7 +15,7 @@
 //! Observe (the watch, or a list) → plan ([`disabled`], [`notices`], [`template_conditions`]:
 //! pure) → execute ([`tell`]: an Event each, a log line; [`set_condition`]; the gauge).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -164,20 +164,7 @@ fn names_baremend(reference: &TemplateRef) -> bool {
 /// `Disabled=True`; None otherwise, also for an object that does not read as one. Pure.
 pub fn disabled(name: &str, object: &Value) -> Option<Disabled> {
     let check: HealthCheck = serde_json::from_value(object.clone()).ok()?;
-    let references = check.spec.remediation_template.iter().chain(
-        check
-            .spec
-            .escalating_remediations
-            .iter()
-            .map(|e| &e.remediation_template),
-    );
-    let templates: Vec<String> = references
-        .filter(|r| names_baremend(r))
-        .map(|r| match &r.namespace {
-            Some(namespace) => format!("{namespace}/{}", r.name),
-            None => r.name.clone(),
-        })
-        .collect();
+    let templates = baremend_templates(&check);
     if templates.is_empty() {
         return None;
     }
@@ -192,6 +179,25 @@ pub fn disabled(name: &str, object: &Value) -> Option<Disabled> {
         reason: condition.reason,
         message: condition.message,
     })
+}
+
+/// The baremend templates a NodeHealthCheck names (`namespace/name`, or `name` alone when the
+/// reference has no namespace). Pure.
+fn baremend_templates(check: &HealthCheck) -> Vec<String> {
+    let references = check.spec.remediation_template.iter().chain(
+        check
+            .spec
+            .escalating_remediations
+            .iter()
+            .map(|e| &e.remediation_template),
+    );
+    references
+        .filter(|r| names_baremend(r))
+        .map(|r| match &r.namespace {
+            Some(namespace) => format!("{namespace}/{}", r.name),
+            None => r.name.clone(),
+        })
+        .collect()
 }
 
 /// What to tell about one NodeHealthCheck.
@@ -226,10 +232,14 @@ pub fn notices(
 
 /// The templates (`namespace/name`) whose condition changes between two states, each with the
 /// disabled NodeHealthChecks naming it now (none: the condition turns False). A template
-/// named without a namespace is left out (there is no object to write on). Pure.
+/// named without a namespace is left out (there is no object to write on). With no state
+/// before (the first look of this leader), every template some NodeHealthCheck names
+/// (`named`) is written: a condition a former leader left True must not stay when the check
+/// was enabled meanwhile. Pure.
 pub fn template_conditions(
-    before: &BTreeMap<String, Disabled>,
+    before: Option<&BTreeMap<String, Disabled>>,
     now: &BTreeMap<String, Disabled>,
+    named: &BTreeSet<String>,
 ) -> BTreeMap<String, Vec<Disabled>> {
     let by_template = |state: &BTreeMap<String, Disabled>| {
         let mut templates: BTreeMap<String, Vec<Disabled>> = BTreeMap::new();
@@ -243,7 +253,16 @@ pub fn template_conditions(
         }
         templates
     };
-    let (was, is) = (by_template(before), by_template(now));
+    let is = by_template(now);
+    let Some(before) = before else {
+        return named
+            .iter()
+            .filter(|t| t.contains('/'))
+            .map(|t| (t.clone(), is.get(t).cloned().unwrap_or_default()))
+            .chain(is.clone())
+            .collect();
+    };
+    let was = by_template(before);
     let mut changed = BTreeMap::new();
     for (template, checks) in &is {
         if was.get(template) != Some(checks) {
@@ -311,6 +330,16 @@ async fn set_condition(context: &Context, key: &str, condition: Condition) {
             warn!(%error, template = key, "cannot write the NodeHealthCheckDisabled condition")
         }
     }
+}
+
+/// Every baremend template some NodeHealthCheck among `objects` names. Pure.
+fn named_templates(objects: &[Arc<DynamicObject>]) -> BTreeSet<String> {
+    objects
+        .iter()
+        .filter_map(|object| serde_json::to_value(&**object).ok())
+        .filter_map(|value| serde_json::from_value::<HealthCheck>(value).ok())
+        .flat_map(|check| baremend_templates(&check))
+        .collect()
 }
 
 /// The disabled NodeHealthChecks naming baremend among `objects`, by name. Pure.
@@ -415,11 +444,16 @@ async fn watch(context: &Context) {
     let mut changes = reflector(writer, watcher(api, watcher::Config::default()))
         .default_backoff()
         .boxed();
-    let mut before = BTreeMap::new();
+    let mut before: Option<BTreeMap<String, Disabled>> = None;
     while let Some(change) = changes.next().await {
         match change {
             Err(error) => {
                 warn!(%error, "watching NodeHealthChecks");
+                // Their CRD removed (the operator uninstalled): back to looking for it now
+                // and then, rather than a watch that fails forever.
+                if matches!(served(&context.client).await, Ok(false)) {
+                    return;
+                }
                 continue;
             }
             // A (re)list under way: the store is replaced whole at its end.
@@ -434,7 +468,8 @@ async fn watch(context: &Context) {
                 .find(|o| o.name_any() == name)
                 .and_then(|o| o.uid())
         };
-        for notice in notices(&before, &now, &|name| uid(name).is_some()) {
+        let previous = before.clone().unwrap_or_default();
+        for notice in notices(&previous, &now, &|name| uid(name).is_some()) {
             let name = match &notice {
                 Notice::Disabled(d) => d.name.clone(),
                 Notice::Enabled(name) => name.clone(),
@@ -442,11 +477,12 @@ async fn watch(context: &Context) {
             tell(context, &notice, uid(&name)).await;
         }
         let at = context.clock.now();
-        for (template, checks) in template_conditions(&before, &now) {
+        let named = named_templates(&objects);
+        for (template, checks) in template_conditions(before.as_ref(), &now, &named) {
             set_condition(context, &template, template_condition(&checks, at)).await;
         }
         context.metrics.set_node_health_checks_disabled(now.len());
-        before = now;
+        before = Some(now);
     }
 }
 
@@ -574,20 +610,35 @@ mod tests {
         let none = state(vec![]);
         let a = state(vec![off("a", &["nhc/t1", "nhc/t2"])]);
         let ab = state(vec![off("a", &["nhc/t1", "nhc/t2"]), off("b", &["nhc/t1"])]);
-        assert!(template_conditions(&none, &none).is_empty());
-        let first = template_conditions(&none, &a);
+        let named: BTreeSet<String> = ["nhc/t1", "nhc/t2", "nhc/t3", "bare"]
+            .map(String::from)
+            .into();
+        let changes = |before: &BTreeMap<String, Disabled>, now| {
+            template_conditions(Some(before), now, &named)
+        };
+        assert!(changes(&none, &none).is_empty());
+        let first = changes(&none, &a);
         assert_eq!(first.keys().collect::<Vec<_>>(), ["nhc/t1", "nhc/t2"]);
-        assert!(template_conditions(&a, &a).is_empty());
+        assert!(changes(&a, &a).is_empty());
         // A second check naming t1: only t1 changes.
-        let second = template_conditions(&a, &ab);
+        let second = changes(&a, &ab);
         assert_eq!(second.keys().collect::<Vec<_>>(), ["nhc/t1"]);
         assert_eq!(second["nhc/t1"].len(), 2);
         // All enabled: both back to False (no checks).
-        let back = template_conditions(&ab, &none);
+        let back = changes(&ab, &none);
         assert_eq!(back.keys().collect::<Vec<_>>(), ["nhc/t1", "nhc/t2"]);
         assert!(back.values().all(Vec::is_empty));
         // A template named without a namespace gets nothing.
-        assert!(template_conditions(&none, &state(vec![off("c", &["bare"])])).is_empty());
+        assert!(changes(&none, &state(vec![off("c", &["bare"])])).is_empty());
+        // A leader's first look writes every named template: True where a disabled check
+        // names it, False elsewhere (a former leader's True must not stay).
+        let fresh = template_conditions(None, &a, &named);
+        assert_eq!(
+            fresh.keys().collect::<Vec<_>>(),
+            ["nhc/t1", "nhc/t2", "nhc/t3"]
+        );
+        assert_eq!(fresh["nhc/t1"].len(), 1);
+        assert!(fresh["nhc/t3"].is_empty());
 
         let at = SystemTime::UNIX_EPOCH;
         let on = template_condition(&ab.values().cloned().collect::<Vec<_>>(), at);
