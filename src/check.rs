@@ -3,6 +3,8 @@
 //! [`crate::remediation::fencing_check`]), and gets one line: Machine, Node, fencing path,
 //! READY or NOT READY with the reason. Nothing is changed: no power request, no write.
 //! Run it on day one, before trusting remediation, and after any BMC or credentials change.
+//! A NodeHealthCheck that names baremend while it is Disabled gets a line first (it asks for
+//! no remediation: [`crate::remediation::node_health_checks`]), and fails the check too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -20,6 +22,7 @@ use crate::api::slim;
 use crate::api::{HostBmc, Remediation, RemediationPolicy, RemediationPolicySpec};
 use crate::duration::parse_duration;
 use crate::remediation::fencing_check::{CHECKS_AT_ONCE, Fleet, Probes, check, describe, targets};
+use crate::remediation::node_health_checks::{Disabled, list_disabled};
 use crate::remediation::observe::HostRef;
 use crate::remediation::subject::machineless_node;
 use crate::runtime::informer::POLICY_NAME;
@@ -110,6 +113,12 @@ fn is_wanted(key: &str, wanted: Option<&str>) -> bool {
 /// is not ready, so that the exit code says it.
 pub async fn run(args: CheckArgs) -> Result<()> {
     let client = crate::run::cluster_client(args.kubeconfig.as_deref()).await?;
+    // First what would keep any request from coming: a NodeHealthCheck naming baremend that
+    // is off (one line each, and the exit code).
+    let disabled = list_disabled(&client).await?;
+    for check in &disabled {
+        println!("{}", check.describe());
+    }
     let listed = list(&client).await?;
     let lookup = |r: &HostRef| {
         listed
@@ -128,6 +137,9 @@ pub async fn run(args: CheckArgs) -> Result<()> {
     let mut targets = targets(&fleet);
     targets.retain(|t| is_wanted(&t.key, args.machine.as_deref()));
     if targets.is_empty() {
+        if let Some(error) = disabled_error(&disabled) {
+            return Err(error);
+        }
         return Err(Error::Invalid {
             object: "baremend check".into(),
             reason: match &args.machine {
@@ -178,7 +190,18 @@ pub async fn run(args: CheckArgs) -> Result<()> {
             reason: format!("{not_ready} of {total} Machines could not be fenced now"),
         });
     }
-    Ok(())
+    disabled_error(&disabled).map_or(Ok(()), Err)
+}
+
+/// The error `check` ends with when NodeHealthChecks naming baremend are disabled.
+fn disabled_error(disabled: &[Disabled]) -> Option<Error> {
+    (!disabled.is_empty()).then(|| Error::Invalid {
+        object: "NodeHealthChecks".into(),
+        reason: format!(
+            "{} NodeHealthCheck(s) naming baremend are Disabled and ask for no remediation",
+            disabled.len()
+        ),
+    })
 }
 
 #[cfg(test)]

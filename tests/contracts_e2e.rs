@@ -762,3 +762,152 @@ async fn a_node_with_a_machine_is_remediated_as_its_machine_even_when_a_host_bmc
     let all = lab.api.list(common::lab::REMEDIATIONS, None);
     assert_eq!(all.len(), 1, "one remediation in all: {all:?}");
 }
+
+/// Waits until an Event of `type_` and `reason` on the NodeHealthCheck `name` says `says`;
+/// fails after 20 s.
+async fn event_on_node_health_check(
+    lab: &Lab,
+    name: &str,
+    (type_, reason): (&str, &str),
+    says: &str,
+) {
+    eventually(
+        &format!("a {reason} {type_} Event on NodeHealthCheck {name} saying {says:?}"),
+        Duration::from_secs(20),
+        async || {
+            let events = lab.api.list(EVENTS, None);
+            events
+                .iter()
+                .any(|e| {
+                    e["reason"] == reason
+                        && e["type"] == type_
+                        && e["involvedObject"]["kind"] == "NodeHealthCheck"
+                        && e["involvedObject"]["name"] == name
+                        && e["message"].as_str().is_some_and(|m| m.contains(says))
+                })
+                .then_some(())
+                .ok_or(format!("{events:#?}"))
+        },
+    )
+    .await;
+}
+
+/// Waits until baremend's template `baremend` has the condition `NodeHealthCheckDisabled` with
+/// this status and reason; fails after 20 s.
+async fn template_condition_is(lab: &Lab, status: &str, reason: &str) {
+    use baremend_sim::cluster::nhc::NODE_REMEDIATION_TEMPLATES;
+    eventually(
+        &format!("NodeHealthCheckDisabled {status} ({reason}) on the template"),
+        Duration::from_secs(20),
+        async || {
+            let template = lab
+                .api
+                .get(NODE_REMEDIATION_TEMPLATES, NHC_NAMESPACE, "baremend")
+                .unwrap();
+            let conditions = template["status"]["conditions"].clone();
+            conditions
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c["type"] == "NodeHealthCheckDisabled"
+                        && c["status"] == status
+                        && c["reason"] == reason
+                })
+                .then_some(())
+                .ok_or(format!("{conditions}"))
+        },
+    )
+    .await;
+}
+
+/// `baremend check` on the lab's cluster, as an admin runs it: (success, stdout).
+async fn baremend_check(lab: &Lab) -> (bool, String) {
+    let dir = common::scratch("check-nhc");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, lab.cluster.kubeconfig()).unwrap();
+    let output = common::baremend(
+        &["check", "--kubeconfig", kubeconfig.to_str().unwrap()],
+        None,
+    )
+    .await;
+    let (stdout, _) = common::texts(&output);
+    (output.status.success(), stdout)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_health_check_disabled_by_a_custom_machine_health_check_is_told_until_it_is_enabled()
+{
+    // medik8s node-healthcheck-operator: `Reconcile` in
+    // internal/controller/nodehealthcheck_controller.go disables the NodeHealthCheck
+    // (`Disabled=True`, reason ConflictingMachineHealthCheckDetected) while
+    // internal/mhc/checker.go `NeedDisableNHC` finds a custom MachineHealthCheck; the simulated
+    // NodeHealthCheck does the same.
+    let lab = start_node_health_check(Duration::from_secs(60), |_| {}).await;
+    common::lab::metric(&lab, "baremend_node_health_checks_disabled 0").await;
+    let (ok, stdout) = baremend_check(&lab).await;
+    assert!(ok, "{stdout}");
+    assert!(!stdout.contains("NodeHealthCheck"), "{stdout}");
+    // An admin adds a MachineHealthCheck of their own, beside the NodeHealthCheck.
+    lab.api
+        .create(
+            MHCS,
+            MACHINE_NAMESPACE,
+            json!({
+                "apiVersion": "machine.openshift.io/v1beta1",
+                "kind": "MachineHealthCheck",
+                "metadata": {"name": "custom", "namespace": MACHINE_NAMESPACE},
+                "spec": {
+                    "selector": {"matchLabels": {"machine.openshift.io/cluster-api-machine-role": "infra"}},
+                    "unhealthyConditions": [{"type": "Ready", "status": "False", "timeout": "300s"}],
+                },
+            }),
+        )
+        .unwrap();
+    let reason = baremend::remediation::node_health_checks::DISABLED_BY_MHC;
+    event_on_node_health_check(
+        &lab,
+        "workers",
+        ("Warning", "NodeHealthCheckDisabled"),
+        reason,
+    )
+    .await;
+    common::lab::metric(&lab, "baremend_node_health_checks_disabled 1").await;
+    template_condition_is(&lab, "True", reason).await;
+    let (ok, stdout) = baremend_check(&lab).await;
+    assert!(!ok, "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("NodeHealthCheck workers is Disabled"))
+        .unwrap_or_else(|| panic!("no line for the NodeHealthCheck in:\n{stdout}"));
+    assert!(line.contains(reason), "{line}");
+    assert!(
+        line.contains(&format!("{NHC_NAMESPACE}/baremend")),
+        "{line}"
+    );
+    // A hung worker is asked for by nobody while it is off.
+    lab.cluster.hang("worker-0");
+    lab.node_ready_is("worker-0", "Unknown").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        lab.api
+            .get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")
+            .is_err()
+    );
+    // The custom MachineHealthCheck gone, the NodeHealthCheck is on again, and so told; the
+    // hung worker is remediated.
+    lab.api
+        .delete(MHCS, MACHINE_NAMESPACE, "custom", None)
+        .unwrap();
+    event_on_node_health_check(
+        &lab,
+        "workers",
+        ("Normal", "NodeHealthCheckEnabled"),
+        "enabled again",
+    )
+    .await;
+    common::lab::metric(&lab, "baremend_node_health_checks_disabled 0").await;
+    template_condition_is(&lab, "False", "NodeHealthChecksEnabled").await;
+    lab.succeeded_through("worker-0-1", TriggerKind::NodeRemediation)
+        .await;
+}

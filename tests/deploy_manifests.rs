@@ -42,10 +42,19 @@ const CONFIG_MAPS: Gvr = Gvr {
     plural: "configmaps",
 };
 
-/// Every YAML document of deploy/, with the file it came from.
+/// The folders of deploy/ that every install applies (or creates once: policies.yaml): the
+/// base and the monitoring component. The health checks' components are in
+/// tests/kubectl_apiserver.rs.
+const INSTALLED: [&str; 3] = ["deploy", "deploy/base", "deploy/components/monitoring"];
+
+/// Every YAML document of what every install applies, with the file it came from.
 fn documents() -> Vec<(String, Value)> {
     let mut all = Vec::new();
-    for path in common::yaml_files(&common::repo_root().join("deploy")) {
+    let root = common::repo_root();
+    let files = INSTALLED
+        .iter()
+        .flat_map(|dir| common::yaml_files(&root.join(dir)));
+    for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         for value in common::yaml_documents(&text) {
             all.push((file_name(&path), value));
@@ -76,7 +85,7 @@ fn every_manifest_parses_into_its_typed_struct() {
     for (file, value) in documents() {
         let kind = value["kind"].as_str().unwrap_or_default().to_string();
         match kind.as_str() {
-            "Kustomization" => {}
+            "Kustomization" | "Component" => {}
             "Namespace" => drop(typed::<Namespace>(&file, &value)),
             "ServiceAccount" => drop(typed::<ServiceAccount>(&file, &value)),
             "ClusterRole" => drop(typed::<ClusterRole>(&file, &value)),
@@ -132,7 +141,8 @@ fn the_shipped_policies_start_the_first_day_in_dry_run_and_observe() {
     // Created once, outside the kustomization (an upgrade's `apply -k` must not switch a
     // cluster that remediates back to dry run), and the guide shows how to create and switch.
     let kustomization =
-        std::fs::read_to_string(common::repo_root().join("deploy/kustomization.yaml")).unwrap();
+        std::fs::read_to_string(common::repo_root().join("deploy/base/kustomization.yaml"))
+            .unwrap();
     assert!(
         !kustomization.contains("- policies.yaml"),
         "{kustomization}"
@@ -400,23 +410,16 @@ fn rendered_images(documents: &[Value]) -> [(String, String); 2] {
     ]
 }
 
-/// A copy of deploy/'s files in `dir/deploy` (kustomize takes a base by relative path only).
-fn copy_of_deploy(dir: &Path) -> std::path::PathBuf {
-    let copy = dir.join("deploy");
-    std::fs::create_dir_all(&copy).unwrap();
-    for entry in std::fs::read_dir(common::repo_root().join("deploy")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
-        }
-    }
-    copy
+/// A copy of deploy/'s base in `dir/deploy/base` (kustomize takes a base by relative path
+/// only).
+fn copy_of_base(dir: &Path) -> std::path::PathBuf {
+    common::copy_of_deploy(dir).join("base")
 }
 
 #[test]
 fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
     // Only the Deployment's container names an image, by the name `images:` replaces.
-    let deploy = common::repo_root().join("deploy");
+    let deploy = common::repo_root().join("deploy/base");
     for (file, value) in documents() {
         let text = serde_json::to_string(&value).unwrap();
         let images = text.matches("\"image\":").count();
@@ -445,7 +448,7 @@ fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
 
     // Pushed elsewhere, by digest, always pulled: one edit of the kustomization (and of the
     // pull policy) reaches the helpers too.
-    let copy = copy_of_deploy(&common::scratch("deploy-copy"));
+    let copy = copy_of_base(&common::scratch("deploy-copy"));
     let digest = "sha256:6f1c4a9e8d2b7f3c0a5e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a";
     let kustomization = std::fs::read_to_string(copy.join("kustomization.yaml"))
         .unwrap()
@@ -469,7 +472,7 @@ fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
 
     // An overlay that sets its own image repeats the replacements (docs/install.md says so).
     let scratch = common::scratch("overlay");
-    copy_of_deploy(&scratch);
+    copy_of_base(&scratch);
     let overlay = scratch.join("overlay");
     std::fs::create_dir(&overlay).unwrap();
     let base: Value =
@@ -478,7 +481,7 @@ fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
     let overlay_kustomization = json!({
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": ["../deploy"],
+        "resources": ["../deploy/base"],
         "images": [{"name": "baremend", "newName": "registry.example/ops/baremend", "newTag": "v2"}],
         "replacements": base["replacements"],
     });
@@ -657,7 +660,10 @@ fn alerts_and_dashboard_use_only_exported_metrics() {
         assert!(alerts.contains(alert), "no {alert}");
     }
     let dashboard: Value = serde_json::from_str(
-        &std::fs::read_to_string(common::repo_root().join("deploy/dashboard.json")).unwrap(),
+        &std::fs::read_to_string(
+            common::repo_root().join("deploy/components/monitoring/dashboard.json"),
+        )
+        .unwrap(),
     )
     .unwrap();
     let panels = dashboard["panels"].as_array().unwrap();
@@ -840,6 +846,24 @@ const RARE: &[(&str, &str, &str, &str)] = &[
         "create",
         "drainBeforeRestore: our own drain",
     ),
+    (
+        "remediation.medik8s.io",
+        "nodehealthchecks",
+        "list",
+        "served only with the Node Health Check Operator (the run without Machines calls it)",
+    ),
+    (
+        "baremend.io",
+        "noderemediationtemplates/status",
+        "patch",
+        "only with NodeHealthChecks: the template's condition (the run without Machines writes it)",
+    ),
+    (
+        "remediation.medik8s.io",
+        "nodehealthchecks",
+        "watch",
+        "served only with the Node Health Check Operator (the run without Machines calls it)",
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -919,7 +943,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     // endpoint makes them.
     let scraper = "system:serviceaccount:baremend:baremend-metrics-reader";
     let token = server.mint_token(scraper, &["system:serviceaccounts"]);
-    // What deploy/rbac.yaml grants the scraper's account is in the cluster: the lab applied
+    // What deploy/base/rbac.yaml grants the scraper's account is in the cluster: the lab applied
     // it. The reviews are made with the controller's own rights.
     let reviewer = Arc::new(KubeReviewer::new(lab.controller_client.clone()));
     let gate = Gate::new(reviewer, Arc::new(SystemClock), Duration::from_secs(60));
@@ -1005,7 +1029,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     for access in &used {
         assert!(
             granted.iter().any(|g| allows(g, access)),
-            "the controller needs {access:?}, which deploy/rbac.yaml does not grant"
+            "the controller needs {access:?}, which deploy/base/rbac.yaml does not grant"
         );
     }
     // And nothing is granted that no call needs.
@@ -1129,7 +1153,7 @@ fn unneeded(granted: &[Granted], used: &BTreeSet<Access>) -> Vec<String> {
                         .any(|(rg, rr, rv, _)| rg == group && rr == resource && rv == verb);
                     if !(needed || rare) {
                         unneeded.push(format!(
-                            "deploy/rbac.yaml grants {verb} on {group}/{resource}, which no call needs"
+                            "deploy/base/rbac.yaml grants {verb} on {group}/{resource}, which no call needs"
                         ));
                     }
                 }
@@ -1139,10 +1163,10 @@ fn unneeded(granted: &[Granted], used: &BTreeSet<Access>) -> Vec<String> {
     unneeded
 }
 
-/// What `deploy/examples/rbac-cluster-api.yaml` grants (one ClusterRole, bound to the
+/// What `deploy/components/cluster-api/rbac-cluster-api.yaml` grants (one ClusterRole, bound to the
 /// controller's account there).
 fn cluster_api_grants() -> Vec<Granted> {
-    let path = common::repo_root().join("deploy/examples/rbac-cluster-api.yaml");
+    let path = common::repo_root().join("deploy/components/cluster-api/rbac-cluster-api.yaml");
     let documents = common::yaml_documents(&std::fs::read_to_string(path).unwrap());
     let binding: ClusterRoleBinding = documents
         .iter()
@@ -1213,7 +1237,7 @@ async fn on_cluster_api_the_controller_calls_only_what_the_rbac_and_its_cluster_
     for access in &used {
         assert!(
             granted.iter().any(|g| allows(g, access)),
-            "on Cluster API the controller needs {access:?}, which neither deploy/rbac.yaml nor the example grants"
+            "on Cluster API the controller needs {access:?}, which neither deploy/base/rbac.yaml nor the example grants"
         );
     }
     // Every extra grant is called for, but the deletion of a Machine (deleteMachineOnFailure,
@@ -1262,11 +1286,16 @@ async fn on_a_cluster_without_machines_the_controller_calls_only_what_the_rbac_g
     for access in &used {
         assert!(
             granted.iter().any(|g| allows(g, access)),
-            "without Machines the controller needs {access:?}, which deploy/rbac.yaml does not grant"
+            "without Machines the controller needs {access:?}, which deploy/base/rbac.yaml does not grant"
         );
     }
-    // What this run is about was called: the Node's Events, the HostBmc's Secret, the request.
+    // What this run is about was called: the Node's Events, the HostBmc's Secret, the request,
+    // and the NodeHealthChecks watched (one disabled would be told; the template's condition is
+    // written False on the first look).
     for (group, resource, verb) in [
+        ("remediation.medik8s.io", "nodehealthchecks", "list"),
+        ("remediation.medik8s.io", "nodehealthchecks", "watch"),
+        ("baremend.io", "noderemediationtemplates/status", "patch"),
         ("events.k8s.io", "events", "create"),
         ("", "secrets", "get"),
         ("baremend.io", "noderemediations/status", "patch"),

@@ -30,7 +30,7 @@ const RETRY: Duration = Duration::from_millis(300);
 
 fn lease(name: &str, identity: &str) -> LeaseConfig {
     LeaseConfig {
-        // Where deploy/rbac.yaml grants the controller its Lease.
+        // Where deploy/base/rbac.yaml grants the controller its Lease.
         namespace: DEPLOY_NAMESPACE.into(),
         name: name.into(),
         identity: identity.into(),

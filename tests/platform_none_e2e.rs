@@ -250,11 +250,11 @@ async fn a_dry_run_of_a_node_without_a_machine_probes_its_bmc_and_changes_nothin
         assert!(dry.message.contains(told), "{told:?} in {:?}", dry.message);
     }
     assert!(!dry.message.contains("BareMetalHostRebootApi"), "{dry:?}");
-    // The Event follows the persisted phase: wait for it, do not race it.
+    // The Event comes after the status it tells (persisted first).
     eventually(
         "the DryRun Event on the Node",
         Duration::from_secs(10),
-        async || (lab.node_events("worker-0", "DryRun") >= 1).then_some(()),
+        async || lab.node_events("worker-0", "DryRun") >= 1,
     )
     .await;
     assert!(!lab.power_history("worker-0").contains(&Power::Off));

@@ -65,7 +65,8 @@ fn output_of(dir: &Path, name: &str) -> String {
 /// Every `expr` of the dashboard's panels.
 fn dashboard_queries() -> Vec<(String, String)> {
     let dashboard: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo_root().join("deploy/dashboard.json")).unwrap(),
+        &std::fs::read_to_string(repo_root().join("deploy/components/monitoring/dashboard.json"))
+            .unwrap(),
     )
     .unwrap();
     dashboard["panels"]

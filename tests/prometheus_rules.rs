@@ -1,4 +1,4 @@
-//! The alerts and the recording rule of deploy/prometheusrule.yaml, checked by Prometheus's own
+//! The alerts and the recording rule of deploy/components/monitoring/prometheusrule.yaml, checked by Prometheus's own
 //! tool (Debian's `prometheus` package, which `scripts/test.sh` installs): `promtool check
 //! rules` on the PrometheusRule's groups, and `promtool test rules` on the unit tests in
 //! tests/promtool/, where every alert has a case that must fire and one that must stay silent

@@ -34,7 +34,7 @@ fn without_verb(rules: &Value, resource: &str, verb: &str) -> Value {
                 .unwrap()
                 .contains(&json!(resource))
         })
-        .unwrap_or_else(|| panic!("deploy/rbac.yaml has no rule on {resource}"));
+        .unwrap_or_else(|| panic!("deploy/base/rbac.yaml has no rule on {resource}"));
     let verbs = rule["verbs"].as_array_mut().unwrap();
     assert!(verbs.contains(&json!(verb)), "{rule}");
     verbs.retain(|v| v != verb);

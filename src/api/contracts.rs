@@ -206,6 +206,16 @@ pub struct NodeRemediationTemplateResource {
     pub spec: NodeRemediationSpec,
 }
 
+/// What baremend reports on a template: whether the health checks naming it can ask for
+/// anything.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+pub struct TemplateStatus {
+    /// Conditions (`NodeHealthCheckDisabled`).
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub conditions: Vec<Condition>,
+}
+
 /// The template a NodeHealthCheck names in `spec.remediationTemplate` or in an entry of
 /// `spec.escalatingRemediations`.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
@@ -214,8 +224,11 @@ pub struct NodeRemediationTemplateResource {
     version = "v1alpha1",
     kind = "NodeRemediationTemplate",
     namespaced,
+    status = "TemplateStatus",
     shortname = "bnrt",
-    category = "baremend"
+    category = "baremend",
+    printcolumn = r#"{"name":"HealthCheckDisabled","type":"string","jsonPath":".status.conditions[?(@.type==\"NodeHealthCheckDisabled\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 pub struct NodeRemediationTemplateSpec {
     /// The request's template.

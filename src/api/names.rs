@@ -147,6 +147,9 @@ stored_names! {
         /// On a NodeHealthCheck's request (the medik8s contract): the Node is deleted on the
         /// way, so the health check keeps the request while the Node is gone.
         PermanentNodeDeletionExpected,
+        /// On a NodeRemediationTemplate: a NodeHealthCheck naming it is Disabled and asks for
+        /// no remediation (reason: the NodeHealthCheck's; message: which, and why).
+        NodeHealthCheckDisabled,
     }
 }
 

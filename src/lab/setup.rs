@@ -32,7 +32,7 @@ pub struct LabCluster {
     /// rights: the lab's and the tests' own writes (policies, triggers, faults).
     pub client: Client,
     /// A kube client as the controller's ServiceAccount (`baremend/baremend`), with only what
-    /// `deploy/rbac.yaml` grants it: what the controller runs on, so a missing grant fails.
+    /// `deploy/base/rbac.yaml` grants it: what the controller runs on, so a missing grant fails.
     pub controller_client: Client,
     /// The kubeconfig of that client, for a controller run as its own process.
     pub controller_kubeconfig: String,
@@ -49,23 +49,26 @@ pub const CONTROLLER_ACCOUNT: &str = "baremend";
 /// files an install applies (not a copy): a grant missing there is missing in every lab.
 const DEPLOY_IDENTITY: [(&str, &str); 4] = [
     (
-        "namespace.yaml",
-        include_str!("../../deploy/namespace.yaml"),
+        "base/namespace.yaml",
+        include_str!("../../deploy/base/namespace.yaml"),
     ),
     (
-        "serviceaccount.yaml",
-        include_str!("../../deploy/serviceaccount.yaml"),
+        "base/serviceaccount.yaml",
+        include_str!("../../deploy/base/serviceaccount.yaml"),
     ),
-    ("rbac.yaml", include_str!("../../deploy/rbac.yaml")),
     (
-        "rbac-health-checks.yaml",
-        include_str!("../../deploy/rbac-health-checks.yaml"),
+        "base/rbac.yaml",
+        include_str!("../../deploy/base/rbac.yaml"),
+    ),
+    (
+        "base/rbac-health-checks.yaml",
+        include_str!("../../deploy/base/rbac-health-checks.yaml"),
     ),
 ];
-/// The example an install on Cluster API adds (docs/install.md).
+/// What the Cluster API component adds (docs/install.md).
 const DEPLOY_CLUSTER_API_RBAC: (&str, &str) = (
-    "examples/rbac-cluster-api.yaml",
-    include_str!("../../deploy/examples/rbac-cluster-api.yaml"),
+    "components/cluster-api/rbac-cluster-api.yaml",
+    include_str!("../../deploy/components/cluster-api/rbac-cluster-api.yaml"),
 );
 
 /// Creates every object of a multi-document manifest of `deploy/`, as `kubectl create -f`.

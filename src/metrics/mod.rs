@@ -148,6 +148,7 @@ pub struct Metrics {
     duration: DurationHistograms,
     steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
+    node_health_checks_disabled: Gauge,
     ready: AtomicBool,
     /// BMC requests and host power.
     pub power: Arc<PowerMetrics>,
@@ -286,6 +287,12 @@ impl Metrics {
             "1 while this replica holds the leader Lease (or runs without election)",
             leader.clone(),
         );
+        let node_health_checks_disabled = Gauge::default();
+        registry.register(
+            "node_health_checks_disabled",
+            "NodeHealthChecks that name a baremend NodeRemediationTemplate and are Disabled (they ask for no remediation)",
+            node_health_checks_disabled.clone(),
+        );
         let drift = Arc::new(crate::metrics::drift::DriftMetrics::register(&mut root));
         for strategy in STRATEGIES {
             let labels = StrategyLabels {
@@ -316,6 +323,7 @@ impl Metrics {
             duration,
             steps,
             leader,
+            node_health_checks_disabled,
             ready: AtomicBool::new(false),
             power,
             fencing,
@@ -381,6 +389,12 @@ impl Metrics {
                 kind: kind.as_str().into(),
             })
             .set(i64::from(missing));
+    }
+
+    /// Sets how many NodeHealthChecks naming baremend are disabled.
+    pub fn set_node_health_checks_disabled(&self, count: usize) {
+        self.node_health_checks_disabled
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Sets the gauges recounted from the caches.

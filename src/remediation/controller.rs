@@ -345,6 +345,8 @@ async fn run_machines(
     let readiness = fencing.map(|(interval, seed)| {
         Background::spawn(super::fencing_check::run(context.clone(), interval, seed))
     });
+    // A NodeHealthCheck naming baremend while it is disabled asks for nothing: told.
+    let node_health_checks = Background::spawn(super::node_health_checks::run(context.clone()));
     let gauges = {
         let context = context.clone();
         Background::every(GAUGE_REFRESH, move || context.refresh_metrics())
@@ -398,7 +400,14 @@ async fn run_machines(
             }
         });
     tokio::join!(machine_controller, machineless);
-    drop((gauges, monitor, readiness, signal, watches.tasks));
+    drop((
+        gauges,
+        monitor,
+        readiness,
+        node_health_checks,
+        signal,
+        watches.tasks,
+    ));
     context.refresh_metrics();
     info!("controller stopped");
     Ok(())

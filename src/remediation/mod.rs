@@ -20,6 +20,7 @@ mod housekeeping;
 mod machineless;
 pub mod metered;
 pub mod monitor;
+pub mod node_health_checks;
 pub mod observe;
 mod pass;
 pub mod plan;

@@ -137,3 +137,24 @@ pub fn free_udp_port() -> u16 {
         .map(|a| a.port())
         .expect("a free UDP port")
 }
+
+/// A copy of the repository's deploy/ in `dir/deploy`, folders included: kustomize takes
+/// bases and components by relative path only, so a kustomization written in a test sits
+/// beside it.
+pub fn copy_of_deploy(dir: &Path) -> PathBuf {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            let target = to.join(path.file_name().unwrap());
+            if path.is_dir() {
+                copy(&path, &target);
+            } else {
+                std::fs::copy(&path, &target).unwrap();
+            }
+        }
+    }
+    let deploy = dir.join("deploy");
+    copy(&repo_root().join("deploy"), &deploy);
+    deploy
+}

@@ -1,5 +1,5 @@
 //! Prometheus for the tests of the alerts and the dashboard: the rules of
-//! deploy/prometheusrule.yaml as the rule file promtool and Prometheus read, the metric names
+//! deploy/components/monitoring/prometheusrule.yaml as the rule file promtool and Prometheus read, the metric names
 //! the controller exports, and a small client of Prometheus's HTTP API.
 
 use std::collections::BTreeSet;
@@ -25,7 +25,10 @@ pub fn prometheus() -> PathBuf {
 
 /// The PrometheusRule of deploy/ (its only document).
 pub fn prometheus_rule() -> Value {
-    let text = std::fs::read_to_string(repo_root().join("deploy/prometheusrule.yaml")).unwrap();
+    let text = std::fs::read_to_string(
+        repo_root().join("deploy/components/monitoring/prometheusrule.yaml"),
+    )
+    .unwrap();
     let rule = Value::deserialize(serde_yaml::Deserializer::from_str(&text)).unwrap();
     assert_eq!(rule["kind"], "PrometheusRule");
     rule

@@ -137,7 +137,7 @@ fn start_replica(lab: &LabCluster, identity: String) -> Replica {
                 ..ControllerOptions::default()
             };
             let lease = LeaseConfig {
-                // Where deploy/rbac.yaml grants the controller its Lease.
+                // Where deploy/base/rbac.yaml grants the controller its Lease.
                 namespace: crate::lab::setup::DEPLOY_NAMESPACE.into(),
                 name: "baremend".into(),
                 identity,
