@@ -13,14 +13,14 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 
 use super::observe::{HostRef, Unusable, machine_host};
 use super::pass::Pass;
-use crate::api::slim::MachineApi;
+use crate::api::slim::{self, MachineApi};
 use crate::{Error, Result};
 
 /// The kind a Cluster API Machine names for bare metal.
 const METAL3_MACHINE: &str = "Metal3Machine";
 
 /// metal3's Metal3Machine resource (`infrastructure.cluster.x-k8s.io/v1beta1`).
-fn metal3_machine_resource() -> ApiResource {
+pub fn metal3_machine_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta1", METAL3_MACHINE),
         "metal3machines",
@@ -37,39 +37,54 @@ impl Pass {
         if self.context.machine_api == MachineApi::OpenShift {
             return Ok(machine_host(machine_json));
         }
-        let Some(reference) = self
+        let Some((namespace, name)) = self
             .subject
             .machine()
-            .and_then(|m| m.spec.as_ref())
-            .and_then(|s| s.infrastructure_ref.as_ref())
+            .and_then(|m| metal3_machine_of(m, &self.namespace))
         else {
             return Ok(Ok(None));
         };
-        if reference.kind.as_deref() != Some(METAL3_MACHINE) {
-            return Ok(Ok(None));
-        }
-        let namespace = reference.namespace.as_deref().unwrap_or(&self.namespace);
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.context.client.clone(),
-            namespace,
+            &namespace,
             &metal3_machine_resource(),
         );
         let Some(object) = api
-            .get_opt(&reference.name)
+            .get_opt(&name)
             .await
             .map_err(Error::kube("GetMetal3Machine"))?
         else {
             return Ok(Err(Unusable {
                 field: "spec.infrastructureRef".into(),
-                reason: format!("Metal3Machine {namespace}/{} not found", reference.name),
+                reason: format!("Metal3Machine {namespace}/{name} not found"),
             }));
         };
-        // The Metal3Machine carries the annotation the OpenShift Machine carries; its
-        // providerID (`metal3://…`) is not the BareMetalHost form and is passed over.
         let json = serde_json::to_value(&object).unwrap_or_default();
-        Ok(machine_host(&json).map_err(|unusable| Unusable {
-            field: format!("Metal3Machine {}: {}", reference.name, unusable.field),
-            reason: unusable.reason,
-        }))
+        Ok(metal3_machine_host(&name, &json))
     }
+}
+
+/// The Metal3Machine of a Cluster API Machine, if it names one: `(namespace, name)` of its
+/// `spec.infrastructureRef` when that is a Metal3Machine (`namespace`: the Machine's, unless
+/// the reference names one).
+pub fn metal3_machine_of(machine: &slim::Machine, namespace: &str) -> Option<(String, String)> {
+    let reference = machine.spec.as_ref()?.infrastructure_ref.as_ref()?;
+    if reference.kind.as_deref() != Some(METAL3_MACHINE) {
+        return None;
+    }
+    let namespace = reference.namespace.as_deref().unwrap_or(namespace);
+    Some((namespace.to_string(), reference.name.clone()))
+}
+
+/// The BareMetalHost a Metal3Machine (`name`, read as JSON) names. It carries the annotation
+/// the OpenShift Machine carries; its providerID (`metal3://…`) is not the BareMetalHost form
+/// and is passed over.
+pub fn metal3_machine_host(
+    name: &str,
+    metal3_machine: &serde_json::Value,
+) -> std::result::Result<Option<HostRef>, Unusable> {
+    machine_host(metal3_machine).map_err(|unusable| Unusable {
+        field: format!("Metal3Machine {name}: {}", unusable.field),
+        reason: unusable.reason,
+    })
 }
