@@ -192,7 +192,7 @@ pub fn drift_row(drift: &DriftRemediation) -> Row {
     let next = (failed && !dealt_with).then(|| {
         format!(
             "read {RUNBOOK_URL}#{}, fix the cause, then `kubectl baremend retry --kind drift {name}` (or `ack`)",
-            runbook_anchor(reason.as_deref().unwrap_or("drift-failures"))
+            runbook_anchor(reason.as_deref().unwrap_or("drift-remediation-failures"))
         )
     });
     Row {
