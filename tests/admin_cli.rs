@@ -22,6 +22,7 @@ use common::scratch;
 const PLANTED_PASSWORD: &str = "planted-bmc-password-7f3a";
 const PLANTED_TOKEN: &str = "planted-api-token-91c2";
 const PLANTED_IN_TEXT: &str = "planted-event-secret-5d0e";
+const PLANTED_IN_LOG: &str = "planted-log-bearer-44ab";
 
 async fn baremend(lab: &Lab, args: &[&str]) -> Output {
     let dir = scratch("admin-cli");
@@ -207,8 +208,32 @@ fn names(items: &[Value]) -> Vec<&str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gather_writes_a_bundle_of_what_is_involved_without_secrets_or_credentials() {
     let lab = failed_lab().await;
+    // A controller pod whose log the API server serves (the lab's controller runs in the
+    // test's process: this pod stands for the Deployment's), with a credential in it.
+    lab.api
+        .create(
+            baremend_sim::cluster::local::PODS,
+            "baremend",
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "baremend-6c9f7-x2x4q", "namespace": "baremend",
+                    "labels": {"app.kubernetes.io/name": "baremend"}},
+                "spec": {"containers": [{"name": "baremend", "image": "baremend"}]}}),
+        )
+        .unwrap();
+    lab.cluster.api_server().set_pod_log(
+        "baremend",
+        "baremend-6c9f7-x2x4q",
+        "baremend",
+        &format!(
+            "an old line the tail leaves out\nstarting\nproxy said Authorization: Bearer {PLANTED_IN_LOG}\nfenced worker-1\n"
+        ),
+    );
     let dir: PathBuf = scratch("gather").join("bundle");
-    let output = baremend(&lab, &["gather", "--out", dir.to_str().unwrap()]).await;
+    let output = baremend(
+        &lab,
+        &["gather", "--out", dir.to_str().unwrap(), "--log-lines", "3"],
+    )
+    .await;
     let (stdout, stderr) = text(&output);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     let bundle = files(&dir);
@@ -250,15 +275,30 @@ async fn gather_writes_a_bundle_of_what_is_involved_without_secrets_or_credentia
                 .contains("Secret no-such-secret")),
         "{events:?}"
     );
-    // The Cluster API kinds this cluster does not serve, and the logs of a controller that
-    // runs in the test's process (no pod), are said to be missing, not silently skipped.
+    // The controller pod's log, through the pods/log API, its credentials redacted.
+    let log = &bundle
+        .iter()
+        .find(|(p, _)| p == "logs/baremend-6c9f7-x2x4q/baremend.log")
+        .unwrap_or_else(|| {
+            panic!(
+                "no log in {:?}",
+                bundle.iter().map(|f| &f.0).collect::<Vec<_>>()
+            )
+        })
+        .1;
+    assert_eq!(log.lines().count(), 3, "{log}");
+    assert!(
+        log.contains("fenced worker-1") && log.contains("Authorization: <redacted>"),
+        "{log}"
+    );
+    // The Cluster API kinds this cluster does not serve are said to be missing, not skipped.
     let summary = &bundle.iter().find(|(p, _)| p == "summary.txt").unwrap().1;
     assert!(
         summary.contains("machines.cluster.x-k8s.io: not gathered"),
         "{summary}"
     );
     assert!(
-        summary.contains("logs: no pod matches app.kubernetes.io/name=baremend in baremend"),
+        summary.contains("logs/baremend-6c9f7-x2x4q/baremend.log: 3 lines"),
         "{summary}"
     );
 
@@ -269,7 +309,12 @@ async fn gather_writes_a_bundle_of_what_is_involved_without_secrets_or_credentia
         !everything.contains("kind: Secret"),
         "a Secret was gathered"
     );
-    for planted in [PLANTED_PASSWORD, PLANTED_TOKEN, PLANTED_IN_TEXT] {
+    for planted in [
+        PLANTED_PASSWORD,
+        PLANTED_TOKEN,
+        PLANTED_IN_TEXT,
+        PLANTED_IN_LOG,
+    ] {
         assert!(!everything.contains(planted), "{planted} in the bundle");
     }
     use base64::Engine;
@@ -304,7 +349,12 @@ async fn gather_writes_a_bundle_of_what_is_involved_without_secrets_or_credentia
     let paths = |b: &[(String, String)]| b.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
     assert_eq!(paths(&from_tar), paths(&bundle));
     let tar_text: String = from_tar.iter().map(|(_, t)| t.as_str()).collect();
-    for planted in [PLANTED_PASSWORD, PLANTED_TOKEN, PLANTED_IN_TEXT] {
+    for planted in [
+        PLANTED_PASSWORD,
+        PLANTED_TOKEN,
+        PLANTED_IN_TEXT,
+        PLANTED_IN_LOG,
+    ] {
         assert!(!tar_text.contains(planted), "{planted} in the archive");
     }
 
