@@ -12,13 +12,13 @@ use baremend_drivers::Connector;
 use clap::Args;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use crate::api::slim::{self, MachineApi};
 use crate::api::{HostBmc, Remediation, RemediationPolicy, RemediationPolicySpec};
 use crate::duration::parse_duration;
-use crate::remediation::capi::{metal3_machine_host, metal3_machine_of, metal3_machine_resource};
+use crate::remediation::capi::hosts_of_machines;
 use crate::remediation::fencing_check::{CHECKS_AT_ONCE, Fleet, Probes, check, describe, targets};
 use crate::remediation::observe::HostRef;
 use crate::remediation::subject::machineless_node;
@@ -137,39 +137,6 @@ async fn machines(
     }
 }
 
-/// Each Cluster API Machine's BareMetalHost, through its Metal3Machine (read with a GET, as
-/// the controller does when a remediation starts).
-async fn resolve_capi_hosts(
-    client: &Client,
-    machines: &[Arc<slim::Machine>],
-) -> Result<HashMap<String, std::result::Result<Option<HostRef>, String>>> {
-    let mut resolved = HashMap::new();
-    for machine in machines {
-        let namespace = machine.namespace().unwrap_or_default();
-        let key = format!("{namespace}/{}", machine.name_any());
-        let host = match metal3_machine_of(machine, &namespace) {
-            None => Ok(None),
-            Some((namespace, name)) => {
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(client.clone(), &namespace, &metal3_machine_resource());
-                match api
-                    .get_opt(&name)
-                    .await
-                    .map_err(Error::kube("GetMetal3Machine"))?
-                {
-                    None => Err(format!("Metal3Machine {namespace}/{name} not found")),
-                    Some(object) => {
-                        let json = serde_json::to_value(&object).unwrap_or_default();
-                        metal3_machine_host(&name, &json).map_err(|e| format!("Machine {key}: {e}"))
-                    }
-                }
-            }
-        };
-        resolved.insert(key, host);
-    }
-    Ok(resolved)
-}
-
 async fn list(client: &Client, machine_api: MachineApi) -> Result<Listed> {
     let mut notes = Vec::new();
     let hosts = list_if_served::<slim::BareMetalHost>(
@@ -197,7 +164,7 @@ async fn list(client: &Client, machine_api: MachineApi) -> Result<Listed> {
     let machines = machines(client, machine_api, &mut notes).await?;
     let resolved_hosts = match machine_api {
         MachineApi::OpenShift => None,
-        MachineApi::ClusterApi => Some(resolve_capi_hosts(client, &machines).await?),
+        MachineApi::ClusterApi => Some(hosts_of_machines(client, &machines).await?),
     };
     Ok(Listed {
         machines,

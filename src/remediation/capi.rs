@@ -9,6 +9,9 @@
 //! the Metal3Machine, not the Machine, so a host's changes do not wake the Machine's pass;
 //! the pass looks again at its poll interval while it waits for the host.
 
+use std::collections::HashMap;
+
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 
 use super::observe::{HostRef, Unusable, machine_host};
@@ -87,4 +90,40 @@ pub fn metal3_machine_host(
         field: format!("Metal3Machine {name}: {}", unusable.field),
         reason: unusable.reason,
     })
+}
+
+/// Each Cluster API Machine's BareMetalHost (by `namespace/name`), through its Metal3Machine,
+/// read with a GET as when a remediation starts (the controller's grant on metal3machines is
+/// `get`): for `baremend check` and the periodic fencing readiness check, whose Machines carry
+/// no host of their own. A Metal3Machine that is gone or names no usable host is the Machine's
+/// answer (an error text), not the whole call's.
+pub async fn hosts_of_machines(
+    client: &kube::Client,
+    machines: &[std::sync::Arc<slim::Machine>],
+) -> Result<HashMap<String, std::result::Result<Option<HostRef>, String>>> {
+    let mut resolved = HashMap::new();
+    for machine in machines {
+        let namespace = machine.namespace().unwrap_or_default();
+        let key = format!("{namespace}/{}", machine.name_any());
+        let host = match metal3_machine_of(machine, &namespace) {
+            None => Ok(None),
+            Some((namespace, name)) => {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), &namespace, &metal3_machine_resource());
+                match api
+                    .get_opt(&name)
+                    .await
+                    .map_err(Error::kube("GetMetal3Machine"))?
+                {
+                    None => Err(format!("Metal3Machine {namespace}/{name} not found")),
+                    Some(object) => {
+                        let json = serde_json::to_value(&object).unwrap_or_default();
+                        metal3_machine_host(&name, &json).map_err(|e| format!("Machine {key}: {e}"))
+                    }
+                }
+            }
+        };
+        resolved.insert(key, host);
+    }
+    Ok(resolved)
 }

@@ -364,13 +364,28 @@ async fn round(
     started: tokio::time::Instant,
 ) {
     let policy = context.policy();
+    let machines = context.machines.state();
+    // A Cluster API Machine names its host through its Metal3Machine, read fresh each round.
+    let resolved = match context.machine_api {
+        slim::MachineApi::OpenShift => None,
+        slim::MachineApi::ClusterApi => {
+            match super::capi::hosts_of_machines(&context.client, &machines).await {
+                Ok(resolved) => Some(resolved),
+                Err(error) => {
+                    // Nothing is known this round; the readiness shown stays as it was.
+                    tracing::warn!(%error, "fencing readiness: Metal3Machines unreadable");
+                    return;
+                }
+            }
+        }
+    };
     let mut targets = {
         let lookup = |r: &HostRef| {
             let key = kube::runtime::reflector::ObjectRef::new(&r.name).within(&r.namespace);
             context.hosts.get(&key)
         };
         targets(&Fleet {
-            machines: &context.machines.state(),
+            machines: &machines,
             host: &lookup,
             host_bmcs: &context.host_bmcs.state(),
             remediations: &context.remediations.state(),
@@ -379,7 +394,7 @@ async fn round(
                 let key = kube::runtime::reflector::ObjectRef::new(name);
                 context.nodes.get(&key).map(|n| n.labels().clone())
             },
-            resolved_hosts: None,
+            resolved_hosts: resolved.as_ref(),
         })
     };
     memory.retain(context, &targets);
