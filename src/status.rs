@@ -182,7 +182,8 @@ pub fn drift_row(drift: &DriftRemediation) -> Row {
     let name = drift.name_any();
     let status = drift.status.clone().unwrap_or_default();
     let annotations = drift.annotations();
-    let failed = matches!(status.phase, DriftPhase::Failed | DriftPhase::Escalated);
+    // An Escalated one was handed to the machine remediation, which `status` shows itself.
+    let failed = status.phase == DriftPhase::Failed;
     let reason = if failed {
         condition_reason(&status.conditions, ConditionType::Failed, "True").or(status.reason)
     } else {
@@ -283,7 +284,7 @@ pub async fn mark(mark: Mark, args: MarkArgs) -> Result<()> {
                 .map_err(Error::kube("GetDriftRemediation"))?;
             let phase = found.status.map(|s| s.phase).unwrap_or_default();
             let object = format!("DriftRemediation {name}");
-            if !matches!(phase, DriftPhase::Failed | DriftPhase::Escalated) {
+            if phase != DriftPhase::Failed {
                 return Err(refused(&object, &format!("{phase:?}"), mark));
             }
             api.patch(name, &params, &patch)
@@ -312,5 +313,42 @@ fn refused(object: &str, phase: &str, mark: Mark) -> Error {
     Error::Invalid {
         object: object.to_string(),
         reason: format!("is {phase}: only a Failed one is {what}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn drift(phase: &str, annotations: serde_json::Value) -> DriftRemediation {
+        serde_json::from_value(json!({
+            "metadata": {"name": "w0-1", "annotations": annotations},
+            "spec": {"nodeName": "w0", "kind": "Content", "target": "/etc/x", "action": "Force"},
+            "status": {"phase": phase, "conditions": [{"type": "Failed", "status": "True", "reason": "DrainTimeout", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_failed_drift_needs_an_admin_until_it_is_retried_or_acknowledged() {
+        let failed = drift_row(&drift("Failed", json!({})));
+        assert!(failed.needs_admin);
+        assert_eq!(failed.reason.as_deref(), Some("DrainTimeout"));
+        let next = failed.next.unwrap();
+        assert!(next.contains("docs/runbook.md#draintimeout"), "{next}");
+        assert!(
+            next.contains("kubectl baremend retry --kind drift w0-1"),
+            "{next}"
+        );
+        for dealt_with in [json!({ACKNOWLEDGED: "true"}), json!({RETRIED_BY: "w0-2"})] {
+            assert!(!drift_row(&drift("Failed", dealt_with)).needs_admin);
+        }
+        // Handed to the machine remediation, or ended well: nothing to do here.
+        for phase in ["Escalated", "Succeeded", "SelfHealed"] {
+            let row = drift_row(&drift(phase, json!({})));
+            assert!(!row.needs_admin && row.next.is_none(), "{phase}");
+        }
+        assert!(drift_row(&drift("Draining", json!({}))).needs_admin);
     }
 }
