@@ -7,7 +7,6 @@
 //! no remediation: [`crate::remediation::node_health_checks`]), and fails the check too.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,22 +17,24 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::api::slim;
+use crate::api::slim::{self, MachineApi};
 use crate::api::{HostBmc, Remediation, RemediationPolicy, RemediationPolicySpec};
 use crate::duration::parse_duration;
+use crate::remediation::capi::hosts_of_machines;
 use crate::remediation::fencing_check::{CHECKS_AT_ONCE, Fleet, Probes, check, describe, targets};
 use crate::remediation::node_health_checks::{Disabled, list_disabled};
 use crate::remediation::observe::HostRef;
 use crate::remediation::subject::machineless_node;
+use crate::run::ClusterArgs;
 use crate::runtime::informer::POLICY_NAME;
 use crate::{Error, Result};
 
 /// Arguments of `baremend check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// A kubeconfig file; without it, the in-cluster configuration (or KUBECONFIG).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    /// Where the cluster is.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Only this Machine, or Node without a Machine (`name`, or `namespace/name`; a Node's
     /// namespace is its `HostBmc`'s).
     #[arg(long, value_name = "NAME")]
@@ -41,18 +42,28 @@ pub struct CheckArgs {
     /// How long each fencing path's probe may take (login, reads and logout).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// The Machine API of the cluster's Machines, as the controller's own flag:
+    /// `openshift` (machine.openshift.io) or `cluster-api` (cluster.x-k8s.io, each host found
+    /// through the Machine's Metal3Machine).
+    #[arg(long, value_enum, default_value = "openshift")]
+    pub machine_api: MachineApi,
 }
 
 /// What the cluster holds that the check reads.
 struct Listed {
     machines: Vec<Arc<slim::Machine>>,
     hosts: HashMap<(String, String), Arc<slim::BareMetalHost>>,
+    /// Cluster API: each Machine's host, found through its Metal3Machine.
+    resolved_hosts: Option<HashMap<String, std::result::Result<Option<HostRef>, String>>>,
     host_bmcs: Vec<Arc<HostBmc>>,
     remediations: Vec<Arc<Remediation>>,
     policy: RemediationPolicySpec,
     /// The labels of every Node, when a `HostBmc` names a Node without a Machine (its role
     /// says whether it is control plane).
     node_labels: HashMap<String, BTreeMap<String, String>>,
+    /// What the cluster does not serve, told before the lines (a cluster without the
+    /// BareMetal Operator, or without a Machine API, is checked for what it has).
+    notes: Vec<String>,
 }
 
 async fn list_all<K>(client: &Client, what: &'static str) -> Result<Vec<Arc<K>>>
@@ -66,8 +77,78 @@ where
     Ok(listed.items.into_iter().map(Arc::new).collect())
 }
 
-async fn list(client: &Client) -> Result<Listed> {
-    let hosts = list_all::<slim::BareMetalHost>(client, "List BareMetalHosts").await?;
+/// Whether a failed list means the API server does not serve the kind (its CRD is not
+/// installed): a 404 for the whole collection.
+fn not_served(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Kube {
+            source: kube::Error::Api(status),
+            ..
+        } if status.code == 404
+    )
+}
+
+/// Lists a kind the cluster may not serve: empty, with a note saying so, when it does not.
+async fn list_if_served<K>(
+    client: &Client,
+    what: &'static str,
+    absent: &str,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Arc<K>>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match list_all::<K>(client, what).await {
+        Err(error) if not_served(&error) => {
+            let plural = K::plural(&());
+            let group = K::group(&());
+            notes.push(format!(
+                "note: this cluster serves no {plural}.{group}: {absent}"
+            ));
+            Ok(Vec::new())
+        }
+        other => other,
+    }
+}
+
+/// The cluster's Machines of `api` (Cluster API ones as the controller sees them).
+async fn machines(
+    client: &Client,
+    api: MachineApi,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Arc<slim::Machine>>> {
+    let absent = match api {
+        MachineApi::OpenShift => {
+            "no Machine is checked (on Cluster API, give --machine-api cluster-api)"
+        }
+        MachineApi::ClusterApi => {
+            "no Machine is checked (on OpenShift, give --machine-api openshift)"
+        }
+    };
+    match api {
+        MachineApi::OpenShift => list_if_served(client, "List Machines", absent, notes).await,
+        MachineApi::ClusterApi => {
+            Ok(
+                list_if_served::<slim::CapiMachine>(client, "List Machines", absent, notes)
+                    .await?
+                    .into_iter()
+                    .map(|m| Arc::new(slim::Machine::from((*m).clone())))
+                    .collect(),
+            )
+        }
+    }
+}
+
+async fn list(client: &Client, machine_api: MachineApi) -> Result<Listed> {
+    let mut notes = Vec::new();
+    let hosts = list_if_served::<slim::BareMetalHost>(
+        client,
+        "List BareMetalHosts",
+        "the reboot API is no fencing path here; hosts are fenced through their HostBmcs",
+        &mut notes,
+    )
+    .await?;
     let policies = list_all::<RemediationPolicy>(client, "List RemediationPolicies").await?;
     let host_bmcs: Vec<Arc<HostBmc>> = list_all(client, "List HostBmcs").await?;
     let node_labels = if host_bmcs.iter().any(|m| machineless_node(m).is_some()) {
@@ -83,12 +164,18 @@ async fn list(client: &Client) -> Result<Listed> {
     } else {
         HashMap::new()
     };
+    let machines = machines(client, machine_api, &mut notes).await?;
+    let resolved_hosts = match machine_api {
+        MachineApi::OpenShift => None,
+        MachineApi::ClusterApi => Some(hosts_of_machines(client, &machines).await?),
+    };
     Ok(Listed {
-        machines: list_all(client, "List Machines").await?,
+        machines,
         hosts: hosts
             .into_iter()
             .map(|h| ((h.namespace().unwrap_or_default(), h.name_any()), h))
             .collect(),
+        resolved_hosts,
         host_bmcs,
         node_labels,
         remediations: list_all(client, "List Remediations").await?,
@@ -97,6 +184,7 @@ async fn list(client: &Client) -> Result<Listed> {
             .find(|p| p.name_any() == POLICY_NAME)
             .map(|p| p.spec.clone())
             .unwrap_or_else(RemediationPolicySpec::unconfigured),
+        notes,
     })
 }
 
@@ -112,14 +200,17 @@ fn is_wanted(key: &str, wanted: Option<&str>) -> bool {
 /// Checks every Machine (or `--machine`) once and prints one line each; an error when any
 /// is not ready, so that the exit code says it.
 pub async fn run(args: CheckArgs) -> Result<()> {
-    let client = crate::run::cluster_client(args.kubeconfig.as_deref()).await?;
+    let client = args.cluster.client().await?;
     // First what would keep any request from coming: a NodeHealthCheck naming baremend that
     // is off (one line each, and the exit code).
     let disabled = list_disabled(&client).await?;
     for check in &disabled {
         println!("{}", check.describe());
     }
-    let listed = list(&client).await?;
+    let listed = list(&client, args.machine_api).await?;
+    for note in &listed.notes {
+        println!("{note}");
+    }
     let lookup = |r: &HostRef| {
         listed
             .hosts
@@ -133,6 +224,7 @@ pub async fn run(args: CheckArgs) -> Result<()> {
         remediations: &listed.remediations,
         policy: &listed.policy,
         node_labels: &|name: &str| listed.node_labels.get(name).cloned(),
+        resolved_hosts: listed.resolved_hosts.as_ref(),
     };
     let mut targets = targets(&fleet);
     targets.retain(|t| is_wanted(&t.key, args.machine.as_deref()));

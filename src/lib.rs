@@ -19,6 +19,7 @@ pub mod bmc;
 pub mod check;
 pub mod drift;
 pub mod duration;
+pub mod gather;
 pub mod hostfile;
 #[cfg(feature = "lab")]
 pub mod lab;
@@ -27,6 +28,7 @@ pub mod metrics;
 pub mod remediation;
 pub mod run;
 pub mod runtime;
+pub mod status;
 
 use std::path::PathBuf;
 

@@ -6,12 +6,12 @@ use baremend::api::CrdsArgs;
 use baremend::bmc::BmcArgs;
 #[cfg(feature = "lab")]
 use baremend::lab::LabArgs;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
     name = "baremend",
-    version,
+    version = env!("BAREMEND_VERSION"),
     about = "Fences and heals hung bare-metal nodes"
 )]
 struct Cli {
@@ -45,6 +45,17 @@ enum Command {
     /// Check every Machine's fencing path once, without disrupting it: one line per Machine,
     /// READY or NOT READY and why; the exit code is 1 when any is not ready.
     Check(baremend::check::CheckArgs),
+    /// The remediations that need an admin: under way, held, or Failed and not dealt with,
+    /// each with its reason and runbook section (`--all`: every one).
+    Status(baremend::status::StatusArgs),
+    /// Ask for a new attempt of a Failed remediation (the `baremend.io/retry` annotation).
+    Retry(baremend::status::MarkArgs),
+    /// Acknowledge a Failed remediation, so that retention may delete it
+    /// (the `baremend.io/acknowledged` annotation).
+    Ack(baremend::status::MarkArgs),
+    /// Write a support bundle: baremend's objects, their Events, the Machines, hosts and
+    /// Nodes they name, the controller's logs; Secrets never, credentials redacted.
+    Gather(baremend::gather::GatherArgs),
     /// Run the remediation controller against a cluster.
     Run(Box<baremend::run::RunArgs>),
     /// Print baremend's CustomResourceDefinitions (or write them with --out).
@@ -72,12 +83,35 @@ fn default_log_filter(command: &Command) -> &'static str {
     }
 }
 
+/// The name kubectl runs a plugin by: `kubectl baremend …` executes `kubectl-baremend` found
+/// on PATH, with the arguments after the plugin's name (kubernetes.io, "Extend kubectl with
+/// plugins").
+const KUBECTL_PLUGIN: &str = "kubectl-baremend";
+
+/// The command line, read as `kubectl baremend` when the binary was run under the plugin's
+/// name (a copy or a symlink named `kubectl-baremend`): usage and help then say what the
+/// user typed.
+fn parse() -> Cli {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let plugin = std::path::Path::new(&argv0)
+        .file_name()
+        .is_some_and(|name| name == KUBECTL_PLUGIN);
+    let mut command = Cli::command();
+    if plugin {
+        command = command
+            .bin_name("kubectl baremend")
+            .display_name("kubectl baremend");
+    }
+    let matches = command.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     // One crypto provider for the whole process, installed before any TLS is used: if two
     // were compiled in, rustls could not pick one and would panic at the first connection.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = Cli::parse();
+    let cli = parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(&cli.command)));
     let logs = tracing_subscriber::fmt()
@@ -96,6 +130,10 @@ async fn main() -> ExitCode {
         #[cfg(feature = "lab")]
         Command::Lab(args) => baremend::lab::run(args).await,
         Command::Check(args) => baremend::check::run(args).await,
+        Command::Status(args) => baremend::status::status(args).await,
+        Command::Retry(args) => baremend::status::mark(baremend::status::Mark::Retry, args).await,
+        Command::Ack(args) => baremend::status::mark(baremend::status::Mark::Ack, args).await,
+        Command::Gather(args) => baremend::gather::run(args).await,
         Command::Run(args) => baremend::run::run(*args).await,
         Command::Crds(args) => baremend::api::run_crds(args),
         Command::HostFile(args) => baremend::hostfile::run(&args).map(|done| println!("{done}")),

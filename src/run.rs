@@ -171,6 +171,47 @@ pub async fn cluster_client(kubeconfig: Option<&std::path::Path>) -> Result<Clie
     Client::try_from(config).map_err(Error::kube("Connect"))
 }
 
+/// Where an admin command (`check`, `status`, `retry`, `ack`, `gather`) finds the cluster: the
+/// flags kubectl's plugins are expected to accept, so that `kubectl baremend … --context X`
+/// reaches the cluster `kubectl … --context X` does.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClusterArgs {
+    /// A kubeconfig file; without it, KUBECONFIG or ~/.kube/config, and inside a pod the
+    /// in-cluster configuration (its ServiceAccount).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use instead of its current one.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+impl ClusterArgs {
+    /// A client of the cluster these flags name (it does not retry on its own).
+    pub async fn client(&self) -> Result<Client> {
+        let Some(context) = &self.context else {
+            return cluster_client(self.kubeconfig.as_deref()).await;
+        };
+        let invalid = |reason: String| Error::Invalid {
+            object: "the cluster configuration".into(),
+            reason,
+        };
+        let options = KubeConfigOptions {
+            context: Some(context.clone()),
+            ..KubeConfigOptions::default()
+        };
+        let mut config = match &self.kubeconfig {
+            Some(path) => {
+                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| invalid(e.to_string()))?;
+                Config::from_custom_kubeconfig(kubeconfig, &options).await
+            }
+            None => Config::from_kubeconfig(&options).await,
+        }
+        .map_err(|e| invalid(e.to_string()))?;
+        config.default_retry = false;
+        Client::try_from(config).map_err(Error::kube("Connect"))
+    }
+}
+
 /// Runs the controller until SIGINT or SIGTERM.
 pub async fn run(args: RunArgs) -> Result<()> {
     let client = cluster_client(args.kubeconfig.as_deref()).await?;

@@ -589,6 +589,66 @@ fn the_containerfile_builds_amd64_and_arm64_with_ca_roots_and_documents_its_argu
     assert!(guide.contains("no container runtime"));
 }
 
+#[test]
+fn the_image_and_the_deployment_carry_cargos_version_and_the_image_exposes_the_deployments_ports() {
+    let root = common::repo_root();
+    let version = env!("CARGO_PKG_VERSION");
+    let containerfile = std::fs::read_to_string(root.join("deploy/Containerfile")).unwrap();
+    let instructions: Vec<&str> = containerfile
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .skip_while(|l| *l != "FROM scratch")
+        .collect();
+    assert!(
+        instructions.contains(&format!("ARG VERSION={version}").as_str()),
+        "{instructions:?}"
+    );
+    for label in [
+        "org.opencontainers.image.version=\"${VERSION}\"",
+        "org.opencontainers.image.revision=\"${REVISION}\"",
+        "org.opencontainers.image.licenses=\"Apache-2.0\"",
+    ] {
+        assert!(containerfile.contains(label), "{label}");
+    }
+    // The ports are the Deployment's container ports, no other.
+    let deployment: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("deploy/base/deployment.yaml")).unwrap(),
+    )
+    .unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let mut ports: Vec<String> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].to_string())
+        .collect();
+    ports.sort();
+    let mut exposed: Vec<String> = instructions
+        .iter()
+        .filter_map(|l| l.strip_prefix("EXPOSE "))
+        .flat_map(|l| l.split_whitespace().map(str::to_string))
+        .collect();
+    exposed.sort();
+    assert_eq!(exposed, ports);
+    // The version label on the Deployment and its pods, never in the selector (a selector
+    // cannot change on upgrade).
+    for labels in [
+        &deployment["metadata"]["labels"],
+        &deployment["spec"]["template"]["metadata"]["labels"],
+    ] {
+        assert_eq!(labels["app.kubernetes.io/version"], version);
+    }
+    assert!(deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/version"].is_null());
+    // The binary says the same version.
+    let said = std::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&said.stdout).into_owned();
+    assert!(said.starts_with(&format!("baremend {version}")), "{said}");
+}
+
 /// The `baremend_…` and `mco_…` metric names a PromQL expression uses.
 fn used_metrics(expr: &str) -> Vec<String> {
     let mut used = Vec::new();

@@ -272,3 +272,39 @@ async fn an_ipmi_bmc_is_checked_with_a_session_that_is_closed_and_no_chassis_con
     )
     .await;
 }
+
+/// On Cluster API the controller's periodic check finds each host through the Machine's
+/// Metal3Machine (as `baremend check --machine-api cluster-api` does): the reboot API is ready
+/// for every Machine, and a Metal3Machine that is gone shows as its Machine's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cluster_api_the_check_finds_each_host_through_its_metal3_machine() {
+    let mut lab = Lab::builder(baremend_sim::cluster::ClusterSpec {
+        cluster_api: true,
+        ..fast()
+    })
+    .start()
+    .await;
+    let options = ControllerOptions {
+        fencing_check: Some(Duration::from_millis(300)),
+        power_poll_seed: 3,
+        machine_api: baremend::api::slim::MachineApi::ClusterApi,
+        ..lab.options()
+    };
+    lab.start_controller(options);
+    for machine in ["worker-0", "worker-1", "master-0"] {
+        until_ready(&lab, machine, "reboot-api", 1.0).await;
+    }
+    lab.api
+        .delete(
+            baremend_sim::cluster::local::METAL3_MACHINES,
+            MACHINE_NAMESPACE,
+            "worker-2",
+            Some(0),
+        )
+        .unwrap();
+    let note = told(&lab, "worker-2", "FencingNotReady", "NoFencingPath").await;
+    assert!(
+        note.contains("Metal3Machine openshift-machine-api/worker-2 not found"),
+        "{note}"
+    );
+}

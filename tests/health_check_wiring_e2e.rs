@@ -1,7 +1,7 @@
 //! The health checks reach baremend only through the aggregated ClusterRoles `deploy/` ships:
 //! each simulated health check runs as its upstream account with its upstream roles
 //! (simulator/src/cluster/upstream_rbac/), so it creates baremend's request only because
-//! `deploy/rbac-health-checks.yaml` (OpenShift's MachineHealthCheck and NodeHealthCheck) or the
+//! `deploy/base/rbac-health-checks.yaml` (OpenShift's MachineHealthCheck and NodeHealthCheck) or the
 //! Cluster API example's `baremend-cluster-api-manager` is applied. Without the role: the
 //! health check's 403 on the template and no request; with it: the request and a remediation
 //! that succeeds, with no actor refused anything.
@@ -58,21 +58,21 @@ fn node_request(lab: &Lab) -> bool {
 }
 
 const OPENSHIFT: Wiring = Wiring {
-    file: "deploy/rbac-health-checks.yaml",
+    file: "deploy/base/rbac-health-checks.yaml",
     role: "baremend-ext-remediation",
     account: "system:serviceaccount:openshift-machine-api:machine-api-controllers",
     request: machine_request,
 };
 
 const CLUSTER_API: Wiring = Wiring {
-    file: "deploy/examples/rbac-cluster-api.yaml",
+    file: "deploy/components/cluster-api/rbac-cluster-api.yaml",
     role: "baremend-cluster-api-manager",
     account: "system:serviceaccount:capi-system:capi-manager",
     request: machine_request,
 };
 
 const NODE_HEALTH_CHECK: Wiring = Wiring {
-    file: "deploy/rbac-health-checks.yaml",
+    file: "deploy/base/rbac-health-checks.yaml",
     role: "baremend-ext-remediation",
     account: "system:serviceaccount:workload-availability:node-healthcheck-controller-manager",
     request: node_request,

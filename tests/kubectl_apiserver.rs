@@ -2067,3 +2067,31 @@ async fn kubectl_is_refused_what_rbac_does_not_grant_and_auth_can_i_tells() {
         .await;
     assert_eq!(whoami, "system:serviceaccount:default:nobody");
 }
+
+/// `kubectl logs` reads a Pod's log subresource as from a real server: the Pod's only
+/// container, `--tail`, and the real refusal of a container the Pod does not have
+/// (kubernetes `pkg/registry/core/pod/strategy.go`, `LogLocation`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_reads_a_pods_log_subresource() {
+    let c = cluster().await;
+    c.ok(&["apply", "-f", "-"], Some(NAMESPACE)).await;
+    c.ok(&["apply", "-f", "-"], Some(&pod("db-0"))).await;
+    c.server
+        .set_pod_log("demo", "db-0", "c", "one\ntwo\nthree\n");
+    let all = c.ok(&["-n", "demo", "logs", "db-0"], None).await;
+    assert_eq!(all, "one\ntwo\nthree\n");
+    let tail = c
+        .ok(&["-n", "demo", "logs", "db-0", "--tail=2"], None)
+        .await;
+    assert_eq!(tail, "two\nthree\n");
+    let (ok, _, err) = c
+        .kubectl(&["-n", "demo", "logs", "db-0", "-c", "nope"], None)
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains("container nope is not valid for pod db-0"),
+        "{err}"
+    );
+    let (ok, _, err) = c.kubectl(&["-n", "demo", "logs", "db-9"], None).await;
+    assert!(!ok && err.contains("pods \"db-9\" not found"), "{err}");
+}

@@ -175,3 +175,102 @@ fn promtool_fails_a_unit_test_whose_expectation_is_wrong() {
         );
     }
 }
+
+/// The anchors GitHub makes of the headings of a Markdown file: lower case, spaces to `-`,
+/// other punctuation dropped.
+fn anchors(markdown: &str) -> std::collections::BTreeSet<String> {
+    markdown
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix('#')
+                .map(|h| h.trim_start_matches('#').trim())
+        })
+        .map(|heading| {
+            heading
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_has_a_description_and_a_runbook_url_to_its_own_section_of_the_runbook() {
+    use baremend::status::{RUNBOOK_URL, runbook_anchor};
+    let runbook = std::fs::read_to_string(repo_root().join("docs/runbook.md")).unwrap();
+    let anchors = anchors(&runbook);
+    let rule = common::prometheus::prometheus_rule();
+    let mut alerts = 0;
+    for group in rule["spec"]["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let Some(alert) = rule["alert"].as_str() else {
+                continue;
+            };
+            alerts += 1;
+            let annotations = &rule["annotations"];
+            for key in ["summary", "description"] {
+                assert!(
+                    annotations[key]
+                        .as_str()
+                        .is_some_and(|t| !t.trim().is_empty()),
+                    "{alert} has no {key}"
+                );
+            }
+            let url = annotations["runbook_url"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{alert} has no runbook_url"));
+            let (base, anchor) = url.split_once('#').expect("an anchor");
+            assert_eq!(base, RUNBOOK_URL, "{alert}");
+            assert_eq!(anchor, runbook_anchor(alert), "{alert}: its own section");
+            assert!(
+                anchors.contains(anchor),
+                "docs/runbook.md has no section {anchor}"
+            );
+        }
+    }
+    assert!(alerts >= 16, "{alerts} alerts");
+    // Links inside the runbook land on its own sections.
+    for (at, _) in runbook.match_indices("](#") {
+        let anchor = &runbook[at + 3..];
+        let anchor = &anchor[..anchor.find(')').unwrap()];
+        assert!(
+            anchors.contains(anchor),
+            "a link to #{anchor}, which is no section"
+        );
+    }
+}
+
+#[test]
+fn every_failure_reason_in_the_code_has_a_section_of_the_runbook() {
+    use baremend::status::runbook_anchor;
+    let runbook = std::fs::read_to_string(repo_root().join("docs/runbook.md")).unwrap();
+    let anchors = anchors(&runbook);
+    let reasons: Vec<&str> = baremend::remediation::plan::FailReason::labels()
+        .into_iter()
+        .chain(baremend::drift::plan::FailReason::reasons())
+        .chain(
+            baremend::remediation::readiness::Reason::ALL
+                .iter()
+                .map(|r| r.as_str()),
+        )
+        // What `baremend status` points at besides the reasons.
+        .chain([
+            "Escalated",
+            "held starts",
+            "failed remediations",
+            "drift remediation failures",
+        ])
+        .collect();
+    let missing: Vec<&&str> = reasons
+        .iter()
+        .filter(|r| !anchors.contains(&runbook_anchor(&r.replace(' ', "-"))))
+        .collect();
+    assert!(missing.is_empty(), "no runbook section for {missing:?}");
+    println!(
+        "docs/runbook.md: {} sections, {} reasons each with one",
+        anchors.len(),
+        reasons.len()
+    );
+}

@@ -259,6 +259,32 @@ pub enum FailReason {
 }
 
 impl FailReason {
+    /// Every reason's name, in declaration order: the runbook's sections
+    /// (tests/prometheus_rules.rs checks each has one).
+    pub fn reasons() -> [&'static str; 8] {
+        // The match does not compile when a variant is added: add it to the list too.
+        let every = |reason: &FailReason| match reason {
+            FailReason::Recurring(_)
+            | FailReason::PickupTimeout
+            | FailReason::DrainTimeout(_)
+            | FailReason::NodeNotReady
+            | FailReason::RestoreTimeout
+            | FailReason::DriftPersists
+            | FailReason::NodeGone
+            | FailReason::ApplyTimeout => reason.reason(),
+        };
+        [
+            every(&FailReason::Recurring(0)),
+            every(&FailReason::PickupTimeout),
+            every(&FailReason::DrainTimeout(Vec::new())),
+            every(&FailReason::NodeNotReady),
+            every(&FailReason::RestoreTimeout),
+            every(&FailReason::DriftPersists),
+            every(&FailReason::NodeGone),
+            every(&FailReason::ApplyTimeout),
+        ]
+    }
+
     /// A CamelCase reason for conditions, Events and metrics.
     pub fn reason(&self) -> &'static str {
         match self {

@@ -83,6 +83,10 @@ pub struct Fleet<'a> {
     pub policy: &'a RemediationPolicySpec,
     /// A Node's labels, from a cache or a list (only Nodes without a Machine are asked for).
     pub node_labels: &'a (dyn Fn(&str) -> Option<BTreeMap<String, String>> + Sync),
+    /// The BareMetalHost of each Machine (by `namespace/name`) when it was looked up
+    /// elsewhere — a Cluster API Machine's, through its Metal3Machine; None: read from each
+    /// Machine itself (OpenShift's Machine API).
+    pub resolved_hosts: Option<&'a HashMap<String, Result<Option<HostRef>, String>>>,
 }
 
 /// The Machines baremend would remediate (a control-plane Machine only while the policy's
@@ -102,8 +106,16 @@ pub fn targets(fleet: &Fleet<'_>) -> Vec<Target> {
             .and_then(|s| s.node_ref.as_ref())
             .map(|n| n.name.clone())
             .unwrap_or_default();
-        let json = serde_json::to_value(&**machine).unwrap_or(Value::Null);
-        let host = machine_host(&json).map_err(|e| format!("Machine {namespace}/{name}: {e}"));
+        let host = match fleet.resolved_hosts {
+            Some(resolved) => resolved
+                .get(&format!("{namespace}/{name}"))
+                .cloned()
+                .unwrap_or(Ok(None)),
+            None => {
+                let json = serde_json::to_value(&**machine).unwrap_or(Value::Null);
+                machine_host(&json).map_err(|e| format!("Machine {namespace}/{name}: {e}"))
+            }
+        };
         let host_ref = host.as_ref().ok().cloned().flatten();
         let cached = host_ref.as_ref().and_then(|r| (fleet.host)(r));
         let bmc = locate_bmc(
@@ -352,13 +364,28 @@ async fn round(
     started: tokio::time::Instant,
 ) {
     let policy = context.policy();
+    let machines = context.machines.state();
+    // A Cluster API Machine names its host through its Metal3Machine, read fresh each round.
+    let resolved = match context.machine_api {
+        slim::MachineApi::OpenShift => None,
+        slim::MachineApi::ClusterApi => {
+            match super::capi::hosts_of_machines(&context.client, &machines).await {
+                Ok(resolved) => Some(resolved),
+                Err(error) => {
+                    // Nothing is known this round; the readiness shown stays as it was.
+                    tracing::warn!(%error, "fencing readiness: Metal3Machines unreadable");
+                    return;
+                }
+            }
+        }
+    };
     let mut targets = {
         let lookup = |r: &HostRef| {
             let key = kube::runtime::reflector::ObjectRef::new(&r.name).within(&r.namespace);
             context.hosts.get(&key)
         };
         targets(&Fleet {
-            machines: &context.machines.state(),
+            machines: &machines,
             host: &lookup,
             host_bmcs: &context.host_bmcs.state(),
             remediations: &context.remediations.state(),
@@ -367,6 +394,7 @@ async fn round(
                 let key = kube::runtime::reflector::ObjectRef::new(name);
                 context.nodes.get(&key).map(|n| n.labels().clone())
             },
+            resolved_hosts: resolved.as_ref(),
         })
     };
     memory.retain(context, &targets);
@@ -527,6 +555,7 @@ mod tests {
                 remediations: &remediations,
                 policy,
                 node_labels: &|_: &str| None,
+                resolved_hosts: None,
             })
         };
         let all = listed(&policy);
@@ -615,6 +644,7 @@ mod tests {
                 remediations: &remediations,
                 policy,
                 node_labels: &labels,
+                resolved_hosts: None,
             })
         };
         let all = listed(&policy);

@@ -7,7 +7,7 @@
 //! destructive step.
 
 pub mod bmc_cache;
-mod capi;
+pub mod capi;
 pub mod context;
 pub mod controller;
 mod dry_run;

@@ -188,6 +188,24 @@ pub enum FailReason {
 }
 
 impl FailReason {
+    /// Every reason's label, in declaration order: the metric's label values and the
+    /// runbook's sections (tests/prometheus_rules.rs checks each has one).
+    pub fn labels() -> [&'static str; 4] {
+        // The match does not compile when a variant is added: add it to the list too.
+        let every = |reason: &FailReason| match reason {
+            FailReason::PowerOffNotConfirmed(_)
+            | FailReason::FenceLost(_)
+            | FailReason::NodeNeverReady
+            | FailReason::RestoreTimedOut => reason.label(),
+        };
+        [
+            every(&FailReason::PowerOffNotConfirmed(String::new())),
+            every(&FailReason::FenceLost(String::new())),
+            every(&FailReason::NodeNeverReady),
+            every(&FailReason::RestoreTimedOut),
+        ]
+    }
+
     /// The reason as a bounded name: the condition's reason and a metric label.
     pub fn label(&self) -> &'static str {
         match self {

@@ -41,6 +41,7 @@ mod negotiate;
 mod objects;
 pub(crate) mod operations;
 mod patch;
+mod pod_logs;
 mod protobuf;
 mod reviews;
 mod routes;
@@ -171,6 +172,8 @@ pub(crate) struct ServerState {
     pub authorizer: Arc<Authorizer>,
     /// The CA of the server's certificate (TLS only), as token Secrets carry it.
     pub ca_pem: Option<String>,
+    /// What each Pod's containers logged (the log subresource).
+    pod_logs: pod_logs::PodLogs,
 }
 
 impl ServerState {
@@ -318,6 +321,7 @@ impl ApiServer {
             reviews: reviews::Reviews::default(),
             authenticator: auth::authn::Authenticator::new(&token),
             ca_pem: ca_pem.clone(),
+            pod_logs: pod_logs::PodLogs::default(),
         });
         let auth_controllers = auth::controllers::spawn(state.clone());
         let router = Router::new()
@@ -378,6 +382,11 @@ impl ApiServer {
             "apiVersion: v1\nkind: Config\nclusters:\n- name: baremend-sim\n  cluster:\n    server: {}\n{ca}contexts:\n- name: baremend-sim\n  context:\n    cluster: baremend-sim\n    user: baremend-sim\n    namespace: default\ncurrent-context: baremend-sim\nusers:\n- name: baremend-sim\n  user:\n    token: {}\npreferences: {{}}\n",
             self.url, token
         )
+    }
+
+    /// Sets what a Pod's container logged: `GET …/pods/{pod}/log` serves it.
+    pub fn set_pod_log(&self, namespace: &str, pod: &str, container: &str, text: &str) {
+        self.state.pod_logs.set(namespace, pod, container, text);
     }
 
     /// Injects a failure into the requests it matches.

@@ -27,6 +27,7 @@ use super::negotiate::{
     DiscoveryFormat, MediaRanges, Rendering, partial_metadata, partial_metadata_list, wrong_shape,
 };
 use super::operations::{PatchKind, SubresourceWrite, patch};
+use super::pod_logs;
 use super::scale::{ScaleTarget, get_scale, write_scale};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::DeleteOptions;
@@ -430,6 +431,7 @@ fn parse_target(
         (Some("status"), _) if ty.status_subresource => {}
         (Some("scale"), _) if ty.scale.is_some() => {}
         (Some("eviction"), "pods") if ty.group.is_empty() => {}
+        (Some("log"), "pods") if ty.group.is_empty() => {}
         (Some("token"), "serviceaccounts") if ty.group.is_empty() => {}
         (Some("approval"), "certificatesigningrequests") if ty.group == "certificates.k8s.io" => {}
         (Some("finalize"), "namespaces") => {}
@@ -496,6 +498,17 @@ async fn resource(
         }
         Some("approval") => {
             return approval_request(state, method, &target, path, query, headers, &body);
+        }
+        Some("log") => {
+            let (namespace, name) = (target.namespace.as_deref(), target.name.as_deref());
+            return pod_logs::serve(
+                &state.store,
+                &state.pod_logs,
+                method,
+                namespace.unwrap_or_default(),
+                name.unwrap_or_default(),
+                query,
+            );
         }
         _ => {}
     }
