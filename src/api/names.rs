@@ -147,6 +147,9 @@ stored_names! {
         /// On a NodeHealthCheck's request (the medik8s contract): the Node is deleted on the
         /// way, so the health check keeps the request while the Node is gone.
         PermanentNodeDeletionExpected,
+        /// On a request or a `HostBmc`: False when baremend refuses it (reason: why, see
+        /// docs/contracts.md "Trust"); it then changes nothing.
+        Accepted,
     }
 }
 

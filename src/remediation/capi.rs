@@ -5,15 +5,20 @@
 //!
 //! Guarantees: read fresh when a remediation starts (the host is then recorded in the
 //! Remediation); a missing or malformed reference is an `Unusable` (an Event, and the
-//! strategies say the rest), never a guess. Caveats: a BareMetalHost's `consumerRef` names
+//! strategies say the rest), never a guess; the Metal3Machine is read in the Machine's
+//! namespace only, and no start passes the `HostNotOwned` gate unless the host is in the
+//! Machine's namespace and its `spec.consumerRef` names that Metal3Machine, read fresh
+//! ([`Pass::host_owner_gate`], whatever the strategy: the BMC of a host is the host's too). Caveats: a BareMetalHost's `consumerRef` names
 //! the Metal3Machine, not the Machine, so a host's changes do not wake the Machine's pass;
 //! the pass looks again at its poll interval while it waits for the host.
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 
+use super::gates::Held;
 use super::observe::{HostRef, Unusable, machine_host};
 use super::pass::Pass;
-use crate::api::slim::MachineApi;
+use super::trust::host_consumed_by;
+use crate::api::slim::{self, MachineApi};
 use crate::{Error, Result};
 
 /// The kind a Cluster API Machine names for bare metal.
@@ -48,7 +53,16 @@ impl Pass {
         if reference.kind.as_deref() != Some(METAL3_MACHINE) {
             return Ok(Ok(None));
         }
-        let namespace = reference.namespace.as_deref().unwrap_or(&self.namespace);
+        // Same namespace only (cluster-api-provider-metal3 enforces it too): a Machine may not
+        // reach into another namespace for its infrastructure; the gate tells why.
+        let namespace = self.namespace.as_str();
+        if reference
+            .namespace
+            .as_deref()
+            .is_some_and(|n| n != namespace)
+        {
+            return Ok(Ok(None));
+        }
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.context.client.clone(),
             namespace,
@@ -71,5 +85,73 @@ impl Pass {
             field: format!("Metal3Machine {}: {}", reference.name, unusable.field),
             reason: unusable.reason,
         }))
+    }
+}
+
+impl Pass {
+    /// The `HostNotOwned` gate of a Cluster API Machine: its `spec.infrastructureRef` in its own
+    /// namespace, and the host recorded at the start in that namespace with a
+    /// `spec.consumerRef` naming that Metal3Machine, read from the API server now. Other
+    /// Machine APIs and Machines naming no Metal3Machine pass.
+    pub(super) async fn host_owner_gate(
+        &self,
+        remediation: &crate::api::Remediation,
+    ) -> Result<std::result::Result<(), Held>> {
+        if self.context.machine_api != MachineApi::ClusterApi {
+            return Ok(Ok(()));
+        }
+        let Some(reference) = self
+            .subject
+            .machine()
+            .and_then(|m| m.spec.as_ref())
+            .and_then(|s| s.infrastructure_ref.as_ref())
+            .filter(|r| r.kind.as_deref() == Some(METAL3_MACHINE))
+        else {
+            return Ok(Ok(()));
+        };
+        let held = |why: String| Ok(Err(Held::HostNotOwned { why }));
+        if let Some(other) = reference
+            .namespace
+            .as_deref()
+            .filter(|n| *n != self.namespace)
+        {
+            return held(format!(
+                "spec.infrastructureRef names Metal3Machine {other}/{}, outside the Machine's namespace {}",
+                reference.name, self.namespace
+            ));
+        }
+        let Some((host_namespace, host)) = remediation
+            .spec
+            .host
+            .as_deref()
+            .and_then(|h| h.split_once('/'))
+        else {
+            // No host: nothing of a BareMetalHost to power.
+            return Ok(Ok(()));
+        };
+        let consumer = if host_namespace == self.namespace {
+            let hosts: Api<slim::BareMetalHost> =
+                Api::namespaced(self.context.client.clone(), host_namespace);
+            let Some(fresh) = hosts
+                .get_opt(host)
+                .await
+                .map_err(Error::kube("GetBareMetalHost"))?
+            else {
+                return held(format!("BareMetalHost {host_namespace}/{host} not found"));
+            };
+            fresh.spec.and_then(|s| s.consumer_ref)
+        } else {
+            // Never read: another namespace's host is refused whatever it says.
+            None
+        };
+        match host_consumed_by(
+            &self.namespace,
+            &reference.name,
+            (host_namespace, host),
+            consumer.as_ref(),
+        ) {
+            Ok(()) => Ok(Ok(())),
+            Err(why) => held(why),
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! every step is persisted before it acts, so that a restart resumes without repeating a
 //! destructive step.
 
+mod admission;
 pub mod bmc_cache;
 mod capi;
 pub mod context;
@@ -33,3 +34,4 @@ pub mod state;
 mod steps;
 pub mod subject;
 pub mod trigger;
+pub mod trust;
