@@ -183,36 +183,53 @@ impl Pass {
     /// [`tell_standing`]).
     pub(super) async fn tell_request_standing(&self) -> Result<()> {
         let policy = self.context.policy();
-        let consequence = "nothing is done for it";
         for request in self.node_requests_of_subject() {
-            let refusal = match self.context.node_request_verdict(&request, &policy) {
-                Verdict::Unknown => continue,
-                Verdict::Accepted(_) => None,
-                Verdict::Refused(refusal) => Some(refusal),
-            };
-            let conditions = request.status.as_ref().map(|s| s.conditions.as_slice());
-            let told = (
-                conditions.unwrap_or_default(),
-                refusal.as_ref(),
-                consequence,
-            );
-            tell_standing(&self.context, &*request, told).await?;
+            let verdict = self.context.node_request_verdict(&request, &policy);
+            tell_request(&self.context, &*request, request.status.as_ref(), verdict).await?;
         }
         if let Some(request) = self.machine_request_of_subject() {
-            let refusal = match self.context.machine_request_verdict(&request, &policy) {
-                Verdict::Refused(refusal) => Some(refusal),
-                _ => None,
-            };
-            let conditions = request.status.as_ref().map(|s| s.conditions.as_slice());
-            let told = (
-                conditions.unwrap_or_default(),
-                refusal.as_ref(),
-                consequence,
-            );
-            tell_standing(&self.context, &*request, told).await?;
+            let verdict = self.context.machine_request_verdict(&request, &policy);
+            tell_request(&self.context, &*request, request.status.as_ref(), verdict).await?;
         }
         Ok(())
     }
+}
+
+/// An object that is told its standing: a namespaced kind of ours with a status.
+pub(super) trait Standing:
+    Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Standing for K where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
+/// Tells a request (whose status is `status`) `verdict`, unless it is not known yet.
+async fn tell_request<K>(
+    context: &Context,
+    request: &K,
+    status: Option<&RequestStatus>,
+    verdict: Verdict,
+) -> Result<()>
+where
+    K: Standing,
+{
+    let refusal = match verdict {
+        Verdict::Unknown => return Ok(()),
+        Verdict::Accepted(_) => None,
+        Verdict::Refused(refusal) => Some(refusal),
+    };
+    let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let told = (conditions, refusal.as_ref(), "nothing is done for it");
+    tell_standing(context, request, told).await
 }
 
 /// Tells `object` (a request or a `HostBmc`, whose status conditions are `conditions`) its
@@ -224,10 +241,7 @@ pub(super) async fn tell_standing<K>(
     (conditions, refusal, consequence): (&[Condition], Option<&Refusal>, &str),
 ) -> Result<()>
 where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+    K: Standing,
 {
     let current = RequestStatus {
         conditions: conditions.to_vec(),

@@ -629,6 +629,9 @@ mod tests {
                 node_labels: &labels,
             })
         };
+        // The mappings' namespace is not one the policy trusts by default: none is checked.
+        assert!(listed(&policy).iter().all(|t| !t.machineless));
+        policy.trust.host_bmc_namespaces = vec!["hosts".into()];
         let all = listed(&policy);
         let keys: Vec<(&str, bool, bool)> = all
             .iter()
