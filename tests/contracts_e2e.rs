@@ -25,7 +25,12 @@ use common::eventually;
 use common::lab::{Lab, fast, request_has as has, steps};
 
 fn fast_policy() -> Value {
-    json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
+    // The tests make the NodeHealthCheck's requests themselves (no NodeHealthCheck object
+    // names the template's namespace), and their templates choose the node release.
+    json!({
+        "timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1},
+        "trust": {"requestNamespaces": [baremend_sim::cluster::NHC_NAMESPACE], "requestMayChooseNodeRelease": true},
+    })
 }
 
 /// Five remediations at once, and the storm gate at `storm_percent`.
@@ -360,14 +365,24 @@ async fn a_cluster_api_machine_is_resolved_through_its_metal3_machine_and_remedi
     assert!(lab.no_reboot_request("worker-0"));
     // The Cluster API health check withdraws its request once the Machine is healthy.
     lab.withdrawn_after_one_remediation("worker-0").await;
-    // The Events name the Cluster API Machine.
-    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-    assert!(
-        events.iter().any(|e| e["reason"] == "Succeeded"
-            && e["involvedObject"]["kind"] == "Machine"
-            && e["involvedObject"]["apiVersion"] == "cluster.x-k8s.io/v1beta1"),
-        "{events:?}"
-    );
+    // The Events name the Cluster API Machine (they follow the persisted phase).
+    eventually(
+        "a Succeeded Event on the Cluster API Machine",
+        Duration::from_secs(10),
+        async || {
+            let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+            events
+                .iter()
+                .any(|e| {
+                    e["reason"] == "Succeeded"
+                        && e["involvedObject"]["kind"] == "Machine"
+                        && e["involvedObject"]["apiVersion"] == "cluster.x-k8s.io/v1beta1"
+                })
+                .then_some(())
+                .ok_or(format!("{events:?}"))
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -934,6 +934,9 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         "strategies": ["BareMetalHostRebootApi", "DirectBmc"],
         "timeouts": {"readyGraceSeconds": 0, "powerOffSeconds": 2},
         "retention": {"keepFinished": 1},
+        // The test makes the NodeHealthCheck's request itself (no NodeHealthCheck names the
+        // namespace).
+        "trust": {"requestNamespaces": ["workload-availability"]},
     });
     let spec = ClusterSpec {
         timing: Timing::fast(),
@@ -977,6 +980,22 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
             "worker-0",
             &json!({"metadata": {"labels": {"team": "db"}}}),
             false,
+        )
+        .unwrap();
+    // A HostBmc from a namespace the policy does not trust: refused on its status.
+    lab.api
+        .create(
+            baremend_sim::cluster::local::NAMESPACES,
+            "",
+            json!({"metadata": {"name": "tenant-a"}}),
+        )
+        .unwrap();
+    lab.api
+        .create(
+            baremend_sim::cluster::local::HOST_BMCS,
+            "tenant-a",
+            json!({"apiVersion": "baremend.io/v1alpha1", "kind": "HostBmc", "metadata": {"name": "theirs"},
+                "spec": {"nodeName": "elsewhere", "address": "ipmi://127.0.0.1:1", "credentialsName": "theirs"}}),
         )
         .unwrap();
     let server = lab.cluster.api_server();

@@ -140,9 +140,12 @@ async fn an_escalation_timeout_before_the_proof_leaves_nothing_destructive_on_a_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_escalation_timeout_after_the_proof_powers_the_host_on_and_restores_the_node_without_a_machine()
  {
-    // The template keeps the Node (out-of-service taint): the host is proven off and the Node
-    // tainted well within the escalation, whose timeout then passes while the host is off.
-    let lab = start(Duration::from_secs(60), fast_policy(), |_| {}).await;
+    // The template keeps the Node (out-of-service taint), which the policy lets requests
+    // choose: the host is proven off and the Node tainted well within the escalation, whose
+    // timeout then passes while the host is off.
+    let mut policy = fast_policy();
+    policy["trust"] = json!({"requestMayChooseNodeRelease": true});
+    let lab = start(Duration::from_secs(60), policy, |_| {}).await;
     lab.api
         .merge(
             NODE_REMEDIATION_TEMPLATES,
@@ -194,7 +197,7 @@ async fn a_control_plane_node_without_a_machine_is_held_when_fencing_would_break
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_host_bmc_for_the_same_node_is_refused_and_the_node_remediated_once() {
+async fn two_host_bmcs_of_one_node_are_both_unused_until_one_is_deleted() {
     let lab = start(Duration::from_secs(60), fast_policy(), |lab| {
         let mut second = lab
             .api
@@ -206,20 +209,43 @@ async fn a_second_host_bmc_for_the_same_node_is_refused_and_the_node_remediated_
             .unwrap();
     })
     .await;
-    eventually(
-        "the second mapping refused",
-        Duration::from_secs(20),
-        async || {
-            lab.api.list(EVENTS, None).iter().any(|e| {
-                e["reason"] == "DuplicateHostBmc" && e["involvedObject"]["name"] == "worker-0-again"
-            })
-        },
-    )
-    .await;
+    // Neither is used: "the oldest wins" would let whoever came first decide the host.
+    for name in ["worker-0", "worker-0-again"] {
+        eventually(
+            &format!("{name} refused as contested"),
+            Duration::from_secs(20),
+            async || {
+                let refused =
+                    lab.api.list(EVENTS, None).iter().any(|e| {
+                        e["reason"] == "ContestedNode" && e["involvedObject"]["name"] == name
+                    });
+                let object = lab.api.get(HOST_BMCS, MACHINE_NAMESPACE, name).unwrap();
+                refused && object["status"]["conditions"][0]["reason"] == "ContestedNode"
+            },
+        )
+        .await;
+    }
     lab.cluster.hang("worker-0");
+    lab.node_request_where("worker-0", "the NodeHealthCheck's request", |_| true)
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(lab.remediations_of_node("worker-0").is_empty());
+    assert!(!lab.power_history("worker-0").contains(&Power::Off));
+    // The wrong one deleted, the other is the Node's subject again and remediates it once.
+    lab.api
+        .delete(HOST_BMCS, MACHINE_NAMESPACE, "worker-0-again", None)
+        .unwrap();
     let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
     assert_eq!(done.spec.host_bmc.as_deref(), Some("worker-0"));
     assert_eq!(lab.remediations_of_node("worker-0"), vec!["worker-0-1"]);
+    let kept = lab
+        .api
+        .get(HOST_BMCS, MACHINE_NAMESPACE, "worker-0")
+        .unwrap();
+    assert_eq!(
+        kept["status"]["conditions"][0]["status"], "True",
+        "{kept:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,6 +45,10 @@ pub const MEDIK8S_NODE_NAME: &str = "remediation.medik8s.io/node-name";
 /// (an RFC 3339 time; remediators read the key only) and the next remediator takes over.
 pub const NHC_TIMED_OUT: &str = "remediation.medik8s.io/nhc-timed-out";
 
+/// The template a NodeHealthCheck made a request from (medik8s node-healthcheck-operator
+/// `internal/controller/resources/manager.go`, `generateRemediationCR`).
+pub const TEMPLATE_NAME: &str = "remediation.medik8s.io/template-name";
+
 /// On a Machine, names its BareMetalHost as `namespace/name`.
 pub const MACHINE_HOST: &str = "metal3.io/BareMetalHost";
 

@@ -19,7 +19,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::bounds::{DNS_LABEL, DNS_LABEL_MAX, DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX, UID_MAX};
-use super::policy::{FenceStrategyName, NodeReleaseMode, RemediationPolicySpec};
+use super::policy::{FenceStrategyName, NodeReleaseMode};
 use super::remediation::{Condition, RemediationPhase};
 
 /// What asked for a remediation.
@@ -66,8 +66,10 @@ pub struct TriggerRef {
     pub uid: Option<String>,
 }
 
-/// The policy fields a health check may set for its own remediations; unset fields keep the
-/// policy's values. The cluster-wide gates (storm, control plane, concurrency, pause) and the
+/// The policy fields a health check may set for its own remediations, to narrow the policy
+/// only (a subset of its strategies, deadlines and attempts no larger, the other node release
+/// only where `spec.trust.requestMayChooseNodeRelease` allows it; anything wider refuses the
+/// request: `remediation/trust.rs`, `narrow`); unset fields keep the policy's values. The cluster-wide gates (storm, control plane, concurrency, pause) and the
 /// reboot key are not here: they protect the whole cluster, not one health check's Machines.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -91,28 +93,6 @@ pub struct PolicyOverrides {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10))]
     pub max_attempts: Option<u32>,
-}
-
-impl PolicyOverrides {
-    /// `policy` with these overrides applied. Pure.
-    pub fn apply(&self, mut policy: RemediationPolicySpec) -> RemediationPolicySpec {
-        if let Some(strategies) = self.strategies.as_ref().filter(|s| !s.is_empty()) {
-            policy.strategies = strategies.clone();
-        }
-        if let Some(release) = self.node_release {
-            policy.node_release = release;
-        }
-        if let Some(seconds) = self.power_off_seconds {
-            policy.timeouts.power_off_seconds = seconds;
-        }
-        if let Some(seconds) = self.node_ready_seconds {
-            policy.timeouts.node_ready_seconds = seconds;
-        }
-        if let Some(attempts) = self.max_attempts {
-            policy.max_attempts = attempts;
-        }
-        policy
-    }
 }
 
 /// What baremend reports on a request: the phase of the `Remediation` it started, that
@@ -238,46 +218,6 @@ pub struct NodeRemediationTemplateSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unset_overrides_keep_the_policy() {
-        let policy = RemediationPolicySpec::default();
-        assert_eq!(PolicyOverrides::default().apply(policy.clone()), policy);
-    }
-
-    #[test]
-    fn each_override_replaces_its_field_only() {
-        let policy = RemediationPolicySpec::default();
-        let overrides = PolicyOverrides {
-            strategies: Some(vec![FenceStrategyName::DirectBmc]),
-            node_release: Some(NodeReleaseMode::OutOfService),
-            power_off_seconds: Some(42),
-            node_ready_seconds: Some(420),
-            max_attempts: Some(3),
-        };
-        let applied = overrides.apply(policy.clone());
-        assert_eq!(applied.strategies, vec![FenceStrategyName::DirectBmc]);
-        assert_eq!(applied.node_release, NodeReleaseMode::OutOfService);
-        assert_eq!(applied.timeouts.power_off_seconds, 42);
-        assert_eq!(applied.timeouts.node_ready_seconds, 420);
-        assert_eq!(applied.max_attempts, 3);
-        assert_eq!(applied.storm, policy.storm);
-        assert_eq!(applied.max_concurrent, policy.max_concurrent);
-        assert_eq!(applied.reboot_key, policy.reboot_key);
-    }
-
-    #[test]
-    fn an_empty_strategy_list_keeps_the_policys() {
-        let policy = RemediationPolicySpec::default();
-        let overrides = PolicyOverrides {
-            strategies: Some(Vec::new()),
-            ..PolicyOverrides::default()
-        };
-        assert_eq!(
-            overrides.apply(policy.clone()).strategies,
-            policy.strategies
-        );
-    }
 
     #[test]
     fn a_template_reads_the_shape_health_checks_copy_from() {

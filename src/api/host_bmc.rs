@@ -11,6 +11,16 @@ use serde::{Deserialize, Serialize};
 
 use super::bounds::{ADDRESS_MAX, CA_BUNDLE_MAX, CONFIG_MAP_KEY, DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX};
 
+/// What baremend makes of a `HostBmc`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+pub struct HostBmcStatus {
+    /// `Accepted=False` (reason `NamespaceNotTrusted` or `ContestedNode`) while baremend does
+    /// not use it for a Node without a Machine (docs/contracts.md, "Trust").
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub conditions: Vec<super::Condition>,
+}
+
 /// Maps a Machine or a Node to its BMC. Lives in the Machine's namespace, beside the Secret.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -19,6 +29,7 @@ use super::bounds::{ADDRESS_MAX, CA_BUNDLE_MAX, CONFIG_MAP_KEY, DNS_SUBDOMAIN, D
     kind = "HostBmc",
     namespaced,
     shortname = "hbmc",
+    status = "HostBmcStatus",
     category = "baremend",
     validation = "has(self.spec.machineName) || has(self.spec.nodeName)",
     validation = "!has(self.spec.caBundle) || !has(self.spec.caBundleRef)",

@@ -37,11 +37,13 @@ pub use drift::{
     APPROVE_ANNOTATION, DriftAction, DriftKind, DriftMode, DriftPhase, DriftPolicy,
     DriftPolicySpec, DriftRemediation, DriftRemediationSpec, DriftRemediationStatus, DriftTimeouts,
 };
-pub use host_bmc::{CaBundleKind, CaBundleRef, DEFAULT_CA_BUNDLE_KEY, HostBmc, HostBmcSpec};
+pub use host_bmc::{
+    CaBundleKind, CaBundleRef, DEFAULT_CA_BUNDLE_KEY, HostBmc, HostBmcSpec, HostBmcStatus,
+};
 pub use names::{ConditionType, DriftStep, RemediationStep};
 pub use policy::{
     ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyTimeouts, RemediationMode,
-    RemediationPolicy, RemediationPolicySpec, StormGate,
+    RemediationPolicy, RemediationPolicySpec, StormGate, TrustPolicy,
 };
 pub use remediation::{
     Condition, NodeBackup, Remediation, RemediationPhase, RemediationSpec, RemediationStatus,

@@ -150,6 +150,9 @@ stored_names! {
         /// On a NodeRemediationTemplate: a NodeHealthCheck naming it is Disabled and asks for
         /// no remediation (reason: the NodeHealthCheck's; message: which, and why).
         NodeHealthCheckDisabled,
+        /// On a request or a `HostBmc`: False when baremend refuses it (reason: why, see
+        /// docs/contracts.md "Trust"); it then changes nothing.
+        Accepted,
     }
 }
 

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::annotations::DEFAULT_REBOOT_KEY;
+use super::bounds::{DNS_LABEL, DNS_LABEL_MAX};
 use super::retention::Retention;
 
 /// The policy. See the policy table in docs/reference.md for what each field does.
@@ -73,6 +74,9 @@ pub struct RemediationPolicySpec {
     /// How many finished Remediations are kept per Machine.
     #[serde(default)]
     pub retention: Retention,
+    /// Who may ask for a remediation, and name a host's BMC (docs/contracts.md, "Trust").
+    #[serde(default)]
+    pub trust: TrustPolicy,
 }
 
 impl RemediationPolicySpec {
@@ -102,6 +106,7 @@ impl Default for RemediationPolicySpec {
             max_attempts: default_max_attempts(),
             delete_machine_on_failure: false,
             retention: Retention::default(),
+            trust: TrustPolicy::default(),
         }
     }
 }
@@ -203,6 +208,44 @@ impl Default for PolicyTimeouts {
             ready_grace_seconds: default_ready_grace_seconds(),
         }
     }
+}
+
+/// Where remediation requests and BMC mappings are honoured from, and how far a request may
+/// choose for itself. A request or a `HostBmc` from anywhere else is refused (a condition and
+/// a Warning Event on it, `baremend_requests_refused_total`) and changes nothing.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrustPolicy {
+    /// Namespaces whose `NodeRemediation`s are honoured. Unset: the namespaces of the
+    /// `NodeRemediationTemplate`s an existing NodeHealthCheck references (a cluster-scoped
+    /// object a namespace tenant cannot make). `[]`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = DNS_LABEL_MAX), regex(pattern = DNS_LABEL)))]
+    pub request_namespaces: Option<Vec<String>>,
+    /// Namespaces whose `HostBmc`s may name a Node without a Machine (a `HostBmc` naming a
+    /// Machine counts in that Machine's namespace only, whatever this says).
+    #[serde(default = "default_host_bmc_namespaces")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = DNS_LABEL_MAX), regex(pattern = DNS_LABEL)))]
+    pub host_bmc_namespaces: Vec<String>,
+    /// Whether a request may set `nodeRelease` to the other mode than the policy's; otherwise
+    /// a request naming another release is refused.
+    #[serde(default)]
+    pub request_may_choose_node_release: bool,
+}
+
+impl Default for TrustPolicy {
+    fn default() -> Self {
+        TrustPolicy {
+            request_namespaces: None,
+            host_bmc_namespaces: default_host_bmc_namespaces(),
+            request_may_choose_node_release: false,
+        }
+    }
+}
+
+/// The namespaces an install keeps to administrators: `deploy/`'s and OpenShift's Machine API's.
+fn default_host_bmc_namespaces() -> Vec<String> {
+    vec!["baremend".into(), "openshift-machine-api".into()]
 }
 
 fn default_max_concurrent() -> u32 {

@@ -129,6 +129,29 @@ impl Machine {
     }
 }
 
+/// The Machine of Node `node` (with UID `uid`, if known): the one whose `status.nodeRef`
+/// names it — by name, and by UID where both are known. Never a Node's own annotation: the
+/// Node's kubelet may write those. Several Machines naming one Node: none (which one is
+/// not for a Node to say).
+pub fn machine_of_node<'a>(
+    machines: &'a [std::sync::Arc<Machine>],
+    node: &str,
+    uid: Option<&str>,
+) -> Option<&'a std::sync::Arc<Machine>> {
+    let mut naming = machines.iter().filter(|m| {
+        let Some(reference) = m.status.as_ref().and_then(|s| s.node_ref.as_ref()) else {
+            return false;
+        };
+        let same_uid = match (reference.uid.as_deref(), uid) {
+            (Some(named), Some(actual)) => named == actual,
+            _ => true,
+        };
+        reference.name == node && same_uid
+    });
+    let first = naming.next()?;
+    naming.next().is_none().then_some(first)
+}
+
 impl From<CapiMachine> for Machine {
     fn from(capi: CapiMachine) -> Self {
         capi.machine
@@ -198,6 +221,10 @@ pub struct Named {
     /// Its kind, if the reference names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// Its UID, if the reference names one (a Machine's `status.nodeRef` does: the Node a
+    /// Machine API's node link saw, not another registered under the same name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 /// A BareMetalHost as cached: metadata, the spec's BMC, consumer and power settings, and the
@@ -460,5 +487,45 @@ mod tests {
         let json = serde_json::to_value(&machine).unwrap();
         assert_eq!(machine_host(&json).unwrap(), None);
         assert_eq!(machine.node_name(), None);
+    }
+
+    fn machine_at(
+        namespace: &str,
+        name: &str,
+        node: Option<(&str, Option<&str>)>,
+    ) -> std::sync::Arc<Machine> {
+        let status =
+            node.map(|(node, uid)| json!({"nodeRef": {"kind": "Node", "name": node, "uid": uid}}));
+        std::sync::Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": namespace},
+                "status": status,
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_nodes_machine_is_the_one_whose_node_ref_names_it_by_name_and_uid() {
+        let machines = vec![
+            machine_at("ns", "m0", Some(("n0", Some("u0")))),
+            machine_at("ns", "m1", Some(("n1", None))),
+            machine_at("ns", "m2", None),
+            machine_at("ns", "m3", Some(("n3", Some("u3")))),
+            machine_at("other", "m3-twin", Some(("n3", Some("u3")))),
+        ];
+        let of = |node, uid| {
+            machine_of_node(&machines, node, uid)
+                .map(|m| m.metadata.name.clone().unwrap_or_default())
+        };
+        assert_eq!(of("n0", Some("u0")).as_deref(), Some("m0"));
+        assert_eq!(of("n0", None).as_deref(), Some("m0"));
+        // A Node registered again under the name (another UID) is not the Machine's.
+        assert_eq!(of("n0", Some("u9")), None);
+        // A nodeRef without a UID is matched by name.
+        assert_eq!(of("n1", Some("u1")).as_deref(), Some("m1"));
+        assert_eq!(of("n2", None), None);
+        // Two Machines naming one Node: neither.
+        assert_eq!(of("n3", Some("u3")), None);
     }
 }

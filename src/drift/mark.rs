@@ -12,7 +12,7 @@ use super::guard::{Attempt, McoProgress, planned_reboot};
 use super::observe::{attempt_number, boot_id, ready};
 use super::pass::Pass;
 use crate::api::DriftRemediation;
-use crate::api::annotations::{EXTERNAL_REMEDIATION, NODE_MACHINE, PLANNED_REBOOT};
+use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
@@ -166,13 +166,11 @@ impl Pass {
     /// mark goes, so the machine remediation cancels instead of fencing a healthy host.
     /// Returns the Machine whose trigger was cleared.
     async fn clear_trigger_of_planned_reboot(&self, node: &Node) -> Result<Option<String>> {
-        let Some((namespace, name)) = node
-            .annotations()
-            .get(NODE_MACHINE)
-            .and_then(|m| m.split_once('/'))
-        else {
+        // The Machine whose status.nodeRef names the Node, never the Node's own annotation.
+        let Some((namespace, name)) = self.machine_of_node(node).await? else {
             return Ok(None);
         };
+        let (namespace, name) = (namespace.as_str(), name.as_str());
         let api: Api<crate::api::slim::Machine> =
             Api::namespaced(self.context.client.clone(), namespace);
         let Some(machine) = api.get_opt(name).await.map_err(Error::kube("GetMachine"))? else {

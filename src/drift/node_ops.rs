@@ -2,7 +2,7 @@
 //! restore), removing a forcefile not picked up, and handing a node to the machine
 //! remediation.
 
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
@@ -10,7 +10,7 @@ use super::helper::{self, HelperOp, HelperTarget};
 use super::pass::{Pass, record};
 use crate::api::DriftRemediation;
 use crate::api::DriftStep;
-use crate::api::annotations::{EXTERNAL_REMEDIATION, NODE_MACHINE};
+use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::runtime::clock::rfc3339;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
@@ -262,26 +262,46 @@ impl Pass {
         Ok(())
     }
 
-    /// Hands the node to the machine remediation: its Machine gets the trigger.
+    /// Hands the node to the machine remediation: its Machine — the one whose
+    /// `status.nodeRef` names this Node, by name and UID; never the Node's own
+    /// `machine.openshift.io/machine` annotation, which its kubelet may write — gets the
+    /// trigger.
     pub(super) async fn escalate(&self) -> std::result::Result<String, String> {
-        let machine = self
-            .node
-            .annotations()
-            .get(NODE_MACHINE)
-            .and_then(|m| m.split_once('/'))
-            .ok_or("the Node names no Machine")?;
-        let (namespace, name) = machine;
+        let (namespace, name) = self
+            .machine_of_node(&self.node)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no Machine's status.nodeRef names the Node")?;
         let api: Api<crate::api::slim::Machine> =
-            Api::namespaced(self.context.client.clone(), namespace);
+            Api::namespaced(self.context.client.clone(), &namespace);
         let patch = serde_json::json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: ""}}});
         self.context
             .leadership
             .ensure()
             .map_err(|e| e.to_string())?;
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|e| e.to_string())?;
         Ok(format!("{namespace}/{name}"))
+    }
+
+    /// The Machine of `node` as (namespace, name): the one Machine whose `status.nodeRef`
+    /// names it (see [`crate::api::slim::machine_of_node`]), listed from the API server now.
+    pub(super) async fn machine_of_node(&self, node: &Node) -> Result<Option<(String, String)>> {
+        let api: Api<crate::api::slim::Machine> = Api::all(self.context.client.clone());
+        let machines: Vec<std::sync::Arc<crate::api::slim::Machine>> = api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(Error::kube("ListMachines"))?
+            .items
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect();
+        let uid = node.uid();
+        Ok(
+            crate::api::slim::machine_of_node(&machines, &node.name_any(), uid.as_deref())
+                .map(|m| (m.namespace().unwrap_or_default(), m.name_any())),
+        )
     }
 
     /// Cordons or uncordons the node (our own drain before a restore only).

@@ -119,11 +119,11 @@ fn deploy_kind(object: &Value) -> Option<Gvr> {
     })
 }
 
-/// A token of the controller's ServiceAccount, as its pod would mount (a TokenRequest).
-async fn controller_token(admin: &Client) -> Result<String> {
+/// A token of ServiceAccount `namespace/account`, as its pod would mount (a TokenRequest).
+async fn account_token(admin: &Client, namespace: &str, account: &str) -> Result<String> {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), DEPLOY_NAMESPACE);
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
     let request = TokenRequest {
         spec: TokenRequestSpec {
             // A lab or a test outlives no day.
@@ -133,14 +133,14 @@ async fn controller_token(admin: &Client) -> Result<String> {
         ..TokenRequest::default()
     };
     let granted = accounts
-        .create_token_request(CONTROLLER_ACCOUNT, &PostParams::default(), &request)
+        .create_token_request(account, &PostParams::default(), &request)
         .await
         .map_err(Error::kube("CreateToken"))?;
     granted
         .status
         .map(|s| s.token)
         .ok_or_else(|| Error::Invalid {
-            object: format!("ServiceAccount {DEPLOY_NAMESPACE}/{CONTROLLER_ACCOUNT}"),
+            object: format!("ServiceAccount {namespace}/{account}"),
             reason: "the TokenRequest was answered without a token".into(),
         })
 }
@@ -182,7 +182,7 @@ impl LabCluster {
         for (file, text) in manifests {
             apply_manifests(&api, file, text)?;
         }
-        let token = controller_token(&client).await?;
+        let token = account_token(&client, DEPLOY_NAMESPACE, CONTROLLER_ACCOUNT).await?;
         let controller_kubeconfig = cluster
             .kubeconfig()
             .replace(cluster.api_server().token(), &token);
@@ -194,6 +194,17 @@ impl LabCluster {
             controller_kubeconfig,
             api,
         })
+    }
+
+    /// A kube client as ServiceAccount `namespace/account` (which must exist), with only the
+    /// rights RBAC grants it: a tenant's identity, say.
+    pub async fn account_client(&self, namespace: &str, account: &str) -> Result<Client> {
+        let token = account_token(&self.client, namespace, account).await?;
+        let kubeconfig = self
+            .cluster
+            .kubeconfig()
+            .replace(self.cluster.api_server().token(), &token);
+        client_of(&kubeconfig).await
     }
 
     /// Creates the policy `default` with this spec.

@@ -45,7 +45,7 @@ use self::server::{ServerLimits, bind, serve_connections};
 use crate::Result;
 
 /// Every gate that can hold a start, as named in the `Held` condition's reason.
-pub const GATES: [&str; 10] = [
+pub const GATES: [&str; 11] = [
     "Paused",
     "Concurrency",
     "Storm",
@@ -56,6 +56,17 @@ pub const GATES: [&str; 10] = [
     "PlannedReboot",
     "SelfFence",
     "ForeignRemediation",
+    "HostNotOwned",
+];
+
+/// Every reason a request or a `HostBmc` is refused for (`Accepted=False`), as the refusal
+/// metrics name it (docs/contracts.md, "Trust").
+pub const REFUSAL_REASONS: [&str; 5] = [
+    "NamespaceNotTrusted",
+    "UnknownHealthCheck",
+    "TemplateNotReferenced",
+    "WidensPolicy",
+    "ContestedNode",
 ];
 
 /// Every fencing strategy, as the remediation counters name it.
@@ -124,6 +135,15 @@ pub struct FailureLabels {
     pub reason: String,
 }
 
+/// Labels of the refusal metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// The refused object's kind (`NodeRemediation`, `MachineRemediation`, `HostBmc`).
+    pub kind: String,
+    /// Why (see [`REFUSAL_REASONS`]).
+    pub reason: String,
+}
+
 /// Labels of the safety-gate gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GateLabels {
@@ -145,6 +165,8 @@ pub struct Metrics {
     in_progress: Gauge,
     held: Family<GateLabels, Gauge>,
     policy_missing: Family<KindLabels, Gauge>,
+    refused: Family<RefusalLabels, Counter>,
+    refused_now: Family<RefusalLabels, Gauge>,
     duration: DurationHistograms,
     steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
@@ -257,6 +279,32 @@ impl Metrics {
                 })
                 .set(0);
         }
+        let refused = Family::<RefusalLabels, Counter>::default();
+        registry.register(
+            "requests_refused",
+            "Remediation requests and HostBmcs refused (Accepted=False: an untrusted namespace, a false owner, a widening spec, a contested Node), by kind and reason; each changed nothing",
+            refused.clone(),
+        );
+        let refused_now = Family::<RefusalLabels, Gauge>::default();
+        registry.register(
+            "host_bmcs_refused",
+            "HostBmcs refused now, by reason (ContestedNode: two trusted HostBmcs name one Node and neither is used)",
+            refused_now.clone(),
+        );
+        for reason in REFUSAL_REASONS {
+            for kind in ["NodeRemediation", "MachineRemediation", "HostBmc"] {
+                refused.get_or_create_owned(&RefusalLabels {
+                    kind: kind.into(),
+                    reason: reason.into(),
+                });
+            }
+            refused_now
+                .get_or_create(&RefusalLabels {
+                    kind: "HostBmc".into(),
+                    reason: reason.into(),
+                })
+                .set(0);
+        }
         let held = Family::<GateLabels, Gauge>::default();
         registry.register(
             "remediations_held",
@@ -320,6 +368,8 @@ impl Metrics {
             in_progress,
             held,
             policy_missing,
+            refused,
+            refused_now,
             duration,
             steps,
             leader,
@@ -380,6 +430,34 @@ impl Metrics {
     /// A Machine was deleted after a failed remediation.
     pub fn machine_deleted(&self) {
         self.machines_deleted.inc();
+    }
+
+    /// A request or a `HostBmc` of `kind` was refused for `reason` (counted once per refusal
+    /// told, not per pass).
+    pub fn refused(&self, kind: &str, reason: &str) {
+        self.refused
+            .get_or_create(&RefusalLabels {
+                kind: kind.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// Sets how many `HostBmc`s are refused now, per reason.
+    pub fn set_host_bmcs_refused(&self, by_reason: &[(&str, usize)]) {
+        for reason in REFUSAL_REASONS {
+            let count = by_reason
+                .iter()
+                .filter(|(r, _)| *r == reason)
+                .map(|(_, n)| *n)
+                .sum::<usize>();
+            self.refused_now
+                .get_or_create(&RefusalLabels {
+                    kind: "HostBmc".into(),
+                    reason: reason.into(),
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
     }
 
     /// Sets whether the policy object of `kind` is missing.

@@ -5,7 +5,10 @@
 //!
 //! Guarantees: read fresh when a remediation starts (the host is then recorded in the
 //! Remediation); a missing or malformed reference is an `Unusable` (an Event, and the
-//! strategies say the rest), never a guess. Caveats: a BareMetalHost's `consumerRef` names
+//! strategies say the rest), never a guess; the Metal3Machine is read in the Machine's
+//! namespace only, and no start passes the `HostNotOwned` gate unless the host is in the
+//! Machine's namespace and its `spec.consumerRef` names that Metal3Machine, read fresh
+//! ([`Pass::host_owner_gate`], whatever the strategy: the BMC of a host is the host's too). Caveats: a BareMetalHost's `consumerRef` names
 //! the Metal3Machine, not the Machine, so a host's changes do not wake the Machine's pass;
 //! the pass looks again at its poll interval while it waits for the host.
 
@@ -14,8 +17,10 @@ use std::collections::HashMap;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 
+use super::gates::Held;
 use super::observe::{HostRef, Unusable, machine_host};
 use super::pass::Pass;
+use super::trust::host_consumed_by;
 use crate::api::slim::{self, MachineApi};
 use crate::{Error, Result};
 
@@ -67,15 +72,20 @@ impl Pass {
     }
 }
 
-/// The Metal3Machine of a Cluster API Machine, if it names one: `(namespace, name)` of its
-/// `spec.infrastructureRef` when that is a Metal3Machine (`namespace`: the Machine's, unless
-/// the reference names one).
+/// The Metal3Machine of a Cluster API Machine in `namespace`, if it names one there:
+/// `(namespace, name)` of its `spec.infrastructureRef` when that is a Metal3Machine. Same
+/// namespace only (cluster-api-provider-metal3 enforces it too): a reference into another
+/// namespace names nothing here, and the `HostNotOwned` gate tells why.
 pub fn metal3_machine_of(machine: &slim::Machine, namespace: &str) -> Option<(String, String)> {
     let reference = machine.spec.as_ref()?.infrastructure_ref.as_ref()?;
-    if reference.kind.as_deref() != Some(METAL3_MACHINE) {
+    if reference.kind.as_deref() != Some(METAL3_MACHINE)
+        || reference
+            .namespace
+            .as_deref()
+            .is_some_and(|n| n != namespace)
+    {
         return None;
     }
-    let namespace = reference.namespace.as_deref().unwrap_or(namespace);
     Some((namespace.to_string(), reference.name.clone()))
 }
 
@@ -126,4 +136,72 @@ pub async fn hosts_of_machines(
         resolved.insert(key, host);
     }
     Ok(resolved)
+}
+
+impl Pass {
+    /// The `HostNotOwned` gate of a Cluster API Machine: its `spec.infrastructureRef` in its own
+    /// namespace, and the host recorded at the start in that namespace with a
+    /// `spec.consumerRef` naming that Metal3Machine, read from the API server now. Other
+    /// Machine APIs and Machines naming no Metal3Machine pass.
+    pub(super) async fn host_owner_gate(
+        &self,
+        remediation: &crate::api::Remediation,
+    ) -> Result<std::result::Result<(), Held>> {
+        if self.context.machine_api != MachineApi::ClusterApi {
+            return Ok(Ok(()));
+        }
+        let Some(reference) = self
+            .subject
+            .machine()
+            .and_then(|m| m.spec.as_ref())
+            .and_then(|s| s.infrastructure_ref.as_ref())
+            .filter(|r| r.kind.as_deref() == Some(METAL3_MACHINE))
+        else {
+            return Ok(Ok(()));
+        };
+        let held = |why: String| Ok(Err(Held::HostNotOwned { why }));
+        if let Some(other) = reference
+            .namespace
+            .as_deref()
+            .filter(|n| *n != self.namespace)
+        {
+            return held(format!(
+                "spec.infrastructureRef names Metal3Machine {other}/{}, outside the Machine's namespace {}",
+                reference.name, self.namespace
+            ));
+        }
+        let Some((host_namespace, host)) = remediation
+            .spec
+            .host
+            .as_deref()
+            .and_then(|h| h.split_once('/'))
+        else {
+            // No host: nothing of a BareMetalHost to power.
+            return Ok(Ok(()));
+        };
+        let consumer = if host_namespace == self.namespace {
+            let hosts: Api<slim::BareMetalHost> =
+                Api::namespaced(self.context.client.clone(), host_namespace);
+            let Some(fresh) = hosts
+                .get_opt(host)
+                .await
+                .map_err(Error::kube("GetBareMetalHost"))?
+            else {
+                return held(format!("BareMetalHost {host_namespace}/{host} not found"));
+            };
+            fresh.spec.and_then(|s| s.consumer_ref)
+        } else {
+            // Never read: another namespace's host is refused whatever it says.
+            None
+        };
+        match host_consumed_by(
+            &self.namespace,
+            &reference.name,
+            (host_namespace, host),
+            consumer.as_ref(),
+        ) {
+            Ok(()) => Ok(Ok(())),
+            Err(why) => held(why),
+        }
+    }
 }

@@ -159,6 +159,9 @@ pub struct Context {
     pub backoff: Backoff,
     /// Which Machine API the Machines come from.
     pub machine_api: slim::MachineApi,
+    /// The NodeHealthChecks last read (None: not read yet), for the trust of requests (see
+    /// `admission.rs`).
+    pub health_checks: std::sync::RwLock<Option<Vec<super::trust::HealthCheck>>>,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step
@@ -227,6 +230,7 @@ impl Context {
             placement: options.placement,
             backoff: Backoff::default(),
             machine_api: options.machine_api,
+            health_checks: std::sync::RwLock::new(None),
         }
     }
 
@@ -243,6 +247,13 @@ impl Context {
             && is_ready(&self.host_bmcs)
             && is_ready(&self.machine_requests)
             && is_ready(&self.node_requests)
+            // The requests' trust rests on the NodeHealthChecks: a request judged before they
+            // were read would be passed over, and nothing would wake it again.
+            && self
+                .health_checks
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some()
     }
 
     /// Recounts the gauges from the caches: remediations in progress, starts held per gate.
@@ -272,6 +283,17 @@ impl Context {
             }
         }
         self.metrics.set_counts(in_progress, &held);
+        // The HostBmcs refused now (the ContestedNode alert reads it).
+        let mappings = self.host_bmcs.state();
+        let machine_nodes = super::subject::machine_nodes(&self.machines.state());
+        let trusted = self.policy().trust.host_bmc_namespaces;
+        let claims = super::trust::machineless_claims(&mappings, &trusted, &machine_nodes);
+        let reasons: Vec<(&str, usize)> = claims
+            .refused
+            .iter()
+            .map(|(_, r)| (r.reason(), 1))
+            .collect();
+        self.metrics.set_host_bmcs_refused(&reasons);
         self.metrics
             .set_policy_missing(PolicyKind::Remediation, !self.policy_configured());
     }

@@ -20,7 +20,6 @@ use tracing::{info, warn};
 pub use super::context::{Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement};
 use super::reconcile::{error_policy, reconcile};
 use super::state::unblocked_by;
-use crate::api::annotations::{CAPI_NODE_CLUSTER_NAMESPACE, CAPI_NODE_MACHINE, NODE_MACHINE};
 use crate::api::slim;
 use crate::api::{HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPolicy};
 use crate::leader::{Elector, Leadership, LeaseConfig};
@@ -152,13 +151,15 @@ where
     store: Store<K>,
     for_machines: ReflectHandle<K>,
     for_nodes: ReflectHandle<K>,
+    /// A third stream, where a consumer asked for one (the `HostBmc`s' claims).
+    extra: Option<ReflectHandle<K>>,
 }
 
 /// Changes a shared watch holds for a consumer that is behind.
 const SHARED_CHANGES_BUFFER: usize = 256;
 
-/// Starts a shared watch of `K` for both controllers.
-fn shared<K>(client: &Client, tasks: &mut Vec<Background>) -> Result<Shared<K>>
+/// Starts a shared watch of `K` for both controllers (`extra`: and a third stream).
+fn shared<K>(client: &Client, tasks: &mut Vec<Background>, extra: bool) -> Result<Shared<K>>
 where
     K: kube::Resource
         + Clone
@@ -174,10 +175,11 @@ where
         api,
         watch_config(),
         |_: &mut K| {},
-        2,
+        if extra { 3 } else { 2 },
         SHARED_CHANGES_BUFFER,
     )?;
     tasks.push(task);
+    let extra = if extra { handles.pop() } else { None };
     let (Some(for_nodes), Some(for_machines)) = (handles.pop(), handles.pop()) else {
         return Err(Error::Invalid {
             object: "a shared watch".into(),
@@ -188,6 +190,7 @@ where
         store,
         for_machines,
         for_nodes,
+        extra,
     })
 }
 
@@ -222,10 +225,12 @@ fn watch_kinds(
             slim::bare_metal_host,
         )),
         machine_requests: (informer(Api::all(client.clone()), config)),
-        remediations: shared(client, &mut tasks)?,
-        policies: shared(client, &mut tasks)?,
-        host_bmcs: shared(client, &mut tasks)?,
-        node_requests: shared(client, &mut tasks)?,
+        remediations: shared(client, &mut tasks, false)?,
+        policies: shared(client, &mut tasks, false)?,
+        // The third: a changed (or deleted) HostBmc wakes every other one naming its Node,
+        // whose claim it may have made or ended (see `trust.rs`, `machineless_claims`).
+        host_bmcs: shared(client, &mut tasks, true)?,
+        node_requests: shared(client, &mut tasks, false)?,
         tasks,
     })
 }
@@ -266,20 +271,15 @@ fn machine_of_request(request: MachineRemediation) -> Option<ObjectRef<slim::Mac
     Some(ObjectRef::new(&request.name_any()).within(&namespace))
 }
 
-/// The Machine of a Node (the Machine API's annotation, or Cluster API's pair), to wake on
-/// the Node's changes.
-fn machine_of_node(node: Arc<Node>) -> Option<ObjectRef<slim::Machine>> {
-    let annotations = node.annotations();
-    if let (Some(name), Some(namespace)) = (
-        annotations.get(CAPI_NODE_MACHINE),
-        annotations.get(CAPI_NODE_CLUSTER_NAMESPACE),
-    ) {
-        return Some(ObjectRef::new(name).within(namespace));
-    }
-    annotations
-        .get(NODE_MACHINE)
-        .and_then(|value| value.split_once('/'))
-        .map(|(namespace, name)| ObjectRef::new(name).within(namespace))
+/// The Machine of a Node, to wake on the Node's changes: the one whose `status.nodeRef` names
+/// it (by name and UID), never the Node's own annotations (its kubelet may write them).
+fn machine_of_node(
+    node: &Node,
+    machines: &Store<slim::Machine>,
+) -> Option<ObjectRef<slim::Machine>> {
+    let all = machines.state();
+    let uid = node.uid();
+    slim::machine_of_node(&all, &node.name_any(), uid.as_deref()).map(|m| ObjectRef::from_obj(&**m))
 }
 
 /// The Machines a changed Remediation wakes: its own, and when it ended (which may open a
@@ -351,14 +351,29 @@ async fn run_machines(
         let context = context.clone();
         Background::every(GAUGE_REFRESH, move || context.refresh_metrics())
     };
+    // The NodeHealthChecks a request's trust rests on (see `admission.rs`).
+    let health_checks = {
+        let context = context.clone();
+        Background::spawn(async move {
+            loop {
+                if let Err(error) = context.refresh_health_checks().await {
+                    warn!(%error, "cannot read the NodeHealthChecks");
+                }
+                tokio::time::sleep(super::admission::HEALTH_CHECK_REFRESH).await;
+            }
+        })
+    };
     let by_remediation = move |r: Arc<Remediation>| machines_of_remediation(&r, &remediations);
     // A NodeHealthCheck's request names its Node: its Machine is the Node's.
     let nodes = node_feed.store.clone();
+    let machines_of_requests = machines.clone();
     let machine_of_node_request = move |request: Arc<NodeRemediation>| {
         nodes
             .get(&ObjectRef::new(&super::requests::node_of_request(&request)))
-            .and_then(machine_of_node)
+            .and_then(|node| machine_of_node(&node, &machines_of_requests))
     };
+    let machines_of_nodes = machines.clone();
+    let machine_of_changed_node = move |node: Arc<Node>| machine_of_node(&node, &machines_of_nodes);
     // A policy or BMC mapping change may unblock anything: look at every Machine again.
     let reconcile_all = futures_util::stream::select(
         watches.policies.for_machines.map(|_| ()),
@@ -373,6 +388,7 @@ async fn run_machines(
         context.clone(),
         super::machineless::Feeds {
             host_bmcs: (watches.host_bmcs.store, watches.host_bmcs.for_nodes),
+            claims: watches.host_bmcs.extra,
             requests: watches.node_requests.for_nodes,
             remediations: watches.remediations.for_nodes,
             policies: watches.policies.for_nodes,
@@ -389,7 +405,7 @@ async fn run_machines(
         })
         .watches_stream(watches.machine_requests.1, machine_of_request)
         .watches_shared_stream(watches.node_requests.for_machines, machine_of_node_request)
-        .watches_shared_stream(node_feed.changes, machine_of_node)
+        .watches_shared_stream(node_feed.changes, machine_of_changed_node)
         .watches_shared_stream(watches.remediations.for_machines, by_remediation)
         .reconcile_all_on(reconcile_all)
         .graceful_shutdown_on(until_stopped(stopped))
@@ -402,6 +418,7 @@ async fn run_machines(
     tokio::join!(machine_controller, machineless);
     drop((
         gauges,
+        health_checks,
         monitor,
         readiness,
         node_health_checks,

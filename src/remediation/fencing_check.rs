@@ -27,9 +27,9 @@ use super::power::{NoBmc, locate_bmc};
 use super::probe::{no_bmc, probe_bmc, probe_host};
 use super::readiness::{Readiness, Reason, Refusal, decide};
 use super::subject::{
-    machine_nodes, machineless_strategies, machineless_subjects, node_is_control_plane,
-    node_reference,
+    machine_nodes, machineless_strategies, node_is_control_plane, node_reference,
 };
+use super::trust::machineless_claims;
 use crate::api::slim;
 use crate::api::{FenceStrategyName, HostBmc, Remediation, RemediationPolicySpec};
 use crate::metrics::fencing::FencingLabels;
@@ -145,7 +145,13 @@ pub fn targets(fleet: &Fleet<'_>) -> Vec<Target> {
 fn machineless_targets(fleet: &Fleet<'_>, remediating: &HashSet<(String, String)>) -> Vec<Target> {
     let machine_nodes = machine_nodes(fleet.machines);
     let mut targets = Vec::new();
-    for (node, mapping) in machineless_subjects(fleet.host_bmcs, &machine_nodes) {
+    for (node, mapping) in machineless_claims(
+        fleet.host_bmcs,
+        &fleet.policy.trust.host_bmc_namespaces,
+        &machine_nodes,
+    )
+    .subjects
+    {
         let control_plane = (fleet.node_labels)(&node).is_some_and(|l| node_is_control_plane(&l));
         if control_plane && !fleet.policy.control_plane.enabled {
             continue;
@@ -156,7 +162,13 @@ fn machineless_targets(fleet: &Fleet<'_>, remediating: &HashSet<(String, String)
             remediating: remediating.contains(&(namespace.clone(), node.clone())),
             reference: node_reference(&node, None),
             machineless: true,
-            bmc: locate_bmc(fleet.host_bmcs, &namespace, &node, Some(&node), None),
+            bmc: locate_bmc(
+                std::slice::from_ref(mapping),
+                &namespace,
+                &node,
+                Some(&node),
+                None,
+            ),
             host: Ok(None),
             namespace,
             node,
@@ -647,6 +659,9 @@ mod tests {
                 resolved_hosts: None,
             })
         };
+        // The mappings' namespace is not one the policy trusts by default: none is checked.
+        assert!(listed(&policy).iter().all(|t| !t.machineless));
+        policy.trust.host_bmc_namespaces = vec!["hosts".into()];
         let all = listed(&policy);
         let keys: Vec<(&str, bool, bool)> = all
             .iter()

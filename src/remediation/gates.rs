@@ -227,6 +227,13 @@ pub enum Held {
         /// Who, and the evidence.
         who: Foreign,
     },
+    /// The Machine's BareMetalHost is not its to power: outside the Machine's namespace, or
+    /// consumed by another Metal3Machine (Cluster API; see `trust.rs`).
+    #[error("{why}: no power request is made for this Machine")]
+    HostNotOwned {
+        /// Why, naming the host and its consumer.
+        why: String,
+    },
 }
 
 impl Held {
@@ -243,6 +250,7 @@ impl Held {
             Held::PlannedReboot { .. } => "PlannedReboot",
             Held::SelfFence { .. } => "SelfFence",
             Held::ForeignRemediation { .. } => "ForeignRemediation",
+            Held::HostNotOwned { .. } => "HostNotOwned",
         }
     }
 }

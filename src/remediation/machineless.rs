@@ -24,16 +24,17 @@ use tracing::{Instrument, warn};
 use super::context::Context;
 use super::pass::Pass;
 use super::state::unblocked_by;
-use super::subject::{Subject, first_claim, machineless_node};
-use crate::api::annotations::{CAPI_NODE_MACHINE, NODE_MACHINE};
+use super::subject::{Subject, machineless_node};
+use super::trust::{Refusal, machineless_claims};
 use crate::api::{HostBmc, NodeRemediation, Remediation, RemediationPolicy};
-use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
 /// What wakes the controller: its share of the Machine controller's watches.
 pub(super) struct Feeds {
     /// The `HostBmc`s, its subjects.
     pub host_bmcs: (Store<HostBmc>, ReflectHandle<HostBmc>),
+    /// The `HostBmc`s' changes again: each wakes the others naming its Node.
+    pub claims: Option<ReflectHandle<HostBmc>>,
     /// The NodeHealthCheck's requests, named after Nodes.
     pub requests: ReflectHandle<NodeRemediation>,
     /// The Remediations (a Node subject's own, and any that ended: a gate may open).
@@ -48,6 +49,9 @@ pub(super) struct Feeds {
 /// gates decide starts one at a time anyway.
 const PASSES_AT_ONCE: u16 = 8;
 
+/// How soon a refused `HostBmc` is judged again.
+const REFUSED_RECHECK: Duration = Duration::from_secs(5);
+
 /// Runs the controller until `shutdown` resolves.
 pub(super) async fn run(
     context: Arc<Context>,
@@ -56,33 +60,34 @@ pub(super) async fn run(
 ) {
     let (mappings, mapping_changes) = feeds.host_bmcs;
     let of_node = {
-        let mappings = mappings.clone();
-        move |node: &str| subject_of_node(&mappings, node)
+        let context = context.clone();
+        move |node: &str| subject_of_node(&context, node)
     };
     let of_request = {
         let of_node = of_node.clone();
         move |request: Arc<NodeRemediation>| of_node(&super::requests::node_of_request(&request))
     };
+    // A Node's own annotations do not say whether it has a Machine (its kubelet may write
+    // them): the pass checks the Machines' `status.nodeRef` (`node_has_machine`).
     let of_changed_node = {
         let of_node = of_node.clone();
-        move |node: Arc<Node>| {
-            // A Node with a Machine is its Machine's to remediate: no lookup for it.
-            let annotations = node.annotations();
-            let has_machine = annotations.contains_key(NODE_MACHINE)
-                || annotations.contains_key(CAPI_NODE_MACHINE);
-            if has_machine {
-                None
-            } else {
-                of_node(&node.name_any())
-            }
-        }
+        move |node: Arc<Node>| of_node(&node.name_any())
     };
     let remediations = context.remediations.clone();
     let of_remediation =
         move |r: Arc<Remediation>| subjects_of_remediation(&r, &remediations, &of_node);
+    let same_node = {
+        let mappings = mappings.clone();
+        move |changed: Arc<HostBmc>| claims_of_node(&mappings, &changed)
+    };
+    let claims = feeds
+        .claims
+        .map(|c| c.boxed())
+        .unwrap_or_else(|| futures_util::stream::empty().boxed());
     Controller::for_shared_stream(mapping_changes, mappings)
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
         .watches_shared_stream(feeds.requests, of_request)
+        .watches_shared_stream(claims, same_node)
         .watches_shared_stream(feeds.nodes, of_changed_node)
         .watches_shared_stream(feeds.remediations, of_remediation)
         .reconcile_all_on(feeds.policies.map(|_| ()))
@@ -96,9 +101,31 @@ pub(super) async fn run(
         .await;
 }
 
-/// The `HostBmc` that is Machine-less Node `node`'s subject, if any.
-fn subject_of_node(mappings: &Store<HostBmc>, node: &str) -> Option<ObjectRef<HostBmc>> {
-    first_claim(&mappings.state(), node).map(|m| ObjectRef::from_obj(&**m))
+/// The `HostBmc` that is Machine-less Node `node`'s subject, if any (the one trusted claim).
+fn subject_of_node(context: &Context, node: &str) -> Option<ObjectRef<HostBmc>> {
+    let mappings = context.host_bmcs.state();
+    let trusted = context.policy().trust.host_bmc_namespaces;
+    let claims = machineless_claims(&mappings, &trusted, &Default::default());
+    claims
+        .subjects
+        .get(node)
+        .map(|m| ObjectRef::from_obj(&***m))
+}
+
+/// The other `HostBmc`s naming the Node `changed` names: its appearance (or change) may contest
+/// their claim (a deletion is not told on a shared stream: see `REFUSED_RECHECK`).
+fn claims_of_node(mappings: &Store<HostBmc>, changed: &HostBmc) -> Vec<ObjectRef<HostBmc>> {
+    let Some(node) = machineless_node(changed) else {
+        return Vec::new();
+    };
+    let me = ObjectRef::from_obj(changed);
+    mappings
+        .state()
+        .iter()
+        .filter(|m| machineless_node(m) == Some(node))
+        .map(|m| ObjectRef::from_obj(&**m))
+        .filter(|m| *m != me)
+        .collect()
 }
 
 /// The subjects a changed Remediation wakes: its own (a Node subject's), and when it ended
@@ -131,12 +158,31 @@ async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Actio
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     let namespace = mapping.namespace().unwrap_or_default();
-    let claimed = first_claim(&context.host_bmcs.state(), &node).map(|m| ObjectRef::from_obj(&**m));
-    if claimed.is_some_and(|first| first != ObjectRef::from_obj(&*mapping)) {
-        refuse_second_mapping(&context, &mapping, &node).await;
-        return Ok(Action::await_change());
+    // Every mapping of the Node is told: a second one appearing wakes this pass only, and
+    // the first is refused too.
+    let mut refusal = None;
+    for (other, standing) in standings_of_node(&context, &node) {
+        let conditions = other.status.as_ref().map(|s| s.conditions.as_slice());
+        let consequence = "this HostBmc is not used for its Node";
+        let told = (
+            conditions.unwrap_or_default(),
+            standing.as_ref(),
+            consequence,
+        );
+        super::admission::tell_standing(&context, &*other, told).await?;
+        if ObjectRef::from_obj(&*other) == ObjectRef::from_obj(&*mapping) {
+            refusal = standing;
+        }
     }
     let pass = Pass::new(Subject::Node(mapping.clone()), context.clone());
+    // A refused mapping is nobody's subject; one whose remediation is past its start when it
+    // is refused (a second mapping appeared) finishes that cycle: stopping halfway is the
+    // dangerous state.
+    // Looked at again in a while: the deletion of the mapping that contests it frees it, and a
+    // deletion wakes no other object's pass.
+    if refusal.is_some() && !pass.under_way() {
+        return Ok(Action::requeue(REFUSED_RECHECK));
+    }
     // A Node that has a Machine is its Machine's to remediate (the HostBmc then only tells
     // where its BMC is); one already under remediation as a Node finishes as one.
     if node_has_machine(&context, &node) && !pass.under_way() {
@@ -157,21 +203,20 @@ fn node_has_machine(context: &Context, node: &str) -> bool {
         .any(|m| m.node_name() == Some(node))
 }
 
-/// Tells, on the second `HostBmc`, that another one already maps the Node.
-async fn refuse_second_mapping(context: &Context, mapping: &HostBmc, node: &str) {
-    let note = format!(
-        "another HostBmc already maps Node {node} (the oldest one is used): this one is ignored; delete one of them"
-    );
-    warn!(host_bmc = %mapping.name_any(), %node, "{note}");
-    let reference = kube::Resource::object_ref(mapping, &());
-    crate::runtime::events::publish(
-        &context.recorder,
-        Severity::Warning,
-        "DuplicateHostBmc",
-        &note,
-        &[(reference, None)],
-    )
-    .await;
+/// Every `HostBmc` naming Machine-less Node `node`, with why it is refused (None: it is the
+/// Node's subject) (see [`machineless_claims`]).
+fn standings_of_node(context: &Context, node: &str) -> Vec<(Arc<HostBmc>, Option<Refusal>)> {
+    let mappings = context.host_bmcs.state();
+    let trusted = context.policy().trust.host_bmc_namespaces;
+    let claims = machineless_claims(&mappings, &trusted, &Default::default());
+    let subject = claims.subjects.get(node).map(|m| (*m).clone());
+    claims
+        .refused
+        .into_iter()
+        .filter(|(m, _)| machineless_node(m) == Some(node))
+        .map(|(m, refusal)| (m.clone(), Some(refusal)))
+        .chain(subject.map(|m| (m, None)))
+        .collect()
 }
 
 fn backoff_key(mapping: &HostBmc) -> String {

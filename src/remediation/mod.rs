@@ -6,6 +6,7 @@
 //! every step is persisted before it acts, so that a restart resumes without repeating a
 //! destructive step.
 
+mod admission;
 pub mod bmc_cache;
 pub mod capi;
 pub mod context;
@@ -34,3 +35,4 @@ pub mod state;
 mod steps;
 pub mod subject;
 pub mod trigger;
+pub mod trust;

@@ -29,7 +29,8 @@ use super::context::Context;
 use super::metered::Metered;
 use super::observe::{BmcRef, machine_host};
 use super::power::{bmc_driver_config, bmc_series, driver_kind, locate_bmc};
-use super::subject::{machine_nodes, machineless_subjects};
+use super::subject::machine_nodes;
+use super::trust::machineless_claims;
 use crate::api::annotations::BMH_DETACHED;
 use crate::api::{HostBmc, Remediation, RemediationPhase};
 use crate::metrics::power::HostSeries;
@@ -150,9 +151,21 @@ fn machineless_targets(
 ) -> Vec<Target> {
     let machine_nodes = machine_nodes(&context.machines.state());
     let mut targets = Vec::new();
-    for (node, mapping) in machineless_subjects(host_bmcs, &machine_nodes) {
+    for (node, mapping) in machineless_claims(
+        host_bmcs,
+        &context.policy().trust.host_bmc_namespaces,
+        &machine_nodes,
+    )
+    .subjects
+    {
         let namespace = mapping.namespace().unwrap_or_default();
-        let Ok(bmc) = locate_bmc(host_bmcs, &namespace, &node, Some(&node), None) else {
+        let Ok(bmc) = locate_bmc(
+            std::slice::from_ref(mapping),
+            &namespace,
+            &node,
+            Some(&node),
+            None,
+        ) else {
             continue;
         };
         let Ok(address) = BmcAddress::parse(&bmc.address) else {

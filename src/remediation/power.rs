@@ -320,8 +320,14 @@ impl Pass {
         remediation: &Remediation,
     ) -> std::result::Result<BmcRef, NoBmc> {
         let host = self.host(remediation);
+        // A Node subject's BMC is its own HostBmc's, never another naming the Node (one that
+        // appeared mid-cycle contests it, it does not replace it).
+        let mappings = match &self.subject {
+            super::subject::Subject::Node(mapping) => vec![mapping.clone()],
+            super::subject::Subject::Machine(_) => self.context.host_bmcs.state(),
+        };
         locate_bmc(
-            &self.context.host_bmcs.state(),
+            &mappings,
             &self.namespace,
             &self.name,
             remediation.spec.node_name.as_deref(),

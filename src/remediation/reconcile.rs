@@ -35,6 +35,8 @@ const MAX_STEPS_PER_PASS: usize = 16;
 impl Pass {
     /// Runs the pass.
     pub async fn run(self) -> Result<Action> {
+        // A refused request is told on itself, and is no trigger below.
+        self.tell_request_standing().await?;
         let existing = self.remediations_of_subject();
         let mut remediation = match existing.last() {
             Some(last)
@@ -277,6 +279,10 @@ impl Pass {
         };
         let may = match may {
             Ok(()) => self.self_fence_gate(remediation).await?,
+            held => held,
+        };
+        let may = match may {
+            Ok(()) => self.host_owner_gate(remediation).await?,
             held => held,
         };
         let basis = StartBasis {

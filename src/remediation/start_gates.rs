@@ -9,6 +9,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::ObjectRef;
 
+use super::admission::Verdict;
 use super::context::Placement;
 use super::gates::{
     Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, may_start,
@@ -17,7 +18,8 @@ use super::gates::{
 use super::observe::{machine_is_control_plane, node_view};
 use super::pass::Pass;
 use super::plan::NodeView;
-use super::subject::{machineless_subjects, node_is_control_plane, node_key, subject_key};
+use super::subject::{node_is_control_plane, node_key, subject_key};
+use super::trust::machineless_claims;
 use crate::api::Remediation;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::api::slim;
@@ -68,11 +70,20 @@ impl Pass {
         };
         // A Cluster API request counts as the annotation does: a health check found the
         // Machine unhealthy.
+        // Only requests baremend accepts count: a refused one (a tenant's, a widening one)
+        // must not make a storm that holds real remediation.
+        let policy = self.context.policy();
         let requested: std::collections::HashSet<(String, String)> = self
             .context
             .machine_requests
             .state()
             .iter()
+            .filter(|r| {
+                matches!(
+                    self.context.machine_request_verdict(r, &policy),
+                    Verdict::Accepted(_)
+                )
+            })
             .map(|r| (r.namespace().unwrap_or_default(), r.name_any()))
             .collect();
         let node_requested: std::collections::HashSet<String> = self
@@ -80,7 +91,13 @@ impl Pass {
             .node_requests
             .state()
             .iter()
-            .filter(|r| !super::requests::node_request(r).timed_out)
+            .filter(|r| {
+                !super::requests::node_request(r).timed_out
+                    && matches!(
+                        self.context.node_request_verdict(r, &policy),
+                        Verdict::Accepted(_)
+                    )
+            })
             .map(|r| super::requests::node_of_request(r))
             .collect();
         let mut machine_nodes = std::collections::HashSet::new();
@@ -107,7 +124,9 @@ impl Pass {
             }
         }
         let mappings = self.context.host_bmcs.state();
-        for node in machineless_subjects(&mappings, &machine_nodes).into_keys() {
+        let trusted = &self.policy.trust.host_bmc_namespaces;
+        let subjects = machineless_claims(&mappings, trusted, &machine_nodes).subjects;
+        for node in subjects.into_keys() {
             let cached = self.context.nodes.get(&ObjectRef::new(&node));
             let ready = cached.as_deref().map(|n| is_ready(Some(n)));
             health.machines += 1;

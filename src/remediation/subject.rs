@@ -6,8 +6,9 @@
 //! Expected flow: the Machine controller passes Machines; the controller of Machine-less
 //! Nodes passes the `HostBmc`s that name a Node and no Machine ([`machineless_node`]).
 //! Guarantees: a Node that has a Machine is never a subject of its own (its Machine's pass
-//! remediates it, also when a `HostBmc` names the Node); of several `HostBmc`s naming one
-//! Machine-less Node, one is its subject ([`first_claim`]), so it is remediated once.
+//! remediates it, also when a `HostBmc` names the Node); which `HostBmc` is a Machine-less
+//! Node's subject is for `machineless_claims` in `trust.rs` to say (one trusted claim, never
+//! two).
 //! Caveats: a Node subject has no Machine to mark, delete or read annotations from: those
 //! steps are skipped, and its Events go to the Node.
 
@@ -173,26 +174,6 @@ pub fn machine_nodes(machines: &[Arc<slim::Machine>]) -> HashSet<String> {
         .collect()
 }
 
-/// The Nodes that are subjects of their own — named by a `HostBmc` naming no Machine, and
-/// not the Node of any Machine (`machine_nodes`) — each with the `HostBmc` that is its
-/// subject ([`first_claim`]'s choice), in one pass over the mappings. Pure.
-pub fn machineless_subjects<'a>(
-    mappings: &'a [Arc<HostBmc>],
-    machine_nodes: &HashSet<String>,
-) -> BTreeMap<String, &'a Arc<HostBmc>> {
-    let mut subjects: BTreeMap<String, &'a Arc<HostBmc>> = BTreeMap::new();
-    for mapping in mappings {
-        let Some(node) = machineless_node(mapping).filter(|n| !machine_nodes.contains(*n)) else {
-            continue;
-        };
-        let first = subjects.entry(node.to_string()).or_insert(mapping);
-        if claim_order(mapping) < claim_order(first) {
-            *first = mapping;
-        }
-    }
-    subjects
-}
-
 /// The key the start gates count a remediation's subject by: its Machine's name, or
 /// `Node/<name>` for a Node without a Machine (a Machine and a Node may share a name).
 pub fn subject_key(spec: &crate::api::RemediationSpec) -> String {
@@ -207,28 +188,6 @@ pub fn node_key(node: &str) -> String {
     format!("Node/{node}")
 }
 
-/// Of the `HostBmc`s naming Machine-less Node `node`, the one that is its subject: the oldest
-/// (then by namespace and name), so that a second mapping added by mistake remediates nothing
-/// twice. Pure.
-pub fn first_claim<'a>(mappings: &'a [Arc<HostBmc>], node: &str) -> Option<&'a Arc<HostBmc>> {
-    mappings
-        .iter()
-        .filter(|m| machineless_node(m) == Some(node))
-        .min_by_key(|m| claim_order(m))
-}
-
-/// The order in which mappings of one Node claim it: the oldest first, then by namespace and
-/// name.
-fn claim_order(
-    mapping: &HostBmc,
-) -> (Option<k8s_openapi::jiff::Timestamp>, Option<String>, String) {
-    (
-        mapping.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        mapping.namespace(),
-        mapping.name_any(),
-    )
-}
-
 /// A reference to Node `name` (`uid` when known), for its Events.
 pub fn node_reference(name: &str, uid: Option<String>) -> ObjectReference {
     ObjectReference {
@@ -241,12 +200,13 @@ pub fn node_reference(name: &str, uid: Option<String>) -> ObjectReference {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::api::HostBmcSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn mapping(
+    /// A `HostBmc` `namespace/name` naming `machine` and `node`, created at second `at`.
+    pub(in crate::remediation) fn mapping(
         namespace: &str,
         name: &str,
         machine: Option<&str>,
@@ -290,48 +250,6 @@ mod tests {
             machineless_node(&mapping("a", "m", None, Some(""), 0)),
             None
         );
-    }
-
-    #[test]
-    fn of_two_mappings_of_one_node_the_oldest_is_its_subject_whatever_the_order() {
-        let all = vec![
-            mapping("b", "second", None, Some("n1"), 20),
-            mapping("a", "machine", Some("w"), Some("n1"), 1),
-            mapping("c", "first", None, Some("n1"), 10),
-            mapping("a", "other", None, Some("n2"), 5),
-        ];
-        let first = first_claim(&all, "n1").map(|m| m.name_any());
-        assert_eq!(first.as_deref(), Some("first"));
-        let mut reversed = all.clone();
-        reversed.reverse();
-        assert_eq!(first_claim(&reversed, "n1").map(|m| m.name_any()), first);
-        assert!(first_claim(&all, "n3").is_none());
-    }
-
-    #[test]
-    fn each_node_without_a_machine_is_the_subject_of_its_first_claim_in_one_pass() {
-        let all = vec![
-            mapping("b", "second", None, Some("n1"), 20),
-            mapping("c", "first", None, Some("n1"), 10),
-            mapping("a", "other", None, Some("n2"), 5),
-            mapping("a", "of-a-machine-node", None, Some("m0"), 1),
-            mapping("a", "names-a-machine", Some("w"), Some("n3"), 1),
-        ];
-        let machine_nodes = HashSet::from(["m0".to_string()]);
-        let subjects: Vec<(String, String)> = machineless_subjects(&all, &machine_nodes)
-            .into_iter()
-            .map(|(node, m)| (node, m.name_any()))
-            .collect();
-        assert_eq!(
-            subjects,
-            [("n1".into(), "first".into()), ("n2".into(), "other".into())]
-        );
-        for (node, name) in &subjects {
-            assert_eq!(
-                first_claim(&all, node).map(|m| m.name_any()).as_ref(),
-                Some(name)
-            );
-        }
     }
 
     #[test]

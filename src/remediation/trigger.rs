@@ -12,17 +12,22 @@
 //! remediation ended; a Machine asked for in several ways is remediated once (they are one
 //! trigger of the one Machine); the recorded request disappearing, being made again, or being
 //! timed out by a NodeHealthCheck before the proof cancels, after it the cycle completes, as
-//! for the annotation. Caveats: a request's policy overrides are read from the request while
+//! for the annotation; a request baremend refuses (`admission.rs`: an untrusted namespace, a
+//! false owner, a spec wider than the policy) is no trigger at all. Caveats: a request's policy overrides are read from the request while
 //! it exists: a cycle completing after the health check deleted it completes under the
 //! policy's own values.
+
+use std::sync::Arc;
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 
+use super::admission::Verdict;
 use super::pass::Pass;
 use super::requests::{
     RequestView, machine_request, node_of_request, node_request, request_status,
 };
+use super::trust::narrow;
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{
     MachineRemediation, NodeRemediation, Remediation, RemediationPolicySpec, TriggerKind,
@@ -99,32 +104,59 @@ impl Pass {
         self.cached_requests().into_iter().next()
     }
 
-    /// The Machine's requests in the cache, not being deleted, the one to record first: its
-    /// `MachineRemediation`, then the `NodeRemediation`s named after its Node (those not
-    /// timed out first).
+    /// The Machine's requests in the cache, not being deleted, that baremend accepts (see
+    /// `admission.rs`; a refused one is no trigger and changes nothing), the one to record
+    /// first: its `MachineRemediation`, then the `NodeRemediation`s named after its Node
+    /// (those not timed out first).
     fn cached_requests(&self) -> Vec<RequestView> {
-        // A Node subject has no Machine a MachineRemediation could be named after.
+        let policy = self.context.policy();
         let machine = self
-            .subject
-            .machine()
-            .and_then(|_| {
-                self.context
-                    .machine_requests
-                    .get(&ObjectRef::new(&self.name).within(&self.namespace))
+            .machine_request_of_subject()
+            .filter(|r| {
+                matches!(
+                    self.context.machine_request_verdict(r, &policy),
+                    Verdict::Accepted(_)
+                )
             })
-            .filter(|r| r.metadata.deletion_timestamp.is_none())
             .map(|r| machine_request(&r));
-        let node = self.subject_node();
         let mut requests: Vec<RequestView> = self
-            .context
-            .node_requests
-            .state()
-            .iter()
-            .filter(|r| Some(node_of_request(r)) == node && r.metadata.deletion_timestamp.is_none())
-            .map(|r| node_request(r))
+            .node_requests_of_subject()
+            .into_iter()
+            .filter(|r| {
+                matches!(
+                    self.context.node_request_verdict(r, &policy),
+                    Verdict::Accepted(_)
+                )
+            })
+            .map(|r| node_request(&r))
             .collect();
         requests.sort_by(|a, b| (a.timed_out, &a.namespace).cmp(&(b.timed_out, &b.namespace)));
         machine.into_iter().chain(requests).collect()
+    }
+
+    /// The `MachineRemediation` of the subject's name in its namespace, in the cache, not
+    /// being deleted, whatever baremend makes of it (a Node subject has no Machine one could
+    /// be named after).
+    pub(super) fn machine_request_of_subject(&self) -> Option<Arc<MachineRemediation>> {
+        self.subject.machine()?;
+        self.context
+            .machine_requests
+            .get(&ObjectRef::new(&self.name).within(&self.namespace))
+            .filter(|r| r.metadata.deletion_timestamp.is_none())
+    }
+
+    /// The `NodeRemediation`s naming the subject's Node, in the cache, not being deleted,
+    /// whatever baremend makes of them.
+    pub(super) fn node_requests_of_subject(&self) -> Vec<Arc<NodeRemediation>> {
+        let Some(node) = self.subject_node() else {
+            return Vec::new();
+        };
+        self.context
+            .node_requests
+            .state()
+            .into_iter()
+            .filter(|r| node_of_request(r) == node && r.metadata.deletion_timestamp.is_none())
+            .collect()
     }
 
     /// The trigger the Machine carries in the cache.
@@ -195,9 +227,19 @@ impl Pass {
             .get_opt(&cached.name)
             .await
             .map_err(Error::kube("GetNodeRemediation"))?;
-        Ok(node
-            .filter(|r| r.metadata.deletion_timestamp.is_none())
-            .is_some_and(|r| !node_request(&r).timed_out && r.metadata.uid == cached.uid))
+        let Some(fresh) = node.filter(|r| {
+            r.metadata.deletion_timestamp.is_none()
+                && !node_request(r).timed_out
+                && r.metadata.uid == cached.uid
+        }) else {
+            return Ok(false);
+        };
+        // Its standing, on NodeHealthChecks read now (the one it claims may be gone).
+        self.context.refresh_health_checks().await?;
+        let verdict = self
+            .context
+            .node_request_verdict(&fresh, &self.context.policy());
+        Ok(matches!(verdict, Verdict::Accepted(_)))
     }
 
     /// The policy in force for this Machine: the policy, narrowed by its request's spec.
@@ -205,8 +247,9 @@ impl Pass {
         &self,
         policy: RemediationPolicySpec,
     ) -> RemediationPolicySpec {
+        // The request was accepted (see `cached_requests`): its spec narrows the policy.
         match self.cached_request().filter(|r| !r.timed_out) {
-            Some(request) => request.overrides.apply(policy),
+            Some(request) => narrow(&policy, &request.overrides).unwrap_or(policy),
             None => policy,
         }
     }

@@ -648,15 +648,26 @@ pub async fn metric(lab: &Lab, line: &str) {
 
 /// Waits until a Warning Event with `reason` on the object `kind`/`name` of the Machines'
 /// namespace says `says`; fails after 10 s.
-pub async fn warning_on(lab: &Lab, (kind, name): (&str, &str), reason: &str, says: &str) {
+pub async fn warning_on(lab: &Lab, object: (&str, &str), reason: &str, says: &str) {
+    warning_in(lab, MACHINE_NAMESPACE, object, reason, says).await;
+}
+
+/// Waits until a Warning Event with `reason` on the object `kind`/`name` of `namespace` says
+/// `says`; fails after 10 s.
+pub async fn warning_in(
+    lab: &Lab,
+    namespace: &str,
+    (kind, name): (&str, &str),
+    reason: &str,
+    says: &str,
+) {
     eventually(
-        &format!("a {reason} Warning on {kind} {name} saying {says:?}"),
+        &format!("a {reason} Warning on {kind} {namespace}/{name} saying {says:?}"),
         Duration::from_secs(10),
         async || {
-            let events = lab.api.list(
-                baremend_sim::cluster::local::EVENTS,
-                Some(MACHINE_NAMESPACE),
-            );
+            let events = lab
+                .api
+                .list(baremend_sim::cluster::local::EVENTS, Some(namespace));
             events
                 .iter()
                 .any(|e| {

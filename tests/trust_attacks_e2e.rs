@@ -1,0 +1,605 @@
+//! The trust boundaries under attack (docs/contracts.md, "Trust"): each attack is made by a
+//! tenant — a ServiceAccount the simulated API server's RBAC limits to namespace `tenant-a` —
+//! or, for the Node annotation, by what a Node's kubelet may write. Each must change nothing
+//! (no power request on any host, no Node touched) and leave the documented condition and
+//! Warning Event where its author looks.
+
+use std::time::Duration;
+
+use baremend::api::slim::MachineApi;
+use baremend::api::{
+    DriftPhase, HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase,
+};
+use baremend::remediation::controller::ControllerOptions;
+use baremend_sim::cluster::local::{
+    CAPI_MACHINES, Gvr, MACHINE_REMEDIATION_TEMPLATES, MACHINES, METAL3_MACHINES, NAMESPACES, NODES,
+};
+use baremend_sim::cluster::nhc::NODE_REMEDIATIONS;
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+mod common;
+
+use common::eventually;
+use common::lab::{Lab, REMEDIATIONS, fast, metric, warning_in};
+
+/// The tenant's namespace.
+const TENANT: &str = "tenant-a";
+/// The tenant's ServiceAccount there.
+const TENANT_ACCOUNT: &str = "tenant";
+
+fn rbac(plural: &'static str) -> Gvr {
+    Gvr {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural,
+    }
+}
+
+const SERVICE_ACCOUNTS: Gvr = Gvr {
+    group: "",
+    version: "v1",
+    plural: "serviceaccounts",
+};
+
+/// Makes namespace `tenant-a` and its tenant: a ServiceAccount with every right on baremend's
+/// kinds, Secrets, Cluster API Machines and Metal3Machines there, and none anywhere else.
+/// Returns a client with that identity.
+async fn tenant(lab: &Lab) -> Client {
+    lab.api
+        .create(NAMESPACES, "", json!({"metadata": {"name": TENANT}}))
+        .unwrap();
+    lab.api
+        .create(
+            SERVICE_ACCOUNTS,
+            TENANT,
+            json!({"metadata": {"name": TENANT_ACCOUNT}}),
+        )
+        .unwrap();
+    let everything = |groups: &[&str], resources: &[&str]| json!({"apiGroups": groups, "resources": resources, "verbs": ["*"]});
+    lab.api
+        .create(
+            rbac("roles"),
+            TENANT,
+            json!({
+                "metadata": {"name": TENANT_ACCOUNT},
+                "rules": [
+                    everything(&["baremend.io"], &["*"]),
+                    everything(&[""], &["secrets"]),
+                    everything(&["cluster.x-k8s.io"], &["machines", "machines/status"]),
+                    everything(&["infrastructure.cluster.x-k8s.io"], &["metal3machines"]),
+                ],
+            }),
+        )
+        .unwrap();
+    lab.api
+        .create(
+            rbac("rolebindings"),
+            TENANT,
+            json!({
+                "metadata": {"name": TENANT_ACCOUNT},
+                "subjects": [{"kind": "ServiceAccount", "name": TENANT_ACCOUNT, "namespace": TENANT}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TENANT_ACCOUNT},
+            }),
+        )
+        .unwrap();
+    lab.account_client(TENANT, TENANT_ACCOUNT).await.unwrap()
+}
+
+/// Creates `object` (JSON, with its kind) as the tenant, in `tenant-a`.
+async fn create_as<K>(tenant: &Client, object: Value) -> K
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(object).unwrap();
+    Api::<K>::namespaced(tenant.clone(), TENANT)
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("the tenant creates {}: {e}", object.name_any()))
+}
+
+/// Asserts the API server refuses the tenant outside its namespace with 403.
+fn forbidden<T: std::fmt::Debug>(result: kube::Result<T>, what: &str) {
+    match result {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    }
+}
+
+/// The object's `Accepted` condition once it reads False with `reason`; fails after 20 s.
+async fn refused(lab: &Lab, gvr: Gvr, namespace: &str, name: &str, reason: &str) -> Value {
+    eventually(
+        &format!("{namespace}/{name} Accepted=False {reason}"),
+        Duration::from_secs(20),
+        async || {
+            let object = lab.api.get(gvr, namespace, name).map_err(|e| e.message)?;
+            let conditions = object["status"]["conditions"].as_array().cloned();
+            conditions
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| {
+                    c["type"] == "Accepted" && c["status"] == "False" && c["reason"] == reason
+                })
+                .ok_or(format!("{:#}", object["status"]))
+        },
+    )
+    .await
+}
+
+/// Nothing happened to `nodes`: no power change on their hosts, the Nodes there and
+/// schedulable, and no Remediation of theirs in `namespaces`.
+fn untouched(lab: &Lab, nodes: &[&str], namespaces: &[&str]) {
+    for node in nodes {
+        assert!(lab.power_history(node).is_empty(), "{node} was powered");
+        let object = lab
+            .api
+            .get(NODES, "", node)
+            .unwrap_or_else(|_| panic!("{node} is gone"));
+        assert_ne!(object["spec"]["unschedulable"], true, "{node} cordoned");
+        let taints = object["spec"]["taints"].to_string();
+        assert!(!taints.contains("out-of-service"), "{node}: {taints}");
+        for namespace in namespaces {
+            let remediations = lab.api.list(REMEDIATIONS, Some(namespace));
+            let theirs: Vec<&Value> = remediations
+                .iter()
+                .filter(|r| r["spec"]["nodeName"] == *node)
+                .collect();
+            assert!(theirs.is_empty(), "{node}: {theirs:#?}");
+        }
+    }
+}
+
+fn fast_policy(extra: Value) -> Value {
+    let mut policy = json!({
+        "timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1},
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        policy[key] = value.clone();
+    }
+    policy
+}
+
+fn node_request(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "baremend.io/v1alpha1",
+        "kind": "NodeRemediation",
+        "metadata": {"name": name, "namespace": TENANT},
+        "spec": spec,
+    })
+}
+
+/// Before: `remediation/trigger.rs` matched a `NodeRemediation` named after a Node in every
+/// namespace, so the tenant's requests started remediations of healthy hosts (power-off
+/// requested within seconds) and counted in the storm gate, holding a real one back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_node_remediations_for_healthy_nodes_are_refused_and_hold_nothing_back() {
+    // Six machines and a 40 % storm gate: three refused requests counted beside one real
+    // failure would hold it (4 of 6).
+    let policy = fast_policy(json!({"storm": {"maxUnhealthyPercent": 40}}));
+    let mut lab = Lab::builder(fast()).policy(policy).start().await;
+    let tenant = tenant(&lab).await;
+    lab.start_controller(lab.options());
+    // The tenant cannot write where the cluster's health checks put their requests.
+    let elsewhere: Api<NodeRemediation> = Api::namespaced(tenant.clone(), MACHINE_NAMESPACE);
+    let request: NodeRemediation =
+        serde_json::from_value(node_request("worker-1", json!({}))).unwrap();
+    forbidden(
+        elsewhere.create(&PostParams::default(), &request).await,
+        "a NodeRemediation outside tenant-a",
+    );
+    let healthy = ["worker-1", "worker-2", "master-0"];
+    for node in healthy {
+        create_as::<NodeRemediation>(&tenant, node_request(node, json!({}))).await;
+    }
+    for node in healthy {
+        let condition = refused(&lab, NODE_REMEDIATIONS, TENANT, node, "NamespaceNotTrusted").await;
+        assert!(
+            condition["message"].as_str().unwrap().contains("tenant-a"),
+            "{condition}"
+        );
+        warning_in(
+            &lab,
+            TENANT,
+            ("NodeRemediation", node),
+            "NamespaceNotTrusted",
+            "nothing is done for it",
+        )
+        .await;
+    }
+    metric(
+        &lab,
+        "baremend_requests_refused_total{kind=\"NodeRemediation\",reason=\"NamespaceNotTrusted\"} 3",
+    )
+    .await;
+    // A real failure is remediated: the refused requests make no storm.
+    lab.cluster.hang("worker-0");
+    eventually(
+        "worker-0-1 requested the power-off",
+        Duration::from_secs(40),
+        async || {
+            let steps = lab
+                .remediation("worker-0-1")
+                .map(|r| common::lab::steps(&r))
+                .unwrap_or_default();
+            steps.iter().any(|s| s == "PowerOffRequested")
+        },
+    )
+    .await;
+    untouched(&lab, &healthy, &[MACHINE_NAMESPACE, TENANT]);
+    // Told once each: a condition already saying so is not written again, nor counted.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    metric(
+        &lab,
+        "baremend_requests_refused_total{kind=\"NodeRemediation\",reason=\"NamespaceNotTrusted\"} 3",
+    )
+    .await;
+    lab.stop().await;
+}
+
+/// Before: a request's spec replaced the policy's fields (`PolicyOverrides::apply`), so a
+/// request could add a strategy the policy left out (DirectBmc behind the BareMetal Operator's
+/// back) and stretch every deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_widening_the_policy_is_refused_and_a_narrowing_one_is_honoured() {
+    // The policy trusts the tenant's namespace: only the spec can be wrong.
+    let policy = fast_policy(json!({
+        "strategies": ["BareMetalHostRebootApi"],
+        "trust": {"requestNamespaces": [TENANT]},
+    }));
+    let mut lab = Lab::builder(fast()).policy(policy).start().await;
+    let tenant = tenant(&lab).await;
+    lab.start_controller(lab.options());
+    let wider = json!({"strategies": ["DirectBmc"], "powerOffSeconds": 3600, "maxAttempts": 10});
+    create_as::<NodeRemediation>(&tenant, node_request("worker-1", wider)).await;
+    let condition = refused(&lab, NODE_REMEDIATIONS, TENANT, "worker-1", "WidensPolicy").await;
+    let message = condition["message"].as_str().unwrap();
+    assert!(
+        message.contains("strategies") && message.contains("BareMetalHostRebootApi"),
+        "{message}"
+    );
+    warning_in(
+        &lab,
+        TENANT,
+        ("NodeRemediation", "worker-1"),
+        "WidensPolicy",
+        "may only narrow",
+    )
+    .await;
+    metric(
+        &lab,
+        "baremend_requests_refused_total{kind=\"NodeRemediation\",reason=\"WidensPolicy\"} 1",
+    )
+    .await;
+    // The other node release is wider too unless the policy lets requests choose it.
+    create_as::<NodeRemediation>(
+        &tenant,
+        node_request("worker-2", json!({"nodeRelease": "OutOfService"})),
+    )
+    .await;
+    refused(&lab, NODE_REMEDIATIONS, TENANT, "worker-2", "WidensPolicy").await;
+    // A narrowing request from the same namespace is honoured, under the narrowed policy:
+    // what refused the others was their spec, nothing else.
+    create_as::<NodeRemediation>(
+        &tenant,
+        node_request("master-0", json!({"powerOffSeconds": 5, "maxAttempts": 1})),
+    )
+    .await;
+    let started = eventually(
+        "master-0-1 started for the narrowing request",
+        Duration::from_secs(20),
+        async || lab.remediation("master-0-1").ok_or("not yet"),
+    )
+    .await;
+    let trigger = started.spec.trigger.unwrap();
+    assert_eq!(trigger.namespace.as_deref(), Some(TENANT));
+    untouched(
+        &lab,
+        &["worker-1", "worker-2"],
+        &[MACHINE_NAMESPACE, TENANT],
+    );
+    lab.stop().await;
+}
+
+/// Before: any `HostBmc` naming a Machine-less Node could be its subject (`first_claim`, the
+/// oldest won), so a tenant's mapping with the tenant's own BMC endpoint could "prove" a
+/// running host off; and of two mappings of one Node the oldest silently won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_host_bmc_is_refused_and_two_trusted_ones_of_a_node_are_both_unused() {
+    let spec = ClusterSpec {
+        platform_none: true,
+        node_health_check: true,
+        ..fast()
+    };
+    let mut lab = Lab::builder(spec)
+        .policy(fast_policy(json!({})))
+        .start()
+        .await;
+    lab.baremend_node_template();
+    let tenant = tenant(&lab).await;
+    lab.start_controller(lab.options());
+    // The tenant's BMC endpoint and credentials, and its mapping of worker-0 to them.
+    create_as::<k8s_openapi::api::core::v1::Secret>(
+        &tenant,
+        json!({"metadata": {"name": "my-bmc"}, "stringData": {"username": "me", "password": "mine"}}),
+    )
+    .await;
+    create_as::<HostBmc>(
+        &tenant,
+        json!({
+            "apiVersion": "baremend.io/v1alpha1",
+            "kind": "HostBmc",
+            "metadata": {"name": "worker-0"},
+            "spec": {"nodeName": "worker-0", "address": "redfish+http://127.0.0.1:9/redfish/v1/Systems/1", "credentialsName": "my-bmc"},
+        }),
+    )
+    .await;
+    create_as::<NodeRemediation>(&tenant, node_request("worker-0", json!({}))).await;
+    let host_bmcs = baremend_sim::cluster::local::HOST_BMCS;
+    refused(&lab, host_bmcs, TENANT, "worker-0", "NamespaceNotTrusted").await;
+    warning_in(
+        &lab,
+        TENANT,
+        ("HostBmc", "worker-0"),
+        "NamespaceNotTrusted",
+        "not used for its Node",
+    )
+    .await;
+    // The request is told too, by the pass of the Node's real mapping.
+    refused(
+        &lab,
+        NODE_REMEDIATIONS,
+        TENANT,
+        "worker-0",
+        "NamespaceNotTrusted",
+    )
+    .await;
+    metric(
+        &lab,
+        "baremend_host_bmcs_refused{kind=\"HostBmc\",reason=\"NamespaceNotTrusted\"} 1",
+    )
+    .await;
+    // An untrusted claim contests nothing: the Node's real mapping stays its subject.
+    metric(
+        &lab,
+        "baremend_host_bmcs_refused{kind=\"HostBmc\",reason=\"ContestedNode\"} 0",
+    )
+    .await;
+    // Two trusted mappings of worker-1 (an administrator's mistake): neither is used.
+    let duplicate = lab
+        .api
+        .get(host_bmcs, MACHINE_NAMESPACE, "worker-1")
+        .unwrap();
+    let mut second =
+        json!({"metadata": {"name": "worker-1-again"}, "spec": duplicate["spec"].clone()});
+    second["apiVersion"] = duplicate["apiVersion"].clone();
+    second["kind"] = duplicate["kind"].clone();
+    lab.api.create(host_bmcs, "baremend", second).unwrap();
+    for (namespace, name) in [
+        (MACHINE_NAMESPACE, "worker-1"),
+        ("baremend", "worker-1-again"),
+    ] {
+        let condition = refused(&lab, host_bmcs, namespace, name, "ContestedNode").await;
+        assert!(
+            condition["message"]
+                .as_str()
+                .unwrap()
+                .contains("baremend/worker-1-again, openshift-machine-api/worker-1"),
+            "{condition}"
+        );
+        warning_in(
+            &lab,
+            namespace,
+            ("HostBmc", name),
+            "ContestedNode",
+            "none is used",
+        )
+        .await;
+    }
+    metric(
+        &lab,
+        "baremend_host_bmcs_refused{kind=\"HostBmc\",reason=\"ContestedNode\"} 2",
+    )
+    .await;
+    // worker-1 hangs and its NodeHealthCheck asks for it: nothing is done with either mapping.
+    lab.cluster.hang("worker-1");
+    lab.node_request_where("worker-1", "the NodeHealthCheck's request", |_| true)
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    untouched(
+        &lab,
+        &["worker-0", "worker-1"],
+        &[MACHINE_NAMESPACE, TENANT, "baremend"],
+    );
+    lab.stop().await;
+}
+
+/// Before: the Metal3Machine was read in the namespace `spec.infrastructureRef` names, the
+/// host in the namespace its annotation names, and the host's `spec.consumerRef` was never
+/// checked: a tenant's Machine could have another namespace's host powered off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metal3_machine_naming_another_namespaces_host_is_held_before_any_power_request() {
+    let spec = ClusterSpec {
+        cluster_api: true,
+        ..fast()
+    };
+    let mut lab = Lab::builder(spec)
+        .policy(fast_policy(json!({"maxConcurrent": 3})))
+        .start()
+        .await;
+    lab.api
+        .create(
+            MACHINE_REMEDIATION_TEMPLATES,
+            MACHINE_NAMESPACE,
+            json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+        )
+        .unwrap();
+    let tenant = tenant(&lab).await;
+    lab.start_controller(ControllerOptions {
+        machine_api: MachineApi::ClusterApi,
+        ..lab.options()
+    });
+    let dynamic = |gvr: Gvr, kind: &str| {
+        let resource = kube::api::ApiResource {
+            group: gvr.group.into(),
+            version: gvr.version.into(),
+            api_version: format!("{}/{}", gvr.group, gvr.version),
+            kind: kind.into(),
+            plural: gvr.plural.into(),
+        };
+        Api::<DynamicObject>::namespaced_with(tenant.clone(), TENANT, &resource)
+    };
+    let metal3 = dynamic(METAL3_MACHINES, "Metal3Machine");
+    let machines = dynamic(CAPI_MACHINES, "Machine");
+    // evil-a: its own Metal3Machine names worker-1's host in the Machines' namespace.
+    // evil-b: its infrastructureRef names worker-2's Metal3Machine there directly.
+    let m3: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "kind": "Metal3Machine",
+        "metadata": {"name": "evil-a", "annotations": {"metal3.io/BareMetalHost": format!("{MACHINE_NAMESPACE}/worker-1")}},
+        "spec": {},
+    }))
+    .unwrap();
+    metal3.create(&PostParams::default(), &m3).await.unwrap();
+    for (name, node, reference) in [
+        (
+            "evil-a",
+            "worker-1",
+            json!({"kind": "Metal3Machine", "name": "evil-a"}),
+        ),
+        (
+            "evil-b",
+            "worker-2",
+            json!({"kind": "Metal3Machine", "name": "worker-2", "namespace": MACHINE_NAMESPACE}),
+        ),
+    ] {
+        let mut reference = reference;
+        reference["apiVersion"] = json!("infrastructure.cluster.x-k8s.io/v1beta1");
+        let machine: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1",
+            "kind": "Machine",
+            "metadata": {"name": name},
+            "spec": {"clusterName": "sim", "bootstrap": {"dataSecretName": "x"}, "infrastructureRef": reference},
+        }))
+        .unwrap();
+        machines
+            .create(&PostParams::default(), &machine)
+            .await
+            .unwrap();
+        let status = json!({"status": {"phase": "Running", "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": node}}});
+        machines
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        create_as::<MachineRemediation>(
+            &tenant,
+            json!({"apiVersion": "baremend.io/v1alpha1", "kind": "MachineRemediation", "metadata": {"name": name}, "spec": {}}),
+        )
+        .await;
+    }
+    for (name, says) in [
+        (
+            "evil-a",
+            "BareMetalHost openshift-machine-api/worker-1 is not in the Machine's namespace tenant-a",
+        ),
+        ("evil-b", "outside the Machine's namespace tenant-a"),
+    ] {
+        let remediation = eventually(
+            &format!("{name}-1 held HostNotOwned"),
+            Duration::from_secs(20),
+            async || {
+                let object = lab
+                    .api
+                    .get(REMEDIATIONS, TENANT, &format!("{name}-1"))
+                    .map_err(|e| e.message)?;
+                let remediation: Remediation = serde_json::from_value(object).unwrap();
+                let status = remediation.status.clone().unwrap_or_default();
+                let held = status.conditions.iter().any(|c| {
+                    c.type_ == "Held"
+                        && c.status == "True"
+                        && c.reason == "HostNotOwned"
+                        && c.message.contains(says)
+                });
+                if held {
+                    Ok(remediation)
+                } else {
+                    Err(format!("{status:#?}"))
+                }
+            },
+        )
+        .await;
+        assert_eq!(remediation.status.unwrap().phase, RemediationPhase::Pending);
+    }
+    metric(&lab, "baremend_remediations_held{gate=\"HostNotOwned\"} 2").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    untouched(&lab, &["worker-1", "worker-2"], &[MACHINE_NAMESPACE]);
+    let bmh = lab
+        .api
+        .get(
+            baremend_sim::cluster::local::BMHS,
+            MACHINE_NAMESPACE,
+            "worker-1",
+        )
+        .unwrap();
+    let annotations = bmh["metadata"]["annotations"].to_string();
+    assert!(!annotations.contains("reboot.metal3.io"), "{annotations}");
+    lab.stop().await;
+}
+
+/// Before: the drift coordinator escalated to the Machine the Node's
+/// `machine.openshift.io/machine` annotation named — which the Node's kubelet may write — so a
+/// node could hand another Machine's host to the machine remediation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_annotation_naming_another_machine_does_not_move_the_escalation() {
+    let mut lab =
+        common::drift::start(2, json!(1), json!({"timeouts": {"rebootSeconds": 2}})).await;
+    let tenant = tenant(&lab).await;
+    // A tenant cannot write a Node at all; a Node's own kubelet can write its annotations
+    // (NodeRestriction does not cover them): the store write below stands for it.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(tenant.clone());
+    let annotate = json!({"metadata": {"annotations": {"machine.openshift.io/machine": format!("{MACHINE_NAMESPACE}/worker-1")}}});
+    forbidden(
+        nodes
+            .patch(
+                "worker-0",
+                &PatchParams::default(),
+                &Patch::Merge(&annotate),
+            )
+            .await,
+        "the tenant annotating a Node",
+    );
+    lab.drift("worker-0");
+    lab.reach("worker-0-1", DriftPhase::Applying).await;
+    lab.api
+        .merge(NODES, "", "worker-0", &annotate, false)
+        .unwrap();
+    lab.cluster.break_host("worker-0");
+    lab.reach("worker-0-1", DriftPhase::Escalated).await;
+    let trigger = |machine: &str| {
+        lab.api.get(MACHINES, MACHINE_NAMESPACE, machine).unwrap()["metadata"]["annotations"]
+            .get(baremend::api::annotations::EXTERNAL_REMEDIATION)
+            .is_some()
+    };
+    // The hand-over follows the persisted phase: the Event says where it went.
+    eventually("the hand-over Event", Duration::from_secs(20), async || {
+        lab.events()
+            .contains("handed to the machine remediation (openshift-machine-api/worker-0)")
+    })
+    .await;
+    // The Machine whose status.nodeRef names worker-0 got the hand-over; worker-1 nothing.
+    assert!(trigger("worker-0"), "worker-0's Machine has no trigger");
+    assert!(!trigger("worker-1"), "worker-1's Machine was handed over");
+    let node = lab.api.get(NODES, "", "worker-0").unwrap();
+    assert_eq!(
+        node["metadata"]["annotations"]["machine.openshift.io/machine"],
+        format!("{MACHINE_NAMESPACE}/worker-1"),
+        "the kubelet's annotation stayed in place through the escalation"
+    );
+    untouched(&lab, &["worker-1"], &[MACHINE_NAMESPACE]);
+    lab.stop().await;
+}
