@@ -1,18 +1,20 @@
 //! The start of a remediation under load, end to end: one BMC that answers late holds only its
-//! own host's start, and every gate that holds a start is told in an Event of its own.
+//! own host's start, every gate that holds a start is told in an Event of its own, and another
+//! client's reboot-API key is named where it holds a start or keeps a host off.
 
 use std::time::{Duration, Instant};
 
+use baremend::api::{Remediation, RemediationPhase};
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::MACHINE_NAMESPACE;
-use baremend_sim::cluster::local::{EVENTS, MACHINES};
+use baremend_sim::cluster::local::{BMHS, EVENTS, MACHINES};
 use baremend_sim::host::{Faults, PowerAction};
 use serde_json::json;
 
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast, patch_policy};
+use common::lab::{Lab, fast, patch_policy, warning_on};
 
 /// How late the slow BMC answers every request.
 const SLOW_BMC: Duration = Duration::from_secs(20);
@@ -149,4 +151,93 @@ async fn a_start_held_by_one_gate_then_another_tells_each_in_its_own_event() {
     .await;
     assert_eq!(events.len(), 2, "one Event per gate: {events:?}");
     lab.stuck_power("worker-0", false);
+}
+
+/// The phase of a Remediation.
+fn phase(remediation: &Remediation) -> RemediationPhase {
+    remediation
+        .status
+        .as_ref()
+        .map(|s| s.phase)
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_reboot_key_holds_a_start_and_is_named_where_it_keeps_a_host_off() {
+    let policy = json!({
+        "maxConcurrent": 2,
+        "maxAttempts": 1,
+        "timeouts": {"powerOffSeconds": 60, "nodeReadySeconds": 6, "readyGraceSeconds": 1},
+    });
+    let mut lab = Lab::builder(fast()).policy(policy).start().await;
+    lab.start_controller(options(&lab));
+    let annotate = |host: &str, key: &str| {
+        lab.api
+            .merge(
+                BMHS,
+                MACHINE_NAMESPACE,
+                host,
+                &json!({"metadata": {"annotations": {key: "{\"mode\":\"hard\"}"}}}),
+                false,
+            )
+            .unwrap();
+    };
+    // Cluster API Provider Metal3's remediation has worker-0's host off
+    // (cluster-api-provider-metal3 `baremetal/metal3remediation_manager.go`: its key is
+    // `reboot.metal3.io/metal3-remediation-<uid>`); baremend's start waits, naming the key.
+    let capm3 = "reboot.metal3.io/metal3-remediation-5e0f1a2b";
+    annotate("worker-0", capm3);
+    lab.trigger("worker-0", true);
+    lab.held_with(
+        "worker-0-1",
+        &format!("carries {capm3} (Cluster API Provider Metal3's remediation)"),
+    )
+    .await;
+    // (The BareMetal Operator powered the host off for the other key; baremend asked nothing.)
+    let ours = |host: &str| {
+        let bmh = lab.api.get(BMHS, MACHINE_NAMESPACE, host).unwrap();
+        bmh["metadata"]["annotations"]
+            .get(format!(
+                "reboot.metal3.io/{}",
+                baremend::api::annotations::DEFAULT_REBOOT_KEY
+            ))
+            .is_some()
+    };
+    assert!(!ours("worker-0"));
+    // worker-1's remediation is powering its host on when an admin's key lands: the host
+    // stays off, and the condition, an Event and the failure name the key.
+    lab.cluster.slow_boot("worker-1", Duration::from_secs(3));
+    lab.cluster.hang("worker-1");
+    lab.trigger("worker-1", true);
+    lab.reach("worker-1-1", RemediationPhase::PoweringOn).await;
+    let admin = "reboot.metal3.io/admin-maintenance";
+    annotate("worker-1", admin);
+    warning_on(&lab, ("Machine", "worker-1"), "PowerOnBlocked", admin).await;
+    let failed = lab.reach("worker-1-1", RemediationPhase::Failed).await;
+    let status = failed.status.unwrap();
+    let blocked = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PowerOnBlocked")
+        .unwrap_or_else(|| panic!("{status:?}"));
+    assert_eq!(blocked.status, "True");
+    assert!(
+        blocked
+            .message
+            .contains(&format!("{admin} (not baremend's")),
+        "{blocked:?}"
+    );
+    let succeeded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Succeeded")
+        .unwrap();
+    assert_eq!(succeeded.reason, "NodeNeverReady");
+    let error = status.last_error.unwrap_or_default();
+    assert!(error.contains(admin), "{error}");
+    println!("NodeNeverReady, naming what kept the host off: {error}");
+    // worker-0 still waits for Cluster API Provider Metal3, and baremend asked nothing of it.
+    let held = lab.remediation("worker-0-1").unwrap();
+    assert_eq!(phase(&held), RemediationPhase::Pending);
+    assert!(!ours("worker-0"));
 }

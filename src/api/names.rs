@@ -147,6 +147,9 @@ stored_names! {
         /// On a NodeHealthCheck's request (the medik8s contract): the Node is deleted on the
         /// way, so the health check keeps the request while the Node is gone.
         PermanentNodeDeletionExpected,
+        /// At power-on, a reboot-API key that is not ours keeps the host off (message: the
+        /// key and who sets it).
+        PowerOnBlocked,
     }
 }
 

@@ -369,6 +369,13 @@ pub enum Foreign {
         /// The key (`reboot.metal3.io/<key>`).
         key: String,
     },
+    /// The BareMetalHost carries a reboot-API key that is not ours (Cluster API Provider
+    /// Metal3's remediation, an admin's own): the BareMetal Operator keeps the host off while
+    /// it is there, so our power-on could not bring it back.
+    RebootKey {
+        /// The key (`reboot.metal3.io/<key>`).
+        key: String,
+    },
     /// A remediation object of another project names the Machine or its Node.
     Object {
         /// Its kind.
@@ -390,8 +397,24 @@ impl std::fmt::Display for Foreign {
                 f,
                 "the BareMetalHost carries reboot.metal3.io/{key}, which no Remediation of ours requested"
             ),
+            Foreign::RebootKey { key } => write!(
+                f,
+                "the BareMetalHost carries reboot.metal3.io/{key} ({}), which keeps it powered off while it is there",
+                reboot_key_owner(key)
+            ),
             Foreign::Object { kind, name } => write!(f, "{} {name}", kind.kind()),
         }
+    }
+}
+
+/// Who sets a reboot-API key that is not ours, as far as its name tells.
+pub fn reboot_key_owner(key: &str) -> &'static str {
+    // cluster-api-provider-metal3 `baremetal/metal3remediation_manager.go`: its key is
+    // `metal3-remediation-<Metal3Remediation UID>`.
+    if key.starts_with("metal3-remediation-") {
+        "Cluster API Provider Metal3's remediation"
+    } else {
+        "not baremend's: another client or an admin"
     }
 }
 
@@ -456,13 +479,24 @@ fn names_target(object: &ForeignObject, target: &Target<'_>) -> bool {
     }
 }
 
+/// The reboot-API keys among `keys` that are neither ours (`ours`) nor the legacy actuator's
+/// (told apart as [`Foreign::LegacyActuator`]).
+pub fn other_reboot_keys<'a>(
+    ours: &'a str,
+    keys: &'a [String],
+) -> impl Iterator<Item = &'a String> {
+    keys.iter()
+        .filter(move |k| *k != ours && *k != crate::api::annotations::LEGACY_REBOOT_KEY)
+}
+
 /// The `ForeignRemediation` gate: no start on a Machine whose host another remediator is
 /// handling. Pure; the evidence is read fresh by the caller.
 ///
 /// Expected flow: the legacy actuator's in-flight marks first (its power-on deadline on the
 /// Machine; its Node backup together with its power-off request on the host; or that request
-/// alone when our key is another), then our reboot key asked by someone else, then the other projects' objects naming the Machine or
-/// its Node. The first found is named.
+/// alone when our key is another), then our reboot key asked by someone else, then any other
+/// reboot-API key on the host, then the other projects' objects naming the Machine or its
+/// Node. The first found is named.
 ///
 /// Guarantees: nothing is held for what we did ourselves (`ours_requested`); the legacy
 /// backup alone (the actuator stopped after saving the Node) holds nothing: baremend restores
@@ -498,6 +532,12 @@ pub fn foreign_remediation(target: &Target<'_>, evidence: &ForeignEvidence) -> R
         return hold(Foreign::RebootRequestByOthers {
             key: target.reboot_key.to_string(),
         });
+    }
+    // Any other key keeps the host off (the BareMetal Operator powers it on only once every
+    // `reboot.metal3.io/<key>` is gone): started now, the remediation could never bring the
+    // host back and would end `NodeNeverReady`.
+    if let Some(key) = other_reboot_keys(target.reboot_key, &evidence.reboot_keys).next() {
+        return hold(Foreign::RebootKey { key: key.clone() });
     }
     match evidence.objects.iter().find(|o| names_target(o, target)) {
         Some(object) => hold(Foreign::Object {
@@ -563,12 +603,61 @@ mod foreign_tests {
         );
         evidence.ours_requested = true;
         assert_eq!(held_by(&evidence), None);
-        // Another client's key is not ours to judge.
-        let other = ForeignEvidence {
-            reboot_keys: vec!["someone-else".into()],
+    }
+
+    #[test]
+    fn any_other_reboot_key_holds_the_start_and_is_named() {
+        // The BareMetal Operator keeps the host off while any `reboot.metal3.io/<key>` is
+        // there (baremetal-operator `internal/controller/metal3.io/baremetalhost_controller.go`,
+        // `hasRebootAnnotation`): our power-on could never bring it back.
+        for (key, owner) in [
+            (
+                "metal3-remediation-6f1c0d3e-uid",
+                "Cluster API Provider Metal3's remediation",
+            ),
+            ("admin-maintenance", "not baremend's"),
+        ] {
+            let evidence = ForeignEvidence {
+                reboot_keys: vec![key.into()],
+                ..Default::default()
+            };
+            let who = held_by(&evidence).unwrap();
+            assert_eq!(who, Foreign::RebootKey { key: key.into() });
+            let said = foreign_remediation(&TARGET, &evidence)
+                .unwrap_err()
+                .to_string();
+            assert!(said.contains(&format!("reboot.metal3.io/{key}")), "{said}");
+            assert!(said.contains(owner), "{said}");
+            assert!(said.contains("keeps it powered off"), "{said}");
+            // Ours beside it, asked by us, excuses only ours.
+            let beside_ours = ForeignEvidence {
+                reboot_keys: vec![TARGET.reboot_key.into(), key.into()],
+                ours_requested: true,
+                ..Default::default()
+            };
+            assert_eq!(held_by(&beside_ours), Some(who.clone()));
+            // Named before another project's object: the key is what keeps the host off.
+            let with_object = ForeignEvidence {
+                objects: vec![object(
+                    ForeignKind::Metal3Remediation,
+                    TARGET.namespace,
+                    TARGET.machine,
+                )],
+                ..evidence
+            };
+            assert_eq!(held_by(&with_object), Some(who));
+        }
+        // Our own key alone, asked by us: nothing foreign.
+        let ours = ForeignEvidence {
+            reboot_keys: vec![TARGET.reboot_key.into()],
+            ours_requested: true,
             ..Default::default()
         };
-        assert_eq!(held_by(&other), None);
+        assert_eq!(held_by(&ours), None);
+        assert_eq!(
+            other_reboot_keys("baremend", &["baremend".into(), "x".into()]).collect::<Vec<_>>(),
+            ["x"]
+        );
     }
 
     #[test]
