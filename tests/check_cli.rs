@@ -153,3 +153,40 @@ async fn check_probes_the_bmc_of_each_node_without_a_machine_through_its_host_bm
     let after = lab.cluster.redfish().service().stats();
     assert_eq!(after.resets, before.resets, "a check never asks for power");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_warns_when_a_nodehealthcheck_templates_power_cycles_outlast_its_lease() {
+    use baremend_sim::cluster::nhc::NODE_REMEDIATION_TEMPLATES;
+    let lab = Lab::builder(fast()).start().await;
+    for (name, spec) in [("fits", json!({})), ("patient", json!({"maxAttempts": 4}))] {
+        lab.api
+            .create(
+                NODE_REMEDIATION_TEMPLATES,
+                MACHINE_NAMESPACE,
+                json!({"metadata": {"name": name}, "spec": {"template": {"spec": spec}}}),
+            )
+            .unwrap();
+    }
+    let output = check(&lab, &["--machine", "worker-0"]).await;
+    let (stdout, stderr) = text(&output);
+    // One warning, for the template whose fourth power cycle would start past the lease;
+    // the defaults (two cycles) fit.
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning: "))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stdout}\n{stderr}");
+    assert!(
+        warnings[0].starts_with(
+            "warning: NodeRemediationTemplate openshift-machine-api/patient (RemediationPolicy default with its overrides): maxAttempts 4"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        warnings[0].contains("the last may start 3780 s after the request, past the 1800 s"),
+        "{stderr}"
+    );
+    assert!(warnings[0].contains("use maxAttempts 2"), "{stderr}");
+    // A warning, not a failure: the line about the Machine is there as always.
+    line(&stdout, "worker-0");
+}

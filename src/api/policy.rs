@@ -255,8 +255,10 @@ fn default_strategies() -> Vec<FenceStrategyName> {
 fn default_reboot_key() -> String {
     DEFAULT_REBOOT_KEY.to_string()
 }
+/// Two: with the default timeouts the second power cycle starts inside a NodeHealthCheck's
+/// single-template lease (see `remediation::lease_budget`); a third would be cut off.
 fn default_max_attempts() -> u32 {
-    3
+    2
 }
 fn default_power_off_seconds() -> u32 {
     180
