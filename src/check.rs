@@ -18,13 +18,17 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use crate::api::slim::{self, MachineApi};
-use crate::api::{HostBmc, Remediation, RemediationPolicy, RemediationPolicySpec};
+use crate::api::{
+    HostBmc, NodeRemediationTemplate, Remediation, RemediationPolicy, RemediationPolicySpec,
+};
 use crate::duration::parse_duration;
 use crate::remediation::capi::hosts_of_machines;
 use crate::remediation::fencing_check::{CHECKS_AT_ONCE, Fleet, Probes, check, describe, targets};
+use crate::remediation::lease_budget::nhc_lease_warning;
 use crate::remediation::node_health_checks::{Disabled, list_disabled};
 use crate::remediation::observe::HostRef;
 use crate::remediation::subject::machineless_node;
+use crate::remediation::trust::narrow;
 use crate::run::ClusterArgs;
 use crate::runtime::informer::POLICY_NAME;
 use crate::{Error, Result};
@@ -58,6 +62,8 @@ struct Listed {
     host_bmcs: Vec<Arc<HostBmc>>,
     remediations: Vec<Arc<Remediation>>,
     policy: RemediationPolicySpec,
+    /// The NodeHealthCheck templates (a NodeHealthCheck names them).
+    node_templates: Vec<Arc<NodeRemediationTemplate>>,
     /// The labels of every Node, when a `HostBmc` names a Node without a Machine (its role
     /// says whether it is control plane).
     node_labels: HashMap<String, BTreeMap<String, String>>,
@@ -179,6 +185,17 @@ async fn list(client: &Client, machine_api: MachineApi) -> Result<Listed> {
         host_bmcs,
         node_labels,
         remediations: list_all(client, "List Remediations").await?,
+        // Only for a warning: a cluster or an account that cannot list them still gets its
+        // fencing check.
+        node_templates: match list_all(client, "List NodeRemediationTemplates").await {
+            Ok(templates) => templates,
+            Err(error) => {
+                eprintln!(
+                    "warning: NodeHealthCheck's lease not checked: cannot list NodeRemediationTemplates: {error}"
+                );
+                Vec::new()
+            }
+        },
         policy: policies
             .iter()
             .find(|p| p.name_any() == POLICY_NAME)
@@ -186,6 +203,38 @@ async fn list(client: &Client, machine_api: MachineApi) -> Result<Listed> {
             .unwrap_or_else(RemediationPolicySpec::unconfigured),
         notes,
     })
+}
+
+/// The policy as each NodeHealthCheck template applies it, where its power cycles would
+/// outlast NodeHealthCheck's lease: one warning each (see
+/// [`crate::remediation::lease_budget`]). Nothing without a template: a MachineHealthCheck
+/// has no such lease.
+fn lease_warnings(
+    policy: &RemediationPolicySpec,
+    templates: &[Arc<NodeRemediationTemplate>],
+) -> Vec<String> {
+    templates
+        .iter()
+        .filter_map(|t| {
+            let name = format!(
+                "NodeRemediationTemplate {}/{}",
+                t.namespace().unwrap_or_default(),
+                t.name_any()
+            );
+            // Its requests get the policy narrowed by the template, or are refused.
+            match narrow(policy, &t.spec.template.spec.overrides) {
+                Ok(applied) => {
+                    let what =
+                        format!("{name} (RemediationPolicy {POLICY_NAME} with its overrides)");
+                    nhc_lease_warning(&what, &applied)
+                }
+                Err(refusal) => Some(format!(
+                    "{name}: its requests would be refused ({}): {refusal}",
+                    refusal.reason()
+                )),
+            }
+        })
+        .collect()
 }
 
 /// Whether `key` (`namespace/name`) is the Machine `wanted` names.
@@ -210,6 +259,10 @@ pub async fn run(args: CheckArgs) -> Result<()> {
     let listed = list(&client, args.machine_api).await?;
     for note in &listed.notes {
         println!("{note}");
+    }
+    // Warnings, not failures: the fencing paths may all be ready.
+    for warning in lease_warnings(&listed.policy, &listed.node_templates) {
+        eprintln!("warning: {warning}");
     }
     let lookup = |r: &HostRef| {
         listed
@@ -299,6 +352,43 @@ fn disabled_error(disabled: &[Disabled]) -> Option<Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn template(name: &str, spec: serde_json::Value) -> Arc<NodeRemediationTemplate> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "baremend.io/v1alpha1",
+                "kind": "NodeRemediationTemplate",
+                "metadata": {"name": name, "namespace": "workload-availability"},
+                "spec": {"template": {"spec": spec}},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn each_nodehealthcheck_template_that_outlasts_the_lease_is_warned_about() {
+        let policy = RemediationPolicySpec::default();
+        assert!(
+            lease_warnings(&policy, &[]).is_empty(),
+            "no NodeHealthCheck template"
+        );
+        let templates = [
+            template("baremend", serde_json::json!({})),
+            template("patient", serde_json::json!({"maxAttempts": 4})),
+        ];
+        let warnings = lease_warnings(&policy, &templates);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("NodeRemediationTemplate workload-availability/patient (RemediationPolicy default with its overrides): maxAttempts 4"),
+            "{warnings:?}"
+        );
+        // A policy that outlasts it reaches every template without overrides.
+        let long = RemediationPolicySpec {
+            max_attempts: 3,
+            ..RemediationPolicySpec::default()
+        };
+        assert_eq!(lease_warnings(&long, &templates).len(), 2);
+    }
 
     #[test]
     fn a_machine_is_named_by_name_or_namespace_and_name() {

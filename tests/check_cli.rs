@@ -472,3 +472,57 @@ async fn kubectl_runs_baremend_as_a_plugin_named_kubectl_baremend() {
     assert_eq!(unknown_context.status.code(), Some(1));
     assert!(stderr.contains("elsewhere"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_warns_when_a_nodehealthcheck_templates_power_cycles_outlast_its_lease() {
+    use baremend_sim::cluster::nhc::NODE_REMEDIATION_TEMPLATES;
+    // A patient policy: four power cycles, more than NodeHealthCheck's lease leaves room for.
+    let lab = Lab::builder(fast())
+        .policy(json!({"maxAttempts": 4}))
+        .start()
+        .await;
+    for (name, spec) in [
+        ("fits", json!({"maxAttempts": 2})),
+        ("patient", json!({})),
+        ("wide", json!({"maxAttempts": 5})),
+    ] {
+        lab.api
+            .create(
+                NODE_REMEDIATION_TEMPLATES,
+                MACHINE_NAMESPACE,
+                json!({"metadata": {"name": name}, "spec": {"template": {"spec": spec}}}),
+            )
+            .unwrap();
+    }
+    let output = check(&lab, &["--machine", "worker-0"]).await;
+    let (stdout, stderr) = text(&output);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning: "))
+        .collect();
+    // The template that narrows to two cycles fits; the one that inherits four does not; the
+    // one that asks for five would have its requests refused (a request only narrows).
+    assert_eq!(warnings.len(), 2, "{stdout}\n{stderr}");
+    let patient = warnings
+        .iter()
+        .find(|w| w.contains("openshift-machine-api/patient"))
+        .expect("a warning for the patient template");
+    assert!(
+        patient.starts_with(
+            "warning: NodeRemediationTemplate openshift-machine-api/patient (RemediationPolicy default with its overrides): maxAttempts 4"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        patient.contains("the last may start 3780 s after the request, past the 1800 s"),
+        "{stderr}"
+    );
+    assert!(patient.contains("use maxAttempts 2"), "{stderr}");
+    let wide = warnings
+        .iter()
+        .find(|w| w.contains("openshift-machine-api/wide"))
+        .expect("a warning for the wide template");
+    assert!(wide.contains("would be refused (WidensPolicy)"), "{stderr}");
+    // Warnings, not a failure: the line about the Machine is there as always.
+    line(&stdout, "worker-0");
+}

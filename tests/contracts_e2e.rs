@@ -13,8 +13,7 @@ use baremend::api::{
 };
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{
-    BMHS, CAPI_MACHINES, EVENTS, HOST_BMCS, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS,
-    MACHINES, MHCS, NAMESPACES, NODES,
+    BMHS, CAPI_MACHINES, EVENTS, HOST_BMCS, MACHINE_REMEDIATIONS, MACHINES, MHCS, NAMESPACES, NODES,
 };
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
@@ -72,22 +71,6 @@ fn with_template() -> ClusterSpec {
 }
 
 impl Lab {
-    /// The template `baremend` with this `spec.template.spec`.
-    fn template(&self, spec: Value) {
-        self.api
-            .create(
-                MACHINE_REMEDIATION_TEMPLATES,
-                MACHINE_NAMESPACE,
-                json!({
-                    "apiVersion": "baremend.io/v1alpha1",
-                    "kind": "MachineRemediationTemplate",
-                    "metadata": {"name": "baremend", "namespace": MACHINE_NAMESPACE},
-                    "spec": {"template": {"spec": spec}},
-                }),
-            )
-            .unwrap();
-    }
-
     /// Creates a Machine's request as a health check does: named after it, owned by it.
     fn request(&self, machine: &str) {
         let (machines, api_version) = match self.api.get(MACHINES, MACHINE_NAMESPACE, machine) {
@@ -191,7 +174,7 @@ async fn start_cluster_api(spec: ClusterSpec, policy: Value, prepare: impl FnOnc
         ..spec
     };
     let mut lab = Lab::builder(spec).policy(policy).start().await;
-    lab.template(json!({}));
+    lab.machine_template(json!({}));
     prepare(&lab);
     let options = ControllerOptions {
         machine_api: MachineApi::ClusterApi,
@@ -214,7 +197,7 @@ fn trigger_of(remediation: &Remediation) -> (TriggerKind, Option<String>) {
 async fn a_health_check_request_is_remediated_with_its_template_and_withdrawn_when_healthy() {
     // The template narrows the policy: keep the Node, tainted out-of-service.
     let lab = start(with_template(), fast_policy(), |lab| {
-        lab.template(json!({"nodeRelease": "OutOfService"}));
+        lab.machine_template(json!({"nodeRelease": "OutOfService"}));
     })
     .await;
     let node_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();

@@ -1,18 +1,22 @@
 //! The start of a remediation under load, end to end: one BMC that answers late holds only its
-//! own host's start, and every gate that holds a start is told in an Event of its own.
+//! own host's start, every gate that holds a start is told in an Event of its own, the quiet
+//! gates keep a MachineConfig roll's slow reboots from being power-cycled, and another
+//! client's reboot-API key is named where it holds a start or keeps a host off.
 
 use std::time::{Duration, Instant};
 
+use baremend::api::{Remediation, RemediationPhase};
 use baremend::remediation::controller::ControllerOptions;
-use baremend_sim::cluster::MACHINE_NAMESPACE;
-use baremend_sim::cluster::local::{EVENTS, MACHINES};
+use baremend_sim::cluster::local::{BMHS, EVENTS, MACHINE_REMEDIATIONS, MACHINES, NODES};
+use baremend_sim::cluster::scenario::ClusterSpec;
+use baremend_sim::cluster::{MACHINE_NAMESPACE, mco};
 use baremend_sim::host::{Faults, PowerAction};
 use serde_json::json;
 
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast, patch_policy};
+use common::lab::{Lab, REMEDIATIONS, fast, patch_policy, warning_on};
 
 /// How late the slow BMC answers every request.
 const SLOW_BMC: Duration = Duration::from_secs(20);
@@ -149,4 +153,317 @@ async fn a_start_held_by_one_gate_then_another_tells_each_in_its_own_event() {
     .await;
     assert_eq!(events.len(), 2, "one Event per gate: {events:?}");
     lab.stuck_power("worker-0", false);
+}
+
+/// The workers of the default cluster.
+const WORKERS: [&str; 3] = ["worker-0", "worker-1", "worker-2"];
+
+/// Every Remediation of `machine`, from the store.
+fn remediations_of(lab: &Lab, machine: &str) -> Vec<Remediation> {
+    lab.api
+        .list(REMEDIATIONS, Some(MACHINE_NAMESPACE))
+        .into_iter()
+        .filter(|r| r["spec"]["machineName"] == machine)
+        .filter_map(|r| serde_json::from_value(r).ok())
+        .collect()
+}
+
+/// The phase of a Remediation.
+fn phase(remediation: &Remediation) -> RemediationPhase {
+    remediation
+        .status
+        .as_ref()
+        .map(|s| s.phase)
+        .unwrap_or_default()
+}
+
+/// Whether a Node is on `config` and its daemon Done (annotations as the MCD writes them).
+fn on_config(lab: &Lab, node: &str, config: &str) -> bool {
+    lab.api.get(NODES, "", node).is_ok_and(|n| {
+        let annotations = &n["metadata"]["annotations"];
+        annotations[mco::CURRENT_CONFIG] == config && annotations[mco::STATE] == "Done"
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_config_roll_with_slow_reboots_is_not_power_cycled_and_a_hang_after_it_is() {
+    // The workers' MachineHealthCheck asks by request (it withdraws one once the Machine is
+    // healthy again) with the simulator's short timeouts: NotReady for 0.5 s past the node
+    // grace makes it ask. Each reboot into the new config takes 4 s more than the timing's,
+    // so every Node the roll reboots looks hung to it.
+    let spec = ClusterSpec {
+        mco: true,
+        remediation_template: Some("baremend".into()),
+        ..fast()
+    };
+    let policy = json!({
+        "upgradeHold": {"maxSeconds": 600},
+        "timeouts": {"powerOffSeconds": 60, "nodeReadySeconds": 60, "readyGraceSeconds": 1},
+    });
+    let mut lab = Lab::builder(spec).policy(policy).start().await;
+    lab.machine_template(json!({}));
+    lab.start_controller(options(&lab));
+    for worker in WORKERS {
+        lab.cluster.slow_boot(worker, Duration::from_secs(4));
+    }
+    let target = lab
+        .cluster
+        .roll_pool(
+            "worker",
+            "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:4173",
+        )
+        .unwrap();
+    let started = Instant::now();
+    // While the roll goes on: which workers' health check asked, and which of their starts
+    // the gate held.
+    let mut asked = std::collections::BTreeSet::new();
+    let mut held = std::collections::BTreeSet::new();
+    eventually(
+        "every worker rolled",
+        Duration::from_secs(120),
+        async || {
+            for worker in WORKERS {
+                if lab
+                    .api
+                    .get(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, worker)
+                    .is_ok()
+                {
+                    asked.insert(worker);
+                }
+                let gate = remediations_of(&lab, worker).iter().any(|r| {
+                    r.status.as_ref().is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .any(|c| c.type_ == "Held" && c.reason == "MachineConfigUpdating")
+                    })
+                });
+                if gate {
+                    held.insert(worker);
+                }
+                assert!(
+                    !power_off_received(&lab, worker),
+                    "{worker} was powered off during the roll"
+                );
+            }
+            let rolled = WORKERS
+                .iter()
+                .filter(|w| on_config(&lab, w, &target))
+                .count();
+            (rolled == WORKERS.len())
+                .then_some(())
+                .ok_or(format!("{rolled} of 3 on {target}"))
+        },
+    )
+    .await;
+    let roll = started.elapsed();
+    // The health check withdraws each request once its Node is Ready again; the held start
+    // is then cancelled.
+    eventually(
+        "every request withdrawn",
+        Duration::from_secs(30),
+        async || {
+            WORKERS.iter().all(|w| {
+                lab.api
+                    .get(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, w)
+                    .is_err()
+            })
+        },
+    )
+    .await;
+    for worker in &held {
+        let ended = eventually(
+            "the held ones cancelled",
+            Duration::from_secs(30),
+            async || {
+                let all = remediations_of(&lab, worker);
+                all.iter()
+                    .all(|r| phase(r) == RemediationPhase::Cancelled)
+                    .then_some(all.len())
+                    .ok_or(format!("{:?}", all.iter().map(phase).collect::<Vec<_>>()))
+            },
+        )
+        .await;
+        assert!(ended > 0);
+        let events = held_events(&lab, worker);
+        assert!(
+            events
+                .iter()
+                .any(|(action, note)| action == "HeldByMachineConfigUpdating"
+                    && note.contains(&format!("desiredConfig {target}"))),
+            "{worker}: {events:?}"
+        );
+    }
+    println!(
+        "MachineConfig roll of 3 workers (4 s slow reboots) in {:.1} s: the health check asked for {asked:?}, \
+         the MachineConfigUpdating gate held {held:?}; no power-off reached any worker's BMC",
+        roll.as_secs_f64()
+    );
+    // The test means something only if the health check did ask during the roll.
+    assert!(
+        !held.is_empty(),
+        "the health check asked for {asked:?}, none was held"
+    );
+    assert_eq!(
+        held, asked,
+        "every start asked for during the roll was held"
+    );
+    for worker in WORKERS {
+        assert!(!power_off_received(&lab, worker), "{worker}");
+        lab.cluster.slow_boot(worker, Duration::ZERO);
+    }
+    // After the roll a real hang is remediated.
+    lab.cluster.hang("worker-1");
+    let succeeded = eventually("worker-1 remediated", Duration::from_secs(60), async || {
+        remediations_of(&lab, "worker-1")
+            .into_iter()
+            .find(|r| phase(r) == RemediationPhase::Succeeded)
+            .ok_or("not yet")
+    })
+    .await;
+    assert!(power_off_received(&lab, "worker-1"));
+    println!(
+        "after the roll, worker-1's hang was remediated ({})",
+        succeeded.metadata.name.unwrap_or_default()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_held_by_an_upgrade_goes_ahead_with_a_warning_once_the_bound_passes() {
+    // NodeHealthCheck's rule (node-healthcheck-operator
+    // `internal/controller/cluster/upgrade_checker.go`, `Check`: the ClusterVersion's
+    // Progressing condition True) holds the start; baremend's bound ends the hold.
+    const BOUND: Duration = Duration::from_secs(4);
+    let spec = ClusterSpec {
+        mco: true,
+        ..fast()
+    };
+    let policy = json!({
+        "upgradeHold": {"maxSeconds": BOUND.as_secs()},
+        "timeouts": {"powerOffSeconds": 60, "nodeReadySeconds": 60, "readyGraceSeconds": 1},
+    });
+    let mut lab = Lab::builder(spec).policy(policy).start().await;
+    lab.start_controller(options(&lab));
+    lab.cluster.set_upgrading(Some("4.17.3")).unwrap();
+    lab.cluster.hang("worker-0");
+    lab.trigger("worker-0", true);
+    let triggered = triggered_at(&lab, "worker-0").await;
+    lab.held_with(
+        "worker-0-1",
+        "the cluster is upgrading (ClusterVersion version Progressing: Working towards 4.17.3",
+    )
+    .await;
+    assert!(!power_off_received(&lab, "worker-0"));
+    warning_on(
+        &lab,
+        ("Machine", "worker-0"),
+        "HoldEnded",
+        "upgradeHold.maxSeconds (4 s) has passed",
+    )
+    .await;
+    let off = eventually(
+        "worker-0's power-off at its BMC",
+        Duration::from_secs(20),
+        async || {
+            power_off_received(&lab, "worker-0")
+                .then(Instant::now)
+                .ok_or("not yet")
+        },
+    )
+    .await;
+    let waited = off.duration_since(triggered);
+    println!(
+        "held by ClusterUpgrading, then powered off {:.1} s after the trigger",
+        waited.as_secs_f64()
+    );
+    // The bound counts from the Remediation's creationTimestamp, which has whole seconds: it
+    // may end up to a second before BOUND after the trigger, never sooner.
+    assert!(waited >= BOUND - Duration::from_secs(1), "{waited:?}");
+    lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    // The upgrade ends: nothing holds a start any more.
+    lab.cluster.set_upgrading(None).unwrap();
+    lab.cluster.hang("worker-1");
+    lab.trigger("worker-1", true);
+    lab.reach("worker-1-1", RemediationPhase::Succeeded).await;
+    let events = held_events(&lab, "worker-1");
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_reboot_key_holds_a_start_and_is_named_where_it_keeps_a_host_off() {
+    let policy = json!({
+        "maxConcurrent": 2,
+        "maxAttempts": 1,
+        "timeouts": {"powerOffSeconds": 60, "nodeReadySeconds": 6, "readyGraceSeconds": 1},
+    });
+    let mut lab = Lab::builder(fast()).policy(policy).start().await;
+    lab.start_controller(options(&lab));
+    let annotate = |host: &str, key: &str| {
+        lab.api
+            .merge(
+                BMHS,
+                MACHINE_NAMESPACE,
+                host,
+                &json!({"metadata": {"annotations": {key: "{\"mode\":\"hard\"}"}}}),
+                false,
+            )
+            .unwrap();
+    };
+    // Cluster API Provider Metal3's remediation has worker-0's host off
+    // (cluster-api-provider-metal3 `baremetal/metal3remediation_manager.go`: its key is
+    // `reboot.metal3.io/metal3-remediation-<uid>`); baremend's start waits, naming the key.
+    let capm3 = "reboot.metal3.io/metal3-remediation-5e0f1a2b";
+    annotate("worker-0", capm3);
+    lab.trigger("worker-0", true);
+    lab.held_with(
+        "worker-0-1",
+        &format!("carries {capm3} (Cluster API Provider Metal3's remediation)"),
+    )
+    .await;
+    // (The BareMetal Operator powered the host off for the other key; baremend asked nothing.)
+    let ours = |host: &str| {
+        let bmh = lab.api.get(BMHS, MACHINE_NAMESPACE, host).unwrap();
+        bmh["metadata"]["annotations"]
+            .get(format!(
+                "reboot.metal3.io/{}",
+                baremend::api::annotations::DEFAULT_REBOOT_KEY
+            ))
+            .is_some()
+    };
+    assert!(!ours("worker-0"));
+    // worker-1's remediation is powering its host on when an admin's key lands: the host
+    // stays off, and the condition, an Event and the failure name the key.
+    lab.cluster.slow_boot("worker-1", Duration::from_secs(3));
+    lab.cluster.hang("worker-1");
+    lab.trigger("worker-1", true);
+    lab.reach("worker-1-1", RemediationPhase::PoweringOn).await;
+    let admin = "reboot.metal3.io/admin-maintenance";
+    annotate("worker-1", admin);
+    warning_on(&lab, ("Machine", "worker-1"), "PowerOnBlocked", admin).await;
+    let failed = lab.reach("worker-1-1", RemediationPhase::Failed).await;
+    let status = failed.status.unwrap();
+    let blocked = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PowerOnBlocked")
+        .unwrap_or_else(|| panic!("{status:?}"));
+    assert_eq!(blocked.status, "True");
+    assert!(
+        blocked
+            .message
+            .contains(&format!("{admin} (not baremend's")),
+        "{blocked:?}"
+    );
+    let succeeded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Succeeded")
+        .unwrap();
+    assert_eq!(succeeded.reason, "NodeNeverReady");
+    let error = status.last_error.unwrap_or_default();
+    assert!(error.contains(admin), "{error}");
+    println!("NodeNeverReady, naming what kept the host off: {error}");
+    // worker-0 still waits for Cluster API Provider Metal3, and baremend asked nothing of it.
+    let held = lab.remediation("worker-0-1").unwrap();
+    assert_eq!(phase(&held), RemediationPhase::Pending);
+    assert!(!ours("worker-0"));
 }

@@ -153,6 +153,9 @@ stored_names! {
         /// On a request or a `HostBmc`: False when baremend refuses it (reason: why, see
         /// docs/contracts.md "Trust"); it then changes nothing.
         Accepted,
+        /// At power-on, a reboot-API key that is not ours keeps the host off (message: the
+        /// key and who sets it).
+        PowerOnBlocked,
     }
 }
 

@@ -77,6 +77,10 @@ pub struct RemediationPolicySpec {
     /// Who may ask for a remediation, and name a host's BMC (docs/contracts.md, "Trust").
     #[serde(default)]
     pub trust: TrustPolicy,
+    /// Quiet through upgrades and MCO reboots (the `ClusterUpgrading` and
+    /// `MachineConfigUpdating` gates).
+    #[serde(default)]
+    pub upgrade_hold: UpgradeHold,
 }
 
 impl RemediationPolicySpec {
@@ -107,6 +111,7 @@ impl Default for RemediationPolicySpec {
             delete_machine_on_failure: false,
             retention: Retention::default(),
             trust: TrustPolicy::default(),
+            upgrade_hold: UpgradeHold::default(),
         }
     }
 }
@@ -161,6 +166,33 @@ impl Default for ControlPlaneGate {
             quorum_guard: true,
         }
     }
+}
+
+/// While the cluster upgrades (the ClusterVersion is `Progressing`) or the Node's
+/// machine-config daemon updates or reboots it, a Node slow to come back is most likely in
+/// that reboot: its start is held, for at most `maxSeconds` after the request, then it goes
+/// ahead with a Warning Event.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeHold {
+    /// The longest a start is held after its request; 0: never held.
+    #[serde(default = "default_upgrade_hold_seconds")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub max_seconds: u32,
+}
+
+impl Default for UpgradeHold {
+    fn default() -> Self {
+        UpgradeHold {
+            max_seconds: default_upgrade_hold_seconds(),
+        }
+    }
+}
+
+/// A bare-metal reboot into a new config (drain done, firmware POST, the kubelet back) fits
+/// with room to spare; a Node unhealthy longer is not in one.
+fn default_upgrade_hold_seconds() -> u32 {
+    1800
 }
 
 /// A fencing strategy.
@@ -266,8 +298,10 @@ fn default_strategies() -> Vec<FenceStrategyName> {
 fn default_reboot_key() -> String {
     DEFAULT_REBOOT_KEY.to_string()
 }
+/// Two: with the default timeouts the second power cycle starts inside a NodeHealthCheck's
+/// single-template lease (see `remediation::lease_budget`); a third would be cut off.
 fn default_max_attempts() -> u32 {
-    3
+    2
 }
 fn default_power_off_seconds() -> u32 {
     180

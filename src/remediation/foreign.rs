@@ -12,11 +12,13 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use super::execute;
 use super::gates::{
     ForeignEvidence, ForeignKind, ForeignObject, Held, Target, foreign_remediation,
+    reboot_key_owner,
 };
 use super::observe::{foreign_object, legacy_marks, reboot_keys};
 use super::pass::Pass;
+use super::state::set_condition;
 use crate::api::annotations::{LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS_BACKUP};
-use crate::api::{NodeBackup, Remediation, RemediationPhase, slim};
+use crate::api::{ConditionType, NodeBackup, Remediation, RemediationPhase, slim};
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
@@ -113,6 +115,53 @@ impl Pass {
         Ok(objects)
     }
 
+    /// At power-on: a reboot-API key that is not ours keeps the host off (the BareMetal
+    /// Operator powers it on only once every `reboot.metal3.io/<key>` is gone), so the Node
+    /// cannot come back. Named in the `PowerOnBlocked` condition and a Warning Event when
+    /// found or changed, and the condition turned False once it is gone; a `NodeNeverReady`
+    /// failure repeats it. Read from the cached host: it only tells, never acts.
+    pub(super) async fn note_kept_off(&self, remediation: &mut Remediation) -> Result<()> {
+        let Some((host_ref, Some(host))) = self.host(remediation) else {
+            return Ok(());
+        };
+        let keys = reboot_keys(host.annotations());
+        let host_name = format!("{}/{}", host_ref.namespace, host_ref.name);
+        let kept_off = kept_off_by(&self.policy.reboot_key, &keys, &host_name);
+        let mut status = remediation.status.clone().unwrap_or_default();
+        let told = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::PowerOnBlocked.as_str());
+        let (truth, reason, message) = match &kept_off {
+            Some(message) => (true, "RebootAnnotation", message.as_str()),
+            None => (false, "NoRebootAnnotation", ""),
+        };
+        let unchanged = match told {
+            Some(c) => c.is_true(ConditionType::PowerOnBlocked) == truth && c.message == message,
+            // Never blocked: nothing to say.
+            None => kept_off.is_none(),
+        };
+        if unchanged {
+            return Ok(());
+        }
+        let now = self.context.clock.now();
+        set_condition(
+            &mut status,
+            ConditionType::PowerOnBlocked,
+            truth,
+            reason,
+            message,
+            now,
+        );
+        self.context.leadership.ensure()?;
+        self.persist(remediation, status).await?;
+        if let Some(message) = kept_off {
+            self.event(remediation, Severity::Warning, "PowerOnBlocked", message)
+                .await;
+        }
+        Ok(())
+    }
+
     /// The legacy actuator's Node backup on this Machine, if any; a malformed one is told
     /// (Warning Event) and left in place.
     pub(super) async fn legacy_backup(&self, remediation: &Remediation) -> Option<NodeBackup> {
@@ -185,6 +234,23 @@ impl Pass {
     }
 }
 
+/// What keeps the host off at power-on: the reboot-API keys on it other than ours, named with
+/// who sets them, or None. Pure.
+pub fn kept_off_by(ours: &str, keys: &[String], host: &str) -> Option<String> {
+    let named: Vec<String> = keys
+        .iter()
+        .filter(|k| *k != ours)
+        .map(|k| format!("reboot.metal3.io/{k} ({})", reboot_key_owner(k)))
+        .collect();
+    if named.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the BareMetalHost {host} carries {}: the BareMetal Operator keeps the host powered off while any reboot.metal3.io/<key> is there, so the Node cannot come back until it is removed (by its owner once done, or by hand)",
+        named.join(", ")
+    ))
+}
+
 /// Whether a Remediation of ours (other than `this`) on the same host asked it off and has
 /// not withdrawn: one under way, or one that failed with the host left off.
 fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&str>) -> bool {
@@ -200,4 +266,32 @@ fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&s
                     | RemediationPhase::Cancelled
             )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_power_on_every_key_but_ours_is_named_with_its_owner() {
+        let host = "openshift-machine-api/worker-0";
+        assert_eq!(kept_off_by("baremend", &[], host), None);
+        assert_eq!(kept_off_by("baremend", &["baremend".into()], host), None);
+        let keys = [
+            "baremend".to_string(),
+            "metal3-remediation-4c1d".to_string(),
+            "capbm-requested-power-off".to_string(),
+        ];
+        let said = kept_off_by("baremend", &keys, host).unwrap();
+        assert!(
+            said.starts_with(
+                "the BareMetalHost openshift-machine-api/worker-0 carries \
+                 reboot.metal3.io/metal3-remediation-4c1d (Cluster API Provider Metal3's remediation), \
+                 reboot.metal3.io/capbm-requested-power-off (not baremend's"
+            ),
+            "{said}"
+        );
+        assert!(said.contains("keeps the host powered off"), "{said}");
+        assert!(!said.contains("reboot.metal3.io/baremend "), "{said}");
+    }
 }

@@ -3,6 +3,7 @@
 //! that no host is left off by a gate closing behind it.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use crate::api::{NodeReleaseMode, RemediationPhase, RemediationPolicySpec};
 
@@ -234,6 +235,29 @@ pub enum Held {
         /// Why, naming the host and its consumer.
         why: String,
     },
+    /// The cluster is upgrading (the ClusterVersion is Progressing): its operators drain and
+    /// reboot every Node in turn, and a Node slow to come back is not a hung one.
+    #[error(
+        "the cluster is upgrading (ClusterVersion version Progressing: {message}); the start waits up to {bound_seconds} s after the request (policy upgradeHold.maxSeconds)"
+    )]
+    ClusterUpgrading {
+        /// The Progressing condition's message.
+        message: String,
+        /// The policy's bound.
+        bound_seconds: u32,
+    },
+    /// The Node's machine-config daemon is updating it or rebooting it into a config.
+    #[error(
+        "the machine-config daemon is updating Node {node} ({why}); the start waits up to {bound_seconds} s after the request (policy upgradeHold.maxSeconds)"
+    )]
+    MachineConfigUpdating {
+        /// The Node.
+        node: String,
+        /// What its annotations say.
+        why: String,
+        /// The policy's bound.
+        bound_seconds: u32,
+    },
 }
 
 impl Held {
@@ -251,6 +275,8 @@ impl Held {
             Held::SelfFence { .. } => "SelfFence",
             Held::ForeignRemediation { .. } => "ForeignRemediation",
             Held::HostNotOwned { .. } => "HostNotOwned",
+            Held::ClusterUpgrading { .. } => "ClusterUpgrading",
+            Held::MachineConfigUpdating { .. } => "MachineConfigUpdating",
         }
     }
 }
@@ -377,6 +403,13 @@ pub enum Foreign {
         /// The key (`reboot.metal3.io/<key>`).
         key: String,
     },
+    /// The BareMetalHost carries a reboot-API key that is not ours (Cluster API Provider
+    /// Metal3's remediation, an admin's own): the BareMetal Operator keeps the host off while
+    /// it is there, so our power-on could not bring it back.
+    RebootKey {
+        /// The key (`reboot.metal3.io/<key>`).
+        key: String,
+    },
     /// A remediation object of another project names the Machine or its Node.
     Object {
         /// Its kind.
@@ -398,8 +431,24 @@ impl std::fmt::Display for Foreign {
                 f,
                 "the BareMetalHost carries reboot.metal3.io/{key}, which no Remediation of ours requested"
             ),
+            Foreign::RebootKey { key } => write!(
+                f,
+                "the BareMetalHost carries reboot.metal3.io/{key} ({}), which keeps it powered off while it is there",
+                reboot_key_owner(key)
+            ),
             Foreign::Object { kind, name } => write!(f, "{} {name}", kind.kind()),
         }
+    }
+}
+
+/// Who sets a reboot-API key that is not ours, as far as its name tells.
+pub fn reboot_key_owner(key: &str) -> &'static str {
+    // cluster-api-provider-metal3 `baremetal/metal3remediation_manager.go`: its key is
+    // `metal3-remediation-<Metal3Remediation UID>`.
+    if key.starts_with("metal3-remediation-") {
+        "Cluster API Provider Metal3's remediation"
+    } else {
+        "not baremend's: another client or an admin"
     }
 }
 
@@ -464,13 +513,24 @@ fn names_target(object: &ForeignObject, target: &Target<'_>) -> bool {
     }
 }
 
+/// The reboot-API keys among `keys` that are neither ours (`ours`) nor the legacy actuator's
+/// (told apart as [`Foreign::LegacyActuator`]).
+pub fn other_reboot_keys<'a>(
+    ours: &'a str,
+    keys: &'a [String],
+) -> impl Iterator<Item = &'a String> {
+    keys.iter()
+        .filter(move |k| *k != ours && *k != crate::api::annotations::LEGACY_REBOOT_KEY)
+}
+
 /// The `ForeignRemediation` gate: no start on a Machine whose host another remediator is
 /// handling. Pure; the evidence is read fresh by the caller.
 ///
 /// Expected flow: the legacy actuator's in-flight marks first (its power-on deadline on the
 /// Machine; its Node backup together with its power-off request on the host; or that request
-/// alone when our key is another), then our reboot key asked by someone else, then the other projects' objects naming the Machine or
-/// its Node. The first found is named.
+/// alone when our key is another), then our reboot key asked by someone else, then any other
+/// reboot-API key on the host, then the other projects' objects naming the Machine or its
+/// Node. The first found is named.
 ///
 /// Guarantees: nothing is held for what we did ourselves (`ours_requested`); the legacy
 /// backup alone (the actuator stopped after saving the Node) holds nothing: baremend restores
@@ -507,12 +567,304 @@ pub fn foreign_remediation(target: &Target<'_>, evidence: &ForeignEvidence) -> R
             key: target.reboot_key.to_string(),
         });
     }
+    // Any other key keeps the host off (the BareMetal Operator powers it on only once every
+    // `reboot.metal3.io/<key>` is gone): started now, the remediation could never bring the
+    // host back and would end `NodeNeverReady`.
+    if let Some(key) = other_reboot_keys(target.reboot_key, &evidence.reboot_keys).next() {
+        return hold(Foreign::RebootKey { key: key.clone() });
+    }
     match evidence.objects.iter().find(|o| names_target(o, target)) {
         Some(object) => hold(Foreign::Object {
             kind: object.kind,
             name: format!("{}/{}", object.namespace, object.name),
         }),
         None => Ok(()),
+    }
+}
+
+/// What the quiet gates read: the cluster's upgrade and the Node's machine-config daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QuietEvidence {
+    /// The ClusterVersion `version`'s `Progressing` condition, when it is True: its message.
+    /// None: not progressing, or no ClusterVersion served (not OpenShift).
+    pub cluster_progressing: Option<String>,
+    /// The Node's name and its machine-config annotations, when it has a Node.
+    pub node: Option<(String, MachineConfigView)>,
+}
+
+/// A Node's `machineconfiguration.openshift.io/*` annotations, as the daemon writes them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineConfigView {
+    /// `currentConfig`.
+    pub current: Option<String>,
+    /// `desiredConfig`.
+    pub desired: Option<String>,
+    /// `currentImage` (image mode).
+    pub current_image: Option<String>,
+    /// `desiredImage` (image mode).
+    pub desired_image: Option<String>,
+    /// `state`: `Done`, `Working`, `Degraded`, `Unreconcilable`.
+    pub state: Option<String>,
+}
+
+impl MachineConfigView {
+    /// Why the daemon is updating or rebooting the Node, if it is.
+    ///
+    /// The config rule is NodeHealthCheck's (`internal/controller/cluster/upgrade_checker.go`,
+    /// `isNodeUpgrading`: a non-empty `desiredConfig` that differs from `currentConfig`, as it
+    /// does until the daemon is Done after the reboot); the image-mode pair and
+    /// `state=Working` are the daemon's own signs of the same work (machine-config-operator
+    /// `pkg/daemon/constants/constants.go`). A drift re-apply's reboot (`state=Degraded`,
+    /// the same config, `post-config-action=Rebooting`) is not an update: the drift
+    /// coordinator's `PlannedReboot` gate covers its own, and hands a Node that does not come
+    /// back to the machine remediation, which must not wait again.
+    pub fn updating(&self) -> Option<String> {
+        let differ = |current: &Option<String>, desired: &Option<String>| match desired {
+            Some(desired) if !desired.is_empty() => current.as_deref() != Some(desired.as_str()),
+            _ => false,
+        };
+        if differ(&self.current, &self.desired) {
+            return Some(format!(
+                "currentConfig {} != desiredConfig {}",
+                self.current.as_deref().unwrap_or("(none)"),
+                self.desired.as_deref().unwrap_or_default()
+            ));
+        }
+        if differ(&self.current_image, &self.desired_image) {
+            return Some("currentImage != desiredImage".into());
+        }
+        if self.state.as_deref() == Some("Working") {
+            return Some("state Working".into());
+        }
+        None
+    }
+}
+
+/// The quiet gates' verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Quiet {
+    /// Nothing is upgrading or updating the Node.
+    Open,
+    /// Held, within the bound.
+    Hold(Held),
+    /// Would be held, but the bound has passed: the start proceeds, and a Warning says so.
+    BoundReached(Held),
+}
+
+/// The `ClusterUpgrading` and `MachineConfigUpdating` gates: while the cluster upgrades, or
+/// the Node's machine-config daemon updates or reboots it, a Node that is slow to come back
+/// is most likely in that reboot, so the start waits; for at most `bound_seconds` after the
+/// request (`waited`: since the Remediation was created), since a Node unhealthy that long is
+/// not a slow reboot. A bound of 0 disables both. Pure.
+///
+/// NodeHealthCheck's rule is the model: it postpones remediation while the ClusterVersion is
+/// `Progressing` or a Node's config is being updated (`upgrade_checker.go`, `Check`), with no
+/// bound; the bound is ours, because a health check that reports a Node keeps asking.
+pub fn quiet_gate(evidence: &QuietEvidence, waited: Duration, bound_seconds: u32) -> Quiet {
+    if bound_seconds == 0 {
+        return Quiet::Open;
+    }
+    // The Node's own update first: it is the more precise reason.
+    let held = match (&evidence.node, &evidence.cluster_progressing) {
+        (Some((node, view)), _) if view.updating().is_some() => Held::MachineConfigUpdating {
+            node: node.clone(),
+            why: view.updating().unwrap_or_default(),
+            bound_seconds,
+        },
+        (_, Some(message)) => Held::ClusterUpgrading {
+            message: message.clone(),
+            bound_seconds,
+        },
+        _ => return Quiet::Open,
+    };
+    if waited >= Duration::from_secs(u64::from(bound_seconds)) {
+        Quiet::BoundReached(held)
+    } else {
+        Quiet::Hold(held)
+    }
+}
+
+#[cfg(test)]
+mod quiet_tests {
+    use super::*;
+
+    fn view(current: &str, desired: &str, state: &str) -> MachineConfigView {
+        let some = |v: &str| (!v.is_empty()).then(|| v.to_string());
+        MachineConfigView {
+            current: some(current),
+            desired: some(desired),
+            state: some(state),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_node_is_updating_by_nodehealthchecks_rule_and_the_daemons_signs() {
+        // node-healthcheck-operator `internal/controller/cluster/upgrade_checker.go`,
+        // `isNodeUpgrading`: desiredConfig set and different from currentConfig.
+        let cases = [
+            (view("rendered-a", "rendered-a", "Done"), None),
+            (view("", "", ""), None),
+            (view("rendered-a", "", "Done"), None),
+            (
+                view("rendered-a", "rendered-b", "Done"),
+                Some("currentConfig rendered-a != desiredConfig rendered-b"),
+            ),
+            // Rebooting into it: still Working on the old config until Done after the boot.
+            (
+                view("rendered-a", "rendered-b", "Working"),
+                Some("currentConfig rendered-a != desiredConfig rendered-b"),
+            ),
+            (
+                view("", "rendered-b", ""),
+                Some("currentConfig (none) != desiredConfig rendered-b"),
+            ),
+            (
+                view("rendered-a", "rendered-a", "Working"),
+                Some("state Working"),
+            ),
+            // Drift (and its re-apply's reboot) is the drift coordinator's.
+            (view("rendered-a", "rendered-a", "Degraded"), None),
+            (view("rendered-a", "rendered-a", "Unreconcilable"), None),
+        ];
+        for (view, want) in cases {
+            assert_eq!(view.updating().as_deref(), want, "{view:?}");
+        }
+        let image = MachineConfigView {
+            current_image: Some("quay.io/a".into()),
+            desired_image: Some("quay.io/b".into()),
+            ..view("rendered-a", "rendered-a", "Done")
+        };
+        assert_eq!(
+            image.updating().as_deref(),
+            Some("currentImage != desiredImage")
+        );
+    }
+
+    #[test]
+    fn every_combination_holds_within_the_bound_and_proceeds_after_it() {
+        let updating = Some(("worker-0".to_string(), view("a", "b", "Working")));
+        let done = Some(("worker-0".to_string(), view("a", "a", "Done")));
+        let progressing = Some("Working towards 4.17.3: 512 of 890 done".to_string());
+        let bound = 600;
+        for node in [None, done.clone(), updating.clone()] {
+            for cluster in [None, progressing.clone()] {
+                for waited in [0, 599, 600, 601] {
+                    for bound in [0, bound] {
+                        let evidence = QuietEvidence {
+                            cluster_progressing: cluster.clone(),
+                            node: node.clone(),
+                        };
+                        let verdict = quiet_gate(&evidence, Duration::from_secs(waited), bound);
+                        let node_updating = node == updating;
+                        let gate = match &verdict {
+                            Quiet::Open => None,
+                            Quiet::Hold(held) | Quiet::BoundReached(held) => Some(held.gate()),
+                        };
+                        let expected_gate = match (bound, node_updating, cluster.is_some()) {
+                            (0, _, _) => None,
+                            (_, true, _) => Some("MachineConfigUpdating"),
+                            (_, false, true) => Some("ClusterUpgrading"),
+                            (_, false, false) => None,
+                        };
+                        let case = format!("{evidence:?} waited {waited} bound {bound}");
+                        assert_eq!(gate, expected_gate, "{case}");
+                        if gate.is_some() {
+                            assert_eq!(
+                                matches!(verdict, Quiet::BoundReached(_)),
+                                waited >= u64::from(bound),
+                                "{case}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_held_message_names_what_holds_and_the_bound() {
+        let evidence = QuietEvidence {
+            cluster_progressing: Some("Working towards 4.17.3".into()),
+            node: Some(("worker-0".into(), view("a", "b", "Done"))),
+        };
+        let Quiet::Hold(held) = quiet_gate(&evidence, Duration::ZERO, 1800) else {
+            panic!("not held")
+        };
+        assert_eq!(
+            held.to_string(),
+            "the machine-config daemon is updating Node worker-0 (currentConfig a != desiredConfig b); \
+             the start waits up to 1800 s after the request (policy upgradeHold.maxSeconds)"
+        );
+        let cluster = QuietEvidence {
+            node: None,
+            ..evidence
+        };
+        let Quiet::Hold(held) = quiet_gate(&cluster, Duration::ZERO, 1800) else {
+            panic!("not held")
+        };
+        assert!(
+            held.to_string().contains("Working towards 4.17.3"),
+            "{held}"
+        );
+    }
+
+    #[test]
+    fn every_gate_is_in_the_metrics_gate_table() {
+        // Exhaustive: a new gate stops the build here, to be added to `GATES` (whose series
+        // start at zero) and to the gate table in docs/reference.md.
+        let all = [
+            Held::Paused,
+            Held::Concurrency { running: 0, max: 0 },
+            Held::Storm {
+                unhealthy: 0,
+                machines: 0,
+                max_percent: 0,
+            },
+            Held::ControlPlaneDisabled,
+            Held::ControlPlaneBusy,
+            Held::Quorum {
+                ready_after: 0,
+                members: 0,
+                quorum: 0,
+            },
+            Held::OutOfServiceUnsupported,
+            Held::PlannedReboot { by: String::new() },
+            Held::SelfFence {
+                node: String::new(),
+            },
+            Held::ForeignRemediation {
+                who: Foreign::RebootKey { key: String::new() },
+            },
+            Held::ClusterUpgrading {
+                message: String::new(),
+                bound_seconds: 0,
+            },
+            Held::MachineConfigUpdating {
+                node: String::new(),
+                why: String::new(),
+                bound_seconds: 0,
+            },
+            Held::HostNotOwned { why: String::new() },
+        ];
+        for held in &all {
+            match held {
+                Held::Paused
+                | Held::Concurrency { .. }
+                | Held::Storm { .. }
+                | Held::ControlPlaneDisabled
+                | Held::ControlPlaneBusy
+                | Held::Quorum { .. }
+                | Held::OutOfServiceUnsupported
+                | Held::PlannedReboot { .. }
+                | Held::SelfFence { .. }
+                | Held::ForeignRemediation { .. }
+                | Held::ClusterUpgrading { .. }
+                | Held::MachineConfigUpdating { .. }
+                | Held::HostNotOwned { .. } => {}
+            }
+        }
+        assert_eq!(all.each_ref().map(Held::gate), crate::metrics::GATES);
     }
 }
 
@@ -571,12 +923,61 @@ mod foreign_tests {
         );
         evidence.ours_requested = true;
         assert_eq!(held_by(&evidence), None);
-        // Another client's key is not ours to judge.
-        let other = ForeignEvidence {
-            reboot_keys: vec!["someone-else".into()],
+    }
+
+    #[test]
+    fn any_other_reboot_key_holds_the_start_and_is_named() {
+        // The BareMetal Operator keeps the host off while any `reboot.metal3.io/<key>` is
+        // there (baremetal-operator `internal/controller/metal3.io/baremetalhost_controller.go`,
+        // `hasRebootAnnotation`): our power-on could never bring it back.
+        for (key, owner) in [
+            (
+                "metal3-remediation-6f1c0d3e-uid",
+                "Cluster API Provider Metal3's remediation",
+            ),
+            ("admin-maintenance", "not baremend's"),
+        ] {
+            let evidence = ForeignEvidence {
+                reboot_keys: vec![key.into()],
+                ..Default::default()
+            };
+            let who = held_by(&evidence).unwrap();
+            assert_eq!(who, Foreign::RebootKey { key: key.into() });
+            let said = foreign_remediation(&TARGET, &evidence)
+                .unwrap_err()
+                .to_string();
+            assert!(said.contains(&format!("reboot.metal3.io/{key}")), "{said}");
+            assert!(said.contains(owner), "{said}");
+            assert!(said.contains("keeps it powered off"), "{said}");
+            // Ours beside it, asked by us, excuses only ours.
+            let beside_ours = ForeignEvidence {
+                reboot_keys: vec![TARGET.reboot_key.into(), key.into()],
+                ours_requested: true,
+                ..Default::default()
+            };
+            assert_eq!(held_by(&beside_ours), Some(who.clone()));
+            // Named before another project's object: the key is what keeps the host off.
+            let with_object = ForeignEvidence {
+                objects: vec![object(
+                    ForeignKind::Metal3Remediation,
+                    TARGET.namespace,
+                    TARGET.machine,
+                )],
+                ..evidence
+            };
+            assert_eq!(held_by(&with_object), Some(who));
+        }
+        // Our own key alone, asked by us: nothing foreign.
+        let ours = ForeignEvidence {
+            reboot_keys: vec![TARGET.reboot_key.into()],
+            ours_requested: true,
             ..Default::default()
         };
-        assert_eq!(held_by(&other), None);
+        assert_eq!(held_by(&ours), None);
+        assert_eq!(
+            other_reboot_keys("baremend", &["baremend".into(), "x".into()]).collect::<Vec<_>>(),
+            ["x"]
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod fencing_check;
 mod foreign;
 pub mod gates;
 mod housekeeping;
+pub mod lease_budget;
 mod machineless;
 pub mod metered;
 pub mod monitor;

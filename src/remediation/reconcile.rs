@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use super::context::Context;
 use super::fence::ConfirmedOff;
-use super::gates::{FleetHealth, Held, ListFreshness};
+use super::gates::{FleetHealth, Held, ListFreshness, Quiet};
 use super::housekeeping::next_number;
 use super::observe::node_view;
 use super::pass::Pass;
@@ -273,6 +273,18 @@ impl Pass {
         let fresh = fresh?;
         let freshness = ListFreshness::ReadAfter(mark);
         let may = self.gates(remediation, node, &mut launched, &fresh, freshness, &health);
+        let mut bound_reached = None;
+        let may = match may {
+            Ok(()) => match self.quiet_gate(remediation, node).await? {
+                Quiet::Open => Ok(()),
+                Quiet::Hold(held) => Err(held),
+                Quiet::BoundReached(held) => {
+                    bound_reached = Some(held);
+                    Ok(())
+                }
+            },
+            held => held,
+        };
         let may = match may {
             Ok(()) => self.foreign_gate(remediation, &fresh).await?,
             held => held,
@@ -285,6 +297,21 @@ impl Pass {
             Ok(()) => self.host_owner_gate(remediation).await?,
             held => held,
         };
+        let remediate = self.policy.mode == crate::api::RemediationMode::Remediate;
+        if let (Ok(()), Some(held), true) = (&may, bound_reached, remediate) {
+            // Told when the start goes ahead (it leaves `Pending` in this pass), so once.
+            let note = format!(
+                "the hold ended: the policy's upgradeHold.maxSeconds ({} s) has passed since the request, and the start goes ahead although {held}",
+                self.policy.upgrade_hold.max_seconds
+            );
+            self.event_action(
+                remediation,
+                Severity::Warning,
+                ("HoldEnded", &format!("HoldEndedBy{}", held.gate())),
+                note,
+            )
+            .await;
+        }
         let basis = StartBasis {
             fresh,
             mark,

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::reflector::ObjectRef;
 
 use super::admission::Verdict;
 use super::context::Placement;
 use super::gates::{
-    Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, may_start,
-    running_machines,
+    Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, MachineConfigView, Quiet,
+    QuietEvidence, may_start, quiet_gate, running_machines,
 };
 use super::observe::{machine_is_control_plane, node_view};
 use super::pass::Pass;
@@ -22,8 +22,12 @@ use super::subject::{node_is_control_plane, node_key, subject_key};
 use super::trust::machineless_claims;
 use crate::api::Remediation;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
-use crate::api::slim;
+use crate::api::{mco, slim};
+use crate::runtime::clock::since_epoch;
 use crate::{Error, Result};
+
+/// The ClusterVersion (OpenShift's `config.openshift.io/v1`, cluster-scoped, one object).
+const CLUSTER_VERSION_NAME: &str = "version";
 
 impl Pass {
     /// Whether the Machine carries a trigger (the annotation, or a Cluster API request named
@@ -192,6 +196,43 @@ impl Pass {
 }
 
 impl Pass {
+    /// The quiet gates (`ClusterUpgrading`, `MachineConfigUpdating`): the ClusterVersion read
+    /// now, the Node's machine-config annotations as cached (the daemon writes them well
+    /// before it drains or reboots), the bound counted from the Remediation's creation.
+    pub(super) async fn quiet_gate(
+        &self,
+        remediation: &Remediation,
+        node: Option<&Node>,
+    ) -> Result<Quiet> {
+        let evidence = QuietEvidence {
+            cluster_progressing: self.cluster_progressing().await?,
+            node: node.map(|n| (n.name_any(), machine_config_view(n.annotations()))),
+        };
+        let now = since_epoch(self.context.clock.now());
+        let created = super::state::created_at(remediation).unwrap_or(now);
+        let bound = self.policy.upgrade_hold.max_seconds;
+        Ok(quiet_gate(&evidence, now.saturating_sub(created), bound))
+    }
+
+    /// The message of the ClusterVersion's `Progressing` condition when it is True; None
+    /// when it is not, or where no ClusterVersion is served (not OpenShift).
+    async fn cluster_progressing(&self) -> Result<Option<String>> {
+        let resource = ApiResource {
+            group: "config.openshift.io".into(),
+            version: "v1".into(),
+            api_version: "config.openshift.io/v1".into(),
+            kind: "ClusterVersion".into(),
+            plural: "clusterversions".into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(self.context.client.clone(), &resource);
+        // A kind not served answers 404 too: no ClusterVersion, no upgrade.
+        let version = api
+            .get_opt(CLUSTER_VERSION_NAME)
+            .await
+            .map_err(Error::kube("GetClusterVersion"))?;
+        Ok(version.and_then(|v| progressing(&v.data)))
+    }
+
     /// The self-fence gate: the leader does not fence the Node it runs on unless another
     /// replica is Ready on another Node to finish the remediation once this one is off.
     pub(super) async fn self_fence_gate(
@@ -237,6 +278,34 @@ pub fn peer_ready_elsewhere(pods: &[Pod], me: &Placement) -> bool {
     })
 }
 
+/// The ClusterVersion's `Progressing` condition, when True: its message (or a placeholder).
+fn progressing(data: &serde_json::Value) -> Option<String> {
+    let conditions = data.pointer("/status/conditions")?.as_array()?;
+    let condition = conditions
+        .iter()
+        .find(|c| c["type"] == "Progressing" && c["status"] == "True")?;
+    let message = condition["message"].as_str().unwrap_or_default();
+    Some(if message.is_empty() {
+        "no message".to_string()
+    } else {
+        message.chars().take(256).collect()
+    })
+}
+
+/// A Node's machine-config annotations.
+fn machine_config_view(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> MachineConfigView {
+    let get = |key: &str| annotations.get(key).cloned();
+    MachineConfigView {
+        current: get(mco::CURRENT_CONFIG),
+        desired: get(mco::DESIRED_CONFIG),
+        current_image: get(mco::CURRENT_IMAGE),
+        desired_image: get(mco::DESIRED_IMAGE),
+        state: get(mco::STATE),
+    }
+}
+
 /// Whether a Node is present and Ready.
 fn is_ready(node: Option<&Node>) -> bool {
     matches!(
@@ -273,6 +342,45 @@ mod tests {
             ]},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_cluster_version_is_progressing_only_with_its_condition_true() {
+        let version = |conditions: serde_json::Value| serde_json::json!({"status": {"conditions": conditions}});
+        assert_eq!(progressing(&serde_json::json!({})), None);
+        assert_eq!(progressing(&version(serde_json::json!([]))), None);
+        let done = version(serde_json::json!([
+            {"type": "Available", "status": "True", "message": "Done applying 4.17.2"},
+            {"type": "Progressing", "status": "False", "message": "Cluster version is 4.17.2"},
+        ]));
+        assert_eq!(progressing(&done), None);
+        let upgrading = version(serde_json::json!([
+            {"type": "Progressing", "status": "True", "message": "Working towards 4.17.3: 106 of 890 done (11% complete)"},
+        ]));
+        assert_eq!(
+            progressing(&upgrading).as_deref(),
+            Some("Working towards 4.17.3: 106 of 890 done (11% complete)")
+        );
+        let silent = version(serde_json::json!([{"type": "Progressing", "status": "True"}]));
+        assert_eq!(progressing(&silent).as_deref(), Some("no message"));
+    }
+
+    #[test]
+    fn the_machine_config_annotations_are_read_by_their_keys() {
+        let annotations = [
+            (mco::CURRENT_CONFIG, "rendered-worker-a"),
+            (mco::DESIRED_CONFIG, "rendered-worker-b"),
+            (mco::STATE, "Working"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let view = machine_config_view(&annotations);
+        assert_eq!(view.current.as_deref(), Some("rendered-worker-a"));
+        assert_eq!(view.desired.as_deref(), Some("rendered-worker-b"));
+        assert_eq!(view.state.as_deref(), Some("Working"));
+        assert_eq!(view.current_image, None);
+        assert!(view.updating().is_some());
     }
 
     #[test]

@@ -99,7 +99,8 @@ impl Pass {
             }
             Phase::PoweringOn => {
                 self.ensure_request(round.remediation, round.state, false)
-                    .await?
+                    .await?;
+                self.note_kept_off(round.remediation).await?;
             }
             _ => {}
         }
@@ -715,7 +716,15 @@ impl Pass {
     ) -> Result<()> {
         let now = self.context.clock.now();
         let label = reason.label();
-        let message = failure_message(&reason, state.attempt);
+        let mut message = failure_message(&reason, state.attempt);
+        // What kept the host off, if something did: the failure names it, not only the Node.
+        let kept_off = status
+            .conditions
+            .iter()
+            .find(|c| c.is_true(ConditionType::PowerOnBlocked));
+        if let (FailReason::NodeNeverReady, Some(kept_off)) = (&reason, kept_off) {
+            message = format!("{message}: {}", kept_off.message);
+        }
         let strategy = status.strategy.clone().unwrap_or_default();
         status.last_error = Some(message.clone());
         set_condition(

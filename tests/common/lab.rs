@@ -398,6 +398,23 @@ impl Lab {
         .await;
     }
 
+    /// The `MachineRemediationTemplate` `baremend` (the one a MachineHealthCheck of a
+    /// `remediation_template` cluster names) with this `spec.template.spec`.
+    pub fn machine_template(&self, spec: Value) {
+        self.api
+            .create(
+                baremend_sim::cluster::local::MACHINE_REMEDIATION_TEMPLATES,
+                MACHINE_NAMESPACE,
+                json!({
+                    "apiVersion": "baremend.io/v1alpha1",
+                    "kind": "MachineRemediationTemplate",
+                    "metadata": {"name": "baremend", "namespace": MACHINE_NAMESPACE},
+                    "spec": {"template": {"spec": spec}},
+                }),
+            )
+            .unwrap();
+    }
+
     /// Serves the other remediators' kinds (Metal3Remediation and the medik8s ones), as a
     /// cluster where they are installed does.
     pub fn serve_foreign_remediations(&self) {

@@ -244,6 +244,22 @@ pub fn cluster_api_crds() -> Vec<Value> {
     ]
 }
 
+/// OpenShift's ClusterVersion (config.openshift.io/v1, cluster-scoped; one object, `version`),
+/// installed with the Machine Config Operator (an OpenShift cluster).
+pub fn cluster_version_crd() -> Value {
+    crd(
+        "config.openshift.io",
+        "ClusterVersion",
+        "clusterversions",
+        &[],
+        "Cluster",
+        "v1",
+        json!([
+            {"name": "Version", "type": "string", "jsonPath": ".status.desired.version"},
+        ]),
+    )
+}
+
 /// medik8s's NodeHealthCheck (cluster-scoped), installed only where the scenario asks for it.
 pub fn node_health_check_crd() -> Value {
     crd(

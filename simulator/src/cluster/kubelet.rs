@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -35,6 +35,9 @@ pub struct NodeFaults {
     /// still runs once before it is gone (its container was being created when the deletion
     /// came: the race a real kubelet has), so a helper does its work late.
     pub pods_held: AtomicBool,
+    /// Extra time every boot takes while set, in milliseconds (a bare-metal POST, firmware
+    /// updates): the Node is NotReady that much longer after each reboot.
+    pub slow_boot_ms: AtomicU64,
 }
 
 impl NodeFaults {
@@ -42,6 +45,11 @@ impl NodeFaults {
         self.hung.load(Ordering::Relaxed)
             || self.nic_down.load(Ordering::Relaxed)
             || self.broken.load(Ordering::Relaxed)
+    }
+
+    /// How long a boot takes: the timing's boot delay and any extra set by `slow_boot_ms`.
+    pub fn boot_delay(&self, timing: &Timing) -> Duration {
+        timing.boot_delay + Duration::from_millis(self.slow_boot_ms.load(Ordering::Relaxed))
     }
 
     /// Clears the faults a power cycle clears (not `broken`).
@@ -218,7 +226,7 @@ pub async fn run(
             nap = OFF_POLL.min(timing.heartbeat);
             continue;
         }
-        let booted = *booted_at.get_or_insert_with(|| Instant::now() + timing.boot_delay);
+        let booted = *booted_at.get_or_insert_with(|| Instant::now() + faults.boot_delay(&timing));
         let now = Instant::now();
         if now < booted {
             // The kubelet starts when the OS is up, not at a heartbeat.

@@ -127,6 +127,13 @@ pub const BMHS: Gvr = Gvr {
     plural: "baremetalhosts",
 };
 
+/// OpenShift's ClusterVersion (cluster-scoped, the one named `version`).
+pub const CLUSTER_VERSIONS: Gvr = Gvr {
+    group: "config.openshift.io",
+    version: "v1",
+    plural: "clusterversions",
+};
+
 /// MachineConfigPools.
 pub const MCPS: Gvr = Gvr {
     group: "machineconfiguration.openshift.io",

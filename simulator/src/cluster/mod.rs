@@ -9,6 +9,7 @@
 pub mod accounts;
 mod bmo;
 pub mod control;
+pub mod cvo;
 pub mod fixtures;
 mod kubelet;
 mod lifecycle;
@@ -238,6 +239,10 @@ impl SimCluster {
         }
         Self::place_workloads(&api, &hosts, &spec.workloads).map_err(fail)?;
         let mco = if spec.mco {
+            // An OpenShift cluster: its ClusterVersion too.
+            api.create(CRDS, "", fixtures::cluster_version_crd())
+                .map_err(fail)?;
+            cvo::install(&api).map_err(fail)?;
             Some(mco::SimMco::install(&api, &hosts, &spec.mco_max_unavailable).map_err(fail)?)
         } else {
             None
@@ -606,6 +611,36 @@ impl SimCluster {
         self.host(name)
             .map(|h| h.faults.pods_held.store(held, Ordering::Relaxed))
             .is_some()
+    }
+
+    /// Makes every boot of a node take `extra` longer (a slow bare-metal POST), or with
+    /// zero as long as the timing says again.
+    pub fn slow_boot(&self, name: &str, extra: std::time::Duration) -> bool {
+        let millis = u64::try_from(extra.as_millis()).unwrap_or(u64::MAX);
+        self.host(name)
+            .map(|h| h.faults.slow_boot_ms.store(millis, Ordering::Relaxed))
+            .is_some()
+    }
+
+    /// Starts an upgrade of the cluster to `to` (its ClusterVersion `Progressing`), or with
+    /// None finishes it (with the simulated MCO only: an OpenShift cluster).
+    pub fn set_upgrading(&self, to: Option<&str>) -> Result<()> {
+        let api = Local::new(self.server.store().clone(), "cluster-version-operator");
+        cvo::set_upgrading(&api, to)
+            .map_err(|e| Error::Config(format!("ClusterVersion: {}", e.message)))
+    }
+
+    /// Rolls `pool` onto a new OS image (the MCO's part of an upgrade): every node in turn,
+    /// `maxUnavailable` at a time, drains and reboots into it. Returns the new config.
+    pub fn roll_pool(&self, pool: &str, image: &str) -> Result<String> {
+        let Some(mco) = &self.mco else {
+            return Err(Error::Config(
+                "no Machine Config Operator in this cluster".into(),
+            ));
+        };
+        let api = Local::new(self.server.store().clone(), "machine-config-controller");
+        mco.roll(&api, pool, image)
+            .map_err(|e| Error::Config(format!("roll {pool}: {}", e.message)))
     }
 
     /// Clears a node's faults without a power cycle (the admin fixed it).

@@ -61,7 +61,8 @@ pub struct ClusterSpec {
     /// without the out-of-service taint: `[1, 27]`).
     pub kubernetes_version: (u32, u32),
     /// Run a Machine Config Operator (pools, rendered configs, a daemon per node, the drain
-    /// controller), for config-drift scenarios.
+    /// and node controllers), for config-drift and pool-update scenarios; an OpenShift
+    /// cluster, so with its ClusterVersion `version` too.
     pub mco: bool,
     /// The pools' `maxUnavailable` (an integer or a percentage).
     pub mco_max_unavailable: serde_json::Value,

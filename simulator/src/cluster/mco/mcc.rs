@@ -5,6 +5,12 @@
 //!   with the eviction error, `DrainThresholdExceeded` after the threshold — then
 //!   `lastAppliedDrain` is written; an `uncordon-…` request uncordons. An external uncordon
 //!   during a drain is undone (the node is cordoned again).
+//! - the node controller: a pool whose target (`spec.configuration.name`) some nodes are not
+//!   told yet gives it (`desiredConfig`) to as many Ready, schedulable, `Done` nodes as
+//!   `maxUnavailable` leaves room for, counting every node NotReady, cordoned, not `Done` or
+//!   told a config it is not on yet as unavailable (`node_controller.go`, `maxUnavailable`
+//!   and `getAllCandidateMachines`; a paused pool, or a target that is no rendered
+//!   MachineConfig, is left alone).
 //! - the pool status: machine, updated, ready, unavailable and degraded counts, the
 //!   conditions, and `status.configuration` once every node is on the target.
 
@@ -14,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{DESIRED_DRAIN, LAST_APPLIED_DRAIN, MCO_NAMESPACE, STATE, set_mcn_condition};
-use crate::cluster::local::{Local, MCPS, NODES, PODS, namespace_and_name};
+use crate::cluster::local::{Local, MCNS, MCPS, MCS, NODES, PODS, namespace_and_name};
 use crate::cluster::timing::Timing;
 
 const COMPONENT: &str = "machineconfigcontroller-draincontroller";
@@ -49,6 +55,7 @@ pub async fn run(api: Local, timing: Timing) {
         for node in api.list_shared(NODES, None) {
             drain_pass(&api, &node, &timing, &mut drains);
         }
+        node_controller(&api);
         pool_status(&api);
     }
 }
@@ -175,6 +182,105 @@ fn drain_pass(
     }
 }
 
+/// The nodes `pool` selects (its `nodeSelector`'s labels).
+fn members<'a>(pool: &Value, nodes: &'a [std::sync::Arc<Value>]) -> Vec<&'a Value> {
+    let selector = pool.pointer("/spec/nodeSelector/matchLabels");
+    nodes
+        .iter()
+        .map(|n| n.as_ref())
+        .filter(|n| {
+            selector.and_then(Value::as_object).is_some_and(|labels| {
+                labels
+                    .iter()
+                    .all(|(k, v)| n.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
+            })
+        })
+        .collect()
+}
+
+fn schedulable(node: &Value) -> bool {
+    !node
+        .pointer("/spec/unschedulable")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+fn ready_and_schedulable(node: &Value) -> bool {
+    super::mcd::ready(node) && schedulable(node)
+}
+
+/// `maxUnavailable` of a pool of `machines`: an integer or a percentage (rounded down), 0
+/// counting as 1.
+fn max_unavailable(value: Option<&Value>, machines: usize) -> usize {
+    let n = match value {
+        Some(Value::Number(n)) => n.as_u64().unwrap_or(1) as usize,
+        Some(Value::String(text)) => match text.strip_suffix('%') {
+            Some(percent) => percent.parse::<usize>().unwrap_or(0) * machines / 100,
+            None => text.parse().unwrap_or(1),
+        },
+        _ => 1,
+    };
+    n.max(1)
+}
+
+/// Gives each pool's target to as many nodes as `maxUnavailable` leaves room for.
+fn node_controller(api: &Local) {
+    let nodes = api.list_shared(NODES, None);
+    for pool in api.list_shared(MCPS, None) {
+        let target = pool
+            .pointer("/spec/configuration/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let paused = pool
+            .pointer("/spec/paused")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        // A target that is not a rendered MachineConfig (yet) is given to no node: a daemon
+        // could not apply it.
+        if target.is_empty() || paused || api.get(MCS, "", target).is_err() {
+            continue;
+        }
+        let members = members(&pool, &nodes);
+        let config = |node: &Value, key: &str| annotation(node, key).unwrap_or_default().to_owned();
+        let settled = |node: &Value| {
+            annotation(node, STATE) == Some("Done")
+                && config(node, super::CURRENT_CONFIG) == config(node, super::DESIRED_CONFIG)
+        };
+        let unavailable = members
+            .iter()
+            .filter(|n| !(ready_and_schedulable(n) && settled(n)))
+            .count();
+        let room = max_unavailable(pool.pointer("/spec/maxUnavailable"), members.len())
+            .saturating_sub(unavailable);
+        let mut candidates: Vec<&Value> = members
+            .into_iter()
+            .filter(|n| {
+                ready_and_schedulable(n) && settled(n) && config(n, super::DESIRED_CONFIG) != target
+            })
+            .collect();
+        candidates.sort_by_key(|n| n.pointer("/metadata/name").and_then(Value::as_str));
+        for node in candidates.into_iter().take(room) {
+            let Some(name) = node.pointer("/metadata/name").and_then(Value::as_str) else {
+                continue;
+            };
+            let _ = api.merge(
+                NODES,
+                "",
+                name,
+                &json!({"metadata": {"annotations": {super::DESIRED_CONFIG: target}}}),
+                false,
+            );
+            let _ = api.merge(
+                MCNS,
+                "",
+                name,
+                &json!({"spec": {"configVersion": {"desired": target}}}),
+                false,
+            );
+        }
+    }
+}
+
 fn pool_status(api: &Local) {
     let nodes = api.list_shared(NODES, None);
     for pool in api.list_shared(MCPS, None) {
@@ -185,18 +291,7 @@ fn pool_status(api: &Local) {
             .pointer("/spec/configuration/name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let selector = pool.pointer("/spec/nodeSelector/matchLabels");
-        let members: Vec<&Value> = nodes
-            .iter()
-            .map(|n| n.as_ref())
-            .filter(|n| {
-                selector.and_then(Value::as_object).is_some_and(|labels| {
-                    labels.iter().all(|(k, v)| {
-                        n.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v)
-                    })
-                })
-            })
-            .collect();
+        let members = members(&pool, &nodes);
         let mut updated = 0;
         let mut ready = 0;
         let mut unavailable = 0;
@@ -205,17 +300,8 @@ fn pool_status(api: &Local) {
         for node in &members {
             let state = annotation(node, STATE).unwrap_or_default();
             let current = annotation(node, super::CURRENT_CONFIG).unwrap_or_default();
-            let is_ready = node
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                });
-            let schedulable = !node
-                .pointer("/spec/unschedulable")
-                .and_then(Value::as_bool)
-                .unwrap_or(false);
+            let is_ready = super::mcd::ready(node);
+            let schedulable = schedulable(node);
             let is_updated = state == "Done" && current == target;
             updated += usize::from(is_updated);
             ready += usize::from(is_updated && is_ready && schedulable);

@@ -11,6 +11,10 @@
 //!   `unexpected on-disk state validating against <rendered>: ` prefix and
 //!   `PreflightConfigDriftCheckFailed` is emitted.
 //!
+//! - told a new config (`desiredConfig` differs from `currentConfig`, while `Done`) it updates
+//!   the node as the real daemon does: `state=Working`, the same drain, file rewrite and
+//!   reboot into the new config, then `currentConfig` is the new one and `state=Done`.
+//!
 //! Nothing runs while the host is off or its OS is hung.
 
 use std::sync::Arc;
@@ -126,8 +130,10 @@ pub struct Daemon {
     pub faults: Arc<NodeFaults>,
     /// The disk.
     pub disk: Arc<NodeDisk>,
-    /// The node's pool config.
+    /// The config the node is on (or updating to).
     pub rendered: Arc<Rendered>,
+    /// Every rendered config by name (a new one arrives with a pool's update).
+    pub configs: super::Configs,
     /// While set, the daemon is down and does nothing.
     pub down: Arc<std::sync::atomic::AtomicBool>,
     /// The daemon's Node writer: the kubelet's credentials (`pkg/daemon/writer.go` writes
@@ -154,7 +160,7 @@ impl Daemon {
 
     fn set_done(&self, api: &Local, node: &Value) {
         let rendered = &self.rendered.name;
-        self.annotate(json!({STATE: "Done", REASON: ""}));
+        self.annotate(json!({CURRENT_CONFIG: rendered, STATE: "Done", REASON: ""}));
         set_mcn_condition(
             api,
             &self.name,
@@ -193,6 +199,21 @@ impl Daemon {
         );
     }
 
+    /// Asks the drain controller to drain the node for `config` (a drift re-apply's or an
+    /// update's): the daemon then waits for it.
+    fn ask_drain(&self, api: &Local, node: &Value, config: &str) -> Phase {
+        set_mcn_condition(api, &self.name, "UpdatePrepared", "True", "");
+        self.event(
+            api,
+            node,
+            "Normal",
+            "Drain",
+            "Draining node to update config.",
+        );
+        self.annotate(json!({DESIRED_DRAIN: format!("drain-{config}")}));
+        Phase::AwaitDrain
+    }
+
     /// A retry's or a boot's validation failed: the reason names the rendered config.
     fn failed_validation(&self, api: &Local, node: &Value, event: &str, reason: &str) {
         let text = format!(
@@ -204,7 +225,7 @@ impl Daemon {
     }
 
     /// Runs until the task is aborted.
-    pub async fn run(self, api: Local, timing: Timing) {
+    pub async fn run(mut self, api: Local, timing: Timing) {
         let mut phase = Phase::Steady;
         let mut offs_seen = self.host.power_offs();
         let first_backoff = timing.mcd_period * 4;
@@ -224,7 +245,7 @@ impl Daemon {
             {
                 continue;
             }
-            let up = *up_at.get_or_insert_with(|| Instant::now() + timing.boot_delay);
+            let up = *up_at.get_or_insert_with(|| Instant::now() + self.faults.boot_delay(&timing));
             if Instant::now() < up {
                 continue;
             }
@@ -248,6 +269,23 @@ impl Daemon {
                 continue;
             }
             let now = Instant::now();
+            let told = annotation(DESIRED_CONFIG).filter(|d| *d != rendered);
+            if let (Phase::Steady, Some(desired)) = (phase, told)
+                && annotation(STATE).as_deref() == Some("Done")
+                && let Some(next) = self
+                    .configs
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.get(&desired).cloned())
+            {
+                // An update: Working, then the drain, the files and the reboot of the drift
+                // re-apply, into the new config.
+                self.rendered = next;
+                self.annotate(json!({STATE: "Working", REASON: ""}));
+                set_mcn_condition(&api, &self.name, "Updated", "False", "");
+                phase = self.ask_drain(&api, &node, &desired);
+                continue;
+            }
             phase = match phase {
                 Phase::Steady => match validate(&self.disk, &self.rendered) {
                     Some(reason) if annotation(STATE).as_deref() == Some("Done") => {
@@ -263,16 +301,7 @@ impl Daemon {
                 Phase::Degraded { retry_at, .. } if now < retry_at => phase,
                 Phase::Degraded { backoff, .. } => {
                     if self.disk.remove(FORCE_FILE) {
-                        set_mcn_condition(&api, &self.name, "UpdatePrepared", "True", "");
-                        self.event(
-                            &api,
-                            &node,
-                            "Normal",
-                            "Drain",
-                            "Draining node to update config.",
-                        );
-                        self.annotate(json!({DESIRED_DRAIN: format!("drain-{rendered}")}));
-                        Phase::AwaitDrain
+                        self.ask_drain(&api, &node, &rendered)
                     } else {
                         match validate(&self.disk, &self.rendered) {
                             None => {
@@ -351,7 +380,8 @@ impl Daemon {
     }
 }
 
-fn ready(node: &Value) -> bool {
+/// Whether a Node's Ready condition is True.
+pub(super) fn ready(node: &Value) -> bool {
     node.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|c| {

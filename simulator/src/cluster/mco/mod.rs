@@ -1,7 +1,9 @@
-//! A simulated Machine Config Operator, as much of it as config drift involves: rendered
-//! MachineConfigs and pools, a MachineConfigNode per node, a daemon per node ([`mcd`]) and
-//! the drain controller and pool status ([`mcc`]). The node's files live on a simulated disk
-//! ([`disk`]) that tests drift and revert.
+//! A simulated Machine Config Operator, as much of it as config drift and a pool's update
+//! involve: rendered MachineConfigs and pools, a MachineConfigNode per node, a daemon per
+//! node ([`mcd`]) and the drain controller, the node controller (a pool's new config, given
+//! to `maxUnavailable` nodes at a time) and the pool status ([`mcc`]). The node's files live
+//! on a simulated disk ([`disk`]) that tests drift and revert; [`SimMco::roll`] renders a
+//! pool's config on a new OS image, as an upgrade does, so that every node reboots into it.
 
 pub mod disk;
 pub mod helper;
@@ -73,11 +75,16 @@ pub fn set_mcn_condition(api: &Local, node: &str, kind: &str, status: &str, mess
     );
 }
 
+/// Every rendered config by name, as the daemons find the one a node is told to take.
+pub type Configs = Arc<std::sync::Mutex<HashMap<String, Arc<Rendered>>>>;
+
 /// The simulated MCO of a cluster.
 #[derive(Debug, Clone)]
 pub struct SimMco {
-    /// Rendered config per pool (`master`, `worker`).
+    /// Rendered config per pool (`master`, `worker`), as installed.
     pub rendered: HashMap<String, Arc<Rendered>>,
+    /// Every rendered config, the installed ones and those of later rolls.
+    pub configs: Configs,
     /// Disk per node.
     pub disks: HashMap<String, Arc<NodeDisk>>,
     /// Per node: its daemon is down (a crash-looping MCD pod) while set.
@@ -126,11 +133,50 @@ impl SimMco {
             .iter()
             .map(|h| (h.name.clone(), Arc::default()))
             .collect();
+        let configs = rendered
+            .values()
+            .map(|c| (c.name.clone(), c.clone()))
+            .collect();
         Ok(SimMco {
             rendered,
+            configs: Arc::new(std::sync::Mutex::new(configs)),
             disks,
             daemon_down,
         })
+    }
+
+    /// Renders `pool`'s config on the OS image `image` (as an upgrade's new release does)
+    /// and makes it the pool's target: the node controller then gives it to `maxUnavailable`
+    /// nodes at a time, and each node's daemon drains, reboots into it and is Done. Returns
+    /// the new config's name.
+    pub fn roll(&self, api: &Local, pool: &str, image: &str) -> Result<String, ApiError> {
+        let target = api.get(MCPS, "", pool)?;
+        let current = target
+            .pointer("/spec/configuration/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let Some(base) = self.config(&current) else {
+            return Err(ApiError::no_route(pool));
+        };
+        let next = Arc::new(base.with_os_image(image));
+        api.create(MCS, "", next.object.clone())?;
+        if let Ok(mut configs) = self.configs.lock() {
+            configs.insert(next.name.clone(), next.clone());
+        }
+        api.merge(
+            MCPS,
+            "",
+            pool,
+            &json!({"spec": {"configuration": {"name": next.name}}}),
+            false,
+        )?;
+        Ok(next.name.clone())
+    }
+
+    /// A rendered config by name.
+    pub fn config(&self, name: &str) -> Option<Arc<Rendered>> {
+        self.configs.lock().ok()?.get(name).cloned()
     }
 
     /// Takes a node's daemon down (it does nothing, as a crash-looping pod) or back up.
@@ -162,6 +208,7 @@ impl SimMco {
                 faults: host.faults.clone(),
                 disk: disk.clone(),
                 rendered: config.clone(),
+                configs: self.configs.clone(),
                 down: self
                     .daemon_down
                     .get(&host.name)

@@ -133,6 +133,24 @@ pub fn rendered(pool: &str) -> Rendered {
     }
 }
 
+impl Rendered {
+    /// The same config on another OS image, as an upgrade renders it: a new name, the same
+    /// files (the daemon reboots into it).
+    pub fn with_os_image(&self, image: &str) -> Rendered {
+        let mut spec = self.object["spec"].clone();
+        spec["osImageURL"] = json!(image);
+        let name = format!("rendered-{}-{}", self.pool, hash_hex(&spec.to_string()));
+        let mut object = self.object.clone();
+        object["metadata"]["name"] = json!(name);
+        object["spec"] = spec;
+        Rendered {
+            name,
+            object,
+            ..self.clone()
+        }
+    }
+}
+
 /// The MachineConfigPool of `rendered`'s pool, selecting nodes by role label.
 pub fn pool(rendered: &Rendered, max_unavailable: Value) -> Value {
     let pool = &rendered.pool;
@@ -160,6 +178,16 @@ pub const SKIPPED: [&str; 3] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_os_image_is_another_rendered_config_with_the_same_files() {
+        let worker = rendered("worker");
+        let next = worker.with_os_image("quay.io/openshift/os@sha256:next");
+        assert_ne!(next.name, worker.name);
+        assert!(next.name.starts_with("rendered-worker-"));
+        assert_eq!(next.object["metadata"]["name"], json!(next.name));
+        assert_eq!(next.files, worker.files);
+    }
 
     #[test]
     fn a_rendered_name_is_stable_and_per_pool() {
