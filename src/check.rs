@@ -372,6 +372,8 @@ mod tests {
             lease_warnings(&policy, &[]).is_empty(),
             "no NodeHealthCheck template"
         );
+        // Within the default policy: a template inherits it or narrows it; asking for more
+        // cycles than the policy allows is a refusal, told as such.
         let templates = [
             template("baremend", serde_json::json!({})),
             template("patient", serde_json::json!({"maxAttempts": 4})),
@@ -379,15 +381,27 @@ mod tests {
         let warnings = lease_warnings(&policy, &templates);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
-            warnings[0].starts_with("NodeRemediationTemplate workload-availability/patient (RemediationPolicy default with its overrides): maxAttempts 4"),
+            warnings[0].starts_with(
+                "NodeRemediationTemplate workload-availability/patient: its requests would be refused (WidensPolicy)"
+            ),
             "{warnings:?}"
         );
-        // A policy that outlasts it reaches every template without overrides.
+        // A policy that outlasts the lease reaches every template that inherits it; one that
+        // narrows it to fit is not warned about.
         let long = RemediationPolicySpec {
-            max_attempts: 3,
+            max_attempts: 4,
             ..RemediationPolicySpec::default()
         };
-        assert_eq!(lease_warnings(&long, &templates).len(), 2);
+        let templates = [
+            template("baremend", serde_json::json!({})),
+            template("narrow", serde_json::json!({"maxAttempts": 2})),
+        ];
+        let warnings = lease_warnings(&long, &templates);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("NodeRemediationTemplate workload-availability/baremend (RemediationPolicy default with its overrides): maxAttempts 4"),
+            "{warnings:?}"
+        );
     }
 
     #[test]
