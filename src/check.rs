@@ -21,6 +21,7 @@ use crate::api::{HostBmc, Remediation, RemediationPolicy, RemediationPolicySpec}
 use crate::duration::parse_duration;
 use crate::remediation::fencing_check::{CHECKS_AT_ONCE, Fleet, Probes, check, describe, targets};
 use crate::remediation::observe::HostRef;
+use crate::remediation::probe::ProbeTerms;
 use crate::remediation::subject::machineless_node;
 use crate::runtime::informer::POLICY_NAME;
 use crate::{Error, Result};
@@ -145,7 +146,10 @@ pub async fn run(args: CheckArgs) -> Result<()> {
         strategies: &listed.policy.strategies,
         reboot_key: &listed.policy.reboot_key,
         timeout: args.timeout,
-        metrics: None,
+        terms: ProbeTerms {
+            allow_insecure: listed.policy.allow_insecure_bmc,
+            ..ProbeTerms::default()
+        },
     };
     let total = targets.len();
     let mut lines = futures_util::stream::iter(targets)

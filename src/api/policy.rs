@@ -73,6 +73,11 @@ pub struct RemediationPolicySpec {
     /// How many finished Remediations are kept per Machine.
     #[serde(default)]
     pub retention: Retention,
+    /// Let a BMC reached over plain HTTP (`redfish+http`) or without certificate
+    /// verification (`insecureSkipVerify`) prove a host off. Off by default: whoever is on
+    /// the path could answer Off for a running host. IPMI (RMCP+ only) is authenticated.
+    #[serde(default)]
+    pub allow_insecure_bmc: bool,
 }
 
 impl RemediationPolicySpec {
@@ -102,6 +107,7 @@ impl Default for RemediationPolicySpec {
             max_attempts: default_max_attempts(),
             delete_machine_on_failure: false,
             retention: Retention::default(),
+            allow_insecure_bmc: false,
         }
     }
 }

@@ -45,7 +45,7 @@ use self::server::{ServerLimits, bind, serve_connections};
 use crate::Result;
 
 /// Every gate that can hold a start, as named in the `Held` condition's reason.
-pub const GATES: [&str; 10] = [
+pub const GATES: [&str; 12] = [
     "Paused",
     "Concurrency",
     "Storm",
@@ -56,6 +56,8 @@ pub const GATES: [&str; 10] = [
     "PlannedReboot",
     "SelfFence",
     "ForeignRemediation",
+    "InsecureBmc",
+    "BmcUntrustworthy",
 ];
 
 /// Every fencing strategy, as the remediation counters name it.

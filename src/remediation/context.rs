@@ -14,7 +14,9 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
 use super::bmc_cache::DriverCache;
+use super::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
 use super::gates::Launched;
+use super::witnessed::Witness;
 use crate::api::slim;
 use crate::api::{
     HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy,
@@ -23,7 +25,7 @@ use crate::api::{
 use crate::drift::helper::HelperPods;
 use crate::leader::Leadership;
 use crate::metrics::{GATES, Metrics, PolicyKind};
-use crate::runtime::clock::Clock;
+use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::conditions::held_by;
 use crate::runtime::informer::{is_ready, policy_object};
 use crate::runtime::requeue::Backoff;
@@ -69,6 +71,8 @@ pub struct ControllerOptions {
     pub placement: Option<Placement>,
     /// Which Machine API the cluster's Machines come from.
     pub machine_api: slim::MachineApi,
+    /// How long a BMC seen contradicting itself stays untrustworthy (see `bmc_trust`).
+    pub bmc_distrust: Duration,
 }
 
 impl Default for ControllerOptions {
@@ -86,6 +90,7 @@ impl Default for ControllerOptions {
             drift_helpers: None,
             placement: None,
             machine_api: slim::MachineApi::default(),
+            bmc_distrust: DEFAULT_DISTRUST,
         }
     }
 }
@@ -159,6 +164,9 @@ pub struct Context {
     pub backoff: Backoff,
     /// Which Machine API the Machines come from.
     pub machine_api: slim::MachineApi,
+    /// Every BMC reading of the process, and the clock they are stamped with: every reader
+    /// (fencing, monitor, probes) reads through it.
+    pub witness: Witness,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step
@@ -216,7 +224,6 @@ impl Context {
             node_requests: caches.node_requests,
             connector: Connector::new(),
             bmc_drivers: DriverCache::default(),
-            clock,
             poll: options.poll,
             after_persist: options.after_persist,
             power_monitored: options.power_poll.is_some(),
@@ -227,6 +234,11 @@ impl Context {
             placement: options.placement,
             backoff: Backoff::default(),
             machine_api: options.machine_api,
+            witness: Witness {
+                ledger: Arc::new(BmcLedger::new(options.bmc_distrust)),
+                clock: clock.clone(),
+            },
+            clock,
         }
     }
 
@@ -274,6 +286,10 @@ impl Context {
         self.metrics.set_counts(in_progress, &held);
         self.metrics
             .set_policy_missing(PolicyKind::Remediation, !self.policy_configured());
+        let now = since_epoch(self.clock.now());
+        self.metrics
+            .power
+            .set_untrustworthy(&self.witness.ledger.untrustworthy(now));
     }
 
     /// The policy in force: the object named `default`; without one, the defaults in

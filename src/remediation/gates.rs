@@ -227,6 +227,25 @@ pub enum Held {
         /// Who, and the evidence.
         who: Foreign,
     },
+    /// The host can be fenced only through a BMC whose answers anyone on the path could
+    /// forge, and the policy does not allow it (`allowInsecureBmc`).
+    #[error(
+        "BMC {bmc}: {why}; its Off would prove nothing, and the RemediationPolicy does not allow insecure BMCs (allowInsecureBmc)"
+    )]
+    InsecureBmc {
+        /// The BMC address.
+        bmc: String,
+        /// Why its transport is forgeable.
+        why: String,
+    },
+    /// The host can be fenced only through a BMC seen contradicting itself lately.
+    #[error("BMC {bmc} is {why}")]
+    BmcUntrustworthy {
+        /// The BMC address.
+        bmc: String,
+        /// The mark: until when, and the contradiction.
+        why: String,
+    },
 }
 
 impl Held {
@@ -243,6 +262,8 @@ impl Held {
             Held::PlannedReboot { .. } => "PlannedReboot",
             Held::SelfFence { .. } => "SelfFence",
             Held::ForeignRemediation { .. } => "ForeignRemediation",
+            Held::InsecureBmc { .. } => "InsecureBmc",
+            Held::BmcUntrustworthy { .. } => "BmcUntrustworthy",
         }
     }
 }

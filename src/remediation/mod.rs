@@ -7,6 +7,7 @@
 //! destructive step.
 
 pub mod bmc_cache;
+pub mod bmc_trust;
 mod capi;
 pub mod context;
 pub mod controller;
@@ -33,3 +34,4 @@ pub mod state;
 mod steps;
 pub mod subject;
 pub mod trigger;
+pub mod witnessed;

@@ -279,6 +279,7 @@ impl Pass {
             Ok(()) => self.self_fence_gate(remediation).await?,
             held => held,
         };
+        let may = may.and_then(|()| self.bmc_gate(remediation));
         let basis = StartBasis {
             fresh,
             mark,
