@@ -27,6 +27,7 @@ use crate::remediation::fencing_check::{CHECKS_AT_ONCE, Fleet, Probes, check, de
 use crate::remediation::lease_budget::nhc_lease_warning;
 use crate::remediation::node_health_checks::{Disabled, list_disabled};
 use crate::remediation::observe::HostRef;
+use crate::remediation::probe::ProbeTerms;
 use crate::remediation::subject::machineless_node;
 use crate::remediation::trust::narrow;
 use crate::run::ClusterArgs;
@@ -302,7 +303,10 @@ pub async fn run(args: CheckArgs) -> Result<()> {
         strategies: &listed.policy.strategies,
         reboot_key: &listed.policy.reboot_key,
         timeout: args.timeout,
-        metrics: None,
+        terms: ProbeTerms {
+            allow_insecure: listed.policy.allow_insecure_bmc,
+            ..ProbeTerms::default()
+        },
     };
     let total = targets.len();
     let mut lines = futures_util::stream::iter(targets)

@@ -115,6 +115,11 @@ pub struct RunArgs {
     /// its own offset in the interval); 0s turns it off.
     #[arg(long, default_value = "10m", value_parser = parse_duration_or_off)]
     pub fencing_check_interval: Duration,
+    /// How long a BMC seen contradicting itself (reading Off, then not, with no power request
+    /// between, by any reader in the process) stays untrustworthy: none of its readings proves
+    /// its host off, and a start that needs it is held.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub bmc_distrust: Duration,
     /// Also coordinate the Machine Config Operator's config-drift remediation (where the API
     /// serves MachineConfigPools). With shards, turn it on in one shard only.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -242,6 +247,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         power_poll: (!args.power_poll.is_zero()).then_some(args.power_poll),
         fencing_check: (!args.fencing_check_interval.is_zero())
             .then_some(args.fencing_check_interval),
+        bmc_distrust: args.bmc_distrust,
         // Replicas read in the same order; the pod name spreads different shards apart.
         power_poll_seed: args
             .instance

@@ -33,6 +33,12 @@ async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
         out.contains(": 0 with violations, 0 harness errors"),
         "{out}"
     );
+    // A flapping BMC's false Off released no Node of a host fenced over its BMC (each would
+    // also be a violation of invariant 1).
+    assert!(
+        out.contains("0 Node(s) released on a flapping BMC's false Off read by baremend"),
+        "{out}"
+    );
     // The seeds did something: remediations ended both ways, and faults were injected.
     assert!(out.contains("Succeeded"), "{out}");
 }

@@ -81,6 +81,11 @@ pub struct RemediationPolicySpec {
     /// `MachineConfigUpdating` gates).
     #[serde(default)]
     pub upgrade_hold: UpgradeHold,
+    /// Let a BMC reached over plain HTTP (`redfish+http`) or without certificate
+    /// verification (`insecureSkipVerify`) prove a host off. Off by default: whoever is on
+    /// the path could answer Off for a running host. IPMI (RMCP+ only) is authenticated.
+    #[serde(default)]
+    pub allow_insecure_bmc: bool,
 }
 
 impl RemediationPolicySpec {
@@ -112,6 +117,7 @@ impl Default for RemediationPolicySpec {
             retention: Retention::default(),
             trust: TrustPolicy::default(),
             upgrade_hold: UpgradeHold::default(),
+            allow_insecure_bmc: false,
         }
     }
 }

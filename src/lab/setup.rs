@@ -207,8 +207,16 @@ impl LabCluster {
         client_of(&kubeconfig).await
     }
 
-    /// Creates the policy `default` with this spec.
-    pub async fn install_policy(&self, spec: Value) -> Result<()> {
+    /// Creates the policy `default` with this spec. The simulated cluster's Redfish BMCs
+    /// speak plain HTTP on the loopback interface, which a policy must allow before their
+    /// reads prove anything (`allowInsecureBmc`): the lab allows it, as the operator of such
+    /// a cluster would, unless the spec says otherwise.
+    pub async fn install_policy(&self, mut spec: Value) -> Result<()> {
+        if let Some(fields) = spec.as_object_mut() {
+            fields
+                .entry("allowInsecureBmc")
+                .or_insert(Value::Bool(true));
+        }
         let policy: RemediationPolicy =
             serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": spec}))
                 .map_err(|e| Error::Invalid {

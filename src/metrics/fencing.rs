@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// Every reason a fencing path can be not ready (the readiness check's typed reasons).
-pub const FENCING_REASONS: [&str; 17] = [
+pub const FENCING_REASONS: [&str; 19] = [
     "NoFencingPath",
     "HostNotFound",
     "HostDetached",
@@ -29,6 +29,8 @@ pub const FENCING_REASONS: [&str; 17] = [
     "ForcedOffNotAdvertised",
     "BmcError",
     "CheckFailed",
+    "InsecureTransport",
+    "BmcUntrustworthy",
 ];
 
 /// Which host a readiness series is about.

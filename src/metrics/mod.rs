@@ -45,7 +45,7 @@ use self::server::{ServerLimits, bind, serve_connections};
 use crate::Result;
 
 /// Every gate that can hold a start, as named in the `Held` condition's reason.
-pub const GATES: [&str; 13] = [
+pub const GATES: [&str; 15] = [
     "Paused",
     "Concurrency",
     "Storm",
@@ -59,6 +59,8 @@ pub const GATES: [&str; 13] = [
     "ClusterUpgrading",
     "MachineConfigUpdating",
     "HostNotOwned",
+    "InsecureBmc",
+    "BmcUntrustworthy",
 ];
 
 /// Every reason a request or a `HostBmc` is refused for (`Accepted=False`), as the refusal

@@ -72,6 +72,16 @@ pub struct PowerMetrics {
     latency: Family<LatencyLabels, Histogram, fn() -> Histogram>,
     hosts: Family<HostLabels, Gauge>,
     previous_password: Family<HostIdLabels, Gauge>,
+    untrustworthy: Family<BmcLabels, Gauge>,
+    /// The BMCs shown untrustworthy now.
+    shown_untrustworthy: std::sync::Mutex<Vec<String>>,
+}
+
+/// Which BMC a series is about.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BmcLabels {
+    /// The BMC address, without credentials.
+    pub bmc: String,
 }
 
 fn latency_histogram() -> Histogram {
@@ -141,11 +151,19 @@ impl PowerMetrics {
             "1 while the host's BMC accepts only the previous password of its Secret",
             previous_password.clone(),
         );
+        let untrustworthy = Family::<BmcLabels, Gauge>::default();
+        registry.register(
+            "bmc_untrustworthy",
+            "1 while the BMC is untrustworthy: it was seen reading Off, then not, with no power request between; no reading of it proves its host off",
+            untrustworthy.clone(),
+        );
         PowerMetrics {
             requests,
             latency,
             hosts,
             previous_password,
+            untrustworthy,
+            shown_untrustworthy: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -188,6 +206,23 @@ impl PowerMetrics {
                 .get_or_create(&host.id_labels())
                 .set(i64::from(used == CredentialUsed::Previous));
         }
+    }
+
+    /// Shows exactly `bmcs` as untrustworthy (a series of 1 each); the others' series go.
+    pub fn set_untrustworthy(&self, bmcs: &[String]) {
+        let mut shown = self
+            .shown_untrustworthy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for gone in shown.iter().filter(|b| !bmcs.contains(b)) {
+            self.untrustworthy.remove(&BmcLabels { bmc: gone.clone() });
+        }
+        for bmc in bmcs {
+            self.untrustworthy
+                .get_or_create(&BmcLabels { bmc: bmc.clone() })
+                .set(1);
+        }
+        *shown = bmcs.to_vec();
     }
 
     /// Drops a host's series (its Machine is gone, or its BMC changed).

@@ -14,7 +14,9 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
 use super::bmc_cache::DriverCache;
+use super::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
 use super::gates::Launched;
+use super::witnessed::Witness;
 use crate::api::slim;
 use crate::api::{
     HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy,
@@ -23,7 +25,7 @@ use crate::api::{
 use crate::drift::helper::HelperPods;
 use crate::leader::Leadership;
 use crate::metrics::{GATES, Metrics, PolicyKind};
-use crate::runtime::clock::Clock;
+use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::conditions::held_by;
 use crate::runtime::informer::{is_ready, policy_object};
 use crate::runtime::requeue::Backoff;
@@ -69,6 +71,8 @@ pub struct ControllerOptions {
     pub placement: Option<Placement>,
     /// Which Machine API the cluster's Machines come from.
     pub machine_api: slim::MachineApi,
+    /// How long a BMC seen contradicting itself stays untrustworthy (see `bmc_trust`).
+    pub bmc_distrust: Duration,
 }
 
 impl Default for ControllerOptions {
@@ -86,6 +90,7 @@ impl Default for ControllerOptions {
             drift_helpers: None,
             placement: None,
             machine_api: slim::MachineApi::default(),
+            bmc_distrust: DEFAULT_DISTRUST,
         }
     }
 }
@@ -162,6 +167,9 @@ pub struct Context {
     /// The NodeHealthChecks last read (None: not read yet), for the trust of requests (see
     /// `admission.rs`).
     pub health_checks: std::sync::RwLock<Option<Vec<super::trust::HealthCheck>>>,
+    /// Every BMC reading of the process, and the clock they are stamped with: every reader
+    /// (fencing, monitor, probes) reads through it.
+    pub witness: Witness,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step
@@ -219,7 +227,6 @@ impl Context {
             node_requests: caches.node_requests,
             connector: Connector::new(),
             bmc_drivers: DriverCache::default(),
-            clock,
             poll: options.poll,
             after_persist: options.after_persist,
             power_monitored: options.power_poll.is_some(),
@@ -231,6 +238,11 @@ impl Context {
             backoff: Backoff::default(),
             machine_api: options.machine_api,
             health_checks: std::sync::RwLock::new(None),
+            witness: Witness {
+                ledger: Arc::new(BmcLedger::new(options.bmc_distrust)),
+                clock: clock.clone(),
+            },
+            clock,
         }
     }
 
@@ -296,6 +308,10 @@ impl Context {
         self.metrics.set_host_bmcs_refused(&reasons);
         self.metrics
             .set_policy_missing(PolicyKind::Remediation, !self.policy_configured());
+        let now = since_epoch(self.clock.now());
+        self.metrics
+            .power
+            .set_untrustworthy(&self.witness.ledger.untrustworthy(now));
     }
 
     /// The policy in force: the object named `default`; without one, the defaults in

@@ -152,15 +152,19 @@ impl Pass {
         let bmc = self
             .locate_direct_bmc(remediation)
             .map_err(|e| e.to_string())?;
-        let metrics = Some(self.context.metrics.power.clone());
         let context = &self.context;
+        let terms = probe::ProbeTerms {
+            metrics: Some(context.metrics.power.clone()),
+            witness: Some(context.witness.clone()),
+            allow_insecure: self.policy.allow_insecure_bmc,
+        };
         probe::probe_bmc(
             &context.client,
             &context.connector,
             &self.namespace,
             &bmc,
             PROBE_TIMEOUT,
-            metrics,
+            terms,
         )
         .await
         .map(|answer| answer.said)

@@ -20,12 +20,17 @@
 //!   `false`, the operational status is neither `error` nor `detached`, neither the `detached`
 //!   nor the `paused` annotation is set, `spec.disablePowerOff` is not set, and the host read
 //!   is the one the remediation names.
-//! - Direct BMC: off only when at least two consecutive reads of that BMC said Off.
+//! - Direct BMC: off only when at least two consecutive reads of that BMC said Off, over a
+//!   transport nobody on the path can forge (or with the policy's `allowInsecureBmc`), and
+//!   no reading of that BMC by any reader in the process contradicts them (`bmc_trust`): an
+//!   On, or any state but Off, between or around the Off reads voids them, and a BMC seen
+//!   contradicting itself proves nothing while it is untrustworthy.
 //! - Evidence for another strategy, or for another host, is never proof.
 //!
 //! # Caveats
-//! - A BMC that reports Off while its host runs defeats any reader; the boot ID check after
-//!   power-on catches a host that never went down, but only after the Node was released.
+//! - A BMC that reports Off while its host runs, to every reader and every time, defeats any
+//!   reader; the boot ID check after power-on catches a host that never went down, but only
+//!   after the Node was released. One that contradicts itself is caught.
 //! - The proof is as fresh as its evidence: callers must spend it at once (a BMC proof is
 //!   reused for at most a second within one pass, see `run`).
 //! - Within this crate, evidence could be made up and passed in; the crate boundary is the
@@ -35,6 +40,7 @@ use std::fmt;
 
 use baremend_drivers::PowerState;
 
+use super::bmc_trust::Transport;
 use crate::api::FenceStrategyName;
 
 /// A BareMetalHost, by namespace and name.
@@ -103,6 +109,8 @@ pub(crate) struct FenceTarget {
     pub host: Option<HostRef>,
     /// The Node the proof may release (None: the Machine had no Node).
     pub node: Option<NodeIdentity>,
+    /// The policy lets a forgeable BMC transport prove the host off (`allowInsecureBmc`).
+    pub allow_insecure: bool,
 }
 
 /// What the BareMetalHost says, for the reboot-API strategy. Made only by
@@ -150,6 +158,11 @@ pub(crate) enum PowerEvidence {
         system: Option<String>,
         /// What each read said.
         reads: Vec<PowerState>,
+        /// How the reads travelled.
+        transport: Transport,
+        /// What every other reading of the BMC around these says: nothing against them, or
+        /// why the BMC is untrustworthy.
+        witnessed: Result<(), String>,
     },
 }
 
@@ -259,8 +272,22 @@ pub(crate) fn confirm_powered_off(
                 address,
                 system,
                 reads,
+                transport,
+                witnessed,
             },
-        ) => bmc_off(address, system, reads)?,
+        ) => {
+            if let Transport::Forgeable(why) = transport
+                && !target.allow_insecure
+            {
+                return Err(NotFenced::Untrustworthy(format!(
+                    "BMC {address}: {why}; the RemediationPolicy does not allow insecure BMCs (allowInsecureBmc)"
+                )));
+            }
+            if let Err(why) = witnessed {
+                return Err(NotFenced::Untrustworthy(format!("BMC {address}: {why}")));
+            }
+            bmc_off(address, system, reads)?
+        }
         (strategy, evidence) => {
             return Err(NotFenced::Untrustworthy(format!(
                 "{} is no evidence for strategy {strategy:?}",
@@ -382,6 +409,7 @@ mod tests {
             strategy,
             host: Some(host_ref()),
             node: Some(node()),
+            allow_insecure: false,
         }
     }
 
@@ -407,6 +435,8 @@ mod tests {
             address: "redfish://bmc".into(),
             system: None,
             reads: reads.to_vec(),
+            transport: Transport::Authenticated,
+            witnessed: Ok(()),
         }
     }
 
@@ -525,5 +555,44 @@ mod tests {
             ),
             Err(NotFenced::Untrustworthy(_))
         ));
+    }
+
+    #[test]
+    fn a_forgeable_transport_proves_nothing_without_the_policy_s_consent() {
+        use super::super::bmc_trust::Insecurity;
+        let off = [PowerState::Off, PowerState::Off];
+        for why in [Insecurity::PlainHttp, Insecurity::SkipVerify] {
+            let mut evidence = bmc(&off);
+            if let PowerEvidence::BmcReads { transport, .. } = &mut evidence {
+                *transport = Transport::Forgeable(why);
+            }
+            let mut target = target(FenceStrategyName::DirectBmc);
+            let refused = confirm_powered_off(&target, &evidence).unwrap_err();
+            assert!(
+                matches!(refused, NotFenced::Untrustworthy(_)),
+                "{refused:?}"
+            );
+            assert!(
+                refused.to_string().contains("allowInsecureBmc"),
+                "{refused}"
+            );
+            target.allow_insecure = true;
+            assert!(confirm_powered_off(&target, &evidence).is_ok(), "{why:?}");
+        }
+    }
+
+    #[test]
+    fn off_reads_contradicted_by_another_reader_prove_nothing() {
+        let direct = target(FenceStrategyName::DirectBmc);
+        let mut evidence = bmc(&[PowerState::Off, PowerState::Off]);
+        if let PowerEvidence::BmcReads { witnessed, .. } = &mut evidence {
+            *witnessed = Err("the power monitor read On between them".into());
+        }
+        let refused = confirm_powered_off(&direct, &evidence).unwrap_err();
+        assert!(
+            matches!(refused, NotFenced::Untrustworthy(_)),
+            "{refused:?}"
+        );
+        assert!(refused.to_string().contains("power monitor"), "{refused}");
     }
 }

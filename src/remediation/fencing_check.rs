@@ -24,7 +24,7 @@ use super::context::Context;
 use super::monitor::{offset, under_remediation};
 use super::observe::{BmcRef, HostRef, machine_host, machine_is_control_plane};
 use super::power::{NoBmc, locate_bmc};
-use super::probe::{no_bmc, probe_bmc, probe_host};
+use super::probe::{ProbeTerms, no_bmc, probe_bmc, probe_host};
 use super::readiness::{Readiness, Reason, Refusal, decide};
 use super::subject::{
     machine_nodes, machineless_strategies, node_is_control_plane, node_reference,
@@ -33,7 +33,6 @@ use super::trust::machineless_claims;
 use crate::api::slim;
 use crate::api::{FenceStrategyName, HostBmc, Remediation, RemediationPolicySpec};
 use crate::metrics::fencing::FencingLabels;
-use crate::metrics::power::PowerMetrics;
 use crate::runtime::events::{Severity, publish_action};
 
 /// Checks in flight at once, over all Machines.
@@ -189,8 +188,9 @@ pub struct Probes<'a> {
     pub reboot_key: &'a str,
     /// How long one probe may take.
     pub timeout: Duration,
-    /// Where BMC requests are counted, if anywhere.
-    pub metrics: Option<Arc<PowerMetrics>>,
+    /// How BMC probes are counted and weighed (the policy's `allowInsecureBmc`, the
+    /// controller's ledger of BMC readings).
+    pub terms: ProbeTerms,
 }
 
 /// Checks one Machine: its strategies probed in the policy's order up to the first that
@@ -215,7 +215,7 @@ pub async fn check(probes: &Probes<'_>, target: &Target) -> Readiness {
             },
             FenceStrategyName::DirectBmc => match &target.bmc {
                 Ok(bmc) => {
-                    let metrics = probes.metrics.clone();
+                    let terms = probes.terms.clone();
                     let (client, connector) = (probes.client, probes.connector);
                     probe_bmc(
                         client,
@@ -223,7 +223,7 @@ pub async fn check(probes: &Probes<'_>, target: &Target) -> Readiness {
                         &target.namespace,
                         bmc,
                         probes.timeout,
-                        metrics,
+                        terms,
                     )
                     .await
                 }
@@ -419,7 +419,11 @@ async fn round(
         strategies: &policy.strategies,
         reboot_key: &policy.reboot_key,
         timeout: PROBE_TIMEOUT.min(interval.max(Duration::from_secs(1))),
-        metrics: Some(context.metrics.power.clone()),
+        terms: ProbeTerms {
+            metrics: Some(context.metrics.power.clone()),
+            witness: Some(context.witness.clone()),
+            allow_insecure: policy.allow_insecure_bmc,
+        },
     };
     let mut outcomes = futures_util::stream::iter(targets)
         .map(|target| {

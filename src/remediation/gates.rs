@@ -258,6 +258,25 @@ pub enum Held {
         /// The policy's bound.
         bound_seconds: u32,
     },
+    /// The host can be fenced only through a BMC whose answers anyone on the path could
+    /// forge, and the policy does not allow it (`allowInsecureBmc`).
+    #[error(
+        "BMC {bmc}: {why}; its Off would prove nothing, and the RemediationPolicy does not allow insecure BMCs (allowInsecureBmc)"
+    )]
+    InsecureBmc {
+        /// The BMC address.
+        bmc: String,
+        /// Why its transport is forgeable.
+        why: String,
+    },
+    /// The host can be fenced only through a BMC seen contradicting itself lately.
+    #[error("BMC {bmc} is {why}")]
+    BmcUntrustworthy {
+        /// The BMC address.
+        bmc: String,
+        /// The mark: until when, and the contradiction.
+        why: String,
+    },
 }
 
 impl Held {
@@ -277,6 +296,8 @@ impl Held {
             Held::HostNotOwned { .. } => "HostNotOwned",
             Held::ClusterUpgrading { .. } => "ClusterUpgrading",
             Held::MachineConfigUpdating { .. } => "MachineConfigUpdating",
+            Held::InsecureBmc { .. } => "InsecureBmc",
+            Held::BmcUntrustworthy { .. } => "BmcUntrustworthy",
         }
     }
 }
@@ -846,6 +867,14 @@ mod quiet_tests {
                 bound_seconds: 0,
             },
             Held::HostNotOwned { why: String::new() },
+            Held::InsecureBmc {
+                bmc: String::new(),
+                why: String::new(),
+            },
+            Held::BmcUntrustworthy {
+                bmc: String::new(),
+                why: String::new(),
+            },
         ];
         for held in &all {
             match held {
@@ -861,7 +890,9 @@ mod quiet_tests {
                 | Held::ForeignRemediation { .. }
                 | Held::ClusterUpgrading { .. }
                 | Held::MachineConfigUpdating { .. }
-                | Held::HostNotOwned { .. } => {}
+                | Held::HostNotOwned { .. }
+                | Held::InsecureBmc { .. }
+                | Held::BmcUntrustworthy { .. } => {}
             }
         }
         assert_eq!(all.each_ref().map(Held::gate), crate::metrics::GATES);

@@ -8,6 +8,7 @@
 
 mod admission;
 pub mod bmc_cache;
+pub mod bmc_trust;
 pub mod capi;
 pub mod context;
 pub mod controller;
@@ -37,3 +38,4 @@ mod steps;
 pub mod subject;
 pub mod trigger;
 pub mod trust;
+pub mod witnessed;

@@ -25,6 +25,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 
 use super::bmc_cache::DriverCache;
+use super::bmc_trust::Reader;
 use super::context::Context;
 use super::metered::Metered;
 use super::observe::{BmcRef, machine_host};
@@ -311,8 +312,15 @@ async fn connect(
 ) -> crate::Result<Arc<dyn baremend_drivers::PowerDriver>> {
     let address = BmcAddress::parse(&bmc.address)?;
     let kind = driver_kind(&address);
+    // Every reading is evidence for every reader of this BMC (see `bmc_trust`).
+    let witnessed = |driver| {
+        let driver = Metered::wrap(driver, kind, context.metrics.power.clone());
+        context
+            .witness
+            .wrap(driver, address.to_string(), Reader::Monitor)
+    };
     if !relogin && let Some(driver) = drivers.get(&target.key) {
-        return Ok(Metered::wrap(driver, kind, context.metrics.power.clone()));
+        return Ok(witnessed(driver));
     }
     let config = bmc_driver_config(&context.client, &target.namespace, bmc)
         .await
@@ -321,7 +329,7 @@ async fn connect(
             reason,
         })?;
     let driver = drivers.get_or_connect(&target.key, config, &context.connector)?;
-    Ok(Metered::wrap(driver, kind, context.metrics.power.clone()))
+    Ok(witnessed(driver))
 }
 
 #[cfg(test)]

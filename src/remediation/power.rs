@@ -13,11 +13,12 @@ use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::Value;
 
+use super::bmc_trust::{Reader, Transport, transport};
 use super::context::host_resource;
 use super::execute;
 use super::fence::{
-    BareMetalHostView, ConfirmedOff, FenceTarget, NodeIdentity, NotFenced, PowerEvidence,
-    confirm_powered_off,
+    BareMetalHostView, ConfirmedOff, FenceTarget, FencedHost, NodeIdentity, NotFenced,
+    PowerEvidence, confirm_powered_off,
 };
 use super::metered::Metered;
 use super::observe::{
@@ -211,6 +212,8 @@ pub(super) struct DirectBmc {
     pub(super) series: HostSeries,
     /// The Secret holding its credentials.
     pub(super) credentials_name: String,
+    /// Whether someone on the path could forge its answers.
+    pub(super) transport: Transport,
 }
 
 /// The Event reason when a BMC accepted only the previous password of its Secret.
@@ -242,12 +245,14 @@ impl Pass {
             strategy,
             host: self.host(remediation).map(|(host_ref, _)| host_ref),
             node,
+            allow_insecure: self.policy.allow_insecure_bmc,
         }
     }
 
     /// Fresh evidence for `target`, made into a proof or the reason why not. The reboot API is
     /// read with a GET of the BareMetalHost (never the watch cache); a BMC is read
-    /// [`BMC_PROOF_READS`] times.
+    /// [`BMC_PROOF_READS`] times — not at all while it is untrustworthy — and every other
+    /// reading of it in the process around those reads is weighed with them.
     pub(super) async fn take_proof(
         &self,
         remediation: &Remediation,
@@ -262,6 +267,14 @@ impl Pass {
                     .direct_bmc(remediation)
                     .await
                     .map_err(|e| NotFenced::Untrustworthy(e.to_string()))?;
+                let ledger = &self.context.witness.ledger;
+                let first_read = since_epoch(self.context.clock.now());
+                if let Some(mark) = ledger.distrusted(&bmc.address, first_read) {
+                    return Err(NotFenced::Untrustworthy(format!(
+                        "BMC {}: {mark}",
+                        bmc.address
+                    )));
+                }
                 let mut reads = Vec::with_capacity(BMC_PROOF_READS);
                 while reads.len() < BMC_PROOF_READS {
                     let read = self
@@ -274,10 +287,16 @@ impl Pass {
                         break;
                     }
                 }
+                let now = since_epoch(self.context.clock.now());
+                let witnessed = ledger
+                    .check_proof(&bmc.address, first_read, now)
+                    .map_err(|mark| mark.to_string());
                 PowerEvidence::BmcReads {
                     address: bmc.address,
                     system: bmc.system,
                     reads,
+                    transport: bmc.transport,
+                    witnessed,
                 }
             }
         };
@@ -352,6 +371,7 @@ impl Pass {
         let kind = driver_kind(&config.address);
         let shown = config.address.to_string();
         let system = config.address.system_path().map(str::to_string);
+        let transport = transport(&config.address, bmc.tls.insecure);
         let machine = self
             .subject
             .machine()
@@ -367,12 +387,17 @@ impl Pass {
             &self.context.connector,
         )?;
         let driver = Metered::wrap(driver, kind, self.context.metrics.power.clone());
+        let driver = self
+            .context
+            .witness
+            .wrap(driver, shown.clone(), Reader::Fencing);
         Ok(DirectBmc {
             driver,
             address: shown,
             system,
             series,
             credentials_name: bmc.credentials_name,
+            transport,
         })
     }
 
@@ -586,8 +611,9 @@ impl Pass {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((confirmed, now));
     }
 
-    /// The BMC proof this pass took, if it is at most [`PROOF_REUSE`] old and for the same
-    /// strategy and Node as `target`. Reading the BMC twice more for the release,
+    /// The BMC proof this pass took, if it is at most [`PROOF_REUSE`] old, for the same
+    /// strategy and Node as `target`, and no reading of its BMC since contradicts it (another
+    /// reader may have read it in the meantime). Reading the BMC twice more for the release,
     /// milliseconds after two reads proved it off, would only load a fragile BMC; anything
     /// older (a later pass, a restart) is read again. The proof is taken out: it is spent once.
     pub(super) fn recent_bmc_proof(&self, target: &FenceTarget) -> Option<ConfirmedOff> {
@@ -600,7 +626,16 @@ impl Pass {
         let fits = now.saturating_sub(at) <= PROOF_REUSE
             && confirmed.strategy() == target.strategy
             && confirmed.node() == target.node.as_ref();
-        fits.then_some(confirmed)
+        let uncontradicted = match confirmed.host() {
+            FencedHost::Bmc { address, .. } => self
+                .context
+                .witness
+                .ledger
+                .check_proof(address, at, now)
+                .is_ok(),
+            FencedHost::BareMetalHost { .. } => false,
+        };
+        (fits && uncontradicted).then_some(confirmed)
     }
 
     /// The proof, or why not, from fresh evidence: taken while fencing and before the release,

@@ -13,6 +13,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
+use super::bmc_trust::{Reader, Transport, transport};
 use super::context::host_resource;
 use super::metered::Metered;
 use super::observe::{BmcRef, HostRef, bare_metal_host_view};
@@ -20,7 +21,9 @@ use super::power::{NoBmc, bmc_driver_config, driver_kind};
 use super::readiness::{
     FencingPath, GoodCredentials, HostFacts, Reason, Refusal, Verdict, bmc_answer, host_answer,
 };
+use super::witnessed::Witness;
 use crate::metrics::power::PowerMetrics;
+use crate::runtime::clock::since_epoch;
 
 /// The reboot API's probe of `host`: the BareMetalHost and its credentials Secret read now.
 pub async fn probe_host(client: &Client, host: &HostRef, reboot_key: &str) -> Verdict {
@@ -88,23 +91,52 @@ pub fn no_bmc(why: &NoBmc) -> Refusal {
     Refusal::new(None, reason, why.to_string())
 }
 
+/// How a BMC probe is counted and weighed.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeTerms {
+    /// Where the requests are counted, if anywhere.
+    pub metrics: Option<Arc<PowerMetrics>>,
+    /// Where the reading goes and untrustworthy BMCs are known (the controller's ledger).
+    pub witness: Option<Witness>,
+    /// The policy lets a forgeable transport fence (`allowInsecureBmc`).
+    pub allow_insecure: bool,
+}
+
 /// A BMC's probe: a new driver through `connector` (whose gate keeps one request in flight
 /// per BMC, shared with every other user of the connector), the driver's `probe` within
-/// `timeout`, then its session closed. `metrics`, when given, count the requests.
+/// `timeout`, then its session closed. A BMC whose answers could be forged (without the
+/// policy's consent) is refused before any credential is sent; one the `terms`' ledger
+/// knows untrustworthy is refused without a request.
 pub async fn probe_bmc(
     client: &Client,
     connector: &Connector,
     namespace: &str,
     bmc: &BmcRef,
     timeout: Duration,
-    metrics: Option<Arc<PowerMetrics>>,
+    terms: ProbeTerms,
 ) -> Verdict {
-    let path = BmcAddress::parse(&bmc.address)
-        .ok()
-        .map(|address| FencingPath::Bmc {
-            address: address.to_string(),
-            driver: driver_kind(&address),
-        });
+    let parsed = BmcAddress::parse(&bmc.address).ok();
+    let path = parsed.as_ref().map(|address| FencingPath::Bmc {
+        address: address.to_string(),
+        driver: driver_kind(address),
+    });
+    if let Some(address) = &parsed {
+        if let Transport::Forgeable(why) = transport(address, bmc.tls.insecure)
+            && !terms.allow_insecure
+        {
+            let detail = format!(
+                "BMC {address}: {why}; the RemediationPolicy does not allow insecure BMCs (allowInsecureBmc)"
+            );
+            return Err(Refusal::new(path, Reason::InsecureTransport, detail));
+        }
+        if let Some(witness) = &terms.witness {
+            let now = since_epoch(witness.clock.now());
+            if let Some(mark) = witness.ledger.distrusted(&address.to_string(), now) {
+                let detail = format!("BMC {address}: {mark}");
+                return Err(Refusal::new(path, Reason::BmcUntrustworthy, detail));
+            }
+        }
+    }
     let misconfigured =
         |detail: String| Refusal::new(path.clone(), Reason::BmcMisconfigured, detail);
     let config = bmc_driver_config(client, namespace, bmc)
@@ -115,8 +147,12 @@ pub async fn probe_bmc(
     let driver = connector
         .connect(config)
         .map_err(|e| misconfigured(e.to_string()))?;
-    let driver: Arc<dyn PowerDriver> = match metrics {
+    let driver: Arc<dyn PowerDriver> = match terms.metrics {
         Some(metrics) => Metered::wrap(driver, kind, metrics),
+        None => driver,
+    };
+    let driver = match &terms.witness {
+        Some(witness) => witness.wrap(driver, shown.clone(), Reader::Probe),
         None => driver,
     };
     let probed = match tokio::time::timeout(timeout, driver.probe()).await {

@@ -99,11 +99,16 @@ pub enum Reason {
     BmcError,
     /// The API server could not be read: nothing is known of the path.
     CheckFailed,
+    /// The BMC is reached over plain HTTP or without certificate verification, which the
+    /// policy does not allow (`allowInsecureBmc`).
+    InsecureTransport,
+    /// The BMC was seen contradicting itself lately: none of its readings is proof.
+    BmcUntrustworthy,
 }
 
 impl Reason {
     /// Every reason, in declaration order.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 19] = [
         Reason::NoFencingPath,
         Reason::HostNotFound,
         Reason::HostDetached,
@@ -121,6 +126,8 @@ impl Reason {
         Reason::ForcedOffNotAdvertised,
         Reason::BmcError,
         Reason::CheckFailed,
+        Reason::InsecureTransport,
+        Reason::BmcUntrustworthy,
     ];
 
     /// Whether the path refused is one the host is meant to be fenced by: a detached host is
@@ -153,6 +160,8 @@ impl Reason {
             Reason::ForcedOffNotAdvertised => "ForcedOffNotAdvertised",
             Reason::BmcError => "BmcError",
             Reason::CheckFailed => "CheckFailed",
+            Reason::InsecureTransport => "InsecureTransport",
+            Reason::BmcUntrustworthy => "BmcUntrustworthy",
         }
     }
 }

@@ -10,6 +10,7 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::reflector::ObjectRef;
 
 use super::admission::Verdict;
+use super::bmc_trust::{BmcLedger, Transport, transport};
 use super::context::Placement;
 use super::gates::{
     Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, MachineConfigView, Quiet,
@@ -20,11 +21,12 @@ use super::pass::Pass;
 use super::plan::NodeView;
 use super::subject::{node_is_control_plane, node_key, subject_key};
 use super::trust::machineless_claims;
-use crate::api::Remediation;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
+use crate::api::{FenceStrategyName, Remediation};
 use crate::api::{mco, slim};
 use crate::runtime::clock::since_epoch;
 use crate::{Error, Result};
+use baremend_drivers::BmcAddress;
 
 /// The ClusterVersion (OpenShift's `config.openshift.io/v1`, cluster-scoped, one object).
 const CLUSTER_VERSION_NAME: &str = "version";
@@ -260,6 +262,63 @@ impl Pass {
     }
 }
 
+impl Pass {
+    /// The BMC gate: a host whose only path is its BMC (the policy names `DirectBmc`, and
+    /// the BMC is found: its BareMetalHost, if any, is detached, so the reboot API cannot act
+    /// on it) does not start while that BMC's Off would prove nothing — its transport is
+    /// forgeable and the policy does not allow it, or it was seen contradicting itself
+    /// lately. Held, not started and failed: a start would power the host off with no way
+    /// to prove it, and leave the workloads stuck on a Node that cannot be released.
+    pub(super) fn bmc_gate(&self, remediation: &Remediation) -> std::result::Result<(), Held> {
+        if !self
+            .policy
+            .strategies
+            .contains(&FenceStrategyName::DirectBmc)
+        {
+            return Ok(());
+        }
+        let Ok(bmc) = self.locate_direct_bmc(remediation) else {
+            return Ok(());
+        };
+        // An unusable address fails the proof with its own reason.
+        let Ok(address) = BmcAddress::parse(&bmc.address) else {
+            return Ok(());
+        };
+        bmc_verdict(
+            &address,
+            bmc.tls.insecure,
+            self.policy.allow_insecure_bmc,
+            &self.context.witness.ledger,
+            since_epoch(self.context.clock.now()),
+        )
+    }
+}
+
+/// Whether a BMC's Off could prove its host off now (see [`Pass::bmc_gate`]).
+pub fn bmc_verdict(
+    address: &BmcAddress,
+    skip_verify: bool,
+    allow_insecure: bool,
+    ledger: &BmcLedger,
+    now: std::time::Duration,
+) -> std::result::Result<(), Held> {
+    if let Transport::Forgeable(why) = transport(address, skip_verify)
+        && !allow_insecure
+    {
+        return Err(Held::InsecureBmc {
+            bmc: address.to_string(),
+            why: why.to_string(),
+        });
+    }
+    match ledger.distrusted(&address.to_string(), now) {
+        Some(mark) => Err(Held::BmcUntrustworthy {
+            bmc: address.to_string(),
+            why: mark.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Whether a pod other than this one, on another Node, is Ready and not being deleted.
 pub fn peer_ready_elsewhere(pods: &[Pod], me: &Placement) -> bool {
     pods.iter().any(|pod| {
@@ -399,5 +458,47 @@ mod tests {
             pod("baremend-b", "worker-1", true, false),
         ];
         assert!(peer_ready_elsewhere(&peer, &me()));
+    }
+
+    #[test]
+    fn a_bmc_start_waits_for_a_secure_transport_or_consent_and_for_trust() {
+        use super::super::bmc_trust::{Reader, Reading, Request};
+        use baremend_drivers::PowerState;
+        use std::time::Duration;
+        let ledger = BmcLedger::new(Duration::from_secs(60));
+        let now = Duration::from_secs(1000);
+        let parse = |a: &str| BmcAddress::parse(a).unwrap();
+        let verified = parse("redfish://bmc-0/redfish/v1/Systems/1");
+        assert_eq!(bmc_verdict(&verified, false, false, &ledger, now), Ok(()));
+        let plain = parse("redfish+http://bmc-0");
+        let held = bmc_verdict(&plain, false, false, &ledger, now).unwrap_err();
+        assert_eq!(held.gate(), "InsecureBmc");
+        assert!(held.to_string().contains("plain HTTP"), "{held}");
+        assert_eq!(bmc_verdict(&plain, false, true, &ledger, now), Ok(()));
+        let held = bmc_verdict(&verified, true, false, &ledger, now).unwrap_err();
+        assert!(held.to_string().contains("verification is off"), "{held}");
+        assert_eq!(bmc_verdict(&verified, true, true, &ledger, now), Ok(()));
+        assert_eq!(
+            bmc_verdict(&parse("ipmi://bmc-0"), false, false, &ledger, now),
+            Ok(())
+        );
+        // Seen contradicting itself: held until the mark expires, consent or not.
+        let bmc = verified.to_string();
+        ledger.requested(&bmc, Request::Off, now);
+        for (ms, state) in [(1, PowerState::Off), (2, PowerState::On)] {
+            let at = now + Duration::from_millis(ms);
+            let by = Reader::Fencing;
+            ledger.record(&bmc, Reading { at, state, by }, at);
+        }
+        let held = bmc_verdict(
+            &verified,
+            false,
+            true,
+            &ledger,
+            now + Duration::from_secs(1),
+        );
+        assert_eq!(held.unwrap_err().gate(), "BmcUntrustworthy");
+        let later = now + Duration::from_secs(61);
+        assert_eq!(bmc_verdict(&verified, false, false, &ledger, later), Ok(()));
     }
 }

@@ -61,10 +61,16 @@ pub struct Checker {
     /// The highest number of remediations under way at once.
     pub peak_concurrent: usize,
     max_concurrent: usize,
-    /// Hosts whose BMC reports a power state it does not have (the flapping fault).
-    pub lying_bmcs: std::collections::HashSet<String>,
-    /// Nodes released while their host was on, on a lying BMC's reading of Off.
+    /// Hosts whose BMC reports a power state it does not have (the flapping faults), and
+    /// whether each is detached (fenced over its BMC rather than by its operator).
+    pub lying_bmcs: HashMap<String, bool>,
+    /// Nodes of hosts fenced over their BMC released while the host was on, on the BMC's
+    /// false Off (each is also a violation of invariant 1).
     pub released_on_lies: usize,
+    /// Nodes of hosts fenced through their BareMetal Operator released while the host was
+    /// on, on the operator's reading of a flapping BMC (`status.poweredOn: false`): a reading
+    /// this process never sees (docs/chaos.md).
+    pub released_on_operator_lies: usize,
     /// Per Machine, how many times its trigger has appeared.
     trigger_epoch: HashMap<String, u64>,
     /// Per Machine, the trigger epoch its latest remediation started in, and that remediation.
@@ -427,11 +433,17 @@ impl Checker {
         if let Some(how) = released
             && let Some(host) = hosts.get(name)
         {
-            // Judged at the commit itself: the host must be off at this instant. A BMC that
-            // reports Off for a host that is on defeats any reader (the invariant is "read
-            // Off"): such releases are counted, not failed.
-            if host.power() != Power::Off && self.lying_bmcs.contains(name) {
+            // Judged at the commit itself: the host must be off at this instant. A flapping
+            // BMC contradicts itself, which the controller must see: a release on its false
+            // Off breaks the invariant like any other (and is counted apart).
+            if host.power() != Power::Off && self.lying_bmcs.get(name) == Some(&false) {
+                self.released_on_operator_lies += 1;
+            } else if host.power() != Power::Off && self.lying_bmcs.get(name) == Some(&true) {
                 self.released_on_lies += 1;
+                self.violations.push(format!(
+                    "invariant 1: Node {name} {how} while its host was on, on its flapping BMC's false Off (fenced over its BMC; power history {:?})",
+                    host.history()
+                ));
             } else if host.power() != Power::Off {
                 let history = host.history();
                 self.violations.push(format!(

@@ -89,8 +89,11 @@ pub struct SeedOutcome {
     pub faults: usize,
     /// The most remediations under way at once.
     pub peak_concurrent: usize,
-    /// Nodes released on a lying (flapping) BMC's reading while the host was on.
+    /// Nodes released on a lying (flapping) BMC's reading while the host was on: read by the
+    /// controller (a violation), and relayed by the BareMetal Operator (counted).
     pub released_on_lies: usize,
+    /// See [`SeedOutcome::released_on_lies`].
+    pub released_on_operator_lies: usize,
     /// Remediations whose reboot request someone removed after the proof, made again.
     pub requests_remade: usize,
     /// Remediations that failed `FenceLost` (the proof could not be taken again).
@@ -134,6 +137,12 @@ fn start_replica(lab: &LabCluster, identity: String) -> Replica {
                 poll: Duration::from_millis(50),
                 metrics: Arc::new(Metrics::new()),
                 drift_helpers: drift_helpers.clone(),
+                // The power monitor reads the hosts fenced over their BMC too, as in
+                // production (at chaos speed): its readings are evidence for the proof's.
+                power_poll: Some(Duration::from_millis(150)),
+                // A BMC seen contradicting itself is untrusted for a while at chaos speed,
+                // well within the time the cluster has to settle.
+                bmc_distrust: Duration::from_secs(3),
                 ..ControllerOptions::default()
             };
             let lease = LeaseConfig {
@@ -218,7 +227,9 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         .events
         .iter()
         .filter_map(|(_, f)| match f {
-            Fault::Flapping { host, .. } => Some(host.clone()),
+            Fault::Flapping { host, .. } | Fault::FlappingBmc { host, .. } => {
+                Some((host.clone(), plan.detached.contains(host)))
+            }
             _ => None,
         })
         .collect();
@@ -328,6 +339,7 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         faults: plan.events.len(),
         peak_concurrent: checker.peak_concurrent,
         released_on_lies: checker.released_on_lies,
+        released_on_operator_lies: checker.released_on_operator_lies,
         took: started.elapsed(),
     })
 }
@@ -496,6 +508,11 @@ async fn apply(
         Fault::RemoveRebootRequest(host) => {
             strike_at_fence(lab.api.clone(), host.clone(), FAULT_WINDOW);
         }
+        Fault::FlappingBmc { host, for_ms } => {
+            if let Some(h) = host_of(host) {
+                flap_at_power_off(lab.api.clone(), h, host.clone(), *for_ms);
+            }
+        }
         // Played by `drift::play` (see `run_seed`), never applied here.
         Fault::LateMcoReboot(_) | Fault::PendingForceHelper { .. } => {}
         Fault::LaggingHostCache { host, ms } => {
@@ -514,26 +531,43 @@ const REMEDIATIONS: Gvr = Gvr {
     plural: "remediations",
 };
 
+/// Returns once a remediation of Machine `host` is in `phase`, or once `within` is over.
+async fn until_phase(api: &Local, host: &str, phase: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        let reached = api
+            .list(REMEDIATIONS, Some(MACHINE_NAMESPACE))
+            .iter()
+            .any(|r| {
+                r.pointer("/spec/machineName").and_then(Value::as_str) == Some(host)
+                    && r.pointer("/status/phase").and_then(Value::as_str) == Some(phase)
+            });
+        if reached {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// Removes the host's reboot requests the moment its Machine's remediation is `Fenced` — the
 /// window between the proof and the release lasts milliseconds, which a fault at a random
 /// time would almost never hit — or when `within` is over, whichever comes first.
 fn strike_at_fence(api: Local, host: String, within: Duration) {
     tokio::spawn(async move {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            let fenced = api
-                .list(REMEDIATIONS, Some(MACHINE_NAMESPACE))
-                .iter()
-                .any(|r| {
-                    r.pointer("/spec/machineName").and_then(Value::as_str) == Some(host.as_str())
-                        && r.pointer("/status/phase").and_then(Value::as_str) == Some("Fenced")
-                });
-            if fenced {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        until_phase(&api, &host, "Fenced", within).await;
         remove_reboot_requests(&api, &host);
+    });
+}
+
+/// Makes the host's BMC flap the moment its Machine's remediation requests power-off (or
+/// when the fault window is over), for `for_ms`: the proof's reads then meet a BMC that
+/// answers On and Off in turn, to every reader.
+fn flap_at_power_off(api: Local, host: Arc<SimHost>, name: String, for_ms: u64) {
+    tokio::spawn(async move {
+        until_phase(&api, &name, "PoweringOff", FAULT_WINDOW).await;
+        set_faults(&host, |f| f.flapping = true);
+        tokio::time::sleep(Duration::from_millis(for_ms)).await;
+        set_faults(&host, |f| f.flapping = false);
     });
 }
 
@@ -632,7 +666,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut faults = 0;
     let mut slowest = Duration::ZERO;
     let mut peak = 0;
-    let mut lies = 0;
+    let (mut lies, mut relayed) = (0, 0);
     let (mut remade, mut lost) = (0, 0);
     let mut drift = drift::DriftTally::default();
     let mut triggers = TriggerTally::default();
@@ -649,6 +683,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
                 slowest = slowest.max(o.took);
                 peak = peak.max(o.peak_concurrent);
                 lies += o.released_on_lies;
+                relayed += o.released_on_operator_lies;
                 remade += o.requests_remade;
                 lost += o.fence_lost;
                 if let Some(scenario) = &o.drift {
@@ -663,7 +698,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut phase_list: Vec<(String, usize)> = phases.into_iter().collect();
     phase_list.sort();
     println!(
-        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; {}{}",
+        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; {}{}",
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64(),
         failed.len(),

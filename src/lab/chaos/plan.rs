@@ -66,6 +66,9 @@ pub enum Fault {
     StuckPower { host: String, for_ms: u64 },
     /// The host's BMC reports On and Off alternately for a while.
     Flapping { host: String, for_ms: u64 },
+    /// The host's BMC starts flapping (On and Off alternately, to every reader, whatever the
+    /// host does) the moment its remediation requests power-off, for `for_ms`.
+    FlappingBmc { host: String, for_ms: u64 },
     /// The host's BMC Secret holds a wrong password for a while.
     WrongCredentials { host: String, for_ms: u64 },
     /// The API server answers the next `count` matching requests with `status`.
@@ -231,6 +234,9 @@ impl Plan {
 /// a few seconds longer, and the CI run of 200 seeds must stay within its time.
 const DRIFT_PERCENT: u64 = 25;
 
+/// Share of seeds (percent) whose plan adds a BMC that flaps while its host is fenced.
+const FLAPPING_BMC_PERCENT: u64 = 30;
+
 /// Workers of the chaos cluster (three control-plane hosts come with them).
 pub const WORKERS: usize = 4;
 
@@ -367,6 +373,26 @@ pub fn plan(seed: u64) -> Plan {
     // Drawn last of all, for the same reason.
     if rng.chance(DRIFT_PERCENT) {
         events.push(drift_scenario(&mut rng, &workers, &events));
+    }
+    // After that, for the same reason: a BMC that flaps while its host is fenced over it (the
+    // reads it lies to are ours), on a hung worker when one is detached, else on any
+    // detached host; none when no host is fenced over its BMC.
+    if rng.chance(FLAPPING_BMC_PERCENT) {
+        let hung_direct: Vec<String> = events
+            .iter()
+            .filter_map(|(_, f)| match f {
+                Fault::Hang(h) if detached.contains(h) => Some(h.clone()),
+                _ => None,
+            })
+            .collect();
+        let pool = [hung_direct, detached.clone()]
+            .into_iter()
+            .find(|p| !p.is_empty());
+        if let Some(pool) = pool {
+            let host = rng.pick(&pool).clone();
+            let for_ms = 300 + rng.below(1500);
+            events.push((Duration::ZERO, Fault::FlappingBmc { host, for_ms }));
+        }
     }
     events.sort_by_key(|(at, _)| *at);
     Plan {
@@ -511,12 +537,13 @@ mod tests {
         }
     }
 
-    /// FNV-1a of a plan's faults other than the drift scenario, with its policy.
+    /// FNV-1a of a plan's faults other than the drift scenario and the flapping BMC at
+    /// power-off (both drawn after every other draw), with its policy.
     fn fingerprint(p: &Plan) -> u64 {
         let kept: Vec<&(Duration, Fault)> = p
             .events
             .iter()
-            .filter(|(_, f)| f.drift_node().is_none())
+            .filter(|(_, f)| f.drift_node().is_none() && !matches!(f, Fault::FlappingBmc { .. }))
             .collect();
         let text = format!("{kept:?} {} {:?} {}", p.policy, p.detached, p.replicas);
         text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
