@@ -299,28 +299,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::apiserver::auth::rbac::ResourceAttributes;
-
-    fn attributes(
-        verb: &str,
-        group: &str,
-        resource: &str,
-        sub: &str,
-        ns: &str,
-        name: &str,
-    ) -> Attributes {
-        Attributes::resource(
-            verb,
-            ResourceAttributes {
-                group: group.into(),
-                version: "v1".into(),
-                resource: resource.into(),
-                subresource: sub.into(),
-                namespace: ns.into(),
-                name: name.into(),
-            },
-        )
-    }
+    use crate::apiserver::auth::rbac::tests::request as attributes;
 
     #[test]
     fn only_system_node_users_in_the_nodes_group_are_kubelets() {

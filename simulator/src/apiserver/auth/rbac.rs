@@ -435,7 +435,7 @@ fn cells(rule: &PolicyRule) -> Vec<Attributes> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
@@ -452,7 +452,8 @@ mod tests {
         PolicyRule::from_json(&value)
     }
 
-    fn request(
+    /// A resource request's attributes (`v1`), for the authorizers' tests.
+    pub(crate) fn request(
         verb: &str,
         group: &str,
         resource: &str,
