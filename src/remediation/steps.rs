@@ -243,8 +243,31 @@ impl Pass {
             now,
             ..
         } = round;
-        self.withdraw_all(remediation, state, Withdraw::Everything)
+        if let Err(error) = self
+            .withdraw_all(remediation, state, Withdraw::Everything)
+            .await
+        {
+            // A BMC that refuses us, or stays out of reach past the power-off deadline, cannot
+            // take the request back: the remediation ends Failed and says the host may be left
+            // off, instead of trying for ever (no phase without a deadline). No Node was
+            // released: there is no proof.
+            let deadline = Duration::from_secs(self.policy.timeouts.power_off_seconds.into());
+            let waited = crate::runtime::clock::since_epoch(now).saturating_sub(state.phase_since);
+            if error.is_transient() && waited < deadline {
+                return Err(error);
+            }
+            let why = format!(
+                "the trigger went away before the host was proven off, and the power-off request could not be withdrawn ({error}): the host may be left off"
+            );
+            self.fail(
+                remediation,
+                status,
+                state,
+                FailReason::PowerOffNotConfirmed(why),
+            )
             .await?;
+            return stop();
+        }
         record_step(
             &mut status,
             RemediationStep::PowerOffWithdrawn,
