@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baremend_sim::cluster::local::{BMHS, Gvr, Local, MACHINES};
+use baremend_sim::cluster::local::{BMHS, Gvr, Local, MACHINES, manifest_gvr};
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, SimCluster};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -82,41 +82,20 @@ fn apply_manifests(api: &Local, file: &str, text: &str) -> Result<()> {
         if object.is_null() {
             continue;
         }
-        let gvr = deploy_kind(&object).ok_or_else(|| {
-            invalid(format!(
-                "kind {} is not one the lab applies",
-                object["kind"].as_str().unwrap_or("(none)")
-            ))
-        })?;
+        let gvr = object["kind"]
+            .as_str()
+            .and_then(manifest_gvr)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "kind {} is not one the lab applies",
+                    object["kind"].as_str().unwrap_or("(none)")
+                ))
+            })?;
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
         api.create(gvr, namespace, object.clone())
             .map_err(|e| invalid(e.message))?;
     }
     Ok(())
-}
-
-/// The resource of a kind `deploy/`'s identity manifests hold.
-fn deploy_kind(object: &Value) -> Option<Gvr> {
-    let rbac = |plural| Gvr {
-        group: "rbac.authorization.k8s.io",
-        version: "v1",
-        plural,
-    };
-    let core = |plural| Gvr {
-        group: "",
-        version: "v1",
-        plural,
-    };
-    Some(match object["kind"].as_str()? {
-        "Namespace" => core("namespaces"),
-        "ServiceAccount" => core("serviceaccounts"),
-        "Secret" => core("secrets"),
-        "ClusterRole" => rbac("clusterroles"),
-        "ClusterRoleBinding" => rbac("clusterrolebindings"),
-        "Role" => rbac("roles"),
-        "RoleBinding" => rbac("rolebindings"),
-        _ => return None,
-    })
 }
 
 /// A token of ServiceAccount `namespace/account`, as its pod would mount (a TokenRequest).

@@ -17,7 +17,6 @@
 //! after every pod or budget write unless a test holds it back
 //! ([`super::ApiServer::pause_disruption_controller`]).
 
-use crate::apiserver::auth::node::{NodeWrite, WriteOperation};
 use serde_json::{Value, json};
 
 use super::errors::{ApiError, ApiResult};
@@ -174,18 +173,8 @@ pub fn evict(store: &Store, namespace: &str, name: &str, body: &Value) -> ApiRes
         .cloned()
         .ok_or_else(|| ApiError::not_found("", "pods", name))?;
     // NodeRestriction: a kubelet evicts only the pods bound to it.
-    crate::apiserver::validation::restrict_node(
-        &crate::apiserver::validation::admission::current_user(),
-        &NodeWrite {
-            operation: WriteOperation::Delete,
-            group: "",
-            resource: "pods",
-            subresource: "eviction",
-            object: None,
-            old: Some(&pod),
-        },
-        name,
-    )?;
+    crate::apiserver::validation::restrict_node_delete("", "pods", "eviction", &pod, name)?;
+
     let terminal = matches!(
         pod.pointer("/status/phase").and_then(Value::as_str),
         Some("Succeeded" | "Failed")

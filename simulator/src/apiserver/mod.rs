@@ -196,10 +196,7 @@ impl ServerState {
 
     /// Names the caller as the user admission policies see, for as long as the scope lives.
     fn admission_user(&self, user: &UserInfo) -> validation::admission::UserScope {
-        validation::admission::UserScope::enter(validation::admission::RequestUser {
-            username: user.username.clone(),
-            groups: user.groups.clone(),
-        })
+        validation::admission::UserScope::of(user)
     }
 
     /// The first fault that matches the request, consumed.

@@ -23,9 +23,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::local::{Gvr, Local, NAMESPACES, Refusals};
+use super::local::{Local, NAMESPACES, Refusals, manifest_gvr};
+use crate::apiserver::auth::AUTHENTICATED;
 use crate::apiserver::auth::node::NODES_GROUP;
-use crate::apiserver::auth::{AUTHENTICATED, RBAC_GROUP};
 use crate::apiserver::{ApiError, Authorizer, Store, UserInfo};
 
 /// The upstream accounts and roles, per upstream install.
@@ -178,28 +178,6 @@ impl Accounts {
     }
 }
 
-/// The group, version and plural of the kinds `upstream_rbac/` holds.
-fn gvr_of(kind: &str) -> Option<Gvr> {
-    let rbac = |plural| Gvr {
-        group: RBAC_GROUP,
-        version: "v1",
-        plural,
-    };
-    Some(match kind {
-        "Namespace" => NAMESPACES,
-        "ServiceAccount" => Gvr {
-            group: "",
-            version: "v1",
-            plural: "serviceaccounts",
-        },
-        "ClusterRole" => rbac("clusterroles"),
-        "ClusterRoleBinding" => rbac("clusterrolebindings"),
-        "Role" => rbac("roles"),
-        "RoleBinding" => rbac("rolebindings"),
-        _ => return None,
-    })
-}
-
 /// Creates the upstream accounts, roles and bindings of `actors` (and the namespaces they
 /// live in) with the installer's client; what exists already is kept. Returns how many
 /// objects were created.
@@ -230,8 +208,8 @@ fn documents(text: &str) -> Result<Vec<Value>, ApiError> {
 /// Creates one object (its namespace first); Ok(false) when it existed.
 fn install_object(installer: &Local, object: Value) -> Result<bool, ApiError> {
     let kind = object["kind"].as_str().unwrap_or_default();
-    let gvr =
-        gvr_of(kind).ok_or_else(|| ApiError::bad_request(format!("upstream RBAC: kind {kind}")))?;
+    let gvr = manifest_gvr(kind)
+        .ok_or_else(|| ApiError::bad_request(format!("upstream RBAC: kind {kind}")))?;
     let namespace = object
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
@@ -262,7 +240,7 @@ mod tests {
         for actor in Actor::ALL {
             for object in documents(actor.install_manifests()).unwrap() {
                 let kind = object["kind"].as_str().unwrap();
-                assert!(gvr_of(kind).is_some(), "{actor:?}: {kind}");
+                assert!(manifest_gvr(kind).is_some(), "{actor:?}: {kind}");
             }
         }
     }

@@ -127,6 +127,30 @@ pub const BMHS: Gvr = Gvr {
     plural: "baremetalhosts",
 };
 
+/// The kind of an identity or RBAC manifest (`kubectl create -f` of a ServiceAccount, its
+/// Secret, roles and bindings, their namespace), as the resource to create.
+pub fn manifest_gvr(kind: &str) -> Option<Gvr> {
+    let rbac = |plural| Gvr {
+        group: crate::apiserver::auth::RBAC_GROUP,
+        version: "v1",
+        plural,
+    };
+    Some(match kind {
+        "Namespace" => NAMESPACES,
+        "ServiceAccount" => Gvr {
+            group: "",
+            version: "v1",
+            plural: "serviceaccounts",
+        },
+        "Secret" => SECRETS,
+        "ClusterRole" => rbac("clusterroles"),
+        "ClusterRoleBinding" => rbac("clusterrolebindings"),
+        "Role" => rbac("roles"),
+        "RoleBinding" => rbac("rolebindings"),
+        _ => return None,
+    })
+}
+
 /// OpenShift's ClusterVersion (cluster-scoped, the one named `version`).
 pub const CLUSTER_VERSIONS: Gvr = Gvr {
     group: "config.openshift.io",
@@ -283,14 +307,8 @@ impl Local {
 
     /// Names the caller to admission (NodeRestriction, admission policies) while it writes.
     fn admission_scope(&self) -> Option<crate::apiserver::validation::admission::UserScope> {
-        self.user().map(|user| {
-            crate::apiserver::validation::admission::UserScope::enter(
-                crate::apiserver::validation::admission::RequestUser {
-                    username: user.username.clone(),
-                    groups: user.groups.clone(),
-                },
-            )
-        })
+        self.user()
+            .map(crate::apiserver::validation::admission::UserScope::of)
     }
 
     /// Ok when the caller may `verb` the object (`name` "" for a collection).

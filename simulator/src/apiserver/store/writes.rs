@@ -422,17 +422,8 @@ impl Store {
         let mut inner = self.lock();
         // NodeRestriction: a kubelet deletes only what is its own.
         if let Some(current) = inner.objects.get(&Self::key(ty, namespace, name)) {
-            crate::apiserver::validation::restrict_node(
-                &crate::apiserver::validation::admission::current_user(),
-                &crate::apiserver::auth::node::NodeWrite {
-                    operation: crate::apiserver::auth::node::WriteOperation::Delete,
-                    group: &ty.group,
-                    resource: &ty.plural,
-                    subresource: "",
-                    object: None,
-                    old: Some(current),
-                },
-                name,
+            crate::apiserver::validation::restrict_node_delete(
+                &ty.group, &ty.plural, "", current, name,
             )?;
         }
         let result = self.delete_locked(&mut inner, ty, version, namespace, name, options)?;

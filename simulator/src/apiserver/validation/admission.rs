@@ -62,6 +62,15 @@ impl UserScope {
         let previous = CURRENT_USER.with(|current| current.replace(Some(user)));
         UserScope { previous }
     }
+
+    /// Starts serving the request of the authenticated `user` (an HTTP caller, or an
+    /// in-process actor calling as its account).
+    pub fn of(user: &crate::apiserver::UserInfo) -> Self {
+        Self::enter(RequestUser {
+            username: user.username.clone(),
+            groups: user.groups.clone(),
+        })
+    }
 }
 
 impl Drop for UserScope {

@@ -126,6 +126,29 @@ pub(crate) fn restrict_node(
         .map_err(|why| ApiError::forbidden(write.group, write.resource, name, &why))
 }
 
+/// NodeRestriction on a delete (or an eviction: `subresource` `eviction`) of `old`, by the
+/// caller this thread serves.
+pub(crate) fn restrict_node_delete(
+    group: &str,
+    resource: &str,
+    subresource: &str,
+    old: &Value,
+    name: &str,
+) -> ApiResult<()> {
+    restrict_node(
+        &admission::current_user(),
+        &NodeWrite {
+            operation: WriteOperation::Delete,
+            group,
+            resource,
+            subresource,
+            object: None,
+            old: Some(old),
+        },
+        name,
+    )
+}
+
 /// Prunes, defaults, validates against the schema and then, if that passed, evaluates the
 /// CEL rules (the order of apiextensions-apiserver's decoder and strategy, which skips CEL
 /// after a schema error).
