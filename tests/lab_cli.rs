@@ -186,8 +186,10 @@ async fn the_storm_lab_holds_every_start_until_an_operator_acts_then_goes_one_at
     // Nothing starts while the storm holds: not before the operator took a trigger away.
     assert!(held < operator && operator <= untriggered, "{out}");
     assert!(untriggered <= cancelled && untriggered <= first, "{out}");
-    // One at a time: the second starts once the first is done, and waits meanwhile.
-    assert!(first <= waiting && waiting < first_done, "{out}");
+    // One at a time: the second starts once the first is done, and waits meanwhile. The
+    // held line's own words say the first was running when it was written; the lab's looks
+    // may print it a look before the first's PoweringOff line, so only its end is judged.
+    assert!(untriggered <= waiting && waiting < first_done, "{out}");
     assert!(first_done <= second, "{out}");
     assert!(out.contains("worker-1-1 Succeeded"), "{out}");
 }
