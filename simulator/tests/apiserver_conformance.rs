@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+mod common;
+
 use baremend_sim::apiserver::{ApiServer, ApiServerConfig, FaultRule};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -2454,4 +2456,44 @@ async fn the_review_groups_are_discovered_with_create_only_resources() {
             (StatusCode::OK, Some("v1"))
         );
     }
+}
+
+#[tokio::test]
+async fn a_deleted_namespace_terminates_and_its_content_goes_a_moment_later() {
+    // kubernetes `pkg/registry/core/namespace/storage/storage.go` (Delete: deletionTimestamp
+    // and phase Terminating in one update) and the namespace controller of
+    // `pkg/controller/namespace/deletion/namespaced_resources_deleter.go`, which runs apart
+    // from the server: the content outlives the delete call, so `kubectl delete -k` (which
+    // lists the Namespace first) can still delete each of its objects.
+    let api = Api::start().await;
+    let (status, _) = api
+        .post("/api/v1/namespaces", json!({"metadata": {"name": "going"}}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let configmap = json!({"metadata": {"name": "kept"}, "data": {"k": "v"}});
+    let (status, _) = api
+        .post("/api/v1/namespaces/going/configmaps", configmap)
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body) = api.delete("/api/v1/namespaces/going", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, body) = api.get("/api/v1/namespaces/going").await;
+    assert_eq!(body["status"]["phase"], "Terminating", "{body}");
+    let (status, _) = api.get("/api/v1/namespaces/going/configmaps/kept").await;
+    assert_eq!(status, StatusCode::OK, "the content is still there");
+    let (status, body) = api
+        .post(
+            "/api/v1/namespaces/going/configmaps",
+            json!({"metadata": {"name": "new"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, body) = api
+        .delete("/api/v1/namespaces/going/configmaps/kept", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    common::eventually("the namespace gone", Duration::from_secs(10), async || {
+        api.get("/api/v1/namespaces/going").await.0 == StatusCode::NOT_FOUND
+    })
+    .await;
 }

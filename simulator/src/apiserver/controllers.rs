@@ -9,6 +9,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
 
 use serde_json::{Value, json};
 
@@ -238,9 +242,9 @@ fn after_write(store: &Store, inner: &mut Inner, ty: &ResourceType, namespace: &
             register_crds(store, inner);
             super::apiservices::sync(store, inner);
         }
+        ("", "namespaces") => mark_terminating(store, inner),
         _ => {}
     }
-    namespace_cleanup(store, inner);
 }
 
 fn register_crds(store: &Store, inner: &mut Inner) {
@@ -443,21 +447,77 @@ fn update_pdb_status(store: &Store, inner: &mut Inner, namespace: &str) {
     }
 }
 
-/// Deletes the content of terminating namespaces, and the namespaces once empty.
-fn namespace_cleanup(store: &Store, inner: &mut Inner) {
-    // Runs after every write: only namespaces are walked, the content only when one ends.
+/// How long the namespace controller takes to start on a namespace being deleted: it
+/// discovers every served kind first (kube-controller-manager's `NamespaceController`, in
+/// kubernetes `pkg/controller/namespace/deletion/namespaced_resources_deleter.go`), so the
+/// content outlives the namespace's delete call, and a client deleting a namespace and then
+/// its objects (`kubectl delete -k`, which lists the Namespace first) finds them still there.
+const NAMESPACE_SWEEP_DELAY: Duration = Duration::from_millis(500);
+
+/// How often a terminating namespace is swept again while its content goes (pods wait for
+/// their kubelet).
+const NAMESPACE_SWEEP_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Marks a namespace being deleted `Terminating`, as the namespace registry's delete does in
+/// the same write: nothing new may be created in it from then on.
+fn mark_terminating(store: &Store, inner: &mut Inner) {
+    let deleted: Vec<(ObjectKey, Value)> = inner
+        .objects_of("", "namespaces", None)
+        .filter(|(_, v)| v.pointer("/metadata/deletionTimestamp").is_some())
+        .filter(|(_, v)| v.pointer("/status/phase") != Some(&json!("Terminating")))
+        .map(|(k, v)| (k.clone(), Value::clone(v)))
+        .collect();
+    for (key, namespace) in deleted {
+        let mut next = namespace;
+        next["status"] = json!({"phase": "Terminating"});
+        store.commit(inner, key, Some(next), EventType::Modified);
+    }
+}
+
+/// The namespace controller: in its own task, as kube-controller-manager runs it apart from
+/// the API server. A namespace being deleted is swept a moment later, then again until its
+/// content is gone and the namespace with it.
+pub(crate) fn spawn_namespace_controller(store: Arc<Store>) -> JoinHandle<()> {
+    let mut changes = store.subscribe();
+    tokio::spawn(async move {
+        loop {
+            let terminating = {
+                let mut inner = store.lock();
+                namespace_cleanup(&store, &mut inner)
+            };
+            if terminating {
+                tokio::time::sleep(NAMESPACE_SWEEP_INTERVAL).await;
+                continue;
+            }
+            match changes.recv().await {
+                Ok(event)
+                    if event.key.group.is_empty()
+                        && event.key.plural == "namespaces"
+                        && event
+                            .object
+                            .pointer("/metadata/deletionTimestamp")
+                            .is_some() =>
+                {
+                    tokio::time::sleep(NAMESPACE_SWEEP_DELAY).await;
+                }
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => break,
+            }
+        }
+    })
+}
+
+/// Deletes the content of terminating namespaces, and the namespaces once empty; whether
+/// one is still terminating.
+fn namespace_cleanup(store: &Store, inner: &mut Inner) -> bool {
     let terminating: Vec<(ObjectKey, Value)> = inner
         .objects_of("", "namespaces", None)
         .filter(|(_, v)| v.pointer("/metadata/deletionTimestamp").is_some())
         .map(|(k, v)| (k.clone(), Value::clone(v)))
         .collect();
-    for (key, namespace) in terminating {
+    let mut still = false;
+    for (key, _) in terminating {
         let name = key.name.clone();
-        if namespace.pointer("/status/phase") != Some(&json!("Terminating")) {
-            let mut next = namespace.clone();
-            next["status"] = json!({"phase": "Terminating"});
-            store.commit(inner, key.clone(), Some(next), EventType::Modified);
-        }
         let content: Vec<ObjectKey> = inner
             .objects
             .iter()
@@ -488,8 +548,11 @@ fn namespace_cleanup(store: &Store, inner: &mut Inner) {
         let empty = !inner.objects.keys().any(|k| k.namespace == name);
         if empty {
             store.commit(inner, key, None, EventType::Deleted);
+        } else {
+            still = true;
         }
     }
+    still
 }
 
 /// After an object is gone: CRD instances, dependents (background garbage collection).

@@ -250,6 +250,8 @@ pub struct ApiServer {
     task: JoinHandle<()>,
     /// The RBAC controllers (ClusterRole aggregation, the token controller).
     auth_controllers: JoinHandle<()>,
+    /// The namespace controller (kube-controller-manager's, apart from the server).
+    namespace_controller: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -321,6 +323,7 @@ impl ApiServer {
             pod_logs: pod_logs::PodLogs::default(),
         });
         let auth_controllers = auth::controllers::spawn(state.clone());
+        let namespace_controller = controllers::spawn_namespace_controller(state.store.clone());
         let router = Router::new()
             .fallback(routes::dispatch)
             .with_state(state.clone());
@@ -333,6 +336,7 @@ impl ApiServer {
             controllers,
             task,
             auth_controllers,
+            namespace_controller,
         })
     }
 
@@ -466,6 +470,7 @@ impl Drop for ApiServer {
     fn drop(&mut self) {
         self.task.abort();
         self.auth_controllers.abort();
+        self.namespace_controller.abort();
     }
 }
 
