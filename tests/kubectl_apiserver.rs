@@ -9,20 +9,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
-use common::{eventually, require_program, scratch};
+use common::kubectl::{Kubectl, MONITORING_CRDS};
+use common::{eventually, scratch};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 struct Cluster {
     server: ApiServer,
+    kubectl: Kubectl,
     kubeconfig: PathBuf,
     dir: PathBuf,
 }
 
 async fn cluster() -> Cluster {
-    require_program(
-        "kubectl",
-        "kubernetes-client (the machine image ships kubectl v1.32)",
-    );
     let server = ApiServer::start(ApiServerConfig {
         tls: true,
         ..ApiServerConfig::default()
@@ -30,10 +28,11 @@ async fn cluster() -> Cluster {
     .await
     .unwrap();
     let dir = scratch("kubectl");
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let kubectl = Kubectl::new(&dir, &server.kubeconfig());
+    let kubeconfig = kubectl.kubeconfig().to_path_buf();
     Cluster {
         server,
+        kubectl,
         kubeconfig,
         dir,
     }
@@ -41,40 +40,11 @@ async fn cluster() -> Cluster {
 
 impl Cluster {
     async fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-        let mut command = tokio::process::Command::new("kubectl");
-        command
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", &self.dir)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command.spawn().expect("kubectl runs");
-        if let Some(input) = stdin {
-            use tokio::io::AsyncWriteExt;
-            let mut pipe = child.stdin.take().unwrap();
-            pipe.write_all(input.as_bytes()).await.unwrap();
-        }
-        let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-            .await
-            .expect("kubectl finishes")
-            .unwrap();
-        (
-            output.status.success(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
+        self.kubectl.run(args, stdin).await
     }
 
     async fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let (ok, out, err) = self.kubectl(args, stdin).await;
-        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
-        out
+        self.kubectl.ok(args, stdin).await
     }
 }
 
@@ -643,38 +613,6 @@ async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_a
         .await;
     assert_eq!(value.trim(), "true");
 }
-
-/// The Prometheus Operator's two kinds that deploy/ uses, as a cluster with it has them
-/// (schemas left open: only the kinds matter to the apply).
-const MONITORING_CRDS: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: servicemonitors.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  scope: Namespaced
-  names: {kind: ServiceMonitor, plural: servicemonitors, singular: servicemonitor, listKind: ServiceMonitorList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: prometheusrules.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  scope: Namespaced
-  names: {kind: PrometheusRule, plural: prometheusrules, singular: prometheusrule, listKind: PrometheusRuleList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-"#;
 
 /// Every CRD the documented combinations and the examples need: the Prometheus Operator's,
 /// OpenShift's, Cluster API's and metal3's, NodeHealthCheck's, then ours; and the namespaces

@@ -64,7 +64,7 @@ pub async fn whole(drift: Value) -> Lab {
         ..ClusterSpec::default()
     };
     let mut lab = Lab::builder(spec)
-        .policy(json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30}}))
+        .policy(json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 2}}))
         .drift_policy(drift)
         .start()
         .await;
