@@ -236,3 +236,43 @@ async fn every_object_of_ours_that_deploy_ships_is_accepted() {
         assert!(created.iter().any(|k| k == kind), "{kind}: {created:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_whose_ready_grace_outlasts_its_node_ready_deadline_is_refused() {
+    // A Node counts as back only once Ready for the grace period, within the node-ready
+    // deadline: with a grace as long as the deadline every remediation would end
+    // NodeNeverReady. The grace defaults to 30 s, so a deadline of 30 s alone is refused too.
+    let (_server, client) = start().await;
+    let policy = |name: &str, timeouts: Value| {
+        json!({"apiVersion": "baremend.io/v1alpha1", "kind": "RemediationPolicy",
+            "metadata": {"name": name}, "spec": {"timeouts": timeouts}})
+    };
+    for (name, timeouts) in [
+        ("equal", json!({"nodeReadySeconds": 30})),
+        (
+            "longer",
+            json!({"nodeReadySeconds": 60, "readyGraceSeconds": 61}),
+        ),
+    ] {
+        let refused = match create(&client, policy(name, timeouts)).await {
+            Err(kube::Error::Api(status)) => status,
+            other => panic!("{name}: expected a 422, got {other:?}"),
+        };
+        assert_eq!(refused.code, 422, "{refused:?}");
+        assert!(
+            refused
+                .message
+                .contains("readyGraceSeconds must be shorter than timeouts.nodeReadySeconds"),
+            "{refused:?}"
+        );
+    }
+    for (name, timeouts) in [
+        (
+            "shorter",
+            json!({"nodeReadySeconds": 30, "readyGraceSeconds": 2}),
+        ),
+        ("defaults", json!({})),
+    ] {
+        create(&client, policy(name, timeouts)).await.unwrap();
+    }
+}

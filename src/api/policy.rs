@@ -22,7 +22,12 @@ use super::retention::Retention;
     printcolumn = r#"{"name":"Paused","type":"boolean","jsonPath":".spec.paused"}"#,
     printcolumn = r#"{"name":"Max","type":"integer","jsonPath":".spec.maxConcurrent"}"#,
     printcolumn = r#"{"name":"Release","type":"string","jsonPath":".spec.nodeRelease"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    // A Node counts as back only once Ready for the grace period, within the node-ready
+    // deadline: a grace as long as the deadline makes every remediation end NodeNeverReady.
+    validation = Rule::new(
+        "!has(self.spec.timeouts) || self.spec.timeouts.readyGraceSeconds < self.spec.timeouts.nodeReadySeconds"
+    ).message("timeouts.readyGraceSeconds must be shorter than timeouts.nodeReadySeconds: a Node counts as back only once Ready that long, within that deadline")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RemediationPolicySpec {
