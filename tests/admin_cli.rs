@@ -116,7 +116,7 @@ async fn status_names_the_failure_and_retry_and_ack_mark_only_a_failed_remediati
     assert!(
         lines[0].starts_with(
             "Remediation openshift-machine-api/worker-1-1 Machine worker-1 Failed PowerOffNotConfirmed: read "
-        ) && lines[0].contains("docs/runbook.md#poweroffnotconfirmed")
+        ) && lines[0].contains("docs/guides/runbook.md#poweroffnotconfirmed")
             && lines[0].contains("kubectl baremend retry -n openshift-machine-api worker-1-1"),
         "{stdout}"
     );

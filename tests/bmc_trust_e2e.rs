@@ -1,4 +1,4 @@
-//! Whose word counts, end to end (docs/safety.md, "Whose word counts"): a BMC reached over
+//! Whose word counts, end to end (docs/engineering/safety.md, "Whose word counts"): a BMC reached over
 //! plain HTTP proves nothing without the policy's `allowInsecureBmc` — the readiness check
 //! says why and the start is held — and a BMC that contradicts itself proves nothing, fails
 //! the remediation under way without releasing the Node, is shown untrustworthy, and holds

@@ -147,13 +147,16 @@ fn the_shipped_policies_start_the_first_day_in_dry_run_and_observe() {
         !kustomization.contains("- policies.yaml"),
         "{kustomization}"
     );
-    let guide = std::fs::read_to_string(common::repo_root().join("docs/install.md")).unwrap();
+    // Created in the install guide, switched in the operations guide.
+    let guide = ["docs/guides/install.md", "docs/guides/operate.md"]
+        .map(|f| std::fs::read_to_string(common::repo_root().join(f)).unwrap())
+        .join("\n");
     for switch in [
         "kubectl create -f deploy/policies.yaml",
         r#"kubectl patch remediationpolicy default --type merge -p '{"spec":{"mode":"Remediate"}}'"#,
         r#"kubectl patch driftpolicy default --type merge -p '{"spec":{"mode":"Remediate"}}'"#,
     ] {
-        assert!(guide.contains(switch), "docs/install.md lacks {switch}");
+        assert!(guide.contains(switch), "the guides lack {switch}");
     }
 }
 
@@ -470,7 +473,7 @@ fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
     assert_eq!(controller, (pushed.clone(), "Always".into()));
     assert_eq!(helpers, controller);
 
-    // An overlay that sets its own image repeats the replacements (docs/install.md says so).
+    // An overlay that sets its own image repeats the replacements (docs/guides/install.md says so).
     let scratch = common::scratch("overlay");
     copy_of_base(&scratch);
     let overlay = scratch.join("overlay");
@@ -572,7 +575,7 @@ fn the_containerfile_builds_amd64_and_arm64_with_ca_roots_and_documents_its_argu
     let ignored = std::fs::read_to_string(root.join(".dockerignore")).unwrap();
     assert!(ignored.lines().any(|l| l == "/target"));
     // Every build argument is documented, and so is that no test builds the image.
-    let guide = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
+    let guide = std::fs::read_to_string(root.join("docs/guides/install.md")).unwrap();
     let arguments: Vec<&str> = instructions
         .iter()
         .filter_map(|l| l.strip_prefix("ARG "))
@@ -582,11 +585,12 @@ fn the_containerfile_builds_amd64_and_arm64_with_ca_roots_and_documents_its_argu
     for argument in arguments {
         assert!(
             guide.contains(&format!("`{argument}`")),
-            "docs/install.md: {argument}"
+            "docs/guides/install.md: {argument}"
         );
     }
     assert!(guide.contains("linux/amd64,linux/arm64"));
-    assert!(guide.contains("no container runtime"));
+    let fidelity = std::fs::read_to_string(root.join("docs/engineering/fidelity.md")).unwrap();
+    assert!(fidelity.contains("no container runtime"));
 }
 
 #[test]
@@ -1161,12 +1165,13 @@ fn only_the_drift_helpers_account_may_use_the_privileged_scc_and_nothing_else() 
 
 #[test]
 fn the_install_guide_explains_every_granted_permission() {
-    let guide = std::fs::read_to_string(common::repo_root().join("docs/install.md")).unwrap();
+    let guide =
+        std::fs::read_to_string(common::repo_root().join("docs/guides/install.md")).unwrap();
     let section = guide
         .split("## Every permission, and why")
         .nth(1)
         .and_then(|rest| rest.split("\n## ").next())
-        .expect("the permissions section of docs/install.md");
+        .expect("the permissions section of docs/guides/install.md");
     let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| ")).collect();
     let rules: Vec<PolicyRule> = of_kind("ClusterRole")
         .iter()
@@ -1194,7 +1199,7 @@ fn the_install_guide_explains_every_granted_permission() {
                 });
                 assert!(
                     explained,
-                    "docs/install.md does not explain {verb} on {resource}"
+                    "docs/guides/install.md does not explain {verb} on {resource}"
                 );
             }
         }

@@ -588,7 +588,7 @@ async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_a
         table.contains("worker-1-1   worker-1   worker-1"),
         "{table}"
     );
-    // The retry of a Failed remediation as docs/install.md shows it.
+    // The retry of a Failed remediation as docs/guides/operate.md shows it.
     let out = c
         .ok(
             &["annotate", "brem", "worker-1-1", "baremend.io/retry=true"],
@@ -654,9 +654,10 @@ fn own_kustomization(scratch: &std::path::Path, text: &str) -> PathBuf {
     mine
 }
 
-/// The kustomizations docs/install.md shows (its YAML blocks of `kind: Kustomization`).
+/// The kustomizations docs/guides/install.md shows (its YAML blocks of `kind: Kustomization`).
 fn documented_kustomizations() -> Vec<String> {
-    let guide = std::fs::read_to_string(common::repo_root().join("docs/install.md")).unwrap();
+    let guide =
+        std::fs::read_to_string(common::repo_root().join("docs/guides/install.md")).unwrap();
     let mut blocks = Vec::new();
     let mut rest = guide.as_str();
     while let Some(at) = rest.find("```yaml\n") {
@@ -862,7 +863,7 @@ async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once() {
     }
     // `kubectl get` shows the mode (and whether it is paused) in a column. (The other columns
     // read fields left to the schema's defaults, which the simulated server does not fill in:
-    // docs/simulators.md.)
+    // docs/engineering/simulators.md.)
     let table = c.ok(&["get", "brpol,bdpol"], None).await;
     let rows: Vec<Vec<&str>> = table
         .lines()
@@ -952,7 +953,7 @@ async fn kubectl_applies_every_documented_combination_of_base_and_components() {
     let mut combinations = vec![("deploy/overlays/openshift".to_string(), overlay.to_string())];
     for (index, text) in documented_kustomizations().into_iter().enumerate() {
         combinations.push((
-            format!("docs/install.md kustomization #{}", index + 1),
+            format!("docs/guides/install.md kustomization #{}", index + 1),
             text,
         ));
     }
@@ -1108,14 +1109,14 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
     c.ok(&["create", "namespace", "baremend"], None).await;
     let files = common::yaml_files(&root.join("deploy/examples"));
     assert!(files.len() >= 3, "{files:?}");
-    let guide = std::fs::read_to_string(root.join("docs/install.md")).unwrap();
+    let guide = std::fs::read_to_string(root.join("docs/guides/install.md")).unwrap();
     let mut templates = Vec::new();
     let mut capi_checks = Vec::new();
     for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
             guide.contains(&format!("deploy/examples/{name}")),
-            "docs/install.md does not show {name}"
+            "docs/guides/install.md does not show {name}"
         );
         let documents = common::yaml_documents(&std::fs::read_to_string(file).unwrap());
         let out = c.ok(&["apply", "-f", file.to_str().unwrap()], None).await;

@@ -243,7 +243,7 @@ async fn a_chaos_run_prints_its_verdict_and_nothing_else() {
 
 /// The benchmark's lab, small: the controller runs as its own `baremend run` process (its
 /// probes, its metrics port, its flags) and each remediation is measured. The figures are the
-/// benchmark's (docs/benchmarks.md), not this test's: it checks the lab still runs end to end.
+/// benchmark's (docs/engineering/benchmarks.md), not this test's: it checks the lab still runs end to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_remediation() {
     let output = baremend(

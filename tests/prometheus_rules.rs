@@ -199,7 +199,7 @@ fn anchors(markdown: &str) -> std::collections::BTreeSet<String> {
 #[test]
 fn every_alert_has_a_description_and_a_runbook_url_to_its_own_section_of_the_runbook() {
     use baremend::status::{RUNBOOK_URL, runbook_anchor};
-    let runbook = std::fs::read_to_string(repo_root().join("docs/runbook.md")).unwrap();
+    let runbook = std::fs::read_to_string(repo_root().join("docs/guides/runbook.md")).unwrap();
     let anchors = anchors(&runbook);
     let rule = common::prometheus::prometheus_rule();
     let mut alerts = 0;
@@ -226,7 +226,7 @@ fn every_alert_has_a_description_and_a_runbook_url_to_its_own_section_of_the_run
             assert_eq!(anchor, runbook_anchor(alert), "{alert}: its own section");
             assert!(
                 anchors.contains(anchor),
-                "docs/runbook.md has no section {anchor}"
+                "docs/guides/runbook.md has no section {anchor}"
             );
         }
     }
@@ -245,7 +245,7 @@ fn every_alert_has_a_description_and_a_runbook_url_to_its_own_section_of_the_run
 #[test]
 fn every_failure_reason_in_the_code_has_a_section_of_the_runbook() {
     use baremend::status::runbook_anchor;
-    let runbook = std::fs::read_to_string(repo_root().join("docs/runbook.md")).unwrap();
+    let runbook = std::fs::read_to_string(repo_root().join("docs/guides/runbook.md")).unwrap();
     let anchors = anchors(&runbook);
     let reasons: Vec<&str> = baremend::remediation::plan::FailReason::labels()
         .into_iter()
@@ -269,7 +269,7 @@ fn every_failure_reason_in_the_code_has_a_section_of_the_runbook() {
         .collect();
     assert!(missing.is_empty(), "no runbook section for {missing:?}");
     println!(
-        "docs/runbook.md: {} sections, {} reasons each with one",
+        "docs/guides/runbook.md: {} sections, {} reasons each with one",
         anchors.len(),
         reasons.len()
     );

@@ -1,4 +1,4 @@
-//! The trust boundaries under attack (docs/contracts.md, "Trust"): each attack is made by a
+//! The trust boundaries under attack (docs/reference/contracts.md, "Trust"): each attack is made by a
 //! tenant — a ServiceAccount the simulated API server's RBAC limits to namespace `tenant-a` —
 //! or, for the Node annotation, by what a Node's kubelet may write. Each must change nothing
 //! (no power request on any host, no Node touched) and leave the documented condition and

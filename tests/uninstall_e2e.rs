@@ -1,4 +1,4 @@
-//! The uninstall of docs/install.md, end to end, as an admin runs it with the real kubectl: on
+//! The uninstall of docs/guides/operate.md, end to end, as an admin runs it with the real kubectl: on
 //! a cluster where `deploy/overlays/openshift` is installed, a remediation has succeeded and a
 //! config-drift repair is in flight (the MCO rebooting the node), every documented step in its
 //! order, then a sweep of every object of every listable kind: nothing of baremend is left on
@@ -21,7 +21,7 @@ use common::{drift, eventually, scratch};
 /// What an object still carries of baremend, one line each (empty: nothing).
 ///
 /// Events are left out: the API server removes them after its event TTL (one hour by
-/// default), and docs/install.md says so. So are `managedFields`, the record of who wrote a
+/// default), and docs/guides/operate.md says so. So are `managedFields`, the record of who wrote a
 /// field once, which is history rather than state.
 fn leftovers(object: &Value) -> Vec<String> {
     let kind = object["kind"].as_str().unwrap_or_default();
@@ -227,12 +227,13 @@ async fn an_uninstall_as_documented_leaves_nothing_of_baremend_on_any_object() {
         left.join("\n")
     );
     // The guide's own check says the same.
-    let guide = std::fs::read_to_string(common::repo_root().join("docs/install.md")).unwrap();
+    let guide =
+        std::fs::read_to_string(common::repo_root().join("docs/guides/operate.md")).unwrap();
     let check = guide
         .split("To check for yourself:\n\n```bash\n")
         .nth(1)
         .and_then(|rest| rest.split("\n```").next())
-        .expect("the uninstall check in docs/install.md")
+        .expect("the uninstall check in docs/guides/operate.md")
         .replace("\\\n", " ");
     let check = check.split('#').next().unwrap();
     let count = |check: &str| {

@@ -1,5 +1,5 @@
 //! The remediation contracts of other health checks: the template kind a health check names
-//! and the request kind it creates from it, one pair per contract (docs/contracts.md has the
+//! and the request kind it creates from it, one pair per contract (docs/reference/contracts.md has the
 //! upstream sources of every name).
 //!
 //! - Cluster API: a MachineHealthCheck's `spec.remediationTemplate` names a

@@ -15,7 +15,7 @@ use super::bounds::{ADDRESS_MAX, CA_BUNDLE_MAX, CONFIG_MAP_KEY, DNS_SUBDOMAIN, D
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 pub struct HostBmcStatus {
     /// `Accepted=False` (reason `NamespaceNotTrusted` or `ContestedNode`) while baremend does
-    /// not use it for a Node without a Machine (docs/contracts.md, "Trust").
+    /// not use it for a Node without a Machine (docs/reference/contracts.md, "Trust").
     #[serde(default)]
     #[schemars(length(max = 8))]
     pub conditions: Vec<super::Condition>,

@@ -151,7 +151,7 @@ stored_names! {
         /// no remediation (reason: the NodeHealthCheck's; message: which, and why).
         NodeHealthCheckDisabled,
         /// On a request or a `HostBmc`: False when baremend refuses it (reason: why, see
-        /// docs/contracts.md "Trust"); it then changes nothing.
+        /// docs/reference/contracts.md "Trust"); it then changes nothing.
         Accepted,
         /// At power-on, a reboot-API key that is not ours keeps the host off (message: the
         /// key and who sets it).

@@ -10,7 +10,7 @@ use super::annotations::DEFAULT_REBOOT_KEY;
 use super::bounds::{DNS_LABEL, DNS_LABEL_MAX};
 use super::retention::Retention;
 
-/// The policy. See the policy table in docs/reference.md for what each field does.
+/// The policy. See the policy table in docs/reference/metrics.md for what each field does.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "baremend.io",
@@ -79,7 +79,7 @@ pub struct RemediationPolicySpec {
     /// How many finished Remediations are kept per Machine.
     #[serde(default)]
     pub retention: Retention,
-    /// Who may ask for a remediation, and name a host's BMC (docs/contracts.md, "Trust").
+    /// Who may ask for a remediation, and name a host's BMC (docs/reference/contracts.md, "Trust").
     #[serde(default)]
     pub trust: TrustPolicy,
     /// Quiet through upgrades and MCO reboots (the `ClusterUpgrading` and

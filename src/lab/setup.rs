@@ -65,7 +65,7 @@ const DEPLOY_IDENTITY: [(&str, &str); 4] = [
         include_str!("../../deploy/base/rbac-health-checks.yaml"),
     ),
 ];
-/// What the Cluster API component adds (docs/install.md).
+/// What the Cluster API component adds (docs/guides/install.md).
 const DEPLOY_CLUSTER_API_RBAC: (&str, &str) = (
     "components/cluster-api/rbac-cluster-api.yaml",
     include_str!("../../deploy/components/cluster-api/rbac-cluster-api.yaml"),

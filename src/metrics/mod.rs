@@ -64,7 +64,7 @@ pub const GATES: [&str; 15] = [
 ];
 
 /// Every reason a request or a `HostBmc` is refused for (`Accepted=False`), as the refusal
-/// metrics name it (docs/contracts.md, "Trust").
+/// metrics name it (docs/reference/contracts.md, "Trust").
 pub const REFUSAL_REASONS: [&str; 5] = [
     "NamespaceNotTrusted",
     "UnknownHealthCheck",

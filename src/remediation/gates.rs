@@ -833,7 +833,7 @@ mod quiet_tests {
     #[test]
     fn every_gate_is_in_the_metrics_gate_table() {
         // Exhaustive: a new gate stops the build here, to be added to `GATES` (whose series
-        // start at zero) and to the gate table in docs/reference.md.
+        // start at zero) and to the gate table in docs/reference/metrics.md.
         let all = [
             Held::Paused,
             Held::Concurrency { running: 0, max: 0 },

@@ -134,7 +134,7 @@ impl Disabled {
         };
         let hint = if self.reason == DISABLED_BY_MHC {
             "; a NodeHealthCheck stays off while any custom MachineHealthCheck exists: use one \
-             or the other (docs/install.md)"
+             or the other (docs/guides/install.md)"
         } else {
             ""
         };

@@ -1,7 +1,7 @@
 //! Who may ask for a remediation, how far a request may choose for itself, which `HostBmc` may
 //! name a Machine-less Node's BMC, and whose BareMetalHost a Machine may power. Pure: facts
 //! read from the objects in, a verdict out; the passes read the objects and act on the
-//! verdict (docs/contracts.md, "Trust").
+//! verdict (docs/reference/contracts.md, "Trust").
 //!
 //! Guarantees: a request counts only from a namespace the policy trusts (by default the
 //! namespaces of the `NodeRemediationTemplate`s an existing NodeHealthCheck references: a

@@ -25,7 +25,7 @@ pub type Changes<K> = BoxStream<'static, Result<K, watcher::Error>>;
 /// Objects per page of a watch's initial list. kube's default, 500, has each watch decode 500
 /// objects at a time; with Machines, hosts and Nodes listed together on a fleet of thousands,
 /// those pages made the controller's peak, and the heap kept that size once they were freed
-/// (docs/benchmarks.md has the figures). Smaller pages cost a few more round trips at start.
+/// (docs/engineering/benchmarks.md has the figures). Smaller pages cost a few more round trips at start.
 pub const LIST_PAGE_SIZE: u32 = 100;
 
 /// The watch configuration every informer starts from: [`LIST_PAGE_SIZE`] objects a page.

@@ -77,40 +77,28 @@ pub fn write_rules(dir: &Path) -> PathBuf {
     path
 }
 
+/// The series families the controller exports, as the reference names them (a counter's with
+/// `_total`), with their types.
+pub fn exported_families() -> std::collections::BTreeMap<String, String> {
+    filled_metrics()
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_once(' '))
+        .map(|(name, kind)| {
+            let series = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            (series, kind.to_owned())
+        })
+        .collect()
+}
+
 /// The metric names the controller exports, as Prometheus stores them (`# TYPE` lines; a
 /// labelled family shows only once it has a series, so each gets one).
 pub fn exported_metrics() -> BTreeSet<String> {
-    let metrics = Metrics::new();
-    metrics.remediation_started("DirectBmc");
-    metrics.remediation_succeeded("DirectBmc", Duration::from_secs(1));
-    metrics.remediation_failed("DirectBmc", "NodeNeverReady");
-    metrics.step_reached("Fenced", Duration::from_millis(300));
-    metrics
-        .power
-        .bmc_request("redfish", "power_state", "ok", Duration::from_millis(5));
-    let host = HostSeries {
-        machine: "ns/m".into(),
-        node: "n".into(),
-        bmc: "redfish://b".into(),
-        driver: "redfish".into(),
-    };
-    metrics
-        .power
-        .set_host_power(&host, Some(baremend_drivers::PowerState::On));
-    metrics.fencing.set_ready(
-        &baremend::metrics::fencing::FencingLabels {
-            machine: "ns/m".into(),
-            node: "n".into(),
-            path: "redfish".into(),
-        },
-        true,
-    );
-    metrics.drift.set_pool("worker", 1, 0);
-    metrics
-        .drift
-        .ended("Force", "Succeeded", "", Duration::from_secs(60));
-    metrics.drift.set_reboots("worker-0", "worker", 1);
-    let text = metrics.encode();
+    let text = filled_metrics();
     let mut names = BTreeSet::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {
@@ -213,4 +201,44 @@ pub fn value(sample: &Value) -> f64 {
         .as_str()
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no value in {sample}"))
+}
+
+/// Every metric family with one series at least (an empty labelled family is not encoded),
+/// as the controller's registry encodes it.
+fn filled_metrics() -> String {
+    let metrics = Metrics::new();
+    metrics.remediation_started("DirectBmc");
+    metrics.remediation_succeeded("DirectBmc", Duration::from_secs(1));
+    metrics.remediation_failed("DirectBmc", "NodeNeverReady");
+    metrics.step_reached("Fenced", Duration::from_millis(300));
+    metrics
+        .power
+        .bmc_request("redfish", "power_state", "ok", Duration::from_millis(5));
+    let host = HostSeries {
+        machine: "ns/m".into(),
+        node: "n".into(),
+        bmc: "redfish://b".into(),
+        driver: "redfish".into(),
+    };
+    metrics
+        .power
+        .set_host_power(&host, Some(baremend_drivers::PowerState::On));
+    metrics
+        .power
+        .set_credential_used(&host, Some(baremend_drivers::CredentialUsed::Previous));
+    metrics.power.set_untrustworthy(&["redfish://b".into()]);
+    metrics.fencing.set_ready(
+        &baremend::metrics::fencing::FencingLabels {
+            machine: "ns/m".into(),
+            node: "n".into(),
+            path: "redfish".into(),
+        },
+        true,
+    );
+    metrics.drift.set_pool("worker", 1, 0);
+    metrics
+        .drift
+        .ended("Force", "Succeeded", "", Duration::from_secs(60));
+    metrics.drift.set_reboots("worker-0", "worker", 1);
+    metrics.encode()
 }

@@ -69,7 +69,7 @@ pub struct Checker {
     pub released_on_lies: usize,
     /// Nodes of hosts fenced through their BareMetal Operator released while the host was
     /// on, on the operator's reading of a flapping BMC (`status.poweredOn: false`): a reading
-    /// this process never sees (docs/chaos.md).
+    /// this process never sees (docs/engineering/chaos.md).
     pub released_on_operator_lies: usize,
     /// Per Machine, how many times its trigger has appeared.
     trigger_epoch: HashMap<String, u64>,

@@ -9,7 +9,7 @@
 //!
 //! # Guarantees
 //! Every document served is the vendor's own JSON, except where the packages publish none
-//! (listed per vendor in docs/fidelity.md): those are built here and marked as such. Only
+//! (listed per vendor in docs/engineering/fidelity.md): those are built here and marked as such. Only
 //! `PowerState` of the System is rewritten, from the host.
 //!
 //! # Caveats
