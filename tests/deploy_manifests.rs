@@ -676,7 +676,7 @@ fn used_metrics(expr: &str) -> Vec<String> {
 
 #[test]
 fn alerts_and_dashboard_use_only_exported_metrics() {
-    let exported = common::prometheus::exported_metrics();
+    let exported = common::prometheus::all_exported_metrics();
     assert!(
         exported.contains("baremend_remediations_failed_total"),
         "{exported:?}"

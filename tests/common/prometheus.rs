@@ -80,7 +80,8 @@ pub fn write_rules(dir: &Path) -> PathBuf {
 /// The series families the controller exports, as the reference names them (a counter's with
 /// `_total`), with their types.
 pub fn exported_families() -> std::collections::BTreeMap<String, String> {
-    filled_metrics()
+    every_family()
+        .encode()
         .lines()
         .filter_map(|line| line.strip_prefix("# TYPE "))
         .filter_map(|rest| rest.split_once(' '))
@@ -98,7 +99,16 @@ pub fn exported_families() -> std::collections::BTreeMap<String, String> {
 /// The metric names the controller exports, as Prometheus stores them (`# TYPE` lines; a
 /// labelled family shows only once it has a series, so each gets one).
 pub fn exported_metrics() -> BTreeSet<String> {
-    let text = filled_metrics();
+    stored_names(&filled_metrics())
+}
+
+/// As [`exported_metrics`], with the families a healthy lab has no data for too.
+pub fn all_exported_metrics() -> BTreeSet<String> {
+    stored_names(&every_family().encode())
+}
+
+/// The names Prometheus stores for the families an encoding declares (`# TYPE` lines).
+fn stored_names(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {
@@ -203,9 +213,14 @@ pub fn value(sample: &Value) -> f64 {
         .unwrap_or_else(|| panic!("no value in {sample}"))
 }
 
-/// Every metric family with one series at least (an empty labelled family is not encoded),
-/// as the controller's registry encodes it.
+/// The metric families a healthy lab has data for, each with one series at least (an empty
+/// labelled family is not encoded), as the controller's registry encodes them.
 fn filled_metrics() -> String {
+    filled().encode()
+}
+
+/// A registry with a series in each family a healthy lab has data for.
+fn filled() -> Metrics {
     let metrics = Metrics::new();
     metrics.remediation_started("DirectBmc");
     metrics.remediation_succeeded("DirectBmc", Duration::from_secs(1));
@@ -223,10 +238,6 @@ fn filled_metrics() -> String {
     metrics
         .power
         .set_host_power(&host, Some(baremend_drivers::PowerState::On));
-    metrics
-        .power
-        .set_credential_used(&host, Some(baremend_drivers::CredentialUsed::Previous));
-    metrics.power.set_untrustworthy(&["redfish://b".into()]);
     metrics.fencing.set_ready(
         &baremend::metrics::fencing::FencingLabels {
             machine: "ns/m".into(),
@@ -240,5 +251,21 @@ fn filled_metrics() -> String {
         .drift
         .ended("Force", "Succeeded", "", Duration::from_secs(60));
     metrics.drift.set_reboots("worker-0", "worker", 1);
-    metrics.encode()
+    metrics
+}
+
+/// A registry with a series in every family: those of a healthy lab, and the two it has no
+/// data for (a password rotation half done, a BMC contradicting itself).
+fn every_family() -> Metrics {
+    let metrics = filled();
+    let host = HostSeries {
+        machine: "ns/m".into(),
+        node: "n".into(),
+        bmc: "redfish://b".into(),
+        driver: "redfish".into(),
+    };
+    let previous = baremend_drivers::CredentialUsed::Previous;
+    metrics.power.set_credential_used(&host, Some(previous));
+    metrics.power.set_untrustworthy(&["redfish://b".into()]);
+    metrics
 }
