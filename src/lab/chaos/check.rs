@@ -30,7 +30,10 @@
 //!    end (unless a later remediation of the Machine failed); one proven off — before the
 //!    timeout or after it (the proof comes first: a host already off when the timeout is
 //!    seen completes its cycle) — completes the cycle: it is not cancelled, and it requests
-//!    power-on unless it failed.
+//!    power-on unless it failed;
+//! 10. nothing of a namespace the policy does not trust counts: no Remediation lives in the
+//!    chaos tenant's namespace or names a request or host there, and a request made there
+//!    is no trigger for invariant 6.
 
 use std::collections::HashMap;
 
@@ -45,6 +48,9 @@ use serde_json::Value;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, NHC_TIMED_OUT, PLANNED_REBOOT};
 use crate::api::mco::{DESIRED_DRAIN, LAST_APPLIED_DRAIN, POST_CONFIG_ACTION, STATE};
 use crate::api::{Remediation, RemediationPhase};
+use baremend_sim::cluster::{MACHINE_NAMESPACE, NHC_NAMESPACE};
+
+use super::plan::TENANT_NAMESPACE;
 
 /// The out-of-service taint's key.
 const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
@@ -73,6 +79,8 @@ pub struct Checker {
     pub released_on_operator_lies: usize,
     /// Per Machine, how many times its trigger has appeared.
     trigger_epoch: HashMap<String, u64>,
+    /// Remediations already reported under invariant 10.
+    tenant_named: std::collections::HashSet<String>,
     /// Per Machine, the trigger epoch its latest remediation started in, and that remediation.
     started_in: HashMap<String, (u64, String)>,
     /// Per Remediation deleted after it ended (retention, an operator), its last phase:
@@ -297,6 +305,24 @@ impl Checker {
         }
     }
 
+    /// Invariant 10: the Remediation `key` neither lives in the tenant's namespace nor names
+    /// a request or a host there.
+    fn check_not_tenants(&mut self, key: &str, namespace: &str, remediation: &Remediation) {
+        let spec = &remediation.spec;
+        let trigger = spec.trigger.as_ref().and_then(|t| t.namespace.as_deref());
+        let host = spec.host.as_deref().and_then(|h| h.split_once('/'));
+        let named = namespace == TENANT_NAMESPACE
+            || trigger == Some(TENANT_NAMESPACE)
+            || host.is_some_and(|(ns, _)| ns == TENANT_NAMESPACE);
+        if named && self.tenant_named.insert(key.to_owned()) {
+            self.violations.push(format!(
+                "invariant 10: {key} acts on the untrusted namespace {TENANT_NAMESPACE} \
+                 (trigger {trigger:?}, host {:?})",
+                spec.host
+            ));
+        }
+    }
+
     /// Invariant 7, when the Remediation `key` of `machine` requests power-off.
     fn check_no_planned_reboot(&mut self, machine: &str, key: &str) {
         let Some((mark, busy)) = self.mco_nodes.get(machine) else {
@@ -344,7 +370,13 @@ impl Checker {
         if matches!(event.kind, EventType::Deleted) {
             return;
         }
-        if matches!(event.kind, EventType::Added) {
+        // A request counts where its health check puts it: a Machine's in the Machine's
+        // namespace, a NodeHealthCheck's in its template's (invariant 10).
+        let trusted = match event.key.plural.as_str() {
+            "machineremediations" => event.key.namespace == MACHINE_NAMESPACE,
+            _ => event.key.namespace == NHC_NAMESPACE,
+        };
+        if matches!(event.kind, EventType::Added) && trusted {
             *self
                 .trigger_epoch
                 .entry(event.key.name.clone())
@@ -494,6 +526,7 @@ impl Checker {
             return;
         }
         self.phases.insert(key.clone(), (machine.clone(), phase));
+        self.check_not_tenants(&key, &event.key.namespace, &remediation);
         let started = under_way(phase) && !before.is_some_and(under_way);
         if started {
             self.check_trigger_fresh(&machine, &key);
@@ -586,7 +619,12 @@ impl Checker {
     /// Invariant 6, at the start of the remediation `key` of `machine`.
     fn check_trigger_fresh(&mut self, machine: &str, key: &str) {
         let epoch = self.trigger_epoch.get(machine).copied().unwrap_or(0);
-        if let Some((previous_epoch, previous)) = self.started_in.get(machine)
+        if epoch == 0 {
+            self.violations.push(format!(
+                "invariant 6: {key} requested power-off though no trigger of its Machine \
+                 appeared (no annotation, no request where a health check puts one)"
+            ));
+        } else if let Some((previous_epoch, previous)) = self.started_in.get(machine)
             && *previous_epoch == epoch
             && let Some(phase) = self
                 .phases
@@ -762,10 +800,12 @@ mod tests {
             key: ObjectKey {
                 group: group.into(),
                 plural: plural.into(),
-                namespace: if plural == "nodes" {
-                    String::new()
-                } else {
-                    "ns".into()
+                // Requests where their health checks put them; the rest in `ns`.
+                namespace: match plural {
+                    "nodes" => String::new(),
+                    "machineremediations" => MACHINE_NAMESPACE.into(),
+                    "noderemediations" => NHC_NAMESPACE.into(),
+                    _ => "ns".into(),
                 },
                 name: name.into(),
             },
@@ -1012,6 +1052,43 @@ mod tests {
     }
 
     #[test]
+    fn a_tenants_request_is_no_trigger_and_a_remediation_naming_it_is_a_violation() {
+        let mut checker = Checker::new(1);
+        let mut event = change(
+            "noderemediations",
+            "baremend.io",
+            "worker-0",
+            EventType::Added,
+            json!({"metadata": {"name": "worker-0", "uid": "t1"}}),
+        );
+        event.key.namespace = TENANT_NAMESPACE.into();
+        checker.observe(&event, &HashMap::new());
+        let mut object = remediation("worker-0-1", "worker-0", "PoweringOff", &[]);
+        object["spec"]["trigger"] = json!({"kind": "NodeRemediation", "name": "worker-0",
+            "namespace": TENANT_NAMESPACE, "uid": "t1"});
+        let started = change(
+            "remediations",
+            "baremend.io",
+            "worker-0-1",
+            EventType::Modified,
+            object,
+        );
+        checker.observe(&started, &HashMap::new());
+        checker.observe(&started, &HashMap::new());
+        let said: Vec<&str> = checker
+            .violations
+            .iter()
+            .map(|v| v.split(':').next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            said,
+            ["invariant 10", "invariant 6"],
+            "{:?}",
+            checker.violations
+        );
+    }
+
+    #[test]
     fn a_start_on_a_request_the_previous_remediation_consumed_is_a_violation() {
         let mut checker = Checker::new(1);
         let step = |checker: &mut Checker, name: &str, phase: &str| {
@@ -1219,6 +1296,20 @@ mod tests {
         }
     }
 
+    /// Shows `checker` the health check setting the trigger on Machine worker-0.
+    fn see_trigger(checker: &mut Checker) {
+        let machine = json!({"metadata": {"name": "worker-0",
+            "annotations": {EXTERNAL_REMEDIATION: ""}}});
+        let event = change(
+            "machines",
+            "machine.openshift.io",
+            "worker-0",
+            EventType::Modified,
+            machine,
+        );
+        checker.observe(&event, &HashMap::new());
+    }
+
     /// Shows `checker` Node worker-0 with these annotations.
     fn see_node(checker: &mut Checker, annotations: Value) {
         let node = json!({"metadata": {"name": "worker-0", "annotations": annotations}});
@@ -1245,6 +1336,7 @@ mod tests {
     fn a_power_off_request_on_a_marked_node_or_during_an_mco_re_apply_is_a_violation() {
         let drain = |desired: &str, applied: &str| json!({DESIRED_DRAIN: desired, LAST_APPLIED_DRAIN: applied});
         let power_off = |checker: &mut Checker, name: &str| {
+            see_trigger(checker);
             see_remediation(
                 checker,
                 name,

@@ -21,6 +21,7 @@ pub mod check;
 mod drift;
 pub mod plan;
 mod settle;
+mod tenant;
 mod trigger;
 
 pub use self::drift::DriftOutcome;
@@ -515,6 +516,8 @@ async fn apply(
         }
         // Played by `drift::play` (see `run_seed`), never applied here.
         Fault::LateMcoReboot(_) | Fault::PendingForceHelper { .. } => {}
+        Fault::TenantRequest(node) => tenant::request(&lab.api, node),
+        Fault::TenantHostBmc(node) => tenant::claim(&lab.api, node),
         Fault::LaggingHostCache { host, ms } => {
             lab.cluster
                 .api_server()

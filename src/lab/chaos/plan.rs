@@ -125,9 +125,29 @@ pub enum Fault {
         /// Let go only once the force helper is being deleted.
         until_deleted: bool,
     },
+    /// A tenant with rights only in its own namespace ([`TENANT_NAMESPACE`]) asks for the
+    /// worker's remediation there: a `NodeRemediation` and a `MachineRemediation` named after
+    /// it, with an empty spec — a request the policy's trust does not honour.
+    TenantRequest(String),
+    /// The same tenant claims the worker's Node with a `HostBmc` of its own (its own BMC
+    /// endpoint, which would "prove" a running host off).
+    TenantHostBmc(String),
 }
 
+/// The namespace of the tenant of [`Fault::TenantRequest`] and [`Fault::TenantHostBmc`]:
+/// trusted by no policy.
+pub const TENANT_NAMESPACE: &str = "tenant-a";
+
 impl Fault {
+    /// Whether the fault is one of those drawn after the drift scenario (the flapping BMC at
+    /// power-off, the tenant's), which earlier seeds' plans did not have.
+    pub fn drawn_last(&self) -> bool {
+        matches!(
+            self,
+            Fault::FlappingBmc { .. } | Fault::TenantRequest(_) | Fault::TenantHostBmc(_)
+        )
+    }
+
     /// The worker of a config-drift scenario, if this is one.
     pub fn drift_node(&self) -> Option<&str> {
         match self {
@@ -236,6 +256,9 @@ const DRIFT_PERCENT: u64 = 25;
 
 /// Share of seeds (percent) whose plan adds a BMC that flaps while its host is fenced.
 const FLAPPING_BMC_PERCENT: u64 = 30;
+
+/// Share of seeds (percent) whose plan adds a tenant's request or `HostBmc` for a worker.
+const TENANT_PERCENT: u64 = 30;
 
 /// Workers of the chaos cluster (three control-plane hosts come with them).
 pub const WORKERS: usize = 4;
@@ -394,6 +417,17 @@ pub fn plan(seed: u64) -> Plan {
             events.push((Duration::ZERO, Fault::FlappingBmc { host, for_ms }));
         }
     }
+    // Last, for the same reason: a tenant asks for a worker's remediation, or claims its Node.
+    if rng.chance(TENANT_PERCENT) {
+        let at = rng.within(2500);
+        let node = rng.pick(&workers).clone();
+        let fault = if rng.chance(50) {
+            Fault::TenantRequest(node)
+        } else {
+            Fault::TenantHostBmc(node)
+        };
+        events.push((at, fault));
+    }
     events.sort_by_key(|(at, _)| *at);
     Plan {
         seed,
@@ -502,6 +536,29 @@ mod tests {
     }
 
     #[test]
+    fn a_share_of_seeds_draws_a_tenants_request_or_host_bmc_for_a_worker() {
+        let (mut requests, mut claims) = (0, 0);
+        for seed in 0..1000 {
+            for (_, fault) in plan(seed).events {
+                match fault {
+                    Fault::TenantRequest(w) | Fault::TenantHostBmc(w)
+                        if !w.starts_with("worker-") =>
+                    {
+                        panic!("seed {seed}: {w}")
+                    }
+                    Fault::TenantRequest(_) => requests += 1,
+                    Fault::TenantHostBmc(_) => claims += 1,
+                    _ => {}
+                }
+            }
+        }
+        assert!(
+            (100..200).contains(&requests) && (100..200).contains(&claims),
+            "{requests} requests, {claims} claims in 1000 seeds"
+        );
+    }
+
+    #[test]
     fn seeds_draw_each_health_check_and_escalation_timeouts_on_both_sides() {
         let mut kinds = std::collections::HashMap::new();
         let (mut short, mut long) = (0, 0);
@@ -537,13 +594,13 @@ mod tests {
         }
     }
 
-    /// FNV-1a of a plan's faults other than the drift scenario and the flapping BMC at
-    /// power-off (both drawn after every other draw), with its policy.
+    /// FNV-1a of a plan's faults other than the drift scenario, the flapping BMC at power-off
+    /// and the tenant's (all drawn after every other draw), with its policy.
     fn fingerprint(p: &Plan) -> u64 {
         let kept: Vec<&(Duration, Fault)> = p
             .events
             .iter()
-            .filter(|(_, f)| f.drift_node().is_none() && !matches!(f, Fault::FlappingBmc { .. }))
+            .filter(|(_, f)| f.drift_node().is_none() && !f.drawn_last())
             .collect();
         let text = format!("{kept:?} {} {:?} {}", p.policy, p.detached, p.replicas);
         text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
