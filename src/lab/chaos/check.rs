@@ -32,8 +32,8 @@
 //!    seen completes its cycle) — completes the cycle: it is not cancelled, and it requests
 //!    power-on unless it failed;
 //! 10. nothing of a namespace the policy does not trust counts: no Remediation lives in the
-//!    chaos tenant's namespace or names a request or host there, and a request made there
-//!    is no trigger for invariant 6.
+//!     chaos tenant's namespace or names a request or host there, and a request made there
+//!     is no trigger for invariant 6.
 
 use std::collections::HashMap;
 
