@@ -19,7 +19,8 @@ use super::setup::LabCluster;
 use crate::api::{DriftPhase, DriftPolicy, DriftRemediation, DriftRemediationStatus};
 use crate::drift::controller::HelperPods;
 use crate::metrics::Metrics;
-use crate::remediation::controller::{ControllerOptions, run as run_controller};
+use crate::remediation::controller::ControllerOptions;
+use crate::run::run_controllers as run_controller;
 use crate::runtime::clock::{SystemClock, parse_rfc3339, since_epoch};
 use crate::{Error, Result};
 

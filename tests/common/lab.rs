@@ -171,7 +171,7 @@ impl Lab {
             let stopped = async move {
                 let _ = stopped.await;
             };
-            baremend::remediation::controller::run(client, Arc::new(SystemClock), options, stopped)
+            baremend::run::run_controllers(client, Arc::new(SystemClock), options, stopped)
                 .await
                 .unwrap();
         });
