@@ -10,9 +10,12 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use tracing::info;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use tracing::{info, warn};
 
 use crate::drift::controller::{DriftOptions, HelperPods};
+use crate::drift::helper::{pinned_by_digest, pinned_to_running};
 use crate::duration::{parse_duration, parse_duration_or_off};
 use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::metrics::access::{DEFAULT_MAX_REVIEWS, Gate, KubeReviewer, ReviewLimits};
@@ -130,7 +133,8 @@ pub struct RunArgs {
     pub drift: bool,
     /// The image of the drift coordinator's helper pods when the DriftPolicy names none
     /// (the controller's own: it carries `baremend host-file`; deploy/ copies the container's
-    /// image here).
+    /// image here). Helpers run only by digest: a tag is pinned at start to the digest this
+    /// replica's own container runs (its Pod's `imageID`).
     #[arg(long, env = "BAREMEND_IMAGE", default_value = "baremend:latest")]
     pub helper_image: String,
     /// The helper pods' image pull policy (deploy/ copies the container's here).
@@ -257,11 +261,15 @@ pub async fn run(args: RunArgs) -> Result<()> {
             .instance
             .bytes()
             .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
-        drift_helpers: args.drift.then(|| HelperPods {
-            image: args.helper_image.clone(),
-            pull_policy: args.helper_image_pull_policy.clone(),
-            service_account: args.helper_service_account.clone(),
-        }),
+        drift_helpers: if args.drift {
+            Some(HelperPods {
+                image: helper_image(&client, &args).await,
+                pull_policy: args.helper_image_pull_policy.clone(),
+                service_account: args.helper_service_account.clone(),
+            })
+        } else {
+            None
+        },
         placement: args.node_name.as_ref().map(|node| Placement {
             node: node.clone(),
             namespace: args.lease_namespace.clone(),
@@ -281,6 +289,57 @@ pub async fn run(args: RunArgs) -> Result<()> {
         retry_period: args.retry_period,
     };
     run_elected(client, Arc::new(SystemClock), options, lease, shutdown).await
+}
+
+/// The helpers' image: `--helper-image` when pinned by digest; a tag pinned to the digest this
+/// replica's own container runs (read from its Pod, `--instance` in `--lease-namespace`, which
+/// deploy/ fills from the Downward API). When that cannot be read the tag is kept, logged, and
+/// every helper is refused with the reason (`HelperImageNotPinned` on the DriftRemediation).
+async fn helper_image(client: &Client, args: &RunArgs) -> String {
+    let image = &args.helper_image;
+    if pinned_by_digest(image) {
+        return image.clone();
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &args.lease_namespace);
+    let mut running = None;
+    // The kubelet reports the running container's image ID a moment after it starts.
+    for _ in 0..10 {
+        let pod = match pods.get_opt(&args.instance).await {
+            Ok(Some(pod)) => pod,
+            // Not run as deploy/'s pod (a kubeconfig from outside the cluster).
+            Ok(None) => break,
+            Err(error) => {
+                warn!(%error, "cannot read this replica's Pod for its image digest");
+                break;
+            }
+        };
+        running = pod
+            .status
+            .and_then(|s| s.container_statuses)
+            .into_iter()
+            .flatten()
+            // deploy/'s container name.
+            .find(|c| c.name == "baremend")
+            .and_then(|c| pinned_to_running(image, &c.image_id));
+        if running.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    match running {
+        Some(pinned) => {
+            info!(tag = %image, %pinned, "the drift helpers run the digest this replica runs");
+            pinned
+        }
+        None => {
+            warn!(
+                %image,
+                "the helper image is not pinned by digest and this replica's Pod names no digest: \
+                 drift helpers are refused (set deploy/'s `images:` digest)"
+            );
+            image.clone()
+        }
+    }
 }
 
 /// Runs the Machine controllers and, when `options.drift_helpers` asks for it and the API

@@ -1002,7 +1002,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     let server = lab.cluster.api_server();
     server.record_requests();
     let options = ControllerOptions {
-        drift_helpers: Some(HelperPods::new("baremend:test")),
+        drift_helpers: Some(HelperPods::new(baremend::lab::setup::LAB_HELPER_IMAGE)),
         ..lab.options()
     };
     let controller = tokio::spawn(run_elected(

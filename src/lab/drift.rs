@@ -151,7 +151,7 @@ pub async fn run(timeout: Duration, serving: Serving) -> Result<()> {
             instance: "lab".into(),
             poll: Duration::from_millis(250),
             metrics: metrics.clone(),
-            drift_helpers: Some(HelperPods::new("baremend:lab")),
+            drift_helpers: Some(HelperPods::new(crate::lab::setup::LAB_HELPER_IMAGE)),
             ..ControllerOptions::default()
         },
         async move {

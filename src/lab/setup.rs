@@ -65,6 +65,10 @@ const DEPLOY_IDENTITY: [(&str, &str); 4] = [
         include_str!("../../deploy/base/rbac-health-checks.yaml"),
     ),
 ];
+/// The drift helpers' image in labs: pinned by digest, of the repository deploy/ names
+/// (`baremend`), as deploy/'s admission policy requires. No simulated kubelet pulls it.
+pub const LAB_HELPER_IMAGE: &str =
+    "baremend@sha256:5d3c1f0e9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d";
 /// What the Cluster API component adds (docs/install.md).
 const DEPLOY_CLUSTER_API_RBAC: (&str, &str) = (
     "components/cluster-api/rbac-cluster-api.yaml",
