@@ -9,9 +9,9 @@ use baremend::api::{DriftPhase, DriftRemediation};
 use baremend::drift::controller::HelperPods;
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::ClusterSpec;
-use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::local::{MCPS, NAMESPACES, NODES, PDBS, PODS};
 use baremend_sim::cluster::mco::FORCE_FILE;
+use baremend_sim::cluster::timing::Timing;
 use serde_json::json;
 
 mod common;

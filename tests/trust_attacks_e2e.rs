@@ -14,8 +14,8 @@ use baremend::drift::helper::{self, HelperOp, HelperPods, HelperTarget};
 use baremend::lab::setup::LAB_HELPER_IMAGE;
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{
-    CAPI_MACHINES, Gvr, MACHINE_REMEDIATION_TEMPLATES, MACHINES, METAL3_MACHINES, NAMESPACES, NODES,
-    PODS,
+    CAPI_MACHINES, Gvr, MACHINE_REMEDIATION_TEMPLATES, MACHINES, METAL3_MACHINES, NAMESPACES,
+    NODES, PODS,
 };
 use baremend_sim::cluster::nhc::NODE_REMEDIATIONS;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
@@ -706,9 +706,10 @@ async fn a_helper_shaped_pod_with_an_extra_host_path_is_refused_with_the_control
         (
             "another Secret",
             |p| {
-                p["spec"]["volumes"].as_array_mut().unwrap().push(
-                    json!({"name": "tls", "secret": {"secretName": "baremend-metrics-tls"}}),
-                )
+                p["spec"]["volumes"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "tls", "secret": {"secretName": "baremend-metrics-tls"}}))
             },
             mounts,
         ),

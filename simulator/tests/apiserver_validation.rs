@@ -899,7 +899,10 @@ async fn match_conditions_scope_a_policy_to_one_caller_and_variables_build_on_ea
             .0,
         StatusCode::CREATED
     );
-    assert_eq!(api.post(BINDINGS, bind("others")).await.0, StatusCode::CREATED);
+    assert_eq!(
+        api.post(BINDINGS, bind("others")).await.0,
+        StatusCode::CREATED
+    );
     let configmap = |name: &str, repository: &str| {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
             "data": {"repository": repository}})
@@ -909,10 +912,15 @@ async fn match_conditions_scope_a_policy_to_one_caller_and_variables_build_on_ea
     assert_eq!(status, StatusCode::CREATED, "{body}");
     // The administrator's own: applied; the port is not taken for a tag.
     assert_eq!(
-        api.post(POLICIES, policy("mine", "kubernetes-admin")).await.0,
+        api.post(POLICIES, policy("mine", "kubernetes-admin"))
+            .await
+            .0,
         StatusCode::CREATED
     );
-    assert_eq!(api.post(BINDINGS, bind("mine")).await.0, StatusCode::CREATED);
+    assert_eq!(
+        api.post(BINDINGS, bind("mine")).await.0,
+        StatusCode::CREATED
+    );
     let (status, body) = api.post(path, configmap("wrong", "registry")).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(

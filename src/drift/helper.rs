@@ -309,7 +309,9 @@ mod tests {
     #[test]
     fn only_an_image_named_by_digest_is_pinned() {
         assert!(pinned_by_digest(&format!("quay.io/acme/baremend@{DIGEST}")));
-        assert!(pinned_by_digest(&format!("registry:5000/baremend@{DIGEST}")));
+        assert!(pinned_by_digest(&format!(
+            "registry:5000/baremend@{DIGEST}"
+        )));
         for image in [
             "baremend",
             "baremend:latest",
