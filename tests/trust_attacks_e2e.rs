@@ -697,7 +697,7 @@ async fn a_helper_shaped_pod_with_an_extra_host_path_is_refused_with_the_control
     assert!(!stored("attack-force"), "the attack's pod was stored");
 
     // Every other way out of the shape, one at a time.
-    let deviations: Vec<(&str, fn(&mut Value), &str)> = vec![
+    let deviations: Vec<(&str, Tamper, &str)> = vec![
         (
             "another hostPath",
             |p| p["spec"]["volumes"][0]["hostPath"]["path"] = json!("/var/lib/kubelet"),
@@ -808,6 +808,9 @@ async fn a_helper_shaped_pod_with_an_extra_host_path_is_refused_with_the_control
     .await;
     assert!(stored("attack-force"));
 }
+
+/// A change to a helper pod (JSON).
+type Tamper = fn(&mut Value);
 
 /// The bindings of ValidatingAdmissionPolicies.
 const POLICY_BINDINGS: Gvr = Gvr {
