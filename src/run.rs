@@ -1,4 +1,6 @@
-//! `baremend run`: the controller against a cluster.
+//! `baremend run`: the controller against a cluster, and the composition of its controllers
+//! (the Machine controllers and the drift coordinator on one shared watch of Nodes, under one
+//! leader election).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,17 +10,22 @@ use std::time::Duration;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use crate::drift::controller::HelperPods;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use tracing::{info, warn};
+
+use crate::drift::controller::{DriftOptions, HelperPods};
+use crate::drift::helper::{pinned_by_digest, pinned_to_running};
 use crate::duration::{parse_duration, parse_duration_or_off};
-use crate::leader::{Leadership, LeaseConfig};
+use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::metrics::access::{DEFAULT_MAX_REVIEWS, Gate, KubeReviewer, ReviewLimits};
 use crate::metrics::server::{DEFAULT_MAX_CONNECTIONS, ServerLimits};
 use crate::metrics::tls::{CertSource, server_config};
 use crate::metrics::{Metrics, serve_plain, serve_probes, serve_secure};
-use crate::remediation::controller::{
-    ControllerOptions, Placement, run as run_controller, run_elected,
-};
-use crate::runtime::clock::SystemClock;
+use crate::remediation::controller::{ControllerOptions, Placement, run_machines, until_stopped};
+use crate::runtime::clock::{Clock, SystemClock};
+use crate::runtime::node_watch::watch_nodes;
+use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
 /// Arguments of `baremend run`.
@@ -126,7 +133,8 @@ pub struct RunArgs {
     pub drift: bool,
     /// The image of the drift coordinator's helper pods when the DriftPolicy names none
     /// (the controller's own: it carries `baremend host-file`; deploy/ copies the container's
-    /// image here).
+    /// image here). Helpers run only by digest: a tag is pinned at start to the digest this
+    /// replica's own container runs (its Pod's `imageID`).
     #[arg(long, env = "BAREMEND_IMAGE", default_value = "baremend:latest")]
     pub helper_image: String,
     /// The helper pods' image pull policy (deploy/ copies the container's here).
@@ -253,11 +261,15 @@ pub async fn run(args: RunArgs) -> Result<()> {
             .instance
             .bytes()
             .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
-        drift_helpers: args.drift.then(|| HelperPods {
-            image: args.helper_image.clone(),
-            pull_policy: args.helper_image_pull_policy.clone(),
-            service_account: args.helper_service_account.clone(),
-        }),
+        drift_helpers: if args.drift {
+            Some(HelperPods {
+                image: helper_image(&client, &args).await,
+                pull_policy: args.helper_image_pull_policy.clone(),
+                service_account: args.helper_service_account.clone(),
+            })
+        } else {
+            None
+        },
         placement: args.node_name.as_ref().map(|node| Placement {
             node: node.clone(),
             namespace: args.lease_namespace.clone(),
@@ -266,7 +278,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         }),
     };
     if !args.leader_elect {
-        return run_controller(client, Arc::new(SystemClock), options, shutdown).await;
+        return run_controllers(client, Arc::new(SystemClock), options, shutdown).await;
     }
     let lease = LeaseConfig {
         namespace: args.lease_namespace,
@@ -277,6 +289,171 @@ pub async fn run(args: RunArgs) -> Result<()> {
         retry_period: args.retry_period,
     };
     run_elected(client, Arc::new(SystemClock), options, lease, shutdown).await
+}
+
+/// The helpers' image: `--helper-image` when pinned by digest; a tag pinned to the digest this
+/// replica's own container runs (read from its Pod, `--instance` in `--lease-namespace`, which
+/// deploy/ fills from the Downward API). When that cannot be read the tag is kept, logged, and
+/// every helper is refused with the reason (`HelperImageNotPinned` on the DriftRemediation).
+async fn helper_image(client: &Client, args: &RunArgs) -> String {
+    let image = &args.helper_image;
+    if pinned_by_digest(image) {
+        return image.clone();
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &args.lease_namespace);
+    let mut running = None;
+    // The kubelet reports the running container's image ID a moment after it starts.
+    for _ in 0..10 {
+        let pod = match pods.get_opt(&args.instance).await {
+            Ok(Some(pod)) => pod,
+            // Not run as deploy/'s pod (a kubeconfig from outside the cluster).
+            Ok(None) => break,
+            Err(error) => {
+                warn!(%error, "cannot read this replica's Pod for its image digest");
+                break;
+            }
+        };
+        running = pod
+            .status
+            .and_then(|s| s.container_statuses)
+            .into_iter()
+            .flatten()
+            // deploy/'s container name.
+            .find(|c| c.name == "baremend")
+            .and_then(|c| pinned_to_running(image, &c.image_id));
+        if running.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    match running {
+        Some(pinned) => {
+            info!(tag = %image, %pinned, "the drift helpers run the digest this replica runs");
+            pinned
+        }
+        None => {
+            warn!(
+                %image,
+                "the helper image is not pinned by digest and this replica's Pod names no digest: \
+                 drift helpers are refused (set deploy/'s `images:` digest)"
+            );
+            image.clone()
+        }
+    }
+}
+
+/// Runs the Machine controllers and, when `options.drift_helpers` asks for it and the API
+/// serves MachineConfigPools, the drift coordinator beside them — one watch of Nodes shared by
+/// all three (on a large cluster a second cache of every Node, and a second stream of their
+/// updates to decode, would cost as much as the rest together) — until `shutdown` resolves.
+pub async fn run_controllers(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    options: ControllerOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<()> {
+    let drift = match &options.drift_helpers {
+        Some(helpers) if crate::drift::controller::mco_served(&client).await => {
+            Some(DriftOptions {
+                instance: options.instance.clone(),
+                poll: options.poll.max(Duration::from_millis(100)),
+                metrics: options.metrics.clone(),
+                leadership: options.leadership.clone(),
+                helpers: helpers.clone(),
+            })
+        }
+        Some(_) => {
+            info!("the API serves no MachineConfigPools: the drift coordinator stays off");
+            None
+        }
+        None => None,
+    };
+    // The Machine controller, the controller of Machine-less Nodes, and the drift coordinator.
+    let consumers = if drift.is_some() { 3 } else { 2 };
+    let (mut feeds, node_watch) = watch_nodes(&client, consumers)?;
+    let machine_nodes = (feeds.remove(0), feeds.remove(0));
+    let Some(drift) = drift else {
+        let result = run_machines(client, clock, options, machine_nodes, shutdown).await;
+        drop(node_watch);
+        return result;
+    };
+    let drift_nodes = feeds.remove(0);
+    // One shutdown for both.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let signal = Background::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let (machines, drifts) = tokio::join!(
+        run_machines(
+            client.clone(),
+            clock.clone(),
+            options,
+            machine_nodes,
+            until_stopped(stopped.clone())
+        ),
+        crate::drift::controller::run(
+            client,
+            clock,
+            drift,
+            Some(drift_nodes),
+            until_stopped(stopped)
+        ),
+    );
+    drop((signal, node_watch));
+    machines.and(drifts)
+}
+
+/// Runs the controllers ([`run_controllers`]) while this replica holds the Lease of `lease`,
+/// until `shutdown` resolves (then the Lease is released) or leadership is lost (then the
+/// controllers are dropped at once, in-flight passes included, and [`Error::LeadershipLost`]
+/// returned: the process should exit and be restarted as a candidate, as client-go's
+/// controllers do).
+pub async fn run_elected(
+    client: Client,
+    clock: Arc<dyn Clock>,
+    mut options: ControllerOptions,
+    lease: LeaseConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<()> {
+    lease.validate()?;
+    let leadership = Leadership::elected();
+    options.leadership = leadership.clone();
+    let metrics = options.metrics.clone();
+    metrics.set_leader(false);
+    // A standby is healthy and ready: it only waits.
+    metrics.set_ready(true);
+    let mut elector = Elector::new(client.clone(), lease.clone(), leadership);
+    let mut shutdown = std::pin::pin!(shutdown);
+    tokio::select! {
+        () = elector.acquire() => {}
+        () = &mut shutdown => return Ok(()),
+    }
+    metrics.set_leader(true);
+    metrics.set_ready(false);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controllers = run_controllers(client, clock, options, async move {
+        let _ = stopped.await;
+    });
+    let mut controllers = std::pin::pin!(controllers);
+    let lost = || Error::LeadershipLost(format!("{}/{}", lease.namespace, lease.name));
+    let outcome = tokio::select! {
+        result = &mut controllers => result,
+        () = elector.keep() => Err(lost()),
+        () = &mut shutdown => {
+            let _ = stop.send(());
+            // In-flight passes finish, still only while the Lease is ours.
+            tokio::select! {
+                result = &mut controllers => result,
+                () = elector.keep() => Err(lost()),
+            }
+        }
+    };
+    metrics.set_leader(false);
+    if !matches!(outcome, Err(Error::LeadershipLost(_))) {
+        elector.release().await;
+    }
+    outcome
 }
 
 /// Serves the probes and `/metrics` as the flags ask.

@@ -14,7 +14,8 @@ use baremend::drift::controller::HelperPods;
 use baremend::drift::helper::HELPER_SERVICE_ACCOUNT;
 use baremend::leader::LeaseConfig;
 use baremend::metrics::access::{Access::Allowed, Gate, KubeReviewer};
-use baremend::remediation::controller::{ControllerOptions, run_elected};
+use baremend::remediation::controller::ControllerOptions;
+use baremend::run::run_elected;
 use baremend::runtime::SystemClock;
 use baremend_sim::apiserver::{ApiServer, AuditRecord};
 use baremend_sim::cluster::ClusterSpec;
@@ -23,6 +24,9 @@ use baremend_sim::cluster::local::{Gvr, NODES};
 use baremend_sim::cluster::mco::disk::SimFile;
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::tls::TestCa;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
@@ -95,6 +99,10 @@ fn every_manifest_parses_into_its_typed_struct() {
             "Service" => drop(typed::<Service>(&file, &value)),
             "Secret" => drop(typed::<Secret>(&file, &value)),
             "Deployment" => drop(typed::<Deployment>(&file, &value)),
+            "ValidatingAdmissionPolicy" => drop(typed::<ValidatingAdmissionPolicy>(&file, &value)),
+            "ValidatingAdmissionPolicyBinding" => {
+                drop(typed::<ValidatingAdmissionPolicyBinding>(&file, &value))
+            }
             // The Prometheus Operator's kinds have no k8s-openapi type: their shape is
             // checked where they are used below.
             "ServiceMonitor" | "PrometheusRule" => {}
@@ -110,6 +118,8 @@ fn every_manifest_parses_into_its_typed_struct() {
         "ClusterRole",
         "Deployment",
         "Service",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ServiceMonitor",
         "PrometheusRule",
         "RemediationPolicy",
@@ -413,6 +423,27 @@ fn rendered_images(documents: &[Value]) -> [(String, String); 2] {
     ]
 }
 
+/// The image the helpers' admission policy holds for the controller's (the string literal of
+/// its variable `controllerImage`).
+fn admitted_image(documents: &[Value]) -> String {
+    let policy = documents
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .expect("the helpers' admission policy");
+    let expression = policy["spec"]["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "controllerImage")
+        .and_then(|v| v["expression"].as_str())
+        .expect("a variable controllerImage");
+    expression
+        .strip_prefix('\'')
+        .and_then(|e| e.strip_suffix('\''))
+        .unwrap_or_else(|| panic!("not a string literal: {expression}"))
+        .to_string()
+}
+
 /// A copy of deploy/'s base in `dir/deploy/base` (kustomize takes a base by relative path
 /// only).
 fn copy_of_base(dir: &Path) -> std::path::PathBuf {
@@ -442,12 +473,15 @@ fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
     );
 
     // As shipped: the helpers get the container's image and pull policy.
-    let [controller, helpers] = rendered_images(&kustomize(&deploy));
+    let rendered = kustomize(&deploy);
+    let [controller, helpers] = rendered_images(&rendered);
     assert_eq!(
         controller,
         ("baremend:latest".into(), "IfNotPresent".into())
     );
     assert_eq!(helpers, controller);
+    // ... and the helpers' admission policy holds the controller's image.
+    assert_eq!(admitted_image(&rendered), controller.0);
 
     // Pushed elsewhere, by digest, always pulled: one edit of the kustomization (and of the
     // pull policy) reaches the helpers too.
@@ -469,9 +503,11 @@ fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
         .replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Always");
     std::fs::write(copy.join("deployment.yaml"), deployment).unwrap();
     let pushed = format!("registry.example/ops/baremend@{digest}");
-    let [controller, helpers] = rendered_images(&kustomize(&copy));
+    let rendered = kustomize(&copy);
+    let [controller, helpers] = rendered_images(&rendered);
     assert_eq!(controller, (pushed.clone(), "Always".into()));
     assert_eq!(helpers, controller);
+    assert_eq!(admitted_image(&rendered), pushed);
 
     // An overlay that sets its own image repeats the replacements (docs/guides/install.md says so).
     let scratch = common::scratch("overlay");
@@ -493,9 +529,11 @@ fn the_image_is_named_once_in_the_kustomization_and_reaches_the_helper_pods() {
         serde_yaml::to_string(&overlay_kustomization).unwrap(),
     )
     .unwrap();
-    let [controller, helpers] = rendered_images(&kustomize(&overlay));
+    let rendered = kustomize(&overlay);
+    let [controller, helpers] = rendered_images(&rendered);
     assert_eq!(controller.0, "registry.example/ops/baremend:v2");
     assert_eq!(helpers, controller);
+    assert_eq!(admitted_image(&rendered), controller.0);
 }
 
 #[test]
@@ -1005,7 +1043,7 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     let server = lab.cluster.api_server();
     server.record_requests();
     let options = ControllerOptions {
-        drift_helpers: Some(HelperPods::new("baremend:test")),
+        drift_helpers: Some(HelperPods::new(baremend::lab::setup::LAB_HELPER_IMAGE)),
         ..lab.options()
     };
     let controller = tokio::spawn(run_elected(

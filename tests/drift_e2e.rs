@@ -6,15 +6,19 @@ use std::time::{Duration, Instant};
 
 use baremend::api::annotations::PLANNED_REBOOT;
 use baremend::api::{DriftPhase, DriftRemediation};
+use baremend::drift::controller::HelperPods;
+use baremend::remediation::controller::ControllerOptions;
+use baremend_sim::cluster::ClusterSpec;
 use baremend_sim::cluster::local::{MCPS, NAMESPACES, NODES, PDBS, PODS};
 use baremend_sim::cluster::mco::FORCE_FILE;
+use baremend_sim::cluster::timing::Timing;
 use serde_json::json;
 
 mod common;
 
 use common::drift::{self, steps};
 use common::eventually;
-use common::lab::STATE;
+use common::lab::{Lab, STATE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_is_force_reapplied_by_the_mco_and_verified() {
@@ -562,5 +566,46 @@ async fn the_drift_remediation_annotation_on_a_pool_holds_its_nodes_until_it_is_
         .unwrap();
     let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
     assert!(steps(&done).contains(&"ForceRequested".to_string()));
+    lab.stop().await;
+}
+
+/// A helper image not pinned by digest (a `--helper-image` tag the controller could not pin
+/// to the digest its own Pod runs) is never asked for: deploy/'s admission policy would refuse
+/// the pod, so the remediation fails first with `HelperImageNotPinned`, saying why, before
+/// any forcefile is requested or any pod created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helper_image_not_pinned_by_digest_fails_the_remediation_before_any_helper() {
+    let spec = ClusterSpec {
+        masters: 1,
+        // Two workers: a single-node pool would wait for an approval first.
+        workers: 2,
+        timing: Timing::fast(),
+        mco: true,
+        mco_max_unavailable: json!(1),
+        ..ClusterSpec::default()
+    };
+    let mut lab = Lab::builder(spec)
+        .drift_policy(json!({"debounceSeconds": 1}))
+        .start()
+        .await;
+    let options = ControllerOptions {
+        drift_helpers: Some(HelperPods::new("baremend:latest")),
+        ..lab.options()
+    };
+    lab.start_controller(options);
+    lab.drift("worker-0");
+    let failed = lab.reach("worker-0-1", DriftPhase::Failed).await;
+    let status = serde_json::to_string(&failed.status).unwrap();
+    assert!(status.contains("\"HelperImageNotPinned\""), "{status}");
+    assert!(
+        status.contains("the helper image baremend:latest is not pinned by digest"),
+        "{status}"
+    );
+    assert!(
+        !steps(&failed).iter().any(|s| s == "ForceRequested"),
+        "{status}"
+    );
+    assert!(lab.api.list(PODS, Some("baremend")).is_empty());
+    assert!(!lab.forcefile("worker-0"));
     lab.stop().await;
 }

@@ -810,6 +810,8 @@ async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once() {
         "clusterrole.rbac.authorization.k8s.io/baremend-metrics-reader created",
         "clusterrolebinding.rbac.authorization.k8s.io/baremend-metrics-reader created",
         "deployment.apps/baremend created",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/baremend-drift-helpers created",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/baremend-drift-helpers created",
         "servicemonitor.monitoring.coreos.com/baremend created",
         "prometheusrule.monitoring.coreos.com/baremend created",
         "role.rbac.authorization.k8s.io/baremend-prometheus-k8s created",
@@ -820,7 +822,7 @@ async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once() {
         assert!(out.contains(object), "missing {object:?} in:\n{out}");
     }
     assert!(
-        !out.contains("policy"),
+        !out.contains("remediationpolicy") && !out.contains("driftpolicy"),
         "the policies are created apart: {out}"
     );
     // Platform monitoring: the namespace is labelled for it.

@@ -866,3 +866,69 @@ async fn a_tightened_crd_lets_an_update_keep_a_value_it_does_not_touch() {
         "Widget.example.com \"w\" is invalid: spec.size: Invalid value: 7: spec.size in body should be less than or equal to 5",
     );
 }
+
+/// A policy applies only where every `matchConditions` expression holds (one false: the
+/// policy is skipped, kubernetes `staging/src/k8s.io/apiserver/pkg/admission/plugin/cel/
+/// matchconditions/matcher.go`, `Match`), and a variable may read the ones declared before it
+/// (`…/plugin/cel/composition.go`): what deploy/'s helper policy is made of — scoped to one
+/// caller, the controller's image split into its repository.
+#[tokio::test]
+async fn match_conditions_scope_a_policy_to_one_caller_and_variables_build_on_each_other() {
+    let api = Api::start().await;
+    let policy = |name: &str, caller: &str| {
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["configmaps"]}]},
+            "matchConditions": [{"name": "caller", "expression": format!("request.userInfo.username == '{caller}'")}],
+            "variables": [
+                {"name": "image", "expression": "'registry:5000/team/app:v1'"},
+                {"name": "repository", "expression": "variables.image.lastIndexOf(':') > variables.image.lastIndexOf('/') ? variables.image.substring(0, variables.image.lastIndexOf(':')) : variables.image"},
+            ],
+            "validations": [{"expression": "has(object.data) && object.data.repository == variables.repository",
+                "messageExpression": "'the repository is ' + variables.repository"}]}})
+    };
+    let bind = |name: &str| {
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"]}})
+    };
+    // Someone else's policy: its condition is false for the administrator, so it is skipped.
+    assert_eq!(
+        api.post(POLICIES, policy("others", "system:serviceaccount:x:y"))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        api.post(BINDINGS, bind("others")).await.0,
+        StatusCode::CREATED
+    );
+    let configmap = |name: &str, repository: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": {"repository": repository}})
+    };
+    let path = "/api/v1/namespaces/default/configmaps";
+    let (status, body) = api.post(path, configmap("skipped", "elsewhere")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // The administrator's own: applied; the port is not taken for a tag.
+    assert_eq!(
+        api.post(POLICIES, policy("mine", "kubernetes-admin"))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        api.post(BINDINGS, bind("mine")).await.0,
+        StatusCode::CREATED
+    );
+    let (status, body) = api.post(path, configmap("wrong", "registry")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(
+        body["message"],
+        "ValidatingAdmissionPolicy 'mine' with binding 'mine' denied request: the repository is registry:5000/team/app"
+    );
+    let (status, body) = api
+        .post(path, configmap("right", "registry:5000/team/app"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}

@@ -98,6 +98,48 @@ pub struct HelperPods {
 /// The helper pods' service account in deploy/.
 pub const HELPER_SERVICE_ACCOUNT: &str = "baremend-drift-helper";
 
+/// Whether `image` names its bits by digest (`<repository>@sha256:<64 hex>`): a helper runs
+/// privileged on a node, so its image must not move under a tag (deploy/'s admission policy
+/// refuses any other, and so does the coordinator before it asks).
+pub fn pinned_by_digest(image: &str) -> bool {
+    let Some((repository, digest)) = image.split_once('@') else {
+        return false;
+    };
+    let Some(hex) = digest.strip_prefix("sha256:") else {
+        return false;
+    };
+    !repository.is_empty()
+        && !repository.contains(char::is_whitespace)
+        && hex.len() == 64
+        && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The repository of an image reference: without its digest or tag (a registry's port is
+/// not a tag).
+pub fn repository(image: &str) -> &str {
+    if let Some((repository, _)) = image.split_once('@') {
+        return repository;
+    }
+    match (image.rfind(':'), image.rfind('/')) {
+        (Some(colon), Some(slash)) if colon > slash => &image[..colon],
+        (Some(colon), None) => &image[..colon],
+        _ => image,
+    }
+}
+
+/// `image` pinned to the digest a running container reports (`imageID` of its status, e.g.
+/// `quay.io/acme/baremend@sha256:…` or `docker-pullable://baremend@sha256:…`): the same
+/// repository, the very bits that run. None when the image ID carries no digest (a runtime
+/// that reports a local image ID only).
+pub fn pinned_to_running(image: &str, image_id: &str) -> Option<String> {
+    if pinned_by_digest(image) {
+        return Some(image.to_owned());
+    }
+    let (_, digest) = image_id.rsplit_once('@')?;
+    let pinned = format!("{}@{digest}", repository(image));
+    pinned_by_digest(&pinned).then_some(pinned)
+}
+
 impl HelperPods {
     /// Helpers of `image`, pulled if not present, as [`HELPER_SERVICE_ACCOUNT`].
     pub fn new(image: impl Into<String>) -> Self {
@@ -260,6 +302,56 @@ mod tests {
             Some("baremend-drift-helper")
         );
         assert_eq!(spec.automount_service_account_token, Some(false));
+    }
+
+    const DIGEST: &str = "sha256:6f1c4a9e8d2b7f3c0a5e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a";
+
+    #[test]
+    fn only_an_image_named_by_digest_is_pinned() {
+        assert!(pinned_by_digest(&format!("quay.io/acme/baremend@{DIGEST}")));
+        assert!(pinned_by_digest(&format!(
+            "registry:5000/baremend@{DIGEST}"
+        )));
+        for image in [
+            "baremend",
+            "baremend:latest",
+            "quay.io/acme/baremend:v1",
+            &format!("@{DIGEST}"),
+            "baremend@sha256:abc",
+            &format!("baremend@{}", DIGEST.to_uppercase()),
+            &format!("baremend@sha512:{}", &DIGEST[7..]),
+            &format!("bare mend@{DIGEST}"),
+        ] {
+            assert!(!pinned_by_digest(image), "{image}");
+        }
+    }
+
+    #[test]
+    fn a_tag_is_pinned_to_the_digest_its_container_runs() {
+        let running = |image: &str, id: &str| pinned_to_running(image, id);
+        let id = format!("quay.io/acme/baremend@{DIGEST}");
+        assert_eq!(
+            running("quay.io/acme/baremend:v1", &id),
+            Some(format!("quay.io/acme/baremend@{DIGEST}"))
+        );
+        // The runtime's spelling of the repository is not the one the pod spec pulls.
+        assert_eq!(
+            running(
+                "registry:5000/baremend:latest",
+                &format!("docker-pullable://registry:5000/baremend@{DIGEST}")
+            ),
+            Some(format!("registry:5000/baremend@{DIGEST}"))
+        );
+        assert_eq!(
+            running("registry:5000/baremend", &id),
+            Some(format!("registry:5000/baremend@{DIGEST}"))
+        );
+        // Already pinned: kept as it is.
+        let pinned = format!("quay.io/acme/baremend@{DIGEST}");
+        assert_eq!(running(&pinned, "whatever"), Some(pinned.clone()));
+        // No digest to pin to.
+        assert_eq!(running("baremend:latest", DIGEST), None);
+        assert_eq!(running("baremend:latest", "baremend@sha256:abc"), None);
     }
 
     #[test]

@@ -35,6 +35,25 @@ impl Pass {
         }
     }
 
+    /// Why the helpers' image may not run, when it is not pinned by digest (the CRD refuses
+    /// such a `helperImage`; `--helper-image` is resolved to a digest at start, or left as it
+    /// was when that failed). deploy/'s admission policy would refuse the pod too: the
+    /// remediation fails before it asks, saying why.
+    pub(super) fn unpinned_helper_image(&self) -> Option<String> {
+        let image = self
+            .policy
+            .helper_image
+            .as_deref()
+            .unwrap_or(&self.context.helpers.image);
+        (!helper::pinned_by_digest(image)).then(|| {
+            format!(
+                "the helper image {image} is not pinned by digest (<repository>@sha256:<64 hex>): \
+                 a privileged helper's image must not move under a tag; set the DriftPolicy's \
+                 helperImage, or deploy/'s `images:` digest"
+            )
+        })
+    }
+
     /// Creates the helper pod for `op` (and the Secret carrying `content`); one that
     /// exists already is left as it is.
     pub(super) async fn start_helper(
@@ -43,6 +62,12 @@ impl Pass {
         op: &HelperOp,
         content: Option<Vec<u8>>,
     ) -> Result<()> {
+        if let Some(reason) = self.unpinned_helper_image() {
+            return Err(Error::Invalid {
+                object: format!("the drift helper of {}", remediation.name_any()),
+                reason,
+            });
+        }
         let uid = remediation.uid().unwrap_or_default();
         let target = self.target(remediation, &uid);
         let client = self.context.client.clone();

@@ -601,7 +601,9 @@ fn every_action_and_failure_reason_has_an_outcome_counter_from_the_start() {
         }
     }
     let mut expected: Vec<&str> = reasons.iter().map(FailReason::reason).collect();
-    // The one failure the steps name themselves: a restore the node's config cannot take.
+    // The failures the steps name themselves: a restore the node's config cannot take, and a
+    // helper image not pinned by digest.
     expected.push("RestoreUnsupported");
+    expected.push("HelperImageNotPinned");
     assert_eq!(expected, FAILURE_REASONS);
 }

@@ -16,6 +16,9 @@ use crate::runtime::clock::rfc3339;
 use crate::runtime::conditions::upsert_condition;
 use crate::runtime::events::Severity;
 
+/// The reason of a remediation failed because its helper's image is not pinned by digest.
+const HELPER_IMAGE_NOT_PINNED: &str = "HelperImageNotPinned";
+
 /// Marks the start of an action: the hold is over, the step recorded with its phase.
 fn started(
     status: &mut DriftRemediationStatus,
@@ -180,6 +183,11 @@ impl Pass {
         node: &NodeObservation,
         now: &str,
     ) -> Result<Action> {
+        if let Some(text) = self.unpinned_helper_image() {
+            self.fail(remediation, status, HELPER_IMAGE_NOT_PINNED, text)
+                .await?;
+            return Ok(Action::await_change());
+        }
         status.drain_before = node.desired_drain.clone();
         status.boot_before = node.boot_id.clone();
         status.force_file_written = true;
@@ -450,6 +458,11 @@ impl Pass {
                 .await?;
             return Ok(Action::await_change());
         };
+        if let Some(text) = self.unpinned_helper_image() {
+            self.fail(remediation, status, HELPER_IMAGE_NOT_PINNED, text)
+                .await?;
+            return Ok(Action::await_change());
+        }
         status.helper_pod = Some(helper::helper_name(&remediation.name_any(), &op));
         started(
             &mut status,

@@ -19,7 +19,8 @@ use super::setup::LabCluster;
 use crate::api::{DriftPhase, DriftPolicy, DriftRemediation, DriftRemediationStatus};
 use crate::drift::controller::HelperPods;
 use crate::metrics::Metrics;
-use crate::remediation::controller::{ControllerOptions, run as run_controller};
+use crate::remediation::controller::ControllerOptions;
+use crate::run::run_controllers as run_controller;
 use crate::runtime::clock::{SystemClock, parse_rfc3339, since_epoch};
 use crate::{Error, Result};
 
@@ -150,7 +151,7 @@ pub async fn run(timeout: Duration, serving: Serving) -> Result<()> {
             instance: "lab".into(),
             poll: Duration::from_millis(250),
             metrics: metrics.clone(),
-            drift_helpers: Some(HelperPods::new("baremend:lab")),
+            drift_helpers: Some(HelperPods::new(crate::lab::setup::LAB_HELPER_IMAGE)),
             ..ControllerOptions::default()
         },
         async move {

@@ -45,9 +45,10 @@ pub const DEPLOY_NAMESPACE: &str = "baremend";
 /// The controller's ServiceAccount there.
 pub const CONTROLLER_ACCOUNT: &str = "baremend";
 
-/// The manifests of `deploy/` that make the controller's identity and rights, read from the
-/// files an install applies (not a copy): a grant missing there is missing in every lab.
-const DEPLOY_IDENTITY: [(&str, &str); 4] = [
+/// The manifests of `deploy/` that make the controller's identity and rights (and the
+/// admission policy that limits its pods to the drift helpers' shape), read from the files an
+/// install applies (not a copy): a grant missing there is missing in every lab.
+const DEPLOY_IDENTITY: [(&str, &str); 5] = [
     (
         "base/namespace.yaml",
         include_str!("../../deploy/base/namespace.yaml"),
@@ -64,7 +65,16 @@ const DEPLOY_IDENTITY: [(&str, &str); 4] = [
         "base/rbac-health-checks.yaml",
         include_str!("../../deploy/base/rbac-health-checks.yaml"),
     ),
+    (
+        "base/helper-admission.yaml",
+        include_str!("../../deploy/base/helper-admission.yaml"),
+    ),
 ];
+
+/// The drift helpers' image in labs: pinned by digest, of the repository deploy/ names
+/// (`baremend`), as deploy/'s admission policy requires. No simulated kubelet pulls it.
+pub const LAB_HELPER_IMAGE: &str =
+    "baremend@sha256:5d3c1f0e9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d";
 /// What the Cluster API component adds (docs/guides/install.md).
 const DEPLOY_CLUSTER_API_RBAC: (&str, &str) = (
     "components/cluster-api/rbac-cluster-api.yaml",

@@ -70,7 +70,7 @@ pub const ACTIONS: [&str; 2] = ["Force", "Restore"];
 pub const OUTCOMES_WITHOUT_REASON: [&str; 4] = ["Succeeded", "SelfHealed", "Aborted", "Escalated"];
 
 /// The reasons a drift remediation can end `Failed` with.
-pub const FAILURE_REASONS: [&str; 9] = [
+pub const FAILURE_REASONS: [&str; 10] = [
     "DriftRecurring",
     "PickupTimeout",
     "DrainTimeout",
@@ -80,6 +80,7 @@ pub const FAILURE_REASONS: [&str; 9] = [
     "NodeGone",
     "ApplyTimeout",
     "RestoreUnsupported",
+    "HelperImageNotPinned",
 ];
 
 /// The gates a start can be held by (each gets a series at 0).

@@ -699,7 +699,7 @@ mod tests {
         for line in &expected {
             assert!(text.contains(line.as_str()), "{line} missing in:\n{text}");
         }
-        assert_eq!(expected.len(), 2 * (3 + 4) + 2 * (4 + 9) + 1);
+        assert_eq!(expected.len(), 2 * (3 + 4) + 2 * (4 + 10) + 1);
     }
 
     async fn get(at: SocketAddr, path: &str) -> String {

@@ -22,7 +22,6 @@ use super::reconcile::{error_policy, reconcile};
 use super::state::unblocked_by;
 use crate::api::slim;
 use crate::api::{HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPolicy};
-use crate::leader::{Elector, Leadership, LeaseConfig};
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::{
     Changes, informer, mapped_informer, shared_informer, slimmed_informer, watch_config,
@@ -65,66 +64,20 @@ async fn out_of_service_taint(client: &Client) -> bool {
     supported
 }
 
-/// Runs the controller (and the drift coordinator, when asked and served) until `shutdown`
-/// resolves.
+/// Runs the Machine controller and the controller of Machine-less Nodes, on a watch of Nodes
+/// of their own, until `shutdown` resolves. Not the drift coordinator: `baremend run` composes
+/// both (`run_controllers` in `src/run.rs`, which reads `options.drift_helpers`).
 pub async fn run(
     client: Client,
     clock: Arc<dyn Clock>,
     options: ControllerOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
-    let drift = match &options.drift_helpers {
-        Some(helpers) if crate::drift::controller::mco_served(&client).await => {
-            Some(crate::drift::controller::DriftOptions {
-                instance: options.instance.clone(),
-                poll: options.poll.max(Duration::from_millis(100)),
-                metrics: options.metrics.clone(),
-                leadership: options.leadership.clone(),
-                helpers: helpers.clone(),
-            })
-        }
-        Some(_) => {
-            info!("the API serves no MachineConfigPools: the drift coordinator stays off");
-            None
-        }
-        None => None,
-    };
-    // One watch of Nodes, shared: on a large cluster a second cache of every Node (and a
-    // second stream of their updates to decode) would cost as much as the rest together.
-    // The Machine controller, the controller of Machine-less Nodes, and the drift coordinator.
-    let consumers = if drift.is_some() { 3 } else { 2 };
-    let (mut feeds, node_watch) = watch_nodes(&client, consumers)?;
-    let machine_nodes = (feeds.remove(0), feeds.remove(0));
-    let Some(drift) = drift else {
-        let result = run_machines(client, clock, options, machine_nodes, shutdown).await;
-        drop(node_watch);
-        return result;
-    };
-    let drift_nodes = feeds.remove(0);
-    // One shutdown for both.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let signal = Background::spawn(async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    });
-    let (machines, drifts) = tokio::join!(
-        run_machines(
-            client.clone(),
-            clock.clone(),
-            options,
-            machine_nodes,
-            until_stopped(stopped.clone())
-        ),
-        crate::drift::controller::run(
-            client,
-            clock,
-            drift,
-            Some(drift_nodes),
-            until_stopped(stopped)
-        ),
-    );
-    drop((signal, node_watch));
-    machines.and(drifts)
+    let (mut feeds, node_watch) = watch_nodes(&client, 2)?;
+    let node_feeds = (feeds.remove(0), feeds.remove(0));
+    let result = run_machines(client, clock, options, node_feeds, shutdown).await;
+    drop(node_watch);
+    result
 }
 
 /// The watches of the machine controller: the caches its passes read, and the streams of
@@ -299,8 +252,9 @@ fn machines_of_remediation(
 }
 
 /// Runs the machine remediation controller, and beside it the controller of Nodes without a
-/// Machine (`node_feeds`: the Node watch's streams for each), until `shutdown` resolves.
-async fn run_machines(
+/// Machine (`node_feeds`: the Node watch's streams for each, which a composition of
+/// controllers may share with others), until `shutdown` resolves.
+pub async fn run_machines(
     client: Client,
     clock: Arc<dyn Clock>,
     options: ControllerOptions,
@@ -432,59 +386,8 @@ async fn run_machines(
 
 /// Resolves once `stopped` says so (or its sender is gone): one shutdown for several
 /// controllers.
-async fn until_stopped(mut stopped: tokio::sync::watch::Receiver<bool>) {
+pub async fn until_stopped(mut stopped: tokio::sync::watch::Receiver<bool>) {
     let _ = stopped.wait_for(|s| *s).await;
-}
-
-/// Runs the controller while this replica holds the Lease of `lease`, until `shutdown`
-/// resolves (then the Lease is released) or leadership is lost (then the controller is
-/// dropped at once, in-flight passes included, and [`Error::LeadershipLost`] returned: the
-/// process should exit and be restarted as a candidate, as client-go's controllers do).
-pub async fn run_elected(
-    client: Client,
-    clock: Arc<dyn Clock>,
-    mut options: ControllerOptions,
-    lease: LeaseConfig,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) -> Result<()> {
-    lease.validate()?;
-    let leadership = Leadership::elected();
-    options.leadership = leadership.clone();
-    let metrics = options.metrics.clone();
-    metrics.set_leader(false);
-    // A standby is healthy and ready: it only waits.
-    metrics.set_ready(true);
-    let mut elector = Elector::new(client.clone(), lease.clone(), leadership);
-    let mut shutdown = std::pin::pin!(shutdown);
-    tokio::select! {
-        () = elector.acquire() => {}
-        () = &mut shutdown => return Ok(()),
-    }
-    metrics.set_leader(true);
-    metrics.set_ready(false);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = run(client, clock, options, async move {
-        let _ = stopped.await;
-    });
-    let mut controller = std::pin::pin!(controller);
-    let lost = || Error::LeadershipLost(format!("{}/{}", lease.namespace, lease.name));
-    let outcome = tokio::select! {
-        result = &mut controller => result,
-        () = elector.keep() => Err(lost()),
-        () = &mut shutdown => {
-            let _ = stop.send(());
-            // In-flight passes finish, still only while the Lease is ours.
-            tokio::select! {
-                result = &mut controller => result,
-                () = elector.keep() => Err(lost()),
-            }
-        }
-    };
-    metrics.set_leader(false);
-    if !matches!(outcome, Err(Error::LeadershipLost(_))) {
-        elector.release().await;
-    }
-    outcome
 }
 
 /// Reconcile passes running at once.

@@ -69,7 +69,7 @@ pub async fn whole(drift: Value) -> Lab {
         .start()
         .await;
     let options = baremend::remediation::controller::ControllerOptions {
-        drift_helpers: Some(HelperPods::new("baremend:test")),
+        drift_helpers: Some(HelperPods::new(baremend::lab::setup::LAB_HELPER_IMAGE)),
         ..lab.options()
     };
     lab.start_controller(options);

@@ -171,7 +171,7 @@ impl Lab {
             let stopped = async move {
                 let _ = stopped.await;
             };
-            baremend::remediation::controller::run(client, Arc::new(SystemClock), options, stopped)
+            baremend::run::run_controllers(client, Arc::new(SystemClock), options, stopped)
                 .await
                 .unwrap();
         });
@@ -183,7 +183,7 @@ impl Lab {
         let options = DriftOptions {
             poll: Duration::from_millis(100),
             metrics: self.metrics.clone(),
-            helpers: HelperPods::new("baremend:test"),
+            helpers: HelperPods::new(baremend::lab::setup::LAB_HELPER_IMAGE),
             ..DriftOptions::default()
         };
         self.spawn(|stopped| async move {

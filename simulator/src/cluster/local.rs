@@ -127,11 +127,17 @@ pub const BMHS: Gvr = Gvr {
     plural: "baremetalhosts",
 };
 
-/// The kind of an identity or RBAC manifest (`kubectl create -f` of a ServiceAccount, its
-/// Secret, roles and bindings, their namespace), as the resource to create.
+/// The kind of an identity, RBAC or admission manifest (`kubectl create -f` of a
+/// ServiceAccount, its Secret, roles and bindings, their namespace, a
+/// ValidatingAdmissionPolicy and its binding), as the resource to create.
 pub fn manifest_gvr(kind: &str) -> Option<Gvr> {
     let rbac = |plural| Gvr {
         group: crate::apiserver::auth::RBAC_GROUP,
+        version: "v1",
+        plural,
+    };
+    let admission = |plural| Gvr {
+        group: crate::apiserver::validation::admission::GROUP,
         version: "v1",
         plural,
     };
@@ -147,6 +153,8 @@ pub fn manifest_gvr(kind: &str) -> Option<Gvr> {
         "ClusterRoleBinding" => rbac("clusterrolebindings"),
         "Role" => rbac("roles"),
         "RoleBinding" => rbac("rolebindings"),
+        "ValidatingAdmissionPolicy" => admission("validatingadmissionpolicies"),
+        "ValidatingAdmissionPolicyBinding" => admission("validatingadmissionpolicybindings"),
         _ => return None,
     })
 }

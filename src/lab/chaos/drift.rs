@@ -34,7 +34,7 @@ pub(super) const DRIFT_REMEDIATIONS: Gvr = Gvr {
 };
 
 /// The image of the drift helpers (the simulated kubelet runs `baremend host-file` itself).
-pub(super) const HELPER_IMAGE: &str = "baremend:chaos";
+pub(super) const HELPER_IMAGE: &str = crate::lab::setup::LAB_HELPER_IMAGE;
 /// Where the drift helpers run.
 const HELPER_NAMESPACE: &str = "baremend";
 /// The pods every worker runs (see the simulator's workloads), and the budget over them that

@@ -48,7 +48,8 @@ use crate::api::Remediation;
 use crate::drift::controller::HelperPods;
 use crate::leader::LeaseConfig;
 use crate::metrics::Metrics;
-use crate::remediation::controller::{ControllerOptions, run_elected};
+use crate::remediation::controller::ControllerOptions;
+use crate::run::run_elected;
 use crate::runtime::clock::SystemClock;
 use crate::{Error, Result};
 
