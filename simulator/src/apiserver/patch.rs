@@ -234,6 +234,13 @@ pub(crate) fn list_strategy(plural: &str, path: &[&str]) -> ListStrategy {
         ("pods", ["status", "conditions"]) => ListStrategy::MergeBy("type"),
         ("nodes", ["status", "conditions" | "addresses"]) => ListStrategy::MergeBy("type"),
         ("poddisruptionbudgets", ["status", "conditions"]) => ListStrategy::MergeBy("type"),
+        // k8s.io/api admissionregistration/v1 `ValidatingAdmissionPolicySpec`: `variables` and
+        // `matchConditions` are `+listType=map +listMapKey=name` with `patchStrategy:"merge"
+        // patchMergeKey:"name"` (`validations` stays atomic), so kubectl apply sends only the
+        // entries that changed.
+        ("validatingadmissionpolicies", ["spec", "variables" | "matchConditions"]) => {
+            ListStrategy::MergeBy("name")
+        }
         _ => ListStrategy::Atomic,
     }
 }
@@ -407,6 +414,33 @@ mod tests {
             json_patch(&target, &json!([{"op": "remove", "path": "/nope"}])),
             Err(JsonPatchError::Unprocessable(_))
         ));
+    }
+
+    #[test]
+    fn an_admission_policys_variables_merge_by_name_and_its_validations_are_replaced() {
+        // kubectl apply of a policy whose one variable changed sends that variable alone
+        // (k8s.io/api admissionregistration/v1 types.go: Variables and MatchConditions merge
+        // by name; Validations is atomic).
+        let mut policy = json!({"spec": {
+            "variables": [{"name": "a", "expression": "'x'"}, {"name": "b", "expression": "variables.a"}],
+            "matchConditions": [{"name": "m", "expression": "true"}],
+            "validations": [{"expression": "true"}, {"expression": "1 == 1"}]}});
+        let patch = json!({"spec": {
+            "variables": [{"name": "a", "expression": "'y'"}],
+            "validations": [{"expression": "false"}]}});
+        strategic_merge(&mut policy, &patch, "validatingadmissionpolicies").unwrap();
+        assert_eq!(
+            policy["spec"]["variables"],
+            json!([{"name": "a", "expression": "'y'"}, {"name": "b", "expression": "variables.a"}])
+        );
+        assert_eq!(
+            policy["spec"]["matchConditions"].as_array().unwrap().len(),
+            1
+        );
+        assert_eq!(
+            policy["spec"]["validations"],
+            json!([{"expression": "false"}])
+        );
     }
 
     #[test]
