@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast};
+use common::lab::{Lab, fast, patch_policy};
 
 const WRONG: &str = "not-the-bmc-password";
 
@@ -208,15 +208,7 @@ async fn a_host_its_operator_would_not_act_on_is_not_ready_naming_why() {
     told(&lab, "worker-2", "FencingNotReady", "registration error").await;
 
     // Only the reboot API in the policy: a detached host has no path left.
-    let policies: kube::Api<baremend::api::RemediationPolicy> = kube::Api::all(lab.client.clone());
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"strategies": ["BareMetalHostRebootApi"]}})),
-        )
-        .await
-        .unwrap();
+    patch_policy(&lab, json!({"strategies": ["BareMetalHostRebootApi"]})).await;
     lab.detach("worker-1");
     until_ready(&lab, "worker-1", "reboot-api", 0.0).await;
     told(&lab, "worker-1", "FencingNotReady", "HostDetached").await;

@@ -19,7 +19,7 @@ use serde_json::json;
 
 mod common;
 
-use common::lab::Lab;
+use common::lab::{Lab, patch_policy};
 
 const PASSWORD: &str = "Sw0rdfish-7c41e9-recognizable";
 const WRONG: &str = "Wr0ngfish-0b8d2a-recognizable";
@@ -107,15 +107,10 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     let done = lab.ended("worker-0-1").await;
     let failed = lab.ended("worker-1-1").await;
     // Then dry runs, whose probes log in (worker-0) or fail to (worker-2).
-    let policies: kube::Api<baremend::api::RemediationPolicy> = kube::Api::all(lab.client.clone());
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"mode": "DryRun", "maxConcurrent": 2, "storm": {"maxUnhealthyPercent": 100}}})),
-        )
-        .await
-        .unwrap();
+    // Only once the controller reads DryRun: a stale cache would fence worker-0 for real.
+    let dry_run =
+        json!({"mode": "DryRun", "maxConcurrent": 2, "storm": {"maxUnhealthyPercent": 100}});
+    patch_policy(&lab, dry_run).await;
     lab.trigger("worker-0", true);
     lab.trigger("worker-2", true);
     let probed = lab.reach("worker-0-2", RemediationPhase::DryRun).await;

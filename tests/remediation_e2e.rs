@@ -10,7 +10,6 @@ use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{BMHS, EVENTS, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
-use kube::api::Api;
 use serde_json::{Value, json};
 
 mod common;
@@ -977,15 +976,7 @@ async fn out_of_service_mode_is_held_on_a_server_older_than_1_28_until_the_polic
     })
     .await;
     // Deleting Nodes works on any version: the operator switches and the start goes ahead.
-    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"nodeRelease": "Delete"}})),
-        )
-        .await
-        .unwrap();
+    patch_policy(&lab, json!({"nodeRelease": "Delete"})).await;
     lab.succeeded("worker-0-1").await;
 }
 
@@ -1249,16 +1240,7 @@ async fn a_policy_edit_that_drops_the_strategy_in_use_is_reported_and_never_swit
     lab.stuck_power("worker-0", true);
     lab.cluster.hang("worker-0");
     lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
-    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
-    let patch = json!({"spec": {"strategies": ["DirectBmc"]}});
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+    patch_policy(&lab, json!({"strategies": ["DirectBmc"]})).await;
     let failed = lab.failed("worker-0-1").await;
     let status = failed.status.clone().unwrap();
     let told = condition(&status, "StrategyInPolicy");

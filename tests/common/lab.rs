@@ -627,10 +627,28 @@ pub fn request_has(
     })
 }
 
-/// Merges `patch` into the spec of the RemediationPolicy `default`, as an operator would.
+/// Merges `patch` into the spec of the RemediationPolicy `default`, as an operator would, and
+/// waits until the controller reads that generation (see [`patch_observed`]).
 pub async fn patch_policy(lab: &Lab, patch: Value) {
-    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
-    policies
+    patch_observed::<baremend::api::RemediationPolicy>(lab, "remediationpolicies", patch).await;
+}
+
+/// Merges `patch` into the spec of the DriftPolicy `default`, as an operator would, and
+/// waits until the coordinator reads that generation (see [`patch_observed`]).
+pub async fn patch_drift_policy(lab: &Lab, patch: Value) {
+    patch_observed::<DriftPolicy>(lab, "driftpolicies", patch).await;
+}
+
+/// Merges `patch` into the spec of the policy `default` of kind `K` (`plural`) through the API
+/// server, then waits (up to 10 s) until its `status.observedGeneration` reaches the
+/// generation the patch made: the controller writes it once its cache holds that spec, so
+/// what the test does next is decided on it, not on a cache that has not seen the change.
+pub async fn patch_observed<K>(lab: &Lab, plural: &'static str, patch: Value)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let policies: Api<K> = Api::all(lab.client.clone());
+    let patched = policies
         .patch(
             "default",
             &kube::api::PatchParams::default(),
@@ -638,6 +656,33 @@ pub async fn patch_policy(lab: &Lab, patch: Value) {
         )
         .await
         .unwrap();
+    let generation = patched
+        .meta()
+        .generation
+        .expect("a policy has a generation");
+    let gvr = Gvr {
+        group: "baremend.io",
+        version: "v1alpha1",
+        plural,
+    };
+    eventually(
+        &format!("{plural}/default observed at generation {generation}"),
+        Duration::from_secs(10),
+        async || {
+            let policy = lab
+                .api
+                .get(gvr, "", "default")
+                .map_err(|e| format!("{e:?}"))?;
+            let observed = policy
+                .pointer("/status/observedGeneration")
+                .and_then(Value::as_i64);
+            match observed {
+                Some(observed) if observed >= generation => Ok(()),
+                _ => Err(format!("{:#?}", policy["status"])),
+            }
+        },
+    )
+    .await;
 }
 
 impl Lab {
