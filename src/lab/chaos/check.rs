@@ -42,6 +42,7 @@ use baremend_sim::cluster::mco::disk::NodeDisk;
 use baremend_sim::host::{Power, SimHost};
 use serde_json::Value;
 
+use super::judged::Judged;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, NHC_TIMED_OUT, PLANNED_REBOOT};
 use crate::api::mco::{DESIRED_DRAIN, LAST_APPLIED_DRAIN, POST_CONFIG_ACTION, STATE};
 use crate::api::{Remediation, RemediationPhase};
@@ -107,6 +108,12 @@ pub struct Checker {
     completing_after_timeout: std::collections::HashSet<String>,
     /// When the NodeHealthCheck's timeouts came.
     pub timeouts: TimeoutTally,
+    /// How many cases each invariant judged.
+    pub judged: Judged,
+    /// Objects the checker could not read (a Remediation that does not parse, a
+    /// DriftRemediation without its Node): its judgement would be blind there, so each
+    /// fails the seed as a harness error.
+    pub unreadable: Vec<String>,
 }
 
 /// When a NodeHealthCheck timed out its requests, as the API server committed the timeout.
@@ -265,6 +272,8 @@ impl Checker {
         }
         let object = &event.object;
         let Some(node) = object.pointer("/spec/nodeName").and_then(Value::as_str) else {
+            self.unreadable
+                .push(format!("DriftRemediation {name} without spec.nodeName"));
             return;
         };
         let attempt = name
@@ -284,6 +293,7 @@ impl Checker {
         if step_count(object, "ForceFileRemoved") > 0
             && self.force_file_removed.insert(name.clone())
         {
+            self.judged.add(8);
             let left = self
                 .disks
                 .get(node)
@@ -302,6 +312,7 @@ impl Checker {
         let Some((mark, busy)) = self.mco_nodes.get(machine) else {
             return;
         };
+        self.judged.add(7);
         let handed_over = self
             .latest_drift
             .get(machine)
@@ -390,6 +401,7 @@ impl Checker {
             self.timeouts.before_start += 1;
             return;
         };
+        self.judged.add(9);
         if self.proven.contains(&key) {
             self.timeouts.after_proof += 1;
             self.completing_after_timeout.insert(key.clone());
@@ -407,6 +419,7 @@ impl Checker {
         let Some(key) = self.recorder(uid) else {
             return;
         };
+        self.judged.add(9);
         if self.proven.contains(&key) && reason == CANCELLED_FOR_TIMEOUT {
             self.violations.push(format!(
                 "invariant 9: {key} was cancelled for the NodeHealthCheck's timeout after the \
@@ -433,6 +446,7 @@ impl Checker {
         if let Some(how) = released
             && let Some(host) = hosts.get(name)
         {
+            self.judged.add(1);
             // Judged at the commit itself: the host must be off at this instant. A flapping
             // BMC contradicts itself, which the controller must see: a release on its false
             // Off breaks the invariant like any other (and is counted apart).
@@ -474,8 +488,13 @@ impl Checker {
 
     fn remediation_change(&mut self, event: &WatchEvent) {
         let key = format!("{}/{}", event.key.namespace, event.key.name);
-        let Ok(remediation) = serde_json::from_value::<Remediation>(event.object.clone()) else {
-            return;
+        let remediation = match serde_json::from_value::<Remediation>(event.object.clone()) {
+            Ok(remediation) => remediation,
+            Err(error) => {
+                self.unreadable
+                    .push(format!("Remediation {key} does not parse: {error}"));
+                return;
+            }
         };
         let phase = remediation
             .status
@@ -496,6 +515,7 @@ impl Checker {
         self.phases.insert(key.clone(), (machine.clone(), phase));
         let started = under_way(phase) && !before.is_some_and(under_way);
         if started {
+            self.judged.add(4);
             self.check_trigger_fresh(&machine, &key);
         }
         let power_offs = step_count(&event.object, "PowerOffRequested");
@@ -586,6 +606,9 @@ impl Checker {
     /// Invariant 6, at the start of the remediation `key` of `machine`.
     fn check_trigger_fresh(&mut self, machine: &str, key: &str) {
         let epoch = self.trigger_epoch.get(machine).copied().unwrap_or(0);
+        if self.started_in.contains_key(machine) {
+            self.judged.add(6);
+        }
         if let Some((previous_epoch, previous)) = self.started_in.get(machine)
             && *previous_epoch == epoch
             && let Some(phase) = self
@@ -612,6 +635,10 @@ impl Checker {
         for remediation in remediations {
             let name = remediation.metadata.name.clone().unwrap_or_default();
             let status = remediation.status.clone().unwrap_or_default();
+            self.judged.add(2);
+            if !status.steps.is_empty() {
+                self.judged.add(5);
+            }
             if !status.phase.is_terminal() {
                 self.violations.push(format!(
                     "invariant 2: Remediation {name} stuck in {:?} (steps {:?}, last error {:?})",
@@ -645,6 +672,7 @@ impl Checker {
         let mut disks: Vec<(&String, &Arc<NodeDisk>)> = self.disks.iter().collect();
         disks.sort_by_key(|(node, _)| *node);
         for (node, disk) in disks {
+            self.judged.add(8);
             if disk.get(FORCE_FILE).is_some() {
                 self.violations.push(format!(
                     "invariant 8: {FORCE_FILE} left on {node} at the end"
@@ -659,6 +687,7 @@ impl Checker {
             if hosts[name].power() != Power::Off {
                 continue;
             }
+            self.judged.add(3);
             if !latest_failed(&latest, name) {
                 let said = latest.get(name).and_then(|r| r.status.as_ref()).map(|s| {
                     let steps: Vec<&str> = s.steps.iter().map(|t| t.step.as_str()).collect();
@@ -696,6 +725,7 @@ impl Checker {
         stopped.sort();
         let mut found = Vec::new();
         for (key, machine) in stopped {
+            self.judged.add(9);
             let off = hosts.get(machine).is_some_and(|h| h.power() == Power::Off);
             if off && !latest_failed(latest, machine) {
                 found.push(format!(
@@ -717,6 +747,7 @@ impl Checker {
             if !self.completing_after_timeout.contains(&key) {
                 continue;
             }
+            self.judged.add(9);
             let status = remediation.status.clone().unwrap_or_default();
             let powered_on = status.steps.iter().any(|s| s.step == "PowerOnRequested");
             let completed = match status.phase {
