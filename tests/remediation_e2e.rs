@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 mod common;
 
+use common::events::told_on;
 use common::eventually;
 use common::lab::{Lab, fast, metric, patch_policy, steps};
 
@@ -699,7 +700,18 @@ async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_
             "{host}"
         );
     }
-    let text = lab.told("a Failed Event", |t| t.contains("Failed")).await;
+    // Only once the Event that tells worker-0's refused login exists is its absence of the
+    // password worth checking.
+    let told = told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Remediation", "worker-0-1"),
+        "Failed",
+        "BMC read failed",
+    )
+    .await;
+    assert!(!told.to_string().contains(WRONG), "{told}");
+    let text = lab.events_text();
     assert!(!text.contains(WRONG), "Events leak the password");
 }
 
@@ -1592,6 +1604,14 @@ async fn a_dry_run_probes_the_bmc_and_records_a_failed_probe_without_leaking_or_
     for (machine, uid) in ["worker-0", "worker-1"].iter().zip(&uids) {
         assert_untouched(&lab, machine, uid);
     }
+    // One login per probe, the refused one not tried again: a policy change wakes every
+    // Machine (the triggers stay), and ten of the controller's polls later nothing more.
+    patch_policy(&lab, json!({"maxConcurrent": 3})).await;
+    tokio::time::sleep(options(&lab).poll * 10).await;
+    let after = lab.cluster.redfish().service().stats();
+    let logins = after.logins - before.logins;
+    let refused = after.authentication_failures - before.authentication_failures;
+    assert_eq!((logins, refused), (2, 1), "{after:?} (before: {before:?})");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
