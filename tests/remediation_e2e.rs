@@ -754,9 +754,11 @@ async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_ho
         }
     })
     .await;
-    // A negative: 500 ms more in which the host is not powered on again (left off); no
-    // condition to wait for proves that nothing happens.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A negative: ten of the controller's polls and two of the host's power delays more, in
+    // which the host is not powered on again (left off): a pass that asked for power-on
+    // would have shown in them. No condition to wait for proves that nothing happens.
+    let window = options(&lab).poll * 10 + lab.cluster.spec().timing.power_delay * 2;
+    tokio::time::sleep(window).await;
     assert_eq!(
         lab.power_history("worker-0"),
         [Power::Off, Power::On, Power::Off, Power::On, Power::Off]
