@@ -41,6 +41,7 @@ async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
     );
     // The seeds did something: remediations ended both ways, and faults were injected.
     let verdict = Verdict::read(&out);
+    println!("{}", verdict.line);
     for phase in ["Succeeded", "Failed"] {
         assert!(
             verdict.ended(phase) > 0,
@@ -61,6 +62,8 @@ async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
 
 /// What the test reads of the chaos run's summary line.
 struct Verdict {
+    /// The line itself (printed: `--nocapture` shows it).
+    line: String,
     /// Remediations by final phase (`Succeeded 499`).
     phases: Vec<(String, usize)>,
     /// Faults injected.
@@ -100,6 +103,7 @@ impl Verdict {
             .map(|entry| number(entry.split(": ").nth(1).unwrap_or_default(), line))
             .collect();
         Verdict {
+            line: line.to_owned(),
             phases,
             faults,
             judged,

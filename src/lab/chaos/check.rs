@@ -859,6 +859,43 @@ mod tests {
             &hosts(Power::Off),
         );
         assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+        // Both releases were judged (the Modified one without the taint before it is a release).
+        assert_eq!(checker.judged.of(1), 2);
+    }
+
+    #[test]
+    fn the_cases_judged_are_counted_and_an_unreadable_object_is_told_not_skipped() {
+        let mut checker = Checker::new(2);
+        see_remediation(
+            &mut checker,
+            "worker-0-1",
+            "worker-0",
+            "PoweringOff",
+            &["PowerOffRequested"],
+        );
+        see_remediation(&mut checker, "worker-0-1", "worker-0", "Succeeded", &[]);
+        see_remediation(&mut checker, "worker-0-2", "worker-0", "PoweringOff", &[]);
+        // Two starts (4), the second one of a Machine that had one before (6).
+        assert_eq!((checker.judged.of(4), checker.judged.of(6)), (2, 1));
+        assert!(checker.unreadable.is_empty(), "{:?}", checker.unreadable);
+        // A Remediation whose status does not parse.
+        let mut broken = remediation("worker-1-1", "worker-1", "PoweringOff", &[]);
+        broken["status"]["phase"] = json!("NoSuchPhase");
+        let event = change(
+            "remediations",
+            "baremend.io",
+            "worker-1-1",
+            EventType::Modified,
+            broken,
+        );
+        checker.observe(&event, &HashMap::new());
+        assert_eq!(checker.unreadable.len(), 1, "{:?}", checker.unreadable);
+        assert!(checker.unreadable[0].starts_with("Remediation ns/worker-1-1 does not parse"));
+        assert_eq!(
+            checker.judged.of(4),
+            2,
+            "nothing judged on what was not read"
+        );
     }
 
     #[test]

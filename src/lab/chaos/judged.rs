@@ -1,8 +1,8 @@
-//! How many times each invariant of [`super::check`] actually judged something: a Node
-//! released, a remediation started or ended, a host found off at the end, a power-off on a
-//! Node the MCO could be busy with, a forcefile step, a NodeHealthCheck timeout. A run whose
-//! invariants pass without judging anything proves nothing; the chaos test asserts every
-//! count is above zero over the CI seeds.
+//! How many times each invariant of the chaos checker (`check.rs`) actually judged
+//! something: a Node released, a remediation started or ended, a host found off at the end, a
+//! power-off on a Node the MCO could be busy with, a forcefile step, a NodeHealthCheck
+//! timeout. A run whose invariants pass without judging anything proves nothing; the chaos
+//! test asserts every count is above zero over the CI seeds.
 //!
 //! Expected flow: the checker calls [`Judged::add`] where an invariant could have been
 //! broken; the run sums the seeds' counts with [`Judged::merge`] and prints them.
