@@ -79,13 +79,6 @@ fn lease_spec(api: &Local, name: &str) -> Option<(String, LeaseSpec)> {
     Some((spec.holder_identity.clone()?, spec))
 }
 
-fn steps(lab: &Lab, name: &str) -> Vec<String> {
-    lab.remediation(name)
-        .and_then(|r| r.status)
-        .map(|s| s.steps.into_iter().map(|t| t.step).collect())
-        .unwrap_or_default()
-}
-
 fn node_uid(api: &Local, node: &str) -> Option<String> {
     api.get(NODES, "", node)
         .ok()?
@@ -125,7 +118,7 @@ async fn the_standby_takes_over_a_killed_leader_within_the_lease_and_repeats_no_
     let node_before = node_uid(&api, "worker-0").unwrap();
     lab.trigger("worker-0", true);
     eventually("the fence", Duration::from_secs(30), async || {
-        steps(&lab, "worker-0-1").contains(&"Fenced".to_string())
+        lab.steps_of("worker-0-1").contains(&"Fenced".to_string())
     })
     .await;
     let (leader, standby) = if first == "a" {
@@ -166,7 +159,7 @@ async fn the_standby_takes_over_a_killed_leader_within_the_lease_and_repeats_no_
     );
 
     lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
-    common::lab::assert_each_step_once(&steps(&lab, "worker-0-1"));
+    common::lab::assert_each_step_once(&lab.steps_of("worker-0-1"));
     assert_eq!(
         lab.power_history("worker-0"),
         vec![Power::Off, Power::On],

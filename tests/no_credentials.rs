@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use baremend::api::RemediationPhase;
 use baremend::remediation::controller::ControllerOptions;
-use baremend_sim::cluster::local::{BMHS, EVENTS, Gvr, MACHINES, NODES, SECRETS};
+use baremend_sim::cluster::ClusterSpec;
+use baremend_sim::cluster::local::{BMHS, EVENTS, Gvr, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use base64::Engine;
 use serde_json::json;
 
@@ -78,25 +78,9 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     // neither. worker-0's was rotated before its BMC: the new password is refused, the
     // previous one (the BMC's) works. worker-2's holds one wrong password: its dry run's
     // probe fails to log in.
-    let encode = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
-    for (secret, password, previous) in [
-        ("worker-1-bmc-secret", WRONG, Some(WRONG_PREVIOUS)),
-        ("worker-0-bmc-secret", NEW, Some(PASSWORD)),
-        ("worker-2-bmc-secret", WRONG, None),
-    ] {
-        let mut data = json!({"password": encode(password)});
-        if let Some(previous) = previous {
-            data["previousPassword"] = json!(encode(previous));
-        }
-        api.merge(
-            SECRETS,
-            MACHINE_NAMESPACE,
-            secret,
-            &json!({"data": data}),
-            false,
-        )
-        .unwrap();
-    }
+    lab.bmc_password("worker-1", WRONG, Some(WRONG_PREVIOUS));
+    lab.bmc_password("worker-0", NEW, Some(PASSWORD));
+    lab.bmc_password("worker-2", WRONG, None);
 
     lab.start_controller(ControllerOptions {
         instance: "leak-test".into(),

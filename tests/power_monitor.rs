@@ -117,10 +117,9 @@ async fn detached_hosts_are_read_over_their_bmc_and_managed_ones_from_their_host
 
 /// A policy for quick remediations, fencing with `strategy`.
 fn fast_policy(strategy: &str) -> Value {
-    json!({
-        "strategies": [strategy],
-        "timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1},
-    })
+    let mut policy = common::lab::fast_policy();
+    policy["strategies"] = json!([strategy]);
+    policy
 }
 
 /// The power-state series of a Machine (`state` → value), as the metrics show them now.
@@ -273,24 +272,10 @@ async fn without_the_monitor_a_remediation_reads_leave_no_power_series() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bmc_that_still_has_the_previous_password_shows_in_its_gauge_until_it_is_changed() {
-    use baremend_sim::cluster::MACHINE_NAMESPACE;
-    use baremend_sim::cluster::local::SECRETS;
-    use base64::Engine;
     const NEW: &str = "the-new-password-Vb3";
     let mut lab = Lab::builder(fast()).start().await;
     lab.detach("worker-1");
-    let secret = "worker-1-bmc-secret";
-    let old = lab.api.get(SECRETS, MACHINE_NAMESPACE, secret).unwrap()["data"]["password"].clone();
-    let new = base64::engine::general_purpose::STANDARD.encode(NEW);
-    lab.api
-        .merge(
-            SECRETS,
-            MACHINE_NAMESPACE,
-            secret,
-            &json!({"data": {"password": new, "previousPassword": old}}),
-            false,
-        )
-        .unwrap();
+    lab.rotate_bmc_password("worker-1", NEW);
     lab.start_controller(ControllerOptions {
         power_poll: Some(Duration::from_millis(300)),
         power_poll_seed: 1,

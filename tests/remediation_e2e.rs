@@ -16,7 +16,7 @@ mod common;
 
 use common::events::told_on;
 use common::eventually;
-use common::lab::{Lab, fast, metric, patch_policy, steps};
+use common::lab::{Lab, fast, fast_policy, metric, patch_policy, steps};
 
 /// The lab with the controller started.
 async fn start(spec: ClusterSpec, policy: Value) -> Lab {
@@ -99,21 +99,6 @@ impl Lab {
             .unwrap();
     }
 
-    /// Sets the password in the BMC Secret of `host` (the simulated BMCs keep theirs).
-    fn bmc_password(&self, host: &str, password: &str) {
-        use base64::Engine;
-        let encoded = base64::engine::general_purpose::STANDARD.encode(password);
-        self.api
-            .merge(
-                baremend_sim::cluster::local::SECRETS,
-                MACHINE_NAMESPACE,
-                &format!("{host}-bmc-secret"),
-                &json!({"data": {"password": encoded}}),
-                false,
-            )
-            .unwrap();
-    }
-
     /// One annotation of a Machine, if it has it.
     fn machine_annotation(&self, name: &str, key: &str) -> Option<Value> {
         let machine = self.api.get(MACHINES, MACHINE_NAMESPACE, name).unwrap();
@@ -174,10 +159,6 @@ fn condition<'a>(
 /// after 20 s.
 async fn held_with(lab: &Lab, name: &str, message: &str) -> baremend::api::RemediationStatus {
     lab.held_with(name, message).await
-}
-
-fn fast_policy() -> Value {
-    json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -670,7 +651,7 @@ async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_
     let lab = start_prepared(fast(), policy, |lab| {
         lab.detach("worker-0");
         lab.detach("worker-1");
-        lab.bmc_password("worker-0", WRONG);
+        lab.bmc_password("worker-0", WRONG, None);
         lab.set_bmc(
             "worker-1",
             json!({"address": "redfish+http://127.0.0.1:1/redfish/v1/Systems/1"}),
@@ -1326,8 +1307,6 @@ impl Lab {
 /// The Secret of `host` gets a new password, the old one as `previousPassword`, while the BMC
 /// (lock-out at 3 failures) keeps the old one; the host is then fenced directly.
 async fn fence_after_secret_rotation(protocol: Protocol, host: &str) {
-    use baremend_sim::cluster::local::SECRETS;
-    use base64::Engine;
     const NEW: &str = "the-new-password-Vb3";
     let mut policy = fast_policy();
     policy["strategies"] = json!(["DirectBmc"]);
@@ -1340,21 +1319,11 @@ async fn fence_after_secret_rotation(protocol: Protocol, host: &str) {
         },
     };
     let secret = format!("{host}-bmc-secret");
-    let mut old = Value::Null;
+    let mut old = String::new();
     let lab = start_prepared(spec, policy, |lab| {
         lab.detach(host);
         lab.lock_out_after(protocol, host, 3);
-        old = lab.api.get(SECRETS, MACHINE_NAMESPACE, &secret).unwrap()["data"]["password"].clone();
-        let new = base64::engine::general_purpose::STANDARD.encode(NEW);
-        lab.api
-            .merge(
-                SECRETS,
-                MACHINE_NAMESPACE,
-                &secret,
-                &json!({"data": {"password": new, "previousPassword": old}}),
-                false,
-            )
-            .unwrap();
+        old = lab.rotate_bmc_password(host, NEW);
     })
     .await;
     lab.cluster.hang(host);
@@ -1366,12 +1335,6 @@ async fn fence_after_secret_rotation(protocol: Protocol, host: &str) {
         })
         .await;
     assert!(text.contains(&secret), "the Event names the Secret: {text}");
-    let old = String::from_utf8(
-        base64::engine::general_purpose::STANDARD
-            .decode(old.as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
     assert!(
         !text.contains(NEW) && !text.contains(&old),
         "Events leak a password"
@@ -1535,7 +1498,7 @@ async fn a_dry_run_probes_the_bmc_and_records_a_failed_probe_without_leaking_or_
     let lab = start_prepared(fast(), policy, |lab| {
         lab.detach("worker-0");
         lab.detach("worker-1");
-        lab.bmc_password("worker-0", WRONG);
+        lab.bmc_password("worker-0", WRONG, None);
     })
     .await;
     let uids: Vec<Value> = ["worker-0", "worker-1"]
