@@ -40,7 +40,97 @@ async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
         "{out}"
     );
     // The seeds did something: remediations ended both ways, and faults were injected.
-    assert!(out.contains("Succeeded"), "{out}");
+    let verdict = Verdict::read(&out);
+    println!("{}", verdict.line);
+    for phase in ["Succeeded", "Failed"] {
+        assert!(
+            verdict.ended(phase) > 0,
+            "no remediation ended {phase}: {out}"
+        );
+    }
+    assert!(verdict.faults > 0, "no fault injected: {out}");
+    // Each invariant judged something: none passed for want of a case.
+    assert_eq!(verdict.judged.len(), 10, "{out}");
+    for (invariant, count) in verdict.judged.iter().enumerate() {
+        assert!(
+            *count > 0,
+            "invariant {} judged nothing: {out}",
+            invariant + 1
+        );
+    }
+}
+
+/// What the test reads of the chaos run's summary line.
+struct Verdict {
+    /// The line itself (printed: `--nocapture` shows it).
+    line: String,
+    /// Remediations by final phase (`Succeeded 499`).
+    phases: Vec<(String, usize)>,
+    /// Faults injected.
+    faults: usize,
+    /// Cases judged, per invariant in order.
+    judged: Vec<usize>,
+}
+
+impl Verdict {
+    /// Reads the line that starts with `chaos:`; fails the test if a part is missing.
+    fn read(out: &str) -> Verdict {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("chaos: "))
+            .unwrap_or_else(|| panic!("no summary line: {out}"));
+        // `…; remediations Cancelled 100, Failed 40, Succeeded 499; …`
+        let phases = part(line, "; remediations ")
+            .split(", ")
+            .map(|entry| {
+                let (phase, count) = entry.rsplit_once(' ').unwrap_or((entry, ""));
+                (phase.to_owned(), number(count, line))
+            })
+            .collect();
+        // `…; 1887 faults injected; …`
+        let before = line
+            .split(" faults injected")
+            .next()
+            .and_then(|head| head.rsplit(' ').next())
+            .unwrap_or_default();
+        let faults = number(before, line);
+        // `…; cases judged per invariant: 1: 812, 2: 640, … (none for []); …`
+        let judged = part(line, "; cases judged per invariant: ")
+            .split(" (")
+            .next()
+            .unwrap_or_default()
+            .split(", ")
+            .map(|entry| number(entry.split(": ").nth(1).unwrap_or_default(), line))
+            .collect();
+        Verdict {
+            line: line.to_owned(),
+            phases,
+            faults,
+            judged,
+        }
+    }
+
+    /// How many remediations ended in `phase`.
+    fn ended(&self, phase: &str) -> usize {
+        self.phases
+            .iter()
+            .find(|(p, _)| p == phase)
+            .map_or(0, |(_, count)| *count)
+    }
+}
+
+/// The text after `start` in `line`, up to the next `;`.
+fn part<'a>(line: &'a str, start: &str) -> &'a str {
+    let (_, rest) = line
+        .split_once(start)
+        .unwrap_or_else(|| panic!("no {start:?} in {line}"));
+    rest.split(';').next().unwrap_or_default()
+}
+
+fn number(text: &str, line: &str) -> usize {
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{text:?} is not a number in {line}"))
 }
 
 /// Seeds that once broke an invariant (each fixed), replayed several times: their faults

@@ -26,10 +26,9 @@ use common::lab::{Lab, fast, request_has as has, steps};
 fn fast_policy() -> Value {
     // The tests make the NodeHealthCheck's requests themselves (no NodeHealthCheck object
     // names the template's namespace), and their templates choose the node release.
-    json!({
-        "timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1},
-        "trust": {"requestNamespaces": [baremend_sim::cluster::NHC_NAMESPACE], "requestMayChooseNodeRelease": true},
-    })
+    let mut policy = common::lab::fast_policy();
+    policy["trust"] = json!({"requestNamespaces": [baremend_sim::cluster::NHC_NAMESPACE], "requestMayChooseNodeRelease": true});
+    policy
 }
 
 /// Five remediations at once, and the storm gate at `storm_percent`.

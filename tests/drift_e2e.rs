@@ -18,7 +18,7 @@ mod common;
 
 use common::drift::{self, steps};
 use common::eventually;
-use common::lab::{Lab, STATE};
+use common::lab::{Lab, STATE, patch_drift_policy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_is_force_reapplied_by_the_mco_and_verified() {
@@ -501,15 +501,7 @@ async fn observe_mode_records_drift_and_does_nothing_until_switched_to_remediate
     .await;
     assert_nothing_done(&lab, "worker-0", boots);
     // Mode changes take effect on the next pass.
-    let policies: kube::Api<baremend::api::DriftPolicy> = kube::Api::all(lab.client.clone());
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"mode": "Remediate"}})),
-        )
-        .await
-        .unwrap();
+    patch_drift_policy(&lab, json!({"mode": "Remediate"})).await;
     let done = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
     assert!(steps(&done).contains(&"ForceRequested".to_string()));
     lab.stop().await;

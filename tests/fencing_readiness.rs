@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::MACHINE_NAMESPACE;
-use baremend_sim::cluster::local::{BMHS, EVENTS, SECRETS};
+use baremend_sim::cluster::local::{BMHS, EVENTS};
 use serde_json::{Value, json};
 
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast};
+use common::lab::{Lab, fast, patch_policy};
 
 const WRONG: &str = "not-the-bmc-password";
 
@@ -73,20 +73,6 @@ async fn told(lab: &Lab, machine: &str, reason: &str, said: &str) -> String {
     .await
 }
 
-fn set_password(lab: &Lab, host: &str, password: &str) {
-    use base64::Engine;
-    let encoded = base64::engine::general_purpose::STANDARD.encode(password);
-    lab.api
-        .merge(
-            SECRETS,
-            MACHINE_NAMESPACE,
-            &format!("{host}-bmc-secret"),
-            &json!({"data": {"password": encoded}}),
-            false,
-        )
-        .unwrap();
-}
-
 fn merge_host(lab: &Lab, host: &str, patch: Value) {
     lab.api
         .merge(BMHS, MACHINE_NAMESPACE, host, &patch, false)
@@ -114,7 +100,7 @@ async fn a_wrong_password_and_an_unreachable_bmc_show_before_any_host_fails() {
     let before = lab.cluster.redfish().service().stats();
 
     let wrong_since = std::time::Instant::now();
-    set_password(&lab, "worker-1", WRONG);
+    lab.bmc_password("worker-1", WRONG, None);
     until_ready(&lab, "worker-1", "redfish", 0.0).await;
     let note = told(&lab, "worker-1", "FencingNotReady", "CredentialsRefused").await;
     assert!(note.contains("NOT READY"), "{note}");
@@ -131,7 +117,7 @@ async fn a_wrong_password_and_an_unreachable_bmc_show_before_any_host_fails() {
     )
     .await;
 
-    set_password(&lab, "worker-1", lab.cluster.bmc_password());
+    lab.bmc_password("worker-1", lab.cluster.bmc_password(), None);
     let wrong_for = wrong_since.elapsed();
     until_ready(&lab, "worker-1", "redfish", 1.0).await;
     told(&lab, "worker-1", "FencingReady", "READY").await;
@@ -208,15 +194,7 @@ async fn a_host_its_operator_would_not_act_on_is_not_ready_naming_why() {
     told(&lab, "worker-2", "FencingNotReady", "registration error").await;
 
     // Only the reboot API in the policy: a detached host has no path left.
-    let policies: kube::Api<baremend::api::RemediationPolicy> = kube::Api::all(lab.client.clone());
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"strategies": ["BareMetalHostRebootApi"]}})),
-        )
-        .await
-        .unwrap();
+    patch_policy(&lab, json!({"strategies": ["BareMetalHostRebootApi"]})).await;
     lab.detach("worker-1");
     until_ready(&lab, "worker-1", "reboot-api", 0.0).await;
     told(&lab, "worker-1", "FencingNotReady", "HostDetached").await;
@@ -243,11 +221,11 @@ async fn an_ipmi_bmc_is_checked_with_a_session_that_is_closed_and_no_chassis_con
     };
     let before = controls(&lab);
 
-    set_password(&lab, "worker-1", WRONG);
+    lab.bmc_password("worker-1", WRONG, None);
     until_ready(&lab, "worker-1", "ipmi", 0.0).await;
     let note = told(&lab, "worker-1", "FencingNotReady", "CredentialsRefused").await;
     assert!(note.contains("ipmi://"), "{note}");
-    set_password(&lab, "worker-1", lab.cluster.bmc_password());
+    lab.bmc_password("worker-1", lab.cluster.bmc_password(), None);
     until_ready(&lab, "worker-1", "ipmi", 1.0).await;
     told(&lab, "worker-1", "FencingReady", "READY").await;
     lab.stop().await;

@@ -223,16 +223,22 @@ async fn graceful_off_on_openipmi_escalates_when_the_os_ignores_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_on_openipmi_fail_fast_and_permanently() {
     let bmc = OpenIpmi::start(&[]).await;
+    // A long reply timeout: a driver that waited for an answer (or retried on a timeout)
+    // would take one at least, however idle or busy the machine.
+    let patient = IpmiOptions {
+        reply_timeout: Duration::from_secs(5),
+        ..fast_options()
+    };
     let started = Instant::now();
     let wrong = bmc
-        .driver("admin", "wrong-password", fast_options())
+        .driver("admin", "wrong-password", patient.clone())
         .power_state()
         .await
         .unwrap_err();
     assert!(matches!(wrong, Error::Authentication { .. }), "{wrong}");
     assert!(!wrong.is_retryable());
     assert!(
-        started.elapsed() < Duration::from_secs(1),
+        started.elapsed() < patient.reply_timeout,
         "{:?}",
         started.elapsed()
     );
@@ -276,16 +282,22 @@ async fn a_stopped_openipmi_bmc_gives_a_timeout_within_the_deadline_not_a_hang()
     let driver = bmc.driver("admin", "password", fast_options());
     driver.power_state().await.unwrap();
     bmc.signal("-STOP");
+    // Two attempts of a reply timeout each (plus closing attempts) and a backoff: the
+    // driver's schedule; it must give up by itself, well within ten of them.
+    let options = fast_options();
+    let attempts = options.retries + 1;
+    let backoffs = options.retry_backoff * (2u32.pow(options.retries) - 1);
+    let schedule = options.reply_timeout * attempts + backoffs;
     let started = Instant::now();
-    let outcome = tokio::time::timeout(Duration::from_secs(10), driver.power_state()).await;
+    let outcome = tokio::time::timeout(schedule * 10, driver.power_state()).await;
     bmc.signal("-CONT");
     let error = outcome.expect("the driver gives up by itself").unwrap_err();
     assert!(matches!(error, Error::Timeout { .. }), "{error}");
     assert!(error.is_retryable());
-    // Two attempts of 500 ms (plus closing attempts) and a 50 ms backoff.
+    // Not before every attempt had its reply timeout: a busy machine only adds to it.
     assert!(
-        started.elapsed() < Duration::from_secs(6),
-        "{:?}",
+        started.elapsed() >= options.reply_timeout * attempts,
+        "gave up after {:?}",
         started.elapsed()
     );
     assert_eq!(driver.power_state().await.unwrap(), PowerState::On);

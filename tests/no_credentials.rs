@@ -11,15 +11,15 @@ use std::sync::{Arc, Mutex};
 
 use baremend::api::RemediationPhase;
 use baremend::remediation::controller::ControllerOptions;
-use baremend_sim::cluster::local::{BMHS, EVENTS, Gvr, MACHINES, NODES, SECRETS};
+use baremend_sim::cluster::ClusterSpec;
+use baremend_sim::cluster::local::{BMHS, EVENTS, Gvr, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
-use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use base64::Engine;
 use serde_json::json;
 
 mod common;
 
-use common::lab::Lab;
+use common::lab::{Lab, patch_policy};
 
 const PASSWORD: &str = "Sw0rdfish-7c41e9-recognizable";
 const WRONG: &str = "Wr0ngfish-0b8d2a-recognizable";
@@ -78,25 +78,9 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     // neither. worker-0's was rotated before its BMC: the new password is refused, the
     // previous one (the BMC's) works. worker-2's holds one wrong password: its dry run's
     // probe fails to log in.
-    let encode = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
-    for (secret, password, previous) in [
-        ("worker-1-bmc-secret", WRONG, Some(WRONG_PREVIOUS)),
-        ("worker-0-bmc-secret", NEW, Some(PASSWORD)),
-        ("worker-2-bmc-secret", WRONG, None),
-    ] {
-        let mut data = json!({"password": encode(password)});
-        if let Some(previous) = previous {
-            data["previousPassword"] = json!(encode(previous));
-        }
-        api.merge(
-            SECRETS,
-            MACHINE_NAMESPACE,
-            secret,
-            &json!({"data": data}),
-            false,
-        )
-        .unwrap();
-    }
+    lab.bmc_password("worker-1", WRONG, Some(WRONG_PREVIOUS));
+    lab.bmc_password("worker-0", NEW, Some(PASSWORD));
+    lab.bmc_password("worker-2", WRONG, None);
 
     lab.start_controller(ControllerOptions {
         instance: "leak-test".into(),
@@ -107,15 +91,10 @@ async fn no_password_or_session_token_in_logs_events_metrics_status_or_errors() 
     let done = lab.ended("worker-0-1").await;
     let failed = lab.ended("worker-1-1").await;
     // Then dry runs, whose probes log in (worker-0) or fail to (worker-2).
-    let policies: kube::Api<baremend::api::RemediationPolicy> = kube::Api::all(lab.client.clone());
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"mode": "DryRun", "maxConcurrent": 2, "storm": {"maxUnhealthyPercent": 100}}})),
-        )
-        .await
-        .unwrap();
+    // Only once the controller reads DryRun: a stale cache would fence worker-0 for real.
+    let dry_run =
+        json!({"mode": "DryRun", "maxConcurrent": 2, "storm": {"maxUnhealthyPercent": 100}});
+    patch_policy(&lab, dry_run).await;
     lab.trigger("worker-0", true);
     lab.trigger("worker-2", true);
     let probed = lab.reach("worker-0-2", RemediationPhase::DryRun).await;

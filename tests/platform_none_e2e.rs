@@ -17,11 +17,7 @@ use serde_json::{Value, json};
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast, request_has as has, steps};
-
-fn fast_policy() -> Value {
-    json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
-}
+use common::lab::{Lab, fast, fast_policy, request_has as has, steps};
 
 /// A platform-none cluster whose NodeHealthCheck gives baremend `escalation` before it moves
 /// on, with baremend's template in place, the policy `policy`, and the controller started

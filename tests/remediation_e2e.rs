@@ -10,13 +10,13 @@ use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{BMHS, EVENTS, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
-use kube::api::Api;
 use serde_json::{Value, json};
 
 mod common;
 
+use common::events::told_on;
 use common::eventually;
-use common::lab::{Lab, fast, metric, patch_policy, steps};
+use common::lab::{Lab, fast, fast_policy, metric, patch_policy, steps};
 
 /// The lab with the controller started.
 async fn start(spec: ClusterSpec, policy: Value) -> Lab {
@@ -99,21 +99,6 @@ impl Lab {
             .unwrap();
     }
 
-    /// Sets the password in the BMC Secret of `host` (the simulated BMCs keep theirs).
-    fn bmc_password(&self, host: &str, password: &str) {
-        use base64::Engine;
-        let encoded = base64::engine::general_purpose::STANDARD.encode(password);
-        self.api
-            .merge(
-                baremend_sim::cluster::local::SECRETS,
-                MACHINE_NAMESPACE,
-                &format!("{host}-bmc-secret"),
-                &json!({"data": {"password": encoded}}),
-                false,
-            )
-            .unwrap();
-    }
-
     /// One annotation of a Machine, if it has it.
     fn machine_annotation(&self, name: &str, key: &str) -> Option<Value> {
         let machine = self.api.get(MACHINES, MACHINE_NAMESPACE, name).unwrap();
@@ -174,10 +159,6 @@ fn condition<'a>(
 /// after 20 s.
 async fn held_with(lab: &Lab, name: &str, message: &str) -> baremend::api::RemediationStatus {
     lab.held_with(name, message).await
-}
-
-fn fast_policy() -> Value {
-    json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -670,7 +651,7 @@ async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_
     let lab = start_prepared(fast(), policy, |lab| {
         lab.detach("worker-0");
         lab.detach("worker-1");
-        lab.bmc_password("worker-0", WRONG);
+        lab.bmc_password("worker-0", WRONG, None);
         lab.set_bmc(
             "worker-1",
             json!({"address": "redfish+http://127.0.0.1:1/redfish/v1/Systems/1"}),
@@ -700,7 +681,18 @@ async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_
             "{host}"
         );
     }
-    let text = lab.told("a Failed Event", |t| t.contains("Failed")).await;
+    // Only once the Event that tells worker-0's refused login exists is its absence of the
+    // password worth checking.
+    let told = told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Remediation", "worker-0-1"),
+        "Failed",
+        "BMC read failed",
+    )
+    .await;
+    assert!(!told.to_string().contains(WRONG), "{told}");
+    let text = lab.events_text();
     assert!(!text.contains(WRONG), "Events leak the password");
 }
 
@@ -743,9 +735,11 @@ async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_ho
         }
     })
     .await;
-    // A negative: 500 ms more in which the host is not powered on again (left off); no
-    // condition to wait for proves that nothing happens.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A negative: ten of the controller's polls and two of the host's power delays more, in
+    // which the host is not powered on again (left off): a pass that asked for power-on
+    // would have shown in them. No condition to wait for proves that nothing happens.
+    let window = options(&lab).poll * 10 + lab.cluster.spec().timing.power_delay * 2;
+    tokio::time::sleep(window).await;
     assert_eq!(
         lab.power_history("worker-0"),
         [Power::Off, Power::On, Power::Off, Power::On, Power::Off]
@@ -977,15 +971,7 @@ async fn out_of_service_mode_is_held_on_a_server_older_than_1_28_until_the_polic
     })
     .await;
     // Deleting Nodes works on any version: the operator switches and the start goes ahead.
-    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"nodeRelease": "Delete"}})),
-        )
-        .await
-        .unwrap();
+    patch_policy(&lab, json!({"nodeRelease": "Delete"})).await;
     lab.succeeded("worker-0-1").await;
 }
 
@@ -1249,16 +1235,7 @@ async fn a_policy_edit_that_drops_the_strategy_in_use_is_reported_and_never_swit
     lab.stuck_power("worker-0", true);
     lab.cluster.hang("worker-0");
     lab.reach("worker-0-1", RemediationPhase::PoweringOff).await;
-    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
-    let patch = json!({"spec": {"strategies": ["DirectBmc"]}});
-    policies
-        .patch(
-            "default",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+    patch_policy(&lab, json!({"strategies": ["DirectBmc"]})).await;
     let failed = lab.failed("worker-0-1").await;
     let status = failed.status.clone().unwrap();
     let told = condition(&status, "StrategyInPolicy");
@@ -1330,8 +1307,6 @@ impl Lab {
 /// The Secret of `host` gets a new password, the old one as `previousPassword`, while the BMC
 /// (lock-out at 3 failures) keeps the old one; the host is then fenced directly.
 async fn fence_after_secret_rotation(protocol: Protocol, host: &str) {
-    use baremend_sim::cluster::local::SECRETS;
-    use base64::Engine;
     const NEW: &str = "the-new-password-Vb3";
     let mut policy = fast_policy();
     policy["strategies"] = json!(["DirectBmc"]);
@@ -1344,21 +1319,11 @@ async fn fence_after_secret_rotation(protocol: Protocol, host: &str) {
         },
     };
     let secret = format!("{host}-bmc-secret");
-    let mut old = Value::Null;
+    let mut old = String::new();
     let lab = start_prepared(spec, policy, |lab| {
         lab.detach(host);
         lab.lock_out_after(protocol, host, 3);
-        old = lab.api.get(SECRETS, MACHINE_NAMESPACE, &secret).unwrap()["data"]["password"].clone();
-        let new = base64::engine::general_purpose::STANDARD.encode(NEW);
-        lab.api
-            .merge(
-                SECRETS,
-                MACHINE_NAMESPACE,
-                &secret,
-                &json!({"data": {"password": new, "previousPassword": old}}),
-                false,
-            )
-            .unwrap();
+        old = lab.rotate_bmc_password(host, NEW);
     })
     .await;
     lab.cluster.hang(host);
@@ -1370,12 +1335,6 @@ async fn fence_after_secret_rotation(protocol: Protocol, host: &str) {
         })
         .await;
     assert!(text.contains(&secret), "the Event names the Secret: {text}");
-    let old = String::from_utf8(
-        base64::engine::general_purpose::STANDARD
-            .decode(old.as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
     assert!(
         !text.contains(NEW) && !text.contains(&old),
         "Events leak a password"
@@ -1539,7 +1498,7 @@ async fn a_dry_run_probes_the_bmc_and_records_a_failed_probe_without_leaking_or_
     let lab = start_prepared(fast(), policy, |lab| {
         lab.detach("worker-0");
         lab.detach("worker-1");
-        lab.bmc_password("worker-0", WRONG);
+        lab.bmc_password("worker-0", WRONG, None);
     })
     .await;
     let uids: Vec<Value> = ["worker-0", "worker-1"]
@@ -1610,6 +1569,14 @@ async fn a_dry_run_probes_the_bmc_and_records_a_failed_probe_without_leaking_or_
     for (machine, uid) in ["worker-0", "worker-1"].iter().zip(&uids) {
         assert_untouched(&lab, machine, uid);
     }
+    // One login per probe, the refused one not tried again: a policy change wakes every
+    // Machine (the triggers stay), and ten of the controller's polls later nothing more.
+    patch_policy(&lab, json!({"maxConcurrent": 3})).await;
+    tokio::time::sleep(options(&lab).poll * 10).await;
+    let after = lab.cluster.redfish().service().stats();
+    let logins = after.logins - before.logins;
+    let refused = after.authentication_failures - before.authentication_failures;
+    assert_eq!((logins, refused), (2, 1), "{after:?} (before: {before:?})");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -197,11 +197,17 @@ async fn graceful_off_ignored_by_a_hung_os_escalates_to_a_hard_off() {
 #[tokio::test]
 async fn a_wrong_password_fails_fast_as_a_permanent_authentication_error() {
     let sim = sim().await;
+    // A long reply timeout: a driver that waited for an answer (or retried on a timeout)
+    // would take one at least, however idle or busy the machine.
+    let patient = IpmiOptions {
+        reply_timeout: Duration::from_secs(5),
+        ..options(&CipherSuite::ALL)
+    };
     let driver = driver_for(
         &sim.bmc_address(),
         "admin",
         "not-the-password",
-        options(&CipherSuite::ALL),
+        patient.clone(),
     );
     let started = Instant::now();
     let error = driver.power_state().await.unwrap_err();
@@ -210,7 +216,7 @@ async fn a_wrong_password_fails_fast_as_a_permanent_authentication_error() {
     assert!(error.to_string().contains("password"), "{error}");
     assert!(!error.to_string().contains("not-the-password"), "{error}");
     assert!(
-        started.elapsed() < Duration::from_millis(250),
+        started.elapsed() < patient.reply_timeout,
         "{:?}",
         started.elapsed()
     );
@@ -331,14 +337,23 @@ async fn a_silent_bmc_times_out_within_the_retry_budget_and_leaves_no_session() 
         ..Faults::default()
     });
     let driver = driver(&sim, &CipherSuite::ALL);
+    // The driver's schedule: every attempt waits its reply timeout, with a doubling backoff
+    // between.
+    let options = options(&CipherSuite::ALL);
+    let attempts = options.retries + 1;
+    let backoffs = options.retry_backoff * (2u32.pow(options.retries) - 1);
+    let schedule = options.reply_timeout * attempts + backoffs;
     let started = Instant::now();
-    let error = driver.power_state().await.unwrap_err();
+    let error = tokio::time::timeout(schedule * 10, driver.power_state())
+        .await
+        .expect("the driver gives up by itself, well within ten of its schedules")
+        .unwrap_err();
     assert!(matches!(error, Error::Timeout { .. }), "{error}");
     assert!(error.is_retryable());
-    // 3 attempts × (cipher suite query + open session) × 300 ms + backoff, well under 5 s.
+    // Not before every attempt had its reply timeout: a busy machine only adds to it.
     assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
+        started.elapsed() >= options.reply_timeout * attempts,
+        "gave up after {:?}",
         started.elapsed()
     );
     sim.host().set_faults(Faults::default());

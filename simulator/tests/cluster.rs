@@ -36,6 +36,13 @@ fn fast() -> ClusterSpec {
     }
 }
 
+/// How long a negative about a host's power is watched: ten of the BareMetal Operator's
+/// periods and two power delays, in which a power change it made would have shown.
+fn negative_window(cluster: &SimCluster) -> Duration {
+    let timing = &cluster.spec().timing;
+    timing.bmo_period * 10 + timing.power_delay * 2
+}
+
 fn ready(api: &Local, node: &str) -> Option<String> {
     let node = api.get(NODES, "", node).ok()?;
     node.pointer("/status/conditions")?
@@ -185,9 +192,10 @@ async fn the_reboot_api_holds_a_host_off_and_it_re_registers_after_power_on() {
         .collect();
     assert_eq!(resets, ["worker-1:ForceOff"], "hard mode cuts the power");
     // While the annotation stays, the host stays off; the Node may be deleted meanwhile. A
-    // negative: 500 ms in which the host is not powered on; no condition to wait for proves
-    // that nothing happens.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // negative: ten of the operator's periods and two power delays, in which a power-on it
+    // asked for would have shown, and the host is not powered on; no condition to wait for
+    // proves that nothing happens.
+    tokio::time::sleep(negative_window(&cluster)).await;
     assert_eq!(cluster.host("worker-1").unwrap().host.power(), Power::Off);
     api.delete(NODES, "", "worker-1", None).unwrap();
     api.merge(
@@ -303,9 +311,9 @@ async fn more_unhealthy_workers_than_max_unhealthy_short_circuit_remediation() {
         },
     )
     .await;
-    // A negative: 500 ms more in which the second is not marked; no condition to wait for
-    // proves that nothing happens.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A negative: ten of the health check's periods more, in which the second is not
+    // marked; no condition to wait for proves that nothing happens.
+    tokio::time::sleep(cluster.spec().timing.mhc_period * 10).await;
     // The two can cross the timeout in different passes (transition times have a one-second
     // resolution): the first may be marked while it is the only one, never the second.
     let marked = ["worker-0", "worker-1"]
@@ -389,9 +397,9 @@ async fn several_reboot_requesters_hold_the_host_until_the_last_is_gone_and_hard
         .collect();
     assert_eq!(resets, ["ForceOff"], "hard wins over soft");
     annotate(json!({"reboot.metal3.io/a": Value::Null}));
-    // A negative: 600 ms in which the host stays off; no condition to wait for proves that
-    // nothing happens.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // A negative: ten of the operator's periods and two power delays, in which the host
+    // stays off; no condition to wait for proves that nothing happens.
+    tokio::time::sleep(negative_window(&cluster)).await;
     assert_eq!(
         cluster.host("worker-0").unwrap().host.power(),
         Power::Off,

@@ -190,7 +190,7 @@ async fn sessions_are_created_without_auth_read_without_their_token_and_deleted(
 
 #[tokio::test]
 async fn the_session_limit_is_enforced_so_leaking_clients_are_noticed() {
-    let (_, app) = service();
+    let (service, app) = service();
     let login = json!({"UserName": "admin", "Password": "password"});
     for _ in 0..64 {
         let answer = call(
@@ -213,6 +213,15 @@ async fn the_session_limit_is_enforced_so_leaking_clients_are_noticed() {
     .await;
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(refused.message_id(), "Base.1.18.SessionLimitExceeded");
+    // Every login tried is counted, the refused ones too (a wrong password included).
+    let wrong = json!({"UserName": "admin", "Password": "nope"});
+    let uri = "/redfish/v1/SessionService/Sessions";
+    let answer = call(&app, "POST", uri, &[], Some(wrong)).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    let stats = service.stats();
+    assert_eq!(stats.logins, 66, "{stats:?}");
+    assert_eq!(stats.sessions_created, 64, "{stats:?}");
+    assert_eq!(stats.authentication_failures, 1, "{stats:?}");
 }
 
 #[tokio::test]

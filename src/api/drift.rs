@@ -12,6 +12,7 @@ use super::bounds::{
     DNS_LABEL, DNS_LABEL_MAX, DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_OR_EMPTY,
     IMAGE_BY_DIGEST, IMAGE_MAX, PATH_MAX,
 };
+use super::policy::PolicyStatus;
 use super::remediation::{Condition, StepTime};
 use super::retention::Retention;
 
@@ -214,6 +215,7 @@ pub struct DriftRemediationStatus {
     group = "baremend.io",
     version = "v1alpha1",
     kind = "DriftPolicy",
+    status = "PolicyStatus",
     shortname = "bdpol",
     category = "baremend",
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,

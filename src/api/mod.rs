@@ -42,8 +42,8 @@ pub use host_bmc::{
 };
 pub use names::{ConditionType, DriftStep, RemediationStep};
 pub use policy::{
-    ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyTimeouts, RemediationMode,
-    RemediationPolicy, RemediationPolicySpec, StormGate, TrustPolicy,
+    ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyStatus, PolicyTimeouts,
+    RemediationMode, RemediationPolicy, RemediationPolicySpec, StormGate, TrustPolicy,
 };
 pub use remediation::{
     Condition, NodeBackup, Remediation, RemediationPhase, RemediationSpec, RemediationStatus,

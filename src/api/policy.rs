@@ -16,6 +16,7 @@ use super::retention::Retention;
     group = "baremend.io",
     version = "v1alpha1",
     kind = "RemediationPolicy",
+    status = "PolicyStatus",
     shortname = "brpol",
     category = "baremend",
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
@@ -91,6 +92,19 @@ pub struct RemediationPolicySpec {
     /// the path could answer Off for a running host. IPMI (RMCP+ only) is authenticated.
     #[serde(default)]
     pub allow_insecure_bmc: bool,
+}
+
+/// What the controller reports on a policy (a `RemediationPolicy` or a `DriftPolicy`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyStatus {
+    /// The `metadata.generation` of the policy that the controller reads now: written once
+    /// that generation is in its cache, so any decision made after it is seen here uses this
+    /// spec or a newer one. Behind `metadata.generation` while a change is on its way (or no
+    /// controller runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub observed_generation: Option<i64>,
 }
 
 impl RemediationPolicySpec {

@@ -19,9 +19,9 @@ use super::classify::{ConfigState, classify};
 pub use super::context::{DriftCaches, DriftContext, DriftOptions};
 pub use super::helper::HelperPods;
 use super::pass::Pass;
-use crate::api::DriftRemediation;
 use crate::api::annotations::PLANNED_REBOOT;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
+use crate::api::{DriftPolicy, DriftRemediation};
 use crate::metrics::Metrics;
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::{informer, watch_config};
@@ -69,6 +69,13 @@ pub async fn run(
         machine_remediations,
         policies,
     };
+    // The generation of the policy the passes read, written on it (see `observed.rs`).
+    let policy_changed = Arc::new(tokio::sync::Notify::new());
+    let observed = Background::spawn(crate::runtime::observed::run(
+        Api::<DriftPolicy>::all(client.clone()),
+        caches.policies.clone(),
+        policy_changed.clone(),
+    ));
     let context = Arc::new(DriftContext::new(client, clock, caches, options));
     let gauges = {
         let context = context.clone();
@@ -90,6 +97,7 @@ pub async fn run(
     let nodes = node_feed.store.clone();
     let all = remediations.clone();
     let policy_wakes = policy_stream.flat_map(move |_| {
+        policy_changed.notify_one();
         let remediated = nodes_with_remediations(&all.state());
         let concerned: Vec<ObjectRef<Node>> = nodes
             .state()
@@ -128,7 +136,7 @@ pub async fn run(
             }
         })
         .await;
-    drop((gauges, mcn_task, own_node_watch));
+    drop((observed, gauges, mcn_task, own_node_watch));
     context.refresh_metrics();
     info!("drift coordinator stopped");
     Ok(())

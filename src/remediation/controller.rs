@@ -281,6 +281,13 @@ pub async fn run_machines(
         machine_requests: watches.machine_requests.0,
         node_requests: watches.node_requests.store.clone(),
     };
+    // The generation of the policy the passes read, written on it (see `observed.rs`).
+    let policy_changed = Arc::new(tokio::sync::Notify::new());
+    let observed = Background::spawn(crate::runtime::observed::run(
+        Api::<RemediationPolicy>::all(client.clone()),
+        watches.policies.store.clone(),
+        policy_changed.clone(),
+    ));
     let power = options.power_poll.map(|p| (p, options.power_poll_seed));
     let fencing = options.fencing_check.map(|p| (p, options.power_poll_seed));
     let context = Arc::new(Context::new(
@@ -330,7 +337,10 @@ pub async fn run_machines(
     let machine_of_changed_node = move |node: Arc<Node>| machine_of_node(&node, &machines_of_nodes);
     // A policy or BMC mapping change may unblock anything: look at every Machine again.
     let reconcile_all = futures_util::stream::select(
-        watches.policies.for_machines.map(|_| ()),
+        watches
+            .policies
+            .for_machines
+            .map(move |_| policy_changed.notify_one()),
         watches.host_bmcs.for_machines.map(|_| ()),
     );
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -371,6 +381,7 @@ pub async fn run_machines(
         });
     tokio::join!(machine_controller, machineless);
     drop((
+        observed,
         gauges,
         health_checks,
         monitor,

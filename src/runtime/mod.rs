@@ -1,6 +1,7 @@
 //! What both controllers run on: the injected clock and time conversions, status
 //! conditions, Events, the watch caches (one helper for every kind, and the one Node watch
-//! they share) and background tasks that end with their owner.
+//! they share), the policy's observed generation, and background tasks that end with their
+//! owner.
 //!
 //! Nothing here knows about remediation or drift: both controllers import it, it imports
 //! neither.
@@ -11,6 +12,7 @@ pub mod delete;
 pub mod events;
 pub mod informer;
 pub mod node_watch;
+pub mod observed;
 pub mod requeue;
 pub mod retention;
 pub mod tasks;

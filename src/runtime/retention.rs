@@ -164,14 +164,17 @@ mod tests {
                 .count();
             assert!(newer >= keep, "one of the {keep} newest pruned: {case}");
         }
-        // Everything else beyond the limit goes, up to the bound, the oldest first.
-        let due: Vec<usize> = finished
+        // Everything else beyond the limit goes, up to the bound, the oldest first: exactly
+        // the `bound` oldest of those due, not merely as many of them in order.
+        let mut due: Vec<&Record<usize>> = finished
             .iter()
+            .copied()
             .filter(|r| r.key + 1 != records.len())
             .filter(|r| finished.iter().filter(|o| newer_than(o, r)).count() >= keep)
-            .map(|r| r.key)
             .collect();
-        assert_eq!(pruned.len(), due.len().min(bound), "{case}");
+        due.sort_by_key(|r| (r.finished_at, r.key));
+        let oldest_due: Vec<usize> = due.iter().take(bound).map(|r| r.key).collect();
+        assert_eq!(pruned, oldest_due, "the oldest due: {case}");
         for pair in pruned.windows(2) {
             assert!(
                 newer_than(&records[pair[1]], &records[pair[0]]),

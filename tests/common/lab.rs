@@ -17,7 +17,7 @@ use baremend::metrics::Metrics;
 use baremend::remediation::controller::ControllerOptions;
 use baremend::runtime::SystemClock;
 use baremend_sim::clock::SystemClock as SimClock;
-use baremend_sim::cluster::local::{BMHS, CRDS, Gvr, Local, NODES};
+use baremend_sim::cluster::local::{BMHS, CRDS, Gvr, Local, NODES, SECRETS};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{BMC_USERNAME, ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::Power;
@@ -54,6 +54,12 @@ pub fn fast() -> ClusterSpec {
         timing: Timing::fast(),
         ..ClusterSpec::default()
     }
+}
+
+/// A policy for quick remediations: power-off proven within 10 s, the Node back within 30 s
+/// and Ready for 1 s (the rest is the defaults).
+pub fn fast_policy() -> Value {
+    json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
 }
 
 /// What the test asks for before the cluster starts.
@@ -255,6 +261,46 @@ impl Lab {
         (sim, address)
     }
 
+    /// Writes `password` (and `previous` as `previousPassword`, when given) into the BMC
+    /// Secret of `host`; the simulated BMCs keep theirs.
+    pub fn bmc_password(&self, host: &str, password: &str, previous: Option<&str>) {
+        use base64::Engine;
+        let encode = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+        let mut data = json!({"password": encode(password)});
+        if let Some(previous) = previous {
+            data["previousPassword"] = json!(encode(previous));
+        }
+        self.merge_bmc_secret(host, data);
+    }
+
+    /// Rotates the BMC Secret of `host` as an operator does: `new` becomes its password and the
+    /// one it had its `previousPassword`; the BMC keeps the old one. Returns the old one.
+    pub fn rotate_bmc_password(&self, host: &str, new: &str) -> String {
+        use base64::Engine;
+        let base64 = base64::engine::general_purpose::STANDARD;
+        let secret = format!("{host}-bmc-secret");
+        let old = self.api.get(SECRETS, MACHINE_NAMESPACE, &secret).unwrap()["data"]["password"]
+            .as_str()
+            .map(|old| base64.decode(old).unwrap())
+            .unwrap();
+        let old = String::from_utf8(old).unwrap();
+        self.bmc_password(host, new, Some(&old));
+        old
+    }
+
+    fn merge_bmc_secret(&self, host: &str, data: Value) {
+        let secret = format!("{host}-bmc-secret");
+        self.api
+            .merge(
+                SECRETS,
+                MACHINE_NAMESPACE,
+                &secret,
+                &json!({"data": data}),
+                false,
+            )
+            .unwrap();
+    }
+
     /// Merges `metadata` (annotations, labels) and `bmc` into a BareMetalHost.
     pub fn merge_host(&self, host: &str, metadata: Value, bmc: Value) {
         self.api
@@ -271,6 +317,13 @@ impl Lab {
     /// A Remediation, read from the store.
     pub fn remediation(&self, name: &str) -> Option<Remediation> {
         RemediationPhase::read(&self.api, name)
+    }
+
+    /// The steps the Remediation `name` persisted, in order (none while it does not exist).
+    pub fn steps_of(&self, name: &str) -> Vec<String> {
+        self.remediation(name)
+            .map(|r| steps(&r))
+            .unwrap_or_default()
     }
 
     /// A DriftRemediation, read from the store.
@@ -627,10 +680,28 @@ pub fn request_has(
     })
 }
 
-/// Merges `patch` into the spec of the RemediationPolicy `default`, as an operator would.
+/// Merges `patch` into the spec of the RemediationPolicy `default`, as an operator would, and
+/// waits until the controller reads that generation (see [`patch_observed`]).
 pub async fn patch_policy(lab: &Lab, patch: Value) {
-    let policies: Api<baremend::api::RemediationPolicy> = Api::all(lab.client.clone());
-    policies
+    patch_observed::<baremend::api::RemediationPolicy>(lab, "remediationpolicies", patch).await;
+}
+
+/// Merges `patch` into the spec of the DriftPolicy `default`, as an operator would, and
+/// waits until the coordinator reads that generation (see [`patch_observed`]).
+pub async fn patch_drift_policy(lab: &Lab, patch: Value) {
+    patch_observed::<DriftPolicy>(lab, "driftpolicies", patch).await;
+}
+
+/// Merges `patch` into the spec of the policy `default` of kind `K` (`plural`) through the API
+/// server, then waits (up to 10 s) until its `status.observedGeneration` reaches the
+/// generation the patch made: the controller writes it once its cache holds that spec, so
+/// what the test does next is decided on it, not on a cache that has not seen the change.
+pub async fn patch_observed<K>(lab: &Lab, plural: &'static str, patch: Value)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let policies: Api<K> = Api::all(lab.client.clone());
+    let patched = policies
         .patch(
             "default",
             &kube::api::PatchParams::default(),
@@ -638,6 +709,33 @@ pub async fn patch_policy(lab: &Lab, patch: Value) {
         )
         .await
         .unwrap();
+    let generation = patched
+        .meta()
+        .generation
+        .expect("a policy has a generation");
+    let gvr = Gvr {
+        group: "baremend.io",
+        version: "v1alpha1",
+        plural,
+    };
+    eventually(
+        &format!("{plural}/default observed at generation {generation}"),
+        Duration::from_secs(10),
+        async || {
+            let policy = lab
+                .api
+                .get(gvr, "", "default")
+                .map_err(|e| format!("{e:?}"))?;
+            let observed = policy
+                .pointer("/status/observedGeneration")
+                .and_then(Value::as_i64);
+            match observed {
+                Some(observed) if observed >= generation => Ok(()),
+                _ => Err(format!("{:#?}", policy["status"])),
+            }
+        },
+    )
+    .await;
 }
 
 impl Lab {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod drift;
+pub mod events;
 pub mod kubectl;
 pub mod lab;
 pub mod prometheus;

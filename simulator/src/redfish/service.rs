@@ -208,6 +208,10 @@ pub struct Stats {
     pub max_in_flight: u64,
     /// Sessions currently open.
     pub open_sessions: usize,
+    /// Logins tried (session creations with sessions on), accepted or refused: what a
+    /// client that must not retry a refused login is counted by.
+    #[serde(default)]
+    pub logins: u64,
     /// Sessions created so far.
     pub sessions_created: u64,
     /// Sessions deleted by clients.
@@ -249,6 +253,7 @@ struct ServiceState {
     next_session: u64,
     tasks: HashMap<u64, Task>,
     next_task: u64,
+    logins: u64,
     sessions_created: u64,
     sessions_deleted: u64,
     authentication_failures: u64,
@@ -323,6 +328,7 @@ impl RedfishService {
                 next_session: 1,
                 tasks: HashMap::new(),
                 next_task: 1,
+                logins: 0,
                 sessions_created: 0,
                 sessions_deleted: 0,
                 authentication_failures: 0,
@@ -607,6 +613,7 @@ impl RedfishService {
             requests: self.requests.load(Ordering::Relaxed),
             max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
             open_sessions: state.sessions.len(),
+            logins: state.logins,
             sessions_created: state.sessions_created,
             sessions_deleted: state.sessions_deleted,
             authentication_failures: state.authentication_failures,
@@ -657,6 +664,7 @@ impl RedfishService {
         if !state.auth.sessions {
             return Err(LoginError::SessionsDisabled);
         }
+        state.logins += 1;
         let now = self.clock.now();
         if Self::check_password(&mut state, now, username, password).is_none() {
             state.authentication_failures += 1;

@@ -45,6 +45,7 @@ use baremend_sim::cluster::mco::disk::NodeDisk;
 use baremend_sim::host::{Power, SimHost};
 use serde_json::Value;
 
+use super::judged::Judged;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, NHC_TIMED_OUT, PLANNED_REBOOT};
 use crate::api::mco::{DESIRED_DRAIN, LAST_APPLIED_DRAIN, POST_CONFIG_ACTION, STATE};
 use crate::api::{Remediation, RemediationPhase};
@@ -115,6 +116,12 @@ pub struct Checker {
     completing_after_timeout: std::collections::HashSet<String>,
     /// When the NodeHealthCheck's timeouts came.
     pub timeouts: TimeoutTally,
+    /// How many cases each invariant judged.
+    pub judged: Judged,
+    /// Objects the checker could not read (a Remediation that does not parse, a
+    /// DriftRemediation without its Node): its judgement would be blind there, so each
+    /// fails the seed as a harness error.
+    pub unreadable: Vec<String>,
 }
 
 /// When a NodeHealthCheck timed out its requests, as the API server committed the timeout.
@@ -261,6 +268,13 @@ impl Checker {
             ("baremend.io", "machineremediations" | "noderemediations") => {
                 self.request_change(event)
             }
+            // A tenant's HostBmc: invariant 10 judges what the controller makes of it.
+            ("baremend.io", "hostbmcs")
+                if event.key.namespace == TENANT_NAMESPACE
+                    && matches!(event.kind, EventType::Added) =>
+            {
+                self.judged.add(10)
+            }
             _ => {}
         }
     }
@@ -273,6 +287,8 @@ impl Checker {
         }
         let object = &event.object;
         let Some(node) = object.pointer("/spec/nodeName").and_then(Value::as_str) else {
+            self.unreadable
+                .push(format!("DriftRemediation {name} without spec.nodeName"));
             return;
         };
         let attempt = name
@@ -292,6 +308,7 @@ impl Checker {
         if step_count(object, "ForceFileRemoved") > 0
             && self.force_file_removed.insert(name.clone())
         {
+            self.judged.add(8);
             let left = self
                 .disks
                 .get(node)
@@ -328,6 +345,7 @@ impl Checker {
         let Some((mark, busy)) = self.mco_nodes.get(machine) else {
             return;
         };
+        self.judged.add(7);
         let handed_over = self
             .latest_drift
             .get(machine)
@@ -376,6 +394,9 @@ impl Checker {
             "machineremediations" => event.key.namespace == MACHINE_NAMESPACE,
             _ => event.key.namespace == NHC_NAMESPACE,
         };
+        if matches!(event.kind, EventType::Added) && !trusted {
+            self.judged.add(10);
+        }
         if matches!(event.kind, EventType::Added) && trusted {
             *self
                 .trigger_epoch
@@ -422,6 +443,7 @@ impl Checker {
             self.timeouts.before_start += 1;
             return;
         };
+        self.judged.add(9);
         if self.proven.contains(&key) {
             self.timeouts.after_proof += 1;
             self.completing_after_timeout.insert(key.clone());
@@ -439,6 +461,7 @@ impl Checker {
         let Some(key) = self.recorder(uid) else {
             return;
         };
+        self.judged.add(9);
         if self.proven.contains(&key) && reason == CANCELLED_FOR_TIMEOUT {
             self.violations.push(format!(
                 "invariant 9: {key} was cancelled for the NodeHealthCheck's timeout after the \
@@ -465,6 +488,7 @@ impl Checker {
         if let Some(how) = released
             && let Some(host) = hosts.get(name)
         {
+            self.judged.add(1);
             // Judged at the commit itself: the host must be off at this instant. A flapping
             // BMC contradicts itself, which the controller must see: a release on its false
             // Off breaks the invariant like any other (and is counted apart).
@@ -506,8 +530,13 @@ impl Checker {
 
     fn remediation_change(&mut self, event: &WatchEvent) {
         let key = format!("{}/{}", event.key.namespace, event.key.name);
-        let Ok(remediation) = serde_json::from_value::<Remediation>(event.object.clone()) else {
-            return;
+        let remediation = match serde_json::from_value::<Remediation>(event.object.clone()) {
+            Ok(remediation) => remediation,
+            Err(error) => {
+                self.unreadable
+                    .push(format!("Remediation {key} does not parse: {error}"));
+                return;
+            }
         };
         let phase = remediation
             .status
@@ -529,6 +558,7 @@ impl Checker {
         self.check_not_tenants(&key, &event.key.namespace, &remediation);
         let started = under_way(phase) && !before.is_some_and(under_way);
         if started {
+            self.judged.add(4);
             self.check_trigger_fresh(&machine, &key);
         }
         let power_offs = step_count(&event.object, "PowerOffRequested");
@@ -619,6 +649,7 @@ impl Checker {
     /// Invariant 6, at the start of the remediation `key` of `machine`.
     fn check_trigger_fresh(&mut self, machine: &str, key: &str) {
         let epoch = self.trigger_epoch.get(machine).copied().unwrap_or(0);
+        self.judged.add(6);
         if epoch == 0 {
             self.violations.push(format!(
                 "invariant 6: {key} requested power-off though no trigger of its Machine \
@@ -650,6 +681,10 @@ impl Checker {
         for remediation in remediations {
             let name = remediation.metadata.name.clone().unwrap_or_default();
             let status = remediation.status.clone().unwrap_or_default();
+            self.judged.add(2);
+            if !status.steps.is_empty() {
+                self.judged.add(5);
+            }
             if !status.phase.is_terminal() {
                 self.violations.push(format!(
                     "invariant 2: Remediation {name} stuck in {:?} (steps {:?}, last error {:?})",
@@ -683,6 +718,7 @@ impl Checker {
         let mut disks: Vec<(&String, &Arc<NodeDisk>)> = self.disks.iter().collect();
         disks.sort_by_key(|(node, _)| *node);
         for (node, disk) in disks {
+            self.judged.add(8);
             if disk.get(FORCE_FILE).is_some() {
                 self.violations.push(format!(
                     "invariant 8: {FORCE_FILE} left on {node} at the end"
@@ -697,6 +733,7 @@ impl Checker {
             if hosts[name].power() != Power::Off {
                 continue;
             }
+            self.judged.add(3);
             if !latest_failed(&latest, name) {
                 let said = latest.get(name).and_then(|r| r.status.as_ref()).map(|s| {
                     let steps: Vec<&str> = s.steps.iter().map(|t| t.step.as_str()).collect();
@@ -734,6 +771,7 @@ impl Checker {
         stopped.sort();
         let mut found = Vec::new();
         for (key, machine) in stopped {
+            self.judged.add(9);
             let off = hosts.get(machine).is_some_and(|h| h.power() == Power::Off);
             if off && !latest_failed(latest, machine) {
                 found.push(format!(
@@ -755,6 +793,7 @@ impl Checker {
             if !self.completing_after_timeout.contains(&key) {
                 continue;
             }
+            self.judged.add(9);
             let status = remediation.status.clone().unwrap_or_default();
             let powered_on = status.steps.iter().any(|s| s.step == "PowerOnRequested");
             let completed = match status.phase {
@@ -868,6 +907,43 @@ mod tests {
             &hosts(Power::Off),
         );
         assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+        // Both releases were judged (the Modified one without the taint before it is a release).
+        assert_eq!(checker.judged.of(1), 2);
+    }
+
+    #[test]
+    fn the_cases_judged_are_counted_and_an_unreadable_object_is_told_not_skipped() {
+        let mut checker = Checker::new(2);
+        see_remediation(
+            &mut checker,
+            "worker-0-1",
+            "worker-0",
+            "PoweringOff",
+            &["PowerOffRequested"],
+        );
+        see_remediation(&mut checker, "worker-0-1", "worker-0", "Succeeded", &[]);
+        see_remediation(&mut checker, "worker-0-2", "worker-0", "PoweringOff", &[]);
+        // Two starts, each judged by 4 and by 6 (a trigger before it, and a fresh one).
+        assert_eq!((checker.judged.of(4), checker.judged.of(6)), (2, 2));
+        assert!(checker.unreadable.is_empty(), "{:?}", checker.unreadable);
+        // A Remediation whose status does not parse.
+        let mut broken = remediation("worker-1-1", "worker-1", "PoweringOff", &[]);
+        broken["status"]["phase"] = json!("NoSuchPhase");
+        let event = change(
+            "remediations",
+            "baremend.io",
+            "worker-1-1",
+            EventType::Modified,
+            broken,
+        );
+        checker.observe(&event, &HashMap::new());
+        assert_eq!(checker.unreadable.len(), 1, "{:?}", checker.unreadable);
+        assert!(checker.unreadable[0].starts_with("Remediation ns/worker-1-1 does not parse"));
+        assert_eq!(
+            checker.judged.of(4),
+            2,
+            "nothing judged on what was not read"
+        );
     }
 
     #[test]

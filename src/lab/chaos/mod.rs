@@ -19,6 +19,7 @@
 
 pub mod check;
 mod drift;
+pub mod judged;
 pub mod plan;
 mod settle;
 mod tenant;
@@ -41,6 +42,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use self::check::{Checker, TimeoutTally};
+use self::judged::Judged;
 use self::plan::{Fault, HealthCheck, WORKERS};
 use self::settle::{list_remediations, settle};
 use super::setup::LabCluster;
@@ -108,6 +110,8 @@ pub struct SeedOutcome {
     pub by_trigger: HashMap<String, usize>,
     /// When its NodeHealthCheck timed out requests.
     pub timeouts: TimeoutTally,
+    /// How many cases each invariant judged.
+    pub judged: Judged,
     /// How long it took.
     pub took: Duration,
 }
@@ -324,6 +328,15 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         ));
     }
     checker.finish(&remediations, &hosts);
+    if !checker.unreadable.is_empty() {
+        return Err(Error::Invalid {
+            object: format!("the checker of seed {seed}"),
+            reason: format!(
+                "it could not read what it must judge: {}",
+                checker.unreadable.join("; ")
+            ),
+        });
+    }
     let (phases, requests_remade, fence_lost) = tally(&remediations);
     let drift = drift
         .as_ref()
@@ -333,6 +346,7 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         health_check: check,
         by_trigger: by_trigger(&remediations),
         timeouts: checker.timeouts,
+        judged: checker.judged,
         requests_remade,
         fence_lost,
         drift,
@@ -674,6 +688,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let (mut remade, mut lost) = (0, 0);
     let mut drift = drift::DriftTally::default();
     let mut triggers = TriggerTally::default();
+    let mut judged = Judged::default();
     for outcome in &outcomes {
         match outcome {
             Ok(o) => {
@@ -694,6 +709,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
                     drift.add(scenario);
                 }
                 triggers.add(o);
+                judged.merge(&o.judged);
             }
             Err(_) => errors += 1,
         }
@@ -702,7 +718,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut phase_list: Vec<(String, usize)> = phases.into_iter().collect();
     phase_list.sort();
     println!(
-        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; {}{}",
+        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; cases judged per invariant: {judged} (none for {:?}); {}{}",
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64(),
         failed.len(),
@@ -711,6 +727,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
             .map(|(p, c)| format!("{p} {c}"))
             .collect::<Vec<_>>()
             .join(", "),
+        judged.idle(),
         triggers.summary(),
         drift.summary()
     );
