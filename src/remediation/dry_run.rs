@@ -34,8 +34,8 @@ use super::gates::Held;
 use super::pass::Pass;
 use super::plan::{DryRun, Mode, Phase, Probe, ReleaseMode};
 use super::probe;
-use super::state::{record_step, set_condition, strategy_name};
-use super::steps::Round;
+use super::state::{set_condition, strategy_name};
+use super::steps::{Round, Tell};
 use crate::Result;
 use crate::api::{ConditionType, FenceStrategyName, Remediation, RemediationStep};
 use crate::runtime::events::Severity;
@@ -183,10 +183,10 @@ impl Pass {
         if !self.triggered() {
             if !cleared {
                 let mut last = last.clone();
-                let mut status = last.status.clone().unwrap_or_default();
+                let status = last.status.clone().unwrap_or_default();
                 let now = self.context.clock.now();
-                record_step(&mut status, RemediationStep::TriggerCleared, None, now);
-                self.persist(&mut last, status).await?;
+                let step = (RemediationStep::TriggerCleared, None);
+                self.take_step(&mut last, status, step, now, None).await?;
             }
             return Ok(Some(Action::await_change()));
         }
@@ -229,16 +229,11 @@ impl Pass {
             &record.message,
             now,
         );
-        record_step(
-            &mut status,
-            RemediationStep::DryRun,
-            Some(Phase::DryRun),
-            now,
-        );
-        self.persist(remediation, status).await?;
+        let step = (RemediationStep::DryRun, Some(Phase::DryRun));
+        let tell = Tell::normal("DryRun", record.message);
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         tracing::info!(remediation = %remediation.name_any(), outcome = record.reason, "dry run recorded");
-        self.event(remediation, Severity::Normal, "DryRun", record.message)
-            .await;
         if let Some(why) = record.warning {
             let note = format!("dry run: no fencing path answered its probe: {why}");
             self.event(remediation, Severity::Warning, "DryRunProbeFailed", note)
