@@ -33,9 +33,10 @@ use kube::runtime::controller::Action;
 use super::gates::Held;
 use super::pass::Pass;
 use super::plan::{DryRun, Mode, Phase, Probe, ReleaseMode};
-use super::probe;
+use super::probe::{self, ProbeSite, ProbeWith};
 use super::state::{set_condition, strategy_name};
 use super::steps::{Round, Tell};
+use super::strategy::strategy;
 use crate::Result;
 use crate::api::{ConditionType, FenceStrategyName, Remediation, RemediationStep};
 use crate::runtime::events::Severity;
@@ -117,58 +118,47 @@ impl Pass {
             && *may_start != Err(Held::Paused)
     }
 
-    /// The non-disruptive probes, in the policy's order up to the first that answers (the
-    /// order the escalation would take).
+    /// The non-disruptive probes (shared with the readiness check, see `probe`), in the
+    /// policy's order up to the first that answers (the order the escalation would take).
     pub(super) async fn probe_strategies(&self, remediation: &Remediation) -> Vec<Probe> {
+        let context = &self.context;
+        let with = ProbeWith {
+            client: &context.client,
+            connector: &context.connector,
+            reboot_key: &self.policy.reboot_key,
+            timeout: PROBE_TIMEOUT,
+            terms: probe::ProbeTerms {
+                metrics: Some(context.metrics.power.clone()),
+                witness: Some(context.witness.clone()),
+                allow_insecure: self.policy.allow_insecure_bmc,
+            },
+        };
+        let key = format!("{}/{}", self.namespace, self.name);
+        let host = Ok(self.host(remediation).map(|(host, _)| host));
+        let bmc = self.locate_direct_bmc(remediation);
+        let site = ProbeSite {
+            key: &key,
+            namespace: &self.namespace,
+            host: &host,
+            bmc: &bmc,
+        };
         let mut probes = Vec::new();
-        for (strategy, name) in self.policy.strategies.iter().enumerate() {
-            let outcome = match name {
-                FenceStrategyName::BareMetalHostRebootApi => self.probe_host(remediation).await,
-                FenceStrategyName::DirectBmc => self.probe_bmc(remediation).await,
-            };
+        for (index, name) in self.policy.strategies.iter().enumerate() {
+            let outcome = strategy(*name)
+                .probe(&with, &site)
+                .await
+                .map(|answer| answer.said)
+                .map_err(|refusal| refusal.detail);
             let answered = outcome.is_ok();
-            probes.push(Probe { strategy, outcome });
+            probes.push(Probe {
+                strategy: index,
+                outcome,
+            });
             if answered {
                 break;
             }
         }
         probes
-    }
-
-    /// The reboot API's probe (shared with the readiness check, see `probe`).
-    async fn probe_host(&self, remediation: &Remediation) -> std::result::Result<String, String> {
-        let (host, _) = self
-            .host(remediation)
-            .ok_or("the Machine names no BareMetalHost")?;
-        probe::probe_host(&self.context.client, &host, &self.policy.reboot_key)
-            .await
-            .map(|answer| answer.said)
-            .map_err(|refusal| refusal.detail)
-    }
-
-    /// The BMC's probe (shared with the readiness check, see `probe`): a login, a read of the
-    /// system and its reset types, the session closed.
-    async fn probe_bmc(&self, remediation: &Remediation) -> std::result::Result<String, String> {
-        let bmc = self
-            .locate_direct_bmc(remediation)
-            .map_err(|e| e.to_string())?;
-        let context = &self.context;
-        let terms = probe::ProbeTerms {
-            metrics: Some(context.metrics.power.clone()),
-            witness: Some(context.witness.clone()),
-            allow_insecure: self.policy.allow_insecure_bmc,
-        };
-        probe::probe_bmc(
-            &context.client,
-            &context.connector,
-            &self.namespace,
-            &bmc,
-            PROBE_TIMEOUT,
-            terms,
-        )
-        .await
-        .map(|answer| answer.said)
-        .map_err(|refusal| refusal.detail)
     }
 
     /// After a dry run (`last`): `Some` when nothing starts now; `None` when a new

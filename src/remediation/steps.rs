@@ -12,13 +12,13 @@ use kube::runtime::controller::Action;
 use tracing::info;
 
 use super::execute;
-use super::fence::ConfirmedOff;
+use super::fence::{ConfirmedOff, FencedHost};
 use super::gates::Held;
 use super::observe::node_view;
 use super::pass::Pass;
 use super::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
-use super::power::Withdraw;
 use super::state::{record_step, set_condition, strategy_name};
+use super::strategy::Withdraw;
 use crate::api::FenceStrategyName;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION};
 use crate::api::{ConditionType, RemediationStep};
@@ -702,7 +702,7 @@ impl Pass {
         remediation: &Remediation,
         proof: ConfirmedOff,
     ) -> Result<ConfirmedOff> {
-        if proof.strategy() != FenceStrategyName::BareMetalHostRebootApi {
+        if !matches!(proof.host(), FencedHost::BareMetalHost { .. }) {
             return Ok(proof);
         }
         let mut target = self.fence_target(remediation, proof.strategy(), None);
