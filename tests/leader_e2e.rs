@@ -74,7 +74,7 @@ fn holder(api: &Local, name: &str) -> Option<String> {
 fn steps(lab: &Lab, name: &str) -> Vec<String> {
     lab.remediation(name)
         .and_then(|r| r.status)
-        .map(|s| s.steps.into_iter().map(|t| t.step).collect())
+        .map(|s| s.steps.into_iter().map(|t| t.step.to_string()).collect())
         .unwrap_or_default()
 }
 

@@ -12,6 +12,7 @@ use super::bounds::{
     DNS_LABEL, DNS_LABEL_MAX, DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_OR_EMPTY,
     IMAGE_BY_DIGEST, IMAGE_MAX, PATH_MAX,
 };
+use super::names::DriftStep;
 use super::remediation::{Condition, StepTime};
 use super::retention::Retention;
 
@@ -202,7 +203,7 @@ pub struct DriftRemediationStatus {
     pub last_error: Option<String>,
     /// Every persisted step, in order.
     #[serde(default)]
-    pub steps: Vec<StepTime>,
+    pub steps: Vec<StepTime<DriftStep>>,
     /// Conditions (`Held`, `Succeeded`, `Failed`).
     #[serde(default)]
     pub conditions: Vec<Condition>,

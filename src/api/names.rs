@@ -3,6 +3,119 @@
 //! string typed twice. Each serialises to the text stored today (`as_str`), so objects
 //! written by an earlier version stay readable, and `parse` reads a stored name back (an
 //! unknown one, from a newer version, reads as `None`).
+//!
+//! A status field holding such a name is a [`Stored`]: the variant when this version knows
+//! the name, else the text as written (by a newer version), kept so that writing the status
+//! back loses nothing and one unknown name never makes the whole object unreadable.
+
+use std::borrow::Cow;
+
+/// A fieldless enum stored by name (see the module doc).
+pub trait StoredName: Copy + Eq + 'static {
+    /// The name as stored.
+    fn as_str(self) -> &'static str;
+    /// The variant a stored name stands for, if this version knows it.
+    fn parse(text: &str) -> Option<Self>;
+}
+
+/// A name read from (or written to) status: see the module doc.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Stored<T> {
+    /// A name this version knows.
+    Known(T),
+    /// A name this version does not know, as written.
+    Unknown(String),
+}
+
+impl<T: StoredName> Stored<T> {
+    /// The variant, when this version knows the name.
+    pub fn known(&self) -> Option<T> {
+        match self {
+            Stored::Known(name) => Some(*name),
+            Stored::Unknown(_) => None,
+        }
+    }
+
+    /// The name as stored.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Stored::Known(name) => name.as_str(),
+            Stored::Unknown(text) => text,
+        }
+    }
+}
+
+impl<T> From<T> for Stored<T> {
+    fn from(name: T) -> Self {
+        Stored::Known(name)
+    }
+}
+
+/// A name read from text: the variant when this version knows it.
+impl<T: StoredName> From<&str> for Stored<T> {
+    fn from(text: &str) -> Self {
+        match T::parse(text) {
+            Some(name) => Stored::Known(name),
+            None => Stored::Unknown(text.to_string()),
+        }
+    }
+}
+
+/// The name as text, wherever a `&str` is read (messages, labels, comparisons with text).
+impl<T: StoredName> std::ops::Deref for Stored<T> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl<T: StoredName> PartialEq<T> for Stored<T> {
+    fn eq(&self, other: &T) -> bool {
+        self.known() == Some(*other)
+    }
+}
+
+impl<T: StoredName> PartialEq<&str> for Stored<T> {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl<T: StoredName> std::fmt::Display for Stored<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<T: StoredName> serde::Serialize for Stored<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de, T: StoredName> serde::Deserialize<'de> for Stored<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Ok(Stored::from(text.as_str()))
+    }
+}
+
+/// A string in the schema, as before the names were typed: a name a newer version writes
+/// must pass an older version's CRD.
+impl<T> schemars::JsonSchema for Stored<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        String::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        String::json_schema(generator)
+    }
+}
 
 /// Defines a fieldless enum whose variants are stored by their own names.
 macro_rules! stored_names {
@@ -27,6 +140,16 @@ macro_rules! stored_names {
             /// The variant a stored name stands for.
             pub fn parse(text: &str) -> Option<Self> {
                 Self::ALL.iter().copied().find(|v| v.as_str() == text)
+            }
+        }
+
+        impl StoredName for $name {
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
+            }
+
+            fn parse(text: &str) -> Option<Self> {
+                $name::parse(text)
             }
         }
 
@@ -82,6 +205,17 @@ stored_names! {
         DryRun,
         /// The trigger of a dry run went away: its next appearance is recorded again.
         TriggerCleared,
+    }
+}
+
+stored_names! {
+    /// A fencing strategy.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    FenceStrategyName {
+        /// Ask the BareMetal Operator through the BareMetalHost reboot annotation.
+        BareMetalHostRebootApi,
+        /// Power the host off through its BMC directly (Redfish or IPMI, from the address).
+        DirectBmc,
     }
 }
 

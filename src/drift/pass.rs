@@ -61,7 +61,7 @@ pub(super) fn record(
     now: &str,
 ) {
     status.steps.push(StepTime {
-        step: step.as_str().into(),
+        step: step.into(),
         attempt: 1,
         time: now.into(),
     });

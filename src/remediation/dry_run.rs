@@ -34,7 +34,7 @@ use super::gates::Held;
 use super::pass::Pass;
 use super::plan::{DryRun, Mode, Phase, Probe, ReleaseMode};
 use super::probe::{self, ProbeSite, ProbeWith};
-use super::state::{set_condition, strategy_name};
+use super::state::set_condition;
 use super::steps::{Round, Tell};
 use super::strategy::strategy;
 use crate::Result;
@@ -59,7 +59,7 @@ pub struct Record {
 /// What a dry run would have done, in words: `names` are the policy's strategies, `node` the
 /// Node the Remediation names.
 pub fn describe(dry: &DryRun, names: &[FenceStrategyName], node: Option<&str>) -> Record {
-    let name = |index: usize| names.get(index).copied().map_or("?", strategy_name);
+    let name = |index: usize| names.get(index).map_or("?", |n| n.as_str());
     let probes: Vec<String> = dry
         .probes
         .iter()
@@ -168,7 +168,7 @@ impl Pass {
         let cleared = last.status.as_ref().is_some_and(|s| {
             s.steps
                 .iter()
-                .any(|t| t.step == RemediationStep::TriggerCleared.as_str())
+                .any(|t| t.step == RemediationStep::TriggerCleared)
         });
         if !self.triggered() {
             if !cleared {
@@ -207,9 +207,7 @@ impl Pass {
             &self.policy.strategies,
             remediation.spec.node_name.as_deref(),
         );
-        status.strategy = dry
-            .strategy
-            .map(|i| strategy_name(self.strategy_at(i)).into());
+        status.strategy = dry.strategy.map(|i| self.strategy_at(i).into());
         set_condition(&mut status, ConditionType::Held, false, "DryRun", "", now);
         set_condition(
             &mut status,

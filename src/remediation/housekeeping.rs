@@ -182,7 +182,7 @@ fn finished_at(remediation: &Remediation) -> Duration {
 /// Whether a remediation got as far as releasing the Node.
 fn released_node(status: &RemediationStatus) -> bool {
     status.steps.iter().any(|s| {
-        RemediationStep::parse(&s.step).is_some_and(|step| {
+        s.step.known().is_some_and(|step| {
             matches!(
                 step,
                 RemediationStep::NodeDeleting

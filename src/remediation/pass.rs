@@ -286,7 +286,7 @@ impl Pass {
                 let took = now.duration_since(previous).unsigned_abs();
                 self.context
                     .metrics
-                    .step_reached(&status.steps[index].step, took);
+                    .step_reached(status.steps[index].step.as_str(), took);
             }
         }
     }

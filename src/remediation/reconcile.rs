@@ -19,7 +19,7 @@ use super::housekeeping::next_number;
 use super::observe::node_view;
 use super::pass::Pass;
 use super::plan::{Observed, Phase, Step, next_step};
-use super::state::{created_at, persisted, set_condition};
+use super::state::{created_at, persisted, set_condition, strategy_label};
 use super::steps::Round;
 use super::subject::Subject;
 use crate::api::ConditionType;
@@ -325,7 +325,7 @@ impl Pass {
     /// strategy this remediation uses: it goes on with that strategy, never another.
     pub(super) async fn note_strategy_dropped(&self, remediation: &mut Remediation) -> Result<()> {
         let mut status = remediation.status.clone().unwrap_or_default();
-        let in_use = status.strategy.clone().unwrap_or_default();
+        let in_use = strategy_label(&status);
         let told = status
             .conditions
             .iter()

@@ -17,7 +17,7 @@ use super::gates::Held;
 use super::observe::node_view;
 use super::pass::Pass;
 use super::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
-use super::state::{record_step, set_condition, strategy_name};
+use super::state::{record_step, set_condition, strategy_label};
 use super::strategy::Withdraw;
 use crate::api::FenceStrategyName;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION};
@@ -246,7 +246,7 @@ impl Pass {
             ..
         } = round;
         let name = self.strategy_at(strategy);
-        status.strategy = Some(strategy_name(name).into());
+        status.strategy = Some(name.into());
         status.driver = Some(driver);
         status.attempt = Some(state.attempt);
         remember_boot(&mut status, node.as_deref());
@@ -266,12 +266,10 @@ impl Pass {
         // The request first: every moment before it, the hung host may still write to
         // shared storage.
         let requested = self.request_power(remediation, name, true).await;
-        let note = format!("fencing with {}", strategy_name(name));
+        let note = format!("fencing with {}", name.as_str());
         self.event(remediation, Severity::Normal, "PowerOffRequested", note)
             .await;
-        self.context
-            .metrics
-            .remediation_started(strategy_name(name));
+        self.context.metrics.remediation_started(name.as_str());
         if let Err(error) = requested {
             self.note_error(remediation, &error).await?;
         }
@@ -334,7 +332,7 @@ impl Pass {
         };
         let host = confirmed.host().to_string();
         status.last_power_state = Some("Off".into());
-        let by = status.strategy.clone().unwrap_or_default();
+        let by = strategy_label(&status);
         let message = format!("confirmed by {by}");
         set_condition(
             &mut status,
@@ -460,7 +458,7 @@ impl Pass {
             "the Node is Ready again",
             now,
         );
-        let strategy = status.strategy.clone().unwrap_or_default();
+        let strategy = strategy_label(&status);
         let step = (RemediationStep::Succeeded, Some(Phase::Succeeded));
         let tell = Tell::normal("Succeeded", "the Node is back");
         self.take_step(remediation, status, step, now, Some(tell))
@@ -522,11 +520,11 @@ impl Pass {
             ..
         } = round;
         let name = self.strategy_at(to);
-        status.strategy = Some(strategy_name(name).into());
+        status.strategy = Some(name.into());
         status.driver = Some(self.driver_name(remediation, name).await);
         status.last_error = Some(why.clone());
         status.phase_since = Some(rfc3339(now));
-        let note = format!("{why}; trying {}", strategy_name(name));
+        let note = format!("{why}; trying {}", name.as_str());
         let step = (RemediationStep::Escalated, None);
         let tell = Tell::warning("Escalated", note);
         self.take_step(remediation, status, step, now, Some(tell))
@@ -548,7 +546,7 @@ impl Pass {
         } = round;
         status.attempt = Some(attempt);
         let name = self.strategy_at(0);
-        status.strategy = Some(strategy_name(name).into());
+        status.strategy = Some(name.into());
         status.last_error = Some(why.clone());
         status.power_off_request_remade = false;
         remember_boot(&mut status, node.as_deref());
@@ -736,7 +734,7 @@ impl Pass {
         if let (FailReason::NodeNeverReady, Some(kept_off)) = (&reason, kept_off) {
             message = format!("{message}: {}", kept_off.message);
         }
-        let strategy = status.strategy.clone().unwrap_or_default();
+        let strategy = strategy_label(&status);
         status.last_error = Some(message.clone());
         set_condition(
             &mut status,
