@@ -241,17 +241,18 @@ pub enum ErrorCategory {
 
 impl ErrorCategory {
     /// The reason of the Warning Event a failure of this kind is reported under.
-    pub fn event_reason(self) -> &'static str {
+    pub fn event_reason(self) -> crate::api::EventReason {
+        use crate::api::EventReason;
         match self {
-            ErrorCategory::Bmc => "BmcError",
-            ErrorCategory::BmcCredentials => "BmcCredentialsRefused",
-            ErrorCategory::Forbidden => "Forbidden",
-            ErrorCategory::Api => "ApiError",
-            ErrorCategory::InvalidObject => "InvalidObject",
-            ErrorCategory::Changed => "StateChanged",
-            ErrorCategory::Leadership => "NotLeader",
-            ErrorCategory::Abandoned => "Abandoned",
-            ErrorCategory::Local => "LocalError",
+            ErrorCategory::Bmc => EventReason::BmcError,
+            ErrorCategory::BmcCredentials => EventReason::BmcCredentialsRefused,
+            ErrorCategory::Forbidden => EventReason::Forbidden,
+            ErrorCategory::Api => EventReason::ApiError,
+            ErrorCategory::InvalidObject => EventReason::InvalidObject,
+            ErrorCategory::Changed => EventReason::StateChanged,
+            ErrorCategory::Leadership => EventReason::NotLeader,
+            ErrorCategory::Abandoned => EventReason::Abandoned,
+            ErrorCategory::Local => EventReason::LocalError,
         }
     }
 

@@ -293,6 +293,94 @@ stored_names! {
     }
 }
 
+stored_names! {
+    /// The reasons of the Events a machine remediation publishes (on the Machine, or the
+    /// Node, and its Remediation). Operators, alerts and tests match on them: each is
+    /// published as its variant's name.
+    EventReason {
+        /// A start waits for a gate (the action names the gate).
+        Held,
+        /// A gate that held a start let go of it.
+        HoldEnded,
+        /// The trigger went away before the host was fenced.
+        Cancelled,
+        /// A dry run recorded what it would have done.
+        DryRun,
+        /// No fencing path answered a dry run's probe.
+        DryRunProbeFailed,
+        /// No RemediationPolicy named `default` exists.
+        PolicyMissing,
+        /// The Machine names its host unusably.
+        InvalidMachine,
+        /// A power-off was requested.
+        PowerOffRequested,
+        /// Our power-off request was removed after the host was fenced, and made again.
+        PowerOffRequestRemoved,
+        /// The BMC accepted only the previous password of its Secret.
+        BmcPreviousPasswordUsed,
+        /// The host is proven off.
+        Fenced,
+        /// The next fencing strategy took over.
+        Escalated,
+        /// Another power cycle began.
+        Retry,
+        /// The Node's labels, annotations and taints were saved.
+        NodeBackedUp,
+        /// The Node was deleted.
+        NodeDeleted,
+        /// The Node was tainted out-of-service.
+        NodeTainted,
+        /// There was no Node to release.
+        NodeAbsent,
+        /// The host is being powered on.
+        PowerOnRequested,
+        /// A reboot-API key that is not ours keeps the host off.
+        PowerOnBlocked,
+        /// The Node is back: restoring it.
+        Restoring,
+        /// The Node's saved labels and taints were put back.
+        NodeRestored,
+        /// The remediation ended well.
+        Succeeded,
+        /// The remediation failed.
+        Failed,
+        /// `deleteMachineOnFailure`: the Machine is being deleted.
+        MachineDeleted,
+        /// `deleteMachineOnFailure`: the Machine is kept (not safe to replace).
+        MachineKept,
+        /// The policy no longer names the strategy in use.
+        StrategyNotInPolicy,
+        /// A retry was asked of a remediation that may not be retried.
+        RetryIgnored,
+        /// A retry waits for its trigger to be confirmed.
+        RetryWaiting,
+        /// A failed remediation was retried by a new one.
+        Retried,
+        /// The legacy actuator's Node backup could not be read.
+        LegacyBackupUnreadable,
+        /// The legacy actuator's finalizer was removed from the Node.
+        LegacyFinalizerRemoved,
+        /// A step failed on a BMC (an [`crate::ErrorCategory`]'s reason, as the rest below).
+        BmcError,
+        /// A BMC refused its credentials.
+        BmcCredentialsRefused,
+        /// The API server refused us a right.
+        Forbidden,
+        /// The API server failed a request.
+        ApiError,
+        /// An object we read is unusable.
+        InvalidObject,
+        /// The world changed under a step.
+        StateChanged,
+        /// This replica is not the leader.
+        NotLeader,
+        /// A test's hook abandoned the pass.
+        Abandoned,
+        /// A local failure (a file, a render).
+        LocalError,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,5 +405,26 @@ mod tests {
         );
         assert_eq!(RemediationStep::parse("NotAStep"), None);
         assert_eq!(DriftStep::parse(""), None);
+        for reason in EventReason::ALL {
+            assert_eq!(EventReason::parse(reason.as_str()), Some(*reason));
+        }
+    }
+
+    #[test]
+    fn every_event_reason_is_in_the_list_operators_read() {
+        // docs/safety.md "Events and logs" is where an operator (and an alert's author) looks
+        // a reason up: a reason added here without a line there fails.
+        let doc = include_str!("../../docs/safety.md");
+        let section = doc
+            .split("## Events and logs")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("docs/safety.md has its Events and logs section");
+        let missing: Vec<&str> = EventReason::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .filter(|r| !section.contains(&format!("`{r}`")))
+            .collect();
+        assert!(missing.is_empty(), "not in docs/safety.md: {missing:?}");
     }
 }

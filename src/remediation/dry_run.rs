@@ -38,7 +38,7 @@ use super::state::set_condition;
 use super::steps::{Round, Tell};
 use super::strategy::strategy;
 use crate::Result;
-use crate::api::{ConditionType, FenceStrategyName, Remediation, RemediationStep};
+use crate::api::{ConditionType, EventReason, FenceStrategyName, Remediation, RemediationStep};
 use crate::runtime::events::Severity;
 
 /// How long a BMC probe may take, login and close included.
@@ -218,19 +218,29 @@ impl Pass {
             now,
         );
         let step = (RemediationStep::DryRun, Some(Phase::DryRun));
-        let tell = Tell::normal("DryRun", record.message);
+        let tell = Tell::normal(EventReason::DryRun, record.message);
         self.take_step(remediation, status, step, now, Some(tell))
             .await?;
         tracing::info!(remediation = %remediation.name_any(), outcome = record.reason, "dry run recorded");
         if let Some(why) = record.warning {
             let note = format!("dry run: no fencing path answered its probe: {why}");
-            self.event(remediation, Severity::Warning, "DryRunProbeFailed", note)
-                .await;
+            self.event(
+                remediation,
+                Severity::Warning,
+                EventReason::DryRunProbeFailed,
+                note,
+            )
+            .await;
         }
         if !self.context.policy_configured() {
             let note = "no RemediationPolicy named default exists: baremend records dry runs and changes nothing until one is created (kubectl create -f deploy/policies.yaml, then set its mode)";
-            self.event(remediation, Severity::Warning, "PolicyMissing", note.into())
-                .await;
+            self.event(
+                remediation,
+                Severity::Warning,
+                EventReason::PolicyMissing,
+                note.into(),
+            )
+            .await;
         }
         self.context.metrics.remediation_dry_run(record.reason);
         Ok(Some(Action::await_change()))

@@ -18,7 +18,7 @@ use super::observe::{foreign_object, legacy_marks, reboot_keys};
 use super::pass::Pass;
 use super::state::set_condition;
 use crate::api::annotations::{LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS_BACKUP};
-use crate::api::{ConditionType, NodeBackup, Remediation, RemediationPhase, slim};
+use crate::api::{ConditionType, EventReason, NodeBackup, Remediation, RemediationPhase, slim};
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
@@ -156,8 +156,13 @@ impl Pass {
         self.context.leadership.ensure()?;
         self.persist(remediation, status).await?;
         if let Some(message) = kept_off {
-            self.event(remediation, Severity::Warning, "PowerOnBlocked", message)
-                .await;
+            self.event(
+                remediation,
+                Severity::Warning,
+                EventReason::PowerOnBlocked,
+                message,
+            )
+            .await;
         }
         Ok(())
     }
@@ -172,7 +177,7 @@ impl Pass {
                 self.event(
                     remediation,
                     Severity::Warning,
-                    "LegacyBackupUnreadable",
+                    EventReason::LegacyBackupUnreadable,
                     why,
                 )
                 .await;
@@ -225,7 +230,7 @@ impl Pass {
             self.event(
                 remediation,
                 Severity::Normal,
-                "LegacyFinalizerRemoved",
+                EventReason::LegacyFinalizerRemoved,
                 note,
             )
             .await;

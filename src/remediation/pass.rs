@@ -19,7 +19,8 @@ use super::state::{created_at, set_condition, strategy_in_status};
 use super::subject::{Subject, machineless_strategies};
 use crate::api::slim;
 use crate::api::{
-    ConditionType, FenceStrategyName, Remediation, RemediationPolicySpec, RemediationStatus,
+    ConditionType, EventReason, FenceStrategyName, Remediation, RemediationPolicySpec,
+    RemediationStatus,
 };
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
@@ -236,10 +237,10 @@ impl Pass {
         &self,
         remediation: &Remediation,
         severity: Severity,
-        reason: &str,
+        reason: EventReason,
         note: String,
     ) {
-        self.event_action(remediation, severity, (reason, reason), note)
+        self.event_action(remediation, severity, (reason, reason.as_str()), note)
             .await;
     }
 
@@ -250,7 +251,7 @@ impl Pass {
         &self,
         remediation: &Remediation,
         severity: Severity,
-        (reason, action): (&str, &str),
+        (reason, action): (EventReason, &str),
         note: String,
     ) {
         // On both objects: `kubectl describe machine` (or node) is where an operator looks
@@ -260,7 +261,7 @@ impl Pass {
         crate::runtime::events::publish_action(
             &self.context.recorder,
             severity,
-            (reason, action),
+            (reason.as_str(), action),
             &note,
             &[
                 (machine_ref.clone(), Some(remediation_ref.clone())),
@@ -305,7 +306,7 @@ impl Pass {
             &mut status,
             ConditionType::StepFailed,
             true,
-            reason,
+            reason.as_str(),
             &text,
             now,
         );

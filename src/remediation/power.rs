@@ -204,9 +204,6 @@ pub(super) struct DirectBmc {
     pub(super) transport: Transport,
 }
 
-/// The Event reason when a BMC accepted only the previous password of its Secret.
-pub const PREVIOUS_PASSWORD_USED: &str = "BmcPreviousPasswordUsed";
-
 impl Pass {
     /// What the remediation means to fence with `strategy`: the host it names and the Node
     /// the proof may release (by the UID recorded at the power-off request, else the cached
@@ -363,7 +360,7 @@ impl Pass {
         self.event(
             remediation,
             crate::runtime::events::Severity::Warning,
-            PREVIOUS_PASSWORD_USED,
+            crate::api::EventReason::BmcPreviousPasswordUsed,
             note,
         )
         .await;

@@ -22,7 +22,7 @@ use super::plan::{Observed, Phase, Step, next_step};
 use super::state::{created_at, persisted, set_condition, strategy_label};
 use super::steps::Round;
 use super::subject::Subject;
-use crate::api::ConditionType;
+use crate::api::{ConditionType, EventReason};
 use crate::api::{Remediation, slim};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::{Severity, report_failed_pass};
@@ -308,7 +308,10 @@ impl Pass {
             self.event_action(
                 remediation,
                 Severity::Warning,
-                ("HoldEnded", &format!("HoldEndedBy{}", held.gate())),
+                (
+                    EventReason::HoldEnded,
+                    &format!("HoldEndedBy{}", held.gate()),
+                ),
                 note,
             )
             .await;
@@ -349,7 +352,7 @@ impl Pass {
         self.event(
             remediation,
             Severity::Warning,
-            "StrategyNotInPolicy",
+            EventReason::StrategyNotInPolicy,
             message,
         )
         .await;

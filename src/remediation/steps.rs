@@ -21,7 +21,7 @@ use super::state::{record_step, set_condition, strategy_label};
 use super::strategy::Withdraw;
 use crate::api::FenceStrategyName;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION};
-use crate::api::{ConditionType, RemediationStep};
+use crate::api::{ConditionType, EventReason, RemediationStep};
 use crate::api::{Remediation, RemediationSpec, RemediationStatus};
 use crate::runtime::clock::rfc3339;
 use crate::runtime::events::Severity;
@@ -42,13 +42,13 @@ fn stop() -> Result<Next> {
 /// The Event a step tells once its record is persisted.
 pub(super) struct Tell {
     severity: Severity,
-    reason: &'static str,
+    reason: EventReason,
     note: String,
 }
 
 impl Tell {
     /// Progress: a step was taken.
-    pub(super) fn normal(reason: &'static str, note: impl Into<String>) -> Self {
+    pub(super) fn normal(reason: EventReason, note: impl Into<String>) -> Self {
         Tell {
             severity: Severity::Normal,
             reason,
@@ -57,7 +57,7 @@ impl Tell {
     }
 
     /// A step an operator may have to look at.
-    pub(super) fn warning(reason: &'static str, note: impl Into<String>) -> Self {
+    pub(super) fn warning(reason: EventReason, note: impl Into<String>) -> Self {
         Tell {
             severity: Severity::Warning,
             reason,
@@ -186,8 +186,13 @@ impl Pass {
             // The gate is the action: a start held by one gate and then another is two
             // Events, each with its own note.
             let action = format!("HeldBy{}", held.gate());
-            self.event_action(remediation, Severity::Warning, ("Held", &action), reason)
-                .await;
+            self.event_action(
+                remediation,
+                Severity::Warning,
+                (EventReason::Held, &action),
+                reason,
+            )
+            .await;
         }
         // Gates open when other Machines change; their events do not reach this one, so
         // look again after a while (a finished remediation wakes held ones at once).
@@ -205,7 +210,7 @@ impl Pass {
         } = round;
         let note = "the trigger went away before anything was done";
         let step = (RemediationStep::Cancelled, Some(Phase::Cancelled));
-        let tell = Tell::normal("Cancelled", note);
+        let tell = Tell::normal(EventReason::Cancelled, note);
         self.take_step(remediation, status, step, now, Some(tell))
             .await?;
         stop()
@@ -267,8 +272,13 @@ impl Pass {
         // shared storage.
         let requested = self.request_power(remediation, name, true).await;
         let note = format!("fencing with {}", name.as_str());
-        self.event(remediation, Severity::Normal, "PowerOffRequested", note)
-            .await;
+        self.event(
+            remediation,
+            Severity::Normal,
+            EventReason::PowerOffRequested,
+            note,
+        )
+        .await;
         self.context.metrics.remediation_started(name.as_str());
         if let Err(error) = requested {
             self.note_error(remediation, &error).await?;
@@ -312,7 +322,7 @@ impl Pass {
         }
         let note = "the trigger went away before the host was proven off; power-off withdrawn";
         let step = (RemediationStep::PowerOffWithdrawn, Some(Phase::Cancelled));
-        let tell = Tell::normal("Cancelled", note);
+        let tell = Tell::normal(EventReason::Cancelled, note);
         self.take_step(remediation, status, step, now, Some(tell))
             .await?;
         stop()
@@ -347,7 +357,7 @@ impl Pass {
         self.context.leadership.ensure()?;
         self.annotate_machine(POWERED_OFF_FOR_REMEDIATION, Some(""), "MarkMachine")
             .await?;
-        let tell = Tell::normal("Fenced", format!("{host} is proven off"));
+        let tell = Tell::normal(EventReason::Fenced, format!("{host} is proven off"));
         self.tell(remediation, tell).await;
         Ok(None)
     }
@@ -368,7 +378,7 @@ impl Pass {
             self.reboot_annotation()
         );
         let step = (RemediationStep::PowerOffRequestRemade, None);
-        let tell = Tell::warning("PowerOffRequestRemoved", note);
+        let tell = Tell::warning(EventReason::PowerOffRequestRemoved, note);
         self.take_step(remediation, status, step, now, Some(tell))
             .await?;
         let strategy = self.strategy_in_use(remediation);
@@ -399,7 +409,7 @@ impl Pass {
         );
         status.node_backup = Some(backup);
         let step = (RemediationStep::NodeBackedUp, None);
-        let tell = Tell::normal("NodeBackedUp", note);
+        let tell = Tell::normal(EventReason::NodeBackedUp, note);
         self.take_step(remediation, status, step, now, Some(tell))
             .await?;
         // Saved first: the Node's deletion, which the finalizer would block, comes next.
@@ -420,7 +430,7 @@ impl Pass {
         self.take_step(remediation, status, step, now, None).await?;
         self.withdraw_all(remediation, state, Withdraw::Everything)
             .await?;
-        let tell = Tell::normal("PowerOnRequested", "powering the host on");
+        let tell = Tell::normal(EventReason::PowerOnRequested, "powering the host on");
         self.tell(remediation, tell).await;
         Ok(None)
     }
@@ -439,7 +449,7 @@ impl Pass {
         if state.phase != Phase::Restoring {
             let note = "the Node is Ready: restoring its labels and taints, removing the trigger";
             let step = (RemediationStep::Restoring, Some(Phase::Restoring));
-            let tell = Tell::normal("Restoring", note);
+            let tell = Tell::normal(EventReason::Restoring, note);
             self.take_step(remediation, status, step, now, Some(tell))
                 .await?;
             status = remediation.status.clone().unwrap_or_default();
@@ -460,7 +470,7 @@ impl Pass {
         );
         let strategy = strategy_label(&status);
         let step = (RemediationStep::Succeeded, Some(Phase::Succeeded));
-        let tell = Tell::normal("Succeeded", "the Node is back");
+        let tell = Tell::normal(EventReason::Succeeded, "the Node is back");
         self.take_step(remediation, status, step, now, Some(tell))
             .await?;
         self.context
@@ -494,8 +504,13 @@ impl Pass {
                     restored.keys,
                     restored.taints
                 );
-                self.event(remediation, Severity::Normal, "NodeRestored", note)
-                    .await;
+                self.event(
+                    remediation,
+                    Severity::Normal,
+                    EventReason::NodeRestored,
+                    note,
+                )
+                .await;
             }
         }
         execute::remove_out_of_service(&nodes, node).await?;
@@ -526,7 +541,7 @@ impl Pass {
         status.phase_since = Some(rfc3339(now));
         let note = format!("{why}; trying {}", name.as_str());
         let step = (RemediationStep::Escalated, None);
-        let tell = Tell::warning("Escalated", note);
+        let tell = Tell::warning(EventReason::Escalated, note);
         self.take_step(remediation, status, step, now, Some(tell))
             .await?;
         if let Err(error) = self.request_power(remediation, name, true).await {
@@ -554,7 +569,7 @@ impl Pass {
         status.phase_since = Some(rfc3339(now));
         let note = format!("{why}: power cycle {attempt}");
         let step = (RemediationStep::Retry, Some(Phase::PoweringOff));
-        let tell = Tell::warning("Retry", note);
+        let tell = Tell::warning(EventReason::Retry, note);
         self.take_step(remediation, status, step, now, Some(tell))
             .await?;
         if let Err(error) = self.request_power(remediation, name, true).await {
@@ -623,7 +638,7 @@ impl Pass {
             self.event(
                 &created,
                 Severity::Warning,
-                "InvalidMachine",
+                EventReason::InvalidMachine,
                 format!("Machine {}: {unusable}", self.name),
             )
             .await;
@@ -644,7 +659,7 @@ impl Pass {
         let nodes: Api<Node> = Api::all(self.context.client.clone());
         let Some(name) = proof.node().map(|n| n.name.clone()) else {
             let step = (RemediationStep::NodeAbsent, Some(Phase::NodeReleased));
-            let tell = Tell::normal("NodeAbsent", "no Node to release");
+            let tell = Tell::normal(EventReason::NodeAbsent, "no Node to release");
             return self
                 .take_step(remediation, status, step, now, Some(tell))
                 .await;
@@ -654,7 +669,7 @@ impl Pass {
             ReleaseMode::Delete => (
                 RemediationStep::NodeDeleting,
                 RemediationStep::NodeDeleted,
-                "NodeDeleted",
+                EventReason::NodeDeleted,
                 format!(
                     "Node {name} deleted ({host} is proven off): its workloads may start elsewhere"
                 ),
@@ -662,7 +677,7 @@ impl Pass {
             ReleaseMode::OutOfService => (
                 RemediationStep::NodeTainting,
                 RemediationStep::NodeTainted,
-                "NodeTainted",
+                EventReason::NodeTainted,
                 format!(
                     "Node {name} tainted out-of-service ({host} is proven off): its workloads may start elsewhere"
                 ),
@@ -760,7 +775,7 @@ impl Pass {
                 .await?;
         }
         let step = (RemediationStep::Failed, Some(Phase::Failed));
-        let tell = Tell::warning("Failed", message);
+        let tell = Tell::warning(EventReason::Failed, message);
         self.take_step(remediation, status, step, now, Some(tell))
             .await?;
         self.context.metrics.remediation_failed(&strategy, label);
@@ -791,7 +806,7 @@ impl Pass {
             self.event(
                 remediation,
                 Severity::Normal,
-                "MachineKept",
+                EventReason::MachineKept,
                 format!("deleteMachineOnFailure: the Machine is kept: {why}"),
             )
             .await;
@@ -800,7 +815,7 @@ impl Pass {
         let status = remediation.status.clone().unwrap_or_default();
         // The Remediation is owned by the Machine and goes with it: the Event stays behind.
         let tell = Tell::warning(
-            "MachineDeleted",
+            EventReason::MachineDeleted,
             "deleteMachineOnFailure: deleting the Machine so that its MachineSet replaces it",
         );
         let step = (RemediationStep::MachineDeleting, None);
