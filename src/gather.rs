@@ -21,6 +21,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, L
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
+use crate::api::HostRef;
 use crate::run::ClusterArgs;
 use crate::{Error, Result};
 
@@ -164,9 +165,9 @@ impl Involved {
                 if let Some(node) = text(object, "/spec/nodeName") {
                     self.nodes.insert(node.into());
                 }
-                if let Some((ns, host)) = text(object, "/spec/host").and_then(|h| h.split_once('/'))
-                {
-                    self.hosts.insert((ns.into(), host.into()));
+                let host = text(object, "/spec/host").and_then(|h| h.parse::<HostRef>().ok());
+                if let Some(host) = host {
+                    self.hosts.insert((host.namespace, host.name));
                 }
             }
             // Requests are named after their Machine or Node (the health checks' contract).

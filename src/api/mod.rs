@@ -46,8 +46,8 @@ pub use policy::{
     RemediationPolicy, RemediationPolicySpec, StormGate, TrustPolicy,
 };
 pub use remediation::{
-    Condition, NodeBackup, Remediation, RemediationPhase, RemediationSpec, RemediationStatus,
-    SavedTaint, StepTime,
+    Condition, HostRef, NodeBackup, Remediation, RemediationPhase, RemediationSpec,
+    RemediationStatus, SavedTaint, StepTime,
 };
 pub use retention::Retention;
 

@@ -77,6 +77,51 @@ impl RemediationSpec {
     }
 }
 
+/// A BareMetalHost, by namespace and name: what `spec.host` holds as `namespace/name`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct HostRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for HostRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+impl std::str::FromStr for HostRef {
+    type Err = String;
+
+    /// `namespace/name`, both parts present (the CRD's pattern checks the rest on write).
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.split_once('/') {
+            Some((namespace, name))
+                if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+            {
+                Ok(HostRef {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                })
+            }
+            _ => Err(format!("{text:?} is not <namespace>/<name>")),
+        }
+    }
+}
+
+impl RemediationSpec {
+    /// The BareMetalHost `host` names, parsed here and nowhere else; an unusable value says
+    /// why (`spec.host …`).
+    pub fn host_ref(&self) -> Result<Option<HostRef>, String> {
+        self.host
+            .as_deref()
+            .map(|text| text.parse().map_err(|why| format!("spec.host {why}")))
+            .transpose()
+    }
+}
+
 /// Where a remediation is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
 pub enum RemediationPhase {
@@ -312,5 +357,22 @@ mod tests {
         let mut written = serde_json::to_value(&status).unwrap();
         written.as_object_mut().unwrap().remove("conditions");
         assert_eq!(written, newer);
+    }
+
+    #[test]
+    fn spec_host_is_parsed_in_one_place_and_an_unusable_value_names_the_field() {
+        let spec = |host: &str| RemediationSpec {
+            host: Some(host.into()),
+            ..serde_json::from_value(json!({"machineName": "w0"})).unwrap()
+        };
+        let host = spec("m/h0").host_ref().unwrap().unwrap();
+        assert_eq!((host.namespace.as_str(), host.name.as_str()), ("m", "h0"));
+        assert_eq!(host.to_string(), "m/h0");
+        let none: RemediationSpec = serde_json::from_value(json!({"machineName": "w0"})).unwrap();
+        assert_eq!(none.host_ref(), Ok(None));
+        for bad in ["h0", "/h0", "m/", "m/h0/extra"] {
+            let why = spec(bad).host_ref().unwrap_err();
+            assert_eq!(why, format!("spec.host {bad:?} is not <namespace>/<name>"));
+        }
     }
 }

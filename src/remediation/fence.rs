@@ -43,20 +43,7 @@ use baremend_drivers::PowerState;
 use super::bmc_trust::Transport;
 use crate::api::FenceStrategyName;
 
-/// A BareMetalHost, by namespace and name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct HostRef {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
-
-impl std::fmt::Display for HostRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+pub use crate::api::HostRef;
 
 /// The host a proof is about.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -188,16 +188,18 @@ impl Pass {
         &self,
         remediation: &Remediation,
     ) -> Option<(HostRef, Option<Arc<slim::BareMetalHost>>)> {
-        let text = remediation.spec.host.as_deref()?;
-        let (namespace, name) = text.split_once('/')?;
-        let host_ref = HostRef {
-            namespace: namespace.into(),
-            name: name.into(),
+        let host_ref = match remediation.spec.host_ref() {
+            Ok(host_ref) => host_ref?,
+            Err(why) => {
+                // The CRD's pattern keeps such a value out; one that got in names no host.
+                tracing::warn!(remediation = %remediation.name_any(), "{why}");
+                return None;
+            }
         };
         let object = self
             .context
             .hosts
-            .get(&ObjectRef::new(name).within(namespace));
+            .get(&ObjectRef::new(&host_ref.name).within(&host_ref.namespace));
         Some((host_ref, object))
     }
 
