@@ -86,17 +86,7 @@ pub struct DriftRemediationSpec {
     pub abort: bool,
 }
 
-/// What the coordinator does about drift.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
-pub enum DriftAction {
-    /// Create `/run/machine-config-daemon-force` on the node; the MCO cordons, drains,
-    /// rewrites every file and unit, reboots and uncordons.
-    #[default]
-    Force,
-    /// Write the expected content and mode back (from the rendered MachineConfig); the MCD's
-    /// next validation heals the node without a drain or a reboot.
-    Restore,
-}
+pub use super::names::DriftAction;
 
 /// Where a drift remediation is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]

@@ -220,6 +220,20 @@ stored_names! {
 }
 
 stored_names! {
+    /// What the coordinator does about drift.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, Default)]
+    DriftAction {
+        /// Create `/run/machine-config-daemon-force` on the node; the MCO cordons, drains,
+        /// rewrites every file and unit, reboots and uncordons.
+        #[default]
+        Force,
+        /// Write the expected content and mode back (from the rendered MachineConfig); the MCD's
+        /// next validation heals the node without a drain or a reboot.
+        Restore,
+    }
+}
+
+stored_names! {
     /// The steps a `DriftRemediation` records in `status.steps`.
     DriftStep {
         /// Drift was seen; the debounce began.
@@ -407,6 +421,20 @@ mod tests {
         assert_eq!(DriftStep::parse(""), None);
         for reason in EventReason::ALL {
             assert_eq!(EventReason::parse(reason.as_str()), Some(*reason));
+        }
+    }
+
+    #[test]
+    fn the_drift_metrics_start_a_series_for_every_drift_action_under_its_stored_name() {
+        let names: Vec<&str> = DriftAction::ALL.iter().map(|a| a.as_str()).collect();
+        assert_eq!(names, crate::metrics::drift::ACTIONS);
+        for action in DriftAction::ALL {
+            let json = serde_json::to_value(action).unwrap();
+            assert_eq!(
+                json,
+                action.as_str(),
+                "the label is the name the spec holds"
+            );
         }
     }
 
