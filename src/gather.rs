@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::api::HostRef;
 use crate::run::ClusterArgs;
-use crate::{Error, Result};
+use crate::{Error, LocalError, Result};
 
 /// Arguments of `baremend gather`.
 #[derive(Debug, Args)]
@@ -546,7 +546,7 @@ fn is_archive(out: &Path) -> bool {
 }
 
 fn write(out: &Path, files: &BTreeMap<String, Vec<u8>>) -> Result<()> {
-    let failed = |source| Error::WriteFile {
+    let failed = |source| LocalError::WriteFile {
         what: "the support bundle",
         path: out.to_path_buf(),
         source,
