@@ -22,7 +22,7 @@ use baremend_drivers::{
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
-use crate::{Error, Result};
+use crate::{LocalError, Result};
 
 /// The environment variable a password may come from.
 pub const PASSWORD_ENV: &str = "BMC_PASSWORD";
@@ -294,17 +294,18 @@ fn parse_suite(text: &str) -> std::result::Result<CipherSuite, String> {
 }
 
 fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| Error::ReadFile {
+    let read = std::fs::read(path).map_err(|source| LocalError::ReadFile {
         what,
         path: path.to_owned(),
         source,
-    })
+    })?;
+    Ok(read)
 }
 
 /// A password from a file: UTF-8, one trailing newline dropped, not empty.
 fn read_password_file(what: &'static str, path: &Path) -> Result<String> {
     let bytes = read_file(what, path)?;
-    let text = String::from_utf8(bytes).map_err(|_| Error::BadFile {
+    let text = String::from_utf8(bytes).map_err(|_| LocalError::BadFile {
         what,
         path: path.to_owned(),
         reason: "it is not UTF-8 text".into(),
@@ -315,11 +316,12 @@ fn read_password_file(what: &'static str, path: &Path) -> Result<String> {
         .unwrap_or(&text)
         .to_owned();
     if text.is_empty() {
-        return Err(Error::BadFile {
+        return Err(LocalError::BadFile {
             what,
             path: path.to_owned(),
             reason: "it is empty".into(),
-        });
+        }
+        .into());
     }
     Ok(text)
 }
@@ -328,10 +330,10 @@ fn read_password_file(what: &'static str, path: &Path) -> Result<String> {
 fn read_password(file: Option<&Path>) -> Result<String> {
     let password = match file {
         Some(path) => read_password_file("password file", path)?,
-        None => std::env::var(PASSWORD_ENV).map_err(|_| Error::MissingPassword)?,
+        None => std::env::var(PASSWORD_ENV).map_err(|_| LocalError::MissingPassword)?,
     };
     if password.is_empty() {
-        return Err(Error::MissingPassword);
+        return Err(LocalError::MissingPassword.into());
     }
     Ok(password)
 }

@@ -21,8 +21,9 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, L
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
+use crate::api::HostRef;
 use crate::run::ClusterArgs;
-use crate::{Error, Result};
+use crate::{Error, LocalError, Result};
 
 /// Arguments of `baremend gather`.
 #[derive(Debug, Args)]
@@ -164,9 +165,9 @@ impl Involved {
                 if let Some(node) = text(object, "/spec/nodeName") {
                     self.nodes.insert(node.into());
                 }
-                if let Some((ns, host)) = text(object, "/spec/host").and_then(|h| h.split_once('/'))
-                {
-                    self.hosts.insert((ns.into(), host.into()));
+                let host = text(object, "/spec/host").and_then(|h| h.parse::<HostRef>().ok());
+                if let Some(host) = host {
+                    self.hosts.insert((host.namespace, host.name));
                 }
             }
             // Requests are named after their Machine or Node (the health checks' contract).
@@ -545,7 +546,7 @@ fn is_archive(out: &Path) -> bool {
 }
 
 fn write(out: &Path, files: &BTreeMap<String, Vec<u8>>) -> Result<()> {
-    let failed = |source| Error::WriteFile {
+    let failed = |source| LocalError::WriteFile {
         what: "the support bundle",
         path: out.to_path_buf(),
         source,

@@ -15,7 +15,7 @@ use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::{Error, Result};
+use crate::{Error, LocalError, Result};
 
 /// What to do.
 #[derive(clap::Subcommand, Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ fn parse_mode(text: &str) -> std::result::Result<u32, String> {
 }
 
 fn bad(path: &str, why: &str) -> Error {
-    Error::HostFile(format!("{path}: {why}"))
+    LocalError::HostFile(format!("{path}: {why}")).into()
 }
 
 /// The node path under `root`, refusing `..`, relative paths and symlinked parents.

@@ -38,29 +38,6 @@ pub enum Error {
     /// A BMC operation failed.
     #[error(transparent)]
     Driver(#[from] baremend_drivers::Error),
-    /// No password was given.
-    #[error("no BMC password: give --password-file FILE or set BMC_PASSWORD")]
-    MissingPassword,
-    /// A file named on the command line could not be read.
-    #[error("cannot read {what} {path}: {source}")]
-    ReadFile {
-        /// What the file is for.
-        what: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// A file could not be written.
-    #[error("cannot write {what} {path}: {source}")]
-    WriteFile {
-        /// What the file is for.
-        what: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
     /// A Kubernetes API call failed.
     #[error("{op}: {}", kube_text(source))]
     Kube {
@@ -96,6 +73,40 @@ pub enum Error {
     /// persisted (what a crash at that point leaves behind).
     #[error("pass abandoned by a hook after step {0}")]
     Abandoned(String),
+    /// Something on this machine failed: a file, a socket, a rendering, the command line.
+    #[error(transparent)]
+    Local(#[from] LocalError),
+}
+
+/// What fails on the machine baremend runs on, not in the cluster or at a BMC: the command
+/// line's files and password, sockets, renderings (a command's errors, and the controller's
+/// at startup). Apart from [`Error`]'s controller variants, so that what a pass can meet is
+/// classified there and these are one [`ErrorCategory::Local`].
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// No password was given.
+    #[error("no BMC password: give --password-file FILE or set BMC_PASSWORD")]
+    MissingPassword,
+    /// A file named on the command line could not be read.
+    #[error("cannot read {what} {path}: {source}")]
+    ReadFile {
+        /// What the file is for.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file could not be written.
+    #[error("cannot write {what} {path}: {source}")]
+    WriteFile {
+        /// What the file is for.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// `baremend host-file` could not do what it was asked.
     #[error("host-file: {0}")]
     HostFile(String),
@@ -129,6 +140,13 @@ pub enum Error {
     #[cfg(feature = "lab")]
     #[error("simulator: {0}")]
     Simulator(#[from] baremend_sim::Error),
+}
+
+#[cfg(feature = "lab")]
+impl From<baremend_sim::Error> for Error {
+    fn from(error: baremend_sim::Error) -> Self {
+        Error::Local(error.into())
+    }
 }
 
 /// A failed API call as a user reads it: the server's own message, reason and code (the
@@ -165,15 +183,7 @@ impl Error {
             Error::Changed { .. } => ErrorCategory::Changed,
             Error::NotLeader | Error::LeadershipLost(_) => ErrorCategory::Leadership,
             Error::Abandoned(_) => ErrorCategory::Abandoned,
-            Error::MissingPassword
-            | Error::ReadFile { .. }
-            | Error::WriteFile { .. }
-            | Error::HostFile(_)
-            | Error::Render { .. }
-            | Error::BadFile { .. }
-            | Error::Listen { .. } => ErrorCategory::Local,
-            #[cfg(feature = "lab")]
-            Error::Simulator(_) => ErrorCategory::Local,
+            Error::Local(_) => ErrorCategory::Local,
         }
     }
 
@@ -200,17 +210,7 @@ impl Error {
             // A hook abandoned the pass where a crash would: the next pass resumes, as a
             // restarted process would at once.
             Error::Abandoned(_) => true,
-            Error::LeadershipLost(_)
-            | Error::Invalid { .. }
-            | Error::MissingPassword
-            | Error::ReadFile { .. }
-            | Error::WriteFile { .. }
-            | Error::HostFile(_)
-            | Error::Render { .. }
-            | Error::BadFile { .. }
-            | Error::Listen { .. } => false,
-            #[cfg(feature = "lab")]
-            Error::Simulator(_) => false,
+            Error::LeadershipLost(_) | Error::Invalid { .. } | Error::Local(_) => false,
         }
     }
 }
@@ -241,17 +241,18 @@ pub enum ErrorCategory {
 
 impl ErrorCategory {
     /// The reason of the Warning Event a failure of this kind is reported under.
-    pub fn event_reason(self) -> &'static str {
+    pub fn event_reason(self) -> crate::api::EventReason {
+        use crate::api::EventReason;
         match self {
-            ErrorCategory::Bmc => "BmcError",
-            ErrorCategory::BmcCredentials => "BmcCredentialsRefused",
-            ErrorCategory::Forbidden => "Forbidden",
-            ErrorCategory::Api => "ApiError",
-            ErrorCategory::InvalidObject => "InvalidObject",
-            ErrorCategory::Changed => "StateChanged",
-            ErrorCategory::Leadership => "NotLeader",
-            ErrorCategory::Abandoned => "Abandoned",
-            ErrorCategory::Local => "LocalError",
+            ErrorCategory::Bmc => EventReason::BmcError,
+            ErrorCategory::BmcCredentials => EventReason::BmcCredentialsRefused,
+            ErrorCategory::Forbidden => EventReason::Forbidden,
+            ErrorCategory::Api => EventReason::ApiError,
+            ErrorCategory::InvalidObject => EventReason::InvalidObject,
+            ErrorCategory::Changed => EventReason::StateChanged,
+            ErrorCategory::Leadership => EventReason::NotLeader,
+            ErrorCategory::Abandoned => EventReason::Abandoned,
+            ErrorCategory::Local => EventReason::LocalError,
         }
     }
 
@@ -274,3 +275,23 @@ impl ErrorCategory {
 
 /// Result alias of the `baremend` crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_failure_is_one_kind_apart_from_the_controllers_and_reads_as_before() {
+        let local: Error = LocalError::MissingPassword.into();
+        assert_eq!(local.category(), ErrorCategory::Local);
+        assert!(!local.is_transient());
+        // Transparent: the command line prints what it printed before the split.
+        assert_eq!(
+            local.to_string(),
+            "no BMC password: give --password-file FILE or set BMC_PASSWORD"
+        );
+        let written: Error = LocalError::HostFile("h: x".into()).into();
+        assert_eq!(written.to_string(), "host-file: h: x");
+        assert!(matches!(written, Error::Local(LocalError::HostFile(_))));
+    }
+}

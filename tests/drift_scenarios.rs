@@ -259,7 +259,7 @@ async fn a_capped_drift_retried_with_the_annotation_is_remediated_again_and_old_
 }
 
 fn steps_of(status: &baremend::api::DriftRemediationStatus) -> Vec<String> {
-    status.steps.iter().map(|s| s.step.clone()).collect()
+    status.steps.iter().map(|s| s.step.to_string()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

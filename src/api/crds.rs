@@ -46,14 +46,14 @@ pub struct CrdsArgs {
 pub fn run(args: CrdsArgs) -> crate::Result<()> {
     let mut stream = String::new();
     for (file, crd) in all_crds() {
-        let yaml = render_crds(&crd).map_err(|error| crate::Error::Render {
+        let yaml = render_crds(&crd).map_err(|error| crate::LocalError::Render {
             what: file,
             reason: error.to_string(),
         })?;
         match &args.out {
             Some(dir) => {
                 let path = dir.join(file);
-                std::fs::write(&path, yaml).map_err(|source| crate::Error::WriteFile {
+                std::fs::write(&path, yaml).map_err(|source| crate::LocalError::WriteFile {
                     what: "CRD",
                     path,
                     source,

@@ -12,6 +12,7 @@ use super::bounds::{
     DNS_LABEL, DNS_LABEL_MAX, DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_OR_EMPTY,
     IMAGE_BY_DIGEST, IMAGE_MAX, PATH_MAX,
 };
+use super::names::DriftStep;
 use super::policy::PolicyStatus;
 use super::remediation::{Condition, StepTime};
 use super::retention::Retention;
@@ -86,17 +87,7 @@ pub struct DriftRemediationSpec {
     pub abort: bool,
 }
 
-/// What the coordinator does about drift.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
-pub enum DriftAction {
-    /// Create `/run/machine-config-daemon-force` on the node; the MCO cordons, drains,
-    /// rewrites every file and unit, reboots and uncordons.
-    #[default]
-    Force,
-    /// Write the expected content and mode back (from the rendered MachineConfig); the MCD's
-    /// next validation heals the node without a drain or a reboot.
-    Restore,
-}
+pub use super::names::DriftAction;
 
 /// Where a drift remediation is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
@@ -203,7 +194,7 @@ pub struct DriftRemediationStatus {
     pub last_error: Option<String>,
     /// Every persisted step, in order.
     #[serde(default)]
-    pub steps: Vec<StepTime>,
+    pub steps: Vec<StepTime<DriftStep>>,
     /// Conditions (`Held`, `Succeeded`, `Failed`).
     #[serde(default)]
     pub conditions: Vec<Condition>,

@@ -40,14 +40,14 @@ pub use drift::{
 pub use host_bmc::{
     CaBundleKind, CaBundleRef, DEFAULT_CA_BUNDLE_KEY, HostBmc, HostBmcSpec, HostBmcStatus,
 };
-pub use names::{ConditionType, DriftStep, RemediationStep};
+pub use names::{ConditionType, DriftStep, EventReason, RemediationStep, Stored, StoredName};
 pub use policy::{
     ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyStatus, PolicyTimeouts,
     RemediationMode, RemediationPolicy, RemediationPolicySpec, StormGate, TrustPolicy,
 };
 pub use remediation::{
-    Condition, NodeBackup, Remediation, RemediationPhase, RemediationSpec, RemediationStatus,
-    SavedTaint, StepTime,
+    Condition, HostRef, NodeBackup, Remediation, RemediationPhase, RemediationSpec,
+    RemediationStatus, SavedTaint, StepTime,
 };
 pub use retention::Retention;
 

@@ -3,6 +3,119 @@
 //! string typed twice. Each serialises to the text stored today (`as_str`), so objects
 //! written by an earlier version stay readable, and `parse` reads a stored name back (an
 //! unknown one, from a newer version, reads as `None`).
+//!
+//! A status field holding such a name is a [`Stored`]: the variant when this version knows
+//! the name, else the text as written (by a newer version), kept so that writing the status
+//! back loses nothing and one unknown name never makes the whole object unreadable.
+
+use std::borrow::Cow;
+
+/// A fieldless enum stored by name (see the module doc).
+pub trait StoredName: Copy + Eq + 'static {
+    /// The name as stored.
+    fn as_str(self) -> &'static str;
+    /// The variant a stored name stands for, if this version knows it.
+    fn parse(text: &str) -> Option<Self>;
+}
+
+/// A name read from (or written to) status: see the module doc.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Stored<T> {
+    /// A name this version knows.
+    Known(T),
+    /// A name this version does not know, as written.
+    Unknown(String),
+}
+
+impl<T: StoredName> Stored<T> {
+    /// The variant, when this version knows the name.
+    pub fn known(&self) -> Option<T> {
+        match self {
+            Stored::Known(name) => Some(*name),
+            Stored::Unknown(_) => None,
+        }
+    }
+
+    /// The name as stored.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Stored::Known(name) => name.as_str(),
+            Stored::Unknown(text) => text,
+        }
+    }
+}
+
+impl<T> From<T> for Stored<T> {
+    fn from(name: T) -> Self {
+        Stored::Known(name)
+    }
+}
+
+/// A name read from text: the variant when this version knows it.
+impl<T: StoredName> From<&str> for Stored<T> {
+    fn from(text: &str) -> Self {
+        match T::parse(text) {
+            Some(name) => Stored::Known(name),
+            None => Stored::Unknown(text.to_string()),
+        }
+    }
+}
+
+/// The name as text, wherever a `&str` is read (messages, labels, comparisons with text).
+impl<T: StoredName> std::ops::Deref for Stored<T> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl<T: StoredName> PartialEq<T> for Stored<T> {
+    fn eq(&self, other: &T) -> bool {
+        self.known() == Some(*other)
+    }
+}
+
+impl<T: StoredName> PartialEq<&str> for Stored<T> {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl<T: StoredName> std::fmt::Display for Stored<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<T: StoredName> serde::Serialize for Stored<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de, T: StoredName> serde::Deserialize<'de> for Stored<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Ok(Stored::from(text.as_str()))
+    }
+}
+
+/// A string in the schema, as before the names were typed: a name a newer version writes
+/// must pass an older version's CRD.
+impl<T> schemars::JsonSchema for Stored<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        String::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        String::json_schema(generator)
+    }
+}
 
 /// Defines a fieldless enum whose variants are stored by their own names.
 macro_rules! stored_names {
@@ -27,6 +140,16 @@ macro_rules! stored_names {
             /// The variant a stored name stands for.
             pub fn parse(text: &str) -> Option<Self> {
                 Self::ALL.iter().copied().find(|v| v.as_str() == text)
+            }
+        }
+
+        impl StoredName for $name {
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
+            }
+
+            fn parse(text: &str) -> Option<Self> {
+                $name::parse(text)
             }
         }
 
@@ -82,6 +205,31 @@ stored_names! {
         DryRun,
         /// The trigger of a dry run went away: its next appearance is recorded again.
         TriggerCleared,
+    }
+}
+
+stored_names! {
+    /// A fencing strategy.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    FenceStrategyName {
+        /// Ask the BareMetal Operator through the BareMetalHost reboot annotation.
+        BareMetalHostRebootApi,
+        /// Power the host off through its BMC directly (Redfish or IPMI, from the address).
+        DirectBmc,
+    }
+}
+
+stored_names! {
+    /// What the coordinator does about drift.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema, Default)]
+    DriftAction {
+        /// Create `/run/machine-config-daemon-force` on the node; the MCO cordons, drains,
+        /// rewrites every file and unit, reboots and uncordons.
+        #[default]
+        Force,
+        /// Write the expected content and mode back (from the rendered MachineConfig); the MCD's
+        /// next validation heals the node without a drain or a reboot.
+        Restore,
     }
 }
 
@@ -159,6 +307,94 @@ stored_names! {
     }
 }
 
+stored_names! {
+    /// The reasons of the Events a machine remediation publishes (on the Machine, or the
+    /// Node, and its Remediation). Operators, alerts and tests match on them: each is
+    /// published as its variant's name.
+    EventReason {
+        /// A start waits for a gate (the action names the gate).
+        Held,
+        /// A gate that held a start let go of it.
+        HoldEnded,
+        /// The trigger went away before the host was fenced.
+        Cancelled,
+        /// A dry run recorded what it would have done.
+        DryRun,
+        /// No fencing path answered a dry run's probe.
+        DryRunProbeFailed,
+        /// No RemediationPolicy named `default` exists.
+        PolicyMissing,
+        /// The Machine names its host unusably.
+        InvalidMachine,
+        /// A power-off was requested.
+        PowerOffRequested,
+        /// Our power-off request was removed after the host was fenced, and made again.
+        PowerOffRequestRemoved,
+        /// The BMC accepted only the previous password of its Secret.
+        BmcPreviousPasswordUsed,
+        /// The host is proven off.
+        Fenced,
+        /// The next fencing strategy took over.
+        Escalated,
+        /// Another power cycle began.
+        Retry,
+        /// The Node's labels, annotations and taints were saved.
+        NodeBackedUp,
+        /// The Node was deleted.
+        NodeDeleted,
+        /// The Node was tainted out-of-service.
+        NodeTainted,
+        /// There was no Node to release.
+        NodeAbsent,
+        /// The host is being powered on.
+        PowerOnRequested,
+        /// A reboot-API key that is not ours keeps the host off.
+        PowerOnBlocked,
+        /// The Node is back: restoring it.
+        Restoring,
+        /// The Node's saved labels and taints were put back.
+        NodeRestored,
+        /// The remediation ended well.
+        Succeeded,
+        /// The remediation failed.
+        Failed,
+        /// `deleteMachineOnFailure`: the Machine is being deleted.
+        MachineDeleted,
+        /// `deleteMachineOnFailure`: the Machine is kept (not safe to replace).
+        MachineKept,
+        /// The policy no longer names the strategy in use.
+        StrategyNotInPolicy,
+        /// A retry was asked of a remediation that may not be retried.
+        RetryIgnored,
+        /// A retry waits for its trigger to be confirmed.
+        RetryWaiting,
+        /// A failed remediation was retried by a new one.
+        Retried,
+        /// The legacy actuator's Node backup could not be read.
+        LegacyBackupUnreadable,
+        /// The legacy actuator's finalizer was removed from the Node.
+        LegacyFinalizerRemoved,
+        /// A step failed on a BMC (an [`crate::ErrorCategory`]'s reason, as the rest below).
+        BmcError,
+        /// A BMC refused its credentials.
+        BmcCredentialsRefused,
+        /// The API server refused us a right.
+        Forbidden,
+        /// The API server failed a request.
+        ApiError,
+        /// An object we read is unusable.
+        InvalidObject,
+        /// The world changed under a step.
+        StateChanged,
+        /// This replica is not the leader.
+        NotLeader,
+        /// A test's hook abandoned the pass.
+        Abandoned,
+        /// A local failure (a file, a render).
+        LocalError,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +419,43 @@ mod tests {
         );
         assert_eq!(RemediationStep::parse("NotAStep"), None);
         assert_eq!(DriftStep::parse(""), None);
+        for reason in EventReason::ALL {
+            assert_eq!(EventReason::parse(reason.as_str()), Some(*reason));
+        }
+    }
+
+    #[test]
+    fn the_drift_metrics_start_a_series_for_every_drift_action_under_its_stored_name() {
+        let names: Vec<&str> = DriftAction::ALL.iter().map(|a| a.as_str()).collect();
+        assert_eq!(names, crate::metrics::drift::ACTIONS);
+        for action in DriftAction::ALL {
+            let json = serde_json::to_value(action).unwrap();
+            assert_eq!(
+                json,
+                action.as_str(),
+                "the label is the name the spec holds"
+            );
+        }
+    }
+
+    #[test]
+    fn every_event_reason_is_in_the_list_operators_read() {
+        // docs/engineering/safety.md "Events and logs" is where an operator (and an alert's author) looks
+        // a reason up: a reason added here without a line there fails.
+        let doc = include_str!("../../docs/engineering/safety.md");
+        let section = doc
+            .split("## Events and logs")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("docs/engineering/safety.md has its Events and logs section");
+        let missing: Vec<&str> = EventReason::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .filter(|r| !section.contains(&format!("`{r}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in docs/engineering/safety.md: {missing:?}"
+        );
     }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::annotations::DEFAULT_REBOOT_KEY;
 use super::bounds::{DNS_LABEL, DNS_LABEL_MAX};
+pub use super::names::FenceStrategyName;
 use super::retention::Retention;
 
 /// The policy. See the policy table in docs/reference/metrics.md for what each field does.
@@ -218,15 +219,6 @@ impl Default for UpgradeHold {
 /// with room to spare; a Node unhealthy longer is not in one.
 fn default_upgrade_hold_seconds() -> u32 {
     1800
-}
-
-/// A fencing strategy.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
-pub enum FenceStrategyName {
-    /// Ask the BareMetal Operator through the BareMetalHost reboot annotation.
-    BareMetalHostRebootApi,
-    /// Power the host off through its BMC directly (Redfish or IPMI, from the address).
-    DirectBmc,
 }
 
 /// How the Node of a fenced host is released.

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::bounds::{
     DNS_SUBDOMAIN, DNS_SUBDOMAIN_MAX, NAMESPACED_NAME, NAMESPACED_NAME_MAX, UID_MAX,
 };
+use super::names::{FenceStrategyName, RemediationStep, Stored, StoredName};
 
 /// What is being remediated. Written once at creation; the status carries the progress.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -73,6 +74,51 @@ impl RemediationSpec {
     /// Whether it is of a Node no Machine stands for.
     pub fn of_machineless_node(&self) -> bool {
         self.machine_name.is_none()
+    }
+}
+
+/// A BareMetalHost, by namespace and name: what `spec.host` holds as `namespace/name`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct HostRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for HostRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+impl std::str::FromStr for HostRef {
+    type Err = String;
+
+    /// `namespace/name`, both parts present (the CRD's pattern checks the rest on write).
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.split_once('/') {
+            Some((namespace, name))
+                if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+            {
+                Ok(HostRef {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                })
+            }
+            _ => Err(format!("{text:?} is not <namespace>/<name>")),
+        }
+    }
+}
+
+impl RemediationSpec {
+    /// The BareMetalHost `host` names, parsed here and nowhere else; an unusable value says
+    /// why (`spec.host …`).
+    pub fn host_ref(&self) -> Result<Option<HostRef>, String> {
+        self.host
+            .as_deref()
+            .map(|text| text.parse().map_err(|why| format!("spec.host {why}")))
+            .transpose()
     }
 }
 
@@ -149,11 +195,14 @@ impl Condition {
 }
 
 /// When a step was persisted.
+// `S` names the steps: a Remediation's `RemediationStep`, a DriftRemediation's `DriftStep`
+// (a plain comment: the doc comment is the CRD's description).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct StepTime {
+#[serde(rename_all = "camelCase", bound = "S: StoredName")]
+#[schemars(bound = "")]
+pub struct StepTime<S> {
     /// The step, e.g. `PowerOffRequested`, `Fenced`, `NodeDeleted`.
-    pub step: String,
+    pub step: Stored<S>,
     /// The power cycle it belongs to, from 1.
     pub attempt: u32,
     /// When it was persisted (RFC 3339).
@@ -204,7 +253,7 @@ pub struct RemediationStatus {
     pub attempt: Option<u32>,
     /// The fencing strategy in use, as named in the policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<String>,
+    pub strategy: Option<Stored<FenceStrategyName>>,
     /// The power driver in use (`bmh-reboot-api`, `redfish`, `ipmi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver: Option<String>,
@@ -232,8 +281,98 @@ pub struct RemediationStatus {
     pub power_off_request_remade: bool,
     /// Every persisted step, in order.
     #[serde(default)]
-    pub steps: Vec<StepTime>,
+    pub steps: Vec<StepTime<RemediationStep>>,
     /// Conditions.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_status_written_when_strategy_and_steps_were_strings_reads_as_enums_and_writes_back_unchanged()
+     {
+        // As the controller wrote it while `strategy` and `steps[].step` were `String`s (and a
+        // DriftRemediation's steps the same way).
+        let old = json!({
+            "phase": "Fenced",
+            "phaseSince": "2026-01-02T03:04:05Z",
+            "attempt": 2,
+            "strategy": "DirectBmc",
+            "driver": "redfish",
+            "nodeUid": "u-1",
+            "steps": [
+                {"step": "PowerOffRequested", "attempt": 1, "time": "2026-01-02T03:00:00Z"},
+                {"step": "Escalated", "attempt": 1, "time": "2026-01-02T03:02:00Z"},
+                {"step": "Fenced", "attempt": 2, "time": "2026-01-02T03:04:05Z"},
+            ],
+            "conditions": [],
+        });
+        let status: RemediationStatus = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(
+            status.strategy,
+            Some(Stored::Known(FenceStrategyName::DirectBmc))
+        );
+        let steps: Vec<Option<RemediationStep>> =
+            status.steps.iter().map(|t| t.step.known()).collect();
+        assert_eq!(
+            steps,
+            [
+                Some(RemediationStep::PowerOffRequested),
+                Some(RemediationStep::Escalated),
+                Some(RemediationStep::Fenced),
+            ]
+        );
+        assert_eq!(serde_json::to_value(&status).unwrap(), old);
+        for (typed, text) in [
+            (
+                FenceStrategyName::BareMetalHostRebootApi,
+                "BareMetalHostRebootApi",
+            ),
+            (FenceStrategyName::DirectBmc, "DirectBmc"),
+        ] {
+            assert_eq!(serde_json::to_value(Stored::from(typed)).unwrap(), text);
+        }
+    }
+
+    #[test]
+    fn a_name_this_version_does_not_know_keeps_the_object_readable_and_is_written_back_as_read() {
+        // A newer version may add a strategy or a step; an older one reading its object must
+        // neither fail the whole object (the watch would stall every Remediation) nor take
+        // the name for one it knows.
+        let newer = json!({
+            "phase": "PoweringOff",
+            "strategy": "SomeNewerStrategy",
+            "steps": [{"step": "SomeNewerStep", "attempt": 1, "time": "2026-01-02T03:00:00Z"}],
+        });
+        let status: RemediationStatus = serde_json::from_value(newer.clone()).unwrap();
+        let strategy = status.strategy.as_ref().unwrap();
+        assert_eq!(strategy.known(), None);
+        assert_eq!(strategy.as_str(), "SomeNewerStrategy");
+        assert_eq!(status.steps[0].step.known(), None);
+        let mut written = serde_json::to_value(&status).unwrap();
+        written.as_object_mut().unwrap().remove("conditions");
+        assert_eq!(written, newer);
+    }
+
+    #[test]
+    fn spec_host_is_parsed_in_one_place_and_an_unusable_value_names_the_field() {
+        let spec = |host: &str| RemediationSpec {
+            host: Some(host.into()),
+            ..serde_json::from_value(json!({"machineName": "w0"})).unwrap()
+        };
+        let host = spec("m/h0").host_ref().unwrap().unwrap();
+        assert_eq!((host.namespace.as_str(), host.name.as_str()), ("m", "h0"));
+        assert_eq!(host.to_string(), "m/h0");
+        let none: RemediationSpec = serde_json::from_value(json!({"machineName": "w0"})).unwrap();
+        assert_eq!(none.host_ref(), Ok(None));
+        for bad in ["h0", "/h0", "m/", "m/h0/extra"] {
+            let why = spec(bad).host_ref().unwrap_err();
+            assert_eq!(why, format!("spec.host {bad:?} is not <namespace>/<name>"));
+        }
+    }
 }

@@ -188,7 +188,7 @@ impl DriftContext {
                 .status
                 .iter()
                 .flat_map(|s| &s.steps)
-                .filter(|t| t.step == DriftStep::Rebooted.as_str())
+                .filter(|t| t.step == DriftStep::Rebooted)
                 .filter(|t| {
                     now.saturating_sub(crate::runtime::clock::parse_rfc3339(&t.time)) <= day
                 })

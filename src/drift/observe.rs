@@ -187,7 +187,7 @@ pub fn persisted(remediation: &DriftRemediation) -> Persisted {
     let milestones = status
         .steps
         .iter()
-        .filter_map(|s| match DriftStep::parse(&s.step)? {
+        .filter_map(|s| match s.step.known()? {
             DriftStep::PickedUp => Some(Milestone::PickedUp),
             DriftStep::Drained => Some(Milestone::Drained),
             DriftStep::Rebooting => Some(Milestone::Rebooting),

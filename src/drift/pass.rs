@@ -61,7 +61,7 @@ pub(super) fn record(
     now: &str,
 ) {
     status.steps.push(StepTime {
-        step: step.as_str().into(),
+        step: step.into(),
         attempt: 1,
         time: now.into(),
     });
@@ -428,11 +428,11 @@ impl Pass {
             .map(crate::runtime::clock::parse_rfc3339)
             .unwrap_or_default();
         let took = since_epoch(self.context.clock.now()).saturating_sub(detected);
-        let action = format!("{:?}", remediation.spec.action);
+        let action = remediation.spec.action.as_str();
         self.context
             .metrics
             .drift
-            .ended(&action, outcome, reason, took);
+            .ended(action, outcome, reason, took);
     }
 
     pub(super) async fn persist(

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use super::LabArgs;
 use super::setup::LabCluster;
 use crate::runtime::clock::{parse_rfc3339, since_epoch};
-use crate::{Error, Result};
+use crate::{Error, LocalError, Result};
 
 const REMEDIATIONS: Gvr = Gvr {
     group: "baremend.io",
@@ -120,7 +120,7 @@ struct ControllerProcess {
 impl ControllerProcess {
     async fn start(kubeconfig: &Path, log: PathBuf, port: u16) -> Result<Self> {
         let exe = std::env::current_exe().map_err(|e| invalid("the baremend binary", e))?;
-        let log_file = std::fs::File::create(&log).map_err(|source| Error::WriteFile {
+        let log_file = std::fs::File::create(&log).map_err(|source| LocalError::WriteFile {
             what: "controller log",
             path: log.clone(),
             source,
@@ -322,16 +322,18 @@ pub async fn run(args: &LabArgs) -> Result<()> {
     .await?;
 
     let dir = std::env::temp_dir().join(format!("baremend-scale-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|source| Error::WriteFile {
+    std::fs::create_dir_all(&dir).map_err(|source| LocalError::WriteFile {
         what: "benchmark directory",
         path: dir.clone(),
         source,
     })?;
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, &lab.controller_kubeconfig).map_err(|source| Error::WriteFile {
-        what: "kubeconfig",
-        path: kubeconfig.clone(),
-        source,
+    std::fs::write(&kubeconfig, &lab.controller_kubeconfig).map_err(|source| {
+        LocalError::WriteFile {
+            what: "kubeconfig",
+            path: kubeconfig.clone(),
+            source,
+        }
     })?;
     let port = free_port()?;
     let started = Instant::now();

@@ -63,7 +63,7 @@ pub struct DriftMetrics {
     reboots: Family<NodeLabels, Gauge>,
 }
 
-/// The actions a drift remediation takes (`DriftAction`).
+/// The actions a drift remediation takes (`DriftAction::ALL`, as a test checks).
 pub const ACTIONS: [&str; 2] = ["Force", "Restore"];
 
 /// The outcomes that carry no reason.

@@ -116,10 +116,10 @@ where
 pub(crate) async fn bind(listen: SocketAddr) -> crate::Result<(TcpListener, SocketAddr)> {
     let listener = TcpListener::bind(listen)
         .await
-        .map_err(|source| crate::Error::Listen { listen, source })?;
+        .map_err(|source| crate::LocalError::Listen { listen, source })?;
     let bound = listener
         .local_addr()
-        .map_err(|source| crate::Error::Listen { listen, source })?;
+        .map_err(|source| crate::LocalError::Listen { listen, source })?;
     Ok((listener, bound))
 }
 

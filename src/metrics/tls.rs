@@ -24,7 +24,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::{Error, Result};
+use crate::{Error, LocalError, Result};
 
 /// The file names service-ca (and cert-manager, and `kubernetes.io/tls` Secrets) use.
 pub const CERT_FILE: &str = "tls.crt";
@@ -69,21 +69,22 @@ impl CertSource {
 }
 
 fn bad(what: &'static str, path: &Path, reason: String) -> Error {
-    Error::BadFile {
+    LocalError::BadFile {
         what,
         path: path.to_owned(),
         reason,
     }
+    .into()
 }
 
 fn certified(chain: Vec<CertificateDer<'static>>, key: &PrivateKeyDer<'_>) -> Result<CertifiedKey> {
-    let signing = any_supported_type(key).map_err(|e| Error::Render {
+    let signing = any_supported_type(key).map_err(|e| LocalError::Render {
         what: "the metrics serving key",
         reason: e.to_string(),
     })?;
     let certified = CertifiedKey::new(chain, signing);
     // A half-rotated pair (new key, old certificate) must not be served.
-    certified.keys_match().map_err(|e| Error::Render {
+    certified.keys_match().map_err(|e| LocalError::Render {
         what: "the metrics serving certificate",
         reason: format!("the key does not belong to the certificate: {e}"),
     })?;
@@ -109,13 +110,13 @@ fn load(cert: &Path, key: &Path) -> Result<CertifiedKey> {
 }
 
 fn self_signed(names: &[String]) -> Result<CertifiedKey> {
-    let render = |e: rcgen::Error| Error::Render {
+    let render = |e: rcgen::Error| LocalError::Render {
         what: "the self-signed metrics certificate",
         reason: e.to_string(),
     };
     let generated = rcgen::generate_simple_self_signed(names.to_vec()).map_err(render)?;
     let key = PrivateKeyDer::try_from(generated.signing_key.serialize_der()).map_err(|e| {
-        Error::Render {
+        LocalError::Render {
             what: "the self-signed metrics certificate",
             reason: e.to_string(),
         }
@@ -203,7 +204,7 @@ pub fn server_config(source: &CertSource) -> Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Render {
+        .map_err(|e| LocalError::Render {
             what: "the metrics TLS configuration",
             reason: e.to_string(),
         })?

@@ -170,15 +170,11 @@ impl Pass {
                 reference.name, self.namespace
             ));
         }
-        let Some((host_namespace, host)) = remediation
-            .spec
-            .host
-            .as_deref()
-            .and_then(|h| h.split_once('/'))
-        else {
+        let Some((host_ref, _)) = self.host(remediation) else {
             // No host: nothing of a BareMetalHost to power.
             return Ok(Ok(()));
         };
+        let (host_namespace, host) = (host_ref.namespace.as_str(), host_ref.name.as_str());
         let consumer = if host_namespace == self.namespace {
             let hosts: Api<slim::BareMetalHost> =
                 Api::namespaced(self.context.client.clone(), host_namespace);

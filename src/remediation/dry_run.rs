@@ -33,11 +33,12 @@ use kube::runtime::controller::Action;
 use super::gates::Held;
 use super::pass::Pass;
 use super::plan::{DryRun, Mode, Phase, Probe, ReleaseMode};
-use super::probe;
-use super::state::{record_step, set_condition, strategy_name};
-use super::steps::Round;
+use super::probe::{self, ProbeSite, ProbeWith};
+use super::state::set_condition;
+use super::steps::{Round, Tell};
+use super::strategy::strategy;
 use crate::Result;
-use crate::api::{ConditionType, FenceStrategyName, Remediation, RemediationStep};
+use crate::api::{ConditionType, EventReason, FenceStrategyName, Remediation, RemediationStep};
 use crate::runtime::events::Severity;
 
 /// How long a BMC probe may take, login and close included.
@@ -58,7 +59,7 @@ pub struct Record {
 /// What a dry run would have done, in words: `names` are the policy's strategies, `node` the
 /// Node the Remediation names.
 pub fn describe(dry: &DryRun, names: &[FenceStrategyName], node: Option<&str>) -> Record {
-    let name = |index: usize| names.get(index).copied().map_or("?", strategy_name);
+    let name = |index: usize| names.get(index).map_or("?", |n| n.as_str());
     let probes: Vec<String> = dry
         .probes
         .iter()
@@ -117,58 +118,47 @@ impl Pass {
             && *may_start != Err(Held::Paused)
     }
 
-    /// The non-disruptive probes, in the policy's order up to the first that answers (the
-    /// order the escalation would take).
+    /// The non-disruptive probes (shared with the readiness check, see `probe`), in the
+    /// policy's order up to the first that answers (the order the escalation would take).
     pub(super) async fn probe_strategies(&self, remediation: &Remediation) -> Vec<Probe> {
+        let context = &self.context;
+        let with = ProbeWith {
+            client: &context.client,
+            connector: &context.connector,
+            reboot_key: &self.policy.reboot_key,
+            timeout: PROBE_TIMEOUT,
+            terms: probe::ProbeTerms {
+                metrics: Some(context.metrics.power.clone()),
+                witness: Some(context.witness.clone()),
+                allow_insecure: self.policy.allow_insecure_bmc,
+            },
+        };
+        let key = format!("{}/{}", self.namespace, self.name);
+        let host = Ok(self.host(remediation).map(|(host, _)| host));
+        let bmc = self.locate_direct_bmc(remediation);
+        let site = ProbeSite {
+            key: &key,
+            namespace: &self.namespace,
+            host: &host,
+            bmc: &bmc,
+        };
         let mut probes = Vec::new();
-        for (strategy, name) in self.policy.strategies.iter().enumerate() {
-            let outcome = match name {
-                FenceStrategyName::BareMetalHostRebootApi => self.probe_host(remediation).await,
-                FenceStrategyName::DirectBmc => self.probe_bmc(remediation).await,
-            };
+        for (index, name) in self.policy.strategies.iter().enumerate() {
+            let outcome = strategy(*name)
+                .probe(&with, &site)
+                .await
+                .map(|answer| answer.said)
+                .map_err(|refusal| refusal.detail);
             let answered = outcome.is_ok();
-            probes.push(Probe { strategy, outcome });
+            probes.push(Probe {
+                strategy: index,
+                outcome,
+            });
             if answered {
                 break;
             }
         }
         probes
-    }
-
-    /// The reboot API's probe (shared with the readiness check, see `probe`).
-    async fn probe_host(&self, remediation: &Remediation) -> std::result::Result<String, String> {
-        let (host, _) = self
-            .host(remediation)
-            .ok_or("the Machine names no BareMetalHost")?;
-        probe::probe_host(&self.context.client, &host, &self.policy.reboot_key)
-            .await
-            .map(|answer| answer.said)
-            .map_err(|refusal| refusal.detail)
-    }
-
-    /// The BMC's probe (shared with the readiness check, see `probe`): a login, a read of the
-    /// system and its reset types, the session closed.
-    async fn probe_bmc(&self, remediation: &Remediation) -> std::result::Result<String, String> {
-        let bmc = self
-            .locate_direct_bmc(remediation)
-            .map_err(|e| e.to_string())?;
-        let context = &self.context;
-        let terms = probe::ProbeTerms {
-            metrics: Some(context.metrics.power.clone()),
-            witness: Some(context.witness.clone()),
-            allow_insecure: self.policy.allow_insecure_bmc,
-        };
-        probe::probe_bmc(
-            &context.client,
-            &context.connector,
-            &self.namespace,
-            &bmc,
-            PROBE_TIMEOUT,
-            terms,
-        )
-        .await
-        .map(|answer| answer.said)
-        .map_err(|refusal| refusal.detail)
     }
 
     /// After a dry run (`last`): `Some` when nothing starts now; `None` when a new
@@ -178,15 +168,15 @@ impl Pass {
         let cleared = last.status.as_ref().is_some_and(|s| {
             s.steps
                 .iter()
-                .any(|t| t.step == RemediationStep::TriggerCleared.as_str())
+                .any(|t| t.step == RemediationStep::TriggerCleared)
         });
         if !self.triggered() {
             if !cleared {
                 let mut last = last.clone();
-                let mut status = last.status.clone().unwrap_or_default();
+                let status = last.status.clone().unwrap_or_default();
                 let now = self.context.clock.now();
-                record_step(&mut status, RemediationStep::TriggerCleared, None, now);
-                self.persist(&mut last, status).await?;
+                let step = (RemediationStep::TriggerCleared, None);
+                self.take_step(&mut last, status, step, now, None).await?;
             }
             return Ok(Some(Action::await_change()));
         }
@@ -217,9 +207,7 @@ impl Pass {
             &self.policy.strategies,
             remediation.spec.node_name.as_deref(),
         );
-        status.strategy = dry
-            .strategy
-            .map(|i| strategy_name(self.strategy_at(i)).into());
+        status.strategy = dry.strategy.map(|i| self.strategy_at(i).into());
         set_condition(&mut status, ConditionType::Held, false, "DryRun", "", now);
         set_condition(
             &mut status,
@@ -229,25 +217,30 @@ impl Pass {
             &record.message,
             now,
         );
-        record_step(
-            &mut status,
-            RemediationStep::DryRun,
-            Some(Phase::DryRun),
-            now,
-        );
-        self.persist(remediation, status).await?;
+        let step = (RemediationStep::DryRun, Some(Phase::DryRun));
+        let tell = Tell::normal(EventReason::DryRun, record.message);
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         tracing::info!(remediation = %remediation.name_any(), outcome = record.reason, "dry run recorded");
-        self.event(remediation, Severity::Normal, "DryRun", record.message)
-            .await;
         if let Some(why) = record.warning {
             let note = format!("dry run: no fencing path answered its probe: {why}");
-            self.event(remediation, Severity::Warning, "DryRunProbeFailed", note)
-                .await;
+            self.event(
+                remediation,
+                Severity::Warning,
+                EventReason::DryRunProbeFailed,
+                note,
+            )
+            .await;
         }
         if !self.context.policy_configured() {
             let note = "no RemediationPolicy named default exists: baremend records dry runs and changes nothing until one is created (kubectl create -f deploy/policies.yaml, then set its mode)";
-            self.event(remediation, Severity::Warning, "PolicyMissing", note.into())
-                .await;
+            self.event(
+                remediation,
+                Severity::Warning,
+                EventReason::PolicyMissing,
+                note.into(),
+            )
+            .await;
         }
         self.context.metrics.remediation_dry_run(record.reason);
         Ok(Some(Action::await_change()))

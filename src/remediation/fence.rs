@@ -43,20 +43,7 @@ use baremend_drivers::PowerState;
 use super::bmc_trust::Transport;
 use crate::api::FenceStrategyName;
 
-/// A BareMetalHost, by namespace and name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct HostRef {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
-
-impl std::fmt::Display for HostRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+pub use crate::api::HostRef;
 
 /// The host a proof is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +153,16 @@ pub(crate) enum PowerEvidence {
     },
 }
 
+impl PowerEvidence {
+    /// The strategy that reads this kind of evidence.
+    pub(crate) fn strategy(&self) -> FenceStrategyName {
+        match self {
+            PowerEvidence::BareMetalHost(_) => FenceStrategyName::BareMetalHostRebootApi,
+            PowerEvidence::BmcReads { .. } => FenceStrategyName::DirectBmc,
+        }
+    }
+}
+
 /// Why a host cannot be called fenced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotFenced {
@@ -262,20 +259,23 @@ pub(crate) fn confirm_powered_off(
     target: &FenceTarget,
     evidence: &PowerEvidence,
 ) -> Result<ConfirmedOff, NotFenced> {
-    let host = match (target.strategy, evidence) {
-        (FenceStrategyName::BareMetalHostRebootApi, PowerEvidence::BareMetalHost(view)) => {
-            bare_metal_host_off(target.host.as_ref(), view)?
-        }
-        (
-            FenceStrategyName::DirectBmc,
-            PowerEvidence::BmcReads {
-                address,
-                system,
-                reads,
-                transport,
-                witnessed,
-            },
-        ) => {
+    // Evidence is read per strategy (`strategy`): evidence of another kind is never proof.
+    if evidence.strategy() != target.strategy {
+        return Err(NotFenced::Untrustworthy(format!(
+            "{} is no evidence for strategy {:?}",
+            evidence_kind(evidence),
+            target.strategy
+        )));
+    }
+    let host = match evidence {
+        PowerEvidence::BareMetalHost(view) => bare_metal_host_off(target.host.as_ref(), view)?,
+        PowerEvidence::BmcReads {
+            address,
+            system,
+            reads,
+            transport,
+            witnessed,
+        } => {
             if let Transport::Forgeable(why) = transport
                 && !target.allow_insecure
             {
@@ -287,12 +287,6 @@ pub(crate) fn confirm_powered_off(
                 return Err(NotFenced::Untrustworthy(format!("BMC {address}: {why}")));
             }
             bmc_off(address, system, reads)?
-        }
-        (strategy, evidence) => {
-            return Err(NotFenced::Untrustworthy(format!(
-                "{} is no evidence for strategy {strategy:?}",
-                evidence_kind(evidence)
-            )));
         }
     };
     Ok(ConfirmedOff {

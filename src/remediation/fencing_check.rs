@@ -24,8 +24,9 @@ use super::context::Context;
 use super::monitor::{offset, under_remediation};
 use super::observe::{BmcRef, HostRef, machine_host, machine_is_control_plane};
 use super::power::{NoBmc, locate_bmc};
-use super::probe::{ProbeTerms, no_bmc, probe_bmc, probe_host};
-use super::readiness::{Readiness, Reason, Refusal, decide};
+use super::probe::{ProbeSite, ProbeTerms, ProbeWith};
+use super::readiness::{Readiness, Reason, decide};
+use super::strategy::strategy;
 use super::subject::{
     machine_nodes, machineless_strategies, node_is_control_plane, node_reference,
 };
@@ -202,34 +203,21 @@ pub async fn check(probes: &Probes<'_>, target: &Target) -> Readiness {
     } else {
         probes.strategies.to_vec()
     };
-    for strategy in &strategies {
-        let verdict = match strategy {
-            FenceStrategyName::BareMetalHostRebootApi => match &target.host {
-                Ok(Some(host)) => probe_host(probes.client, host, probes.reboot_key).await,
-                Ok(None) => Err(Refusal::new(
-                    None,
-                    Reason::NoFencingPath,
-                    format!("Machine {} names no BareMetalHost", target.key),
-                )),
-                Err(unusable) => Err(Refusal::new(None, Reason::NoFencingPath, unusable.clone())),
-            },
-            FenceStrategyName::DirectBmc => match &target.bmc {
-                Ok(bmc) => {
-                    let terms = probes.terms.clone();
-                    let (client, connector) = (probes.client, probes.connector);
-                    probe_bmc(
-                        client,
-                        connector,
-                        &target.namespace,
-                        bmc,
-                        probes.timeout,
-                        terms,
-                    )
-                    .await
-                }
-                Err(why) => Err(no_bmc(why)),
-            },
-        };
+    let with = ProbeWith {
+        client: probes.client,
+        connector: probes.connector,
+        reboot_key: probes.reboot_key,
+        timeout: probes.timeout,
+        terms: probes.terms.clone(),
+    };
+    let site = ProbeSite {
+        key: &target.key,
+        namespace: &target.namespace,
+        host: &target.host,
+        bmc: &target.bmc,
+    };
+    for name in strategies {
+        let verdict = strategy(name).probe(&with, &site).await;
         let answered = verdict.is_ok();
         verdicts.push(verdict);
         if answered {

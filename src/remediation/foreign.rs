@@ -18,7 +18,9 @@ use super::observe::{foreign_object, legacy_marks, reboot_keys};
 use super::pass::Pass;
 use super::state::set_condition;
 use crate::api::annotations::{LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS_BACKUP};
-use crate::api::{ConditionType, NodeBackup, Remediation, RemediationPhase, slim};
+use crate::api::{
+    ConditionType, EventReason, HostRef, NodeBackup, Remediation, RemediationPhase, slim,
+};
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
@@ -36,11 +38,11 @@ impl Pass {
             .await?
             .map(|a| legacy_marks(&a))
             .unwrap_or_default();
-        let host = remediation.spec.host.as_deref();
+        let host = self.host(remediation).map(|(host, _)| host);
         let evidence = ForeignEvidence {
             machine_marks,
-            reboot_keys: self.fresh_reboot_keys(host).await?,
-            ours_requested: ours_requested(ours, remediation, host),
+            reboot_keys: self.fresh_reboot_keys(host.as_ref()).await?,
+            ours_requested: ours_requested(ours, remediation, host.as_ref()),
             objects: self.foreign_objects().await?,
         };
         let node = remediation
@@ -57,16 +59,15 @@ impl Pass {
         Ok(foreign_remediation(&target, &evidence))
     }
 
-    /// The reboot-API keys on the BareMetalHost (`namespace/name`), read now; none without
-    /// a host.
-    async fn fresh_reboot_keys(&self, host: Option<&str>) -> Result<Vec<String>> {
-        let Some((namespace, name)) = host.and_then(|h| h.split_once('/')) else {
+    /// The reboot-API keys on the BareMetalHost, read now; none without a host.
+    async fn fresh_reboot_keys(&self, host: Option<&HostRef>) -> Result<Vec<String>> {
+        let Some(host) = host else {
             return Ok(Vec::new());
         };
         let hosts: Api<slim::BareMetalHost> =
-            Api::namespaced(self.context.client.clone(), namespace);
+            Api::namespaced(self.context.client.clone(), &host.namespace);
         let host = hosts
-            .get_opt(name)
+            .get_opt(&host.name)
             .await
             .map_err(Error::kube("GetBareMetalHost"))?;
         Ok(host
@@ -156,8 +157,13 @@ impl Pass {
         self.context.leadership.ensure()?;
         self.persist(remediation, status).await?;
         if let Some(message) = kept_off {
-            self.event(remediation, Severity::Warning, "PowerOnBlocked", message)
-                .await;
+            self.event(
+                remediation,
+                Severity::Warning,
+                EventReason::PowerOnBlocked,
+                message,
+            )
+            .await;
         }
         Ok(())
     }
@@ -172,7 +178,7 @@ impl Pass {
                 self.event(
                     remediation,
                     Severity::Warning,
-                    "LegacyBackupUnreadable",
+                    EventReason::LegacyBackupUnreadable,
                     why,
                 )
                 .await;
@@ -225,7 +231,7 @@ impl Pass {
             self.event(
                 remediation,
                 Severity::Normal,
-                "LegacyFinalizerRemoved",
+                EventReason::LegacyFinalizerRemoved,
                 note,
             )
             .await;
@@ -253,12 +259,12 @@ pub fn kept_off_by(ours: &str, keys: &[String], host: &str) -> Option<String> {
 
 /// Whether a Remediation of ours (other than `this`) on the same host asked it off and has
 /// not withdrawn: one under way, or one that failed with the host left off.
-fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&str>) -> bool {
+fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&HostRef>) -> bool {
     let Some(host) = host else { return false };
     ours.iter().any(|r| {
         let phase = r.status.as_ref().map(|s| s.phase).unwrap_or_default();
         (r.name_any(), r.namespace()) != (this.name_any(), this.namespace())
-            && r.spec.host.as_deref() == Some(host)
+            && r.spec.host_ref().ok().flatten().as_ref() == Some(host)
             && !matches!(
                 phase,
                 RemediationPhase::Pending

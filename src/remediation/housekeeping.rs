@@ -14,7 +14,7 @@ use super::plan::Phase;
 use super::state::created_at;
 use crate::Result;
 use crate::api::annotations::{RETRIED_BY, RETRY};
-use crate::api::{Remediation, RemediationStatus, RemediationStep};
+use crate::api::{EventReason, Remediation, RemediationStatus, RemediationStep};
 use crate::runtime::clock::parse_rfc3339;
 use crate::runtime::delete::delete_each;
 use crate::runtime::events::Severity;
@@ -74,7 +74,7 @@ impl Pass {
     pub(super) async fn refuse_retry(&self, failed: &Remediation, value: &str) {
         let note =
             format!("{RETRY} is {value:?}: only \"true\" asks for a retry, so nothing is done");
-        self.event(failed, Severity::Warning, "RetryIgnored", note)
+        self.event(failed, Severity::Warning, EventReason::RetryIgnored, note)
             .await;
     }
 
@@ -91,7 +91,7 @@ impl Pass {
             let note = format!(
                 "{RETRY}: the Machine carries no host.metal3.io/external-remediation, so there is nothing to retry until it is unhealthy again"
             );
-            self.event(failed, Severity::Normal, "RetryWaiting", note)
+            self.event(failed, Severity::Normal, EventReason::RetryWaiting, note)
                 .await;
             return Ok(None);
         }
@@ -114,7 +114,7 @@ impl Pass {
             "{RETRY}: Remediation {} failed; {next} starts in its place (the start gates still decide)",
             failed.name_any()
         );
-        self.event(&remediation, Severity::Normal, "Retried", note)
+        self.event(&remediation, Severity::Normal, EventReason::Retried, note)
             .await;
         Ok(Some(remediation))
     }
@@ -182,7 +182,7 @@ fn finished_at(remediation: &Remediation) -> Duration {
 /// Whether a remediation got as far as releasing the Node.
 fn released_node(status: &RemediationStatus) -> bool {
     status.steps.iter().any(|s| {
-        RemediationStep::parse(&s.step).is_some_and(|step| {
+        s.step.known().is_some_and(|step| {
             matches!(
                 step,
                 RemediationStep::NodeDeleting

@@ -35,6 +35,7 @@ pub mod requests;
 pub mod start_gates;
 pub mod state;
 mod steps;
+mod strategy;
 pub mod subject;
 pub mod trigger;
 pub mod trust;

@@ -19,7 +19,8 @@ use super::state::{created_at, set_condition, strategy_in_status};
 use super::subject::{Subject, machineless_strategies};
 use crate::api::slim;
 use crate::api::{
-    ConditionType, FenceStrategyName, Remediation, RemediationPolicySpec, RemediationStatus,
+    ConditionType, EventReason, FenceStrategyName, Remediation, RemediationPolicySpec,
+    RemediationStatus,
 };
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
@@ -187,16 +188,18 @@ impl Pass {
         &self,
         remediation: &Remediation,
     ) -> Option<(HostRef, Option<Arc<slim::BareMetalHost>>)> {
-        let text = remediation.spec.host.as_deref()?;
-        let (namespace, name) = text.split_once('/')?;
-        let host_ref = HostRef {
-            namespace: namespace.into(),
-            name: name.into(),
+        let host_ref = match remediation.spec.host_ref() {
+            Ok(host_ref) => host_ref?,
+            Err(why) => {
+                // The CRD's pattern keeps such a value out; one that got in names no host.
+                tracing::warn!(remediation = %remediation.name_any(), "{why}");
+                return None;
+            }
         };
         let object = self
             .context
             .hosts
-            .get(&ObjectRef::new(name).within(namespace));
+            .get(&ObjectRef::new(&host_ref.name).within(&host_ref.namespace));
         Some((host_ref, object))
     }
 
@@ -236,10 +239,10 @@ impl Pass {
         &self,
         remediation: &Remediation,
         severity: Severity,
-        reason: &str,
+        reason: EventReason,
         note: String,
     ) {
-        self.event_action(remediation, severity, (reason, reason), note)
+        self.event_action(remediation, severity, (reason, reason.as_str()), note)
             .await;
     }
 
@@ -250,7 +253,7 @@ impl Pass {
         &self,
         remediation: &Remediation,
         severity: Severity,
-        (reason, action): (&str, &str),
+        (reason, action): (EventReason, &str),
         note: String,
     ) {
         // On both objects: `kubectl describe machine` (or node) is where an operator looks
@@ -260,7 +263,7 @@ impl Pass {
         crate::runtime::events::publish_action(
             &self.context.recorder,
             severity,
-            (reason, action),
+            (reason.as_str(), action),
             &note,
             &[
                 (machine_ref.clone(), Some(remediation_ref.clone())),
@@ -286,7 +289,7 @@ impl Pass {
                 let took = now.duration_since(previous).unsigned_abs();
                 self.context
                     .metrics
-                    .step_reached(&status.steps[index].step, took);
+                    .step_reached(status.steps[index].step.as_str(), took);
             }
         }
     }
@@ -305,7 +308,7 @@ impl Pass {
             &mut status,
             ConditionType::StepFailed,
             true,
-            reason,
+            reason.as_str(),
             &text,
             now,
         );

@@ -1,12 +1,12 @@
-//! The host's power, per fencing strategy: the evidence that proves it off, power requests
-//! and their withdrawal, and the BMC of a host fenced directly.
+//! The host's power, as the strategies (`strategy`) reach it: where a host's BMC is and how to
+//! connect to it, its reads, the BareMetalHost read fresh, what a remediation means to fence,
+//! and the BMC proof kept for the release a moment later.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use baremend_drivers::{
-    BmcAddress, CredentialUsed, DriverConfig, DriverKind, PowerDriver, PowerOffMode, PowerState,
-    TlsOptions,
+    BmcAddress, CredentialUsed, DriverConfig, DriverKind, PowerDriver, PowerState, TlsOptions,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::ResourceExt;
@@ -14,11 +14,8 @@ use kube::api::Api;
 use serde_json::Value;
 
 use super::bmc_trust::{Reader, Transport, transport};
-use super::context::host_resource;
-use super::execute;
 use super::fence::{
     BareMetalHostView, ConfirmedOff, FenceTarget, FencedHost, NodeIdentity, NotFenced,
-    PowerEvidence, confirm_powered_off,
 };
 use super::metered::Metered;
 use super::observe::{
@@ -32,15 +29,6 @@ use crate::api::{CaBundleKind, CaBundleRef, FenceStrategyName, HostBmc, Remediat
 use crate::metrics::power::HostSeries;
 use crate::runtime::clock::since_epoch;
 use crate::{Error, Result};
-
-/// Which power-off requests to withdraw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Withdraw {
-    /// All: reboot-API annotations removed and BMCs told to power on.
-    Everything,
-    /// Only the reboot-API annotations (the Node is back: its host is on, no BMC to ask).
-    RebootRequestsOnly,
-}
 
 /// Where a Machine's BMC is for direct access, and how to check its certificate: a HostBmc
 /// naming the Machine (or its Node), else a *detached* BareMetalHost's `spec.bmc` (with the
@@ -216,12 +204,6 @@ pub(super) struct DirectBmc {
     pub(super) transport: Transport,
 }
 
-/// The Event reason when a BMC accepted only the previous password of its Secret.
-pub const PREVIOUS_PASSWORD_USED: &str = "BmcPreviousPasswordUsed";
-
-/// Reads a direct-BMC proof takes (see `fence`); a read that is not Off ends them early.
-const BMC_PROOF_READS: usize = 2;
-
 impl Pass {
     /// What the remediation means to fence with `strategy`: the host it names and the Node
     /// the proof may release (by the UID recorded at the power-off request, else the cached
@@ -247,60 +229,6 @@ impl Pass {
             node,
             allow_insecure: self.policy.allow_insecure_bmc,
         }
-    }
-
-    /// Fresh evidence for `target`, made into a proof or the reason why not. The reboot API is
-    /// read with a GET of the BareMetalHost (never the watch cache); a BMC is read
-    /// [`BMC_PROOF_READS`] times — not at all while it is untrustworthy — and every other
-    /// reading of it in the process around those reads is weighed with them.
-    pub(super) async fn take_proof(
-        &self,
-        remediation: &Remediation,
-        target: &FenceTarget,
-    ) -> std::result::Result<ConfirmedOff, NotFenced> {
-        let evidence = match target.strategy {
-            FenceStrategyName::BareMetalHostRebootApi => {
-                PowerEvidence::BareMetalHost(self.fresh_host_view(target).await?)
-            }
-            FenceStrategyName::DirectBmc => {
-                let bmc = self
-                    .direct_bmc(remediation)
-                    .await
-                    .map_err(|e| NotFenced::Untrustworthy(e.to_string()))?;
-                let ledger = &self.context.witness.ledger;
-                let first_read = since_epoch(self.context.clock.now());
-                if let Some(mark) = ledger.distrusted(&bmc.address, first_read) {
-                    return Err(NotFenced::Untrustworthy(format!(
-                        "BMC {}: {mark}",
-                        bmc.address
-                    )));
-                }
-                let mut reads = Vec::with_capacity(BMC_PROOF_READS);
-                while reads.len() < BMC_PROOF_READS {
-                    let read = self
-                        .read_power(&bmc)
-                        .await
-                        .map_err(|error| NotFenced::NotYet(format!("BMC read failed: {error}")))?;
-                    let off = read == PowerState::Off;
-                    reads.push(read);
-                    if !off {
-                        break;
-                    }
-                }
-                let now = since_epoch(self.context.clock.now());
-                let witnessed = ledger
-                    .check_proof(&bmc.address, first_read, now)
-                    .map_err(|mark| mark.to_string());
-                PowerEvidence::BmcReads {
-                    address: bmc.address,
-                    system: bmc.system,
-                    reads,
-                    transport: bmc.transport,
-                    witnessed,
-                }
-            }
-        };
-        confirm_powered_off(target, &evidence)
     }
 
     /// The BareMetalHost the target names, read from the API server now.
@@ -417,7 +345,7 @@ impl Pass {
 
     /// A Warning when the BMC accepted only the previous password of its Secret: the rotation
     /// is half done, and the previous password must stay until the BMC has the new one.
-    async fn note_previous_password(&self, remediation: &Remediation, bmc: &DirectBmc) {
+    pub(super) async fn note_previous_password(&self, remediation: &Remediation, bmc: &DirectBmc) {
         if bmc.driver.credential_used() != Some(CredentialUsed::Previous) {
             return;
         }
@@ -432,7 +360,7 @@ impl Pass {
         self.event(
             remediation,
             crate::runtime::events::Severity::Warning,
-            PREVIOUS_PASSWORD_USED,
+            crate::api::EventReason::BmcPreviousPasswordUsed,
             note,
         )
         .await;
@@ -447,54 +375,9 @@ impl Pass {
         format!("{REBOOT_PREFIX}{}", self.policy.reboot_key)
     }
 
-    pub(super) async fn request_power(
-        &self,
-        remediation: &Remediation,
-        strategy: FenceStrategyName,
-        off: bool,
-    ) -> Result<()> {
-        match strategy {
-            FenceStrategyName::BareMetalHostRebootApi => {
-                let Some((host_ref, _)) = self.host(remediation) else {
-                    // Nothing to ask; the evidence says why and the planner escalates.
-                    return Ok(());
-                };
-                let hosts: Api<kube::api::DynamicObject> = Api::namespaced_with(
-                    self.context.client.clone(),
-                    &host_ref.namespace,
-                    &host_resource(),
-                );
-                self.context.leadership.ensure()?;
-                execute::set_annotation(
-                    &hosts,
-                    &host_ref.name,
-                    &self.reboot_annotation(),
-                    off.then_some(r#"{"mode":"hard"}"#),
-                    if off {
-                        "RequestPowerOff"
-                    } else {
-                        "RequestPowerOn"
-                    },
-                )
-                .await
-            }
-            FenceStrategyName::DirectBmc => {
-                let bmc = self.direct_bmc(remediation).await?;
-                self.context.leadership.ensure()?;
-                if off {
-                    bmc.driver.power_off(PowerOffMode::Forced).await?;
-                } else {
-                    bmc.driver.power_on().await?;
-                }
-                self.note_previous_password(remediation, &bmc).await;
-                Ok(())
-            }
-        }
-    }
-
     /// The strategies this remediation may have asked: the policy's up to the one in use (all
     /// of them when the policy no longer names it), and the one in use.
-    fn strategies_asked(
+    pub(super) fn strategies_asked(
         &self,
         remediation: &Remediation,
         state: &Persisted,
@@ -510,89 +393,6 @@ impl Pass {
         }
         asked
     }
-
-    /// Withdraws every power-off request this remediation made, so the host comes back on.
-    pub(super) async fn withdraw_all(
-        &self,
-        remediation: &Remediation,
-        state: &Persisted,
-        what: Withdraw,
-    ) -> Result<()> {
-        for strategy in self.strategies_asked(remediation, state) {
-            match strategy {
-                FenceStrategyName::BareMetalHostRebootApi if self.host(remediation).is_none() => {}
-                FenceStrategyName::DirectBmc if what == Withdraw::RebootRequestsOnly => {}
-                FenceStrategyName::DirectBmc if self.direct_bmc(remediation).await.is_err() => {}
-                _ => self.request_power(remediation, strategy, false).await?,
-            }
-        }
-        Ok(())
-    }
-
-    /// Re-makes a power request that a crash may have lost: at once for the reboot API (the
-    /// cached host shows whether our annotation is there), after a quiet period for a BMC
-    /// (which may still be acting on the first request).
-    pub(super) async fn ensure_request(
-        &self,
-        remediation: &mut Remediation,
-        state: &Persisted,
-        off: bool,
-    ) -> Result<()> {
-        let strategy = self.strategy_in_use(remediation);
-        match strategy {
-            FenceStrategyName::BareMetalHostRebootApi => {
-                let Some((_, Some(host))) = self.host(remediation) else {
-                    return Ok(());
-                };
-                let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
-                let requested =
-                    bare_metal_host_view(&json, &self.policy.reboot_key).power_off_requested();
-                if off && !requested {
-                    self.request_power(remediation, strategy, true).await?;
-                } else if !off && requested {
-                    self.withdraw_all(remediation, state, Withdraw::Everything)
-                        .await?;
-                }
-            }
-            FenceStrategyName::DirectBmc => {
-                let quiet = (self.context.poll * 10).max(Duration::from_secs(5));
-                let waited =
-                    since_epoch(self.context.clock.now()).saturating_sub(state.phase_since);
-                if waited < quiet {
-                    return Ok(());
-                }
-                let bmc = self.direct_bmc(remediation).await?;
-                let power = self.read_power(&bmc).await?;
-                self.context.leadership.ensure()?;
-                if off && power == PowerState::On {
-                    bmc.driver.power_off(PowerOffMode::Forced).await?;
-                } else if !off && power == PowerState::Off {
-                    bmc.driver.power_on().await?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    pub(super) async fn driver_name(
-        &self,
-        remediation: &Remediation,
-        strategy: FenceStrategyName,
-    ) -> String {
-        match strategy {
-            FenceStrategyName::BareMetalHostRebootApi => "bmh-reboot-api".into(),
-            FenceStrategyName::DirectBmc => match self.direct_bmc(remediation).await {
-                Ok(bmc) => bmc
-                    .driver
-                    .bmc()
-                    .split(':')
-                    .next()
-                    .unwrap_or("bmc")
-                    .to_string(),
-                Err(_) => "unavailable".into(),
-            },
-        }
-    }
 }
 
 /// How old BMC reads proving a host off may be when they authorize its Node's release.
@@ -601,7 +401,8 @@ const PROOF_REUSE: Duration = Duration::from_secs(1);
 impl Pass {
     /// Keeps a BMC proof this pass took and did not spend, for the release a moment later.
     pub(super) fn remember_bmc_proof(&self, confirmed: ConfirmedOff) {
-        if confirmed.strategy() != FenceStrategyName::DirectBmc {
+        // Only BMC reads are kept: a BareMetalHost is read again for the release.
+        if !matches!(confirmed.host(), FencedHost::Bmc { .. }) {
             return;
         }
         let now = since_epoch(self.context.clock.now());

@@ -91,6 +91,32 @@ pub fn no_bmc(why: &NoBmc) -> Refusal {
     Refusal::new(None, reason, why.to_string())
 }
 
+/// What a probe is made with.
+pub struct ProbeWith<'a> {
+    /// The API client.
+    pub client: &'a Client,
+    /// BMC drivers, one request gate per BMC.
+    pub connector: &'a Connector,
+    /// The policy's reboot key.
+    pub reboot_key: &'a str,
+    /// How long one BMC probe may take, login and close included.
+    pub timeout: Duration,
+    /// How BMC probes are counted and weighed.
+    pub terms: ProbeTerms,
+}
+
+/// Where a Machine's (or a Machine-less Node's) fencing paths lead.
+pub struct ProbeSite<'a> {
+    /// `namespace/name`, as messages name it.
+    pub key: &'a str,
+    /// The namespace of the Machine (or of the `HostBmc`).
+    pub namespace: &'a str,
+    /// The BareMetalHost it names, or why the reference is unusable.
+    pub host: &'a Result<Option<HostRef>, String>,
+    /// Its BMC for direct fencing, or why there is none.
+    pub bmc: &'a Result<BmcRef, NoBmc>,
+}
+
 /// How a BMC probe is counted and weighed.
 #[derive(Debug, Clone, Default)]
 pub struct ProbeTerms {

@@ -19,10 +19,10 @@ use super::housekeeping::next_number;
 use super::observe::node_view;
 use super::pass::Pass;
 use super::plan::{Observed, Phase, Step, next_step};
-use super::state::{created_at, persisted, set_condition};
+use super::state::{created_at, persisted, set_condition, strategy_label};
 use super::steps::Round;
 use super::subject::Subject;
-use crate::api::ConditionType;
+use crate::api::{ConditionType, EventReason};
 use crate::api::{Remediation, slim};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::{Severity, report_failed_pass};
@@ -308,7 +308,10 @@ impl Pass {
             self.event_action(
                 remediation,
                 Severity::Warning,
-                ("HoldEnded", &format!("HoldEndedBy{}", held.gate())),
+                (
+                    EventReason::HoldEnded,
+                    &format!("HoldEndedBy{}", held.gate()),
+                ),
                 note,
             )
             .await;
@@ -325,7 +328,7 @@ impl Pass {
     /// strategy this remediation uses: it goes on with that strategy, never another.
     pub(super) async fn note_strategy_dropped(&self, remediation: &mut Remediation) -> Result<()> {
         let mut status = remediation.status.clone().unwrap_or_default();
-        let in_use = status.strategy.clone().unwrap_or_default();
+        let in_use = strategy_label(&status);
         let told = status
             .conditions
             .iter()
@@ -349,7 +352,7 @@ impl Pass {
         self.event(
             remediation,
             Severity::Warning,
-            "StrategyNotInPolicy",
+            EventReason::StrategyNotInPolicy,
             message,
         )
         .await;

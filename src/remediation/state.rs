@@ -28,9 +28,11 @@ pub fn persisted(
     strategies: &[FenceStrategyName],
     created: Duration,
 ) -> Persisted {
-    let strategy = match status.strategy.as_deref() {
+    let strategy = match &status.strategy {
         None => Some(0),
-        Some(name) => strategies.iter().position(|s| strategy_name(*s) == name),
+        Some(stored) => stored
+            .known()
+            .and_then(|name| strategies.iter().position(|s| *s == name)),
     };
     Persisted {
         phase: status.phase,
@@ -66,21 +68,18 @@ pub fn unblocked_by(
     waiting
 }
 
-/// The strategy a status names, if it names a known one.
+/// The strategy a status names, if it names one this version knows.
 pub fn strategy_in_status(status: &RemediationStatus) -> Option<FenceStrategyName> {
-    match status.strategy.as_deref()? {
-        "BareMetalHostRebootApi" => Some(FenceStrategyName::BareMetalHostRebootApi),
-        "DirectBmc" => Some(FenceStrategyName::DirectBmc),
-        _ => None,
-    }
+    status.strategy.as_ref()?.known()
 }
 
-/// The name a strategy has in status and Events.
-pub fn strategy_name(strategy: FenceStrategyName) -> &'static str {
-    match strategy {
-        FenceStrategyName::BareMetalHostRebootApi => "BareMetalHostRebootApi",
-        FenceStrategyName::DirectBmc => "DirectBmc",
-    }
+/// The strategy a status names, as stored (`""` when none), for metric labels.
+pub fn strategy_label(status: &RemediationStatus) -> String {
+    status
+        .strategy
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default()
 }
 
 /// Records a step in the status: its time, and the phase it enters (if any).
@@ -107,7 +106,7 @@ pub fn record_step(
     }
     let time = rfc3339(now);
     status.steps.push(StepTime {
-        step: step.as_str().to_string(),
+        step: step.into(),
         attempt: status.attempt.unwrap_or(1),
         time: time.clone(),
     });
@@ -209,6 +208,16 @@ mod tests {
             persisted(&status, &only_reboot_api, Duration::ZERO).strategy,
             None
         );
+        // A strategy this version does not know (a newer version's) is not the first either.
+        let unknown = RemediationStatus {
+            strategy: Some("SomeNewerStrategy".into()),
+            ..RemediationStatus::default()
+        };
+        assert_eq!(
+            persisted(&unknown, &only_reboot_api, Duration::ZERO).strategy,
+            None
+        );
+        assert_eq!(strategy_in_status(&unknown), None);
         let fresh = RemediationStatus::default();
         assert_eq!(
             persisted(&fresh, &only_reboot_api, Duration::ZERO).strategy,

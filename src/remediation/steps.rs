@@ -12,16 +12,16 @@ use kube::runtime::controller::Action;
 use tracing::info;
 
 use super::execute;
-use super::fence::ConfirmedOff;
+use super::fence::{ConfirmedOff, FencedHost};
 use super::gates::Held;
 use super::observe::node_view;
 use super::pass::Pass;
 use super::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
-use super::power::Withdraw;
-use super::state::{record_step, set_condition, strategy_name};
+use super::state::{record_step, set_condition, strategy_label};
+use super::strategy::Withdraw;
 use crate::api::FenceStrategyName;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION};
-use crate::api::{ConditionType, RemediationStep};
+use crate::api::{ConditionType, EventReason, RemediationStep};
 use crate::api::{Remediation, RemediationSpec, RemediationStatus};
 use crate::runtime::clock::rfc3339;
 use crate::runtime::events::Severity;
@@ -39,6 +39,33 @@ fn stop() -> Result<Next> {
     Ok(Some(Action::await_change()))
 }
 
+/// The Event a step tells once its record is persisted.
+pub(super) struct Tell {
+    severity: Severity,
+    reason: EventReason,
+    note: String,
+}
+
+impl Tell {
+    /// Progress: a step was taken.
+    pub(super) fn normal(reason: EventReason, note: impl Into<String>) -> Self {
+        Tell {
+            severity: Severity::Normal,
+            reason,
+            note: note.into(),
+        }
+    }
+
+    /// A step an operator may have to look at.
+    pub(super) fn warning(reason: EventReason, note: impl Into<String>) -> Self {
+        Tell {
+            severity: Severity::Warning,
+            reason,
+            note: note.into(),
+        }
+    }
+}
+
 /// What one step works on: the Remediation (updated by each persist), the status it starts
 /// from, the persisted state the plan read, the proof taken this round (spent by a release),
 /// the Node as cached and the time of the round.
@@ -52,6 +79,32 @@ pub(super) struct Round<'a> {
 }
 
 impl Pass {
+    /// The sequence every step goes through: `step` recorded in `status` (entering `phase`,
+    /// if any), the status persisted, then told. A step that acts between its record and its
+    /// Event passes no `tell` and calls [`Pass::tell`] after acting: the record always comes
+    /// before the act, the Event after it.
+    pub(super) async fn take_step(
+        &self,
+        remediation: &mut Remediation,
+        mut status: RemediationStatus,
+        (step, phase): (RemediationStep, Option<Phase>),
+        now: SystemTime,
+        tell: Option<Tell>,
+    ) -> Result<()> {
+        record_step(&mut status, step, phase, now);
+        self.persist(remediation, status).await?;
+        if let Some(tell) = tell {
+            self.tell(remediation, tell).await;
+        }
+        Ok(())
+    }
+
+    /// Publishes a step's Event (see [`Pass::take_step`]).
+    pub(super) async fn tell(&self, remediation: &Remediation, tell: Tell) {
+        self.event(remediation, tell.severity, tell.reason, tell.note)
+            .await;
+    }
+
     /// Carries `step` out. `None`: go on with the next step at once.
     pub(super) async fn execute(&self, step: Step, round: Round<'_>) -> Result<Next> {
         // Only the leader acts; checked again right before each write.
@@ -133,8 +186,13 @@ impl Pass {
             // The gate is the action: a start held by one gate and then another is two
             // Events, each with its own note.
             let action = format!("HeldBy{}", held.gate());
-            self.event_action(remediation, Severity::Warning, ("Held", &action), reason)
-                .await;
+            self.event_action(
+                remediation,
+                Severity::Warning,
+                (EventReason::Held, &action),
+                reason,
+            )
+            .await;
         }
         // Gates open when other Machines change; their events do not reach this one, so
         // look again after a while (a finished remediation wakes held ones at once).
@@ -146,20 +204,15 @@ impl Pass {
     async fn cancel(&self, round: Round<'_>) -> Result<Next> {
         let Round {
             remediation,
-            mut status,
+            status,
             now,
             ..
         } = round;
-        record_step(
-            &mut status,
-            RemediationStep::Cancelled,
-            Some(Phase::Cancelled),
-            now,
-        );
-        self.persist(remediation, status).await?;
         let note = "the trigger went away before anything was done";
-        self.event(remediation, Severity::Normal, "Cancelled", note.into())
-            .await;
+        let step = (RemediationStep::Cancelled, Some(Phase::Cancelled));
+        let tell = Tell::normal(EventReason::Cancelled, note);
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         stop()
     }
 
@@ -198,19 +251,15 @@ impl Pass {
             ..
         } = round;
         let name = self.strategy_at(strategy);
-        status.strategy = Some(strategy_name(name).into());
+        status.strategy = Some(name.into());
         status.driver = Some(driver);
         status.attempt = Some(state.attempt);
         remember_boot(&mut status, node.as_deref());
         remember_node_uid(&mut status, node.as_deref());
         set_condition(&mut status, ConditionType::Held, false, "Started", "", now);
-        record_step(
-            &mut status,
-            RemediationStep::PowerOffRequested,
-            Some(Phase::PoweringOff),
-            now,
-        );
-        self.persist(remediation, status).await
+        // Told once the request is made (`act_power_off`).
+        let step = (RemediationStep::PowerOffRequested, Some(Phase::PoweringOff));
+        self.take_step(remediation, status, step, now, None).await
     }
 
     /// The power-off request of a start just recorded, and the Event that tells it.
@@ -222,12 +271,15 @@ impl Pass {
         // The request first: every moment before it, the hung host may still write to
         // shared storage.
         let requested = self.request_power(remediation, name, true).await;
-        let note = format!("fencing with {}", strategy_name(name));
-        self.event(remediation, Severity::Normal, "PowerOffRequested", note)
-            .await;
-        self.context
-            .metrics
-            .remediation_started(strategy_name(name));
+        let note = format!("fencing with {}", name.as_str());
+        self.event(
+            remediation,
+            Severity::Normal,
+            EventReason::PowerOffRequested,
+            note,
+        )
+        .await;
+        self.context.metrics.remediation_started(name.as_str());
         if let Err(error) = requested {
             self.note_error(remediation, &error).await?;
         }
@@ -238,7 +290,7 @@ impl Pass {
     async fn withdraw_power_off(&self, round: Round<'_>) -> Result<Next> {
         let Round {
             remediation,
-            mut status,
+            status,
             state,
             now,
             ..
@@ -268,16 +320,11 @@ impl Pass {
             .await?;
             return stop();
         }
-        record_step(
-            &mut status,
-            RemediationStep::PowerOffWithdrawn,
-            Some(Phase::Cancelled),
-            now,
-        );
-        self.persist(remediation, status).await?;
         let note = "the trigger went away before the host was proven off; power-off withdrawn";
-        self.event(remediation, Severity::Normal, "Cancelled", note.into())
-            .await;
+        let step = (RemediationStep::PowerOffWithdrawn, Some(Phase::Cancelled));
+        let tell = Tell::normal(EventReason::Cancelled, note);
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         stop()
     }
 
@@ -295,7 +342,7 @@ impl Pass {
         };
         let host = confirmed.host().to_string();
         status.last_power_state = Some("Off".into());
-        let by = status.strategy.clone().unwrap_or_default();
+        let by = strategy_label(&status);
         let message = format!("confirmed by {by}");
         set_condition(
             &mut status,
@@ -305,19 +352,13 @@ impl Pass {
             &message,
             now,
         );
-        record_step(
-            &mut status,
-            RemediationStep::Fenced,
-            Some(Phase::Fenced),
-            now,
-        );
-        self.persist(remediation, status).await?;
+        let step = (RemediationStep::Fenced, Some(Phase::Fenced));
+        self.take_step(remediation, status, step, now, None).await?;
         self.context.leadership.ensure()?;
         self.annotate_machine(POWERED_OFF_FOR_REMEDIATION, Some(""), "MarkMachine")
             .await?;
-        let note = format!("{host} is proven off");
-        self.event(remediation, Severity::Normal, "Fenced", note)
-            .await;
+        let tell = Tell::normal(EventReason::Fenced, format!("{host} is proven off"));
+        self.tell(remediation, tell).await;
         Ok(None)
     }
 
@@ -331,25 +372,15 @@ impl Pass {
             ..
         } = round;
         status.power_off_request_remade = true;
-        record_step(
-            &mut status,
-            RemediationStep::PowerOffRequestRemade,
-            None,
-            now,
-        );
         status.phase_since = Some(rfc3339(now));
-        self.persist(remediation, status).await?;
         let note = format!(
             "our power-off request {} was removed from the host after it was fenced (by an admin, another controller or a restore of the object); made again, once: the Node is released only on a proof that holds for half the power-off deadline from now",
             self.reboot_annotation()
         );
-        self.event(
-            remediation,
-            Severity::Warning,
-            "PowerOffRequestRemoved",
-            note,
-        )
-        .await;
+        let step = (RemediationStep::PowerOffRequestRemade, None);
+        let tell = Tell::warning(EventReason::PowerOffRequestRemoved, note);
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         let strategy = self.strategy_in_use(remediation);
         self.request_power(remediation, strategy, true).await?;
         Ok(None)
@@ -377,10 +408,10 @@ impl Pass {
             backup.taints.len()
         );
         status.node_backup = Some(backup);
-        record_step(&mut status, RemediationStep::NodeBackedUp, None, now);
-        self.persist(remediation, status).await?;
-        self.event(remediation, Severity::Normal, "NodeBackedUp", note)
-            .await;
+        let step = (RemediationStep::NodeBackedUp, None);
+        let tell = Tell::normal(EventReason::NodeBackedUp, note);
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         // Saved first: the Node's deletion, which the finalizer would block, comes next.
         self.release_legacy_finalizer(remediation, node).await?;
         Ok(None)
@@ -390,27 +421,17 @@ impl Pass {
     async fn request_power_on(&self, round: Round<'_>) -> Result<Next> {
         let Round {
             remediation,
-            mut status,
+            status,
             state,
             now,
             ..
         } = round;
-        record_step(
-            &mut status,
-            RemediationStep::PowerOnRequested,
-            Some(Phase::PoweringOn),
-            now,
-        );
-        self.persist(remediation, status).await?;
+        let step = (RemediationStep::PowerOnRequested, Some(Phase::PoweringOn));
+        self.take_step(remediation, status, step, now, None).await?;
         self.withdraw_all(remediation, state, Withdraw::Everything)
             .await?;
-        self.event(
-            remediation,
-            Severity::Normal,
-            "PowerOnRequested",
-            "powering the host on".into(),
-        )
-        .await;
+        let tell = Tell::normal(EventReason::PowerOnRequested, "powering the host on");
+        self.tell(remediation, tell).await;
         Ok(None)
     }
 
@@ -426,16 +447,12 @@ impl Pass {
             ..
         } = round;
         if state.phase != Phase::Restoring {
-            record_step(
-                &mut status,
-                RemediationStep::Restoring,
-                Some(Phase::Restoring),
-                now,
-            );
-            self.persist(remediation, status.clone()).await?;
             let note = "the Node is Ready: restoring its labels and taints, removing the trigger";
-            self.event(remediation, Severity::Normal, "Restoring", note.into())
-                .await;
+            let step = (RemediationStep::Restoring, Some(Phase::Restoring));
+            let tell = Tell::normal(EventReason::Restoring, note);
+            self.take_step(remediation, status, step, now, Some(tell))
+                .await?;
+            status = remediation.status.clone().unwrap_or_default();
         }
         if let Some(node) = &node {
             self.restore_node(remediation, &status, node).await?;
@@ -451,21 +468,11 @@ impl Pass {
             "the Node is Ready again",
             now,
         );
-        record_step(
-            &mut status,
-            RemediationStep::Succeeded,
-            Some(Phase::Succeeded),
-            now,
-        );
-        let strategy = status.strategy.clone().unwrap_or_default();
-        self.persist(remediation, status).await?;
-        self.event(
-            remediation,
-            Severity::Normal,
-            "Succeeded",
-            "the Node is back".into(),
-        )
-        .await;
+        let strategy = strategy_label(&status);
+        let step = (RemediationStep::Succeeded, Some(Phase::Succeeded));
+        let tell = Tell::normal(EventReason::Succeeded, "the Node is back");
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         self.context
             .metrics
             .remediation_succeeded(&strategy, self.age(remediation));
@@ -497,8 +504,13 @@ impl Pass {
                     restored.keys,
                     restored.taints
                 );
-                self.event(remediation, Severity::Normal, "NodeRestored", note)
-                    .await;
+                self.event(
+                    remediation,
+                    Severity::Normal,
+                    EventReason::NodeRestored,
+                    note,
+                )
+                .await;
             }
         }
         execute::remove_out_of_service(&nodes, node).await?;
@@ -523,15 +535,15 @@ impl Pass {
             ..
         } = round;
         let name = self.strategy_at(to);
-        status.strategy = Some(strategy_name(name).into());
+        status.strategy = Some(name.into());
         status.driver = Some(self.driver_name(remediation, name).await);
         status.last_error = Some(why.clone());
-        record_step(&mut status, RemediationStep::Escalated, None, now);
         status.phase_since = Some(rfc3339(now));
-        self.persist(remediation, status).await?;
-        let note = format!("{why}; trying {}", strategy_name(name));
-        self.event(remediation, Severity::Warning, "Escalated", note)
-            .await;
+        let note = format!("{why}; trying {}", name.as_str());
+        let step = (RemediationStep::Escalated, None);
+        let tell = Tell::warning(EventReason::Escalated, note);
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         if let Err(error) = self.request_power(remediation, name, true).await {
             self.note_error(remediation, &error).await?;
         }
@@ -549,22 +561,17 @@ impl Pass {
         } = round;
         status.attempt = Some(attempt);
         let name = self.strategy_at(0);
-        status.strategy = Some(strategy_name(name).into());
+        status.strategy = Some(name.into());
         status.last_error = Some(why.clone());
         status.power_off_request_remade = false;
         remember_boot(&mut status, node.as_deref());
         remember_node_uid(&mut status, node.as_deref());
-        record_step(
-            &mut status,
-            RemediationStep::Retry,
-            Some(Phase::PoweringOff),
-            now,
-        );
         status.phase_since = Some(rfc3339(now));
-        self.persist(remediation, status).await?;
         let note = format!("{why}: power cycle {attempt}");
-        self.event(remediation, Severity::Warning, "Retry", note)
-            .await;
+        let step = (RemediationStep::Retry, Some(Phase::PoweringOff));
+        let tell = Tell::warning(EventReason::Retry, note);
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         if let Err(error) = self.request_power(remediation, name, true).await {
             self.note_error(remediation, &error).await?;
         }
@@ -631,7 +638,7 @@ impl Pass {
             self.event(
                 &created,
                 Severity::Warning,
-                "InvalidMachine",
+                EventReason::InvalidMachine,
                 format!("Machine {}: {unusable}", self.name),
             )
             .await;
@@ -644,31 +651,25 @@ impl Pass {
     async fn release_node(
         &self,
         remediation: &mut Remediation,
-        mut status: RemediationStatus,
+        status: RemediationStatus,
         mode: ReleaseMode,
         proof: ConfirmedOff,
     ) -> Result<()> {
         let now = self.context.clock.now();
         let nodes: Api<Node> = Api::all(self.context.client.clone());
         let Some(name) = proof.node().map(|n| n.name.clone()) else {
-            record_step(
-                &mut status,
-                RemediationStep::NodeAbsent,
-                Some(Phase::NodeReleased),
-                now,
-            );
-            self.persist(remediation, status).await?;
-            let note = "no Node to release".to_string();
-            self.event(remediation, Severity::Normal, "NodeAbsent", note)
+            let step = (RemediationStep::NodeAbsent, Some(Phase::NodeReleased));
+            let tell = Tell::normal(EventReason::NodeAbsent, "no Node to release");
+            return self
+                .take_step(remediation, status, step, now, Some(tell))
                 .await;
-            return Ok(());
         };
         let host = proof.host().to_string();
         let (before, after, reason, note) = match mode {
             ReleaseMode::Delete => (
                 RemediationStep::NodeDeleting,
                 RemediationStep::NodeDeleted,
-                "NodeDeleted",
+                EventReason::NodeDeleted,
                 format!(
                     "Node {name} deleted ({host} is proven off): its workloads may start elsewhere"
                 ),
@@ -676,14 +677,14 @@ impl Pass {
             ReleaseMode::OutOfService => (
                 RemediationStep::NodeTainting,
                 RemediationStep::NodeTainted,
-                "NodeTainted",
+                EventReason::NodeTainted,
                 format!(
                     "Node {name} tainted out-of-service ({host} is proven off): its workloads may start elsewhere"
                 ),
             ),
         };
-        record_step(&mut status, before, None, now);
-        self.persist(remediation, status.clone()).await?;
+        self.take_step(remediation, status, (before, None), now, None)
+            .await?;
         // The step's own persist (and the taint's read of the Node) take round trips: a
         // BareMetalHost is read once more after them, so that the proof is the last read
         // before the call.
@@ -701,11 +702,11 @@ impl Pass {
                 }
             }
         }
-        record_step(&mut status, after, Some(Phase::NodeReleased), now);
-        self.persist(remediation, status).await?;
-        self.event(remediation, Severity::Normal, reason, note)
-            .await;
-        Ok(())
+        let status = remediation.status.clone().unwrap_or_default();
+        let step = (after, Some(Phase::NodeReleased));
+        let tell = Tell::normal(reason, note);
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await
     }
     /// The proof to spend: a BMC's as given (two reads a moment ago), a BareMetalHost's taken
     /// again from a fresh GET for the same Node.
@@ -714,7 +715,7 @@ impl Pass {
         remediation: &Remediation,
         proof: ConfirmedOff,
     ) -> Result<ConfirmedOff> {
-        if proof.strategy() != FenceStrategyName::BareMetalHostRebootApi {
+        if !matches!(proof.host(), FencedHost::BareMetalHost { .. }) {
             return Ok(proof);
         }
         let mut target = self.fence_target(remediation, proof.strategy(), None);
@@ -748,7 +749,7 @@ impl Pass {
         if let (FailReason::NodeNeverReady, Some(kept_off)) = (&reason, kept_off) {
             message = format!("{message}: {}", kept_off.message);
         }
-        let strategy = status.strategy.clone().unwrap_or_default();
+        let strategy = strategy_label(&status);
         status.last_error = Some(message.clone());
         set_condition(
             &mut status,
@@ -756,12 +757,6 @@ impl Pass {
             false,
             label,
             &message,
-            now,
-        );
-        record_step(
-            &mut status,
-            RemediationStep::Failed,
-            Some(Phase::Failed),
             now,
         );
         if let FailReason::FenceLost(_) = reason {
@@ -779,9 +774,10 @@ impl Pass {
             self.annotate_machine(POWERED_OFF_FOR_REMEDIATION, None, "UnmarkMachine")
                 .await?;
         }
-        self.persist(remediation, status).await?;
-        self.event(remediation, Severity::Warning, "Failed", message)
-            .await;
+        let step = (RemediationStep::Failed, Some(Phase::Failed));
+        let tell = Tell::warning(EventReason::Failed, message);
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         self.context.metrics.remediation_failed(&strategy, label);
         if reason != FailReason::NodeNeverReady {
             return Ok(());
@@ -810,29 +806,22 @@ impl Pass {
             self.event(
                 remediation,
                 Severity::Normal,
-                "MachineKept",
+                EventReason::MachineKept,
                 format!("deleteMachineOnFailure: the Machine is kept: {why}"),
             )
             .await;
             return Ok(());
         }
-        let mut status = remediation.status.clone().unwrap_or_default();
-        record_step(
-            &mut status,
-            RemediationStep::MachineDeleting,
-            None,
-            self.context.clock.now(),
-        );
-        self.persist(remediation, status).await?;
+        let status = remediation.status.clone().unwrap_or_default();
         // The Remediation is owned by the Machine and goes with it: the Event stays behind.
-        self.event(
-            remediation,
-            Severity::Warning,
-            "MachineDeleted",
-            "deleteMachineOnFailure: deleting the Machine so that its MachineSet replaces it"
-                .into(),
-        )
-        .await;
+        let tell = Tell::warning(
+            EventReason::MachineDeleted,
+            "deleteMachineOnFailure: deleting the Machine so that its MachineSet replaces it",
+        );
+        let step = (RemediationStep::MachineDeleting, None);
+        let now = self.context.clock.now();
+        self.take_step(remediation, status, step, now, Some(tell))
+            .await?;
         self.context.leadership.ensure()?;
         let Some(machines) = self.machines_api() else {
             return Ok(());

@@ -54,7 +54,7 @@ pub fn report_failed_pass(recorder: &Recorder, subject: ObjectReference, error: 
         publish(
             &recorder,
             Severity::Warning,
-            category.event_reason(),
+            category.event_reason().as_str(),
             &note,
             &[(subject, None)],
         )

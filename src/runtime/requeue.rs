@@ -42,14 +42,14 @@ impl Backoff {
         let category = error.category();
         if !error.is_transient() {
             self.lock().remove(key);
-            warn!(object = %key, %error, reason = category.event_reason(), "failed; waiting for a change");
+            warn!(object = %key, %error, reason = %category.event_reason(), "failed; waiting for a change");
             return Action::requeue(TERMINAL_RECHECK);
         }
         let mut failures = self.lock();
         let count = failures.entry(key.to_string()).or_insert(0);
         let delay = backoff_delay(base, *count);
         *count = count.saturating_add(1);
-        warn!(object = %key, %error, reason = category.event_reason(), retry_in = ?delay, "failed; retrying");
+        warn!(object = %key, %error, reason = %category.event_reason(), retry_in = ?delay, "failed; retrying");
         Action::requeue(delay)
     }
 
@@ -127,7 +127,10 @@ mod tests {
             detail: "401".into(),
         });
         assert!(!refused.is_transient());
-        assert_eq!(refused.category().event_reason(), "BmcCredentialsRefused");
+        assert_eq!(
+            refused.category().event_reason().as_str(),
+            "BmcCredentialsRefused"
+        );
     }
 
     #[test]
@@ -142,7 +145,7 @@ mod tests {
             op: "DeleteNode",
             source: kube::Error::Api(Box::new(status)),
         };
-        assert_eq!(forbidden.category().event_reason(), "Forbidden");
+        assert_eq!(forbidden.category().event_reason().as_str(), "Forbidden");
         assert!(forbidden.category().operator_should_see());
         // The grant is fixed where no watch sees it: retried, not left for five minutes.
         let base = Duration::from_secs(1);

@@ -123,6 +123,6 @@ pub fn steps(remediation: &DriftRemediation) -> Vec<String> {
     remediation
         .status
         .as_ref()
-        .map(|s| s.steps.iter().map(|t| t.step.clone()).collect())
+        .map(|s| s.steps.iter().map(|t| t.step.to_string()).collect())
         .unwrap_or_default()
 }

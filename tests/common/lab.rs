@@ -570,7 +570,7 @@ pub fn steps(remediation: &Remediation) -> Vec<String> {
     remediation
         .status
         .as_ref()
-        .map(|s| s.steps.iter().map(|t| t.step.clone()).collect())
+        .map(|s| s.steps.iter().map(|t| t.step.to_string()).collect())
         .unwrap_or_default()
 }
 

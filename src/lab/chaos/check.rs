@@ -695,7 +695,9 @@ impl Checker {
             }
             let mut seen: HashMap<(String, u32), usize> = HashMap::new();
             for step in &status.steps {
-                *seen.entry((step.step.clone(), step.attempt)).or_default() += 1;
+                *seen
+                    .entry((step.step.to_string(), step.attempt))
+                    .or_default() += 1;
             }
             for ((step, attempt), count) in seen {
                 let once = [
