@@ -649,13 +649,14 @@ impl Checker {
     /// Invariant 6, at the start of the remediation `key` of `machine`.
     fn check_trigger_fresh(&mut self, machine: &str, key: &str) {
         let epoch = self.trigger_epoch.get(machine).copied().unwrap_or(0);
-        self.judged.add(6);
-        if epoch == 0 {
-            self.violations.push(format!(
-                "invariant 6: {key} requested power-off though no trigger of its Machine \
-                 appeared (no annotation, no request where a health check puts one)"
-            ));
-        } else if let Some((previous_epoch, previous)) = self.started_in.get(machine)
+        // A first start is judged too: a tenant's request is no trigger (invariant 10), so a
+        // start it caused on a Machine started before is caught here. (A first start on no
+        // trigger the checker saw is not judged: under load the checker may subscribe after
+        // the first annotation; see docs/engineering/chaos.md.)
+        if self.started_in.contains_key(machine) {
+            self.judged.add(6);
+        }
+        if let Some((previous_epoch, previous)) = self.started_in.get(machine)
             && *previous_epoch == epoch
             && let Some(phase) = self
                 .phases
@@ -925,8 +926,8 @@ mod tests {
         );
         see_remediation(&mut checker, "worker-0-1", "worker-0", "Succeeded", &[]);
         see_remediation(&mut checker, "worker-0-2", "worker-0", "PoweringOff", &[]);
-        // Two starts, each judged by 4 and by 6 (a trigger before it, and a fresh one).
-        assert_eq!((checker.judged.of(4), checker.judged.of(6)), (2, 2));
+        // Two starts (4), the second one of a Machine that had one before (6).
+        assert_eq!((checker.judged.of(4), checker.judged.of(6)), (2, 1));
         assert!(checker.unreadable.is_empty(), "{:?}", checker.unreadable);
         // A Remediation whose status does not parse.
         let mut broken = remediation("worker-1-1", "worker-1", "PoweringOff", &[]);
@@ -1158,12 +1159,7 @@ mod tests {
             .iter()
             .map(|v| v.split(':').next().unwrap_or_default())
             .collect();
-        assert_eq!(
-            said,
-            ["invariant 10", "invariant 6"],
-            "{:?}",
-            checker.violations
-        );
+        assert_eq!(said, ["invariant 10"], "{:?}", checker.violations);
     }
 
     #[test]
