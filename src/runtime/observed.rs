@@ -10,7 +10,7 @@
 //!
 //! Guarantees: a generation is written only once the cache holds it, so a pass that starts
 //! after the written value is visible reads that spec or a newer one. A failed write is
-//! tried again after [`RETRY`]. A status change alone does not move `metadata.generation`,
+//! tried again after [`RETRY`]; the cache is looked at again at least every [`RECHECK`]. A status change alone does not move `metadata.generation`,
 //! so our own write does not call for another one.
 //!
 //! Caveats: a pass that read the policy just before the cache changed may still finish on
@@ -34,6 +34,10 @@ use crate::api::{DriftPolicy, RemediationPolicy};
 
 /// How long a failed status write waits before it is tried again.
 pub const RETRY: Duration = Duration::from_secs(2);
+
+/// How often the cache is looked at again without a change: a cheap read, and the bound on
+/// how long a generation can go unwritten whatever the notifications did.
+pub const RECHECK: Duration = Duration::from_secs(1);
 
 /// A policy kind whose status reports the generation the controller reads.
 pub trait ReportsObserved: Resource {
@@ -82,7 +86,9 @@ where
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     // The policy as the cache held it before this controller started is observed too.
-    if store.wait_until_ready().await.is_err() {
+    // Ready, or not yet (the loop looks again every RECHECK); an error means the cache's
+    // writer is gone with its controller.
+    if let Ok(Err(_)) = tokio::time::timeout(RECHECK, store.wait_until_ready()).await {
         return;
     }
     let mut written: Option<(String, i64)> = None;
@@ -110,7 +116,10 @@ where
                 }
             }
         }
-        changed.notified().await;
+        // Woken by a change of the policy, or at the latest after RECHECK: a notification
+        // that came before the cache held the object (or a store not ready on its first
+        // look) never leaves the generation unwritten.
+        let _ = tokio::time::timeout(RECHECK, changed.notified()).await;
     }
 }
 

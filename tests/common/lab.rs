@@ -693,7 +693,7 @@ pub async fn patch_drift_policy(lab: &Lab, patch: Value) {
 }
 
 /// Merges `patch` into the spec of the policy `default` of kind `K` (`plural`) through the API
-/// server, then waits (up to 10 s) until its `status.observedGeneration` reaches the
+/// server, then waits (up to 20 s) until its `status.observedGeneration` reaches the
 /// generation the patch made: the controller writes it once its cache holds that spec, so
 /// what the test does next is decided on it, not on a cache that has not seen the change.
 pub async fn patch_observed<K>(lab: &Lab, plural: &'static str, patch: Value)
@@ -720,7 +720,8 @@ where
     };
     eventually(
         &format!("{plural}/default observed at generation {generation}"),
-        Duration::from_secs(10),
+        // A positive wait: it ends at the first look that finds the generation written.
+        Duration::from_secs(20),
         async || {
             let policy = lab
                 .api
