@@ -255,8 +255,13 @@ where
         context.client.clone(),
         &object.namespace().unwrap_or_default(),
     );
-    // The conditions only: the list is written whole, the others in it kept.
-    let patch = Patch::Merge(serde_json::json!({"status": {"conditions": wanted.conditions}}));
+    // The conditions only: the list is written whole, the others in it kept. On the version
+    // this judgment read: two passes that both saw it untold (another Machine's, or one
+    // woken at once by a policy change) must not both tell it and count it twice.
+    let patch = Patch::Merge(serde_json::json!({
+        "metadata": {"resourceVersion": object.resource_version()},
+        "status": {"conditions": wanted.conditions},
+    }));
     match api
         .patch_status(&object.name_any(), &PatchParams::default(), &patch)
         .await
@@ -264,6 +269,9 @@ where
         Ok(_) => {}
         // Deleted meanwhile: nothing to tell.
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        // Changed since it was read (told by another pass, or changed by its owner): the
+        // change wakes a pass that judges the object as it is now.
+        Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
         Err(error) => return Err(Error::kube("ReportStanding")(error)),
     }
     let Some(refusal) = refusal else {
