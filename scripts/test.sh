@@ -144,7 +144,8 @@ step "cargo test (BAREMEND_VENV=$BAREMEND_VENV)"
 # ran"; the totals over every test binary are printed last, as one plain line.
 log=$repo_root/target/test-output.log
 rc=0
-cargo test --workspace 2>&1 | tee "$log" || rc=$?
+# Every binary runs even after one fails: a red run names all its failures at once.
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || rc=$?
 totals=$(awk '/^test result:/ {
         for (i = 1; i <= NF; i++) {
             if ($(i + 1) ~ /^passed/) passed += $i
