@@ -80,11 +80,7 @@ pub fn write_rules(dir: &Path) -> PathBuf {
 /// The series families the controller exports, as the reference names them (a counter's with
 /// `_total`), with their types.
 pub fn exported_families() -> std::collections::BTreeMap<String, String> {
-    every_family()
-        .encode()
-        .lines()
-        .filter_map(|line| line.strip_prefix("# TYPE "))
-        .filter_map(|rest| rest.split_once(' '))
+    declared(&every_family().encode())
         .map(|(name, kind)| {
             let series = if kind == "counter" {
                 format!("{name}_total")
@@ -110,14 +106,7 @@ pub fn all_exported_metrics() -> BTreeSet<String> {
 /// The names Prometheus stores for the families an encoding declares (`# TYPE` lines).
 fn stored_names(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("# TYPE ") else {
-            continue;
-        };
-        let mut parts = rest.split_whitespace();
-        let (Some(name), Some(kind)) = (parts.next(), parts.next()) else {
-            continue;
-        };
+    for (name, kind) in declared(text) {
         match kind {
             "counter" => {
                 names.insert(format!("{name}_total"));
@@ -133,6 +122,14 @@ fn stored_names(text: &str) -> BTreeSet<String> {
         }
     }
     names
+}
+
+/// The families an OpenMetrics text declares (its `# TYPE` lines): each name with its type.
+fn declared(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines().filter_map(|line| {
+        let mut parts = line.strip_prefix("# TYPE ")?.split_whitespace();
+        Some((parts.next()?, parts.next()?))
+    })
 }
 
 /// Percent-encodes a query parameter.
