@@ -20,7 +20,8 @@ use super::errors::{ApiError, ApiResult};
 use super::kinds::{ResourceType, crd_type};
 use super::objects::{meta_str, metadata_mut};
 use super::store::{
-    DeleteOptions, EventType, Inner, KindRules, ObjectKey, Removal, Store, WriteObserver,
+    DeleteOptions, EventType, Inner, KindRules, ObjectKey, Removal, Store, WatchEvent,
+    WriteObserver,
 };
 
 /// The rules of the built-in kinds, CertificateSigningRequests and CustomResourceDefinitions.
@@ -489,22 +490,31 @@ pub(crate) fn spawn_namespace_controller(store: Arc<Store>) -> JoinHandle<()> {
                 tokio::time::sleep(NAMESPACE_SWEEP_INTERVAL).await;
                 continue;
             }
-            match changes.recv().await {
-                Ok(event)
-                    if event.key.group.is_empty()
-                        && event.key.plural == "namespaces"
-                        && event
-                            .object
-                            .pointer("/metadata/deletionTimestamp")
-                            .is_some() =>
-                {
-                    tokio::time::sleep(NAMESPACE_SWEEP_DELAY).await;
+            // Idle until a namespace is being deleted: other writes do not wake the sweep (it
+            // takes the store's lock). A lagged stream may have hidden one: sweep then too.
+            loop {
+                match changes.recv().await {
+                    Ok(event) if deleting_namespace(&event) => {
+                        tokio::time::sleep(NAMESPACE_SWEEP_DELAY).await;
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => return,
                 }
-                Ok(_) | Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => break,
             }
         }
     })
+}
+
+/// Whether `event` is a namespace's write with a deletion timestamp.
+fn deleting_namespace(event: &WatchEvent) -> bool {
+    event.key.group.is_empty()
+        && event.key.plural == "namespaces"
+        && event
+            .object
+            .pointer("/metadata/deletionTimestamp")
+            .is_some()
 }
 
 /// Deletes the content of terminating namespaces, and the namespaces once empty; whether
