@@ -137,3 +137,61 @@ async fn a_bmc_that_contradicts_itself_releases_nothing_and_holds_the_next_start
     );
     lab.stop().await;
 }
+
+/// The BareMetal Operator reads a flapping BMC for us (docs/engineering/safety.md, "The
+/// operator's word, corroborated by the BMC"): its `status.poweredOn: false` is voided by our
+/// own read-only reads of the host's BMC, the Node is kept; a truthful BMC corroborates the
+/// operator's Off and the Fenced Event says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_bmc_voids_its_operator_s_off_and_a_truthful_one_corroborates_it() {
+    let policy = json!({
+        "strategies": ["BareMetalHostRebootApi"],
+        "timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 60, "readyGraceSeconds": 1},
+    });
+    let mut lab = Lab::builder(fast()).policy(policy).start().await;
+    lab.start_controller(ControllerOptions {
+        bmc_distrust: Duration::from_secs(30),
+        ..lab.options()
+    });
+    let info = lab.cluster.host("worker-1").unwrap();
+    let (host, address) = (info.host.clone(), info.bmc_address(false));
+    host.set_faults(Faults {
+        flapping: true,
+        ..Faults::default()
+    });
+    lab.cluster.hang("worker-1");
+    lab.trigger("worker-1", true);
+    let failed = lab.reach("worker-1-1", RemediationPhase::Failed).await;
+    let status = failed.status.unwrap();
+    let error = status.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains(&format!("its BMC {address}")) && error.contains("contradicted itself"),
+        "{error}"
+    );
+    assert!(
+        lab.node_exists("worker-1"),
+        "the Node was released on the operator's reading of a flapping BMC"
+    );
+    metric(
+        &lab,
+        &format!("baremend_bmc_untrustworthy{{bmc=\"{address}\"}} 1"),
+    )
+    .await;
+
+    // A BMC that tells the truth corroborates its operator's Off.
+    let other = lab.cluster.host("worker-2").unwrap().bmc_address(false);
+    lab.cluster.hang("worker-2");
+    lab.trigger("worker-2", true);
+    let done = lab.ended("worker-2-1").await;
+    let status = done.status.unwrap();
+    assert_eq!(status.phase, RemediationPhase::Succeeded, "{status:?}");
+    common::events::told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Remediation", "worker-2-1"),
+        "Fenced",
+        &format!("(its BMC {other} read Off 2 times)"),
+    )
+    .await;
+    lab.stop().await;
+}

@@ -93,6 +93,14 @@ pub struct RemediationPolicySpec {
     /// the path could answer Off for a running host. IPMI (RMCP+ only) is authenticated.
     #[serde(default)]
     pub allow_insecure_bmc: bool,
+    /// Before a BareMetalHost's `status.poweredOn: false` proves its host off, read the host's
+    /// BMC ourselves, read-only, with the Secret its `spec.bmc.credentialsName` names: the
+    /// operator's reading is another process's, and a BMC that contradicts itself there is
+    /// caught only by a reading of our own. A BMC that cannot be read from here leaves the
+    /// operator's word alone (the Fenced Event says so). Turn it off where the BMC network is
+    /// not routable from the controller, to spare each proof the connection timeout.
+    #[serde(default = "default_true")]
+    pub corroborate_reboot_api: bool,
 }
 
 /// What the controller reports on a policy (a `RemediationPolicy` or a `DriftPolicy`).
@@ -138,6 +146,7 @@ impl Default for RemediationPolicySpec {
             trust: TrustPolicy::default(),
             upgrade_hold: UpgradeHold::default(),
             allow_insecure_bmc: false,
+            corroborate_reboot_api: true,
         }
     }
 }

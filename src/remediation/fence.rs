@@ -19,7 +19,9 @@
 //! - Reboot API: off only when our request annotation is on the host, `status.poweredOn` is
 //!   `false`, the operational status is neither `error` nor `detached`, neither the `detached`
 //!   nor the `paused` annotation is set, `spec.disablePowerOff` is not set, and the host read
-//!   is the one the remediation names.
+//!   is the one the remediation names. When the host's BMC could be read directly (read-only,
+//!   [`Corroboration`]), its reads are held to the direct rule below: an On, an untrusted BMC
+//!   or a contradiction voids the operator's Off.
 //! - Direct BMC: off only when at least two consecutive reads of that BMC said Off, over a
 //!   transport nobody on the path can forge (or with the policy's `allowInsecureBmc`), and
 //!   no reading of that BMC by any reader in the process contradicts them (`bmc_trust`): an
@@ -28,6 +30,9 @@
 //! - Evidence for another strategy, or for another host, is never proof.
 //!
 //! # Caveats
+//! - The operator's Off stands alone when its BMC cannot be read from here (no route, no
+//!   readable Secret, corroboration turned off in the policy): a BMC that lies to the operator
+//!   is then unseen.
 //! - A BMC that reports Off while its host runs, to every reader and every time, defeats any
 //!   reader; the boot ID check after power-on catches a host that never went down, but only
 //!   after the Node was released. One that contradicts itself is caught.
@@ -132,11 +137,45 @@ impl BareMetalHostView {
     }
 }
 
+impl BareMetalHostView {
+    /// Whether the operator reports the host off with our request in place: the one case in
+    /// which the view may prove it off, and so the one worth corroborating.
+    pub(crate) fn reports_off(&self) -> bool {
+        self.power_off_requested && self.powered_on == Some(false)
+    }
+}
+
+/// What the host's BMC, read by us directly and read-only, says of its BareMetalHost's Off.
+/// The operator's `status.poweredOn` is its own reading of the BMC, made in another process:
+/// a BMC that contradicts itself there goes unseen unless we read it too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Corroboration {
+    /// Our consecutive reads of the BMC (oldest first), and what every other reading of it in
+    /// the process around them says: nothing against them, or why the BMC is untrustworthy.
+    Read {
+        /// The BMC address, without credentials.
+        address: String,
+        /// What each read said.
+        reads: Vec<PowerState>,
+        /// The ledger's word on them (`bmc_trust`).
+        witnessed: Result<(), String>,
+    },
+    /// The BMC could not be read from here: why. The operator's word stands alone.
+    Unavailable(String),
+    /// Not read: the view proves nothing anyway, or the policy turned corroboration off.
+    NotRead,
+}
+
 /// Evidence that a host is off, for one strategy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum PowerEvidence {
-    /// The BareMetalHost as just read from the API server.
-    BareMetalHost(BareMetalHostView),
+    /// The BareMetalHost as just read from the API server, and its BMC's word on it.
+    BareMetalHost {
+        /// The host read.
+        view: BareMetalHostView,
+        /// Our own reads of its BMC.
+        corroboration: Corroboration,
+    },
     /// Consecutive fresh reads of a BMC, oldest first.
     BmcReads {
         /// The BMC address, without credentials.
@@ -157,7 +196,7 @@ impl PowerEvidence {
     /// The strategy that reads this kind of evidence.
     pub(crate) fn strategy(&self) -> FenceStrategyName {
         match self {
-            PowerEvidence::BareMetalHost(_) => FenceStrategyName::BareMetalHostRebootApi,
+            PowerEvidence::BareMetalHost { .. } => FenceStrategyName::BareMetalHostRebootApi,
             PowerEvidence::BmcReads { .. } => FenceStrategyName::DirectBmc,
         }
     }
@@ -235,6 +274,8 @@ pub struct ConfirmedOff {
     strategy: FenceStrategyName,
     host: FencedHost,
     node: Option<NodeIdentity>,
+    /// How an operator's Off was corroborated by the BMC (None: BMC reads are the proof).
+    corroborated: Option<String>,
 }
 
 impl ConfirmedOff {
@@ -252,6 +293,11 @@ impl ConfirmedOff {
     pub fn node(&self) -> Option<&NodeIdentity> {
         self.node.as_ref()
     }
+
+    /// For a BareMetalHost's Off, how its BMC's own reads corroborated it, in words.
+    pub fn corroborated(&self) -> Option<&str> {
+        self.corroborated.as_deref()
+    }
 }
 
 /// Decides whether the evidence proves the target's host off; see the module's Guarantees.
@@ -267,8 +313,16 @@ pub(crate) fn confirm_powered_off(
             target.strategy
         )));
     }
+    let mut corroborated = None;
     let host = match evidence {
-        PowerEvidence::BareMetalHost(view) => bare_metal_host_off(target.host.as_ref(), view)?,
+        PowerEvidence::BareMetalHost {
+            view,
+            corroboration,
+        } => {
+            let host = bare_metal_host_off(target.host.as_ref(), view)?;
+            corroborated = Some(corroborate(corroboration)?);
+            host
+        }
         PowerEvidence::BmcReads {
             address,
             system,
@@ -293,12 +347,40 @@ pub(crate) fn confirm_powered_off(
         strategy: target.strategy,
         host,
         node: target.node.clone(),
+        corroborated,
     })
+}
+
+/// Holds the BMC's own reads to the direct rule: they can only void the operator's Off, and
+/// say how it was corroborated (for the Fenced Event) when they do not.
+fn corroborate(corroboration: &Corroboration) -> Result<String, NotFenced> {
+    match corroboration {
+        Corroboration::Read {
+            address,
+            reads,
+            witnessed,
+        } => {
+            if let Err(why) = witnessed {
+                return Err(NotFenced::Untrustworthy(format!(
+                    "the BareMetalHost reports off, but its BMC {address} is untrustworthy: {why}"
+                )));
+            }
+            bmc_off(address, &None, reads).map_err(|refused| match refused {
+                NotFenced::PoweredOn(_) => NotFenced::PoweredOn(format!(
+                    "the BareMetalHost reports off, but its BMC {address} reads On"
+                )),
+                other => other,
+            })?;
+            Ok(format!("its BMC {address} read Off {} times", reads.len()))
+        }
+        Corroboration::Unavailable(why) => Ok(format!("not corroborated by its BMC: {why}")),
+        Corroboration::NotRead => Ok("not corroborated by its BMC".into()),
+    }
 }
 
 fn evidence_kind(evidence: &PowerEvidence) -> &'static str {
     match evidence {
-        PowerEvidence::BareMetalHost(_) => "a BareMetalHost's status",
+        PowerEvidence::BareMetalHost { .. } => "a BareMetalHost's status",
         PowerEvidence::BmcReads { .. } => "a BMC read",
     }
 }
@@ -418,10 +500,27 @@ mod tests {
     }
 
     fn check(host: BareMetalHostView) -> Result<ConfirmedOff, NotFenced> {
+        corroborated(host, Corroboration::NotRead)
+    }
+
+    fn corroborated(
+        host: BareMetalHostView,
+        corroboration: Corroboration,
+    ) -> Result<ConfirmedOff, NotFenced> {
         confirm_powered_off(
             &target(FenceStrategyName::BareMetalHostRebootApi),
-            &PowerEvidence::BareMetalHost(host),
+            &PowerEvidence::BareMetalHost {
+                view: host,
+                corroboration,
+            },
         )
+    }
+
+    fn operator_host(view: BareMetalHostView) -> PowerEvidence {
+        PowerEvidence::BareMetalHost {
+            view,
+            corroboration: Corroboration::NotRead,
+        }
     }
 
     fn bmc(reads: &[PowerState]) -> PowerEvidence {
@@ -496,8 +595,58 @@ mod tests {
     fn a_bare_metal_host_without_a_named_host_in_the_target_is_no_proof() {
         let mut target = target(FenceStrategyName::BareMetalHostRebootApi);
         target.host = None;
-        let verdict = confirm_powered_off(&target, &PowerEvidence::BareMetalHost(fenced_host()));
+        let verdict = confirm_powered_off(&target, &operator_host(fenced_host()));
         assert!(matches!(verdict, Err(NotFenced::Untrustworthy(_))));
+    }
+
+    /// The flapping BMC of the chaos runs, read by the operator: its Off is voided by our own
+    /// reads of the BMC as a direct proof would be, and stands only when they agree or cannot
+    /// be made.
+    #[test]
+    fn an_operator_s_off_is_voided_by_its_bmc_s_own_reads() {
+        let (off, on) = (PowerState::Off, PowerState::On);
+        let read = |reads: &[PowerState], witnessed: Result<(), String>| Corroboration::Read {
+            address: "redfish://bmc".into(),
+            reads: reads.to_vec(),
+            witnessed,
+        };
+        let agreed = corroborated(fenced_host(), read(&[off.clone(), off.clone()], Ok(())));
+        assert_eq!(
+            agreed.unwrap().corroborated(),
+            Some("its BMC redfish://bmc read Off 2 times")
+        );
+        let unread = corroborated(fenced_host(), Corroboration::Unavailable("no route".into()));
+        assert_eq!(
+            unread.unwrap().corroborated(),
+            Some("not corroborated by its BMC: no route")
+        );
+        let verdict = |c| match corroborated(fenced_host(), c) {
+            Ok(_) => "proof",
+            Err(NotFenced::PoweredOn(_)) => "PoweredOn",
+            Err(NotFenced::NotYet(_)) => "NotYet",
+            Err(NotFenced::Untrustworthy(_)) => "Untrustworthy",
+            Err(NotFenced::RequestMissing(_)) => "RequestMissing",
+        };
+        assert_eq!(
+            verdict(read(&[off.clone(), on.clone()], Ok(()))),
+            "PoweredOn"
+        );
+        assert_eq!(verdict(read(&[on], Ok(()))), "PoweredOn");
+        assert_eq!(verdict(read(std::slice::from_ref(&off), Ok(()))), "NotYet");
+        let contradicted = Err("the BMC contradicted itself".to_string());
+        assert_eq!(
+            verdict(read(&[off.clone(), off], contradicted.clone())),
+            "Untrustworthy"
+        );
+        assert_eq!(verdict(read(&[], contradicted)), "Untrustworthy");
+        // The BMC's word never turns an operator's "not off" into a proof.
+        let mut on_host = fenced_host();
+        on_host.powered_on = Some(true);
+        let both_off = read(&[PowerState::Off, PowerState::Off], Ok(()));
+        assert!(matches!(
+            corroborated(on_host, both_off),
+            Err(NotFenced::PoweredOn(_))
+        ));
     }
 
     #[test]
@@ -538,7 +687,7 @@ mod tests {
         assert!(matches!(
             confirm_powered_off(
                 &target(FenceStrategyName::DirectBmc),
-                &PowerEvidence::BareMetalHost(fenced_host())
+                &operator_host(fenced_host())
             ),
             Err(NotFenced::Untrustworthy(_))
         ));

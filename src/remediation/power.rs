@@ -13,9 +13,10 @@ use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::Value;
 
-use super::bmc_trust::{Reader, Transport, transport};
+use super::bmc_trust::{Reader, Request, Transport, transport};
 use super::fence::{
-    BareMetalHostView, ConfirmedOff, FenceTarget, FencedHost, NodeIdentity, NotFenced,
+    BareMetalHostView, ConfirmedOff, Corroboration, FenceTarget, FencedHost, NodeIdentity,
+    NotFenced,
 };
 use super::metered::Metered;
 use super::observe::{
@@ -190,6 +191,37 @@ pub fn bmc_series(machine: String, node: Option<String>, address: &BmcAddress) -
     }
 }
 
+/// Reads a BMC proof takes (see `fence`); a read that is not Off ends them early.
+pub(super) const BMC_PROOF_READS: usize = 2;
+
+/// A BareMetalHost read now, with the BMC it names.
+pub(super) struct FreshHost {
+    /// What it says.
+    pub(super) view: BareMetalHostView,
+    /// The BMC its `spec.bmc` names, or why none is usable.
+    pub(super) bmc: std::result::Result<BmcRef, String>,
+    /// Its namespace, where its BMC's Secret is.
+    pub(super) namespace: String,
+}
+
+/// A proof's reads of a BMC and the ledger's word on them.
+pub(super) struct BmcProofReads {
+    /// What each read said, oldest first.
+    pub(super) reads: Vec<PowerState>,
+    /// Nothing against them, or why the BMC is untrustworthy.
+    pub(super) witnessed: std::result::Result<(), String>,
+}
+
+/// Why a BMC gave no proof reads.
+pub(super) enum BmcReadRefused {
+    /// It is untrustworthy now (the mark, in words).
+    Distrusted(String),
+    /// A read failed.
+    Failed(String),
+}
+
+/// A BMC connected for a remediation: its driver (metered, witnessed) and what the proof and
+/// the metrics say of it.
 pub(super) struct DirectBmc {
     pub(super) driver: Arc<dyn PowerDriver>,
     /// The address, without credentials.
@@ -231,11 +263,12 @@ impl Pass {
         }
     }
 
-    /// The BareMetalHost the target names, read from the API server now.
-    pub(super) async fn fresh_host_view(
+    /// The BareMetalHost the target names, read from the API server now, and the BMC its
+    /// `spec.bmc` names (or why none is usable).
+    pub(super) async fn fresh_host(
         &self,
         target: &FenceTarget,
-    ) -> std::result::Result<BareMetalHostView, NotFenced> {
+    ) -> std::result::Result<FreshHost, NotFenced> {
         let Some(host_ref) = &target.host else {
             return Err(NotFenced::Untrustworthy(
                 match self.machine_json().map(|json| observe::machine_host(&json)) {
@@ -258,7 +291,92 @@ impl Pass {
                 NotFenced::Untrustworthy(format!("BareMetalHost {host_ref} not found"))
             })?;
         let json = serde_json::to_value(&host).unwrap_or(Value::Null);
-        Ok(bare_metal_host_view(&json, &self.policy.reboot_key))
+        Ok(FreshHost {
+            view: bare_metal_host_view(&json, &self.policy.reboot_key),
+            bmc: bare_metal_host_bmc(&json).map_err(|e| format!("BareMetalHost {host_ref}: {e}")),
+            namespace: host_ref.namespace.clone(),
+        })
+    }
+
+    /// Our own reads of the BMC a BareMetalHost names, read-only, to hold its operator's Off
+    /// to the direct rule (`fence::Corroboration`). A BMC that cannot be read from here
+    /// leaves the operator's word alone, and says why.
+    pub(super) async fn corroborate(&self, fresh: &FreshHost) -> Corroboration {
+        let bmc = match &fresh.bmc {
+            Ok(bmc) => bmc,
+            Err(why) => return Corroboration::Unavailable(why.clone()),
+        };
+        let key = self.operator_bmc_key();
+        let direct = match self.connect_bmc(bmc, &fresh.namespace, &key).await {
+            Ok(direct) => direct,
+            Err(why) => return Corroboration::Unavailable(why.to_string()),
+        };
+        match self.read_bmc_proof(&direct).await {
+            Ok(BmcProofReads { reads, witnessed }) => Corroboration::Read {
+                address: direct.address,
+                reads,
+                witnessed,
+            },
+            Err(BmcReadRefused::Distrusted(mark)) => Corroboration::Read {
+                address: direct.address,
+                reads: Vec::new(),
+                witnessed: Err(mark),
+            },
+            Err(BmcReadRefused::Failed(why)) => Corroboration::Unavailable(why),
+        }
+    }
+
+    /// [`BMC_PROOF_READS`] reads of `bmc` in a row, ended early by one that is not Off, and
+    /// what every reading of it in the process from a window before the first says of them;
+    /// none while the BMC is untrustworthy.
+    pub(super) async fn read_bmc_proof(
+        &self,
+        bmc: &DirectBmc,
+    ) -> std::result::Result<BmcProofReads, BmcReadRefused> {
+        let ledger = &self.context.witness.ledger;
+        let first_read = since_epoch(self.context.clock.now());
+        if let Some(mark) = ledger.distrusted(&bmc.address, first_read) {
+            return Err(BmcReadRefused::Distrusted(mark.to_string()));
+        }
+        let mut reads = Vec::with_capacity(BMC_PROOF_READS);
+        while reads.len() < BMC_PROOF_READS {
+            let read = self
+                .read_power(bmc)
+                .await
+                .map_err(|error| BmcReadRefused::Failed(format!("BMC read failed: {error}")))?;
+            let off = read == PowerState::Off;
+            reads.push(read);
+            if !off {
+                break;
+            }
+        }
+        let now = since_epoch(self.context.clock.now());
+        let witnessed = ledger
+            .check_proof(&bmc.address, first_read, now)
+            .map_err(|mark| mark.to_string());
+        Ok(BmcProofReads { reads, witnessed })
+    }
+
+    /// Tells the ledger that we asked the operator to power the host off (`off`) or on: its
+    /// BMC's readings before that no longer count against the host's new state, and those
+    /// after an Off request are judged (`bmc_trust`).
+    pub(super) fn note_operator_request(&self, remediation: &Remediation, off: bool) {
+        let Some((_, Some(host))) = self.host(remediation) else {
+            return;
+        };
+        let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
+        let Some(address) = bare_metal_host_bmc(&json)
+            .ok()
+            .and_then(|bmc| BmcAddress::parse(&bmc.address).ok())
+        else {
+            return;
+        };
+        let request = if off { Request::Off } else { Request::On };
+        let now = since_epoch(self.context.clock.now());
+        self.context
+            .witness
+            .ledger
+            .requested(&address.to_string(), request, now);
     }
 
     /// Where the BMC for direct fencing is (see [`locate_bmc`]).
@@ -293,9 +411,19 @@ impl Pass {
         let bmc = self
             .locate_direct_bmc(remediation)
             .map_err(|e| invalid(e.to_string()))?;
-        let config = bmc_driver_config(&self.context.client, &self.namespace, &bmc)
+        self.connect_bmc(&bmc, &self.namespace, &self.machine_key())
             .await
-            .map_err(invalid)?;
+    }
+
+    /// A driver for `bmc`, its credentials read from `namespace`, cached under `key`, metered
+    /// and witnessed as a fencing reader.
+    async fn connect_bmc(&self, bmc: &BmcRef, namespace: &str, key: &str) -> Result<DirectBmc> {
+        let config = bmc_driver_config(&self.context.client, namespace, bmc)
+            .await
+            .map_err(|reason| Error::Invalid {
+                object: format!("Machine {}/{}", self.namespace, self.name),
+                reason,
+            })?;
         let kind = driver_kind(&config.address);
         let shown = config.address.to_string();
         let system = config.address.system_path().map(str::to_string);
@@ -309,11 +437,10 @@ impl Pass {
             self.subject_node(),
             &config.address,
         );
-        let driver = self.context.bmc_drivers.get_or_connect(
-            &self.machine_key(),
-            config,
-            &self.context.connector,
-        )?;
+        let driver =
+            self.context
+                .bmc_drivers
+                .get_or_connect(key, config, &self.context.connector)?;
         let driver = Metered::wrap(driver, kind, self.context.metrics.power.clone());
         let driver = self
             .context
@@ -324,7 +451,7 @@ impl Pass {
             address: shown,
             system,
             series,
-            credentials_name: bmc.credentials_name,
+            credentials_name: bmc.credentials_name.clone(),
             transport,
         })
     }
@@ -369,6 +496,11 @@ impl Pass {
     /// The key of this Machine's cached BMC driver.
     pub(super) fn machine_key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The key of the cached driver that corroborates its operator's readings.
+    pub(super) fn operator_bmc_key(&self) -> String {
+        format!("{}/{}#operator-bmc", self.namespace, self.name)
     }
 
     pub(super) fn reboot_annotation(&self) -> String {

@@ -237,6 +237,7 @@ impl Pass {
         let phase = remediation.status.as_ref().map(|s| s.phase);
         if phase.is_some_and(Phase::is_terminal) {
             self.context.bmc_drivers.release(&self.machine_key());
+            self.context.bmc_drivers.release(&self.operator_bmc_key());
         }
     }
 

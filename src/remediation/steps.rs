@@ -357,7 +357,11 @@ impl Pass {
         self.context.leadership.ensure()?;
         self.annotate_machine(POWERED_OFF_FOR_REMEDIATION, Some(""), "MarkMachine")
             .await?;
-        let tell = Tell::normal(EventReason::Fenced, format!("{host} is proven off"));
+        let note = match confirmed.corroborated() {
+            Some(how) => format!("{host} is proven off ({how})"),
+            None => format!("{host} is proven off"),
+        };
+        let tell = Tell::normal(EventReason::Fenced, note);
         self.tell(remediation, tell).await;
         Ok(None)
     }

@@ -16,10 +16,13 @@ use serde_json::Value;
 
 use super::context::host_resource;
 use super::execute;
-use super::fence::{ConfirmedOff, FenceTarget, NotFenced, PowerEvidence, confirm_powered_off};
+use super::fence::{
+    ConfirmedOff, Corroboration, FenceTarget, NotFenced, PowerEvidence, confirm_powered_off,
+};
 use super::observe::bare_metal_host_view;
 use super::pass::Pass;
 use super::plan::Persisted;
+use super::power::{BmcProofReads, BmcReadRefused};
 use super::probe::{ProbeSite, ProbeWith, no_bmc, probe_bmc, probe_host};
 use super::readiness::{Reason, Refusal, Verdict};
 use crate::Result;
@@ -34,9 +37,6 @@ pub(super) enum Withdraw {
     /// Only the reboot-API annotations (the Node is back: its host is on, no BMC to ask).
     RebootRequestsOnly,
 }
-
-/// Reads a direct-BMC proof takes (see `fence`); a read that is not Off ends them early.
-const BMC_PROOF_READS: usize = 2;
 
 /// One way to fence a host. The pass's own readers and writers (`power`) do the I/O; an
 /// implementation says which of them its strategy uses, and how.
@@ -110,7 +110,9 @@ impl FenceStrategy for RebootApiStrategy {
             (None, "RequestPowerOn")
         };
         let key = pass.reboot_annotation();
-        execute::set_annotation(&hosts, &host_ref.name, &key, value, action).await
+        execute::set_annotation(&hosts, &host_ref.name, &key, value, action).await?;
+        pass.note_operator_request(remediation, off);
+        Ok(())
     }
 
     async fn withdraw(&self, pass: &Pass, remediation: &Remediation, _: Withdraw) -> Result<()> {
@@ -142,16 +144,24 @@ impl FenceStrategy for RebootApiStrategy {
         Ok(())
     }
 
-    /// A GET of the BareMetalHost (never the watch cache).
+    /// A GET of the BareMetalHost (never the watch cache) and, when it reports the host off,
+    /// our own reads of its BMC unless the policy turned them off.
     async fn read_evidence(
         &self,
         pass: &Pass,
         _: &Remediation,
         target: &FenceTarget,
     ) -> std::result::Result<PowerEvidence, NotFenced> {
-        Ok(PowerEvidence::BareMetalHost(
-            pass.fresh_host_view(target).await?,
-        ))
+        let fresh = pass.fresh_host(target).await?;
+        let corroboration = if pass.policy.corroborate_reboot_api && fresh.view.reports_off() {
+            pass.corroborate(&fresh).await
+        } else {
+            Corroboration::NotRead
+        };
+        Ok(PowerEvidence::BareMetalHost {
+            view: fresh.view,
+            corroboration,
+        })
     }
 
     async fn probe(&self, with: &ProbeWith<'_>, site: &ProbeSite<'_>) -> Verdict {
@@ -229,8 +239,8 @@ impl FenceStrategy for DirectBmcStrategy {
         Ok(())
     }
 
-    /// [`BMC_PROOF_READS`] reads — none while the BMC is untrustworthy — and every other
-    /// reading of it in the process around those reads weighed with them.
+    /// The proof reads (`Pass::read_bmc_proof`) — none while the BMC is untrustworthy — and
+    /// every other reading of it in the process around those reads weighed with them.
     async fn read_evidence(
         &self,
         pass: &Pass,
@@ -241,30 +251,15 @@ impl FenceStrategy for DirectBmcStrategy {
             .direct_bmc(remediation)
             .await
             .map_err(|e| NotFenced::Untrustworthy(e.to_string()))?;
-        let ledger = &pass.context.witness.ledger;
-        let first_read = since_epoch(pass.context.clock.now());
-        if let Some(mark) = ledger.distrusted(&bmc.address, first_read) {
-            return Err(NotFenced::Untrustworthy(format!(
-                "BMC {}: {mark}",
-                bmc.address
-            )));
-        }
-        let mut reads = Vec::with_capacity(BMC_PROOF_READS);
-        while reads.len() < BMC_PROOF_READS {
-            let read = pass
-                .read_power(&bmc)
+        let BmcProofReads { reads, witnessed } =
+            pass.read_bmc_proof(&bmc)
                 .await
-                .map_err(|error| NotFenced::NotYet(format!("BMC read failed: {error}")))?;
-            let off = read == PowerState::Off;
-            reads.push(read);
-            if !off {
-                break;
-            }
-        }
-        let now = since_epoch(pass.context.clock.now());
-        let witnessed = ledger
-            .check_proof(&bmc.address, first_read, now)
-            .map_err(|mark| mark.to_string());
+                .map_err(|refused| match refused {
+                    BmcReadRefused::Distrusted(mark) => {
+                        NotFenced::Untrustworthy(format!("BMC {}: {mark}", bmc.address))
+                    }
+                    BmcReadRefused::Failed(why) => NotFenced::NotYet(why),
+                })?;
         Ok(PowerEvidence::BmcReads {
             address: bmc.address,
             system: bmc.system,

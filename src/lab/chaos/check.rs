@@ -75,8 +75,8 @@ pub struct Checker {
     /// false Off (each is also a violation of invariant 1).
     pub released_on_lies: usize,
     /// Nodes of hosts fenced through their BareMetal Operator released while the host was
-    /// on, on the operator's reading of a flapping BMC (`status.poweredOn: false`): a reading
-    /// this process never sees (docs/engineering/chaos.md).
+    /// on, on the operator's reading of a flapping BMC (`status.poweredOn: false`) that our
+    /// own reads of the BMC failed to void (each is also a violation of invariant 1).
     pub released_on_operator_lies: usize,
     /// Per Machine, how many times its trigger has appeared.
     trigger_epoch: HashMap<String, u64>,
@@ -490,21 +490,24 @@ impl Checker {
         {
             self.judged.add(1);
             // Judged at the commit itself: the host must be off at this instant. A flapping
-            // BMC contradicts itself, which the controller must see: a release on its false
-            // Off breaks the invariant like any other (and is counted apart).
-            if host.power() != Power::Off && self.lying_bmcs.get(name) == Some(&false) {
-                self.released_on_operator_lies += 1;
-            } else if host.power() != Power::Off && self.lying_bmcs.get(name) == Some(&true) {
-                self.released_on_lies += 1;
+            // BMC contradicts itself, which the controller must see, whether it reads the BMC
+            // for its proof or corroborates its operator's reading with reads of its own: a
+            // release on its false Off breaks the invariant like any other (counted apart).
+            if host.power() != Power::Off {
+                let fenced_by = match self.lying_bmcs.get(name) {
+                    Some(true) => {
+                        self.released_on_lies += 1;
+                        ", on its flapping BMC's false Off (fenced over its BMC)"
+                    }
+                    Some(false) => {
+                        self.released_on_operator_lies += 1;
+                        ", on its operator's reading of its flapping BMC (fenced through its BareMetal Operator)"
+                    }
+                    None => "",
+                };
                 self.violations.push(format!(
-                    "invariant 1: Node {name} {how} while its host was on, on its flapping BMC's false Off (fenced over its BMC; power history {:?})",
+                    "invariant 1: Node {name} {how} while its host was on{fenced_by} (power history {:?})",
                     host.history()
-                ));
-            } else if host.power() != Power::Off {
-                let history = host.history();
-                self.violations.push(format!(
-                    "invariant 1: Node {name} {how} while its host was on (power history {:?})",
-                    history
                 ));
             }
         }

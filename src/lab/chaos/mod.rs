@@ -93,10 +93,11 @@ pub struct SeedOutcome {
     pub faults: usize,
     /// The most remediations under way at once.
     pub peak_concurrent: usize,
-    /// Nodes released on a lying (flapping) BMC's reading while the host was on: read by the
-    /// controller (a violation), and relayed by the BareMetal Operator (counted).
+    /// Nodes released on a lying (flapping) BMC's reading while the host was on, fenced over
+    /// the BMC (each a violation of invariant 1).
     pub released_on_lies: usize,
-    /// See [`SeedOutcome::released_on_lies`].
+    /// The same, fenced through the BareMetal Operator, whose reading of the BMC our own reads
+    /// failed to void (each a violation of invariant 1).
     pub released_on_operator_lies: usize,
     /// Remediations whose reboot request someone removed after the proof, made again.
     pub requests_remade: usize,

@@ -397,25 +397,21 @@ pub fn plan(seed: u64) -> Plan {
     if rng.chance(DRIFT_PERCENT) {
         events.push(drift_scenario(&mut rng, &workers, &events));
     }
-    // After that, for the same reason: a BMC that flaps while its host is fenced over it (the
-    // reads it lies to are ours), on a hung worker when one is detached, else on any
-    // detached host; none when no host is fenced over its BMC.
+    // After that, for the same reason: a BMC that flaps while its host is fenced, on a hung
+    // worker (fenced over its BMC, whose reads it lies to are ours, or through its BareMetal
+    // Operator, whose reads our own must catch), else on any worker.
     if rng.chance(FLAPPING_BMC_PERCENT) {
-        let hung_direct: Vec<String> = events
+        let hung: Vec<String> = events
             .iter()
             .filter_map(|(_, f)| match f {
-                Fault::Hang(h) if detached.contains(h) => Some(h.clone()),
+                Fault::Hang(h) => Some(h.clone()),
                 _ => None,
             })
             .collect();
-        let pool = [hung_direct, detached.clone()]
-            .into_iter()
-            .find(|p| !p.is_empty());
-        if let Some(pool) = pool {
-            let host = rng.pick(&pool).clone();
-            let for_ms = 300 + rng.below(1500);
-            events.push((Duration::ZERO, Fault::FlappingBmc { host, for_ms }));
-        }
+        let pool = if hung.is_empty() { &workers } else { &hung };
+        let host = rng.pick(pool).clone();
+        let for_ms = 300 + rng.below(1500);
+        events.push((Duration::ZERO, Fault::FlappingBmc { host, for_ms }));
     }
     // Last, for the same reason: a tenant asks for a worker's remediation, or claims its Node.
     if rng.chance(TENANT_PERCENT) {
