@@ -177,6 +177,17 @@ async fn a_flapping_bmc_voids_its_operator_s_off_and_a_truthful_one_corroborates
         &format!("baremend_bmc_untrustworthy{{bmc=\"{address}\"}} 1"),
     )
     .await;
+    // Retried while its BMC is untrustworthy: held, as its reads would void any proof.
+    lab.api
+        .merge(
+            REMEDIATIONS,
+            MACHINE_NAMESPACE,
+            "worker-1-1",
+            &json!({"metadata": {"annotations": {"baremend.io/retry": "true"}}}),
+            false,
+        )
+        .unwrap();
+    lab.held_with("worker-1-2", "contradicted itself").await;
 
     // A BMC that tells the truth corroborates its operator's Off.
     let other = lab.cluster.host("worker-2").unwrap().bmc_address(false);

@@ -361,14 +361,7 @@ impl Pass {
     /// BMC's readings before that no longer count against the host's new state, and those
     /// after an Off request are judged (`bmc_trust`).
     pub(super) fn note_operator_request(&self, remediation: &Remediation, off: bool) {
-        let Some((_, Some(host))) = self.host(remediation) else {
-            return;
-        };
-        let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
-        let Some(address) = bare_metal_host_bmc(&json)
-            .ok()
-            .and_then(|bmc| BmcAddress::parse(&bmc.address).ok())
-        else {
+        let Some(address) = self.operator_bmc_address(remediation) else {
             return;
         };
         let request = if off { Request::Off } else { Request::On };
@@ -377,6 +370,17 @@ impl Pass {
             .witness
             .ledger
             .requested(&address.to_string(), request, now);
+    }
+
+    /// The address of the BMC the cached BareMetalHost names, as the ledger keys it.
+    pub(super) fn operator_bmc_address(&self, remediation: &Remediation) -> Option<BmcAddress> {
+        let Some((_, Some(host))) = self.host(remediation) else {
+            return None;
+        };
+        let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
+        bare_metal_host_bmc(&json)
+            .ok()
+            .and_then(|bmc| BmcAddress::parse(&bmc.address).ok())
     }
 
     /// Where the BMC for direct fencing is (see [`locate_bmc`]).

@@ -269,28 +269,45 @@ impl Pass {
     /// forgeable and the policy does not allow it, or it was seen contradicting itself
     /// lately. Held, not started and failed: a start would power the host off with no way
     /// to prove it, and leave the workloads stuck on a Node that cannot be released.
+    ///
+    /// A host fenced through its BareMetal Operator, whose Off our own reads of its BMC must
+    /// corroborate (`corroborateRebootApi`), is held the same way while that BMC is
+    /// untrustworthy: its reads would void any proof.
     pub(super) fn bmc_gate(&self, remediation: &Remediation) -> std::result::Result<(), Held> {
-        if !self
-            .policy
-            .strategies
-            .contains(&FenceStrategyName::DirectBmc)
+        let strategies = &self.policy.strategies;
+        let ledger = &self.context.witness.ledger;
+        let now = since_epoch(self.context.clock.now());
+        if strategies.contains(&FenceStrategyName::DirectBmc)
+            && let Ok(bmc) = self.locate_direct_bmc(remediation)
+        {
+            // An unusable address fails the proof with its own reason.
+            let Ok(address) = BmcAddress::parse(&bmc.address) else {
+                return Ok(());
+            };
+            let insecure = bmc.tls.insecure;
+            return bmc_verdict(
+                &address,
+                insecure,
+                self.policy.allow_insecure_bmc,
+                ledger,
+                now,
+            );
+        }
+        if !strategies.contains(&FenceStrategyName::BareMetalHostRebootApi)
+            || !self.policy.corroborate_reboot_api
         {
             return Ok(());
         }
-        let Ok(bmc) = self.locate_direct_bmc(remediation) else {
+        let Some(address) = self.operator_bmc_address(remediation) else {
             return Ok(());
         };
-        // An unusable address fails the proof with its own reason.
-        let Ok(address) = BmcAddress::parse(&bmc.address) else {
-            return Ok(());
-        };
-        bmc_verdict(
-            &address,
-            bmc.tls.insecure,
-            self.policy.allow_insecure_bmc,
-            &self.context.witness.ledger,
-            since_epoch(self.context.clock.now()),
-        )
+        match ledger.distrusted(&address.to_string(), now) {
+            Some(mark) => Err(Held::BmcUntrustworthy {
+                bmc: address.to_string(),
+                why: mark.to_string(),
+            }),
+            None => Ok(()),
+        }
     }
 }
 
