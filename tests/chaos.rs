@@ -33,10 +33,12 @@ async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
         out.contains(": 0 with violations, 0 harness errors"),
         "{out}"
     );
-    // A flapping BMC's false Off released no Node of a host fenced over its BMC (each would
-    // also be a violation of invariant 1).
+    // A flapping BMC's false Off released no Node, whether baremend read it or the BareMetal
+    // Operator did (each would also be a violation of invariant 1).
     assert!(
-        out.contains("0 Node(s) released on a flapping BMC's false Off read by baremend"),
+        out.contains(
+            "0 Node(s) released on a flapping BMC's false Off read by baremend, 0 on one relayed by the BareMetal Operator"
+        ),
         "{out}"
     );
     // The seeds did something: remediations ended both ways, and faults were injected.
@@ -49,6 +51,10 @@ async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
         );
     }
     assert!(verdict.faults > 0, "no fault injected: {out}");
+    // Flapping BMCs lied at power-off on hosts fenced both ways: the case each reader's
+    // rule exists for came up.
+    let (direct, operator) = verdict.lied;
+    assert!(direct > 0 && operator > 0, "{direct} and {operator}: {out}");
     // Each invariant judged something: none passed for want of a case.
     assert_eq!(verdict.judged.len(), 10, "{out}");
     for (invariant, count) in verdict.judged.iter().enumerate() {
@@ -70,6 +76,9 @@ struct Verdict {
     faults: usize,
     /// Cases judged, per invariant in order.
     judged: Vec<usize>,
+    /// Hosts whose BMC flapped at power-off and told a false Off: fenced over their BMC, and
+    /// through their BareMetal Operator.
+    lied: (usize, usize),
 }
 
 impl Verdict {
@@ -102,11 +111,21 @@ impl Verdict {
             .split(", ")
             .map(|entry| number(entry.split(": ").nth(1).unwrap_or_default(), line))
             .collect();
+        // `…; flapping BMCs told a false Off at power-off on 9 host(s) fenced over their BMC
+        // and 7 through their BareMetal Operator; …`
+        let lied = part(line, "; flapping BMCs told a false Off at power-off on ");
+        let direct = lied.split(" host(s)").next().unwrap_or_default();
+        let operator = lied
+            .split(" and ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_default();
         Verdict {
             line: line.to_owned(),
             phases,
             faults,
             judged,
+            lied: (number(direct, line), number(operator, line)),
         }
     }
 

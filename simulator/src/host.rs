@@ -135,6 +135,8 @@ struct HostState {
     errors_sent: u32,
     stale_sent: u32,
     flap: bool,
+    /// Off answers the flapping fault gave while the host was on.
+    false_offs: u64,
     version: u64,
     history: Vec<PowerChange>,
     requests: Vec<PowerRequest>,
@@ -170,6 +172,7 @@ impl SimHost {
                 errors_sent: 0,
                 stale_sent: 0,
                 flap: false,
+                false_offs: 0,
                 version: 1,
                 history: Vec::new(),
                 requests: Vec::new(),
@@ -211,11 +214,19 @@ impl SimHost {
         self.lock().power
     }
 
+    /// How many times the flapping fault answered Off, to any reader, while the host was on.
+    pub fn false_offs(&self) -> u64 {
+        self.lock().false_offs
+    }
+
     /// What the BMC reports: the transition in progress, or the flapping or stale lie.
     pub fn observe(&self) -> ObservedPower {
         let mut state = self.lock();
         if state.faults.flapping {
             state.flap = !state.flap;
+            if state.flap && state.power != Power::Off {
+                state.false_offs += 1;
+            }
             return if state.flap {
                 ObservedPower::Off
             } else {
@@ -473,6 +484,14 @@ mod tests {
             ]
         );
         assert_eq!(host.power(), Power::On);
+        assert_eq!(host.false_offs(), 2, "two Offs told while it was on");
+        host.set_power(Power::Off);
+        host.observe();
+        assert_eq!(
+            host.false_offs(),
+            2,
+            "an Off told while it is off is no lie"
+        );
     }
 
     #[test]

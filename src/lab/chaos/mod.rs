@@ -99,6 +99,9 @@ pub struct SeedOutcome {
     /// The same, fenced through the BareMetal Operator, whose reading of the BMC our own reads
     /// failed to void (each a violation of invariant 1).
     pub released_on_operator_lies: usize,
+    /// Hosts whose BMC flapped at power-off and told a reader Off while the host was on:
+    /// fenced over their BMC, and fenced through their BareMetal Operator.
+    pub lied_at_power_off: (usize, usize),
     /// Remediations whose reboot request someone removed after the proof, made again.
     pub requests_remade: usize,
     /// Remediations that failed `FenceLost` (the proof could not be taken again).
@@ -357,8 +360,30 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         peak_concurrent: checker.peak_concurrent,
         released_on_lies: checker.released_on_lies,
         released_on_operator_lies: checker.released_on_operator_lies,
+        lied_at_power_off: lied_at_power_off(&plan, &hosts),
         took: started.elapsed(),
     })
+}
+
+/// The hosts whose BMC flapped at power-off (`Fault::FlappingBmc`) and told someone Off
+/// while the host was on: those fenced over their BMC, and those fenced through their
+/// BareMetal Operator.
+fn lied_at_power_off(plan: &plan::Plan, hosts: &HashMap<String, Arc<SimHost>>) -> (usize, usize) {
+    let mut lied = (0, 0);
+    for (_, fault) in &plan.events {
+        let Fault::FlappingBmc { host, .. } = fault else {
+            continue;
+        };
+        if hosts.get(host).is_none_or(|h| h.false_offs() == 0) {
+            continue;
+        }
+        if plan.detached.contains(host) {
+            lied.0 += 1;
+        } else {
+            lied.1 += 1;
+        }
+    }
+    lied
 }
 
 /// The remediations of a seed by final phase, and how many had their reboot request made
@@ -686,6 +711,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut slowest = Duration::ZERO;
     let mut peak = 0;
     let (mut lies, mut relayed) = (0, 0);
+    let mut lied = (0, 0);
     let (mut remade, mut lost) = (0, 0);
     let mut drift = drift::DriftTally::default();
     let mut triggers = TriggerTally::default();
@@ -704,6 +730,8 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
                 peak = peak.max(o.peak_concurrent);
                 lies += o.released_on_lies;
                 relayed += o.released_on_operator_lies;
+                lied.0 += o.lied_at_power_off.0;
+                lied.1 += o.lied_at_power_off.1;
                 remade += o.requests_remade;
                 lost += o.fence_lost;
                 if let Some(scenario) = &o.drift {
@@ -719,7 +747,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut phase_list: Vec<(String, usize)> = phases.into_iter().collect();
     phase_list.sort();
     println!(
-        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; cases judged per invariant: {judged} (none for {:?}); {}{}",
+        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; flapping BMCs told a false Off at power-off on {} host(s) fenced over their BMC and {} through their BareMetal Operator; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; cases judged per invariant: {judged} (none for {:?}); {}{}",
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64(),
         failed.len(),
@@ -728,6 +756,8 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
             .map(|(p, c)| format!("{p} {c}"))
             .collect::<Vec<_>>()
             .join(", "),
+        lied.0,
+        lied.1,
         judged.idle(),
         triggers.summary(),
         drift.summary()
