@@ -263,6 +263,19 @@ pub enum ErrorCategory {
 }
 
 impl ErrorCategory {
+    /// Every category, in declaration order.
+    pub const ALL: [ErrorCategory; 9] = [
+        ErrorCategory::Bmc,
+        ErrorCategory::BmcCredentials,
+        ErrorCategory::Forbidden,
+        ErrorCategory::Api,
+        ErrorCategory::InvalidObject,
+        ErrorCategory::Changed,
+        ErrorCategory::Leadership,
+        ErrorCategory::Abandoned,
+        ErrorCategory::Local,
+    ];
+
     /// The reason of the Warning Event a failure of this kind is reported under.
     pub fn event_reason(self) -> crate::api::EventReason {
         use crate::api::EventReason;
@@ -316,6 +329,46 @@ mod tests {
         let written: Error = LocalError::HostFile("h: x".into()).into();
         assert_eq!(written.to_string(), "host-file: h: x");
         assert!(matches!(written, Error::Local(LocalError::HostFile(_))));
+    }
+
+    #[test]
+    fn every_category_is_told_under_a_reason_of_its_own() {
+        // Exhaustive: a category added to the enum stops the build here, to be added to ALL.
+        for category in ErrorCategory::ALL {
+            match category {
+                ErrorCategory::Bmc
+                | ErrorCategory::BmcCredentials
+                | ErrorCategory::Forbidden
+                | ErrorCategory::Api
+                | ErrorCategory::InvalidObject
+                | ErrorCategory::Changed
+                | ErrorCategory::Leadership
+                | ErrorCategory::Abandoned
+                | ErrorCategory::Local => {}
+            }
+        }
+        let reasons: Vec<&str> = ErrorCategory::ALL
+            .iter()
+            .map(|c| c.event_reason().as_str())
+            .collect();
+        let mut distinct = reasons.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), reasons.len(), "{reasons:?}");
+        assert_eq!(
+            reasons,
+            [
+                "BmcError",
+                "BmcCredentialsRefused",
+                "Forbidden",
+                "ApiError",
+                "InvalidObject",
+                "StateChanged",
+                "NotLeader",
+                "Abandoned",
+                "LocalError",
+            ]
+        );
     }
 
     #[test]
