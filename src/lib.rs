@@ -170,10 +170,7 @@ impl Error {
     /// is named: a new one does not compile until it is classified.
     pub fn category(&self) -> ErrorCategory {
         match self {
-            Error::Driver(error) if error.category() == "authentication" => {
-                ErrorCategory::BmcCredentials
-            }
-            Error::Driver(_) => ErrorCategory::Bmc,
+            Error::Driver(error) => bmc_category(error.category()),
             Error::Kube {
                 source: kube::Error::Api(status),
                 ..
@@ -215,6 +212,32 @@ impl Error {
     }
 }
 
+/// The kind of a failed BMC call, as the controller tells it: a refused password apart
+/// (retrying would only lock the account), the rest one `Bmc`. Every driver category is
+/// named: a new one does not compile until it is told here.
+fn bmc_category(category: baremend_drivers::DriverErrorCategory) -> ErrorCategory {
+    use baremend_drivers::DriverErrorCategory as Driver;
+    match category {
+        Driver::Authentication => ErrorCategory::BmcCredentials,
+        Driver::InvalidAddress
+        | Driver::Configuration
+        | Driver::Unsupported
+        | Driver::Unreachable
+        | Driver::Timeout
+        | Driver::Busy
+        | Driver::Http
+        | Driver::Tls
+        | Driver::SystemNotFound
+        | Driver::AmbiguousSystem
+        | Driver::MalformedResponse
+        | Driver::TaskFailed
+        | Driver::StateNotReached
+        | Driver::Completion
+        | Driver::SessionRejected
+        | Driver::PowerFault => ErrorCategory::Bmc,
+    }
+}
+
 /// The kinds of failure, each with the Event reason it is reported under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCategory {
@@ -240,6 +263,19 @@ pub enum ErrorCategory {
 }
 
 impl ErrorCategory {
+    /// Every category, in declaration order.
+    pub const ALL: [ErrorCategory; 9] = [
+        ErrorCategory::Bmc,
+        ErrorCategory::BmcCredentials,
+        ErrorCategory::Forbidden,
+        ErrorCategory::Api,
+        ErrorCategory::InvalidObject,
+        ErrorCategory::Changed,
+        ErrorCategory::Leadership,
+        ErrorCategory::Abandoned,
+        ErrorCategory::Local,
+    ];
+
     /// The reason of the Warning Event a failure of this kind is reported under.
     pub fn event_reason(self) -> crate::api::EventReason {
         use crate::api::EventReason;
@@ -293,5 +329,93 @@ mod tests {
         let written: Error = LocalError::HostFile("h: x".into()).into();
         assert_eq!(written.to_string(), "host-file: h: x");
         assert!(matches!(written, Error::Local(LocalError::HostFile(_))));
+    }
+
+    #[test]
+    fn every_category_is_told_under_a_reason_of_its_own() {
+        // Exhaustive: a category added to the enum stops the build here, to be added to ALL.
+        for category in ErrorCategory::ALL {
+            match category {
+                ErrorCategory::Bmc
+                | ErrorCategory::BmcCredentials
+                | ErrorCategory::Forbidden
+                | ErrorCategory::Api
+                | ErrorCategory::InvalidObject
+                | ErrorCategory::Changed
+                | ErrorCategory::Leadership
+                | ErrorCategory::Abandoned
+                | ErrorCategory::Local => {}
+            }
+        }
+        let reasons: Vec<&str> = ErrorCategory::ALL
+            .iter()
+            .map(|c| c.event_reason().as_str())
+            .collect();
+        let mut distinct = reasons.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), reasons.len(), "{reasons:?}");
+        assert_eq!(
+            reasons,
+            [
+                "BmcError",
+                "BmcCredentialsRefused",
+                "Forbidden",
+                "ApiError",
+                "InvalidObject",
+                "StateChanged",
+                "NotLeader",
+                "Abandoned",
+                "LocalError",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_refused_password_is_its_own_kind_and_every_other_bmc_failure_is_a_bmc_error() {
+        use baremend_drivers::DriverErrorCategory;
+        for driver in DriverErrorCategory::ALL {
+            let expected = if driver == DriverErrorCategory::Authentication {
+                ErrorCategory::BmcCredentials
+            } else {
+                ErrorCategory::Bmc
+            };
+            assert_eq!(bmc_category(driver), expected, "{driver}");
+        }
+        let refused = Error::Driver(baremend_drivers::Error::Authentication {
+            bmc: "redfish://bmc".into(),
+            detail: "401".into(),
+        });
+        assert_eq!(
+            refused.category().event_reason().as_str(),
+            "BmcCredentialsRefused"
+        );
+        let busy = Error::Driver(baremend_drivers::Error::Busy {
+            bmc: "redfish://bmc".into(),
+            detail: "503".into(),
+            retry_after: None,
+        });
+        assert_eq!(busy.category().event_reason().as_str(), "BmcError");
+        assert!(busy.is_transient() && !refused.is_transient());
+    }
+
+    #[test]
+    fn every_bmc_error_label_is_in_the_metrics_reference() {
+        // The `outcome` of baremend_bmc_requests_total is the driver's category: the reference
+        // lists them all, for a query's author.
+        let doc = include_str!("../docs/reference/metrics.md");
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with("| `baremend_bmc_requests_total`"))
+            .expect("docs/reference/metrics.md has the row of baremend_bmc_requests_total");
+        let missing: Vec<&str> = baremend_drivers::DriverErrorCategory::ALL
+            .iter()
+            .map(|c| c.as_str())
+            .filter(|label| !row.contains(&format!("`{label}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in the metrics reference: {missing:?}"
+        );
     }
 }

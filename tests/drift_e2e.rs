@@ -18,7 +18,8 @@ mod common;
 
 use common::drift::{self, steps};
 use common::eventually;
-use common::lab::{Lab, STATE, patch_drift_policy};
+use common::lab::{DRIFT_REMEDIATIONS, Lab, STATE, patch_drift_policy, warning_in};
+use common::rbac;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_is_force_reapplied_by_the_mco_and_verified() {
@@ -599,5 +600,51 @@ async fn a_helper_image_not_pinned_by_digest_fails_the_remediation_before_any_he
     );
     assert!(lab.api.list(PODS, Some("baremend")).is_empty());
     assert!(!lab.forcefile("worker-0"));
+    lab.stop().await;
+}
+
+/// A pass that fails is told where an operator looks, from the one place every controller's
+/// failed passes reach (`runtime::events::report_failed_pass`): a Warning on the Node whose
+/// reason is the error's category and whose note names the refused call. Here the
+/// coordinator may not create its DriftRemediations; given the grant back, the drift is
+/// taken up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pass_is_a_warning_on_the_node_under_its_category() {
+    let mut applied = serde_json::Value::Null;
+    let mut lab = drift::start_with(2, json!(1), json!({}), |api| {
+        applied = rbac::rules(api);
+        let refused = rbac::without_verb(&applied, "driftremediations", "create");
+        rbac::set_rules(api, &refused);
+    })
+    .await;
+    lab.drift("worker-0");
+    // Events about a cluster-scoped object go to the namespace `default`.
+    warning_in(
+        &lab,
+        "default",
+        ("Node", "worker-0"),
+        "Forbidden",
+        "CreateDriftRemediation",
+    )
+    .await;
+    let told = common::events::told_on(
+        &lab.api,
+        "default",
+        ("Node", "worker-0"),
+        "Forbidden",
+        "cannot create",
+    )
+    .await;
+    assert!(
+        told["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("driftremediations")),
+        "{told:#}"
+    );
+    assert!(lab.api.list(DRIFT_REMEDIATIONS, None).is_empty());
+    rbac::set_rules(&lab.api, &applied);
+    // Retried on the backoff (a grant is fixed where no watch sees it): the attempt opens.
+    let opened = lab.reach("worker-0-1", DriftPhase::Succeeded).await;
+    assert_eq!(steps(&opened)[0], "DriftDetected");
     lab.stop().await;
 }

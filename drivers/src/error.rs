@@ -231,27 +231,124 @@ impl Error {
         }
     }
 
-    /// A short, bounded label for metrics and Event reasons.
-    pub fn category(&self) -> &'static str {
+    /// What kind of failure this is: a bounded set, for metric labels and for the
+    /// controller's classification. Every variant is named: a new one does not compile until
+    /// it is classified.
+    pub fn category(&self) -> DriverErrorCategory {
+        use DriverErrorCategory as C;
         match self {
-            Error::InvalidAddress { .. } => "invalid_address",
-            Error::Configuration { .. } => "configuration",
-            Error::Unsupported { .. } => "unsupported",
-            Error::Unreachable { .. } => "unreachable",
-            Error::Timeout { .. } => "timeout",
-            Error::Busy { .. } => "busy",
-            Error::Http { .. } => "http_error",
-            Error::Authentication { .. } => "authentication",
-            Error::Tls { .. } => "tls",
-            Error::SystemNotFound { .. } => "system_not_found",
-            Error::AmbiguousSystem { .. } => "ambiguous_system",
-            Error::MalformedResponse { .. } => "malformed_response",
-            Error::TaskFailed { .. } => "task_failed",
-            Error::StateNotReached { .. } => "state_not_reached",
-            Error::Completion { .. } => "completion_code",
-            Error::SessionRejected { .. } => "session_rejected",
-            Error::PowerFault { .. } => "power_fault",
+            Error::InvalidAddress { .. } => C::InvalidAddress,
+            Error::Configuration { .. } => C::Configuration,
+            Error::Unsupported { .. } => C::Unsupported,
+            Error::Unreachable { .. } => C::Unreachable,
+            Error::Timeout { .. } => C::Timeout,
+            Error::Busy { .. } => C::Busy,
+            Error::Http { .. } => C::Http,
+            Error::Authentication { .. } => C::Authentication,
+            Error::Tls { .. } => C::Tls,
+            Error::SystemNotFound { .. } => C::SystemNotFound,
+            Error::AmbiguousSystem { .. } => C::AmbiguousSystem,
+            Error::MalformedResponse { .. } => C::MalformedResponse,
+            Error::TaskFailed { .. } => C::TaskFailed,
+            Error::StateNotReached { .. } => C::StateNotReached,
+            Error::Completion { .. } => C::Completion,
+            Error::SessionRejected { .. } => C::SessionRejected,
+            Error::PowerFault { .. } => C::PowerFault,
         }
+    }
+}
+
+/// The kinds of [`Error`], one per variant: what callers match on (a refused password is
+/// not an unreachable BMC), and, by [`DriverErrorCategory::as_str`], the bounded label of
+/// metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DriverErrorCategory {
+    /// [`Error::InvalidAddress`].
+    InvalidAddress,
+    /// [`Error::Configuration`].
+    Configuration,
+    /// [`Error::Unsupported`].
+    Unsupported,
+    /// [`Error::Unreachable`].
+    Unreachable,
+    /// [`Error::Timeout`].
+    Timeout,
+    /// [`Error::Busy`].
+    Busy,
+    /// [`Error::Http`].
+    Http,
+    /// [`Error::Authentication`].
+    Authentication,
+    /// [`Error::Tls`].
+    Tls,
+    /// [`Error::SystemNotFound`].
+    SystemNotFound,
+    /// [`Error::AmbiguousSystem`].
+    AmbiguousSystem,
+    /// [`Error::MalformedResponse`].
+    MalformedResponse,
+    /// [`Error::TaskFailed`].
+    TaskFailed,
+    /// [`Error::StateNotReached`].
+    StateNotReached,
+    /// [`Error::Completion`].
+    Completion,
+    /// [`Error::SessionRejected`].
+    SessionRejected,
+    /// [`Error::PowerFault`].
+    PowerFault,
+}
+
+impl DriverErrorCategory {
+    /// Every category, in declaration order.
+    pub const ALL: [DriverErrorCategory; 17] = [
+        DriverErrorCategory::InvalidAddress,
+        DriverErrorCategory::Configuration,
+        DriverErrorCategory::Unsupported,
+        DriverErrorCategory::Unreachable,
+        DriverErrorCategory::Timeout,
+        DriverErrorCategory::Busy,
+        DriverErrorCategory::Http,
+        DriverErrorCategory::Authentication,
+        DriverErrorCategory::Tls,
+        DriverErrorCategory::SystemNotFound,
+        DriverErrorCategory::AmbiguousSystem,
+        DriverErrorCategory::MalformedResponse,
+        DriverErrorCategory::TaskFailed,
+        DriverErrorCategory::StateNotReached,
+        DriverErrorCategory::Completion,
+        DriverErrorCategory::SessionRejected,
+        DriverErrorCategory::PowerFault,
+    ];
+
+    /// The label in metrics (`outcome` of `baremend_bmc_requests_total`): snake case, as
+    /// dashboards and alerts already match it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverErrorCategory::InvalidAddress => "invalid_address",
+            DriverErrorCategory::Configuration => "configuration",
+            DriverErrorCategory::Unsupported => "unsupported",
+            DriverErrorCategory::Unreachable => "unreachable",
+            DriverErrorCategory::Timeout => "timeout",
+            DriverErrorCategory::Busy => "busy",
+            DriverErrorCategory::Http => "http_error",
+            DriverErrorCategory::Authentication => "authentication",
+            DriverErrorCategory::Tls => "tls",
+            DriverErrorCategory::SystemNotFound => "system_not_found",
+            DriverErrorCategory::AmbiguousSystem => "ambiguous_system",
+            DriverErrorCategory::MalformedResponse => "malformed_response",
+            DriverErrorCategory::TaskFailed => "task_failed",
+            DriverErrorCategory::StateNotReached => "state_not_reached",
+            DriverErrorCategory::Completion => "completion_code",
+            DriverErrorCategory::SessionRejected => "session_rejected",
+            DriverErrorCategory::PowerFault => "power_fault",
+        }
+    }
+}
+
+impl std::fmt::Display for DriverErrorCategory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -306,6 +403,48 @@ mod tests {
             }
             .is_retryable()
         );
+    }
+
+    #[test]
+    fn every_category_has_its_own_label_and_the_labels_stay_as_dashboards_read_them() {
+        let labels: Vec<&str> = DriverErrorCategory::ALL
+            .iter()
+            .map(|c| c.as_str())
+            .collect();
+        let mut distinct = labels.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), labels.len(), "{labels:?}");
+        // The labels metrics carried when the category was a string: a rename breaks every
+        // query that counts them.
+        assert_eq!(
+            labels,
+            [
+                "invalid_address",
+                "configuration",
+                "unsupported",
+                "unreachable",
+                "timeout",
+                "busy",
+                "http_error",
+                "authentication",
+                "tls",
+                "system_not_found",
+                "ambiguous_system",
+                "malformed_response",
+                "task_failed",
+                "state_not_reached",
+                "completion_code",
+                "session_rejected",
+                "power_fault",
+            ]
+        );
+        let refused = Error::Authentication {
+            bmc: "redfish://bmc".into(),
+            detail: "401".into(),
+        };
+        assert_eq!(refused.category(), DriverErrorCategory::Authentication);
+        assert_eq!(refused.category().to_string(), "authentication");
     }
 
     #[test]

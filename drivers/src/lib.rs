@@ -37,7 +37,7 @@ pub use address::{BmcAddress, DriverKind};
 pub use config::DriverConfig;
 pub use connector::Connector;
 pub use credentials::{CredentialUsed, Credentials, Password};
-pub use error::{Error, Result};
+pub use error::{DriverErrorCategory, Error, Result};
 pub use power::{PowerDriver, PowerOffMode, ProbeReport};
 pub use retry::{RetryPolicy, retry, retry_observed};
 pub use state::PowerState;

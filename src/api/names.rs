@@ -395,6 +395,94 @@ stored_names! {
     }
 }
 
+stored_names! {
+    /// The reasons of the Events the drift coordinator publishes (on the Node, and on its
+    /// pool and the DriftRemediation). A hold's and a failure's reason is also the reason of
+    /// its condition and the label of its metric. Operators, alerts and tests match on them:
+    /// each is published as its variant's name. A failed pass is told under an
+    /// [`crate::ErrorCategory`]'s [`EventReason`], as in the machine remediation.
+    DriftEventReason {
+        /// A Degraded node whose cause is not drift, left to its owner.
+        NotDrift,
+        /// Drift was seen; the debounce began.
+        DriftDetected,
+        /// The node healed by itself before anything was done.
+        SelfHealed,
+        /// Held: the policy's mode is `Observe`.
+        ObserveOnly,
+        /// Held: the `baremend.io/drift-remediation` annotation disables it.
+        DriftRemediationDisabled,
+        /// Held: the pool rolls out a config.
+        PoolRollingOut,
+        /// Held: a paused pool needs the admin's approval.
+        PausedPoolNeedsApproval,
+        /// Held: a single-node pool or cluster needs the admin's approval.
+        SingleNodeNeedsApproval,
+        /// Held: another control-plane node is disrupted.
+        ControlPlaneBusy,
+        /// Held: the pool's `maxUnavailable` is used up.
+        PoolBudget,
+        /// Held: a PodDisruptionBudget would refuse the drain.
+        BlockedByPodDisruptionBudget,
+        /// The forcefile was requested through a helper.
+        ForceRequested,
+        /// The restore of the file was requested through a helper.
+        RestoreRequested,
+        /// The node was cordoned for the restore's drain.
+        Cordoned,
+        /// An eviction of the restore's drain was refused (a budget).
+        EvictionRefused,
+        /// A helper pod failed.
+        HelperFailed,
+        /// The MCD took the forcefile.
+        PickedUp,
+        /// The MCO's drain finished.
+        Drained,
+        /// The node went down for its reboot.
+        Rebooting,
+        /// The node booted again and is Ready.
+        Rebooted,
+        /// A forcefile not picked up was removed.
+        ForceFileRemoved,
+        /// Verified done.
+        Succeeded,
+        /// Aborted (by request, or the drift changed).
+        Aborted,
+        /// Handed to the machine remediation.
+        Escalated,
+        /// Failed: drift came back too often.
+        DriftRecurring,
+        /// Failed: the MCD did not take the forcefile in time.
+        PickupTimeout,
+        /// Failed: the drain stayed pending.
+        DrainTimeout,
+        /// Failed: the node stayed NotReady and escalation is off.
+        NodeNotReady,
+        /// Failed: the restored files did not heal the node.
+        RestoreTimeout,
+        /// Failed: the node came back still drifted.
+        DriftPersists,
+        /// Failed: the Node is gone.
+        NodeGone,
+        /// Failed: the re-apply did not finish in time.
+        ApplyTimeout,
+        /// Failed: the restore action cannot fix this kind of drift.
+        RestoreUnsupported,
+        /// Failed: the helper image is not pinned by digest.
+        HelperImageNotPinned,
+        /// A health check's trigger left during the planned reboot was cleared.
+        TriggerCleared,
+        /// The planned-reboot mark was lifted.
+        PlannedRebootLifted,
+        /// Retention deleted finished DriftRemediations.
+        Pruned,
+        /// A retry annotation whose value is not `"true"`.
+        RetryIgnored,
+        /// A failed DriftRemediation was retried by a new one.
+        Retried,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,6 +510,9 @@ mod tests {
         for reason in EventReason::ALL {
             assert_eq!(EventReason::parse(reason.as_str()), Some(*reason));
         }
+        for reason in DriftEventReason::ALL {
+            assert_eq!(DriftEventReason::parse(reason.as_str()), Some(*reason));
+        }
     }
 
     #[test]
@@ -436,6 +527,40 @@ mod tests {
                 "the label is the name the spec holds"
             );
         }
+    }
+
+    #[test]
+    fn every_held_and_failed_drift_series_is_a_drift_event_reason() {
+        use crate::metrics::drift::{FAILURE_REASONS, HELD_REASONS};
+        // The metrics start a series for these labels; the Events and conditions publish the
+        // enum's names: a label that is no reason would count nothing.
+        let unknown: Vec<&str> = HELD_REASONS
+            .iter()
+            .chain(FAILURE_REASONS.iter())
+            .copied()
+            .filter(|label| DriftEventReason::parse(label).is_none())
+            .collect();
+        assert!(unknown.is_empty(), "not a DriftEventReason: {unknown:?}");
+    }
+
+    #[test]
+    fn every_drift_event_reason_is_in_the_list_operators_read() {
+        // docs/guides/drift.md "Events" is where an operator looks a drift Event's reason up.
+        let doc = include_str!("../../docs/guides/drift.md");
+        let section = doc
+            .split("\n## Events\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("docs/guides/drift.md has its Events section");
+        let missing: Vec<&str> = DriftEventReason::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .filter(|r| !section.contains(&format!("`{r}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in docs/guides/drift.md: {missing:?}"
+        );
     }
 
     #[test]

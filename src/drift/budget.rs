@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::api::DriftEventReason;
+
 /// What is known of one node of the pool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Member {
@@ -85,14 +87,14 @@ pub enum Deferred {
 }
 
 impl Deferred {
-    /// A CamelCase reason for conditions, Events and metrics.
-    pub fn reason(&self) -> &'static str {
+    /// The reason for conditions, Events and metrics.
+    pub fn reason(&self) -> DriftEventReason {
         match self {
-            Deferred::RollingOut => "PoolRollingOut",
-            Deferred::PausedPool => "PausedPoolNeedsApproval",
-            Deferred::SingleNode => "SingleNodeNeedsApproval",
-            Deferred::ControlPlaneBusy(_) => "ControlPlaneBusy",
-            Deferred::Budget { .. } => "PoolBudget",
+            Deferred::RollingOut => DriftEventReason::PoolRollingOut,
+            Deferred::PausedPool => DriftEventReason::PausedPoolNeedsApproval,
+            Deferred::SingleNode => DriftEventReason::SingleNodeNeedsApproval,
+            Deferred::ControlPlaneBusy(_) => DriftEventReason::ControlPlaneBusy,
+            Deferred::Budget { .. } => DriftEventReason::PoolBudget,
         }
     }
 }

@@ -13,8 +13,8 @@ use super::pass::Pass;
 use super::retention::{
     counts_for_recurrence, failed_retry_ask, phase_since, recurrence_reset, standing,
 };
-use crate::api::DriftRemediation;
 use crate::api::annotations::{RETRIED_BY, RETRY};
+use crate::api::{DriftEventReason, DriftRemediation};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::delete::delete_each;
 use crate::runtime::events::Severity;
@@ -72,7 +72,7 @@ impl Pass {
             crate::runtime::events::publish(
                 &self.context.recorder,
                 Severity::Normal,
-                "Pruned",
+                DriftEventReason::Pruned.as_str(),
                 &note,
                 &[(node, oldest)],
             )
@@ -92,7 +92,7 @@ impl Pass {
                 "{RETRY} on DriftRemediation {} is {value:?}: only \"true\" asks for a retry, so nothing is done",
                 latest.name_any()
             );
-            self.node_event(Severity::Warning, "RetryIgnored", note)
+            self.node_event(Severity::Warning, DriftEventReason::RetryIgnored, note)
                 .await;
         }
     }
@@ -117,7 +117,8 @@ impl Pass {
             "{RETRY}: DriftRemediation {} failed; {next} opens in its place if the drift persists (the recurrence count starts again)",
             failed.name_any()
         );
-        self.node_event(Severity::Normal, "Retried", note).await;
+        self.node_event(Severity::Normal, DriftEventReason::Retried, note)
+            .await;
         Ok(())
     }
 }

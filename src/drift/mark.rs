@@ -11,8 +11,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use super::guard::{Attempt, McoProgress, planned_reboot};
 use super::observe::{attempt_number, boot_id, ready};
 use super::pass::Pass;
-use crate::api::DriftRemediation;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
+use crate::api::{DriftEventReason, DriftRemediation};
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
@@ -114,8 +114,13 @@ impl Pass {
                 "the health check took the planned reboot for a failure; {} is back Ready from it, so the trigger on Machine {machine} is cleared",
                 self.name
             );
-            self.event(owner, Severity::Normal, "TriggerCleared", note)
-                .await;
+            self.event(
+                owner,
+                Severity::Normal,
+                DriftEventReason::TriggerCleared,
+                note,
+            )
+            .await;
         }
         self.patch_planned_reboot(None).await?;
         let note = format!(
@@ -124,12 +129,21 @@ impl Pass {
         );
         match owner {
             Some(owner) => {
-                self.event(owner, Severity::Normal, "PlannedRebootLifted", note)
-                    .await
+                self.event(
+                    owner,
+                    Severity::Normal,
+                    DriftEventReason::PlannedRebootLifted,
+                    note,
+                )
+                .await
             }
             None => {
-                self.node_event(Severity::Normal, "PlannedRebootLifted", note)
-                    .await
+                self.node_event(
+                    Severity::Normal,
+                    DriftEventReason::PlannedRebootLifted,
+                    note,
+                )
+                .await
             }
         }
         Ok(None)

@@ -8,9 +8,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use super::helper::{self, HelperOp, HelperTarget};
 use super::pass::{Pass, record};
-use crate::api::DriftRemediation;
 use crate::api::DriftStep;
 use crate::api::annotations::EXTERNAL_REMEDIATION;
+use crate::api::{DriftEventReason, DriftRemediation};
 use crate::runtime::clock::rfc3339;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
@@ -120,8 +120,13 @@ impl Pass {
                     if status.last_error.as_deref() != Some(message.as_str()) {
                         status.last_error = Some(message.clone());
                         self.persist(remediation, status).await?;
-                        self.event(remediation, Severity::Warning, "HelperFailed", message)
-                            .await;
+                        self.event(
+                            remediation,
+                            Severity::Warning,
+                            DriftEventReason::HelperFailed,
+                            message,
+                        )
+                        .await;
                     }
                 }
                 Ok(())
@@ -169,8 +174,13 @@ impl Pass {
             Some(Err(message)) => {
                 self.context.leadership.ensure()?;
                 let _ = pods.delete(&name, &DeleteParams::default()).await;
-                self.event(remediation, Severity::Warning, "HelperFailed", message)
-                    .await;
+                self.event(
+                    remediation,
+                    Severity::Warning,
+                    DriftEventReason::HelperFailed,
+                    message,
+                )
+                .await;
                 Ok(())
             }
             None => Ok(()),
@@ -246,7 +256,7 @@ impl Pass {
         self.event(
             &object,
             Severity::Normal,
-            "ForceFileRemoved",
+            DriftEventReason::ForceFileRemoved,
             format!("removed {} from {}", crate::api::mco::FORCE_FILE, self.name),
         )
         .await;

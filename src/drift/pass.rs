@@ -19,7 +19,7 @@ use super::pdb::blocking_budgets;
 use super::plan::{Observed, PlanPolicy, next_step, recurrence_hold};
 use super::retention::{counts_for_recurrence, recurrence_reset, retry_requested};
 use crate::api::mco::MachineConfigPool;
-use crate::api::{ConditionType, DriftStep};
+use crate::api::{ConditionType, DriftEventReason, DriftStep};
 use crate::api::{
     DriftMode, DriftPhase, DriftPolicySpec, DriftRemediation, DriftRemediationSpec,
     DriftRemediationStatus, StepTime,
@@ -154,7 +154,7 @@ impl Pass {
                         s.phase == DriftPhase::Failed
                             && s.conditions.iter().any(|c| {
                                 c.type_ == ConditionType::Failed.as_str()
-                                    && c.reason == "DriftRecurring"
+                                    && c.reason == DriftEventReason::DriftRecurring.as_str()
                             })
                     })
                     .and_then(|s| s.detected_at.as_deref())
@@ -203,7 +203,8 @@ impl Pass {
                 .cloned()
                 .unwrap_or_default();
             let note = format!("not config drift ({why}); left to its owner: {reason}");
-            self.node_event(Severity::Warning, "NotDrift", note).await;
+            self.node_event(Severity::Warning, DriftEventReason::NotDrift, note)
+                .await;
         }
     }
 
@@ -264,8 +265,13 @@ impl Pass {
             "{} drift on {} (against {}); waiting {} s for it to heal by itself",
             drift.kind, drift.target, object.spec.rendered_config, self.policy.debounce_seconds
         );
-        self.event(&object, Severity::Normal, "DriftDetected", note)
-            .await;
+        self.event(
+            &object,
+            Severity::Normal,
+            DriftEventReason::DriftDetected,
+            note,
+        )
+        .await;
         Ok(())
     }
 
@@ -420,7 +426,15 @@ impl Pass {
         Ok((blocking_budgets(&on_node, &budgets), on_node))
     }
 
-    pub(super) fn ended(&self, remediation: &DriftRemediation, outcome: &str, reason: &str) {
+    /// Counts the end of `remediation` with `outcome` (its terminal phase's name) and, for a
+    /// failure, its reason.
+    pub(super) fn ended(
+        &self,
+        remediation: &DriftRemediation,
+        outcome: &str,
+        reason: Option<DriftEventReason>,
+    ) {
+        let reason = reason.map_or("", DriftEventReason::as_str);
         let detected = remediation
             .status
             .as_ref()
@@ -452,12 +466,17 @@ impl Pass {
     }
 
     /// An Event on the Node alone.
-    pub(super) async fn node_event(&self, severity: Severity, reason: &str, note: String) {
+    pub(super) async fn node_event(
+        &self,
+        severity: Severity,
+        reason: DriftEventReason,
+        note: String,
+    ) {
         let node = self.node.object_ref(&());
         crate::runtime::events::publish(
             &self.context.recorder,
             severity,
-            reason,
+            reason.as_str(),
             &note,
             &[(node, None)],
         )
@@ -469,7 +488,7 @@ impl Pass {
         &self,
         remediation: &DriftRemediation,
         severity: Severity,
-        reason: &str,
+        reason: DriftEventReason,
         note: String,
     ) {
         let own = remediation.object_ref(&());
@@ -479,6 +498,7 @@ impl Pass {
         if let Some(pool) = pool_of(&self.node, &pools) {
             pairs.push((pool.object_ref(&()), Some(own)));
         }
+        let reason = reason.as_str();
         crate::runtime::events::publish(&self.context.recorder, severity, reason, &note, &pairs)
             .await;
     }

@@ -32,7 +32,7 @@
 //! that keeps the machine remediation away is not the planner's: [`super::guard`] keeps it
 //! as long as the re-apply goes on, beyond the end of the remediation.
 
-use crate::api::DriftStep;
+use crate::api::{DriftEventReason, DriftStep};
 use std::time::Duration;
 
 use super::budget::Deferred;
@@ -45,12 +45,6 @@ pub use crate::api::DriftAction as Action;
 
 /// Act, or only observe: the policy's own setting.
 pub use crate::api::DriftMode as Mode;
-
-/// The reason of the hold in `Observe` mode.
-pub const OBSERVE_ONLY: &str = "ObserveOnly";
-
-/// The reason of the hold where the annotation disables drift remediation.
-pub const DISABLED: &str = "DriftRemediationDisabled";
 
 /// What is persisted, as the planner reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +110,16 @@ impl Milestone {
             Milestone::Drained => DriftStep::Drained,
             Milestone::Rebooting => DriftStep::Rebooting,
             Milestone::Rebooted => DriftStep::Rebooted,
+        }
+    }
+
+    /// The reason of the Event that tells it (the step's name).
+    pub fn reason(self) -> DriftEventReason {
+        match self {
+            Milestone::PickedUp => DriftEventReason::PickedUp,
+            Milestone::Drained => DriftEventReason::Drained,
+            Milestone::Rebooting => DriftEventReason::Rebooting,
+            Milestone::Rebooted => DriftEventReason::Rebooted,
         }
     }
 }
@@ -271,7 +275,7 @@ impl FailReason {
             | FailReason::RestoreTimeout
             | FailReason::DriftPersists
             | FailReason::NodeGone
-            | FailReason::ApplyTimeout => reason.reason(),
+            | FailReason::ApplyTimeout => reason.reason().as_str(),
         };
         [
             every(&FailReason::Recurring(0)),
@@ -285,17 +289,17 @@ impl FailReason {
         ]
     }
 
-    /// A CamelCase reason for conditions, Events and metrics.
-    pub fn reason(&self) -> &'static str {
+    /// The reason for conditions, Events and metrics.
+    pub fn reason(&self) -> DriftEventReason {
         match self {
-            FailReason::Recurring(_) => "DriftRecurring",
-            FailReason::PickupTimeout => "PickupTimeout",
-            FailReason::DrainTimeout(_) => "DrainTimeout",
-            FailReason::NodeNotReady => "NodeNotReady",
-            FailReason::RestoreTimeout => "RestoreTimeout",
-            FailReason::DriftPersists => "DriftPersists",
-            FailReason::NodeGone => "NodeGone",
-            FailReason::ApplyTimeout => "ApplyTimeout",
+            FailReason::Recurring(_) => DriftEventReason::DriftRecurring,
+            FailReason::PickupTimeout => DriftEventReason::PickupTimeout,
+            FailReason::DrainTimeout(_) => DriftEventReason::DrainTimeout,
+            FailReason::NodeNotReady => DriftEventReason::NodeNotReady,
+            FailReason::RestoreTimeout => DriftEventReason::RestoreTimeout,
+            FailReason::DriftPersists => DriftEventReason::DriftPersists,
+            FailReason::NodeGone => DriftEventReason::NodeGone,
+            FailReason::ApplyTimeout => DriftEventReason::ApplyTimeout,
         }
     }
 }
@@ -341,7 +345,7 @@ pub enum Step {
     /// The node healed (or is no longer drifted) before anything was done.
     SelfHealed,
     /// A gate or a budget holds the start (a condition says which).
-    Hold(String, &'static str),
+    Hold(String, DriftEventReason),
     /// Persist `ForceRequested`, then write the forcefile.
     RequestForce,
     /// Persist `Restoring`, then write the expected files back.
@@ -436,10 +440,10 @@ fn pending(
     }
     if policy.mode == Mode::Observe {
         let message = "the DriftPolicy's mode is Observe: the drift is recorded and nothing is done; set mode: Remediate to act";
-        return Step::Hold(message.into(), OBSERVE_ONLY);
+        return Step::Hold(message.into(), DriftEventReason::ObserveOnly);
     }
     if let Some(at) = &observed.disabled {
-        return Step::Hold(at.clone(), DISABLED);
+        return Step::Hold(at.clone(), DriftEventReason::DriftRemediationDisabled);
     }
     if observed.recent_attempts >= policy.max_attempts {
         return Step::Fail(FailReason::Recurring(observed.recent_attempts));
@@ -450,7 +454,10 @@ fn pending(
     if policy.drains()
         && let Some(block) = observed.blocking.first()
     {
-        return Step::Hold(block.to_string(), "BlockedByPodDisruptionBudget");
+        return Step::Hold(
+            block.to_string(),
+            DriftEventReason::BlockedByPodDisruptionBudget,
+        );
     }
     match policy.action {
         Action::Force => Step::RequestForce,

@@ -110,9 +110,9 @@ fn sweep_restriction(s: &Persisted, o: &Observed, p: &PlanPolicy, seen: &mut See
             if waiting && o.node.as_ref().is_some_and(|n| n.same_drift) {
                 seen.held_by_mode += 1;
                 let reason = if p.mode == Mode::Observe {
-                    OBSERVE_ONLY
+                    DriftEventReason::ObserveOnly
                 } else {
-                    DISABLED
+                    DriftEventReason::DriftRemediationDisabled
                 };
                 assert!(
                     matches!(&step, Step::Hold(_, r) if *r == reason),

@@ -120,7 +120,7 @@ fn observe_mode_and_the_annotation_hold_the_start_and_nothing_under_way() {
     };
     assert!(matches!(
         next_step(&pending, &observed(30, Some(node())), &observe),
-        Step::Hold(_, OBSERVE_ONLY)
+        Step::Hold(_, DriftEventReason::ObserveOnly)
     ));
     let disabled = Observed {
         disabled: Some("on Node n0".into()),
@@ -128,7 +128,10 @@ fn observe_mode_and_the_annotation_hold_the_start_and_nothing_under_way() {
     };
     assert_eq!(
         next_step(&pending, &disabled, &policy()),
-        Step::Hold("on Node n0".into(), DISABLED)
+        Step::Hold(
+            "on Node n0".into(),
+            DriftEventReason::DriftRemediationDisabled
+        )
     );
     // Healed while held: nothing was done, and it ends.
     assert_eq!(
@@ -171,7 +174,10 @@ fn gates_budgets_and_the_recurrence_cap_hold_or_end_the_start() {
     held.gates = Err(Deferred::RollingOut);
     assert_eq!(
         next_step(&pending, &held, &policy()),
-        Step::Hold("the pool is rolling out a config".into(), "PoolRollingOut")
+        Step::Hold(
+            "the pool is rolling out a config".into(),
+            DriftEventReason::PoolRollingOut
+        )
     );
     let mut blocked = observed(40, Some(node()));
     blocked.blocking = vec![Blocking {
@@ -180,7 +186,7 @@ fn gates_budgets_and_the_recurrence_cap_hold_or_end_the_start() {
     }];
     match next_step(&pending, &blocked, &policy()) {
         Step::Hold(text, reason) => {
-            assert_eq!(reason, "BlockedByPodDisruptionBudget");
+            assert_eq!(reason, DriftEventReason::BlockedByPodDisruptionBudget);
             assert!(text.contains("openshift-ingress/router-default"), "{text}");
         }
         other => panic!("{other:?}"),
@@ -478,7 +484,7 @@ fn our_own_drain_before_a_restore_cordons_evicts_restores_then_uncordons() {
     }];
     assert!(matches!(
         next_step(&pending, &blocked, &policy),
-        Step::Hold(_, "BlockedByPodDisruptionBudget")
+        Step::Hold(_, DriftEventReason::BlockedByPodDisruptionBudget)
     ));
     let draining = Persisted {
         cordoned_by_us: true,
@@ -600,7 +606,7 @@ fn every_action_and_failure_reason_has_an_outcome_counter_from_the_start() {
             | FailReason::ApplyTimeout => {}
         }
     }
-    let mut expected: Vec<&str> = reasons.iter().map(FailReason::reason).collect();
+    let mut expected: Vec<&str> = reasons.iter().map(|r| r.reason().as_str()).collect();
     // The failures the steps name themselves: a restore the node's config cannot take, and a
     // helper image not pinned by digest.
     expected.push("RestoreUnsupported");

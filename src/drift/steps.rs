@@ -10,14 +10,11 @@ use super::helper::{self, HelperOp};
 use super::pass::{Pass, record};
 use super::plan::{Milestone, NodeObservation, Noted, Step};
 use crate::Result;
-use crate::api::{ConditionType, DriftStep};
+use crate::api::{ConditionType, DriftEventReason, DriftStep};
 use crate::api::{DriftPhase, DriftRemediation, DriftRemediationStatus};
 use crate::runtime::clock::rfc3339;
 use crate::runtime::conditions::upsert_condition;
 use crate::runtime::events::Severity;
-
-/// The reason of a remediation failed because its helper's image is not pinned by digest.
-const HELPER_IMAGE_NOT_PINNED: &str = "HelperImageNotPinned";
 
 /// Marks the start of an action: the hold is over, the step recorded with its phase.
 fn started(
@@ -133,10 +130,15 @@ impl Pass {
             at,
         );
         self.persist(remediation, status).await?;
-        self.ended(remediation, "SelfHealed", "");
+        self.ended(remediation, "SelfHealed", None);
         let note = "the node healed by itself; nothing was done";
-        self.event(remediation, Severity::Normal, "SelfHealed", note.into())
-            .await;
+        self.event(
+            remediation,
+            Severity::Normal,
+            DriftEventReason::SelfHealed,
+            note.into(),
+        )
+        .await;
         Ok(self.poll())
     }
 
@@ -147,7 +149,7 @@ impl Pass {
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         message: String,
-        reason: &'static str,
+        reason: DriftEventReason,
     ) -> Result<Action> {
         let was = status
             .conditions
@@ -159,12 +161,15 @@ impl Pass {
                 &mut status.conditions,
                 ConditionType::Held,
                 true,
-                reason,
+                reason.as_str(),
                 &message,
                 at,
             );
             self.persist(remediation, status).await?;
-            let chosen = matches!(reason, super::plan::OBSERVE_ONLY | super::plan::DISABLED);
+            let chosen = matches!(
+                reason,
+                DriftEventReason::ObserveOnly | DriftEventReason::DriftRemediationDisabled
+            );
             let severity = if chosen {
                 Severity::Normal
             } else {
@@ -184,8 +189,13 @@ impl Pass {
         now: &str,
     ) -> Result<Action> {
         if let Some(text) = self.unpinned_helper_image() {
-            self.fail(remediation, status, HELPER_IMAGE_NOT_PINNED, text)
-                .await?;
+            self.fail(
+                remediation,
+                status,
+                DriftEventReason::HelperImageNotPinned,
+                text,
+            )
+            .await?;
             return Ok(Action::await_change());
         }
         status.drain_before = node.desired_drain.clone();
@@ -213,8 +223,13 @@ impl Pass {
             crate::api::mco::FORCE_FILE,
             self.name
         );
-        self.event(remediation, Severity::Normal, "ForceRequested", note)
-            .await;
+        self.event(
+            remediation,
+            Severity::Normal,
+            DriftEventReason::ForceRequested,
+            note,
+        )
+        .await;
         Ok(self.poll())
     }
 
@@ -240,8 +255,13 @@ impl Pass {
             "cordoned {}; draining it through the Eviction API before the restore",
             self.name
         );
-        self.event(remediation, Severity::Normal, "Cordoned", note)
-            .await;
+        self.event(
+            remediation,
+            Severity::Normal,
+            DriftEventReason::Cordoned,
+            note,
+        )
+        .await;
         Ok(self.poll())
     }
 
@@ -257,8 +277,13 @@ impl Pass {
         if status.last_error.as_deref() != Some(refused.as_str()) {
             status.last_error = Some(refused.clone());
             self.persist(remediation, status).await?;
-            self.event(remediation, Severity::Warning, "EvictionRefused", refused)
-                .await;
+            self.event(
+                remediation,
+                Severity::Warning,
+                DriftEventReason::EvictionRefused,
+                refused,
+            )
+            .await;
         }
         Ok(Action::requeue(self.context.poll * 4))
     }
@@ -297,13 +322,8 @@ impl Pass {
             self.remove_helpers(remediation).await?;
         }
         let note = format!("{} on {}", milestone.step(), self.name);
-        self.event(
-            remediation,
-            Severity::Normal,
-            milestone.step().as_str(),
-            note,
-        )
-        .await;
+        self.event(remediation, Severity::Normal, milestone.reason(), note)
+            .await;
         Ok(self.poll())
     }
 
@@ -351,13 +371,18 @@ impl Pass {
         // during the reboot is cleared before).
         self.guard_planned_reboot(Some(remediation)).await?;
         self.remove_helpers(remediation).await?;
-        self.ended(remediation, "Succeeded", "");
+        self.ended(remediation, "Succeeded", None);
         let note = format!(
             "{} is Done on {}",
             self.name, remediation.spec.rendered_config
         );
-        self.event(remediation, Severity::Normal, "Succeeded", note)
-            .await;
+        self.event(
+            remediation,
+            Severity::Normal,
+            DriftEventReason::Succeeded,
+            note,
+        )
+        .await;
         Ok(self.poll())
     }
 
@@ -379,9 +404,14 @@ impl Pass {
         self.persist(remediation, status).await?;
         // Kept while a forcefile may be there or the MCO is still at work.
         self.guard_planned_reboot(Some(remediation)).await?;
-        self.ended(remediation, "Aborted", "");
-        self.event(remediation, Severity::Normal, "Aborted", why)
-            .await;
+        self.ended(remediation, "Aborted", None);
+        self.event(
+            remediation,
+            Severity::Normal,
+            DriftEventReason::Aborted,
+            why,
+        )
+        .await;
         self.clean_up(remediation).await?;
         Ok(self.poll())
     }
@@ -413,9 +443,14 @@ impl Pass {
                 self.name
             ),
         };
-        self.ended(remediation, "Escalated", "");
-        self.event(remediation, Severity::Warning, "Escalated", note)
-            .await;
+        self.ended(remediation, "Escalated", None);
+        self.event(
+            remediation,
+            Severity::Warning,
+            DriftEventReason::Escalated,
+            note,
+        )
+        .await;
         Ok(self.poll())
     }
 
@@ -454,13 +489,23 @@ impl Pass {
                 "the restore action cannot fix {} drift of {}; use the Force action",
                 remediation.spec.kind, remediation.spec.target
             );
-            self.fail(remediation, status, "RestoreUnsupported", text)
-                .await?;
+            self.fail(
+                remediation,
+                status,
+                DriftEventReason::RestoreUnsupported,
+                text,
+            )
+            .await?;
             return Ok(Action::await_change());
         };
         if let Some(text) = self.unpinned_helper_image() {
-            self.fail(remediation, status, HELPER_IMAGE_NOT_PINNED, text)
-                .await?;
+            self.fail(
+                remediation,
+                status,
+                DriftEventReason::HelperImageNotPinned,
+                text,
+            )
+            .await?;
             return Ok(Action::await_change());
         }
         status.helper_pod = Some(helper::helper_name(&remediation.name_any(), &op));
@@ -476,7 +521,7 @@ impl Pass {
         self.event(
             remediation,
             Severity::Normal,
-            "RestoreRequested",
+            DriftEventReason::RestoreRequested,
             format!(
                 "writing {} back as the rendered config has it",
                 remediation.spec.target
@@ -491,7 +536,7 @@ impl Pass {
         &self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
-        reason: &str,
+        reason: DriftEventReason,
         text: String,
     ) -> Result<()> {
         let now = self.context.clock.now();
@@ -506,7 +551,7 @@ impl Pass {
             &mut status.conditions,
             ConditionType::Failed,
             true,
-            reason,
+            reason.as_str(),
             &text,
             now,
         );
@@ -522,7 +567,7 @@ impl Pass {
         // Not lifted here: after a timeout the MCO may still drain and reboot the node; the
         // guard keeps the mark until it is done.
         self.guard_planned_reboot(Some(remediation)).await?;
-        self.ended(remediation, "Failed", reason);
+        self.ended(remediation, "Failed", Some(reason));
         self.event(remediation, Severity::Warning, reason, text)
             .await;
         self.clean_up(remediation).await

@@ -229,15 +229,19 @@ fn backoff_key(mapping: &HostBmc) -> String {
 
 /// What a failed pass leads to (see [`crate::runtime::requeue`]).
 fn error_policy(mapping: Arc<HostBmc>, error: &Error, context: Arc<Context>) -> Action {
-    // Told on the Node, where its remediation's Events go.
-    if let Some(node) = mapping.spec.node_name.as_deref() {
-        let uid = context
-            .nodes
-            .get(&ObjectRef::new(node))
-            .and_then(|n| n.uid());
-        let target = super::subject::node_reference(node, uid);
-        crate::runtime::events::report_failed_pass(&context.recorder, target, error);
-    }
+    // Told on the Node, where its remediation's Events go; on the HostBmc itself if it
+    // names none (a pass fails only for a Node, but no failure goes untold).
+    let target = match mapping.spec.node_name.as_deref() {
+        Some(node) => {
+            let uid = context
+                .nodes
+                .get(&ObjectRef::new(node))
+                .and_then(|n| n.uid());
+            super::subject::node_reference(node, uid)
+        }
+        None => kube::Resource::object_ref(mapping.as_ref(), &()),
+    };
+    crate::runtime::events::report_failed_pass(&context.recorder, target, error);
     let base = context.poll.max(Duration::from_secs(1));
     context.backoff.failed(&backoff_key(&mapping), error, base)
 }

@@ -42,7 +42,7 @@ impl Metered {
         let result = call.await;
         let outcome = match &result {
             Ok(_) => "ok",
-            Err(error) => error.category(),
+            Err(error) => error.category().as_str(),
         };
         self.metrics
             .bmc_request(self.driver, operation, outcome, started.elapsed());

@@ -8,6 +8,7 @@ pub mod events;
 pub mod kubectl;
 pub mod lab;
 pub mod prometheus;
+pub mod rbac;
 mod wait;
 
 use std::path::{Path, PathBuf};
