@@ -8,6 +8,7 @@ pub mod events;
 pub mod kubectl;
 pub mod lab;
 pub mod prometheus;
+pub mod remediation;
 mod wait;
 
 use std::path::{Path, PathBuf};
