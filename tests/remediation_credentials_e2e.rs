@@ -8,13 +8,12 @@ use serde_json::json;
 mod common;
 
 use common::events::told_on;
-use common::lab::{Lab, fast, fast_policy, steps};
+use common::lab::{Lab, direct_bmc_policy, fast, fast_policy, steps};
 use common::remediation::{assert_in_order, start_prepared};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_bmc_address_is_reported_and_nothing_is_deleted() {
-    let mut policy = fast_policy();
-    policy["strategies"] = json!(["DirectBmc"]);
+    let mut policy = direct_bmc_policy();
     policy["timeouts"]["powerOffSeconds"] = json!(2);
     let lab = start_prepared(fast(), policy, |lab| {
         lab.detach("worker-0");
@@ -38,8 +37,7 @@ async fn a_malformed_bmc_address_is_reported_and_nothing_is_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_node_or_leaking() {
     const WRONG: &str = "not-the-password-Xq9";
-    let mut policy = fast_policy();
-    policy["strategies"] = json!(["DirectBmc"]);
+    let mut policy = direct_bmc_policy();
     policy["timeouts"]["powerOffSeconds"] = json!(2);
     policy["maxConcurrent"] = json!(2);
     let lab = start_prepared(fast(), policy, |lab| {
@@ -180,8 +178,7 @@ impl Lab {
 /// (lock-out at 3 failures) keeps the old one; the host is then fenced directly.
 async fn fence_after_secret_rotation(protocol: Protocol, host: &str) {
     const NEW: &str = "the-new-password-Vb3";
-    let mut policy = fast_policy();
-    policy["strategies"] = json!(["DirectBmc"]);
+    let policy = direct_bmc_policy();
     let spec = match protocol {
         Protocol::Redfish => fast(),
         Protocol::Ipmi => ClusterSpec {

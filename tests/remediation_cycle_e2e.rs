@@ -15,7 +15,7 @@ use serde_json::json;
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast, fast_policy, metric, steps};
+use common::lab::{Lab, direct_bmc_policy, fast, fast_policy, metric, steps};
 use common::remediation::{
     assert_each_step_once, assert_in_order, condition, options, start, start_prepared,
 };
@@ -113,8 +113,7 @@ async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_host_is_fenced_directly_over_redfish() {
-    let mut policy = fast_policy();
-    policy["strategies"] = json!(["DirectBmc"]);
+    let policy = direct_bmc_policy();
     let lab = start_prepared(fast(), policy, |lab| lab.detach("worker-1")).await;
     let before = lab.cluster.redfish().service().stats();
     lab.cluster.hang("worker-1");
@@ -156,8 +155,7 @@ async fn a_detached_host_is_fenced_directly_over_redfish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_host_is_fenced_directly_over_ipmi() {
-    let mut policy = fast_policy();
-    policy["strategies"] = json!(["DirectBmc"]);
+    let policy = direct_bmc_policy();
     let spec = ClusterSpec {
         ipmi: true,
         bmh_uses_ipmi: true,

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast, fast_policy, metric, patch_policy, steps};
+use common::lab::{Lab, direct_bmc_policy, fast, fast_policy, metric, patch_policy, steps};
 use common::remediation::{
     assert_in_order, condition, held_at_fenced, options, start, start_prepared,
 };
@@ -252,9 +252,8 @@ async fn a_dry_run_is_recorded_once_per_appearance_of_the_trigger() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_probes_the_bmc_and_records_a_failed_probe_without_leaking_or_retrying() {
     const WRONG: &str = "not-the-password-Zr4";
-    let mut policy = fast_policy();
+    let mut policy = direct_bmc_policy();
     policy["mode"] = json!("DryRun");
-    policy["strategies"] = json!(["DirectBmc"]);
     policy["maxConcurrent"] = json!(2);
     let lab = start_prepared(fast(), policy, |lab| {
         lab.detach("worker-0");

@@ -62,6 +62,13 @@ pub fn fast_policy() -> Value {
     json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
 }
 
+/// [`fast_policy`] fencing directly through the BMC only.
+pub fn direct_bmc_policy() -> Value {
+    let mut policy = fast_policy();
+    policy["strategies"] = json!(["DirectBmc"]);
+    policy
+}
+
 /// What the test asks for before the cluster starts.
 #[must_use]
 pub struct LabBuilder {
