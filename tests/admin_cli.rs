@@ -5,8 +5,6 @@
 //! and never a Secret, a planted password or a planted token.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
-use std::time::Duration;
 
 use baremend::api::annotations::{ACKNOWLEDGED, RETRY};
 use baremend_sim::cluster::MACHINE_NAMESPACE;
@@ -16,35 +14,13 @@ use serde_json::{Value, json};
 mod common;
 
 use common::lab::{Lab, REMEDIATIONS, fast};
-use common::scratch;
+use common::{scratch, texts};
 
 /// What the test plants where a careless bundle would pick it up.
 const PLANTED_PASSWORD: &str = "planted-bmc-password-7f3a";
 const PLANTED_TOKEN: &str = "planted-api-token-91c2";
 const PLANTED_IN_TEXT: &str = "planted-event-secret-5d0e";
 const PLANTED_IN_LOG: &str = "planted-log-bearer-44ab";
-
-async fn baremend(lab: &Lab, args: &[&str]) -> Output {
-    let dir = scratch("admin-cli");
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, lab.cluster.kubeconfig()).unwrap();
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .output();
-    tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("baremend ends within a minute")
-        .unwrap()
-}
-
-fn text(output: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
 
 /// A lab whose worker-1 failed `PowerOffNotConfirmed` (its BMC's Secret does not exist),
 /// with the controller stopped, and credentials planted around it.
@@ -108,8 +84,8 @@ async fn status_names_the_failure_and_retry_and_ack_mark_only_a_failed_remediati
     let lab = failed_lab().await;
     lab.seed_remediation("worker-2", 1, "Succeeded", json!({}));
 
-    let status = baremend(&lab, &["status"]).await;
-    let (stdout, stderr) = text(&status);
+    let status = lab.run_baremend(&["status"]).await;
+    let (stdout, stderr) = texts(&status);
     assert!(status.status.success(), "{stdout}\n{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 1, "only the failure needs an admin: {stdout}");
@@ -120,27 +96,31 @@ async fn status_names_the_failure_and_retry_and_ack_mark_only_a_failed_remediati
             && lines[0].contains("kubectl baremend retry -n openshift-machine-api worker-1-1"),
         "{stdout}"
     );
-    let all = baremend(&lab, &["status", "--all"]).await;
+    let all = lab.run_baremend(&["status", "--all"]).await;
     assert!(
-        text(&all)
+        texts(&all)
             .0
             .contains("Remediation openshift-machine-api/worker-2-1 Machine worker-2 Succeeded")
     );
 
     // Only a Failed one is retried or acknowledged.
-    let refused = baremend(&lab, &["retry", "-n", MACHINE_NAMESPACE, "worker-2-1"]).await;
-    let (_, stderr) = text(&refused);
+    let refused = lab
+        .run_baremend(&["retry", "-n", MACHINE_NAMESPACE, "worker-2-1"])
+        .await;
+    let (_, stderr) = texts(&refused);
     assert_eq!(refused.status.code(), Some(1));
     assert!(
         stderr.contains("Remediation openshift-machine-api/worker-2-1: is Succeeded: only a Failed one is retried"),
         "{stderr}"
     );
-    let missing = baremend(&lab, &["ack", "-n", MACHINE_NAMESPACE, "worker-9-1"]).await;
+    let missing = lab
+        .run_baremend(&["ack", "-n", MACHINE_NAMESPACE, "worker-9-1"])
+        .await;
     assert_eq!(missing.status.code(), Some(1));
     assert!(
-        text(&missing).1.contains("NotFound"),
+        texts(&missing).1.contains("NotFound"),
         "{}",
-        text(&missing).1
+        texts(&missing).1
     );
     let annotations = |name: &str| {
         lab.api.get(REMEDIATIONS, MACHINE_NAMESPACE, name).unwrap()["metadata"]["annotations"]
@@ -148,19 +128,23 @@ async fn status_names_the_failure_and_retry_and_ack_mark_only_a_failed_remediati
     };
     assert!(annotations("worker-2-1").get(RETRY).is_none());
 
-    let retried = baremend(&lab, &["retry", "openshift-machine-api/worker-1-1"]).await;
-    assert!(retried.status.success(), "{:?}", text(&retried));
+    let retried = lab
+        .run_baremend(&["retry", "openshift-machine-api/worker-1-1"])
+        .await;
+    assert!(retried.status.success(), "{:?}", texts(&retried));
     assert_eq!(annotations("worker-1-1")[RETRY], "true");
-    let acked = baremend(&lab, &["ack", "-n", MACHINE_NAMESPACE, "worker-1-1"]).await;
-    assert!(acked.status.success(), "{:?}", text(&acked));
+    let acked = lab
+        .run_baremend(&["ack", "-n", MACHINE_NAMESPACE, "worker-1-1"])
+        .await;
+    assert!(acked.status.success(), "{:?}", texts(&acked));
     assert_eq!(annotations("worker-1-1")[ACKNOWLEDGED], "true");
-    let after = baremend(&lab, &["status"]).await;
+    let after = lab.run_baremend(&["status"]).await;
     assert!(
-        text(&after)
+        texts(&after)
             .0
             .starts_with("nothing needs you: 2 remediations"),
         "{}",
-        text(&after).0
+        texts(&after).0
     );
 }
 
@@ -229,12 +213,10 @@ async fn gather_writes_a_bundle_of_what_is_involved_without_secrets_or_credentia
         ),
     );
     let dir: PathBuf = scratch("gather").join("bundle");
-    let output = baremend(
-        &lab,
-        &["gather", "--out", dir.to_str().unwrap(), "--log-lines", "3"],
-    )
-    .await;
-    let (stdout, stderr) = text(&output);
+    let output = lab
+        .run_baremend(&["gather", "--out", dir.to_str().unwrap(), "--log-lines", "3"])
+        .await;
+    let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     let bundle = files(&dir);
 
@@ -330,8 +312,10 @@ async fn gather_writes_a_bundle_of_what_is_involved_without_secrets_or_credentia
 
     // The same bundle as a .tar.gz, which tar reads.
     let archive = scratch("gather-tgz").join("support.tar.gz");
-    let packed = baremend(&lab, &["gather", "--out", archive.to_str().unwrap()]).await;
-    assert!(packed.status.success(), "{:?}", text(&packed));
+    let packed = lab
+        .run_baremend(&["gather", "--out", archive.to_str().unwrap()])
+        .await;
+    assert!(packed.status.success(), "{:?}", texts(&packed));
     let unpacked = scratch("gather-untar");
     let tar = std::process::Command::new("tar")
         .arg("-xzf")
@@ -359,10 +343,12 @@ async fn gather_writes_a_bundle_of_what_is_involved_without_secrets_or_credentia
     }
 
     // A directory that holds something is not written into.
-    let again = baremend(&lab, &["gather", "--out", dir.to_str().unwrap()]).await;
+    let again = lab
+        .run_baremend(&["gather", "--out", dir.to_str().unwrap()])
+        .await;
     assert_eq!(again.status.code(), Some(1));
     assert!(
-        text(&again)
+        texts(&again)
             .1
             .contains("exists and is not an empty directory")
     );

@@ -15,15 +15,14 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::lab::{Lab, fast, steps};
+use common::lab::{Lab, direct_bmc_policy, fast, steps};
 
-fn direct_bmc_policy(hosts: usize) -> Value {
-    json!({
-        "strategies": ["DirectBmc"],
-        "maxConcurrent": hosts,
-        "storm": {"maxUnhealthyPercent": 100},
-        "timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1},
-    })
+/// [`direct_bmc_policy`] with `hosts` fenced at once and no storm gate.
+fn direct_bmc_policy_for(hosts: usize) -> Value {
+    let mut policy = direct_bmc_policy();
+    policy["maxConcurrent"] = json!(hosts);
+    policy["storm"] = json!({"maxUnhealthyPercent": 100});
+    policy
 }
 
 /// Creates a ConfigMap with `data` in the Machines' namespace.
@@ -65,7 +64,7 @@ async fn a_detached_host_and_a_host_bmc_are_fenced_over_tls_verified_with_the_bu
         ..fast()
     };
     let mut lab = Lab::builder(spec)
-        .policy(direct_bmc_policy(2))
+        .policy(direct_bmc_policy_for(2))
         .start()
         .await;
     let (_bmc0, address0) = lab.tls_bmc("worker-0", &ca).await;
@@ -123,7 +122,7 @@ async fn a_bad_missing_or_wrong_ca_bundle_fails_naming_it_and_no_bundle_means_th
         ..fast()
     };
     let mut lab = Lab::builder(spec)
-        .policy(direct_bmc_policy(5))
+        .policy(direct_bmc_policy_for(5))
         .start()
         .await;
     config_map(

@@ -16,6 +16,7 @@ use serde_json::json;
 mod common;
 
 use common::lab::{Lab, fast};
+use common::texts;
 
 const WRONG: &str = "not-the-bmc-password";
 
@@ -27,29 +28,6 @@ fn call_dir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("baremend-check-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-async fn check(lab: &Lab, args: &[&str]) -> Output {
-    let dir = call_dir();
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, lab.cluster.kubeconfig()).unwrap();
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
-        .arg("check")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(args)
-        .output();
-    tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("baremend check ends within a minute")
-        .unwrap()
-}
-
-fn text(output: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 /// The line about `machine`.
@@ -80,8 +58,8 @@ async fn check_prints_one_line_per_machine_and_fails_when_one_is_not_ready() {
     .await;
     let before = lab.cluster.redfish().service().stats();
 
-    let all_ready = check(&lab, &[]).await;
-    let (stdout, stderr) = text(&all_ready);
+    let all_ready = lab.run_baremend(&["check"]).await;
+    let (stdout, stderr) = texts(&all_ready);
     assert!(all_ready.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.lines().count(), 6, "{stdout}");
     assert!(
@@ -107,8 +85,8 @@ async fn check_prints_one_line_per_machine_and_fails_when_one_is_not_ready() {
             false,
         )
         .unwrap();
-    let refused = check(&lab, &["--machine", "worker-1"]).await;
-    let (stdout, stderr) = text(&refused);
+    let refused = lab.run_baremend(&["check", "--machine", "worker-1"]).await;
+    let (stdout, stderr) = texts(&refused);
     assert_eq!(refused.status.code(), Some(1), "{stdout}\n{stderr}");
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
     assert!(
@@ -121,8 +99,10 @@ async fn check_prints_one_line_per_machine_and_fails_when_one_is_not_ready() {
     );
     assert!(!stdout.contains(WRONG) && !stderr.contains(WRONG));
 
-    let unknown = check(&lab, &["--machine", "no-such-machine"]).await;
-    let (_, stderr) = text(&unknown);
+    let unknown = lab
+        .run_baremend(&["check", "--machine", "no-such-machine"])
+        .await;
+    let (_, stderr) = texts(&unknown);
     assert_eq!(unknown.status.code(), Some(1));
     assert!(
         stderr.contains("no Machine or Machine-less Node no-such-machine"),
@@ -146,8 +126,8 @@ async fn check_probes_the_bmc_of_each_node_without_a_machine_through_its_host_bm
     .start()
     .await;
     let before = lab.cluster.redfish().service().stats();
-    let output = check(&lab, &[]).await;
-    let (stdout, stderr) = text(&output);
+    let output = lab.run_baremend(&["check"]).await;
+    let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.lines().count(), 6, "one line per Node: {stdout}");
     let worker = line(&stdout, "worker-2");
@@ -158,8 +138,8 @@ async fn check_probes_the_bmc_of_each_node_without_a_machine_through_its_host_bm
         "{worker}"
     );
     assert!(!stdout.contains("BareMetalHost"), "{stdout}");
-    let one = check(&lab, &["--machine", "worker-2"]).await;
-    assert_eq!(text(&one).0.lines().count(), 1);
+    let one = lab.run_baremend(&["check", "--machine", "worker-2"]).await;
+    assert_eq!(texts(&one).0.lines().count(), 1);
     let after = lab.cluster.redfish().service().stats();
     assert_eq!(after.resets, before.resets, "a check never asks for power");
 }
@@ -255,7 +235,7 @@ async fn check_in_the_controllers_pod_runs_as_its_service_account_under_deploys_
     )
     .await;
     let output = check_in_cluster(&lab.controller_kubeconfig, &[]).await;
-    let (stdout, stderr) = text(&output);
+    let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.lines().count(), 6, "{stdout}");
     assert!(line(&stdout, "worker-0").contains(": READY ("), "{stdout}");
@@ -267,7 +247,7 @@ async fn check_in_the_controllers_pod_runs_as_its_service_account_under_deploys_
         &token_of_new_account(&lab, "nobody").await,
     );
     let refused = check_in_cluster(&nobody, &[]).await;
-    let (stdout, stderr) = text(&refused);
+    let (stdout, stderr) = texts(&refused);
     assert_eq!(refused.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("Forbidden") && stderr.contains("system:serviceaccount:baremend:nobody"),
@@ -295,16 +275,18 @@ async fn check_finds_cluster_api_hosts_through_their_metal3_machines() {
     )
     .await;
     // Without the flag the OpenShift Machines are looked for: there are none here.
-    let openshift = check(&lab, &[]).await;
-    let (stdout, stderr) = text(&openshift);
+    let openshift = lab.run_baremend(&["check"]).await;
+    let (stdout, stderr) = texts(&openshift);
     assert_eq!(openshift.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
         stderr.contains("no Machine or Machine-less Node that baremend would remediate"),
         "{stderr}"
     );
 
-    let output = check(&lab, &["--machine-api", "cluster-api"]).await;
-    let (stdout, stderr) = text(&output);
+    let output = lab
+        .run_baremend(&["check", "--machine-api", "cluster-api"])
+        .await;
+    let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.lines().count(), 6, "{stdout}");
     assert!(
@@ -324,7 +306,7 @@ async fn check_finds_cluster_api_hosts_through_their_metal3_machines() {
         .output()
         .await
         .unwrap();
-    let (stdout, stderr) = text(&as_controller);
+    let (stdout, stderr) = texts(&as_controller);
     assert!(as_controller.status.success(), "{stdout}\n{stderr}");
 
     // A Metal3Machine that is gone is the Machine's fault, named on its line.
@@ -336,12 +318,16 @@ async fn check_finds_cluster_api_hosts_through_their_metal3_machines() {
             Some(0),
         )
         .unwrap();
-    let missing = check(
-        &lab,
-        &["--machine-api", "cluster-api", "--machine", "worker-2"],
-    )
-    .await;
-    let (stdout, _) = text(&missing);
+    let missing = lab
+        .run_baremend(&[
+            "check",
+            "--machine-api",
+            "cluster-api",
+            "--machine",
+            "worker-2",
+        ])
+        .await;
+    let (stdout, _) = texts(&missing);
     assert_eq!(missing.status.code(), Some(1));
     assert!(
         stdout.contains("NOT READY")
@@ -367,14 +353,14 @@ async fn check_on_a_cluster_without_bare_metal_hosts_or_machines_says_so_and_che
         "the CRDs no longer served",
         Duration::from_secs(10),
         async || {
-            let bmhs = check(&lab, &["--machine", "worker-0"]).await;
+            let bmhs = lab.run_baremend(&["check", "--machine", "worker-0"]).await;
             String::from_utf8_lossy(&bmhs.stdout)
                 .contains("note: this cluster serves no baremetalhosts")
         },
     )
     .await;
-    let output = check(&lab, &[]).await;
-    let (stdout, stderr) = text(&output);
+    let output = lab.run_baremend(&["check"]).await;
+    let (stdout, stderr) = texts(&output);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     let notes: Vec<&str> = stdout.lines().filter(|l| l.starts_with("note: ")).collect();
     assert_eq!(
@@ -420,7 +406,7 @@ async fn kubectl_runs_baremend_as_a_plugin_named_kubectl_baremend() {
     };
     // kubectl finds it on PATH by its name (kubectl's `plugin list`).
     let listed = kubectl_run(&["plugin", "list"]).await.unwrap();
-    let (stdout, stderr) = text(&listed);
+    let (stdout, stderr) = texts(&listed);
     assert!(listed.status.success(), "{stdout}\n{stderr}");
     assert!(
         stdout.contains(&bin.join("kubectl-baremend").display().to_string()),
@@ -428,7 +414,7 @@ async fn kubectl_runs_baremend_as_a_plugin_named_kubectl_baremend() {
     );
     // Its help is in kubectl's words: the usage is `kubectl baremend`.
     let help = kubectl_run(&["baremend", "--help"]).await.unwrap();
-    let (stdout, _) = text(&help);
+    let (stdout, _) = texts(&help);
     assert!(
         stdout.contains("Usage: kubectl baremend [OPTIONS] <COMMAND>"),
         "{stdout}"
@@ -453,13 +439,13 @@ async fn kubectl_runs_baremend_as_a_plugin_named_kubectl_baremend() {
     )
     .await;
     let checked = kubectl_run(&["baremend", "check"]).await.unwrap();
-    let (stdout, stderr) = text(&checked);
+    let (stdout, stderr) = texts(&checked);
     assert!(checked.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.lines().count(), 6, "{stdout}");
     let with_context = kubectl_run(&["baremend", "status", "--context", "baremend-sim"])
         .await
         .unwrap();
-    let (stdout, stderr) = text(&with_context);
+    let (stdout, stderr) = texts(&with_context);
     assert!(with_context.status.success(), "{stdout}\n{stderr}");
     assert!(
         stdout.starts_with("nothing needs you: 0 remediations"),
@@ -468,7 +454,7 @@ async fn kubectl_runs_baremend_as_a_plugin_named_kubectl_baremend() {
     let unknown_context = kubectl_run(&["baremend", "status", "--context", "elsewhere"])
         .await
         .unwrap();
-    let (_, stderr) = text(&unknown_context);
+    let (_, stderr) = texts(&unknown_context);
     assert_eq!(unknown_context.status.code(), Some(1));
     assert!(stderr.contains("elsewhere"), "{stderr}");
 }
@@ -494,8 +480,8 @@ async fn check_warns_when_a_nodehealthcheck_templates_power_cycles_outlast_its_l
             )
             .unwrap();
     }
-    let output = check(&lab, &["--machine", "worker-0"]).await;
-    let (stdout, stderr) = text(&output);
+    let output = lab.run_baremend(&["check", "--machine", "worker-0"]).await;
+    let (stdout, stderr) = texts(&output);
     let warnings: Vec<&str> = stderr
         .lines()
         .filter(|l| l.starts_with("warning: "))

@@ -2,7 +2,7 @@
 //! relies on; the alerts and the dashboard use only metrics the controller exports; and the
 //! RBAC rules are exactly what the controller's API requests need, checked against every
 //! request of an end-to-end run recorded by the simulated API server. (kubectl applies the
-//! whole folder in tests/kubectl_apiserver.rs.)
+//! whole folder in tests/kubectl_install_apiserver.rs.)
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -48,7 +48,7 @@ const CONFIG_MAPS: Gvr = Gvr {
 
 /// The folders of deploy/ that every install applies (or creates once: policies.yaml): the
 /// base and the monitoring component. The health checks' components are in
-/// tests/kubectl_apiserver.rs.
+/// tests/kubectl_install_apiserver.rs.
 const INSTALLED: [&str; 3] = ["deploy", "deploy/base", "deploy/components/monitoring"];
 
 /// Every YAML document of what every install applies, with the file it came from.

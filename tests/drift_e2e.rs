@@ -18,7 +18,9 @@ mod common;
 
 use common::drift::{self, steps};
 use common::eventually;
-use common::lab::{DRIFT_REMEDIATIONS, Lab, STATE, patch_drift_policy, warning_in};
+use common::lab::{
+    DRIFT_REMEDIATIONS, Lab, STATE, metrics_show, patch_drift_policy, warning_in,
+};
 use common::rbac;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,16 +213,14 @@ async fn a_drain_blocked_by_a_pdb_is_refused_up_front_naming_the_budget() {
     );
     assert!(!lab.forcefile("worker-0"));
     // The gauges are recounted from the caches every second.
-    eventually(
-        "the drift and held gauges",
+    metrics_show(
+        &lab,
+        &[
+            "mco_node_config_drift_count{pool=\"worker\"} 1",
+            "mco_node_config_drift_detected{pool=\"worker\"} 1",
+            "mco_remediations_held{reason=\"BlockedByPodDisruptionBudget\"} 1",
+        ],
         Duration::from_secs(40),
-        async || {
-            let metrics = lab.metrics.encode();
-            metrics.contains("mco_node_config_drift_count{pool=\"worker\"} 1")
-                && metrics.contains("mco_node_config_drift_detected{pool=\"worker\"} 1")
-                && metrics
-                    .contains("mco_remediations_held{reason=\"BlockedByPodDisruptionBudget\"} 1")
-        },
     )
     .await;
     lab.stop().await;
@@ -489,15 +489,13 @@ async fn observe_mode_records_drift_and_does_nothing_until_switched_to_remediate
     assert!(held_message(&held).contains("mode is Observe"), "{held:?}");
     // Detected, classified, told and counted as without Observe.
     lab.wait_event("ObserveOnly", "Node").await;
-    eventually(
-        "the drift and the hold counted",
+    metrics_show(
+        &lab,
+        &[
+            "mco_node_config_drift_detected{pool=\"worker\"} 1",
+            "mco_remediations_held{reason=\"ObserveOnly\"} 1",
+        ],
         Duration::from_secs(10),
-        async || {
-            let metrics = lab.metrics.encode();
-            let counted = metrics.contains("mco_node_config_drift_detected{pool=\"worker\"} 1")
-                && metrics.contains("mco_remediations_held{reason=\"ObserveOnly\"} 1");
-            if counted { Ok(()) } else { Err(metrics) }
-        },
     )
     .await;
     assert_nothing_done(&lab, "worker-0", boots);

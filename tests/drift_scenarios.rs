@@ -19,7 +19,7 @@ mod common;
 use common::drift::{self, steps};
 use common::events::times_told;
 use common::eventually;
-use common::lab::{DRIFT_REMEDIATIONS, Lab, STATE};
+use common::lab::{DRIFT_REMEDIATIONS, Lab, STATE, metrics_show};
 
 fn once(remediation: &DriftRemediation) {
     let steps = steps(remediation);
@@ -190,6 +190,7 @@ async fn drift_that_keeps_coming_back_is_retried_up_to_the_cap_then_failed() {
     let boots = lab.reboots("worker-0");
     lab.drift("worker-0");
     let capped = lab.reach("worker-0-2", DriftPhase::Failed).await;
+    let steps = steps(&capped);
     let status = capped.status.unwrap();
     assert_eq!(
         status
@@ -200,11 +201,13 @@ async fn drift_that_keeps_coming_back_is_retried_up_to_the_cap_then_failed() {
             .reason,
         "DriftRecurring"
     );
-    assert!(!steps_of(&status).contains(&"ForceRequested".to_string()));
+    assert!(!steps.contains(&"ForceRequested".to_string()));
     assert_eq!(lab.reboots("worker-0"), boots, "no action past the cap");
-    eventually("the failure metric", Duration::from_secs(40), async || {
-        lab.metrics.encode().contains("mco_remediations_total{action=\"Force\",outcome=\"Failed\",reason=\"DriftRecurring\"} 1")
-    })
+    metrics_show(
+        &lab,
+        &["mco_remediations_total{action=\"Force\",outcome=\"Failed\",reason=\"DriftRecurring\"} 1"],
+        Duration::from_secs(40),
+    )
     .await;
     lab.stop().await;
 }
@@ -256,10 +259,6 @@ async fn a_capped_drift_retried_with_the_annotation_is_remediated_again_and_old_
     assert!(lab.drift_remediation("worker-0-2").is_some());
     assert!(lab.drift_remediation("worker-0-3").is_some());
     lab.stop().await;
-}
-
-fn steps_of(status: &baremend::api::DriftRemediationStatus) -> Vec<String> {
-    status.steps.iter().map(|s| s.step.to_string()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

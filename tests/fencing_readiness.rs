@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast, patch_policy};
+use common::lab::{Lab, fast, metric, patch_policy};
 
 const WRONG: &str = "not-the-bmc-password";
 
@@ -42,35 +42,6 @@ async fn until_ready(lab: &Lab, machine: &str, path: &str, value: f64) {
         },
     )
     .await;
-}
-
-/// The notes of the Events of `reason` on Machine `machine`.
-fn notes(lab: &Lab, machine: &str, reason: &str) -> Vec<String> {
-    lab.api
-        .list(EVENTS, Some(MACHINE_NAMESPACE))
-        .iter()
-        .filter(|e| e["involvedObject"]["name"] == machine && e["reason"] == reason)
-        .filter_map(|e| e["message"].as_str().map(str::to_string))
-        .collect()
-}
-
-/// Waits until an Event of `reason` on `machine` says `said`; returns its note.
-async fn told(lab: &Lab, machine: &str, reason: &str, said: &str) -> String {
-    eventually(
-        &format!("a {reason} Event on {machine} saying {said:?}"),
-        Duration::from_secs(20),
-        async || {
-            let all = notes(lab, machine, reason);
-            all.iter()
-                .find(|n| n.contains(said))
-                .cloned()
-                .ok_or_else(|| {
-                    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-                    format!("{all:?} among {}", serde_json::to_string(&events).unwrap())
-                })
-        },
-    )
-    .await
 }
 
 fn merge_host(lab: &Lab, host: &str, patch: Value) {
@@ -102,25 +73,21 @@ async fn a_wrong_password_and_an_unreachable_bmc_show_before_any_host_fails() {
     let wrong_since = std::time::Instant::now();
     lab.bmc_password("worker-1", WRONG, None);
     until_ready(&lab, "worker-1", "redfish", 0.0).await;
-    let note = told(&lab, "worker-1", "FencingNotReady", "CredentialsRefused").await;
+    let note = lab
+        .machine_told("worker-1", "FencingNotReady", "CredentialsRefused")
+        .await;
     assert!(note.contains("NOT READY"), "{note}");
     // The counts by reason are set at the end of a round, after each Machine's own series.
-    eventually(
-        "one Machine not ready for CredentialsRefused",
-        Duration::from_secs(10),
-        async || {
-            let text = lab.metrics.encode();
-            text.contains("baremend_fencing_not_ready{reason=\"CredentialsRefused\"} 1")
-                .then_some(())
-                .ok_or(text)
-        },
+    metric(
+        &lab,
+        "baremend_fencing_not_ready{reason=\"CredentialsRefused\"} 1",
     )
     .await;
 
     lab.bmc_password("worker-1", lab.cluster.bmc_password(), None);
     let wrong_for = wrong_since.elapsed();
     until_ready(&lab, "worker-1", "redfish", 1.0).await;
-    told(&lab, "worker-1", "FencingReady", "READY").await;
+    lab.machine_told("worker-1", "FencingReady", "READY").await;
     let after = lab.cluster.redfish().service().stats();
     assert_eq!(after.resets, before.resets, "a check never asks for power");
     // One login a check (every 300 ms here, every 10 minutes by default), never a retry on a
@@ -147,7 +114,8 @@ async fn a_wrong_password_and_an_unreachable_bmc_show_before_any_host_fails() {
         json!({"spec": {"bmc": {"address": address}}}),
     );
     until_ready(&lab, "worker-1", "redfish", 0.0).await;
-    told(&lab, "worker-1", "FencingNotReady", "Unreachable").await;
+    lab.machine_told("worker-1", "FencingNotReady", "Unreachable")
+        .await;
     merge_host(
         &lab,
         "worker-1",
@@ -175,14 +143,15 @@ async fn a_host_its_operator_would_not_act_on_is_not_ready_naming_why() {
         json!({"metadata": {"annotations": {"baremetalhost.metal3.io/paused": ""}}}),
     );
     until_ready(&lab, "worker-2", "reboot-api", 0.0).await;
-    told(&lab, "worker-2", "FencingNotReady", "HostPaused").await;
+    lab.machine_told("worker-2", "FencingNotReady", "HostPaused")
+        .await;
     merge_host(
         &lab,
         "worker-2",
         json!({"metadata": {"annotations": {"baremetalhost.metal3.io/paused": null}}}),
     );
     until_ready(&lab, "worker-2", "reboot-api", 1.0).await;
-    told(&lab, "worker-2", "FencingReady", "READY").await;
+    lab.machine_told("worker-2", "FencingReady", "READY").await;
 
     // In error: its operator cannot register it (a Secret that does not exist).
     merge_host(
@@ -191,13 +160,15 @@ async fn a_host_its_operator_would_not_act_on_is_not_ready_naming_why() {
         json!({"spec": {"bmc": {"credentialsName": "no-such-secret"}}}),
     );
     until_ready(&lab, "worker-2", "reboot-api", 0.0).await;
-    told(&lab, "worker-2", "FencingNotReady", "registration error").await;
+    lab.machine_told("worker-2", "FencingNotReady", "registration error")
+        .await;
 
     // Only the reboot API in the policy: a detached host has no path left.
     patch_policy(&lab, json!({"strategies": ["BareMetalHostRebootApi"]})).await;
     lab.detach("worker-1");
     until_ready(&lab, "worker-1", "reboot-api", 0.0).await;
-    told(&lab, "worker-1", "FencingNotReady", "HostDetached").await;
+    lab.machine_told("worker-1", "FencingNotReady", "HostDetached")
+        .await;
     lab.stop().await;
 }
 
@@ -223,11 +194,13 @@ async fn an_ipmi_bmc_is_checked_with_a_session_that_is_closed_and_no_chassis_con
 
     lab.bmc_password("worker-1", WRONG, None);
     until_ready(&lab, "worker-1", "ipmi", 0.0).await;
-    let note = told(&lab, "worker-1", "FencingNotReady", "CredentialsRefused").await;
+    let note = lab
+        .machine_told("worker-1", "FencingNotReady", "CredentialsRefused")
+        .await;
     assert!(note.contains("ipmi://"), "{note}");
     lab.bmc_password("worker-1", lab.cluster.bmc_password(), None);
     until_ready(&lab, "worker-1", "ipmi", 1.0).await;
-    told(&lab, "worker-1", "FencingReady", "READY").await;
+    lab.machine_told("worker-1", "FencingReady", "READY").await;
     lab.stop().await;
 
     assert_eq!(
@@ -280,7 +253,9 @@ async fn on_cluster_api_the_check_finds_each_host_through_its_metal3_machine() {
             Some(0),
         )
         .unwrap();
-    let note = told(&lab, "worker-2", "FencingNotReady", "NoFencingPath").await;
+    let note = lab
+        .machine_told("worker-2", "FencingNotReady", "NoFencingPath")
+        .await;
     assert!(
         note.contains("Metal3Machine openshift-machine-api/worker-2 not found"),
         "{note}"

@@ -7,14 +7,14 @@
 use std::time::Duration;
 
 use baremend::api::{Remediation, RemediationPhase};
-use baremend_sim::cluster::local::{BMHS, EVENTS, Gvr, MACHINES, NAMESPACES, NODES};
+use baremend_sim::cluster::local::{BMHS, Gvr, MACHINES, NAMESPACES, NODES};
 use baremend_sim::cluster::{MACHINE_NAMESPACE, REBOOT_PREFIX};
 use serde_json::{Value, json};
 
 mod common;
 
 use common::eventually;
-use common::lab::{Lab, fast, steps};
+use common::lab::{Lab, fast, metric, steps, warning_on};
 
 /// The namespace NodeHealthCheck's remediators run in on OpenShift.
 const MEDIK8S_NAMESPACE: &str = "openshift-workload-availability";
@@ -49,20 +49,6 @@ fn stage(lab: &Lab, kind: Gvr, namespace: &str, object: Value) {
     lab.api.create(kind, namespace, object).unwrap();
 }
 
-/// Waits for a Warning Event with this reason whose message says `what`.
-async fn told(lab: &Lab, reason: &str, what: &str) {
-    eventually(reason, Duration::from_secs(10), async || {
-        let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
-        let told = events.iter().any(|e| {
-            e["reason"] == reason
-                && e["type"] == "Warning"
-                && e["message"].as_str().is_some_and(|m| m.contains(what))
-        });
-        told.then_some(()).ok_or(format!("{events:#?}"))
-    })
-    .await;
-}
-
 /// Triggers worker-0 and checks its start is held by `who`: the condition, a Warning Event,
 /// the gauge, and nothing done to the host or its Node.
 async fn held_by(lab: &Lab, who: &str) {
@@ -81,12 +67,11 @@ async fn held_by(lab: &Lab, who: &str) {
     })
     .await;
     assert!(status.contains(who), "{status}");
-    told(lab, "Held", who).await;
-    eventually("the held gauge", Duration::from_secs(10), async || {
-        let metrics = lab.metrics.encode();
-        let line = "baremend_remediations_held{gate=\"ForeignRemediation\"} 1";
-        metrics.contains(line).then_some(()).ok_or(metrics)
-    })
+    warning_on(lab, ("Machine", "worker-0"), "Held", who).await;
+    metric(
+        lab,
+        "baremend_remediations_held{gate=\"ForeignRemediation\"} 1",
+    )
     .await;
     let held = lab.remediation("worker-0-1").unwrap();
     assert_eq!(
@@ -298,7 +283,13 @@ async fn an_unreadable_legacy_backup_is_told_and_kept_and_holds_nothing() {
             .iter()
             .all(|c| c.reason != "ForeignRemediation")
     );
-    told(&lab, "LegacyBackupUnreadable", backup).await;
+    warning_on(
+        &lab,
+        ("Machine", "worker-0"),
+        "LegacyBackupUnreadable",
+        backup,
+    )
+    .await;
     let machine = lab
         .api
         .get(MACHINES, MACHINE_NAMESPACE, "worker-0")

@@ -8,72 +8,14 @@
 
 use std::path::Path;
 
-use baremend_sim::apiserver::ApiServer;
+mod common;
+
+use common::apiserver::Api;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-struct Api {
-    server: ApiServer,
-    http: reqwest::Client,
-}
-
+/// What these tests add to the shared client: CRDs created and expected to be accepted.
 impl Api {
-    async fn start() -> Api {
-        Api {
-            server: ApiServer::start(Default::default()).await.unwrap(),
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        content_type: &str,
-        body: Value,
-    ) -> (StatusCode, Value) {
-        let response = self
-            .http
-            .request(method, format!("{}{path}", self.server.url()))
-            .bearer_auth(self.server.token())
-            .header("content-type", content_type)
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.server.url()))
-            .bearer_auth(self.server.token())
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        (status, response.json().await.unwrap())
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.call(Method::POST, path, "application/json", body)
-            .await
-    }
-
-    async fn put(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.call(Method::PUT, path, "application/json", body).await
-    }
-
-    async fn patch(&self, path: &str, content_type: &str, body: Value) -> (StatusCode, Value) {
-        self.call(Method::PATCH, path, content_type, body).await
-    }
-
     /// Creates a CRD and expects it to be accepted.
     async fn crd(&self, crd: Value) {
         let (status, body) = self
@@ -343,7 +285,7 @@ async fn every_write_path_is_validated() {
             Method::PATCH,
             &format!("{path}?fieldManager=test"),
             "application/apply-patch+yaml",
-            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 11}}),
+            Some(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 11}})),
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "apply: {body}");
@@ -391,7 +333,7 @@ async fn every_write_path_is_validated() {
             Method::PATCH,
             &format!("{WIDGETS}/fresh?fieldManager=test"),
             "application/apply-patch+yaml",
-            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "fresh"}, "spec": {"size": "x"}}),
+            Some(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "fresh"}, "spec": {"size": "x"}})),
         )
         .await;
     assert_eq!(

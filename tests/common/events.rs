@@ -28,7 +28,7 @@ pub fn times_told(api: &Local, reason: &str) -> u64 {
         .sum()
 }
 
-/// Waits (up to 10 s) until an Event on the object `kind`/`name` of `namespace`, with
+/// Waits (up to 20 s) until an Event on the object `kind`/`name` of `namespace`, with
 /// `reason`, says `says` in its note; returns it.
 pub async fn told_on(
     api: &Local,
@@ -39,7 +39,7 @@ pub async fn told_on(
 ) -> Value {
     eventually(
         &format!("a {reason} Event on {kind} {namespace}/{name} saying {says:?}"),
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         async || {
             let events = api.list(EVENTS, Some(namespace));
             events

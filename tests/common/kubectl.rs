@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
 use tokio::io::AsyncWriteExt;
+
+use super::scratch;
 
 /// kubectl on one kubeconfig.
 pub struct Kubectl {
@@ -71,6 +74,49 @@ impl Kubectl {
         let (ok, out, err) = self.run(args, stdin).await;
         assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
         out
+    }
+}
+
+/// A simulated API server over HTTPS and kubectl on a kubeconfig of it with a bearer token.
+pub struct Cluster {
+    /// The simulated API server.
+    pub server: ApiServer,
+    /// kubectl on its kubeconfig.
+    pub kubectl: Kubectl,
+    /// The kubeconfig file kubectl uses.
+    pub kubeconfig: PathBuf,
+    /// The scratch folder of the kubeconfig, also kubectl's `HOME`.
+    pub dir: PathBuf,
+}
+
+/// A fresh simulated API server (TLS) and kubectl on it, in a scratch folder.
+pub async fn cluster() -> Cluster {
+    let server = ApiServer::start(ApiServerConfig {
+        tls: true,
+        ..ApiServerConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = scratch("kubectl");
+    let kubectl = Kubectl::new(&dir, &server.kubeconfig());
+    let kubeconfig = kubectl.kubeconfig().to_path_buf();
+    Cluster {
+        server,
+        kubectl,
+        kubeconfig,
+        dir,
+    }
+}
+
+impl Cluster {
+    /// Runs kubectl: whether it succeeded, its stdout and stderr.
+    pub async fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+        self.kubectl.run(args, stdin).await
+    }
+
+    /// Runs kubectl and fails the test unless it succeeded; its stdout.
+    pub async fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        self.kubectl.ok(args, stdin).await
     }
 }
 

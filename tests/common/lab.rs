@@ -62,6 +62,13 @@ pub fn fast_policy() -> Value {
     json!({"timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1}})
 }
 
+/// [`fast_policy`] fencing directly through the BMC only.
+pub fn direct_bmc_policy() -> Value {
+    let mut policy = fast_policy();
+    policy["strategies"] = json!(["DirectBmc"]);
+    policy
+}
+
 /// What the test asks for before the cluster starts.
 #[must_use]
 pub struct LabBuilder {
@@ -749,11 +756,45 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// The note of an Event on the Machine `machine` with `reason`, once one says `says` (see
+    /// [`super::events::told_on`]).
+    pub async fn machine_told(&self, machine: &str, reason: &str, says: &str) -> String {
+        let machine = ("Machine", machine);
+        let event =
+            super::events::told_on(&self.api, MACHINE_NAMESPACE, machine, reason, says).await;
+        event["message"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Runs the `baremend` binary as a user does, with `args` and `--kubeconfig` naming a
+    /// kubeconfig of the lab's API server (in a scratch folder of its own); fails the test
+    /// unless it ends within a minute.
+    pub async fn run_baremend(&self, args: &[&str]) -> std::process::Output {
+        let kubeconfig = super::scratch("baremend-call").join("kubeconfig");
+        std::fs::write(&kubeconfig, self.cluster.kubeconfig()).unwrap();
+        let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .kill_on_drop(true)
+            .output();
+        tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("baremend ends within a minute")
+            .expect("baremend runs")
+    }
+}
+
 /// Waits until the lab's metrics contain `line`; fails after 10 s.
 pub async fn metric(lab: &Lab, line: &str) {
-    eventually(line, Duration::from_secs(10), async || {
+    metrics_show(lab, &[line], Duration::from_secs(10)).await;
+}
+
+/// Waits until the lab's metrics contain every one of `lines` at once; fails after `within`.
+pub async fn metrics_show(lab: &Lab, lines: &[&str], within: Duration) {
+    eventually(&lines.join(" and "), within, async || {
         let metrics = lab.metrics.encode();
-        if metrics.contains(line) {
+        if lines.iter().all(|line| metrics.contains(line)) {
             Ok(())
         } else {
             Err(metrics)

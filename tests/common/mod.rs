@@ -9,6 +9,7 @@ pub mod kubectl;
 pub mod lab;
 pub mod prometheus;
 pub mod rbac;
+pub mod remediation;
 mod wait;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
 //! Helpers shared by the simulator's tests: waiting on a condition (the root crate's one
 //! `eventually`, included from its file), and for the simulated Redfish service a service
-//! without a socket and one request at a time through it.
+//! without a socket and one request at a time through it; the simulated API server over HTTP as
+//! the conformance tests call it (`apiserver.rs`).
 
 #![allow(dead_code)]
 
@@ -15,6 +16,8 @@ use baremend_sim::host::{Power, SimHost};
 use baremend_sim::redfish::{Account, RedfishService, Role, app};
 use serde_json::Value;
 use tower::ServiceExt;
+
+pub mod apiserver;
 
 #[path = "../../../tests/common/wait.rs"]
 mod wait;

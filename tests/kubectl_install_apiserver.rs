@@ -1,0 +1,626 @@
+//! kubectl (v1.32, a real client) and its kustomize applying what we ship to the simulated API
+//! server: our CRDs and their printer columns, every documented combination of `deploy/`'s
+//! bases and components, the OpenShift overlay and every example of the install guide.
+
+use std::path::PathBuf;
+
+mod common;
+
+use common::kubectl::{Cluster, MONITORING_CRDS, cluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_age() {
+    let c = cluster().await;
+    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    let out = c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
+    let files = std::fs::read_dir(&crds)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "yaml")
+        })
+        .count();
+    assert!(files >= 5, "{files} CRD files");
+    assert_eq!(out.matches("created").count(), files, "{out}");
+    c.ok(
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: baremend.io/v1alpha1\nkind: Remediation\nmetadata:\n  name: worker-1-1\n  namespace: default\nspec:\n  machineName: worker-1\n  nodeName: worker-1\n",
+        ),
+    )
+    .await;
+    let table = c.ok(&["get", "brem"], None).await;
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "MACHINE", "NODE", "PHASE", "STRATEGY", "AGE"]
+    );
+    assert!(
+        table.contains("worker-1-1   worker-1   worker-1"),
+        "{table}"
+    );
+    // The retry of a Failed remediation as docs/guides/operate.md shows it.
+    let out = c
+        .ok(
+            &["annotate", "brem", "worker-1-1", "baremend.io/retry=true"],
+            None,
+        )
+        .await;
+    assert!(
+        out.contains("remediation.baremend.io/worker-1-1 annotated"),
+        "{out}"
+    );
+    let value = c
+        .ok(
+            &[
+                "get",
+                "brem",
+                "worker-1-1",
+                "-o",
+                r"jsonpath={.metadata.annotations.baremend\.io/retry}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(value.trim(), "true");
+}
+
+/// Every CRD the documented combinations and the examples need: the Prometheus Operator's,
+/// OpenShift's, Cluster API's and metal3's, NodeHealthCheck's, then ours; and the namespaces
+/// the health checks' objects live in (the operators that own them make them on a cluster).
+async fn install_prerequisites(c: &Cluster) {
+    c.ok(&["apply", "-f", "-"], Some(MONITORING_CRDS)).await;
+    let fixtures = baremend_sim::cluster::fixtures::all()
+        .into_iter()
+        .chain(baremend_sim::cluster::fixtures::cluster_api_crds())
+        .chain([baremend_sim::cluster::fixtures::node_health_check_crd()]);
+    for crd in fixtures {
+        c.ok(&["apply", "-f", "-"], Some(&crd.to_string())).await;
+    }
+    let crds = common::repo_root().join("crds");
+    let out = c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
+    for name in ["remediations", "remediationpolicies", "hostbmcs"] {
+        assert!(
+            out.contains(&format!("{name}.baremend.io created")),
+            "{out}"
+        );
+    }
+    for namespace in [
+        "openshift-machine-api",
+        "metal3",
+        "openshift-workload-availability",
+    ] {
+        c.ok(&["create", "namespace", namespace], None).await;
+    }
+}
+
+/// A kustomization of an admin's own, in a folder beside a copy of the repository's deploy/
+/// (`scratch/baremend/deploy`, so that `../baremend/deploy/...` resolves as the guide writes
+/// it); returns its folder.
+fn own_kustomization(scratch: &std::path::Path, text: &str) -> PathBuf {
+    common::copy_of_deploy(&scratch.join("baremend"));
+    let mine = scratch.join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::write(mine.join("kustomization.yaml"), text).unwrap();
+    mine
+}
+
+/// The kustomizations docs/guides/install.md shows (its YAML blocks of `kind: Kustomization`).
+fn documented_kustomizations() -> Vec<String> {
+    let guide =
+        std::fs::read_to_string(common::repo_root().join("docs/guides/install.md")).unwrap();
+    let mut blocks = Vec::new();
+    let mut rest = guide.as_str();
+    while let Some(at) = rest.find("```yaml\n") {
+        let body = &rest[at + "```yaml\n".len()..];
+        let end = body.find("```").expect("a closed code block");
+        let block = &body[..end];
+        // Indented when inside a list item: kustomize reads it unindented.
+        let indent = block
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.len() - l.trim_start().len())
+            .min()
+            .unwrap_or(0);
+        let text: String = block
+            .lines()
+            .map(|l| l.get(indent..).unwrap_or("").to_string() + "\n")
+            .collect();
+        if text.lines().any(|l| l == "kind: Kustomization") {
+            blocks.push(text);
+        }
+        rest = &body[end + 3..];
+    }
+    blocks
+}
+
+/// The components a kustomization names (their folder names).
+fn components_of(text: &str) -> Vec<String> {
+    let value: serde_json::Value = serde_yaml::from_str(text).unwrap();
+    value["components"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str()?.rsplit('/').next().map(String::from))
+        .collect()
+}
+
+/// What a rendering of a documented combination must hold, whatever its components.
+fn check_rendering(name: &str, documents: &[serde_json::Value]) {
+    let of_kind = |kind: &str| -> Vec<&serde_json::Value> {
+        documents.iter().filter(|d| d["kind"] == kind).collect()
+    };
+    // A NodeHealthCheck disables itself while any custom OpenShift MachineHealthCheck exists
+    // (medik8s/node-healthcheck-operator, internal/mhc/checker.go `NeedDisableNHC`): no
+    // documented combination holds both.
+    let custom_mhcs = of_kind("MachineHealthCheck")
+        .into_iter()
+        .filter(|d| d["apiVersion"] == "machine.openshift.io/v1beta1")
+        .count();
+    let nhcs = of_kind("NodeHealthCheck").len();
+    assert!(
+        custom_mhcs == 0 || nhcs == 0,
+        "{name}: {nhcs} NodeHealthCheck(s) beside {custom_mhcs} MachineHealthCheck(s)"
+    );
+    // Every health check names a template of ours that the same combination defines, or the
+    // external-baremetal strategy.
+    let templates: Vec<(&str, &str)> = documents
+        .iter()
+        .filter(|d| {
+            d["kind"] == "MachineRemediationTemplate" || d["kind"] == "NodeRemediationTemplate"
+        })
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // Our kinds read as our types (a misspelt field would be dropped).
+    for document in documents {
+        match document["kind"].as_str().unwrap() {
+            "MachineRemediationTemplate" => {
+                let template: baremend::api::MachineRemediationTemplate =
+                    serde_json::from_value(document.clone()).unwrap();
+                assert_ne!(
+                    template.spec.template.spec.overrides,
+                    baremend::api::PolicyOverrides::default(),
+                    "{name}: {document}"
+                );
+            }
+            "NodeRemediationTemplate" => {
+                let _: baremend::api::NodeRemediationTemplate =
+                    serde_json::from_value(document.clone()).unwrap();
+            }
+            _ => {}
+        }
+    }
+    let defined = |reference: &serde_json::Value| {
+        reference["apiVersion"] == "baremend.io/v1alpha1"
+            && templates.iter().any(|(kind, template)| {
+                reference["kind"] == *kind && reference["name"] == *template
+            })
+    };
+    for check in of_kind("MachineHealthCheck") {
+        let template = &check["spec"]["remediationTemplate"];
+        assert!(
+            defined(template)
+                || check["metadata"]["annotations"]["machine.openshift.io/remediation-strategy"]
+                    == "external-baremetal",
+            "{name}: {check}"
+        );
+    }
+    for check in of_kind("NodeHealthCheck") {
+        let first = &check["spec"]["escalatingRemediations"][0]["remediationTemplate"];
+        assert!(defined(first), "{name}: {check}");
+    }
+    // The BMC credentials' RoleBinding stays where the Secrets are.
+    let binding = of_kind("RoleBinding")
+        .into_iter()
+        .find(|b| b["metadata"]["name"] == "baremend-bmc-credentials")
+        .expect("the BMC credentials' RoleBinding");
+    assert_eq!(
+        binding["metadata"]["namespace"], "openshift-machine-api",
+        "{name}"
+    );
+    // The drift helpers run the controller's image.
+    let deployment = of_kind("Deployment")[0];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let helper_image = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "BAREMEND_IMAGE")
+        .map(|e| e["value"].clone());
+    assert_eq!(helper_image, Some(container["image"].clone()), "{name}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once() {
+    let c = cluster().await;
+    let root = common::repo_root();
+    install_prerequisites(&c).await;
+    let overlay = root.join("deploy/overlays/openshift");
+    let out = c
+        .ok(&["apply", "-k", overlay.to_str().unwrap()], None)
+        .await;
+    for object in [
+        "namespace/baremend created",
+        "serviceaccount/baremend created",
+        "serviceaccount/baremend-drift-helper created",
+        "role.rbac.authorization.k8s.io/baremend-drift-helper created",
+        "rolebinding.rbac.authorization.k8s.io/baremend-drift-helper created",
+        "clusterrole.rbac.authorization.k8s.io/baremend created",
+        "clusterrole.rbac.authorization.k8s.io/baremend-ext-remediation created",
+        "rolebinding.rbac.authorization.k8s.io/baremend-bmc-credentials created",
+        "role.rbac.authorization.k8s.io/baremend-leader-election created",
+        "configmap/baremend-dashboard created",
+        "service/baremend-metrics created",
+        "serviceaccount/baremend-metrics-reader created",
+        "secret/baremend-metrics-reader-token created",
+        "clusterrole.rbac.authorization.k8s.io/baremend-metrics-reader created",
+        "clusterrolebinding.rbac.authorization.k8s.io/baremend-metrics-reader created",
+        "deployment.apps/baremend created",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/baremend-drift-helpers created",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/baremend-drift-helpers created",
+        "servicemonitor.monitoring.coreos.com/baremend created",
+        "prometheusrule.monitoring.coreos.com/baremend created",
+        "role.rbac.authorization.k8s.io/baremend-prometheus-k8s created",
+        "rolebinding.rbac.authorization.k8s.io/baremend-prometheus-k8s created",
+        "machinehealthcheck.machine.openshift.io/baremend-workers created",
+        "machinehealthcheck.machine.openshift.io/baremend-control-plane created",
+    ] {
+        assert!(out.contains(object), "missing {object:?} in:\n{out}");
+    }
+    assert!(
+        !out.contains("remediationpolicy") && !out.contains("driftpolicy"),
+        "the policies are created apart: {out}"
+    );
+    // Platform monitoring: the namespace is labelled for it.
+    let label = c
+        .ok(
+            &[
+                "get",
+                "namespace",
+                "baremend",
+                "-o",
+                r"jsonpath={.metadata.labels.openshift\.io/cluster-monitoring}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(label.trim(), "true");
+    let policies = root.join("deploy/policies.yaml");
+    let created = c
+        .ok(&["create", "-f", policies.to_str().unwrap()], None)
+        .await;
+    for object in [
+        "remediationpolicy.baremend.io/default created",
+        "driftpolicy.baremend.io/default created",
+    ] {
+        assert!(
+            created.contains(object),
+            "missing {object:?} in:\n{created}"
+        );
+    }
+    // The first day's policies: cluster-scoped, in DryRun and Observe, the rest defaulted by
+    // the schema.
+    for (kind, mode) in [("remediationpolicy", "DryRun"), ("driftpolicy", "Observe")] {
+        let spec = c
+            .ok(
+                &["get", kind, "default", "-o", "jsonpath={.spec.mode}"],
+                None,
+            )
+            .await;
+        assert_eq!(spec.trim(), mode, "{kind}");
+    }
+    // `kubectl get` shows the mode (and whether it is paused) in a column. (The other columns
+    // read fields left to the schema's defaults, which the simulated server does not fill in:
+    // docs/engineering/simulators.md.)
+    let table = c.ok(&["get", "brpol,bdpol"], None).await;
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(
+        rows.iter().any(|r| r.starts_with(&[
+            "remediationpolicy.baremend.io/default",
+            "DryRun",
+            "false"
+        ])),
+        "{table}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with(&["driftpolicy.baremend.io/default", "Observe"])),
+        "{table}"
+    );
+    // Switched to remediate, a second apply (an upgrade) changes nothing, and the policies
+    // cannot be created over.
+    c.ok(
+        &[
+            "patch",
+            "remediationpolicy",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"mode":"Remediate"}}"#,
+        ],
+        None,
+    )
+    .await;
+    let again = c
+        .ok(&["apply", "-k", overlay.to_str().unwrap()], None)
+        .await;
+    assert!(
+        !again.contains("configured") && !again.contains("created"),
+        "{again}"
+    );
+    let (ok, _, err) = c
+        .kubectl(&["create", "-f", policies.to_str().unwrap()], None)
+        .await;
+    assert!(!ok && err.contains("AlreadyExists"), "{err}");
+    let mode = c
+        .ok(
+            &[
+                "get",
+                "remediationpolicy",
+                "default",
+                "-o",
+                "jsonpath={.spec.mode}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(mode.trim(), "Remediate");
+    let replicas = c
+        .ok(
+            &[
+                "get",
+                "deployment",
+                "baremend",
+                "-n",
+                "baremend",
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(replicas.trim(), "2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_every_documented_combination_of_base_and_components() {
+    let root = common::repo_root();
+    let components: Vec<String> = std::fs::read_dir(root.join("deploy/components"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(components.len(), 5, "{components:?}");
+    // The shipped overlay (the README's quick start) and every kustomization the guide shows.
+    let overlay_text =
+        std::fs::read_to_string(root.join("deploy/overlays/openshift/kustomization.yaml")).unwrap();
+    let overlay = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../baremend/deploy/overlays/openshift\n";
+    let mut combinations = vec![("deploy/overlays/openshift".to_string(), overlay.to_string())];
+    for (index, text) in documented_kustomizations().into_iter().enumerate() {
+        combinations.push((
+            format!("docs/guides/install.md kustomization #{}", index + 1),
+            text,
+        ));
+    }
+    assert!(combinations.len() >= 5, "{}", combinations.len());
+    let mut used = std::collections::BTreeSet::new();
+    let mut roles = Vec::new();
+    for (name, text) in &combinations {
+        let c = cluster().await;
+        install_prerequisites(&c).await;
+        let mine = own_kustomization(&c.dir, text);
+        let mine = mine.to_str().unwrap();
+        let rendered = common::yaml_documents(&c.ok(&["kustomize", mine], None).await);
+        check_rendering(name, &rendered);
+        // The components named, and those the OpenShift overlay brings when it is named.
+        let mut named = components_of(text);
+        if text.contains("deploy/overlays/openshift") {
+            named.extend(components_of(&overlay_text));
+        }
+        for component in &named {
+            assert!(components.contains(component), "{name}: {component}");
+        }
+        let exclusive =
+            |a: &str, b: &str| !(named.iter().any(|n| n == a) && named.iter().any(|n| n == b));
+        assert!(
+            exclusive("nodehealthcheck", "machine-api-annotation"),
+            "{name}"
+        );
+        assert!(
+            exclusive("nodehealthcheck", "machine-api-template"),
+            "{name}"
+        );
+        assert!(exclusive("cluster-api", "machine-api-annotation"), "{name}");
+        assert!(exclusive("cluster-api", "machine-api-template"), "{name}");
+        used.extend(named.iter().cloned());
+        // Applied: every object is created, then a second apply changes nothing.
+        let out = c.ok(&["apply", "-k", mine], None).await;
+        assert_eq!(
+            out.matches(" created").count(),
+            rendered.len(),
+            "{name}: {out}"
+        );
+        let again = c.ok(&["apply", "-k", mine], None).await;
+        assert_eq!(
+            again.matches(" unchanged").count(),
+            rendered.len(),
+            "{name}: {again}"
+        );
+        // On Cluster API the controller reads Cluster API's Machines, with the rights to.
+        let args = c
+            .ok(
+                &[
+                    "get",
+                    "deployment",
+                    "baremend",
+                    "-n",
+                    "baremend",
+                    "-o",
+                    "jsonpath={.spec.template.spec.containers[0].args}",
+                ],
+                None,
+            )
+            .await;
+        let cluster_api = named.iter().any(|n| n == "cluster-api");
+        assert_eq!(
+            args.contains("--machine-api=cluster-api"),
+            cluster_api,
+            "{name}: {args}"
+        );
+        let (has_role, _, _) = c
+            .kubectl(&["get", "clusterrole", "baremend-cluster-api"], None)
+            .await;
+        assert_eq!(has_role, cluster_api, "{name}");
+        // Monitoring only where the component is.
+        let (monitored, _, _) = c
+            .kubectl(
+                &["get", "prometheusrule", "baremend", "-n", "baremend"],
+                None,
+            )
+            .await;
+        assert_eq!(monitored, named.iter().any(|n| n == "monitoring"), "{name}");
+        for check in rendered.iter().filter(|d| {
+            d["kind"] == "MachineHealthCheck" && d["apiVersion"] == "machine.openshift.io/v1beta1"
+        }) {
+            let role = check["spec"]["selector"]["matchLabels"]
+                ["machine.openshift.io/cluster-api-machine-role"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            // The control plane one at a time.
+            if role == "master" {
+                assert_eq!(check["spec"]["maxUnhealthy"], 1, "{check}");
+            }
+            roles.push(role);
+        }
+    }
+    // Every component is in some documented combination; workers, infra and the control plane
+    // each have a health check in one.
+    let unused: Vec<&String> = components.iter().filter(|c| !used.contains(*c)).collect();
+    assert!(unused.is_empty(), "never documented: {unused:?}");
+    roles.sort();
+    roles.dedup();
+    assert_eq!(roles, ["infra", "master", "worker"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kustomize_refuses_a_node_health_check_beside_a_custom_machine_health_check() {
+    // A NodeHealthCheck disables itself while any custom MachineHealthCheck exists
+    // (medik8s/node-healthcheck-operator, internal/mhc/checker.go `NeedDisableNHC`): the
+    // components refuse to be built together, in either order, and from the overlay too.
+    let c = cluster().await;
+    let kustomization = |resource: &str, components: &[&str]| {
+        let mut text = format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../baremend/deploy/{resource}\ncomponents:\n"
+        );
+        for component in components {
+            text.push_str(&format!("  - ../baremend/deploy/components/{component}\n"));
+        }
+        text
+    };
+    let refused = [
+        kustomization("base", &["nodehealthcheck", "machine-api-annotation"]),
+        kustomization("base", &["machine-api-annotation", "nodehealthcheck"]),
+        kustomization("base", &["nodehealthcheck", "machine-api-template"]),
+        kustomization("base", &["machine-api-template", "nodehealthcheck"]),
+        kustomization("overlays/openshift", &["nodehealthcheck"]),
+    ];
+    for (index, text) in refused.iter().enumerate() {
+        let mine = own_kustomization(&c.dir.join(format!("refused-{index}")), text);
+        let (ok, _, err) = c
+            .kubectl(&["kustomize", mine.to_str().unwrap()], None)
+            .await;
+        assert!(!ok, "{text}");
+        assert!(
+            err.contains("a-nodehealthcheck-disables-itself-beside-any-custom-machinehealthcheck"),
+            "{text}: {err}"
+        );
+    }
+    // Each alone, and the machine-api ones together, build.
+    for text in [
+        kustomization("base", &["nodehealthcheck"]),
+        kustomization("base", &["machine-api-annotation", "machine-api-template"]),
+    ] {
+        let mine = own_kustomization(&c.dir.join("allowed"), &text);
+        c.ok(&["kustomize", mine.to_str().unwrap()], None).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_every_example_of_the_install_guide() {
+    let c = cluster().await;
+    let root = common::repo_root();
+    install_prerequisites(&c).await;
+    c.ok(&["create", "namespace", "baremend"], None).await;
+    let files = common::yaml_files(&root.join("deploy/examples"));
+    assert!(files.len() >= 3, "{files:?}");
+    let guide = std::fs::read_to_string(root.join("docs/guides/install.md")).unwrap();
+    let mut templates = Vec::new();
+    let mut capi_checks = Vec::new();
+    for file in &files {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            guide.contains(&format!("deploy/examples/{name}")),
+            "docs/guides/install.md does not show {name}"
+        );
+        let documents = common::yaml_documents(&std::fs::read_to_string(file).unwrap());
+        let out = c.ok(&["apply", "-f", file.to_str().unwrap()], None).await;
+        assert_eq!(
+            out.matches(" created").count(),
+            documents.len(),
+            "{name}: {out}"
+        );
+        // A second apply changes nothing.
+        let again = c.ok(&["apply", "-f", file.to_str().unwrap()], None).await;
+        assert_eq!(
+            again.matches(" unchanged").count(),
+            documents.len(),
+            "{again}"
+        );
+        for document in documents {
+            match document["kind"].as_str().unwrap() {
+                "MachineHealthCheck" => capi_checks.push(document),
+                // Our kinds must read as our types (a misspelt field would be dropped).
+                "HostBmc" => {
+                    let host: baremend::api::HostBmc =
+                        serde_json::from_value(document.clone()).unwrap();
+                    assert!(host.spec.ca_bundle_ref.is_some(), "{document}");
+                    assert!(!host.spec.insecure_skip_verify);
+                }
+                "MachineRemediationTemplate" => {
+                    let template: baremend::api::MachineRemediationTemplate =
+                        serde_json::from_value(document.clone()).unwrap();
+                    assert_ne!(
+                        template.spec.template.spec.overrides,
+                        baremend::api::PolicyOverrides::default(),
+                        "{document}"
+                    );
+                    templates.push(template.metadata.name.unwrap_or_default());
+                }
+                _ => {}
+            }
+        }
+    }
+    // The Cluster API health check names a template of ours that the examples define.
+    assert_eq!(capi_checks.len(), 1);
+    for check in &capi_checks {
+        assert_eq!(check["apiVersion"], "cluster.x-k8s.io/v1beta1", "{check}");
+        let template = &check["spec"]["remediationTemplate"];
+        assert_eq!(template["kind"], "MachineRemediationTemplate", "{check}");
+        assert!(
+            templates.iter().any(|t| template["name"] == t.as_str()),
+            "{check}"
+        );
+    }
+}
