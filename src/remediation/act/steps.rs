@@ -11,18 +11,18 @@ use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use tracing::info;
 
-use super::execute;
-use super::fence::{ConfirmedOff, FencedHost};
-use super::gates::Held;
-use super::observe::node_view;
-use super::pass::Pass;
-use super::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
-use super::state::{record_step, set_condition, strategy_label};
 use super::strategy::Withdraw;
 use crate::api::FenceStrategyName;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION};
 use crate::api::{ConditionType, EventReason, RemediationStep};
 use crate::api::{Remediation, RemediationSpec, RemediationStatus};
+use crate::remediation::decide::fence::{ConfirmedOff, FencedHost};
+use crate::remediation::decide::gates::Held;
+use crate::remediation::decide::observe::node_view;
+use crate::remediation::decide::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
+use crate::remediation::decide::state::{record_step, set_condition, strategy_label};
+use crate::remediation::pass::Pass;
+use crate::remediation::world::execute;
 use crate::runtime::clock::rfc3339;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
@@ -40,7 +40,7 @@ fn stop() -> Result<Next> {
 }
 
 /// The Event a step tells once its record is persisted.
-pub(super) struct Tell {
+pub(in crate::remediation) struct Tell {
     severity: Severity,
     reason: EventReason,
     note: String,
@@ -48,7 +48,7 @@ pub(super) struct Tell {
 
 impl Tell {
     /// Progress: a step was taken.
-    pub(super) fn normal(reason: EventReason, note: impl Into<String>) -> Self {
+    pub(in crate::remediation) fn normal(reason: EventReason, note: impl Into<String>) -> Self {
         Tell {
             severity: Severity::Normal,
             reason,
@@ -57,7 +57,7 @@ impl Tell {
     }
 
     /// A step an operator may have to look at.
-    pub(super) fn warning(reason: EventReason, note: impl Into<String>) -> Self {
+    pub(in crate::remediation) fn warning(reason: EventReason, note: impl Into<String>) -> Self {
         Tell {
             severity: Severity::Warning,
             reason,
@@ -69,7 +69,7 @@ impl Tell {
 /// What one step works on: the Remediation (updated by each persist), the status it starts
 /// from, the persisted state the plan read, the proof taken this round (spent by a release),
 /// the Node as cached and the time of the round.
-pub(super) struct Round<'a> {
+pub(in crate::remediation) struct Round<'a> {
     pub remediation: &'a mut Remediation,
     pub status: RemediationStatus,
     pub state: &'a Persisted,
@@ -83,7 +83,7 @@ impl Pass {
     /// if any), the status persisted, then told. A step that acts between its record and its
     /// Event passes no `tell` and calls [`Pass::tell`] after acting: the record always comes
     /// before the act, the Event after it.
-    pub(super) async fn take_step(
+    pub(in crate::remediation) async fn take_step(
         &self,
         remediation: &mut Remediation,
         mut status: RemediationStatus,
@@ -100,13 +100,17 @@ impl Pass {
     }
 
     /// Publishes a step's Event (see [`Pass::take_step`]).
-    pub(super) async fn tell(&self, remediation: &Remediation, tell: Tell) {
+    pub(in crate::remediation) async fn tell(&self, remediation: &Remediation, tell: Tell) {
         self.event(remediation, tell.severity, tell.reason, tell.note)
             .await;
     }
 
     /// Carries `step` out. `None`: go on with the next step at once.
-    pub(super) async fn execute(&self, step: Step, round: Round<'_>) -> Result<Next> {
+    pub(in crate::remediation) async fn execute(
+        &self,
+        step: Step,
+        round: Round<'_>,
+    ) -> Result<Next> {
         // Only the leader acts; checked again right before each write.
         self.context.leadership.ensure()?;
         match step {
@@ -236,7 +240,7 @@ impl Pass {
 
     /// The start's record: `PoweringOff` with the strategy, the driver, the attempt and what
     /// the Node looked like, persisted before any request (a restart finds it and goes on).
-    pub(super) async fn record_power_off(
+    pub(in crate::remediation) async fn record_power_off(
         &self,
         round: Round<'_>,
         strategy: usize,
@@ -263,7 +267,7 @@ impl Pass {
     }
 
     /// The power-off request of a start just recorded, and the Event that tells it.
-    pub(super) async fn act_power_off(
+    pub(in crate::remediation) async fn act_power_off(
         &self,
         remediation: &mut Remediation,
         name: FenceStrategyName,
@@ -580,7 +584,7 @@ impl Pass {
 
     /// Creates the subject's Remediation number `number`, owned by the Machine (or by the
     /// `HostBmc` of a Node without one).
-    pub(super) async fn start(&self, number: usize) -> Result<Remediation> {
+    pub(in crate::remediation) async fn start(&self, number: usize) -> Result<Remediation> {
         let (host, unusable) = match self.machine_json() {
             Some(json) => match self.host_of_machine(&json).await? {
                 Ok(host) => (host, None),
@@ -793,7 +797,7 @@ impl Pass {
     }
 
     /// Deletes the Machine so that its MachineSet replaces it, where that is safe: see
-    /// [`super::observe::reprovisionable`].
+    /// [`crate::remediation::decide::observe::reprovisionable`].
     async fn delete_machine(&self, remediation: &mut Remediation) -> Result<()> {
         let host = self
             .host(remediation)
@@ -802,7 +806,9 @@ impl Pass {
         let Some(machine) = self.subject.machine() else {
             return Ok(());
         };
-        if let Err(why) = super::observe::reprovisionable(&machine.metadata, host.as_ref()) {
+        if let Err(why) =
+            crate::remediation::decide::observe::reprovisionable(&machine.metadata, host.as_ref())
+        {
             self.event(
                 remediation,
                 Severity::Normal,

@@ -13,20 +13,20 @@ use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::Value;
 
-use super::bmc_trust::{Reader, Transport, transport};
-use super::fence::{
-    BareMetalHostView, ConfirmedOff, FenceTarget, FencedHost, NodeIdentity, NotFenced,
-};
-use super::metered::Metered;
-use super::observe::{
-    self, BmcRef, BmcTls, CaBundle, HostRef, bare_metal_host_bmc, bare_metal_host_view,
-};
-use super::pass::Pass;
-use super::plan::{Persisted, Phase};
 use crate::api::annotations::{BMH_DETACHED, REBOOT_PREFIX};
 use crate::api::slim;
 use crate::api::{CaBundleKind, CaBundleRef, FenceStrategyName, HostBmc, Remediation};
 use crate::metrics::power::HostSeries;
+use crate::remediation::decide::bmc_trust::{Reader, Transport, transport};
+use crate::remediation::decide::fence::{
+    BareMetalHostView, ConfirmedOff, FenceTarget, FencedHost, NodeIdentity, NotFenced,
+};
+use crate::remediation::decide::observe::{
+    self, BmcRef, BmcTls, CaBundle, HostRef, bare_metal_host_bmc, bare_metal_host_view,
+};
+use crate::remediation::decide::plan::{Persisted, Phase};
+use crate::remediation::pass::Pass;
+use crate::remediation::world::metered::Metered;
 use crate::runtime::clock::since_epoch;
 use crate::{Error, Result};
 
@@ -190,25 +190,25 @@ pub fn bmc_series(machine: String, node: Option<String>, address: &BmcAddress) -
     }
 }
 
-pub(super) struct DirectBmc {
-    pub(super) driver: Arc<dyn PowerDriver>,
+pub(in crate::remediation) struct DirectBmc {
+    pub(in crate::remediation) driver: Arc<dyn PowerDriver>,
     /// The address, without credentials.
-    pub(super) address: String,
+    pub(in crate::remediation) address: String,
     /// The system path the address names, if any.
-    pub(super) system: Option<String>,
+    pub(in crate::remediation) system: Option<String>,
     /// The host's power-state series.
-    pub(super) series: HostSeries,
+    pub(in crate::remediation) series: HostSeries,
     /// The Secret holding its credentials.
-    pub(super) credentials_name: String,
+    pub(in crate::remediation) credentials_name: String,
     /// Whether someone on the path could forge its answers.
-    pub(super) transport: Transport,
+    pub(in crate::remediation) transport: Transport,
 }
 
 impl Pass {
     /// What the remediation means to fence with `strategy`: the host it names and the Node
     /// the proof may release (by the UID recorded at the power-off request, else the cached
     /// Node's).
-    pub(super) fn fence_target(
+    pub(in crate::remediation) fn fence_target(
         &self,
         remediation: &Remediation,
         strategy: FenceStrategyName,
@@ -232,7 +232,7 @@ impl Pass {
     }
 
     /// The BareMetalHost the target names, read from the API server now.
-    pub(super) async fn fresh_host_view(
+    pub(in crate::remediation) async fn fresh_host_view(
         &self,
         target: &FenceTarget,
     ) -> std::result::Result<BareMetalHostView, NotFenced> {
@@ -262,7 +262,7 @@ impl Pass {
     }
 
     /// Where the BMC for direct fencing is (see [`locate_bmc`]).
-    pub(super) fn locate_direct_bmc(
+    pub(in crate::remediation) fn locate_direct_bmc(
         &self,
         remediation: &Remediation,
     ) -> std::result::Result<BmcRef, NoBmc> {
@@ -270,8 +270,10 @@ impl Pass {
         // A Node subject's BMC is its own HostBmc's, never another naming the Node (one that
         // appeared mid-cycle contests it, it does not replace it).
         let mappings = match &self.subject {
-            super::subject::Subject::Node(mapping) => vec![mapping.clone()],
-            super::subject::Subject::Machine(_) => self.context.host_bmcs.state(),
+            crate::remediation::pass::subject::Subject::Node(mapping) => vec![mapping.clone()],
+            crate::remediation::pass::subject::Subject::Machine(_) => {
+                self.context.host_bmcs.state()
+            }
         };
         locate_bmc(
             &mappings,
@@ -285,7 +287,10 @@ impl Pass {
     /// The BMC for direct fencing: from a `HostBmc` naming the Machine or Node, else from an
     /// unmanaged (detached) BareMetalHost. A managed host is refused: its operator would power
     /// it back on.
-    pub(super) async fn direct_bmc(&self, remediation: &Remediation) -> Result<DirectBmc> {
+    pub(in crate::remediation) async fn direct_bmc(
+        &self,
+        remediation: &Remediation,
+    ) -> Result<DirectBmc> {
         let invalid = |reason: String| Error::Invalid {
             object: format!("Machine {}/{}", self.namespace, self.name),
             reason,
@@ -333,7 +338,10 @@ impl Pass {
     /// (or `unknown` when it failed) goes to the host's power-state series: the monitor
     /// leaves a host under remediation to these reads, so its series stays current while
     /// operators look at it most.
-    pub(super) async fn read_power(&self, bmc: &DirectBmc) -> baremend_drivers::Result<PowerState> {
+    pub(in crate::remediation) async fn read_power(
+        &self,
+        bmc: &DirectBmc,
+    ) -> baremend_drivers::Result<PowerState> {
         let read = bmc.driver.power_state().await;
         if self.context.power_monitored {
             let metrics = &self.context.metrics.power;
@@ -345,7 +353,11 @@ impl Pass {
 
     /// A Warning when the BMC accepted only the previous password of its Secret: the rotation
     /// is half done, and the previous password must stay until the BMC has the new one.
-    pub(super) async fn note_previous_password(&self, remediation: &Remediation, bmc: &DirectBmc) {
+    pub(in crate::remediation) async fn note_previous_password(
+        &self,
+        remediation: &Remediation,
+        bmc: &DirectBmc,
+    ) {
         if bmc.driver.credential_used() != Some(CredentialUsed::Previous) {
             return;
         }
@@ -367,17 +379,17 @@ impl Pass {
     }
 
     /// The key of this Machine's cached BMC driver.
-    pub(super) fn machine_key(&self) -> String {
+    pub(in crate::remediation) fn machine_key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
 
-    pub(super) fn reboot_annotation(&self) -> String {
+    pub(in crate::remediation) fn reboot_annotation(&self) -> String {
         format!("{REBOOT_PREFIX}{}", self.policy.reboot_key)
     }
 
     /// The strategies this remediation may have asked: the policy's up to the one in use (all
     /// of them when the policy no longer names it), and the one in use.
-    pub(super) fn strategies_asked(
+    pub(in crate::remediation) fn strategies_asked(
         &self,
         remediation: &Remediation,
         state: &Persisted,
@@ -400,7 +412,7 @@ const PROOF_REUSE: Duration = Duration::from_secs(1);
 
 impl Pass {
     /// Keeps a BMC proof this pass took and did not spend, for the release a moment later.
-    pub(super) fn remember_bmc_proof(&self, confirmed: ConfirmedOff) {
+    pub(in crate::remediation) fn remember_bmc_proof(&self, confirmed: ConfirmedOff) {
         // Only BMC reads are kept: a BareMetalHost is read again for the release.
         if !matches!(confirmed.host(), FencedHost::Bmc { .. }) {
             return;
@@ -417,7 +429,10 @@ impl Pass {
     /// reader may have read it in the meantime). Reading the BMC twice more for the release,
     /// milliseconds after two reads proved it off, would only load a fragile BMC; anything
     /// older (a later pass, a restart) is read again. The proof is taken out: it is spent once.
-    pub(super) fn recent_bmc_proof(&self, target: &FenceTarget) -> Option<ConfirmedOff> {
+    pub(in crate::remediation) fn recent_bmc_proof(
+        &self,
+        target: &FenceTarget,
+    ) -> Option<ConfirmedOff> {
         let now = since_epoch(self.context.clock.now());
         let (confirmed, at) = self
             .recent_proof
@@ -441,7 +456,7 @@ impl Pass {
 
     /// The proof, or why not, from fresh evidence: taken while fencing and before the release,
     /// not in the phases between or after.
-    pub(super) async fn proof_for(
+    pub(in crate::remediation) async fn proof_for(
         &self,
         remediation: &Remediation,
         phase: Phase,

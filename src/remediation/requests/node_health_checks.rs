@@ -28,8 +28,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use super::context::Context;
 use crate::api::{Condition, ConditionType, NodeRemediationTemplate};
+use crate::remediation::pass::context::Context;
 use crate::runtime::conditions::upsert_condition;
 use crate::runtime::events::{Severity, publish};
 use crate::{Error, Result};

@@ -1,4 +1,4 @@
-//! The I/O edge of [`super::trust`]: the NodeHealthChecks read from the API server, the
+//! The I/O edge of [`crate::remediation::pass::trust`]: the NodeHealthChecks read from the API server, the
 //! verdict on each request a pass meets, and the refusal told where its author looks (an
 //! `Accepted=False` condition and a Warning Event on the request, a metric).
 //!
@@ -18,16 +18,16 @@ use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 
-use super::context::Context;
-use super::pass::Pass;
-use super::trust::{
-    HEALTH_CHECK_KIND, Refusal, RequestOrigin, health_check, narrow, node_request_origin,
-    request_namespaces,
-};
 use crate::api::annotations::TEMPLATE_NAME;
 use crate::api::{
     Condition, ConditionType, MachineRemediation, NodeRemediation, RemediationPolicySpec,
     RequestStatus,
+};
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::Context;
+use crate::remediation::pass::trust::{
+    HEALTH_CHECK_KIND, Refusal, RequestOrigin, health_check, narrow, node_request_origin,
+    request_namespaces,
 };
 use crate::runtime::conditions::upsert_condition;
 use crate::runtime::events::Severity;
@@ -181,7 +181,7 @@ pub fn accepted_status(
 impl Pass {
     /// Tells every request of the subject its standing when it changed (see
     /// [`tell_standing`]).
-    pub(super) async fn tell_request_standing(&self) -> Result<()> {
+    pub(in crate::remediation) async fn tell_request_standing(&self) -> Result<()> {
         let policy = self.context.policy();
         for request in self.node_requests_of_subject() {
             let verdict = self.context.node_request_verdict(&request, &policy);
@@ -196,7 +196,7 @@ impl Pass {
 }
 
 /// An object that is told its standing: a namespaced kind of ours with a status.
-pub(super) trait Standing:
+pub(in crate::remediation) trait Standing:
     Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
     + Clone
     + serde::de::DeserializeOwned
@@ -235,7 +235,7 @@ where
 /// Tells `object` (a request or a `HostBmc`, whose status conditions are `conditions`) its
 /// standing when it changed: `Accepted=False` with the reason, a Warning Event saying it and
 /// `consequence`, and the count, for a refusal; `Accepted=True` over an earlier refusal.
-pub(super) async fn tell_standing<K>(
+pub(in crate::remediation) async fn tell_standing<K>(
     context: &Context,
     object: &K,
     (conditions, refusal, consequence): (&[Condition], Option<&Refusal>, &str),

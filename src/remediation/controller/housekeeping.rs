@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use kube::{Resource, ResourceExt};
 
-use super::execute;
-use super::pass::{Pass, attempt_number};
-use super::plan::Phase;
-use super::state::created_at;
 use crate::Result;
 use crate::api::annotations::{RETRIED_BY, RETRY};
 use crate::api::{EventReason, Remediation, RemediationStatus, RemediationStep};
+use crate::remediation::decide::plan::Phase;
+use crate::remediation::decide::state::created_at;
+use crate::remediation::pass::{Pass, attempt_number};
+use crate::remediation::world::execute;
 use crate::runtime::clock::parse_rfc3339;
 use crate::runtime::delete::delete_each;
 use crate::runtime::events::Severity;
@@ -27,7 +27,7 @@ const PRUNE_BOUND: usize = 10;
 impl Pass {
     /// Deletes the finished Remediations retention lets go (UID precondition, leadership
     /// checked before each), and tells it once in an Event on the Machine.
-    pub(super) async fn prune(&self, existing: &[Arc<Remediation>]) -> Result<()> {
+    pub(in crate::remediation) async fn prune(&self, existing: &[Arc<Remediation>]) -> Result<()> {
         let records: Vec<Record<usize>> = existing
             .iter()
             .enumerate()
@@ -71,7 +71,7 @@ impl Pass {
     }
 
     /// Tells, with a Warning, that a retry annotation was not understood.
-    pub(super) async fn refuse_retry(&self, failed: &Remediation, value: &str) {
+    pub(in crate::remediation) async fn refuse_retry(&self, failed: &Remediation, value: &str) {
         let note =
             format!("{RETRY} is {value:?}: only \"true\" asks for a retry, so nothing is done");
         self.event(failed, Severity::Warning, EventReason::RetryIgnored, note)
@@ -82,7 +82,7 @@ impl Pass {
     /// the trigger is confirmed on a fresh read first, the failed one is marked (its new
     /// attempt's name) before the new one is created, and the new one is `Pending` — every
     /// start gate still decides. `None`: the trigger is gone, there is nothing to retry.
-    pub(super) async fn retry_failed(
+    pub(in crate::remediation) async fn retry_failed(
         &self,
         failed: &Remediation,
         existing: &[Arc<Remediation>],
@@ -141,7 +141,7 @@ impl Pass {
 
 /// The number of the Machine's next Remediation: one past the highest, so that a pruned
 /// older one never frees a name a newer one still holds.
-pub(super) fn next_number(existing: &[Arc<Remediation>], machine: &str) -> usize {
+pub(in crate::remediation) fn next_number(existing: &[Arc<Remediation>], machine: &str) -> usize {
     let highest = existing
         .iter()
         .map(|r| attempt_number(&r.name_any(), machine))

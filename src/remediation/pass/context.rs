@@ -13,10 +13,6 @@ use kube::api::ApiResource;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
-use super::bmc_cache::DriverCache;
-use super::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
-use super::gates::Launched;
-use super::witnessed::Witness;
 use crate::api::slim;
 use crate::api::{
     HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy,
@@ -25,6 +21,10 @@ use crate::api::{
 use crate::drift::helper::HelperPods;
 use crate::leader::Leadership;
 use crate::metrics::{GATES, Metrics, PolicyKind};
+use crate::remediation::decide::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
+use crate::remediation::decide::gates::Launched;
+use crate::remediation::world::bmc_cache::DriverCache;
+use crate::remediation::world::witnessed::Witness;
 use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::conditions::held_by;
 use crate::runtime::informer::{is_ready, policy_object};

@@ -9,6 +9,10 @@
 //! `PermanentNodeDeletionExpected`). Caveats: the conditions' times are those of the status
 //! change baremend saw, not of the step.
 
+pub(super) mod admission;
+pub mod node_health_checks;
+pub mod trigger;
+
 use std::time::SystemTime;
 
 use kube::ResourceExt;

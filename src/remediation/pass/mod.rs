@@ -3,6 +3,10 @@
 //! concerns, the APIs it writes, persisting a status (the step first, then the act) and
 //! telling it (Events on the Machine, or the Node, and its Remediation).
 
+pub mod context;
+pub mod subject;
+pub mod trust;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,16 +16,16 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::context::Context;
-use super::fence::{ConfirmedOff, HostRef};
-use super::plan::PlanPolicy;
-use super::state::{created_at, set_condition, strategy_in_status};
-use super::subject::{Subject, machineless_strategies};
+use self::context::Context;
+use self::subject::{Subject, machineless_strategies};
 use crate::api::slim;
 use crate::api::{
     ConditionType, EventReason, FenceStrategyName, Remediation, RemediationPolicySpec,
     RemediationStatus,
 };
+use crate::remediation::decide::fence::{ConfirmedOff, HostRef};
+use crate::remediation::decide::plan::PlanPolicy;
+use crate::remediation::decide::state::{created_at, set_condition, strategy_in_status};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
@@ -129,7 +133,10 @@ impl Pass {
         let Some(machines) = self.machines_api() else {
             return Ok(());
         };
-        super::execute::set_annotation(&machines, &self.name, key, value, action).await
+        crate::remediation::world::execute::set_annotation(
+            &machines, &self.name, key, value, action,
+        )
+        .await
     }
 
     /// The Machine's annotations, read from the API server now (None: the Machine is gone, or

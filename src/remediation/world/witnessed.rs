@@ -9,7 +9,7 @@ use baremend_drivers::{
     CredentialUsed, PowerDriver, PowerOffMode, PowerState, ProbeReport, Result,
 };
 
-use super::bmc_trust::{BmcLedger, Reader, Reading, Request};
+use crate::remediation::decide::bmc_trust::{BmcLedger, Reader, Reading, Request};
 use crate::runtime::clock::{Clock, since_epoch};
 
 /// The ledger and the clock readings are stamped with.

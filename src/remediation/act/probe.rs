@@ -2,7 +2,7 @@
 //! readiness check (the controller's and `baremend check`'s): the reboot API's is a read of
 //! the BareMetalHost and of its credentials Secret's version; a BMC's is a login, a read of
 //! the system and its advertised reset types, then the session closed. Neither ever asks for
-//! a power change. The verdicts are decided in [`super::readiness`].
+//! a power change. The verdicts are decided in [`crate::remediation::decide::readiness`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,16 +13,16 @@ use kube::Client;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
-use super::bmc_trust::{Reader, Transport, transport};
-use super::context::host_resource;
-use super::metered::Metered;
-use super::observe::{BmcRef, HostRef, bare_metal_host_view};
 use super::power::{NoBmc, bmc_driver_config, driver_kind};
-use super::readiness::{
+use crate::metrics::power::PowerMetrics;
+use crate::remediation::decide::bmc_trust::{Reader, Transport, transport};
+use crate::remediation::decide::observe::{BmcRef, HostRef, bare_metal_host_view};
+use crate::remediation::decide::readiness::{
     FencingPath, GoodCredentials, HostFacts, Reason, Refusal, Verdict, bmc_answer, host_answer,
 };
-use super::witnessed::Witness;
-use crate::metrics::power::PowerMetrics;
+use crate::remediation::pass::context::host_resource;
+use crate::remediation::world::metered::Metered;
+use crate::remediation::world::witnessed::Witness;
 use crate::runtime::clock::since_epoch;
 
 /// The reboot API's probe of `host`: the BareMetalHost and its credentials Secret read now.

@@ -20,20 +20,22 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 
-use super::context::Context;
 use super::monitor::{offset, under_remediation};
-use super::observe::{BmcRef, HostRef, machine_host, machine_is_control_plane};
-use super::power::{NoBmc, locate_bmc};
-use super::probe::{ProbeSite, ProbeTerms, ProbeWith};
-use super::readiness::{Readiness, Reason, decide};
-use super::strategy::strategy;
-use super::subject::{
-    machine_nodes, machineless_strategies, node_is_control_plane, node_reference,
-};
-use super::trust::machineless_claims;
 use crate::api::slim;
 use crate::api::{FenceStrategyName, HostBmc, Remediation, RemediationPolicySpec};
 use crate::metrics::fencing::FencingLabels;
+use crate::remediation::act::power::{NoBmc, locate_bmc};
+use crate::remediation::act::probe::{ProbeSite, ProbeTerms, ProbeWith};
+use crate::remediation::act::strategy::strategy;
+use crate::remediation::decide::observe::{
+    BmcRef, HostRef, machine_host, machine_is_control_plane,
+};
+use crate::remediation::decide::readiness::{Readiness, Reason, decide};
+use crate::remediation::pass::context::Context;
+use crate::remediation::pass::subject::{
+    machine_nodes, machineless_strategies, node_is_control_plane, node_reference,
+};
+use crate::remediation::pass::trust::machineless_claims;
 use crate::runtime::events::{Severity, publish_action};
 
 /// Checks in flight at once, over all Machines.
@@ -369,7 +371,9 @@ async fn round(
     let resolved = match context.machine_api {
         slim::MachineApi::OpenShift => None,
         slim::MachineApi::ClusterApi => {
-            match super::capi::hosts_of_machines(&context.client, &machines).await {
+            match crate::remediation::evidence::capi::hosts_of_machines(&context.client, &machines)
+                .await
+            {
                 Ok(resolved) => Some(resolved),
                 Err(error) => {
                     // Nothing is known this round; the readiness shown stays as it was.
@@ -432,7 +436,7 @@ async fn round(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remediation::readiness::FencingPath;
+    use crate::remediation::decide::readiness::FencingPath;
 
     fn ready() -> Readiness {
         Readiness::Ready {

@@ -17,11 +17,11 @@ use std::collections::HashMap;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 
-use super::gates::Held;
-use super::observe::{HostRef, Unusable, machine_host};
-use super::pass::Pass;
-use super::trust::host_consumed_by;
 use crate::api::slim::{self, MachineApi};
+use crate::remediation::decide::gates::Held;
+use crate::remediation::decide::observe::{HostRef, Unusable, machine_host};
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::trust::host_consumed_by;
 use crate::{Error, Result};
 
 /// The kind a Cluster API Machine names for bare metal.
@@ -38,7 +38,7 @@ pub fn metal3_machine_resource() -> ApiResource {
 impl Pass {
     /// The BareMetalHost of the Machine: from the Machine itself (OpenShift), or through its
     /// Metal3Machine (Cluster API). `Ok(Ok(None))`: it names none.
-    pub(super) async fn host_of_machine(
+    pub(in crate::remediation) async fn host_of_machine(
         &self,
         machine_json: &serde_json::Value,
     ) -> Result<std::result::Result<Option<HostRef>, Unusable>> {
@@ -143,7 +143,7 @@ impl Pass {
     /// namespace, and the host recorded at the start in that namespace with a
     /// `spec.consumerRef` naming that Metal3Machine, read from the API server now. Other
     /// Machine APIs and Machines naming no Metal3Machine pass.
-    pub(super) async fn host_owner_gate(
+    pub(in crate::remediation) async fn host_owner_gate(
         &self,
         remediation: &crate::api::Remediation,
     ) -> Result<std::result::Result<(), Held>> {

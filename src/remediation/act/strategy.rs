@@ -14,21 +14,23 @@ use baremend_drivers::{PowerOffMode, PowerState};
 use kube::api::Api;
 use serde_json::Value;
 
-use super::context::host_resource;
-use super::execute;
-use super::fence::{ConfirmedOff, FenceTarget, NotFenced, PowerEvidence, confirm_powered_off};
-use super::observe::bare_metal_host_view;
-use super::pass::Pass;
-use super::plan::Persisted;
 use super::probe::{ProbeSite, ProbeWith, no_bmc, probe_bmc, probe_host};
-use super::readiness::{Reason, Refusal, Verdict};
 use crate::Result;
 use crate::api::{FenceStrategyName, Remediation};
+use crate::remediation::decide::fence::{
+    ConfirmedOff, FenceTarget, NotFenced, PowerEvidence, confirm_powered_off,
+};
+use crate::remediation::decide::observe::bare_metal_host_view;
+use crate::remediation::decide::plan::Persisted;
+use crate::remediation::decide::readiness::{Reason, Refusal, Verdict};
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::host_resource;
+use crate::remediation::world::execute;
 use crate::runtime::clock::since_epoch;
 
 /// Which power-off requests to withdraw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Withdraw {
+pub(in crate::remediation) enum Withdraw {
     /// All: reboot-API annotations removed and BMCs told to power on.
     Everything,
     /// Only the reboot-API annotations (the Node is back: its host is on, no BMC to ask).
@@ -41,7 +43,7 @@ const BMC_PROOF_READS: usize = 2;
 /// One way to fence a host. The pass's own readers and writers (`power`) do the I/O; an
 /// implementation says which of them its strategy uses, and how.
 #[async_trait]
-pub(super) trait FenceStrategy: Send + Sync {
+pub(in crate::remediation) trait FenceStrategy: Send + Sync {
     /// The driver it uses, as status shows it (`bmh-reboot-api`, `redfish`, `ipmi`, or
     /// `unavailable`).
     async fn driver(&self, pass: &Pass, remediation: &Remediation) -> String;
@@ -76,7 +78,7 @@ pub(super) trait FenceStrategy: Send + Sync {
 
 /// The one table: the implementation of each strategy the policy may name (a match, so a
 /// strategy without one does not compile).
-pub(super) fn strategy(name: FenceStrategyName) -> &'static dyn FenceStrategy {
+pub(in crate::remediation) fn strategy(name: FenceStrategyName) -> &'static dyn FenceStrategy {
     match name {
         FenceStrategyName::BareMetalHostRebootApi => &RebootApiStrategy,
         FenceStrategyName::DirectBmc => &DirectBmcStrategy,
@@ -288,7 +290,7 @@ impl FenceStrategy for DirectBmcStrategy {
 
 impl Pass {
     /// Fresh evidence for `target` from its strategy, made into a proof or the reason why not.
-    pub(super) async fn take_proof(
+    pub(in crate::remediation) async fn take_proof(
         &self,
         remediation: &Remediation,
         target: &FenceTarget,
@@ -300,7 +302,7 @@ impl Pass {
     }
 
     /// Asks `name` for the host's power off (`off`) or back on.
-    pub(super) async fn request_power(
+    pub(in crate::remediation) async fn request_power(
         &self,
         remediation: &Remediation,
         name: FenceStrategyName,
@@ -310,7 +312,7 @@ impl Pass {
     }
 
     /// Withdraws every power-off request this remediation made, so the host comes back on.
-    pub(super) async fn withdraw_all(
+    pub(in crate::remediation) async fn withdraw_all(
         &self,
         remediation: &Remediation,
         state: &Persisted,
@@ -323,7 +325,7 @@ impl Pass {
     }
 
     /// Re-makes a power request of the strategy in use that a crash may have lost.
-    pub(super) async fn ensure_request(
+    pub(in crate::remediation) async fn ensure_request(
         &self,
         remediation: &mut Remediation,
         state: &Persisted,
@@ -335,7 +337,7 @@ impl Pass {
     }
 
     /// The driver `name` uses for this remediation, as status shows it.
-    pub(super) async fn driver_name(
+    pub(in crate::remediation) async fn driver_name(
         &self,
         remediation: &Remediation,
         name: FenceStrategyName,

@@ -21,16 +21,16 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
 use tracing::{Instrument, warn};
 
-use super::context::Context;
-use super::pass::Pass;
-use super::state::unblocked_by;
-use super::subject::{Subject, machineless_node};
-use super::trust::{Refusal, machineless_claims};
 use crate::api::{HostBmc, NodeRemediation, Remediation, RemediationPolicy};
+use crate::remediation::decide::state::unblocked_by;
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::Context;
+use crate::remediation::pass::subject::{Subject, machineless_node};
+use crate::remediation::pass::trust::{Refusal, machineless_claims};
 use crate::{Error, Result};
 
 /// What wakes the controller: its share of the Machine controller's watches.
-pub(super) struct Feeds {
+pub(in crate::remediation) struct Feeds {
     /// The `HostBmc`s, its subjects.
     pub host_bmcs: (Store<HostBmc>, ReflectHandle<HostBmc>),
     /// The `HostBmc`s' changes again: each wakes the others naming its Node.
@@ -53,7 +53,7 @@ const PASSES_AT_ONCE: u16 = 8;
 const REFUSED_RECHECK: Duration = Duration::from_secs(5);
 
 /// Runs the controller until `shutdown` resolves.
-pub(super) async fn run(
+pub(in crate::remediation) async fn run(
     context: Arc<Context>,
     feeds: Feeds,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -65,7 +65,9 @@ pub(super) async fn run(
     };
     let of_request = {
         let of_node = of_node.clone();
-        move |request: Arc<NodeRemediation>| of_node(&super::requests::node_of_request(&request))
+        move |request: Arc<NodeRemediation>| {
+            of_node(&crate::remediation::requests::node_of_request(&request))
+        }
     };
     // A Node's own annotations do not say whether it has a Machine (its kubelet may write
     // them): the pass checks the Machines' `status.nodeRef` (`node_has_machine`).
@@ -169,7 +171,7 @@ async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Actio
             standing.as_ref(),
             consequence,
         );
-        super::admission::tell_standing(&context, &*other, told).await?;
+        crate::remediation::requests::admission::tell_standing(&context, &*other, told).await?;
         if ObjectRef::from_obj(&*other) == ObjectRef::from_obj(&*mapping) {
             refusal = standing;
         }
@@ -235,7 +237,7 @@ fn error_policy(mapping: Arc<HostBmc>, error: &Error, context: Arc<Context>) -> 
             .nodes
             .get(&ObjectRef::new(node))
             .and_then(|n| n.uid());
-        let target = super::subject::node_reference(node, uid);
+        let target = crate::remediation::pass::subject::node_reference(node, uid);
         crate::runtime::events::report_failed_pass(&context.recorder, target, error);
     }
     let base = context.poll.max(Duration::from_secs(1));

@@ -9,18 +9,18 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 
-use super::execute;
-use super::gates::{
-    ForeignEvidence, ForeignKind, ForeignObject, Held, Target, foreign_remediation,
-    reboot_key_owner,
-};
-use super::observe::{foreign_object, legacy_marks, reboot_keys};
-use super::pass::Pass;
-use super::state::set_condition;
 use crate::api::annotations::{LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS_BACKUP};
 use crate::api::{
     ConditionType, EventReason, HostRef, NodeBackup, Remediation, RemediationPhase, slim,
 };
+use crate::remediation::decide::gates::{
+    ForeignEvidence, ForeignKind, ForeignObject, Held, Target, foreign_remediation,
+    reboot_key_owner,
+};
+use crate::remediation::decide::observe::{foreign_object, legacy_marks, reboot_keys};
+use crate::remediation::decide::state::set_condition;
+use crate::remediation::pass::Pass;
+use crate::remediation::world::execute;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
@@ -28,7 +28,7 @@ impl Pass {
     /// The `ForeignRemediation` gate, on evidence read now: the Machine, its BareMetalHost,
     /// and the other projects' remediation objects of the kinds the API server serves.
     /// `ours`: every Remediation, read fresh for the other gates.
-    pub(super) async fn foreign_gate(
+    pub(in crate::remediation) async fn foreign_gate(
         &self,
         remediation: &Remediation,
         ours: &[Arc<Remediation>],
@@ -121,7 +121,10 @@ impl Pass {
     /// cannot come back. Named in the `PowerOnBlocked` condition and a Warning Event when
     /// found or changed, and the condition turned False once it is gone; a `NodeNeverReady`
     /// failure repeats it. Read from the cached host: it only tells, never acts.
-    pub(super) async fn note_kept_off(&self, remediation: &mut Remediation) -> Result<()> {
+    pub(in crate::remediation) async fn note_kept_off(
+        &self,
+        remediation: &mut Remediation,
+    ) -> Result<()> {
         let Some((host_ref, Some(host))) = self.host(remediation) else {
             return Ok(());
         };
@@ -170,7 +173,10 @@ impl Pass {
 
     /// The legacy actuator's Node backup on this Machine, if any; a malformed one is told
     /// (Warning Event) and left in place.
-    pub(super) async fn legacy_backup(&self, remediation: &Remediation) -> Option<NodeBackup> {
+    pub(in crate::remediation) async fn legacy_backup(
+        &self,
+        remediation: &Remediation,
+    ) -> Option<NodeBackup> {
         let annotations = self.subject.machine_annotations()?;
         match execute::legacy_backup(annotations) {
             Ok(backup) => backup,
@@ -188,7 +194,7 @@ impl Pass {
     }
 
     /// Adds the legacy actuator's backup to ours (ours, newer, wins a key both have).
-    pub(super) async fn adopt_legacy_backup(
+    pub(in crate::remediation) async fn adopt_legacy_backup(
         &self,
         remediation: &Remediation,
         backup: &mut NodeBackup,
@@ -200,7 +206,7 @@ impl Pass {
 
     /// After a restore: the legacy actuator's backup is on the Node again, so it leaves the
     /// Machine (an unreadable one stays, for an operator to read).
-    pub(super) async fn drop_legacy_backup(&self) -> Result<()> {
+    pub(in crate::remediation) async fn drop_legacy_backup(&self) -> Result<()> {
         let Some(annotations) = self.subject.machine_annotations() else {
             return Ok(());
         };
@@ -216,7 +222,7 @@ impl Pass {
 
     /// Removes the legacy actuator's finalizer from the Node about to be released, telling
     /// it: the deletion would otherwise never finish.
-    pub(super) async fn release_legacy_finalizer(
+    pub(in crate::remediation) async fn release_legacy_finalizer(
         &self,
         remediation: &Remediation,
         node: &Node,

@@ -23,16 +23,14 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 
 use super::admission::Verdict;
-use super::pass::Pass;
-use super::requests::{
-    RequestView, machine_request, node_of_request, node_request, request_status,
-};
-use super::trust::narrow;
+use super::{RequestView, machine_request, node_of_request, node_request, request_status};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{
     MachineRemediation, NodeRemediation, Remediation, RemediationPolicySpec, TriggerKind,
     TriggerRef,
 };
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::trust::narrow;
 use crate::{Error, Result};
 
 /// The trigger a Machine carries now: its request if there is one it may act on (it has a
@@ -76,7 +74,7 @@ pub fn answered(
             (&t.kind, &t.name, &t.namespace) == (&trigger.kind, &trigger.name, &trigger.namespace)
         });
         let existed = created
-            .zip(super::state::created_at(r))
+            .zip(crate::remediation::decide::state::created_at(r))
             .is_some_and(|(request, remediation)| request <= remediation);
         existed && !made_again
     })
@@ -100,7 +98,7 @@ impl Pass {
     /// The Machine's request in the cache, not being deleted: a `MachineRemediation` of its
     /// name and namespace, else a `NodeRemediation` named after its Node (one not timed out
     /// first).
-    pub(super) fn cached_request(&self) -> Option<RequestView> {
+    pub(in crate::remediation) fn cached_request(&self) -> Option<RequestView> {
         self.cached_requests().into_iter().next()
     }
 
@@ -137,7 +135,9 @@ impl Pass {
     /// The `MachineRemediation` of the subject's name in its namespace, in the cache, not
     /// being deleted, whatever baremend makes of it (a Node subject has no Machine one could
     /// be named after).
-    pub(super) fn machine_request_of_subject(&self) -> Option<Arc<MachineRemediation>> {
+    pub(in crate::remediation) fn machine_request_of_subject(
+        &self,
+    ) -> Option<Arc<MachineRemediation>> {
         self.subject.machine()?;
         self.context
             .machine_requests
@@ -147,7 +147,7 @@ impl Pass {
 
     /// The `NodeRemediation`s naming the subject's Node, in the cache, not being deleted,
     /// whatever baremend makes of them.
-    pub(super) fn node_requests_of_subject(&self) -> Vec<Arc<NodeRemediation>> {
+    pub(in crate::remediation) fn node_requests_of_subject(&self) -> Vec<Arc<NodeRemediation>> {
         let Some(node) = self.subject_node() else {
             return Vec::new();
         };
@@ -160,13 +160,13 @@ impl Pass {
     }
 
     /// The trigger the Machine carries in the cache.
-    pub(super) fn cached_trigger(&self) -> Option<TriggerRef> {
+    pub(in crate::remediation) fn cached_trigger(&self) -> Option<TriggerRef> {
         trigger_of(self.annotated(), self.cached_request().as_ref())
     }
 
     /// The trigger the Machine carries in the cache that none of its `remediations` answered
     /// yet (see [`answered`]).
-    pub(super) fn unanswered_trigger(
+    pub(in crate::remediation) fn unanswered_trigger(
         &self,
         remediations: &[std::sync::Arc<Remediation>],
     ) -> Option<TriggerRef> {
@@ -183,7 +183,7 @@ impl Pass {
     }
 
     /// Whether the Machine is still asked for, for `remediation`, in the cache.
-    pub(super) fn still_triggered(&self, remediation: &Remediation) -> bool {
+    pub(in crate::remediation) fn still_triggered(&self, remediation: &Remediation) -> bool {
         let present: Vec<TriggerRef> = self
             .cached_requests()
             .iter()
@@ -201,7 +201,7 @@ impl Pass {
     /// out), read from the API server now: the very request the cache shows (the start
     /// records that one; a request of its name with another UID was made again since, and the
     /// cache will show it soon).
-    pub(super) async fn request_confirmed(&self) -> Result<bool> {
+    pub(in crate::remediation) async fn request_confirmed(&self) -> Result<bool> {
         let cached = self.cached_request();
         // A Node subject has no Machine a MachineRemediation could be named after.
         if self.subject.machine().is_some() {
@@ -243,7 +243,7 @@ impl Pass {
     }
 
     /// The policy in force for this Machine: the policy, narrowed by its request's spec.
-    pub(super) fn policy_for_machine(
+    pub(in crate::remediation) fn policy_for_machine(
         &self,
         policy: RemediationPolicySpec,
     ) -> RemediationPolicySpec {
@@ -276,7 +276,10 @@ impl Pass {
     }
 
     /// Reports the Remediation on the request that started it, when that changes its status.
-    pub(super) async fn report_to_request(&self, remediation: &Remediation) -> Result<()> {
+    pub(in crate::remediation) async fn report_to_request(
+        &self,
+        remediation: &Remediation,
+    ) -> Result<()> {
         let Some(trigger) = &remediation.spec.trigger else {
             return Ok(());
         };

@@ -553,7 +553,7 @@ mod tests {
 
     #[test]
     fn a_forgeable_transport_proves_nothing_without_the_policy_s_consent() {
-        use super::super::bmc_trust::Insecurity;
+        use crate::remediation::decide::bmc_trust::Insecurity;
         let off = [PowerState::Off, PowerState::Off];
         for why in [Insecurity::PlainHttp, Insecurity::SkipVerify] {
             let mut evidence = bmc(&off);

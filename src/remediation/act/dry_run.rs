@@ -1,5 +1,5 @@
 //! The policy's `DryRun` mode: a start is decided as it would be (the planner's
-//! [`RecordDryRun`](super::plan::Step::RecordDryRun)), the fencing paths are probed without
+//! [`RecordDryRun`](crate::remediation::decide::plan::Step::RecordDryRun)), the fencing paths are probed without
 //! disrupting them, and the whole decision is recorded in the Remediation (terminal phase
 //! `DryRun`, a `DryRun` condition) and its Events. Nothing else is written: no power request,
 //! no Machine mark, no Node change.
@@ -30,15 +30,15 @@
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::gates::Held;
-use super::pass::Pass;
-use super::plan::{DryRun, Mode, Phase, Probe, ReleaseMode};
 use super::probe::{self, ProbeSite, ProbeWith};
-use super::state::set_condition;
 use super::steps::{Round, Tell};
 use super::strategy::strategy;
 use crate::Result;
 use crate::api::{ConditionType, EventReason, FenceStrategyName, Remediation, RemediationStep};
+use crate::remediation::decide::gates::Held;
+use crate::remediation::decide::plan::{DryRun, Mode, Phase, Probe, ReleaseMode};
+use crate::remediation::decide::state::set_condition;
+use crate::remediation::pass::Pass;
 use crate::runtime::events::Severity;
 
 /// How long a BMC probe may take, login and close included.
@@ -106,7 +106,7 @@ pub fn describe(dry: &DryRun, names: &[FenceStrategyName], node: Option<&str>) -
 impl Pass {
     /// Whether this round is the start of a dry run: `Pending`, triggered, the policy in
     /// `DryRun` and not paused (a paused policy starts nothing, not even a probe).
-    pub(super) fn dry_run_start(
+    pub(in crate::remediation) fn dry_run_start(
         &self,
         phase: Phase,
         triggered: bool,
@@ -120,7 +120,10 @@ impl Pass {
 
     /// The non-disruptive probes (shared with the readiness check, see `probe`), in the
     /// policy's order up to the first that answers (the order the escalation would take).
-    pub(super) async fn probe_strategies(&self, remediation: &Remediation) -> Vec<Probe> {
+    pub(in crate::remediation) async fn probe_strategies(
+        &self,
+        remediation: &Remediation,
+    ) -> Vec<Probe> {
         let context = &self.context;
         let with = ProbeWith {
             client: &context.client,
@@ -164,7 +167,10 @@ impl Pass {
     /// After a dry run (`last`): `Some` when nothing starts now; `None` when a new
     /// Remediation starts — the trigger appeared again after the dry run saw it gone, or the
     /// policy is back in `Remediate` and the trigger is still there.
-    pub(super) async fn after_dry_run(&self, last: &Remediation) -> Result<Option<Action>> {
+    pub(in crate::remediation) async fn after_dry_run(
+        &self,
+        last: &Remediation,
+    ) -> Result<Option<Action>> {
         let cleared = last.status.as_ref().is_some_and(|s| {
             s.steps
                 .iter()
@@ -191,7 +197,7 @@ impl Pass {
 
     /// Records the dry run: the would-be strategy, the `DryRun` condition and phase; then
     /// tells it, and counts it.
-    pub(super) async fn record_dry_run(
+    pub(in crate::remediation) async fn record_dry_run(
         &self,
         round: Round<'_>,
         dry: DryRun,

@@ -24,17 +24,17 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 
-use super::bmc_cache::DriverCache;
-use super::bmc_trust::Reader;
-use super::context::Context;
-use super::metered::Metered;
-use super::observe::{BmcRef, machine_host};
-use super::power::{bmc_driver_config, bmc_series, driver_kind, locate_bmc};
-use super::subject::machine_nodes;
-use super::trust::machineless_claims;
 use crate::api::annotations::BMH_DETACHED;
 use crate::api::{HostBmc, Remediation, RemediationPhase};
 use crate::metrics::power::HostSeries;
+use crate::remediation::act::power::{bmc_driver_config, bmc_series, driver_kind, locate_bmc};
+use crate::remediation::decide::bmc_trust::Reader;
+use crate::remediation::decide::observe::{BmcRef, machine_host};
+use crate::remediation::pass::context::Context;
+use crate::remediation::pass::subject::machine_nodes;
+use crate::remediation::pass::trust::machineless_claims;
+use crate::remediation::world::bmc_cache::DriverCache;
+use crate::remediation::world::metered::Metered;
 
 /// BMC reads in flight at once, over all BMCs.
 pub const READS_AT_ONCE: usize = 8;
@@ -68,7 +68,9 @@ impl Target {
 
 /// The Machines (`namespace`, `name`) whose remediation is past its start and not ended:
 /// their BMC is the remediation's to read.
-pub(super) fn under_remediation(remediations: &[Arc<Remediation>]) -> HashSet<(String, String)> {
+pub(in crate::remediation) fn under_remediation(
+    remediations: &[Arc<Remediation>],
+) -> HashSet<(String, String)> {
     remediations
         .iter()
         .filter(|r| {
@@ -184,7 +186,7 @@ fn machineless_targets(
 }
 
 /// Where in the interval a host is read: fixed for a host and seed, spread over the fleet.
-pub(super) fn offset(seed: u64, key: &str, interval: Duration) -> Duration {
+pub(in crate::remediation) fn offset(seed: u64, key: &str, interval: Duration) -> Duration {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     seed.hash(&mut hasher);
     key.hash(&mut hasher);

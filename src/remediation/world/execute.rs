@@ -8,12 +8,12 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::fence::ConfirmedOff;
 use crate::api::annotations::{
     LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_FINALIZER, LEGACY_NODE_LABELS_BACKUP,
     OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE,
 };
 use crate::api::{NodeBackup, SavedTaint};
+use crate::remediation::decide::fence::ConfirmedOff;
 use crate::runtime::delete::delete_exactly;
 use crate::{Error, Result};
 

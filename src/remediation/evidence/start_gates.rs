@@ -9,21 +9,21 @@ use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::reflector::ObjectRef;
 
-use super::admission::Verdict;
-use super::bmc_trust::{BmcLedger, Transport, transport};
-use super::context::Placement;
-use super::gates::{
-    Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, MachineConfigView, Quiet,
-    QuietEvidence, may_start, quiet_gate, running_machines,
-};
-use super::observe::{machine_is_control_plane, node_view};
-use super::pass::Pass;
-use super::plan::NodeView;
-use super::subject::{node_is_control_plane, node_key, subject_key};
-use super::trust::machineless_claims;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::api::{FenceStrategyName, Remediation};
 use crate::api::{mco, slim};
+use crate::remediation::decide::bmc_trust::{BmcLedger, Transport, transport};
+use crate::remediation::decide::gates::{
+    Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, MachineConfigView, Quiet,
+    QuietEvidence, may_start, quiet_gate, running_machines,
+};
+use crate::remediation::decide::observe::{machine_is_control_plane, node_view};
+use crate::remediation::decide::plan::NodeView;
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::Placement;
+use crate::remediation::pass::subject::{node_is_control_plane, node_key, subject_key};
+use crate::remediation::pass::trust::machineless_claims;
+use crate::remediation::requests::admission::Verdict;
 use crate::runtime::clock::since_epoch;
 use crate::{Error, Result};
 use baremend_drivers::BmcAddress;
@@ -35,7 +35,7 @@ impl Pass {
     /// Whether the Machine carries a trigger (the annotation, or a Cluster API request named
     /// after it), read from the API server now (not from the cache). A Machine that is gone
     /// carries none.
-    pub(super) async fn trigger_confirmed(&self) -> Result<bool> {
+    pub(in crate::remediation) async fn trigger_confirmed(&self) -> Result<bool> {
         if self.subject.machine().is_none() {
             // A Node without a Machine is asked for by its NodeHealthCheck's request only.
             return self.request_confirmed().await;
@@ -48,7 +48,7 @@ impl Pass {
     }
 
     /// Every Remediation, read from the API server now (not from the cache).
-    pub(super) async fn fresh_remediations(&self) -> Result<Vec<Arc<Remediation>>> {
+    pub(in crate::remediation) async fn fresh_remediations(&self) -> Result<Vec<Arc<Remediation>>> {
         let api: Api<Remediation> = Api::all(self.context.client.clone());
         let list = api
             .list(&kube::api::ListParams::default())
@@ -60,7 +60,7 @@ impl Pass {
     /// The Machines' health, for the gates: taken once per step (it walks every Machine and
     /// its Node, milliseconds on a large cluster) and used for both the cached and the fresh
     /// look at the Remediations.
-    pub(super) fn fleet_health(&self) -> FleetHealth {
+    pub(in crate::remediation) fn fleet_health(&self) -> FleetHealth {
         let machines = self.context.machines.state();
         // The Node of a Machine: Some(Ready or not), None when it has none.
         let node_ready = |machine: &slim::Machine| {
@@ -98,13 +98,13 @@ impl Pass {
             .state()
             .iter()
             .filter(|r| {
-                !super::requests::node_request(r).timed_out
+                !crate::remediation::requests::node_request(r).timed_out
                     && matches!(
                         self.context.node_request_verdict(r, &policy),
                         Verdict::Accepted(_)
                     )
             })
-            .map(|r| super::requests::node_of_request(r))
+            .map(|r| crate::remediation::requests::node_of_request(r))
             .collect();
         let mut machine_nodes = std::collections::HashSet::new();
         for machine in &machines {
@@ -151,7 +151,7 @@ impl Pass {
 
     /// The safety gates for a start, over `remediations` (`fresh`: read from the API server
     /// just now; otherwise the cache, which may lag).
-    pub(super) fn gates(
+    pub(in crate::remediation) fn gates(
         &self,
         remediation: &Remediation,
         node: Option<&Node>,
@@ -201,7 +201,7 @@ impl Pass {
     /// The quiet gates (`ClusterUpgrading`, `MachineConfigUpdating`): the ClusterVersion read
     /// now, the Node's machine-config annotations as cached (the daemon writes them well
     /// before it drains or reboots), the bound counted from the Remediation's creation.
-    pub(super) async fn quiet_gate(
+    pub(in crate::remediation) async fn quiet_gate(
         &self,
         remediation: &Remediation,
         node: Option<&Node>,
@@ -211,7 +211,7 @@ impl Pass {
             node: node.map(|n| (n.name_any(), machine_config_view(n.annotations()))),
         };
         let now = since_epoch(self.context.clock.now());
-        let created = super::state::created_at(remediation).unwrap_or(now);
+        let created = crate::remediation::decide::state::created_at(remediation).unwrap_or(now);
         let bound = self.policy.upgrade_hold.max_seconds;
         Ok(quiet_gate(&evidence, now.saturating_sub(created), bound))
     }
@@ -237,7 +237,7 @@ impl Pass {
 
     /// The self-fence gate: the leader does not fence the Node it runs on unless another
     /// replica is Ready on another Node to finish the remediation once this one is off.
-    pub(super) async fn self_fence_gate(
+    pub(in crate::remediation) async fn self_fence_gate(
         &self,
         remediation: &Remediation,
     ) -> Result<std::result::Result<(), Held>> {
@@ -269,7 +269,10 @@ impl Pass {
     /// forgeable and the policy does not allow it, or it was seen contradicting itself
     /// lately. Held, not started and failed: a start would power the host off with no way
     /// to prove it, and leave the workloads stuck on a Node that cannot be released.
-    pub(super) fn bmc_gate(&self, remediation: &Remediation) -> std::result::Result<(), Held> {
+    pub(in crate::remediation) fn bmc_gate(
+        &self,
+        remediation: &Remediation,
+    ) -> std::result::Result<(), Held> {
         if !self
             .policy
             .strategies
@@ -462,7 +465,7 @@ mod tests {
 
     #[test]
     fn a_bmc_start_waits_for_a_secure_transport_or_consent_and_for_trust() {
-        use super::super::bmc_trust::{Reader, Reading, Request};
+        use crate::remediation::decide::bmc_trust::{Reader, Reading, Request};
         use baremend_drivers::PowerState;
         use std::time::Duration;
         let ledger = BmcLedger::new(Duration::from_secs(60));

@@ -200,7 +200,7 @@ pub fn node_reference(name: &str, uid: Option<String>) -> ObjectReference {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(in crate::remediation) mod tests {
     use super::*;
     use crate::api::HostBmcSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

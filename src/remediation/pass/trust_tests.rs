@@ -263,7 +263,7 @@ fn the_other_node_release_only_where_the_policy_lets_requests_choose() {
 }
 
 fn mapping(namespace: &str, name: &str, machine: Option<&str>, node: Option<&str>) -> Arc<HostBmc> {
-    crate::remediation::subject::tests::mapping(namespace, name, machine, node, 0)
+    crate::remediation::pass::subject::tests::mapping(namespace, name, machine, node, 0)
 }
 
 /// Each Node and its subject (`namespace/name`), and each refused mapping with its reason.

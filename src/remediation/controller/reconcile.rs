@@ -2,7 +2,7 @@
 //! Machine's Remediation; then, step by step, *observe* (the persisted state, the cached
 //! objects and the fresh evidence: the power-off proof, the start gates confirmed on fresh
 //! reads), *plan* (the pure [`next_step`]) and *execute* (one function per step, in
-//! [`super::steps`]), until the planner says wait.
+//! [`crate::remediation::act::steps`]), until the planner says wait.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,18 +12,18 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use tracing::Instrument;
 
-use super::context::Context;
-use super::fence::ConfirmedOff;
-use super::gates::{FleetHealth, Held, ListFreshness, Quiet};
 use super::housekeeping::next_number;
-use super::observe::node_view;
-use super::pass::Pass;
-use super::plan::{Observed, Phase, Step, next_step};
-use super::state::{created_at, persisted, set_condition, strategy_label};
-use super::steps::Round;
-use super::subject::Subject;
 use crate::api::{ConditionType, EventReason};
 use crate::api::{Remediation, slim};
+use crate::remediation::act::steps::Round;
+use crate::remediation::decide::fence::ConfirmedOff;
+use crate::remediation::decide::gates::{FleetHealth, Held, ListFreshness, Quiet};
+use crate::remediation::decide::observe::node_view;
+use crate::remediation::decide::plan::{Observed, Phase, Step, next_step};
+use crate::remediation::decide::state::{created_at, persisted, set_condition, strategy_label};
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::Context;
+use crate::remediation::pass::subject::Subject;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::{Severity, report_failed_pass};
 use crate::runtime::retention::{RetryAsk, retry_ask};
@@ -110,7 +110,10 @@ impl Pass {
     }
 
     /// One observe–plan–act round. `None`: go on with the next step at once.
-    pub(super) async fn step(&self, remediation: &mut Remediation) -> Result<Option<Action>> {
+    pub(in crate::remediation) async fn step(
+        &self,
+        remediation: &mut Remediation,
+    ) -> Result<Option<Action>> {
         // Observe: the persisted state, the cached Node and the fresh evidence.
         let status = remediation.status.clone().unwrap_or_default();
         let created =
@@ -246,7 +249,7 @@ impl Pass {
     /// trigger is (still) there, and — when the gates let it start — what the last judgment
     /// under the start lock rests on. No lock is held across these reads: a slow API server
     /// or BMC delays this start only.
-    pub(super) async fn may_start(
+    pub(in crate::remediation) async fn may_start(
         &self,
         remediation: &Remediation,
         node: Option<&Node>,
@@ -326,7 +329,10 @@ impl Pass {
 
     /// Tells once, with a condition and a Warning Event, that the policy no longer names the
     /// strategy this remediation uses: it goes on with that strategy, never another.
-    pub(super) async fn note_strategy_dropped(&self, remediation: &mut Remediation) -> Result<()> {
+    pub(in crate::remediation) async fn note_strategy_dropped(
+        &self,
+        remediation: &mut Remediation,
+    ) -> Result<()> {
         let mut status = remediation.status.clone().unwrap_or_default();
         let in_use = strategy_label(&status);
         let told = status
@@ -361,10 +367,10 @@ impl Pass {
 }
 
 /// What the last judgment of a start rests on: the fresh reads its gates were confirmed on.
-pub(super) struct StartBasis {
+pub(in crate::remediation) struct StartBasis {
     /// Every Remediation, read from the API server after `mark`.
     fresh: Vec<Arc<Remediation>>,
-    /// [`super::gates::Launched::mark`] before the list was read.
+    /// [`crate::remediation::decide::gates::Launched::mark`] before the list was read.
     mark: u64,
     /// The fleet's health the gates counted.
     health: FleetHealth,
@@ -377,7 +383,7 @@ enum Launch<'a> {
 }
 
 /// Reconciles one Machine: a [`Pass`] over it, once the caches hold a full picture.
-pub(super) async fn reconcile(
+pub(in crate::remediation) async fn reconcile(
     machine: Arc<slim::Machine>,
     context: Arc<Context>,
 ) -> Result<Action> {
@@ -397,7 +403,7 @@ pub(super) async fn reconcile(
 
 /// What a failed pass leads to: a backoff for a transient failure, a wait for a change for
 /// a terminal one (see [`crate::runtime::requeue`]).
-pub(super) fn error_policy(
+pub(in crate::remediation) fn error_policy(
     machine: Arc<slim::Machine>,
     error: &Error,
     context: Arc<Context>,

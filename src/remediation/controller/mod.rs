@@ -6,6 +6,10 @@
 //! (shared reflector stores), and changes map back to the Machine they concern; timed
 //! requeues only cover deadlines and the wait for a BMC to settle.
 
+pub(super) mod housekeeping;
+pub(super) mod machineless;
+pub(super) mod reconcile;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,11 +21,13 @@ use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
-pub use super::context::{Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement};
-use super::reconcile::{error_policy, reconcile};
-use super::state::unblocked_by;
+use self::reconcile::{error_policy, reconcile};
 use crate::api::slim;
 use crate::api::{HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPolicy};
+use crate::remediation::decide::state::unblocked_by;
+pub use crate::remediation::pass::context::{
+    Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement,
+};
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::{
     Changes, informer, mapped_informer, shared_informer, slimmed_informer, watch_config,
@@ -301,13 +307,23 @@ pub async fn run_machines(
     // Background: they stop with this function, also when it is dropped mid-way (leadership
     // lost): nothing may go on reading BMCs for a controller that is gone.
     let monitor = power.map(|(interval, seed)| {
-        Background::spawn(super::monitor::run(context.clone(), interval, seed))
+        Background::spawn(crate::remediation::readiness::monitor::run(
+            context.clone(),
+            interval,
+            seed,
+        ))
     });
     let readiness = fencing.map(|(interval, seed)| {
-        Background::spawn(super::fencing_check::run(context.clone(), interval, seed))
+        Background::spawn(crate::remediation::readiness::fencing_check::run(
+            context.clone(),
+            interval,
+            seed,
+        ))
     });
     // A NodeHealthCheck naming baremend while it is disabled asks for nothing: told.
-    let node_health_checks = Background::spawn(super::node_health_checks::run(context.clone()));
+    let node_health_checks = Background::spawn(
+        crate::remediation::requests::node_health_checks::run(context.clone()),
+    );
     let gauges = {
         let context = context.clone();
         Background::every(GAUGE_REFRESH, move || context.refresh_metrics())
@@ -320,7 +336,8 @@ pub async fn run_machines(
                 if let Err(error) = context.refresh_health_checks().await {
                     warn!(%error, "cannot read the NodeHealthChecks");
                 }
-                tokio::time::sleep(super::admission::HEALTH_CHECK_REFRESH).await;
+                tokio::time::sleep(crate::remediation::requests::admission::HEALTH_CHECK_REFRESH)
+                    .await;
             }
         })
     };
@@ -330,7 +347,9 @@ pub async fn run_machines(
     let machines_of_requests = machines.clone();
     let machine_of_node_request = move |request: Arc<NodeRemediation>| {
         nodes
-            .get(&ObjectRef::new(&super::requests::node_of_request(&request)))
+            .get(&ObjectRef::new(
+                &crate::remediation::requests::node_of_request(&request),
+            ))
             .and_then(|node| machine_of_node(&node, &machines_of_requests))
     };
     let machines_of_nodes = machines.clone();
@@ -348,9 +367,9 @@ pub async fn run_machines(
         shutdown.await;
         let _ = stop.send(true);
     });
-    let machineless = super::machineless::run(
+    let machineless = self::machineless::run(
         context.clone(),
-        super::machineless::Feeds {
+        self::machineless::Feeds {
             host_bmcs: (watches.host_bmcs.store, watches.host_bmcs.for_nodes),
             claims: watches.host_bmcs.extra,
             requests: watches.node_requests.for_nodes,
