@@ -14,3 +14,6 @@ pub mod pass;
 pub mod readiness;
 pub mod requests;
 pub mod world;
+
+#[cfg(test)]
+mod layering_tests;
