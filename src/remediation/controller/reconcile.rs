@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use tracing::Instrument;
@@ -17,10 +16,11 @@ use crate::api::{ConditionType, EventReason};
 use crate::api::{Remediation, slim};
 use crate::remediation::act::steps::Round;
 use crate::remediation::decide::fence::ConfirmedOff;
-use crate::remediation::decide::gates::{FleetHealth, Held, ListFreshness, Quiet};
+use crate::remediation::decide::gates::{Held, ListFreshness};
 use crate::remediation::decide::observe::node_view;
 use crate::remediation::decide::plan::{Observed, Phase, Step, next_step};
 use crate::remediation::decide::state::{created_at, persisted, set_condition, strategy_label};
+use crate::remediation::evidence::start_gates::StartBasis;
 use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Context;
 use crate::remediation::pass::subject::Subject;
@@ -131,7 +131,7 @@ impl Pass {
             Err(not_fenced) => (Err(not_fenced), None),
         };
         let (may, triggered, basis) = if state.phase == Phase::Pending {
-            self.may_start(remediation, node.as_deref()).await?
+            self.judge_start(remediation, node.as_deref()).await?
         } else {
             (Ok(()), self.still_triggered(remediation), None)
         };
@@ -243,90 +243,6 @@ impl Pass {
         }
     }
 
-    /// The gates for a start, decided on the caches and confirmed on fresh reads (the cache
-    /// may lag behind a watch broken for seconds, and a start must never rest on it; nor may
-    /// the power-off rest on a cached trigger, see `run`). Returns the verdict, whether the
-    /// trigger is (still) there, and — when the gates let it start — what the last judgment
-    /// under the start lock rests on. No lock is held across these reads: a slow API server
-    /// or BMC delays this start only.
-    pub(in crate::remediation) async fn may_start(
-        &self,
-        remediation: &Remediation,
-        node: Option<&Node>,
-    ) -> Result<(std::result::Result<(), Held>, bool, Option<StartBasis>)> {
-        let triggered = self.triggered();
-        let cached = self.context.remediations.state();
-        let health = self.fleet_health();
-        let (mut launched, mark) = {
-            let launched = self.context.starts.lock().await;
-            (launched.clone(), launched.mark())
-        };
-        let held = self.gates(
-            remediation,
-            node,
-            &mut launched,
-            &cached,
-            ListFreshness::Cached,
-            &health,
-        );
-        if let Err(held) = held {
-            return Ok((Err(held), triggered, None));
-        }
-        let (fresh, confirmed) = tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
-        let fresh = fresh?;
-        let freshness = ListFreshness::ReadAfter(mark);
-        let may = self.gates(remediation, node, &mut launched, &fresh, freshness, &health);
-        let mut bound_reached = None;
-        let may = match may {
-            Ok(()) => match self.quiet_gate(remediation, node).await? {
-                Quiet::Open => Ok(()),
-                Quiet::Hold(held) => Err(held),
-                Quiet::BoundReached(held) => {
-                    bound_reached = Some(held);
-                    Ok(())
-                }
-            },
-            held => held,
-        };
-        let may = match may {
-            Ok(()) => self.foreign_gate(remediation, &fresh).await?,
-            held => held,
-        };
-        let may = match may {
-            Ok(()) => self.self_fence_gate(remediation).await?,
-            held => held,
-        };
-        let may = match may {
-            Ok(()) => self.host_owner_gate(remediation).await?,
-            held => held,
-        };
-        let may = may.and_then(|()| self.bmc_gate(remediation));
-        let remediate = self.policy.mode == crate::api::RemediationMode::Remediate;
-        if let (Ok(()), Some(held), true) = (&may, bound_reached, remediate) {
-            // Told when the start goes ahead (it leaves `Pending` in this pass), so once.
-            let note = format!(
-                "the hold ended: the policy's upgradeHold.maxSeconds ({} s) has passed since the request, and the start goes ahead although {held}",
-                self.policy.upgrade_hold.max_seconds
-            );
-            self.event_action(
-                remediation,
-                Severity::Warning,
-                (
-                    EventReason::HoldEnded,
-                    &format!("HoldEndedBy{}", held.gate()),
-                ),
-                note,
-            )
-            .await;
-        }
-        let basis = StartBasis {
-            fresh,
-            mark,
-            health,
-        };
-        Ok((may, triggered && confirmed?, Some(basis)))
-    }
-
     /// Tells once, with a condition and a Warning Event, that the policy no longer names the
     /// strategy this remediation uses: it goes on with that strategy, never another.
     pub(in crate::remediation) async fn note_strategy_dropped(
@@ -364,16 +280,6 @@ impl Pass {
         .await;
         Ok(())
     }
-}
-
-/// What the last judgment of a start rests on: the fresh reads its gates were confirmed on.
-pub(in crate::remediation) struct StartBasis {
-    /// Every Remediation, read from the API server after `mark`.
-    fresh: Vec<Arc<Remediation>>,
-    /// [`crate::remediation::decide::gates::Launched::mark`] before the list was read.
-    mark: u64,
-    /// The fleet's health the gates counted.
-    health: FleetHealth,
 }
 
 /// How a launch ended: started (the step's outcome), or held by a start that overtook it.

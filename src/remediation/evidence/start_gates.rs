@@ -10,7 +10,7 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::reflector::ObjectRef;
 
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
-use crate::api::{FenceStrategyName, Remediation};
+use crate::api::{EventReason, FenceStrategyName, Remediation};
 use crate::api::{mco, slim};
 use crate::remediation::decide::bmc_trust::{BmcLedger, Transport, transport};
 use crate::remediation::decide::gates::{
@@ -18,13 +18,13 @@ use crate::remediation::decide::gates::{
     QuietEvidence, may_start, quiet_gate, running_machines,
 };
 use crate::remediation::decide::observe::{machine_is_control_plane, node_view};
-use crate::remediation::decide::plan::NodeView;
 use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Placement;
 use crate::remediation::pass::subject::{node_is_control_plane, node_key, subject_key};
 use crate::remediation::pass::trust::machineless_claims;
 use crate::remediation::requests::admission::Verdict;
 use crate::runtime::clock::since_epoch;
+use crate::runtime::events::Severity;
 use crate::{Error, Result};
 use baremend_drivers::BmcAddress;
 
@@ -32,6 +32,90 @@ use baremend_drivers::BmcAddress;
 const CLUSTER_VERSION_NAME: &str = "version";
 
 impl Pass {
+    /// The gates for a start, decided on the caches and confirmed on fresh reads (the cache
+    /// may lag behind a watch broken for seconds, and a start must never rest on it; nor may
+    /// the power-off rest on a cached trigger, see `run`). Returns the verdict, whether the
+    /// trigger is (still) there, and — when the gates let it start — what the last judgment
+    /// under the start lock rests on. No lock is held across these reads: a slow API server
+    /// or BMC delays this start only.
+    pub(in crate::remediation) async fn judge_start(
+        &self,
+        remediation: &Remediation,
+        node: Option<&Node>,
+    ) -> Result<(std::result::Result<(), Held>, bool, Option<StartBasis>)> {
+        let triggered = self.triggered();
+        let cached = self.context.remediations.state();
+        let health = self.fleet_health();
+        let (mut launched, mark) = {
+            let launched = self.context.starts.lock().await;
+            (launched.clone(), launched.mark())
+        };
+        let held = self.gates(
+            remediation,
+            node,
+            &mut launched,
+            &cached,
+            ListFreshness::Cached,
+            &health,
+        );
+        if let Err(held) = held {
+            return Ok((Err(held), triggered, None));
+        }
+        let (fresh, confirmed) = tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
+        let fresh = fresh?;
+        let freshness = ListFreshness::ReadAfter(mark);
+        let may = self.gates(remediation, node, &mut launched, &fresh, freshness, &health);
+        let mut bound_reached = None;
+        let may = match may {
+            Ok(()) => match self.quiet_gate(remediation, node).await? {
+                Quiet::Open => Ok(()),
+                Quiet::Hold(held) => Err(held),
+                Quiet::BoundReached(held) => {
+                    bound_reached = Some(held);
+                    Ok(())
+                }
+            },
+            held => held,
+        };
+        let may = match may {
+            Ok(()) => self.foreign_gate(remediation, &fresh).await?,
+            held => held,
+        };
+        let may = match may {
+            Ok(()) => self.self_fence_gate(remediation).await?,
+            held => held,
+        };
+        let may = match may {
+            Ok(()) => self.host_owner_gate(remediation).await?,
+            held => held,
+        };
+        let may = may.and_then(|()| self.bmc_gate(remediation));
+        let remediate = self.policy.mode == crate::api::RemediationMode::Remediate;
+        if let (Ok(()), Some(held), true) = (&may, bound_reached, remediate) {
+            // Told when the start goes ahead (it leaves `Pending` in this pass), so once.
+            let note = format!(
+                "the hold ended: the policy's upgradeHold.maxSeconds ({} s) has passed since the request, and the start goes ahead although {held}",
+                self.policy.upgrade_hold.max_seconds
+            );
+            self.event_action(
+                remediation,
+                Severity::Warning,
+                (
+                    EventReason::HoldEnded,
+                    &format!("HoldEndedBy{}", held.gate()),
+                ),
+                note,
+            )
+            .await;
+        }
+        let basis = StartBasis {
+            fresh,
+            mark,
+            health,
+        };
+        Ok((may, triggered && confirmed?, Some(basis)))
+    }
+
     /// Whether the Machine carries a trigger (the annotation, or a Cluster API request named
     /// after it), read from the API server now (not from the cache). A Machine that is gone
     /// carries none.
@@ -68,7 +152,7 @@ impl Pass {
             self.context
                 .nodes
                 .get(&ObjectRef::new(&node.name))
-                .map(|n| is_ready(Some(&n)))
+                .map(|n| node_view(Some(&n)).is_ready())
         };
         let mut health = FleetHealth {
             machines: machines.len(),
@@ -134,7 +218,7 @@ impl Pass {
         let subjects = machineless_claims(&mappings, trusted, &machine_nodes).subjects;
         for node in subjects.into_keys() {
             let cached = self.context.nodes.get(&ObjectRef::new(&node));
-            let ready = cached.as_deref().map(|n| is_ready(Some(n)));
+            let ready = cached.as_deref().map(|n| node_view(Some(n)).is_ready());
             health.machines += 1;
             if node_requested.contains(&node) || ready == Some(false) {
                 health.unhealthy += 1;
@@ -191,13 +275,11 @@ impl Pass {
         };
         let candidate = Candidate {
             control_plane,
-            node_ready: is_ready(node),
+            node_ready: node_view(node).is_ready(),
         };
         may_start(candidate, fleet, &self.policy)
     }
-}
 
-impl Pass {
     /// The quiet gates (`ClusterUpgrading`, `MachineConfigUpdating`): the ClusterVersion read
     /// now, the Node's machine-config annotations as cached (the daemon writes them well
     /// before it drains or reboots), the bound counted from the Remediation's creation.
@@ -260,9 +342,7 @@ impl Pass {
             }))
         }
     }
-}
 
-impl Pass {
     /// The BMC gate: a host whose only path is its BMC (the policy names `DirectBmc`, and
     /// the BMC is found: its BareMetalHost, if any, is detached, so the reboot API cannot act
     /// on it) does not start while that BMC's Off would prove nothing — its transport is
@@ -295,6 +375,16 @@ impl Pass {
             since_epoch(self.context.clock.now()),
         )
     }
+}
+
+/// What the last judgment of a start rests on: the fresh reads its gates were confirmed on.
+pub(in crate::remediation) struct StartBasis {
+    /// Every Remediation, read from the API server after `mark`.
+    pub(in crate::remediation) fresh: Vec<Arc<Remediation>>,
+    /// [`crate::remediation::decide::gates::Launched::mark`] before the list was read.
+    pub(in crate::remediation) mark: u64,
+    /// The fleet's health the gates counted.
+    pub(in crate::remediation) health: FleetHealth,
 }
 
 /// Whether a BMC's Off could prove its host off now (see [`Pass::bmc_gate`]).
@@ -366,17 +456,6 @@ fn machine_config_view(
         desired_image: get(mco::DESIRED_IMAGE),
         state: get(mco::STATE),
     }
-}
-
-/// Whether a Node is present and Ready.
-fn is_ready(node: Option<&Node>) -> bool {
-    matches!(
-        node_view(node),
-        NodeView::Present {
-            ready_since: Some(_),
-            ..
-        }
-    )
 }
 
 #[cfg(test)]
