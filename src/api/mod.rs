@@ -40,7 +40,7 @@ pub use drift::{
 pub use host_bmc::{
     CaBundleKind, CaBundleRef, DEFAULT_CA_BUNDLE_KEY, HostBmc, HostBmcSpec, HostBmcStatus,
 };
-pub use names::{ConditionType, DriftStep, EventReason, RemediationStep, Stored, StoredName};
+pub use names::{ConditionType, DriftStep, EventReason, Gate, RemediationStep, Stored, StoredName};
 pub use policy::{
     ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyStatus, PolicyTimeouts,
     RemediationMode, RemediationPolicy, RemediationPolicySpec, StormGate, TrustPolicy,

@@ -15,12 +15,12 @@ use kube::runtime::reflector::Store;
 
 use crate::api::slim;
 use crate::api::{
-    HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase, RemediationPolicy,
-    RemediationPolicySpec,
+    Gate, HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase,
+    RemediationPolicy, RemediationPolicySpec,
 };
 use crate::drift::helper::HelperPods;
 use crate::leader::Leadership;
-use crate::metrics::{GATES, Metrics, PolicyKind};
+use crate::metrics::{Metrics, PolicyKind};
 use crate::remediation::decide::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
 use crate::remediation::decide::gates::Launched;
 use crate::remediation::world::bmc_cache::DriverCache;
@@ -276,7 +276,7 @@ impl Context {
             return;
         }
         let mut in_progress = 0;
-        let mut held: Vec<(&str, usize)> = GATES.iter().map(|g| (*g, 0)).collect();
+        let mut held: Vec<(&str, usize)> = Gate::ALL.iter().map(|g| (g.as_str(), 0)).collect();
         for remediation in self.remediations.state() {
             let Some(status) = &remediation.status else {
                 continue;
