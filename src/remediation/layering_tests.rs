@@ -417,6 +417,49 @@ fn graph(sources: &[Source]) -> (BTreeMap<(String, String), String>, Vec<String>
     (edges, stray)
 }
 
+/// The methods each file adds to `Pass`, in the order of the layers (files with none left
+/// out), and how many `impl Pass` blocks hold them.
+fn pass_methods(sources: &[Source]) -> Vec<(String, usize, Vec<String>)> {
+    let mut out = Vec::new();
+    for (group, _) in LAYERS {
+        for source in sources.iter().filter(|s| s.group == *group) {
+            let t = &source.tokens;
+            let (mut blocks, mut methods) = (0, Vec::new());
+            let mut i = 0;
+            while i + 2 < t.len() {
+                let opens = t[i] == "impl" && t[i + 1] == "Pass" && t[i + 2] == "{";
+                if !opens {
+                    i += 1;
+                    continue;
+                }
+                blocks += 1;
+                let mut depth = 0;
+                i += 2;
+                while i < t.len() {
+                    match t[i].as_str() {
+                        "{" => depth += 1,
+                        "}" => depth -= 1,
+                        "fn" if depth == 1 => methods.push(format!("`{}`", t[i + 1])),
+                        _ => {}
+                    }
+                    i += 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+            }
+            if blocks > 0 {
+                let file = source
+                    .path
+                    .trim_start_matches("src/remediation/")
+                    .to_owned();
+                out.push((file, blocks, methods));
+            }
+        }
+    }
+    out
+}
+
 /// The "Module graph" table of the layout page, from the layers and the edges.
 fn rendered(sources: &[Source], edges: &BTreeMap<(String, String), String>) -> String {
     let mut out = format!(
@@ -441,6 +484,17 @@ fn rendered(sources: &[Source], edges: &BTreeMap<(String, String), String>) -> S
         out.push_str(&format!(
             "| `{group}` | {concern} | {} | {uses} |\n",
             modules.join(", ")
+        ));
+    }
+    out.push_str(
+        "\n`Pass` is one type whose methods each stage adds beside the code of its concern; the \
+         files that add methods, and the methods each adds:\n\n\
+         | file | `impl Pass` blocks | methods |\n|---|---|---|\n",
+    );
+    for (file, blocks, methods) in pass_methods(sources) {
+        out.push_str(&format!(
+            "| `{file}` | {blocks} | {} |\n",
+            methods.join(", ")
         ));
     }
     out.push_str(&format!("\n{END}"));
