@@ -70,6 +70,68 @@ impl Pass {
         let json = serde_json::to_value(&object).unwrap_or_default();
         Ok(metal3_machine_host(&name, &json))
     }
+
+    /// The `HostNotOwned` gate of a Cluster API Machine: its `spec.infrastructureRef` in its own
+    /// namespace, and the host recorded at the start in that namespace with a
+    /// `spec.consumerRef` naming that Metal3Machine, read from the API server now. Other
+    /// Machine APIs and Machines naming no Metal3Machine pass.
+    pub(in crate::remediation) async fn host_owner_gate(
+        &self,
+        remediation: &crate::api::Remediation,
+    ) -> Result<std::result::Result<(), Held>> {
+        if self.context.machine_api != MachineApi::ClusterApi {
+            return Ok(Ok(()));
+        }
+        let Some(reference) = self
+            .subject
+            .machine()
+            .and_then(|m| m.spec.as_ref())
+            .and_then(|s| s.infrastructure_ref.as_ref())
+            .filter(|r| r.kind.as_deref() == Some(METAL3_MACHINE))
+        else {
+            return Ok(Ok(()));
+        };
+        let held = |why: String| Ok(Err(Held::HostNotOwned { why }));
+        if let Some(other) = reference
+            .namespace
+            .as_deref()
+            .filter(|n| *n != self.namespace)
+        {
+            return held(format!(
+                "spec.infrastructureRef names Metal3Machine {other}/{}, outside the Machine's namespace {}",
+                reference.name, self.namespace
+            ));
+        }
+        let Some((host_ref, _)) = self.host(remediation) else {
+            // No host: nothing of a BareMetalHost to power.
+            return Ok(Ok(()));
+        };
+        let (host_namespace, host) = (host_ref.namespace.as_str(), host_ref.name.as_str());
+        let consumer = if host_namespace == self.namespace {
+            let hosts: Api<slim::BareMetalHost> =
+                Api::namespaced(self.context.client.clone(), host_namespace);
+            let Some(fresh) = hosts
+                .get_opt(host)
+                .await
+                .map_err(Error::kube("GetBareMetalHost"))?
+            else {
+                return held(format!("BareMetalHost {host_namespace}/{host} not found"));
+            };
+            fresh.spec.and_then(|s| s.consumer_ref)
+        } else {
+            // Never read: another namespace's host is refused whatever it says.
+            None
+        };
+        match host_consumed_by(
+            &self.namespace,
+            &reference.name,
+            (host_namespace, host),
+            consumer.as_ref(),
+        ) {
+            Ok(()) => Ok(Ok(())),
+            Err(why) => held(why),
+        }
+    }
 }
 
 /// The Metal3Machine of a Cluster API Machine in `namespace`, if it names one there:
@@ -136,68 +198,4 @@ pub async fn hosts_of_machines(
         resolved.insert(key, host);
     }
     Ok(resolved)
-}
-
-impl Pass {
-    /// The `HostNotOwned` gate of a Cluster API Machine: its `spec.infrastructureRef` in its own
-    /// namespace, and the host recorded at the start in that namespace with a
-    /// `spec.consumerRef` naming that Metal3Machine, read from the API server now. Other
-    /// Machine APIs and Machines naming no Metal3Machine pass.
-    pub(in crate::remediation) async fn host_owner_gate(
-        &self,
-        remediation: &crate::api::Remediation,
-    ) -> Result<std::result::Result<(), Held>> {
-        if self.context.machine_api != MachineApi::ClusterApi {
-            return Ok(Ok(()));
-        }
-        let Some(reference) = self
-            .subject
-            .machine()
-            .and_then(|m| m.spec.as_ref())
-            .and_then(|s| s.infrastructure_ref.as_ref())
-            .filter(|r| r.kind.as_deref() == Some(METAL3_MACHINE))
-        else {
-            return Ok(Ok(()));
-        };
-        let held = |why: String| Ok(Err(Held::HostNotOwned { why }));
-        if let Some(other) = reference
-            .namespace
-            .as_deref()
-            .filter(|n| *n != self.namespace)
-        {
-            return held(format!(
-                "spec.infrastructureRef names Metal3Machine {other}/{}, outside the Machine's namespace {}",
-                reference.name, self.namespace
-            ));
-        }
-        let Some((host_ref, _)) = self.host(remediation) else {
-            // No host: nothing of a BareMetalHost to power.
-            return Ok(Ok(()));
-        };
-        let (host_namespace, host) = (host_ref.namespace.as_str(), host_ref.name.as_str());
-        let consumer = if host_namespace == self.namespace {
-            let hosts: Api<slim::BareMetalHost> =
-                Api::namespaced(self.context.client.clone(), host_namespace);
-            let Some(fresh) = hosts
-                .get_opt(host)
-                .await
-                .map_err(Error::kube("GetBareMetalHost"))?
-            else {
-                return held(format!("BareMetalHost {host_namespace}/{host} not found"));
-            };
-            fresh.spec.and_then(|s| s.consumer_ref)
-        } else {
-            // Never read: another namespace's host is refused whatever it says.
-            None
-        };
-        match host_consumed_by(
-            &self.namespace,
-            &reference.name,
-            (host_namespace, host),
-            consumer.as_ref(),
-        ) {
-            Ok(()) => Ok(Ok(())),
-            Err(why) => held(why),
-        }
-    }
 }
