@@ -25,9 +25,9 @@ use crate::duration::parse_duration;
 use crate::remediation::act::probe::ProbeTerms;
 use crate::remediation::decide::lease_budget::nhc_lease_warning;
 use crate::remediation::decide::observe::HostRef;
+use crate::remediation::decide::trust::machineless_node;
+use crate::remediation::decide::trust::narrow;
 use crate::remediation::evidence::capi::hosts_of_machines;
-use crate::remediation::pass::subject::machineless_node;
-use crate::remediation::pass::trust::narrow;
 use crate::remediation::readiness::fencing_check::{
     CHECKS_AT_ONCE, Fleet, Probes, check, describe, targets,
 };

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &str)] = &[
     (
         "decide",
-        "the decisions, pure: the planner, the gates, the persisted state, the proof of power-off and who may make it, what a BMC's word is worth, the readiness verdict, the views read from objects",
+        "the decisions, pure: the planner, the gates, the persisted state, the proof of power-off and who may make it, what a BMC's word is worth, who may ask for a remediation and name a host (`trust`), the readiness verdict, the views read from objects",
     ),
     (
         "world",
@@ -31,7 +31,7 @@ const LAYERS: &[(&str, &str)] = &[
     ),
     (
         "pass",
-        "`Pass`, one reconcile of one subject, with what it remediates (`subject`), who may ask (`trust`) and what every reconcile shares (`context`)",
+        "`Pass`, one reconcile of one subject, with what it remediates (`subject`) and what every reconcile shares (`context`)",
     ),
     (
         "requests",

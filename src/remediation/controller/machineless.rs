@@ -23,10 +23,11 @@ use tracing::{Instrument, warn};
 
 use crate::api::{HostBmc, NodeRemediation, Remediation, RemediationPolicy};
 use crate::remediation::decide::state::unblocked_by;
+use crate::remediation::decide::trust::machineless_node;
+use crate::remediation::decide::trust::{Refusal, machineless_claims};
 use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Context;
-use crate::remediation::pass::subject::{Subject, machineless_node};
-use crate::remediation::pass::trust::{Refusal, machineless_claims};
+use crate::remediation::pass::subject::Subject;
 use crate::{Error, Result};
 
 /// What wakes the controller: its share of the Machine controller's watches.

@@ -8,3 +8,4 @@ pub mod observe;
 pub mod plan;
 pub mod readiness;
 pub mod state;
+pub mod trust;

@@ -20,8 +20,8 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use crate::api::slim::{self, MachineApi};
 use crate::remediation::decide::gates::Held;
 use crate::remediation::decide::observe::{HostRef, Unusable, machine_host};
+use crate::remediation::decide::trust::host_consumed_by;
 use crate::remediation::pass::Pass;
-use crate::remediation::pass::trust::host_consumed_by;
 use crate::{Error, Result};
 
 /// The kind a Cluster API Machine names for bare metal.

@@ -18,10 +18,10 @@ use crate::remediation::decide::gates::{
     QuietEvidence, may_start, quiet_gate, running_machines,
 };
 use crate::remediation::decide::observe::{machine_is_control_plane, node_view};
+use crate::remediation::decide::trust::machineless_claims;
 use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Placement;
 use crate::remediation::pass::subject::{node_is_control_plane, node_key, subject_key};
-use crate::remediation::pass::trust::machineless_claims;
 use crate::remediation::requests::admission::Verdict;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;

@@ -166,7 +166,8 @@ pub struct Context {
     pub machine_api: slim::MachineApi,
     /// The NodeHealthChecks last read (None: not read yet), for the trust of requests (see
     /// `admission.rs`).
-    pub health_checks: std::sync::RwLock<Option<Vec<super::trust::HealthCheck>>>,
+    pub health_checks:
+        std::sync::RwLock<Option<Vec<crate::remediation::decide::trust::HealthCheck>>>,
     /// Every BMC reading of the process, and the clock they are stamped with: every reader
     /// (fencing, monitor, probes) reads through it.
     pub witness: Witness,
@@ -299,7 +300,11 @@ impl Context {
         let mappings = self.host_bmcs.state();
         let machine_nodes = super::subject::machine_nodes(&self.machines.state());
         let trusted = self.policy().trust.host_bmc_namespaces;
-        let claims = super::trust::machineless_claims(&mappings, &trusted, &machine_nodes);
+        let claims = crate::remediation::decide::trust::machineless_claims(
+            &mappings,
+            &trusted,
+            &machine_nodes,
+        );
         let reasons: Vec<(&str, usize)> = claims
             .refused
             .iter()

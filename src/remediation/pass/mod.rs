@@ -5,7 +5,6 @@
 
 pub mod context;
 pub mod subject;
-pub mod trust;
 
 use std::sync::Arc;
 use std::time::Duration;

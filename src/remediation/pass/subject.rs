@@ -4,7 +4,7 @@
 //! `HostBmc` that names the Node and its BMC. Pure: names and references out of the objects.
 //!
 //! Expected flow: the Machine controller passes Machines; the controller of Machine-less
-//! Nodes passes the `HostBmc`s that name a Node and no Machine ([`machineless_node`]).
+//! Nodes passes the `HostBmc`s that name a Node and no Machine ([`machineless_node`](crate::remediation::decide::trust::machineless_node)).
 //! Guarantees: a Node that has a Machine is never a subject of its own (its Machine's pass
 //! remediates it, also when a `HostBmc` names the Node); which `HostBmc` is a Machine-less
 //! Node's subject is for `machineless_claims` in `trust.rs` to say (one trusted claim, never
@@ -157,14 +157,6 @@ pub fn node_is_control_plane(labels: &BTreeMap<String, String>) -> bool {
     labels.contains_key(NODE_ROLE_CONTROL_PLANE) || labels.contains_key(NODE_ROLE_MASTER)
 }
 
-/// The Node a `HostBmc` makes a subject of its own: the one it names when it names no Machine.
-pub fn machineless_node(mapping: &HostBmc) -> Option<&str> {
-    match (&mapping.spec.machine_name, &mapping.spec.node_name) {
-        (None, Some(node)) if !node.is_empty() => Some(node),
-        _ => None,
-    }
-}
-
 /// The Nodes of `machines` (their `status.nodeRef`): a Node among them is its Machine's to
 /// remediate, never a subject of its own.
 pub fn machine_nodes(machines: &[Arc<slim::Machine>]) -> HashSet<String> {
@@ -202,35 +194,8 @@ pub fn node_reference(name: &str, uid: Option<String>) -> ObjectReference {
 #[cfg(test)]
 pub(in crate::remediation) mod tests {
     use super::*;
-    use crate::api::HostBmcSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-    /// A `HostBmc` `namespace/name` naming `machine` and `node`, created at second `at`.
-    pub(in crate::remediation) fn mapping(
-        namespace: &str,
-        name: &str,
-        machine: Option<&str>,
-        node: Option<&str>,
-        at: i64,
-    ) -> Arc<HostBmc> {
-        let mut object = HostBmc::new(
-            name,
-            HostBmcSpec {
-                machine_name: machine.map(str::to_string),
-                node_name: node.map(str::to_string),
-                address: "redfish://bmc".into(),
-                credentials_name: "creds".into(),
-                ca_bundle: None,
-                ca_bundle_ref: None,
-                insecure_skip_verify: false,
-            },
-        );
-        object.metadata.namespace = Some(namespace.into());
-        object.metadata.creation_timestamp = Some(Time(
-            k8s_openapi::jiff::Timestamp::from_second(at).unwrap_or_default(),
-        ));
-        Arc::new(object)
-    }
+    use crate::remediation::decide::trust::machineless_node;
+    use crate::remediation::decide::trust::tests::mapping_at as mapping;
 
     #[test]
     fn only_a_mapping_that_names_a_node_and_no_machine_makes_a_node_subject() {

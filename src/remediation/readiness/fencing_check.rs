@@ -31,11 +31,11 @@ use crate::remediation::decide::observe::{
     BmcRef, HostRef, machine_host, machine_is_control_plane,
 };
 use crate::remediation::decide::readiness::{Readiness, Reason, decide};
+use crate::remediation::decide::trust::machineless_claims;
 use crate::remediation::pass::context::Context;
 use crate::remediation::pass::subject::{
     machine_nodes, machineless_strategies, node_is_control_plane, node_reference,
 };
-use crate::remediation::pass::trust::machineless_claims;
 use crate::runtime::events::{Severity, publish_action};
 
 /// Checks in flight at once, over all Machines.

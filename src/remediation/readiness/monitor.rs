@@ -30,9 +30,9 @@ use crate::metrics::power::HostSeries;
 use crate::remediation::act::power::{bmc_driver_config, bmc_series, driver_kind, locate_bmc};
 use crate::remediation::decide::bmc_trust::Reader;
 use crate::remediation::decide::observe::{BmcRef, machine_host};
+use crate::remediation::decide::trust::machineless_claims;
 use crate::remediation::pass::context::Context;
 use crate::remediation::pass::subject::machine_nodes;
-use crate::remediation::pass::trust::machineless_claims;
 use crate::remediation::world::bmc_cache::DriverCache;
 use crate::remediation::world::metered::Metered;
 

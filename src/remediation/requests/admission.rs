@@ -1,4 +1,4 @@
-//! The I/O edge of [`crate::remediation::pass::trust`]: the NodeHealthChecks read from the API server, the
+//! The I/O edge of [`crate::remediation::decide::trust`]: the NodeHealthChecks read from the API server, the
 //! verdict on each request a pass meets, and the refusal told where its author looks (an
 //! `Accepted=False` condition and a Warning Event on the request, a metric).
 //!
@@ -23,12 +23,12 @@ use crate::api::{
     Condition, ConditionType, MachineRemediation, NodeRemediation, RemediationPolicySpec,
     RequestStatus,
 };
-use crate::remediation::pass::Pass;
-use crate::remediation::pass::context::Context;
-use crate::remediation::pass::trust::{
+use crate::remediation::decide::trust::{
     HEALTH_CHECK_KIND, Refusal, RequestOrigin, health_check, narrow, node_request_origin,
     request_namespaces,
 };
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::Context;
 use crate::runtime::conditions::upsert_condition;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};

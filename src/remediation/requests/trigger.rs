@@ -29,8 +29,8 @@ use crate::api::{
     MachineRemediation, NodeRemediation, Remediation, RemediationPolicySpec, TriggerKind,
     TriggerRef,
 };
+use crate::remediation::decide::trust::narrow;
 use crate::remediation::pass::Pass;
-use crate::remediation::pass::trust::narrow;
 use crate::{Error, Result};
 
 /// The trigger a Machine carries now: its request if there is one it may act on (it has a

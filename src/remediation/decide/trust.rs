@@ -18,10 +18,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use kube::ResourceExt;
 use serde_json::Value;
 
-use super::subject::machineless_node;
 use crate::api::{
     FenceStrategyName, HostBmc, PolicyOverrides, RemediationPolicySpec, TrustPolicy, slim,
 };
@@ -277,6 +275,14 @@ fn names(strategies: &[FenceStrategyName]) -> String {
     format!("[{}]", names.join(", "))
 }
 
+/// The Node a `HostBmc` makes a subject of its own: the one it names when it names no Machine.
+pub fn machineless_node(mapping: &HostBmc) -> Option<&str> {
+    match (&mapping.spec.machine_name, &mapping.spec.node_name) {
+        (None, Some(node)) if !node.is_empty() => Some(node),
+        _ => None,
+    }
+}
+
 /// The `HostBmc`s that name Machine-less Nodes, judged: each Node with exactly one trusted
 /// claim gets it as its subject; an untrusted claim, and every claim of a Node two trusted
 /// ones name, is refused. Nodes in `machine_nodes` (a Machine's Node) are no subject at all.
@@ -300,7 +306,7 @@ pub fn machineless_claims<'a>(
         let Some(node) = machineless_node(mapping).filter(|n| !machine_nodes.contains(*n)) else {
             continue;
         };
-        let namespace = mapping.namespace().unwrap_or_default();
+        let namespace = mapping.metadata.namespace.clone().unwrap_or_default();
         if trusted.contains(&namespace) {
             by_node.entry(node.to_string()).or_default().push(mapping);
         } else {
@@ -337,8 +343,8 @@ pub fn machineless_claims<'a>(
 fn qualified(mapping: &HostBmc) -> String {
     format!(
         "{}/{}",
-        mapping.namespace().unwrap_or_default(),
-        mapping.name_any()
+        mapping.metadata.namespace.clone().unwrap_or_default(),
+        mapping.metadata.name.clone().unwrap_or_default()
     )
 }
 
@@ -381,4 +387,4 @@ pub fn host_consumed_by(
 
 #[cfg(test)]
 #[path = "trust_tests.rs"]
-mod tests;
+pub(in crate::remediation) mod tests;

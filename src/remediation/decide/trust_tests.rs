@@ -3,7 +3,9 @@ use std::collections::HashSet;
 use serde_json::json;
 
 use super::*;
-use crate::api::NodeReleaseMode;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{HostBmcSpec, NodeReleaseMode};
 
 fn check(name: &str, uid: &str, templates: &[(&str, &str)]) -> HealthCheck {
     HealthCheck {
@@ -263,7 +265,7 @@ fn the_other_node_release_only_where_the_policy_lets_requests_choose() {
 }
 
 fn mapping(namespace: &str, name: &str, machine: Option<&str>, node: Option<&str>) -> Arc<HostBmc> {
-    crate::remediation::pass::subject::tests::mapping(namespace, name, machine, node, 0)
+    mapping_at(namespace, name, machine, node, 0)
 }
 
 /// Each Node and its subject (`namespace/name`), and each refused mapping with its reason.
@@ -320,7 +322,7 @@ fn a_node_with_one_trusted_claim_is_its_subject_and_two_claims_make_none() {
     let contested = claims
         .refused
         .iter()
-        .find(|(m, _)| m.name_any() == "n1-a")
+        .find(|(m, _)| m.metadata.name.as_deref() == Some("n1-a"))
         .unwrap();
     assert!(
         contested
@@ -393,4 +395,31 @@ fn a_cluster_api_host_must_be_in_the_machines_namespace_and_consumed_by_its_meta
         let refused = host_consumed_by("ns", "m3-0", host, consumer.as_ref()).unwrap_err();
         assert!(refused.contains(says), "{host:?} {consumer:?}: {refused}");
     }
+}
+
+/// A `HostBmc` `namespace/name` naming `machine` and `node`, created at second `at`.
+pub(in crate::remediation) fn mapping_at(
+    namespace: &str,
+    name: &str,
+    machine: Option<&str>,
+    node: Option<&str>,
+    at: i64,
+) -> Arc<HostBmc> {
+    let mut object = HostBmc::new(
+        name,
+        HostBmcSpec {
+            machine_name: machine.map(str::to_string),
+            node_name: node.map(str::to_string),
+            address: "redfish://bmc".into(),
+            credentials_name: "creds".into(),
+            ca_bundle: None,
+            ca_bundle_ref: None,
+            insecure_skip_verify: false,
+        },
+    );
+    object.metadata.namespace = Some(namespace.into());
+    object.metadata.creation_timestamp = Some(Time(
+        k8s_openapi::jiff::Timestamp::from_second(at).unwrap_or_default(),
+    ));
+    Arc::new(object)
 }
