@@ -194,7 +194,7 @@ impl fmt::Display for NotFenced {
 ///
 /// ```compile_fail,E0451
 /// use baremend::api::FenceStrategyName;
-/// use baremend::remediation::fence::{ConfirmedOff, FencedHost, NodeIdentity};
+/// use baremend::remediation::decide::fence::{ConfirmedOff, FencedHost, NodeIdentity};
 /// let forged = ConfirmedOff {
 ///     strategy: FenceStrategyName::DirectBmc,
 ///     host: FencedHost::Bmc { address: "redfish://bmc".into(), system: None },
@@ -203,13 +203,13 @@ impl fmt::Display for NotFenced {
 /// ```
 ///
 /// ```compile_fail,E0277
-/// use baremend::remediation::fence::ConfirmedOff;
+/// use baremend::remediation::decide::fence::ConfirmedOff;
 /// fn copyable<T: Clone>() {}
 /// copyable::<ConfirmedOff>();
 /// ```
 ///
 /// ```compile_fail,E0603
-/// let _ = baremend::remediation::fence::confirm_powered_off;
+/// let _ = baremend::remediation::decide::fence::confirm_powered_off;
 /// ```
 ///
 /// Stable rustdoc does not check the error codes above, so each failure has a twin that
@@ -218,7 +218,7 @@ impl fmt::Display for NotFenced {
 ///
 /// ```
 /// use baremend::api::FenceStrategyName;
-/// use baremend::remediation::fence::{ConfirmedOff, FencedHost, NodeIdentity};
+/// use baremend::remediation::decide::fence::{ConfirmedOff, FencedHost, NodeIdentity};
 /// let parts = (
 ///     FenceStrategyName::DirectBmc,
 ///     FencedHost::Bmc { address: "redfish://bmc".into(), system: None },
@@ -226,7 +226,7 @@ impl fmt::Display for NotFenced {
 /// );
 /// fn copyable<T: Clone>() {}
 /// copyable::<FencedHost>();
-/// let _ = baremend::remediation::fence::ConfirmedOff::node;
+/// let _ = baremend::remediation::decide::fence::ConfirmedOff::node;
 /// fn inspectable<T: std::fmt::Debug>() {}
 /// inspectable::<ConfirmedOff>();
 /// ```
