@@ -1,10 +1,10 @@
 //! `baremend check`: every Machine baremend would remediate has its fencing path checked
 //! once, exactly as the controller's periodic check does (see
-//! [`crate::remediation::fencing_check`]), and gets one line: Machine, Node, fencing path,
+//! [`crate::remediation::readiness::fencing_check`]), and gets one line: Machine, Node, fencing path,
 //! READY or NOT READY with the reason. Nothing is changed: no power request, no write.
 //! Run it on day one, before trusting remediation, and after any BMC or credentials change.
 //! A NodeHealthCheck that names baremend while it is Disabled gets a line first (it asks for
-//! no remediation: [`crate::remediation::node_health_checks`]), and fails the check too.
+//! no remediation: [`crate::remediation::requests::node_health_checks`]), and fails the check too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -22,14 +22,16 @@ use crate::api::{
     HostBmc, NodeRemediationTemplate, Remediation, RemediationPolicy, RemediationPolicySpec,
 };
 use crate::duration::parse_duration;
-use crate::remediation::capi::hosts_of_machines;
-use crate::remediation::fencing_check::{CHECKS_AT_ONCE, Fleet, Probes, check, describe, targets};
-use crate::remediation::lease_budget::nhc_lease_warning;
-use crate::remediation::node_health_checks::{Disabled, list_disabled};
-use crate::remediation::observe::HostRef;
-use crate::remediation::probe::ProbeTerms;
-use crate::remediation::subject::machineless_node;
-use crate::remediation::trust::narrow;
+use crate::remediation::act::probe::ProbeTerms;
+use crate::remediation::decide::lease_budget::nhc_lease_warning;
+use crate::remediation::decide::observe::HostRef;
+use crate::remediation::decide::trust::machineless_node;
+use crate::remediation::decide::trust::narrow;
+use crate::remediation::evidence::capi::hosts_of_machines;
+use crate::remediation::readiness::fencing_check::{
+    CHECKS_AT_ONCE, Fleet, Probes, check, describe, targets,
+};
+use crate::remediation::requests::node_health_checks::{Disabled, list_disabled};
 use crate::run::ClusterArgs;
 use crate::runtime::informer::POLICY_NAME;
 use crate::{Error, Result};
@@ -208,7 +210,7 @@ async fn list(client: &Client, machine_api: MachineApi) -> Result<Listed> {
 
 /// The policy as each NodeHealthCheck template applies it, where its power cycles would
 /// outlast NodeHealthCheck's lease: one warning each (see
-/// [`crate::remediation::lease_budget`]). Nothing without a template: a MachineHealthCheck
+/// [`crate::remediation::decide::lease_budget`]). Nothing without a template: a MachineHealthCheck
 /// has no such lease.
 fn lease_warnings(
     policy: &RemediationPolicySpec,

@@ -861,7 +861,7 @@ async fn a_node_health_check_disabled_by_a_custom_machine_health_check_is_told_u
             }),
         )
         .unwrap();
-    let reason = baremend::remediation::node_health_checks::DISABLED_BY_MHC;
+    let reason = baremend::remediation::requests::node_health_checks::DISABLED_BY_MHC;
     event_on_node_health_check(
         &lab,
         "workers",

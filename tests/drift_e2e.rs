@@ -18,9 +18,7 @@ mod common;
 
 use common::drift::{self, steps};
 use common::eventually;
-use common::lab::{
-    DRIFT_REMEDIATIONS, Lab, STATE, metrics_show, patch_drift_policy, warning_in,
-};
+use common::lab::{DRIFT_REMEDIATIONS, Lab, STATE, metrics_show, patch_drift_policy, warning_in};
 use common::rbac;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

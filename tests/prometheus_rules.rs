@@ -247,11 +247,11 @@ fn every_failure_reason_in_the_code_has_a_section_of_the_runbook() {
     use baremend::status::runbook_anchor;
     let runbook = std::fs::read_to_string(repo_root().join("docs/guides/runbook.md")).unwrap();
     let anchors = anchors(&runbook);
-    let reasons: Vec<&str> = baremend::remediation::plan::FailReason::labels()
+    let reasons: Vec<&str> = baremend::remediation::decide::plan::FailReason::labels()
         .into_iter()
         .chain(baremend::drift::plan::FailReason::reasons())
         .chain(
-            baremend::remediation::readiness::Reason::ALL
+            baremend::remediation::decide::readiness::Reason::ALL
                 .iter()
                 .map(|r| r.as_str()),
         )

@@ -178,7 +178,7 @@ fn node_request(name: &str, spec: Value) -> Value {
     })
 }
 
-/// Before: `remediation/trigger.rs` matched a `NodeRemediation` named after a Node in every
+/// Before: `remediation/requests/trigger.rs` matched a `NodeRemediation` named after a Node in every
 /// namespace, so the tenant's requests started remediations of healthy hosts (power-off
 /// requested within seconds) and counted in the storm gate, holding a real one back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

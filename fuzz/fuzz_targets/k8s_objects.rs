@@ -5,7 +5,7 @@
 #![no_main]
 
 use baremend::api::{HostBmcSpec, RemediationPolicySpec};
-use baremend::remediation::observe::{
+use baremend::remediation::decide::observe::{
     bare_metal_host_bmc, bare_metal_host_view, machine_host, machine_node,
 };
 use baremend::api::slim;

@@ -69,7 +69,7 @@ pub struct TriggerRef {
 /// The policy fields a health check may set for its own remediations, to narrow the policy
 /// only (a subset of its strategies, deadlines and attempts no larger, the other node release
 /// only where `spec.trust.requestMayChooseNodeRelease` allows it; anything wider refuses the
-/// request: `remediation/trust.rs`, `narrow`); unset fields keep the policy's values. The cluster-wide gates (storm, control plane, concurrency, pause) and the
+/// request: `remediation/decide/trust.rs`, `narrow`); unset fields keep the policy's values. The cluster-wide gates (storm, control plane, concurrency, pause) and the
 /// reboot key are not here: they protect the whole cluster, not one health check's Machines.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -41,7 +41,8 @@ pub use host_bmc::{
     CaBundleKind, CaBundleRef, DEFAULT_CA_BUNDLE_KEY, HostBmc, HostBmcSpec, HostBmcStatus,
 };
 pub use names::{
-    ConditionType, DriftEventReason, DriftStep, EventReason, RemediationStep, Stored, StoredName,
+    ConditionType, DriftEventReason, DriftStep, EventReason, Gate, RemediationStep, Stored,
+    StoredName,
 };
 pub use policy::{
     ControlPlaneGate, FenceStrategyName, NodeReleaseMode, PolicyStatus, PolicyTimeouts,

@@ -209,6 +209,44 @@ stored_names! {
 }
 
 stored_names! {
+    /// A safety gate that can hold a start: the reason of the `Held` condition and the `gate`
+    /// label of `baremend_remediations_held`. The one table of gates: the metrics register a
+    /// series for each, and every variant of the gates' verdict maps to one (exhaustively).
+    Gate {
+        /// The policy is paused.
+        Paused,
+        /// `maxConcurrent` remediations are running.
+        Concurrency,
+        /// Too many machines are unhealthy at once.
+        Storm,
+        /// The policy excludes control-plane machines.
+        ControlPlaneDisabled,
+        /// Another control-plane machine is being remediated.
+        ControlPlaneBusy,
+        /// Fencing would leave fewer Ready control-plane Nodes than an etcd quorum.
+        Quorum,
+        /// The policy asks for the out-of-service release on a cluster without it.
+        OutOfServiceUnsupported,
+        /// The Node is in a planned reboot.
+        PlannedReboot,
+        /// The leader would fence the Node it runs on.
+        SelfFence,
+        /// Another remediator is at work on the Machine or its Node.
+        ForeignRemediation,
+        /// The cluster is upgrading.
+        ClusterUpgrading,
+        /// The Node's machine-config daemon is updating it.
+        MachineConfigUpdating,
+        /// The BareMetalHost is not the Machine's own.
+        HostNotOwned,
+        /// The BMC's transport can be forged and the policy does not consent.
+        InsecureBmc,
+        /// The BMC was seen contradicting itself.
+        BmcUntrustworthy,
+    }
+}
+
+stored_names! {
     /// A fencing strategy.
     #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
     FenceStrategyName {

@@ -325,7 +325,7 @@ fn default_reboot_key() -> String {
     DEFAULT_REBOOT_KEY.to_string()
 }
 /// Two: with the default timeouts the second power cycle starts inside a NodeHealthCheck's
-/// single-template lease (see `remediation::lease_budget`); a third would be cut off.
+/// single-template lease (see `remediation::decide::lease_budget`); a third would be cut off.
 fn default_max_attempts() -> u32 {
     2
 }

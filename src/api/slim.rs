@@ -367,10 +367,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::remediation::observe::{
+    use crate::remediation::decide::observe::{
         bare_metal_host_bmc, bare_metal_host_view, machine_host, node_view,
     };
-    use crate::remediation::plan::NodeView;
+    use crate::remediation::decide::plan::NodeView;
 
     #[test]
     fn what_the_controller_reads_survives_and_the_rest_goes() {

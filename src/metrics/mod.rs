@@ -44,25 +44,6 @@ use self::power::PowerMetrics;
 use self::server::{ServerLimits, bind, serve_connections};
 use crate::Result;
 
-/// Every gate that can hold a start, as named in the `Held` condition's reason.
-pub const GATES: [&str; 15] = [
-    "Paused",
-    "Concurrency",
-    "Storm",
-    "ControlPlaneDisabled",
-    "ControlPlaneBusy",
-    "Quorum",
-    "OutOfServiceUnsupported",
-    "PlannedReboot",
-    "SelfFence",
-    "ForeignRemediation",
-    "ClusterUpgrading",
-    "MachineConfigUpdating",
-    "HostNotOwned",
-    "InsecureBmc",
-    "BmcUntrustworthy",
-];
-
 /// Every reason a request or a `HostBmc` is refused for (`Accepted=False`), as the refusal
 /// metrics name it (docs/reference/contracts.md, "Trust").
 pub const REFUSAL_REASONS: [&str; 5] = [
@@ -151,7 +132,7 @@ pub struct RefusalLabels {
 /// Labels of the safety-gate gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GateLabels {
-    /// The gate (see [`GATES`]).
+    /// The gate (see [`crate::api::Gate`]).
     pub gate: String,
 }
 
@@ -315,8 +296,11 @@ impl Metrics {
             "Remediations whose start a safety gate holds, by gate",
             held.clone(),
         );
-        for gate in GATES {
-            held.get_or_create(&GateLabels { gate: gate.into() }).set(0);
+        for gate in crate::api::Gate::ALL {
+            held.get_or_create(&GateLabels {
+                gate: gate.as_str().into(),
+            })
+            .set(0);
         }
         let duration: DurationHistograms = Family::new_with_constructor(duration_histogram);
         registry.register(
@@ -483,7 +467,7 @@ impl Metrics {
     pub fn set_counts(&self, in_progress: usize, held: &[(&str, usize)]) {
         self.in_progress
             .set(i64::try_from(in_progress).unwrap_or(i64::MAX));
-        for gate in GATES {
+        for gate in crate::api::Gate::ALL.iter().map(|g| g.as_str()) {
             let count = held
                 .iter()
                 .filter(|(g, _)| *g == gate)

@@ -1,0 +1,739 @@
+//! The host's power, as the strategies (`strategy`) reach it: where a host's BMC is and how to
+//! connect to it, its reads, the BareMetalHost read fresh, what a remediation means to fence,
+//! and the BMC proof kept for the release a moment later.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baremend_drivers::{
+    BmcAddress, CredentialUsed, DriverConfig, DriverKind, PowerDriver, PowerState, TlsOptions,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use kube::ResourceExt;
+use kube::api::Api;
+use serde_json::Value;
+
+use crate::api::annotations::{BMH_DETACHED, REBOOT_PREFIX};
+use crate::api::slim;
+use crate::api::{CaBundleKind, CaBundleRef, FenceStrategyName, HostBmc, Remediation};
+use crate::metrics::power::HostSeries;
+use crate::remediation::decide::bmc_trust::{Reader, Request, Transport, transport};
+use crate::remediation::decide::fence::{
+    BareMetalHostView, ConfirmedOff, Corroboration, FenceTarget, FencedHost, NodeIdentity,
+    NotFenced,
+};
+use crate::remediation::decide::observe::{
+    self, BmcRef, BmcTls, CaBundle, HostRef, bare_metal_host_bmc, bare_metal_host_view,
+};
+use crate::remediation::decide::plan::{Persisted, Phase};
+use crate::remediation::pass::Pass;
+use crate::remediation::world::metered::Metered;
+use crate::runtime::clock::since_epoch;
+use crate::{Error, Result};
+
+/// Where a Machine's BMC is for direct access, and how to check its certificate: a HostBmc
+/// naming the Machine (or its Node), else a *detached* BareMetalHost's `spec.bmc` (with the
+/// CA bundle its `baremend.io/bmc-ca-bundle` annotation names). A host its BareMetal Operator
+/// manages is refused either way: the operator would power it back on (a HostBmc does not
+/// make a managed host safe to power directly).
+pub fn locate_bmc(
+    host_bmcs: &[Arc<HostBmc>],
+    namespace: &str,
+    machine: &str,
+    node: Option<&str>,
+    host: Option<(&HostRef, Option<&slim::BareMetalHost>)>,
+) -> std::result::Result<BmcRef, NoBmc> {
+    if let Some((host_ref, Some(host))) = host
+        && !detached(host)
+    {
+        return Err(NoBmc::Managed(format!(
+            "BareMetalHost {host_ref} is managed by the BareMetal Operator, which would power it back on; direct BMC fencing needs it detached"
+        )));
+    }
+    let mapping = host_bmcs.iter().find(|m| {
+        m.namespace().as_deref() == Some(namespace)
+            && (m.spec.machine_name.as_deref() == Some(machine)
+                || (m.spec.node_name.is_some() && m.spec.node_name.as_deref() == node))
+    });
+    match (mapping, host) {
+        (Some(mapping), _) => {
+            let spec = &mapping.spec;
+            let ca_bundle = match (&spec.ca_bundle, &spec.ca_bundle_ref) {
+                (Some(_), Some(_)) => {
+                    return Err(NoBmc::Unusable(format!(
+                        "HostBmc {namespace}/{}: caBundle and caBundleRef both name a CA bundle: keep one",
+                        mapping.name_any()
+                    )));
+                }
+                (Some(pem), None) => Some(CaBundle::Inline(pem.clone())),
+                (None, Some(named)) => Some(CaBundle::Named(named.clone())),
+                (None, None) => None,
+            };
+            let tls = BmcTls::new(ca_bundle, spec.insecure_skip_verify).map_err(|e| {
+                NoBmc::Unusable(format!("HostBmc {namespace}/{}: {e}", mapping.name_any()))
+            })?;
+            Ok(BmcRef {
+                address: spec.address.clone(),
+                credentials_name: spec.credentials_name.clone(),
+                tls,
+            })
+        }
+        (None, Some((host_ref, Some(host)))) => {
+            let json = serde_json::to_value(host).unwrap_or(Value::Null);
+            bare_metal_host_bmc(&json)
+                .map_err(|e| NoBmc::Unusable(format!("BareMetalHost {host_ref}: {e}")))
+        }
+        _ => Err(NoBmc::NotNamed),
+    }
+}
+
+/// Why a Machine has no BMC to fence directly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoBmc {
+    /// Its BareMetalHost is managed by the BareMetal Operator (which would power it back on).
+    Managed(String),
+    /// The HostBmc or BareMetalHost naming it is unusable.
+    Unusable(String),
+    /// Nothing names one.
+    NotNamed,
+}
+
+impl std::fmt::Display for NoBmc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoBmc::Managed(why) | NoBmc::Unusable(why) => f.write_str(why),
+            NoBmc::NotNamed => f.write_str("no HostBmc and no BareMetalHost names its BMC"),
+        }
+    }
+}
+
+/// Everything needed to connect to `bmc`, read from the cluster now: its address parsed, the
+/// credentials from its Secret and the CA bundle from its ConfigMap or Secret (all in
+/// `namespace`). Errors name the object and the field at fault, never a value.
+pub async fn bmc_driver_config(
+    client: &kube::Client,
+    namespace: &str,
+    bmc: &BmcRef,
+) -> std::result::Result<DriverConfig, String> {
+    let address = BmcAddress::parse(&bmc.address).map_err(|e| e.to_string())?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = secrets
+        .get(&bmc.credentials_name)
+        .await
+        .map_err(|e| format!("Secret {}: {e}", bmc.credentials_name))?;
+    let credentials = observe::secret_credentials(&secret)
+        .map_err(|e| format!("Secret {}: {e}", bmc.credentials_name))?;
+    let ca_bundle_pem = match &bmc.tls.ca_bundle {
+        None => None,
+        Some(CaBundle::Inline(pem)) => Some(
+            observe::pem_certificates(pem.clone().into_bytes())
+                .map_err(|e| format!("caBundle {e}"))?,
+        ),
+        Some(CaBundle::Named(named)) => Some(read_ca_bundle(client, namespace, named).await?),
+    };
+    let tls = TlsOptions {
+        ca_bundle_pem,
+        insecure: bmc.tls.insecure,
+    };
+    Ok(DriverConfig::new(address, credentials, tls))
+}
+
+/// The PEM certificates a [`CaBundleRef`] names, read now.
+async fn read_ca_bundle(
+    client: &kube::Client,
+    namespace: &str,
+    named: &CaBundleRef,
+) -> std::result::Result<Vec<u8>, String> {
+    let unusable = |e: &dyn std::fmt::Display| {
+        format!("CA bundle {} {}: {e}", named.kind.as_str(), named.name)
+    };
+    let client = client.clone();
+    let pem = match named.kind {
+        CaBundleKind::ConfigMap => Api::<ConfigMap>::namespaced(client, namespace)
+            .get(&named.name)
+            .await
+            .map(|config_map| observe::config_map_ca_bundle(&config_map, &named.key)),
+        CaBundleKind::Secret => Api::<Secret>::namespaced(client, namespace)
+            .get(&named.name)
+            .await
+            .map(|secret| observe::secret_ca_bundle(&secret, &named.key)),
+    };
+    pem.map_err(|e| unusable(&e))?.map_err(|e| unusable(&e))
+}
+
+/// Whether the BareMetal Operator has let go of a host: the `detached` annotation, or the
+/// `detached` operational status.
+fn detached(host: &slim::BareMetalHost) -> bool {
+    let json = serde_json::to_value(host).unwrap_or(Value::Null);
+    host.annotations().contains_key(BMH_DETACHED)
+        || json
+            .pointer("/status/operationalStatus")
+            .and_then(Value::as_str)
+            == Some("detached")
+}
+
+/// The driver kind as metrics and logs name it.
+pub fn driver_kind(address: &BmcAddress) -> &'static str {
+    match address.kind() {
+        DriverKind::Redfish => "redfish",
+        DriverKind::Ipmi => "ipmi",
+    }
+}
+
+/// The power-state series of a host whose BMC is read directly. The power monitor and the
+/// host's remediation name it alike, so the remediation's reads carry on the monitor's series.
+pub fn bmc_series(machine: String, node: Option<String>, address: &BmcAddress) -> HostSeries {
+    HostSeries {
+        machine,
+        node: node.unwrap_or_default(),
+        bmc: address.to_string(),
+        driver: driver_kind(address).into(),
+    }
+}
+
+/// Reads a BMC proof takes (see `fence`); a read that is not Off ends them early.
+pub(in crate::remediation) const BMC_PROOF_READS: usize = 2;
+
+/// A BareMetalHost read now, with the BMC it names.
+pub(in crate::remediation) struct FreshHost {
+    /// What it says.
+    pub(in crate::remediation) view: BareMetalHostView,
+    /// The BMC its `spec.bmc` names, or why none is usable.
+    pub(in crate::remediation) bmc: std::result::Result<BmcRef, String>,
+    /// Its namespace, where its BMC's Secret is.
+    pub(in crate::remediation) namespace: String,
+}
+
+/// A proof's reads of a BMC and the ledger's word on them.
+pub(in crate::remediation) struct BmcProofReads {
+    /// What each read said, oldest first.
+    pub(in crate::remediation) reads: Vec<PowerState>,
+    /// Nothing against them, or why the BMC is untrustworthy.
+    pub(in crate::remediation) witnessed: std::result::Result<(), String>,
+}
+
+/// Why a BMC gave no proof reads.
+pub(in crate::remediation) enum BmcReadRefused {
+    /// It is untrustworthy now (the mark, in words).
+    Distrusted(String),
+    /// A read failed.
+    Failed(String),
+}
+
+/// A BMC connected for a remediation: its driver (metered, witnessed) and what the proof and
+/// the metrics say of it.
+pub(in crate::remediation) struct DirectBmc {
+    pub(in crate::remediation) driver: Arc<dyn PowerDriver>,
+    /// The address, without credentials.
+    pub(in crate::remediation) address: String,
+    /// The system path the address names, if any.
+    pub(in crate::remediation) system: Option<String>,
+    /// The host's power-state series.
+    pub(in crate::remediation) series: HostSeries,
+    /// The Secret holding its credentials.
+    pub(in crate::remediation) credentials_name: String,
+    /// Whether someone on the path could forge its answers.
+    pub(in crate::remediation) transport: Transport,
+}
+
+/// How old BMC reads proving a host off may be when they authorize its Node's release.
+const PROOF_REUSE: Duration = Duration::from_secs(1);
+
+impl Pass {
+    /// What the remediation means to fence with `strategy`: the host it names and the Node
+    /// the proof may release (by the UID recorded at the power-off request, else the cached
+    /// Node's).
+    pub(in crate::remediation) fn fence_target(
+        &self,
+        remediation: &Remediation,
+        strategy: FenceStrategyName,
+        node: Option<&Node>,
+    ) -> FenceTarget {
+        let recorded = remediation.status.as_ref().and_then(|s| s.node_uid.clone());
+        let node = remediation.spec.node_name.as_ref().and_then(|name| {
+            let uid = recorded
+                .or_else(|| node.filter(|n| n.name_any() == *name).and_then(|n| n.uid()))?;
+            Some(NodeIdentity {
+                name: name.clone(),
+                uid,
+            })
+        });
+        FenceTarget {
+            strategy,
+            host: self.host(remediation).map(|(host_ref, _)| host_ref),
+            node,
+            allow_insecure: self.policy.allow_insecure_bmc,
+        }
+    }
+
+    /// The BareMetalHost the target names, read from the API server now, and the BMC its
+    /// `spec.bmc` names (or why none is usable).
+    pub(in crate::remediation) async fn fresh_host(
+        &self,
+        target: &FenceTarget,
+    ) -> std::result::Result<FreshHost, NotFenced> {
+        let Some(host_ref) = &target.host else {
+            return Err(NotFenced::Untrustworthy(
+                match self.machine_json().map(|json| observe::machine_host(&json)) {
+                    Some(Err(unusable)) => format!("Machine {}: {unusable}", self.name),
+                    Some(Ok(_)) => "the Machine names no BareMetalHost".into(),
+                    None => format!(
+                        "Node {} has no Machine, hence no BareMetalHost: only its HostBmc's BMC can fence it",
+                        self.name
+                    ),
+                },
+            ));
+        };
+        let hosts: Api<slim::BareMetalHost> =
+            Api::namespaced(self.context.client.clone(), &host_ref.namespace);
+        let host = hosts
+            .get_opt(&host_ref.name)
+            .await
+            .map_err(|e| NotFenced::NotYet(format!("cannot read BareMetalHost {host_ref}: {e}")))?
+            .ok_or_else(|| {
+                NotFenced::Untrustworthy(format!("BareMetalHost {host_ref} not found"))
+            })?;
+        let json = serde_json::to_value(&host).unwrap_or(Value::Null);
+        Ok(FreshHost {
+            view: bare_metal_host_view(&json, &self.policy.reboot_key),
+            bmc: bare_metal_host_bmc(&json).map_err(|e| format!("BareMetalHost {host_ref}: {e}")),
+            namespace: host_ref.namespace.clone(),
+        })
+    }
+
+    /// Our own reads of the BMC a BareMetalHost names, read-only, to hold its operator's Off
+    /// to the direct rule (`fence::Corroboration`). A BMC that cannot be read from here
+    /// leaves the operator's word alone, and says why.
+    pub(in crate::remediation) async fn corroborate(&self, fresh: &FreshHost) -> Corroboration {
+        let bmc = match &fresh.bmc {
+            Ok(bmc) => bmc,
+            Err(why) => return Corroboration::Unavailable(why.clone()),
+        };
+        let key = self.operator_bmc_key();
+        let direct = match self.connect_bmc(bmc, &fresh.namespace, &key).await {
+            Ok(direct) => direct,
+            Err(why) => return Corroboration::Unavailable(why.to_string()),
+        };
+        match self.read_bmc_proof(&direct).await {
+            Ok(BmcProofReads { reads, witnessed }) => Corroboration::Read {
+                address: direct.address,
+                reads,
+                witnessed,
+            },
+            Err(BmcReadRefused::Distrusted(mark)) => Corroboration::Read {
+                address: direct.address,
+                reads: Vec::new(),
+                witnessed: Err(mark),
+            },
+            Err(BmcReadRefused::Failed(why)) => Corroboration::Unavailable(why),
+        }
+    }
+
+    /// [`BMC_PROOF_READS`] reads of `bmc` in a row, ended early by one that is not Off, and
+    /// what every reading of it in the process from a window before the first says of them;
+    /// none while the BMC is untrustworthy.
+    pub(in crate::remediation) async fn read_bmc_proof(
+        &self,
+        bmc: &DirectBmc,
+    ) -> std::result::Result<BmcProofReads, BmcReadRefused> {
+        let ledger = &self.context.witness.ledger;
+        let first_read = since_epoch(self.context.clock.now());
+        if let Some(mark) = ledger.distrusted(&bmc.address, first_read) {
+            return Err(BmcReadRefused::Distrusted(mark.to_string()));
+        }
+        let mut reads = Vec::with_capacity(BMC_PROOF_READS);
+        while reads.len() < BMC_PROOF_READS {
+            let read = self
+                .read_power(bmc)
+                .await
+                .map_err(|error| BmcReadRefused::Failed(format!("BMC read failed: {error}")))?;
+            let off = read == PowerState::Off;
+            reads.push(read);
+            if !off {
+                break;
+            }
+        }
+        let now = since_epoch(self.context.clock.now());
+        let witnessed = ledger
+            .check_proof(&bmc.address, first_read, now)
+            .map_err(|mark| mark.to_string());
+        Ok(BmcProofReads { reads, witnessed })
+    }
+
+    /// Tells the ledger that we asked the operator to power the host off (`off`) or on: its
+    /// BMC's readings before that no longer count against the host's new state, and those
+    /// after an Off request are judged (`bmc_trust`).
+    pub(in crate::remediation) fn note_operator_request(
+        &self,
+        remediation: &Remediation,
+        off: bool,
+    ) {
+        let Some(address) = self.operator_bmc_address(remediation) else {
+            return;
+        };
+        let request = if off { Request::Off } else { Request::On };
+        let now = since_epoch(self.context.clock.now());
+        self.context
+            .witness
+            .ledger
+            .requested(&address.to_string(), request, now);
+    }
+
+    /// The address of the BMC the cached BareMetalHost names, as the ledger keys it.
+    pub(in crate::remediation) fn operator_bmc_address(
+        &self,
+        remediation: &Remediation,
+    ) -> Option<BmcAddress> {
+        let Some((_, Some(host))) = self.host(remediation) else {
+            return None;
+        };
+        let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
+        bare_metal_host_bmc(&json)
+            .ok()
+            .and_then(|bmc| BmcAddress::parse(&bmc.address).ok())
+    }
+
+    /// Where the BMC for direct fencing is (see [`locate_bmc`]).
+    pub(in crate::remediation) fn locate_direct_bmc(
+        &self,
+        remediation: &Remediation,
+    ) -> std::result::Result<BmcRef, NoBmc> {
+        let host = self.host(remediation);
+        // A Node subject's BMC is its own HostBmc's, never another naming the Node (one that
+        // appeared mid-cycle contests it, it does not replace it).
+        let mappings = match &self.subject {
+            crate::remediation::pass::subject::Subject::Node(mapping) => vec![mapping.clone()],
+            crate::remediation::pass::subject::Subject::Machine(_) => {
+                self.context.host_bmcs.state()
+            }
+        };
+        locate_bmc(
+            &mappings,
+            &self.namespace,
+            &self.name,
+            remediation.spec.node_name.as_deref(),
+            host.as_ref().map(|(r, h)| (r, h.as_deref())),
+        )
+    }
+
+    /// The BMC for direct fencing: from a `HostBmc` naming the Machine or Node, else from an
+    /// unmanaged (detached) BareMetalHost. A managed host is refused: its operator would power
+    /// it back on.
+    pub(in crate::remediation) async fn direct_bmc(
+        &self,
+        remediation: &Remediation,
+    ) -> Result<DirectBmc> {
+        let invalid = |reason: String| Error::Invalid {
+            object: format!("Machine {}/{}", self.namespace, self.name),
+            reason,
+        };
+        let bmc = self
+            .locate_direct_bmc(remediation)
+            .map_err(|e| invalid(e.to_string()))?;
+        self.connect_bmc(&bmc, &self.namespace, &self.machine_key())
+            .await
+    }
+
+    /// A driver for `bmc`, its credentials read from `namespace`, cached under `key`, metered
+    /// and witnessed as a fencing reader.
+    async fn connect_bmc(&self, bmc: &BmcRef, namespace: &str, key: &str) -> Result<DirectBmc> {
+        let config = bmc_driver_config(&self.context.client, namespace, bmc)
+            .await
+            .map_err(|reason| Error::Invalid {
+                object: format!("Machine {}/{}", self.namespace, self.name),
+                reason,
+            })?;
+        let kind = driver_kind(&config.address);
+        let shown = config.address.to_string();
+        let system = config.address.system_path().map(str::to_string);
+        let transport = transport(&config.address, bmc.tls.insecure);
+        let machine = self
+            .subject
+            .machine()
+            .map(|_| format!("{}/{}", self.namespace, self.name));
+        let series = bmc_series(
+            machine.unwrap_or_default(),
+            self.subject_node(),
+            &config.address,
+        );
+        let driver =
+            self.context
+                .bmc_drivers
+                .get_or_connect(key, config, &self.context.connector)?;
+        let driver = Metered::wrap(driver, kind, self.context.metrics.power.clone());
+        let driver = self
+            .context
+            .witness
+            .wrap(driver, shown.clone(), Reader::Fencing);
+        Ok(DirectBmc {
+            driver,
+            address: shown,
+            system,
+            series,
+            credentials_name: bmc.credentials_name.clone(),
+            transport,
+        })
+    }
+
+    /// Reads the host's power through its BMC. While the power monitor runs, the reading
+    /// (or `unknown` when it failed) goes to the host's power-state series: the monitor
+    /// leaves a host under remediation to these reads, so its series stays current while
+    /// operators look at it most.
+    pub(in crate::remediation) async fn read_power(
+        &self,
+        bmc: &DirectBmc,
+    ) -> baremend_drivers::Result<PowerState> {
+        let read = bmc.driver.power_state().await;
+        if self.context.power_monitored {
+            let metrics = &self.context.metrics.power;
+            metrics.set_host_power(&bmc.series, read.as_ref().ok().cloned());
+            metrics.set_credential_used(&bmc.series, bmc.driver.credential_used());
+        }
+        read
+    }
+
+    /// A Warning when the BMC accepted only the previous password of its Secret: the rotation
+    /// is half done, and the previous password must stay until the BMC has the new one.
+    pub(in crate::remediation) async fn note_previous_password(
+        &self,
+        remediation: &Remediation,
+        bmc: &DirectBmc,
+    ) {
+        if bmc.driver.credential_used() != Some(CredentialUsed::Previous) {
+            return;
+        }
+        let note = format!(
+            "BMC {} refused the password of Secret {}/{} and accepted its {}: set the BMC's password to the Secret's password, then remove {}",
+            bmc.address,
+            self.namespace,
+            bmc.credentials_name,
+            observe::PREVIOUS_PASSWORD_KEY,
+            observe::PREVIOUS_PASSWORD_KEY,
+        );
+        self.event(
+            remediation,
+            crate::runtime::events::Severity::Warning,
+            crate::api::EventReason::BmcPreviousPasswordUsed,
+            note,
+        )
+        .await;
+    }
+
+    /// The key of this Machine's cached BMC driver.
+    pub(in crate::remediation) fn machine_key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The key of the cached driver that corroborates its operator's readings.
+    pub(in crate::remediation) fn operator_bmc_key(&self) -> String {
+        format!("{}/{}#operator-bmc", self.namespace, self.name)
+    }
+
+    pub(in crate::remediation) fn reboot_annotation(&self) -> String {
+        format!("{REBOOT_PREFIX}{}", self.policy.reboot_key)
+    }
+
+    /// The strategies this remediation may have asked: the policy's up to the one in use (all
+    /// of them when the policy no longer names it), and the one in use.
+    pub(in crate::remediation) fn strategies_asked(
+        &self,
+        remediation: &Remediation,
+        state: &Persisted,
+    ) -> Vec<FenceStrategyName> {
+        let upto = state
+            .strategy
+            .map_or(self.policy.strategies.len(), |index| index + 1);
+        let mut asked: Vec<FenceStrategyName> =
+            self.policy.strategies.iter().take(upto).copied().collect();
+        let in_use = self.strategy_in_use(remediation);
+        if !asked.contains(&in_use) {
+            asked.push(in_use);
+        }
+        asked
+    }
+
+    /// Keeps a BMC proof this pass took and did not spend, for the release a moment later.
+    pub(in crate::remediation) fn remember_bmc_proof(&self, confirmed: ConfirmedOff) {
+        // Only BMC reads are kept: a BareMetalHost is read again for the release.
+        if !matches!(confirmed.host(), FencedHost::Bmc { .. }) {
+            return;
+        }
+        let now = since_epoch(self.context.clock.now());
+        *self
+            .recent_proof
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((confirmed, now));
+    }
+
+    /// The BMC proof this pass took, if it is at most [`PROOF_REUSE`] old, for the same
+    /// strategy and Node as `target`, and no reading of its BMC since contradicts it (another
+    /// reader may have read it in the meantime). Reading the BMC twice more for the release,
+    /// milliseconds after two reads proved it off, would only load a fragile BMC; anything
+    /// older (a later pass, a restart) is read again. The proof is taken out: it is spent once.
+    pub(in crate::remediation) fn recent_bmc_proof(
+        &self,
+        target: &FenceTarget,
+    ) -> Option<ConfirmedOff> {
+        let now = since_epoch(self.context.clock.now());
+        let (confirmed, at) = self
+            .recent_proof
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()?;
+        let fits = now.saturating_sub(at) <= PROOF_REUSE
+            && confirmed.strategy() == target.strategy
+            && confirmed.node() == target.node.as_ref();
+        let uncontradicted = match confirmed.host() {
+            FencedHost::Bmc { address, .. } => self
+                .context
+                .witness
+                .ledger
+                .check_proof(address, at, now)
+                .is_ok(),
+            FencedHost::BareMetalHost { .. } => false,
+        };
+        (fits && uncontradicted).then_some(confirmed)
+    }
+
+    /// The proof, or why not, from fresh evidence: taken while fencing and before the release,
+    /// not in the phases between or after.
+    pub(in crate::remediation) async fn proof_for(
+        &self,
+        remediation: &Remediation,
+        phase: Phase,
+        node: Option<&Node>,
+    ) -> std::result::Result<ConfirmedOff, NotFenced> {
+        if !matches!(phase, Phase::PoweringOff | Phase::Fenced) {
+            return Err(NotFenced::NotYet("not checked in this phase".into()));
+        }
+        let target = self.fence_target(remediation, self.strategy_in_use(remediation), node);
+        match self.recent_bmc_proof(&target) {
+            Some(confirmed) => Ok(confirmed),
+            None => self.take_proof(remediation, &target).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mapping() -> Arc<HostBmc> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "baremend.io/v1alpha1",
+                "kind": "HostBmc",
+                "metadata": {"name": "w0", "namespace": "m"},
+                "spec": {
+                    "machineName": "w0",
+                    "address": "redfish://bmc-w0",
+                    "credentialsName": "bmc-w0",
+                },
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn host(detached: bool) -> slim::BareMetalHost {
+        let annotations = if detached {
+            json!({BMH_DETACHED: ""})
+        } else {
+            json!({})
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "metadata": {"name": "h0", "namespace": "m", "annotations": annotations},
+            "spec": {"bmc": {"address": "redfish://bmc-h0", "credentialsName": "bmc-h0"}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_host_its_operator_manages_is_never_powered_directly_even_with_a_host_bmc() {
+        let host_ref = HostRef {
+            namespace: "m".into(),
+            name: "h0".into(),
+        };
+        let managed = host(false);
+        let refused = locate_bmc(
+            &[mapping()],
+            "m",
+            "w0",
+            None,
+            Some((&host_ref, Some(&managed))),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.contains("managed by the BareMetal Operator"),
+            "{refused}"
+        );
+        let detached = host(true);
+        let bmc = locate_bmc(
+            &[mapping()],
+            "m",
+            "w0",
+            None,
+            Some((&host_ref, Some(&detached))),
+        )
+        .unwrap();
+        assert_eq!(
+            bmc.address, "redfish://bmc-w0",
+            "the HostBmc wins over spec.bmc"
+        );
+        let bmc = locate_bmc(&[], "m", "w0", None, Some((&host_ref, Some(&detached)))).unwrap();
+        assert_eq!(bmc.address, "redfish://bmc-h0");
+        // Without a BareMetalHost (no operator), the HostBmc alone names the BMC.
+        let bmc = locate_bmc(&[mapping()], "m", "w0", None, None).unwrap();
+        assert_eq!(bmc.address, "redfish://bmc-w0");
+    }
+
+    fn mapping_with(tls: Value) -> Arc<HostBmc> {
+        let mut value = serde_json::to_value(&*mapping()).unwrap();
+        for (key, field) in tls.as_object().unwrap() {
+            value["spec"][key] = field.clone();
+        }
+        Arc::new(serde_json::from_value(value).unwrap())
+    }
+
+    #[test]
+    fn a_host_bmc_names_one_ca_bundle_and_never_with_verification_off() {
+        let named = locate_bmc(
+            &[mapping_with(
+                json!({"caBundleRef": {"kind": "ConfigMap", "name": "bmc-ca"}}),
+            )],
+            "m",
+            "w0",
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            named.tls.ca_bundle,
+            Some(CaBundle::Named("ConfigMap/bmc-ca/ca.crt".parse().unwrap()))
+        );
+        assert!(!named.tls.insecure);
+        for (tls, reason) in [
+            (
+                json!({"caBundle": "PEM", "caBundleRef": {"kind": "Secret", "name": "s"}}),
+                "keep one",
+            ),
+            (
+                json!({"insecureSkipVerify": true, "caBundleRef": {"kind": "Secret", "name": "s"}}),
+                "choose one",
+            ),
+            (
+                json!({"insecureSkipVerify": true, "caBundle": "PEM"}),
+                "choose one",
+            ),
+        ] {
+            let error = locate_bmc(&[mapping_with(tls)], "m", "w0", None, None)
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with("HostBmc m/w0: "), "{error}");
+            assert!(error.contains(reason), "{error}");
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The fencing strategies, one [`FenceStrategy`] implementation each: how a strategy asks for
+//! the host's power off (and back on), takes its request back, makes sure of a request a
+//! crash may have lost, reads the evidence that may prove the host off, probes its path
+//! without disruption, and names its driver. [`strategy`] is the one table from the policy's
+//! [`FenceStrategyName`] to its implementation; everything else dispatches through it, so a
+//! new strategy is one new implementation and one row of the table.
+//!
+//! What the evidence proves is decided in `fence` (the only module that makes a
+//! [`ConfirmedOff`]), from the [`PowerEvidence`] a strategy reads: a new strategy brings its
+//! evidence and its rule there, where the proof's guarantees are kept in one place.
+
+use async_trait::async_trait;
+use baremend_drivers::{PowerOffMode, PowerState};
+use kube::api::Api;
+use serde_json::Value;
+
+use super::power::{BmcProofReads, BmcReadRefused};
+use super::probe::{ProbeSite, ProbeWith, no_bmc, probe_bmc, probe_host};
+use crate::Result;
+use crate::api::{FenceStrategyName, Remediation};
+use crate::remediation::decide::fence::{
+    ConfirmedOff, Corroboration, FenceTarget, NotFenced, PowerEvidence, confirm_powered_off,
+};
+use crate::remediation::decide::observe::bare_metal_host_view;
+use crate::remediation::decide::plan::Persisted;
+use crate::remediation::decide::readiness::{Reason, Refusal, Verdict};
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::host_resource;
+use crate::remediation::world::execute;
+use crate::runtime::clock::since_epoch;
+
+/// Which power-off requests to withdraw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::remediation) enum Withdraw {
+    /// All: reboot-API annotations removed and BMCs told to power on.
+    Everything,
+    /// Only the reboot-API annotations (the Node is back: its host is on, no BMC to ask).
+    RebootRequestsOnly,
+}
+
+/// One way to fence a host. The pass's own readers and writers (`power`) do the I/O; an
+/// implementation says which of them its strategy uses, and how.
+#[async_trait]
+pub(in crate::remediation) trait FenceStrategy: Send + Sync {
+    /// The driver it uses, as status shows it (`bmh-reboot-api`, `redfish`, `ipmi`, or
+    /// `unavailable`).
+    async fn driver(&self, pass: &Pass, remediation: &Remediation) -> String;
+
+    /// Asks for the host's power off (`off`) or takes the request back.
+    async fn request_power(&self, pass: &Pass, remediation: &Remediation, off: bool) -> Result<()>;
+
+    /// Takes back the power-off request this strategy may have made, when `what` covers it
+    /// and there is something to ask.
+    async fn withdraw(&self, pass: &Pass, remediation: &Remediation, what: Withdraw) -> Result<()>;
+
+    /// Makes the power request again if a crash may have lost it (`off`: the power-off one).
+    async fn ensure_request(
+        &self,
+        pass: &Pass,
+        remediation: &Remediation,
+        state: &Persisted,
+        off: bool,
+    ) -> Result<()>;
+
+    /// Fresh evidence for `target`, never from a cache.
+    async fn read_evidence(
+        &self,
+        pass: &Pass,
+        remediation: &Remediation,
+        target: &FenceTarget,
+    ) -> std::result::Result<PowerEvidence, NotFenced>;
+
+    /// The non-disruptive probe of this strategy's path to `site`.
+    async fn probe(&self, with: &ProbeWith<'_>, site: &ProbeSite<'_>) -> Verdict;
+}
+
+/// The one table: the implementation of each strategy the policy may name (a match, so a
+/// strategy without one does not compile).
+pub(in crate::remediation) fn strategy(name: FenceStrategyName) -> &'static dyn FenceStrategy {
+    match name {
+        FenceStrategyName::BareMetalHostRebootApi => &RebootApiStrategy,
+        FenceStrategyName::DirectBmc => &DirectBmcStrategy,
+    }
+}
+
+/// The BareMetalHost reboot API: our annotation asks the BareMetal Operator to hold the host
+/// off; its status says whether it is.
+struct RebootApiStrategy;
+
+#[async_trait]
+impl FenceStrategy for RebootApiStrategy {
+    async fn driver(&self, _: &Pass, _: &Remediation) -> String {
+        "bmh-reboot-api".into()
+    }
+
+    async fn request_power(&self, pass: &Pass, remediation: &Remediation, off: bool) -> Result<()> {
+        let Some((host_ref, _)) = pass.host(remediation) else {
+            // Nothing to ask; the evidence says why and the planner escalates.
+            return Ok(());
+        };
+        let hosts: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            pass.context.client.clone(),
+            &host_ref.namespace,
+            &host_resource(),
+        );
+        pass.context.leadership.ensure()?;
+        let (value, action) = if off {
+            (Some(r#"{"mode":"hard"}"#), "RequestPowerOff")
+        } else {
+            (None, "RequestPowerOn")
+        };
+        let key = pass.reboot_annotation();
+        execute::set_annotation(&hosts, &host_ref.name, &key, value, action).await?;
+        pass.note_operator_request(remediation, off);
+        Ok(())
+    }
+
+    async fn withdraw(&self, pass: &Pass, remediation: &Remediation, _: Withdraw) -> Result<()> {
+        if pass.host(remediation).is_none() {
+            return Ok(());
+        }
+        self.request_power(pass, remediation, false).await
+    }
+
+    /// At once: the cached host shows whether our annotation is there.
+    async fn ensure_request(
+        &self,
+        pass: &Pass,
+        remediation: &Remediation,
+        state: &Persisted,
+        off: bool,
+    ) -> Result<()> {
+        let Some((_, Some(host))) = pass.host(remediation) else {
+            return Ok(());
+        };
+        let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
+        let requested = bare_metal_host_view(&json, &pass.policy.reboot_key).power_off_requested();
+        if off && !requested {
+            self.request_power(pass, remediation, true).await?;
+        } else if !off && requested {
+            pass.withdraw_all(remediation, state, Withdraw::Everything)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// A GET of the BareMetalHost (never the watch cache) and, when it reports the host off,
+    /// our own reads of its BMC unless the policy turned them off.
+    async fn read_evidence(
+        &self,
+        pass: &Pass,
+        _: &Remediation,
+        target: &FenceTarget,
+    ) -> std::result::Result<PowerEvidence, NotFenced> {
+        let fresh = pass.fresh_host(target).await?;
+        let corroboration = if pass.policy.corroborate_reboot_api && fresh.view.reports_off() {
+            pass.corroborate(&fresh).await
+        } else {
+            Corroboration::NotRead
+        };
+        Ok(PowerEvidence::BareMetalHost {
+            view: fresh.view,
+            corroboration,
+        })
+    }
+
+    async fn probe(&self, with: &ProbeWith<'_>, site: &ProbeSite<'_>) -> Verdict {
+        match site.host {
+            Ok(Some(host)) => probe_host(with.client, host, with.reboot_key).await,
+            Ok(None) => Err(Refusal::new(
+                None,
+                Reason::NoFencingPath,
+                format!("Machine {} names no BareMetalHost", site.key),
+            )),
+            Err(unusable) => Err(Refusal::new(None, Reason::NoFencingPath, unusable.clone())),
+        }
+    }
+}
+
+/// The host's BMC, over Redfish or IPMI: we power it off ourselves and read it back.
+struct DirectBmcStrategy;
+
+#[async_trait]
+impl FenceStrategy for DirectBmcStrategy {
+    async fn driver(&self, pass: &Pass, remediation: &Remediation) -> String {
+        match pass.direct_bmc(remediation).await {
+            Ok(bmc) => bmc
+                .driver
+                .bmc()
+                .split(':')
+                .next()
+                .unwrap_or("bmc")
+                .to_string(),
+            Err(_) => "unavailable".into(),
+        }
+    }
+
+    async fn request_power(&self, pass: &Pass, remediation: &Remediation, off: bool) -> Result<()> {
+        let bmc = pass.direct_bmc(remediation).await?;
+        pass.context.leadership.ensure()?;
+        if off {
+            bmc.driver.power_off(PowerOffMode::Forced).await?;
+        } else {
+            bmc.driver.power_on().await?;
+        }
+        pass.note_previous_password(remediation, &bmc).await;
+        Ok(())
+    }
+
+    /// Not when only the reboot requests go (the host is on already), nor without a BMC.
+    async fn withdraw(&self, pass: &Pass, remediation: &Remediation, what: Withdraw) -> Result<()> {
+        if what == Withdraw::RebootRequestsOnly || pass.direct_bmc(remediation).await.is_err() {
+            return Ok(());
+        }
+        self.request_power(pass, remediation, false).await
+    }
+
+    /// After a quiet period: the BMC may still be acting on the first request.
+    async fn ensure_request(
+        &self,
+        pass: &Pass,
+        remediation: &Remediation,
+        state: &Persisted,
+        off: bool,
+    ) -> Result<()> {
+        let quiet = (pass.context.poll * 10).max(std::time::Duration::from_secs(5));
+        let waited = since_epoch(pass.context.clock.now()).saturating_sub(state.phase_since);
+        if waited < quiet {
+            return Ok(());
+        }
+        let bmc = pass.direct_bmc(remediation).await?;
+        let power = pass.read_power(&bmc).await?;
+        pass.context.leadership.ensure()?;
+        if off && power == PowerState::On {
+            bmc.driver.power_off(PowerOffMode::Forced).await?;
+        } else if !off && power == PowerState::Off {
+            bmc.driver.power_on().await?;
+        }
+        Ok(())
+    }
+
+    /// The proof reads (`Pass::read_bmc_proof`) — none while the BMC is untrustworthy — and
+    /// every other reading of it in the process around those reads weighed with them.
+    async fn read_evidence(
+        &self,
+        pass: &Pass,
+        remediation: &Remediation,
+        _: &FenceTarget,
+    ) -> std::result::Result<PowerEvidence, NotFenced> {
+        let bmc = pass
+            .direct_bmc(remediation)
+            .await
+            .map_err(|e| NotFenced::Untrustworthy(e.to_string()))?;
+        let BmcProofReads { reads, witnessed } =
+            pass.read_bmc_proof(&bmc)
+                .await
+                .map_err(|refused| match refused {
+                    BmcReadRefused::Distrusted(mark) => {
+                        NotFenced::Untrustworthy(format!("BMC {}: {mark}", bmc.address))
+                    }
+                    BmcReadRefused::Failed(why) => NotFenced::NotYet(why),
+                })?;
+        Ok(PowerEvidence::BmcReads {
+            address: bmc.address,
+            system: bmc.system,
+            reads,
+            transport: bmc.transport,
+            witnessed,
+        })
+    }
+
+    async fn probe(&self, with: &ProbeWith<'_>, site: &ProbeSite<'_>) -> Verdict {
+        match site.bmc {
+            Ok(bmc) => {
+                let terms = with.terms.clone();
+                let (client, connector) = (with.client, with.connector);
+                probe_bmc(client, connector, site.namespace, bmc, with.timeout, terms).await
+            }
+            Err(why) => Err(no_bmc(why)),
+        }
+    }
+}
+
+impl Pass {
+    /// Fresh evidence for `target` from its strategy, made into a proof or the reason why not.
+    pub(in crate::remediation) async fn take_proof(
+        &self,
+        remediation: &Remediation,
+        target: &FenceTarget,
+    ) -> std::result::Result<ConfirmedOff, NotFenced> {
+        let evidence = strategy(target.strategy)
+            .read_evidence(self, remediation, target)
+            .await?;
+        confirm_powered_off(target, &evidence)
+    }
+
+    /// Asks `name` for the host's power off (`off`) or back on.
+    pub(in crate::remediation) async fn request_power(
+        &self,
+        remediation: &Remediation,
+        name: FenceStrategyName,
+        off: bool,
+    ) -> Result<()> {
+        strategy(name).request_power(self, remediation, off).await
+    }
+
+    /// Withdraws every power-off request this remediation made, so the host comes back on.
+    pub(in crate::remediation) async fn withdraw_all(
+        &self,
+        remediation: &Remediation,
+        state: &Persisted,
+        what: Withdraw,
+    ) -> Result<()> {
+        for name in self.strategies_asked(remediation, state) {
+            strategy(name).withdraw(self, remediation, what).await?;
+        }
+        Ok(())
+    }
+
+    /// Re-makes a power request of the strategy in use that a crash may have lost.
+    pub(in crate::remediation) async fn ensure_request(
+        &self,
+        remediation: &mut Remediation,
+        state: &Persisted,
+        off: bool,
+    ) -> Result<()> {
+        strategy(self.strategy_in_use(remediation))
+            .ensure_request(self, remediation, state, off)
+            .await
+    }
+
+    /// The driver `name` uses for this remediation, as status shows it.
+    pub(in crate::remediation) async fn driver_name(
+        &self,
+        remediation: &Remediation,
+        name: FenceStrategyName,
+    ) -> String {
+        strategy(name).driver(self, remediation).await
+    }
+}

@@ -1,0 +1,327 @@
+//! The thin reconcile that wires the stages of a pass, top to bottom: find or start the
+//! Machine's Remediation; then, step by step, *observe* (the persisted state, the cached
+//! objects and the fresh evidence: the power-off proof, the start gates confirmed on fresh
+//! reads), *plan* (the pure [`next_step`]) and *execute* (one function per step, in
+//! [`crate::remediation::act::steps`]), until the planner says wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use tracing::Instrument;
+
+use super::housekeeping::next_number;
+use crate::api::{ConditionType, EventReason};
+use crate::api::{Remediation, slim};
+use crate::remediation::act::steps::Round;
+use crate::remediation::decide::fence::ConfirmedOff;
+use crate::remediation::decide::gates::{Held, ListFreshness};
+use crate::remediation::decide::observe::node_view;
+use crate::remediation::decide::plan::{Observed, Phase, Step, next_step};
+use crate::remediation::decide::state::{created_at, persisted, set_condition, strategy_label};
+use crate::remediation::evidence::start_gates::StartBasis;
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::Context;
+use crate::remediation::pass::subject::Subject;
+use crate::runtime::clock::since_epoch;
+use crate::runtime::events::{Severity, report_failed_pass};
+use crate::runtime::retention::{RetryAsk, retry_ask};
+use crate::{Error, Result};
+
+/// The most steps one pass takes before yielding (a safety net; a normal pass ends in Wait).
+const MAX_STEPS_PER_PASS: usize = 16;
+
+impl Pass {
+    /// Runs the pass.
+    pub async fn run(self) -> Result<Action> {
+        // A refused request is told on itself, and is no trigger below.
+        self.tell_request_standing().await?;
+        let existing = self.remediations_of_subject();
+        let mut remediation = match existing.last() {
+            Some(last)
+                if !last
+                    .status
+                    .as_ref()
+                    .map(|s| s.phase)
+                    .unwrap_or_default()
+                    .is_terminal() =>
+            {
+                (**last).clone()
+            }
+            // A Failed remediation keeps the trigger; an operator asks for another attempt
+            // with `baremend.io/retry` on it (or deletes it): it would otherwise loop on a
+            // host that cannot be fenced.
+            Some(last) if last.status.as_ref().map(|s| s.phase) == Some(Phase::Failed) => {
+                let retried = match retry_ask(last.annotations()) {
+                    RetryAsk::Retry => self.retry_failed(last, &existing).await?,
+                    RetryAsk::Malformed(value) => {
+                        self.refuse_retry(last, &value).await;
+                        None
+                    }
+                    RetryAsk::NotAsked => None,
+                };
+                match retried {
+                    Some(remediation) => remediation,
+                    None => return self.idle(&existing).await,
+                }
+            }
+            // A dry run is recorded once per appearance of the trigger, not once per pass.
+            Some(last) if last.status.as_ref().map(|s| s.phase) == Some(Phase::DryRun) => {
+                match self.after_dry_run(last).await? {
+                    // Dry runs pile up like any finished record: retention keeps the newest.
+                    Some(action) => {
+                        self.prune(&existing).await?;
+                        return Ok(action);
+                    }
+                    None => self.start(next_number(&existing, &self.name)).await?,
+                }
+            }
+            // No trigger, or only a request a remediation already answered (the health check
+            // keeps it until the Machine is healthy).
+            _ if self.unanswered_trigger(&existing).is_none() => {
+                return self.idle(&existing).await;
+            }
+            // The cached Machine may still show a trigger the last remediation removed (its
+            // watch lags behind the Remediation's): a start rests only on a fresh read.
+            _ if !self.trigger_confirmed().await? => return self.idle(&existing).await,
+            _ => self.start(next_number(&existing, &self.name)).await?,
+        };
+        for _ in 0..MAX_STEPS_PER_PASS {
+            match self.step(&mut remediation).await? {
+                Some(action) => return Ok(action),
+                None => continue,
+            }
+        }
+        Ok(Action::requeue(Duration::ZERO))
+    }
+
+    /// Nothing under way for the Machine: the housekeeping of its finished Remediations, and
+    /// the request of the last one told how it ended if it does not say so (its last report
+    /// may have failed, or been overwritten by a pass that acted on an older view).
+    async fn idle(&self, existing: &[Arc<Remediation>]) -> Result<Action> {
+        if let Some(last) = existing.last()
+            && let Err(error) = self.report_to_request(last).await
+        {
+            tracing::warn!(%error, "cannot report to the remediation request");
+        }
+        self.prune(existing).await?;
+        Ok(Action::await_change())
+    }
+
+    /// One observe–plan–act round. `None`: go on with the next step at once.
+    pub(in crate::remediation) async fn step(
+        &self,
+        remediation: &mut Remediation,
+    ) -> Result<Option<Action>> {
+        // Observe: the persisted state, the cached Node and the fresh evidence.
+        let status = remediation.status.clone().unwrap_or_default();
+        let created =
+            created_at(remediation).unwrap_or_else(|| since_epoch(self.context.clock.now()));
+        let state = persisted(&status, &self.policy.strategies, created);
+        let node = self.node(remediation);
+        if state.strategy.is_none() && !state.phase.is_terminal() {
+            self.note_strategy_dropped(remediation).await?;
+        }
+        let proof = self
+            .proof_for(remediation, state.phase, node.as_deref())
+            .await;
+        let (verdict, mut proof) = match proof {
+            Ok(confirmed) => (Ok(()), Some(confirmed)),
+            Err(not_fenced) => (Err(not_fenced), None),
+        };
+        let (may, triggered, basis) = if state.phase == Phase::Pending {
+            self.judge_start(remediation, node.as_deref()).await?
+        } else {
+            (Ok(()), self.still_triggered(remediation), None)
+        };
+        let probes = if self.dry_run_start(state.phase, triggered, &may) {
+            self.probe_strategies(remediation).await
+        } else {
+            Vec::new()
+        };
+        let mut observed = Observed {
+            now: since_epoch(self.context.clock.now()),
+            triggered,
+            fence: verdict,
+            node: node_view(node.as_deref()),
+            may_start: may,
+            probes,
+        };
+        // Plan (pure), then execute.
+        let mut step = next_step(&state, &observed, &self.plan_policy());
+        tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
+        let now = self.context.clock.now();
+        let round = Round {
+            remediation: &mut *remediation,
+            status,
+            state: &state,
+            proof: &mut proof,
+            node,
+            now,
+        };
+        let acted = match (step.clone(), basis) {
+            (Step::RequestPowerOff { strategy }, Some(basis)) => {
+                match self.launch(round, strategy, basis).await {
+                    Launch::Started(acted) => acted,
+                    Launch::HeldAtLast(held) => {
+                        // Another start overtook this one between its fresh reads and the
+                        // lock: planned again with the gate that now holds it.
+                        let (held, round) = *held;
+                        observed.may_start = Err(held);
+                        step = next_step(&state, &observed, &self.plan_policy());
+                        self.execute(step, round).await
+                    }
+                }
+            }
+            (step, _) => self.execute(step, round).await,
+        };
+        self.after_step(remediation, proof);
+        // The request's status is the health check's view; a failure to write it never
+        // holds the remediation (it is written again on the next step). A step that failed
+        // may have left `remediation` older than the stored one (a conflict): not reported.
+        if acted.is_ok()
+            && let Err(error) = self.report_to_request(remediation).await
+        {
+            tracing::warn!(%error, "cannot report to the remediation request");
+        }
+        acted
+    }
+
+    /// Starts a remediation the gates let start: the decision is judged once more and its
+    /// record persisted under the start lock, with every start this process made (so two
+    /// Machines decided at once never both pass a gate that admits one), and the power-off is
+    /// requested after the lock is released: a BMC that answers late holds only its own host.
+    async fn launch<'a>(&self, round: Round<'a>, strategy: usize, basis: StartBasis) -> Launch<'a> {
+        // The driver's name may need the BMC's Secret: read before the lock.
+        let name = self.strategy_at(strategy);
+        let driver = self.driver_name(round.remediation, name).await;
+        let mut launched = self.context.starts.lock().await;
+        let verdict = self.gates(
+            round.remediation,
+            round.node.as_deref(),
+            &mut launched,
+            &basis.fresh,
+            ListFreshness::ReadAfter(basis.mark),
+            &basis.health,
+        );
+        if let Err(held) = verdict {
+            return Launch::HeldAtLast(Box::new((held, round)));
+        }
+        let remediation = round.remediation;
+        let recorded = self
+            .record_power_off(
+                Round {
+                    remediation: &mut *remediation,
+                    ..round
+                },
+                strategy,
+                driver,
+            )
+            .await;
+        if let Err(error) = recorded {
+            return Launch::Started(Err(error));
+        }
+        launched.insert(
+            (self.namespace.clone(), remediation.name_any()),
+            self.name.clone(),
+        );
+        drop(launched);
+        Launch::Started(self.act_power_off(remediation, name).await)
+    }
+
+    /// What a step leaves behind in memory: a BMC proof it did not spend (it serves the
+    /// release a moment later) and the BMC session of a remediation that ended (not needed
+    /// any more).
+    fn after_step(&self, remediation: &Remediation, unspent: Option<ConfirmedOff>) {
+        if let Some(unspent) = unspent {
+            self.remember_bmc_proof(unspent);
+        }
+        let phase = remediation.status.as_ref().map(|s| s.phase);
+        if phase.is_some_and(Phase::is_terminal) {
+            self.context.bmc_drivers.release(&self.machine_key());
+            self.context.bmc_drivers.release(&self.operator_bmc_key());
+        }
+    }
+
+    /// Tells once, with a condition and a Warning Event, that the policy no longer names the
+    /// strategy this remediation uses: it goes on with that strategy, never another.
+    pub(in crate::remediation) async fn note_strategy_dropped(
+        &self,
+        remediation: &mut Remediation,
+    ) -> Result<()> {
+        let mut status = remediation.status.clone().unwrap_or_default();
+        let in_use = strategy_label(&status);
+        let told = status
+            .conditions
+            .iter()
+            .any(|c| c.is_false(ConditionType::StrategyInPolicy));
+        if told {
+            return Ok(());
+        }
+        let message = format!(
+            "the policy no longer names strategy {in_use}, which this remediation uses: it goes on with {in_use} and does not escalate past it"
+        );
+        let now = self.context.clock.now();
+        set_condition(
+            &mut status,
+            ConditionType::StrategyInPolicy,
+            false,
+            "StrategyRemoved",
+            &message,
+            now,
+        );
+        self.persist(remediation, status).await?;
+        self.event(
+            remediation,
+            Severity::Warning,
+            EventReason::StrategyNotInPolicy,
+            message,
+        )
+        .await;
+        Ok(())
+    }
+}
+
+/// How a launch ended: started (the step's outcome), or held by a start that overtook it.
+enum Launch<'a> {
+    Started(Result<Option<Action>>),
+    HeldAtLast(Box<(Held, Round<'a>)>),
+}
+
+/// Reconciles one Machine: a [`Pass`] over it, once the caches hold a full picture.
+pub(in crate::remediation) async fn reconcile(
+    machine: Arc<slim::Machine>,
+    context: Arc<Context>,
+) -> Result<Action> {
+    let name = machine.name_any();
+    let namespace = machine.namespace().unwrap_or_default();
+    let span = tracing::info_span!("remediate", machine = %name, namespace = %namespace);
+    if !context.caches_ready() {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    let action = Pass::new(Subject::Machine(machine), context.clone())
+        .run()
+        .instrument(span)
+        .await?;
+    context.backoff.succeeded(&format!("{namespace}/{name}"));
+    Ok(action)
+}
+
+/// What a failed pass leads to: a backoff for a transient failure, a wait for a change for
+/// a terminal one (see [`crate::runtime::requeue`]).
+pub(in crate::remediation) fn error_policy(
+    machine: Arc<slim::Machine>,
+    error: &Error,
+    context: Arc<Context>,
+) -> Action {
+    let key = format!(
+        "{}/{}",
+        machine.namespace().unwrap_or_default(),
+        machine.name_any()
+    );
+    let target = Subject::Machine(machine).event_target(context.machine_api.api_version(), None);
+    report_failed_pass(&context.recorder, target, error);
+    let base = context.poll.max(Duration::from_secs(1));
+    context.backoff.failed(&key, error, base)
+}

@@ -1,0 +1,309 @@
+//! Coexistence with other remediators: the evidence the `ForeignRemediation` gate decides on
+//! (read from the API server when a start is decided, never from a cache), and the legacy
+//! actuator's Node backup, adopted by our backup and restore so that no label it saved is
+//! lost.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+
+use crate::api::annotations::{LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS_BACKUP};
+use crate::api::{
+    ConditionType, EventReason, HostRef, NodeBackup, Remediation, RemediationPhase, slim,
+};
+use crate::remediation::decide::gates::{
+    ForeignEvidence, ForeignKind, ForeignObject, Held, Target, foreign_remediation,
+    reboot_key_owner,
+};
+use crate::remediation::decide::observe::{foreign_object, legacy_marks, reboot_keys};
+use crate::remediation::decide::state::set_condition;
+use crate::remediation::pass::Pass;
+use crate::remediation::world::execute;
+use crate::runtime::events::Severity;
+use crate::{Error, Result};
+
+impl Pass {
+    /// The `ForeignRemediation` gate, on evidence read now: the Machine, its BareMetalHost,
+    /// and the other projects' remediation objects of the kinds the API server serves.
+    /// `ours`: every Remediation, read fresh for the other gates.
+    pub(in crate::remediation) async fn foreign_gate(
+        &self,
+        remediation: &Remediation,
+        ours: &[Arc<Remediation>],
+    ) -> Result<std::result::Result<(), Held>> {
+        let machine_marks = self
+            .fresh_machine_annotations()
+            .await?
+            .map(|a| legacy_marks(&a))
+            .unwrap_or_default();
+        let host = self.host(remediation).map(|(host, _)| host);
+        let evidence = ForeignEvidence {
+            machine_marks,
+            reboot_keys: self.fresh_reboot_keys(host.as_ref()).await?,
+            ours_requested: ours_requested(ours, remediation, host.as_ref()),
+            objects: self.foreign_objects().await?,
+        };
+        let node = remediation
+            .spec
+            .node_name
+            .clone()
+            .or_else(|| self.subject_node());
+        let target = Target {
+            namespace: &self.namespace,
+            machine: &self.name,
+            node: node.as_deref(),
+            reboot_key: &self.policy.reboot_key,
+        };
+        Ok(foreign_remediation(&target, &evidence))
+    }
+
+    /// The reboot-API keys on the BareMetalHost, read now; none without a host.
+    async fn fresh_reboot_keys(&self, host: Option<&HostRef>) -> Result<Vec<String>> {
+        let Some(host) = host else {
+            return Ok(Vec::new());
+        };
+        let hosts: Api<slim::BareMetalHost> =
+            Api::namespaced(self.context.client.clone(), &host.namespace);
+        let host = hosts
+            .get_opt(&host.name)
+            .await
+            .map_err(Error::kube("GetBareMetalHost"))?;
+        Ok(host
+            .map(|h| reboot_keys(h.annotations()))
+            .unwrap_or_default())
+    }
+
+    /// Every object of the foreign kinds the API server serves now (discovery first: a kind
+    /// not served is no evidence, not an error).
+    async fn foreign_objects(&self) -> Result<Vec<ForeignObject>> {
+        let client = &self.context.client;
+        let groups = client
+            .list_api_groups()
+            .await
+            .map_err(Error::kube("DiscoverApiGroups"))?;
+        let mut objects = Vec::new();
+        for kind in ForeignKind::ALL {
+            let Some(group) = groups.groups.iter().find(|g| g.name == kind.group()) else {
+                continue;
+            };
+            let version = group
+                .preferred_version
+                .as_ref()
+                .or(group.versions.first())
+                .map(|v| v.version.clone());
+            let Some(version) = version else { continue };
+            let resource = ApiResource {
+                group: kind.group().into(),
+                api_version: format!("{}/{version}", kind.group()),
+                version,
+                kind: kind.kind().into(),
+                plural: kind.plural().into(),
+            };
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let list = match api.list(&ListParams::default()).await {
+                Ok(list) => list,
+                // The group is served, this kind (at that version) is not.
+                Err(kube::Error::Api(status)) if status.code == 404 => continue,
+                Err(error) => return Err(Error::kube("ListForeignRemediations")(error)),
+            };
+            objects.extend(list.items.iter().filter_map(|object| {
+                let json = serde_json::to_value(object).ok()?;
+                foreign_object(kind, &json)
+            }));
+        }
+        Ok(objects)
+    }
+
+    /// At power-on: a reboot-API key that is not ours keeps the host off (the BareMetal
+    /// Operator powers it on only once every `reboot.metal3.io/<key>` is gone), so the Node
+    /// cannot come back. Named in the `PowerOnBlocked` condition and a Warning Event when
+    /// found or changed, and the condition turned False once it is gone; a `NodeNeverReady`
+    /// failure repeats it. Read from the cached host: it only tells, never acts.
+    pub(in crate::remediation) async fn note_kept_off(
+        &self,
+        remediation: &mut Remediation,
+    ) -> Result<()> {
+        let Some((host_ref, Some(host))) = self.host(remediation) else {
+            return Ok(());
+        };
+        let keys = reboot_keys(host.annotations());
+        let host_name = format!("{}/{}", host_ref.namespace, host_ref.name);
+        let kept_off = kept_off_by(&self.policy.reboot_key, &keys, &host_name);
+        let mut status = remediation.status.clone().unwrap_or_default();
+        let told = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::PowerOnBlocked.as_str());
+        let (truth, reason, message) = match &kept_off {
+            Some(message) => (true, "RebootAnnotation", message.as_str()),
+            None => (false, "NoRebootAnnotation", ""),
+        };
+        let unchanged = match told {
+            Some(c) => c.is_true(ConditionType::PowerOnBlocked) == truth && c.message == message,
+            // Never blocked: nothing to say.
+            None => kept_off.is_none(),
+        };
+        if unchanged {
+            return Ok(());
+        }
+        let now = self.context.clock.now();
+        set_condition(
+            &mut status,
+            ConditionType::PowerOnBlocked,
+            truth,
+            reason,
+            message,
+            now,
+        );
+        self.context.leadership.ensure()?;
+        self.persist(remediation, status).await?;
+        if let Some(message) = kept_off {
+            self.event(
+                remediation,
+                Severity::Warning,
+                EventReason::PowerOnBlocked,
+                message,
+            )
+            .await;
+        }
+        Ok(())
+    }
+
+    /// The legacy actuator's Node backup on this Machine, if any; a malformed one is told
+    /// (Warning Event) and left in place.
+    pub(in crate::remediation) async fn legacy_backup(
+        &self,
+        remediation: &Remediation,
+    ) -> Option<NodeBackup> {
+        let annotations = self.subject.machine_annotations()?;
+        match execute::legacy_backup(annotations) {
+            Ok(backup) => backup,
+            Err(why) => {
+                self.event(
+                    remediation,
+                    Severity::Warning,
+                    EventReason::LegacyBackupUnreadable,
+                    why,
+                )
+                .await;
+                None
+            }
+        }
+    }
+
+    /// Adds the legacy actuator's backup to ours (ours, newer, wins a key both have).
+    pub(in crate::remediation) async fn adopt_legacy_backup(
+        &self,
+        remediation: &Remediation,
+        backup: &mut NodeBackup,
+    ) {
+        if let Some(legacy) = self.legacy_backup(remediation).await {
+            execute::adopt_backup(backup, legacy);
+        }
+    }
+
+    /// After a restore: the legacy actuator's backup is on the Node again, so it leaves the
+    /// Machine (an unreadable one stays, for an operator to read).
+    pub(in crate::remediation) async fn drop_legacy_backup(&self) -> Result<()> {
+        let Some(annotations) = self.subject.machine_annotations() else {
+            return Ok(());
+        };
+        if !matches!(execute::legacy_backup(annotations), Ok(Some(_))) {
+            return Ok(());
+        }
+        for key in [LEGACY_NODE_LABELS_BACKUP, LEGACY_NODE_ANNOTATIONS_BACKUP] {
+            self.context.leadership.ensure()?;
+            self.annotate_machine(key, None, "DropLegacyBackup").await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the legacy actuator's finalizer from the Node about to be released, telling
+    /// it: the deletion would otherwise never finish.
+    pub(in crate::remediation) async fn release_legacy_finalizer(
+        &self,
+        remediation: &Remediation,
+        node: &Node,
+    ) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.context.client.clone());
+        self.context.leadership.ensure()?;
+        if execute::remove_legacy_finalizer(&nodes, node).await? {
+            let note = format!(
+                "Node {}: the legacy actuator's finalizer removed (that actuator no longer does)",
+                node.name_any()
+            );
+            self.event(
+                remediation,
+                Severity::Normal,
+                EventReason::LegacyFinalizerRemoved,
+                note,
+            )
+            .await;
+        }
+        Ok(())
+    }
+}
+
+/// What keeps the host off at power-on: the reboot-API keys on it other than ours, named with
+/// who sets them, or None. Pure.
+pub fn kept_off_by(ours: &str, keys: &[String], host: &str) -> Option<String> {
+    let named: Vec<String> = keys
+        .iter()
+        .filter(|k| *k != ours)
+        .map(|k| format!("reboot.metal3.io/{k} ({})", reboot_key_owner(k)))
+        .collect();
+    if named.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the BareMetalHost {host} carries {}: the BareMetal Operator keeps the host powered off while any reboot.metal3.io/<key> is there, so the Node cannot come back until it is removed (by its owner once done, or by hand)",
+        named.join(", ")
+    ))
+}
+
+/// Whether a Remediation of ours (other than `this`) on the same host asked it off and has
+/// not withdrawn: one under way, or one that failed with the host left off.
+fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&HostRef>) -> bool {
+    let Some(host) = host else { return false };
+    ours.iter().any(|r| {
+        let phase = r.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        (r.name_any(), r.namespace()) != (this.name_any(), this.namespace())
+            && r.spec.host_ref().ok().flatten().as_ref() == Some(host)
+            && !matches!(
+                phase,
+                RemediationPhase::Pending
+                    | RemediationPhase::Succeeded
+                    | RemediationPhase::Cancelled
+            )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_power_on_every_key_but_ours_is_named_with_its_owner() {
+        let host = "openshift-machine-api/worker-0";
+        assert_eq!(kept_off_by("baremend", &[], host), None);
+        assert_eq!(kept_off_by("baremend", &["baremend".into()], host), None);
+        let keys = [
+            "baremend".to_string(),
+            "metal3-remediation-4c1d".to_string(),
+            "capbm-requested-power-off".to_string(),
+        ];
+        let said = kept_off_by("baremend", &keys, host).unwrap();
+        assert!(
+            said.starts_with(
+                "the BareMetalHost openshift-machine-api/worker-0 carries \
+                 reboot.metal3.io/metal3-remediation-4c1d (Cluster API Provider Metal3's remediation), \
+                 reboot.metal3.io/capbm-requested-power-off (not baremend's"
+            ),
+            "{said}"
+        );
+        assert!(said.contains("keeps the host powered off"), "{said}");
+        assert!(!said.contains("reboot.metal3.io/baremend "), "{said}");
+    }
+}

@@ -1,0 +1,5 @@
+//! The fresh evidence a start rests on: a Cluster API Machine's host, other remediators' traces, the start gates confirmed on fresh reads.
+
+pub mod capi;
+pub(super) mod foreign;
+pub mod start_gates;

@@ -1,0 +1,603 @@
+//! What a start rests on: the safety gates over the fleet's health and the remediations
+//! under way, and the fresh reads (the Machine's trigger, every Remediation) that confirm a
+//! start decided on the caches, which may lag behind.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::runtime::reflector::ObjectRef;
+
+use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
+use crate::api::{EventReason, FenceStrategyName, Remediation};
+use crate::api::{mco, slim};
+use crate::remediation::decide::bmc_trust::{BmcLedger, Transport, transport};
+use crate::remediation::decide::gates::{
+    Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, MachineConfigView, Quiet,
+    QuietEvidence, may_start, quiet_gate, running_machines,
+};
+use crate::remediation::decide::observe::{machine_is_control_plane, node_view};
+use crate::remediation::decide::trust::machineless_claims;
+use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::Placement;
+use crate::remediation::pass::subject::{node_is_control_plane, node_key, subject_key};
+use crate::remediation::requests::admission::Verdict;
+use crate::runtime::clock::since_epoch;
+use crate::runtime::events::Severity;
+use crate::{Error, Result};
+use baremend_drivers::BmcAddress;
+
+/// The ClusterVersion (OpenShift's `config.openshift.io/v1`, cluster-scoped, one object).
+const CLUSTER_VERSION_NAME: &str = "version";
+
+impl Pass {
+    /// The gates for a start, decided on the caches and confirmed on fresh reads (the cache
+    /// may lag behind a watch broken for seconds, and a start must never rest on it; nor may
+    /// the power-off rest on a cached trigger, see `run`). Returns the verdict, whether the
+    /// trigger is (still) there, and — when the gates let it start — what the last judgment
+    /// under the start lock rests on. No lock is held across these reads: a slow API server
+    /// or BMC delays this start only.
+    pub(in crate::remediation) async fn judge_start(
+        &self,
+        remediation: &Remediation,
+        node: Option<&Node>,
+    ) -> Result<(std::result::Result<(), Held>, bool, Option<StartBasis>)> {
+        let triggered = self.triggered();
+        let cached = self.context.remediations.state();
+        let health = self.fleet_health();
+        let (mut launched, mark) = {
+            let launched = self.context.starts.lock().await;
+            (launched.clone(), launched.mark())
+        };
+        let held = self.gates(
+            remediation,
+            node,
+            &mut launched,
+            &cached,
+            ListFreshness::Cached,
+            &health,
+        );
+        if let Err(held) = held {
+            return Ok((Err(held), triggered, None));
+        }
+        let (fresh, confirmed) = tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
+        let fresh = fresh?;
+        let freshness = ListFreshness::ReadAfter(mark);
+        let may = self.gates(remediation, node, &mut launched, &fresh, freshness, &health);
+        let mut bound_reached = None;
+        let may = match may {
+            Ok(()) => match self.quiet_gate(remediation, node).await? {
+                Quiet::Open => Ok(()),
+                Quiet::Hold(held) => Err(held),
+                Quiet::BoundReached(held) => {
+                    bound_reached = Some(held);
+                    Ok(())
+                }
+            },
+            held => held,
+        };
+        let may = match may {
+            Ok(()) => self.foreign_gate(remediation, &fresh).await?,
+            held => held,
+        };
+        let may = match may {
+            Ok(()) => self.self_fence_gate(remediation).await?,
+            held => held,
+        };
+        let may = match may {
+            Ok(()) => self.host_owner_gate(remediation).await?,
+            held => held,
+        };
+        let may = may.and_then(|()| self.bmc_gate(remediation));
+        let remediate = self.policy.mode == crate::api::RemediationMode::Remediate;
+        if let (Ok(()), Some(held), true) = (&may, bound_reached, remediate) {
+            // Told when the start goes ahead (it leaves `Pending` in this pass), so once.
+            let note = format!(
+                "the hold ended: the policy's upgradeHold.maxSeconds ({} s) has passed since the request, and the start goes ahead although {held}",
+                self.policy.upgrade_hold.max_seconds
+            );
+            self.event_action(
+                remediation,
+                Severity::Warning,
+                (
+                    EventReason::HoldEnded,
+                    &format!("HoldEndedBy{}", held.gate()),
+                ),
+                note,
+            )
+            .await;
+        }
+        let basis = StartBasis {
+            fresh,
+            mark,
+            health,
+        };
+        Ok((may, triggered && confirmed?, Some(basis)))
+    }
+
+    /// Whether the Machine carries a trigger (the annotation, or a Cluster API request named
+    /// after it), read from the API server now (not from the cache). A Machine that is gone
+    /// carries none.
+    pub(in crate::remediation) async fn trigger_confirmed(&self) -> Result<bool> {
+        if self.subject.machine().is_none() {
+            // A Node without a Machine is asked for by its NodeHealthCheck's request only.
+            return self.request_confirmed().await;
+        }
+        let Some(annotations) = self.fresh_machine_annotations().await? else {
+            return Ok(false);
+        };
+        // A request counts only for a Machine that exists.
+        Ok(annotations.contains_key(EXTERNAL_REMEDIATION) || self.request_confirmed().await?)
+    }
+
+    /// Every Remediation, read from the API server now (not from the cache).
+    pub(in crate::remediation) async fn fresh_remediations(&self) -> Result<Vec<Arc<Remediation>>> {
+        let api: Api<Remediation> = Api::all(self.context.client.clone());
+        let list = api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(Error::kube("ListRemediations"))?;
+        Ok(list.items.into_iter().map(Arc::new).collect())
+    }
+
+    /// The Machines' health, for the gates: taken once per step (it walks every Machine and
+    /// its Node, milliseconds on a large cluster) and used for both the cached and the fresh
+    /// look at the Remediations.
+    pub(in crate::remediation) fn fleet_health(&self) -> FleetHealth {
+        let machines = self.context.machines.state();
+        // The Node of a Machine: Some(Ready or not), None when it has none.
+        let node_ready = |machine: &slim::Machine| {
+            let node = machine.status.as_ref()?.node_ref.as_ref()?;
+            self.context
+                .nodes
+                .get(&ObjectRef::new(&node.name))
+                .map(|n| node_view(Some(&n)).is_ready())
+        };
+        let mut health = FleetHealth {
+            machines: machines.len(),
+            ..FleetHealth::default()
+        };
+        // A Cluster API request counts as the annotation does: a health check found the
+        // Machine unhealthy.
+        // Only requests baremend accepts count: a refused one (a tenant's, a widening one)
+        // must not make a storm that holds real remediation.
+        let policy = self.context.policy();
+        let requested: std::collections::HashSet<(String, String)> = self
+            .context
+            .machine_requests
+            .state()
+            .iter()
+            .filter(|r| {
+                matches!(
+                    self.context.machine_request_verdict(r, &policy),
+                    Verdict::Accepted(_)
+                )
+            })
+            .map(|r| (r.namespace().unwrap_or_default(), r.name_any()))
+            .collect();
+        let node_requested: std::collections::HashSet<String> = self
+            .context
+            .node_requests
+            .state()
+            .iter()
+            .filter(|r| {
+                !crate::remediation::requests::node_request(r).timed_out
+                    && matches!(
+                        self.context.node_request_verdict(r, &policy),
+                        Verdict::Accepted(_)
+                    )
+            })
+            .map(|r| crate::remediation::requests::node_of_request(r))
+            .collect();
+        let mut machine_nodes = std::collections::HashSet::new();
+        for machine in &machines {
+            let ready = node_ready(machine);
+            let key = (machine.namespace().unwrap_or_default(), machine.name_any());
+            let node = machine.status.as_ref().and_then(|s| s.node_ref.as_ref());
+            if let Some(node) = node {
+                machine_nodes.insert(node.name.clone());
+            }
+            if machine.annotations().contains_key(EXTERNAL_REMEDIATION)
+                || requested.contains(&key)
+                || node.is_some_and(|n| node_requested.contains(&n.name))
+                || ready == Some(false)
+            {
+                health.unhealthy += 1;
+            }
+            // Each Machine's role is read once, from its labels, not per comparison.
+            if machine_is_control_plane(machine.labels()) {
+                health.control_plane.insert(machine.name_any());
+                if ready == Some(true) {
+                    health.control_plane_ready += 1;
+                }
+            }
+        }
+        let mappings = self.context.host_bmcs.state();
+        let trusted = &self.policy.trust.host_bmc_namespaces;
+        let subjects = machineless_claims(&mappings, trusted, &machine_nodes).subjects;
+        for node in subjects.into_keys() {
+            let cached = self.context.nodes.get(&ObjectRef::new(&node));
+            let ready = cached.as_deref().map(|n| node_view(Some(n)).is_ready());
+            health.machines += 1;
+            if node_requested.contains(&node) || ready == Some(false) {
+                health.unhealthy += 1;
+            }
+            if cached.is_some_and(|n| node_is_control_plane(n.labels())) {
+                health.control_plane.insert(node_key(&node));
+                if ready == Some(true) {
+                    health.control_plane_ready += 1;
+                }
+            }
+        }
+        health
+    }
+
+    /// The safety gates for a start, over `remediations` (`fresh`: read from the API server
+    /// just now; otherwise the cache, which may lag).
+    pub(in crate::remediation) fn gates(
+        &self,
+        remediation: &Remediation,
+        node: Option<&Node>,
+        launched: &mut Launched,
+        remediations: &[Arc<Remediation>],
+        freshness: ListFreshness,
+        health: &FleetHealth,
+    ) -> std::result::Result<(), Held> {
+        if let Some(by) = node.and_then(|n| n.annotations().get(PLANNED_REBOOT)) {
+            return Err(Held::PlannedReboot { by: by.clone() });
+        }
+        let listed: Vec<Listed> = remediations
+            .iter()
+            .map(|r| Listed {
+                namespace: r.namespace().unwrap_or_default(),
+                name: r.name_any(),
+                machine: subject_key(&r.spec),
+                phase: r.status.as_ref().map(|s| s.phase).unwrap_or_default(),
+            })
+            .collect();
+        let running = running_machines(&listed, launched, &remediation.name_any(), freshness);
+        let fleet = Fleet {
+            machines: health.machines,
+            unhealthy: health.unhealthy,
+            running: running.len(),
+            running_control_plane: running
+                .iter()
+                .filter(|machine| health.control_plane.contains(*machine))
+                .count(),
+            control_plane: health.control_plane.len(),
+            control_plane_ready: health.control_plane_ready,
+            out_of_service_taint: self.context.out_of_service_taint,
+        };
+        let control_plane = match self.subject.machine() {
+            Some(machine) => machine_is_control_plane(machine.labels()),
+            None => node.is_some_and(|n| node_is_control_plane(n.labels())),
+        };
+        let candidate = Candidate {
+            control_plane,
+            node_ready: node_view(node).is_ready(),
+        };
+        may_start(candidate, fleet, &self.policy)
+    }
+
+    /// The quiet gates (`ClusterUpgrading`, `MachineConfigUpdating`): the ClusterVersion read
+    /// now, the Node's machine-config annotations as cached (the daemon writes them well
+    /// before it drains or reboots), the bound counted from the Remediation's creation.
+    pub(in crate::remediation) async fn quiet_gate(
+        &self,
+        remediation: &Remediation,
+        node: Option<&Node>,
+    ) -> Result<Quiet> {
+        let evidence = QuietEvidence {
+            cluster_progressing: self.cluster_progressing().await?,
+            node: node.map(|n| (n.name_any(), machine_config_view(n.annotations()))),
+        };
+        let now = since_epoch(self.context.clock.now());
+        let created = crate::remediation::decide::state::created_at(remediation).unwrap_or(now);
+        let bound = self.policy.upgrade_hold.max_seconds;
+        Ok(quiet_gate(&evidence, now.saturating_sub(created), bound))
+    }
+
+    /// The message of the ClusterVersion's `Progressing` condition when it is True; None
+    /// when it is not, or where no ClusterVersion is served (not OpenShift).
+    async fn cluster_progressing(&self) -> Result<Option<String>> {
+        let resource = ApiResource {
+            group: "config.openshift.io".into(),
+            version: "v1".into(),
+            api_version: "config.openshift.io/v1".into(),
+            kind: "ClusterVersion".into(),
+            plural: "clusterversions".into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(self.context.client.clone(), &resource);
+        // A kind not served answers 404 too: no ClusterVersion, no upgrade.
+        let version = api
+            .get_opt(CLUSTER_VERSION_NAME)
+            .await
+            .map_err(Error::kube("GetClusterVersion"))?;
+        Ok(version.and_then(|v| progressing(&v.data)))
+    }
+
+    /// The self-fence gate: the leader does not fence the Node it runs on unless another
+    /// replica is Ready on another Node to finish the remediation once this one is off.
+    pub(in crate::remediation) async fn self_fence_gate(
+        &self,
+        remediation: &Remediation,
+    ) -> Result<std::result::Result<(), Held>> {
+        let Some(placement) = &self.context.placement else {
+            return Ok(Ok(()));
+        };
+        if remediation.spec.node_name.as_deref() != Some(placement.node.as_str()) {
+            return Ok(Ok(()));
+        }
+        let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &placement.namespace);
+        let peers = pods
+            .list(&ListParams::default().labels(&placement.peers))
+            .await
+            .map_err(Error::kube("ListPeerPods"))?;
+        if peer_ready_elsewhere(&peers.items, placement) {
+            Ok(Ok(()))
+        } else {
+            Ok(Err(Held::SelfFence {
+                node: placement.node.clone(),
+            }))
+        }
+    }
+
+    /// The BMC gate: a host whose only path is its BMC (the policy names `DirectBmc`, and
+    /// the BMC is found: its BareMetalHost, if any, is detached, so the reboot API cannot act
+    /// on it) does not start while that BMC's Off would prove nothing — its transport is
+    /// forgeable and the policy does not allow it, or it was seen contradicting itself
+    /// lately. Held, not started and failed: a start would power the host off with no way
+    /// to prove it, and leave the workloads stuck on a Node that cannot be released.
+    ///
+    /// A host fenced through its BareMetal Operator, whose Off our own reads of its BMC must
+    /// corroborate (`corroborateRebootApi`), is held the same way while that BMC is
+    /// untrustworthy: its reads would void any proof.
+    pub(in crate::remediation) fn bmc_gate(
+        &self,
+        remediation: &Remediation,
+    ) -> std::result::Result<(), Held> {
+        let strategies = &self.policy.strategies;
+        let ledger = &self.context.witness.ledger;
+        let now = since_epoch(self.context.clock.now());
+        if strategies.contains(&FenceStrategyName::DirectBmc)
+            && let Ok(bmc) = self.locate_direct_bmc(remediation)
+        {
+            // An unusable address fails the proof with its own reason.
+            let Ok(address) = BmcAddress::parse(&bmc.address) else {
+                return Ok(());
+            };
+            let insecure = bmc.tls.insecure;
+            return bmc_verdict(
+                &address,
+                insecure,
+                self.policy.allow_insecure_bmc,
+                ledger,
+                now,
+            );
+        }
+        if !strategies.contains(&FenceStrategyName::BareMetalHostRebootApi)
+            || !self.policy.corroborate_reboot_api
+        {
+            return Ok(());
+        }
+        let Some(address) = self.operator_bmc_address(remediation) else {
+            return Ok(());
+        };
+        match ledger.distrusted(&address.to_string(), now) {
+            Some(mark) => Err(Held::BmcUntrustworthy {
+                bmc: address.to_string(),
+                why: mark.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What the last judgment of a start rests on: the fresh reads its gates were confirmed on.
+pub(in crate::remediation) struct StartBasis {
+    /// Every Remediation, read from the API server after `mark`.
+    pub(in crate::remediation) fresh: Vec<Arc<Remediation>>,
+    /// [`crate::remediation::decide::gates::Launched::mark`] before the list was read.
+    pub(in crate::remediation) mark: u64,
+    /// The fleet's health the gates counted.
+    pub(in crate::remediation) health: FleetHealth,
+}
+
+/// Whether a BMC's Off could prove its host off now (see [`Pass::bmc_gate`]).
+pub fn bmc_verdict(
+    address: &BmcAddress,
+    skip_verify: bool,
+    allow_insecure: bool,
+    ledger: &BmcLedger,
+    now: std::time::Duration,
+) -> std::result::Result<(), Held> {
+    if let Transport::Forgeable(why) = transport(address, skip_verify)
+        && !allow_insecure
+    {
+        return Err(Held::InsecureBmc {
+            bmc: address.to_string(),
+            why: why.to_string(),
+        });
+    }
+    match ledger.distrusted(&address.to_string(), now) {
+        Some(mark) => Err(Held::BmcUntrustworthy {
+            bmc: address.to_string(),
+            why: mark.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Whether a pod other than this one, on another Node, is Ready and not being deleted.
+pub fn peer_ready_elsewhere(pods: &[Pod], me: &Placement) -> bool {
+    pods.iter().any(|pod| {
+        let ready = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        ready
+            && pod.metadata.deletion_timestamp.is_none()
+            && pod.metadata.name.as_deref() != Some(me.pod.as_str())
+            && node.is_some_and(|n| n != me.node)
+    })
+}
+
+/// The ClusterVersion's `Progressing` condition, when True: its message (or a placeholder).
+fn progressing(data: &serde_json::Value) -> Option<String> {
+    let conditions = data.pointer("/status/conditions")?.as_array()?;
+    let condition = conditions
+        .iter()
+        .find(|c| c["type"] == "Progressing" && c["status"] == "True")?;
+    let message = condition["message"].as_str().unwrap_or_default();
+    Some(if message.is_empty() {
+        "no message".to_string()
+    } else {
+        message.chars().take(256).collect()
+    })
+}
+
+/// A Node's machine-config annotations.
+fn machine_config_view(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> MachineConfigView {
+    let get = |key: &str| annotations.get(key).cloned();
+    MachineConfigView {
+        current: get(mco::CURRENT_CONFIG),
+        desired: get(mco::DESIRED_CONFIG),
+        current_image: get(mco::CURRENT_IMAGE),
+        desired_image: get(mco::DESIRED_IMAGE),
+        state: get(mco::STATE),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> Placement {
+        Placement {
+            node: "worker-0".into(),
+            namespace: "baremend".into(),
+            pod: "baremend-a".into(),
+            peers: "app.kubernetes.io/name=baremend".into(),
+        }
+    }
+
+    fn pod(name: &str, node: &str, ready: bool, deleting: bool) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name,
+                "deletionTimestamp": deleting.then_some("2026-01-01T00:00:00Z"),
+            },
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"conditions": [
+                {"type": "Ready", "status": if ready { "True" } else { "False" }}
+            ]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cluster_version_is_progressing_only_with_its_condition_true() {
+        let version = |conditions: serde_json::Value| serde_json::json!({"status": {"conditions": conditions}});
+        assert_eq!(progressing(&serde_json::json!({})), None);
+        assert_eq!(progressing(&version(serde_json::json!([]))), None);
+        let done = version(serde_json::json!([
+            {"type": "Available", "status": "True", "message": "Done applying 4.17.2"},
+            {"type": "Progressing", "status": "False", "message": "Cluster version is 4.17.2"},
+        ]));
+        assert_eq!(progressing(&done), None);
+        let upgrading = version(serde_json::json!([
+            {"type": "Progressing", "status": "True", "message": "Working towards 4.17.3: 106 of 890 done (11% complete)"},
+        ]));
+        assert_eq!(
+            progressing(&upgrading).as_deref(),
+            Some("Working towards 4.17.3: 106 of 890 done (11% complete)")
+        );
+        let silent = version(serde_json::json!([{"type": "Progressing", "status": "True"}]));
+        assert_eq!(progressing(&silent).as_deref(), Some("no message"));
+    }
+
+    #[test]
+    fn the_machine_config_annotations_are_read_by_their_keys() {
+        let annotations = [
+            (mco::CURRENT_CONFIG, "rendered-worker-a"),
+            (mco::DESIRED_CONFIG, "rendered-worker-b"),
+            (mco::STATE, "Working"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let view = machine_config_view(&annotations);
+        assert_eq!(view.current.as_deref(), Some("rendered-worker-a"));
+        assert_eq!(view.desired.as_deref(), Some("rendered-worker-b"));
+        assert_eq!(view.state.as_deref(), Some("Working"));
+        assert_eq!(view.current_image, None);
+        assert!(view.updating().is_some());
+    }
+
+    #[test]
+    fn only_a_ready_peer_on_another_node_lets_the_leader_fence_its_own_node() {
+        assert!(!peer_ready_elsewhere(&[], &me()));
+        let alone = [pod("baremend-a", "worker-0", true, false)];
+        assert!(!peer_ready_elsewhere(&alone, &me()), "this pod is no peer");
+        let same_node = [pod("baremend-b", "worker-0", true, false)];
+        assert!(!peer_ready_elsewhere(&same_node, &me()), "it dies too");
+        let not_ready = [pod("baremend-b", "worker-1", false, false)];
+        assert!(!peer_ready_elsewhere(&not_ready, &me()));
+        let leaving = [pod("baremend-b", "worker-1", true, true)];
+        assert!(!peer_ready_elsewhere(&leaving, &me()));
+        let peer = [
+            pod("baremend-a", "worker-0", true, false),
+            pod("baremend-b", "worker-1", true, false),
+        ];
+        assert!(peer_ready_elsewhere(&peer, &me()));
+    }
+
+    #[test]
+    fn a_bmc_start_waits_for_a_secure_transport_or_consent_and_for_trust() {
+        use crate::remediation::decide::bmc_trust::{Reader, Reading, Request};
+        use baremend_drivers::PowerState;
+        use std::time::Duration;
+        let ledger = BmcLedger::new(Duration::from_secs(60));
+        let now = Duration::from_secs(1000);
+        let parse = |a: &str| BmcAddress::parse(a).unwrap();
+        let verified = parse("redfish://bmc-0/redfish/v1/Systems/1");
+        assert_eq!(bmc_verdict(&verified, false, false, &ledger, now), Ok(()));
+        let plain = parse("redfish+http://bmc-0");
+        let held = bmc_verdict(&plain, false, false, &ledger, now).unwrap_err();
+        assert_eq!(held.gate(), "InsecureBmc");
+        assert!(held.to_string().contains("plain HTTP"), "{held}");
+        assert_eq!(bmc_verdict(&plain, false, true, &ledger, now), Ok(()));
+        let held = bmc_verdict(&verified, true, false, &ledger, now).unwrap_err();
+        assert!(held.to_string().contains("verification is off"), "{held}");
+        assert_eq!(bmc_verdict(&verified, true, true, &ledger, now), Ok(()));
+        assert_eq!(
+            bmc_verdict(&parse("ipmi://bmc-0"), false, false, &ledger, now),
+            Ok(())
+        );
+        // Seen contradicting itself: held until the mark expires, consent or not.
+        let bmc = verified.to_string();
+        ledger.requested(&bmc, Request::Off, now);
+        for (ms, state) in [(1, PowerState::Off), (2, PowerState::On)] {
+            let at = now + Duration::from_millis(ms);
+            let by = Reader::Fencing;
+            ledger.record(&bmc, Reading { at, state, by }, at);
+        }
+        let held = bmc_verdict(
+            &verified,
+            false,
+            true,
+            &ledger,
+            now + Duration::from_secs(1),
+        );
+        assert_eq!(held.unwrap_err().gate(), "BmcUntrustworthy");
+        let later = now + Duration::from_secs(61);
+        assert_eq!(bmc_verdict(&verified, false, false, &ledger, later), Ok(()));
+    }
+}

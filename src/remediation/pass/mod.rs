@@ -1,0 +1,355 @@
+//! One reconcile of one subject (a Machine, or a Node without one: [`Subject`]): the subject,
+//! the policy in force and the shared [`Context`], with the primitives every stage of the pass uses — the cached objects it
+//! concerns, the APIs it writes, persisting a status (the step first, then the act) and
+//! telling it (Events on the Machine, or the Node, and its Remediation).
+
+pub mod context;
+pub mod subject;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+
+use self::context::Context;
+use self::subject::{Subject, machineless_strategies};
+use crate::api::slim;
+use crate::api::{
+    ConditionType, EventReason, FenceStrategyName, Remediation, RemediationPolicySpec,
+    RemediationStatus,
+};
+use crate::remediation::decide::fence::{ConfirmedOff, HostRef};
+use crate::remediation::decide::plan::PlanPolicy;
+use crate::remediation::decide::state::{created_at, set_condition, strategy_in_status};
+use crate::runtime::clock::since_epoch;
+use crate::runtime::events::Severity;
+use crate::{Error, Result};
+
+/// One reconcile of one subject.
+pub struct Pass {
+    pub(super) subject: Subject,
+    pub(super) context: Arc<Context>,
+    pub(super) policy: RemediationPolicySpec,
+    pub(super) name: String,
+    pub(super) namespace: String,
+    /// BMC reads that proved the host off in this pass, and when.
+    pub(super) recent_proof: std::sync::Mutex<Option<(ConfirmedOff, Duration)>>,
+}
+
+impl Pass {
+    /// A pass over `subject`.
+    pub fn new(subject: Subject, context: Arc<Context>) -> Self {
+        let policy = context.policy();
+        let mut pass = Pass {
+            name: subject.name(),
+            namespace: subject.namespace(),
+            subject,
+            context,
+            policy,
+            recent_proof: std::sync::Mutex::new(None),
+        };
+        // A health check's request may narrow the policy for its Machine (its template's spec).
+        pass.policy = pass.policy_for_machine(pass.policy.clone());
+        if pass.subject.machine().is_none() {
+            pass.policy.strategies = machineless_strategies(&pass.policy.strategies);
+        }
+        pass
+    }
+
+    /// The Machine as JSON (None: a Node subject, which has no Machine).
+    pub(super) fn machine_json(&self) -> Option<Value> {
+        self.subject
+            .machine()
+            .map(|m| serde_json::to_value(m).unwrap_or(Value::Null))
+    }
+
+    /// The subject's Node now (see [`Subject::node_name`]).
+    pub(super) fn subject_node(&self) -> Option<String> {
+        self.subject.node_name()
+    }
+
+    /// Whether the Machine carries a trigger (the annotation or a request), in the cache.
+    pub(super) fn triggered(&self) -> bool {
+        self.cached_trigger().is_some()
+    }
+
+    /// The subject's Remediations, oldest first.
+    pub(super) fn remediations_of_subject(&self) -> Vec<Arc<Remediation>> {
+        let node_subject = self.subject.machine().is_none();
+        let mut all: Vec<Arc<Remediation>> = self
+            .context
+            .remediations
+            .state()
+            .into_iter()
+            .filter(|r| {
+                r.namespace().as_deref() == Some(self.namespace.as_str())
+                    && r.spec.of_machineless_node() == node_subject
+                    && r.spec.subject_name() == self.name
+            })
+            .collect();
+        all.sort_by_key(|r| attempt_number(&r.name_any(), &self.name));
+        all
+    }
+
+    /// Whether one of the subject's Remediations is under way (not ended).
+    pub(super) fn under_way(&self) -> bool {
+        self.remediations_of_subject().last().is_some_and(|r| {
+            !r.status
+                .as_ref()
+                .map(|s| s.phase)
+                .unwrap_or_default()
+                .is_terminal()
+        })
+    }
+
+    pub(super) fn remediation_api(&self) -> Api<Remediation> {
+        Api::namespaced(self.context.client.clone(), &self.namespace)
+    }
+
+    /// The API of the subject's Machine (None: a Node subject, which has no Machine to mark,
+    /// read or delete).
+    pub(super) fn machines_api(&self) -> Option<Api<DynamicObject>> {
+        self.subject.machine()?;
+        Some(Api::namespaced_with(
+            self.context.client.clone(),
+            &self.namespace,
+            &self.context.machine_api.resource(),
+        ))
+    }
+
+    /// Sets (`Some`) or removes (`None`) an annotation of the subject's Machine; a Node subject
+    /// has no Machine: nothing to do. `action` names the write in errors.
+    pub(super) async fn annotate_machine(
+        &self,
+        key: &str,
+        value: Option<&str>,
+        action: &'static str,
+    ) -> Result<()> {
+        let Some(machines) = self.machines_api() else {
+            return Ok(());
+        };
+        crate::remediation::world::execute::set_annotation(
+            &machines, &self.name, key, value, action,
+        )
+        .await
+    }
+
+    /// The Machine's annotations, read from the API server now (None: the Machine is gone, or
+    /// the subject is a Node, which has none).
+    pub(super) async fn fresh_machine_annotations(
+        &self,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>> {
+        let Some(machines) = self.machines_api() else {
+            return Ok(None);
+        };
+        let machine = machines
+            .get_opt(&self.name)
+            .await
+            .map_err(Error::kube("GetMachine"))?;
+        Ok(machine.map(|m| m.metadata.annotations.unwrap_or_default()))
+    }
+
+    pub(super) fn plan_policy(&self) -> PlanPolicy {
+        let t = &self.policy.timeouts;
+        PlanPolicy {
+            strategies: self.policy.strategies.len(),
+            power_off_timeout: Duration::from_secs(t.power_off_seconds.into()),
+            node_timeout: Duration::from_secs(t.node_ready_seconds.into()),
+            ready_grace: Duration::from_secs(t.ready_grace_seconds.into()),
+            max_attempts: self.policy.max_attempts,
+            release: self.policy.node_release,
+            poll: self.context.poll,
+            mode: self.policy.mode,
+        }
+    }
+
+    /// The strategy the remediation uses now: the one its status names (even if the policy
+    /// dropped it since), else the policy's first.
+    pub(super) fn strategy_in_use(&self, remediation: &Remediation) -> FenceStrategyName {
+        remediation
+            .status
+            .as_ref()
+            .and_then(strategy_in_status)
+            .unwrap_or_else(|| self.strategy_at(0))
+    }
+
+    pub(super) fn strategy_at(&self, index: usize) -> FenceStrategyName {
+        self.policy
+            .strategies
+            .get(index)
+            .copied()
+            .unwrap_or(FenceStrategyName::BareMetalHostRebootApi)
+    }
+
+    pub(super) fn node(&self, remediation: &Remediation) -> Option<Arc<Node>> {
+        let name = remediation.spec.node_name.as_deref()?;
+        self.context.nodes.get(&ObjectRef::new(name))
+    }
+
+    pub(super) fn host(
+        &self,
+        remediation: &Remediation,
+    ) -> Option<(HostRef, Option<Arc<slim::BareMetalHost>>)> {
+        let host_ref = match remediation.spec.host_ref() {
+            Ok(host_ref) => host_ref?,
+            Err(why) => {
+                // The CRD's pattern keeps such a value out; one that got in names no host.
+                tracing::warn!(remediation = %remediation.name_any(), "{why}");
+                return None;
+            }
+        };
+        let object = self
+            .context
+            .hosts
+            .get(&ObjectRef::new(&host_ref.name).within(&host_ref.namespace));
+        Some((host_ref, object))
+    }
+
+    pub(super) async fn persist(
+        &self,
+        remediation: &mut Remediation,
+        status: RemediationStatus,
+    ) -> Result<()> {
+        self.context.leadership.ensure()?;
+        let before = remediation.status.as_ref().map_or(0, |s| s.steps.len());
+        let mut object = remediation.clone();
+        object.status = Some(status);
+        // replace_status carries the resourceVersion: a concurrent writer makes it fail with
+        // 409 instead of being overwritten.
+        let updated = self
+            .remediation_api()
+            .replace_status(&remediation.name_any(), &PostParams::default(), &object)
+            .await
+            .map_err(Error::kube("PersistRemediation"))?;
+        *remediation = updated;
+        self.observe_step_durations(remediation, before);
+        let last = remediation
+            .status
+            .as_ref()
+            .and_then(|s| s.steps.last())
+            .map(|s| s.step.as_str());
+        if let Some(hook) = &self.context.after_persist
+            && let Some(step) = last
+            && (hook.0)(step).is_err()
+        {
+            return Err(Error::Abandoned(step.to_string()));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn event(
+        &self,
+        remediation: &Remediation,
+        severity: Severity,
+        reason: EventReason,
+        note: String,
+    ) {
+        self.event_action(remediation, severity, (reason, reason.as_str()), note)
+            .await;
+    }
+
+    /// [`Pass::event`] with an action apart from the reason: Events with the same reason and
+    /// action are one series to the recorder (a later note is not shown), so what must be
+    /// told apart — which gate holds a start — goes in the action.
+    pub(super) async fn event_action(
+        &self,
+        remediation: &Remediation,
+        severity: Severity,
+        (reason, action): (EventReason, &str),
+        note: String,
+    ) {
+        // On both objects: `kubectl describe machine` (or node) is where an operator looks
+        // first, the Remediation keeps the whole story; each names the other as related.
+        let remediation_ref = remediation.object_ref(&());
+        let machine_ref = self.event_target();
+        crate::runtime::events::publish_action(
+            &self.context.recorder,
+            severity,
+            (reason.as_str(), action),
+            &note,
+            &[
+                (machine_ref.clone(), Some(remediation_ref.clone())),
+                (remediation_ref, Some(machine_ref)),
+            ],
+        )
+        .await;
+    }
+
+    /// Feeds the per-step histogram with the steps just persisted (those from `before` on).
+    pub(super) fn observe_step_durations(&self, remediation: &Remediation, before: usize) {
+        let Some(status) = &remediation.status else {
+            return;
+        };
+        let at = |index: usize| {
+            status
+                .steps
+                .get(index)
+                .and_then(|s| s.time.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        };
+        for index in before.max(1)..status.steps.len() {
+            if let (Some(previous), Some(now)) = (at(index - 1), at(index)) {
+                let took = now.duration_since(previous).unsigned_abs();
+                self.context
+                    .metrics
+                    .step_reached(status.steps[index].step.as_str(), took);
+            }
+        }
+    }
+
+    pub(super) async fn note_error(
+        &self,
+        remediation: &mut Remediation,
+        error: &Error,
+    ) -> Result<()> {
+        let mut status = remediation.status.clone().unwrap_or_default();
+        let text = error.to_string().replace(['\n', '\r'], " ");
+        status.last_error = Some(text.clone());
+        let reason = error.category().event_reason();
+        let now = self.context.clock.now();
+        set_condition(
+            &mut status,
+            ConditionType::StepFailed,
+            true,
+            reason.as_str(),
+            &text,
+            now,
+        );
+        self.persist(remediation, status).await?;
+        self.event(remediation, Severity::Warning, reason, text)
+            .await;
+        Ok(())
+    }
+
+    /// Where the subject's Events go (see [`Subject::event_target`]).
+    pub(super) fn event_target(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        let node_uid = match &self.subject {
+            Subject::Machine(_) => None,
+            Subject::Node(_) => self
+                .context
+                .nodes
+                .get(&ObjectRef::new(&self.name))
+                .and_then(|n| n.uid()),
+        };
+        self.subject
+            .event_target(self.context.machine_api.api_version(), node_uid)
+    }
+
+    /// Time since the Remediation was created.
+    pub(super) fn age(&self, remediation: &Remediation) -> Duration {
+        let created = created_at(remediation).unwrap_or_default();
+        since_epoch(self.context.clock.now()).saturating_sub(created)
+    }
+}
+
+/// The attempt number in a Remediation name `<machine>-<n>`.
+pub(super) fn attempt_number(remediation: &str, machine: &str) -> u64 {
+    remediation
+        .strip_prefix(machine)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}

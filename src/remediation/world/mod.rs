@@ -1,0 +1,6 @@
+//! The handles on the world, without a decision: the idempotent API writes and the BMC drivers as the controller uses them (cached, metered, witnessed).
+
+pub mod bmc_cache;
+pub mod execute;
+pub mod metered;
+pub mod witnessed;
