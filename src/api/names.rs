@@ -131,7 +131,7 @@ macro_rules! stored_names {
             pub const ALL: &'static [$name] = &[$($name::$variant,)+];
 
             /// The name as stored in status.
-            pub fn as_str(self) -> &'static str {
+            pub const fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => stringify!($variant),)+
                 }
@@ -430,6 +430,26 @@ stored_names! {
         Abandoned,
         /// A local failure (a file, a render).
         LocalError,
+        /// A fencing path stopped answering its check (the readiness check).
+        FencingNotReady,
+        /// A fencing path answers its check again.
+        FencingReady,
+        /// Retention deleted finished Remediations.
+        Pruned,
+        /// A NodeHealthCheck naming our template reports `Disabled=True`.
+        NodeHealthCheckDisabled,
+        /// That NodeHealthCheck is enabled again.
+        NodeHealthCheckEnabled,
+        /// A request or HostBmc from a namespace the policy does not trust.
+        NamespaceNotTrusted,
+        /// A request claims a NodeHealthCheck that does not exist with that UID.
+        UnknownHealthCheck,
+        /// A request's NodeHealthCheck does not reference its template.
+        TemplateNotReferenced,
+        /// A request's spec would widen the policy.
+        WidensPolicy,
+        /// More than one HostBmc names one Node.
+        ContestedNode,
     }
 }
 

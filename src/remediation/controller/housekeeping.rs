@@ -61,7 +61,7 @@ impl Pass {
             crate::runtime::events::publish(
                 &self.context.recorder,
                 Severity::Normal,
-                "Pruned",
+                EventReason::Pruned.as_str(),
                 &note,
                 &[(machine, oldest)],
             )

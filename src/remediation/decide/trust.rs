@@ -21,7 +21,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::api::{
-    FenceStrategyName, HostBmc, PolicyOverrides, RemediationPolicySpec, TrustPolicy, slim,
+    EventReason, FenceStrategyName, HostBmc, PolicyOverrides, RemediationPolicySpec, TrustPolicy,
+    slim,
 };
 
 /// The group of baremend's own template kinds, as an `apiVersion` starts.
@@ -161,14 +162,14 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The reason, a bounded CamelCase name (condition reason, Event reason, metric label).
-    pub fn reason(&self) -> &'static str {
+    /// The reason (condition reason, Event reason, metric label).
+    pub fn reason(&self) -> EventReason {
         match self {
-            Refusal::NamespaceNotTrusted { .. } => "NamespaceNotTrusted",
-            Refusal::UnknownHealthCheck { .. } => "UnknownHealthCheck",
-            Refusal::TemplateNotReferenced { .. } => "TemplateNotReferenced",
-            Refusal::WidensPolicy { .. } => "WidensPolicy",
-            Refusal::Contested { .. } => "ContestedNode",
+            Refusal::NamespaceNotTrusted { .. } => EventReason::NamespaceNotTrusted,
+            Refusal::UnknownHealthCheck { .. } => EventReason::UnknownHealthCheck,
+            Refusal::TemplateNotReferenced { .. } => EventReason::TemplateNotReferenced,
+            Refusal::WidensPolicy { .. } => EventReason::WidensPolicy,
+            Refusal::Contested { .. } => EventReason::ContestedNode,
         }
     }
 }

@@ -108,8 +108,8 @@ fn a_node_request_counts_only_from_a_trusted_namespace_and_its_real_health_check
     ];
     for (bad, reason) in cases {
         let refused = node_request_origin(bad, &ok, &checks).unwrap_err();
-        assert_eq!(refused.reason(), reason, "{bad:?}: {refused}");
-        assert!(crate::metrics::REFUSAL_REASONS.contains(&refused.reason()));
+        assert_eq!(refused.reason().as_str(), reason, "{bad:?}: {refused}");
+        assert!(crate::metrics::REFUSAL_REASONS.contains(&refused.reason().as_str()));
     }
     // The health check references templates in another namespace only.
     let elsewhere = trusted(&["wa", "wb"]);
@@ -119,7 +119,7 @@ fn a_node_request_counts_only_from_a_trusted_namespace_and_its_real_health_check
         &checks,
     )
     .unwrap_err();
-    assert_eq!(refused.reason(), "TemplateNotReferenced");
+    assert_eq!(refused.reason().as_str(), "TemplateNotReferenced");
     assert!(refused.to_string().contains("namespace wb"), "{refused}");
 }
 
@@ -231,7 +231,7 @@ fn every_widening_refuses_the_request_naming_the_field() {
         match narrow(&policy, &wider) {
             Err(refusal @ Refusal::WidensPolicy { field: f, .. }) => {
                 assert_eq!(f, field, "{refusal}");
-                assert_eq!(refusal.reason(), "WidensPolicy");
+                assert_eq!(refusal.reason().as_str(), "WidensPolicy");
                 assert!(refusal.to_string().contains(field), "{refusal}");
             }
             other => panic!("{field}: {other:?}"),
@@ -280,7 +280,7 @@ fn judged(claims: &Claims<'_>) -> Judged {
     let mut refused: Vec<(String, &'static str)> = claims
         .refused
         .iter()
-        .map(|(m, why)| (qualified(m), why.reason()))
+        .map(|(m, why)| (qualified(m), why.reason().as_str()))
         .collect();
     refused.sort();
     (subjects, refused)

@@ -308,7 +308,7 @@ impl Context {
         let reasons: Vec<(&str, usize)> = claims
             .refused
             .iter()
-            .map(|(_, r)| (r.reason(), 1))
+            .map(|(_, r)| (r.reason().as_str(), 1))
             .collect();
         self.metrics.set_host_bmcs_refused(&reasons);
         self.metrics

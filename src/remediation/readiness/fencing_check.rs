@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::monitor::{offset, under_remediation};
 use crate::api::slim;
-use crate::api::{FenceStrategyName, HostBmc, Remediation, RemediationPolicySpec};
+use crate::api::{EventReason, FenceStrategyName, HostBmc, Remediation, RemediationPolicySpec};
 use crate::metrics::fencing::FencingLabels;
 use crate::remediation::act::power::{NoBmc, locate_bmc};
 use crate::remediation::act::probe::{ProbeSite, ProbeTerms, ProbeWith};
@@ -45,10 +45,10 @@ pub const CHECKS_AT_ONCE: usize = 4;
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The Event reason when a host's fencing path stops answering (Warning).
-pub const NOT_READY_EVENT: &str = "FencingNotReady";
+pub const NOT_READY_EVENT: &str = EventReason::FencingNotReady.as_str();
 
 /// The Event reason when it answers again (Normal).
-pub const READY_EVENT: &str = "FencingReady";
+pub const READY_EVENT: &str = EventReason::FencingReady.as_str();
 
 /// One Machine (or Node without one) to check, and where its fencing paths are.
 #[derive(Debug, Clone)]

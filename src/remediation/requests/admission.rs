@@ -152,7 +152,7 @@ pub fn accepted_status(
         .iter()
         .find(|c| c.type_ == ConditionType::Accepted.as_str());
     let (accepted, reason, message) = match refusal {
-        Some(refusal) => (false, refusal.reason(), refusal.to_string()),
+        Some(refusal) => (false, refusal.reason().as_str(), refusal.to_string()),
         None => (
             true,
             "Accepted",
@@ -278,13 +278,13 @@ where
         return Ok(());
     };
     let kind = K::kind(&()).into_owned();
-    context.metrics.refused(&kind, refusal.reason());
+    context.metrics.refused(&kind, refusal.reason().as_str());
     let note = format!("refused: {refusal}; {consequence}");
-    tracing::warn!(%kind, name = %object.name_any(), reason = refusal.reason(), "{note}");
+    tracing::warn!(%kind, name = %object.name_any(), reason = refusal.reason().as_str(), "{note}");
     crate::runtime::events::publish(
         &context.recorder,
         Severity::Warning,
-        refusal.reason(),
+        refusal.reason().as_str(),
         &note,
         &[(object.object_ref(&()), None)],
     )

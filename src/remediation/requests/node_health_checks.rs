@@ -28,7 +28,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::api::{Condition, ConditionType, NodeRemediationTemplate};
+use crate::api::{Condition, ConditionType, EventReason, NodeRemediationTemplate};
 use crate::remediation::pass::context::Context;
 use crate::runtime::conditions::upsert_condition;
 use crate::runtime::events::{Severity, publish};
@@ -44,8 +44,8 @@ const DISABLED: &str = "Disabled";
 /// did not (the operator may be installed later).
 const DISCOVERY_INTERVAL: Duration = Duration::from_secs(300);
 /// The Event reasons on the NodeHealthCheck.
-const REASON_DISABLED: &str = "NodeHealthCheckDisabled";
-const REASON_ENABLED: &str = "NodeHealthCheckEnabled";
+const REASON_DISABLED: &str = EventReason::NodeHealthCheckDisabled.as_str();
+const REASON_ENABLED: &str = EventReason::NodeHealthCheckEnabled.as_str();
 
 /// NodeHealthChecks, cluster-scoped.
 pub fn resource() -> ApiResource {
