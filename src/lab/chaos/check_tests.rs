@@ -1,0 +1,664 @@
+//! The checker's tests: each invariant judged on hand-made watch streams.
+
+use std::time::Duration;
+
+use baremend_sim::apiserver::ObjectKey;
+use baremend_sim::clock::ManualClock;
+use serde_json::json;
+
+use super::*;
+
+fn hosts(power: Power) -> HashMap<String, Arc<SimHost>> {
+    let host = SimHost::new(
+        "worker-0",
+        power,
+        Duration::from_millis(10),
+        Arc::new(ManualClock::new()),
+    );
+    HashMap::from([("worker-0".to_string(), Arc::new(host))])
+}
+
+fn change(plural: &str, group: &str, name: &str, kind: EventType, object: Value) -> WatchEvent {
+    WatchEvent {
+        revision: 1,
+        key: ObjectKey {
+            group: group.into(),
+            plural: plural.into(),
+            // Requests where their health checks put them; the rest in `ns`.
+            namespace: match plural {
+                "nodes" => String::new(),
+                "machineremediations" => MACHINE_NAMESPACE.into(),
+                "noderemediations" => NHC_NAMESPACE.into(),
+                _ => "ns".into(),
+            },
+            name: name.into(),
+        },
+        kind,
+        object,
+        previous: None,
+    }
+}
+
+fn remediation(name: &str, machine: &str, phase: &str, steps: &[&str]) -> Value {
+    let steps: Vec<Value> = steps
+        .iter()
+        .map(|s| json!({"step": s, "attempt": 1, "time": "2026-01-01T00:00:00Z"}))
+        .collect();
+    json!({"apiVersion": "baremend.io/v1alpha1", "kind": "Remediation",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"machineName": machine},
+        "status": {"phase": phase, "steps": steps}})
+}
+
+/// Shows `checker` a Remediation of `machine` modified to `phase`.
+fn see_remediation(checker: &mut Checker, name: &str, machine: &str, phase: &str, steps: &[&str]) {
+    let object = remediation(name, machine, phase, steps);
+    let event = change(
+        "remediations",
+        "baremend.io",
+        name,
+        EventType::Modified,
+        object,
+    );
+    checker.observe(&event, &HashMap::new());
+}
+
+#[test]
+fn a_node_released_while_its_host_is_on_is_a_violation_and_off_is_not() {
+    let node = json!({"metadata": {"name": "worker-0"}});
+    let mut checker = Checker::new(1);
+    checker.observe(
+        &change("nodes", "", "worker-0", EventType::Deleted, node.clone()),
+        &hosts(Power::On),
+    );
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(checker.violations[0].starts_with("invariant 1"));
+
+    let mut checker = Checker::new(1);
+    checker.observe(
+        &change("nodes", "", "worker-0", EventType::Deleted, node),
+        &hosts(Power::Off),
+    );
+    let tainted = json!({"metadata": {"name": "worker-0"},
+        "spec": {"taints": [{"key": OUT_OF_SERVICE, "effect": "NoExecute"}]}});
+    checker.observe(
+        &change("nodes", "", "worker-0", EventType::Modified, tainted),
+        &hosts(Power::Off),
+    );
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    // Both releases were judged (the Modified one without the taint before it is a release).
+    assert_eq!(checker.judged.of(1), 2);
+}
+
+#[test]
+fn the_cases_judged_are_counted_and_an_unreadable_object_is_told_not_skipped() {
+    let mut checker = Checker::new(2);
+    see_remediation(
+        &mut checker,
+        "worker-0-1",
+        "worker-0",
+        "PoweringOff",
+        &["PowerOffRequested"],
+    );
+    see_remediation(&mut checker, "worker-0-1", "worker-0", "Succeeded", &[]);
+    see_remediation(&mut checker, "worker-0-2", "worker-0", "PoweringOff", &[]);
+    // Two starts (4), the second one of a Machine that had one before (6).
+    assert_eq!((checker.judged.of(4), checker.judged.of(6)), (2, 1));
+    assert!(checker.unreadable.is_empty(), "{:?}", checker.unreadable);
+    // A Remediation whose status does not parse.
+    let mut broken = remediation("worker-1-1", "worker-1", "PoweringOff", &[]);
+    broken["status"]["phase"] = json!("NoSuchPhase");
+    let event = change(
+        "remediations",
+        "baremend.io",
+        "worker-1-1",
+        EventType::Modified,
+        broken,
+    );
+    checker.observe(&event, &HashMap::new());
+    assert_eq!(checker.unreadable.len(), 1, "{:?}", checker.unreadable);
+    assert!(checker.unreadable[0].starts_with("Remediation ns/worker-1-1 does not parse"));
+    assert_eq!(
+        checker.judged.of(4),
+        2,
+        "nothing judged on what was not read"
+    );
+}
+
+#[test]
+fn too_many_remediations_at_once_or_a_step_twice_or_a_stuck_one_are_violations() {
+    let mut checker = Checker::new(1);
+    for (name, machine) in [("worker-0-1", "worker-0"), ("worker-1-1", "worker-1")] {
+        see_remediation(
+            &mut checker,
+            name,
+            machine,
+            "PoweringOff",
+            &["PowerOffRequested"],
+        );
+    }
+    assert!(
+        checker
+            .violations
+            .iter()
+            .any(|v| v.starts_with("invariant 4")),
+        "{:?}",
+        checker.violations
+    );
+    let twice: Remediation = serde_json::from_value(remediation(
+        "worker-0-1",
+        "worker-0",
+        "Succeeded",
+        &[
+            "PowerOffRequested",
+            "Fenced",
+            "NodeDeleted",
+            "NodeDeleted",
+            "Succeeded",
+        ],
+    ))
+    .unwrap();
+    let stuck: Remediation = serde_json::from_value(remediation(
+        "worker-1-1",
+        "worker-1",
+        "PoweringOn",
+        &["PowerOffRequested"],
+    ))
+    .unwrap();
+    let mut checker = Checker::new(1);
+    checker.finish(&[twice, stuck], &hosts(Power::Off));
+    let text = checker.violations.join("\n");
+    assert!(
+        text.contains("invariant 5: Remediation worker-0-1 did NodeDeleted 2 times"),
+        "{text}"
+    );
+    assert!(
+        text.contains("invariant 2: Remediation worker-1-1 stuck"),
+        "{text}"
+    );
+    // worker-0's host is off and its latest remediation Succeeded: nobody says why.
+    assert!(text.contains("invariant 3: host worker-0 is off"), "{text}");
+}
+
+#[test]
+fn a_control_plane_host_fenced_without_a_quorum_of_others_is_a_violation() {
+    let mut checker = Checker::new(2);
+    let ready = |name: &str, ready: bool| {
+        json!({"metadata": {"name": name}, "status": {"conditions": [
+            {"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
+    };
+    checker.seed_node(&ready("master-1", true));
+    checker.seed_node(&ready("master-2", false));
+    see_remediation(
+        &mut checker,
+        "master-0-1",
+        "master-0",
+        "PoweringOff",
+        &["PowerOffRequested"],
+    );
+    assert!(
+        checker
+            .violations
+            .iter()
+            .any(|v| v.contains("1 other control-plane Nodes Ready")),
+        "{:?}",
+        checker.violations
+    );
+}
+
+#[test]
+fn a_start_on_a_trigger_the_previous_remediation_consumed_is_a_violation() {
+    let none = HashMap::new();
+    let mut checker = Checker::new(1);
+    let machine = |triggered: bool| {
+        let annotations = if triggered {
+            json!({EXTERNAL_REMEDIATION: ""})
+        } else {
+            json!({})
+        };
+        json!({"metadata": {"name": "worker-0", "annotations": annotations}})
+    };
+    let set_trigger = |checker: &mut Checker, on: bool| {
+        let mut event = change(
+            "machines",
+            "machine.openshift.io",
+            "worker-0",
+            EventType::Modified,
+            machine(on),
+        );
+        event.previous = Some(machine(!on));
+        checker.observe(&event, &none);
+    };
+    let step = |checker: &mut Checker, name: &str, phase: &str| {
+        see_remediation(checker, name, "worker-0", phase, &[]);
+    };
+    set_trigger(&mut checker, true);
+    step(&mut checker, "worker-0-1", "PoweringOff");
+    step(&mut checker, "worker-0-1", "PoweringOn");
+    step(&mut checker, "worker-0-1", "Succeeded");
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    // The same trigger, seen again by a lagging cache.
+    step(&mut checker, "worker-0-2", "PoweringOff");
+    step(&mut checker, "worker-0-2", "Cancelled");
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(checker.violations[0].starts_with("invariant 6: ns/worker-0-2"));
+    // A trigger that appears again allows a new start; after a Failed one, the same
+    // trigger does too (an operator deleted the Failed remediation).
+    set_trigger(&mut checker, false);
+    set_trigger(&mut checker, true);
+    step(&mut checker, "worker-0-3", "PoweringOff");
+    step(&mut checker, "worker-0-3", "Failed");
+    step(&mut checker, "worker-0-4", "PoweringOff");
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    // A previous one that succeeded and was then deleted (retention) still consumed
+    // the trigger.
+    step(&mut checker, "worker-0-4", "Succeeded");
+    let gone = remediation("worker-0-4", "worker-0", "Succeeded", &[]);
+    let deleted = change(
+        "remediations",
+        "baremend.io",
+        "worker-0-4",
+        EventType::Deleted,
+        gone,
+    );
+    checker.observe(&deleted, &none);
+    step(&mut checker, "worker-0-5", "PoweringOff");
+    assert_eq!(checker.violations.len(), 2, "{:?}", checker.violations);
+    assert!(checker.violations[1].starts_with("invariant 6: ns/worker-0-5"));
+}
+
+/// Shows `checker` a health check's request for worker-0: `kind` is `Added` for a new
+/// one; `timed_out` annotates it; `reason` is a condition reason baremend reported.
+fn see_request(
+    checker: &mut Checker,
+    (plural, uid): (&str, &str),
+    kind: EventType,
+    timed_out: bool,
+    reason: Option<&str>,
+) {
+    let annotations = if timed_out {
+        json!({NHC_TIMED_OUT: "2026-11-24T10:00:00Z"})
+    } else {
+        json!({})
+    };
+    let conditions: Vec<Value> = reason
+        .map(|r| json!({"type": "Processing", "status": "True", "reason": r}))
+        .into_iter()
+        .collect();
+    let object = json!({"metadata": {"name": "worker-0", "uid": uid, "annotations": annotations},
+        "status": {"remediation": "worker-0-1", "conditions": conditions}});
+    let event = change(plural, "baremend.io", "worker-0", kind, object);
+    checker.observe(&event, &HashMap::new());
+}
+
+/// Shows `checker` the Remediation worker-0-1, recording the NodeRemediation `u1`.
+fn see_recording(checker: &mut Checker, phase: &str, steps: &[&str]) {
+    let mut object = remediation("worker-0-1", "worker-0", phase, steps);
+    object["spec"]["trigger"] = json!({"kind": "NodeRemediation", "name": "worker-0", "uid": "u1"});
+    let event = change(
+        "remediations",
+        "baremend.io",
+        "worker-0-1",
+        EventType::Modified,
+        object,
+    );
+    checker.observe(&event, &HashMap::new());
+}
+
+#[test]
+fn a_tenants_request_is_no_trigger_and_a_remediation_naming_it_is_a_violation() {
+    let mut checker = Checker::new(1);
+    let mut event = change(
+        "noderemediations",
+        "baremend.io",
+        "worker-0",
+        EventType::Added,
+        json!({"metadata": {"name": "worker-0", "uid": "t1"}}),
+    );
+    event.key.namespace = TENANT_NAMESPACE.into();
+    checker.observe(&event, &HashMap::new());
+    let mut object = remediation("worker-0-1", "worker-0", "PoweringOff", &[]);
+    object["spec"]["trigger"] = json!({"kind": "NodeRemediation", "name": "worker-0",
+        "namespace": TENANT_NAMESPACE, "uid": "t1"});
+    let started = change(
+        "remediations",
+        "baremend.io",
+        "worker-0-1",
+        EventType::Modified,
+        object,
+    );
+    checker.observe(&started, &HashMap::new());
+    checker.observe(&started, &HashMap::new());
+    let said: Vec<&str> = checker
+        .violations
+        .iter()
+        .map(|v| v.split(':').next().unwrap_or_default())
+        .collect();
+    assert_eq!(said, ["invariant 10"], "{:?}", checker.violations);
+}
+
+#[test]
+fn a_start_on_a_request_the_previous_remediation_consumed_is_a_violation() {
+    let mut checker = Checker::new(1);
+    let step = |checker: &mut Checker, name: &str, phase: &str| {
+        see_remediation(checker, name, "worker-0", phase, &[]);
+    };
+    let machine_request = ("machineremediations", "u1");
+    see_request(&mut checker, machine_request, EventType::Added, false, None);
+    step(&mut checker, "worker-0-1", "PoweringOff");
+    step(&mut checker, "worker-0-1", "Succeeded");
+    // The request's status written by baremend is no new request.
+    see_request(
+        &mut checker,
+        machine_request,
+        EventType::Modified,
+        false,
+        None,
+    );
+    step(&mut checker, "worker-0-2", "PoweringOff");
+    step(&mut checker, "worker-0-2", "Succeeded");
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(checker.violations[0].starts_with("invariant 6: ns/worker-0-2"));
+    // A NodeHealthCheck's request for its Node allows a new start.
+    see_request(
+        &mut checker,
+        ("noderemediations", "u2"),
+        EventType::Added,
+        false,
+        None,
+    );
+    step(&mut checker, "worker-0-3", "PoweringOff");
+    step(&mut checker, "worker-0-3", "Succeeded");
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    // ... once: the next start is on a consumed trigger again.
+    step(&mut checker, "worker-0-4", "PoweringOff");
+    assert_eq!(checker.violations.len(), 2, "{:?}", checker.violations);
+    assert!(checker.violations[1].starts_with("invariant 6: ns/worker-0-4"));
+}
+
+fn invariant_9(checker: &Checker) -> Vec<&String> {
+    checker
+        .violations
+        .iter()
+        .filter(|v| v.starts_with("invariant 9"))
+        .collect()
+}
+
+#[test]
+fn a_power_off_request_after_a_timeout_seen_before_the_proof_or_a_host_left_off_is_a_violation() {
+    let node_request = ("noderemediations", "u1");
+    let stopped = |checker: &mut Checker| {
+        see_request(checker, node_request, EventType::Added, false, None);
+        see_recording(checker, "PoweringOff", &["PowerOffRequested"]);
+        see_request(checker, node_request, EventType::Modified, true, None);
+        see_request(
+            checker,
+            node_request,
+            EventType::Modified,
+            true,
+            Some("RemediationTimedOutByNhc"),
+        );
+    };
+    // Power-off requested again after it saw the timeout.
+    let mut checker = Checker::new(1);
+    stopped(&mut checker);
+    assert_eq!(checker.timeouts.before_proof, 1);
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    let again = ["PowerOffRequested", "PowerOffRequested"];
+    see_recording(&mut checker, "PoweringOff", &again);
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(
+        checker.violations[0].starts_with("invariant 9: ns/worker-0-1 requested power-off again"),
+        "{:?}",
+        checker.violations
+    );
+    // Cancelled as it should, but the host is left off; then on: no violation.
+    for (power, violations) in [(Power::Off, 1), (Power::On, 0)] {
+        let mut checker = Checker::new(1);
+        stopped(&mut checker);
+        see_recording(
+            &mut checker,
+            "Cancelled",
+            &["PowerOffRequested", "PowerOffWithdrawn"],
+        );
+        checker.finish(&[], &hosts(power));
+        let ours = invariant_9(&checker);
+        assert_eq!(ours.len(), violations, "{power:?}: {ours:?}");
+        if let Some(v) = ours.first() {
+            assert!(v.contains("host worker-0 left off"), "{v}");
+        }
+    }
+}
+
+#[test]
+fn a_new_power_cycle_after_a_timeout_seen_after_the_proof_is_a_violation() {
+    let node_request = ("noderemediations", "u1");
+    let mut checker = Checker::new(1);
+    see_request(&mut checker, node_request, EventType::Added, false, None);
+    let powering_on = [
+        "PowerOffRequested",
+        "Fenced",
+        "NodeDeleted",
+        "PowerOnRequested",
+    ];
+    see_recording(&mut checker, "PoweringOn", &powering_on);
+    let completing = Some("CompletingAfterTimeout");
+    see_request(
+        &mut checker,
+        node_request,
+        EventType::Modified,
+        true,
+        completing,
+    );
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    // The Node is not back: a new power cycle on the request the health check gave up.
+    let mut retried = powering_on.to_vec();
+    retried.push("Retry");
+    see_recording(&mut checker, "PoweringOff", &retried);
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(
+        checker.violations[0].starts_with("invariant 9: ns/worker-0-1 requested power-off again"),
+        "{:?}",
+        checker.violations
+    );
+    // Its withdrawal then says "cancelled for the timeout" without a proof in this cycle:
+    // no second violation, but the cycle that released the Node did not complete.
+    retried.push("PowerOffWithdrawn");
+    see_recording(&mut checker, "Cancelled", &retried);
+    let cancelled = Some("RemediationTimedOutByNhc");
+    see_request(
+        &mut checker,
+        node_request,
+        EventType::Modified,
+        true,
+        cancelled,
+    );
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    let mut last = remediation("worker-0-1", "worker-0", "Cancelled", &retried);
+    last["spec"]["trigger"] = json!({"kind": "NodeRemediation", "uid": "u1"});
+    checker.finish(&[serde_json::from_value(last).unwrap()], &hosts(Power::On));
+    let ours = invariant_9(&checker);
+    assert_eq!(ours.len(), 2, "{ours:?}");
+    assert!(
+        ours[1].contains("ended Cancelled without completing"),
+        "{ours:?}"
+    );
+}
+
+#[test]
+fn a_remediation_proven_off_whose_request_timed_out_must_complete_the_cycle() {
+    let node_request = ("noderemediations", "u1");
+    let fenced = ["PowerOffRequested", "Fenced"];
+    // Proven off, then timed out; or timed out, then proven off (the proof comes first).
+    let proven_then_timed_out = |checker: &mut Checker| {
+        see_request(checker, node_request, EventType::Added, false, None);
+        see_recording(checker, "Fenced", &fenced);
+        see_request(checker, node_request, EventType::Modified, true, None);
+    };
+    let timed_out_then_proven = |checker: &mut Checker| {
+        see_request(checker, node_request, EventType::Added, false, None);
+        see_recording(checker, "PoweringOff", &["PowerOffRequested"]);
+        see_request(checker, node_request, EventType::Modified, true, None);
+        see_recording(checker, "Fenced", &fenced);
+    };
+    // Reported cancelled for the timeout after the proof: at once.
+    let mut checker = Checker::new(1);
+    proven_then_timed_out(&mut checker);
+    assert_eq!(checker.timeouts.after_proof, 1);
+    let reason = Some("RemediationTimedOutByNhc");
+    see_request(
+        &mut checker,
+        node_request,
+        EventType::Modified,
+        true,
+        reason,
+    );
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(checker.violations[0].contains("cancelled for the NodeHealthCheck's timeout"));
+    // It must power on (or fail).
+    let ended = |phase: &str, steps: &[&str]| -> Remediation {
+        let mut object = remediation("worker-0-1", "worker-0", phase, steps);
+        object["spec"]["trigger"] = json!({"kind": "NodeRemediation", "uid": "u1"});
+        serde_json::from_value(object).unwrap()
+    };
+    let completed = ["PowerOffRequested", "Fenced", "PowerOnRequested"];
+    let cases = [
+        (ended("Cancelled", &fenced), 1),
+        (ended("Succeeded", &fenced), 1),
+        (ended("Succeeded", &completed), 0),
+        (ended("Failed", &fenced), 0),
+    ];
+    for (last, violations) in cases {
+        let phase = last.status.as_ref().map(|s| s.phase);
+        let plays: [&dyn Fn(&mut Checker); 2] = [&proven_then_timed_out, &timed_out_then_proven];
+        for play in plays {
+            let mut checker = Checker::new(1);
+            play(&mut checker);
+            checker.finish(std::slice::from_ref(&last), &hosts(Power::On));
+            let ours = invariant_9(&checker);
+            assert_eq!(ours.len(), violations, "{phase:?}: {ours:?}");
+        }
+    }
+}
+
+/// Shows `checker` the health check setting the trigger on Machine worker-0.
+fn see_trigger(checker: &mut Checker) {
+    let machine = json!({"metadata": {"name": "worker-0",
+        "annotations": {EXTERNAL_REMEDIATION: ""}}});
+    let event = change(
+        "machines",
+        "machine.openshift.io",
+        "worker-0",
+        EventType::Modified,
+        machine,
+    );
+    checker.observe(&event, &HashMap::new());
+}
+
+/// Shows `checker` Node worker-0 with these annotations.
+fn see_node(checker: &mut Checker, annotations: Value) {
+    let node = json!({"metadata": {"name": "worker-0", "annotations": annotations}});
+    let event = change("nodes", "", "worker-0", EventType::Modified, node);
+    checker.observe(&event, &hosts(Power::On));
+}
+
+/// Shows `checker` the DriftRemediation `name` of worker-0 in `phase`, with `steps`.
+fn see_drift(checker: &mut Checker, name: &str, phase: &str, steps: &[&str]) {
+    let steps: Vec<Value> = steps.iter().map(|s| json!({"step": s})).collect();
+    let object = json!({"metadata": {"name": name}, "spec": {"nodeName": "worker-0"},
+        "status": {"phase": phase, "steps": steps}});
+    let event = change(
+        "driftremediations",
+        "baremend.io",
+        name,
+        EventType::Modified,
+        object,
+    );
+    checker.observe(&event, &HashMap::new());
+}
+
+#[test]
+fn a_power_off_request_on_a_marked_node_or_during_an_mco_re_apply_is_a_violation() {
+    let drain =
+        |desired: &str, applied: &str| json!({DESIRED_DRAIN: desired, LAST_APPLIED_DRAIN: applied});
+    let power_off = |checker: &mut Checker, name: &str| {
+        see_trigger(checker);
+        see_remediation(
+            checker,
+            name,
+            "worker-0",
+            "PoweringOff",
+            &["PowerOffRequested"],
+        );
+    };
+    // Marked: whatever the MCO shows.
+    let mut checker = Checker::new(2);
+    see_node(&mut checker, json!({PLANNED_REBOOT: "worker-0-1"}));
+    power_off(&mut checker, "worker-0-1");
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(checker.violations[0].starts_with("invariant 7: ns/worker-0-1"));
+    // Not marked, but a drain pending, then the reboot: a second request in each.
+    let mut checker = Checker::new(2);
+    see_node(
+        &mut checker,
+        drain("drain-rendered-a", "uncordon-rendered-a"),
+    );
+    power_off(&mut checker, "worker-0-1");
+    let mut rebooting = drain("drain-rendered-a", "drain-rendered-a");
+    rebooting[POST_CONFIG_ACTION] = json!("Rebooting");
+    see_node(&mut checker, rebooting);
+    see_remediation(
+        &mut checker,
+        "worker-0-1",
+        "worker-0",
+        "PoweringOff",
+        &["PowerOffRequested", "Failed", "PowerOffRequested"],
+    );
+    assert_eq!(checker.violations.len(), 2, "{:?}", checker.violations);
+    assert!(checker.violations[1].contains("middle of a re-apply"));
+    // Handed over by the drift coordinator, or the MCO idle: allowed.
+    let mut checker = Checker::new(2);
+    see_node(
+        &mut checker,
+        drain("drain-rendered-a", "uncordon-rendered-a"),
+    );
+    see_drift(&mut checker, "worker-0-1", "Escalated", &[]);
+    power_off(&mut checker, "worker-0-1");
+    see_node(
+        &mut checker,
+        drain("uncordon-rendered-a", "uncordon-rendered-a"),
+    );
+    power_off(&mut checker, "worker-0-2");
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+}
+
+#[test]
+fn force_file_removed_with_the_forcefile_there_or_one_left_at_the_end_is_a_violation() {
+    let disk = Arc::new(NodeDisk::default());
+    let mut checker = Checker::new(1);
+    checker.disks.insert("worker-0".into(), disk.clone());
+    disk.put(
+        FORCE_FILE,
+        baremend_sim::cluster::mco::disk::SimFile::regular(b"", 0o644),
+    );
+    see_drift(&mut checker, "worker-0-1", "Failed", &["Failed"]);
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    see_drift(
+        &mut checker,
+        "worker-0-1",
+        "Failed",
+        &["Failed", "ForceFileRemoved"],
+    );
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(checker.violations[0].starts_with("invariant 8: DriftRemediation worker-0-1"));
+    checker.finish(&[], &hosts(Power::On));
+    assert_eq!(checker.violations.len(), 2, "{:?}", checker.violations);
+    assert!(checker.violations[1].contains("left on worker-0 at the end"));
+    // Gone before the step is recorded, and nothing left: no violation.
+    disk.remove(FORCE_FILE);
+    let mut checker = Checker::new(1);
+    checker.disks.insert("worker-0".into(), disk);
+    see_drift(&mut checker, "worker-0-2", "Failed", &["ForceFileRemoved"]);
+    checker.finish(&[], &hosts(Power::On));
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+}
