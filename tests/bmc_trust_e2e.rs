@@ -24,6 +24,14 @@ fn policy(allow_insecure: bool) -> serde_json::Value {
     })
 }
 
+/// Asks for a retry of the failed remediation `name`, as an operator does.
+fn retry(lab: &Lab, name: &str) {
+    let retry = json!({"metadata": {"annotations": {"baremend.io/retry": "true"}}});
+    lab.api
+        .merge(REMEDIATIONS, MACHINE_NAMESPACE, name, &retry, false)
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_http_bmc_holds_the_start_and_fails_the_check_until_the_policy_allows_it() {
     let mut lab = Lab::builder(fast()).policy(policy(false)).start().await;
@@ -104,15 +112,7 @@ async fn a_bmc_that_contradicts_itself_releases_nothing_and_holds_the_next_start
 
     // Retried while the BMC is untrustworthy (it still flaps): held, the host untouched.
     let requests = host.requests().len();
-    lab.api
-        .merge(
-            REMEDIATIONS,
-            MACHINE_NAMESPACE,
-            "worker-1-1",
-            &json!({"metadata": {"annotations": {"baremend.io/retry": "true"}}}),
-            false,
-        )
-        .unwrap();
+    retry(&lab, "worker-1-1");
     lab.held_with("worker-1-2", "contradicted itself").await;
     metric(
         &lab,
@@ -178,15 +178,7 @@ async fn a_flapping_bmc_voids_its_operator_s_off_and_a_truthful_one_corroborates
     )
     .await;
     // Retried while its BMC is untrustworthy: held, as its reads would void any proof.
-    lab.api
-        .merge(
-            REMEDIATIONS,
-            MACHINE_NAMESPACE,
-            "worker-1-1",
-            &json!({"metadata": {"annotations": {"baremend.io/retry": "true"}}}),
-            false,
-        )
-        .unwrap();
+    retry(&lab, "worker-1-1");
     lab.held_with("worker-1-2", "contradicted itself").await;
 
     // A BMC that tells the truth corroborates its operator's Off.

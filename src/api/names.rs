@@ -601,20 +601,26 @@ mod tests {
         assert!(unknown.is_empty(), "not a DriftEventReason: {unknown:?}");
     }
 
+    /// The names of `names` that `doc`'s section `heading` does not show in backticks.
+    fn undocumented(doc: &str, heading: &str, names: &[&'static str]) -> Vec<&'static str> {
+        let section = doc
+            .split(heading)
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .unwrap_or_else(|| panic!("no section {heading:?}"));
+        names
+            .iter()
+            .copied()
+            .filter(|r| !section.contains(&format!("`{r}`")))
+            .collect()
+    }
+
     #[test]
     fn every_drift_event_reason_is_in_the_list_operators_read() {
         // docs/guides/drift.md "Events" is where an operator looks a drift Event's reason up.
+        let names: Vec<&str> = DriftEventReason::ALL.iter().map(|r| r.as_str()).collect();
         let doc = include_str!("../../docs/guides/drift.md");
-        let section = doc
-            .split("\n## Events\n")
-            .nth(1)
-            .and_then(|rest| rest.split("\n## ").next())
-            .expect("docs/guides/drift.md has its Events section");
-        let missing: Vec<&str> = DriftEventReason::ALL
-            .iter()
-            .map(|r| r.as_str())
-            .filter(|r| !section.contains(&format!("`{r}`")))
-            .collect();
+        let missing = undocumented(doc, "\n## Events\n", &names);
         assert!(
             missing.is_empty(),
             "not in docs/guides/drift.md: {missing:?}"
@@ -623,19 +629,11 @@ mod tests {
 
     #[test]
     fn every_event_reason_is_in_the_list_operators_read() {
-        // docs/engineering/safety.md "Events and logs" is where an operator (and an alert's author) looks
-        // a reason up: a reason added here without a line there fails.
+        // docs/engineering/safety.md "Events and logs" is where an operator (and an alert's
+        // author) looks a reason up: a reason added here without a line there fails.
+        let names: Vec<&str> = EventReason::ALL.iter().map(|r| r.as_str()).collect();
         let doc = include_str!("../../docs/engineering/safety.md");
-        let section = doc
-            .split("## Events and logs")
-            .nth(1)
-            .and_then(|rest| rest.split("\n## ").next())
-            .expect("docs/engineering/safety.md has its Events and logs section");
-        let missing: Vec<&str> = EventReason::ALL
-            .iter()
-            .map(|r| r.as_str())
-            .filter(|r| !section.contains(&format!("`{r}`")))
-            .collect();
+        let missing = undocumented(doc, "## Events and logs", &names);
         assert!(
             missing.is_empty(),
             "not in docs/engineering/safety.md: {missing:?}"
