@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use baremend::api::{FenceStrategyName, Remediation, RemediationPhase, TriggerKind};
-use baremend_sim::cluster::local::{EVENTS, HOST_BMCS, MACHINES};
+use baremend_sim::cluster::local::{HOST_BMCS, MACHINES};
 use baremend_sim::cluster::nhc::{NODE_REMEDIATION_TEMPLATES, NODE_REMEDIATIONS};
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, NHC_NAMESPACE};
 use baremend_sim::host::Power;
@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 mod common;
 
+use common::events::{told_on, told_on_times};
 use common::eventually;
 use common::lab::{Lab, fast, fast_policy, request_has as has, steps};
 
@@ -49,19 +50,6 @@ impl Lab {
             .collect();
         names.sort();
         names
-    }
-
-    /// The Events of `reason` about the Node `node`.
-    fn node_events(&self, node: &str, reason: &str) -> usize {
-        self.api
-            .list(EVENTS, None)
-            .iter()
-            .filter(|e| {
-                e["reason"] == reason
-                    && e["involvedObject"]["kind"] == "Node"
-                    && e["involvedObject"]["name"] == node
-            })
-            .count()
     }
 }
 
@@ -104,7 +92,9 @@ async fn a_hung_node_without_a_machine_is_fenced_through_its_host_bmc_and_comes_
     assert!(history.contains(&Power::Off), "{history:?}");
     assert_eq!(history.last(), Some(&Power::On));
     assert!(lab.node_exists("worker-0"));
-    assert!(lab.node_events("worker-0", "Fenced") >= 1);
+    // Without a Machine, the steps are told on the Node (its Events in `default`).
+    let node = ("Node", "worker-0");
+    told_on(&lab.api, "default", node, "Fenced", "is proven off").await;
     // The health check withdraws the request once the Node is healthy; nothing starts again.
     lab.node_request_withdrawn("worker-0").await;
     assert_eq!(lab.remediations_of_node("worker-0"), vec!["worker-0-1"]);
@@ -203,16 +193,21 @@ async fn two_host_bmcs_of_one_node_are_both_unused_until_one_is_deleted() {
     .await;
     // Neither is used: "the oldest wins" would let whoever came first decide the host.
     for name in ["worker-0", "worker-0-again"] {
+        let says = "2 HostBmcs name Node worker-0";
+        told_on(
+            &lab.api,
+            MACHINE_NAMESPACE,
+            ("HostBmc", name),
+            "ContestedNode",
+            says,
+        )
+        .await;
         eventually(
             &format!("{name} refused as contested"),
             Duration::from_secs(20),
             async || {
-                let refused =
-                    lab.api.list(EVENTS, None).iter().any(|e| {
-                        e["reason"] == "ContestedNode" && e["involvedObject"]["name"] == name
-                    });
                 let object = lab.api.get(HOST_BMCS, MACHINE_NAMESPACE, name).unwrap();
-                refused && object["status"]["conditions"][0]["reason"] == "ContestedNode"
+                object["status"]["conditions"][0]["reason"] == "ContestedNode"
             },
         )
         .await;
@@ -269,10 +264,13 @@ async fn a_dry_run_of_a_node_without_a_machine_probes_its_bmc_and_changes_nothin
     }
     assert!(!dry.message.contains("BareMetalHostRebootApi"), "{dry:?}");
     // The Event comes after the status it tells (persisted first).
-    eventually(
-        "the DryRun Event on the Node",
-        Duration::from_secs(10),
-        async || lab.node_events("worker-0", "DryRun") >= 1,
+    told_on_times(
+        &lab.api,
+        "default",
+        ("Node", "worker-0"),
+        "DryRun",
+        "would fence with DirectBmc, then delete Node worker-0",
+        1,
     )
     .await;
     assert!(!lab.power_history("worker-0").contains(&Power::Off));

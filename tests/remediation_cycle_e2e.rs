@@ -14,6 +14,7 @@ use serde_json::json;
 
 mod common;
 
+use common::events::{told_on, told_on_times};
 use common::eventually;
 use common::lab::{Lab, direct_bmc_policy, fast, fast_policy, metric, steps};
 use common::remediation::{
@@ -325,9 +326,15 @@ async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_ho
         lab.machine_annotation("worker-0", "host.metal3.io/external-remediation")
             .is_some()
     );
-    lab.told("the NodeNeverReady Event", |t| {
-        t.contains("NodeNeverReady") || t.contains("did not come back")
-    })
+    // The failure told once on the Machine.
+    told_on_times(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Machine", "worker-0"),
+        "Failed",
+        "the Node did not come back in",
+        1,
+    )
     .await;
     let metrics = lab.metrics.encode();
     assert!(
@@ -387,13 +394,22 @@ async fn delete_machine_on_failure_deletes_only_a_machine_set_worker() {
     .await;
     assert!(lab.api.get(MACHINES, MACHINE_NAMESPACE, "worker-1").is_ok());
     // The Events follow the persisted Failed phase: wait for them, do not race them.
-    eventually(
-        "MachineDeleted and MachineKept Events",
-        Duration::from_secs(30),
-        async || {
-            let events = lab.events_text();
-            events.contains("MachineDeleted") && events.contains("no MachineSet controls it")
-        },
+    let machine_set = "deleting the Machine so that its MachineSet replaces it";
+    told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Machine", "worker-0"),
+        "MachineDeleted",
+        machine_set,
+    )
+    .await;
+    let kept = "the Machine is kept: no MachineSet controls it";
+    told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Machine", "worker-1"),
+        "MachineKept",
+        kept,
     )
     .await;
     // The counter follows the deletion's persisted step: wait for it, do not race it.
@@ -432,8 +448,23 @@ async fn a_user_taint_on_the_hung_worker_comes_back_on_the_new_node() {
             .any(|t| t["key"] == "dedicated" && t["value"] == "gpu" && t["effect"] == "NoSchedule"),
         "the taint was restored: {taints:?}"
     );
-    lab.told("the Events saying so", |t| t.contains("1 taint(s)"))
-        .await;
+    // Saved, then put back: told on the Remediation and on the Machine.
+    told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Remediation", "worker-0-1"),
+        "NodeBackedUp",
+        "1 taint(s)",
+    )
+    .await;
+    told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Machine", "worker-0"),
+        "NodeRestored",
+        "1 taint(s) put back",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -462,9 +493,13 @@ async fn the_leader_fences_its_own_node_only_once_another_replica_is_ready_elsew
             })
     })
     .await;
-    lab.told("the SelfFence Event", |t| {
-        t.contains("this controller runs on Node worker-0")
-    })
+    told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Machine", "worker-0"),
+        "Held",
+        "this controller runs on Node worker-0",
+    )
     .await;
     assert!(
         lab.power_history("worker-0").is_empty(),
@@ -553,13 +588,18 @@ async fn finished_remediations_beyond_keep_finished_are_pruned_and_failed_ones_k
     lab.succeeded("worker-0-7").await;
     lab.remediations_become("worker-0", &["worker-0-2", "worker-0-6", "worker-0-7"])
         .await;
-    let events = lab
-        .told("both prunings", |t| {
-            t.contains("deleted 1 finished Remediation(s): worker-0-1")
-                && t.contains("deleted 1 finished Remediation(s): worker-0-3")
-        })
+    // Both prunings told on the Machine.
+    for pruned in ["worker-0-1", "worker-0-3"] {
+        let note = format!("deleted 1 finished Remediation(s): {pruned}");
+        told_on(
+            &lab.api,
+            MACHINE_NAMESPACE,
+            ("Machine", "worker-0"),
+            "Pruned",
+            &note,
+        )
         .await;
-    assert!(events.contains("\"reason\":\"Pruned\""), "{events}");
+    }
     // Acknowledged, the Failed one counts like the others: it is the oldest.
     lab.annotate_remediation("worker-0-2", "baremend.io/acknowledged", "true");
     lab.remediations_become("worker-0", &["worker-0-6", "worker-0-7"])
@@ -584,9 +624,13 @@ async fn a_failed_remediation_retried_with_the_annotation_runs_again_and_is_kept
     assert_eq!(lab.remediations_of("worker-0"), ["worker-0-1"]);
     // A value that is not "true" is refused with a Warning, never guessed at.
     lab.annotate_remediation("worker-0-1", "baremend.io/retry", "yes");
-    lab.told("the RetryIgnored Warning", |t| {
-        t.contains("\"reason\":\"RetryIgnored\"")
-    })
+    told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Remediation", "worker-0-1"),
+        "RetryIgnored",
+        "baremend.io/retry is \"yes\"",
+    )
     .await;
     assert_eq!(lab.remediations_of("worker-0"), ["worker-0-1"]);
     // The operator repairs the BMC and asks for a retry.
@@ -607,9 +651,15 @@ async fn a_failed_remediation_retried_with_the_annotation_runs_again_and_is_kept
         common::lab::retried_by(&old.metadata).as_deref(),
         Some("worker-0-2")
     );
-    lab.told("the Retried Event", |t| {
-        t.contains("\"reason\":\"Retried\"") && t.contains("worker-0-2 starts in its place")
-    })
+    // Told once, on the new Remediation.
+    told_on_times(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Remediation", "worker-0-2"),
+        "Retried",
+        "Remediation worker-0-1 failed; worker-0-2 starts in its place",
+        1,
+    )
     .await;
 }
 

@@ -15,6 +15,7 @@ use serde_json::json;
 
 mod common;
 
+use common::events::told_on_times;
 use common::eventually;
 use common::lab::{Lab, fast, fast_policy, steps};
 use common::remediation::{
@@ -340,9 +341,15 @@ async fn the_reboot_request_removed_between_the_proof_and_the_release_is_made_ag
         },
     )
     .await;
-    lab.told("a Warning Event that names what happened", |t| {
-        t.contains("PowerOffRequestRemoved")
-    })
+    // A Warning on the Machine that names what happened, told once as the request is.
+    told_on_times(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Machine", "worker-0"),
+        "PowerOffRequestRemoved",
+        "was removed from the host after it was fenced",
+        1,
+    )
     .await;
     lab.cluster.api_server().clear_faults();
     let done = lab.succeeded("worker-0-1").await;

@@ -1,15 +1,12 @@
 //! The remediation end-to-end tests' own kit: the lab with the controller started as those
 //! tests configure it, and the checks they share on Remediations, Machines, Nodes and Events.
 
-use std::time::Duration;
-
 use baremend::api::{Remediation, RemediationPhase};
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{BMHS, EVENTS, MACHINES, NODES};
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
 
-use super::eventually;
 use super::lab::{Lab, fast, fast_policy, steps};
 
 /// The lab with the controller started.
@@ -118,21 +115,11 @@ impl Lab {
         }
     }
 
-    /// Every Event in the Machines' namespace, as JSON text.
+    /// Every Event in the Machines' namespace, as JSON text: for checks that no Event carries
+    /// something (a password); to wait for one Event, see [`super::events::told_on`].
     pub fn events_text(&self) -> String {
         let events = self.api.list(EVENTS, Some(MACHINE_NAMESPACE));
         serde_json::to_string(&events).unwrap()
-    }
-
-    /// The Events (as `events_text`) once they tell `what` (`told` holds); fails after 10 s.
-    /// A step's Events are published after its status is persisted, so a test that saw the
-    /// phase may be a moment ahead of them.
-    pub async fn told(&self, what: &str, told: impl Fn(&str) -> bool) -> String {
-        eventually(what, Duration::from_secs(10), async || {
-            let text = self.events_text();
-            if told(&text) { Ok(text) } else { Err(text) }
-        })
-        .await
     }
 }
 
