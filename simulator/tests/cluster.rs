@@ -971,3 +971,42 @@ async fn a_kubelet_writes_only_what_is_its_own() {
         )
         .unwrap();
 }
+
+/// Cluster API's machine controller finds a Machine's Node by providerID (cluster-api
+/// `internal/controllers/machine/machine_controller_noderef.go`: the Node whose
+/// `spec.providerID` equals the Machine's), and CAPM3 gives both
+/// `metal3://<namespace>/<host>/<Metal3Machine>`: each simulated Node carries its Machine's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_api_nodes_provider_id_is_its_machines() {
+    let spec = ClusterSpec {
+        cluster_api: true,
+        ..fast()
+    };
+    let cluster = SimCluster::start(spec).await.unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    for machine in api.list(
+        baremend_sim::cluster::local::CAPI_MACHINES,
+        Some(MACHINE_NAMESPACE),
+    ) {
+        let name = machine["status"]["nodeRef"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let node = eventually(
+            &format!("Node {name}"),
+            Duration::from_secs(10),
+            async || api.get(NODES, "", &name).map_err(|e| format!("{e:?}")),
+        )
+        .await;
+        assert_eq!(
+            node["spec"]["providerID"], machine["spec"]["providerID"],
+            "{name}"
+        );
+        assert!(
+            machine["spec"]["providerID"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("metal3://")),
+            "{machine}"
+        );
+    }
+}

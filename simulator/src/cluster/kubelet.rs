@@ -136,12 +136,24 @@ fn machine_fields(identity: &NodeIdentity) -> (Value, Value) {
         // Without a cloud provider nothing sets a provider ID on a user-provisioned Node.
         MachineLink::None => {}
     }
-    if identity.machine != MachineLink::None {
-        spec["providerID"] = json!(format!(
-            "baremetalhost:///{}/{}",
-            super::MACHINE_NAMESPACE,
-            identity.name
-        ));
+    // The Node's providerID is its Machine's: Cluster API's machine controller finds a
+    // Machine's Node by it (cluster-api `internal/controllers/machine/
+    // machine_controller_noderef.go`, the Node whose `spec.providerID` equals the Machine's),
+    // and CAPM3 gives both `metal3://<namespace>/<host>/<Metal3Machine>`.
+    match identity.machine {
+        MachineLink::ClusterApi => {
+            let ns = super::MACHINE_NAMESPACE;
+            let name = &identity.name;
+            spec["providerID"] = json!(format!("metal3://{ns}/{name}/{name}"));
+        }
+        MachineLink::MachineApi => {
+            spec["providerID"] = json!(format!(
+                "baremetalhost:///{}/{}",
+                super::MACHINE_NAMESPACE,
+                identity.name
+            ));
+        }
+        MachineLink::None => {}
     }
     (annotations, spec)
 }
