@@ -400,6 +400,60 @@ async fn a_cluster_api_control_plane_machine_is_held_when_fencing_would_break_et
     quorum_would_break(&lab, |lab| lab.request("master-0")).await;
 }
 
+/// Cluster API keeps a Machine's Node in its workload cluster, which baremend does not reach:
+/// a Machine of a Cluster whose Nodes are not here is held (`WorkloadCluster`) before any
+/// power request, while the Machines of the self-hosted Cluster are remediated as ever
+/// (docs/guides/install.md, "Cluster API").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_clusters_machine_is_held_and_the_self_hosted_clusters_is_remediated() {
+    // Two Machines unhealthy at once: the health check must not short-circuit.
+    let spec = ClusterSpec {
+        max_unhealthy: "100%".into(),
+        ..fast()
+    };
+    let lab = start_cluster_api(spec, gated_policy(100), |lab| {
+        // worker-2 becomes the one Machine of Cluster edge-1, whose Nodes live in edge-1's
+        // own API server (the simulated health check, reading this one, finds no Node and
+        // asks for its remediation).
+        let cluster = json!({
+            "metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "edge-1"}},
+            "spec": {"clusterName": "edge-1"},
+        });
+        let node = json!({"status": {"nodeRef": {"apiVersion": "v1", "kind": "Node", "name": "edge-1-worker-0"}}});
+        for (patch, status) in [(cluster, false), (node, true)] {
+            lab.api
+                .merge(CAPI_MACHINES, MACHINE_NAMESPACE, "worker-2", &patch, status)
+                .unwrap();
+        }
+    })
+    .await;
+    lab.cluster.hang("worker-0");
+    let held = lab
+        .held_with(
+            "worker-2-1",
+            "Node edge-1-worker-0 of Cluster edge-1 is not in this cluster",
+        )
+        .await;
+    assert_eq!(held.phase, RemediationPhase::Pending);
+    common::lab::metric(
+        &lab,
+        "baremend_remediations_held{gate=\"WorkloadCluster\"} 1",
+    )
+    .await;
+    // The self-hosted Cluster's Machine goes through its whole cycle meanwhile.
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    assert!(steps(&done).contains(&"NodeDeleted".to_string()));
+    let still = lab
+        .remediation("worker-2-1")
+        .and_then(|r| r.status)
+        .unwrap();
+    assert_eq!(still.phase, RemediationPhase::Pending, "{still:?}");
+    assert!(
+        lab.power_history("worker-2").is_empty(),
+        "no power request for a Machine of the workload cluster"
+    );
+}
+
 use baremend_sim::cluster::NHC_NAMESPACE;
 use baremend_sim::cluster::nhc::NODE_REMEDIATIONS;
 

@@ -243,6 +243,9 @@ stored_names! {
         InsecureBmc,
         /// The BMC was seen contradicting itself.
         BmcUntrustworthy,
+        /// A Cluster API Machine's Node lives in a workload cluster this controller does not
+        /// reach.
+        WorkloadCluster,
     }
 }
 

@@ -100,6 +100,14 @@ pub struct MachineSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub infrastructure_ref: Option<Named>,
+    /// A Cluster API Machine's Cluster.
+    #[serde(
+        rename = "clusterName",
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cluster_name: Option<String>,
 }
 
 /// A Cluster API Machine (`cluster.x-k8s.io/v1beta1`) as watched: the same fields as a

@@ -235,6 +235,18 @@ pub enum Held {
         /// Why, naming the host and its consumer.
         why: String,
     },
+    /// Cluster API: the Machine's Node lives in its workload cluster, not in this one (the
+    /// Cluster is not self-hosted), and this controller reaches no workload cluster, so the
+    /// Node could be neither released nor awaited (see `evidence::capi`).
+    #[error(
+        "Node {node} of Cluster {cluster} is not in this cluster: Cluster API keeps it in the workload cluster, which baremend reaches only when the management cluster manages itself (self-hosted); no power request is made for this Machine"
+    )]
+    WorkloadCluster {
+        /// The Machine's Cluster (`cluster.x-k8s.io/cluster-name`).
+        cluster: String,
+        /// The Node its `status.nodeRef` names.
+        node: String,
+    },
     /// The cluster is upgrading (the ClusterVersion is Progressing): its operators drain and
     /// reboot every Node in turn, and a Node slow to come back is not a hung one.
     #[error(
@@ -294,6 +306,7 @@ impl Held {
             Held::SelfFence { .. } => Gate::SelfFence,
             Held::ForeignRemediation { .. } => Gate::ForeignRemediation,
             Held::HostNotOwned { .. } => Gate::HostNotOwned,
+            Held::WorkloadCluster { .. } => Gate::WorkloadCluster,
             Held::ClusterUpgrading { .. } => Gate::ClusterUpgrading,
             Held::MachineConfigUpdating { .. } => Gate::MachineConfigUpdating,
             Held::InsecureBmc { .. } => Gate::InsecureBmc,

@@ -172,6 +172,10 @@ mod quiet_tests {
                 bmc: String::new(),
                 why: String::new(),
             },
+            Held::WorkloadCluster {
+                cluster: String::new(),
+                node: String::new(),
+            },
         ];
         for held in &all {
             match held {
@@ -189,7 +193,8 @@ mod quiet_tests {
                 | Held::MachineConfigUpdating { .. }
                 | Held::HostNotOwned { .. }
                 | Held::InsecureBmc { .. }
-                | Held::BmcUntrustworthy { .. } => {}
+                | Held::BmcUntrustworthy { .. }
+                | Held::WorkloadCluster { .. } => {}
             }
         }
         assert_eq!(all.each_ref().map(Held::kind).as_slice(), Gate::ALL);

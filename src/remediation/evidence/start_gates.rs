@@ -89,7 +89,9 @@ impl Pass {
             Ok(()) => self.host_owner_gate(remediation).await?,
             held => held,
         };
-        let may = may.and_then(|()| self.bmc_gate(remediation));
+        let may = may
+            .and_then(|()| self.workload_cluster_gate())
+            .and_then(|()| self.bmc_gate(remediation));
         let remediate = self.policy.mode == crate::api::RemediationMode::Remediate;
         if let (Ok(()), Some(held), true) = (&may, bound_reached, remediate) {
             // Told when the start goes ahead (it leaves `Pending` in this pass), so once.
