@@ -234,6 +234,9 @@ pub(in crate::remediation) struct DirectBmc {
     pub(in crate::remediation) credentials_name: String,
     /// Whether someone on the path could forge its answers.
     pub(in crate::remediation) transport: Transport,
+    /// Whether its reads are the host's power-state series: not for the BMC of a host its
+    /// operator manages, whose series is the operator's status (`monitor`).
+    pub(in crate::remediation) feeds_series: bool,
 }
 
 /// How old BMC reads proving a host off may be when they authorize its Node's release.
@@ -310,7 +313,7 @@ impl Pass {
             Err(why) => return Corroboration::Unavailable(why.clone()),
         };
         let key = self.operator_bmc_key();
-        let direct = match self.connect_bmc(bmc, &fresh.namespace, &key).await {
+        let direct = match self.connect_bmc(bmc, &fresh.namespace, &key, false).await {
             Ok(direct) => direct,
             Err(why) => return Corroboration::Unavailable(why.to_string()),
         };
@@ -430,13 +433,20 @@ impl Pass {
         let bmc = self
             .locate_direct_bmc(remediation)
             .map_err(|e| invalid(e.to_string()))?;
-        self.connect_bmc(&bmc, &self.namespace, &self.machine_key())
+        self.connect_bmc(&bmc, &self.namespace, &self.machine_key(), true)
             .await
     }
 
     /// A driver for `bmc`, its credentials read from `namespace`, cached under `key`, metered
-    /// and witnessed as a fencing reader.
-    async fn connect_bmc(&self, bmc: &BmcRef, namespace: &str, key: &str) -> Result<DirectBmc> {
+    /// and witnessed as a fencing reader; its reads go to the host's power-state series when
+    /// `feeds_series`.
+    async fn connect_bmc(
+        &self,
+        bmc: &BmcRef,
+        namespace: &str,
+        key: &str,
+        feeds_series: bool,
+    ) -> Result<DirectBmc> {
         let config = bmc_driver_config(&self.context.client, namespace, bmc)
             .await
             .map_err(|reason| Error::Invalid {
@@ -472,11 +482,13 @@ impl Pass {
             series,
             credentials_name: bmc.credentials_name.clone(),
             transport,
+            feeds_series,
         })
     }
 
     /// Reads the host's power through its BMC. While the power monitor runs, the reading
-    /// (or `unknown` when it failed) goes to the host's power-state series: the monitor
+    /// (or `unknown` when it failed) goes to the host's power-state series (unless the BMC
+    /// only corroborates its operator, whose status is the series): the monitor
     /// leaves a host under remediation to these reads, so its series stays current while
     /// operators look at it most.
     pub(in crate::remediation) async fn read_power(
@@ -484,7 +496,7 @@ impl Pass {
         bmc: &DirectBmc,
     ) -> baremend_drivers::Result<PowerState> {
         let read = bmc.driver.power_state().await;
-        if self.context.power_monitored {
+        if self.context.power_monitored && bmc.feeds_series {
             let metrics = &self.context.metrics.power;
             metrics.set_host_power(&bmc.series, read.as_ref().ok().cloned());
             metrics.set_credential_used(&bmc.series, bmc.driver.credential_used());
