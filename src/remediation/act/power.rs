@@ -19,8 +19,8 @@ use crate::api::{CaBundleKind, CaBundleRef, FenceStrategyName, HostBmc, Remediat
 use crate::metrics::power::HostSeries;
 use crate::remediation::decide::bmc_trust::{Reader, Request, Transport, transport};
 use crate::remediation::decide::fence::{
-    BareMetalHostView, ConfirmedOff, Corroboration, FenceTarget, FencedHost, NodeIdentity,
-    NotFenced,
+    BMC_READS, BareMetalHostView, ConfirmedOff, Corroboration, FenceTarget, FencedHost,
+    NodeIdentity, NotFenced,
 };
 use crate::remediation::decide::observe::{
     self, BmcRef, BmcTls, CaBundle, HostRef, bare_metal_host_bmc, bare_metal_host_view,
@@ -191,9 +191,6 @@ pub fn bmc_series(machine: String, node: Option<String>, address: &BmcAddress) -
     }
 }
 
-/// Reads a BMC proof takes (see `fence`); a read that is not Off ends them early.
-pub(in crate::remediation) const BMC_PROOF_READS: usize = 2;
-
 /// A BareMetalHost read now, with the BMC it names.
 pub(in crate::remediation) struct FreshHost {
     /// What it says.
@@ -332,7 +329,7 @@ impl Pass {
         }
     }
 
-    /// [`BMC_PROOF_READS`] reads of `bmc` in a row, ended early by one that is not Off, and
+    /// [`BMC_READS`] reads of `bmc` in a row, ended early by one that is not Off, and
     /// what every reading of it in the process from a window before the first says of them;
     /// none while the BMC is untrustworthy.
     pub(in crate::remediation) async fn read_bmc_proof(
@@ -344,8 +341,8 @@ impl Pass {
         if let Some(mark) = ledger.distrusted(&bmc.address, first_read) {
             return Err(BmcReadRefused::Distrusted(mark.to_string()));
         }
-        let mut reads = Vec::with_capacity(BMC_PROOF_READS);
-        while reads.len() < BMC_PROOF_READS {
+        let mut reads = Vec::with_capacity(BMC_READS);
+        while reads.len() < BMC_READS {
             let read = self
                 .read_power(bmc)
                 .await

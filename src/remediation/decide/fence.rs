@@ -439,8 +439,8 @@ fn bare_metal_host_off(
     }
 }
 
-/// Reads a BMC must give, in a row, all Off.
-const BMC_READS: usize = 2;
+/// Reads a BMC must give, in a row, all Off (and so the reads a BMC proof takes).
+pub(in crate::remediation) const BMC_READS: usize = 2;
 
 fn bmc_off(
     address: &str,

@@ -383,14 +383,8 @@ impl Pass {
         {
             return Ok(());
         }
-        let Some(address) = self.operator_bmc_address(remediation) else {
-            return Ok(());
-        };
-        match ledger.distrusted(&address.to_string(), now) {
-            Some(mark) => Err(Held::BmcUntrustworthy {
-                bmc: address.to_string(),
-                why: mark.to_string(),
-            }),
+        match self.operator_bmc_address(remediation) {
+            Some(address) => distrust_verdict(&address, ledger, now),
             None => Ok(()),
         }
     }
@@ -422,6 +416,16 @@ pub fn bmc_verdict(
             why: why.to_string(),
         });
     }
+    distrust_verdict(address, ledger, now)
+}
+
+/// Whether the BMC at `address` is trusted now: held (`BmcUntrustworthy`) while the ledger
+/// marks it, whatever reads it — the direct proof or the corroboration of its operator.
+fn distrust_verdict(
+    address: &BmcAddress,
+    ledger: &BmcLedger,
+    now: std::time::Duration,
+) -> std::result::Result<(), Held> {
     match ledger.distrusted(&address.to_string(), now) {
         Some(mark) => Err(Held::BmcUntrustworthy {
             bmc: address.to_string(),
