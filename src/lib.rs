@@ -76,6 +76,16 @@ pub enum Error {
     /// Something on this machine failed: a file, a socket, a rendering, the command line.
     #[error(transparent)]
     Local(#[from] LocalError),
+    /// A Cluster API workload cluster, where a remediation's Node lives, cannot be reached:
+    /// its kubeconfig Secret is missing, unreadable or refused, or its API server does not
+    /// answer. Nothing about its Node is known meanwhile (never "gone").
+    #[error("workload cluster {cluster}: {reason}")]
+    WorkloadCluster {
+        /// The Cluster, `<namespace>/<name>`.
+        cluster: String,
+        /// Why it cannot be reached (never the kubeconfig's content).
+        reason: String,
+    },
 }
 
 /// What fails on the machine baremend runs on, not in the cluster or at a BMC: the command
@@ -181,6 +191,7 @@ impl Error {
             Error::NotLeader | Error::LeadershipLost(_) => ErrorCategory::Leadership,
             Error::Abandoned(_) => ErrorCategory::Abandoned,
             Error::Local(_) => ErrorCategory::Local,
+            Error::WorkloadCluster { .. } => ErrorCategory::WorkloadCluster,
         }
     }
 
@@ -207,6 +218,9 @@ impl Error {
             // A hook abandoned the pass where a crash would: the next pass resumes, as a
             // restarted process would at once.
             Error::Abandoned(_) => true,
+            // An API server that restarts, a Secret being rotated: looked at again on the
+            // backoff, as the Cluster API's own cluster cache does.
+            Error::WorkloadCluster { .. } => true,
             Error::LeadershipLost(_) | Error::Invalid { .. } | Error::Local(_) => false,
         }
     }
@@ -260,11 +274,13 @@ pub enum ErrorCategory {
     Abandoned,
     /// Something local: a file, a socket, a rendering.
     Local,
+    /// A Cluster API workload cluster cannot be reached.
+    WorkloadCluster,
 }
 
 impl ErrorCategory {
     /// Every category, in declaration order.
-    pub const ALL: [ErrorCategory; 9] = [
+    pub const ALL: [ErrorCategory; 10] = [
         ErrorCategory::Bmc,
         ErrorCategory::BmcCredentials,
         ErrorCategory::Forbidden,
@@ -274,6 +290,7 @@ impl ErrorCategory {
         ErrorCategory::Leadership,
         ErrorCategory::Abandoned,
         ErrorCategory::Local,
+        ErrorCategory::WorkloadCluster,
     ];
 
     /// The reason of the Warning Event a failure of this kind is reported under.
@@ -289,6 +306,7 @@ impl ErrorCategory {
             ErrorCategory::Leadership => EventReason::NotLeader,
             ErrorCategory::Abandoned => EventReason::Abandoned,
             ErrorCategory::Local => EventReason::LocalError,
+            ErrorCategory::WorkloadCluster => EventReason::WorkloadClusterUnreachable,
         }
     }
 
@@ -303,7 +321,8 @@ impl ErrorCategory {
             | ErrorCategory::Forbidden
             | ErrorCategory::Api
             | ErrorCategory::InvalidObject
-            | ErrorCategory::Local => true,
+            | ErrorCategory::Local
+            | ErrorCategory::WorkloadCluster => true,
             ErrorCategory::Changed | ErrorCategory::Leadership | ErrorCategory::Abandoned => false,
         }
     }
@@ -344,7 +363,8 @@ mod tests {
                 | ErrorCategory::Changed
                 | ErrorCategory::Leadership
                 | ErrorCategory::Abandoned
-                | ErrorCategory::Local => {}
+                | ErrorCategory::Local
+                | ErrorCategory::WorkloadCluster => {}
             }
         }
         let reasons: Vec<&str> = ErrorCategory::ALL
@@ -367,6 +387,7 @@ mod tests {
                 "NotLeader",
                 "Abandoned",
                 "LocalError",
+                "WorkloadClusterUnreachable",
             ]
         );
     }

@@ -400,10 +400,11 @@ async fn a_cluster_api_control_plane_machine_is_held_when_fencing_would_break_et
     quorum_would_break(&lab, |lab| lab.request("master-0")).await;
 }
 
-/// Cluster API keeps a Machine's Node in its workload cluster, which baremend does not reach:
-/// a Machine of a Cluster whose Nodes are not here is held (`WorkloadCluster`) before any
-/// power request, while the Machines of the self-hosted Cluster are remediated as ever
-/// (docs/guides/install.md, "Cluster API").
+/// Cluster API keeps a Machine's Node in its workload cluster, reached through the Cluster's
+/// kubeconfig Secret: a Machine of a Cluster whose Nodes are not here, and whose Secret does not
+/// exist, is held (`WorkloadCluster`) before any power request, while the Machines of the
+/// self-hosted Cluster (no Secret needed) are remediated as ever (docs/guides/install.md,
+/// "Cluster API").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workload_clusters_machine_is_held_and_the_self_hosted_clusters_is_remediated() {
     // Two Machines unhealthy at once: the health check must not short-circuit.
@@ -431,7 +432,7 @@ async fn a_workload_clusters_machine_is_held_and_the_self_hosted_clusters_is_rem
     let held = lab
         .held_with(
             "worker-2-1",
-            "Node edge-1-worker-0 of Cluster edge-1 is not in this cluster",
+            "workload cluster openshift-machine-api/edge-1, where Node edge-1-worker-0 lives, cannot be reached: its kubeconfig Secret openshift-machine-api/edge-1-kubeconfig not found",
         )
         .await;
     assert_eq!(held.phase, RemediationPhase::Pending);

@@ -243,8 +243,8 @@ stored_names! {
         InsecureBmc,
         /// The BMC was seen contradicting itself.
         BmcUntrustworthy,
-        /// A Cluster API Machine's Node lives in a workload cluster this controller does not
-        /// reach.
+        /// A Cluster API Machine's Node lives in a workload cluster this controller cannot
+        /// reach now (its kubeconfig Secret, or its API server).
         WorkloadCluster,
     }
 }
@@ -433,6 +433,8 @@ stored_names! {
         Abandoned,
         /// A local failure (a file, a render).
         LocalError,
+        /// A Cluster API workload cluster, where the Node lives, cannot be reached.
+        WorkloadClusterUnreachable,
         /// A fencing path stopped answering its check (the readiness check).
         FencingNotReady,
         /// A fencing path answers its check again.

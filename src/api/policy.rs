@@ -42,10 +42,18 @@ pub struct RemediationPolicySpec {
     /// finish their cycle, since a half-done cycle is the dangerous state.
     #[serde(default)]
     pub paused: bool,
-    /// Remediations running at once, all machines together.
+    /// Remediations running at once: per Cluster API Cluster (a workload cluster's own
+    /// network and power are its failure domain), else all machines together. The storm
+    /// gate and the control-plane guard count per Cluster the same way.
     #[serde(default = "default_max_concurrent")]
     #[schemars(range(min = 1, max = 1000))]
     pub max_concurrent: u32,
+    /// A ceiling on the remediations one controller (one shard) runs at once over every
+    /// Cluster it serves, whatever each Cluster's own count; unset: none beyond
+    /// `maxConcurrent` per Cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_concurrent_per_shard: Option<u32>,
     /// The storm gate.
     #[serde(default)]
     pub storm: StormGate,
@@ -134,6 +142,7 @@ impl Default for RemediationPolicySpec {
             mode: RemediationMode::default(),
             paused: false,
             max_concurrent: default_max_concurrent(),
+            max_concurrent_per_shard: None,
             storm: StormGate::default(),
             control_plane: ControlPlaneGate::default(),
             strategies: default_strategies(),

@@ -275,6 +275,12 @@ pub struct RemediationStatus {
     /// object only, never one registered again under the same name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_uid: Option<String>,
+    /// The Cluster API Cluster (in this namespace) whose workload API server holds the Node,
+    /// recorded with `nodeUid` when power-off was requested: the proof releases the Node in
+    /// that cluster only. Absent: the Node is in the cluster baremend runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = DNS_SUBDOMAIN_MAX), pattern(DNS_SUBDOMAIN))]
+    pub node_cluster: Option<String>,
     /// Our power-off request was found removed after the host was fenced, and made again
     /// (once: a second removal fails the remediation `FenceLost`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

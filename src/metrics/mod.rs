@@ -155,6 +155,7 @@ pub struct Metrics {
     duration: DurationHistograms,
     steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
+    workload_clusters: Gauge,
     node_health_checks_disabled: Gauge,
     ready: AtomicBool,
     /// BMC requests and host power.
@@ -323,6 +324,12 @@ impl Metrics {
             "1 while this replica holds the leader Lease (or runs without election)",
             leader.clone(),
         );
+        let workload_clusters = Gauge::default();
+        registry.register(
+            "workload_clusters_connected",
+            "Cluster API workload clusters this replica holds a connection to (made on a remediation's first need, dropped when idle)",
+            workload_clusters.clone(),
+        );
         let node_health_checks_disabled = Gauge::default();
         registry.register(
             "node_health_checks_disabled",
@@ -361,6 +368,7 @@ impl Metrics {
             duration,
             steps,
             leader,
+            workload_clusters,
             node_health_checks_disabled,
             ready: AtomicBool::new(false),
             power,
@@ -484,6 +492,12 @@ impl Metrics {
         self.steps
             .get_or_create(&StepLabels { step: step.into() })
             .observe(took.as_secs_f64());
+    }
+
+    /// How many workload clusters are connected.
+    pub fn set_workload_clusters(&self, connected: usize) {
+        self.workload_clusters
+            .set(i64::try_from(connected).unwrap_or(i64::MAX));
     }
 
     /// Whether this replica leads.

@@ -256,6 +256,7 @@ impl Pass {
             Some(NodeIdentity {
                 name: name.clone(),
                 uid,
+                cluster: self.node_cluster(remediation),
             })
         });
         FenceTarget {

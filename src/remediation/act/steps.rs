@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use tracing::info;
 
@@ -260,6 +260,8 @@ impl Pass {
         status.attempt = Some(state.attempt);
         remember_boot(&mut status, node.as_deref());
         remember_node_uid(&mut status, node.as_deref());
+        // Where that Node is: the proof releases it there only.
+        status.node_cluster = self.node_cluster(remediation).map(|c| c.name);
         set_condition(&mut status, ConditionType::Held, false, "Started", "", now);
         // Told once the request is made (`act_power_off`).
         let step = (RemediationStep::PowerOffRequested, Some(Phase::PoweringOff));
@@ -495,7 +497,7 @@ impl Pass {
         status: &RemediationStatus,
         node: &Node,
     ) -> Result<()> {
-        let nodes: Api<Node> = Api::all(self.context.client.clone());
+        let nodes = self.node_api(remediation).await?;
         self.context.leadership.ensure()?;
         // The legacy actuator's backup too, when it saved the Node and baremend did not
         // (its Node was already gone when this remediation began).
@@ -504,7 +506,7 @@ impl Pass {
             execute::adopt_backup(backup.get_or_insert_with(Default::default), legacy);
         }
         if let Some(backup) = &backup {
-            let restored = execute::restore_node(&nodes, node, backup).await?;
+            let restored = execute::restore_node(nodes.api(), node, backup).await?;
             if restored != execute::Restored::default() {
                 let note = format!(
                     "Node {} restored: {} label(s) and annotation(s), {} taint(s) put back",
@@ -664,7 +666,7 @@ impl Pass {
         proof: ConfirmedOff,
     ) -> Result<()> {
         let now = self.context.clock.now();
-        let nodes: Api<Node> = Api::all(self.context.client.clone());
+        let nodes = self.node_api(remediation).await?;
         let Some(name) = proof.node().map(|n| n.name.clone()) else {
             let step = (RemediationStep::NodeAbsent, Some(Phase::NodeReleased));
             let tell = Tell::normal(EventReason::NodeAbsent, "no Node to release");

@@ -25,9 +25,11 @@ use self::reconcile::{error_policy, reconcile};
 use crate::api::slim;
 use crate::api::{HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPolicy};
 use crate::remediation::decide::state::unblocked_by;
+use crate::remediation::decide::workload::cluster_of;
 pub use crate::remediation::pass::context::{
     Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement,
 };
+use crate::remediation::world::workload::WokenNode;
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::{
     Changes, informer, mapped_informer, shared_informer, slimmed_informer, watch_config,
@@ -241,6 +243,23 @@ fn machine_of_node(
     slim::machine_of_node(&all, &node.name_any(), uid.as_deref()).map(|m| ObjectRef::from_obj(&**m))
 }
 
+/// The Machine of a changed Node of a workload cluster: the one of that Cluster, in its
+/// namespace, whose `status.nodeRef` names the Node.
+fn machine_of_workload_node(
+    woken: &WokenNode,
+    machines: &Store<slim::Machine>,
+) -> Option<ObjectRef<slim::Machine>> {
+    machines
+        .state()
+        .iter()
+        .find(|m| {
+            m.namespace().as_deref() == Some(woken.cluster.namespace.as_str())
+                && cluster_of(m) == Some(woken.cluster.name.as_str())
+                && m.node_name() == Some(woken.node.as_str())
+        })
+        .map(|m| ObjectRef::from_obj(&**m))
+}
+
 /// The Machines a changed Remediation wakes: its own, and when it ended (which may open a
 /// gate) every Machine whose start is held.
 fn machines_of_remediation(
@@ -354,6 +373,22 @@ pub async fn run_machines(
     };
     let machines_of_nodes = machines.clone();
     let machine_of_changed_node = move |node: Arc<Node>| machine_of_node(&node, &machines_of_nodes);
+    // A Node of a workload cluster wakes its Machine as a local one does.
+    let machines_of_woken = machines.clone();
+    let woken_machines =
+        futures_util::stream::unfold(context.workloads.wakes(), |mut woken| async move {
+            woken.recv().await.map(|node| (node, woken))
+        })
+        .filter_map(move |woken| {
+            std::future::ready(machine_of_workload_node(&woken, &machines_of_woken))
+        });
+    let workload_sweep = {
+        let context = context.clone();
+        Background::every(WORKLOAD_SWEEP, move || {
+            let connected = context.workloads.sweep();
+            context.metrics.set_workload_clusters(connected);
+        })
+    };
     // A policy or BMC mapping change may unblock anything: look at every Machine again.
     let reconcile_all = futures_util::stream::select(
         watches
@@ -390,6 +425,7 @@ pub async fn run_machines(
         .watches_shared_stream(watches.node_requests.for_machines, machine_of_node_request)
         .watches_shared_stream(node_feed.changes, machine_of_changed_node)
         .watches_shared_stream(watches.remediations.for_machines, by_remediation)
+        .reconcile_on(woken_machines)
         .reconcile_all_on(reconcile_all)
         .graceful_shutdown_on(until_stopped(stopped))
         .run(reconcile, error_policy, context.clone())
@@ -406,6 +442,7 @@ pub async fn run_machines(
         monitor,
         readiness,
         node_health_checks,
+        workload_sweep,
         signal,
         watches.tasks,
     ));
@@ -425,6 +462,9 @@ const PASSES_AT_ONCE: u16 = 16;
 
 /// How often the gauges are recounted from the caches.
 const GAUGE_REFRESH: Duration = Duration::from_secs(1);
+
+/// How often idle workload-cluster connections are looked for (see `world::workload`).
+const WORKLOAD_SWEEP: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {

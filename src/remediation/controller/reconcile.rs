@@ -119,7 +119,13 @@ impl Pass {
         let created =
             created_at(remediation).unwrap_or_else(|| since_epoch(self.context.clock.now()));
         let state = persisted(&status, &self.policy.strategies, created);
-        let node = self.node(remediation);
+        let node = match self.node(remediation).await {
+            Ok(node) => node,
+            // Before the power-off request, the start gate holds it and says why (below);
+            // after it, nothing is known of the Node: the pass fails and looks again.
+            Err(Error::WorkloadCluster { .. }) if state.phase == Phase::Pending => None,
+            Err(error) => return Err(error),
+        };
         if state.strategy.is_none() && !state.phase.is_terminal() {
             self.note_strategy_dropped(remediation).await?;
         }

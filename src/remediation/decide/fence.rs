@@ -2,7 +2,7 @@
 //!
 //! A [`ConfirmedOff`] names what it proves: the host that was read off (a BareMetalHost by
 //! namespace, name and UID, or a BMC by address and system) and the Node it may release (by
-//! name and UID). Only [`confirm_powered_off`], in this module, makes one; it is not `Clone`,
+//! name and UID, in the cluster whose API server holds it). Only [`confirm_powered_off`], in this module, makes one; it is not `Clone`,
 //! its fields are private, and the two functions that take a Node away from its workloads
 //! (`execute::delete_node`, `execute::taint_out_of_service`) consume it and take the Node's
 //! identity from it, so a proof for one Node cannot release another.
@@ -46,6 +46,7 @@ use std::fmt;
 use baremend_drivers::PowerState;
 
 use super::bmc_trust::Transport;
+use super::workload::ClusterRef;
 use crate::api::FenceStrategyName;
 
 pub use crate::api::HostRef;
@@ -89,6 +90,19 @@ pub struct NodeIdentity {
     pub name: String,
     /// UID; a Node registered again under the same name is another object.
     pub uid: String,
+    /// The workload cluster whose API server holds it (Cluster API); None: the cluster
+    /// baremend runs in. `worker-3` of one cluster is not `worker-3` of another, and a
+    /// release goes only to the API server of the cluster the proof names.
+    pub cluster: Option<ClusterRef>,
+}
+
+impl fmt::Display for NodeIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.cluster {
+            None => write!(f, "Node {}", self.name),
+            Some(cluster) => write!(f, "Node {} of workload cluster {cluster}", self.name),
+        }
+    }
 }
 
 /// What a remediation means to fence: the strategy, the host it names and the Node it may
@@ -237,7 +251,7 @@ impl fmt::Display for NotFenced {
 /// let forged = ConfirmedOff {
 ///     strategy: FenceStrategyName::DirectBmc,
 ///     host: FencedHost::Bmc { address: "redfish://bmc".into(), system: None },
-///     node: Some(NodeIdentity { name: "w0".into(), uid: "u".into() }),
+///     node: Some(NodeIdentity { name: "w0".into(), uid: "u".into(), cluster: None }),
 /// };
 /// ```
 ///
@@ -261,7 +275,7 @@ impl fmt::Display for NotFenced {
 /// let parts = (
 ///     FenceStrategyName::DirectBmc,
 ///     FencedHost::Bmc { address: "redfish://bmc".into(), system: None },
-///     Some(NodeIdentity { name: "w0".into(), uid: "u".into() }),
+///     Some(NodeIdentity { name: "w0".into(), uid: "u".into(), cluster: None }),
 /// );
 /// fn copyable<T: Clone>() {}
 /// copyable::<FencedHost>();
@@ -477,6 +491,7 @@ mod tests {
         NodeIdentity {
             name: "w0".into(),
             uid: "node-uid".into(),
+            cluster: None,
         }
     }
 

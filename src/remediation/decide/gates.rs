@@ -118,8 +118,11 @@ pub struct Fleet {
     /// not Ready (this one included). A storm shows in Node readiness before health checks
     /// time out, so counting both keeps the first trigger of a storm from slipping through.
     pub unhealthy: usize,
-    /// Remediations started and not ended (this one excluded).
+    /// Remediations started and not ended (this one excluded), of the Machines in the
+    /// candidate's failure domain (its Cluster API Cluster, else every Machine).
     pub running: usize,
+    /// The same over every Machine this controller serves (the shard's ceiling).
+    pub running_total: usize,
     /// Of those, on control-plane machines.
     pub running_control_plane: usize,
     /// Control-plane machines.
@@ -141,6 +144,9 @@ pub struct FleetHealth {
     pub control_plane: std::collections::HashSet<String>,
     /// Of those, the ones whose Node is Ready now.
     pub control_plane_ready: usize,
+    /// The Machines counted, by name, when they are one Cluster API Cluster's (the
+    /// candidate's failure domain); None: every Machine in scope.
+    pub members: Option<std::collections::HashSet<String>>,
 }
 
 /// The machine that wants to start.
@@ -239,13 +245,15 @@ pub enum Held {
     /// Cluster is not self-hosted), and this controller reaches no workload cluster, so the
     /// Node could be neither released nor awaited (see `evidence::capi`).
     #[error(
-        "Node {node} of Cluster {cluster} is not in this cluster: Cluster API keeps it in the workload cluster, which baremend reaches only when the management cluster manages itself (self-hosted); no power request is made for this Machine"
+        "workload cluster {cluster}, where Node {node} lives, cannot be reached: {why}; no power request is made until it answers (its Node could be neither released nor awaited)"
     )]
     WorkloadCluster {
-        /// The Machine's Cluster (`cluster.x-k8s.io/cluster-name`).
+        /// The Machine's Cluster, `<namespace>/<name>`.
         cluster: String,
         /// The Node its `status.nodeRef` names.
         node: String,
+        /// Why it cannot be reached.
+        why: String,
     },
     /// The cluster is upgrading (the ClusterVersion is Progressing): its operators drain and
     /// reboot every Node in turn, and a Node slow to come back is not a hung one.
@@ -337,6 +345,14 @@ pub fn may_start(
         return Err(Held::Concurrency {
             running: fleet.running,
             max: policy.max_concurrent,
+        });
+    }
+    if let Some(ceiling) = policy.max_concurrent_per_shard
+        && fleet.running_total >= ceiling as usize
+    {
+        return Err(Held::Concurrency {
+            running: fleet.running_total,
+            max: ceiling,
         });
     }
     // Integer arithmetic: unhealthy/machines > percent/100, without rounding surprises.

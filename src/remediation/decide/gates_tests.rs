@@ -175,6 +175,7 @@ mod quiet_tests {
             Held::WorkloadCluster {
                 cluster: String::new(),
                 node: String::new(),
+                why: String::new(),
             },
         ];
         for held in &all {
@@ -549,6 +550,7 @@ mod gate_tests {
             machines: 6,
             unhealthy: 1,
             running: 0,
+            running_total: 0,
             running_control_plane: 0,
             control_plane: 3,
             control_plane_ready: 3,
@@ -581,6 +583,31 @@ mod gate_tests {
             ..policy
         };
         assert_eq!(may_start(WORKER, busy, &wider), Ok(()));
+    }
+
+    #[test]
+    fn the_shards_ceiling_holds_a_start_its_cluster_would_allow() {
+        // Its own Cluster runs nothing; the shard runs 3 in other Clusters.
+        let elsewhere = Fleet {
+            running: 0,
+            running_total: 3,
+            ..fleet()
+        };
+        let policy = RemediationPolicySpec::default();
+        assert_eq!(may_start(WORKER, elsewhere, &policy), Ok(()));
+        let ceiling = RemediationPolicySpec {
+            max_concurrent_per_shard: Some(3),
+            ..policy.clone()
+        };
+        assert_eq!(
+            may_start(WORKER, elsewhere, &ceiling),
+            Err(Held::Concurrency { running: 3, max: 3 })
+        );
+        let room = RemediationPolicySpec {
+            max_concurrent_per_shard: Some(4),
+            ..policy
+        };
+        assert_eq!(may_start(WORKER, elsewhere, &room), Ok(()));
     }
 
     #[test]

@@ -9,3 +9,4 @@ pub mod plan;
 pub mod readiness;
 pub mod state;
 pub mod trust;
+pub mod workload;

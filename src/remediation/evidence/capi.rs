@@ -133,91 +133,29 @@ impl Pass {
         }
     }
 
-    /// Cluster API keeps a Machine's Node in its workload cluster; this controller reads
-    /// Nodes in its own cluster only, so it starts a Cluster API remediation only where the
-    /// Cluster is self-hosted ([`cluster_nodes`]). Elsewhere the start is held: the Node could
-    /// be neither released nor awaited, and powering the host off would only reboot it.
-    pub(in crate::remediation) fn workload_cluster_gate(&self) -> std::result::Result<(), Held> {
-        if self.context.machine_api != MachineApi::ClusterApi {
-            return Ok(());
-        }
-        let Some(machine) = self.subject.machine() else {
+    /// The `WorkloadCluster` gate: a Cluster API Machine whose Node lives in a workload
+    /// cluster starts only while that cluster answers (its kubeconfig Secret read, its API
+    /// server probed, its Nodes listed): otherwise the Node could be neither released nor
+    /// awaited, and powering the host off would only reboot it.
+    pub(in crate::remediation) async fn workload_cluster_gate(
+        &self,
+        remediation: &crate::api::Remediation,
+    ) -> std::result::Result<(), Held> {
+        let Some(cluster) = self.node_cluster(remediation) else {
             return Ok(());
         };
-        let machines = self.context.machines.state();
-        let nodes = &self.context.nodes;
-        let provider_id_of = |name: &str| {
-            let node = nodes.get(&kube::runtime::reflector::ObjectRef::new(name))?;
-            Some(node.spec.as_ref().and_then(|s| s.provider_id.clone()))
-        };
-        match cluster_nodes(machine, &machines, provider_id_of) {
-            ClusterNodes::Here | ClusterNodes::Unnamed => Ok(()),
-            ClusterNodes::Elsewhere(node) => Err(Held::WorkloadCluster {
-                cluster: cluster_of(machine).unwrap_or("(unnamed)").to_string(),
-                node,
+        match self.context.workloads.connect(&cluster).await {
+            Ok(_) => Ok(()),
+            Err(error) => Err(Held::WorkloadCluster {
+                cluster: cluster.to_string(),
+                node: remediation.spec.node_name.clone().unwrap_or_default(),
+                why: match error {
+                    Error::WorkloadCluster { reason, .. } => reason,
+                    other => other.to_string(),
+                },
             }),
         }
     }
-}
-
-/// The label Cluster API puts on a Machine naming its Cluster.
-pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-
-/// The Cluster a Cluster API Machine belongs to: its `spec.clusterName`, else its
-/// `cluster.x-k8s.io/cluster-name` label.
-pub fn cluster_of(machine: &slim::Machine) -> Option<&str> {
-    machine
-        .spec
-        .as_ref()
-        .and_then(|s| s.cluster_name.as_deref())
-        .or_else(|| machine.labels().get(CLUSTER_NAME_LABEL).map(String::as_str))
-        .filter(|name| !name.is_empty())
-}
-
-/// Where the Nodes of a Cluster are, as this API server can tell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClusterNodes {
-    /// A Machine of the Cluster names, in `status.nodeRef`, a Node this server has (the same
-    /// name, and the same providerID where both carry one): the Cluster is self-hosted (a
-    /// management cluster that manages itself, as after `clusterctl move`), so its Nodes are
-    /// here.
-    Here,
-    /// Its Machines name Nodes, none of which this server has: they live in the workload
-    /// cluster. Names one of them.
-    Elsewhere(String),
-    /// No Machine of it names a Node yet: there is no Node to release either way.
-    Unnamed,
-}
-
-/// Where the Nodes of `machine`'s Cluster are: decided over every Machine of that Cluster in
-/// its namespace, so one Node deleted (by a remediation, by hand) does not make a self-hosted
-/// Cluster look like a workload cluster. `provider_id_of` says whether this server has a Node
-/// of that name, and its providerID.
-pub fn cluster_nodes(
-    machine: &slim::Machine,
-    machines: &[std::sync::Arc<slim::Machine>],
-    provider_id_of: impl Fn(&str) -> Option<Option<String>>,
-) -> ClusterNodes {
-    let namespace = machine.namespace();
-    let cluster = cluster_of(machine);
-    let siblings = machines
-        .iter()
-        .map(|m| m.as_ref())
-        .filter(|m| m.namespace() == namespace && cluster.is_some() && cluster_of(m) == cluster);
-    let mut named = None;
-    for sibling in std::iter::once(machine).chain(siblings) {
-        let Some(node) = sibling.node_name() else {
-            continue;
-        };
-        let wanted = sibling.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-        match provider_id_of(node) {
-            Some(found) if wanted.is_none() || found.is_none() || found.as_deref() == wanted => {
-                return ClusterNodes::Here;
-            }
-            _ => named = named.or(Some(node.to_string())),
-        }
-    }
-    named.map_or(ClusterNodes::Unnamed, ClusterNodes::Elsewhere)
 }
 
 /// The Metal3Machine of a Cluster API Machine in `namespace`, if it names one there:
@@ -284,94 +222,4 @@ pub async fn hosts_of_machines(
         resolved.insert(key, host);
     }
     Ok(resolved)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use serde_json::json;
-
-    use super::*;
-
-    fn machine(
-        name: &str,
-        cluster: &str,
-        node: Option<&str>,
-        provider: &str,
-    ) -> Arc<slim::Machine> {
-        let mut status = json!({});
-        if let Some(node) = node {
-            status = json!({"nodeRef": {"name": node}});
-        }
-        Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {
-                    "name": name,
-                    "namespace": "capi",
-                    "labels": {CLUSTER_NAME_LABEL: cluster},
-                },
-                "spec": {"providerID": provider},
-                "status": status,
-            }))
-            .unwrap(),
-        )
-    }
-
-    /// The Nodes this server has, by name, with their providerIDs.
-    fn server(nodes: &[(&str, Option<&str>)]) -> impl Fn(&str) -> Option<Option<String>> {
-        let nodes: Vec<(String, Option<String>)> = nodes
-            .iter()
-            .map(|(n, p)| (n.to_string(), p.map(str::to_string)))
-            .collect();
-        move |name| {
-            nodes
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, p)| p.clone())
-        }
-    }
-
-    #[test]
-    fn a_cluster_is_self_hosted_when_a_machine_of_it_names_a_node_this_server_has() {
-        let w0 = machine("w0", "mgmt", Some("worker-0"), "metal3://capi/h0");
-        let w1 = machine("w1", "mgmt", Some("worker-1"), "metal3://capi/h1");
-        let fleet = vec![w0.clone(), w1.clone()];
-        let here = server(&[("worker-0", Some("metal3://capi/h0"))]);
-        assert_eq!(cluster_nodes(&w0, &fleet, &here), ClusterNodes::Here);
-        // worker-1's Node is gone (deleted by a remediation, or by hand): its sibling's is
-        // here, so the Cluster is still self-hosted.
-        assert_eq!(cluster_nodes(&w1, &fleet, &here), ClusterNodes::Here);
-        // A Node of the same name here without a providerID is taken as its own.
-        let unlabelled = server(&[("worker-0", None)]);
-        assert_eq!(cluster_nodes(&w0, &fleet, &unlabelled), ClusterNodes::Here);
-    }
-
-    #[test]
-    fn a_cluster_whose_machines_name_only_nodes_this_server_lacks_lives_elsewhere() {
-        let e0 = machine("e0", "edge-1", Some("worker-0"), "metal3://capi/e0");
-        let e1 = machine("e1", "edge-1", Some("worker-1"), "metal3://capi/e1");
-        // This cluster's own worker-0 is another host: same name, another providerID.
-        let mgmt = machine("m0", "mgmt", Some("worker-0"), "metal3://capi/h0");
-        let fleet = vec![e0.clone(), e1.clone(), mgmt.clone()];
-        let here = server(&[("worker-0", Some("metal3://capi/h0"))]);
-        assert_eq!(
-            cluster_nodes(&e0, &fleet, &here),
-            ClusterNodes::Elsewhere("worker-0".into())
-        );
-        assert_eq!(
-            cluster_nodes(&e1, &fleet, &here),
-            ClusterNodes::Elsewhere("worker-1".into())
-        );
-        assert_eq!(cluster_nodes(&mgmt, &fleet, &here), ClusterNodes::Here);
-    }
-
-    #[test]
-    fn a_cluster_whose_machines_name_no_node_yet_is_undecided() {
-        let new = machine("n0", "edge-2", None, "metal3://capi/n0");
-        assert_eq!(
-            cluster_nodes(&new, std::slice::from_ref(&new), server(&[])),
-            ClusterNodes::Unnamed
-        );
-    }
 }

@@ -227,9 +227,9 @@ impl Pass {
         remediation: &Remediation,
         node: &Node,
     ) -> Result<()> {
-        let nodes: Api<Node> = Api::all(self.context.client.clone());
+        let nodes = self.node_api(remediation).await?;
         self.context.leadership.ensure()?;
-        if execute::remove_legacy_finalizer(&nodes, node).await? {
+        if execute::remove_legacy_finalizer(nodes.api(), node).await? {
             let note = format!(
                 "Node {}: the legacy actuator's finalizer removed (that actuator no longer does)",
                 node.name_any()

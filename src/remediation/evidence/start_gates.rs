@@ -19,6 +19,7 @@ use crate::remediation::decide::gates::{
 };
 use crate::remediation::decide::observe::{machine_is_control_plane, node_view};
 use crate::remediation::decide::trust::machineless_claims;
+use crate::remediation::decide::workload::machine_cluster;
 use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Placement;
 use crate::remediation::pass::subject::{node_is_control_plane, node_key, subject_key};
@@ -45,7 +46,7 @@ impl Pass {
     ) -> Result<(std::result::Result<(), Held>, bool, Option<StartBasis>)> {
         let triggered = self.triggered();
         let cached = self.context.remediations.state();
-        let health = self.fleet_health();
+        let health = self.fleet_health(remediation).await;
         let (mut launched, mark) = {
             let launched = self.context.starts.lock().await;
             (launched.clone(), launched.mark())
@@ -89,9 +90,11 @@ impl Pass {
             Ok(()) => self.host_owner_gate(remediation).await?,
             held => held,
         };
-        let may = may
-            .and_then(|()| self.workload_cluster_gate())
-            .and_then(|()| self.bmc_gate(remediation));
+        let may = match may {
+            Ok(()) => self.workload_cluster_gate(remediation).await,
+            held => held,
+        };
+        let may = may.and_then(|()| self.bmc_gate(remediation));
         let remediate = self.policy.mode == crate::api::RemediationMode::Remediate;
         if let (Ok(()), Some(held), true) = (&may, bound_reached, remediate) {
             // Told when the start goes ahead (it leaves `Pending` in this pass), so once.
@@ -146,18 +149,44 @@ impl Pass {
     /// The Machines' health, for the gates: taken once per step (it walks every Machine and
     /// its Node, milliseconds on a large cluster) and used for both the cached and the fresh
     /// look at the Remediations.
-    pub(in crate::remediation) fn fleet_health(&self) -> FleetHealth {
-        let machines = self.context.machines.state();
+    ///
+    /// A Cluster API Machine's failure domain is its Cluster: only that Cluster's Machines are
+    /// counted, their Nodes read in the cluster they are in (a workload cluster that cannot be
+    /// reached counts its Nodes as unknown, and its own start is held by `WorkloadCluster`).
+    pub(in crate::remediation) async fn fleet_health(
+        &self,
+        remediation: &Remediation,
+    ) -> FleetHealth {
+        let domain = self
+            .subject
+            .machine()
+            .filter(|_| self.context.machine_api == slim::MachineApi::ClusterApi)
+            .and_then(machine_cluster);
+        let workload = match self.node_cluster(remediation) {
+            Some(cluster) => self.context.workloads.connect(&cluster).await.ok(),
+            None => None,
+        };
+        let machines: Vec<_> = self
+            .context
+            .machines
+            .state()
+            .into_iter()
+            .filter(|m| domain.is_none() || machine_cluster(m) == domain)
+            .collect();
         // The Node of a Machine: Some(Ready or not), None when it has none.
         let node_ready = |machine: &slim::Machine| {
             let node = machine.status.as_ref()?.node_ref.as_ref()?;
-            self.context
-                .nodes
-                .get(&ObjectRef::new(&node.name))
-                .map(|n| node_view(Some(&n)).is_ready())
+            let cached = match &workload {
+                Some(workload) => workload.node(&node.name),
+                None => self.context.nodes.get(&ObjectRef::new(&node.name)),
+            };
+            cached.map(|n| node_view(Some(&n)).is_ready())
         };
         let mut health = FleetHealth {
             machines: machines.len(),
+            members: domain
+                .is_some()
+                .then(|| machines.iter().map(|m| m.name_any()).collect()),
             ..FleetHealth::default()
         };
         // A Cluster API request counts as the annotation does: a health check found the
@@ -215,6 +244,10 @@ impl Pass {
                 }
             }
         }
+        if domain.is_some() {
+            // Nodes without a Machine are the cluster baremend runs in: not this Cluster's.
+            return health;
+        }
         let mappings = self.context.host_bmcs.state();
         let trusted = &self.policy.trust.host_bmc_namespaces;
         let subjects = machineless_claims(&mappings, trusted, &machine_nodes).subjects;
@@ -258,11 +291,16 @@ impl Pass {
                 phase: r.status.as_ref().map(|s| s.phase).unwrap_or_default(),
             })
             .collect();
-        let running = running_machines(&listed, launched, &remediation.name_any(), freshness);
+        let mut running = running_machines(&listed, launched, &remediation.name_any(), freshness);
+        let running_total = running.len();
+        if let Some(members) = &health.members {
+            running.retain(|machine| members.contains(machine));
+        }
         let fleet = Fleet {
             machines: health.machines,
             unhealthy: health.unhealthy,
             running: running.len(),
+            running_total,
             running_control_plane: running
                 .iter()
                 .filter(|machine| health.control_plane.contains(*machine))

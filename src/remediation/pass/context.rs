@@ -25,6 +25,7 @@ use crate::remediation::decide::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
 use crate::remediation::decide::gates::Launched;
 use crate::remediation::world::bmc_cache::DriverCache;
 use crate::remediation::world::witnessed::Witness;
+use crate::remediation::world::workload::WorkloadClusters;
 use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::conditions::held_by;
 use crate::runtime::informer::{is_ready, policy_object};
@@ -171,6 +172,8 @@ pub struct Context {
     /// Every BMC reading of the process, and the clock they are stamped with: every reader
     /// (fencing, monitor, probes) reads through it.
     pub witness: Witness,
+    /// The Cluster API workload clusters where Machines' Nodes live, connected on first need.
+    pub workloads: WorkloadClusters,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step
@@ -215,6 +218,7 @@ impl Context {
             controller: "baremend".into(),
             instance: Some(options.instance.clone()),
         };
+        let workloads = WorkloadClusters::new(client.clone(), clock.clone());
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -243,6 +247,7 @@ impl Context {
                 ledger: Arc::new(BmcLedger::new(options.bmc_distrust)),
                 clock: clock.clone(),
             },
+            workloads,
             clock,
         }
     }

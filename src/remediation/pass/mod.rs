@@ -19,12 +19,14 @@ use self::context::Context;
 use self::subject::{Subject, machineless_strategies};
 use crate::api::slim;
 use crate::api::{
-    ConditionType, EventReason, FenceStrategyName, Remediation, RemediationPolicySpec,
-    RemediationStatus,
+    ConditionType, EventReason, FenceStrategyName, Remediation, RemediationPhase,
+    RemediationPolicySpec, RemediationStatus,
 };
 use crate::remediation::decide::fence::{ConfirmedOff, HostRef};
 use crate::remediation::decide::plan::PlanPolicy;
 use crate::remediation::decide::state::{created_at, set_condition, strategy_in_status};
+use crate::remediation::decide::workload::{ClusterRef, workload_cluster_of};
+use crate::remediation::world::workload::NodeApi;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
@@ -185,9 +187,48 @@ impl Pass {
             .unwrap_or(FenceStrategyName::BareMetalHostRebootApi)
     }
 
-    pub(super) fn node(&self, remediation: &Remediation) -> Option<Arc<Node>> {
-        let name = remediation.spec.node_name.as_deref()?;
-        self.context.nodes.get(&ObjectRef::new(name))
+    /// The workload cluster of the remediation's Node (None: the cluster baremend runs in):
+    /// recorded at the power-off request (`status.nodeCluster`); before it, as the Machine's
+    /// Cluster says now (see `decide::workload`).
+    pub(super) fn node_cluster(&self, remediation: &Remediation) -> Option<ClusterRef> {
+        if self.context.machine_api != slim::MachineApi::ClusterApi {
+            return None;
+        }
+        let status = remediation.status.as_ref();
+        if status.map(|s| s.phase).unwrap_or_default() != RemediationPhase::Pending {
+            let name = status.and_then(|s| s.node_cluster.clone())?;
+            return Some(ClusterRef {
+                namespace: self.namespace.clone(),
+                name,
+            });
+        }
+        let machine = self.subject.machine()?;
+        let machines = self.context.machines.state();
+        let nodes = &self.context.nodes;
+        workload_cluster_of(machine, &machines, |name| {
+            let node = nodes.get(&ObjectRef::new(name))?;
+            Some(node.spec.as_ref().and_then(|s| s.provider_id.clone()))
+        })
+    }
+
+    /// The Node API of the cluster the remediation's Node is in (connected on first need).
+    pub(super) async fn node_api(&self, remediation: &Remediation) -> Result<NodeApi> {
+        match self.node_cluster(remediation) {
+            None => Ok(NodeApi::local(&self.context.client)),
+            Some(cluster) => Ok(self.context.workloads.connect(&cluster).await?.node_api()),
+        }
+    }
+
+    /// The remediation's Node, cached, in the cluster it is in. A workload cluster that
+    /// cannot be reached is an error, never a missing Node.
+    pub(super) async fn node(&self, remediation: &Remediation) -> Result<Option<Arc<Node>>> {
+        let Some(name) = remediation.spec.node_name.as_deref() else {
+            return Ok(None);
+        };
+        match self.node_cluster(remediation) {
+            None => Ok(self.context.nodes.get(&ObjectRef::new(name))),
+            Some(cluster) => Ok(self.context.workloads.connect(&cluster).await?.node(name)),
+        }
     }
 
     pub(super) fn host(

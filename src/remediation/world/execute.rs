@@ -13,7 +13,8 @@ use crate::api::annotations::{
     OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE,
 };
 use crate::api::{NodeBackup, SavedTaint};
-use crate::remediation::decide::fence::ConfirmedOff;
+use crate::remediation::decide::fence::{ConfirmedOff, NodeIdentity};
+use crate::remediation::world::workload::NodeApi;
 use crate::runtime::delete::delete_exactly;
 use crate::{Error, Result};
 
@@ -41,11 +42,33 @@ where
 /// # Guarantees
 /// Nothing is deleted without a [`ConfirmedOff`], and only the Node object it names; a proof
 /// that names no Node deletes nothing; a missing Node is success.
-pub(crate) async fn delete_node(proof: ConfirmedOff, nodes: &Api<Node>) -> Result<()> {
+pub(crate) async fn delete_node(proof: ConfirmedOff, nodes: &NodeApi) -> Result<()> {
     let Some(node) = proof.node() else {
         return Ok(());
     };
-    delete_exactly(nodes, &node.name, Some(node.uid.clone()), "DeleteNode").await
+    same_cluster(node, nodes)?;
+    delete_exactly(
+        nodes.api(),
+        &node.name,
+        Some(node.uid.clone()),
+        "DeleteNode",
+    )
+    .await
+}
+
+/// Refuses a release through the API of another cluster than the one the proof names: a
+/// proof for one cluster's `worker-3` never releases another's.
+fn same_cluster(node: &NodeIdentity, nodes: &NodeApi) -> Result<()> {
+    if node.cluster.as_ref() == nodes.cluster() {
+        return Ok(());
+    }
+    let through = nodes.cluster().map_or("this cluster".to_string(), |c| {
+        format!("workload cluster {c}")
+    });
+    Err(Error::Changed {
+        object: node.to_string(),
+        reason: format!("the proof names it, not a Node of {through}: not releasing it there"),
+    })
 }
 
 /// Deletes a Machine so that its MachineSet replaces it (after a failed remediation whose host
@@ -74,9 +97,10 @@ fn taints_of(node: &Node) -> Vec<Value> {
 
 /// The Node named `name`, read from the API server now. A list by name rather than a GET: the
 /// ClusterRole needs no `get` on Nodes for it.
-pub(crate) async fn read_node(nodes: &Api<Node>, name: &str) -> Result<Option<Node>> {
+pub(crate) async fn read_node(nodes: &NodeApi, name: &str) -> Result<Option<Node>> {
     let selected = ListParams::default().fields(&format!("metadata.name={name}"));
     Ok(nodes
+        .api()
         .list(&selected)
         .await
         .map_err(Error::kube("ReadNode"))?
@@ -93,12 +117,13 @@ pub(crate) async fn read_node(nodes: &Api<Node>, name: &str) -> Result<Option<No
 /// retried).
 pub(crate) async fn taint_out_of_service(
     proof: ConfirmedOff,
-    nodes: &Api<Node>,
+    nodes: &NodeApi,
     node: Node,
 ) -> Result<()> {
     let Some(identity) = proof.node() else {
         return Ok(());
     };
+    same_cluster(identity, nodes)?;
     if node.metadata.uid.as_deref() != Some(identity.uid.as_str()) {
         return Err(Error::Changed {
             object: format!("Node {}", identity.name),
@@ -116,11 +141,11 @@ pub(crate) async fn taint_out_of_service(
     taints.push(
         json!({"key": OUT_OF_SERVICE_TAINT, "value": OUT_OF_SERVICE_VALUE, "effect": "NoExecute"}),
     );
-    write_taints(nodes, &node, taints, "TaintNode").await
+    write_taints(nodes.api(), &node, taints, "TaintNode").await
 }
 
 /// Removes our out-of-service taint.
-pub async fn remove_out_of_service(nodes: &Api<Node>, node: &Node) -> Result<()> {
+pub async fn remove_out_of_service(nodes: &NodeApi, node: &Node) -> Result<()> {
     let taints = taints_of(node);
     let kept: Vec<Value> = taints
         .iter()
@@ -130,7 +155,7 @@ pub async fn remove_out_of_service(nodes: &Api<Node>, node: &Node) -> Result<()>
     if kept.len() == taints.len() {
         return Ok(());
     }
-    write_taints(nodes, node, kept, "UntaintNode").await
+    write_taints(nodes.api(), node, kept, "UntaintNode").await
 }
 
 async fn write_taints(

@@ -4,3 +4,4 @@ pub mod bmc_cache;
 pub mod execute;
 pub mod metered;
 pub mod witnessed;
+pub mod workload;

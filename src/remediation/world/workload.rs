@@ -1,0 +1,616 @@
+//! The workload clusters of a Cluster API management cluster, where Cluster API keeps the
+//! Machines' Nodes: reached through each Cluster's kubeconfig Secret (`<cluster>-kubeconfig`
+//! in the Cluster's namespace, the kubeconfig under the key `value`), as Cluster API's own
+//! cluster cache and its Metal3 provider reach them.
+//!
+//! Expected flow: a pass whose Node is in a workload cluster asks [`WorkloadClusters::connect`]
+//! for it. The first ask reads the Secret, checks the kubeconfig ([`check_kubeconfig`]),
+//! builds a client and starts a watch of that cluster's Nodes into a cache (slimmed as the
+//! local one), and waits for its first list. Later asks reuse the connection; at most every
+//! [`RECHECK`] one reads the Secret again (a rotated kubeconfig makes a new connection) and
+//! probes the API server. A connection no pass asked for in [`IDLE`] is dropped
+//! ([`WorkloadClusters::sweep`]). A changed Node of a workload cluster is sent on the wake
+//! channel, so the pass of its Machine runs as for a local Node.
+//!
+//! Guarantees:
+//! - A kubeconfig that would run a command here (`exec`, `auth-provider`), skip the server's
+//!   certificate check, or speak plain HTTP is refused, never used: whoever may write the
+//!   Secret must not gain a shell in the controller, nor a forgeable channel.
+//! - The kubeconfig's content appears nowhere: errors name the Secret and the server's
+//!   address only.
+//! - A cluster whose watch is failing, whose probe failed, or whose first list has not
+//!   arrived is [`Error::WorkloadCluster`]: its cache is not offered, so a stale cache never
+//!   says a Node is gone (the pass waits, or holds its start, instead).
+//! - A cluster found unreachable is not tried again for [`RETRY_UNREACHABLE`]: a fleet of
+//!   held passes does not turn into a storm of connection attempts.
+//!
+//! Caveats: a kubeconfig rotated in place is seen within [`RECHECK`]; a connection refused
+//! with the old one meanwhile is a failed pass, tried again on the backoff.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Config};
+
+use crate::api::slim;
+use crate::remediation::decide::workload::ClusterRef;
+use crate::runtime::clock::{Clock, since_epoch};
+use crate::runtime::informer::watch_config;
+use crate::runtime::tasks::Background;
+use crate::{Error, Result};
+
+/// How often a connection in use reads its Secret again and probes its API server.
+pub const RECHECK: Duration = Duration::from_secs(30);
+
+/// How long a connection no pass asked for is kept.
+pub const IDLE: Duration = Duration::from_secs(300);
+
+/// How long a cluster found unreachable answers so without being tried again.
+pub const RETRY_UNREACHABLE: Duration = Duration::from_secs(5);
+
+/// How long a new connection waits for its first list of Nodes, and a probe for its answer.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The key of the kubeconfig in Cluster API's Secret.
+pub const KUBECONFIG_KEY: &str = "value";
+
+/// How many woken Nodes wait for the controller before more are dropped (the passes waiting
+/// on a Node also look again at their poll interval).
+const WAKE_BUFFER: usize = 1024;
+
+/// The Node API of one cluster: the one baremend runs in, or a workload cluster. The release
+/// steps check it is the cluster their proof names.
+#[derive(Clone)]
+pub struct NodeApi {
+    cluster: Option<ClusterRef>,
+    api: Api<Node>,
+}
+
+impl NodeApi {
+    /// The Nodes of the cluster `client` talks to, baremend's own.
+    pub fn local(client: &Client) -> Self {
+        NodeApi {
+            cluster: None,
+            api: Api::all(client.clone()),
+        }
+    }
+
+    /// The workload cluster it reaches (None: baremend's own).
+    pub fn cluster(&self) -> Option<&ClusterRef> {
+        self.cluster.as_ref()
+    }
+
+    /// The API.
+    pub fn api(&self) -> &Api<Node> {
+        &self.api
+    }
+}
+
+/// A Node of a workload cluster that changed, for the controller to wake its Machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WokenNode {
+    /// Its cluster.
+    pub cluster: ClusterRef,
+    /// Its name.
+    pub node: String,
+}
+
+/// The watch's state, written by the watch task and read by the passes.
+#[derive(Debug, Default)]
+struct Health {
+    /// The first list arrived.
+    listed: bool,
+    /// The last failure since the last success (None: healthy).
+    failing: Option<String>,
+}
+
+/// One workload cluster's client and Node cache.
+pub struct Connection {
+    cluster: ClusterRef,
+    client: Client,
+    nodes: Store<Node>,
+    health: Arc<Mutex<Health>>,
+    /// Of the kubeconfig's bytes: a rotated Secret makes a new connection.
+    fingerprint: u64,
+    /// When the Secret was last read and the server probed (since the epoch).
+    checked: Mutex<Duration>,
+    /// When a pass last asked for it.
+    used: Mutex<Duration>,
+    _watch: Background,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// The cached Node of that name.
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&ObjectRef::new(name))
+    }
+
+    /// Every cached Node.
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.state()
+    }
+
+    /// Its Node API.
+    pub fn node_api(&self) -> NodeApi {
+        NodeApi {
+            cluster: Some(self.cluster.clone()),
+            api: Api::all(self.client.clone()),
+        }
+    }
+
+    /// Itself, if its watch is listed and not failing.
+    fn usable(self: &Arc<Self>) -> Result<Arc<Self>> {
+        let health = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        match (&health.failing, health.listed) {
+            (Some(why), _) => Err(unreachable(
+                &self.cluster,
+                format!("its Node watch fails: {why}"),
+            )),
+            (None, false) => Err(unreachable(
+                &self.cluster,
+                "its Nodes are not listed yet".into(),
+            )),
+            (None, true) => Ok(self.clone()),
+        }
+    }
+}
+
+/// What a cluster's slot holds.
+enum Slot {
+    Empty,
+    Connected(Arc<Connection>),
+    /// Found unreachable at this time, for this reason.
+    Unreachable(Duration, String),
+}
+
+/// The connections to the workload clusters, one per Cluster, made on first need.
+pub struct WorkloadClusters {
+    management: Client,
+    clock: Arc<dyn Clock>,
+    slots: Mutex<HashMap<ClusterRef, Arc<tokio::sync::Mutex<Slot>>>>,
+    wake: Mutex<Option<tokio::sync::mpsc::Sender<WokenNode>>>,
+}
+
+impl WorkloadClusters {
+    /// None yet; Secrets are read with `management`, the client of the cluster baremend
+    /// runs in.
+    pub fn new(management: Client, clock: Arc<dyn Clock>) -> Self {
+        WorkloadClusters {
+            management,
+            clock,
+            slots: Mutex::new(HashMap::new()),
+            wake: Mutex::new(None),
+        }
+    }
+
+    /// The stream of changed workload Nodes (one taker: the controller).
+    pub fn wakes(&self) -> tokio::sync::mpsc::Receiver<WokenNode> {
+        let (sender, receiver) = tokio::sync::mpsc::channel(WAKE_BUFFER);
+        *self.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender);
+        receiver
+    }
+
+    /// How many clusters are connected now.
+    pub fn connected(&self) -> usize {
+        let slots: Vec<_> = self.lock_slots().values().cloned().collect();
+        slots
+            .iter()
+            .filter(|slot| {
+                slot.try_lock()
+                    .map(|s| matches!(*s, Slot::Connected(_)))
+                    .unwrap_or(true)
+            })
+            .count()
+    }
+
+    fn lock_slots(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<ClusterRef, Arc<tokio::sync::Mutex<Slot>>>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> Duration {
+        since_epoch(self.clock.now())
+    }
+
+    /// The connection to `cluster`, made or checked again as the module's flow says.
+    pub async fn connect(&self, cluster: &ClusterRef) -> Result<Arc<Connection>> {
+        let slot = self
+            .lock_slots()
+            .entry(cluster.clone())
+            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Slot::Empty)))
+            .clone();
+        let mut slot = slot.lock().await;
+        let now = self.now();
+        match &*slot {
+            Slot::Connected(connection) => {
+                *connection.used.lock().unwrap_or_else(|e| e.into_inner()) = now;
+                let checked = *connection.checked.lock().unwrap_or_else(|e| e.into_inner());
+                if now.saturating_sub(checked) < RECHECK {
+                    return connection.usable();
+                }
+            }
+            Slot::Unreachable(at, why) if now.saturating_sub(*at) < RETRY_UNREACHABLE => {
+                return Err(unreachable(cluster, why.clone()));
+            }
+            Slot::Unreachable(..) | Slot::Empty => {}
+        }
+        match self.check_or_open(cluster, &slot, now).await {
+            Ok(connection) => {
+                *slot = Slot::Connected(connection.clone());
+                connection.usable()
+            }
+            Err(why) => {
+                // Dropped: its watch stops, and the next ask after the pause starts afresh.
+                *slot = Slot::Unreachable(now, why.clone());
+                Err(unreachable(cluster, why))
+            }
+        }
+    }
+
+    /// The Secret read again: the same kubeconfig keeps the connection (probed), another
+    /// one opens a new connection.
+    async fn check_or_open(
+        &self,
+        cluster: &ClusterRef,
+        slot: &Slot,
+        now: Duration,
+    ) -> std::result::Result<Arc<Connection>, String> {
+        let bytes = read_kubeconfig(&self.management, cluster).await?;
+        let fingerprint = fingerprint(&bytes);
+        if let Slot::Connected(connection) = slot
+            && connection.fingerprint == fingerprint
+        {
+            probe(&connection.client).await?;
+            *connection.checked.lock().unwrap_or_else(|e| e.into_inner()) = now;
+            return Ok(connection.clone());
+        }
+        let client = client_of(cluster, &bytes).await?;
+        probe(&client).await?;
+        let connection = self.open(cluster, client, fingerprint, now);
+        // The first list, so that an empty cache is never taken for "no Node".
+        let listed = async {
+            while !connection
+                .health
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .listed
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        if tokio::time::timeout(CONNECT_TIMEOUT, listed).await.is_err() {
+            let failing = connection
+                .health
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .failing
+                .clone();
+            return Err(format!(
+                "its Nodes were not listed within {} s{}",
+                CONNECT_TIMEOUT.as_secs(),
+                failing.map(|f| format!(": {f}")).unwrap_or_default()
+            ));
+        }
+        tracing::info!(%cluster, "workload cluster connected");
+        Ok(connection)
+    }
+
+    /// A connection with its Node watch started.
+    fn open(
+        &self,
+        cluster: &ClusterRef,
+        client: Client,
+        fingerprint: u64,
+        now: Duration,
+    ) -> Arc<Connection> {
+        let (nodes, writer) = reflector::store::<Node>();
+        let health = Arc::new(Mutex::new(Health::default()));
+        let wake = self.wake.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let watch = watch_nodes(
+            Api::all(client.clone()),
+            writer,
+            health.clone(),
+            cluster.clone(),
+            wake,
+        );
+        Arc::new(Connection {
+            cluster: cluster.clone(),
+            client,
+            nodes,
+            health,
+            fingerprint,
+            checked: Mutex::new(now),
+            used: Mutex::new(now),
+            _watch: Background::spawn(watch),
+        })
+    }
+
+    /// Drops the connections no pass asked for in [`IDLE`], and the unreachable marks past
+    /// their pause; returns how many connections remain.
+    pub fn sweep(&self) -> usize {
+        let now = self.now();
+        let mut slots = self.lock_slots();
+        slots.retain(|cluster, slot| {
+            let Ok(slot) = slot.try_lock() else {
+                // In use right now.
+                return true;
+            };
+            let keep = match &*slot {
+                Slot::Connected(connection) => {
+                    let used = *connection.used.lock().unwrap_or_else(|e| e.into_inner());
+                    now.saturating_sub(used) < IDLE
+                }
+                Slot::Unreachable(at, _) => now.saturating_sub(*at) < RETRY_UNREACHABLE,
+                Slot::Empty => false,
+            };
+            if !keep && matches!(*slot, Slot::Connected(_)) {
+                tracing::info!(%cluster, "workload cluster idle: connection dropped");
+            }
+            keep
+        });
+        slots.len()
+    }
+}
+
+fn unreachable(cluster: &ClusterRef, reason: String) -> Error {
+    Error::WorkloadCluster {
+        cluster: cluster.to_string(),
+        reason,
+    }
+}
+
+/// The kubeconfig in the Cluster's Secret, as bytes.
+async fn read_kubeconfig(
+    management: &Client,
+    cluster: &ClusterRef,
+) -> std::result::Result<Vec<u8>, String> {
+    let name = cluster.kubeconfig_secret();
+    let secrets: Api<Secret> = Api::namespaced(management.clone(), &cluster.namespace);
+    let secret = match secrets.get_opt(&name).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => {
+            return Err(format!(
+                "its kubeconfig Secret {} not found",
+                secret_ref(cluster)
+            ));
+        }
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            return Err(format!(
+                "reading its kubeconfig Secret {} is forbidden: grant baremend `get` on secrets in {}",
+                secret_ref(cluster),
+                cluster.namespace
+            ));
+        }
+        Err(error) => {
+            return Err(format!(
+                "its kubeconfig Secret {} cannot be read: {error}",
+                secret_ref(cluster)
+            ));
+        }
+    };
+    secret
+        .data
+        .and_then(|mut data| data.remove(KUBECONFIG_KEY))
+        .map(|bytes| bytes.0)
+        .filter(|bytes| !bytes.is_empty())
+        .ok_or_else(|| {
+            format!(
+                "its kubeconfig Secret {} has no `{KUBECONFIG_KEY}`",
+                secret_ref(cluster)
+            )
+        })
+}
+
+fn secret_ref(cluster: &ClusterRef) -> String {
+    format!("{}/{}", cluster.namespace, cluster.kubeconfig_secret())
+}
+
+fn fingerprint(bytes: &[u8]) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// A client from the Secret's kubeconfig, once [`check_kubeconfig`] accepts it.
+async fn client_of(cluster: &ClusterRef, bytes: &[u8]) -> std::result::Result<Client, String> {
+    let secret = secret_ref(cluster);
+    // Parse errors may quote the document: told without them.
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| format!("the kubeconfig in Secret {secret} is not UTF-8"))?;
+    let kubeconfig = Kubeconfig::from_yaml(text)
+        .map_err(|_| format!("the kubeconfig in Secret {secret} is not a kubeconfig"))?;
+    check_kubeconfig(&kubeconfig)
+        .map_err(|why| format!("the kubeconfig in Secret {secret} {why}"))?;
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|_| format!("the kubeconfig in Secret {secret} is unusable"))?;
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    let server = config.cluster_url.to_string();
+    Client::try_from(config).map_err(|error| format!("no client for {server}: {error}"))
+}
+
+/// Whether the API server answers, within [`CONNECT_TIMEOUT`].
+async fn probe(client: &Client) -> std::result::Result<(), String> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(format!("its API server does not answer: {error}")),
+        Err(_) => Err(format!(
+            "its API server did not answer within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// Why a kubeconfig from a Secret is refused, or Ok: its current context must name a
+/// cluster served over HTTPS with its certificate checked, and a user that authenticates
+/// with what the file holds (a token, a client certificate, a password), never by running
+/// a command (`exec`, `auth-provider`). Pure.
+pub fn check_kubeconfig(kubeconfig: &Kubeconfig) -> std::result::Result<(), String> {
+    let current = kubeconfig
+        .current_context
+        .as_deref()
+        .ok_or("names no current-context")?;
+    let context = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == current)
+        .and_then(|c| c.context.as_ref())
+        .ok_or_else(|| format!("has no context {current}"))?;
+    let cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .ok_or_else(|| format!("has no cluster {}", context.cluster))?;
+    let server = cluster.server.as_deref().unwrap_or_default();
+    if !server.starts_with("https://") {
+        return Err("names a server that is not https: refused (TLS is required)".into());
+    }
+    if cluster.insecure_skip_tls_verify == Some(true) {
+        return Err("skips the server's certificate check: refused".into());
+    }
+    if cluster.proxy_url.is_some() {
+        return Err("names a proxy: refused".into());
+    }
+    let user = context.user.as_deref().unwrap_or_default();
+    if let Some(auth) = kubeconfig
+        .auth_infos
+        .iter()
+        .find(|a| a.name == user)
+        .and_then(|a| a.auth_info.as_ref())
+    {
+        if auth.exec.is_some() {
+            return Err("runs a command (`exec`) to authenticate: refused".into());
+        }
+        if auth.auth_provider.is_some() {
+            return Err("uses an `auth-provider`: refused".into());
+        }
+        if auth.token_file.is_some()
+            || auth.client_certificate.is_some()
+            || auth.client_key.is_some()
+        {
+            return Err("names a file of this machine: refused".into());
+        }
+    }
+    Ok(())
+}
+
+/// Watches a workload cluster's Nodes into `writer`'s store, keeping `health` and sending
+/// each changed Node on `wake`.
+async fn watch_nodes(
+    api: Api<Node>,
+    writer: reflector::store::Writer<Node>,
+    health: Arc<Mutex<Health>>,
+    cluster: ClusterRef,
+    wake: Option<tokio::sync::mpsc::Sender<WokenNode>>,
+) {
+    let events = watcher(api, watch_config())
+        .default_backoff()
+        .modify(slim::node)
+        .reflect(writer);
+    events
+        .for_each(|event| {
+            let changed = match event {
+                Ok(watcher::Event::Apply(node) | watcher::Event::Delete(node)) => {
+                    mark(&health, None, false);
+                    node.metadata.name
+                }
+                Ok(watcher::Event::InitDone) => {
+                    mark(&health, None, true);
+                    None
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                Err(error) => {
+                    tracing::warn!(%cluster, %error, "workload cluster Node watch failed; retrying");
+                    mark(&health, Some(error.to_string()), false);
+                    None
+                }
+            };
+            if let (Some(node), Some(wake)) = (changed, &wake) {
+                // Full: the pass looks again at its poll interval.
+                let _ = wake.try_send(WokenNode {
+                    cluster: cluster.clone(),
+                    node,
+                });
+            }
+            std::future::ready(())
+        })
+        .await;
+}
+
+fn mark(health: &Mutex<Health>, failing: Option<String>, listed: bool) {
+    let mut health = health.lock().unwrap_or_else(|e| e.into_inner());
+    health.failing = failing;
+    health.listed |= listed;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(cluster: &str, user: &str) -> Kubeconfig {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nclusters:\n- name: k\n  cluster: {cluster}\nusers:\n- name: u\n  user: {user}\n"
+        );
+        Kubeconfig::from_yaml(&text).unwrap()
+    }
+
+    #[test]
+    fn a_kubeconfig_that_would_run_a_command_or_skip_tls_is_refused() {
+        let fine = "{server: 'https://10.0.0.1:6443', certificate-authority-data: Zm9v}";
+        assert_eq!(check_kubeconfig(&kubeconfig(fine, "{token: t}")), Ok(()));
+        let cases = [
+            (
+                fine,
+                "{exec: {command: sh, apiVersion: client.authentication.k8s.io/v1}}",
+                "`exec`",
+            ),
+            (fine, "{auth-provider: {name: gcp}}", "auth-provider"),
+            (fine, "{tokenFile: /var/run/token}", "file of this machine"),
+            (
+                fine,
+                "{client-certificate: /etc/cert}",
+                "file of this machine",
+            ),
+            (
+                "{server: 'http://10.0.0.1:6443'}",
+                "{token: t}",
+                "not https",
+            ),
+            (
+                "{server: 'https://10.0.0.1:6443', insecure-skip-tls-verify: true}",
+                "{token: t}",
+                "certificate check",
+            ),
+            (
+                "{server: 'https://10.0.0.1:6443', proxy-url: 'http://p'}",
+                "{token: t}",
+                "proxy",
+            ),
+        ];
+        for (cluster, user, why) in cases {
+            let refused = check_kubeconfig(&kubeconfig(cluster, user)).unwrap_err();
+            assert!(refused.contains(why), "{cluster} {user}: {refused}");
+        }
+        let mut no_context = kubeconfig(fine, "{token: t}");
+        no_context.current_context = None;
+        assert!(check_kubeconfig(&no_context).is_err());
+    }
+}
