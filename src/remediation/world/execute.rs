@@ -14,6 +14,7 @@ use crate::api::annotations::{
 };
 use crate::api::{NodeBackup, SavedTaint};
 use crate::remediation::decide::fence::{ConfirmedOff, NodeIdentity};
+use crate::remediation::decide::workload::ClusterRef;
 use crate::remediation::world::workload::NodeApi;
 use crate::runtime::delete::delete_exactly;
 use crate::{Error, Result};
@@ -59,10 +60,16 @@ pub(crate) async fn delete_node(proof: ConfirmedOff, nodes: &NodeApi) -> Result<
 /// Refuses a release through the API of another cluster than the one the proof names: a
 /// proof for one cluster's `worker-3` never releases another's.
 fn same_cluster(node: &NodeIdentity, nodes: &NodeApi) -> Result<()> {
-    if node.cluster.as_ref() == nodes.cluster() {
+    release_through(node, nodes.cluster())
+}
+
+/// Whether a release of `node` may go through the Node API of `cluster` (None: the cluster
+/// baremend runs in). Pure.
+fn release_through(node: &NodeIdentity, cluster: Option<&ClusterRef>) -> Result<()> {
+    if node.cluster.as_ref() == cluster {
         return Ok(());
     }
-    let through = nodes.cluster().map_or("this cluster".to_string(), |c| {
+    let through = cluster.map_or("this cluster".to_string(), |c| {
         format!("workload cluster {c}")
     });
     Err(Error::Changed {
@@ -329,6 +336,36 @@ pub async fn restore_node(nodes: &Api<Node>, node: &Node, backup: &NodeBackup) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_proof_releases_its_node_only_through_its_own_clusters_api() {
+        let cluster = |name: &str| ClusterRef {
+            namespace: "fleet".into(),
+            name: name.into(),
+        };
+        let node = |of: Option<ClusterRef>| NodeIdentity {
+            name: "worker-3".into(),
+            uid: "u".into(),
+            cluster: of,
+        };
+        let edge_1 = node(Some(cluster("edge-1")));
+        assert!(release_through(&edge_1, Some(&cluster("edge-1"))).is_ok());
+        // Another cluster's worker-3, and the management cluster's own, are other Nodes.
+        let other = release_through(&edge_1, Some(&cluster("edge-2"))).unwrap_err();
+        assert!(
+            other
+                .to_string()
+                .contains("Node worker-3 of workload cluster fleet/edge-1")
+                && other
+                    .to_string()
+                    .contains("not a Node of workload cluster fleet/edge-2"),
+            "{other}"
+        );
+        assert!(release_through(&edge_1, None).is_err());
+        let local = node(None);
+        assert!(release_through(&local, None).is_ok());
+        assert!(release_through(&local, Some(&cluster("edge-1"))).is_err());
+    }
 
     #[test]
     fn only_keys_the_new_node_lacks_are_restored() {
