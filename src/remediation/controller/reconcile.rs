@@ -119,11 +119,13 @@ impl Pass {
         let created =
             created_at(remediation).unwrap_or_else(|| since_epoch(self.context.clock.now()));
         let state = persisted(&status, &self.policy.strategies, created);
-        let node = match self.node(remediation).await {
-            Ok(node) => node,
-            // Before the power-off request, the start gate holds it and says why (below);
-            // after it, nothing is known of the Node: the pass fails and looks again.
-            Err(Error::WorkloadCluster { .. }) if state.phase == Phase::Pending => None,
+        // A workload cluster that cannot be reached: before the power-off request, the start
+        // gate holds and says why (below); after it, the plan runs on no Node so that its
+        // deadlines still fire, and anything but a deadline's step waits with the error told.
+        // Every step that touches the Node needs the cluster's API, so none runs on the guess.
+        let (node, unreachable) = match self.node(remediation).await {
+            Ok(node) => (node, None),
+            Err(error @ Error::WorkloadCluster { .. }) => (None, Some(error)),
             Err(error) => return Err(error),
         };
         if state.strategy.is_none() && !state.phase.is_terminal() {
@@ -157,6 +159,12 @@ impl Pass {
         // Plan (pure), then execute.
         let mut step = next_step(&state, &observed, &self.plan_policy());
         tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
+        if let Some(error) = unreachable
+            && state.phase != Phase::Pending
+            && matches!(step, Step::Wait { .. })
+        {
+            return Err(error);
+        }
         let now = self.context.clock.now();
         let round = Round {
             remediation: &mut *remediation,

@@ -59,6 +59,9 @@ pub const RETRY_UNREACHABLE: Duration = Duration::from_secs(5);
 /// How long a new connection waits for its first list of Nodes, and a probe for its answer.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a pass's request to a workload cluster may wait for its answer.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The key of the kubeconfig in Cluster API's Secret.
 pub const KUBECONFIG_KEY: &str = "value";
 
@@ -281,9 +284,9 @@ impl WorkloadClusters {
             *connection.checked.lock().unwrap_or_else(|e| e.into_inner()) = now;
             return Ok(connection.clone());
         }
-        let client = client_of(cluster, &bytes).await?;
-        probe(&client).await?;
-        let connection = self.open(cluster, client, fingerprint, now);
+        let clients = client_of(cluster, &bytes).await?;
+        probe(&clients.requests).await?;
+        let connection = self.open(cluster, clients, fingerprint, now);
         // The first list, so that an empty cache is never taken for "no Node".
         let listed = async {
             while !connection
@@ -316,7 +319,7 @@ impl WorkloadClusters {
     fn open(
         &self,
         cluster: &ClusterRef,
-        client: Client,
+        clients: Clients,
         fingerprint: u64,
         now: Duration,
     ) -> Arc<Connection> {
@@ -324,7 +327,7 @@ impl WorkloadClusters {
         let health = Arc::new(Mutex::new(Health::default()));
         let wake = self.wake.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let watch = watch_nodes(
-            Api::all(client.clone()),
+            Api::all(clients.watch),
             writer,
             health.clone(),
             cluster.clone(),
@@ -332,7 +335,7 @@ impl WorkloadClusters {
         );
         Arc::new(Connection {
             cluster: cluster.clone(),
-            client,
+            client: clients.requests,
             nodes,
             health,
             fingerprint,
@@ -429,7 +432,7 @@ fn fingerprint(bytes: &[u8]) -> u64 {
 }
 
 /// A client from the Secret's kubeconfig, once [`check_kubeconfig`] accepts it.
-async fn client_of(cluster: &ClusterRef, bytes: &[u8]) -> std::result::Result<Client, String> {
+async fn client_of(cluster: &ClusterRef, bytes: &[u8]) -> std::result::Result<Clients, String> {
     let secret = secret_ref(cluster);
     // Parse errors may quote the document: told without them.
     let text = std::str::from_utf8(bytes)
@@ -443,7 +446,23 @@ async fn client_of(cluster: &ClusterRef, bytes: &[u8]) -> std::result::Result<Cl
         .map_err(|_| format!("the kubeconfig in Secret {secret} is unusable"))?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     let server = config.cluster_url.to_string();
-    Client::try_from(config).map_err(|error| format!("no client for {server}: {error}"))
+    let client = |config: Config| {
+        Client::try_from(config).map_err(|error| format!("no client for {server}: {error}"))
+    };
+    // The watch's requests last minutes by design; a pass's must not hang on a server that
+    // stopped answering.
+    let watch = client(config.clone())?;
+    config.read_timeout = Some(REQUEST_TIMEOUT);
+    Ok(Clients {
+        requests: client(config)?,
+        watch,
+    })
+}
+
+/// A workload cluster's clients: one for the passes' requests, one for the Node watch.
+struct Clients {
+    requests: Client,
+    watch: Client,
 }
 
 /// Whether the API server answers, within [`CONNECT_TIMEOUT`].
