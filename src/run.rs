@@ -127,6 +127,14 @@ pub struct RunArgs {
     /// its host off, and a start that needs it is held.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub bmc_distrust: Duration,
+    /// Cluster API: how often a workload cluster's connection in use reads its kubeconfig
+    /// Secret again (a rotated one makes a new client) and probes its API server.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub workload_cluster_recheck: Duration,
+    /// Cluster API: how long a workload cluster's connection (its client and Node cache) is
+    /// kept once no remediation needs it.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub workload_cluster_idle: Duration,
     /// Also coordinate the Machine Config Operator's config-drift remediation (where the API
     /// serves MachineConfigPools). With shards, turn it on in one shard only.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -256,6 +264,10 @@ pub async fn run(args: RunArgs) -> Result<()> {
         fencing_check: (!args.fencing_check_interval.is_zero())
             .then_some(args.fencing_check_interval),
         bmc_distrust: args.bmc_distrust,
+        workload_clusters: crate::remediation::world::workload::Lifetimes {
+            recheck: args.workload_cluster_recheck,
+            idle: args.workload_cluster_idle,
+        },
         // Replicas read in the same order; the pod name spreads different shards apart.
         power_poll_seed: args
             .instance

@@ -384,7 +384,7 @@ pub async fn run_machines(
         });
     let workload_sweep = {
         let context = context.clone();
-        Background::every(WORKLOAD_SWEEP, move || {
+        Background::every(context.workloads.sweep_period(), move || {
             let connected = context.workloads.sweep();
             context.metrics.set_workload_clusters(connected);
         })
@@ -462,9 +462,6 @@ const PASSES_AT_ONCE: u16 = 16;
 
 /// How often the gauges are recounted from the caches.
 const GAUGE_REFRESH: Duration = Duration::from_secs(1);
-
-/// How often idle workload-cluster connections are looked for (see `world::workload`).
-const WORKLOAD_SWEEP: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {

@@ -25,7 +25,7 @@ use crate::remediation::decide::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
 use crate::remediation::decide::gates::Launched;
 use crate::remediation::world::bmc_cache::DriverCache;
 use crate::remediation::world::witnessed::Witness;
-use crate::remediation::world::workload::WorkloadClusters;
+use crate::remediation::world::workload::{Lifetimes, WorkloadClusters};
 use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::conditions::held_by;
 use crate::runtime::informer::{is_ready, policy_object};
@@ -74,6 +74,8 @@ pub struct ControllerOptions {
     pub machine_api: slim::MachineApi,
     /// How long a BMC seen contradicting itself stays untrustworthy (see `bmc_trust`).
     pub bmc_distrust: Duration,
+    /// How the connections to Cluster API workload clusters are kept (see `world::workload`).
+    pub workload_clusters: Lifetimes,
 }
 
 impl Default for ControllerOptions {
@@ -92,6 +94,7 @@ impl Default for ControllerOptions {
             placement: None,
             machine_api: slim::MachineApi::default(),
             bmc_distrust: DEFAULT_DISTRUST,
+            workload_clusters: Lifetimes::default(),
         }
     }
 }
@@ -218,7 +221,8 @@ impl Context {
             controller: "baremend".into(),
             instance: Some(options.instance.clone()),
         };
-        let workloads = WorkloadClusters::new(client.clone(), clock.clone());
+        let workloads =
+            WorkloadClusters::new(client.clone(), clock.clone(), options.workload_clusters);
         Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,

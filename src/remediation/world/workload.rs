@@ -7,8 +7,8 @@
 //! for it. The first ask reads the Secret, checks the kubeconfig ([`check_kubeconfig`]),
 //! builds a client and starts a watch of that cluster's Nodes into a cache (slimmed as the
 //! local one), and waits for its first list. Later asks reuse the connection; at most every
-//! [`RECHECK`] one reads the Secret again (a rotated kubeconfig makes a new connection) and
-//! probes the API server. A connection no pass asked for in [`IDLE`] is dropped
+//! [`RECHECK`] (by default) one reads the Secret again (a rotated kubeconfig makes a new
+//! connection) and probes the API server. A connection no pass asked for in [`IDLE`] is dropped
 //! ([`WorkloadClusters::sweep`]). A changed Node of a workload cluster is sent on the wake
 //! channel, so the pass of its Machine runs as for a local Node.
 //!
@@ -47,11 +47,29 @@ use crate::runtime::informer::watch_config;
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
-/// How often a connection in use reads its Secret again and probes its API server.
+/// How often a connection in use reads its Secret again and probes its API server, by default.
 pub const RECHECK: Duration = Duration::from_secs(30);
 
-/// How long a connection no pass asked for is kept.
+/// How long a connection no pass asked for is kept, by default.
 pub const IDLE: Duration = Duration::from_secs(300);
+
+/// How often connections are looked at and kept fresh: see [`Lifetimes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetimes {
+    /// How often a connection in use reads its Secret again and probes its API server.
+    pub recheck: Duration,
+    /// How long a connection no pass asked for is kept.
+    pub idle: Duration,
+}
+
+impl Default for Lifetimes {
+    fn default() -> Self {
+        Lifetimes {
+            recheck: RECHECK,
+            idle: IDLE,
+        }
+    }
+}
 
 /// How long a cluster found unreachable answers so without being tried again.
 pub const RETRY_UNREACHABLE: Duration = Duration::from_secs(5);
@@ -186,6 +204,7 @@ enum Slot {
 pub struct WorkloadClusters {
     management: Client,
     clock: Arc<dyn Clock>,
+    lifetimes: Lifetimes,
     slots: Mutex<HashMap<ClusterRef, Arc<tokio::sync::Mutex<Slot>>>>,
     wake: Mutex<Option<tokio::sync::mpsc::Sender<WokenNode>>>,
 }
@@ -193,10 +212,11 @@ pub struct WorkloadClusters {
 impl WorkloadClusters {
     /// None yet; Secrets are read with `management`, the client of the cluster baremend
     /// runs in.
-    pub fn new(management: Client, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(management: Client, clock: Arc<dyn Clock>, lifetimes: Lifetimes) -> Self {
         WorkloadClusters {
             management,
             clock,
+            lifetimes,
             slots: Mutex::new(HashMap::new()),
             wake: Mutex::new(None),
         }
@@ -245,7 +265,7 @@ impl WorkloadClusters {
             Slot::Connected(connection) => {
                 *connection.used.lock().unwrap_or_else(|e| e.into_inner()) = now;
                 let checked = *connection.checked.lock().unwrap_or_else(|e| e.into_inner());
-                if now.saturating_sub(checked) < RECHECK {
+                if now.saturating_sub(checked) < self.lifetimes.recheck {
                     return connection.usable();
                 }
             }
@@ -345,10 +365,11 @@ impl WorkloadClusters {
         })
     }
 
-    /// Drops the connections no pass asked for in [`IDLE`], and the unreachable marks past
-    /// their pause; returns how many connections remain.
+    /// Drops the connections no pass asked for in their idle time, and the unreachable marks
+    /// past their pause; returns how many connections remain.
     pub fn sweep(&self) -> usize {
         let now = self.now();
+        let idle = self.lifetimes.idle;
         let mut slots = self.lock_slots();
         slots.retain(|cluster, slot| {
             let Ok(slot) = slot.try_lock() else {
@@ -358,7 +379,7 @@ impl WorkloadClusters {
             let keep = match &*slot {
                 Slot::Connected(connection) => {
                     let used = *connection.used.lock().unwrap_or_else(|e| e.into_inner());
-                    now.saturating_sub(used) < IDLE
+                    now.saturating_sub(used) < idle
                 }
                 Slot::Unreachable(at, _) => now.saturating_sub(*at) < RETRY_UNREACHABLE,
                 Slot::Empty => false,
@@ -368,7 +389,20 @@ impl WorkloadClusters {
             }
             keep
         });
-        slots.len()
+        slots
+            .values()
+            .filter(|slot| {
+                slot.try_lock()
+                    .map(|s| matches!(*s, Slot::Connected(_)))
+                    .unwrap_or(true)
+            })
+            .count()
+    }
+
+    /// How often [`WorkloadClusters::sweep`] should run: often enough to drop an idle
+    /// connection within a tenth of its idle time, at most every 30 s.
+    pub fn sweep_period(&self) -> Duration {
+        (self.lifetimes.idle / 10).clamp(Duration::from_millis(100), Duration::from_secs(30))
     }
 }
 
