@@ -667,7 +667,7 @@ impl Pass {
     ) -> Result<()> {
         let now = self.context.clock.now();
         let nodes = self.node_api(remediation).await?;
-        let Some(name) = proof.node().map(|n| n.name.clone()) else {
+        let Some((name, node)) = proof.node().map(|n| (n.name.clone(), n.to_string())) else {
             let step = (RemediationStep::NodeAbsent, Some(Phase::NodeReleased));
             let tell = Tell::normal(EventReason::NodeAbsent, "no Node to release");
             return self
@@ -680,16 +680,14 @@ impl Pass {
                 RemediationStep::NodeDeleting,
                 RemediationStep::NodeDeleted,
                 EventReason::NodeDeleted,
-                format!(
-                    "Node {name} deleted ({host} is proven off): its workloads may start elsewhere"
-                ),
+                format!("{node} deleted ({host} is proven off): its workloads may start elsewhere"),
             ),
             ReleaseMode::OutOfService => (
                 RemediationStep::NodeTainting,
                 RemediationStep::NodeTainted,
                 EventReason::NodeTainted,
                 format!(
-                    "Node {name} tainted out-of-service ({host} is proven off): its workloads may start elsewhere"
+                    "{node} tainted out-of-service ({host} is proven off): its workloads may start elsewhere"
                 ),
             ),
         };
