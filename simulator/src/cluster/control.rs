@@ -1,5 +1,6 @@
 //! The control API of a running simulated cluster (what `baremend-sim fault` talks to):
-//! node OS faults, BMC faults and API server faults at runtime.
+//! node OS faults, BMC faults, API server faults and workload clusters' API servers going
+//! away at runtime.
 
 use std::sync::Arc;
 
