@@ -13,7 +13,8 @@ use baremend::api::{
 };
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{
-    BMHS, CAPI_MACHINES, EVENTS, HOST_BMCS, MACHINE_REMEDIATIONS, MACHINES, MHCS, NAMESPACES, NODES,
+    BMHS, CAPI_MACHINES, CAPI_MHCS, EVENTS, HOST_BMCS, MACHINE_REMEDIATIONS, MACHINES, MHCS,
+    NAMESPACES, NODES,
 };
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
@@ -414,8 +415,19 @@ async fn a_workload_clusters_machine_is_held_and_the_self_hosted_clusters_is_rem
     };
     let lab = start_cluster_api(spec, gated_policy(100), |lab| {
         // worker-2 becomes the one Machine of Cluster edge-1, whose Nodes live in edge-1's
-        // own API server (the simulated health check, reading this one, finds no Node and
-        // asks for its remediation).
+        // own API server; edge-1 gets its health check (Cluster API's looks only at the
+        // Machines of its `spec.clusterName`), which, reading this server, finds no Node and
+        // asks for its remediation.
+        let mut mhc = lab
+            .api
+            .get(CAPI_MHCS, MACHINE_NAMESPACE, "workers")
+            .unwrap();
+        mhc["metadata"] = json!({"name": "edge-1-workers"});
+        mhc["spec"]["clusterName"] = json!("edge-1");
+        mhc.as_object_mut().unwrap().remove("status");
+        lab.api
+            .create(CAPI_MHCS, MACHINE_NAMESPACE, mhc)
+            .unwrap();
         let cluster = json!({
             "metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "edge-1"}},
             "spec": {"clusterName": "edge-1"},

@@ -52,6 +52,11 @@ struct ClusterArgs {
     /// Worker hosts.
     #[arg(long)]
     workers: Option<usize>,
+    /// Workload clusters (`wc-0`…, each its own API server with the masters and workers
+    /// above); the cluster written to --kubeconfig-out is then their management cluster.
+    /// Needs the Cluster API flavour (`clusterApi: true` in the scenario).
+    #[arg(long)]
+    workload_clusters: Option<usize>,
     /// Where to write the kubeconfig.
     #[arg(long)]
     kubeconfig_out: PathBuf,
@@ -66,7 +71,8 @@ struct FaultArgs {
     #[arg(long)]
     control: SocketAddr,
     /// hang | nic-down | broken | recover (a node), bmc (a host; JSON faults in --json),
-    /// api (an API server fault rule in --json), drop-watches, compact.
+    /// api (an API server fault rule in --json), drop-watches, compact,
+    /// workload-api-down | workload-api-up (a workload cluster's API server).
     fault: String,
     /// The node or host name (for node and BMC faults).
     target: Option<String>,
@@ -341,6 +347,10 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
     if let Some(workers) = args.workers {
         spec.workers = workers;
     }
+    if let Some(count) = args.workload_clusters {
+        spec.workload_clusters = count;
+    }
+    spec.validate()?;
     let started = std::time::Instant::now();
     let cluster = Arc::new(SimCluster::start(spec).await.map_err(|e| e.to_string())?);
     std::fs::write(&args.kubeconfig_out, cluster.kubeconfig())
@@ -360,6 +370,10 @@ async fn run_cluster(args: ClusterArgs) -> Result<(), String> {
         cluster.hosts().len(),
         started.elapsed().as_secs_f64()
     );
+    for workload in cluster.workload_clusters() {
+        // Its kubeconfig is in the management cluster's `<name>-kubeconfig` Secret.
+        eprintln!("workload cluster {} at {}", workload.name(), workload.url());
+    }
     println!("READY {}", cluster.api_server().url());
     if cluster.spec().platform_none {
         // The HostBmc kind is baremend's: its objects come once its CRDs are applied.
@@ -389,6 +403,15 @@ async fn run_fault(args: FaultArgs) -> Result<(), String> {
         "hang" | "nic-down" | "broken" | "recover" => (
             "POST",
             format!("/nodes/{}/{}", target()?, args.fault),
+            String::new(),
+        ),
+        "workload-api-down" | "workload-api-up" => (
+            "POST",
+            format!(
+                "/workload/{}/{}",
+                target()?,
+                args.fault.trim_start_matches("workload-api-")
+            ),
             String::new(),
         ),
         "bmc" => (

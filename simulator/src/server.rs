@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -11,6 +12,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
@@ -37,11 +39,64 @@ pub(crate) fn spawn(
     tls: Option<TlsAcceptor>,
     router: Router,
 ) -> JoinHandle<()> {
+    spawn_switchable(listener, tls, router, None)
+}
+
+/// Whether a server answers its clients: while it does not, every open connection (watches
+/// included) is cut and each new one is closed at once, unanswered, as clients of a server
+/// that went away (or that a network partition hides) see it.
+#[derive(Debug, Clone)]
+pub struct Reachability(Arc<watch::Sender<bool>>);
+
+impl Default for Reachability {
+    fn default() -> Self {
+        Reachability(Arc::new(watch::channel(true).0))
+    }
+}
+
+impl Reachability {
+    /// Makes the server reachable again, or not.
+    pub fn set(&self, reachable: bool) {
+        self.0.send_replace(reachable);
+    }
+
+    /// Whether clients reach the server now.
+    pub fn is_reachable(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
+/// [`spawn`], with a switch that makes the server unreachable (see [`Reachability`]).
+pub(crate) fn spawn_switchable(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+    reachability: Option<Reachability>,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut connections = JoinSet::new();
+        let mut switch = reachability.as_ref().map(|r| r.0.subscribe());
         loop {
+            let switched = async {
+                match switch.as_mut() {
+                    Some(switch) => switch.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                open = switched => {
+                    if !open {
+                        switch = None;
+                    } else if reachability.as_ref().is_some_and(|r| !r.is_reachable()) {
+                        // Gone: every open connection and watch ends now.
+                        connections.abort_all();
+                    }
+                }
                 accepted = listener.accept() => match accepted {
+                    Ok((stream, _peer)) if reachability.as_ref().is_some_and(|r| !r.is_reachable()) => {
+                        // Closed unanswered: the client's request fails.
+                        drop(stream);
+                    }
                     Ok((stream, _peer)) => {
                         // Small request/response exchanges: do not wait for Nagle.
                         let _ = stream.set_nodelay(true);

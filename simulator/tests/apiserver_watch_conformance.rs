@@ -160,6 +160,34 @@ async fn dropped_watches_end_and_can_resume_from_the_last_version() {
     assert!(ended.is_ok(), "the stream ended");
 }
 
+/// An unreachable server (a workload cluster's API gone): its open watch ends, a new request
+/// fails without an answer, and once reachable again it answers as before.
+#[tokio::test]
+async fn an_unreachable_server_cuts_its_watches_and_answers_nothing_until_back() {
+    let api = Api::start().await;
+    let mut watch = api
+        .open("/api/v1/namespaces/default/configmaps?watch=1")
+        .await;
+    assert_eq!(api.get("/api/v1/namespaces").await.0, StatusCode::OK);
+    api.server.set_reachable(false);
+    let ended = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Ok(Some(_)) = watch.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the watch ended");
+    let refused = api
+        .http
+        .get(format!("{}/api/v1/namespaces", api.server.url()))
+        .bearer_auth(api.server.token())
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    api.server.set_reachable(true);
+    assert!(api.server.reachability().is_reachable());
+    assert_eq!(api.get("/api/v1/namespaces").await.0, StatusCode::OK);
+}
+
 #[tokio::test]
 async fn injected_slowness_and_refusals_match_only_their_requests() {
     let api = Api::start().await;

@@ -221,3 +221,86 @@ async fn a_platform_none_cluster_process_creates_its_host_bmcs_once_the_crd_is_a
     assert!(ok, "{node}");
     assert_eq!(node, "worker-0 worker-0-bmc-secret");
 }
+
+/// `--workload-clusters` on the self-hosted Cluster API scenario: the management cluster
+/// shows the Clusters and Machines and no Nodes; a workload cluster's kubeconfig, taken from
+/// its Secret with kubectl, lists its Nodes until `fault workload-api-down` takes it away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_process_runs_workload_clusters_and_takes_their_api_away() {
+    let dir = scratch();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let kubeconfig = dir.join("kubeconfig-fleet");
+    let control = format!("127.0.0.1:{}", free_port());
+    let scenario = root.join("scenarios/capi.yaml");
+    let extra = [
+        "--workload-clusters",
+        "2",
+        "--masters",
+        "1",
+        "--workers",
+        "1",
+    ];
+    let _cluster = start_cluster(
+        &scenario,
+        &kubeconfig,
+        &[&extra[..], &["--control", &control]].concat(),
+    )
+    .await;
+    let (ok, out) = kubectl(
+        &kubeconfig,
+        &[
+            "get",
+            "clusters.cluster.x-k8s.io,machines.cluster.x-k8s.io",
+            "-A",
+            "-o",
+            "name",
+        ],
+    )
+    .await;
+    assert!(ok, "{out}");
+    for name in [
+        "cluster.cluster.x-k8s.io/wc-0",
+        "cluster.cluster.x-k8s.io/wc-1",
+        "machine.cluster.x-k8s.io/wc-1-worker-0",
+    ] {
+        assert!(out.contains(name), "{name}: {out}");
+    }
+    let (ok, out) = kubectl(&kubeconfig, &["get", "nodes", "-o", "name"]).await;
+    assert!(ok && out.trim().is_empty(), "{out}");
+    let (ok, value) = kubectl(
+        &kubeconfig,
+        &[
+            "-n",
+            "openshift-machine-api",
+            "get",
+            "secret",
+            "wc-1-kubeconfig",
+            "-o",
+            "jsonpath={.data.value}",
+        ],
+    )
+    .await;
+    assert!(ok, "{value}");
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(value.trim())
+        .unwrap();
+    let workload = dir.join("kubeconfig-wc-1");
+    std::fs::write(&workload, text).unwrap();
+    let (ok, out) = kubectl(&workload, &["get", "nodes", "-o", "name"]).await;
+    assert!(
+        ok && out.contains("node/worker-0") && out.contains("node/master-0"),
+        "{out}"
+    );
+
+    let (ok, out) = sim(&["fault", "--control", &control, "workload-api-down", "wc-1"]).await;
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&workload, &["get", "nodes", "--request-timeout=3s"]).await;
+    assert!(!ok, "{out}");
+    let (ok, out) = sim(&["fault", "--control", &control, "workload-api-up", "wc-1"]).await;
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&workload, &["get", "nodes", "-o", "name"]).await;
+    assert!(ok && out.contains("node/worker-0"), "{out}");
+    let (ok, out) = sim(&["fault", "--control", &control, "workload-api-down", "wc-7"]).await;
+    assert!(!ok && out.contains("404"), "{out}");
+}

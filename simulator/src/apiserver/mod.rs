@@ -73,6 +73,7 @@ pub use self::errors::ApiError;
 pub use self::reviews::{ADMIN_USER, API_AUDIENCE, ReviewCounts};
 pub use self::store::{EventType, ObjectKey, Store, WatchEvent};
 use self::time::{SystemWallClock, WallClock};
+pub use crate::server::Reachability;
 use crate::tls::{self, TlsIdentity};
 use crate::{Error, Result};
 
@@ -242,6 +243,8 @@ impl ServerState {
 /// A running simulated API server. Dropping it stops it.
 pub struct ApiServer {
     state: Arc<ServerState>,
+    /// Whether clients reach it (see [`ApiServer::set_reachable`]).
+    reachability: Reachability,
     url: String,
     ca_pem: Option<String>,
     token: String,
@@ -327,8 +330,11 @@ impl ApiServer {
         let router = Router::new()
             .fallback(routes::dispatch)
             .with_state(state.clone());
-        let task = crate::server::spawn(listener, acceptor, router);
+        let reachability = Reachability::default();
+        let task =
+            crate::server::spawn_switchable(listener, acceptor, router, Some(reachability.clone()));
         Ok(ApiServer {
+            reachability,
             state,
             url,
             ca_pem,
@@ -343,6 +349,23 @@ impl ApiServer {
     /// `http(s)://127.0.0.1:PORT`.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The CA of its serving certificate (PEM), when it serves HTTPS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// Makes the server unreachable to its clients (`false`): open connections and watches
+    /// are cut and new connections closed unanswered, until it is reachable again (`true`).
+    /// In-process clients ([`Store`] users) are not affected.
+    pub fn set_reachable(&self, reachable: bool) {
+        self.reachability.set(reachable);
+    }
+
+    /// The switch of [`ApiServer::set_reachable`], shareable with whoever must see it.
+    pub fn reachability(&self) -> &Reachability {
+        &self.reachability
     }
 
     /// The bearer token.

@@ -1,5 +1,6 @@
 //! The control API of a running simulated cluster (what `baremend-sim fault` talks to):
-//! node OS faults, BMC faults and API server faults at runtime.
+//! node OS faults, BMC faults, API server faults and workload clusters' API servers going
+//! away at runtime.
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ pub fn router(cluster: Shared) -> Router {
         .route("/nodes", get(nodes))
         .route("/nodes/{name}/{fault}", post(node_fault))
         .route("/bmc/{name}/faults", put(bmc_faults))
+        .route("/workload/{name}/{state}", post(workload_api))
         .route(
             "/apiserver/faults",
             post(api_fault).delete(clear_api_faults),
@@ -59,6 +61,33 @@ async fn node_fault(
         StatusCode::NO_CONTENT.into_response()
     } else {
         missing(&name)
+    }
+}
+
+/// A workload cluster's API server goes `down` or comes back `up`.
+async fn workload_api(
+    State(cluster): State<Shared>,
+    Path((name, state)): Path<(String, String)>,
+) -> Response {
+    let down = match state.as_str() {
+        "down" => true,
+        "up" => false,
+        other => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("unknown workload API state {other:?} (down, up)\n"),
+            )
+                .into_response();
+        }
+    };
+    if cluster.set_workload_api_down(&name, down) {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            format!("no workload cluster {name:?}\n"),
+        )
+            .into_response()
     }
 }
 

@@ -209,13 +209,24 @@ pub fn foreign_remediation_crds() -> Vec<Value> {
     ]
 }
 
-/// The Cluster API flavour's kinds: Cluster API's Machine and MachineHealthCheck and metal3's
+/// The Cluster API flavour's kinds: Cluster API's Cluster, Machine and MachineHealthCheck and metal3's
 /// Metal3Machine (installed only in that flavour: OpenShift clusters do not serve them).
 pub fn cluster_api_crds() -> Vec<Value> {
     let namespaced = |group, kind, plural, short, columns| {
         crd(group, kind, plural, short, "Namespaced", "v1beta1", columns)
     };
     vec![
+        namespaced(
+            "cluster.x-k8s.io",
+            "Cluster",
+            "clusters",
+            &["cl"],
+            json!([
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Paused", "type": "boolean", "jsonPath": ".spec.paused", "priority": 1},
+                {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+            ]),
+        ),
         namespaced(
             "cluster.x-k8s.io",
             "Machine",

@@ -85,8 +85,13 @@ pub enum MachineLink {
 /// What a kubelet knows about its node.
 #[derive(Debug, Clone)]
 pub struct NodeIdentity {
-    /// Node name (the host name).
+    /// Node name (the host name inside its cluster).
     pub name: String,
+    /// Its Machine's name in the (management) cluster: the Node name, except for a workload
+    /// cluster's Node (`wc-0-worker-1` for `worker-1`).
+    pub machine_name: String,
+    /// Its Cluster API cluster (the Machine's `spec.clusterName`).
+    pub cluster_name: String,
     /// `master` or `worker`.
     pub role: String,
     /// The Node's Machine.
@@ -120,14 +125,14 @@ fn node_info(boot_id: &str) -> Value {
 fn machine_fields(identity: &NodeIdentity) -> (Value, Value) {
     // Set by the machine-api nodelink controller in OpenShift, or by Cluster API's machine
     // controller; the simulator has neither, so the kubelet writes them (machine and host
-    // names are equal here).
+    // names are equal, and the Node's too outside workload clusters).
     let mut annotations = json!({"volumes.kubernetes.io/controller-managed-attach-detach": "true"});
     let mut spec = json!({});
     match identity.machine {
         MachineLink::ClusterApi => {
-            annotations["cluster.x-k8s.io/machine"] = json!(identity.name);
+            annotations["cluster.x-k8s.io/machine"] = json!(identity.machine_name);
             annotations["cluster.x-k8s.io/cluster-namespace"] = json!(super::MACHINE_NAMESPACE);
-            annotations["cluster.x-k8s.io/cluster-name"] = json!(super::CAPI_CLUSTER_NAME);
+            annotations["cluster.x-k8s.io/cluster-name"] = json!(identity.cluster_name);
         }
         MachineLink::MachineApi => {
             annotations["machine.openshift.io/machine"] =
@@ -143,7 +148,7 @@ fn machine_fields(identity: &NodeIdentity) -> (Value, Value) {
     match identity.machine {
         MachineLink::ClusterApi => {
             let ns = super::MACHINE_NAMESPACE;
-            let name = &identity.name;
+            let name = &identity.machine_name;
             spec["providerID"] = json!(format!("metal3://{ns}/{name}/{name}"));
         }
         MachineLink::MachineApi => {
@@ -248,7 +253,8 @@ pub async fn run(
         if faults.silent() {
             continue;
         }
-        let boot = boot_id(&identity.name, offs_seen);
+        // Per host: Nodes of two workload clusters may share a name.
+        let boot = boot_id(&identity.machine_name, offs_seen);
         let now = format_time(api.store().wall_time());
         // Node status at start, then at most every 10 heartbeats unless it needs a change.
         let node = api.get(NODES, "", &identity.name);

@@ -90,6 +90,12 @@ pub const CAPI_MACHINES: Gvr = Gvr {
     version: "v1beta1",
     plural: "machines",
 };
+/// Cluster API Clusters.
+pub const CAPI_CLUSTERS: Gvr = Gvr {
+    group: "cluster.x-k8s.io",
+    version: "v1beta1",
+    plural: "clusters",
+};
 /// Cluster API MachineHealthChecks.
 pub const CAPI_MHCS: Gvr = Gvr {
     group: "cluster.x-k8s.io",

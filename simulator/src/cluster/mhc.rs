@@ -29,6 +29,7 @@ use super::local::{
     MACHINES, MHCS, NODES, namespace_and_name,
 };
 use super::timing::{Timing, parse_go_duration};
+use super::workload::ClusterCache;
 use crate::apiserver::time::parse_time;
 
 /// The component its Events name.
@@ -162,10 +163,21 @@ fn allowed_unhealthy(max: Option<&Value>, total: usize) -> usize {
     }
 }
 
+/// Where a health check reads Nodes.
+#[derive(Debug, Clone)]
+pub enum NodeReader {
+    /// One client for every health check: OpenShift's own account, or the admin of a
+    /// self-hosted Cluster API cluster (its own API server).
+    Direct(Local),
+    /// Cluster API's cluster cache: each health check reads the Nodes of its
+    /// `spec.clusterName` through that Cluster's kubeconfig Secret.
+    Workload(ClusterCache),
+}
+
 /// Runs the controller until the task is aborted: `api` is the health check's account,
 /// `nodes` how it reads Nodes (the same account for OpenShift's; for Cluster API's, the
 /// workload cluster's kubeconfig).
-pub async fn run(api: Local, nodes: Local, flavour: Flavour, timing: Timing) {
+pub async fn run(api: Local, nodes: NodeReader, flavour: Flavour, timing: Timing) {
     every(api, timing.mhc_period, move |api: &Local| {
         pass(api, &nodes, flavour);
     })
@@ -200,18 +212,28 @@ where
     }
 }
 
-/// One pass over every MachineHealthCheck of `flavour`, reading Nodes through `node_reader`.
-pub fn pass(api: &Local, node_reader: &Local, flavour: Flavour) {
-    let now = api.store().wall_time();
-    // Read, not copied: thousands of Machines and Nodes every period.
-    let nodes: HashMap<String, Arc<Value>> = node_reader
-        .list_shared(NODES, None)
+/// Nodes by name.
+fn by_name(nodes: Vec<Arc<Value>>) -> HashMap<String, Arc<Value>> {
+    nodes
         .into_iter()
         .filter_map(|node| {
             let name = node.pointer("/metadata/name").and_then(Value::as_str)?;
             Some((name.to_owned(), node.clone()))
         })
-        .collect();
+        .collect()
+}
+
+/// One pass over every MachineHealthCheck of `flavour`, reading Nodes through `node_reader`.
+/// A health check whose workload cluster cannot be read skips its pass — nothing remediated,
+/// nothing withdrawn, its status kept — as Cluster API's requeues when its cluster cache has
+/// no connection (a Node it cannot read is not a Node gone).
+pub fn pass(api: &Local, node_reader: &NodeReader, flavour: Flavour) {
+    let now = api.store().wall_time();
+    // Read, not copied: thousands of Machines and Nodes every period.
+    let direct = match node_reader {
+        NodeReader::Direct(reader) => by_name(reader.list_shared(NODES, None)),
+        NodeReader::Workload(_) => HashMap::new(),
+    };
     // OpenShift's controllers watch only their namespace (machine-api-operator runs them with
     // `--namespace openshift-machine-api`); Cluster API's manager watches every namespace.
     let (mhcs, machines_gvr, scope) = match flavour {
@@ -219,7 +241,28 @@ pub fn pass(api: &Local, node_reader: &Local, flavour: Flavour) {
         Flavour::ClusterApi => (CAPI_MHCS, CAPI_MACHINES, None),
     };
     for mhc in api.list(mhcs, scope) {
-        check(api, &mhc, machines_gvr, (now, &nodes));
+        let workload;
+        let nodes = match node_reader {
+            NodeReader::Direct(_) => &direct,
+            NodeReader::Workload(cache) => {
+                let (namespace, name) = namespace_and_name(&mhc);
+                let cluster = mhc
+                    .pointer("/spec/clusterName")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                match cache.nodes(api, namespace, cluster) {
+                    Ok(nodes) => {
+                        workload = by_name(nodes);
+                        &workload
+                    }
+                    Err(why) => {
+                        tracing::debug!(mhc = %name, %cluster, %why, "workload cluster unreachable: health check requeued");
+                        continue;
+                    }
+                }
+            }
+        };
+        check(api, &mhc, machines_gvr, (now, nodes));
     }
 }
 
@@ -233,10 +276,22 @@ fn check(
     let (namespace, name) = namespace_and_name(mhc);
     let openshift = machines_gvr == MACHINES;
     let selector = mhc.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+    // Cluster API's health check looks only at its cluster's Machines (it adds the cluster
+    // name label to the selector).
+    let cluster = (!openshift)
+        .then(|| mhc.pointer("/spec/clusterName").and_then(Value::as_str))
+        .flatten();
     let machines: Vec<Arc<Value>> = api
         .list_shared(machines_gvr, Some(namespace))
         .into_iter()
         .filter(|m| labels_match(&selector, m))
+        .filter(|m| {
+            cluster.is_none_or(|c| {
+                m.pointer("/metadata/labels/cluster.x-k8s.io~1cluster-name")
+                    .and_then(Value::as_str)
+                    == Some(c)
+            })
+        })
         .collect();
     let verdicts: Vec<(Arc<Value>, Verdict)> = machines
         .iter()

@@ -4,7 +4,9 @@
 //! BareMetal Operator. Machines, BareMetalHosts and Nodes are linked as in OpenShift
 //! (`status.nodeRef`, `spec.providerID`, the `metal3.io/BareMetalHost` annotation); in the
 //! platform-none flavour ([`ClusterSpec::platform_none`]) there are only Nodes, and each
-//! host's BMC is a baremend `HostBmc` naming its Node.
+//! host's BMC is a baremend `HostBmc` naming its Node. In the Cluster API flavour with
+//! workload clusters ([`ClusterSpec::workload_clusters`]) it is a management cluster and N
+//! workload API servers in the same process (see [`workload`]).
 
 pub mod accounts;
 mod bmo;
@@ -20,6 +22,7 @@ pub mod nhc;
 pub mod nhc_rules;
 pub mod scenario;
 pub mod timing;
+pub mod workload;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,11 +36,12 @@ use tokio::task::JoinHandle;
 pub use self::bmo::{BmoOptions, DETACHED, PAUSED, REBOOT, REBOOT_PREFIX};
 pub use self::kubelet::{MachineLink, NodeFaults};
 use self::local::{
-    BMHS, CAPI_MACHINES, CAPI_MHCS, CRDS, HOST_BMCS, Local, MACHINES, METAL3_MACHINES, MHCS,
-    NAMESPACES, NODES, SECRETS,
+    BMHS, CAPI_CLUSTERS, CAPI_MACHINES, CAPI_MHCS, CRDS, HOST_BMCS, Local, MACHINES,
+    METAL3_MACHINES, MHCS, NAMESPACES, NODES, SECRETS,
 };
 pub use self::mhc::{EXTERNAL_REMEDIATION, STRATEGY_ANNOTATION};
 pub use self::scenario::ClusterSpec;
+pub use self::workload::WorkloadCluster;
 use crate::apiserver::{ApiServer, ApiServerConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::host::{Power, SimHost};
@@ -61,8 +65,14 @@ pub const BMC_USERNAME: &str = "admin";
 /// One simulated host and its links.
 #[derive(Debug, Clone)]
 pub struct HostInfo {
-    /// Host, Machine, BareMetalHost and Node name.
+    /// Host, Machine, Metal3Machine, BareMetalHost and BMC Secret name (in the management
+    /// cluster); the Node name too, outside workload clusters.
     pub name: String,
+    /// Its Node's name, in its cluster: [`HostInfo::name`], except for a workload cluster's
+    /// host (`master-<i>`, `worker-<i>`, the same names in every workload cluster).
+    pub node_name: String,
+    /// The workload cluster its Node lives in (None: the one cluster, or the self-hosted one).
+    pub cluster: Option<String>,
     /// `master` or `worker`.
     pub role: String,
     /// The host.
@@ -95,6 +105,7 @@ impl HostInfo {
 /// A running simulated cluster. Dropping it stops everything.
 pub struct SimCluster {
     server: ApiServer,
+    workloads: Vec<WorkloadCluster>,
     redfish: RedfishSim,
     ipmi: Vec<IpmiSim>,
     hosts: Vec<HostInfo>,
@@ -110,6 +121,7 @@ impl std::fmt::Debug for SimCluster {
         f.debug_struct("SimCluster")
             .field("url", &self.server.url())
             .field("hosts", &self.hosts.len())
+            .field("workload_clusters", &self.workloads.len())
             .finish_non_exhaustive()
     }
 }
@@ -153,14 +165,13 @@ impl SimCluster {
             json!({"metadata": {"name": MACHINE_NAMESPACE}}),
         )
         .map_err(fail)?;
+        let refusals = Arc::new(local::Refusals::default());
+        let workloads = Self::start_workload_clusters(&api, &spec, &refusals).await?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-        let names: Vec<(String, &str)> = (0..spec.masters)
-            .map(|i| (format!("master-{i}"), "master"))
-            .chain((0..spec.workers).map(|i| (format!("worker-{i}"), "worker")))
-            .collect();
+        let names = host_plans(&spec);
         let sim_hosts: Vec<Arc<SimHost>> = names
             .iter()
-            .map(|(name, _)| {
+            .map(|(name, ..)| {
                 Arc::new(SimHost::new(
                     name,
                     Power::On,
@@ -183,7 +194,7 @@ impl SimCluster {
         .await?;
         let mut ipmi = Vec::new();
         let mut hosts = Vec::new();
-        for ((name, role), host) in names.iter().zip(&sim_hosts) {
+        for ((name, node_name, role, cluster), host) in names.iter().zip(&sim_hosts) {
             let ipmi_address = if spec.ipmi {
                 let users = vec![IpmiUser {
                     username: BMC_USERNAME.into(),
@@ -207,6 +218,8 @@ impl SimCluster {
             };
             hosts.push(HostInfo {
                 name: name.clone(),
+                node_name: node_name.clone(),
+                cluster: cluster.clone(),
                 role: (*role).to_owned(),
                 host: host.clone(),
                 faults: Arc::new(NodeFaults::default()),
@@ -229,15 +242,36 @@ impl SimCluster {
                 .map_err(fail)?;
         } else if spec.platform_none {
             // No Machines, so no MachineHealthCheck: the requests come from elsewhere.
-        } else if spec.cluster_api {
-            let mhc = capi_health_check(&spec);
+        } else if spec.cluster_api && workloads.is_empty() {
+            let mhc = capi_health_check(&spec, CAPI_CLUSTER_NAME, "workers");
             api.create(CAPI_MHCS, MACHINE_NAMESPACE, mhc)
                 .map_err(fail)?;
+        } else if spec.cluster_api {
+            for cluster in &workloads {
+                let mhc = capi_health_check(&spec, cluster.name(), &deployment(cluster.name()));
+                api.create(CAPI_MHCS, MACHINE_NAMESPACE, mhc)
+                    .map_err(fail)?;
+            }
         } else {
             api.create(MHCS, MACHINE_NAMESPACE, machine_api_health_check(&spec))
                 .map_err(fail)?;
         }
-        Self::place_workloads(&api, &hosts, &spec.workloads).map_err(fail)?;
+        // The pods run where their Nodes are: in the one cluster, or in each workload cluster.
+        if workloads.is_empty() {
+            Self::place_workloads(&api, &hosts, &spec.workloads).map_err(fail)?;
+        }
+        for cluster in &workloads {
+            let installer = Local::new(
+                cluster.api_server().store().clone(),
+                "baremend-sim-installer",
+            );
+            let own: Vec<HostInfo> = hosts
+                .iter()
+                .filter(|h| h.cluster.as_deref() == Some(cluster.name()))
+                .cloned()
+                .collect();
+            Self::place_workloads(&installer, &own, &spec.workloads).map_err(fail)?;
+        }
         let mco = if spec.mco {
             // An OpenShift cluster: its ClusterVersion too.
             api.create(CRDS, "", fixtures::cluster_version_crd())
@@ -252,23 +286,34 @@ impl SimCluster {
         let accounts = accounts::Accounts::new(
             server.store().clone(),
             server.authorizer().clone(),
-            Arc::new(local::Refusals::default()),
+            refusals,
         );
         let mut actors = Vec::new();
         let mut seed = spec.seed.max(1);
         for info in &hosts {
             let identity = kubelet::NodeIdentity {
-                name: info.name.clone(),
+                name: info.node_name.clone(),
+                machine_name: info.name.clone(),
+                cluster_name: info
+                    .cluster
+                    .as_deref()
+                    .unwrap_or(CAPI_CLUSTER_NAME)
+                    .to_owned(),
                 role: info.role.clone(),
                 machine: spec.machine_link(),
             };
+            // Its kubelet registers in its own cluster's API server.
+            let own = workloads
+                .iter()
+                .find(|c| info.cluster.as_deref() == Some(c.name()))
+                .map_or(&accounts, WorkloadCluster::accounts);
             // Spread heartbeats over the interval, deterministically for a seed (xorshift).
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             let phase = spec.timing.heartbeat.mul_f64((seed % 1000) as f64 / 1000.0);
             actors.push(tokio::spawn(kubelet::run(
-                accounts.kubelet(&info.name, "kubelet"),
+                own.kubelet(&info.node_name, "kubelet"),
                 kubelet::Machine {
                     host: info.host.clone(),
                     faults: info.faults.clone(),
@@ -279,13 +324,17 @@ impl SimCluster {
                 phase,
             )));
         }
-        actors.push(tokio::spawn(lifecycle::run(
-            lifecycle::ControllerManager {
-                informers: accounts.local(accounts::Actor::ControllerManager),
-                writes: accounts.local(accounts::Actor::NodeLifecycle),
-            },
-            spec.timing.clone(),
-        )));
+        // Each cluster's controller-manager watches its own Nodes.
+        for own in std::iter::once(&accounts).chain(workloads.iter().map(WorkloadCluster::accounts))
+        {
+            actors.push(tokio::spawn(lifecycle::run(
+                lifecycle::ControllerManager {
+                    informers: own.local(accounts::Actor::ControllerManager),
+                    writes: own.local(accounts::Actor::NodeLifecycle),
+                },
+                spec.timing.clone(),
+            )));
+        }
         if !spec.platform_none {
             actors.push(tokio::spawn(bmo::run(
                 accounts.local(accounts::Actor::BareMetalOperator),
@@ -299,6 +348,7 @@ impl SimCluster {
         let faults = spec.faults.clone();
         let mut cluster = SimCluster {
             server,
+            workloads,
             redfish,
             ipmi,
             hosts,
@@ -328,11 +378,16 @@ impl SimCluster {
             // the workload cluster's kubeconfig.
             let (health_check, nodes, flavour) = if cluster.spec.cluster_api {
                 let manager = cluster.accounts.local(accounts::Actor::ClusterApi);
-                let workload = cluster.accounts.workload_admin();
-                (manager, workload, mhc::Flavour::ClusterApi)
+                let nodes = if cluster.workloads.is_empty() {
+                    mhc::NodeReader::Direct(cluster.accounts.workload_admin())
+                } else {
+                    mhc::NodeReader::Workload(workload::ClusterCache::new(&cluster.workloads))
+                };
+                (manager, nodes, mhc::Flavour::ClusterApi)
             } else {
                 let controllers = cluster.accounts.local(accounts::Actor::MachineApi);
-                (controllers.clone(), controllers, mhc::Flavour::MachineApi)
+                let nodes = mhc::NodeReader::Direct(controllers.clone());
+                (controllers, nodes, mhc::Flavour::MachineApi)
             };
             cluster.actors.push(tokio::spawn(mhc::run(
                 health_check,
@@ -343,11 +398,53 @@ impl SimCluster {
         }
         if !faults.is_empty() {
             let hosts = cluster.hosts.clone();
+            let switches = cluster
+                .workloads
+                .iter()
+                .map(|c| (c.name().to_owned(), c.api_server().reachability().clone()))
+                .collect();
             cluster
                 .actors
-                .push(tokio::spawn(scenario::play_faults(faults, hosts)));
+                .push(tokio::spawn(scenario::play_faults(faults, hosts, switches)));
         }
         Ok(cluster)
+    }
+
+    /// Starts the spec's workload API servers and writes each one's `Cluster` (provisioned)
+    /// and `<cluster>-kubeconfig` Secret in the management cluster.
+    async fn start_workload_clusters(
+        api: &Local,
+        spec: &ClusterSpec,
+        refusals: &Arc<local::Refusals>,
+    ) -> Result<Vec<WorkloadCluster>> {
+        let fail =
+            |e: crate::apiserver::ApiError| Error::Config(format!("cluster set-up: {}", e.message));
+        let mut workloads = Vec::new();
+        for name in spec.workload_cluster_names() {
+            let version = spec.kubernetes_version;
+            let cluster = workload::start(&name, (spec.tls, version), refusals.clone()).await?;
+            let object = workload::cluster_object(&cluster, MACHINE_NAMESPACE);
+            let created = api
+                .create(CAPI_CLUSTERS, MACHINE_NAMESPACE, object)
+                .map_err(fail)?;
+            api.merge(
+                CAPI_CLUSTERS,
+                MACHINE_NAMESPACE,
+                &name,
+                &workload::provisioned_status(),
+                true,
+            )
+            .map_err(fail)?;
+            let uid = created
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let secret = workload::kubeconfig_secret(&cluster, MACHINE_NAMESPACE, uid);
+            api.create(SECRETS, MACHINE_NAMESPACE, secret)
+                .map_err(fail)?;
+            workloads.push(cluster);
+        }
+        Ok(workloads)
     }
 
     /// Creates a host's BMC credentials Secret.
@@ -440,6 +537,7 @@ impl SimCluster {
         info: &HostInfo,
     ) -> std::result::Result<(), crate::apiserver::ApiError> {
         let name = &info.name;
+        let cluster = info.cluster.as_deref().unwrap_or(CAPI_CLUSTER_NAME);
         api.delete(MACHINES, MACHINE_NAMESPACE, name, Some(0))?;
         api.create(METAL3_MACHINES, MACHINE_NAMESPACE, json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
@@ -448,9 +546,11 @@ impl SimCluster {
             "spec": {"providerID": format!("metal3://{MACHINE_NAMESPACE}/{name}/{name}")},
         }))?;
         api.merge(BMHS, MACHINE_NAMESPACE, name, &json!({"spec": {"consumerRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": name, "namespace": MACHINE_NAMESPACE}}}), false)?;
-        let mut labels = json!({"cluster.x-k8s.io/cluster-name": CAPI_CLUSTER_NAME});
+        let mut labels = json!({"cluster.x-k8s.io/cluster-name": cluster});
         if info.role == "master" {
             labels["cluster.x-k8s.io/control-plane"] = json!("");
+        } else if info.cluster.is_some() {
+            labels["cluster.x-k8s.io/deployment-name"] = json!(deployment(cluster));
         } else {
             labels["cluster.x-k8s.io/deployment-name"] = json!("workers");
         }
@@ -459,13 +559,13 @@ impl SimCluster {
             "kind": "Machine",
             "metadata": {"name": name, "labels": labels},
             "spec": {
-                "clusterName": CAPI_CLUSTER_NAME,
+                "clusterName": cluster,
                 "bootstrap": {"dataSecretName": format!("{name}-bootstrap")},
                 "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": name, "namespace": MACHINE_NAMESPACE},
                 "providerID": format!("metal3://{MACHINE_NAMESPACE}/{name}/{name}"),
             },
         }))?;
-        api.merge(CAPI_MACHINES, MACHINE_NAMESPACE, name, &json!({"status": {"phase": "Running", "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": name}}}), true)?;
+        api.merge(CAPI_MACHINES, MACHINE_NAMESPACE, name, &json!({"status": {"phase": "Running", "nodeRef": {"apiVersion": "v1", "kind": "Node", "name": info.node_name}}}), true)?;
         Ok(())
     }
 
@@ -485,11 +585,11 @@ impl SimCluster {
             for index in 0..workloads.pods_per_worker {
                 api.create(local::PODS, "workloads", json!({
                     "metadata": {
-                        "name": format!("app-{}-{index}", worker.name),
+                        "name": format!("app-{}-{index}", worker.node_name),
                         "labels": {"app": "app"},
                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "app", "uid": "5d4f0c3a-8b2e-4f6a-9c1d-7e8f9a0b1c2d", "controller": true}],
                     },
-                    "spec": {"nodeName": worker.name, "terminationGracePeriodSeconds": 30, "containers": [{"name": "app", "image": "registry.example/app:1"}]},
+                    "spec": {"nodeName": worker.node_name, "terminationGracePeriodSeconds": 30, "containers": [{"name": "app", "image": "registry.example/app:1"}]},
                 }))?;
             }
         }
@@ -499,11 +599,20 @@ impl SimCluster {
         Ok(())
     }
 
-    /// How many Nodes are Ready.
+    /// Every API server's store, with the workload cluster's name (None: the management or
+    /// only cluster).
+    fn stores(&self) -> impl Iterator<Item = (Option<&str>, &Arc<crate::apiserver::Store>)> {
+        std::iter::once((None, self.server.store())).chain(
+            self.workloads
+                .iter()
+                .map(|c| (Some(c.name()), c.api_server().store())),
+        )
+    }
+
+    /// How many Nodes are Ready, in every API server.
     pub fn ready_nodes(&self) -> usize {
-        let api = Local::new(self.server.store().clone(), "reader");
-        api.list(NODES, None)
-            .iter()
+        self.stores()
+            .flat_map(|(_, store)| Local::new(store.clone(), "reader").list(NODES, None))
             .filter(|n| {
                 n.pointer("/status/conditions")
                     .and_then(Value::as_array)
@@ -513,6 +622,34 @@ impl SimCluster {
                     })
             })
             .count()
+    }
+
+    /// The workload clusters (`wc-0`…; empty unless the spec asks for them).
+    pub fn workload_clusters(&self) -> &[WorkloadCluster] {
+        &self.workloads
+    }
+
+    /// A workload cluster by name.
+    pub fn workload_cluster(&self, name: &str) -> Option<&WorkloadCluster> {
+        self.workloads.iter().find(|c| c.name() == name)
+    }
+
+    /// The admin kubeconfig of workload cluster `name` (the one its `<name>-kubeconfig`
+    /// Secret holds).
+    pub fn workload_kubeconfig(&self, name: &str) -> Option<String> {
+        self.workload_cluster(name)
+            .map(|c| c.kubeconfig().to_owned())
+    }
+
+    /// Makes workload cluster `cluster`'s API server unreachable to its clients (`down`: open
+    /// connections and watches cut, new ones closed unanswered; the management cluster's
+    /// health check cannot read it either) or reachable again. Its own kubelets and
+    /// controller-manager keep going, as behind a partition between the management cluster
+    /// and the workload cluster's endpoint. False when there is no such cluster.
+    pub fn set_workload_api_down(&self, cluster: &str, down: bool) -> bool {
+        self.workload_cluster(cluster)
+            .map(|c| c.api_server().set_reachable(!down))
+            .is_some()
     }
 
     /// The spec the cluster was started with.
@@ -654,17 +791,23 @@ impl SimCluster {
             .is_some()
     }
 
-    /// Node names by readiness, for status output.
+    /// Node names by readiness, for status output; a workload cluster's Nodes as
+    /// `<cluster>/<node>`.
     pub fn node_summary(&self) -> HashMap<String, String> {
-        let api = Local::new(self.server.store().clone(), "reader");
-        api.list(NODES, None)
-            .into_iter()
-            .map(|n| {
-                let name = n
+        self.stores()
+            .flat_map(|(cluster, store)| {
+                let nodes = Local::new(store.clone(), "reader").list(NODES, None);
+                nodes.into_iter().map(move |n| (cluster, n))
+            })
+            .map(|(cluster, n)| {
+                let node = n
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
+                    .unwrap_or_default();
+                let name = match cluster {
+                    Some(cluster) => format!("{cluster}/{node}"),
+                    None => node.to_owned(),
+                };
                 let ready = n
                     .pointer("/status/conditions")
                     .and_then(Value::as_array)
@@ -741,16 +884,56 @@ fn unhealthy_conditions(spec: &ClusterSpec) -> Value {
     ])
 }
 
-/// The workers' Cluster API MachineHealthCheck, naming baremend's remediation template.
-fn capi_health_check(spec: &ClusterSpec) -> Value {
+/// The name of a workload cluster's workers' MachineDeployment (its Machines' label).
+fn deployment(cluster: &str) -> String {
+    format!("{cluster}-workers")
+}
+
+/// Each host to build: management-side name, Node name, role and workload cluster — the
+/// spec's masters and workers once, or in each workload cluster.
+fn host_plans(spec: &ClusterSpec) -> Vec<(String, String, &'static str, Option<String>)> {
+    let roles = || {
+        (0..spec.masters)
+            .map(|i| (format!("master-{i}"), "master"))
+            .chain((0..spec.workers).map(|i| (format!("worker-{i}"), "worker")))
+    };
+    let clusters = spec.workload_cluster_names();
+    if clusters.is_empty() {
+        return roles()
+            .map(|(node, role)| (node.clone(), node, role, None))
+            .collect();
+    }
+    clusters
+        .iter()
+        .flat_map(|cluster| {
+            roles().map(move |(node, role)| {
+                (
+                    format!("{cluster}-{node}"),
+                    node,
+                    role,
+                    Some(cluster.clone()),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The workers' Cluster API MachineHealthCheck of `cluster` (its workers' MachineDeployment
+/// `deployment`), naming baremend's remediation template.
+fn capi_health_check(spec: &ClusterSpec, cluster: &str, deployment: &str) -> Value {
     let template = spec.remediation_template.as_deref().unwrap_or("baremend");
+    let name = if cluster == CAPI_CLUSTER_NAME {
+        "workers".to_owned()
+    } else {
+        deployment.to_owned()
+    };
     json!({
         "apiVersion": "cluster.x-k8s.io/v1beta1",
         "kind": "MachineHealthCheck",
-        "metadata": {"name": "workers", "namespace": MACHINE_NAMESPACE},
+        "metadata": {"name": name, "namespace": MACHINE_NAMESPACE, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
         "spec": {
-            "clusterName": CAPI_CLUSTER_NAME,
-            "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": "workers"}},
+            "clusterName": cluster,
+            "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": deployment}},
             "unhealthyConditions": unhealthy_conditions(spec),
             "maxUnhealthy": spec.max_unhealthy,
             "nodeStartupTimeout": format!("{}ms", spec.timing.node_startup_timeout.as_millis()),

@@ -8,6 +8,7 @@
 //! maxUnhealthy: "40%"
 //! remediationTemplate: baremend   # the MHC creates MachineRemediation requests from it
 //! clusterApi: false      # cluster.x-k8s.io Machines and Metal3Machines, a Cluster API MHC
+//! workloadClusters: 0    # with clusterApi: a management API server and N workload ones
 //! nodeHealthCheck: false # a medik8s NodeHealthCheck instead of the MachineHealthCheck
 //! platformNone: false    # Nodes and HostBmcs only: no Machines, BareMetalHosts, BMO or MHC
 //! escalationTimeout: 60s # its timeout for baremend's step
@@ -75,6 +76,10 @@ pub struct ClusterSpec {
     /// MachineHealthCheck for the workers naming the `MachineRemediationTemplate`
     /// `remediationTemplate` (`baremend` when unset). Off: OpenShift's Machine API.
     pub cluster_api: bool,
+    /// With `clusterApi`: how many workload clusters (`wc-0`…) the management cluster runs,
+    /// each its own API server with `masters` + `workers` hosts whose Nodes live there, its
+    /// Cluster and kubeconfig Secret in the management cluster. 0: one self-hosted cluster.
+    pub workload_clusters: usize,
     /// A medik8s NodeHealthCheck for the workers instead of the MachineHealthCheck: its
     /// escalating remediations are baremend's `NodeRemediationTemplate` `baremend` (in the
     /// namespace `workload-availability`) for `escalationTimeout`, then a
@@ -125,11 +130,18 @@ pub struct TimedFault {
     #[serde(with = "humantime_ms")]
     pub at: Duration,
     /// `hang`, `nic-down`, `broken` or `recover` (a node); `bmc-stuck`, `bmc-unreachable`, `bmc-clear`
-    /// (a host's BMC).
+    /// (a host's BMC); `workloadApiDown`, `workloadApiUp` (a workload cluster's API server).
     pub fault: String,
-    /// The node or host.
+    /// The host (its management-side name), or the workload cluster (`wc-0`).
     pub target: String,
 }
+
+/// The fault that makes a workload cluster's API server unreachable to its clients.
+pub const WORKLOAD_API_DOWN: &str = "workloadApiDown";
+/// The fault that makes it reachable again.
+pub const WORKLOAD_API_UP: &str = "workloadApiUp";
+/// The most workload clusters a spec may ask for (each is an API server with its own port).
+pub const MAX_WORKLOAD_CLUSTERS: usize = 200;
 
 /// Timing in a scenario file (camelCase keys over [`Timing`]).
 pub type TimingSpec = Timing;
@@ -154,6 +166,7 @@ impl Default for ClusterSpec {
             mco_max_unavailable: serde_json::json!(1),
             remediation_template: None,
             cluster_api: false,
+            workload_clusters: 0,
             node_health_check: false,
             escalation_timeout: Duration::from_secs(60),
             platform_none: false,
@@ -178,6 +191,8 @@ impl ClusterSpec {
                     | "bmc-stuck"
                     | "bmc-unreachable"
                     | "bmc-clear"
+                    | WORKLOAD_API_DOWN
+                    | WORKLOAD_API_UP
             ) {
                 return Err(format!("invalid scenario: unknown fault {:?}", fault.fault));
             }
@@ -215,6 +230,13 @@ impl ClusterSpec {
         actors
     }
 
+    /// The workload clusters' names: `wc-0`…`wc-{N-1}`.
+    pub fn workload_cluster_names(&self) -> Vec<String> {
+        (0..self.workload_clusters)
+            .map(|k| format!("wc-{k}"))
+            .collect()
+    }
+
     /// Which Machine the Nodes of this flavour belong to.
     pub fn machine_link(&self) -> super::MachineLink {
         match (self.platform_none, self.cluster_api) {
@@ -230,6 +252,7 @@ impl ClusterSpec {
     /// `nodeHealthCheck` is allowed: nothing there asks for remediation by itself, and a test
     /// (or a user's own health checker) creates the `NodeRemediation` requests.
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_workload_clusters()?;
         if !self.platform_none {
             return Ok(());
         }
@@ -242,6 +265,45 @@ impl ClusterSpec {
         if let Some(template) = &self.remediation_template {
             return Err(format!(
                 "platformNone has no MachineHealthCheck to name the remediationTemplate {template:?}; a NodeHealthCheck (nodeHealthCheck) names baremend's NodeRemediationTemplate"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ClusterSpec {
+    /// Workload clusters are Cluster API's: they need `clusterApi`, and the flavours that run
+    /// in the one cluster holding the Nodes (the MCO, a NodeHealthCheck) are not simulated
+    /// across clusters.
+    fn validate_workload_clusters(&self) -> Result<(), String> {
+        let count = self.workload_clusters;
+        let names = self.workload_cluster_names();
+        for fault in &self.faults {
+            if matches!(fault.fault.as_str(), WORKLOAD_API_DOWN | WORKLOAD_API_UP)
+                && !names.contains(&fault.target)
+            {
+                return Err(format!(
+                    "fault {} names {:?}, which is not a workload cluster (workloadClusters: {count}: wc-0…)",
+                    fault.fault, fault.target
+                ));
+            }
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        if !self.cluster_api {
+            return Err(format!(
+                "workloadClusters: {count} needs clusterApi: true (workload clusters are the Cluster API management model)"
+            ));
+        }
+        if count > MAX_WORKLOAD_CLUSTERS {
+            return Err(format!(
+                "workloadClusters: {count} is more than {MAX_WORKLOAD_CLUSTERS}"
+            ));
+        }
+        if self.mco || self.node_health_check {
+            return Err(format!(
+                "workloadClusters: {count} cannot go with mco or nodeHealthCheck (they run in a single cluster)"
             ));
         }
         Ok(())
@@ -264,8 +326,13 @@ mod humantime_ms {
     }
 }
 
-/// Applies a scenario's faults at their times (after the cluster is up).
-pub(crate) async fn play_faults(mut faults: Vec<TimedFault>, hosts: Vec<super::HostInfo>) {
+/// Applies a scenario's faults at their times (after the cluster is up); `workloads`: each
+/// workload cluster's name and API server switch.
+pub(crate) async fn play_faults(
+    mut faults: Vec<TimedFault>,
+    hosts: Vec<super::HostInfo>,
+    workloads: Vec<(String, crate::apiserver::Reachability)>,
+) {
     use std::sync::atomic::Ordering;
 
     use crate::host::Faults;
@@ -274,6 +341,16 @@ pub(crate) async fn play_faults(mut faults: Vec<TimedFault>, hosts: Vec<super::H
     let started = tokio::time::Instant::now();
     for fault in faults {
         tokio::time::sleep_until(started + fault.at).await;
+        if matches!(fault.fault.as_str(), WORKLOAD_API_DOWN | WORKLOAD_API_UP) {
+            match workloads.iter().find(|(name, _)| *name == fault.target) {
+                Some((_, switch)) => switch.set(fault.fault == WORKLOAD_API_UP),
+                None => {
+                    tracing::warn!(target = %fault.target, "scenario fault for an unknown workload cluster")
+                }
+            }
+            tracing::info!(fault = %fault.fault, target = %fault.target, "scenario fault applied");
+            continue;
+        }
         let Some(host) = hosts.iter().find(|h| h.name == fault.target) else {
             tracing::warn!(target = %fault.target, "scenario fault for an unknown host");
             continue;
@@ -334,7 +411,28 @@ mod tests {
         };
         let capi = read("capi.yaml");
         assert!(capi.cluster_api && !capi.node_health_check);
+        assert_eq!(capi.workload_clusters, 0);
         assert_eq!(capi.remediation_template.as_deref(), Some("baremend"));
+        let workload = read("capi-workload.yaml");
+        assert!(workload.cluster_api && workload.workload_clusters == 1);
+        assert_eq!((workload.masters, workload.workers), (1, 3));
+        assert_eq!(workload.timing, capi.timing);
+        assert_eq!(workload.faults[0].target, "wc-0-worker-0");
+        let fleet = read("capi-fleet.yaml");
+        assert!(fleet.cluster_api && fleet.workload_clusters == 3);
+        assert_eq!((fleet.masters, fleet.workers), (1, 4));
+        assert_eq!(fleet.max_unhealthy, "100%");
+        let hung: Vec<&str> = fleet.faults.iter().map(|f| f.target.as_str()).collect();
+        assert_eq!(
+            hung,
+            [
+                "wc-0-worker-1",
+                "wc-1-worker-1",
+                "wc-2-worker-1",
+                "wc-2-worker-2",
+                "wc-2-worker-3"
+            ]
+        );
         let nhc = read("nhc.yaml");
         assert!(nhc.node_health_check && !nhc.cluster_api);
         assert_eq!(nhc.escalation_timeout, Duration::from_secs(30));
@@ -344,6 +442,31 @@ mod tests {
         assert_eq!(upi.remediation_template, None);
         assert_eq!(upi.escalation_timeout, Duration::from_secs(30));
         assert_eq!(upi.faults.len(), 1);
+    }
+
+    #[test]
+    fn workload_clusters_need_the_cluster_api_flavour() {
+        let refused = ClusterSpec::from_yaml("workloadClusters: 1\n").unwrap_err();
+        assert!(refused.contains("clusterApi"), "{refused}");
+        let spec = ClusterSpec {
+            workload_clusters: 1,
+            ..ClusterSpec::default()
+        };
+        assert!(spec.validate().is_err());
+        assert!(ClusterSpec::from_yaml("clusterApi: true\nworkloadClusters: 2\n").is_ok());
+        let mco = ClusterSpec::from_yaml("clusterApi: true\nworkloadClusters: 1\nmco: true\n");
+        assert!(mco.unwrap_err().contains("mco"));
+        let many = ClusterSpec::from_yaml("clusterApi: true\nworkloadClusters: 100000\n");
+        assert!(many.unwrap_err().contains("more than"));
+        // A workload fault must name a workload cluster.
+        let fault = "faults:\n- {at: 1s, fault: workloadApiDown, target: wc-1}\n";
+        let one =
+            ClusterSpec::from_yaml(&format!("clusterApi: true\nworkloadClusters: 1\n{fault}"));
+        assert!(one.unwrap_err().contains("wc-1"));
+        let two =
+            ClusterSpec::from_yaml(&format!("clusterApi: true\nworkloadClusters: 2\n{fault}"));
+        assert_eq!(two.unwrap().faults[0].fault, WORKLOAD_API_DOWN);
+        assert_eq!(ClusterSpec::default().workload_clusters, 0);
     }
 
     #[test]
