@@ -71,36 +71,6 @@ fn with_template() -> ClusterSpec {
 }
 
 impl Lab {
-    /// Creates a Machine's request as a health check does: named after it, owned by it.
-    fn request(&self, machine: &str) {
-        let (machines, api_version) = match self.api.get(MACHINES, MACHINE_NAMESPACE, machine) {
-            Ok(_) => (MACHINES, "machine.openshift.io/v1beta1"),
-            Err(_) => (CAPI_MACHINES, "cluster.x-k8s.io/v1beta1"),
-        };
-        let object = self.api.get(machines, MACHINE_NAMESPACE, machine).unwrap();
-        self.api
-            .create(
-                MACHINE_REMEDIATIONS,
-                MACHINE_NAMESPACE,
-                json!({
-                    "apiVersion": "baremend.io/v1alpha1",
-                    "kind": "MachineRemediation",
-                    "metadata": {
-                        "name": machine,
-                        "namespace": MACHINE_NAMESPACE,
-                        "ownerReferences": [{
-                            "apiVersion": api_version,
-                            "kind": "Machine",
-                            "name": machine,
-                            "uid": object["metadata"]["uid"],
-                        }],
-                    },
-                    "spec": {},
-                }),
-            )
-            .unwrap();
-    }
-
     /// The Machine's request, if it has one.
     fn request_object(&self, machine: &str) -> Option<MachineRemediation> {
         let value = self

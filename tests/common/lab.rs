@@ -17,7 +17,9 @@ use baremend::metrics::Metrics;
 use baremend::remediation::controller::ControllerOptions;
 use baremend::runtime::SystemClock;
 use baremend_sim::clock::SystemClock as SimClock;
-use baremend_sim::cluster::local::{BMHS, CRDS, Gvr, Local, NODES, SECRETS};
+use baremend_sim::cluster::local::{
+    BMHS, CAPI_MACHINES, CRDS, Gvr, Local, MACHINE_REMEDIATIONS, MACHINES, NODES, SECRETS,
+};
 use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{BMC_USERNAME, ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::Power;
@@ -413,6 +415,36 @@ impl Lab {
         let mut faults = host.faults();
         faults.stuck_power = stuck;
         host.set_faults(faults);
+    }
+
+    /// Creates a Machine's request as a health check does: named after it, owned by it.
+    pub fn request(&self, machine: &str) {
+        let (machines, api_version) = match self.api.get(MACHINES, MACHINE_NAMESPACE, machine) {
+            Ok(_) => (MACHINES, "machine.openshift.io/v1beta1"),
+            Err(_) => (CAPI_MACHINES, "cluster.x-k8s.io/v1beta1"),
+        };
+        let object = self.api.get(machines, MACHINE_NAMESPACE, machine).unwrap();
+        self.api
+            .create(
+                MACHINE_REMEDIATIONS,
+                MACHINE_NAMESPACE,
+                json!({
+                    "apiVersion": "baremend.io/v1alpha1",
+                    "kind": "MachineRemediation",
+                    "metadata": {
+                        "name": machine,
+                        "namespace": MACHINE_NAMESPACE,
+                        "ownerReferences": [{
+                            "apiVersion": api_version,
+                            "kind": "Machine",
+                            "name": machine,
+                            "uid": object["metadata"]["uid"],
+                        }],
+                    },
+                    "spec": {},
+                }),
+            )
+            .unwrap();
     }
 
     /// Whether the Node exists.

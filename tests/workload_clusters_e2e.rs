@@ -1,0 +1,331 @@
+//! Cluster API workload clusters end to end: a management API server holding the Machines and
+//! hosts, and workload API servers holding the Nodes (under the same names in every cluster),
+//! each reached through its Cluster's `<cluster>-kubeconfig` Secret, as Cluster API and its
+//! Metal3 provider reach them (docs/guides/install.md, "Cluster API workload clusters").
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baremend::api::RemediationPhase;
+use baremend::api::slim::MachineApi;
+use baremend::remediation::controller::{ControllerOptions, PersistHook};
+use baremend::remediation::world::workload::Lifetimes;
+use baremend_sim::cluster::local::{EVENTS, Local, NODES, SECRETS};
+use baremend_sim::cluster::workload::kubeconfig_secret_name;
+use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
+use serde_json::{Value, json};
+
+mod common;
+
+use common::events::told_on;
+use common::eventually;
+use common::lab::{Lab, fast, fast_policy, metric, steps};
+
+/// `clusters` workload clusters of one control-plane host and `workers` workers each.
+fn fleet(clusters: usize, workers: usize) -> ClusterSpec {
+    ClusterSpec {
+        cluster_api: true,
+        workload_clusters: clusters,
+        masters: 1,
+        workers,
+        // The health checks report every unhealthy Machine: baremend's gates decide.
+        max_unhealthy: "100%".into(),
+        ..fast()
+    }
+}
+
+/// Connections checked again every second and dropped after three idle: the defaults (30 s,
+/// 5 min) would make the tests wait minutes.
+fn quick_lifetimes() -> Lifetimes {
+    Lifetimes {
+        recheck: Duration::from_secs(1),
+        idle: Duration::from_secs(3),
+    }
+}
+
+async fn start(spec: ClusterSpec, policy: Value, hook: Option<PersistHook>) -> Lab {
+    let mut lab = Lab::builder(spec).policy(policy).start().await;
+    lab.machine_template(json!({}));
+    let options = ControllerOptions {
+        machine_api: MachineApi::ClusterApi,
+        workload_clusters: quick_lifetimes(),
+        after_persist: hook,
+        ..lab.options()
+    };
+    lab.start_controller(options);
+    lab
+}
+
+/// A reader of a workload cluster's API server, in process (its reachability to clients does
+/// not apply).
+fn workload(lab: &Lab, cluster: &str) -> Local {
+    let server = lab.cluster.workload_cluster(cluster).unwrap().api_server();
+    Local::new(server.store().clone(), "reader")
+}
+
+fn node_uid(api: &Local, node: &str) -> Option<String> {
+    api.get(NODES, "", node)
+        .ok()
+        .and_then(|n| n.pointer("/metadata/uid")?.as_str().map(str::to_string))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_hosts_node_is_released_in_its_own_workload_cluster_and_the_same_name_elsewhere_is_kept()
+ {
+    let lab = start(fleet(2, 2), fast_policy(), None).await;
+    let (wc0, wc1) = (workload(&lab, "wc-0"), workload(&lab, "wc-1"));
+    let hung_before = node_uid(&wc0, "worker-1").expect("worker-1 in wc-0");
+    let twin = node_uid(&wc1, "worker-1").expect("worker-1 in wc-1");
+    assert!(
+        lab.api.get(NODES, "", "worker-1").is_err(),
+        "the management cluster holds no Node"
+    );
+    lab.cluster.hang("wc-0-worker-1");
+    let done = lab
+        .reach("wc-0-worker-1-1", RemediationPhase::Succeeded)
+        .await;
+    assert!(
+        steps(&done).contains(&"NodeDeleted".to_string()),
+        "{:?}",
+        steps(&done)
+    );
+    let status = done.status.clone().unwrap();
+    assert_eq!(status.node_cluster.as_deref(), Some("wc-0"), "{status:?}");
+    // wc-0's worker-1 was deleted and registered again; wc-1's, of the same name, never moved.
+    let hung_after = node_uid(&wc0, "worker-1").expect("worker-1 back in wc-0");
+    assert_ne!(hung_after, hung_before);
+    assert_eq!(node_uid(&wc1, "worker-1").as_deref(), Some(twin.as_str()));
+    told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Machine", "wc-0-worker-1"),
+        "NodeDeleted",
+        "Node worker-1 of workload cluster openshift-machine-api/wc-0 deleted",
+    )
+    .await;
+    metric(&lab, "baremend_workload_clusters_connected 1").await;
+    // Nothing needs wc-0 any more: its connection is dropped once idle.
+    metric(&lab, "baremend_workload_clusters_connected 0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_workload_cluster_holds_the_start_before_any_power_request() {
+    let lab = start(fleet(2, 2), fast_policy(), None).await;
+    assert!(lab.cluster.set_workload_api_down("wc-0", true));
+    lab.cluster.hang("wc-0-worker-0");
+    // Its health check cannot read the Nodes either, so asks nothing: asked by hand.
+    lab.request("wc-0-worker-0");
+    let held = lab
+        .held_with(
+            "wc-0-worker-0-1",
+            "workload cluster openshift-machine-api/wc-0, where Node worker-0 lives, cannot be reached: its API server does not answer",
+        )
+        .await;
+    assert_eq!(held.phase, RemediationPhase::Pending);
+    metric(
+        &lab,
+        "baremend_remediations_held{gate=\"WorkloadCluster\"} 1",
+    )
+    .await;
+    assert!(
+        lab.power_history("wc-0-worker-0").is_empty(),
+        "no power request while its Node cannot be seen"
+    );
+    // wc-1 answers: its hung host is remediated meanwhile.
+    lab.cluster.hang("wc-1-worker-0");
+    lab.reach("wc-1-worker-0-1", RemediationPhase::Succeeded)
+        .await;
+    assert!(lab.power_history("wc-0-worker-0").is_empty());
+    // Back: the held start goes ahead.
+    lab.cluster.set_workload_api_down("wc-0", false);
+    lab.reach("wc-0-worker-0-1", RemediationPhase::Succeeded)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_cluster_gone_after_the_power_off_never_counts_its_node_gone() {
+    // Its API goes away the moment the power-off request is recorded, before it is made.
+    let reachability = Arc::new(std::sync::Mutex::new(None));
+    let cut = reachability.clone();
+    let hook = PersistHook(Arc::new(move |step: &str| {
+        if step == "PowerOffRequested"
+            && let Some(server) = cut.lock().unwrap().take()
+        {
+            baremend_sim::apiserver::Reachability::set(&server, false);
+        }
+        Ok(())
+    }));
+    let lab = start(fleet(1, 2), fast_policy(), Some(hook)).await;
+    let server = lab.cluster.workload_cluster("wc-0").unwrap().api_server();
+    *reachability.lock().unwrap() = Some(server.reachability().clone());
+    let wc0 = workload(&lab, "wc-0");
+    let before = node_uid(&wc0, "worker-0").unwrap();
+    lab.cluster.hang("wc-0-worker-0");
+    // Fenced, then waiting: the Node is neither released nor taken for gone, and the
+    // Machine is told why.
+    lab.reach("wc-0-worker-0-1", RemediationPhase::Fenced).await;
+    told_on(
+        &lab.api,
+        MACHINE_NAMESPACE,
+        ("Machine", "wc-0-worker-0"),
+        "WorkloadClusterUnreachable",
+        "workload cluster openshift-machine-api/wc-0",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = lab.remediation("wc-0-worker-0-1").unwrap();
+    let status = waiting.status.clone().unwrap();
+    assert_eq!(status.phase, RemediationPhase::Fenced, "{status:?}");
+    assert!(!steps(&waiting).iter().any(|s| s.starts_with("Node")));
+    assert_eq!(node_uid(&wc0, "worker-0").as_deref(), Some(before.as_str()));
+    // Back: released in its cluster, and the story ends.
+    server.set_reachable(true);
+    let done = lab
+        .reach("wc-0-worker-0-1", RemediationPhase::Succeeded)
+        .await;
+    assert!(steps(&done).contains(&"NodeDeleted".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_kubeconfig_secret_is_read_again_and_one_that_would_run_a_command_is_refused() {
+    let lab = start(fleet(1, 2), fast_policy(), None).await;
+    lab.cluster.hang("wc-0-worker-0");
+    lab.reach("wc-0-worker-0-1", RemediationPhase::Succeeded)
+        .await;
+    // The Secret rotated to a kubeconfig whose user runs a command: refused on the next read.
+    let name = kubeconfig_secret_name("wc-0");
+    let good = lab.api.get(SECRETS, MACHINE_NAMESPACE, &name).unwrap();
+    let kubeconfig = lab.cluster.workload_kubeconfig("wc-0").unwrap();
+    let exec = kubeconfig_with_exec_user(&kubeconfig);
+    let encoded = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(exec)
+    };
+    lab.api
+        .merge(
+            SECRETS,
+            MACHINE_NAMESPACE,
+            &name,
+            &json!({"data": {"value": encoded}}),
+            false,
+        )
+        .unwrap();
+    // A kubeconfig rotated in place is read again within the recheck period (1 s here); the
+    // connection made with the old one serves until then.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Its health check cannot read the cluster through that Secret either: asked by hand.
+    lab.cluster.hang("wc-0-worker-1");
+    lab.request("wc-0-worker-1");
+    lab.held_with(
+        "wc-0-worker-1-1",
+        "the kubeconfig in Secret openshift-machine-api/wc-0-kubeconfig runs a command (`exec`) to authenticate: refused",
+    )
+    .await;
+    assert!(lab.power_history("wc-0-worker-1").is_empty());
+    // Once its Node is NotReady, the health check keeps the request when it reads again (it
+    // withdraws the request of a Machine it sees healthy).
+    let wc0 = workload(&lab, "wc-0");
+    eventually(
+        "worker-1 of wc-0 not Ready",
+        Duration::from_secs(20),
+        async || {
+            let ready = wc0.get(NODES, "", "worker-1").ok().and_then(|n| {
+                n.pointer("/status/conditions")?
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "Ready")
+                    .map(|c| c["status"].clone())
+            });
+            match ready {
+                Some(status) if status != "True" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    // Rotated back: read again, and the start goes ahead.
+    lab.api
+        .merge(
+            SECRETS,
+            MACHINE_NAMESPACE,
+            &name,
+            &json!({"data": good["data"]}),
+            false,
+        )
+        .unwrap();
+    lab.reach("wc-0-worker-1-1", RemediationPhase::Succeeded)
+        .await;
+    let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+    let leaked = events
+        .iter()
+        .filter_map(|e| e["note"].as_str().or(e["message"].as_str()))
+        .any(|note| note.contains("certificate-authority-data") || note.contains("token:"));
+    assert!(!leaked, "no Event quotes the kubeconfig");
+}
+
+/// The kubeconfig with its user's credentials replaced by an `exec` plugin.
+fn kubeconfig_with_exec_user(kubeconfig: &str) -> String {
+    let mut document: serde_yaml::Value = serde_yaml::from_str(kubeconfig).unwrap();
+    let users = document["users"].as_sequence_mut().unwrap();
+    for user in users {
+        user["user"] = serde_yaml::from_str(
+            "{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, 'echo {}']}}",
+        )
+        .unwrap();
+    }
+    serde_yaml::to_string(&document).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_in_one_workload_cluster_holds_its_starts_and_not_another_clusters() {
+    let mut policy = fast_policy();
+    policy["maxConcurrent"] = json!(2);
+    policy["storm"] = json!({"maxUnhealthyPercent": 40});
+    let mut spec = fleet(2, 4);
+    // Three hung hosts' Nodes go NotReady up to a heartbeat apart: the health check waits long
+    // enough after the first that all three count before it asks for any (as the lab's storm).
+    spec.timing.unhealthy_timeout = Duration::from_secs(3);
+    let lab = start(spec, policy, None).await;
+    // wc-1: three of its five Machines at once, 60 %; wc-0: one, 20 %.
+    for host in ["wc-1-worker-1", "wc-1-worker-2", "wc-1-worker-3"] {
+        lab.cluster.hang(host);
+    }
+    eventually(
+        "wc-1's three requests",
+        Duration::from_secs(20),
+        async || {
+            let held = ["wc-1-worker-1-1", "wc-1-worker-2-1", "wc-1-worker-3-1"]
+                .iter()
+                .filter(|name| {
+                    lab.remediation(name)
+                        .and_then(|r| r.status)
+                        .is_some_and(|s| {
+                            s.conditions.iter().any(|c| {
+                                c.type_ == "Held" && c.reason == "Storm" && c.status == "True"
+                            })
+                        })
+                })
+                .count();
+            if held == 3 {
+                Ok(())
+            } else {
+                Err(format!("{held} held by Storm"))
+            }
+        },
+    )
+    .await;
+    lab.cluster.hang("wc-0-worker-1");
+    lab.reach("wc-0-worker-1-1", RemediationPhase::Succeeded)
+        .await;
+    for name in ["wc-1-worker-1-1", "wc-1-worker-2-1", "wc-1-worker-3-1"] {
+        let status = lab.remediation(name).and_then(|r| r.status).unwrap();
+        assert_eq!(
+            status.phase,
+            RemediationPhase::Pending,
+            "{name}: {status:?}"
+        );
+    }
+    for host in ["wc-1-worker-1", "wc-1-worker-2", "wc-1-worker-3"] {
+        assert!(lab.power_history(host).is_empty(), "{host} left alone");
+    }
+}
