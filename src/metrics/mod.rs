@@ -155,6 +155,7 @@ pub struct Metrics {
     duration: DurationHistograms,
     steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
+    shard_overlap: Gauge,
     node_health_checks_disabled: Gauge,
     ready: AtomicBool,
     /// BMC requests and host power.
@@ -323,6 +324,12 @@ impl Metrics {
             "1 while this replica holds the leader Lease (or runs without election)",
             leader.clone(),
         );
+        let shard_overlap = Gauge::default();
+        registry.register(
+            "shard_overlap",
+            "1 while this shard's Machine selector overlaps another live shard's (see the shard's Lease Events)",
+            shard_overlap.clone(),
+        );
         let node_health_checks_disabled = Gauge::default();
         registry.register(
             "node_health_checks_disabled",
@@ -361,6 +368,7 @@ impl Metrics {
             duration,
             steps,
             leader,
+            shard_overlap,
             node_health_checks_disabled,
             ready: AtomicBool::new(false),
             power,
@@ -489,6 +497,11 @@ impl Metrics {
     /// Whether this replica leads.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    /// Whether the last shard check found another live shard overlapping this one.
+    pub fn set_shard_overlap(&self, overlapping: bool) {
+        self.shard_overlap.set(i64::from(overlapping));
     }
 
     /// Marks the controller ready (every watch cache filled) or not.
