@@ -2,7 +2,8 @@
 //! shards with disjoint `--machine-selector`s both act, each labelling its Remediations; a
 //! shard whose selector overlaps one started before it is refused at start (a real `baremend
 //! run` process: the error names both shards, both selectors and a Machine both claim); an
-//! unsharded replica beside a shard is refused; a shard that finds, while acting, an
+//! unsharded replica beside a shard is refused, and so is a replica without leader election
+//! whose selector overlaps a shard's; a shard that finds, while acting, an
 //! overlapping claim made before its own stops acting and gives its Lease up.
 
 use std::process::Stdio;
@@ -199,7 +200,7 @@ async fn a_shard_overlapping_an_earlier_one_is_refused_at_start_naming_both_and_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unsharded_replica_beside_a_shard_is_refused() {
+async fn an_unsharded_replica_or_one_without_election_beside_a_shard_is_refused() {
     let lab = sharded_lab().await;
     let zone_b = leading_shard(
         &lab,
@@ -235,6 +236,25 @@ async fn an_unsharded_replica_beside_a_shard_is_refused() {
         None,
         "the refused claim stays"
     );
+
+    // A replica without election announces nothing: it runs only where no shard overlaps it,
+    // as if it had started last.
+    let run = shard_command(&lab, "unused", "zone=b")
+        .arg("--leader-elect=false")
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("a refused replica exits within a minute")
+        .expect("baremend runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "it ran beside shard-b: {stderr}");
+    for part in [
+        "unused-pod (without leader election)",
+        "both claim Machine openshift-machine-api/worker-",
+        "shard-b took its Lease first and acts",
+    ] {
+        assert!(stderr.contains(part), "{part:?} missing from: {stderr}");
+    }
     assert!(!zone_b.is_finished());
     zone_b.abort();
 }
