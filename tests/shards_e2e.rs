@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baremend::api::RemediationPhase;
+use baremend::api::slim::MachineApi;
 use baremend::lab::setup::DEPLOY_NAMESPACE;
 use baremend::metrics::Metrics;
 use baremend::shard::{MACHINE_SELECTOR_ANNOTATION, SHARD_LABEL, SHARD_LEASE_LABEL};
@@ -21,9 +22,10 @@ use tokio::task::JoinHandle;
 
 mod common;
 
+use baremend_sim::cluster::ClusterSpec;
 use common::eventually;
 use common::lab::{Lab, fast, warning_in};
-use common::leader::{LEASE, holder, lease, replica};
+use common::leader::{LEASE, holder, lease, replica, replica_on};
 
 /// A replica of the shard `selector` (Lease `name`, replica `identity`), once it holds its
 /// Lease.
@@ -310,4 +312,58 @@ async fn a_shard_that_finds_an_earlier_overlapping_claim_while_acting_stops_and_
         None,
         "its Lease was not given up"
     );
+}
+
+/// On Cluster API's Machines (`cluster.x-k8s.io`), with set-based selectors: a shard of the
+/// Machines without the control-plane label overlaps one of the workers' MachineDeployment,
+/// and one of the control plane does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cluster_api_set_based_selectors_are_judged_by_the_api_server() {
+    let spec = ClusterSpec {
+        cluster_api: true,
+        ..fast()
+    };
+    let lab = Lab::builder(spec).start().await;
+    let on_capi = |(name, identity): (&str, &str), selector: &str| {
+        replica_on(
+            &lab.controller_client,
+            lease(name, identity),
+            MachineApi::ClusterApi,
+            Some(selector),
+            Arc::new(Metrics::new()),
+        )
+    };
+    let workers = on_capi(
+        ("shard-workers", "w-1"),
+        "cluster.x-k8s.io/deployment-name in (workers)",
+    );
+    eventually("the workers' shard", Duration::from_secs(15), async || {
+        holder(&lab.api, "shard-workers")
+    })
+    .await;
+    let control_plane = on_capi(("shard-cp", "cp-1"), "cluster.x-k8s.io/control-plane");
+    eventually(
+        "the control plane's shard",
+        Duration::from_secs(15),
+        async || holder(&lab.api, "shard-cp"),
+    )
+    .await;
+    let not_control_plane = on_capi(("shard-rest", "r-1"), "!cluster.x-k8s.io/control-plane");
+    let result = tokio::time::timeout(Duration::from_secs(30), not_control_plane)
+        .await
+        .expect("the overlapping shard was not refused")
+        .unwrap();
+    let text = result
+        .expect_err("it ran beside the workers' shard")
+        .to_string();
+    assert!(
+        text.contains("both claim Machine openshift-machine-api/worker-")
+            && text.contains("shard-workers took its Lease first and acts, shard-rest does not"),
+        "{text}"
+    );
+    // Past a check of each: the two disjoint shards still run.
+    tokio::time::sleep(LEASE + Duration::from_secs(1)).await;
+    assert!(!workers.is_finished() && !control_plane.is_finished());
+    workers.abort();
+    control_plane.abort();
 }

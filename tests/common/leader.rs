@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use baremend::api::slim::MachineApi;
 use baremend::lab::setup::DEPLOY_NAMESPACE;
 use baremend::leader::LeaseConfig;
 use baremend::metrics::Metrics;
@@ -43,10 +44,22 @@ pub fn replica(
     selector: Option<&str>,
     metrics: Arc<Metrics>,
 ) -> JoinHandle<baremend::Result<()>> {
+    replica_on(client, lease, MachineApi::default(), selector, metrics)
+}
+
+/// [`replica`] on the Machines of `machine_api`.
+pub fn replica_on(
+    client: &Client,
+    lease: LeaseConfig,
+    machine_api: MachineApi,
+    selector: Option<&str>,
+    metrics: Arc<Metrics>,
+) -> JoinHandle<baremend::Result<()>> {
     let options = ControllerOptions {
         instance: lease.identity.clone(),
         poll: Duration::from_millis(100),
         metrics,
+        machine_api,
         machine_selector: selector.map(str::to_string),
         ..ControllerOptions::default()
     };
