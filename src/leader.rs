@@ -12,6 +12,7 @@
 //! - On shutdown the leader releases the Lease (no holder, duration 1 s) so a successor
 //!   does not wait out the whole duration.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -72,6 +73,8 @@ impl LeaseConfig {
 pub struct Leadership {
     valid_until: Arc<Mutex<Option<Instant>>>,
     unconditional: bool,
+    /// The shard this replica acts for (its Lease's name), which labels what it creates.
+    shard: Option<Arc<str>>,
 }
 
 impl Leadership {
@@ -80,6 +83,7 @@ impl Leadership {
         Leadership {
             valid_until: Arc::new(Mutex::new(None)),
             unconditional: true,
+            shard: None,
         }
     }
 
@@ -88,7 +92,21 @@ impl Leadership {
         Leadership {
             valid_until: Arc::new(Mutex::new(None)),
             unconditional: false,
+            shard: None,
         }
+    }
+
+    /// The same, acting for the shard of the Lease `lease` (see the `shard` module).
+    pub fn for_shard(mut self, lease: &str) -> Self {
+        self.shard = Some(lease.into());
+        self
+    }
+
+    /// The shard this replica acts for: the label value of the Remediations it creates, and
+    /// the owner of those it may advance (the `shard` module's `owned_by`). `None` without
+    /// election.
+    pub fn shard(&self) -> Option<&str> {
+        self.shard.as_deref()
     }
 
     /// Whether this replica may act now.
@@ -129,6 +147,8 @@ pub struct Elector {
     config: LeaseConfig,
     leadership: Leadership,
     observed: Option<Observed>,
+    /// The labels and annotations written on the Lease with every write.
+    announcement: (BTreeMap<String, String>, BTreeMap<String, String>),
 }
 
 impl Elector {
@@ -139,7 +159,31 @@ impl Elector {
             config,
             leadership,
             observed: None,
+            announcement: Default::default(),
         }
+    }
+
+    /// Writes these labels and annotations on the Lease with every write: a shard's claim
+    /// (see the `shard` module's `announcement`), which the other shards check theirs against.
+    pub fn announcing(
+        mut self,
+        (labels, annotations): (BTreeMap<String, String>, BTreeMap<String, String>),
+    ) -> Self {
+        self.announcement = (labels, annotations);
+        self
+    }
+
+    /// Writes the announcement into the Lease's labels and annotations, keeping the others.
+    fn announce(&self, metadata: &mut ObjectMeta) {
+        let (labels, annotations) = self.announcement.clone();
+        metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .extend(labels);
+        metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .extend(annotations);
     }
 
     /// Waits until this replica holds the Lease.
@@ -234,7 +278,7 @@ impl Elector {
             .await
             .map_err(Error::kube("GetLease"))?;
         let Some(mut lease) = current else {
-            let lease = Lease {
+            let mut lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.config.name.clone()),
                     namespace: Some(self.config.namespace.clone()),
@@ -249,6 +293,7 @@ impl Elector {
                     ..Default::default()
                 }),
             };
+            self.announce(&mut lease.metadata);
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(created) => Ok(self.hold(created, started)),
                 Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
@@ -295,6 +340,7 @@ impl Elector {
             ..spec
         };
         lease.spec = Some(next);
+        self.announce(&mut lease.metadata);
         match self
             .api
             .replace(&self.config.name, &PostParams::default(), &lease)

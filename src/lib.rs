@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod remediation;
 pub mod run;
 pub mod runtime;
+pub mod shard;
 pub mod status;
 
 use std::path::PathBuf;

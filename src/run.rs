@@ -26,6 +26,8 @@ use crate::remediation::controller::{ControllerOptions, Placement, run_machines,
 use crate::runtime::clock::{Clock, SystemClock};
 use crate::runtime::node_watch::watch_nodes;
 use crate::runtime::tasks::Background;
+use crate::shard::announcement;
+use crate::shard::check::{Shard, ShardCheck};
 use crate::{Error, Result};
 
 /// Arguments of `baremend run`.
@@ -104,7 +106,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub retry_period: Duration,
     /// Only the Machines this label selector matches: one shard of a large fleet (each shard
-    /// runs its own replicas with its own --lease-name; safety gates count within the shard).
+    /// runs its own replicas with its own --lease-name, all in one --lease-namespace; safety
+    /// gates count within the shard). Shards are checked: each announces its selector on its
+    /// Lease, and a shard that claims a Machine a shard started before it claims (or claims
+    /// every Machine beside another shard) is refused at start, naming both and the Machine.
     #[arg(long, value_name = "SELECTOR")]
     pub machine_selector: Option<String>,
     /// The Machine API of the cluster's Machines: `openshift` (machine.openshift.io) or
@@ -290,7 +295,27 @@ pub async fn run(args: RunArgs) -> Result<()> {
         }),
     };
     if !args.leader_elect {
-        return run_controllers(client, Arc::new(SystemClock), options, shutdown).await;
+        // Without a Lease this replica announces no claim, so it yields to every shard whose
+        // claim overlaps its own.
+        let check = ShardCheck::new(
+            client.clone(),
+            Arc::new(SystemClock),
+            options.metrics.clone(),
+            Shard {
+                machine_api: args.machine_api,
+                namespace: args.lease_namespace.clone(),
+                lease: None,
+                selector: args.machine_selector.clone(),
+                instance: args.instance.clone(),
+            },
+        );
+        check.validate().await?;
+        check.at_start(args.retry_period).await?;
+        let controllers = run_controllers(client, Arc::new(SystemClock), options, shutdown);
+        return tokio::select! {
+            result = controllers => result,
+            refusal = check.watch(args.lease_duration) => Err(refusal),
+        };
     }
     let lease = LeaseConfig {
         namespace: args.lease_namespace,
@@ -420,7 +445,10 @@ pub async fn run_controllers(
 /// until `shutdown` resolves (then the Lease is released) or leadership is lost (then the
 /// controllers are dropped at once, in-flight passes included, and [`Error::LeadershipLost`]
 /// returned: the process should exit and be restarted as a candidate, as client-go's
-/// controllers do).
+/// controllers do). The Lease announces the shard's claim (`options.machine_selector`); once
+/// it holds the Lease and before acting, and every lease duration while acting, the replica
+/// checks the other shards' claims ([`crate::shard`]) and returns the refusal, the Lease
+/// released, when one made before its own overlaps it.
 pub async fn run_elected(
     client: Client,
     clock: Arc<dyn Clock>,
@@ -429,17 +457,47 @@ pub async fn run_elected(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
     lease.validate()?;
-    let leadership = Leadership::elected();
+    let leadership = Leadership::elected().for_shard(&lease.name);
     options.leadership = leadership.clone();
     let metrics = options.metrics.clone();
+    let check = ShardCheck::new(
+        client.clone(),
+        clock.clone(),
+        metrics.clone(),
+        Shard {
+            machine_api: options.machine_api,
+            namespace: lease.namespace.clone(),
+            lease: Some(lease.name.clone()),
+            selector: options.machine_selector.clone(),
+            instance: options.instance.clone(),
+        },
+    );
+    check.validate().await?;
     metrics.set_leader(false);
     // A standby is healthy and ready: it only waits.
     metrics.set_ready(true);
-    let mut elector = Elector::new(client.clone(), lease.clone(), leadership);
+    let mut elector = Elector::new(client.clone(), lease.clone(), leadership)
+        .announcing(announcement(check.selector()));
     let mut shutdown = std::pin::pin!(shutdown);
     tokio::select! {
         () = elector.acquire() => {}
         () = &mut shutdown => return Ok(()),
+    }
+    let lost = || Error::LeadershipLost(format!("{}/{}", lease.namespace, lease.name));
+    // The claim is announced (the Lease is ours): no shard that took its Lease before this
+    // one may claim a Machine this one claims. Checked before acting, renewing meanwhile.
+    let checked = tokio::select! {
+        result = check.at_start(lease.retry_period) => result,
+        () = elector.keep() => return Err(lost()),
+        () = &mut shutdown => {
+            elector.release().await;
+            return Ok(());
+        }
+    };
+    if let Err(refusal) = checked {
+        // Released, so that the refused claim stops counting at once.
+        elector.release().await;
+        return Err(refusal);
     }
     metrics.set_leader(true);
     metrics.set_ready(false);
@@ -448,10 +506,11 @@ pub async fn run_elected(
         let _ = stopped.await;
     });
     let mut controllers = std::pin::pin!(controllers);
-    let lost = || Error::LeadershipLost(format!("{}/{}", lease.namespace, lease.name));
     let outcome = tokio::select! {
         result = &mut controllers => result,
         () = elector.keep() => Err(lost()),
+        // A claim made before this one overlaps it: stop acting, give the Lease up.
+        refusal = check.watch(lease.lease_duration) => Err(refusal),
         () = &mut shutdown => {
             let _ = stop.send(());
             // In-flight passes finish, still only while the Lease is ours.

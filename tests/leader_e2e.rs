@@ -8,9 +8,6 @@ use std::time::{Duration, Instant};
 use baremend::api::RemediationPhase;
 use baremend::leader::LeaseConfig;
 use baremend::metrics::Metrics;
-use baremend::remediation::controller::ControllerOptions;
-use baremend::run::run_elected;
-use baremend::runtime::SystemClock;
 use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::cluster::local::{LEASES, Local, MACHINES, NODES};
 use baremend_sim::host::Power;
@@ -25,52 +22,15 @@ mod common;
 
 use common::eventually;
 use common::lab::{Lab, fast};
+use common::leader::{LEASE, RENEW, RETRY, holder, lease};
 
-const LEASE: Duration = Duration::from_secs(3);
-const RENEW: Duration = Duration::from_secs(2);
-const RETRY: Duration = Duration::from_millis(300);
-
-fn lease(name: &str, identity: &str) -> LeaseConfig {
-    LeaseConfig {
-        // Where deploy/base/rbac.yaml grants the controller its Lease.
-        namespace: DEPLOY_NAMESPACE.into(),
-        name: name.into(),
-        identity: identity.into(),
-        lease_duration: LEASE,
-        renew_deadline: RENEW,
-        retry_period: RETRY,
-    }
-}
-
-/// A replica in a task; aborting the task is a crash (no release, nothing flushed).
+/// A replica of the shard `selector` with metrics of its own.
 fn replica(
     client: &Client,
     lease: LeaseConfig,
     selector: Option<&str>,
 ) -> JoinHandle<baremend::Result<()>> {
-    let client = client.clone();
-    let options = ControllerOptions {
-        instance: lease.identity.clone(),
-        poll: Duration::from_millis(100),
-        metrics: Arc::new(Metrics::new()),
-        machine_selector: selector.map(str::to_string),
-        ..ControllerOptions::default()
-    };
-    tokio::spawn(run_elected(
-        client,
-        Arc::new(SystemClock),
-        options,
-        lease,
-        std::future::pending(),
-    ))
-}
-
-fn holder(api: &Local, name: &str) -> Option<String> {
-    api.get(LEASES, DEPLOY_NAMESPACE, name)
-        .ok()?
-        .pointer("/spec/holderIdentity")
-        .and_then(Value::as_str)
-        .map(str::to_string)
+    common::leader::replica(client, lease, selector, Arc::new(Metrics::new()))
 }
 
 /// The holder and the spec of a Lease, as stored.

@@ -156,6 +156,7 @@ pub struct Metrics {
     steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     leader: Gauge,
     workload_clusters: Gauge,
+    shard_overlap: Gauge,
     node_health_checks_disabled: Gauge,
     ready: AtomicBool,
     /// BMC requests and host power.
@@ -330,6 +331,12 @@ impl Metrics {
             "Cluster API workload clusters this replica holds a connection to (made on a remediation's first need, dropped when idle)",
             workload_clusters.clone(),
         );
+        let shard_overlap = Gauge::default();
+        registry.register(
+            "shard_overlap",
+            "1 while this shard's Machine selector overlaps another live shard's (see the shard's Lease Events)",
+            shard_overlap.clone(),
+        );
         let node_health_checks_disabled = Gauge::default();
         registry.register(
             "node_health_checks_disabled",
@@ -369,6 +376,7 @@ impl Metrics {
             steps,
             leader,
             workload_clusters,
+            shard_overlap,
             node_health_checks_disabled,
             ready: AtomicBool::new(false),
             power,
@@ -503,6 +511,11 @@ impl Metrics {
     /// Whether this replica leads.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+
+    /// Whether the last shard check found another live shard overlapping this one.
+    pub fn set_shard_overlap(&self, overlapping: bool) {
+        self.shard_overlap.set(i64::from(overlapping));
     }
 
     /// Marks the controller ready (every watch cache filled) or not.

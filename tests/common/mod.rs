@@ -7,6 +7,7 @@ pub mod drift;
 pub mod events;
 pub mod kubectl;
 pub mod lab;
+pub mod leader;
 pub mod prometheus;
 pub mod rbac;
 pub mod remediation;

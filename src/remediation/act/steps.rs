@@ -611,6 +611,8 @@ impl Pass {
             },
         );
         object.metadata.namespace = Some(self.namespace.clone());
+        // Owned by this shard alone (see `crate::shard::owned_by`).
+        object.metadata.labels = crate::shard::owner_labels(self.context.leadership.shard());
         object.metadata.owner_references = Some(vec![
             self.subject
                 .owner_reference(self.context.machine_api.api_version()),
