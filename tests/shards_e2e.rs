@@ -367,3 +367,69 @@ async fn on_cluster_api_set_based_selectors_are_judged_by_the_api_server() {
     workers.abort();
     control_plane.abort();
 }
+
+/// A remediation under way that another shard made is that shard's: this one neither advances
+/// it nor starts another for the Machine (two leaders would act on one host); once it is
+/// labelled for this shard, this shard carries it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_leaves_another_shards_remediation_under_way_alone() {
+    let mut lab = Lab::builder(fast())
+        .policy(common::lab::fast_policy())
+        .start()
+        .await;
+    lab.seed_remediation("worker-0", 1, "Pending", json!({}));
+    let label = |shard: &str| json!({"metadata": {"labels": {SHARD_LABEL: shard}}});
+    lab.api
+        .merge(
+            common::lab::REMEDIATIONS,
+            MACHINE_NAMESPACE,
+            "worker-0-1",
+            &label("shard-b"),
+            false,
+        )
+        .unwrap();
+    lab.cluster.hang("worker-0");
+    lab.trigger("worker-0", true);
+    let options = baremend::remediation::controller::ControllerOptions {
+        leadership: baremend::leader::Leadership::unconditional().for_shard("shard-a"),
+        ..lab.options()
+    };
+    lab.start_controller(options);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let left = lab.remediation("worker-0-1").unwrap();
+    let status = left.status.clone().unwrap_or_default();
+    assert_eq!(status.phase, RemediationPhase::Pending, "{status:?}");
+    assert!(status.steps.is_empty(), "{status:?}");
+    assert!(
+        lab.remediation("worker-0-2").is_none(),
+        "no second remediation"
+    );
+    assert!(lab.power_history("worker-0").is_empty(), "no power request");
+    // Handed over: carried on by this shard.
+    lab.api
+        .merge(
+            common::lab::REMEDIATIONS,
+            MACHINE_NAMESPACE,
+            "worker-0-1",
+            &label("shard-a"),
+            false,
+        )
+        .unwrap();
+    eventually(
+        "worker-0-1 carried on",
+        Duration::from_secs(20),
+        async || {
+            let steps = lab
+                .remediation("worker-0-1")
+                .and_then(|r| r.status)
+                .map(|s| s.steps.len())
+                .unwrap_or(0);
+            if steps > 0 {
+                Ok(())
+            } else {
+                Err("no step yet".to_string())
+            }
+        },
+    )
+    .await;
+}
