@@ -36,21 +36,50 @@ async fn the_cluster_api_lab_remediates_a_cluster_api_machine_through_its_reques
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
     for line in [
-        "cluster.x-k8s.io Machine with a Metal3Machine",
+        "cluster.x-k8s.io Machine of Cluster wc-0 with a Metal3Machine",
+        "its Node worker-0 lives in wc-0's own API server, reached through Secret wc-0-kubeconfig",
         "MachineRemediation request created by the MachineHealthCheck",
-        "Remediation worker-0-1: PoweringOff",
-        "host worker-0: power Off",
-        "Node worker-0: absent",
+        "Remediation wc-0-worker-0-1: PoweringOff",
+        "host wc-0-worker-0: power Off",
+        "Node worker-0 of wc-0: absent",
         "MachineRemediation request removed",
-        "Remediation worker-0-1: Succeeded",
+        "Remediation wc-0-worker-0-1: Succeeded",
         "| Fenced |",
         "| NodeDeleted |",
     ] {
         assert!(out.contains(line), "missing {line:?} in:\n{out}");
     }
     let at = |needle: &str| out.find(needle).unwrap();
-    assert!(at("request created") < at("Remediation worker-0-1: PoweringOff"));
-    assert!(at("host worker-0: power Off") < at("Node worker-0: absent"));
+    assert!(at("request created") < at("Remediation wc-0-worker-0-1: PoweringOff"));
+    assert!(at("host wc-0-worker-0: power Off") < at("Node worker-0 of wc-0: absent"));
+}
+
+/// Three workload clusters: one hang in each of two remediated at once, and a storm in the third
+/// held by its own storm gate without holding the others (issue 27's `capi-fleet`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_api_fleet_lab_remediates_two_clusters_at_once_and_holds_a_storm_in_the_third()
+{
+    let output = baremend(&["lab", "--scenario", "capi-fleet"], None).await;
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    for line in [
+        "3 workload cluster(s)",
+        "Remediation wc-2-worker-1-1: held: storm: 3 of 5 machines are unhealthy",
+        "Node worker-1 of wc-0: absent",
+        "Node worker-1 of wc-1: absent",
+        "Remediation wc-0-worker-1-1: Succeeded",
+        "Remediation wc-1-worker-1-1: Succeeded",
+        "wc-2-worker-1-1 held (Storm), wc-2-worker-2-1 held (Storm), wc-2-worker-3-1 held (Storm)",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    // At once: the second cluster's power-off is requested before the first's remediation ends.
+    let at = |needle: &str| out.find(needle).unwrap();
+    assert!(
+        at("Remediation wc-1-worker-1-1: PoweringOff")
+            < at("Remediation wc-0-worker-1-1: Succeeded")
+    );
+    assert!(!out.contains("Node worker-1 of wc-2: absent"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,8 +40,14 @@ pub enum Scenario {
     ControlPlane,
     /// Cluster API: a hung worker's cluster.x-k8s.io Machine, whose Cluster API
     /// MachineHealthCheck creates a MachineRemediation from baremend's template; the host is
-    /// found through the Machine's Metal3Machine.
+    /// found through the Machine's Metal3Machine, and its Node in the workload cluster's own
+    /// API server, through the Cluster's kubeconfig Secret.
     Capi,
+    /// Cluster API at fleet scale, in small: a management cluster and three workload
+    /// clusters (one control-plane host and four workers each, their Nodes in their own API
+    /// servers). One worker hangs in each, remediated at once; two more hang in the third, a
+    /// storm there: its starts are held while the other clusters' go ahead.
+    CapiFleet,
     /// medik8s NodeHealthCheck: a hung worker's Node, for which the NodeHealthCheck creates a
     /// NodeRemediation from baremend's template (the first of its escalating remediations);
     /// baremend reports the contract's conditions on it.

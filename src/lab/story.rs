@@ -24,10 +24,19 @@ use crate::metrics::Metrics;
 use crate::runtime::clock::{parse_rfc3339, since_epoch};
 use crate::{Error, Result};
 
+/// How a target's remediation must end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// In this phase.
+    Ends(RemediationPhase),
+    /// Still `Pending`, held by this gate (its reason), when the others have ended.
+    Held(&'static str),
+}
+
 /// What a scenario does and how it must end.
 struct Plan {
-    /// Hosts hung at the start, with the phase their remediation must end in.
-    targets: Vec<(&'static str, RemediationPhase)>,
+    /// Hosts hung at the start, with how their remediation must end.
+    targets: Vec<(&'static str, Expect)>,
     spec: ClusterSpec,
     policy: Value,
 }
@@ -35,7 +44,7 @@ struct Plan {
 impl Plan {
     fn of(scenario: Scenario) -> Plan {
         let mut plan = Plan {
-            targets: vec![("worker-0", RemediationPhase::Succeeded)],
+            targets: vec![("worker-0", Expect::Ends(RemediationPhase::Succeeded))],
             spec: ClusterSpec {
                 timing: Timing::default(),
                 ..ClusterSpec::default()
@@ -53,24 +62,49 @@ impl Plan {
             Scenario::Redfish => plan.policy["strategies"] = json!(["DirectBmc"]),
             Scenario::OutOfService => plan.policy["nodeRelease"] = json!("OutOfService"),
             Scenario::ControlPlane => {
-                plan.targets = vec![("master-0", RemediationPhase::Succeeded)];
+                plan.targets = vec![("master-0", Expect::Ends(RemediationPhase::Succeeded))];
             }
-            Scenario::Capi => plan.spec.cluster_api = true,
+            Scenario::Capi => {
+                // A management cluster and one workload cluster, whose Nodes are its own.
+                plan.spec.cluster_api = true;
+                plan.spec.workload_clusters = 1;
+                plan.spec.masters = 1;
+                plan.targets = vec![("wc-0-worker-0", Expect::Ends(RemediationPhase::Succeeded))];
+            }
+            Scenario::CapiFleet => {
+                plan.spec.cluster_api = true;
+                plan.spec.workload_clusters = 3;
+                plan.spec.masters = 1;
+                plan.spec.workers = 4;
+                // The health checks report every unhealthy Machine: baremend's gates decide.
+                plan.spec.max_unhealthy = "100%".into();
+                // wc-2's three hung Nodes go NotReady up to a heartbeat apart: all counted
+                // before any request.
+                plan.spec.timing.unhealthy_timeout = Duration::from_secs(3);
+                let done = Expect::Ends(RemediationPhase::Succeeded);
+                plan.targets = vec![
+                    ("wc-0-worker-1", done),
+                    ("wc-1-worker-1", done),
+                    ("wc-2-worker-1", Expect::Held("Storm")),
+                    ("wc-2-worker-2", Expect::Held("Storm")),
+                    ("wc-2-worker-3", Expect::Held("Storm")),
+                ];
+            }
             Scenario::Nhc => plan.spec.node_health_check = true,
             Scenario::NhcUpi => {
                 plan.spec.node_health_check = true;
                 plan.spec.platform_none = true;
             }
             Scenario::StuckBmc => {
-                plan.targets = vec![("worker-0", RemediationPhase::Failed)];
+                plan.targets = vec![("worker-0", Expect::Ends(RemediationPhase::Failed))];
                 plan.policy["timeouts"]["powerOffSeconds"] = json!(5);
                 plan.policy["strategies"] = json!(["BareMetalHostRebootApi"]);
             }
             Scenario::Storm => {
                 plan.targets = vec![
-                    ("worker-0", RemediationPhase::Succeeded),
-                    ("worker-1", RemediationPhase::Succeeded),
-                    ("worker-2", RemediationPhase::Cancelled),
+                    ("worker-0", Expect::Ends(RemediationPhase::Succeeded)),
+                    ("worker-1", Expect::Ends(RemediationPhase::Succeeded)),
+                    ("worker-2", Expect::Ends(RemediationPhase::Cancelled)),
                 ];
                 // The MachineHealthCheck's own guard would hide the storm: let it report all.
                 plan.spec.max_unhealthy = "100%".into();
@@ -110,8 +144,35 @@ struct Seen {
     power: String,
 }
 
-fn node_state(api: &Local, name: &str) -> String {
-    match api.get(NODES, "", name) {
+/// How the story names host `target`'s Node: by its name, with its workload cluster's.
+fn node_name(lab: &LabCluster, target: &str) -> String {
+    match lab.cluster.host(target) {
+        Some(host) => match &host.cluster {
+            Some(cluster) => format!("{} of {cluster}", host.node_name),
+            None => host.node_name.clone(),
+        },
+        None => target.to_string(),
+    }
+}
+
+/// The Node of host `target`, as `Ready=…` (with ` out-of-service`) or `absent`: read in the
+/// API server that holds it (its workload cluster's, on a Cluster API fleet).
+fn node_state(lab: &LabCluster, target: &str) -> String {
+    let (api, name) = match lab.cluster.host(target) {
+        Some(host) => match host
+            .cluster
+            .as_deref()
+            .and_then(|c| lab.cluster.workload_cluster(c))
+        {
+            Some(workload) => (
+                Local::new(workload.api_server().store().clone(), "lab"),
+                host.node_name.clone(),
+            ),
+            None => (lab.api.clone(), host.node_name.clone()),
+        },
+        None => (lab.api.clone(), target.to_string()),
+    };
+    match api.get(NODES, "", &name) {
         Err(_) => "absent".into(),
         Ok(node) => {
             let ready = node
@@ -202,6 +263,34 @@ fn triggered(api: &Local, machine: &str) -> Option<Asked> {
         .then_some(Asked::NodeRequest)
 }
 
+/// Whether a target's story has come to an end: its remediation ended, or (held, as
+/// expected) is held by that gate.
+fn settled(expected: Expect, status: Option<&RemediationStatus>) -> bool {
+    match (expected, status) {
+        (Expect::Ends(_), Some(status)) => status.phase.is_terminal(),
+        (Expect::Held(gate), Some(status)) => held_by(status, gate),
+        (_, None) => false,
+    }
+}
+
+/// Whether a target's remediation came to what the plan expects of it.
+fn as_expected(expected: Expect, status: Option<&RemediationStatus>) -> bool {
+    match (expected, status) {
+        (Expect::Ends(phase), Some(status)) => status.phase == phase,
+        (Expect::Held(gate), Some(status)) => held_by(status, gate),
+        (_, None) => false,
+    }
+}
+
+/// Pending, and held by `gate` (the `Held` condition's reason).
+fn held_by(status: &RemediationStatus, gate: &str) -> bool {
+    status.phase == RemediationPhase::Pending
+        && status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Held" && c.status == "True" && c.reason == gate)
+}
+
 fn held_message(status: &RemediationStatus) -> Option<String> {
     status
         .conditions
@@ -211,13 +300,13 @@ fn held_message(status: &RemediationStatus) -> Option<String> {
 }
 
 /// Prints what changed for one host since the last look.
-fn print_changes(at: &str, target: &str, name: &str, was: &Seen, now: &Seen) {
+fn print_changes(at: &str, (target, node): (&str, &str), name: &str, was: &Seen, now: &Seen) {
     // Within one look, power first: it is what the other changes follow from.
     if now.power != was.power {
         println!("{at:>7}  host {target}: power {}", now.power);
     }
     if now.node != was.node {
-        println!("{at:>7}  Node {target}: {}", now.node);
+        println!("{at:>7}  Node {node}: {}", now.node);
     }
     if now.triggered != was.triggered {
         match (now.triggered, was.triggered) {
@@ -268,10 +357,16 @@ fn print_timing(name: &str, status: &RemediationStatus, base: Duration) {
 /// was released while its host was on.
 pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Result<()> {
     let plan = Plan::of(scenario);
-    println!(
-        "starting the simulated cluster: {} control-plane hosts, {} workers ...",
-        plan.spec.masters, plan.spec.workers
-    );
+    match plan.spec.workload_clusters {
+        0 => println!(
+            "starting the simulated cluster: {} control-plane hosts, {} workers ...",
+            plan.spec.masters, plan.spec.workers
+        ),
+        clusters => println!(
+            "starting the simulated Cluster API management cluster and {clusters} workload cluster(s) of {} control-plane host(s) and {} workers each ...",
+            plan.spec.masters, plan.spec.workers
+        ),
+    }
     let started = Instant::now();
     let lab = LabCluster::start(plan.spec.clone()).await?;
     println!(
@@ -280,6 +375,9 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
         lab.cluster.api_server().url()
     );
     let api = &lab.api;
+    if plan.spec.cluster_api {
+        lab.empty_template(MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE)?;
+    }
     for (target, _) in &plan.targets {
         prepare(scenario, &lab, target)?;
     }
@@ -315,7 +413,7 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
     loop {
         let mut ended = 0;
         let mut held = 0;
-        for (target, _) in &plan.targets {
+        for (target, expected) in &plan.targets {
             let name = format!("{target}-1");
             let status = remediations
                 .get_opt(&name)
@@ -328,7 +426,7 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
                 .map(|h| format!("{:?}", h.host.observe()))
                 .unwrap_or_default();
             let now = Seen {
-                node: node_state(api, target),
+                node: node_state(&lab, target),
                 triggered: triggered(api, target),
                 phase: status
                     .as_ref()
@@ -364,10 +462,10 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
             }
             if now != *was {
                 let at = format!("{:.2} s", t0.elapsed().as_secs_f64());
-                print_changes(&at, target, &name, was, &now);
+                print_changes(&at, (target, &node_name(&lab, target)), &name, was, &now);
                 *was = now;
             }
-            ended += usize::from(status.as_ref().is_some_and(|s| s.phase.is_terminal()));
+            ended += usize::from(settled(*expected, status.as_ref()));
             held += usize::from(status.as_ref().and_then(held_message).is_some());
             last.insert(target, status);
         }
@@ -386,7 +484,7 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
                     }
                 }
                 Operator::Waiting => all_held_since = None,
-                Operator::Fixed if node_state(api, "worker-2") == "Ready=True" => {
+                Operator::Fixed if node_state(&lab, "worker-2") == "Ready=True" => {
                     let _ = lab.set_trigger("worker-2", false);
                     println!("{at:>7}  operator: worker-2 is Ready, its trigger removed");
                     operator = Operator::Done;
@@ -432,15 +530,26 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
     }
     let mut wrong = Vec::new();
     for (target, expected) in &plan.targets {
-        let phase = last
-            .get(target)
-            .and_then(|s| s.as_ref().map(|s| s.phase))
-            .unwrap_or_default();
-        if phase != *expected {
-            wrong.push(format!("{target}-1 ended {phase:?}, expected {expected:?}"));
+        let status = last.get(target).and_then(|s| s.as_ref());
+        if !as_expected(*expected, status) {
+            let phase = status.map(|s| s.phase).unwrap_or_default();
+            let held = status.and_then(held_message).unwrap_or_default();
+            wrong.push(format!(
+                "{target}-1 is {phase:?} ({held}), expected {expected:?}"
+            ));
+        }
+        if let Expect::Held(_) = expected
+            && lab
+                .cluster
+                .host(target)
+                .is_some_and(|h| !h.host.history().is_empty())
+        {
+            wrong.push(format!(
+                "{target}'s power changed although its start was held"
+            ));
         }
         let node = seen.get(target).map(|s| s.node.as_str()).unwrap_or("");
-        if *expected == RemediationPhase::Failed && node == "absent" {
+        if *expected == Expect::Ends(RemediationPhase::Failed) && node == "absent" {
             wrong.push(format!(
                 "Node {target} deleted although the host was never proven off"
             ));
@@ -455,7 +564,10 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
     let summary: Vec<String> = plan
         .targets
         .iter()
-        .map(|(target, phase)| format!("{target}-1 {phase:?}"))
+        .map(|(target, expected)| match expected {
+            Expect::Ends(phase) => format!("{target}-1 {phase:?}"),
+            Expect::Held(gate) => format!("{target}-1 held ({gate})"),
+        })
         .collect();
     println!(
         "\nremediation {}: after {:.1} s (as expected for this scenario)",
@@ -520,10 +632,12 @@ fn prepare(scenario: Scenario, lab: &LabCluster, target: &str) -> Result<()> {
                 );
             }
         }
-        Scenario::Capi => {
-            lab.empty_template(MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE)?;
+        Scenario::Capi | Scenario::CapiFleet => {
+            let host = lab.cluster.host(target);
+            let cluster = host.and_then(|h| h.cluster.clone()).unwrap_or_default();
+            let node = host.map(|h| h.node_name.clone()).unwrap_or_default();
             println!(
-                "  Cluster API: {target} is a cluster.x-k8s.io Machine with a Metal3Machine; its MachineHealthCheck names baremend's MachineRemediationTemplate"
+                "  Cluster API: {target} is a cluster.x-k8s.io Machine of Cluster {cluster} with a Metal3Machine; its Node {node} lives in {cluster}'s own API server, reached through Secret {cluster}-kubeconfig; its MachineHealthCheck names baremend's MachineRemediationTemplate"
             );
         }
         _ => {}
