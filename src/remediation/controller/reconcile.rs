@@ -38,6 +38,23 @@ impl Pass {
         // A refused request is told on itself, and is no trigger below.
         self.tell_request_standing().await?;
         let existing = self.remediations_of_subject();
+        // A remediation under way that another shard made is that shard's to carry on (two
+        // leaders would otherwise act on one host); its changes wake this pass again.
+        if let Some(last) = existing.last()
+            && !last
+                .status
+                .as_ref()
+                .map(|s| s.phase)
+                .unwrap_or_default()
+                .is_terminal()
+            && !crate::shard::owned_by(last.labels(), self.context.leadership.shard())
+        {
+            tracing::warn!(
+                remediation = %last.name_any(),
+                "under way in another shard: left to it"
+            );
+            return Ok(Action::await_change());
+        }
         let mut remediation = match existing.last() {
             Some(last)
                 if !last
