@@ -229,19 +229,6 @@ impl WorkloadClusters {
         receiver
     }
 
-    /// How many clusters are connected now.
-    pub fn connected(&self) -> usize {
-        let slots: Vec<_> = self.lock_slots().values().cloned().collect();
-        slots
-            .iter()
-            .filter(|slot| {
-                slot.try_lock()
-                    .map(|s| matches!(*s, Slot::Connected(_)))
-                    .unwrap_or(true)
-            })
-            .count()
-    }
-
     fn lock_slots(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<ClusterRef, Arc<tokio::sync::Mutex<Slot>>>> {
