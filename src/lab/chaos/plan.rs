@@ -615,8 +615,10 @@ fn fleet_plan(seed: u64) -> Plan {
     if let Some(host) = hung.first().filter(|_| rng.chance(REHANG_PERCENT)) {
         events.push((Duration::ZERO, Fault::HangAgain(host.clone())));
     }
+    // Both strike a cluster with a hung worker, where a remediation comes to be under way.
+    let struck: Vec<String> = hung.iter().map(|h| h[..4].to_owned()).collect();
     if dies {
-        let shard = rng.pick(&clusters).clone();
+        let shard = rng.pick(&struck).clone();
         let restart_ms = rng.below(400);
         events.push((
             rng.within(1000),
@@ -624,7 +626,7 @@ fn fleet_plan(seed: u64) -> Plan {
         ));
     }
     if down {
-        let cluster = rng.pick(&clusters).clone();
+        let cluster = rng.pick(&struck).clone();
         let for_ms = 300 + rng.below(1500);
         events.push((rng.within(1000), Fault::WorkloadApiDown { cluster, for_ms }));
     }
@@ -822,11 +824,13 @@ mod tests {
             fleets += 1;
             let mut fleet_faults = 0;
             let mut hung: Vec<String> = Vec::new();
+            let mut struck: Vec<String> = Vec::new();
             for (_, fault) in &p.events {
                 match fault {
                     Fault::ShardLeaderDies { shard: c, .. }
                     | Fault::WorkloadApiDown { cluster: c, .. } => {
                         assert!(["wc-0", "wc-1"].contains(&c.as_str()), "{fault:?}");
+                        struck.push(c.clone());
                         fleet_faults += 1;
                         if matches!(fault, Fault::ShardLeaderDies { .. }) {
                             deaths += 1;
@@ -856,6 +860,14 @@ mod tests {
                 assert!(of_cluster.len() <= 2, "seed {seed}: {hung:?}");
             }
             assert!(!hung.is_empty(), "seed {seed}");
+            // The fleet's faults strike a cluster with a hung worker.
+            for cluster in &struck {
+                assert!(
+                    hung.iter().any(|h| h.starts_with(&format!("{cluster}-"))),
+                    "seed {seed}: {:?}",
+                    p.events
+                );
+            }
             assert!(p.drift().is_none(), "seed {seed}");
             assert!(p.detached.iter().all(|h| h.starts_with("wc-")));
         }
