@@ -1,7 +1,9 @@
 //! The chaos suite as CI runs it: 200 seeded runs of BMC faults, API faults, controller
 //! crashes, leader changes, hangs, false alarms and triggers removed mid-flow — each seed's
 //! health check asking by the annotation, MachineRemediation or NodeRemediation requests —
-//! each checked against the safety invariants (src/lab/chaos). Any number of seeds:
+//! and, in a share of the seeds, the fleet world (two workload clusters, a shard each, a
+//! shard's leader killed and a workload cluster's API gone mid-remediation), each checked
+//! against the safety invariants (src/lab/chaos). Any number of seeds:
 //! `baremend lab --scenario chaos --seeds N [--first-seed S] [--jobs J]`.
 
 use std::time::Duration;
@@ -56,7 +58,7 @@ async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
     let (direct, operator) = verdict.lied;
     assert!(direct > 0 && operator > 0, "{direct} and {operator}: {out}");
     // Each invariant judged something: none passed for want of a case.
-    assert_eq!(verdict.judged.len(), 10, "{out}");
+    assert_eq!(verdict.judged.len(), 12, "{out}");
     for (invariant, count) in verdict.judged.iter().enumerate() {
         assert!(
             *count > 0,
@@ -64,6 +66,11 @@ async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
             invariant + 1
         );
     }
+    // The fleet world ran, and its faults struck while a remediation of their cluster was
+    // under way.
+    let [worlds, killed, killed_mid, outages, outages_mid] = verdict.fleet;
+    assert!(worlds > 0 && killed > 0 && outages > 0, "{out}");
+    assert!(killed_mid > 0 && outages_mid > 0, "{out}");
 }
 
 /// What the test reads of the chaos run's summary line.
@@ -79,6 +86,9 @@ struct Verdict {
     /// Hosts whose BMC flapped at power-off and told a false Off: fenced over their BMC, and
     /// through their BareMetal Operator.
     lied: (usize, usize),
+    /// Fleet worlds, shard leaders killed (of them mid-remediation), workload API outages
+    /// (of them mid-remediation).
+    fleet: [usize; 5],
 }
 
 impl Verdict {
@@ -120,7 +130,19 @@ impl Verdict {
             .nth(1)
             .and_then(|rest| rest.split(' ').next())
             .unwrap_or_default();
+        // `…; fleet worlds 50: shard leaders killed 30 (20 mid-remediation), workload API
+        // outages 31 (25 mid-remediation)`
+        let fleet_part = part(line, "; fleet worlds ");
+        let numbers: Vec<usize> = fleet_part
+            .split([' ', '(', ':', ','])
+            .filter(|word| word.chars().next().is_some_and(|c| c.is_ascii_digit()))
+            .map(|word| number(word, line))
+            .collect();
+        let fleet = numbers
+            .try_into()
+            .unwrap_or_else(|n| panic!("fleet counts {n:?} in {line}"));
         Verdict {
+            fleet,
             line: line.to_owned(),
             phases,
             faults,

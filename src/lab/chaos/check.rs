@@ -33,7 +33,20 @@
 //!    power-on unless it failed;
 //! 10. nothing of a namespace the policy does not trust counts: no Remediation lives in the
 //!     chaos tenant's namespace or names a request or host there, and a request made there
-//!     is no trigger for invariant 6.
+//!     is no trigger for invariant 6;
+//! 11. (the fleet world) a remediation is owned by its Machine's shard alone: each Remediation
+//!     is labelled with the shard of its Machine's workload cluster, and no Event about a
+//!     Machine, Remediation or request of a cluster is reported by a replica of another
+//!     shard (the Events' `reportingInstance` is the replica's Lease identity);
+//! 12. (the fleet world) while a workload cluster's API is down, no Node of it is taken for
+//!     gone: a `NodeAbsent`, `NodeDeleted` or `NodeTainted` step recorded during the outage
+//!     must be true of the workload cluster's store at that instant (the Node of the
+//!     recorded UID absent, or tainted out-of-service).
+//!
+//! In the fleet world ([`Fleet`]) a Node is `(cluster, name)`: the workload clusters' changes
+//! come through [`Checker::observe_workload`] and every Node is judged as its host (the
+//! Machine's name, unique across clusters); invariant 4's counts are per workload cluster, as
+//! the gates count.
 
 use std::collections::HashMap;
 
@@ -52,6 +65,7 @@ use crate::api::{Remediation, RemediationPhase};
 use baremend_sim::cluster::{MACHINE_NAMESPACE, NHC_NAMESPACE};
 
 use super::plan::TENANT_NAMESPACE;
+use crate::shard::SHARD_LABEL;
 
 /// The out-of-service taint's key.
 const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
@@ -122,6 +136,36 @@ pub struct Checker {
     /// DriftRemediation without its Node): its judgement would be blind there, so each
     /// fails the seed as a harness error.
     pub unreadable: Vec<String>,
+    /// The fleet world's clusters and shards (None: one cluster, one controller).
+    pub fleet: Option<Fleet>,
+    /// Workload clusters whose API is down now (invariant 12).
+    outages: std::collections::HashSet<String>,
+    /// Per host, its Node in its workload cluster as last committed: UID, and tainted
+    /// out-of-service (invariant 12).
+    workload_nodes: HashMap<String, (String, bool)>,
+    /// Per Remediation, how many steps it had recorded at its last change (invariant 12).
+    steps_seen: HashMap<String, usize>,
+}
+
+/// The fleet world's map of Nodes and Machines to workload clusters and shards.
+#[derive(Debug, Default, Clone)]
+pub struct Fleet {
+    /// Per workload cluster and Node name, the host (and Machine) the Node runs on.
+    pub hosts: HashMap<(String, String), String>,
+    /// Per host (and Machine), its workload cluster.
+    pub cluster_of: HashMap<String, String>,
+    /// Per workload cluster, the Lease of the shard that serves it (also its shard label).
+    pub shard_of: HashMap<String, String>,
+}
+
+impl Fleet {
+    /// The workload cluster of an object named after a Machine (`wc-0-worker-1`, its
+    /// Remediation `wc-0-worker-1-2`, its request).
+    fn cluster_named(&self, name: &str) -> Option<&String> {
+        self.shard_of
+            .keys()
+            .find(|cluster| name.starts_with(&format!("{cluster}-")))
+    }
 }
 
 /// When a NodeHealthCheck timed out its requests, as the API server committed the timeout.
@@ -251,17 +295,105 @@ impl Checker {
         }
     }
 
-    /// Takes a Node as it is before the first change is seen.
-    pub fn seed_node(&mut self, node: &Value) {
-        if let Some(name) = node.pointer("/metadata/name").and_then(Value::as_str) {
-            self.ready.insert(name.to_string(), node_ready(node));
+    /// Takes a Node as it is before the first change is seen (of workload cluster
+    /// `cluster` in the fleet world).
+    pub fn seed_node(&mut self, cluster: Option<&str>, node: &Value) {
+        let Some(name) = node.pointer("/metadata/name").and_then(Value::as_str) else {
+            return;
+        };
+        let Some(host) = self.host_of_node(cluster, name) else {
+            return;
+        };
+        self.ready.insert(host.clone(), node_ready(node));
+        if cluster.is_some() {
+            let uid = node.pointer("/metadata/uid").and_then(Value::as_str);
+            let tainted = taints_out_of_service(Some(node));
+            self.workload_nodes
+                .insert(host, (uid.unwrap_or_default().to_owned(), tainted));
         }
+    }
+
+    /// The host of Node `name` (of workload cluster `cluster` in the fleet world): the Node's
+    /// own name in a single cluster; None, told as unreadable, for a Node of no known host.
+    fn host_of_node(&mut self, cluster: Option<&str>, name: &str) -> Option<String> {
+        let (Some(fleet), Some(cluster)) = (&self.fleet, cluster) else {
+            return Some(name.to_owned());
+        };
+        let host = fleet
+            .hosts
+            .get(&(cluster.to_owned(), name.to_owned()))
+            .cloned();
+        if host.is_none() {
+            self.unreadable.push(format!(
+                "Node {name} of workload cluster {cluster} runs on no known host"
+            ));
+        }
+        host
+    }
+
+    /// Looks at one change of workload cluster `cluster`'s API server as it happens (the
+    /// fleet world).
+    pub fn observe_workload(
+        &mut self,
+        cluster: &str,
+        event: &WatchEvent,
+        hosts: &HashMap<String, Arc<SimHost>>,
+    ) {
+        if (event.key.group.as_str(), event.key.plural.as_str()) != ("", "nodes") {
+            return;
+        }
+        let Some(host) = self.host_of_node(Some(cluster), &event.key.name) else {
+            return;
+        };
+        if matches!(event.kind, EventType::Deleted) {
+            self.workload_nodes.remove(&host);
+        } else {
+            let uid = event
+                .object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str);
+            let tainted = taints_out_of_service(Some(&event.object));
+            self.workload_nodes
+                .insert(host.clone(), (uid.unwrap_or_default().to_owned(), tainted));
+        }
+        self.node_change(&host, event, hosts);
+    }
+
+    /// Workload cluster `cluster`'s API went away (`down`), or came back: invariant 12 judges
+    /// the steps recorded meanwhile. Returns how many remediations of the cluster were under
+    /// way when it went (each a case judged).
+    pub fn workload_api_down(&mut self, cluster: &str, down: bool) -> usize {
+        if !down {
+            self.outages.remove(cluster);
+            return 0;
+        }
+        self.outages.insert(cluster.to_owned());
+        let under_way = self.under_way_in(cluster);
+        for _ in 0..under_way {
+            self.judged.add(12);
+        }
+        under_way
+    }
+
+    /// How many remediations of workload cluster `cluster`'s Machines are under way.
+    pub fn under_way_in(&self, cluster: &str) -> usize {
+        let Some(fleet) = &self.fleet else {
+            return 0;
+        };
+        self.phases
+            .values()
+            .filter(|(machine, phase)| {
+                under_way(*phase)
+                    && fleet.cluster_of.get(machine).map(String::as_str) == Some(cluster)
+            })
+            .count()
     }
 
     /// Looks at one change as it happens.
     pub fn observe(&mut self, event: &WatchEvent, hosts: &HashMap<String, Arc<SimHost>>) {
         match (event.key.group.as_str(), event.key.plural.as_str()) {
-            ("", "nodes") => self.node_change(event, hosts),
+            ("", "nodes") => self.node_change(&event.key.name.clone(), event, hosts),
+            ("", "events") if self.fleet.is_some() => self.event_reported(event),
             ("baremend.io", "remediations") => self.remediation_change(event),
             ("machine.openshift.io", "machines") => self.machine_change(event),
             ("baremend.io", "driftremediations") => self.drift_change(event),
@@ -473,8 +605,13 @@ impl Checker {
         }
     }
 
-    fn node_change(&mut self, event: &WatchEvent, hosts: &HashMap<String, Arc<SimHost>>) {
-        let name = event.key.name.as_str();
+    /// A change of the Node of host `name` (its own name in a single cluster).
+    fn node_change(
+        &mut self,
+        name: &str,
+        event: &WatchEvent,
+        hosts: &HashMap<String, Arc<SimHost>>,
+    ) {
         let released = match event.kind {
             EventType::Deleted => Some("deleted"),
             EventType::Modified
@@ -570,11 +707,16 @@ impl Checker {
             self.check_no_planned_reboot(&machine, &key);
         }
         self.timeout_steps(&key, &remediation, &event.object);
+        self.check_shard(&key, &machine, &remediation);
+        self.check_outage_steps(&key, &machine, &remediation);
+        // Counted per workload cluster in the fleet world, as the gates count.
+        let cluster = self.cluster_of(&machine);
         let running: Vec<&String> = self
             .phases
             .values()
             .filter(|(_, p)| under_way(*p))
             .map(|(m, _)| m)
+            .filter(|m| self.cluster_of(m) == cluster)
             .collect();
         self.peak_concurrent = self.peak_concurrent.max(running.len());
         if running.len() > self.max_concurrent {
@@ -586,13 +728,14 @@ impl Checker {
         }
         let control_plane: Vec<&&String> = running
             .iter()
-            .filter(|m| m.starts_with("master-"))
+            .filter(|m| m.starts_with("master-") || m.contains("-master-"))
             .collect();
         if control_plane.len() > 1 {
             self.violations.push(format!(
                 "invariant 4: control-plane hosts {control_plane:?} fenced at once"
             ));
         }
+        // The quorum of three members: the single cluster's (a fleet cluster has one).
         if started && machine.starts_with("master-") {
             let others_ready = (0..3)
                 .map(|i| format!("master-{i}"))
@@ -816,6 +959,131 @@ impl Checker {
             }
         }
         self.violations.extend(found);
+    }
+}
+
+impl Checker {
+    /// The workload cluster of Machine (or host) `machine` in the fleet world.
+    fn cluster_of(&self, machine: &str) -> Option<String> {
+        self.fleet
+            .as_ref()
+            .and_then(|f| f.cluster_of.get(machine).cloned())
+    }
+
+    /// Invariant 11 on a Remediation's change: labelled with its Machine's shard.
+    fn check_shard(&mut self, key: &str, machine: &str, remediation: &Remediation) {
+        let Some(fleet) = &self.fleet else {
+            return;
+        };
+        let Some(shard) = fleet
+            .cluster_of
+            .get(machine)
+            .and_then(|c| fleet.shard_of.get(c))
+            .cloned()
+        else {
+            self.unreadable.push(format!(
+                "Remediation {key} is of {machine}, a Machine of no shard"
+            ));
+            return;
+        };
+        self.judged.add(11);
+        let label = remediation
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SHARD_LABEL))
+            .cloned();
+        if label.as_deref() != Some(shard.as_str()) {
+            self.violations.push(format!(
+                "invariant 11: {key} of {machine} is labelled {SHARD_LABEL}={label:?}, not its \
+                 cluster's shard {shard}"
+            ));
+        }
+    }
+
+    /// Invariant 11 on an Event: reported by a replica of the shard of the cluster whose
+    /// Machine, Remediation or request it is about.
+    fn event_reported(&mut self, event: &WatchEvent) {
+        if !matches!(event.kind, EventType::Added) {
+            return;
+        }
+        let object = &event.object;
+        let controller = object
+            .get("reportingController")
+            .or_else(|| object.get("reportingComponent"))
+            .and_then(Value::as_str);
+        if controller != Some("baremend") {
+            return;
+        }
+        let about = object
+            .get("regarding")
+            .or_else(|| object.get("involvedObject"))
+            .and_then(|r| r.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(fleet) = &self.fleet else {
+            return;
+        };
+        let Some(shard) = fleet
+            .cluster_named(about)
+            .and_then(|c| fleet.shard_of.get(c))
+            .cloned()
+        else {
+            return;
+        };
+        self.judged.add(11);
+        let instance = object
+            .get("reportingInstance")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !instance.starts_with(&format!("{shard}.")) {
+            let reason = object.get("reason").and_then(Value::as_str);
+            self.violations.push(format!(
+                "invariant 11: {instance:?} reported {reason:?} about {about}, which only a \
+                 replica of shard {shard} may act on"
+            ));
+        }
+    }
+
+    /// Invariant 12 on a Remediation's change: the Node steps it recorded while its
+    /// workload cluster's API was down are true of that cluster's store.
+    fn check_outage_steps(&mut self, key: &str, machine: &str, remediation: &Remediation) {
+        let steps: Vec<&str> = remediation
+            .status
+            .iter()
+            .flat_map(|s| s.steps.iter().map(|t| t.step.as_str()))
+            .collect();
+        let seen = self
+            .steps_seen
+            .insert(key.to_owned(), steps.len())
+            .unwrap_or(0);
+        let Some(cluster) = self.cluster_of(machine) else {
+            return;
+        };
+        if !self.outages.contains(&cluster) {
+            return;
+        }
+        let recorded_uid = remediation.status.as_ref().and_then(|s| s.node_uid.clone());
+        let node = self.workload_nodes.get(machine).cloned();
+        for step in steps.iter().skip(seen) {
+            let untrue = match *step {
+                "NodeAbsent" | "NodeDeleted" => node.as_ref().is_some_and(|(uid, _)| {
+                    recorded_uid
+                        .as_deref()
+                        .is_none_or(|recorded| recorded == uid)
+                }),
+                "NodeTainted" => node.as_ref().is_none_or(|(_, tainted)| !tainted),
+                _ => continue,
+            };
+            self.judged.add(12);
+            if untrue {
+                self.violations.push(format!(
+                    "invariant 12: {key} recorded {step} while the API of workload cluster \
+                     {cluster} was down, and its Node there is {node:?} (recorded UID \
+                     {recorded_uid:?})"
+                ));
+            }
+        }
     }
 }
 

@@ -187,8 +187,8 @@ fn a_control_plane_host_fenced_without_a_quorum_of_others_is_a_violation() {
         json!({"metadata": {"name": name}, "status": {"conditions": [
             {"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
     };
-    checker.seed_node(&ready("master-1", true));
-    checker.seed_node(&ready("master-2", false));
+    checker.seed_node(None, &ready("master-1", true));
+    checker.seed_node(None, &ready("master-2", false));
     see_remediation(
         &mut checker,
         "master-0-1",
@@ -661,4 +661,237 @@ fn force_file_removed_with_the_forcefile_there_or_one_left_at_the_end_is_a_viola
     see_drift(&mut checker, "worker-0-2", "Failed", &["ForceFileRemoved"]);
     checker.finish(&[], &hosts(Power::On));
     assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+}
+
+/// A checker of the fleet world of `wc-0` and `wc-1`, each with a `worker-0` and
+/// `worker-1`, served by shards `baremend-wc-0` and `baremend-wc-1`.
+fn fleet_checker(max_concurrent: usize) -> Checker {
+    let mut fleet = Fleet::default();
+    for cluster in ["wc-0", "wc-1"] {
+        for node in ["worker-0", "worker-1"] {
+            let host = format!("{cluster}-{node}");
+            fleet
+                .hosts
+                .insert((cluster.into(), node.into()), host.clone());
+            fleet.cluster_of.insert(host, cluster.into());
+        }
+        fleet
+            .shard_of
+            .insert(cluster.into(), format!("baremend-{cluster}"));
+    }
+    let mut checker = Checker::new(max_concurrent);
+    checker.fleet = Some(fleet);
+    checker
+}
+
+/// The fleet's hosts: `wc-0-worker-1` in `wc0`'s power, every other one in `others`'.
+fn fleet_hosts(wc0: Power, others: Power) -> HashMap<String, Arc<SimHost>> {
+    [
+        "wc-0-worker-0",
+        "wc-0-worker-1",
+        "wc-1-worker-0",
+        "wc-1-worker-1",
+    ]
+    .iter()
+    .map(|name| {
+        let power = if *name == "wc-0-worker-1" {
+            wc0
+        } else {
+            others
+        };
+        let host = SimHost::new(
+            name,
+            power,
+            Duration::from_millis(10),
+            Arc::new(ManualClock::new()),
+        );
+        (name.to_string(), Arc::new(host))
+    })
+    .collect()
+}
+
+/// A Remediation of the fleet `machine`, labelled with `shard`, recording Node `uid`.
+fn fleet_remediation(name: &str, machine: &str, shard: &str, steps: &[&str]) -> WatchEvent {
+    let mut object = remediation(name, machine, "Fenced", steps);
+    object["metadata"]["labels"] = json!({SHARD_LABEL: shard});
+    object["status"]["nodeUid"] = json!("uid-1");
+    change(
+        "remediations",
+        "baremend.io",
+        name,
+        EventType::Modified,
+        object,
+    )
+}
+
+#[test]
+fn a_release_in_the_fleet_is_judged_against_the_host_of_its_own_cluster_only() {
+    let node = json!({"metadata": {"name": "worker-1"}});
+    // wc-0's worker-1 is off, every other host (wc-1's worker-1 among them) is on.
+    let hosts = fleet_hosts(Power::Off, Power::On);
+    let mut checker = fleet_checker(1);
+    let deleted = change("nodes", "", "worker-1", EventType::Deleted, node.clone());
+    checker.observe_workload("wc-0", &deleted, &hosts);
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    // The same name in wc-1: its host is on.
+    checker.observe_workload("wc-1", &deleted, &hosts);
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(
+        checker.violations[0].starts_with("invariant 1: Node wc-1-worker-1 deleted"),
+        "{:?}",
+        checker.violations
+    );
+    assert_eq!(checker.judged.of(1), 2);
+    // A Node of no known host is not judged blind.
+    let stray = change("nodes", "", "worker-9", EventType::Deleted, node);
+    checker.observe_workload("wc-0", &stray, &hosts);
+    assert_eq!(checker.unreadable.len(), 1, "{:?}", checker.unreadable);
+}
+
+#[test]
+fn in_the_fleet_remediations_under_way_are_counted_per_workload_cluster() {
+    let mut checker = fleet_checker(1);
+    let under_way = |name: &str, machine: &str, shard: &str| {
+        let mut event = fleet_remediation(name, machine, shard, &["PowerOffRequested"]);
+        event.object["status"]["phase"] = json!("PoweringOff");
+        event
+    };
+    checker.observe(
+        &under_way("wc-0-worker-0-1", "wc-0-worker-0", "baremend-wc-0"),
+        &HashMap::new(),
+    );
+    checker.observe(
+        &under_way("wc-1-worker-0-1", "wc-1-worker-0", "baremend-wc-1"),
+        &HashMap::new(),
+    );
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    checker.observe(
+        &under_way("wc-0-worker-1-1", "wc-0-worker-1", "baremend-wc-0"),
+        &HashMap::new(),
+    );
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(checker.violations[0].starts_with("invariant 4: 2 remediations"));
+}
+
+/// An Event baremend's replica `instance` reported about `about`.
+fn reported(instance: &str, about: &str) -> WatchEvent {
+    let object = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": format!("{about}.1"), "namespace": "ns"},
+        "reportingController": "baremend", "reportingInstance": instance,
+        "reason": "PowerOffRequested",
+        "regarding": {"kind": "Machine", "name": about, "namespace": "ns"}});
+    change(
+        "events",
+        "",
+        &format!("{about}.1"),
+        EventType::Added,
+        object,
+    )
+}
+
+#[test]
+fn a_remediation_labelled_or_reported_on_by_another_shard_is_a_violation() {
+    let mut checker = fleet_checker(2);
+    // Its own shard's label, and Events by its own shard's replicas: judged, fine.
+    checker.observe(
+        &fleet_remediation("wc-0-worker-0-1", "wc-0-worker-0", "baremend-wc-0", &[]),
+        &HashMap::new(),
+    );
+    checker.observe(
+        &reported("baremend-wc-0.r0.1", "wc-0-worker-0"),
+        &HashMap::new(),
+    );
+    checker.observe(
+        &reported("baremend-wc-1.r3.0", "wc-1-worker-1-2"),
+        &HashMap::new(),
+    );
+    // Another controller's Event, or one about no Machine of a cluster: not judged.
+    let mut other = reported("someone", "wc-0-worker-0");
+    other.object["reportingController"] = json!("kubelet");
+    checker.observe(&other, &HashMap::new());
+    checker.observe(
+        &reported("baremend-wc-0.r0.1", "shard-lease"),
+        &HashMap::new(),
+    );
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    assert_eq!(checker.judged.of(11), 3);
+    // wc-1's shard reports about wc-0's Machine; a Remediation of wc-1 labelled wc-0's.
+    checker.observe(
+        &reported("baremend-wc-1.r3.0", "wc-0-worker-0"),
+        &HashMap::new(),
+    );
+    checker.observe(
+        &fleet_remediation("wc-1-worker-0-1", "wc-1-worker-0", "baremend-wc-0", &[]),
+        &HashMap::new(),
+    );
+    assert_eq!(checker.violations.len(), 2, "{:?}", checker.violations);
+    assert!(
+        checker.violations[0].contains("\"baremend-wc-1.r3.0\" reported")
+            && checker.violations[0].starts_with("invariant 11"),
+        "{:?}",
+        checker.violations
+    );
+    assert!(
+        checker.violations[1].starts_with("invariant 11: ns/wc-1-worker-0-1"),
+        "{:?}",
+        checker.violations
+    );
+}
+
+#[test]
+fn a_node_taken_for_gone_while_its_workload_api_is_down_is_a_violation() {
+    let hosts = fleet_hosts(Power::Off, Power::Off);
+    let mut checker = fleet_checker(2);
+    let node = json!({"metadata": {"name": "worker-1", "uid": "uid-1"}});
+    checker.seed_node(Some("wc-0"), &node);
+    let fenced = fleet_remediation(
+        "wc-0-worker-1-1",
+        "wc-0-worker-1",
+        "baremend-wc-0",
+        &["PowerOffRequested", "Fenced"],
+    );
+    checker.observe(&fenced, &HashMap::new());
+    // wc-0 goes away with its remediation under way; wc-1's outage judges nothing of wc-0.
+    assert_eq!(checker.workload_api_down("wc-0", true), 1);
+    assert_eq!(checker.workload_api_down("wc-1", true), 0);
+    assert_eq!(checker.judged.of(12), 1);
+    // It records its Node gone while the Node of that UID is still in wc-0's store.
+    let absent = fleet_remediation(
+        "wc-0-worker-1-1",
+        "wc-0-worker-1",
+        "baremend-wc-0",
+        &["PowerOffRequested", "Fenced", "NodeAbsent"],
+    );
+    checker.observe(&absent, &hosts);
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(
+        checker.violations[0].starts_with("invariant 12: ns/wc-0-worker-1-1 recorded NodeAbsent"),
+        "{:?}",
+        checker.violations
+    );
+    assert_eq!(checker.judged.of(12), 2);
+
+    // The same step when its Node was gone before the outage: true, no violation; and the
+    // step after the outage is not judged by invariant 12.
+    let mut checker = fleet_checker(2);
+    checker.seed_node(Some("wc-0"), &node);
+    checker.observe_workload(
+        "wc-0",
+        &change("nodes", "", "worker-1", EventType::Deleted, node.clone()),
+        &hosts,
+    );
+    checker.observe(&fenced, &HashMap::new());
+    checker.workload_api_down("wc-0", true);
+    checker.observe(&absent, &hosts);
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    assert_eq!(checker.judged.of(12), 2);
+    checker.workload_api_down("wc-0", false);
+    let deleted = fleet_remediation(
+        "wc-0-worker-1-1",
+        "wc-0-worker-1",
+        "baremend-wc-0",
+        &["PowerOffRequested", "Fenced", "NodeAbsent", "NodeDeleted"],
+    );
+    checker.observe(&deleted, &hosts);
+    assert_eq!(checker.judged.of(12), 2);
 }

@@ -14,11 +14,16 @@
 //! NodeHealthCheck (a `NodeRemediation` per Node) whose escalation timeout falls before or
 //! after the proof.
 //!
+//! A share of the seeds ([`plan::fleet`]) runs the fleet world instead ([`fleet`]): Cluster
+//! API with two workload clusters, a shard per cluster, and the faults of that world — a
+//! shard's leader killed mid-remediation, a workload cluster's API gone mid-remediation.
+//!
 //! `baremend lab --scenario chaos --seeds N [--first-seed S] [--jobs J]` runs seeds S..S+N
 //! and prints a summary; a failing seed prints the command that replays it alone.
 
 pub mod check;
 mod drift;
+pub mod fleet;
 pub mod judged;
 pub mod plan;
 mod settle;
@@ -116,6 +121,8 @@ pub struct SeedOutcome {
     pub timeouts: TimeoutTally,
     /// How many cases each invariant judged.
     pub judged: Judged,
+    /// What the fleet world's faults did (None: the seed ran the single cluster).
+    pub fleet: Option<fleet::FleetTally>,
     /// How long it took.
     pub took: Duration,
 }
@@ -129,11 +136,26 @@ struct Replica {
     task: JoinHandle<Result<()>>,
 }
 
-/// Starts a replica that, like a pod, is restarted (with a new identity) whenever its
-/// controller exits — as `baremend run` does when it loses the Lease.
-fn start_replica(lab: &LabCluster, identity: String) -> Replica {
+/// A shard of the fleet world: its Lease (also its label) and its Machines.
+struct Shard {
+    lease: String,
+    selector: String,
+}
+
+/// Starts a replica (of `shard`, else of the single controller) that, like a pod, is
+/// restarted (with a new identity) whenever its controller exits — as `baremend run` does
+/// when it loses the Lease.
+fn start_replica(lab: &LabCluster, identity: String, shard: Option<Shard>) -> Replica {
     let client = lab.controller_client.clone();
     let name = identity.clone();
+    let (lease_name, machine_selector, machine_api) = match shard {
+        Some(shard) => (
+            shard.lease,
+            Some(shard.selector),
+            crate::api::slim::MachineApi::ClusterApi,
+        ),
+        None => ("baremend".to_owned(), None, Default::default()),
+    };
     // The drift coordinator runs where the MCO does.
     let drift_helpers = lab
         .cluster
@@ -153,12 +175,14 @@ fn start_replica(lab: &LabCluster, identity: String) -> Replica {
                 // A BMC seen contradicting itself is untrusted for a while at chaos speed,
                 // well within the time the cluster has to settle.
                 bmc_distrust: Duration::from_secs(3),
+                machine_selector: machine_selector.clone(),
+                machine_api,
                 ..ControllerOptions::default()
             };
             let lease = LeaseConfig {
                 // Where deploy/base/rbac.yaml grants the controller its Lease.
                 namespace: crate::lab::setup::DEPLOY_NAMESPACE.into(),
-                name: "baremend".into(),
+                name: lease_name.clone(),
                 identity,
                 lease_duration: Duration::from_millis(1000),
                 renew_deadline: Duration::from_millis(600),
@@ -202,19 +226,23 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
     let plan = plan::plan(seed);
     let drift = plan.drift().cloned();
     let check = plan.health_check;
-    let mut spec = ClusterSpec {
-        masters: 3,
-        workers: WORKERS,
-        timing: timing(),
-        seed,
-        // The health check reports every unhealthy Machine; our storm gate is what is tested.
-        max_unhealthy: "100%".into(),
-        mco: drift.is_some(),
-        // Three of the four workers: a drift start is held by the pool's budget only while
-        // the others are all disrupted, never for good by one host a failed remediation
-        // keeps off.
-        mco_max_unavailable: json!(3),
-        ..ClusterSpec::default()
+    let mut spec = if plan.fleet {
+        fleet::spec(seed, timing())
+    } else {
+        ClusterSpec {
+            masters: 3,
+            workers: WORKERS,
+            timing: timing(),
+            seed,
+            // The health check reports every unhealthy Machine; our storm gate is what is tested.
+            max_unhealthy: "100%".into(),
+            mco: drift.is_some(),
+            // Three of the four workers: a drift start is held by the pool's budget only while
+            // the others are all disrupted, never for good by one host a failed remediation
+            // keeps off.
+            mco_max_unavailable: json!(3),
+            ..ClusterSpec::default()
+        }
     };
     trigger::configure(check, &mut spec);
     let lab = LabCluster::start(spec).await?;
@@ -243,8 +271,11 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
             _ => None,
         })
         .collect();
+    if plan.fleet {
+        checker.fleet = Some(fleet::checker_map(&lab));
+    }
     for node in lab.api.list(baremend_sim::cluster::local::NODES, None) {
-        checker.seed_node(&node);
+        checker.seed_node(None, &node);
     }
     if let Some(mco) = lab.cluster.mco() {
         checker.disks = mco.disks.clone();
@@ -264,10 +295,21 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
                     .observe(change, &hosts)
             }));
     }
-    let mut replicas: Vec<Replica> = (0..plan.replicas)
-        .map(|i| start_replica(&lab, format!("replica-{i}")))
-        .collect();
-    let mut next_replica = plan.replicas;
+    fleet::watch_workloads(&lab, &checker, &hosts);
+    let mut next_replica = 0;
+    let mut replicas: Vec<Replica> = if plan.fleet {
+        fleet::start_shards(&lab, plan.replicas, &mut next_replica)
+    } else {
+        next_replica = plan.replicas;
+        (0..plan.replicas)
+            .map(|i| start_replica(&lab, format!("replica-{i}"), None))
+            .collect()
+    };
+    let mut fleet_run = fleet::FleetRun {
+        checker: checker.clone(),
+        tally: Arc::default(),
+        tasks: Vec::new(),
+    };
     let mut restores: Vec<Restore> = Vec::new();
     let mut scenario = None;
     let window_start = Instant::now();
@@ -282,9 +324,9 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
             &lab,
             (fault, check),
             &hosts,
-            &mut replicas,
-            &mut next_replica,
+            (&mut replicas, &mut next_replica),
             &mut restores,
+            &mut fleet_run,
         )
         .await;
         restores.sort_by_key(|(at, _)| *at);
@@ -305,9 +347,23 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         host.set_faults(Faults::default());
     }
     lab.cluster.api_server().clear_faults();
-    if replicas.is_empty() {
-        replicas.push(start_replica(&lab, format!("replica-{next_replica}")));
+    if plan.fleet {
+        // Every shard has a replica again (a death's restart is made at once in the window).
+        for cluster in lab.cluster.workload_clusters() {
+            let prefix = format!("{}.", plan::shard_lease(cluster.name()));
+            if !replicas.iter().any(|r| r.identity.starts_with(&prefix)) {
+                replicas.push(fleet::start_shard_replica(
+                    &lab,
+                    cluster.name(),
+                    &mut next_replica,
+                ));
+            }
+        }
+    } else if replicas.is_empty() {
+        replicas.push(start_replica(&lab, format!("replica-{next_replica}"), None));
     }
+    // Every outage is over before the cluster must settle.
+    let fleet_tally = fleet_run.finish().await;
 
     // The drift scenario follows its remediation beyond the window; it ends by itself.
     let played = match scenario {
@@ -351,6 +407,7 @@ pub async fn run_seed(seed: u64) -> Result<SeedOutcome> {
         by_trigger: by_trigger(&remediations),
         timeouts: checker.timeouts,
         judged: checker.judged,
+        fleet: plan.fleet.then_some(fleet_tally),
         requests_remade,
         fence_lost,
         drift,
@@ -438,9 +495,9 @@ async fn apply(
     lab: &LabCluster,
     (fault, check): (&Fault, HealthCheck),
     hosts: &HashMap<String, Arc<SimHost>>,
-    replicas: &mut Vec<Replica>,
-    next_replica: &mut usize,
+    (replicas, next_replica): (&mut Vec<Replica>, &mut usize),
     restores: &mut Vec<Restore>,
+    fleet_run: &mut fleet::FleetRun,
 ) {
     let later = |ms: u64| Instant::now() + Duration::from_millis(ms);
     let host_of = |name: &str| hosts.get(name).cloned();
@@ -537,8 +594,16 @@ async fn apply(
                 let _ = dead.task.await;
             }
             tokio::time::sleep(Duration::from_millis(*restart_ms)).await;
-            replicas.push(start_replica(lab, format!("replica-{next_replica}")));
+            replicas.push(start_replica(lab, format!("replica-{next_replica}"), None));
             *next_replica += 1;
+        }
+        Fault::ShardLeaderDies { shard, restart_ms } => {
+            fleet::kill_shard_leader(lab, (shard, *restart_ms), replicas, next_replica, fleet_run)
+                .await;
+        }
+        Fault::HangAgain(host) => fleet::hang_again(lab, host, fleet_run),
+        Fault::WorkloadApiDown { cluster, for_ms } => {
+            fleet::api_down(lab, (cluster, *for_ms), FAULT_WINDOW, fleet_run);
         }
         Fault::RemoveTrigger(machine) => trigger::remove(&lab.api, check, machine),
         Fault::FalseAlarm(machine) => {
@@ -716,6 +781,8 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut drift = drift::DriftTally::default();
     let mut triggers = TriggerTally::default();
     let mut judged = Judged::default();
+    let mut fleet_worlds = 0;
+    let mut fleet_tally = fleet::FleetTally::default();
     for outcome in &outcomes {
         match outcome {
             Ok(o) => {
@@ -739,6 +806,10 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
                 }
                 triggers.add(o);
                 judged.merge(&o.judged);
+                if let Some(tally) = &o.fleet {
+                    fleet_worlds += 1;
+                    fleet_tally.add(tally);
+                }
             }
             Err(_) => errors += 1,
         }
@@ -747,7 +818,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut phase_list: Vec<(String, usize)> = phases.into_iter().collect();
     phase_list.sort();
     println!(
-        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; flapping BMCs told a false Off at power-off on {} host(s) fenced over their BMC and {} through their BareMetal Operator; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; cases judged per invariant: {judged} (none for {:?}); {}{}",
+        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; flapping BMCs told a false Off at power-off on {} host(s) fenced over their BMC and {} through their BareMetal Operator; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; cases judged per invariant: {judged} (none for {:?}); {}{}; fleet worlds {fleet_worlds}: shard leaders killed {} ({} mid-remediation), workload API outages {} ({} mid-remediation)",
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64(),
         failed.len(),
@@ -760,7 +831,11 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
         lied.1,
         judged.idle(),
         triggers.summary(),
-        drift.summary()
+        drift.summary(),
+        fleet_tally.leaders_killed,
+        fleet_tally.killed_mid_remediation,
+        fleet_tally.outages,
+        fleet_tally.outages_mid_remediation,
     );
     if failed.is_empty() && errors == 0 {
         Ok(())

@@ -132,6 +132,38 @@ pub enum Fault {
     /// The same tenant claims the worker's Node with a `HostBmc` of its own (its own BMC
     /// endpoint, which would "prove" a running host off).
     TenantHostBmc(String),
+    /// Fleet world only: the leader of the shard of workload cluster `shard` (`wc-<k>`) dies
+    /// without releasing its Lease — the moment a remediation of its cluster is under way,
+    /// else when the wait ([`MID_REMEDIATION_WAIT`]) is over — and a new replica of the same
+    /// shard starts after `restart_ms`. The other shard must go on unaffected.
+    ShardLeaderDies {
+        /// The workload cluster the shard serves (its Lease is [`shard_lease`] of it).
+        shard: String,
+        /// How long after the death the new replica starts.
+        restart_ms: u64,
+    },
+    /// Fleet world only: once the host's remediation Succeeded and its Node is Ready again in
+    /// its workload cluster, the host hangs again: its health check asks anew and a second
+    /// remediation of the Machine starts (the start invariant 6 judges).
+    HangAgain(String),
+    /// Fleet world only: workload cluster `cluster`'s API server goes away for `for_ms` — the
+    /// moment a remediation of that cluster requests power-off, else when the fault window
+    /// is over.
+    WorkloadApiDown {
+        /// The workload cluster (`wc-<k>`).
+        cluster: String,
+        /// How long it stays away.
+        for_ms: u64,
+    },
+}
+
+/// How long [`Fault::ShardLeaderDies`] waits for a remediation of its cluster to be under
+/// way before it kills the leader anyway.
+pub const MID_REMEDIATION_WAIT: Duration = Duration::from_millis(1500);
+
+/// The Lease (and shard label) of the shard serving workload cluster `cluster`.
+pub fn shard_lease(cluster: &str) -> String {
+    format!("baremend-{cluster}")
 }
 
 /// The namespace of the tenant of [`Fault::TenantRequest`] and [`Fault::TenantHostBmc`]:
@@ -174,6 +206,9 @@ pub struct Plan {
     pub events: Vec<(Duration, Fault)>,
     /// The health check that asks for remediation, and so the trigger the faults act on.
     pub health_check: HealthCheck,
+    /// The seed runs the fleet world ([`fleet`]): Cluster API, [`FLEET_CLUSTERS`] workload
+    /// clusters, one shard per cluster (then `replicas` is per shard).
+    pub fleet: bool,
 }
 
 /// How a seed's health check asks for a Machine's remediation: the trigger it sets, and the
@@ -263,8 +298,38 @@ const TENANT_PERCENT: u64 = 30;
 /// Workers of the chaos cluster (three control-plane hosts come with them).
 pub const WORKERS: usize = 4;
 
+/// Workload clusters of the fleet world (`wc-0`, `wc-1`), one shard each.
+pub const FLEET_CLUSTERS: usize = 2;
+
+/// Workers of each workload cluster of the fleet world (one control-plane host comes with
+/// them).
+pub const FLEET_WORKERS: usize = 3;
+
+/// Share of seeds (percent) that run the fleet world: it starts three API servers and two
+/// controllers, and the CI run of 200 seeds must stay within its time.
+const FLEET_PERCENT: u64 = 25;
+
+/// Share of fleet seeds (percent) whose first hung worker hangs again once remediated.
+const REHANG_PERCENT: u64 = 40;
+
+/// Mixed into the seed for the fleet draw: a stream of its own, so that the seeds not drawn
+/// for the fleet keep the plans they had (ASCII "fleet").
+const FLEET_STREAM: u64 = 0x66_6c65_6574;
+
+/// Seeds `tests/chaos.rs` replays for the bugs they found: never the fleet world, so that
+/// they replay what they were found with.
+const REPLAYED: [u64; 6] = [186, 1708, 86, 348, 470, 914];
+
+/// Whether `seed` runs the fleet world, drawn from its own stream.
+pub fn fleet(seed: u64) -> bool {
+    !REPLAYED.contains(&seed) && Rng::new(seed ^ FLEET_STREAM).chance(FLEET_PERCENT)
+}
+
 /// The plan of `seed`.
 pub fn plan(seed: u64) -> Plan {
+    if fleet(seed) {
+        return fleet_plan(seed);
+    }
     let mut rng = Rng::new(seed);
     let workers: Vec<String> = (0..WORKERS).map(|i| format!("worker-{i}")).collect();
     let masters: Vec<String> = (0..3).map(|i| format!("master-{i}")).collect();
@@ -433,6 +498,148 @@ pub fn plan(seed: u64) -> Plan {
         replicas,
         events,
         health_check: health_check(seed),
+        fleet: false,
+    }
+}
+
+/// The fleet world's plan of `seed`: hangs and BMC and API faults on the hosts of either
+/// workload cluster, and at least one of the fleet's faults (a shard's leader dies, a
+/// workload cluster's API goes away). Its health check is Cluster API's MachineHealthCheck
+/// naming baremend's template (a `MachineRemediation` per Machine); the faults on triggers,
+/// the controller crash of the single-shard world (a shard's leader dying is this world's),
+/// the MCO's and the tenant's are not drawn.
+fn fleet_plan(seed: u64) -> Plan {
+    let mut rng = Rng::new(seed ^ FLEET_STREAM);
+    // The fleet draw itself came first from this stream.
+    rng.next_u64();
+    let clusters: Vec<String> = (0..FLEET_CLUSTERS).map(|k| format!("wc-{k}")).collect();
+    let workers: Vec<String> = clusters
+        .iter()
+        .flat_map(|c| (0..FLEET_WORKERS).map(move |i| format!("{c}-worker-{i}")))
+        .collect();
+    let masters: Vec<String> = clusters.iter().map(|c| format!("{c}-master-0")).collect();
+    let all_hosts: Vec<String> = workers.iter().chain(masters.iter()).cloned().collect();
+    let strategies = rng
+        .pick(&[
+            json!(["BareMetalHostRebootApi"]),
+            json!(["BareMetalHostRebootApi", "DirectBmc"]),
+            json!(["DirectBmc"]),
+        ])
+        .clone();
+    let uses_bmc = strategies
+        .as_array()
+        .is_some_and(|s| s.iter().any(|x| x == "DirectBmc"));
+    let detached: Vec<String> = all_hosts
+        .iter()
+        .filter(|_| uses_bmc && rng.chance(70))
+        .cloned()
+        .collect();
+    let max_concurrent = 1 + rng.below(2) as usize;
+    let release = rng.pick(&["Delete", "OutOfService"]).to_string();
+    let policy = json!({
+        "strategies": strategies,
+        "nodeRelease": release,
+        "maxConcurrent": max_concurrent,
+        "maxAttempts": 2,
+        "storm": {"maxUnhealthyPercent": 60},
+        "timeouts": {"powerOffSeconds": 2, "nodeReadySeconds": 4, "readyGraceSeconds": 0},
+    });
+    let mut events = Vec::new();
+    // At most two hung workers per cluster: a third (3 of its 4 hosts) would be a storm
+    // past the policy's 60 %, held for good (by design) and never settled.
+    let mut hung: Vec<String> = Vec::new();
+    for _ in 0..1 + rng.below(3) {
+        let host = rng.pick(&workers).clone();
+        let at = rng.within(800);
+        let cluster = &host[..4];
+        let in_cluster = hung.iter().filter(|h| h.starts_with(cluster)).count();
+        if hung.contains(&host) || in_cluster >= 2 {
+            continue;
+        }
+        hung.push(host.clone());
+        events.push((at, Fault::Hang(host)));
+    }
+    for _ in 0..rng.below(4) {
+        let at = rng.within(2500);
+        let host = rng.pick(&all_hosts).clone();
+        let fault = match rng.below(8) {
+            0 => Fault::BmcLatency {
+                host,
+                ms: 20 + rng.below(200),
+            },
+            1 => Fault::BmcErrors {
+                host,
+                status: *rng.pick(&[500, 503]),
+                count: 1 + rng.below(3) as u32,
+            },
+            2 => Fault::BmcDrops {
+                host,
+                for_ms: 100 + rng.below(800),
+            },
+            3 => Fault::StuckPower {
+                host,
+                for_ms: 200 + rng.below(1500),
+            },
+            4 => Fault::Flapping {
+                host,
+                for_ms: 200 + rng.below(1000),
+            },
+            5 => Fault::WrongCredentials {
+                host,
+                for_ms: 200 + rng.below(1500),
+            },
+            6 => Fault::Api {
+                method: rng.pick(&["PUT", "PATCH", "POST", "GET"]).to_string(),
+                path: rng
+                    .pick(&[
+                        "/remediations",
+                        "/baremetalhosts",
+                        "/machines",
+                        "/secrets",
+                        "/leases",
+                        "/events",
+                    ])
+                    .to_string(),
+                status: *rng.pick(&[409, 429, 500, 503]),
+                count: 1 + rng.below(3) as u32,
+            },
+            _ => Fault::DropWatches,
+        };
+        events.push((at, fault));
+    }
+    let mut dies = rng.chance(60);
+    let down = rng.chance(60);
+    if !dies && !down {
+        dies = true;
+    }
+    if let Some(host) = hung.first().filter(|_| rng.chance(REHANG_PERCENT)) {
+        events.push((Duration::ZERO, Fault::HangAgain(host.clone())));
+    }
+    // Both strike a cluster with a hung worker, where a remediation comes to be under way.
+    let struck: Vec<String> = hung.iter().map(|h| h[..4].to_owned()).collect();
+    if dies {
+        let shard = rng.pick(&struck).clone();
+        let restart_ms = rng.below(400);
+        events.push((
+            rng.within(1000),
+            Fault::ShardLeaderDies { shard, restart_ms },
+        ));
+    }
+    if down {
+        let cluster = rng.pick(&struck).clone();
+        let for_ms = 300 + rng.below(1500);
+        events.push((rng.within(1000), Fault::WorkloadApiDown { cluster, for_ms }));
+    }
+    events.sort_by_key(|(at, _)| *at);
+    Plan {
+        seed,
+        policy,
+        max_concurrent,
+        detached,
+        replicas: 1 + rng.below(2) as usize,
+        events,
+        health_check: HealthCheck::MachineRequest,
+        fleet: true,
     }
 }
 
@@ -524,9 +731,10 @@ mod tests {
                 _ => pending += 1,
             }
         }
-        assert!((200..300).contains(&drifts), "{drifts} of 1000");
+        // A quarter of the ~750 seeds not drawn for the fleet world.
+        assert!((130..250).contains(&drifts), "{drifts} of 1000");
         assert!(
-            late > 80 && pending > 80,
+            late > 60 && pending > 60,
             "{late} late reboots, {pending} pending helpers"
         );
     }
@@ -549,7 +757,7 @@ mod tests {
             }
         }
         assert!(
-            (100..200).contains(&requests) && (100..200).contains(&claims),
+            (70..170).contains(&requests) && (70..170).contains(&claims),
             "{requests} requests, {claims} claims in 1000 seeds"
         );
     }
@@ -559,7 +767,13 @@ mod tests {
         let mut kinds = std::collections::HashMap::new();
         let (mut short, mut long) = (0, 0);
         for seed in 0..900 {
-            let check = plan(seed).health_check;
+            let p = plan(seed);
+            let check = p.health_check;
+            if p.fleet {
+                // The fleet world's health check is Cluster API's, asking by request.
+                assert_eq!(check, HealthCheck::MachineRequest, "seed {seed}");
+                continue;
+            }
             assert_eq!(check, health_check(seed), "seed {seed}");
             *kinds.entry(check.label()).or_insert(0) += 1;
             if let HealthCheck::NodeRequest { escalation } = check {
@@ -577,9 +791,10 @@ mod tests {
         }
         for kind in ["annotation", "MachineRemediation", "NodeRemediation"] {
             let count = kinds.get(kind).copied().unwrap_or(0);
-            assert!((250..350).contains(&count), "{kind}: {count} of 900");
+            // A third each of the ~675 seeds not drawn for the fleet world.
+            assert!((180..270).contains(&count), "{kind}: {count} of 900");
         }
-        assert!(short > 100 && long > 100, "{short} short, {long} long");
+        assert!(short > 70 && long > 70, "{short} short, {long} long");
         // The seeds replayed for the bugs the annotation found keep it.
         for seed in FOUND_WITH_THE_ANNOTATION {
             assert_eq!(
@@ -587,6 +802,82 @@ mod tests {
                 HealthCheck::Annotation,
                 "seed {seed}"
             );
+        }
+    }
+
+    #[test]
+    fn a_share_of_seeds_runs_the_fleet_world_with_a_fleet_fault_on_its_own_hosts() {
+        let (mut fleets, mut deaths, mut outages) = (0, 0, 0);
+        for seed in 0..1000 {
+            let p = plan(seed);
+            assert_eq!(p.fleet, fleet(seed), "seed {seed}");
+            if !p.fleet {
+                assert!(
+                    !p.events.iter().any(|(_, f)| matches!(
+                        f,
+                        Fault::ShardLeaderDies { .. } | Fault::WorkloadApiDown { .. }
+                    )),
+                    "seed {seed}: a fleet fault outside the fleet world"
+                );
+                continue;
+            }
+            fleets += 1;
+            let mut fleet_faults = 0;
+            let mut hung: Vec<String> = Vec::new();
+            let mut struck: Vec<String> = Vec::new();
+            for (_, fault) in &p.events {
+                match fault {
+                    Fault::ShardLeaderDies { shard: c, .. }
+                    | Fault::WorkloadApiDown { cluster: c, .. } => {
+                        assert!(["wc-0", "wc-1"].contains(&c.as_str()), "{fault:?}");
+                        struck.push(c.clone());
+                        fleet_faults += 1;
+                        if matches!(fault, Fault::ShardLeaderDies { .. }) {
+                            deaths += 1;
+                        } else {
+                            outages += 1;
+                        }
+                    }
+                    Fault::Hang(h) => {
+                        assert!(h.starts_with("wc-"), "{h}");
+                        hung.push(h.clone());
+                    }
+                    Fault::Crash { .. }
+                    | Fault::RemoveTrigger(_)
+                    | Fault::FalseAlarm(_)
+                    | Fault::TenantRequest(_)
+                    | Fault::TenantHostBmc(_) => panic!("seed {seed}: {fault:?} in the fleet"),
+                    _ => {}
+                }
+            }
+            assert!(fleet_faults >= 1, "seed {seed}: {:?}", p.events);
+            // Never a storm: at most two distinct hung workers of one cluster.
+            for cluster in ["wc-0-", "wc-1-"] {
+                let mut of_cluster: Vec<&String> =
+                    hung.iter().filter(|h| h.starts_with(cluster)).collect();
+                of_cluster.sort();
+                of_cluster.dedup();
+                assert!(of_cluster.len() <= 2, "seed {seed}: {hung:?}");
+            }
+            assert!(!hung.is_empty(), "seed {seed}");
+            // The fleet's faults strike a cluster with a hung worker.
+            for cluster in &struck {
+                assert!(
+                    hung.iter().any(|h| h.starts_with(&format!("{cluster}-"))),
+                    "seed {seed}: {:?}",
+                    p.events
+                );
+            }
+            assert!(p.drift().is_none(), "seed {seed}");
+            assert!(p.detached.iter().all(|h| h.starts_with("wc-")));
+        }
+        assert!((180..330).contains(&fleets), "{fleets} of 1000");
+        assert!(
+            deaths > 100 && outages > 100,
+            "{deaths} deaths, {outages} outages"
+        );
+        for seed in REPLAYED {
+            assert!(!fleet(seed), "seed {seed}");
         }
     }
 

@@ -98,9 +98,19 @@ async fn unsettled(lab: &LabCluster, check: HealthCheck) -> Option<String> {
         {
             continue;
         }
-        let node = lab
-            .api
-            .get(baremend_sim::cluster::local::NODES, "", &info.name);
+        // A workload cluster's Node lives there, under its own name.
+        let node = match &info.cluster {
+            Some(cluster) => super::fleet::workload_reader(lab, cluster)
+                .ok_or_else(|| format!("no workload cluster {cluster}"))
+                .and_then(|api| {
+                    api.get(baremend_sim::cluster::local::NODES, "", &info.node_name)
+                        .map_err(|e| format!("{e:?}"))
+                }),
+            None => lab
+                .api
+                .get(baremend_sim::cluster::local::NODES, "", &info.name)
+                .map_err(|e| format!("{e:?}")),
+        };
         let ready = node.as_ref().is_ok_and(node_ready);
         if !ready {
             let latest = latest
