@@ -329,3 +329,36 @@ async fn a_storm_in_one_workload_cluster_holds_its_starts_and_not_another_cluste
         assert!(lab.power_history(host).is_empty(), "{host} left alone");
     }
 }
+
+/// A workload API that comes back within the release's deadline is used at once: the
+/// connection whose watch failed is replaced as soon as the server answers, and every Machine
+/// of the cluster is woken, so the release does not wait out a watch's backoff (found by the
+/// chaos fleet world: a FenceLost 7 s after the API had returned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_api_back_within_the_release_deadline_is_used_in_time() {
+    let cut = Arc::new(std::sync::Mutex::new(None));
+    let at_request = cut.clone();
+    let hook = PersistHook(Arc::new(move |step: &str| {
+        if step == "PowerOffRequested"
+            && let Some(server) = at_request.lock().unwrap().take()
+        {
+            baremend_sim::apiserver::Reachability::set(&server, false);
+        }
+        Ok(())
+    }));
+    let mut policy = fast_policy();
+    // The Node must be released within 4 s of the proof, or the remediation fails FenceLost.
+    policy["timeouts"]["powerOffSeconds"] = json!(4);
+    let lab = start(fleet(1, 2), policy, Some(hook)).await;
+    let server = lab.cluster.workload_cluster("wc-0").unwrap().api_server();
+    *cut.lock().unwrap() = Some(server.reachability().clone());
+    lab.cluster.hang("wc-0-worker-0");
+    lab.reach("wc-0-worker-0-1", RemediationPhase::Fenced).await;
+    // Gone long enough for the watch to fail and back off, back well within the deadline.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.set_reachable(true);
+    let done = lab
+        .reach("wc-0-worker-0-1", RemediationPhase::Succeeded)
+        .await;
+    assert!(steps(&done).contains(&"NodeDeleted".to_string()));
+}

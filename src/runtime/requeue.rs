@@ -45,6 +45,13 @@ impl Backoff {
             warn!(object = %key, %error, reason = %category.event_reason(), "failed; waiting for a change");
             return Action::requeue(TERMINAL_RECHECK);
         }
+        if category == crate::ErrorCategory::WorkloadCluster {
+            // Not backed off: the workload clusters' registry paces its own connection
+            // attempts (one a second per cluster), and a remediation past its power-off has a
+            // release deadline to meet the moment the cluster answers again.
+            warn!(object = %key, %error, reason = %category.event_reason(), retry_in = ?base, "failed; retrying");
+            return Action::requeue(base);
+        }
         let mut failures = self.lock();
         let count = failures.entry(key.to_string()).or_insert(0);
         let delay = backoff_delay(base, *count);

@@ -72,7 +72,10 @@ impl Default for Lifetimes {
 }
 
 /// How long a cluster found unreachable answers so without being tried again.
-pub const RETRY_UNREACHABLE: Duration = Duration::from_secs(5);
+pub const RETRY_UNREACHABLE: Duration = Duration::from_secs(1);
+
+/// How soon a connection whose watch fails is replaced, once its server answers a probe.
+pub const REOPEN_FAILING: Duration = Duration::from_secs(1);
 
 /// How long a new connection waits for its first list of Nodes, and a probe for its answer.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -175,6 +178,15 @@ impl Connection {
         }
     }
 
+    /// Whether its watch reported a failure since its last success.
+    fn failing(&self) -> bool {
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .failing
+            .is_some()
+    }
+
     /// Itself, if its watch is listed and not failing.
     fn usable(self: &Arc<Self>) -> Result<Arc<Self>> {
         let health = self.health.lock().unwrap_or_else(|e| e.into_inner());
@@ -252,7 +264,12 @@ impl WorkloadClusters {
             Slot::Connected(connection) => {
                 *connection.used.lock().unwrap_or_else(|e| e.into_inner()) = now;
                 let checked = *connection.checked.lock().unwrap_or_else(|e| e.into_inner());
-                if now.saturating_sub(checked) < self.lifetimes.recheck {
+                let since = now.saturating_sub(checked);
+                // A failing watch waits out its backoff, which may outlast the API server's
+                // return: such a connection is replaced as soon as the server answers.
+                let due = since >= self.lifetimes.recheck
+                    || (connection.failing() && since >= REOPEN_FAILING);
+                if !due {
                     return connection.usable();
                 }
             }
@@ -286,6 +303,7 @@ impl WorkloadClusters {
         let fingerprint = fingerprint(&bytes);
         if let Slot::Connected(connection) = slot
             && connection.fingerprint == fingerprint
+            && !connection.failing()
         {
             probe(&connection.client).await?;
             *connection.checked.lock().unwrap_or_else(|e| e.into_inner()) = now;
@@ -335,7 +353,7 @@ impl WorkloadClusters {
         let wake = self.wake.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let watch = watch_nodes(
             Api::all(clients.watch),
-            writer,
+            (nodes.clone(), writer),
             health.clone(),
             cluster.clone(),
             wake,
@@ -556,7 +574,7 @@ pub fn check_kubeconfig(kubeconfig: &Kubeconfig) -> std::result::Result<(), Stri
 /// each changed Node on `wake`.
 async fn watch_nodes(
     api: Api<Node>,
-    writer: reflector::store::Writer<Node>,
+    (nodes, writer): (Store<Node>, reflector::store::Writer<Node>),
     health: Arc<Mutex<Health>>,
     cluster: ClusterRef,
     wake: Option<tokio::sync::mpsc::Sender<WokenNode>>,
@@ -565,30 +583,43 @@ async fn watch_nodes(
         .default_backoff()
         .modify(slim::node)
         .reflect(writer);
+    // Re-listed after a failure: every Node wakes its Machine, whose pass may have been
+    // waiting for the cluster to answer.
+    let mut recovering = false;
     events
         .for_each(|event| {
             let changed = match event {
                 Ok(watcher::Event::Apply(node) | watcher::Event::Delete(node)) => {
                     mark(&health, None, false);
-                    node.metadata.name
+                    node.metadata.name.into_iter().collect()
                 }
                 Ok(watcher::Event::InitDone) => {
                     mark(&health, None, true);
-                    None
+                    // The store holds the new list by now (the reflector applies it first).
+                    let woken = if recovering {
+                        nodes.state().iter().filter_map(|n| n.metadata.name.clone()).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    recovering = false;
+                    woken
                 }
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
                 Err(error) => {
+                    recovering = true;
                     tracing::warn!(%cluster, %error, "workload cluster Node watch failed; retrying");
                     mark(&health, Some(error.to_string()), false);
-                    None
+                    Vec::new()
                 }
             };
-            if let (Some(node), Some(wake)) = (changed, &wake) {
-                // Full: the pass looks again at its poll interval.
-                let _ = wake.try_send(WokenNode {
-                    cluster: cluster.clone(),
-                    node,
-                });
+            if let Some(wake) = &wake {
+                for node in changed {
+                    // Full: the pass looks again at its poll interval.
+                    let _ = wake.try_send(WokenNode {
+                        cluster: cluster.clone(),
+                        node,
+                    });
+                }
             }
             std::future::ready(())
         })
