@@ -39,7 +39,7 @@ use self::local::{
     BMHS, CAPI_CLUSTERS, CAPI_MACHINES, CAPI_MHCS, CRDS, HOST_BMCS, Local, MACHINES,
     METAL3_MACHINES, MHCS, NAMESPACES, NODES, SECRETS,
 };
-pub use self::mhc::{EXTERNAL_REMEDIATION, STRATEGY_ANNOTATION};
+pub use self::mhc::{CAPI_PAUSED, EXTERNAL_REMEDIATION, STRATEGY_ANNOTATION};
 pub use self::scenario::ClusterSpec;
 pub use self::workload::WorkloadCluster;
 use crate::apiserver::{ApiServer, ApiServerConfig};
