@@ -21,6 +21,7 @@
 
 mod layout;
 mod process;
+mod requests;
 mod sample;
 
 use std::time::{Duration, Instant};
@@ -29,8 +30,9 @@ use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::cluster::local::BMHS;
 use serde_json::json;
 
-use self::layout::{ApiCounts, Layout};
+use self::layout::Layout;
 use self::process::{ControllerProcess, Memory};
+use self::requests::ApiCounts;
 use self::sample::{Sample, remediate};
 use super::LabArgs;
 use super::setup::LabCluster;

@@ -8,7 +8,7 @@ use baremend_sim::host::{Power, PowerAction};
 use serde_json::{Value, json};
 
 use super::invalid;
-use super::layout::ApiCounts;
+use super::requests::ApiCounts;
 use crate::Result;
 use crate::lab::setup::LabCluster;
 use crate::runtime::clock::{parse_rfc3339, since_epoch};
