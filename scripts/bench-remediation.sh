@@ -2,16 +2,29 @@
 # Benchmark (not a test): remediations on a large simulated cluster, with the controller as
 # its own process (`baremend run` on a real kube client over HTTPS). For each size it prints
 # the per-remediation lines and a Markdown table: fence latency p50/p99, overhead over the
-# physical floor p50/p99, Redfish requests per remediation and the controller's memory.
+# physical floor p50/p99, Redfish and API requests per remediation and the controller's memory.
 #
 #   bash scripts/bench-remediation.sh              (1000 and 5000 machines, 30 remediations)
 #   SIZES="1000" SAMPLES=50 bash scripts/bench-remediation.sh
+#
+# FLEET=1: the Cluster API fleet instead — FLEET_MACHINES (20000) over FLEET_CLUSTERS (100)
+# workload clusters, FLEET_SHARDS (4) controller processes, SAMPLES (60) remediations, printed
+# beside one cluster of COMPARE_MACHINES (5000) measured first in the same run.
+#
+#   FLEET=1 bash scripts/bench-remediation.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+cargo build --release --bin baremend >&2
+if [[ "${FLEET:-0}" == 1 ]]; then
+    ./target/release/baremend lab --scenario scale \
+        --machines "${FLEET_MACHINES:-20000}" --workload-clusters "${FLEET_CLUSTERS:-100}" \
+        --shards "${FLEET_SHARDS:-4}" --compare-machines "${COMPARE_MACHINES:-5000}" \
+        --samples "${SAMPLES:-60}" --timeout 120s
+    exit 0
+fi
 SIZES=${SIZES:-"1000 5000"}
 SAMPLES=${SAMPLES:-30}
-cargo build --release --bin baremend >&2
 for machines in $SIZES; do
     echo "## ${machines} machines"
     ./target/release/baremend lab --scenario scale --machines "$machines" \

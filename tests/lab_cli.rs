@@ -295,10 +295,71 @@ async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_
     for line in [
         "caches filled",
         "1. worker-0: trigger stored in",
-        "| fence latency p99 |",
+        "| fence latency p50 / p99 |",
         "| Redfish requests per remediation (mean / max) |",
         "| controller resident memory",
     ] {
         assert!(out.contains(line), "missing {line:?} in:\n{out}");
     }
+}
+
+/// The benchmark's fleet mode, small: a Cluster API management cluster of 4 workload clusters
+/// sharded over 2 controller processes (each its own `baremend run` with its own selector and
+/// Lease), printed beside one cluster measured first in the same run; each remediation reads
+/// its Node in its own workload cluster (so makes workload-cluster API requests). The figures
+/// are the benchmark's (docs/engineering/benchmarks.md), not this test's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_cluster() {
+    let output = baremend(
+        &[
+            "lab",
+            "--scenario",
+            "scale",
+            "--machines",
+            "40",
+            "--workload-clusters",
+            "4",
+            "--shards",
+            "2",
+            "--compare-machines",
+            "8",
+            "--samples",
+            "4",
+            "--timeout",
+            "60s",
+        ],
+        None,
+    )
+    .await;
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    for line in [
+        "controller 0 (pid",
+        "controller 1 (pid",
+        "| measure | one cluster: 8 machines, 1 controller, 4 remediations | fleet: 40 machines, 4 workload clusters, 2 shards, 4 remediations | goal |",
+        "| fence latency p50 / p99 |",
+        "| overhead over the physical floor p50 / p99 |",
+        "| management-cluster API requests per remediation (mean / max) |",
+        "| workload-cluster API requests per remediation (mean / max) | — (Nodes in the one API server) |",
+        "| resident memory of each controller (now) |",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    // The fleet's remediations: one in each workload cluster (so in both shards), each one
+    // reading its Node through its workload cluster.
+    for (index, cluster) in ["wc-0", "wc-1", "wc-2", "wc-3"].iter().enumerate() {
+        let prefix = format!("{}. {cluster}-worker-0: trigger stored in", index + 1);
+        let line = out
+            .lines()
+            .find(|l| l.contains(&prefix))
+            .unwrap_or_else(|| panic!("missing {prefix:?} in:\n{out}"));
+        assert!(!line.ends_with(" / 0 workload API requests"), "{line}");
+    }
+    let table = out
+        .lines()
+        .find(|l| l.starts_with("| resident memory of each controller"))
+        .unwrap();
+    // The one cluster's controller, then the fleet's two shards.
+    assert_eq!(table.matches(" MB").count(), 2, "{table}");
+    assert_eq!(table.matches(", ").count(), 1, "{table}");
 }

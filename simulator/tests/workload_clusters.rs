@@ -401,6 +401,51 @@ async fn the_health_check_asks_nothing_about_nodes_it_cannot_read() {
     assert!(!cluster.set_workload_api_down("wc-9", true));
 }
 
+/// kubernetes-sigs/cluster-api `internal/controllers/machinehealthcheck/
+/// machinehealthcheck_controller.go` (`Reconcile`: a paused object — `annotations.IsPaused`,
+/// the `cluster.x-k8s.io/paused` annotation — returns early): a paused health check creates no
+/// request for its hung worker and withdraws none of its healthy ones, while the other
+/// cluster's health check asks for its hung worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_health_check_neither_asks_nor_withdraws() {
+    let cluster = SimCluster::start(fleet(2, 0, 2)).await.unwrap();
+    let api = management(&cluster);
+    template_in_place(&api);
+    let mhcs = baremend_sim::cluster::local::CAPI_MHCS;
+    let pause = json!({"metadata": {"annotations": {baremend_sim::cluster::CAPI_PAUSED: ""}}});
+    api.merge(mhcs, MACHINE_NAMESPACE, "wc-0-workers", &pause, false)
+        .unwrap();
+    // A request for a healthy Machine of the paused cluster: the paused check keeps it.
+    let machine = api
+        .get(CAPI_MACHINES, MACHINE_NAMESPACE, "wc-0-worker-1")
+        .unwrap();
+    let request = json!({"metadata": {"name": "wc-0-worker-1", "ownerReferences": [{
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "name": "wc-0-worker-1",
+        "uid": machine["metadata"]["uid"]}]}, "spec": {}});
+    api.create(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, request)
+        .unwrap();
+    for wc in ["wc-0", "wc-1"] {
+        assert!(cluster.hang(&format!("{wc}-worker-0")));
+    }
+    eventually(
+        "the request for wc-1-worker-0",
+        Duration::from_secs(15),
+        async || requested(&api, "wc-1-worker-0").then_some(()),
+    )
+    .await;
+    // Many passes (100 ms) past the Nodes' 500 ms unhealthy timeout.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let node = workload(&cluster, "wc-0")
+        .get(NODES, "", "worker-0")
+        .unwrap();
+    assert_ne!(ready(&node).as_deref(), Some("True"));
+    assert!(!requested(&api, "wc-0-worker-0"));
+    assert!(
+        requested(&api, "wc-0-worker-1"),
+        "a paused check withdraws nothing"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workload_clusters_without_the_cluster_api_flavour_are_refused() {
     let spec = ClusterSpec {

@@ -69,7 +69,9 @@ pub enum Scenario {
     PowerDemo,
     /// The benchmark: `--machines` simulated machines, `--samples` remediations one after
     /// another over Redfish, with the controller as its own process; prints fence latency,
-    /// overhead, BMC requests and the controller's memory.
+    /// overhead, BMC and API requests and the controller's memory. With
+    /// `--workload-clusters`, a Cluster API fleet sharded over `--shards` controllers, printed
+    /// beside one cluster of `--compare-machines`.
     Scale,
     /// The chaos harness: `--seeds` seeded runs (from `--first-seed`, `--jobs` at a time) of
     /// BMC and API faults, crashes, leader changes, hangs and trigger removals, each checked
@@ -101,6 +103,19 @@ pub struct LabArgs {
     /// scale: remediations to measure, one after another.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub samples: u32,
+    /// scale: spread the machines over this many Cluster API workload clusters (each with its
+    /// own API server and Nodes, 3 of its machines control-plane) of one management cluster;
+    /// 0: one OpenShift cluster.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=200))]
+    pub workload_clusters: u32,
+    /// scale, with --workload-clusters: controller processes, each owning whole workload
+    /// clusters (by a --machine-selector on the cluster-name label).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub shards: u32,
+    /// scale, with --workload-clusters: first measure one cluster of this many machines with
+    /// one controller, and print both side by side (0: the fleet only).
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(0..=20000))]
+    pub compare_machines: u32,
     /// chaos: how many seeds to run.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     pub seeds: u64,

@@ -37,6 +37,8 @@ const COMPONENT: &str = "machinehealthcheck-controller";
 
 /// The MHC annotation that selects external remediation.
 pub const STRATEGY_ANNOTATION: &str = "machine.openshift.io/remediation-strategy";
+/// Cluster API's annotation that pauses an object's reconciliation (`cluster.x-k8s.io/paused`).
+pub const CAPI_PAUSED: &str = "cluster.x-k8s.io/paused";
 /// The Machine annotation that asks for external remediation.
 pub const EXTERNAL_REMEDIATION: &str = "host.metal3.io/external-remediation";
 
@@ -241,6 +243,11 @@ pub fn pass(api: &Local, node_reader: &NodeReader, flavour: Flavour) {
         Flavour::ClusterApi => (CAPI_MHCS, CAPI_MACHINES, None),
     };
     for mhc in api.list(mhcs, scope) {
+        // Cluster API's health check returns early for a paused object (`Reconcile`:
+        // `annotations.IsPaused`): no check, no request created or withdrawn, status kept.
+        if flavour == Flavour::ClusterApi && is_paused(&mhc) {
+            continue;
+        }
         let workload;
         let nodes = match node_reader {
             NodeReader::Direct(_) => &direct,
@@ -264,6 +271,15 @@ pub fn pass(api: &Local, node_reader: &NodeReader, flavour: Flavour) {
         };
         check(api, &mhc, machines_gvr, (now, nodes));
     }
+}
+
+/// Whether a Cluster API object carries the paused annotation (any value, as upstream's
+/// `annotations.HasPaused`).
+fn is_paused(object: &Value) -> bool {
+    object
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(CAPI_PAUSED))
 }
 
 /// One MachineHealthCheck's pass over its Machines.

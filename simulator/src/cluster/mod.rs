@@ -39,7 +39,7 @@ use self::local::{
     BMHS, CAPI_CLUSTERS, CAPI_MACHINES, CAPI_MHCS, CRDS, HOST_BMCS, Local, MACHINES,
     METAL3_MACHINES, MHCS, NAMESPACES, NODES, SECRETS,
 };
-pub use self::mhc::{EXTERNAL_REMEDIATION, STRATEGY_ANNOTATION};
+pub use self::mhc::{CAPI_PAUSED, EXTERNAL_REMEDIATION, STRATEGY_ANNOTATION};
 pub use self::scenario::ClusterSpec;
 pub use self::workload::WorkloadCluster;
 use crate::apiserver::{ApiServer, ApiServerConfig};
@@ -232,7 +232,7 @@ impl SimCluster {
             if spec.platform_none {
                 continue;
             }
-            Self::register(&api, info, spec.bmh_uses_ipmi).map_err(fail)?;
+            Self::register(&api, info, spec.bmh_uses_ipmi, !spec.cluster_api).map_err(fail)?;
             if spec.cluster_api {
                 Self::as_cluster_api(&api, info).map_err(fail)?;
             }
@@ -457,11 +457,14 @@ impl SimCluster {
         Ok(())
     }
 
-    /// Creates the BareMetalHost and Machine of a host (its Secret exists).
+    /// Creates the BareMetalHost of a host (its Secret exists) and, with `openshift_machine`,
+    /// its Machine API Machine (the Cluster API flavour makes its own Machine instead: making
+    /// one to delete it would cost a garbage-collector scan of the whole store per host).
     fn register(
         api: &Local,
         info: &HostInfo,
         use_ipmi: bool,
+        openshift_machine: bool,
     ) -> std::result::Result<(), crate::apiserver::ApiError> {
         let address = info.bmc_address(use_ipmi);
         let secret_name = info.bmc_secret();
@@ -472,6 +475,9 @@ impl SimCluster {
             "spec": {"online": true, "bmc": {"address": address, "credentialsName": secret_name}, "bootMACAddress": "52:54:00:00:00:01", "consumerRef": {"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine", "name": info.name, "namespace": MACHINE_NAMESPACE}},
         }))?;
         api.merge(BMHS, MACHINE_NAMESPACE, &info.name, &json!({"status": {"poweredOn": true, "operationalStatus": "OK", "provisioning": {"state": "provisioned"}}}), true)?;
+        if !openshift_machine {
+            return Ok(());
+        }
         let uid = bmh
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
@@ -528,8 +534,8 @@ impl SimCluster {
         self.create_host_bmcs()
     }
 
-    /// Turns a host's Machine into the Cluster API flavour: the OpenShift Machine is replaced by
-    /// a `cluster.x-k8s.io` Machine whose `infrastructureRef` names a Metal3Machine carrying
+    /// Gives a host the Cluster API flavour's Machine: a `cluster.x-k8s.io` Machine whose
+    /// `infrastructureRef` names a Metal3Machine carrying
     /// the `metal3.io/BareMetalHost` annotation, and the host's consumer is the Metal3Machine,
     /// as CAPM3 sets them.
     fn as_cluster_api(
@@ -538,7 +544,6 @@ impl SimCluster {
     ) -> std::result::Result<(), crate::apiserver::ApiError> {
         let name = &info.name;
         let cluster = info.cluster.as_deref().unwrap_or(CAPI_CLUSTER_NAME);
-        api.delete(MACHINES, MACHINE_NAMESPACE, name, Some(0))?;
         api.create(METAL3_MACHINES, MACHINE_NAMESPACE, json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
             "kind": "Metal3Machine",

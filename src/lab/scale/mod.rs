@@ -1,0 +1,369 @@
+//! `baremend lab --scenario scale`: the remediation benchmark.
+//!
+//! A simulated world runs in this process; the controllers run as separate `baremend run`
+//! processes on real kube clients, so that each one's resident memory is its own. Hosts hang
+//! one after another and are remediated directly over Redfish (BareMetalHosts detached, so the
+//! BareMetal Operator leaves them alone and nothing else talks to the BMCs); for each, the
+//! simulator's records give:
+//! - fence latency: the trigger stored → the first power-off request at the BMC;
+//! - overhead: the whole remediation (trigger → `Succeeded` persisted) minus the physical
+//!   floor, which the simulator knows exactly: power-off (request → off), and power-on to the
+//!   Node registered again (request → Node created, boot and kubelet start included);
+//! - BMC requests per remediation (the simulator counts every request it answers);
+//! - the controllers' API requests during it (every simulated API server records them).
+//!
+//! Two worlds ([`layout`]): one OpenShift cluster (`--machines`, one controller, the trigger
+//! annotation), or with `--workload-clusters` a Cluster API management cluster whose
+//! Machines are spread over workload clusters (each with its own API server and Nodes) and
+//! sharded over `--shards` controllers by cluster (the trigger a `MachineRemediation`). A
+//! fleet run first measures the one cluster of `--compare-machines` the same way, and prints
+//! both side by side.
+
+mod layout;
+mod process;
+mod requests;
+mod sample;
+
+use std::time::{Duration, Instant};
+
+use baremend_sim::cluster::MACHINE_NAMESPACE;
+use baremend_sim::cluster::local::BMHS;
+use serde_json::json;
+
+use self::layout::Layout;
+use self::process::{ControllerProcess, Memory};
+use self::requests::ApiCounts;
+use self::sample::{Sample, remediate};
+use super::LabArgs;
+use super::setup::LabCluster;
+use crate::{Error, LocalError, Result};
+
+fn invalid(object: &str, reason: impl std::fmt::Display) -> Error {
+    Error::Invalid {
+        object: object.into(),
+        reason: reason.to_string(),
+    }
+}
+
+fn percentile(sorted: &[Duration], percent: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    // Nearest rank: the smallest value with at least `percent` % of the samples at or below.
+    let rank = (sorted.len() * percent).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+fn mb(kib: u64) -> f64 {
+    kib as f64 * 1024.0 / 1e6
+}
+
+/// What one run measured.
+struct Figures {
+    layout: Layout,
+    samples: Vec<Sample>,
+    /// Each controller's memory at the end (after the remediations).
+    memory: Vec<Memory>,
+    /// The controllers' API requests from their start until every one was ready.
+    start_requests: ApiCounts,
+    /// Simulated cluster start → every Node Ready.
+    cluster_up: Duration,
+    /// Every BareMetalHost detached, the policy installed.
+    prepared: Duration,
+    /// Controllers started → every one ready (caches filled).
+    controllers_ready: Duration,
+}
+
+/// Runs the benchmark: one cluster, or the compared cluster and then the fleet.
+pub async fn run(args: &LabArgs) -> Result<()> {
+    let main = Layout {
+        machines: args.machines as usize,
+        workload_clusters: args.workload_clusters as usize,
+        shards: args.shards as usize,
+    };
+    main.validate()?;
+    let mut runs = Vec::new();
+    if main.is_fleet() && args.compare_machines > 0 {
+        let compared = Layout::single(args.compare_machines as usize);
+        compared.validate()?;
+        runs.push(compared);
+    }
+    runs.push(main);
+    let mut columns = Vec::new();
+    for layout in runs {
+        columns.push(bench(layout, args).await?);
+    }
+    print_table(&columns);
+    Ok(())
+}
+
+/// Brings one world up and measures `--samples` remediations in it, one after another.
+async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
+    let spec = layout.spec();
+    println!(
+        "scale benchmark, {}: {} control-plane and {} workers per cluster, {} remediations one after another, \
+         simulated BMC power delay {:?}, boot {:?}",
+        layout.label(),
+        spec.masters,
+        spec.workers,
+        args.samples,
+        spec.timing.power_delay,
+        spec.timing.boot_delay
+    );
+    let started = Instant::now();
+    let lab = LabCluster::start(spec).await?;
+    let cluster_up = started.elapsed();
+    let hosts = lab.cluster.hosts().len();
+    println!(
+        "  cluster up in {} ({} of {hosts} Nodes Ready)",
+        secs(cluster_up),
+        lab.cluster.ready_nodes()
+    );
+    let started = Instant::now();
+    prepare(&lab, &layout).await?;
+    let prepared = started.elapsed();
+    println!(
+        "  hosts detached and policy installed in {}",
+        secs(prepared)
+    );
+
+    let dir = std::env::temp_dir().join(format!("baremend-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|source| LocalError::WriteFile {
+        what: "benchmark directory",
+        path: dir.clone(),
+        source,
+    })?;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, &lab.controller_kubeconfig).map_err(|source| {
+        LocalError::WriteFile {
+            what: "kubeconfig",
+            path: kubeconfig.clone(),
+            source,
+        }
+    })?;
+    ApiCounts::record(&lab);
+    let started = Instant::now();
+    let mut controllers = Vec::new();
+    for (index, flags) in layout.controller_flags().iter().enumerate() {
+        let log = dir.join(format!("controller-{index}.log"));
+        controllers.push(ControllerProcess::spawn(&kubeconfig, log, flags)?);
+    }
+    for controller in &mut controllers {
+        controller.ready().await?;
+    }
+    let controllers_ready = started.elapsed();
+    let start_requests = ApiCounts::now(&lab);
+    for (index, controller) in controllers.iter().enumerate() {
+        println!(
+            "  controller {index} (pid {}) ready, caches filled: {:.1} MB resident",
+            controller.pid(),
+            mb(controller.memory().rss)
+        );
+    }
+    println!(
+        "  {} controller(s) ready in {}; {} requests to the management API server ({} watches) and {} to the workload API servers ({} watches) until then",
+        controllers.len(),
+        secs(controllers_ready),
+        start_requests.management,
+        start_requests.management_watches,
+        start_requests.workload,
+        start_requests.workload_watches
+    );
+
+    let mut samples = Vec::new();
+    for (index, target) in layout
+        .targets(&lab, args.samples as usize)
+        .iter()
+        .enumerate()
+    {
+        let sample = remediate(&lab, target, args.timeout).await?;
+        println!(
+            "  {:>3}. {}: trigger stored in {}, fence latency {}, total {}, overhead {}, {} BMC requests, {} management / {} workload API requests",
+            index + 1,
+            target.machine,
+            ms(sample.write),
+            ms(sample.fence_latency),
+            ms(sample.total),
+            ms(sample.overhead),
+            sample.bmc_requests,
+            sample.api.management,
+            sample.api.workload
+        );
+        samples.push(sample);
+    }
+    let memory = controllers.iter().map(ControllerProcess::memory).collect();
+    drop(controllers);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!();
+    Ok(Figures {
+        layout,
+        samples,
+        memory,
+        start_requests,
+        cluster_up,
+        prepared,
+        controllers_ready,
+    })
+}
+
+/// Detaches every BareMetalHost (fenced directly then, and nobody else reads their BMCs, so
+/// every request the simulator counts is the controller's), waits until the operator has let
+/// go of each (its early reads are done then), prepares the requests' side and installs the
+/// policy.
+async fn prepare(lab: &LabCluster, layout: &Layout) -> Result<()> {
+    for info in lab.cluster.hosts() {
+        lab.detach(&info.name)?;
+    }
+    let started = Instant::now();
+    // A look lists every host: often enough for a small world, not a burden for a big one.
+    let look = Duration::from_millis(200 + lab.cluster.hosts().len() as u64 / 20);
+    loop {
+        let detached = lab
+            .api
+            .list_shared(BMHS, Some(MACHINE_NAMESPACE))
+            .iter()
+            .filter(|h| h.pointer("/status/operationalStatus") == Some(&json!("detached")))
+            .count();
+        if detached == lab.cluster.hosts().len() {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err(invalid(
+                "the BareMetal Operator",
+                format!("{detached} hosts detached after 600 s"),
+            ));
+        }
+        tokio::time::sleep(look).await;
+    }
+    layout.prepare_requests(lab)?;
+    lab.install_policy(json!({
+        "strategies": ["DirectBmc"],
+        "timeouts": {"powerOffSeconds": 30, "nodeReadySeconds": 120, "readyGraceSeconds": 0},
+    }))
+    .await
+}
+
+/// Mean and max of a per-remediation count.
+fn mean_max(values: impl Iterator<Item = u64>) -> String {
+    let values: Vec<u64> = values.collect();
+    let max = values.iter().copied().max().unwrap_or(0);
+    let mean = values.iter().sum::<u64>() as f64 / values.len().max(1) as f64;
+    format!("{mean:.1} / {max}")
+}
+
+/// One Markdown table, a column per run.
+fn print_table(columns: &[Figures]) {
+    let header: Vec<String> = columns
+        .iter()
+        .map(|f| format!("{}, {} remediations", f.layout.label(), f.samples.len()))
+        .collect();
+    println!("| measure | {} | goal |", header.join(" | "));
+    println!("|---|{}---|", "---|".repeat(columns.len()));
+    let row = |measure: &str, goal: &str, cell: &dyn Fn(&Figures) -> String| {
+        let cells: Vec<String> = columns.iter().map(cell).collect();
+        println!("| {measure} | {} | {goal} |", cells.join(" | "));
+    };
+    let sorted = |f: &Figures, of: fn(&Sample) -> Duration| {
+        let mut values: Vec<Duration> = f.samples.iter().map(of).collect();
+        values.sort();
+        values
+    };
+    row("fence latency p50 / p99", "p99 ≤ 50 ms", &|f| {
+        let fence = sorted(f, |s| s.fence_latency);
+        format!(
+            "{} / {}",
+            ms(percentile(&fence, 50)),
+            ms(percentile(&fence, 99))
+        )
+    });
+    row(
+        "overhead over the physical floor p50 / p99",
+        "p99 ≤ 1 s",
+        &|f| {
+            let overhead = sorted(f, |s| s.overhead);
+            format!(
+                "{} / {}",
+                ms(percentile(&overhead, 50)),
+                ms(percentile(&overhead, 99))
+            )
+        },
+    );
+    row(
+        "Redfish requests per remediation (mean / max)",
+        "≤ 12",
+        &|f| mean_max(f.samples.iter().map(|s| s.bmc_requests)),
+    );
+    row(
+        "controller resident memory, the largest (now / peak; heap and stacks)",
+        "≤ 100 MB per controller",
+        &|f| {
+            let largest = f
+                .memory
+                .iter()
+                .max_by_key(|m| m.peak)
+                .copied()
+                .unwrap_or_default();
+            format!(
+                "{:.1} MB / {:.1} MB; {:.1} MB",
+                mb(largest.rss),
+                mb(largest.peak),
+                mb(largest.anonymous)
+            )
+        },
+    );
+    row("resident memory of each controller (now)", "", &|f| {
+        let each: Vec<String> = f
+            .memory
+            .iter()
+            .map(|m| format!("{:.1}", mb(m.rss)))
+            .collect();
+        format!("{} MB", each.join(", "))
+    });
+    row(
+        "management-cluster API requests per remediation (mean / max)",
+        "reported",
+        &|f| mean_max(f.samples.iter().map(|s| s.api.management)),
+    );
+    row(
+        "workload-cluster API requests per remediation (mean / max)",
+        "reported",
+        &|f| {
+            if f.layout.is_fleet() {
+                mean_max(f.samples.iter().map(|s| s.api.workload))
+            } else {
+                "— (Nodes in the one API server)".into()
+            }
+        },
+    );
+    row(
+        "API requests at start, all controllers (management; workload; of which watches)",
+        "",
+        &|f| {
+            let s = f.start_requests;
+            format!(
+                "{}; {}; {} + {} watches",
+                s.management, s.workload, s.management_watches, s.workload_watches
+            )
+        },
+    );
+    row(
+        "bring-up: cluster Ready / hosts detached / controllers ready",
+        "",
+        &|f| {
+            format!(
+                "{} / {} / {}",
+                secs(f.cluster_up),
+                secs(f.prepared),
+                secs(f.controllers_ready)
+            )
+        },
+    );
+}

@@ -1,0 +1,142 @@
+//! The controllers of a benchmark as their own `baremend run` processes, and what the
+//! benchmark reads of them (readiness, resident memory).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use super::invalid;
+use crate::{LocalError, Result};
+
+/// How long a controller may take to fill its caches and answer `/readyz`.
+const READY_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The resident, peak resident and anonymous (heap and stacks, no mapped binary) memory of
+/// a process, in KiB.
+pub(super) fn memory_kib(pid: u32) -> Option<Memory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    Some(Memory {
+        rss: field("VmRSS:")?,
+        peak: field("VmHWM:")?,
+        anonymous: field("RssAnon:")?,
+    })
+}
+
+/// A process's memory, in KiB.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Memory {
+    /// Resident now.
+    pub rss: u64,
+    /// The peak resident (VmHWM).
+    pub peak: u64,
+    /// Resident heap and stacks (no mapped binary).
+    pub anonymous: u64,
+}
+
+/// A free loopback port for one of the controller's endpoints.
+fn free_port() -> Result<u16> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| invalid("a loopback port", e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| invalid("a loopback port", e))?
+        .port();
+    Ok(port)
+}
+
+async fn http_status(port: u16, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.ok()?;
+    answer.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The controller as its own process.
+pub(super) struct ControllerProcess {
+    child: tokio::process::Child,
+    log: PathBuf,
+    port: u16,
+}
+
+impl ControllerProcess {
+    /// Starts `baremend run` on `kubeconfig` with the benchmark's flags and `extra` ones (a
+    /// shard's); [`ControllerProcess::ready`] waits until it serves.
+    pub(super) fn spawn(kubeconfig: &Path, log: PathBuf, extra: &[String]) -> Result<Self> {
+        let exe = std::env::current_exe().map_err(|e| invalid("the baremend binary", e))?;
+        let log_file = std::fs::File::create(&log).map_err(|source| LocalError::WriteFile {
+            what: "controller log",
+            path: log.clone(),
+            source,
+        })?;
+        let port = free_port()?;
+        let child = tokio::process::Command::new(exe)
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            // `/readyz` is on the probe port; metrics stay out of the way on a port of their own.
+            .arg("--probe-listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--metrics-listen")
+            .arg(format!("127.0.0.1:{}", free_port()?))
+            // One replica (per shard): the benchmark measures remediation, not an election.
+            .arg("--leader-elect=false")
+            // The power monitor's and the fencing readiness check's reads would count in each
+            // remediation's BMC requests.
+            .arg("--power-poll=0s")
+            .arg("--fencing-check-interval=0s")
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| invalid("baremend run", e))?;
+        Ok(ControllerProcess { child, log, port })
+    }
+
+    /// Waits until it answers `/readyz` (its caches filled).
+    pub(super) async fn ready(&mut self) -> Result<()> {
+        let started = Instant::now();
+        while http_status(self.port, "/readyz").await != Some(200) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(invalid(
+                    "baremend run",
+                    format!("exited ({status}); see {}", self.log.display()),
+                ));
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                return Err(invalid(
+                    "baremend run",
+                    format!(
+                        "not ready after {READY_TIMEOUT:?}; see {}",
+                        self.log.display()
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    /// Its process id.
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    /// Its memory now.
+    pub(super) fn memory(&self) -> Memory {
+        memory_kib(self.pid()).unwrap_or_default()
+    }
+}

@@ -1,0 +1,206 @@
+//! One remediation, triggered and measured from the simulator's own records.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use baremend_sim::cluster::MACHINE_NAMESPACE;
+use baremend_sim::cluster::local::{CAPI_MACHINES, Gvr, Local, MACHINE_REMEDIATIONS, NODES};
+use baremend_sim::host::{Power, PowerAction};
+use serde_json::{Value, json};
+
+use super::invalid;
+use super::requests::ApiCounts;
+use crate::Result;
+use crate::lab::setup::LabCluster;
+use crate::runtime::clock::{parse_rfc3339, since_epoch};
+
+const REMEDIATIONS: Gvr = Gvr {
+    group: "baremend.io",
+    version: "v1alpha1",
+    plural: "remediations",
+};
+
+/// A worker to remediate: its Machine (and host), and where its Node lives.
+pub(super) struct Target {
+    /// The Machine's and the host's name.
+    pub machine: String,
+    /// Its Node's name (in its workload cluster when it has one).
+    pub node: String,
+    /// The store holding its Node: the management cluster's, or its workload cluster's.
+    pub nodes: Local,
+    /// How the remediation is asked for.
+    pub trigger: Trigger,
+}
+
+/// How a health check asks for a Machine's remediation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Trigger {
+    /// OpenShift's MachineHealthCheck: the external-remediation annotation on the Machine.
+    Annotation,
+    /// Cluster API's MachineHealthCheck: a `MachineRemediation` named after the Machine,
+    /// owned by it (from baremend's empty template).
+    Request,
+}
+
+/// What one remediation measured.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sample {
+    /// How long the simulated API server took to store the trigger.
+    pub write: Duration,
+    pub fence_latency: Duration,
+    pub overhead: Duration,
+    pub total: Duration,
+    pub bmc_requests: u64,
+    /// The HTTP requests the controllers made during the remediation, on the management
+    /// cluster's API server and on the workload clusters' (summed).
+    pub api: ApiCounts,
+}
+
+fn set_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
+    match target.trigger {
+        Trigger::Annotation => lab.set_trigger(&target.machine, true),
+        Trigger::Request => {
+            let machine = lab
+                .api
+                .get(CAPI_MACHINES, MACHINE_NAMESPACE, &target.machine)
+                .map_err(|e| invalid(&target.machine, e.message))?;
+            let request = json!({
+                "apiVersion": "baremend.io/v1alpha1",
+                "kind": "MachineRemediation",
+                "metadata": {
+                    "name": target.machine,
+                    "ownerReferences": [{
+                        "apiVersion": "cluster.x-k8s.io/v1beta1",
+                        "kind": "Machine",
+                        "name": target.machine,
+                        "uid": machine.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+                    }],
+                },
+                "spec": {},
+            });
+            lab.api
+                .create(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, request)
+                .map(|_| ())
+                .map_err(|e| invalid(&format!("MachineRemediation {}", target.machine), e.message))
+        }
+    }
+}
+
+/// Remediates `target` once and measures it.
+pub(super) async fn remediate(
+    lab: &LabCluster,
+    target: &Target,
+    timeout: Duration,
+) -> Result<Sample> {
+    let worker = target.machine.as_str();
+    let host = lab
+        .cluster
+        .host(worker)
+        .ok_or_else(|| invalid(worker, "no such host"))?
+        .host
+        .clone();
+    let redfish = lab.cluster.redfish().service().clone();
+    let requests_before = redfish.stats().requests;
+    let api_before = ApiCounts::now(lab);
+    let requests_seen = host.requests().len();
+    let history_seen = host.history().len();
+    lab.cluster.hang(worker);
+    let before_write = host.clock_ms();
+    set_trigger(lab, target)?;
+    // "Written" is when the API server has stored it: the write itself may wait for the
+    // simulator's store, which is the simulator's time, not the controller's.
+    let wall0 = SystemTime::now();
+    let host0 = host.clock_ms();
+    let write = host0.saturating_sub(before_write);
+    let started = Instant::now();
+    // The Node is back when one with another UID exists (a look may miss the gap between
+    // the deletion and the new registration when the machine is busy).
+    let uid_of = |node: Value| node.pointer("/metadata/uid").cloned();
+    let old_uid = target
+        .nodes
+        .get(NODES, "", &target.node)
+        .ok()
+        .and_then(uid_of);
+    let mut node_back_ms = None;
+    let name = format!("{worker}-1");
+    let succeeded_at = loop {
+        let uid = target
+            .nodes
+            .get(NODES, "", &target.node)
+            .ok()
+            .and_then(uid_of);
+        if uid.is_some() && uid != old_uid && node_back_ms.is_none() {
+            node_back_ms = Some(host.clock_ms());
+        }
+        let status = lab
+            .api
+            .get(REMEDIATIONS, MACHINE_NAMESPACE, &name)
+            .ok()
+            .and_then(|r| r.get("status").cloned())
+            .unwrap_or(Value::Null);
+        match status["phase"].as_str() {
+            Some("Succeeded") => {
+                let at = status["steps"]
+                    .as_array()
+                    .and_then(|s| s.iter().rev().find(|s| s["step"] == "Succeeded"))
+                    .and_then(|s| s["time"].as_str())
+                    .map(parse_rfc3339)
+                    .unwrap_or_default();
+                break at;
+            }
+            Some(phase @ ("Failed" | "Cancelled")) => {
+                return Err(invalid(
+                    &format!("Remediation {name}"),
+                    format!("ended {phase}: {}", status["lastError"]),
+                ));
+            }
+            _ => {}
+        }
+        if started.elapsed() > timeout {
+            return Err(invalid(
+                &format!("Remediation {name}"),
+                format!("not done after {timeout:?}: {status}"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    if target.trigger == Trigger::Request {
+        // Cluster API's health check deletes the request once the Machine is healthy again
+        // (here paused, so the benchmark does it): the controller's answer to that counts.
+        let _ = lab
+            .api
+            .delete(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, worker, None);
+    }
+    // The session is closed right after the end; let its DELETE arrive.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let requests = host.requests();
+    let new_requests = &requests[requests_seen.min(requests.len())..];
+    let off_request = new_requests
+        .iter()
+        .find(|r| r.action == PowerAction::ForceOff)
+        .map(|r| r.at_ms)
+        .ok_or_else(|| invalid(worker, "no power-off request reached the BMC"))?;
+    let on_request = new_requests
+        .iter()
+        .find(|r| r.action == PowerAction::On && r.at_ms >= off_request)
+        .map(|r| r.at_ms)
+        .ok_or_else(|| invalid(worker, "no power-on request reached the BMC"))?;
+    let history = host.history();
+    let off_reached = history[history_seen.min(history.len())..]
+        .iter()
+        .find(|c| c.power == Power::Off)
+        .map(|c| c.at_ms)
+        .ok_or_else(|| invalid(worker, "the host never went off"))?;
+    let node_back = node_back_ms.ok_or_else(|| invalid(worker, "the Node never came back"))?;
+    let millis = |ms: u128| Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
+    let total = succeeded_at.saturating_sub(since_epoch(wall0));
+    let floor = millis(off_reached.saturating_sub(off_request))
+        + millis(node_back.saturating_sub(on_request));
+    Ok(Sample {
+        write: millis(write),
+        fence_latency: millis(off_request.saturating_sub(host0)),
+        overhead: total.saturating_sub(floor),
+        total,
+        bmc_requests: redfish.stats().requests - requests_before,
+        api: ApiCounts::now(lab).since(api_before),
+    })
+}
