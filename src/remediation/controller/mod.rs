@@ -360,7 +360,18 @@ pub async fn run_machines(
             }
         })
     };
-    let by_remediation = move |r: Arc<Remediation>| machines_of_remediation(&r, &remediations);
+    // A shard watches its own Machines only: another shard's requests and Remediations wake
+    // nothing here (a pass of a Machine not in the cache would only fail).
+    let machines_of_shard = machines.clone();
+    let by_remediation = move |r: Arc<Remediation>| {
+        let mut woken = machines_of_remediation(&r, &remediations);
+        woken.retain(|machine| machines_of_shard.get(machine).is_some());
+        woken
+    };
+    let machines_of_requests_here = machines.clone();
+    let machine_of_request = move |request: MachineRemediation| {
+        machine_of_request(request).filter(|m| machines_of_requests_here.get(m).is_some())
+    };
     // A NodeHealthCheck's request names its Node: its Machine is the Node's.
     let nodes = node_feed.store.clone();
     let machines_of_requests = machines.clone();
