@@ -10,6 +10,7 @@ use baremend::api::RemediationPhase;
 use baremend::api::slim::MachineApi;
 use baremend::remediation::controller::{ControllerOptions, PersistHook};
 use baremend::remediation::world::workload::Lifetimes;
+use baremend_sim::apiserver::Reachability;
 use baremend_sim::cluster::local::{EVENTS, Local, NODES, SECRETS};
 use baremend_sim::cluster::workload::kubeconfig_secret_name;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
@@ -142,19 +143,26 @@ async fn an_unreachable_workload_cluster_holds_the_start_before_any_power_reques
         .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_workload_cluster_gone_after_the_power_off_never_counts_its_node_gone() {
-    // Its API goes away the moment the power-off request is recorded, before it is made.
-    let reachability = Arc::new(std::sync::Mutex::new(None));
-    let cut = reachability.clone();
+/// A hook that makes the server put in its slot unreachable the moment a power-off request is
+/// recorded, before it is made (once), and the slot (filled once the lab is up).
+fn cut_at_power_off() -> (PersistHook, Arc<std::sync::Mutex<Option<Reachability>>>) {
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let at_request = slot.clone();
     let hook = PersistHook(Arc::new(move |step: &str| {
         if step == "PowerOffRequested"
-            && let Some(server) = cut.lock().unwrap().take()
+            && let Some(server) = at_request.lock().unwrap().take()
         {
-            baremend_sim::apiserver::Reachability::set(&server, false);
+            Reachability::set(&server, false);
         }
         Ok(())
     }));
+    (hook, slot)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_cluster_gone_after_the_power_off_never_counts_its_node_gone() {
+    // Its API goes away the moment the power-off request is recorded, before it is made.
+    let (hook, reachability) = cut_at_power_off();
     let lab = start(fleet(1, 2), fast_policy(), Some(hook)).await;
     let server = lab.cluster.workload_cluster("wc-0").unwrap().api_server();
     *reachability.lock().unwrap() = Some(server.reachability().clone());
@@ -336,16 +344,7 @@ async fn a_storm_in_one_workload_cluster_holds_its_starts_and_not_another_cluste
 /// chaos fleet world: a FenceLost 7 s after the API had returned).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workload_api_back_within_the_release_deadline_is_used_in_time() {
-    let cut = Arc::new(std::sync::Mutex::new(None));
-    let at_request = cut.clone();
-    let hook = PersistHook(Arc::new(move |step: &str| {
-        if step == "PowerOffRequested"
-            && let Some(server) = at_request.lock().unwrap().take()
-        {
-            baremend_sim::apiserver::Reachability::set(&server, false);
-        }
-        Ok(())
-    }));
+    let (hook, cut) = cut_at_power_off();
     let mut policy = fast_policy();
     // The Node must be released within 4 s of the proof, or the remediation fails FenceLost.
     policy["timeouts"]["powerOffSeconds"] = json!(4);
