@@ -54,9 +54,36 @@ pub fn machine(machine: &mut Machine) {
     machine.metadata.managed_fields = None;
 }
 
-/// Drops a cached BareMetalHost's managed fields.
+/// Keeps of a cached BareMetalHost's metadata what the controller reads: its identity and
+/// the annotations of [`HOST_ANNOTATIONS_READ`]. Labels, owners, finalizers and every other
+/// annotation go: a management cluster caches each shard's hosts (or every host), and an
+/// annotation such as kubectl's `last-applied-configuration` is larger than all the rest.
 pub fn bare_metal_host(host: &mut BareMetalHost) {
-    host.metadata.managed_fields = None;
+    let metadata = &mut host.metadata;
+    metadata.managed_fields = None;
+    metadata.labels = None;
+    metadata.owner_references = None;
+    metadata.finalizers = None;
+    if let Some(annotations) = &mut metadata.annotations {
+        annotations.retain(|key, _| host_annotation_read(key));
+        if annotations.is_empty() {
+            metadata.annotations = None;
+        }
+    }
+}
+
+/// The annotations of a BareMetalHost the controller reads: the reboot API's (every key: our
+/// own request and other remediators'), detached, paused, and the BMC's CA bundle.
+pub const HOST_ANNOTATIONS_READ: [&str; 3] = [
+    crate::api::annotations::BMH_DETACHED,
+    crate::api::annotations::BMH_PAUSED,
+    crate::api::annotations::BMC_CA_BUNDLE,
+];
+
+fn host_annotation_read(key: &str) -> bool {
+    // The unsuffixed `reboot.metal3.io` is the reboot API's too.
+    key.starts_with(crate::api::annotations::REBOOT_PREFIX.trim_end_matches('/'))
+        || HOST_ANNOTATIONS_READ.contains(&key)
 }
 
 /// A Machine as cached: metadata, `spec.providerID`, `status.nodeRef.name`, `status.phase`.
@@ -435,8 +462,12 @@ mod tests {
 
         let json = json!({
             "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-            "metadata": {"name": "w", "namespace": "ns",
-                "annotations": {"reboot.metal3.io/capbm-requested-power-off": "{}"}},
+            "metadata": {"name": "w", "namespace": "ns", "labels": {"cluster.x-k8s.io/cluster-name": "c"},
+                "annotations": {"reboot.metal3.io/capbm-requested-power-off": "{}",
+                    "reboot.metal3.io/other-remediator": "{}", "reboot.metal3.io": "",
+                    "baremetalhost.metal3.io/detached": "", "baremetalhost.metal3.io/paused": "",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"big\": 1}"},
+                "finalizers": ["baremetalhost.metal3.io"]},
             "spec": {"bmc": {"address": "redfish://b/redfish/v1/Systems/1", "credentialsName": "s",
                 "disableCertificateVerification": true},
                 "online": true, "image": {"url": "x"}},
@@ -460,6 +491,27 @@ mod tests {
             Some(&json!(true))
         );
         assert!(after.pointer("/spec/image").is_none());
+        let annotations = after.pointer("/metadata/annotations").unwrap();
+        let kept: Vec<&str> = annotations
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                "baremetalhost.metal3.io/detached",
+                "baremetalhost.metal3.io/paused",
+                "reboot.metal3.io",
+                "reboot.metal3.io/capbm-requested-power-off",
+                "reboot.metal3.io/other-remediator",
+            ]
+        );
+        assert!(after.pointer("/metadata/labels").is_none());
+        assert!(after.pointer("/metadata/finalizers").is_none());
+        // Kept too, though a host cannot name a CA bundle and turn verification off at once.
+        assert!(host_annotation_read(crate::api::annotations::BMC_CA_BUNDLE));
     }
 
     #[test]
