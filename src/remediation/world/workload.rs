@@ -136,12 +136,61 @@ struct Health {
     failing: Option<String>,
 }
 
+/// A watch's [`Health`], and word of each change to whoever waits for one.
+#[derive(Debug, Default)]
+struct Watched {
+    health: Mutex<Health>,
+    changed: tokio::sync::Notify,
+}
+
+impl Watched {
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        lock(&self.health)
+    }
+
+    /// Records a failure (or a success: `None`), and the first list once `listed`.
+    fn mark(&self, failing: Option<String>, listed: bool) {
+        {
+            let mut health = self.health();
+            health.failing = failing;
+            health.listed |= listed;
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Waits for the first list (`Ok`) or a failure (`Err`, why), whichever comes first: told,
+    /// not polled, so a new connection costs no more than its round trips.
+    async fn first_list(&self) -> std::result::Result<(), String> {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the look, so a change between the look and the wait is kept.
+            changed.as_mut().enable();
+            {
+                let health = self.health();
+                if let Some(why) = &health.failing {
+                    return Err(why.clone());
+                }
+                if health.listed {
+                    return Ok(());
+                }
+            }
+            changed.await;
+        }
+    }
+}
+
+/// A lock whose holder panicked is still good: every writer leaves whole values behind.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One workload cluster's client and Node cache.
 pub struct Connection {
     cluster: ClusterRef,
     client: Client,
     nodes: Store<Node>,
-    health: Arc<Mutex<Health>>,
+    watched: Arc<Watched>,
     /// Of the kubeconfig's bytes: a rotated Secret makes a new connection.
     fingerprint: u64,
     /// When the Secret was last read and the server probed (since the epoch).
@@ -180,16 +229,12 @@ impl Connection {
 
     /// Whether its watch reported a failure since its last success.
     fn failing(&self) -> bool {
-        self.health
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .failing
-            .is_some()
+        self.watched.health().failing.is_some()
     }
 
     /// Itself, if its watch is listed and not failing.
     fn usable(self: &Arc<Self>) -> Result<Arc<Self>> {
-        let health = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        let health = self.watched.health();
         match (&health.failing, health.listed) {
             (Some(why), _) => Err(unreachable(
                 &self.cluster,
@@ -237,14 +282,14 @@ impl WorkloadClusters {
     /// The stream of changed workload Nodes (one taker: the controller).
     pub fn wakes(&self) -> tokio::sync::mpsc::Receiver<WokenNode> {
         let (sender, receiver) = tokio::sync::mpsc::channel(WAKE_BUFFER);
-        *self.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender);
+        *lock(&self.wake) = Some(sender);
         receiver
     }
 
     fn lock_slots(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<ClusterRef, Arc<tokio::sync::Mutex<Slot>>>> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.slots)
     }
 
     fn now(&self) -> Duration {
@@ -262,8 +307,8 @@ impl WorkloadClusters {
         let now = self.now();
         match &*slot {
             Slot::Connected(connection) => {
-                *connection.used.lock().unwrap_or_else(|e| e.into_inner()) = now;
-                let checked = *connection.checked.lock().unwrap_or_else(|e| e.into_inner());
+                *lock(&connection.used) = now;
+                let checked = *lock(&connection.checked);
                 let since = now.saturating_sub(checked);
                 // A failing watch waits out its backoff, which may outlast the API server's
                 // return: such a connection is replaced as soon as the server answers.
@@ -306,35 +351,27 @@ impl WorkloadClusters {
             && !connection.failing()
         {
             probe(&connection.client).await?;
-            *connection.checked.lock().unwrap_or_else(|e| e.into_inner()) = now;
+            *lock(&connection.checked) = now;
             return Ok(connection.clone());
         }
         let clients = client_of(cluster, &bytes).await?;
-        probe(&clients.requests).await?;
+        let probed = clients.requests.clone();
         let connection = self.open(cluster, clients, fingerprint, now);
-        // The first list, so that an empty cache is never taken for "no Node".
-        let listed = async {
-            while !connection
-                .health
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .listed
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+        // The probe and the first list at once (a new connection costs a start its round
+        // trips, and the probe's answer is the clearer error); the list, so that an empty
+        // cache is never taken for "no Node".
+        let listed = tokio::time::timeout(CONNECT_TIMEOUT, connection.watched.first_list());
+        let (probed, listed) = tokio::join!(probe(&probed), listed);
+        probed?;
+        match listed {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => return Err(format!("its Nodes cannot be listed: {why}")),
+            Err(_) => {
+                return Err(format!(
+                    "its Nodes were not listed within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ));
             }
-        };
-        if tokio::time::timeout(CONNECT_TIMEOUT, listed).await.is_err() {
-            let failing = connection
-                .health
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .failing
-                .clone();
-            return Err(format!(
-                "its Nodes were not listed within {} s{}",
-                CONNECT_TIMEOUT.as_secs(),
-                failing.map(|f| format!(": {f}")).unwrap_or_default()
-            ));
         }
         tracing::info!(%cluster, "workload cluster connected");
         Ok(connection)
@@ -349,12 +386,12 @@ impl WorkloadClusters {
         now: Duration,
     ) -> Arc<Connection> {
         let (nodes, writer) = reflector::store::<Node>();
-        let health = Arc::new(Mutex::new(Health::default()));
-        let wake = self.wake.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let watched = Arc::new(Watched::default());
+        let wake = lock(&self.wake).clone();
         let watch = watch_nodes(
             Api::all(clients.watch),
             (nodes.clone(), writer),
-            health.clone(),
+            watched.clone(),
             cluster.clone(),
             wake,
         );
@@ -362,7 +399,7 @@ impl WorkloadClusters {
             cluster: cluster.clone(),
             client: clients.requests,
             nodes,
-            health,
+            watched,
             fingerprint,
             checked: Mutex::new(now),
             used: Mutex::new(now),
@@ -383,7 +420,7 @@ impl WorkloadClusters {
             };
             let keep = match &*slot {
                 Slot::Connected(connection) => {
-                    let used = *connection.used.lock().unwrap_or_else(|e| e.into_inner());
+                    let used = *lock(&connection.used);
                     now.saturating_sub(used) < idle
                 }
                 Slot::Unreachable(at, _) => now.saturating_sub(*at) < RETRY_UNREACHABLE,
@@ -570,12 +607,12 @@ pub fn check_kubeconfig(kubeconfig: &Kubeconfig) -> std::result::Result<(), Stri
     Ok(())
 }
 
-/// Watches a workload cluster's Nodes into `writer`'s store, keeping `health` and sending
+/// Watches a workload cluster's Nodes into `writer`'s store, keeping `watched` and sending
 /// each changed Node on `wake`.
 async fn watch_nodes(
     api: Api<Node>,
     (nodes, writer): (Store<Node>, reflector::store::Writer<Node>),
-    health: Arc<Mutex<Health>>,
+    watched: Arc<Watched>,
     cluster: ClusterRef,
     wake: Option<tokio::sync::mpsc::Sender<WokenNode>>,
 ) {
@@ -590,11 +627,11 @@ async fn watch_nodes(
         .for_each(|event| {
             let changed = match event {
                 Ok(watcher::Event::Apply(node) | watcher::Event::Delete(node)) => {
-                    mark(&health, None, false);
+                    watched.mark(None, false);
                     node.metadata.name.into_iter().collect()
                 }
                 Ok(watcher::Event::InitDone) => {
-                    mark(&health, None, true);
+                    watched.mark(None, true);
                     // The store holds the new list by now (the reflector applies it first).
                     let woken = if recovering {
                         nodes.state().iter().filter_map(|n| n.metadata.name.clone()).collect()
@@ -608,7 +645,7 @@ async fn watch_nodes(
                 Err(error) => {
                     recovering = true;
                     tracing::warn!(%cluster, %error, "workload cluster Node watch failed; retrying");
-                    mark(&health, Some(error.to_string()), false);
+                    watched.mark(Some(error.to_string()), false);
                     Vec::new()
                 }
             };
@@ -624,12 +661,6 @@ async fn watch_nodes(
             std::future::ready(())
         })
         .await;
-}
-
-fn mark(health: &Mutex<Health>, failing: Option<String>, listed: bool) {
-    let mut health = health.lock().unwrap_or_else(|e| e.into_inner());
-    health.failing = failing;
-    health.listed |= listed;
 }
 
 #[cfg(test)]
