@@ -294,6 +294,9 @@ async fn reconcile(
         return;
     }
     if ann.contains_key(DETACHED) {
+        // metal3 deletes a detached host's Ironic node (baremetal-operator
+        // `pkg/provisioner/ironic/ironic.go`, `Detach`): its BMC session and connection go too.
+        memory.driver = None;
         if bmh
             .pointer("/status/operationalStatus")
             .and_then(Value::as_str)

@@ -232,7 +232,7 @@ impl SimCluster {
             if spec.platform_none {
                 continue;
             }
-            Self::register(&api, info, spec.bmh_uses_ipmi, !spec.cluster_api).map_err(fail)?;
+            Self::register(&api, info, &spec, !spec.cluster_api).map_err(fail)?;
             if spec.cluster_api {
                 Self::as_cluster_api(&api, info).map_err(fail)?;
             }
@@ -463,18 +463,23 @@ impl SimCluster {
     fn register(
         api: &Local,
         info: &HostInfo,
-        use_ipmi: bool,
+        spec: &ClusterSpec,
         openshift_machine: bool,
     ) -> std::result::Result<(), crate::apiserver::ApiError> {
-        let address = info.bmc_address(use_ipmi);
+        let address = info.bmc_address(spec.bmh_uses_ipmi);
         let secret_name = info.bmc_secret();
+        let (annotations, operational) = if spec.hosts_detached {
+            (json!({bmo::DETACHED: ""}), "detached")
+        } else {
+            (json!({}), "OK")
+        };
         let bmh = api.create(BMHS, MACHINE_NAMESPACE, json!({
             "apiVersion": "metal3.io/v1alpha1",
             "kind": "BareMetalHost",
-            "metadata": {"name": info.name},
+            "metadata": {"name": info.name, "annotations": annotations},
             "spec": {"online": true, "bmc": {"address": address, "credentialsName": secret_name}, "bootMACAddress": "52:54:00:00:00:01", "consumerRef": {"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine", "name": info.name, "namespace": MACHINE_NAMESPACE}},
         }))?;
-        api.merge(BMHS, MACHINE_NAMESPACE, &info.name, &json!({"status": {"poweredOn": true, "operationalStatus": "OK", "provisioning": {"state": "provisioned"}}}), true)?;
+        api.merge(BMHS, MACHINE_NAMESPACE, &info.name, &json!({"status": {"poweredOn": true, "operationalStatus": operational, "provisioning": {"state": "provisioned"}}}), true)?;
         if !openshift_machine {
             return Ok(());
         }
@@ -550,7 +555,10 @@ impl SimCluster {
             "metadata": {"name": name, "annotations": {"metal3.io/BareMetalHost": format!("{MACHINE_NAMESPACE}/{name}")}},
             "spec": {"providerID": format!("metal3://{MACHINE_NAMESPACE}/{name}/{name}")},
         }))?;
-        api.merge(BMHS, MACHINE_NAMESPACE, name, &json!({"spec": {"consumerRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": name, "namespace": MACHINE_NAMESPACE}}}), false)?;
+        // CAPM3 labels the host it consumes with its Cluster's name in the same update that
+        // sets the consumer (cluster-api-provider-metal3 `baremetal/metal3machine_manager.go`,
+        // `setHostLabel`), which is what lets a shard by cluster watch only its hosts.
+        api.merge(BMHS, MACHINE_NAMESPACE, name, &json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": cluster}}, "spec": {"consumerRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Metal3Machine", "name": name, "namespace": MACHINE_NAMESPACE}}}), false)?;
         let mut labels = json!({"cluster.x-k8s.io/cluster-name": cluster});
         if info.role == "master" {
             labels["cluster.x-k8s.io/control-plane"] = json!("");

@@ -101,6 +101,12 @@ pub struct ClusterSpec {
     /// older drop the suffixed reboot keys too on entering inspecting, provisioning or
     /// deprovisioning (fixed in 0.14). Default: 0.14, the current behaviour.
     pub bmo_version: (u32, u32),
+    /// Register every BareMetalHost detached (`baremetalhost.metal3.io/detached`, and the
+    /// status the BareMetal Operator gives a detached host): the operator holds no BMC
+    /// connection for any of them, as for hosts an operator detached before a direct fencer
+    /// takes over. The scale benchmark's tens of thousands of hosts need it: one process
+    /// holding both ends of a BMC connection per host would pass the open-files limit.
+    pub hosts_detached: bool,
 }
 
 /// Pods placed on the workers, so that drains and evictions meet real PDBs.
@@ -171,6 +177,7 @@ impl Default for ClusterSpec {
             escalation_timeout: Duration::from_secs(60),
             platform_none: false,
             bmo_version: (0, 14),
+            hosts_detached: false,
         }
     }
 }
