@@ -112,6 +112,13 @@ pub struct RunArgs {
     /// every Machine beside another shard) is refused at start, naming both and the Machine.
     #[arg(long, value_name = "SELECTOR")]
     pub machine_selector: Option<String>,
+    /// Only the BareMetalHosts this label selector matches are watched: a shard's own, so that
+    /// each shard of a management cluster caches its hosts rather than the fleet's. Cluster
+    /// API's Metal3 provider labels each host it consumes with `cluster.x-k8s.io/cluster-name`:
+    /// a shard by cluster gives both selectors the same clusters. A start whose host exists
+    /// but is outside this selector is held (gate `HostNotWatched`), never fenced half-seen.
+    #[arg(long, value_name = "SELECTOR")]
+    pub host_selector: Option<String>,
     /// The Machine API of the cluster's Machines: `openshift` (machine.openshift.io) or
     /// `cluster-api` (cluster.x-k8s.io, bare metal through metal3's Metal3Machines).
     #[arg(long, value_enum, default_value = "openshift")]
@@ -264,6 +271,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         leadership: Leadership::unconditional(),
         after_persist: None,
         machine_selector: args.machine_selector.clone(),
+        host_selector: args.host_selector.clone(),
         machine_api: args.machine_api,
         power_poll: (!args.power_poll.is_zero()).then_some(args.power_poll),
         fencing_check: (!args.fencing_check_interval.is_zero())
@@ -294,6 +302,9 @@ pub async fn run(args: RunArgs) -> Result<()> {
             peers: args.peer_selector.clone(),
         }),
     };
+    if let Some(selector) = &args.host_selector {
+        validate_host_selector(&client, selector).await?;
+    }
     if !args.leader_elect {
         // Without a Lease this replica announces no claim, so it yields to every shard whose
         // claim overlaps its own.
@@ -332,6 +343,28 @@ pub async fn run(args: RunArgs) -> Result<()> {
 /// replica's own container runs (read from its Pod, `--instance` in `--lease-namespace`, which
 /// deploy/ fills from the Downward API). When that cannot be read the tag is kept, logged, and
 /// every helper is refused with the reason (`HelperImageNotPinned` on the DriftRemediation).
+/// Refuses a `--host-selector` the API server does not accept, at start: the host watch would
+/// otherwise retry it forever and the replica never become ready. Any other failure is left
+/// to the watch, which retries.
+async fn validate_host_selector(client: &Client, selector: &str) -> Result<()> {
+    let hosts: Api<crate::api::slim::BareMetalHost> = Api::all(client.clone());
+    let params = kube::api::ListParams::default().labels(selector).limit(1);
+    match hosts.list_metadata(&params).await {
+        Err(kube::Error::Api(status)) if status.code == 400 => Err(Error::Invalid {
+            object: "--host-selector".into(),
+            reason: format!(
+                "{selector:?} is not a label selector the API server accepts: {}",
+                status.message
+            ),
+        }),
+        Err(error) => {
+            warn!(%error, "cannot check --host-selector now; the host watch retries");
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
 async fn helper_image(client: &Client, args: &RunArgs) -> String {
     let image = &args.helper_image;
     if pinned_by_digest(image) {

@@ -16,7 +16,7 @@ use baremend::lab::setup::DEPLOY_NAMESPACE;
 use baremend::metrics::Metrics;
 use baremend::shard::{MACHINE_SELECTOR_ANNOTATION, SHARD_LABEL, SHARD_LEASE_LABEL};
 use baremend_sim::cluster::MACHINE_NAMESPACE;
-use baremend_sim::cluster::local::{LEASES, Local, MACHINES};
+use baremend_sim::cluster::local::{BMHS, LEASES, Local, MACHINES};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -432,4 +432,55 @@ async fn a_shard_leaves_another_shards_remediation_under_way_alone() {
         },
     )
     .await;
+}
+
+/// A shard that watches only its own hosts (`--host-selector`, here one no host matches yet)
+/// holds the start of a Machine whose host exists outside it: `HostNotWatched`, naming the
+/// host and the selector, with no power request (its reboot request could be neither
+/// followed nor re-asked, nor its BMC found). Once the host carries the label, as Cluster
+/// API's Metal3 provider gives the hosts it consumes their Cluster's, the start goes ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_outside_the_shards_host_selector_holds_the_start_until_it_is_labelled() {
+    let spec = ClusterSpec {
+        cluster_api: true,
+        ..fast()
+    };
+    let mut lab = Lab::builder(spec)
+        .policy(common::lab::fast_policy())
+        .start()
+        .await;
+    lab.machine_template(json!({}));
+    let options = baremend::remediation::controller::ControllerOptions {
+        machine_api: MachineApi::ClusterApi,
+        host_selector: Some("shard=a".into()),
+        ..lab.options()
+    };
+    lab.start_controller(options);
+    lab.cluster.hang("worker-0");
+    lab.held_with(
+        "worker-0-1",
+        "BareMetalHost openshift-machine-api/worker-0 exists but is outside this controller's --host-selector \"shard=a\", so it is not watched",
+    )
+    .await;
+    common::lab::metric(
+        &lab,
+        "baremend_remediations_held{gate=\"HostNotWatched\"} 1",
+    )
+    .await;
+    assert!(lab.power_history("worker-0").is_empty(), "no power request");
+    lab.api
+        .merge(
+            BMHS,
+            MACHINE_NAMESPACE,
+            "worker-0",
+            &json!({"metadata": {"labels": {"shard": "a"}}}),
+            false,
+        )
+        .unwrap();
+    let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
+    let steps = common::lab::steps(&done);
+    assert!(
+        steps.contains(&"PowerOffRequested".to_string()),
+        "{steps:?}"
+    );
 }

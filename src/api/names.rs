@@ -246,6 +246,8 @@ stored_names! {
         /// A Cluster API Machine's Node lives in a workload cluster this controller cannot
         /// reach now (its kubeconfig Secret, or its API server).
         WorkloadCluster,
+        /// The BareMetalHost exists outside this controller's `--host-selector`.
+        HostNotWatched,
     }
 }
 

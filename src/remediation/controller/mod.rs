@@ -156,18 +156,16 @@ where
 }
 
 /// Starts one informer per kind (Nodes come from the shared watch); Machines of the Machine
-/// API in use, only of this replica's shard when a selector is given.
-fn watch_kinds(
-    client: &Client,
-    machine_selector: Option<&str>,
-    machine_api: slim::MachineApi,
-) -> Result<Watches> {
+/// API in use, and BareMetalHosts, only of this replica's shard when selectors are given.
+fn watch_kinds(client: &Client, options: &ControllerOptions) -> Result<Watches> {
     let config = watch_config();
     let mut tasks = Vec::new();
-    let machine_config = match machine_selector {
+    let selected = |selector: Option<&String>| match selector {
         Some(selector) => config.clone().labels(selector),
         None => config.clone(),
     };
+    let machine_config = selected(options.machine_selector.as_ref());
+    let machine_api = options.machine_api;
     Ok(Watches {
         machines: match machine_api {
             slim::MachineApi::OpenShift => {
@@ -182,7 +180,7 @@ fn watch_kinds(
         },
         hosts: (slimmed_informer(
             Api::all(client.clone()),
-            config.clone(),
+            selected(options.host_selector.as_ref()),
             slim::bare_metal_host,
         )),
         machine_requests: (informer(Api::all(client.clone()), config)),
@@ -288,11 +286,7 @@ pub async fn run_machines(
 ) -> Result<()> {
     let (node_feed, machineless_nodes) = node_feeds;
     let out_of_service_taint = out_of_service_taint(&client).await;
-    let watches = watch_kinds(
-        &client,
-        options.machine_selector.as_deref(),
-        options.machine_api,
-    )?;
+    let watches = watch_kinds(&client, &options)?;
     let remediations = watches.remediations.store.clone();
     let (machines, machine_stream) = watches.machines;
     let machines_of_hosts = machines.clone();

@@ -241,6 +241,17 @@ pub enum Held {
         /// Why, naming the host and its consumer.
         why: String,
     },
+    /// The Machine's BareMetalHost exists but is outside this controller's `--host-selector`,
+    /// so it is not watched: its power could be neither followed nor re-asked.
+    #[error(
+        "BareMetalHost {host} exists but is outside this controller's --host-selector {selector:?}, so it is not watched; label the host to match (Cluster API's Metal3 provider labels the hosts it consumes with cluster.x-k8s.io/cluster-name) or widen the selector; no power request is made until then"
+    )]
+    HostNotWatched {
+        /// The host, `<namespace>/<name>`.
+        host: String,
+        /// The selector it is outside.
+        selector: String,
+    },
     /// Cluster API: the Machine's Node lives in its workload cluster, not in this one (the
     /// Cluster is not self-hosted), and this controller reaches no workload cluster, so the
     /// Node could be neither released nor awaited (see `evidence::capi`).
@@ -314,6 +325,7 @@ impl Held {
             Held::SelfFence { .. } => Gate::SelfFence,
             Held::ForeignRemediation { .. } => Gate::ForeignRemediation,
             Held::HostNotOwned { .. } => Gate::HostNotOwned,
+            Held::HostNotWatched { .. } => Gate::HostNotWatched,
             Held::WorkloadCluster { .. } => Gate::WorkloadCluster,
             Held::ClusterUpgrading { .. } => Gate::ClusterUpgrading,
             Held::MachineConfigUpdating { .. } => Gate::MachineConfigUpdating,

@@ -177,6 +177,10 @@ mod quiet_tests {
                 node: String::new(),
                 why: String::new(),
             },
+            Held::HostNotWatched {
+                host: String::new(),
+                selector: String::new(),
+            },
         ];
         for held in &all {
             match held {
@@ -195,7 +199,8 @@ mod quiet_tests {
                 | Held::HostNotOwned { .. }
                 | Held::InsecureBmc { .. }
                 | Held::BmcUntrustworthy { .. }
-                | Held::WorkloadCluster { .. } => {}
+                | Held::WorkloadCluster { .. }
+                | Held::HostNotWatched { .. } => {}
             }
         }
         assert_eq!(all.each_ref().map(Held::kind).as_slice(), Gate::ALL);

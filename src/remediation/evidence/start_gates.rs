@@ -91,6 +91,10 @@ impl Pass {
             held => held,
         };
         let may = match may {
+            Ok(()) => self.host_watched_gate(remediation).await?,
+            held => held,
+        };
+        let may = match may {
             Ok(()) => self.workload_cluster_gate(remediation).await,
             held => held,
         };
@@ -381,6 +385,38 @@ impl Pass {
                 node: placement.node.clone(),
             }))
         }
+    }
+
+    /// The `HostNotWatched` gate: with `--host-selector`, a recorded host absent from the
+    /// cache is read from the API server. Found, it is outside the selector: its reboot
+    /// request could be neither re-asked nor followed, nor its BMC found, so the start is held
+    /// and says how to mend it. Not found, the start goes on as for any missing host (the
+    /// strategies say why nothing can be powered).
+    pub(in crate::remediation) async fn host_watched_gate(
+        &self,
+        remediation: &Remediation,
+    ) -> Result<std::result::Result<(), Held>> {
+        let Some(selector) = &self.context.host_selector else {
+            return Ok(Ok(()));
+        };
+        let Some((host, None)) = self.host(remediation) else {
+            return Ok(Ok(()));
+        };
+        let hosts: Api<slim::BareMetalHost> =
+            Api::namespaced(self.context.client.clone(), &host.namespace);
+        let exists = hosts
+            .get_metadata_opt(&host.name)
+            .await
+            .map_err(Error::kube("GetBareMetalHost"))?
+            .is_some();
+        Ok(if exists {
+            Err(Held::HostNotWatched {
+                host: host.to_string(),
+                selector: selector.clone(),
+            })
+        } else {
+            Ok(())
+        })
     }
 
     /// The BMC gate: a host whose only path is its BMC (the policy names `DirectBmc`, and

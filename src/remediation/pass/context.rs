@@ -57,6 +57,8 @@ pub struct ControllerOptions {
     pub leadership: Leadership,
     /// A label selector on Machines: this replica's shard (all Machines when None).
     pub machine_selector: Option<String>,
+    /// A label selector on BareMetalHosts: the hosts this replica watches (all when None).
+    pub host_selector: Option<String>,
     /// Read every known host's power this often into `baremend_host_power_state` (None: off).
     pub power_poll: Option<Duration>,
     /// Spreads the power reads over the interval (see the power monitor, `monitor.rs`), and
@@ -87,6 +89,7 @@ impl Default for ControllerOptions {
             metrics: Arc::new(Metrics::new()),
             leadership: Leadership::unconditional(),
             machine_selector: None,
+            host_selector: None,
             power_poll: None,
             power_poll_seed: 0,
             fencing_check: None,
@@ -168,6 +171,9 @@ pub struct Context {
     pub backoff: Backoff,
     /// Which Machine API the Machines come from.
     pub machine_api: slim::MachineApi,
+    /// The label selector of the BareMetalHosts watched (None: every host): a host outside it
+    /// is absent from `hosts` although it exists (the `HostNotWatched` gate).
+    pub host_selector: Option<String>,
     /// The NodeHealthChecks last read (None: not read yet), for the trust of requests (see
     /// `admission.rs`).
     pub health_checks:
@@ -246,6 +252,7 @@ impl Context {
             placement: options.placement,
             backoff: Backoff::default(),
             machine_api: options.machine_api,
+            host_selector: options.host_selector,
             health_checks: std::sync::RwLock::new(None),
             witness: Witness {
                 ledger: Arc::new(BmcLedger::new(options.bmc_distrust)),
