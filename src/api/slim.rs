@@ -49,6 +49,25 @@ pub fn node(node: &mut Node) {
     }
 }
 
+/// A slimmed Node's content as the controller reads it, hashed: all of it but its
+/// `resourceVersion` and its conditions' `lastHeartbeatTime`. A kubelet's periodic status post
+/// changes only those, so a watch that wakes passes on a changed fingerprint alone does not
+/// wake every Machine of a cluster at each round of posts.
+pub fn node_fingerprint(node: &Node) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut read = node.clone();
+    read.metadata.resource_version = None;
+    read.metadata.managed_fields = None;
+    if let Some(conditions) = read.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+        for condition in conditions {
+            condition.last_heartbeat_time = None;
+        }
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_vec(&read).unwrap_or_default().hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Drops a cached Machine's managed fields (the rest is already only what is read).
 pub fn machine(machine: &mut Machine) {
     machine.metadata.managed_fields = None;
@@ -512,6 +531,36 @@ mod tests {
         assert!(after.pointer("/metadata/finalizers").is_none());
         // Kept too, though a host cannot name a CA bundle and turn verification off at once.
         assert!(host_annotation_read(crate::api::annotations::BMC_CA_BUNDLE));
+    }
+
+    #[test]
+    fn a_heartbeat_alone_leaves_a_nodes_fingerprint_and_any_read_change_moves_it() {
+        let node = |ready: &str, heartbeat: &str, version: &str, taint: bool| -> Node {
+            let taints = if taint {
+                json!([{"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"}])
+            } else {
+                json!([])
+            };
+            serde_json::from_value(json!({
+                "metadata": {"name": "w", "uid": "u", "resourceVersion": version},
+                "spec": {"taints": taints},
+                "status": {"conditions": [{"type": "Ready", "status": ready,
+                    "lastHeartbeatTime": heartbeat, "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+            }))
+            .unwrap()
+        };
+        let before = node_fingerprint(&node("True", "2026-01-01T00:01:00Z", "1", false));
+        let posted = node_fingerprint(&node("True", "2026-01-01T00:02:00Z", "2", false));
+        assert_eq!(before, posted, "a status post with a new heartbeat only");
+        for changed in [
+            node("Unknown", "2026-01-01T00:02:00Z", "2", false),
+            node("True", "2026-01-01T00:02:00Z", "2", true),
+        ] {
+            assert_ne!(before, node_fingerprint(&changed));
+        }
+        let mut other = node("True", "2026-01-01T00:01:00Z", "1", false);
+        other.metadata.uid = Some("u-2".into());
+        assert_ne!(before, node_fingerprint(&other), "a new Node of the name");
     }
 
     #[test]

@@ -38,7 +38,7 @@ use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Config};
+use kube::{Client, Config, ResourceExt};
 
 use crate::api::slim;
 use crate::remediation::decide::workload::ClusterRef;
@@ -82,6 +82,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a pass's request to a workload cluster may wait for its answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Nodes a page when a workload cluster's Nodes are listed.
+const FIRST_LIST_PAGE: u32 = 500;
 
 /// The key of the kubeconfig in Cluster API's Secret.
 pub const KUBECONFIG_KEY: &str = "value";
@@ -616,19 +619,37 @@ async fn watch_nodes(
     cluster: ClusterRef,
     wake: Option<tokio::sync::mpsc::Sender<WokenNode>>,
 ) {
-    let events = watcher(api, watch_config())
+    // The first list is on a start's path (see `check_or_open`): one page for a cluster of up
+    // to 500 Nodes (client-go's page), where the management cluster's watches take 100.
+    let events = watcher(api, watch_config().page_size(FIRST_LIST_PAGE))
         .default_backoff()
         .modify(slim::node)
         .reflect(writer);
     // Re-listed after a failure: every Node wakes its Machine, whose pass may have been
     // waiting for the cluster to answer.
     let mut recovering = false;
+    // What each Node read like when it last woke its Machine: a kubelet's status post that
+    // changes only its heartbeat wakes nothing (every Node of every connected cluster posts).
+    let mut read: HashMap<String, u64> = HashMap::new();
     events
         .for_each(|event| {
             let changed = match event {
-                Ok(watcher::Event::Apply(node) | watcher::Event::Delete(node)) => {
+                Ok(watcher::Event::Apply(node)) => {
                     watched.mark(None, false);
-                    node.metadata.name.into_iter().collect()
+                    let name = node.name_any();
+                    let fingerprint = slim::node_fingerprint(&node);
+                    let same = read.insert(name.clone(), fingerprint) == Some(fingerprint);
+                    if same { Vec::new() } else { vec![name] }
+                }
+                Ok(watcher::Event::Delete(node)) => {
+                    watched.mark(None, false);
+                    let name = node.name_any();
+                    read.remove(&name);
+                    vec![name]
+                }
+                Ok(watcher::Event::InitApply(node)) => {
+                    read.insert(node.name_any(), slim::node_fingerprint(&node));
+                    Vec::new()
                 }
                 Ok(watcher::Event::InitDone) => {
                     watched.mark(None, true);
@@ -641,7 +662,10 @@ async fn watch_nodes(
                     recovering = false;
                     woken
                 }
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
+                Ok(watcher::Event::Init) => {
+                    read.clear();
+                    Vec::new()
+                }
                 Err(error) => {
                     recovering = true;
                     tracing::warn!(%cluster, %error, "workload cluster Node watch failed; retrying");
