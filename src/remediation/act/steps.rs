@@ -589,8 +589,22 @@ impl Pass {
     }
 
     /// Creates the subject's Remediation number `number`, owned by the Machine (or by the
-    /// `HostBmc` of a Node without one).
+    /// `HostBmc` of a Node without one). A Cluster API Machine's workload cluster is connected
+    /// meanwhile: the start's first gate needs it, and its round trips (the kubeconfig Secret,
+    /// the probe, the first list of Nodes) then overlap the creation's instead of following it.
     pub(in crate::remediation) async fn start(&self, number: usize) -> Result<Remediation> {
+        let connected = async {
+            if let Some(cluster) = self.machine_node_cluster() {
+                // Its failure is the start's gates' to tell (`WorkloadCluster`), on their ask.
+                let _ = self.context.workloads.connect(&cluster).await;
+            }
+        };
+        let (created, ()) = tokio::join!(self.create_remediation(number), connected);
+        created
+    }
+
+    /// [`Pass::start`]'s creation.
+    async fn create_remediation(&self, number: usize) -> Result<Remediation> {
         let (host, unusable) = match self.machine_json() {
             Some(json) => match self.host_of_machine(&json).await? {
                 Ok(host) => (host, None),

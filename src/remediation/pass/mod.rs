@@ -202,6 +202,14 @@ impl Pass {
                 name,
             });
         }
+        self.machine_node_cluster()
+    }
+
+    /// The workload cluster of the Machine's Node as its Cluster says now (None: here).
+    pub(super) fn machine_node_cluster(&self) -> Option<ClusterRef> {
+        if self.context.machine_api != slim::MachineApi::ClusterApi {
+            return None;
+        }
         let machine = self.subject.machine()?;
         let machines = self.context.machines.state();
         let nodes = &self.context.nodes;
