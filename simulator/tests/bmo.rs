@@ -207,3 +207,32 @@ async fn provisioning_drops_the_suffixless_key_and_old_operators_every_key() {
     };
     assert!(keys_left_in_provisioning(old).await.is_empty());
 }
+
+/// Hosts registered detached (`hostsDetached`) are the operator's to leave alone from the
+/// start, as metal3 leaves a detached host (baremetal-operator
+/// `internal/controller/metal3.io/baremetalhost_controller.go`, the `detached` annotation; its
+/// Ironic node is deleted, `pkg/provisioner/ironic/ironic.go` `Detach`): reported `detached`,
+/// and never a request to their BMCs, where hosts registered attached are read at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_registered_detached_are_left_alone_from_the_start() {
+    let bmc_requests = async |hosts_detached: bool| {
+        let (cluster, api) = start(ClusterSpec {
+            hosts_detached,
+            ..small()
+        })
+        .await;
+        // Several of the operator's passes.
+        tokio::time::sleep(small().timing.bmo_period * 5).await;
+        let statuses: Vec<Value> = ["master-0", "worker-0"]
+            .iter()
+            .map(|h| bmh(&api, h)["status"]["operationalStatus"].clone())
+            .collect();
+        (cluster.redfish().service().stats().requests, statuses)
+    };
+    let (requests, statuses) = bmc_requests(true).await;
+    assert_eq!(requests, 0);
+    assert_eq!(statuses, [json!("detached"), json!("detached")]);
+    let (requests, statuses) = bmc_requests(false).await;
+    assert!(requests > 0, "the attached hosts' BMCs were never read");
+    assert_eq!(statuses, [json!("OK"), json!("OK")]);
+}

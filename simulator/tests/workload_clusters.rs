@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use baremend_sim::cluster::local::{
-    CAPI_CLUSTERS, CAPI_MACHINES, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS,
+    BMHS, CAPI_CLUSTERS, CAPI_MACHINES, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS,
     NODES, SECRETS,
 };
 use baremend_sim::cluster::scenario::{TimedFault, WORKLOAD_API_DOWN};
@@ -173,6 +173,13 @@ async fn each_workload_server_holds_only_its_own_nodes_under_the_same_names() {
             labels["cluster.x-k8s.io/deployment-name"],
             format!("{wc}-workers")
         );
+        // Its host, labelled with the Cluster's name as CAPM3 labels a host it consumes
+        // (cluster-api-provider-metal3 `baremetal/metal3machine_manager.go`, `setHostLabel`).
+        let host = api
+            .get(BMHS, MACHINE_NAMESPACE, &format!("{wc}-worker-0"))
+            .unwrap();
+        assert_eq!(host["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"], wc);
+        assert_eq!(host["spec"]["consumerRef"]["kind"], "Metal3Machine");
         let master = api
             .get(CAPI_MACHINES, MACHINE_NAMESPACE, &format!("{wc}-master-0"))
             .unwrap();

@@ -13,6 +13,7 @@
 //! platformNone: false    # Nodes and HostBmcs only: no Machines, BareMetalHosts, BMO or MHC
 //! escalationTimeout: 60s # its timeout for baremend's step
 //! bmoVersion: [0, 14]    # 0.13 and older drop suffixed reboot keys entering (de)provisioning
+//! hostsDetached: false   # every BareMetalHost registered detached (the BMO leaves them alone)
 //! timing:
 //!   powerDelay: 1500ms
 //!   bootDelay: 2s
