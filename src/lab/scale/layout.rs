@@ -95,6 +95,10 @@ impl Layout {
         ClusterSpec {
             masters: 3,
             workers: self.per_cluster() - 3,
+            // Fenced through their BMCs directly: registered detached, so the BareMetal
+            // Operator holds no BMC connection per host (20,000 of them, both ends in the
+            // simulator's one process, would pass the open-files limit).
+            hosts_detached: true,
             cluster_api: self.is_fleet(),
             workload_clusters: self.workload_clusters,
             timing: bench_timing(),
@@ -123,7 +127,7 @@ impl Layout {
 
     /// Each controller's own flags: in a fleet, shard `i` owns the workload clusters
     /// `wc-k` with `k % shards == i` (a label selector on Cluster API's cluster-name label,
-    /// disjoint by construction) under its own Lease; the drift coordinator runs in the first
+    /// disjoint by construction, on its Machines and on its hosts) under its own Lease; the drift coordinator runs in the first
     /// only (the Cluster API world has no Machine Config Operator anyway).
     pub(super) fn controller_flags(&self) -> Vec<Vec<String>> {
         if !self.is_fleet() {
@@ -135,12 +139,13 @@ impl Layout {
                     .step_by(self.shards)
                     .map(|k| format!("wc-{k}"))
                     .collect();
+                let selector = format!("{CLUSTER_NAME_LABEL} in ({})", clusters.join(","));
                 let mut flags = vec![
                     "--machine-api=cluster-api".to_owned(),
-                    format!(
-                        "--machine-selector={CLUSTER_NAME_LABEL} in ({})",
-                        clusters.join(",")
-                    ),
+                    format!("--machine-selector={selector}"),
+                    // The hosts of its clusters only, by the label CAPM3 gives each host it
+                    // consumes: a shard caches its quarter of the fleet's hosts, not all.
+                    format!("--host-selector={selector}"),
                     format!("--lease-name=baremend-shard-{shard}"),
                 ];
                 if shard > 0 {

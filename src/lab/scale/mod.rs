@@ -201,7 +201,11 @@ async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
     }
     let memory = controllers.iter().map(ControllerProcess::memory).collect();
     drop(controllers);
-    let _ = std::fs::remove_dir_all(&dir);
+    if process::controller_log_level().is_some() {
+        println!("  the controllers' logs are kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     println!();
     Ok(Figures {
         layout,
@@ -214,14 +218,12 @@ async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
     })
 }
 
-/// Detaches every BareMetalHost (fenced directly then, and nobody else reads their BMCs, so
-/// every request the simulator counts is the controller's), waits until the operator has let
-/// go of each (its early reads are done then), prepares the requests' side and installs the
-/// policy.
+/// Checks that every BareMetalHost is detached (registered so: fenced directly, and nobody
+/// else reads their BMCs, so every request the simulator counts is the controller's),
+/// prepares the requests' side and installs the policy.
 async fn prepare(lab: &LabCluster, layout: &Layout) -> Result<()> {
-    for info in lab.cluster.hosts() {
-        lab.detach(&info.name)?;
-    }
+    // Registered detached (`Layout::spec`): the BareMetal Operator must agree before the
+    // controllers fence them directly.
     let started = Instant::now();
     // A look lists every host: often enough for a small world, not a burden for a big one.
     let look = Duration::from_millis(200 + lab.cluster.hosts().len() as u64 / 20);

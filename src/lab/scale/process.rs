@@ -63,6 +63,14 @@ async fn http_status(port: u16, path: &str) -> Option<u16> {
     answer.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The controllers' log filter when `BAREMEND_SCALE_LOG` is set (say `baremend=debug`, to
+/// trace a slow remediation): their logs are then kept, and where is printed.
+pub(super) fn controller_log_level() -> Option<String> {
+    std::env::var("BAREMEND_SCALE_LOG")
+        .ok()
+        .filter(|level| !level.is_empty())
+}
+
 /// The controller as its own process.
 pub(super) struct ControllerProcess {
     child: tokio::process::Child,
@@ -97,7 +105,10 @@ impl ControllerProcess {
             .arg("--power-poll=0s")
             .arg("--fencing-check-interval=0s")
             .args(extra)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                controller_log_level().unwrap_or_else(|| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log_file)
             .kill_on_drop(true)
