@@ -178,7 +178,10 @@ async fn each_workload_server_holds_only_its_own_nodes_under_the_same_names() {
         let host = api
             .get(BMHS, MACHINE_NAMESPACE, &format!("{wc}-worker-0"))
             .unwrap();
-        assert_eq!(host["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"], wc);
+        assert_eq!(
+            host["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+            wc
+        );
         assert_eq!(host["spec"]["consumerRef"]["kind"], "Metal3Machine");
         let master = api
             .get(CAPI_MACHINES, MACHINE_NAMESPACE, &format!("{wc}-master-0"))

@@ -64,7 +64,9 @@ pub fn node_fingerprint(node: &Node) -> u64 {
         }
     }
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_vec(&read).unwrap_or_default().hash(&mut hasher);
+    serde_json::to_vec(&read)
+        .unwrap_or_default()
+        .hash(&mut hasher);
     hasher.finish()
 }
 
