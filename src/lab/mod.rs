@@ -109,7 +109,7 @@ pub struct LabArgs {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=200))]
     pub workload_clusters: u32,
     /// scale, with --workload-clusters: controller processes, each owning whole workload
-    /// clusters (by a --machine-selector on the cluster-name label).
+    /// clusters (by a --machine-selector and a --host-selector on the cluster-name label).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub shards: u32,
     /// scale, with --workload-clusters: first measure one cluster of this many machines with
