@@ -232,7 +232,7 @@ impl SimCluster {
             if spec.platform_none {
                 continue;
             }
-            Self::register(&api, info, &spec, !spec.cluster_api).map_err(fail)?;
+            Self::register(&api, info, &spec).map_err(fail)?;
             if spec.cluster_api {
                 Self::as_cluster_api(&api, info).map_err(fail)?;
             }
@@ -457,14 +457,13 @@ impl SimCluster {
         Ok(())
     }
 
-    /// Creates the BareMetalHost of a host (its Secret exists) and, with `openshift_machine`,
-    /// its Machine API Machine (the Cluster API flavour makes its own Machine instead: making
+    /// Creates the BareMetalHost of a host (its Secret exists) and, but in the Cluster API
+    /// flavour, its Machine API Machine (that flavour makes its own Machine instead: making
     /// one to delete it would cost a garbage-collector scan of the whole store per host).
     fn register(
         api: &Local,
         info: &HostInfo,
         spec: &ClusterSpec,
-        openshift_machine: bool,
     ) -> std::result::Result<(), crate::apiserver::ApiError> {
         let address = info.bmc_address(spec.bmh_uses_ipmi);
         let secret_name = info.bmc_secret();
@@ -480,7 +479,7 @@ impl SimCluster {
             "spec": {"online": true, "bmc": {"address": address, "credentialsName": secret_name}, "bootMACAddress": "52:54:00:00:00:01", "consumerRef": {"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine", "name": info.name, "namespace": MACHINE_NAMESPACE}},
         }))?;
         api.merge(BMHS, MACHINE_NAMESPACE, &info.name, &json!({"status": {"poweredOn": true, "operationalStatus": operational, "provisioning": {"state": "provisioned"}}}), true)?;
-        if !openshift_machine {
+        if spec.cluster_api {
             return Ok(());
         }
         let uid = bmh
