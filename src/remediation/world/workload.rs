@@ -289,20 +289,13 @@ impl WorkloadClusters {
         receiver
     }
 
-    fn lock_slots(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<ClusterRef, Arc<tokio::sync::Mutex<Slot>>>> {
-        lock(&self.slots)
-    }
-
     fn now(&self) -> Duration {
         since_epoch(self.clock.now())
     }
 
     /// The connection to `cluster`, made or checked again as the module's flow says.
     pub async fn connect(&self, cluster: &ClusterRef) -> Result<Arc<Connection>> {
-        let slot = self
-            .lock_slots()
+        let slot = lock(&self.slots)
             .entry(cluster.clone())
             .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Slot::Empty)))
             .clone();
@@ -415,7 +408,7 @@ impl WorkloadClusters {
     pub fn sweep(&self) -> usize {
         let now = self.now();
         let idle = self.lifetimes.idle;
-        let mut slots = self.lock_slots();
+        let mut slots = lock(&self.slots);
         slots.retain(|cluster, slot| {
             let Ok(slot) = slot.try_lock() else {
                 // In use right now.
