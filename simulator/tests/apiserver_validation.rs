@@ -364,6 +364,40 @@ async fn a_default_added_to_the_crd_shows_on_objects_stored_before() {
     assert_eq!(status, StatusCode::OK, "{body}");
     let (_, old) = api.get(&format!("{WIDGETS}/old")).await;
     assert_eq!(old["spec"]["mode"], "fast", "{old}");
+    // A list reads each object as a get does (lists of built-in kinds are written from the
+    // stored objects without a copy; a custom resource's are defaulted first).
+    let (status, list) = api.get(WIDGETS).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(list["items"][0]["spec"]["mode"], "fast", "{list}");
+    assert_eq!(list["items"][0], old, "{list}");
+}
+
+#[tokio::test]
+async fn a_list_of_a_built_in_kind_holds_each_object_as_a_get_gives_it() {
+    let api = Api::start().await;
+    for name in ["a", "b", "c"] {
+        let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"key": name}});
+        let (status, body) = api.post("/api/v1/namespaces/default/configmaps", map).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (status, list) = api
+        .get("/api/v1/namespaces/default/configmaps?limit=2")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(list["apiVersion"], "v1");
+    assert_eq!(list["kind"], "ConfigMapList");
+    assert!(list["metadata"]["resourceVersion"].is_string(), "{list}");
+    assert_eq!(list["metadata"]["remainingItemCount"], 1, "{list}");
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 2, "{list}");
+    for item in items {
+        let name = item["metadata"]["name"].as_str().expect("a name");
+        let (_, one) = api
+            .get(&format!("/api/v1/namespaces/default/configmaps/{name}"))
+            .await;
+        assert_eq!(item, &one);
+    }
 }
 
 fn cel_schema() -> Value {

@@ -72,8 +72,14 @@ fn query_map(query: Option<&str>) -> HashMap<String, String> {
         .collect()
 }
 
-fn json_response(status: StatusCode, body: &Value) -> Response {
-    (status, axum::Json(body.clone())).into_response()
+/// A JSON answer, written from `body` as it is (a list of thousands of objects is not copied
+/// first: its copy and its encoding were most of a list's time).
+fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
+    let mut bytes = Vec::with_capacity(4096);
+    match serde_json::to_writer(&mut bytes, body) {
+        Ok(()) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(error) => ApiError::internal(error.to_string()).into_response(),
+    }
 }
 
 /// An answer in the Kubernetes protobuf encoding.
@@ -262,6 +268,7 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
             method: parts.method.to_string(),
             path: path.clone(),
             watch: query.get("watch").is_some_and(|w| w == "true" || w == "1"),
+            at: std::time::Instant::now(),
         });
     }
     let request = Call {
@@ -566,7 +573,7 @@ async fn resource(
                 .get("limit")
                 .and_then(|l| l.parse::<usize>().ok())
                 .filter(|l| *l > 0);
-            let list = store.list(
+            let page = store.list_page(
                 &ty,
                 version,
                 namespace.as_deref(),
@@ -578,6 +585,11 @@ async fn resource(
                     .map(String::as_str)
                     .filter(|c| !c.is_empty()),
             )?;
+            if rendering == Rendering::Object && !protobuf {
+                // The common answer, written from the store's objects as they are.
+                return Ok(json_response(StatusCode::OK, &page));
+            }
+            let list = page.into_value();
             if table {
                 let items = list["items"].as_array().cloned().unwrap_or_default();
                 let rv = list["metadata"]["resourceVersion"]

@@ -521,6 +521,32 @@ impl Store {
         limit: Option<usize>,
         continue_token: Option<&str>,
     ) -> ApiResult<Value> {
+        self.list_page(
+            ty,
+            version,
+            namespace,
+            labels,
+            fields,
+            limit,
+            continue_token,
+        )
+        .map(ListPage::into_value)
+    }
+
+    /// [`Store::list`], its items shared with the store where reading changes nothing (a
+    /// built-in kind stored at the version asked for): a list of thousands of Nodes is then
+    /// written out without a copy of each.
+    #[allow(clippy::too_many_arguments)]
+    pub fn list_page(
+        &self,
+        ty: &ResourceType,
+        version: &str,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        limit: Option<usize>,
+        continue_token: Option<&str>,
+    ) -> ApiResult<ListPage> {
         let mut inner = self.lock();
         let (revision, items, presented, offset) = match continue_token {
             Some(token) => {
@@ -597,23 +623,71 @@ impl Store {
             metadata["remainingItemCount"] = json!(items.len() - end);
         }
         drop(inner);
-        let page: Vec<Value> = items
+        let api_version = ty.api_version(version);
+        let page: Vec<Arc<Value>> = items
             .get(offset..end)
             .unwrap_or_default()
             .iter()
             .map(|object| {
-                if presented {
-                    Value::clone(object)
+                if presented || Self::read_as_stored(ty, &api_version, object) {
+                    object.clone()
                 } else {
-                    Self::present(ty, version, object)
+                    Arc::new(Self::present(ty, version, object))
                 }
             })
             .collect();
-        Ok(json!({
-            "apiVersion": ty.api_version(version),
-            "kind": format!("{}List", ty.kind),
-            "metadata": metadata,
-            "items": page,
-        }))
+        Ok(ListPage {
+            api_version,
+            kind: format!("{}List", ty.kind),
+            metadata,
+            items: page,
+        })
+    }
+
+    /// Whether [`Store::present`] would give `object` back unchanged: a built-in kind (no
+    /// schema, so no defaults or pruning on read) stored with the apiVersion and kind asked.
+    fn read_as_stored(ty: &ResourceType, api_version: &str, object: &Value) -> bool {
+        ty.schemas.is_none()
+            && ty.group != "events.k8s.io"
+            && object.get("apiVersion").and_then(Value::as_str) == Some(api_version)
+            && object.get("kind").and_then(Value::as_str) == Some(ty.kind.as_str())
+    }
+}
+
+/// One page of a list, as [`Store::list_page`] gives it: written out as the list object.
+pub struct ListPage {
+    /// The list's `apiVersion`.
+    pub api_version: String,
+    /// `<Kind>List`.
+    pub kind: String,
+    /// Its `resourceVersion`, and `continue` with `remainingItemCount` when more follow.
+    pub metadata: Value,
+    /// The objects as the client reads them.
+    pub items: Vec<Arc<Value>>,
+}
+
+impl ListPage {
+    /// The list as one JSON value (a copy of each item).
+    pub fn into_value(self) -> Value {
+        let items: Vec<Value> = self.items.iter().map(|item| Value::clone(item)).collect();
+        json!({
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": self.metadata,
+            "items": items,
+        })
+    }
+}
+
+impl serde::Serialize for ListPage {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("apiVersion", &self.api_version)?;
+        map.serialize_entry("kind", &self.kind)?;
+        map.serialize_entry("metadata", &self.metadata)?;
+        let items: Vec<&Value> = self.items.iter().map(|item| item.as_ref()).collect();
+        map.serialize_entry("items", &items)?;
+        map.end()
     }
 }
