@@ -151,6 +151,8 @@ pub struct AuditRecord {
     pub path: String,
     /// A watch (`?watch=true`) rather than a list.
     pub watch: bool,
+    /// When it was read (authorized, its body whole, before it is served).
+    pub at: std::time::Instant,
 }
 
 pub(crate) struct ServerState {

@@ -197,6 +197,15 @@ async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
             sample.api.management,
             sample.api.workload
         );
+        for traced in &sample.trace {
+            println!(
+                "       +{:>6.1} ms {:<10} {:<6} {}",
+                traced.after.as_secs_f64() * 1000.0,
+                traced.server,
+                traced.method,
+                traced.path
+            );
+        }
         samples.push(sample);
     }
     let memory = controllers.iter().map(ControllerProcess::memory).collect();

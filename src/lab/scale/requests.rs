@@ -1,6 +1,8 @@
 //! The API requests the benchmark's controllers make, as the simulated API servers record
 //! them.
 
+use std::time::{Duration, Instant};
+
 use baremend_sim::apiserver::ApiServer;
 
 use crate::lab::setup::LabCluster;
@@ -61,4 +63,39 @@ impl ApiCounts {
             workload_watches: self.workload_watches - before.workload_watches,
         }
     }
+}
+
+/// One request of a remediation, as its API server recorded it.
+pub(super) struct Traced {
+    /// After the trigger was stored.
+    pub after: Duration,
+    /// `management`, or the workload cluster's name.
+    pub server: String,
+    pub method: String,
+    pub path: String,
+}
+
+/// Every request recorded from `from` on, first to last, on every API server of the lab.
+pub(super) fn timeline(lab: &LabCluster, from: Instant) -> Vec<Traced> {
+    let servers = std::iter::once(("management", lab.cluster.api_server())).chain(
+        lab.cluster
+            .workload_clusters()
+            .iter()
+            .map(|c| (c.name(), c.api_server())),
+    );
+    let mut traced: Vec<Traced> = servers
+        .flat_map(|(server, api)| {
+            api.recorded_requests()
+                .into_iter()
+                .filter(|r| r.at >= from)
+                .map(move |r| Traced {
+                    after: r.at - from,
+                    server: server.to_string(),
+                    method: r.method,
+                    path: r.path,
+                })
+        })
+        .collect();
+    traced.sort_by_key(|t| t.after);
+    traced
 }

@@ -8,7 +8,7 @@ use baremend_sim::host::{Power, PowerAction};
 use serde_json::{Value, json};
 
 use super::invalid;
-use super::requests::ApiCounts;
+use super::requests::{ApiCounts, Traced, timeline};
 use crate::Result;
 use crate::lab::setup::LabCluster;
 use crate::runtime::clock::{parse_rfc3339, since_epoch};
@@ -18,6 +18,10 @@ const REMEDIATIONS: Gvr = Gvr {
     version: "v1alpha1",
     plural: "remediations",
 };
+
+/// Set (to anything): each remediation's API requests up to its power-off request are kept
+/// and printed, with their times after the trigger.
+pub(super) const TRACE: &str = "BAREMEND_SCALE_TRACE";
 
 /// A worker to remediate: its Machine (and host), and where its Node lives.
 pub(super) struct Target {
@@ -42,7 +46,6 @@ pub(super) enum Trigger {
 }
 
 /// What one remediation measured.
-#[derive(Debug, Clone, Copy)]
 pub(super) struct Sample {
     /// How long the simulated API server took to store the trigger.
     pub write: Duration,
@@ -53,6 +56,9 @@ pub(super) struct Sample {
     /// The HTTP requests the controllers made during the remediation, on the management
     /// cluster's API server and on the workload clusters' (summed).
     pub api: ApiCounts,
+    /// With `BAREMEND_SCALE_TRACE`: the API requests from the trigger to the power-off
+    /// request, each with its time after the trigger.
+    pub trace: Vec<Traced>,
 }
 
 fn set_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
@@ -195,12 +201,21 @@ pub(super) async fn remediate(
     let total = succeeded_at.saturating_sub(since_epoch(wall0));
     let floor = millis(off_reached.saturating_sub(off_request))
         + millis(node_back.saturating_sub(on_request));
+    let fence_latency = millis(off_request.saturating_sub(host0));
+    let trace = if std::env::var_os(TRACE).is_some() {
+        let mut trace = timeline(lab, started);
+        trace.retain(|t| t.after <= fence_latency);
+        trace
+    } else {
+        Vec::new()
+    };
     Ok(Sample {
         write: millis(write),
-        fence_latency: millis(off_request.saturating_sub(host0)),
+        fence_latency,
         overhead: total.saturating_sub(floor),
         total,
         bmc_requests: redfish.stats().requests - requests_before,
         api: ApiCounts::now(lab).since(api_before),
+        trace,
     })
 }
