@@ -588,6 +588,20 @@ impl Pass {
         Ok(None)
     }
 
+    /// Starts connecting the Machine's workload cluster, not waited for: a start may be
+    /// ahead, and the connection's first list of Nodes is the longest of its steps; the
+    /// trigger's fresh read and the Remediation's creation then run beside it. Harmless when
+    /// no start follows: an unused connection is dropped when idle.
+    pub(in crate::remediation) fn connect_ahead(&self) {
+        if let Some(cluster) = self.machine_node_cluster() {
+            let context = self.context.clone();
+            tokio::spawn(async move {
+                // Its failure is the start's gates' to tell, on their own ask.
+                let _ = context.workloads.connect(&cluster).await;
+            });
+        }
+    }
+
     /// Creates the subject's Remediation number `number`, owned by the Machine (or by the
     /// `HostBmc` of a Node without one). A Cluster API Machine's workload cluster is connected
     /// meanwhile: the start's first gate needs it, and its round trips (the kubeconfig Secret,

@@ -55,6 +55,13 @@ impl Pass {
             );
             return Ok(Action::await_change());
         }
+        if existing
+            .last()
+            .is_none_or(|last| last.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
+            && self.unanswered_trigger(&existing).is_some()
+        {
+            self.connect_ahead();
+        }
         let mut remediation = match existing.last() {
             Some(last)
                 if !last

@@ -75,12 +75,13 @@ impl Pass {
     /// namespace, and the host recorded at the start in that namespace with a
     /// `spec.consumerRef` naming that Metal3Machine, read from the API server now. Other
     /// Machine APIs and Machines naming no Metal3Machine pass.
-    pub(in crate::remediation) async fn host_owner_gate(
+    pub(in crate::remediation) fn host_owner_gate(
         &self,
         remediation: &crate::api::Remediation,
-    ) -> Result<std::result::Result<(), Held>> {
+        fresh_host: &Option<Option<slim::BareMetalHost>>,
+    ) -> std::result::Result<(), Held> {
         if self.context.machine_api != MachineApi::ClusterApi {
-            return Ok(Ok(()));
+            return Ok(());
         }
         let Some(reference) = self
             .subject
@@ -89,9 +90,9 @@ impl Pass {
             .and_then(|s| s.infrastructure_ref.as_ref())
             .filter(|r| r.kind.as_deref() == Some(METAL3_MACHINE))
         else {
-            return Ok(Ok(()));
+            return Ok(());
         };
-        let held = |why: String| Ok(Err(Held::HostNotOwned { why }));
+        let held = |why: String| Err(Held::HostNotOwned { why });
         if let Some(other) = reference
             .namespace
             .as_deref()
@@ -104,22 +105,16 @@ impl Pass {
         }
         let Some((host_ref, _)) = self.host(remediation) else {
             // No host: nothing of a BareMetalHost to power.
-            return Ok(Ok(()));
+            return Ok(());
         };
         let (host_namespace, host) = (host_ref.namespace.as_str(), host_ref.name.as_str());
         let consumer = if host_namespace == self.namespace {
-            let hosts: Api<slim::BareMetalHost> =
-                Api::namespaced(self.context.client.clone(), host_namespace);
-            let Some(fresh) = hosts
-                .get_opt(host)
-                .await
-                .map_err(Error::kube("GetBareMetalHost"))?
-            else {
+            let Some(Some(fresh)) = fresh_host else {
                 return held(format!("BareMetalHost {host_namespace}/{host} not found"));
             };
-            fresh.spec.and_then(|s| s.consumer_ref)
+            fresh.spec.as_ref().and_then(|s| s.consumer_ref.clone())
         } else {
-            // Never read: another namespace's host is refused whatever it says.
+            // Not looked at: another namespace's host is refused whatever it says.
             None
         };
         match host_consumed_by(
@@ -128,7 +123,7 @@ impl Pass {
             (host_namespace, host),
             consumer.as_ref(),
         ) {
-            Ok(()) => Ok(Ok(())),
+            Ok(()) => Ok(()),
             Err(why) => held(why),
         }
     }

@@ -10,15 +10,14 @@ use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 
 use crate::api::annotations::{LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS_BACKUP};
-use crate::api::{
-    ConditionType, EventReason, HostRef, NodeBackup, Remediation, RemediationPhase, slim,
-};
+use crate::api::{ConditionType, EventReason, HostRef, NodeBackup, Remediation, RemediationPhase};
 use crate::remediation::decide::gates::{
     ForeignEvidence, ForeignKind, ForeignObject, Held, Target, foreign_remediation,
     reboot_key_owner,
 };
 use crate::remediation::decide::observe::{foreign_object, legacy_marks, reboot_keys};
 use crate::remediation::decide::state::set_condition;
+use crate::remediation::evidence::start_gates::FreshEvidence;
 use crate::remediation::pass::Pass;
 use crate::remediation::world::execute;
 use crate::runtime::events::Severity;
@@ -27,23 +26,28 @@ use crate::{Error, Result};
 impl Pass {
     /// The `ForeignRemediation` gate, on evidence read now: the Machine, its BareMetalHost,
     /// and the other projects' remediation objects of the kinds the API server serves.
-    /// `ours`: every Remediation, read fresh for the other gates.
-    pub(in crate::remediation) async fn foreign_gate(
+    /// `fresh.remediations`: every Remediation, read fresh for the other gates too.
+    pub(in crate::remediation) fn foreign_gate(
         &self,
         remediation: &Remediation,
-        ours: &[Arc<Remediation>],
-    ) -> Result<std::result::Result<(), Held>> {
-        let machine_marks = self
-            .fresh_machine_annotations()
-            .await?
-            .map(|a| legacy_marks(&a))
+        fresh: &FreshEvidence,
+    ) -> std::result::Result<(), Held> {
+        let machine_marks = fresh
+            .trigger
+            .annotations
+            .as_ref()
+            .map(legacy_marks)
             .unwrap_or_default();
         let host = self.host(remediation).map(|(host, _)| host);
+        let reboot_keys = match &fresh.host {
+            Some(Some(host)) => reboot_keys(host.annotations()),
+            _ => Vec::new(),
+        };
         let evidence = ForeignEvidence {
             machine_marks,
-            reboot_keys: self.fresh_reboot_keys(host.as_ref()).await?,
-            ours_requested: ours_requested(ours, remediation, host.as_ref()),
-            objects: self.foreign_objects().await?,
+            reboot_keys,
+            ours_requested: ours_requested(&fresh.remediations, remediation, host.as_ref()),
+            objects: fresh.foreign.clone(),
         };
         let node = remediation
             .spec
@@ -56,44 +60,26 @@ impl Pass {
             node: node.as_deref(),
             reboot_key: &self.policy.reboot_key,
         };
-        Ok(foreign_remediation(&target, &evidence))
-    }
-
-    /// The reboot-API keys on the BareMetalHost, read now; none without a host.
-    async fn fresh_reboot_keys(&self, host: Option<&HostRef>) -> Result<Vec<String>> {
-        let Some(host) = host else {
-            return Ok(Vec::new());
-        };
-        let hosts: Api<slim::BareMetalHost> =
-            Api::namespaced(self.context.client.clone(), &host.namespace);
-        let host = hosts
-            .get_opt(&host.name)
-            .await
-            .map_err(Error::kube("GetBareMetalHost"))?;
-        Ok(host
-            .map(|h| reboot_keys(h.annotations()))
-            .unwrap_or_default())
+        foreign_remediation(&target, &evidence)
     }
 
     /// Every object of the foreign kinds the API server serves now (discovery first: a kind
     /// not served is no evidence, not an error).
-    async fn foreign_objects(&self) -> Result<Vec<ForeignObject>> {
+    /// Discovery, then each served kind's list at once.
+    pub(in crate::remediation) async fn foreign_objects(&self) -> Result<Vec<ForeignObject>> {
         let client = &self.context.client;
         let groups = client
             .list_api_groups()
             .await
             .map_err(Error::kube("DiscoverApiGroups"))?;
-        let mut objects = Vec::new();
-        for kind in ForeignKind::ALL {
-            let Some(group) = groups.groups.iter().find(|g| g.name == kind.group()) else {
-                continue;
-            };
+        let served = ForeignKind::ALL.into_iter().filter_map(|kind| {
+            let group = groups.groups.iter().find(|g| g.name == kind.group())?;
             let version = group
                 .preferred_version
                 .as_ref()
-                .or(group.versions.first())
-                .map(|v| v.version.clone());
-            let Some(version) = version else { continue };
+                .or(group.versions.first())?
+                .version
+                .clone();
             let resource = ApiResource {
                 group: kind.group().into(),
                 api_version: format!("{}/{version}", kind.group()),
@@ -101,19 +87,28 @@ impl Pass {
                 kind: kind.kind().into(),
                 plural: kind.plural().into(),
             };
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-            let list = match api.list(&ListParams::default()).await {
-                Ok(list) => list,
+            Some((
+                kind,
+                Api::<DynamicObject>::all_with(client.clone(), &resource),
+            ))
+        });
+        let lists = served.map(|(kind, api)| async move {
+            match api.list(&ListParams::default()).await {
+                Ok(list) => Ok(list
+                    .items
+                    .iter()
+                    .filter_map(|object| {
+                        let json = serde_json::to_value(object).ok()?;
+                        foreign_object(kind, &json)
+                    })
+                    .collect::<Vec<_>>()),
                 // The group is served, this kind (at that version) is not.
-                Err(kube::Error::Api(status)) if status.code == 404 => continue,
-                Err(error) => return Err(Error::kube("ListForeignRemediations")(error)),
-            };
-            objects.extend(list.items.iter().filter_map(|object| {
-                let json = serde_json::to_value(object).ok()?;
-                foreign_object(kind, &json)
-            }));
-        }
-        Ok(objects)
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+                Err(error) => Err(Error::kube("ListForeignRemediations")(error)),
+            }
+        });
+        let lists = futures_util::future::try_join_all(lists).await?;
+        Ok(lists.into_iter().flatten().collect())
     }
 
     /// At power-on: a reboot-API key that is not ours keeps the host off (the BareMetal

@@ -14,8 +14,8 @@ use crate::api::{EventReason, FenceStrategyName, Remediation};
 use crate::api::{mco, slim};
 use crate::remediation::decide::bmc_trust::{BmcLedger, Transport, transport};
 use crate::remediation::decide::gates::{
-    Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, MachineConfigView, Quiet,
-    QuietEvidence, may_start, quiet_gate, running_machines,
+    Candidate, Fleet, FleetHealth, ForeignObject, Held, Launched, ListFreshness, Listed,
+    MachineConfigView, Quiet, QuietEvidence, may_start, quiet_gate, running_machines,
 };
 use crate::remediation::decide::observe::{machine_is_control_plane, node_view};
 use crate::remediation::decide::trust::machineless_claims;
@@ -62,13 +62,22 @@ impl Pass {
         if let Err(held) = held {
             return Ok((Err(held), triggered, None));
         }
-        let (fresh, confirmed) = tokio::join!(self.fresh_remediations(), self.trigger_confirmed());
-        let fresh = fresh?;
+        // Every fresh read at once: one after another they were most of a start's time
+        // once its workload cluster answered. The gates below only judge.
+        let fresh = self.read_fresh(remediation).await?;
         let freshness = ListFreshness::ReadAfter(mark);
-        let may = self.gates(remediation, node, &mut launched, &fresh, freshness, &health);
+        let remediations = &fresh.remediations;
+        let may = self.gates(
+            remediation,
+            node,
+            &mut launched,
+            remediations,
+            freshness,
+            &health,
+        );
         let mut bound_reached = None;
         let may = match may {
-            Ok(()) => match self.quiet_gate(remediation, node).await? {
+            Ok(()) => match self.quiet_gate(remediation, node, &fresh) {
                 Quiet::Open => Ok(()),
                 Quiet::Hold(held) => Err(held),
                 Quiet::BoundReached(held) => {
@@ -78,22 +87,13 @@ impl Pass {
             },
             held => held,
         };
-        let may = match may {
-            Ok(()) => self.foreign_gate(remediation, &fresh).await?,
-            held => held,
-        };
+        let may = may.and_then(|()| self.foreign_gate(remediation, &fresh));
         let may = match may {
             Ok(()) => self.self_fence_gate(remediation).await?,
             held => held,
         };
-        let may = match may {
-            Ok(()) => self.host_owner_gate(remediation).await?,
-            held => held,
-        };
-        let may = match may {
-            Ok(()) => self.host_watched_gate(remediation).await?,
-            held => held,
-        };
+        let may = may.and_then(|()| self.host_owner_gate(remediation, &fresh.host));
+        let may = may.and_then(|()| self.host_watched_gate(remediation, &fresh.host));
         let may = match may {
             Ok(()) => self.workload_cluster_gate(remediation).await,
             held => held,
@@ -117,27 +117,90 @@ impl Pass {
             )
             .await;
         }
+        let confirmed = fresh.trigger.confirmed;
         let basis = StartBasis {
-            fresh,
+            fresh: fresh.remediations,
             mark,
             health,
         };
-        Ok((may, triggered && confirmed?, Some(basis)))
+        Ok((may, triggered && confirmed, Some(basis)))
+    }
+
+    /// The reads a start's last gates judge on, made at once.
+    async fn read_fresh(&self, remediation: &Remediation) -> Result<FreshEvidence> {
+        let (remediations, trigger, cluster_progressing, host, foreign) = tokio::try_join!(
+            self.fresh_remediations(),
+            self.fresh_trigger(),
+            self.cluster_progressing(),
+            self.recorded_host_now(remediation),
+            self.foreign_objects(),
+        )?;
+        Ok(FreshEvidence {
+            remediations,
+            trigger,
+            cluster_progressing,
+            host,
+            foreign,
+        })
+    }
+
+    /// The host recorded for the remediation, read now: None when none is recorded,
+    /// `Some(None)` when it is not found.
+    async fn recorded_host_now(
+        &self,
+        remediation: &Remediation,
+    ) -> Result<Option<Option<slim::BareMetalHost>>> {
+        let Some((host, _)) = self.host(remediation) else {
+            return Ok(None);
+        };
+        let hosts: Api<slim::BareMetalHost> =
+            Api::namespaced(self.context.client.clone(), &host.namespace);
+        let fresh = hosts
+            .get_opt(&host.name)
+            .await
+            .map_err(Error::kube("GetBareMetalHost"))?;
+        Ok(Some(fresh))
     }
 
     /// Whether the Machine carries a trigger (the annotation, or a Cluster API request named
     /// after it), read from the API server now (not from the cache). A Machine that is gone
     /// carries none.
     pub(in crate::remediation) async fn trigger_confirmed(&self) -> Result<bool> {
+        Ok(self.fresh_trigger().await?.confirmed)
+    }
+
+    /// The Machine's annotations and its trigger, read from the API server now. A request
+    /// the cache shows is read beside the Machine (one round trip on a start's path, not
+    /// two); otherwise only when the Machine no longer carries the annotation.
+    pub(in crate::remediation) async fn fresh_trigger(&self) -> Result<FreshTrigger> {
         if self.subject.machine().is_none() {
             // A Node without a Machine is asked for by its NodeHealthCheck's request only.
-            return self.request_confirmed().await;
+            let confirmed = self.request_confirmed().await?;
+            return Ok(FreshTrigger {
+                annotations: None,
+                confirmed,
+            });
         }
-        let Some(annotations) = self.fresh_machine_annotations().await? else {
-            return Ok(false);
+        let (annotations, request) = if self.cached_request().is_some() {
+            let (annotations, request) =
+                tokio::join!(self.fresh_machine_annotations(), self.request_confirmed());
+            (annotations?, Some(request))
+        } else {
+            (self.fresh_machine_annotations().await?, None)
         };
-        // A request counts only for a Machine that exists.
-        Ok(annotations.contains_key(EXTERNAL_REMEDIATION) || self.request_confirmed().await?)
+        let confirmed = match &annotations {
+            // A request counts only for a Machine that exists.
+            None => false,
+            Some(annotations) if annotations.contains_key(EXTERNAL_REMEDIATION) => true,
+            Some(_) => match request {
+                Some(request) => request?,
+                None => self.request_confirmed().await?,
+            },
+        };
+        Ok(FreshTrigger {
+            annotations,
+            confirmed,
+        })
     }
 
     /// Every Remediation, read from the API server now (not from the cache).
@@ -327,19 +390,20 @@ impl Pass {
     /// The quiet gates (`ClusterUpgrading`, `MachineConfigUpdating`): the ClusterVersion read
     /// now, the Node's machine-config annotations as cached (the daemon writes them well
     /// before it drains or reboots), the bound counted from the Remediation's creation.
-    pub(in crate::remediation) async fn quiet_gate(
+    pub(in crate::remediation) fn quiet_gate(
         &self,
         remediation: &Remediation,
         node: Option<&Node>,
-    ) -> Result<Quiet> {
+        fresh: &FreshEvidence,
+    ) -> Quiet {
         let evidence = QuietEvidence {
-            cluster_progressing: self.cluster_progressing().await?,
+            cluster_progressing: fresh.cluster_progressing.clone(),
             node: node.map(|n| (n.name_any(), machine_config_view(n.annotations()))),
         };
         let now = since_epoch(self.context.clock.now());
         let created = crate::remediation::decide::state::created_at(remediation).unwrap_or(now);
         let bound = self.policy.upgrade_hold.max_seconds;
-        Ok(quiet_gate(&evidence, now.saturating_sub(created), bound))
+        quiet_gate(&evidence, now.saturating_sub(created), bound)
     }
 
     /// The message of the ClusterVersion's `Progressing` condition when it is True; None
@@ -392,31 +456,24 @@ impl Pass {
     /// request could be neither re-asked nor followed, nor its BMC found, so the start is held
     /// and says how to mend it. Not found, the start goes on as for any missing host (the
     /// strategies say why nothing can be powered).
-    pub(in crate::remediation) async fn host_watched_gate(
+    pub(in crate::remediation) fn host_watched_gate(
         &self,
         remediation: &Remediation,
-    ) -> Result<std::result::Result<(), Held>> {
+        fresh_host: &Option<Option<slim::BareMetalHost>>,
+    ) -> std::result::Result<(), Held> {
         let Some(selector) = &self.context.host_selector else {
-            return Ok(Ok(()));
+            return Ok(());
         };
         let Some((host, None)) = self.host(remediation) else {
-            return Ok(Ok(()));
+            return Ok(());
         };
-        let hosts: Api<slim::BareMetalHost> =
-            Api::namespaced(self.context.client.clone(), &host.namespace);
-        let exists = hosts
-            .get_metadata_opt(&host.name)
-            .await
-            .map_err(Error::kube("GetBareMetalHost"))?
-            .is_some();
-        Ok(if exists {
-            Err(Held::HostNotWatched {
+        match fresh_host {
+            Some(Some(_)) => Err(Held::HostNotWatched {
                 host: host.to_string(),
                 selector: selector.clone(),
-            })
-        } else {
-            Ok(())
-        })
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The BMC gate: a host whose only path is its BMC (the policy names `DirectBmc`, and
@@ -462,6 +519,30 @@ impl Pass {
             None => Ok(()),
         }
     }
+}
+
+/// The Machine's trigger as read now.
+pub(in crate::remediation) struct FreshTrigger {
+    /// The Machine's annotations (None: it is gone, or the subject is a Node, which has none).
+    pub(in crate::remediation) annotations: Option<std::collections::BTreeMap<String, String>>,
+    /// Whether it carries a trigger: the annotation, or a request that exists.
+    pub(in crate::remediation) confirmed: bool,
+}
+
+/// What a start's last gates judge on, read from the API servers at once when the start is
+/// decided, never from a cache.
+pub(in crate::remediation) struct FreshEvidence {
+    /// Every Remediation, read after the start lock's mark.
+    pub(in crate::remediation) remediations: Vec<Arc<Remediation>>,
+    /// The Machine's trigger and annotations.
+    pub(in crate::remediation) trigger: FreshTrigger,
+    /// The ClusterVersion's `Progressing` message while it is True (None: not, or no
+    /// ClusterVersion served).
+    pub(in crate::remediation) cluster_progressing: Option<String>,
+    /// The recorded host: None when none is recorded, `Some(None)` when it is not found.
+    pub(in crate::remediation) host: Option<Option<slim::BareMetalHost>>,
+    /// The other projects' remediation objects of the kinds the API server serves.
+    pub(in crate::remediation) foreign: Vec<ForeignObject>,
 }
 
 /// What the last judgment of a start rests on: the fresh reads its gates were confirmed on.
