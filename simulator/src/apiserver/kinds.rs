@@ -328,6 +328,13 @@ impl Registry {
             .cloned()
     }
 
+    /// Whether any type of `group` is served at `version`.
+    pub fn serves(&self, group: &str, version: &str) -> bool {
+        self.types
+            .values()
+            .any(|t| t.group == group && t.versions.iter().any(|v| v == version))
+    }
+
     /// The type of a group and kind.
     pub fn by_kind(&self, group: &str, kind: &str) -> Option<Arc<ResourceType>> {
         self.types

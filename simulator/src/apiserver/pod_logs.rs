@@ -77,8 +77,7 @@ pub(crate) fn serve(
         return Err(ApiError::method_not_allowed(method.as_str(), "pods/log"));
     }
     let pods = store
-        .registry()
-        .get("", "v1", "pods")
+        .resource_type("", "v1", "pods")
         .ok_or_else(|| ApiError::internal("pods are not served"))?;
     let pod = store.get(&pods, "v1", namespace, name)?;
     let container = container(&pod, name, query.get("container").map(String::as_str))?;

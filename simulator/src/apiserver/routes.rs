@@ -382,12 +382,7 @@ async fn route(state: &Arc<ServerState>, call: Call<'_>, body: Bytes) -> ApiResu
 
 /// Whether `group/version` is served.
 fn serves(state: &ServerState, group: &str, version: &str) -> bool {
-    state
-        .store
-        .registry()
-        .groups()
-        .get(group)
-        .is_some_and(|v| v.iter().any(|x| x == version))
+    state.store.serves(group, version)
 }
 
 /// What a resource path names.
@@ -405,10 +400,10 @@ fn parse_target(
     rest: &[&str],
     path: &str,
 ) -> ApiResult<Target> {
-    let registry = state.store.registry();
     let lookup = |plural: &str| {
-        registry
-            .get(group, version, plural)
+        state
+            .store
+            .resource_type(group, version, plural)
             .ok_or_else(|| ApiError::no_route(path))
     };
     let namespace_object = group.is_empty()

@@ -263,8 +263,7 @@ fn bound_resource(kind: &str) -> (&'static str, bool) {
 /// The uid of an object in the core group, or 404.
 fn core_uid(store: &Store, plural: &str, namespace: &str, name: &str) -> ApiResult<String> {
     let ty = store
-        .registry()
-        .get("", "v1", plural)
+        .resource_type("", "v1", plural)
         .ok_or_else(|| ApiError::internal(format!("{plural} are not served")))?;
     let object = store.get(&ty, "v1", namespace, name)?;
     Ok(object
@@ -285,8 +284,7 @@ pub(crate) fn request_token(
 ) -> ApiResult<Value> {
     let plan = plan(body, name)?;
     let accounts = store
-        .registry()
-        .get("", "v1", "serviceaccounts")
+        .resource_type("", "v1", "serviceaccounts")
         .ok_or_else(|| ApiError::internal("serviceaccounts are not served"))?;
     let account = store.get(&accounts, "v1", namespace, name)?;
     let bound_uid = match &plan.bound {
@@ -397,7 +395,7 @@ fn identify_legacy(store: &Store, token: &str, claims: &Value) -> Option<Service
             .unwrap_or_default()
     };
     let namespace = claim("namespace");
-    let secrets = store.registry().get("", "v1", "secrets")?;
+    let secrets = store.resource_type("", "v1", "secrets")?;
     let secret = store
         .get(&secrets, "v1", namespace, claim("secret.name"))
         .ok()?;

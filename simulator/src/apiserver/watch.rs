@@ -2,6 +2,7 @@
 //! selectors (an object that starts or stops matching is ADDED or DELETED), bookmarks, a
 //! timeout, 410 for compacted versions, and a closed stream for a watcher that falls behind.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,9 +46,14 @@ pub struct WatchRequest {
     pub initial_events_end: bool,
 }
 
-fn line(kind: &str, object: Value) -> Bytes {
-    let mut bytes =
-        serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+fn line(kind: &str, object: &Value) -> Bytes {
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        object: &'a Value,
+    }
+    let mut bytes = serde_json::to_vec(&Line { kind, object }).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
 }
@@ -66,7 +72,7 @@ pub fn start(
         Some(rv) => match store.events_since(rv) {
             Ok(found) => found,
             Err(error) if error.code == 410 => {
-                let bytes = line("ERROR", error.status());
+                let bytes = line("ERROR", &error.status());
                 let once =
                     futures_util::stream::once(async move { Ok::<Bytes, Infallible>(bytes) });
                 let mut response = Response::new(Body::from_stream(once));
@@ -104,7 +110,7 @@ pub fn start(
                             name: String::new(),
                         },
                         kind: EventType::Added,
-                        object,
+                        object: Arc::new(object),
                         previous: None,
                     })
                 })
@@ -132,7 +138,7 @@ pub fn start(
             if sender
                 .send(line(
                     "BOOKMARK",
-                    bookmark_or_object(request.rendering, bookmark),
+                    &bookmark_or_object(request.rendering, bookmark),
                 ))
                 .await
                 .is_err()
@@ -150,7 +156,7 @@ pub fn start(
                 _ = bookmarks.tick(), if request.bookmarks => {
                     let current = store.revision().max(last);
                     let bookmark = json!({"kind": request.ty.kind, "apiVersion": request.ty.api_version(&request.version), "metadata": {"resourceVersion": current.to_string()}});
-                    if sender.send(line("BOOKMARK", bookmark_or_object(request.rendering, bookmark))).await.is_err() {
+                    if sender.send(line("BOOKMARK", &bookmark_or_object(request.rendering, bookmark))).await.is_err() {
                         return;
                     }
                 }
@@ -211,6 +217,17 @@ fn bookmark_or_object(rendering: Rendering, object: Value) -> Value {
     }
 }
 
+/// An object as the watch reads it. Each watcher of a kind renders each of its events: a
+/// built-in kind's is written as stored, without a copy.
+fn presented<'a>(request: &WatchRequest, object: &'a Value) -> Cow<'a, Value> {
+    let api_version = request.ty.api_version(&request.version);
+    if Store::read_as_stored(&request.ty, &api_version, object) {
+        Cow::Borrowed(object)
+    } else {
+        Cow::Owned(Store::present(&request.ty, &request.version, object))
+    }
+}
+
 /// The line for one event, or None when the watch does not see it.
 fn render(
     request: &WatchRequest,
@@ -228,16 +245,16 @@ fn render(
             return None;
         }
     }
-    let now = Store::present(&request.ty, &request.version, &event.object);
+    let present = |object| presented(request, object);
+    let now = present(&event.object);
     let matches = |object: &Value| request.labels.matches(object) && request.fields.matches(object);
     let kind = if synthetic {
         EventType::Added
     } else {
-        let before = event
+        let was = event
             .previous
             .as_ref()
-            .map(|p| Store::present(&request.ty, &request.version, p));
-        let was = before.as_ref().is_some_and(&matches);
+            .is_some_and(|p| matches(&present(p)));
         let is = matches(&now);
         match (event.kind, was, is) {
             (EventType::Deleted, true, _) => EventType::Deleted,
@@ -255,9 +272,10 @@ fn render(
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
-            super::table::table(&request.ty, &[now], &rv, None, wall(), false)
+            super::table::table(&request.ty, &[now.into_owned()], &rv, None, wall(), false)
         }
-        rendering => bookmark_or_object(rendering, now),
+        Rendering::Metadata(version) => partial_metadata(version, &now),
+        _ => return Some(line(kind.as_str(), &now)),
     };
-    Some(line(kind.as_str(), object))
+    Some(line(kind.as_str(), &object))
 }

@@ -257,7 +257,7 @@ pub async fn run(
         let boot = boot_id(&identity.machine_name, offs_seen);
         let now = format_time(api.store().wall_time());
         // Node status at start, then at most every 10 heartbeats unless it needs a change.
-        let node = api.get(NODES, "", &identity.name);
+        let node = api.get_shared(NODES, "", &identity.name);
         match node {
             Err(error) if error.code == 404 => {
                 if api
@@ -307,7 +307,7 @@ pub async fn run(
 fn renew_lease(api: &Local, node: &str, timing: &Timing) {
     let renew = format_micro_time(api.store().wall_time());
     let seconds = timing.node_grace.as_secs().max(1);
-    match api.get(LEASES, "kube-node-lease", node) {
+    match api.get_shared(LEASES, "kube-node-lease", node) {
         Ok(_) => {
             let _ = api.merge(
                 LEASES,

@@ -359,8 +359,7 @@ impl Local {
 
     fn ty(&self, gvr: Gvr) -> ApiResult<Arc<ResourceType>> {
         self.store
-            .registry()
-            .get(gvr.group, gvr.version, gvr.plural)
+            .resource_type(gvr.group, gvr.version, gvr.plural)
             .ok_or_else(|| ApiError::no_route(gvr.plural))
     }
 
@@ -374,6 +373,14 @@ impl Local {
         self.allowed("get", gvr, "", namespace, name)?;
         self.store
             .get(&*self.ty(gvr)?, gvr.version, namespace, name)
+    }
+
+    /// [`Local::get`] without a copy of the object (the store's own, where reading changes
+    /// nothing): for actors that read theirs every heartbeat.
+    pub fn get_shared(&self, gvr: Gvr, namespace: &str, name: &str) -> ApiResult<Arc<Value>> {
+        self.allowed("get", gvr, "", namespace, name)?;
+        self.store
+            .get_shared(&*self.ty(gvr)?, gvr.version, namespace, name)
     }
 
     /// Lists objects (all namespaces when `namespace` is None).

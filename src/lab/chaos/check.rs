@@ -504,7 +504,7 @@ impl Checker {
         };
         if !matches!(event.kind, EventType::Deleted)
             && triggered(Some(&event.object))
-            && !triggered(event.previous.as_ref())
+            && !triggered(event.previous.as_deref())
         {
             *self
                 .trigger_epoch
@@ -616,7 +616,7 @@ impl Checker {
             EventType::Deleted => Some("deleted"),
             EventType::Modified
                 if taints_out_of_service(Some(&event.object))
-                    && !taints_out_of_service(event.previous.as_ref()) =>
+                    && !taints_out_of_service(event.previous.as_deref()) =>
             {
                 Some("tainted out-of-service")
             }
@@ -670,7 +670,7 @@ impl Checker {
 
     fn remediation_change(&mut self, event: &WatchEvent) {
         let key = format!("{}/{}", event.key.namespace, event.key.name);
-        let remediation = match serde_json::from_value::<Remediation>(event.object.clone()) {
+        let remediation = match serde_json::from_value::<Remediation>(Value::clone(&event.object)) {
             Ok(remediation) => remediation,
             Err(error) => {
                 self.unreadable

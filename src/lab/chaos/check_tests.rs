@@ -34,7 +34,7 @@ fn change(plural: &str, group: &str, name: &str, kind: EventType, object: Value)
             name: name.into(),
         },
         kind,
-        object,
+        object: Arc::new(object),
         previous: None,
     }
 }
@@ -226,7 +226,7 @@ fn a_start_on_a_trigger_the_previous_remediation_consumed_is_a_violation() {
             EventType::Modified,
             machine(on),
         );
-        event.previous = Some(machine(!on));
+        event.previous = Some(Arc::new(machine(!on)));
         checker.observe(&event, &none);
     };
     let step = |checker: &mut Checker, name: &str, phase: &str| {
@@ -753,7 +753,7 @@ fn in_the_fleet_remediations_under_way_are_counted_per_workload_cluster() {
     let mut checker = fleet_checker(1);
     let under_way = |name: &str, machine: &str, shard: &str| {
         let mut event = fleet_remediation(name, machine, shard, &["PowerOffRequested"]);
-        event.object["status"]["phase"] = json!("PoweringOff");
+        Arc::make_mut(&mut event.object)["status"]["phase"] = json!("PoweringOff");
         event
     };
     checker.observe(
@@ -807,7 +807,7 @@ fn a_remediation_labelled_or_reported_on_by_another_shard_is_a_violation() {
     );
     // Another controller's Event, or one about no Machine of a cluster: not judged.
     let mut other = reported("someone", "wc-0-worker-0");
-    other.object["reportingController"] = json!("kubelet");
+    Arc::make_mut(&mut other.object)["reportingController"] = json!("kubelet");
     checker.observe(&other, &HashMap::new());
     checker.observe(
         &reported("baremend-wc-0.r0.1", "shard-lease"),

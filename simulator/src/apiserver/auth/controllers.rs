@@ -68,7 +68,7 @@ pub(crate) fn aggregated_rules(role: &Value, roles: &[&Value]) -> Option<Vec<Val
 
 /// Fills every aggregated ClusterRole whose rules are out of date.
 pub(crate) fn sync_aggregation(store: &Store) {
-    let Some(ty) = store.registry().get(RBAC_GROUP, "v1", "clusterroles") else {
+    let Some(ty) = store.resource_type(RBAC_GROUP, "v1", "clusterroles") else {
         return;
     };
     let roles = store.shared(&ty, None);
@@ -136,7 +136,7 @@ fn fill_token_secret(state: &ServerState, secret: &Value) {
 
 /// Fills every legacy token Secret that waits for a token.
 fn sync_token_secrets(state: &ServerState) {
-    let Some(secrets) = state.store.registry().get("", "v1", "secrets") else {
+    let Some(secrets) = state.store.resource_type("", "v1", "secrets") else {
         return;
     };
     for secret in state.store.shared(&secrets, None) {

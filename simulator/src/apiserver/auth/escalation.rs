@@ -167,7 +167,7 @@ fn role_rules(
     namespace: &str,
     name: &str,
 ) -> Option<Vec<PolicyRule>> {
-    let ty = authorizer.store.registry().get(RBAC_GROUP, "v1", plural)?;
+    let ty = authorizer.store.resource_type(RBAC_GROUP, "v1", plural)?;
     let role = authorizer.store.get(&ty, "v1", namespace, name).ok()?;
     Some(PolicyRule::of_role(&role))
 }

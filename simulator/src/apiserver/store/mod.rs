@@ -66,11 +66,12 @@ pub struct WatchEvent {
     pub key: ObjectKey,
     /// How.
     pub kind: EventType,
-    /// The object after the change (before it, for deletions; with the deletion's revision).
-    pub object: Value,
+    /// The object after the change (before it, for deletions; with the deletion's revision),
+    /// shared with the store while it is the stored one.
+    pub object: Arc<Value>,
     /// The object before the change (None for creations), so that watches with selectors
-    /// can tell an object that stopped matching.
-    pub previous: Option<Value>,
+    /// can tell an object that stopped matching; shared with the event that made it.
+    pub previous: Option<Arc<Value>>,
 }
 
 /// The storage group of a type (the two Event APIs share one store).
@@ -318,6 +319,22 @@ impl Store {
         self.lock().registry.clone()
     }
 
+    /// The served type of `group`/`version`/`plural`, looked up in place (a copy of the
+    /// registry per request was most of a kubelet's heartbeat).
+    pub fn resource_type(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<Arc<ResourceType>> {
+        self.lock().registry.get(group, version, plural)
+    }
+
+    /// Whether `group`/`version` is served.
+    pub fn serves(&self, group: &str, version: &str) -> bool {
+        self.lock().registry.serves(group, version)
+    }
+
     /// The current revision.
     pub fn revision(&self) -> u64 {
         self.lock().revision
@@ -375,21 +392,24 @@ impl Store {
         key: ObjectKey,
         object: Option<Value>,
         kind: EventType,
-    ) -> Value {
+    ) -> Arc<Value> {
         inner.revision += 1;
         let revision = inner.revision;
-        let previous = inner.objects.get(&key).map(|v| Value::clone(v));
+        // Every version is one shared value: the store's, its event's, and the next
+        // event's `previous` (a kubelet fleet writes thousands of times a second).
+        let previous = inner.objects.get(&key).cloned();
         let mut value = match object {
             Some(value) => value,
-            None => previous.clone().unwrap_or(Value::Null),
+            None => previous.as_deref().cloned().unwrap_or(Value::Null),
         };
         metadata_mut(&mut value).insert("resourceVersion".into(), json!(revision.to_string()));
+        let value = Arc::new(value);
         match kind {
             EventType::Deleted => {
                 inner.objects.remove(&key);
             }
             _ => {
-                inner.objects.insert(key.clone(), Arc::new(value.clone()));
+                inner.objects.insert(key.clone(), value.clone());
             }
         }
         let event = Arc::new(WatchEvent {
@@ -496,6 +516,27 @@ impl Store {
             .get(&Self::key(ty, namespace, name))
             .map(|o| Self::present(ty, version, o))
             .ok_or_else(|| ApiError::not_found(&ty.group, &ty.plural, name))
+    }
+
+    /// [`Store::get`], shared with the store where reading changes nothing: for in-process
+    /// actors that read an object of their own every heartbeat.
+    pub fn get_shared(
+        &self,
+        ty: &ResourceType,
+        version: &str,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<Arc<Value>> {
+        let object = {
+            let inner = self.lock();
+            inner.objects.get(&Self::key(ty, namespace, name)).cloned()
+        };
+        let object = object.ok_or_else(|| ApiError::not_found(&ty.group, &ty.plural, name))?;
+        if Self::read_as_stored(ty, &ty.api_version(version), &object) {
+            Ok(object)
+        } else {
+            Ok(Arc::new(Self::present(ty, version, &object)))
+        }
     }
 
     /// The stored objects of a type (in one namespace, or all), shared rather than copied:
@@ -646,7 +687,7 @@ impl Store {
 
     /// Whether [`Store::present`] would give `object` back unchanged: a built-in kind (no
     /// schema, so no defaults or pruning on read) stored with the apiVersion and kind asked.
-    fn read_as_stored(ty: &ResourceType, api_version: &str, object: &Value) -> bool {
+    pub(crate) fn read_as_stored(ty: &ResourceType, api_version: &str, object: &Value) -> bool {
         ty.schemas.is_none()
             && ty.group != "events.k8s.io"
             && object.get("apiVersion").and_then(Value::as_str) == Some(api_version)

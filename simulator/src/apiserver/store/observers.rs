@@ -147,7 +147,7 @@ mod tests {
         let store = Store::new(Arc::new(SystemWallClock), 64, 64);
         let recording = Arc::new(Recording::default());
         store.observe(recording.clone());
-        let ty = store.registry().get("", "v1", "configmaps").unwrap();
+        let ty = store.resource_type("", "v1", "configmaps").unwrap();
         let owner = store
             .create(
                 &ty,

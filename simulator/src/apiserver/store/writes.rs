@@ -1,7 +1,7 @@
 //! The write rules of the store: create, update (and status update), the shared `write`
 //! path every change goes through, and delete.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::{DeleteOptions, EventType, Inner, ObjectKey, Removal, Store};
 use crate::apiserver::errors::{ApiError, ApiResult};
@@ -386,7 +386,7 @@ impl Store {
             metadata_mut(&mut next).insert("generation".into(), json!(generation + 1));
         }
         rules.validate_update(ty, &current, &next)?;
-        let unchanged = strip_rv(&current) == strip_rv(&next);
+        let unchanged = same_but_version(&current, &next);
         if dry_run {
             return Ok(Self::present(ty, version, &next));
         }
@@ -548,14 +548,31 @@ fn surroundings(inner: &Inner, namespace: &str) -> Surroundings {
     }
 }
 
-/// The object without its resourceVersion and managedFields, for change detection.
-fn strip_rv(object: &Value) -> Value {
-    let mut object = object.clone();
-    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        metadata.remove("resourceVersion");
-        metadata.remove("managedFields");
+/// Whether two versions of an object are the same but for their resourceVersion and
+/// managedFields (a write that changes nothing else is no change), compared in place: every
+/// kubelet heartbeat is such a write.
+fn same_but_version(before: &Value, after: &Value) -> bool {
+    const IGNORED: [&str; 2] = ["resourceVersion", "managedFields"];
+    let (Value::Object(before), Value::Object(after)) = (before, after) else {
+        return before == after;
+    };
+    let same_except = |a: &Map<String, Value>, b: &Map<String, Value>, ignored: &[&str]| {
+        let kept = |map: &Map<String, Value>| {
+            map.iter()
+                .filter(|(key, _)| !ignored.contains(&key.as_str()))
+                .count()
+        };
+        kept(a) == kept(b)
+            && a.iter()
+                .filter(|(key, _)| !ignored.contains(&key.as_str()))
+                .all(|(key, value)| b.get(key) == Some(value))
+    };
+    match (before.get("metadata"), after.get("metadata")) {
+        (Some(Value::Object(a)), Some(Value::Object(b))) => {
+            same_except(a, b, &IGNORED) && same_except(before, after, &["metadata"])
+        }
+        (a, b) => a == b && same_except(before, after, &["metadata"]),
     }
-    object
 }
 
 /// Whether anything but metadata and status changed.
@@ -571,4 +588,43 @@ fn spec_changed(before: &Value, after: &Value) -> bool {
         object
     };
     strip(before) != strip(after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_resource_version_and_managed_fields_are_no_change() {
+        let object = |rv: &str, label: &str, extra: Option<&str>| {
+            let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "m", "resourceVersion": rv, "labels": {"a": label},
+                    "managedFields": [{"manager": rv}]},
+                "data": {"k": "v"}});
+            if let Some(extra) = extra {
+                object["data"][extra] = json!("x");
+            }
+            object
+        };
+        assert!(same_but_version(
+            &object("1", "x", None),
+            &object("2", "x", None)
+        ));
+        assert!(!same_but_version(
+            &object("1", "x", None),
+            &object("2", "y", None)
+        ));
+        assert!(!same_but_version(
+            &object("1", "x", None),
+            &object("1", "x", Some("n"))
+        ));
+        let mut bare = object("1", "x", None);
+        bare.as_object_mut().unwrap().remove("metadata");
+        assert!(!same_but_version(&object("1", "x", None), &bare));
+        assert!(same_but_version(&bare, &bare.clone()));
+        let mut more = object("1", "x", None);
+        more["metadata"]["annotations"] = json!({"b": "c"});
+        assert!(!same_but_version(&object("1", "x", None), &more));
+        assert!(!same_but_version(&more, &object("1", "x", None)));
+    }
 }
