@@ -42,8 +42,8 @@ pub(in crate::remediation) struct Feeds {
     pub remediations: ReflectHandle<Remediation>,
     /// The policy (a change may unblock anything).
     pub policies: ReflectHandle<RemediationPolicy>,
-    /// The Nodes.
-    pub nodes: ReflectHandle<Node>,
+    /// The Nodes that changed in what a pass reads of them.
+    pub nodes: futures_util::stream::BoxStream<'static, Arc<Node>>,
 }
 
 /// Passes at once: few clusters have many Machine-less Nodes failing together, and the

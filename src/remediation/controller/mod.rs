@@ -34,7 +34,7 @@ use crate::runtime::clock::Clock;
 use crate::runtime::informer::{
     Changes, informer, mapped_informer, shared_informer, slimmed_informer, watch_config,
 };
-use crate::runtime::node_watch::{NodeFeed, watch_nodes};
+use crate::runtime::node_watch::{NodeFeed, read_changes, watch_nodes};
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
@@ -415,7 +415,7 @@ pub async fn run_machines(
             requests: watches.node_requests.for_nodes,
             remediations: watches.remediations.for_nodes,
             policies: watches.policies.for_nodes,
-            nodes: machineless_nodes.changes,
+            nodes: read_changes(machineless_nodes.changes),
         },
         until_stopped(stopped.clone()),
     );
@@ -428,7 +428,7 @@ pub async fn run_machines(
         })
         .watches_stream(watches.machine_requests.1, machine_of_request)
         .watches_shared_stream(watches.node_requests.for_machines, machine_of_node_request)
-        .watches_shared_stream(node_feed.changes, machine_of_changed_node)
+        .watches_shared_stream(read_changes(node_feed.changes), machine_of_changed_node)
         .watches_shared_stream(watches.remediations.for_machines, by_remediation)
         .reconcile_on(woken_machines)
         .reconcile_all_on(reconcile_all)
