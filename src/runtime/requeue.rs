@@ -60,6 +60,21 @@ impl Backoff {
         Action::requeue(delay)
     }
 
+    /// [`Backoff::failed`] for an object whose remediation is under way: it has deadlines
+    /// (power-off, Node ready) that a pass must see in time, so a failure no retry mends soon
+    /// is still looked at again within [`BACKOFF_MAX`], not after [`TERMINAL_RECHECK`]. (A
+    /// power request that a BMC's certificate refuses must fail the remediation at its
+    /// power-off deadline, not minutes later.)
+    pub fn failed_under_way(&self, key: &str, error: &Error, base: Duration) -> Action {
+        if error.is_transient() {
+            return self.failed(key, error, base);
+        }
+        self.lock().remove(key);
+        let category = error.category();
+        warn!(object = %key, %error, reason = %category.event_reason(), retry_in = ?BACKOFF_MAX, "failed; looked at again before the remediation's deadlines");
+        Action::requeue(BACKOFF_MAX)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
         self.failures
             .lock()
@@ -128,6 +143,16 @@ mod tests {
         assert_eq!(
             backoff.failed("m", &invalid, Duration::from_secs(1)),
             Action::requeue(TERMINAL_RECHECK)
+        );
+        // Unless its remediation is under way: its deadlines must be seen in time.
+        assert_eq!(
+            backoff.failed_under_way("m", &invalid, Duration::from_secs(1)),
+            Action::requeue(BACKOFF_MAX)
+        );
+        // A transient one backs off there as anywhere.
+        assert_eq!(
+            backoff.failed_under_way("t", &transient(), Duration::from_secs(1)),
+            Action::requeue(Duration::from_secs(1))
         );
         let refused = Error::Driver(baremend_drivers::Error::Authentication {
             bmc: "bmc".into(),
