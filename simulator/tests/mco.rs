@@ -50,6 +50,15 @@ fn event_reasons(api: &Local) -> Vec<String> {
         .collect()
 }
 
+/// Waits for the daemon's NodeDone Event. The daemon writes its Done state before it
+/// posts the Event, so the Event may trail the annotation a test waited for.
+async fn node_done_event(api: &Local) {
+    eventually("the NodeDone Event", WAIT, async || {
+        event_reasons(api).iter().any(|r| r == "NodeDone")
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_degrades_the_node_and_a_reverted_file_heals_without_a_reboot() {
     let (cluster, api) = cluster().await;
@@ -97,12 +106,9 @@ async fn drift_degrades_the_node_and_a_reverted_file_heals_without_a_reboot() {
         offs,
         "no reboot"
     );
+    node_done_event(&api).await;
     let reasons = event_reasons(&api);
-    for reason in [
-        "ConfigDriftDetected",
-        "PreflightConfigDriftCheckFailed",
-        "NodeDone",
-    ] {
+    for reason in ["ConfigDriftDetected", "PreflightConfigDriftCheckFailed"] {
         assert!(reasons.iter().any(|r| r == reason), "{reason}: {reasons:?}");
     }
     assert!(!reasons.iter().any(|r| r == "Drain"), "{reasons:?}");
@@ -210,8 +216,9 @@ async fn a_forcefile_drains_through_evictions_rewrites_reboots_and_uncordons() {
             .st_mode,
         0o100_644
     );
+    node_done_event(&api).await;
     let reasons = event_reasons(&api);
-    for reason in ["Cordon", "Drain", "Reboot", "Uncordon", "NodeDone"] {
+    for reason in ["Cordon", "Drain", "Reboot", "Uncordon"] {
         assert!(reasons.iter().any(|r| r == reason), "{reason}: {reasons:?}");
     }
 }
