@@ -275,3 +275,40 @@ async fn a_dry_run_of_a_node_without_a_machine_probes_its_bmc_and_changes_nothin
     .await;
     assert!(!lab.power_history("worker-0").contains(&Power::Off));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_machine_whose_bmc_certificate_is_refused_fails_at_its_power_off_deadline()
+{
+    // A refused certificate is a failure no retry mends. The remediation still has its
+    // power-off deadline, which a pass must see although nothing about the Node changes:
+    // a failed pass under way is looked at again within 10 s, not after 5 minutes.
+    let ca = baremend_sim::tls::TestCa::generate("a CA the system roots do not know").unwrap();
+    let lab = start(Duration::from_secs(120), fast_policy(), |_| {}).await;
+    let (bmc, address) = lab.tls_bmc("worker-2", &ca).await;
+    lab.api
+        .merge(
+            HOST_BMCS,
+            MACHINE_NAMESPACE,
+            "worker-2",
+            &json!({"spec": {"address": address}}),
+            false,
+        )
+        .unwrap();
+    lab.cluster.hang("worker-2");
+    let failed = lab.reach("worker-2-1", RemediationPhase::Failed).await;
+    let error = failed
+        .status
+        .clone()
+        .unwrap()
+        .last_error
+        .unwrap_or_default();
+    assert!(error.contains("TLS verification of BMC"), "{error}");
+    assert!(
+        !steps(&failed).iter().any(|s| s.starts_with("Node")),
+        "{:?}",
+        steps(&failed)
+    );
+    assert!(lab.node_exists("worker-2"), "the Node is never released");
+    assert!(lab.power_history("worker-2").is_empty(), "never powered");
+    assert_eq!(bmc.service().stats().requests, 0, "the BMC was never asked");
+}

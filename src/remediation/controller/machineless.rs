@@ -246,5 +246,10 @@ fn error_policy(mapping: Arc<HostBmc>, error: &Error, context: Arc<Context>) -> 
     };
     crate::runtime::events::report_failed_pass(&context.recorder, target, error);
     let base = context.poll.max(Duration::from_secs(1));
-    context.backoff.failed(&backoff_key(&mapping), error, base)
+    let key = backoff_key(&mapping);
+    if crate::remediation::pass::under_way(&context, &Subject::Node(mapping)) {
+        context.backoff.failed_under_way(&key, error, base)
+    } else {
+        context.backoff.failed(&key, error, base)
+    }
 }

@@ -358,18 +358,9 @@ pub(in crate::remediation) fn error_policy(
         machine.namespace().unwrap_or_default(),
         machine.name_any()
     );
-    let namespace = machine.namespace();
-    let under_way = context.remediations.state().iter().any(|r| {
-        r.namespace() == namespace
-            && r.spec.machine_name.as_deref() == Some(machine.name_any().as_str())
-            && !r
-                .status
-                .as_ref()
-                .map(|s| s.phase)
-                .unwrap_or_default()
-                .is_terminal()
-    });
-    let target = Subject::Machine(machine).event_target(context.machine_api.api_version(), None);
+    let subject = Subject::Machine(machine);
+    let under_way = crate::remediation::pass::under_way(&context, &subject);
+    let target = subject.event_target(context.machine_api.api_version(), None);
     report_failed_pass(&context.recorder, target, error);
     let base = context.poll.max(Duration::from_secs(1));
     if under_way {

@@ -31,6 +31,36 @@ use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
+/// `subject`'s Remediations in the cache, oldest first.
+fn remediations_of(context: &Context, subject: &Subject) -> Vec<Arc<Remediation>> {
+    let (name, namespace) = (subject.name(), subject.namespace());
+    let node_subject = subject.machine().is_none();
+    let mut all: Vec<Arc<Remediation>> = context
+        .remediations
+        .state()
+        .into_iter()
+        .filter(|r| {
+            r.namespace().as_deref() == Some(namespace.as_str())
+                && r.spec.of_machineless_node() == node_subject
+                && r.spec.subject_name() == name
+        })
+        .collect();
+    all.sort_by_key(|r| attempt_number(&r.name_any(), &name));
+    all
+}
+
+/// Whether `subject`'s latest Remediation in the cache is under way (not ended): it has
+/// deadlines a pass must see in time, even after a failed pass.
+pub fn under_way(context: &Context, subject: &Subject) -> bool {
+    remediations_of(context, subject).last().is_some_and(|r| {
+        !r.status
+            .as_ref()
+            .map(|s| s.phase)
+            .unwrap_or_default()
+            .is_terminal()
+    })
+}
+
 /// One reconcile of one subject.
 pub struct Pass {
     pub(super) subject: Subject,
@@ -81,31 +111,12 @@ impl Pass {
 
     /// The subject's Remediations, oldest first.
     pub(super) fn remediations_of_subject(&self) -> Vec<Arc<Remediation>> {
-        let node_subject = self.subject.machine().is_none();
-        let mut all: Vec<Arc<Remediation>> = self
-            .context
-            .remediations
-            .state()
-            .into_iter()
-            .filter(|r| {
-                r.namespace().as_deref() == Some(self.namespace.as_str())
-                    && r.spec.of_machineless_node() == node_subject
-                    && r.spec.subject_name() == self.name
-            })
-            .collect();
-        all.sort_by_key(|r| attempt_number(&r.name_any(), &self.name));
-        all
+        remediations_of(&self.context, &self.subject)
     }
 
     /// Whether one of the subject's Remediations is under way (not ended).
     pub(super) fn under_way(&self) -> bool {
-        self.remediations_of_subject().last().is_some_and(|r| {
-            !r.status
-                .as_ref()
-                .map(|s| s.phase)
-                .unwrap_or_default()
-                .is_terminal()
-        })
+        under_way(&self.context, &self.subject)
     }
 
     pub(super) fn remediation_api(&self) -> Api<Remediation> {
