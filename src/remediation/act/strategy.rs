@@ -10,7 +10,7 @@
 //! evidence and its rule there, where the proof's guarantees are kept in one place.
 
 use async_trait::async_trait;
-use baremend_drivers::{PowerOffMode, PowerState};
+use baremend_drivers::{BmcAddress, PowerOffMode, PowerState};
 use kube::api::Api;
 use serde_json::Value;
 
@@ -182,17 +182,15 @@ struct DirectBmcStrategy;
 
 #[async_trait]
 impl FenceStrategy for DirectBmcStrategy {
+    /// The scheme of the BMC's address (`redfish+https`, `ipmi`...), from the address alone:
+    /// the credentials are read when the BMC is asked, not for a name on the status.
     async fn driver(&self, pass: &Pass, remediation: &Remediation) -> String {
-        match pass.direct_bmc(remediation).await {
-            Ok(bmc) => bmc
-                .driver
-                .bmc()
-                .split(':')
-                .next()
-                .unwrap_or("bmc")
-                .to_string(),
-            Err(_) => "unavailable".into(),
-        }
+        pass.locate_direct_bmc(remediation)
+            .ok()
+            .and_then(|bmc| BmcAddress::parse(&bmc.address).ok())
+            .map(|address| address.to_string())
+            .and_then(|shown| shown.split(':').next().map(str::to_string))
+            .unwrap_or_else(|| "unavailable".into())
     }
 
     async fn request_power(&self, pass: &Pass, remediation: &Remediation, off: bool) -> Result<()> {
