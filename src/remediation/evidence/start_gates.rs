@@ -46,10 +46,26 @@ impl Pass {
     ) -> Result<(std::result::Result<(), Held>, bool, Option<StartBasis>)> {
         let triggered = self.triggered();
         let cached = self.context.remediations.state();
-        let health = self.fleet_health(remediation).await;
+        // The mark first: every fresh read below is made after it.
         let (mut launched, mark) = {
             let launched = self.context.starts.lock().await;
             (launched.clone(), launched.mark())
+        };
+        // The fresh reads go out with the look at the fleet's health, which may wait for a
+        // workload cluster's first list of Nodes: one after the other they were most of a
+        // start's time. The health is looked at first (`biased`): when it is at hand, as it
+        // is for a held start looked at again, the fresh reads are not sent before the
+        // cached gates have judged, and a start they hold sends none.
+        let health = self.fleet_health(remediation);
+        let fresh = self.read_fresh(remediation);
+        tokio::pin!(health, fresh);
+        let mut fresh_early = None;
+        let health = loop {
+            tokio::select! {
+                biased;
+                health = &mut health => break health,
+                read = &mut fresh, if fresh_early.is_none() => fresh_early = Some(read),
+            }
         };
         let held = self.gates(
             remediation,
@@ -62,9 +78,11 @@ impl Pass {
         if let Err(held) = held {
             return Ok((Err(held), triggered, None));
         }
-        // Every fresh read at once: one after another they were most of a start's time
-        // once its workload cluster answered. The gates below only judge.
-        let fresh = self.read_fresh(remediation).await?;
+        // Every fresh read at once; the gates below only judge.
+        let fresh = match fresh_early {
+            Some(read) => read?,
+            None => fresh.await?,
+        };
         let freshness = ListFreshness::ReadAfter(mark);
         let remediations = &fresh.remediations;
         let may = self.gates(
