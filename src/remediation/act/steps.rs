@@ -603,18 +603,13 @@ impl Pass {
     }
 
     /// Creates the subject's Remediation number `number`, owned by the Machine (or by the
-    /// `HostBmc` of a Node without one). A Cluster API Machine's workload cluster is connected
-    /// meanwhile: the start's first gate needs it, and its round trips (the kubeconfig Secret,
-    /// the probe, the first list of Nodes) then overlap the creation's instead of following it.
+    /// `HostBmc` of a Node without one). A Cluster API Machine's workload cluster is being
+    /// connected meanwhile ([`Pass::connect_ahead`], not waited for): its round trips (the
+    /// kubeconfig Secret, the probe, the first list of Nodes) overlap the creation's, then the
+    /// start's fresh reads (see `step`), instead of coming before them.
     pub(in crate::remediation) async fn start(&self, number: usize) -> Result<Remediation> {
-        let connected = async {
-            if let Some(cluster) = self.machine_node_cluster() {
-                // Its failure is the start's gates' to tell (`WorkloadCluster`), on their ask.
-                let _ = self.context.workloads.connect(&cluster).await;
-            }
-        };
-        let (created, ()) = tokio::join!(self.create_remediation(number), connected);
-        created
+        self.connect_ahead();
+        self.create_remediation(number).await
     }
 
     /// [`Pass::start`]'s creation.

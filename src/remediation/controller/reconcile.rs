@@ -147,7 +147,18 @@ impl Pass {
         // gate holds and says why (below); after it, the plan runs on no Node so that its
         // deadlines still fire, and anything but a deadline's step waits with the error told.
         // Every step that touches the Node needs the cluster's API, so none runs on the guess.
-        let (node, unreachable) = match self.node(remediation).await {
+        // A start's fresh reads go out beside the wait for the Node (a workload cluster's
+        // first list of Nodes, when it is still connecting).
+        let mut reads = if state.phase == Phase::Pending {
+            Some(self.start_reads(remediation).await)
+        } else {
+            None
+        };
+        let node = match &mut reads {
+            Some(reads) => reads.fresh.beside(self.node(remediation)).await,
+            None => self.node(remediation).await,
+        };
+        let (node, unreachable) = match node {
             Ok(node) => (node, None),
             Err(error @ Error::WorkloadCluster { .. }) => (None, Some(error)),
             Err(error) => return Err(error),
@@ -162,10 +173,12 @@ impl Pass {
             Ok(confirmed) => (Ok(()), Some(confirmed)),
             Err(not_fenced) => (Err(not_fenced), None),
         };
-        let (may, triggered, basis) = if state.phase == Phase::Pending {
-            self.judge_start(remediation, node.as_deref()).await?
-        } else {
-            (Ok(()), self.still_triggered(remediation), None)
+        let (may, triggered, basis) = match reads {
+            Some(reads) => {
+                self.judge_start(remediation, node.as_deref(), reads)
+                    .await?
+            }
+            None => (Ok(()), self.still_triggered(remediation), None),
         };
         let probes = if self.dry_run_start(state.phase, triggered, &may) {
             self.probe_strategies(remediation).await

@@ -13,6 +13,7 @@ use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::api::{EventReason, FenceStrategyName, Remediation};
 use crate::api::{mco, slim};
 use crate::remediation::decide::bmc_trust::{BmcLedger, Transport, transport};
+use crate::remediation::decide::fence::HostRef;
 use crate::remediation::decide::gates::{
     Candidate, Fleet, FleetHealth, ForeignObject, Held, Launched, ListFreshness, Listed,
     MachineConfigView, Quiet, QuietEvidence, may_start, quiet_gate, running_machines,
@@ -43,30 +44,16 @@ impl Pass {
         &self,
         remediation: &Remediation,
         node: Option<&Node>,
+        reads: StartReads<'_>,
     ) -> Result<(std::result::Result<(), Held>, bool, Option<StartBasis>)> {
         let triggered = self.triggered();
         let cached = self.context.remediations.state();
-        // The mark first: every fresh read below is made after it.
-        let (mut launched, mark) = {
-            let launched = self.context.starts.lock().await;
-            (launched.clone(), launched.mark())
-        };
-        // The fresh reads go out with the look at the fleet's health, which may wait for a
-        // workload cluster's first list of Nodes: one after the other they were most of a
-        // start's time. The health is looked at first (`biased`): when it is at hand, as it
-        // is for a held start looked at again, the fresh reads are not sent before the
-        // cached gates have judged, and a start they hold sends none.
-        let health = self.fleet_health(remediation);
-        let fresh = self.read_fresh(remediation);
-        tokio::pin!(health, fresh);
-        let mut fresh_early = None;
-        let health = loop {
-            tokio::select! {
-                biased;
-                health = &mut health => break health,
-                read = &mut fresh, if fresh_early.is_none() => fresh_early = Some(read),
-            }
-        };
+        let StartReads {
+            mut launched,
+            mark,
+            mut fresh,
+        } = reads;
+        let health = fresh.beside(self.fleet_health(remediation)).await;
         let held = self.gates(
             remediation,
             node,
@@ -79,10 +66,7 @@ impl Pass {
             return Ok((Err(held), triggered, None));
         }
         // Every fresh read at once; the gates below only judge.
-        let fresh = match fresh_early {
-            Some(read) => read?,
-            None => fresh.await?,
-        };
+        let fresh = fresh.finish().await?;
         let freshness = ListFreshness::ReadAfter(mark);
         let remediations = &fresh.remediations;
         let may = self.gates(
@@ -144,13 +128,34 @@ impl Pass {
         Ok((may, triggered && confirmed, Some(basis)))
     }
 
+    /// The start lock's mark, and the reads a start's last gates judge on, ready to go out
+    /// (after the mark) beside the waits before those gates: see [`FreshReads`].
+    pub(in crate::remediation) async fn start_reads(
+        &self,
+        remediation: &Remediation,
+    ) -> StartReads<'_> {
+        let (launched, mark) = {
+            let launched = self.context.starts.lock().await;
+            (launched.clone(), launched.mark())
+        };
+        let host = self.host(remediation).map(|(host, _)| host);
+        StartReads {
+            launched,
+            mark,
+            fresh: FreshReads {
+                reads: Box::pin(self.read_fresh(host)),
+                done: None,
+            },
+        }
+    }
+
     /// The reads a start's last gates judge on, made at once.
-    async fn read_fresh(&self, remediation: &Remediation) -> Result<FreshEvidence> {
+    async fn read_fresh(&self, host: Option<HostRef>) -> Result<FreshEvidence> {
         let (remediations, trigger, cluster_progressing, host, foreign) = tokio::try_join!(
             self.fresh_remediations(),
             self.fresh_trigger(),
             self.cluster_progressing(),
-            self.recorded_host_now(remediation),
+            self.recorded_host_now(host),
             self.foreign_objects(),
         )?;
         Ok(FreshEvidence {
@@ -166,9 +171,9 @@ impl Pass {
     /// `Some(None)` when it is not found.
     async fn recorded_host_now(
         &self,
-        remediation: &Remediation,
+        host: Option<HostRef>,
     ) -> Result<Option<Option<slim::BareMetalHost>>> {
-        let Some((host, _)) = self.host(remediation) else {
+        let Some(host) = host else {
             return Ok(None);
         };
         let hosts: Api<slim::BareMetalHost> =
@@ -563,6 +568,52 @@ pub(in crate::remediation) struct FreshEvidence {
     pub(in crate::remediation) foreign: Vec<ForeignObject>,
 }
 
+/// What a start's gates begin with: the start lock's mark, the starts launched up to it, and
+/// the fresh reads made after it.
+pub(in crate::remediation) struct StartReads<'a> {
+    /// The starts launched up to `mark`.
+    pub(in crate::remediation) launched: Launched,
+    /// [`Launched::mark`] before the fresh reads.
+    pub(in crate::remediation) mark: u64,
+    /// The fresh reads.
+    pub(in crate::remediation) fresh: FreshReads<'a>,
+}
+
+/// A start's fresh reads, sent beside its waits rather than after them: one after the other,
+/// the wait for a workload cluster's first list of Nodes and the fresh reads were most of a
+/// start's time.
+///
+/// Guarantees: the reads are sent only while a wait they ride beside is pending (the wait is
+/// polled first): when what a start waits for is at hand, as it is for a held start looked
+/// at again, no read goes out before the cached gates have judged, and a start they hold
+/// sends none (dropped, the reads stop unfinished).
+pub(in crate::remediation) struct FreshReads<'a> {
+    reads: std::pin::Pin<Box<dyn Future<Output = Result<FreshEvidence>> + Send + 'a>>,
+    done: Option<Result<FreshEvidence>>,
+}
+
+impl FreshReads<'_> {
+    /// `wait`'s outcome, the reads going on beside it.
+    pub(in crate::remediation) async fn beside<T>(&mut self, wait: impl Future<Output = T>) -> T {
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut wait => return out,
+                read = &mut self.reads, if self.done.is_none() => self.done = Some(read),
+            }
+        }
+    }
+
+    /// The reads, finished.
+    async fn finish(self) -> Result<FreshEvidence> {
+        match self.done {
+            Some(read) => read,
+            None => self.reads.await,
+        }
+    }
+}
+
 /// What the last judgment of a start rests on: the fresh reads its gates were confirmed on.
 pub(in crate::remediation) struct StartBasis {
     /// Every Remediation, read from the API server after `mark`.
@@ -778,5 +829,60 @@ mod tests {
         assert_eq!(held.unwrap_err().gate(), "BmcUntrustworthy");
         let later = now + Duration::from_secs(61);
         assert_eq!(bmc_verdict(&verified, false, false, &ledger, later), Ok(()));
+    }
+
+    /// Fresh reads whose sending is counted: `sent` goes up when the reads are first polled.
+    fn counted_reads(sent: &std::sync::atomic::AtomicUsize) -> FreshReads<'_> {
+        FreshReads {
+            reads: Box::pin(async move {
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                Ok(FreshEvidence {
+                    remediations: Vec::new(),
+                    trigger: FreshTrigger {
+                        annotations: None,
+                        confirmed: true,
+                    },
+                    cluster_progressing: None,
+                    host: None,
+                    foreign: Vec::new(),
+                })
+            }),
+            done: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn fresh_reads_go_out_only_beside_a_wait_that_is_pending() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // What a start waits for is at hand: no read is sent, and none once dropped (a
+        // start the cached gates hold).
+        let sent = AtomicUsize::new(0);
+        let mut reads = counted_reads(&sent);
+        assert_eq!(reads.beside(std::future::ready(7)).await, 7);
+        assert_eq!(reads.beside(async { 8 }).await, 8);
+        drop(reads);
+        assert_eq!(sent.load(Ordering::SeqCst), 0);
+        // A wait that takes its time: the reads go out beside it, and finish on their own
+        // or are taken finished.
+        let sent = AtomicUsize::new(0);
+        let mut reads = counted_reads(&sent);
+        let waited = reads
+            .beside(async {
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                "listed"
+            })
+            .await;
+        assert_eq!(waited, "listed");
+        assert_eq!(sent.load(Ordering::SeqCst), 1);
+        assert!(reads.done.is_some(), "finished beside the wait");
+        assert!(reads.finish().await.unwrap().trigger.confirmed);
+        // Not sent beside a wait: sent when finished.
+        let sent = AtomicUsize::new(0);
+        let reads = counted_reads(&sent);
+        assert!(reads.finish().await.is_ok());
+        assert_eq!(sent.load(Ordering::SeqCst), 1);
     }
 }
