@@ -603,18 +603,9 @@ fn collect_dependents(
         return;
     };
     let dependents: Vec<(ObjectKey, Value)> = inner
-        .objects
-        .iter()
-        .filter(|(k, _)| owner_key.namespace.is_empty() || k.namespace == owner_key.namespace)
-        .filter(|(_, v)| {
-            v.pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .is_some_and(|refs| {
-                    refs.iter()
-                        .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
-                })
-        })
-        .map(|(k, v)| (k.clone(), Value::clone(v)))
+        .dependents_of(&uid)
+        .filter(|k| owner_key.namespace.is_empty() || k.namespace == owner_key.namespace)
+        .filter_map(|k| Some((k.clone(), Value::clone(inner.objects.get(k)?))))
         .collect();
     for (key, dependent) in dependents {
         let owners = dependent

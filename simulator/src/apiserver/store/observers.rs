@@ -199,4 +199,58 @@ mod tests {
         let dependent = store.get(&ty, "v1", "default", "dependent").unwrap();
         assert_eq!(dependent["metadata"]["ownerReferences"][0]["uid"], uid);
     }
+
+    #[test]
+    fn the_owner_index_follows_every_commit_of_owner_references() {
+        let store = Store::new(Arc::new(SystemWallClock), 64, 64);
+        let ty = store.resource_type("", "v1", "configmaps").unwrap();
+        let create = |name: &str, owners: &[&Value]| {
+            let refs: Vec<Value> = owners
+                .iter()
+                .map(
+                    |uid| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "o", "uid": uid}),
+                )
+                .collect();
+            store
+                .create(
+                    &ty,
+                    "v1",
+                    "default",
+                    json!({"metadata": {"name": name, "ownerReferences": refs}}),
+                    false,
+                )
+                .unwrap()
+        };
+        let a = create("a", &[])["metadata"]["uid"].clone();
+        let b = create("b", &[])["metadata"]["uid"].clone();
+        create("one", &[&a]);
+        create("both", &[&a, &b]);
+        let moved = create("moved", &[&a]);
+        // An update moves "moved" from a to b; a deletion drops "one".
+        let mut next = moved.clone();
+        next["metadata"]["ownerReferences"][0]["uid"] = b.clone();
+        store
+            .update(&ty, "v1", "default", "moved", next, false, false)
+            .unwrap();
+        store
+            .delete(&ty, "v1", "default", "one", &DeleteOptions::default())
+            .unwrap();
+        let names = |uid: &Value| -> Vec<String> {
+            let inner = store.lock();
+            inner
+                .dependents_of(uid.as_str().unwrap())
+                .map(|k| k.name.clone())
+                .collect()
+        };
+        assert_eq!(names(&a), ["both"]);
+        assert_eq!(names(&b), ["both", "moved"]);
+        // Nothing is left of an owner once no object names it.
+        let mut none = store.get(&ty, "v1", "default", "both").unwrap();
+        none["metadata"]["ownerReferences"] = json!([]);
+        store
+            .update(&ty, "v1", "default", "both", none, false, false)
+            .unwrap();
+        assert!(names(&a).is_empty());
+        assert!(!store.lock().dependents.contains_key(a.as_str().unwrap()));
+    }
 }
