@@ -152,6 +152,9 @@ pub async fn run(api: Local, timing: Timing, options: BmoOptions) {
     loop {
         tokio::time::sleep(timing.bmo_period).await;
         for bmh in api.list_shared(BMHS, None) {
+            // The real operator reconciles each host apart: a sweep of thousands must not
+            // hold a worker of the simulated world (its API servers' answers wait behind it).
+            tokio::task::consume_budget().await;
             let key = format!(
                 "{}/{}",
                 bmh.pointer("/metadata/namespace")
