@@ -19,6 +19,7 @@ mod contracts;
 mod crds;
 mod drift;
 mod host_bmc;
+pub mod lean_node;
 pub mod mco;
 mod names;
 mod policy;

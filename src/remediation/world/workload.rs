@@ -32,7 +32,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -40,6 +40,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config, ResourceExt};
 
+use crate::api::lean_node::LeanNode;
 use crate::api::slim;
 use crate::remediation::decide::workload::ClusterRef;
 use crate::runtime::clock::{Clock, since_epoch};
@@ -603,10 +604,22 @@ pub fn check_kubeconfig(kubeconfig: &Kubeconfig) -> std::result::Result<(), Stri
     Ok(())
 }
 
+/// A watch event of a lean Node as one of the cached Node it makes.
+fn cached_node(event: watcher::Event<LeanNode>) -> watcher::Event<Node> {
+    use watcher::Event;
+    match event {
+        Event::Apply(node) => Event::Apply(node.into()),
+        Event::Delete(node) => Event::Delete(node.into()),
+        Event::InitApply(node) => Event::InitApply(node.into()),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+    }
+}
+
 /// Watches a workload cluster's Nodes into `writer`'s store, keeping `watched` and sending
 /// each changed Node on `wake`.
 async fn watch_nodes(
-    api: Api<Node>,
+    api: Api<LeanNode>,
     (nodes, writer): (Store<Node>, reflector::store::Writer<Node>),
     watched: Arc<Watched>,
     cluster: ClusterRef,
@@ -614,9 +627,11 @@ async fn watch_nodes(
 ) {
     // The first list is on a start's path (see `check_or_open`): one page for a cluster of up
     // to 500 Nodes (client-go's page), where the management cluster's watches take 100.
+    // Decoded lean (`LeanNode`): a whole Node's managed fields and images cost more to
+    // decode than the rest of the list's way.
     let events = watcher(api, watch_config().page_size(FIRST_LIST_PAGE))
         .default_backoff()
-        .modify(slim::node)
+        .map_ok(cached_node)
         .reflect(writer);
     // Re-listed after a failure: every Node wakes its Machine, whose pass may have been
     // waiting for the cluster to answer.
