@@ -3,7 +3,7 @@
 
 use std::convert::Infallible;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -73,7 +73,16 @@ pub(crate) fn spawn_switchable(
     router: Router,
     reachability: Option<Reachability>,
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
+    // Moved to the services' runtime: a listener answers on the runtime that polls it.
+    let listener = listener.into_std();
+    let serve = async move {
+        let listener = match listener.and_then(TcpListener::from_std) {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::error!(%error, "the listener cannot be served");
+                return;
+            }
+        };
         let mut connections = JoinSet::new();
         let mut switch = reachability.as_ref().map(|r| r.0.subscribe());
         loop {
@@ -111,7 +120,34 @@ pub(crate) fn spawn_switchable(
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
         }
-    })
+    };
+    match services_runtime() {
+        Some(runtime) => runtime.spawn(serve),
+        None => tokio::spawn(serve),
+    }
+}
+
+/// The runtime the simulated services (API servers, BMCs) answer on, apart from the
+/// simulated world's actors (kubelets, operators, health checks) on the caller's: a real API
+/// server or BMC is another machine, so a simulated operator's sweep over 20,000 hosts must
+/// not hold back its answers (they waited in one task queue behind it). Made on first use,
+/// for the life of the process; None if the system refuses its threads (the services then
+/// run on the caller's runtime, as before).
+fn services_runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("sim-services")
+                .enable_all()
+                .build()
+                .inspect_err(|error| {
+                    tracing::warn!(%error, "no runtime of their own for the simulated services");
+                })
+                .ok()
+        })
+        .as_ref()
 }
 
 async fn serve_connection(stream: tokio::net::TcpStream, tls: Option<TlsAcceptor>, router: Router) {
