@@ -294,6 +294,7 @@ async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_
     assert!(output.status.success(), "{out}\n{err}");
     for line in [
         "caches filled",
+        "controllers idle (first passes done)",
         "1. worker-0: trigger stored in",
         "| fence latency p50 / p99 |",
         "| Redfish requests per remediation (mean / max) |",

@@ -29,6 +29,17 @@ pub(super) fn memory_kib(pid: u32) -> Option<Memory> {
     })
 }
 
+/// The CPU time a process has used (user and system), from `/proc/<pid>/stat` (in the
+/// kernel's clock ticks, 100 a second on Linux).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: the fields are counted after its `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime, the line's 14th and 15th fields.
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks.saturating_mul(10)))
+}
+
 /// A process's memory, in KiB.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Memory {
@@ -139,6 +150,26 @@ impl ControllerProcess {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Ok(())
+    }
+
+    /// Waits until it has been idle for a second (under 5 % of a core: its first pass over
+    /// its Machines done), at most `limit`; how long it waited. A trigger written during that
+    /// first pass waits behind it, which is a start-up figure, not a fence latency.
+    pub(super) async fn settled(&self, limit: Duration) -> Duration {
+        let started = Instant::now();
+        let window = Duration::from_secs(1);
+        let mut before = cpu_time(self.pid());
+        while started.elapsed() < limit {
+            tokio::time::sleep(window).await;
+            let now = cpu_time(self.pid());
+            match (before, now) {
+                (Some(before), Some(now)) if now.saturating_sub(before) < window / 20 => break,
+                // No figure (the process is gone): nothing to wait for.
+                (_, None) => break,
+                _ => before = now,
+            }
+        }
+        started.elapsed()
     }
 
     /// Its process id.
