@@ -79,7 +79,7 @@ struct LeanMeta {
 }
 
 /// Decodes an `ObjectMeta` without its `managedFields`, which no cache keeps.
-pub fn metadata_without_managed_fields<'de, D: Deserializer<'de>>(
+fn metadata_without_managed_fields<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<ObjectMeta, D::Error> {
     let meta = LeanMeta::deserialize(deserializer)?;

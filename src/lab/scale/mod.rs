@@ -34,12 +34,12 @@ use self::layout::Layout;
 use self::process::{ControllerProcess, Memory};
 use self::requests::ApiCounts;
 use self::sample::{Sample, remediate};
-
-/// How long the benchmark waits for a controller to go idle after it is ready.
-const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 use super::LabArgs;
 use super::setup::LabCluster;
 use crate::{Error, LocalError, Result};
+
+/// How long the benchmark waits for a controller to go idle after it is ready.
+const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 
 fn invalid(object: &str, reason: impl std::fmt::Display) -> Error {
     Error::Invalid {

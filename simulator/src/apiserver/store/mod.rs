@@ -126,8 +126,6 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    /// The objects of one storage group and plural (in one namespace, if given), in key order.
-    /// Keys sort by group, plural, namespace and name, so this walks only those objects.
     /// The keys of the objects whose `ownerReferences` name `uid`.
     pub(crate) fn dependents_of(&self, uid: &str) -> impl Iterator<Item = &ObjectKey> + '_ {
         self.dependents.get(uid).into_iter().flatten()
@@ -156,6 +154,8 @@ impl Inner {
         }
     }
 
+    /// The objects of one storage group and plural (in one namespace, if given), in key order.
+    /// Keys sort by group, plural, namespace and name, so this walks only those objects.
     pub(crate) fn objects_of(
         &self,
         group: &str,
