@@ -25,9 +25,9 @@ use crate::api::{HostBmc, NodeRemediation, Remediation, RemediationPolicy};
 use crate::remediation::decide::state::unblocked_by;
 use crate::remediation::decide::trust::machineless_node;
 use crate::remediation::decide::trust::{Refusal, machineless_claims};
-use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Context;
 use crate::remediation::pass::subject::Subject;
+use crate::remediation::pass::{Pass, requeue_after_failure};
 use crate::{Error, Result};
 
 /// What wakes the controller: its share of the Machine controller's watches.
@@ -245,11 +245,6 @@ fn error_policy(mapping: Arc<HostBmc>, error: &Error, context: Arc<Context>) -> 
         None => kube::Resource::object_ref(mapping.as_ref(), &()),
     };
     crate::runtime::events::report_failed_pass(&context.recorder, target, error);
-    let base = context.poll.max(Duration::from_secs(1));
     let key = backoff_key(&mapping);
-    if crate::remediation::pass::under_way(&context, &Subject::Node(mapping)) {
-        context.backoff.failed_under_way(&key, error, base)
-    } else {
-        context.backoff.failed(&key, error, base)
-    }
+    requeue_after_failure(&context, &Subject::Node(mapping), &key, error)
 }

@@ -21,9 +21,9 @@ use crate::remediation::decide::observe::node_view;
 use crate::remediation::decide::plan::{Observed, Phase, Step, next_step};
 use crate::remediation::decide::state::{created_at, persisted, set_condition, strategy_label};
 use crate::remediation::evidence::start_gates::StartBasis;
-use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Context;
 use crate::remediation::pass::subject::Subject;
+use crate::remediation::pass::{Pass, requeue_after_failure};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::{Severity, report_failed_pass};
 use crate::runtime::retention::{RetryAsk, retry_ask};
@@ -372,13 +372,7 @@ pub(in crate::remediation) fn error_policy(
         machine.name_any()
     );
     let subject = Subject::Machine(machine);
-    let under_way = crate::remediation::pass::under_way(&context, &subject);
     let target = subject.event_target(context.machine_api.api_version(), None);
     report_failed_pass(&context.recorder, target, error);
-    let base = context.poll.max(Duration::from_secs(1));
-    if under_way {
-        context.backoff.failed_under_way(&key, error, base)
-    } else {
-        context.backoff.failed(&key, error, base)
-    }
+    requeue_after_failure(&context, &subject, &key, error)
 }

@@ -49,9 +49,8 @@ fn remediations_of(context: &Context, subject: &Subject) -> Vec<Arc<Remediation>
     all
 }
 
-/// Whether `subject`'s latest Remediation in the cache is under way (not ended): it has
-/// deadlines a pass must see in time, even after a failed pass.
-pub fn under_way(context: &Context, subject: &Subject) -> bool {
+/// Whether `subject`'s latest Remediation in the cache is under way (not ended).
+fn under_way(context: &Context, subject: &Subject) -> bool {
     remediations_of(context, subject).last().is_some_and(|r| {
         !r.status
             .as_ref()
@@ -59,6 +58,24 @@ pub fn under_way(context: &Context, subject: &Subject) -> bool {
             .unwrap_or_default()
             .is_terminal()
     })
+}
+
+/// When a failed pass of `subject` (its backoff under `key`) is looked at again: on the
+/// backoff for a transient failure; for a terminal one, within
+/// [`crate::runtime::requeue::BACKOFF_MAX`] while its remediation is under way (its deadlines
+/// must be seen in time), else after a wait for a change (see [`crate::runtime::requeue`]).
+pub fn requeue_after_failure(
+    context: &Context,
+    subject: &Subject,
+    key: &str,
+    error: &Error,
+) -> kube::runtime::controller::Action {
+    let base = context.poll.max(Duration::from_secs(1));
+    if under_way(context, subject) {
+        context.backoff.failed_under_way(key, error, base)
+    } else {
+        context.backoff.failed(key, error, base)
+    }
 }
 
 /// One reconcile of one subject.
