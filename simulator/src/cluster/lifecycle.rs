@@ -3,7 +3,7 @@
 //! `node.kubernetes.io/unreachable` taints; pods of deleted Nodes, and of out-of-service
 //! Nodes, are removed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,9 +42,18 @@ pub struct ControllerManager {
     pub writes: Local,
 }
 
-/// Runs the controller until the task is aborted.
-pub async fn run(api: ControllerManager, timing: Timing) {
+/// When the controller-manager of cluster `index` (of `clusters`) passes within each
+/// `period`: evenly apart, the first cluster's at the period's start.
+pub fn phase(period: Duration, index: usize, clusters: usize) -> Duration {
+    period.mul_f64(index as f64 / clusters.max(1) as f64)
+}
+
+/// Runs the controller until the task is aborted, its passes `phase` after the period's
+/// start: the controller-managers of a fleet's clusters are not in step, and their passes
+/// all at once would take every core of the one machine simulating them.
+pub async fn run(api: ControllerManager, timing: Timing, phase: Duration) {
     let mut missing = HashMap::new();
+    tokio::time::sleep(phase).await;
     loop {
         tokio::time::sleep(timing.monitor_period).await;
         // A pass over thousands of Nodes takes up to a second of CPU: it runs off the async workers so the
@@ -174,7 +183,7 @@ fn collect_pods(
     quarantine: Duration,
     missing: &mut HashMap<String, Duration>,
 ) {
-    let out_of_service: Vec<&str> = nodes
+    let out_of_service: HashSet<&str> = nodes
         .iter()
         .filter(|n| {
             taints(n)
@@ -184,7 +193,7 @@ fn collect_pods(
         .filter(|n| ready_status(n).as_deref() != Some("True"))
         .filter_map(|n| n.pointer("/metadata/name").and_then(Value::as_str))
         .collect();
-    let existing: Vec<&str> = nodes
+    let existing: HashSet<&str> = nodes
         .iter()
         .filter_map(|n| n.pointer("/metadata/name").and_then(Value::as_str))
         .collect();
@@ -204,5 +213,26 @@ fn collect_pods(
             let (namespace, name) = namespace_and_name(&pod);
             let _ = kcm.writes.delete(PODS, namespace, name, Some(0));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fleets_controller_managers_pass_evenly_apart_within_the_period() {
+        let period = Duration::from_secs(5);
+        let phases: Vec<Duration> = (0..101).map(|i| phase(period, i, 101)).collect();
+        assert_eq!(phases[0], Duration::ZERO);
+        for pair in phases.windows(2) {
+            let gap = pair[1] - pair[0];
+            // 5 s / 101 clusters, give or take the float's rounding.
+            assert!(gap.abs_diff(Duration::from_micros(49_505)) < Duration::from_micros(2));
+        }
+        assert!(phases[100] < period);
+        // One cluster alone passes at the period's start, as before.
+        assert_eq!(phase(period, 0, 1), Duration::ZERO);
+        assert_eq!(phase(period, 0, 0), Duration::ZERO);
     }
 }

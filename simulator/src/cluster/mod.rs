@@ -324,15 +324,21 @@ impl SimCluster {
                 phase,
             )));
         }
-        // Each cluster's controller-manager watches its own Nodes.
-        for own in std::iter::once(&accounts).chain(workloads.iter().map(WorkloadCluster::accounts))
+        // Each cluster's controller-manager watches its own Nodes, their passes spread over
+        // the period.
+        let clusters = 1 + workloads.len();
+        for (index, own) in std::iter::once(&accounts)
+            .chain(workloads.iter().map(WorkloadCluster::accounts))
+            .enumerate()
         {
+            let phase = lifecycle::phase(spec.timing.monitor_period, index, clusters);
             actors.push(tokio::spawn(lifecycle::run(
                 lifecycle::ControllerManager {
                     informers: own.local(accounts::Actor::ControllerManager),
                     writes: own.local(accounts::Actor::NodeLifecycle),
                 },
                 spec.timing.clone(),
+                phase,
             )));
         }
         if !spec.platform_none {
