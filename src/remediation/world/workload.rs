@@ -341,7 +341,9 @@ impl WorkloadClusters {
         slot: &Slot,
         now: Duration,
     ) -> std::result::Result<Arc<Connection>, String> {
+        let began = tokio::time::Instant::now();
         let bytes = read_kubeconfig(&self.management, cluster).await?;
+        let read = began.elapsed();
         let fingerprint = fingerprint(&bytes);
         if let Slot::Connected(connection) = slot
             && connection.fingerprint == fingerprint
@@ -352,13 +354,19 @@ impl WorkloadClusters {
             return Ok(connection.clone());
         }
         let clients = client_of(cluster, &bytes).await?;
+        let made = began.elapsed();
         let probed = clients.requests.clone();
         let connection = self.open(cluster, clients, fingerprint, now);
         // The probe and the first list at once (a new connection costs a start its round
         // trips, and the probe's answer is the clearer error); the list, so that an empty
         // cache is never taken for "no Node".
         let listed = tokio::time::timeout(CONNECT_TIMEOUT, connection.watched.first_list());
-        let (probed, listed) = tokio::join!(probe(&probed), listed);
+        let (probed, listed) =
+            tokio::join!(async { (probe(&probed).await, began.elapsed()) }, async {
+                (listed.await, began.elapsed())
+            });
+        let (probed, probed_at) = probed;
+        let (listed, listed_at) = listed;
         probed?;
         match listed {
             Ok(Ok(())) => {}
@@ -370,7 +378,15 @@ impl WorkloadClusters {
                 ));
             }
         }
-        tracing::info!(%cluster, "workload cluster connected");
+        // How long each part took: a start waits for all of them.
+        tracing::info!(
+            %cluster,
+            secret_read_ms = read.as_millis() as u64,
+            clients_made_ms = made.as_millis() as u64,
+            probed_ms = probed_at.as_millis() as u64,
+            listed_ms = listed_at.as_millis() as u64,
+            "workload cluster connected"
+        );
         Ok(connection)
     }
 
