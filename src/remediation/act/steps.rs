@@ -591,8 +591,13 @@ impl Pass {
     /// Starts connecting the Machine's workload cluster, not waited for: a start may be
     /// ahead, and the connection's first list of Nodes is the longest of its steps; the
     /// trigger's fresh read and the Remediation's creation then run beside it. Harmless when
-    /// no start follows: an unused connection is dropped when idle.
+    /// no start follows: an unused connection is dropped when idle. Once per pass (the pass
+    /// asks when it sees an unanswered trigger, and the start asks again).
     pub(in crate::remediation) fn connect_ahead(&self) {
+        use std::sync::atomic::Ordering;
+        if self.connecting_ahead.swap(true, Ordering::Relaxed) {
+            return;
+        }
         if let Some(cluster) = self.machine_node_cluster() {
             let context = self.context.clone();
             tokio::spawn(async move {

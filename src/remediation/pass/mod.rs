@@ -87,6 +87,9 @@ pub struct Pass {
     pub(super) namespace: String,
     /// BMC reads that proved the host off in this pass, and when.
     pub(super) recent_proof: std::sync::Mutex<Option<(ConfirmedOff, Duration)>>,
+    /// Whether this pass has started connecting the Machine's workload cluster ahead of a
+    /// start (once per pass is enough: a second ask would only queue behind the first).
+    pub(super) connecting_ahead: std::sync::atomic::AtomicBool,
 }
 
 impl Pass {
@@ -100,6 +103,7 @@ impl Pass {
             context,
             policy,
             recent_proof: std::sync::Mutex::new(None),
+            connecting_ahead: std::sync::atomic::AtomicBool::new(false),
         };
         // A health check's request may narrow the policy for its Machine (its template's spec).
         pass.policy = pass.policy_for_machine(pass.policy.clone());
