@@ -112,6 +112,12 @@ impl BmcAddress {
         })
     }
 
+    /// The scheme as written, lower-cased (`redfish+https`, `idrac-redfish`, `ipmi`; a bare
+    /// `host[:port]` is `ipmi`): which driver a status names.
+    pub fn scheme(&self) -> &str {
+        &self.scheme
+    }
+
     /// The protocol family.
     pub fn kind(&self) -> DriverKind {
         self.kind
@@ -262,6 +268,21 @@ fn redact_userinfo(address: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scheme_is_told_as_written_lower_cased_and_a_bare_host_is_ipmi() {
+        let scheme = |a: &str| BmcAddress::parse(a).unwrap().scheme().to_owned();
+        assert_eq!(
+            scheme("redfish+http://127.0.0.1:8000/redfish/v1/Systems/1"),
+            "redfish+http"
+        );
+        assert_eq!(
+            scheme("iDRAC-Redfish://bmc.example/redfish/v1/Systems/1"),
+            "idrac-redfish"
+        );
+        assert_eq!(scheme("ipmi://[fd00::1]:6230"), "ipmi");
+        assert_eq!(scheme("10.0.0.5:623"), "ipmi");
+    }
 
     struct Scenario {
         address: &'static str,

@@ -188,8 +188,7 @@ impl FenceStrategy for DirectBmcStrategy {
         pass.locate_direct_bmc(remediation)
             .ok()
             .and_then(|bmc| BmcAddress::parse(&bmc.address).ok())
-            .map(|address| address.to_string())
-            .and_then(|shown| shown.split(':').next().map(str::to_string))
+            .map(|address| address.scheme().to_owned())
             .unwrap_or_else(|| "unavailable".into())
     }
 
