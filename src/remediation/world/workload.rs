@@ -361,12 +361,10 @@ impl WorkloadClusters {
         // trips, and the probe's answer is the clearer error); the list, so that an empty
         // cache is never taken for "no Node".
         let listed = tokio::time::timeout(CONNECT_TIMEOUT, connection.watched.first_list());
-        let (probed, listed) =
+        let ((probed, probed_at), (listed, listed_at)) =
             tokio::join!(async { (probe(&probed).await, began.elapsed()) }, async {
                 (listed.await, began.elapsed())
             });
-        let (probed, probed_at) = probed;
-        let (listed, listed_at) = listed;
         probed?;
         match listed {
             Ok(Ok(())) => {}
