@@ -566,6 +566,80 @@ impl Lab {
     }
 }
 
+/// The `baremend.io/outcome` label of a Remediation, if any.
+fn outcome_label(lab: &Lab, name: &str) -> Option<String> {
+    let remediation = lab.remediation(name)?;
+    remediation
+        .metadata
+        .labels?
+        .get(baremend::api::OUTCOME_LABEL)
+        .cloned()
+}
+
+/// Waits until the Remediation `name` carries the outcome label `outcome`.
+async fn outcome_becomes(lab: &Lab, name: &str, outcome: &str) {
+    let what = format!("{name} labelled {outcome}");
+    eventually(
+        &what,
+        Duration::from_secs(10),
+        async || match outcome_label(lab, name) {
+            Some(label) if label == outcome => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_remediations_carry_their_outcome_and_a_starts_fresh_read_leaves_the_succeeded_out() {
+    let lab = start_prepared(fast(), fast_policy(), |lab| {
+        // As a version without the label left it.
+        lab.seed_remediation("worker-0", 1, "Succeeded", json!({}));
+        lab.cluster.api_server().record_requests();
+    })
+    .await;
+    // The Machine's first (idle) pass labels it.
+    outcome_becomes(&lab, "worker-0-1", "Succeeded").await;
+    // Under way, the new one is never labelled; ended, it is.
+    assert!(lab.cluster.hang("worker-0"));
+    let started = std::time::Instant::now();
+    loop {
+        let remediation = lab.remediation("worker-0-2");
+        let phase = remediation
+            .as_ref()
+            .and_then(|r| r.status.as_ref())
+            .map(|s| s.phase)
+            .unwrap_or_default();
+        let label = outcome_label(&lab, "worker-0-2");
+        if phase.is_terminal() {
+            assert_eq!(phase, RemediationPhase::Succeeded);
+            break;
+        }
+        assert_eq!(label, None, "labelled while {phase:?}");
+        assert!(started.elapsed() < Duration::from_secs(60), "never ended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    outcome_becomes(&lab, "worker-0-2", "Succeeded").await;
+    // The start read only the Remediations that may hold a host: the API server left the
+    // Succeeded and Cancelled ones out, where every start used to read the whole history.
+    let fresh: Vec<_> = lab
+        .cluster
+        .api_server()
+        .recorded_requests()
+        .into_iter()
+        .filter(|r| {
+            r.method == "GET" && !r.watch && r.path == "/apis/baremend.io/v1alpha1/remediations"
+        })
+        .map(|r| r.label_selector)
+        .collect();
+    assert!(
+        fresh.contains(&Some(
+            "baremend.io/outcome notin (Succeeded,Cancelled)".to_string()
+        )),
+        "{fresh:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_remediations_beyond_keep_finished_are_pruned_and_failed_ones_kept_until_acknowledged()
  {

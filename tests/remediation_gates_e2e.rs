@@ -13,7 +13,9 @@ mod common;
 
 use common::events::told_on_times;
 use common::eventually;
-use common::lab::{Lab, direct_bmc_policy, fast, fast_policy, metric, patch_policy, steps};
+use common::lab::{
+    Lab, REMEDIATIONS, direct_bmc_policy, fast, fast_policy, metric, patch_policy, steps,
+};
 use common::remediation::{
     assert_in_order, condition, held_at_fenced, options, start, start_prepared,
 };
@@ -389,6 +391,33 @@ async fn a_paused_policy_holds_a_new_start_and_lets_a_fenced_remediation_finish(
     // Unpaused, the held start goes ahead.
     patch_policy(&lab, json!({"paused": false})).await;
     lab.succeeded("worker-1-1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_label_put_on_a_remediation_under_way_opens_no_gate_and_is_taken_off() {
+    let (lab, _) = held_at_fenced().await;
+    // A hand (or a restore from a backup) marks the one under way Succeeded, which leaves it
+    // out of a start's fresh read of the Remediations that may hold a host.
+    let outcome = baremend::api::OUTCOME_LABEL;
+    let label = json!({"metadata": {"labels": {outcome: "Succeeded"}}});
+    lab.api
+        .merge(REMEDIATIONS, MACHINE_NAMESPACE, "worker-0-1", &label, false)
+        .unwrap();
+    // The gates judge the cached phases first: maxConcurrent (1) still counts it.
+    lab.trigger("worker-1", true);
+    lab.held_with("worker-1-1", "allows 1 at once").await;
+    assert!(lab.power_history("worker-1").is_empty());
+    // And the next pass of its Machine takes the label off.
+    eventually("the label taken off", Duration::from_secs(10), async || {
+        let labels = lab.remediation("worker-0-1").unwrap().metadata.labels;
+        match labels.unwrap_or_default().get(outcome) {
+            None => Ok(()),
+            Some(value) => Err(format!("still {value:?}")),
+        }
+    })
+    .await;
+    let status = lab.remediation("worker-0-1").unwrap().status.unwrap();
+    assert_eq!(status.phase, RemediationPhase::Fenced);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

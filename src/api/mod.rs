@@ -50,8 +50,8 @@ pub use policy::{
     RemediationMode, RemediationPolicy, RemediationPolicySpec, StormGate, TrustPolicy,
 };
 pub use remediation::{
-    Condition, HostRef, NodeBackup, Remediation, RemediationPhase, RemediationSpec,
-    RemediationStatus, SavedTaint, StepTime,
+    Condition, HOLDS_NOTHING, HostRef, NodeBackup, OUTCOME_LABEL, Remediation, RemediationPhase,
+    RemediationSpec, RemediationStatus, SavedTaint, StepTime,
 };
 pub use retention::Retention;
 

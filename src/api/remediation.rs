@@ -12,6 +12,23 @@ use super::bounds::{
 };
 use super::names::{FenceStrategyName, RemediationStep, Stored, StoredName};
 
+/// The label of an ended Remediation: its terminal phase (`Succeeded`, `Failed`, `Cancelled`,
+/// `DryRun`), none while under way; kept in step with the phase by the controller. A start's
+/// fresh read of the Remediations that may still hold a host asks the API server for the ones
+/// not labelled `Succeeded` or `Cancelled` ([`HOLDS_NOTHING`]), so that read does not grow
+/// with the history retention keeps. A Remediation without the label, or with another value,
+/// is always listed (one written by an older version, one whose label write failed, one
+/// labelled by hand); one under way labelled `Succeeded` by hand is left out of that read
+/// until the controller's next pass of its Machine sets the label right, and the gates judge
+/// the cached phases first, which still count it.
+pub const OUTCOME_LABEL: &str = "baremend.io/outcome";
+
+/// The outcomes after which a Remediation holds nothing: the host is back on (or was never
+/// touched) and no request of ours is left on it. A `Failed` one keeps its host off with our
+/// request, and stays in a start's fresh read.
+pub const HOLDS_NOTHING: [RemediationPhase; 2] =
+    [RemediationPhase::Succeeded, RemediationPhase::Cancelled];
+
 /// What is being remediated. Written once at creation; the status carries the progress.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -122,6 +139,20 @@ impl RemediationSpec {
     }
 }
 
+impl RemediationSpec {
+    /// The spec of a Machine's remediation, nothing else known yet.
+    pub fn of_machine(machine: &str) -> Self {
+        RemediationSpec {
+            machine_name: Some(machine.into()),
+            host_bmc: None,
+            machine_uid: None,
+            node_name: None,
+            host: None,
+            trigger: None,
+        }
+    }
+}
+
 /// Where a remediation is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
 pub enum RemediationPhase {
@@ -151,6 +182,36 @@ pub enum RemediationPhase {
 }
 
 impl RemediationPhase {
+    /// Every phase, in the order a remediation goes through them (the ends last).
+    pub const ALL: [RemediationPhase; 10] = [
+        RemediationPhase::Pending,
+        RemediationPhase::PoweringOff,
+        RemediationPhase::Fenced,
+        RemediationPhase::NodeReleased,
+        RemediationPhase::PoweringOn,
+        RemediationPhase::Restoring,
+        RemediationPhase::Succeeded,
+        RemediationPhase::Failed,
+        RemediationPhase::Cancelled,
+        RemediationPhase::DryRun,
+    ];
+
+    /// The phase as written in `status.phase` (and in [`OUTCOME_LABEL`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemediationPhase::Pending => "Pending",
+            RemediationPhase::PoweringOff => "PoweringOff",
+            RemediationPhase::Fenced => "Fenced",
+            RemediationPhase::NodeReleased => "NodeReleased",
+            RemediationPhase::PoweringOn => "PoweringOn",
+            RemediationPhase::Restoring => "Restoring",
+            RemediationPhase::Succeeded => "Succeeded",
+            RemediationPhase::Failed => "Failed",
+            RemediationPhase::Cancelled => "Cancelled",
+            RemediationPhase::DryRun => "DryRun",
+        }
+    }
+
     /// Whether nothing more will happen.
     pub fn is_terminal(self) -> bool {
         matches!(

@@ -151,6 +151,8 @@ pub struct AuditRecord {
     pub path: String,
     /// A watch (`?watch=true`) rather than a list.
     pub watch: bool,
+    /// The `labelSelector` asked for, if any.
+    pub label_selector: Option<String>,
     /// When it was read (authorized, its body whole, before it is served).
     pub at: std::time::Instant,
 }

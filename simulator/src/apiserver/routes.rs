@@ -268,6 +268,7 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
             method: parts.method.to_string(),
             path: path.clone(),
             watch: query.get("watch").is_some_and(|w| w == "true" || w == "1"),
+            label_selector: query.get("labelSelector").cloned(),
             at: std::time::Instant::now(),
         });
     }

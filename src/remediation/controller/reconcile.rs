@@ -23,7 +23,7 @@ use crate::remediation::decide::state::{created_at, persisted, set_condition, st
 use crate::remediation::evidence::start_gates::StartBasis;
 use crate::remediation::pass::context::Context;
 use crate::remediation::pass::subject::Subject;
-use crate::remediation::pass::{Pass, requeue_after_failure};
+use crate::remediation::pass::{Pass, outcome_label_patch, requeue_after_failure};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::{Severity, report_failed_pass};
 use crate::runtime::retention::{RetryAsk, retry_ask};
@@ -111,6 +111,9 @@ impl Pass {
             _ if !self.trigger_confirmed().await? => return self.idle(&existing).await,
             _ => self.start(next_number(&existing, &self.name)).await?,
         };
+        // An outcome label on one under way (a hand's, a restore's) may hide it from a start's
+        // fresh read until it is gone: taken off before the step.
+        self.keep_outcome_label(&mut remediation).await;
         for _ in 0..MAX_STEPS_PER_PASS {
             match self.step(&mut remediation).await? {
                 Some(action) => return Ok(action),
@@ -128,6 +131,13 @@ impl Pass {
             && let Err(error) = self.report_to_request(last).await
         {
             tracing::warn!(%error, "cannot report to the remediation request");
+        }
+        // An ended one without its outcome label (written by an older version, or its label
+        // write failed) gets it here.
+        for remediation in existing {
+            if outcome_label_patch(remediation).is_some() {
+                self.keep_outcome_label(&mut (**remediation).clone()).await;
+            }
         }
         self.prune(existing).await?;
         Ok(Action::await_change())

@@ -75,8 +75,9 @@ pub struct Listed {
 /// show past `Pending` yet (a lagging cache may not show them at all).
 ///
 /// Forgets the starts the list shows past `Pending` (they count through the list now) and, on
-/// a list read fresh after a start was made, the starts it lacks: those were deleted. A cached
-/// list, or a fresh one read before the start, that lacks one proves nothing, so it is kept.
+/// a list read fresh after a start was made, the starts it lacks: those were deleted or have
+/// ended (a start's fresh read leaves out the ones that hold nothing). A cached list, or a
+/// fresh one read before the start, that lacks one proves nothing, so it is kept.
 pub fn running_machines(
     listed: &[Listed],
     launched: &mut Launched,

@@ -26,7 +26,8 @@ use crate::{Error, Result};
 impl Pass {
     /// The `ForeignRemediation` gate, on evidence read now: the Machine, its BareMetalHost,
     /// and the other projects' remediation objects of the kinds the API server serves.
-    /// `fresh.remediations`: every Remediation, read fresh for the other gates too.
+    /// `fresh.remediations`: every Remediation that may still hold a host, read fresh for the
+    /// other gates too.
     pub(in crate::remediation) fn foreign_gate(
         &self,
         remediation: &Remediation,
@@ -300,5 +301,38 @@ mod tests {
         );
         assert!(said.contains("keeps the host powered off"), "{said}");
         assert!(!said.contains("reboot.metal3.io/baremend "), "{said}");
+    }
+
+    /// A start's fresh read leaves out the Remediations whose outcome holds nothing: none of
+    /// them may be one whose request keeps a host off, or the foreign gate would take our own
+    /// request for another remediator's.
+    #[test]
+    fn an_outcome_left_out_of_the_fresh_read_is_never_ours_holding_the_host() {
+        use crate::api::{HOLDS_NOTHING, RemediationSpec, RemediationStatus};
+        let host = HostRef {
+            namespace: "openshift-machine-api".into(),
+            name: "worker-0".into(),
+        };
+        let remediation = |name: &str, phase| {
+            let spec = RemediationSpec {
+                host: Some("openshift-machine-api/worker-0".into()),
+                ..RemediationSpec::of_machine("worker-0")
+            };
+            let mut object = Remediation::new(name, spec);
+            object.metadata.namespace = Some("openshift-machine-api".into());
+            object.status = Some(RemediationStatus {
+                phase,
+                ..RemediationStatus::default()
+            });
+            Arc::new(object)
+        };
+        let this = remediation("worker-0-2", RemediationPhase::Pending);
+        for phase in HOLDS_NOTHING {
+            let old = remediation("worker-0-1", phase);
+            assert!(!ours_requested(&[old], &this, Some(&host)), "{phase:?}");
+        }
+        // The kept ones do count: a Failed one's request keeps the host off.
+        let failed = remediation("worker-0-1", RemediationPhase::Failed);
+        assert!(ours_requested(&[failed], &this, Some(&host)));
     }
 }

@@ -10,7 +10,7 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::reflector::ObjectRef;
 
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
-use crate::api::{EventReason, FenceStrategyName, Remediation};
+use crate::api::{EventReason, FenceStrategyName, HOLDS_NOTHING, OUTCOME_LABEL, Remediation};
 use crate::api::{mco, slim};
 use crate::remediation::decide::bmc_trust::{BmcLedger, Transport, transport};
 use crate::remediation::decide::fence::HostRef;
@@ -32,6 +32,13 @@ use baremend_drivers::BmcAddress;
 
 /// The ClusterVersion (OpenShift's `config.openshift.io/v1`, cluster-scoped, one object).
 const CLUSTER_VERSION_NAME: &str = "version";
+
+/// The label selector of the Remediations that may still hold a host:
+/// `baremend.io/outcome notin (Succeeded,Cancelled)`, which also selects the unlabelled ones.
+pub(in crate::remediation) fn may_hold_a_host() -> String {
+    let outcomes: Vec<&str> = HOLDS_NOTHING.iter().map(|p| p.as_str()).collect();
+    format!("{OUTCOME_LABEL} notin ({})", outcomes.join(","))
+}
 
 impl Pass {
     /// The gates for a start, decided on the caches and confirmed on fresh reads (the cache
@@ -226,11 +233,15 @@ impl Pass {
         })
     }
 
-    /// Every Remediation, read from the API server now (not from the cache).
+    /// Every Remediation that may still hold a host, read from the API server now (not from
+    /// the cache): the ones whose [`OUTCOME_LABEL`] is not one of [`HOLDS_NOTHING`] — under
+    /// way, `Failed` (our request keeps its host off, which the foreign gate must know) and
+    /// dry runs. The ones that hold nothing are left out on the server: the history retention
+    /// keeps would otherwise make every start's read grow.
     pub(in crate::remediation) async fn fresh_remediations(&self) -> Result<Vec<Arc<Remediation>>> {
         let api: Api<Remediation> = Api::all(self.context.client.clone());
         let list = api
-            .list(&kube::api::ListParams::default())
+            .list(&ListParams::default().labels(&may_hold_a_host()))
             .await
             .map_err(Error::kube("ListRemediations"))?;
         Ok(list.items.into_iter().map(Arc::new).collect())

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
@@ -19,7 +19,7 @@ use self::context::Context;
 use self::subject::{Subject, machineless_strategies};
 use crate::api::slim;
 use crate::api::{
-    ConditionType, EventReason, FenceStrategyName, Remediation, RemediationPhase,
+    ConditionType, EventReason, FenceStrategyName, OUTCOME_LABEL, Remediation, RemediationPhase,
     RemediationPolicySpec, RemediationStatus,
 };
 use crate::remediation::decide::fence::{ConfirmedOff, HostRef};
@@ -30,6 +30,18 @@ use crate::remediation::world::workload::NodeApi;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
+
+/// The merge patch that brings `remediation`'s [`OUTCOME_LABEL`] in step with its phase (the
+/// terminal phase once ended, no label while under way), or None when it is in step.
+pub(in crate::remediation) fn outcome_label_patch(remediation: &Remediation) -> Option<Value> {
+    let phase = remediation.status.as_ref().map(|s| s.phase);
+    let outcome = phase
+        .filter(|p| p.is_terminal())
+        .map(RemediationPhase::as_str);
+    let label = remediation.labels().get(OUTCOME_LABEL).map(String::as_str);
+    (label != outcome)
+        .then(|| serde_json::json!({"metadata": {"labels": {OUTCOME_LABEL: outcome}}}))
+}
 
 /// `subject`'s Remediations in the cache, oldest first.
 fn remediations_of(context: &Context, subject: &Subject) -> Vec<Arc<Remediation>> {
@@ -307,6 +319,7 @@ impl Pass {
             .await
             .map_err(Error::kube("PersistRemediation"))?;
         *remediation = updated;
+        self.keep_outcome_label(remediation).await;
         self.observe_step_durations(remediation, before);
         let last = remediation
             .status
@@ -320,6 +333,35 @@ impl Pass {
             return Err(Error::Abandoned(step.to_string()));
         }
         Ok(())
+    }
+
+    /// Brings the Remediation's [`OUTCOME_LABEL`] in step with its phase, when it is not. A
+    /// write that fails is only logged: an ended Remediation without the label is still in a
+    /// start's fresh read (bytes, never safety), and the Machine's next idle pass writes it.
+    pub(in crate::remediation) async fn keep_outcome_label(&self, remediation: &mut Remediation) {
+        let Some(patch) = outcome_label_patch(remediation) else {
+            return;
+        };
+        // Only the leader writes; a follower's pass leaves it to the leader.
+        if self.context.leadership.ensure().is_err() {
+            return;
+        }
+        let written = self
+            .remediation_api()
+            .patch(
+                &remediation.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await;
+        match written {
+            Ok(updated) => *remediation = updated,
+            Err(error) => tracing::warn!(
+                remediation = %remediation.name_any(),
+                %error,
+                "cannot label the Remediation with its outcome; it stays in the fresh reads until it is"
+            ),
+        }
     }
 
     pub(super) async fn event(
@@ -433,4 +475,52 @@ pub(super) fn attempt_number(remediation: &str, machine: &str) -> u64 {
         .and_then(|rest| rest.strip_prefix('-'))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::RemediationSpec;
+
+    fn remediation(phase: Option<RemediationPhase>, label: Option<&str>) -> Remediation {
+        let mut object = Remediation::new("worker-0-1", RemediationSpec::of_machine("worker-0"));
+        object.status = phase.map(|phase| RemediationStatus {
+            phase,
+            ..RemediationStatus::default()
+        });
+        object.metadata.labels =
+            label.map(|value| [(OUTCOME_LABEL.to_string(), value.to_string())].into());
+        object
+    }
+
+    #[test]
+    fn the_outcome_label_follows_the_phase_and_goes_while_under_way() {
+        let labels = [
+            None,
+            Some("Succeeded"),
+            Some("Failed"),
+            Some("Cancelled"),
+            Some("x"),
+        ];
+        for phase in RemediationPhase::ALL.into_iter().map(Some).chain([None]) {
+            let outcome = phase
+                .filter(|p| p.is_terminal())
+                .map(RemediationPhase::as_str);
+            for label in labels {
+                let patch = outcome_label_patch(&remediation(phase, label));
+                let expected = (label != outcome)
+                    .then(|| serde_json::json!({"metadata": {"labels": {OUTCOME_LABEL: outcome}}}));
+                assert_eq!(patch, expected, "{phase:?} labelled {label:?}");
+                // In step after the patch: what it writes is what the phase says.
+                if let Some(patch) = patch {
+                    let written = patch["metadata"]["labels"][OUTCOME_LABEL].as_str();
+                    assert_eq!(written, outcome);
+                    if let Some(outcome) = outcome {
+                        let serialized = serde_json::to_value(phase.unwrap()).unwrap();
+                        assert_eq!(serialized, outcome, "as_str is the serialized phase");
+                    }
+                }
+            }
+        }
+    }
 }
