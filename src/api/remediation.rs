@@ -137,9 +137,7 @@ impl RemediationSpec {
             .map(|text| text.parse().map_err(|why| format!("spec.host {why}")))
             .transpose()
     }
-}
 
-impl RemediationSpec {
     /// The spec of a Machine's remediation, nothing else known yet.
     pub fn of_machine(machine: &str) -> Self {
         RemediationSpec {

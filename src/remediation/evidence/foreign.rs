@@ -10,7 +10,9 @@ use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 
 use crate::api::annotations::{LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS_BACKUP};
-use crate::api::{ConditionType, EventReason, HostRef, NodeBackup, Remediation, RemediationPhase};
+use crate::api::{
+    ConditionType, EventReason, HOLDS_NOTHING, HostRef, NodeBackup, Remediation, RemediationPhase,
+};
 use crate::remediation::decide::gates::{
     ForeignEvidence, ForeignKind, ForeignObject, Held, Target, foreign_remediation,
     reboot_key_owner,
@@ -260,19 +262,17 @@ pub fn kept_off_by(ours: &str, keys: &[String], host: &str) -> Option<String> {
 }
 
 /// Whether a Remediation of ours (other than `this`) on the same host asked it off and has
-/// not withdrawn: one under way, or one that failed with the host left off.
+/// not withdrawn: one under way, or one that failed with the host left off. A pending one has
+/// asked nothing yet, and the outcomes that hold nothing ([`HOLDS_NOTHING`]) withdrew it: the
+/// same set a start's fresh read leaves out, so that read never lacks one that counts here.
 fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&HostRef>) -> bool {
     let Some(host) = host else { return false };
     ours.iter().any(|r| {
         let phase = r.status.as_ref().map(|s| s.phase).unwrap_or_default();
         (r.name_any(), r.namespace()) != (this.name_any(), this.namespace())
             && r.spec.host_ref().ok().flatten().as_ref() == Some(host)
-            && !matches!(
-                phase,
-                RemediationPhase::Pending
-                    | RemediationPhase::Succeeded
-                    | RemediationPhase::Cancelled
-            )
+            && phase != RemediationPhase::Pending
+            && !HOLDS_NOTHING.contains(&phase)
     })
 }
 
@@ -308,7 +308,7 @@ mod tests {
     /// request for another remediator's.
     #[test]
     fn an_outcome_left_out_of_the_fresh_read_is_never_ours_holding_the_host() {
-        use crate::api::{HOLDS_NOTHING, RemediationSpec, RemediationStatus};
+        use crate::api::{RemediationSpec, RemediationStatus};
         let host = HostRef {
             namespace: "openshift-machine-api".into(),
             name: "worker-0".into(),
