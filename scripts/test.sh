@@ -83,6 +83,18 @@ export BAREMEND_VENDOR_PAYLOADS=$repo_root/target/vendor-payloads
 bash scripts/fetch-vendor-payloads.sh || die "fetching the vendor payloads failed (see above)"
 
 # ---------------------------------------------------------------------------
+step "the pinned control plane and kubectl (tools/kubernetes: Kubernetes v1.36.3, etcd 3.6)"
+# Built from their Go modules into a cache outside the work tree keyed by the versions; a
+# second run finds them. The real-plane tests start them; every kubectl a test runs is this one.
+kube_log=$repo_root/target/kubernetes-build.log
+mkdir -p "$repo_root/target"
+bash scripts/kubernetes.sh 2>&1 | tee "$kube_log" || die "building the control plane failed (log in $kube_log)"
+BAREMEND_KUBE_BIN=$(tail -n 1 "$kube_log")
+[[ -x $BAREMEND_KUBE_BIN/kube-apiserver ]] || die "scripts/kubernetes.sh did not name its folder last"
+export BAREMEND_KUBE_BIN
+export PATH=$BAREMEND_KUBE_BIN:$PATH
+
+# ---------------------------------------------------------------------------
 step "cargo fmt --check"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt missing: rustup component add rustfmt"
 cargo fmt --all -- --check || die "code is not formatted: run 'cargo fmt --all'"

@@ -380,10 +380,7 @@ async fn check_on_a_cluster_without_bare_metal_hosts_or_machines_says_so_and_che
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_runs_baremend_as_a_plugin_named_kubectl_baremend() {
-    let kubectl = common::require_program(
-        "kubectl",
-        "kubernetes-client (the machine image ships kubectl v1.32)",
-    );
+    let kubectl = common::kubectl::binaries().kubectl();
     let lab = Lab::builder(fast()).start().await;
     let dir = call_dir();
     let bin = dir.join("bin");

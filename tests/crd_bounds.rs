@@ -1,38 +1,56 @@
 //! The bounds of baremend's CRDs hold through an API server: the CRDs of `crds/` are
 //! registered with the simulated API server (which validates custom resources against their
 //! structural schema, as kubernetes `staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/
-//! validation/validation.go` does), an over-long or malformed name, a helper image named by
-//! tag, and an over-long list are refused with 422 naming the field, and every object of
-//! baremend's kinds that deploy/ ships is still accepted.
+//! validation/validation.go` does) and with a real kube-apiserver (every test runs on both:
+//! the real one is the judge), an over-long or malformed name, a helper image named by
+//! tag, an over-long list and each CEL rule's violation are refused with 422 naming the field
+//! or the rule, and every object of baremend's kinds that deploy/ ships is still accepted.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use baremend_sim::apiserver::ApiServer;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Client, Config};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// The simulated API server with every CRD of `crds/`, and a client of it.
-async fn start() -> (ApiServer, Client) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let server = ApiServer::start(Default::default()).await.unwrap();
-    let kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    config.default_retry = false;
-    let client = Client::try_from(config).unwrap();
+mod common;
+
+use common::servers::{Server, ServerKind};
+
+/// An API server of `kind` with every CRD of `crds/` established, and an admin client of it.
+async fn start(kind: ServerKind) -> (Server, Client) {
+    let server = Server::start(kind).await;
+    let client = server.admin().await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for file in yaml_files(&repo().join("crds")) {
         let crd: CustomResourceDefinition =
             serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         crds.create(&PostParams::default(), &crd).await.unwrap();
     }
+    common::eventually(
+        "every CRD established",
+        Duration::from_secs(30),
+        async || {
+            let list = crds.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .all(|crd| {
+                    crd.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| {
+                            c.iter()
+                                .any(|c| c.type_ == "Established" && c.status == "True")
+                        })
+                })
+                .then_some(())
+        },
+    )
+    .await;
     (server, client)
 }
 
@@ -96,13 +114,190 @@ async fn assert_refused(client: &Client, object: Value, field: &str) {
     assert_eq!(status.code, 422, "{status:?}");
     assert_eq!(status.reason, "Invalid", "{status:?}");
     assert!(status.message.contains(field), "{status:?}");
-    let causes: Vec<String> = status
+    let causes: Vec<(String, String)> = status
         .details
         .iter()
         .flat_map(|d| d.causes.iter())
-        .map(|c| c.field.clone())
+        .map(|c| (c.field.clone(), c.message.clone()))
         .collect();
-    assert_eq!(causes, [field], "{status:?}");
+    // A kind with CEL rules says too that they were skipped (a bound's error blocks them):
+    // apiextensions-apiserver's `hasBlockingErr`.
+    let (skipped, named): (Vec<_>, Vec<_>) = causes.iter().partition(|(f, _)| f == "<nil>");
+    assert_eq!(
+        named.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>(),
+        [field],
+        "{status:?}"
+    );
+    for (_, message) in skipped {
+        assert!(
+            message
+                .contains("some validation rules were not checked because the object was invalid"),
+            "{status:?}"
+        );
+    }
+}
+
+/// Creates `object` and expects a 422 whose message holds each of `phrases`.
+async fn assert_refused_saying(client: &Client, object: Value, phrases: &[&str]) {
+    let status = match create(client, object.clone()).await {
+        Err(kube::Error::Api(status)) => status,
+        other => panic!("{object}: expected a 422, got {other:?}"),
+    };
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (422, "Invalid"),
+        "{status:?}"
+    );
+    for phrase in phrases {
+        assert!(status.message.contains(phrase), "{phrase:?} in {status:?}");
+    }
+}
+
+/// Every `x-kubernetes-validations` rule of `crds/`, as (kind, rule).
+fn cel_rules() -> Vec<(String, String)> {
+    let mut rules = Vec::new();
+    for file in yaml_files(&repo().join("crds")) {
+        for crd in documents(&file) {
+            let kind = crd["spec"]["names"]["kind"].as_str().unwrap().to_owned();
+            let mut stack = vec![crd["spec"]["versions"].clone()];
+            while let Some(node) = stack.pop() {
+                match node {
+                    Value::Object(map) => {
+                        if let Some(Value::Array(list)) = map.get("x-kubernetes-validations") {
+                            for rule in list {
+                                rules.push((
+                                    kind.clone(),
+                                    rule["rule"].as_str().unwrap().to_owned(),
+                                ));
+                            }
+                        }
+                        stack.extend(map.into_iter().map(|(_, v)| v));
+                    }
+                    Value::Array(items) => stack.extend(items),
+                    _ => {}
+                }
+            }
+        }
+    }
+    rules.sort();
+    rules
+}
+
+/// Each CEL rule of our CRDs, broken by an object that holds every schema bound (so the rule
+/// runs), is refused with the rule's message (or, without one, the rule itself); a pattern
+/// error does not stop the rules (it is not a blocking error), a bound does.
+async fn every_cel_rule_refuses_with_its_message(server: ServerKind) {
+    let (_server, client) = start(server).await;
+    let base = json!({"nodeName": "worker-0", "address": "redfish://10.0.0.1", "credentialsName": "creds"});
+    let with = |extra: Value| {
+        let mut spec = base.clone();
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        spec
+    };
+    let policy = |timeouts: Value| {
+        json!({"apiVersion": "baremend.io/v1alpha1", "kind": "RemediationPolicy",
+            "metadata": {"name": "p"}, "spec": {"timeouts": timeouts}})
+    };
+    let cases: Vec<(&str, &str, Value)> = vec![
+        (
+            "HostBmc",
+            "has(self.spec.machineName) || has(self.spec.nodeName)",
+            host_bmc(json!({"address": "redfish://10.0.0.1", "credentialsName": "creds"})),
+        ),
+        (
+            "HostBmc",
+            "!has(self.spec.caBundle) || !has(self.spec.caBundleRef)",
+            host_bmc(with(
+                json!({"caBundle": "x", "caBundleRef": {"kind": "ConfigMap", "name": "ca"}}),
+            )),
+        ),
+        (
+            "HostBmc",
+            "!self.spec.insecureSkipVerify || (!has(self.spec.caBundle) && !has(self.spec.caBundleRef))",
+            host_bmc(with(json!({"insecureSkipVerify": true, "caBundle": "x"}))),
+        ),
+        (
+            "RemediationPolicy",
+            "!has(self.spec.timeouts) || self.spec.timeouts.readyGraceSeconds < self.spec.timeouts.nodeReadySeconds",
+            policy(json!({"nodeReadySeconds": 60, "readyGraceSeconds": 90})),
+        ),
+        (
+            "Remediation",
+            "has(self.spec.machineName) || (has(self.spec.nodeName) && has(self.spec.hostBmc))",
+            json!({"apiVersion": "baremend.io/v1alpha1", "kind": "Remediation",
+                "metadata": {"name": "r", "namespace": "default"}, "spec": {"nodeName": "worker-0"}}),
+        ),
+    ];
+    let covered: Vec<(String, String)> = {
+        let mut c: Vec<_> = cases
+            .iter()
+            .map(|(k, r, _)| ((*k).to_owned(), (*r).to_owned()))
+            .collect();
+        c.sort();
+        c
+    };
+    assert_eq!(
+        covered,
+        cel_rules(),
+        "a case for every rule of crds/, and no other"
+    );
+    for (kind, rule, object) in cases {
+        let messages: Vec<String> = yaml_files(&repo().join("crds"))
+            .iter()
+            .flat_map(|file| documents(file))
+            .filter(|crd| crd["spec"]["names"]["kind"] == kind)
+            .flat_map(|crd| {
+                crd.pointer("/spec/versions/0/schema/openAPIV3Schema/x-kubernetes-validations")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter(|r| r["rule"] == rule)
+            .map(|r| {
+                r["message"]
+                    .as_str()
+                    .map_or(format!("failed rule: {rule}"), str::to_owned)
+            })
+            .collect();
+        assert_eq!(messages.len(), 1, "{kind}: {rule}");
+        assert_refused_saying(&client, object, &[&messages[0]]).await;
+    }
+    // A pattern error and a rule's: both said (CEL still ran).
+    let mut both = host_bmc(with(
+        json!({"caBundle": "x", "caBundleRef": {"kind": "ConfigMap", "name": "ca"}}),
+    ));
+    both["spec"]["nodeName"] = json!("Worker_0");
+    assert_refused_saying(
+        &client,
+        both,
+        &[
+            "spec.nodeName",
+            "should match",
+            "failed rule: !has(self.spec.caBundle)",
+        ],
+    )
+    .await;
+    // A bound's error and a rule's: the rule is skipped, and that is said.
+    let mut blocked = host_bmc(with(
+        json!({"caBundle": "x", "caBundleRef": {"kind": "ConfigMap", "name": "ca"}}),
+    ));
+    blocked["spec"]["nodeName"] = json!("w".repeat(254));
+    assert_refused_saying(
+        &client,
+        blocked.clone(),
+        &[
+            "spec.nodeName: Too long",
+            "some validation rules were not checked",
+        ],
+    )
+    .await;
+    let status = match create(&client, blocked).await {
+        Err(kube::Error::Api(status)) => status,
+        other => panic!("expected a 422, got {other:?}"),
+    };
+    assert!(!status.message.contains("failed rule"), "{status:?}");
 }
 
 fn host_bmc(spec: Value) -> Value {
@@ -110,9 +305,8 @@ fn host_bmc(spec: Value) -> Value {
         "metadata": {"name": "h", "namespace": "default"}, "spec": spec})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn names_must_be_dns_subdomains_of_at_most_253_characters() {
-    let (_server, client) = start().await;
+async fn names_must_be_dns_subdomains_of_at_most_253_characters(server: ServerKind) {
+    let (_server, client) = start(server).await;
     let spec = |node: &str| json!({"nodeName": node, "address": "redfish://10.0.0.1", "credentialsName": "creds"});
     // 253 characters in labels of 63 is the longest name a Node can have.
     let longest = [
@@ -159,9 +353,8 @@ async fn names_must_be_dns_subdomains_of_at_most_253_characters() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_helper_image_must_be_pinned_by_digest_and_its_namespace_a_label() {
-    let (_server, client) = start().await;
+async fn a_helper_image_must_be_pinned_by_digest_and_its_namespace_a_label(server: ServerKind) {
+    let (_server, client) = start(server).await;
     let policy = |name: &str, spec: Value| {
         json!({"apiVersion": "baremend.io/v1alpha1", "kind": "DriftPolicy",
             "metadata": {"name": name}, "spec": spec})
@@ -189,9 +382,8 @@ async fn a_helper_image_must_be_pinned_by_digest_and_its_namespace_a_label() {
     assert_eq!(created.data["spec"]["helperNamespace"], "baremend");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lists_and_blobs_are_bounded() {
-    let (_server, client) = start().await;
+async fn lists_and_blobs_are_bounded(server: ServerKind) {
+    let (_server, client) = start(server).await;
     let four = ["DirectBmc", "DirectBmc", "DirectBmc", "DirectBmc"];
     let template = json!({"apiVersion": "baremend.io/v1alpha1", "kind": "MachineRemediationTemplate",
         "metadata": {"name": "t", "namespace": "default"},
@@ -210,9 +402,8 @@ async fn lists_and_blobs_are_bounded() {
     assert_refused(&client, drift, "spec.target").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_object_of_ours_that_deploy_ships_is_accepted() {
-    let (_server, client) = start().await;
+async fn every_object_of_ours_that_deploy_ships_is_accepted(server: ServerKind) {
+    let (_server, client) = start(server).await;
     let mut files = vec![repo().join("deploy/policies.yaml")];
     files.extend(yaml_files(&repo().join("deploy/examples")));
     let mut created = Vec::new();
@@ -237,12 +428,13 @@ async fn every_object_of_ours_that_deploy_ships_is_accepted() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_policy_whose_ready_grace_outlasts_its_node_ready_deadline_is_refused() {
+async fn a_policy_whose_ready_grace_outlasts_its_node_ready_deadline_is_refused(
+    server: ServerKind,
+) {
     // A Node counts as back only once Ready for the grace period, within the node-ready
     // deadline: with a grace as long as the deadline every remediation would end
     // NodeNeverReady. The grace defaults to 30 s, so a deadline of 30 s alone is refused too.
-    let (_server, client) = start().await;
+    let (_server, client) = start(server).await;
     let policy = |name: &str, timeouts: Value| {
         json!({"apiVersion": "baremend.io/v1alpha1", "kind": "RemediationPolicy",
             "metadata": {"name": name}, "spec": {"timeouts": timeouts}})
@@ -276,3 +468,12 @@ async fn a_policy_whose_ready_grace_outlasts_its_node_ready_deadline_is_refused(
         create(&client, policy(name, timeouts)).await.unwrap();
     }
 }
+
+on_both_servers!(
+    every_cel_rule_refuses_with_its_message,
+    names_must_be_dns_subdomains_of_at_most_253_characters,
+    a_helper_image_must_be_pinned_by_digest_and_its_namespace_a_label,
+    lists_and_blobs_are_bounded,
+    every_object_of_ours_that_deploy_ships_is_accepted,
+    a_policy_whose_ready_grace_outlasts_its_node_ready_deadline_is_refused,
+);

@@ -383,11 +383,7 @@ fn the_controller_pods_fit_openshift_restricted_v2_with_no_fixed_uid() {
 
 /// `kubectl kustomize` of a folder, as YAML documents.
 fn kustomize(dir: &Path) -> Vec<Value> {
-    common::require_program(
-        "kubectl",
-        "kubernetes-client (the machine image ships kubectl v1.32)",
-    );
-    let output = std::process::Command::new("kubectl")
+    let output = std::process::Command::new(common::kubectl::binaries().kubectl())
         .arg("kustomize")
         .arg(dir)
         .output()

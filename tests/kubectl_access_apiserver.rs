@@ -1,4 +1,4 @@
-//! kubectl (v1.32, a real client) against the simulated API server's access machinery:
+//! kubectl (the pinned v1.36.3, a real client) against the simulated API server's access machinery:
 //! ServiceAccount tokens, CertificateSigningRequest approval, token and subject access reviews,
 //! and RBAC refusals that `kubectl auth can-i` reports as a real cluster does.
 
@@ -103,7 +103,7 @@ async fn kubectl_approves_a_certificate_signing_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_creates_token_and_subject_access_reviews() {
     let c = cluster().await;
-    let token = c.server.mint_token("alice", &["team"]);
+    let token = c.sim().mint_token("alice", &["team"]);
     let review = format!(
         "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: {token}\n"
     );
@@ -219,7 +219,7 @@ async fn kubectl_is_refused_what_rbac_does_not_grant_and_auth_can_i_tells() {
     );
     // A kubeconfig of the account's own: what the binding grants, and no more.
     let kubeconfig = c.dir.join("nobody.kubeconfig");
-    std::fs::write(&kubeconfig, c.server.kubeconfig_for(token)).unwrap();
+    std::fs::write(&kubeconfig, c.sim().kubeconfig_for(token)).unwrap();
     let path = kubeconfig.to_str().unwrap();
     let names = c
         .ok(

@@ -1,16 +1,20 @@
-//! kubectl (v1.32, a real client) and its kustomize applying what we ship to the simulated API
-//! server: our CRDs and their printer columns, every documented combination of `deploy/`'s
-//! bases and components, the OpenShift overlay and every example of the install guide.
-
-use std::path::PathBuf;
+//! kubectl (the pinned v1.36.3, a real client) and its kustomize applying what we ship — our
+//! CRDs and their printer columns, every documented combination of `deploy/`'s bases and
+//! components, the OpenShift overlay and every example of the install guide — to the
+//! simulated API server and to a real kube-apiserver (each test runs on both).
 
 mod common;
 
-use common::kubectl::{Cluster, MONITORING_CRDS, cluster};
+use common::kubectl::{
+    cluster, cluster_on, documented_kustomizations, established, install_prerequisites,
+    own_kustomization,
+};
+use common::servers::ServerKind;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_age() {
-    let c = cluster().await;
+async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_age(
+    server: ServerKind,
+) {
+    let c = cluster_on(server).await;
     let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
     let out = c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
     let files = std::fs::read_dir(&crds)
@@ -25,6 +29,7 @@ async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_a
         .count();
     assert!(files >= 5, "{files} CRD files");
     assert_eq!(out.matches("created").count(), files, "{out}");
+    established(&c).await;
     c.ok(
         &["apply", "-f", "-"],
         Some(
@@ -66,75 +71,6 @@ async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_a
         )
         .await;
     assert_eq!(value.trim(), "true");
-}
-
-/// Every CRD the documented combinations and the examples need: the Prometheus Operator's,
-/// OpenShift's, Cluster API's and metal3's, NodeHealthCheck's, then ours; and the namespaces
-/// the health checks' objects live in (the operators that own them make them on a cluster).
-async fn install_prerequisites(c: &Cluster) {
-    c.ok(&["apply", "-f", "-"], Some(MONITORING_CRDS)).await;
-    let fixtures = baremend_sim::cluster::fixtures::all()
-        .into_iter()
-        .chain(baremend_sim::cluster::fixtures::cluster_api_crds())
-        .chain([baremend_sim::cluster::fixtures::node_health_check_crd()]);
-    for crd in fixtures {
-        c.ok(&["apply", "-f", "-"], Some(&crd.to_string())).await;
-    }
-    let crds = common::repo_root().join("crds");
-    let out = c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
-    for name in ["remediations", "remediationpolicies", "hostbmcs"] {
-        assert!(
-            out.contains(&format!("{name}.baremend.io created")),
-            "{out}"
-        );
-    }
-    for namespace in [
-        "openshift-machine-api",
-        "metal3",
-        "openshift-workload-availability",
-    ] {
-        c.ok(&["create", "namespace", namespace], None).await;
-    }
-}
-
-/// A kustomization of an admin's own, in a folder beside a copy of the repository's deploy/
-/// (`scratch/baremend/deploy`, so that `../baremend/deploy/...` resolves as the guide writes
-/// it); returns its folder.
-fn own_kustomization(scratch: &std::path::Path, text: &str) -> PathBuf {
-    common::copy_of_deploy(&scratch.join("baremend"));
-    let mine = scratch.join("mine");
-    std::fs::create_dir_all(&mine).unwrap();
-    std::fs::write(mine.join("kustomization.yaml"), text).unwrap();
-    mine
-}
-
-/// The kustomizations docs/guides/install.md shows (its YAML blocks of `kind: Kustomization`).
-fn documented_kustomizations() -> Vec<String> {
-    let guide =
-        std::fs::read_to_string(common::repo_root().join("docs/guides/install.md")).unwrap();
-    let mut blocks = Vec::new();
-    let mut rest = guide.as_str();
-    while let Some(at) = rest.find("```yaml\n") {
-        let body = &rest[at + "```yaml\n".len()..];
-        let end = body.find("```").expect("a closed code block");
-        let block = &body[..end];
-        // Indented when inside a list item: kustomize reads it unindented.
-        let indent = block
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| l.len() - l.trim_start().len())
-            .min()
-            .unwrap_or(0);
-        let text: String = block
-            .lines()
-            .map(|l| l.get(indent..).unwrap_or("").to_string() + "\n")
-            .collect();
-        if text.lines().any(|l| l == "kind: Kustomization") {
-            blocks.push(text);
-        }
-        rest = &body[end + 3..];
-    }
-    blocks
 }
 
 /// The components a kustomization names (their folder names).
@@ -238,9 +174,8 @@ fn check_rendering(name: &str, documents: &[serde_json::Value]) {
     assert_eq!(helper_image, Some(container["image"].clone()), "{name}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once() {
-    let c = cluster().await;
+async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once(server: ServerKind) {
+    let c = cluster_on(server).await;
     let root = common::repo_root();
     install_prerequisites(&c).await;
     let overlay = root.join("deploy/overlays/openshift");
@@ -394,8 +329,7 @@ async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once() {
     assert_eq!(replicas.trim(), "2");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_applies_every_documented_combination_of_base_and_components() {
+async fn kubectl_applies_every_documented_combination_of_base_and_components(server: ServerKind) {
     let root = common::repo_root();
     let components: Vec<String> = std::fs::read_dir(root.join("deploy/components"))
         .unwrap()
@@ -417,7 +351,7 @@ async fn kubectl_applies_every_documented_combination_of_base_and_components() {
     let mut used = std::collections::BTreeSet::new();
     let mut roles = Vec::new();
     for (name, text) in &combinations {
-        let c = cluster().await;
+        let c = cluster_on(server).await;
         install_prerequisites(&c).await;
         let mine = own_kustomization(&c.dir, text);
         let mine = mine.to_str().unwrap();
@@ -557,9 +491,8 @@ async fn kustomize_refuses_a_node_health_check_beside_a_custom_machine_health_ch
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_applies_every_example_of_the_install_guide() {
-    let c = cluster().await;
+async fn kubectl_applies_every_example_of_the_install_guide(server: ServerKind) {
+    let c = cluster_on(server).await;
     let root = common::repo_root();
     install_prerequisites(&c).await;
     c.ok(&["create", "namespace", "baremend"], None).await;
@@ -624,3 +557,10 @@ async fn kubectl_applies_every_example_of_the_install_guide() {
         );
     }
 }
+
+on_both_servers!(
+    our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_age,
+    kubectl_applies_the_openshift_overlay_and_creates_the_policies_once,
+    kubectl_applies_every_documented_combination_of_base_and_components,
+    kubectl_applies_every_example_of_the_install_guide,
+);

@@ -1,4 +1,4 @@
-//! kubectl (v1.32, a real client) and kube-rs on the simulated API server's wire formats:
+//! kubectl (the pinned v1.36.3, a real client) and kube-rs on the simulated API server's wire formats:
 //! aggregated discovery and protobuf bodies for every built-in kind kubectl creates.
 
 mod common;
@@ -12,7 +12,7 @@ async fn api_resources_come_from_aggregated_discovery() {
     c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
     // A fresh cache, so that this run discovers everything anew.
     let cache = c.dir.join("api-resources-cache");
-    c.server.record_requests();
+    c.sim().record_requests();
     let out = c
         .ok(
             &["api-resources", "--cache-dir", cache.to_str().unwrap()],
@@ -50,7 +50,7 @@ async fn api_resources_come_from_aggregated_discovery() {
     // kubectl 1.32 asks for aggregated discovery first: `/api` and `/apis` answer everything,
     // and no group-version is fetched one by one.
     let discovery: Vec<String> = c
-        .server
+        .sim()
         .recorded_requests()
         .into_iter()
         .map(|r| r.path)
@@ -364,7 +364,7 @@ async fn a_pdb_round_trips_through_protobuf_and_kube_reads_it() {
         assert!(yaml.contains(line), "{line:?} in\n{yaml}");
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&c.server.kubeconfig()).unwrap();
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&c.sim().kubeconfig()).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .unwrap();

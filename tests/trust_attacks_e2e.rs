@@ -10,8 +10,7 @@ use baremend::api::slim::MachineApi;
 use baremend::api::{
     DriftPhase, HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPhase,
 };
-use baremend::drift::helper::{self, HelperOp, HelperPods, HelperTarget};
-use baremend::lab::setup::LAB_HELPER_IMAGE;
+use baremend::drift::helper::HelperOp;
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{
     CAPI_MACHINES, Gvr, MACHINE_REMEDIATION_TEMPLATES, MACHINES, METAL3_MACHINES, NAMESPACES,
@@ -19,12 +18,16 @@ use baremend_sim::cluster::local::{
 };
 use baremend_sim::cluster::nhc::NODE_REMEDIATIONS;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 mod common;
+
+use common::helper_policy::{
+    HELPER_POLICY, HELPERS, MOUNTS, POLICY_BINDINGS, admitted_ops, create_pod, deviations,
+    extra_host_path_attack, helper_pod, refused_by_policy,
+};
 
 use common::eventually;
 use common::lab::{Lab, REMEDIATIONS, fast, metric, warning_in};
@@ -613,43 +616,6 @@ async fn a_node_annotation_naming_another_machine_does_not_move_the_escalation()
     lab.stop().await;
 }
 
-/// The admission policy of deploy/base/helper-admission.yaml, as the controller's own
-/// ServiceAccount meets it.
-const HELPER_POLICY: &str = "baremend-drift-helpers";
-
-/// The namespace of deploy/ (the helpers', the controller's).
-const HELPERS: &str = baremend::lab::setup::DEPLOY_NAMESPACE;
-
-/// A helper pod as the drift coordinator builds it (`src/drift/helper.rs`), named `name`,
-/// doing `op`, as JSON to tamper with. The node does not exist: nothing runs it. Its owner, a
-/// DriftRemediation, does not exist either: the reference is dropped so that the garbage
-/// collector leaves what was admitted in place (the policy does not read it).
-fn helper_pod(name: &str, op: &HelperOp) -> Value {
-    let pods = HelperPods::new(LAB_HELPER_IMAGE);
-    let target = HelperTarget {
-        remediation: name,
-        uid: "0b7e5c1a-0000-4000-8000-000000000001",
-        node: "no-such-node",
-        namespace: HELPERS,
-        image: LAB_HELPER_IMAGE,
-        pods: &pods,
-    };
-    let mut pod = serde_json::to_value(helper::pod(&target, op)).unwrap();
-    pod["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("ownerReferences");
-    pod
-}
-
-/// Creates `pod` with `client`'s identity in the helpers' namespace.
-async fn create_pod(client: &Client, pod: &Value) -> kube::Result<Pod> {
-    let pod: Pod = serde_json::from_value(pod.clone()).unwrap();
-    Api::<Pod>::namespaced(client.clone(), HELPERS)
-        .create(&PostParams::default(), &pod)
-        .await
-}
-
 /// Before: `deploy/` let the controller's account create any pod in its namespace (RBAC
 /// cannot say which), and its helpers' account may run privileged: with the controller's
 /// token, a "helper" mounting more of the node than `/` (or anything else) was created, i.e.
@@ -665,19 +631,7 @@ async fn a_helper_shaped_pod_with_an_extra_host_path_is_refused_with_the_control
     let stored = |name: &str| lab.api.get(PODS, HELPERS, name).is_ok();
 
     // Every helper the coordinator builds passes, the install's content Secret included.
-    let ops = [
-        HelperOp::Force,
-        HelperOp::Unforce,
-        HelperOp::Install {
-            path: "/etc/demo/rules.json".into(),
-            mode: 0o644,
-            sha256: "ab".repeat(32),
-        },
-        HelperOp::Chmod {
-            path: "/etc/demo/rules.json".into(),
-            mode: 0o600,
-        },
-    ];
+    let ops = admitted_ops();
     for op in &ops {
         let pod = helper_pod("admitted", op);
         let name = pod["metadata"]["name"].as_str().unwrap().to_string();
@@ -688,105 +642,23 @@ async fn a_helper_shaped_pod_with_an_extra_host_path_is_refused_with_the_control
     }
 
     // The attack: the force helper with the node's /etc mounted besides its /.
-    let mut attack = helper_pod("attack", &HelperOp::Force);
-    attack["spec"]["volumes"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"name": "etc", "hostPath": {"path": "/etc"}}));
-    attack["spec"]["containers"][0]["volumeMounts"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"name": "etc", "mountPath": "/etc-of-the-node"}));
-    let mounts = "a helper pod mounts the node's / as its one hostPath and no other volume but its own content Secret";
-    refused_by_policy(create_pod(&controller, &attack).await, mounts);
+    let attack = extra_host_path_attack();
+    refused_by_policy(
+        create_pod(&controller, &attack).await,
+        "attack-force",
+        MOUNTS,
+    );
     assert!(!stored("attack-force"), "the attack's pod was stored");
 
     // Every other way out of the shape, one at a time.
-    let deviations: Vec<(&str, Tamper, &str)> = vec![
-        (
-            "another hostPath",
-            |p| p["spec"]["volumes"][0]["hostPath"]["path"] = json!("/var/lib/kubelet"),
-            mounts,
-        ),
-        (
-            "another Secret",
-            |p| {
-                p["spec"]["volumes"]
-                    .as_array_mut()
-                    .unwrap()
-                    .push(json!({"name": "tls", "secret": {"secretName": "baremend-metrics-tls"}}))
-            },
-            mounts,
-        ),
-        (
-            "an emptyDir",
-            |p| {
-                p["spec"]["volumes"]
-                    .as_array_mut()
-                    .unwrap()
-                    .push(json!({"name": "scratch", "emptyDir": {}}))
-            },
-            mounts,
-        ),
-        (
-            "a tag",
-            |p| p["spec"]["containers"][0]["image"] = json!("baremend:latest"),
-            "a helper pod runs the image of the controller, pinned by digest (baremend@sha256:…)",
-        ),
-        (
-            "another repository's digest",
-            |p| {
-                p["spec"]["containers"][0]["image"] =
-                    json!(LAB_HELPER_IMAGE.replacen("baremend", "attacker/tools", 1))
-            },
-            "a helper pod runs the image of the controller, pinned by digest (baremend@sha256:…)",
-        ),
-        (
-            "a shell",
-            |p| p["spec"]["containers"][0]["command"] = json!(["sh", "-c", "chroot /host"]),
-            "a helper pod runs `baremend host-file --root /host …` and nothing else",
-        ),
-        (
-            "arguments after the command",
-            |p| p["spec"]["containers"][0]["args"] = json!(["; sh"]),
-            "a helper pod runs `baremend host-file --root /host …` and nothing else",
-        ),
-        (
-            "the token mounted",
-            |p| p["spec"]["automountServiceAccountToken"] = json!(true),
-            "a helper pod mounts no service-account token (automountServiceAccountToken: false)",
-        ),
-        (
-            "the controller's own account",
-            |p| p["spec"]["serviceAccountName"] = json!("baremend"),
-            "a pod of the controller's account runs as the helpers' account baremend-drift-helper",
-        ),
-        (
-            "an init container",
-            |p| {
-                let container = p["spec"]["containers"][0].clone();
-                p["spec"]["initContainers"] = json!([container]);
-            },
-            "a helper pod has one container and no init or ephemeral containers",
-        ),
-        (
-            "a Secret through the environment",
-            |p| {
-                p["spec"]["containers"][0]["envFrom"] =
-                    json!([{"secretRef": {"name": "baremend-metrics-tls"}}])
-            },
-            "a helper pod reads no environment (no Secret or ConfigMap through env)",
-        ),
-        (
-            "the host's PID namespace",
-            |p| p["spec"]["hostPID"] = json!(true),
-            "a helper pod shares no host namespace",
-        ),
-    ];
-    for (what, tamper, message) in deviations {
+    for (what, tamper, message) in deviations("baremend@sha256:…") {
         let mut pod = helper_pod("deviant", &HelperOp::Force);
         tamper(&mut pod);
-        refused_by_policy(create_pod(&controller, &pod).await, message);
+        refused_by_policy(
+            create_pod(&controller, &pod).await,
+            "deviant-force",
+            &message,
+        );
         assert!(!stored("deviant-force"), "{what}: stored");
     }
 
@@ -812,29 +684,4 @@ async fn a_helper_shaped_pod_with_an_extra_host_path_is_refused_with_the_control
     )
     .await;
     assert!(stored("attack-force"));
-}
-
-/// A change to a helper pod (JSON).
-type Tamper = fn(&mut Value);
-
-/// The bindings of ValidatingAdmissionPolicies.
-const POLICY_BINDINGS: Gvr = Gvr {
-    group: "admissionregistration.k8s.io",
-    version: "v1",
-    plural: "validatingadmissionpolicybindings",
-};
-
-/// Asserts deploy/'s helper policy refused the request with 422 Invalid and `message`
-/// (upstream's wording: `ValidatingAdmissionPolicy '<p>' with binding '<b>' denied request:`,
-/// kubernetes `staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/dispatcher.go`).
-fn refused_by_policy<T: std::fmt::Debug>(result: kube::Result<T>, message: &str) {
-    let expected = format!(
-        "ValidatingAdmissionPolicy '{HELPER_POLICY}' with binding '{HELPER_POLICY}' denied request: {message}"
-    );
-    match result {
-        Err(kube::Error::Api(status)) if status.code == 422 && status.reason == "Invalid" => {
-            assert_eq!(status.message, expected);
-        }
-        other => panic!("expected 422 Invalid ({expected}), got {other:?}"),
-    }
 }

@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod host;
 pub mod ipmi;
 pub mod lockout;
+pub mod plane;
 pub mod redfish;
 mod server;
 pub mod tls;

@@ -1,33 +1,39 @@
-//! The real kubectl (v1.32) as a test runs it: on a kubeconfig of the simulated API server,
+//! The real kubectl — the one pinned with the control plane (`tools/kubernetes/`, v1.36.3) —
+//! as a test runs it: on a kubeconfig of the simulated API server or of a real control plane,
 //! with a scratch `HOME` of its own, and the Prometheus Operator's kinds that `deploy/`'s
 //! monitoring component needs served first.
 
 use std::path::{Path, PathBuf};
+
 use std::process::Stdio;
 use std::time::Duration;
 
 use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
+use baremend_sim::plane::{Binaries, ControlPlane, PlaneOptions};
 use tokio::io::AsyncWriteExt;
 
 use super::scratch;
 
 /// kubectl on one kubeconfig.
 pub struct Kubectl {
+    program: PathBuf,
     kubeconfig: PathBuf,
     home: PathBuf,
 }
 
+/// The pinned control-plane binaries; a missing build fails the test with how to make it.
+pub fn binaries() -> Binaries {
+    Binaries::locate().unwrap_or_else(|e| panic!("{e}"))
+}
+
 impl Kubectl {
     /// kubectl on `kubeconfig` (its text), written into `dir`, which is also its `HOME`.
-    /// Fails the test with how to install kubectl when it is missing.
+    /// Fails the test with how to build kubectl when it is missing.
     pub fn new(dir: &Path, kubeconfig: &str) -> Self {
-        super::require_program(
-            "kubectl",
-            "kubernetes-client (the machine image ships kubectl v1.32)",
-        );
         let path = dir.join("kubeconfig");
         std::fs::write(&path, kubeconfig).expect("kubeconfig written");
         Kubectl {
+            program: binaries().kubectl(),
             kubeconfig: path,
             home: dir.to_path_buf(),
         }
@@ -40,7 +46,7 @@ impl Kubectl {
 
     /// Runs kubectl with `args` (and `stdin`): whether it succeeded, its stdout and stderr.
     pub async fn run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-        let mut command = tokio::process::Command::new("kubectl");
+        let mut command = tokio::process::Command::new(&self.program);
         command
             .args(args)
             .env("KUBECONFIG", &self.kubeconfig)
@@ -77,10 +83,18 @@ impl Kubectl {
     }
 }
 
-/// A simulated API server over HTTPS and kubectl on a kubeconfig of it with a bearer token.
+/// The API server kubectl talks to.
+pub enum Server {
+    /// Ours.
+    Simulated(ApiServer),
+    /// A real kube-apiserver with etcd and kube-controller-manager.
+    Real(Box<ControlPlane>),
+}
+
+/// An API server over HTTPS and kubectl on an administrator's kubeconfig of it.
 pub struct Cluster {
-    /// The simulated API server.
-    pub server: ApiServer,
+    /// The API server.
+    pub server: Server,
     /// kubectl on its kubeconfig.
     pub kubectl: Kubectl,
     /// The kubeconfig file kubectl uses.
@@ -101,7 +115,33 @@ pub async fn cluster() -> Cluster {
     let kubectl = Kubectl::new(&dir, &server.kubeconfig());
     let kubeconfig = kubectl.kubeconfig().to_path_buf();
     Cluster {
-        server,
+        server: Server::Simulated(server),
+        kubectl,
+        kubeconfig,
+        dir,
+    }
+}
+
+/// A fresh API server of `kind` and kubectl on it.
+pub async fn cluster_on(kind: super::servers::ServerKind) -> Cluster {
+    match kind {
+        super::servers::ServerKind::Simulated => cluster().await,
+        super::servers::ServerKind::Real => real_cluster().await,
+    }
+}
+
+/// A fresh real control plane (etcd, kube-apiserver, kube-controller-manager) and kubectl on
+/// its administrator's kubeconfig, in a scratch folder.
+pub async fn real_cluster() -> Cluster {
+    let dir = scratch("kubectl-real");
+    let plane = ControlPlane::start(&binaries(), &dir, PlaneOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("the control plane did not start: {e}"));
+    eprintln!("control plane ready in {:?}", plane.started_in());
+    let kubectl = Kubectl::new(&dir, &plane.admin_kubeconfig());
+    let kubeconfig = kubectl.kubeconfig().to_path_buf();
+    Cluster {
+        server: Server::Real(Box::new(plane)),
         kubectl,
         kubeconfig,
         dir,
@@ -109,6 +149,22 @@ pub async fn cluster() -> Cluster {
 }
 
 impl Cluster {
+    /// The simulated API server (the test is one of the simulator's own).
+    pub fn sim(&self) -> &ApiServer {
+        match &self.server {
+            Server::Simulated(server) => server,
+            Server::Real(_) => panic!("this test needs the simulated API server"),
+        }
+    }
+
+    /// The real control plane, when it is one.
+    pub fn plane(&self) -> Option<&ControlPlane> {
+        match &self.server {
+            Server::Real(plane) => Some(plane),
+            Server::Simulated(_) => None,
+        }
+    }
+
     /// Runs kubectl: whether it succeeded, its stdout and stderr.
     pub async fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
         self.kubectl.run(args, stdin).await
@@ -118,6 +174,91 @@ impl Cluster {
     pub async fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
         self.kubectl.ok(args, stdin).await
     }
+}
+
+/// Every CRD the documented combinations and the examples need: the Prometheus Operator's,
+/// OpenShift's, Cluster API's and metal3's, NodeHealthCheck's, then ours; and the namespaces
+/// the health checks' objects live in (the operators that own them make them on a cluster).
+pub async fn install_prerequisites(c: &Cluster) {
+    c.ok(&["apply", "-f", "-"], Some(MONITORING_CRDS)).await;
+    let fixtures = baremend_sim::cluster::fixtures::all()
+        .into_iter()
+        .chain(baremend_sim::cluster::fixtures::cluster_api_crds())
+        .chain([baremend_sim::cluster::fixtures::node_health_check_crd()]);
+    for crd in fixtures {
+        c.ok(&["apply", "-f", "-"], Some(&crd.to_string())).await;
+    }
+    let crds = super::repo_root().join("crds");
+    let out = c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
+    for name in ["remediations", "remediationpolicies", "hostbmcs"] {
+        assert!(
+            out.contains(&format!("{name}.baremend.io created")),
+            "{out}"
+        );
+    }
+    established(c).await;
+    for namespace in [
+        "openshift-machine-api",
+        "metal3",
+        "openshift-workload-availability",
+    ] {
+        c.ok(&["create", "namespace", namespace], None).await;
+    }
+}
+
+/// Waits until every CRD is established (a real server serves a new kind a moment after its
+/// CRD is created; kubectl finds no kind before).
+pub async fn established(c: &Cluster) {
+    c.ok(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ],
+        None,
+    )
+    .await;
+}
+
+/// A kustomization of an admin's own, in a folder beside a copy of the repository's deploy/
+/// (`scratch/baremend/deploy`, so that `../baremend/deploy/...` resolves as the guide writes
+/// it); returns its folder.
+pub fn own_kustomization(scratch: &std::path::Path, text: &str) -> PathBuf {
+    super::copy_of_deploy(&scratch.join("baremend"));
+    let mine = scratch.join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::write(mine.join("kustomization.yaml"), text).unwrap();
+    mine
+}
+
+/// The kustomizations docs/guides/install.md shows (its YAML blocks of `kind: Kustomization`).
+pub fn documented_kustomizations() -> Vec<String> {
+    let guide = std::fs::read_to_string(super::repo_root().join("docs/guides/install.md")).unwrap();
+    let mut blocks = Vec::new();
+    let mut rest = guide.as_str();
+    while let Some(at) = rest.find("```yaml\n") {
+        let body = &rest[at + "```yaml\n".len()..];
+        let end = body.find("```").expect("a closed code block");
+        let block = &body[..end];
+        // Indented when inside a list item: kustomize reads it unindented.
+        let indent = block
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.len() - l.trim_start().len())
+            .min()
+            .unwrap_or(0);
+        let text: String = block
+            .lines()
+            .map(|l| l.get(indent..).unwrap_or("").to_string() + "\n")
+            .collect();
+        if text.lines().any(|l| l == "kind: Kustomization") {
+            blocks.push(text);
+        }
+        rest = &body[end + 3..];
+    }
+    blocks
 }
 
 /// The Prometheus Operator's two kinds that deploy/ uses, as a cluster with it has them

@@ -5,12 +5,14 @@
 
 pub mod drift;
 pub mod events;
+pub mod helper_policy;
 pub mod kubectl;
 pub mod lab;
 pub mod leader;
 pub mod prometheus;
 pub mod rbac;
 pub mod remediation;
+pub mod servers;
 mod wait;
 
 use std::path::{Path, PathBuf};

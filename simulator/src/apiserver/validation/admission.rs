@@ -233,14 +233,34 @@ fn evaluate(policy: &Value, binding: &Value, request: &AdmissionRequest) -> Resu
         .pointer("/spec/failurePolicy")
         .and_then(Value::as_str)
         == Some("Ignore");
+    // The dispatcher wraps its words in `admission.NewForbidden` and then sets the policy's
+    // reason and code (kubernetes v1.36.3 `apiserver/pkg/admission/plugin/policy/validating/
+    // dispatcher.go`): `<resource> "<name>" is forbidden: ValidatingAdmissionPolicy …`, with
+    // the group, resource and name as details, and no causes.
+    let resource = if request.group.is_empty() {
+        request.resource.to_owned()
+    } else {
+        format!("{}.{}", request.resource, request.group)
+    };
+    let target = match request.name {
+        "" => request
+            .object
+            .pointer("/metadata/generateName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .unwrap_or("Unknown"),
+        name => name,
+    };
     let deny = |denial: Denial| ApiError {
         code: denial.code,
         reason: denial.reason,
         message: format!(
-            "ValidatingAdmissionPolicy '{policy_name}' with binding '{binding_name}' denied request: {}",
+            "{resource} {} is forbidden: ValidatingAdmissionPolicy '{policy_name}' with binding \
+             '{binding_name}' denied request: {}",
+            super::errors::go_quote(target),
             denial.message
         ),
-        details: Some(json!({"causes": [{"message": denial.message}]})),
+        details: Some(json!({"name": target, "group": request.group, "kind": request.resource})),
         retry_after: None,
     };
     let mut variables = vec![
@@ -485,7 +505,7 @@ mod tests {
         assert_eq!(error.code, 422);
         assert_eq!(
             error.message,
-            "ValidatingAdmissionPolicy 'max-replicas' with binding 'max-replicas-binding' denied request: failed expression: object.spec.replicas <= variables.limit"
+            "deployments.apps \"web\" is forbidden: ValidatingAdmissionPolicy 'max-replicas' with binding 'max-replicas-binding' denied request: failed expression: object.spec.replicas <= variables.limit"
         );
         let small = json!({"metadata": {"name": "web"}, "spec": {"replicas": 3}});
         assert!(admit(&[policy()], &[binding(&["Deny"])], &request(&small, &user)).is_ok());

@@ -31,6 +31,8 @@ pub enum ErrorType {
     TooLong,
     /// `FieldValueTooMany`: "Too many".
     TooMany,
+    /// `FieldValueTypeInvalid`: "Invalid value" (a value of the wrong type or format).
+    TypeInvalid,
 }
 
 impl ErrorType {
@@ -44,13 +46,14 @@ impl ErrorType {
             ErrorType::Forbidden => "FieldValueForbidden",
             ErrorType::TooLong => "FieldValueTooLong",
             ErrorType::TooMany => "FieldValueTooMany",
+            ErrorType::TypeInvalid => "FieldValueTypeInvalid",
         }
     }
 
     fn words(self) -> &'static str {
         match self {
             ErrorType::Required => "Required value",
-            ErrorType::Invalid => "Invalid value",
+            ErrorType::Invalid | ErrorType::TypeInvalid => "Invalid value",
             ErrorType::NotSupported => "Unsupported value",
             ErrorType::Duplicate => "Duplicate value",
             ErrorType::Forbidden => "Forbidden",
@@ -79,6 +82,9 @@ pub struct FieldError {
     pub value: Value,
     /// What is wrong, after the value.
     pub detail: String,
+    /// The value is left out of the text (`field.OmitValueType`, as a failed CEL rule on an
+    /// object or a list has it).
+    pub omit_value: bool,
 }
 
 impl FieldError {
@@ -89,13 +95,22 @@ impl FieldError {
             field: field.to_owned(),
             value,
             detail: detail.into(),
+            omit_value: false,
+        }
+    }
+
+    /// The same error, its value left out of the text.
+    pub fn without_value(self) -> Self {
+        FieldError {
+            omit_value: true,
+            ..self
         }
     }
 
     /// The message without the field (`ErrorBody`).
     pub fn body(&self) -> String {
         let mut text = self.kind.words().to_owned();
-        if !self.kind.omits_value() {
+        if !self.kind.omits_value() && !self.omit_value {
             text.push_str(": ");
             text.push_str(&render(&self.value));
         }

@@ -14,6 +14,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod cel;
+pub(crate) mod defaults;
 pub(crate) mod errors;
 pub(crate) mod rules;
 pub(crate) mod schema;
@@ -22,7 +23,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use self::errors::FieldError;
+use self::errors::{ErrorType, FieldError};
 use self::schema::{CrdSchemas, Schema};
 use super::auth::node::{self, NodeWrite, WriteOperation};
 use super::errors::{ApiError, ApiResult};
@@ -58,6 +59,9 @@ pub(crate) fn admit(
     around: &Surroundings,
 ) -> ApiResult<()> {
     let name = meta_str(object, "name").unwrap_or_default().to_owned();
+    if ty.schemas.is_none() {
+        defaults::apply(&ty.group, &ty.plural, object);
+    }
     let found = if is_crd(ty) {
         CrdSchemas::parse(object).err().into_iter().collect()
     } else if ty.group == admission::GROUP && ty.plural == "validatingadmissionpolicies" {
@@ -149,9 +153,11 @@ pub(crate) fn restrict_node_delete(
     )
 }
 
-/// Prunes, defaults, validates against the schema and then, if that passed, evaluates the
-/// CEL rules (the order of apiextensions-apiserver's decoder and strategy, which skips CEL
-/// after a schema error).
+/// Prunes, defaults, validates against the schema and then evaluates the CEL rules, unless
+/// the schema found a blocking error (apiextensions-apiserver's `customResourceStrategy`:
+/// a missing, unsupported, too long, too many or wrongly typed value skips CEL, and the
+/// skip is told as one more error at `<nil>`, on a CRD that has rules; other schema errors,
+/// such as a pattern, do not stop CEL).
 pub fn check_custom_resource(
     schema: &Schema,
     old: Option<&Value>,
@@ -161,7 +167,28 @@ pub fn check_custom_resource(
     schema.default_values(object);
     let mut found = Vec::new();
     schema.validate_update(object, old, "", &mut found);
-    if found.is_empty() {
+    if !schema.has_rules {
+        return found;
+    }
+    let blocking = found.iter().any(|e| {
+        matches!(
+            e.kind,
+            ErrorType::NotSupported
+                | ErrorType::Required
+                | ErrorType::TooLong
+                | ErrorType::TooMany
+                | ErrorType::TypeInvalid
+        )
+    });
+    if blocking {
+        found.push(FieldError::new(
+            ErrorType::Invalid,
+            "<nil>",
+            Value::Null,
+            "some validation rules were not checked because the object was invalid; correct \
+             the existing errors to complete validation",
+        ));
+    } else {
         rules::validate(schema, object, old, "", &mut found);
     }
     found

@@ -58,12 +58,16 @@ pub fn validate(
         match rule.rule.evaluate(&variables) {
             Ok(cel::Value::Bool(true)) => {}
             Ok(cel::Value::Bool(false)) => {
+                // The failing value itself, left out for an object or a list (kubernetes
+                // v1.36 `apiextensions-apiserver/pkg/apiserver/schema/cel/validation.go`:
+                // `field.OmitValueType{}`; 1.32 printed the type's name instead).
                 let message = rule.message(&variables);
-                let value = match rule.reason {
-                    ErrorType::Forbidden | ErrorType::Required => Value::Null,
-                    _ => Value::String(type_name.to_owned()),
-                };
-                errors.push(FieldError::new(rule.reason, &shown(&at), value, message));
+                let error = FieldError::new(rule.reason, &shown(&at), value.clone(), message);
+                errors.push(if matches!(value, Value::Object(_) | Value::Array(_)) {
+                    error.without_value()
+                } else {
+                    error
+                });
             }
             Ok(other) => errors.push(FieldError::new(
                 ErrorType::Invalid,
@@ -136,7 +140,7 @@ mod tests {
         assert_eq!(
             check(&s, json!({"spec": {}}), None),
             [
-                "<nil>: Invalid value: \"object\": failed rule: has(self.spec.machineName) || has(self.spec.nodeName)"
+                "<nil>: Invalid value: failed rule: has(self.spec.machineName) || has(self.spec.nodeName)"
             ]
         );
     }
@@ -154,10 +158,7 @@ mod tests {
         assert!(check(&s, json!({"spec": {"n": 1, "name": "abc"}}), None).is_empty());
         assert_eq!(
             check(&s, json!({"spec": {"n": 7, "name": "Bob"}}), None),
-            [
-                "spec.n: Invalid value: \"object\": n is 7",
-                "spec: Forbidden: bad name"
-            ]
+            ["spec.n: Invalid value: n is 7", "spec: Forbidden: bad name"]
         );
     }
 
@@ -183,7 +184,8 @@ mod tests {
                 json!({"spec": {"mode": "b"}}),
                 Some(json!({"spec": {"mode": "a"}}))
             ),
-            ["spec.mode: Invalid value: \"string\": mode is immutable"]
+            // The value itself (v1.36 `schema/cel/validation.go`: `value := obj`).
+            ["spec.mode: Invalid value: \"b\": mode is immutable"]
         );
         // No old value at that place (the field is new): not checked.
         assert!(

@@ -469,14 +469,18 @@ impl Schema {
         if let Some(format) = &self.format
             && !format_holds(format, text)
         {
-            errors.push(in_body(
-                path,
-                value,
-                &format!(
-                    "must be of type {format}: {}",
-                    super::errors::go_quote(text)
-                ),
-            ));
+            // kube-openapi reports a format as a type (`InvalidType`), hence TypeInvalid.
+            errors.push(FieldError {
+                kind: ErrorType::TypeInvalid,
+                ..in_body(
+                    path,
+                    value,
+                    &format!(
+                        "must be of type {format}: {}",
+                        super::errors::go_quote(text)
+                    ),
+                )
+            });
         }
     }
 
@@ -750,7 +754,7 @@ fn in_body(path: &str, value: &Value, why: &str) -> FieldError {
 fn type_error(path: &str, want: &str, value: &Value) -> FieldError {
     let got = json_type(value);
     FieldError::new(
-        ErrorType::Invalid,
+        ErrorType::TypeInvalid,
         path,
         json!(got),
         format!(

@@ -1,0 +1,87 @@
+//! The defaults the real API server fills into built-in kinds on every write (its
+//! `SetDefaults_*` functions), for the kinds whose defaults a client can see: a field that a
+//! `kubectl apply` leaves out and the server fills in decides whether a second apply says
+//! `configured` or `unchanged`.
+//!
+//! Expected flow: [`apply`] on the object a write is about to commit, before validation.
+//!
+//! Guarantees: a field already set is never changed; only absent ones are filled.
+//!
+//! Caveats: only the admission-registration kinds so far (kubernetes v1.36.3
+//! `pkg/apis/admissionregistration/v1/defaults.go`); Pods, Deployments and the rest are
+//! stored as written (docs/engineering/fidelity.md).
+
+use serde_json::{Value, json};
+
+use super::admission::GROUP;
+
+/// Fills the absent defaulted fields of `object`, a `group`/`plural` object.
+pub(crate) fn apply(group: &str, plural: &str, object: &mut Value) {
+    if group != GROUP {
+        return;
+    }
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match plural {
+        "validatingadmissionpolicies" => {
+            // SetDefaults_ValidatingAdmissionPolicySpec.
+            spec.entry("failurePolicy").or_insert(json!("Fail"));
+            if let Some(constraints) = spec.get_mut("matchConstraints") {
+                match_resources(constraints);
+            }
+        }
+        "validatingadmissionpolicybindings" => {
+            if let Some(resources) = spec.get_mut("matchResources") {
+                match_resources(resources);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// SetDefaults_MatchResources, and SetDefaults_Rule on each of its rules.
+fn match_resources(resources: &mut Value) {
+    let Some(resources) = resources.as_object_mut() else {
+        return;
+    };
+    resources
+        .entry("matchPolicy")
+        .or_insert(json!("Equivalent"));
+    resources.entry("namespaceSelector").or_insert(json!({}));
+    resources.entry("objectSelector").or_insert(json!({}));
+    for list in ["resourceRules", "excludeResourceRules"] {
+        let Some(rules) = resources.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for rule in rules.iter_mut().filter_map(Value::as_object_mut) {
+            rule.entry("scope").or_insert(json!("*"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_gets_the_real_servers_defaults_and_keeps_what_it_sets() {
+        let mut policy = json!({"spec": {"matchConstraints": {"resourceRules": [
+            {"operations": ["CREATE"], "resources": ["pods"]},
+            {"operations": ["UPDATE"], "resources": ["pods"], "scope": "Namespaced"}
+        ]}}});
+        apply(GROUP, "validatingadmissionpolicies", &mut policy);
+        assert_eq!(
+            policy,
+            json!({"spec": {"failurePolicy": "Fail", "matchConstraints": {
+            "matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {},
+            "resourceRules": [
+                {"operations": ["CREATE"], "resources": ["pods"], "scope": "*"},
+                {"operations": ["UPDATE"], "resources": ["pods"], "scope": "Namespaced"}
+            ]}}})
+        );
+        let mut other = json!({"spec": {"matchConstraints": {}}});
+        apply("apps", "validatingadmissionpolicies", &mut other);
+        assert_eq!(other, json!({"spec": {"matchConstraints": {}}}));
+    }
+}

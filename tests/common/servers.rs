@@ -1,0 +1,126 @@
+//! One test, two API servers: ours and a real kube-apiserver (with etcd and
+//! kube-controller-manager, `baremend_sim::plane`). Where the real server can answer, it is
+//! the judge: a test written once runs on both, and a difference fails one of the two.
+//!
+//! ```ignore
+//! async fn crds_are_accepted(server: ServerKind) { let api = Server::start(server).await; … }
+//! on_both_servers!(crds_are_accepted);   // tests crds_are_accepted::simulated and ::real
+//! ```
+
+use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
+use baremend_sim::plane::{ControlPlane, PlaneOptions};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// Which API server a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// Ours (`baremend_sim::apiserver`).
+    Simulated,
+    /// kube-apiserver of the pinned release.
+    Real,
+}
+
+/// A running API server of either kind; dropping it stops it.
+pub enum Server {
+    /// Ours.
+    Simulated(ApiServer),
+    /// The real control plane.
+    Real(Box<ControlPlane>),
+}
+
+impl Server {
+    /// Starts one (the real one with kube-controller-manager), over HTTPS.
+    pub async fn start(kind: ServerKind) -> Server {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        match kind {
+            ServerKind::Simulated => Server::Simulated(
+                ApiServer::start(ApiServerConfig {
+                    tls: true,
+                    ..ApiServerConfig::default()
+                })
+                .await
+                .expect("the simulated API server starts"),
+            ),
+            ServerKind::Real => {
+                let dir = super::scratch("plane");
+                let plane =
+                    ControlPlane::start(&super::kubectl::binaries(), &dir, PlaneOptions::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("the control plane did not start: {e}"));
+                eprintln!("control plane ready in {:?}", plane.started_in());
+                Server::Real(Box::new(plane))
+            }
+        }
+    }
+
+    /// Which kind it is.
+    pub fn kind(&self) -> ServerKind {
+        match self {
+            Server::Simulated(_) => ServerKind::Simulated,
+            Server::Real(_) => ServerKind::Real,
+        }
+    }
+
+    /// An administrator's kubeconfig.
+    pub fn admin_kubeconfig(&self) -> String {
+        match self {
+            Server::Simulated(server) => server.kubeconfig(),
+            Server::Real(plane) => plane.admin_kubeconfig(),
+        }
+    }
+
+    /// A kubeconfig of `user` in `groups` (a token of ours, a client certificate of the real
+    /// plane's CA).
+    pub fn kubeconfig_of(&self, user: &str, groups: &[&str]) -> String {
+        match self {
+            Server::Simulated(server) => server.kubeconfig_for(&server.mint_token(user, groups)),
+            Server::Real(plane) => plane.kubeconfig_for(
+                &plane
+                    .identity(user, groups)
+                    .expect("a client certificate of the plane's CA"),
+            ),
+        }
+    }
+
+    /// A kubeconfig that authenticates with `token`.
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
+        match self {
+            Server::Simulated(server) => server.kubeconfig_for(token),
+            Server::Real(plane) => plane.kubeconfig_with_token(token),
+        }
+    }
+
+    /// A kube client of `kubeconfig`, without kube's retries (a test reads each answer).
+    pub async fn client_of(kubeconfig: &str) -> kube::Client {
+        let kubeconfig = Kubeconfig::from_yaml(kubeconfig).expect("a kubeconfig");
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .expect("a client configuration");
+        config.default_retry = false;
+        kube::Client::try_from(config).expect("a client")
+    }
+
+    /// The administrator's kube client.
+    pub async fn admin(&self) -> kube::Client {
+        Self::client_of(&self.admin_kubeconfig()).await
+    }
+}
+
+/// Runs `async fn NAME(server: ServerKind)` as two tests, `NAME::simulated` and `NAME::real`.
+#[macro_export]
+macro_rules! on_both_servers {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn simulated() {
+                super::$name($crate::common::servers::ServerKind::Simulated).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn real() {
+                super::$name($crate::common::servers::ServerKind::Real).await
+            }
+        }
+    )+};
+}

@@ -1,0 +1,200 @@
+//! deploy/ on a real kube-apiserver (with etcd and kube-controller-manager, the release pinned
+//! in `tools/kubernetes/`), installed as the install guide says, judged by the real server:
+//!
+//! - the helpers' admission policy, compiled and run by the server's own CEL: every helper the
+//!   coordinator builds is admitted with the controller's token (issued by the server for
+//!   deploy/'s ServiceAccount), every deviation refused with the policy's words, the same pod
+//!   admitted for the administrator;
+//! - `baremend run` as that ServiceAccount, with that token: it takes its Lease, fills its
+//!   caches and stays up, and the server refuses it nothing (no `Forbidden` in its log);
+//! - `baremend check` as the administrator reads what is installed.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use baremend::drift::helper::HelperOp;
+use baremend::lab::setup::LAB_HELPER_IMAGE;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use tokio::io::AsyncReadExt;
+
+mod common;
+
+use common::eventually;
+use common::helper_policy::{
+    HELPERS, MOUNTS, admitted_ops, create_pod, deviations, extra_host_path_attack, helper_pod,
+    refused_by_policy,
+};
+use common::kubectl::{
+    Cluster, documented_kustomizations, install_prerequisites, own_kustomization, real_cluster,
+};
+use common::servers::Server;
+
+/// The install guide's kustomization that names the image (its first with `images:`), naming
+/// the labs' digest-pinned image instead of the guide's placeholder.
+fn guide_kustomization_with_lab_image() -> String {
+    let text = documented_kustomizations()
+        .into_iter()
+        .find(|k| k.contains("images:") && k.contains("overlays/openshift"))
+        .expect("docs/guides/install.md shows an OpenShift kustomization with images:");
+    let digest = LAB_HELPER_IMAGE.split_once('@').unwrap().1;
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("newName:"))
+        .map(|l| match l.find("digest:") {
+            Some(at) => format!("{}digest: {digest}", &l[..at]),
+            None => l.to_owned(),
+        })
+        .collect();
+    let out = lines.join("\n") + "\n";
+    assert!(out.contains(digest), "{out}");
+    out
+}
+
+/// A real control plane with the OpenShift kinds, our CRDs and the guide's OpenShift
+/// kustomization applied with kubectl, and the shipped policies created.
+async fn installed() -> Cluster {
+    let c = real_cluster().await;
+    install_prerequisites(&c).await;
+    let mine = own_kustomization(&c.dir, &guide_kustomization_with_lab_image());
+    c.ok(&["apply", "-k", mine.to_str().unwrap()], None).await;
+    let policies = common::repo_root().join("deploy/policies.yaml");
+    c.ok(&["create", "-f", policies.to_str().unwrap()], None)
+        .await;
+    c
+}
+
+/// A kubeconfig of deploy/'s controller ServiceAccount with a token the server issued.
+async fn controller_kubeconfig(c: &Cluster) -> String {
+    let plane = c.plane().expect("a real plane");
+    let token = plane
+        .token(HELPERS, "baremend")
+        .await
+        .expect("a TokenRequest for baremend/baremend");
+    plane.kubeconfig_with_token(&token)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_server_admits_only_the_helpers_shape_from_the_controllers_token() {
+    let c = installed().await;
+    let controller = Server::client_of(&controller_kubeconfig(&c).await).await;
+    let attack = extra_host_path_attack();
+    // A real server enforces a new policy once its admission plugin has loaded it (it reads
+    // policies through an informer): a moment after the apply, never at once.
+    let pods: Api<Pod> = Api::namespaced(controller.clone(), HELPERS);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let as_pod: Pod = serde_json::from_value(attack.clone()).unwrap();
+    eventually(
+        "the helpers' policy is in force",
+        Duration::from_secs(30),
+        async || pods.create(&dry_run, &as_pod).await.is_err(),
+    )
+    .await;
+    for op in &admitted_ops() {
+        let pod = helper_pod("admitted", op);
+        let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+        create_pod(&controller, &pod)
+            .await
+            .unwrap_or_else(|e| panic!("the {name} helper is refused by the real server: {e}"));
+    }
+    refused_by_policy(
+        create_pod(&controller, &attack).await,
+        "attack-force",
+        MOUNTS,
+    );
+    for (what, tamper, message) in deviations(LAB_HELPER_IMAGE) {
+        let mut pod = helper_pod("deviant", &HelperOp::Force);
+        tamper(&mut pod);
+        let result = create_pod(&controller, &pod).await;
+        assert!(result.is_err(), "{what}: admitted by the real server");
+        refused_by_policy(result, "deviant-force", &message);
+    }
+    // The policy binds the controller's account only: the administrator creates the same pod.
+    let admin = Server::client_of(&c.plane().unwrap().admin_kubeconfig()).await;
+    create_pod(&admin, &attack)
+        .await
+        .expect("the administrator creates the pod");
+}
+
+/// Reads what a child wrote to a pipe so far, without waiting for more.
+async fn drain(pipe: &mut tokio::process::ChildStderr, into: &mut Vec<u8>) {
+    let mut buffer = [0u8; 8192];
+    while let Ok(Ok(n)) =
+        tokio::time::timeout(Duration::from_millis(50), pipe.read(&mut buffer)).await
+    {
+        if n == 0 {
+            break;
+        }
+        into.extend_from_slice(&buffer[..n]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baremend_runs_as_its_service_account_on_the_real_server_with_nothing_forbidden() {
+    let c = installed().await;
+    let kubeconfig = c.dir.join("controller.kubeconfig");
+    std::fs::write(&kubeconfig, controller_kubeconfig(&c).await).unwrap();
+    let port = || format!("127.0.0.1:{}", common::free_port());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--instance", "baremend-real-plane"])
+        .args(["--metrics-secure=false", "--power-poll", "0s"])
+        .args(["--metrics-listen", &port(), "--probe-listen", &port()])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("baremend runs");
+    let mut stderr = child.stderr.take().unwrap();
+    // It takes deploy/'s Lease in its namespace.
+    let holder = eventually(
+        "baremend holds its Lease",
+        Duration::from_secs(60),
+        async || {
+            let (ok, out, err) = c
+                .kubectl(
+                    &[
+                        "get",
+                        "lease",
+                        "-n",
+                        HELPERS,
+                        "-o",
+                        "jsonpath={.items[*].spec.holderIdentity}",
+                    ],
+                    None,
+                )
+                .await;
+            if ok && out.contains("baremend-real-plane") {
+                Ok(out)
+            } else {
+                Err(format!("{out}{err}"))
+            }
+        },
+    )
+    .await;
+    assert!(holder.contains("baremend-real-plane"), "{holder}");
+    // Let it fill its caches and make its first passes; then it is still running and the
+    // server refused it nothing.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let mut log = Vec::new();
+    drain(&mut stderr, &mut log).await;
+    let log = String::from_utf8_lossy(&log).into_owned();
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "baremend exited on the real server:\n{log}"
+    );
+    for refused in ["Forbidden", "forbidden", " 403"] {
+        assert!(
+            !log.contains(refused),
+            "the real server refused baremend ({refused}):\n{log}"
+        );
+    }
+    let _ = child.kill().await;
+}
