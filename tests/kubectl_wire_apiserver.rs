@@ -333,7 +333,11 @@ async fn a_pdb_round_trips_through_protobuf_and_kube_reads_it() {
         )
         .await;
     assert!(ok, "{log}");
-    let answer = log.split("Response Status: 201").nth(1).unwrap_or_default();
+    // kubectl 1.36 logs the answer as `"Response" status="201 Created" headers=<…>`.
+    let answer = log
+        .split("status=\"201 Created\"")
+        .nth(1)
+        .unwrap_or_default();
     assert!(
         log.contains("Accept: application/vnd.kubernetes.protobuf")
             && answer.contains("Content-Type: application/vnd.kubernetes.protobuf"),

@@ -330,9 +330,10 @@ async fn server_side_apply_tracks_managers_and_refuses_conflicts_unless_forced()
             config("3"),
         )
         .await;
+    // 422: the PatchOptions are invalid (kube-apiserver v1.36.3, tests/fidelity_corpus.rs).
     assert_eq!(
         status,
-        StatusCode::BAD_REQUEST,
+        StatusCode::UNPROCESSABLE_ENTITY,
         "apply needs a field manager"
     );
 }

@@ -375,9 +375,19 @@ pub fn apply(
             .and_then(Value::as_str)
             .unwrap_or_default();
         let mut error = ApiError::conflict(&ty.group, &ty.plural, name, "");
+        // A conflict names the other manager's version only when it differs from this
+        // request's (structured-merge-diff `Conflict.Error`, as kube-apiserver v1.36.3 says it).
+        let asked = ty.api_version(version);
+        let with = |m: &str, v: &str| {
+            if v == asked {
+                format!("conflict with \"{m}\"")
+            } else {
+                format!("conflict with \"{m}\" using {v}")
+            }
+        };
         let text: Vec<String> = conflicts
             .iter()
-            .map(|(m, v, p)| format!("conflict with \"{m}\" using {v}: {}", render(p)))
+            .map(|(m, v, p)| format!("{}: {}", with(m, v), render(p)))
             .collect();
         error.message = format!(
             "Apply failed with {} conflict{}: {}",
@@ -385,11 +395,9 @@ pub fn apply(
             if conflicts.len() == 1 { "" } else { "s" },
             text.join("; ")
         );
+        // Only the causes: the conflict error carries no name, group or kind.
         error.details = Some(json!({
-            "name": name,
-            "group": ty.group,
-            "kind": ty.plural,
-            "causes": conflicts.iter().map(|(m, v, p)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\" using {v}"), "field": render(p)})).collect::<Vec<_>>(),
+            "causes": conflicts.iter().map(|(m, v, p)| json!({"reason": "FieldManagerConflict", "message": with(m, v), "field": render(p)})).collect::<Vec<_>>(),
         }));
         return Err(error);
     }

@@ -244,7 +244,7 @@ pub(crate) fn update_approval(
         .map(|v| Value::clone(v))
         .ok_or_else(|| ApiError::not_found(&ty.group, &ty.plural, name))?;
     let current = Store::present(ty, "v1", &stored);
-    let proposed = write.proposed(&current, GROUP, KIND, name)?;
+    let proposed = write.proposed(&current)?;
     if let Some(expected) = meta_str(&proposed, "resourceVersion").filter(|rv| !rv.is_empty())
         && Some(expected) != meta_str(&stored, "resourceVersion")
     {

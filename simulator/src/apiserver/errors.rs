@@ -31,7 +31,7 @@ impl ApiError {
     }
 
     fn with_details(mut self, group: &str, kind: &str, name: &str) -> Self {
-        self.details = Some(json!({"name": name, "group": group, "kind": kind}));
+        self.details = Some(details(group, kind, name));
         self
     }
 
@@ -94,12 +94,9 @@ impl ApiError {
             "Invalid",
             format!("{kind} \"{name}\" is invalid: {}", text.join(", ")),
         );
-        error.details = Some(json!({
-            "name": name,
-            "group": group,
-            "kind": kind,
-            "causes": causes.iter().map(|(field, message)| json!({"reason": "FieldValueInvalid", "message": message, "field": field})).collect::<Vec<_>>(),
-        }));
+        let mut found = details(group, kind, name);
+        found["causes"] = causes.iter().map(|(field, message)| json!({"reason": "FieldValueInvalid", "message": message, "field": field})).collect();
+        error.details = Some(found);
         error
     }
 
@@ -140,15 +137,43 @@ impl ApiError {
         ApiError::new(410, "Expired", message)
     }
 
-    /// 415 for an unsupported patch type.
-    pub fn unsupported_media_type(content_type: &str) -> Self {
-        ApiError::new(
-            415,
-            "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})"
-            ),
-        )
+    /// 422 for an apply patch without `fieldManager` (kube-apiserver v1.36.3 validates the
+    /// PatchOptions: `PatchOptions.meta.k8s.io "" is invalid`).
+    pub fn apply_without_manager() -> Self {
+        let message = "Required value: is required for apply patch";
+        let mut error = ApiError::new(
+            422,
+            "Invalid",
+            format!("PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: {message}"),
+        );
+        error.details = Some(json!({"group": "meta.k8s.io", "kind": "PatchOptions",
+            "causes": [{"reason": "FieldValueRequired", "message": message, "field": "fieldManager"}]}));
+        error
+    }
+
+    /// 422 for a JSON patch that does not apply (a missing path, a failed test): kube-apiserver
+    /// v1.36.3 says no more than a generic server response does, with empty details.
+    pub fn json_patch_refused() -> Self {
+        let mut error = ApiError::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        );
+        error.details = Some(json!({}));
+        error
+    }
+
+    /// 415 for a body the server cannot decode.
+    pub fn unsupported_media_type(message: &str) -> Self {
+        ApiError::new(415, "UnsupportedMediaType", message)
+    }
+
+    /// 415 for a patch of a type the server does not know: kube-apiserver v1.36.3 answers the
+    /// status line's words only, with empty details.
+    pub fn unknown_patch_type() -> Self {
+        let mut error = ApiError::new(415, "UnsupportedMediaType", "415: Unsupported Media Type");
+        error.details = Some(json!({}));
+        error
     }
 
     /// 406 NotAcceptable: no representation the client accepts can be produced.
@@ -232,3 +257,16 @@ impl IntoResponse for ApiError {
 
 /// Result alias for API operations.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// A Status's details: `name` and `group` left out when empty (`metav1.StatusDetails` has
+/// them `omitempty`; kube-apiserver v1.36.3 answers `{"name": …, "kind": …}` for core kinds).
+pub(crate) fn details(group: &str, kind: &str, name: &str) -> Value {
+    let mut found = json!({"kind": kind});
+    if !name.is_empty() {
+        found["name"] = json!(name);
+    }
+    if !group.is_empty() {
+        found["group"] = json!(group);
+    }
+    found
+}

@@ -62,8 +62,10 @@ pub fn patch(
     dry_run: bool,
 ) -> ApiResult<Value> {
     if matches!(kind, PatchKind::Strategic) && ty.custom {
+        // The patch types a custom resource takes (kube-apiserver v1.36.3's words).
         return Err(ApiError::unsupported_media_type(
-            "application/strategic-merge-patch+json (not supported for custom resources)",
+            "the body of the request was in an unknown format - accepted media types include: \
+             application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
         ));
     }
     if !body.is_object() && !matches!(kind, PatchKind::Json) {
@@ -101,9 +103,7 @@ pub fn patch(
         }
         PatchKind::Json => json_patch(&current, body).map_err(|error| match error {
             JsonPatchError::Malformed(message) => ApiError::bad_request(message),
-            JsonPatchError::Unprocessable(message) => {
-                ApiError::invalid(&ty.group, &ty.kind, name, &[("", message)])
-            }
+            JsonPatchError::Unprocessable(_) => ApiError::json_patch_refused(),
         })?,
         PatchKind::Strategic => {
             let mut next = current.clone();
@@ -153,15 +153,8 @@ pub(crate) enum SubresourceWrite {
 }
 
 impl SubresourceWrite {
-    /// The object the write asks for, given the current one (a `group`/`kind` object named
-    /// `name`, for errors).
-    pub(crate) fn proposed(
-        &self,
-        current: &Value,
-        group: &str,
-        kind: &str,
-        name: &str,
-    ) -> ApiResult<Value> {
+    /// The object the write asks for, given the current one.
+    pub(crate) fn proposed(&self, current: &Value) -> ApiResult<Value> {
         match self {
             SubresourceWrite::Replace(object) => Ok(object.clone()),
             SubresourceWrite::Patch(PatchKind::Merge, patch) => {
@@ -172,9 +165,7 @@ impl SubresourceWrite {
             SubresourceWrite::Patch(PatchKind::Json, patch) => {
                 json_patch(current, patch).map_err(|error| match error {
                     JsonPatchError::Malformed(message) => ApiError::bad_request(message),
-                    JsonPatchError::Unprocessable(message) => {
-                        ApiError::invalid(group, kind, name, &[("", message)])
-                    }
+                    JsonPatchError::Unprocessable(_) => ApiError::json_patch_refused(),
                 })
             }
             SubresourceWrite::Patch(other, _) => Err(ApiError::unsupported_media_type(&format!(

@@ -228,22 +228,22 @@ fn token_review(state: &ServerState, mut review: Value) -> ApiResult<Value> {
     state.reviews.token_reviews.fetch_add(1, Ordering::Relaxed);
     let asked = strings(&review["spec"]["audiences"]);
     let now = state.wall.since_epoch().as_secs();
-    review["status"] = match state.authenticator.authenticate(
-        &state.store,
-        &state.tokens,
-        &token,
-        &asked,
-        now,
-    ) {
-        Some(found) => json!({
-            "authenticated": true,
-            "user": found.user.to_json(),
-            "audiences": found.audiences,
-        }),
-        None => {
-            json!({"authenticated": false, "error": "invalid bearer token, token lookup failed or token audiences are invalid for the target audiences"})
-        }
-    };
+    review["status"] =
+        match state
+            .authenticator
+            .authenticate(&state.store, &state.tokens, &token, &asked, now)
+        {
+            Some(found) => json!({
+                "authenticated": true,
+                "user": found.user.to_json(),
+                "audiences": found.audiences,
+            }),
+            None => {
+                // `authenticated: false` is omitted (omitempty) and `user` is an empty object
+                // (kube-apiserver v1.36.3).
+                json!({"user": {}, "error": "invalid bearer token"})
+            }
+        };
     Ok(review)
 }
 

@@ -254,7 +254,11 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
         && !content_type.starts_with("application/json")
         && !content_type.starts_with("*/*")
     {
-        return ApiError::unsupported_media_type(&content_type).into_response();
+        return ApiError::unsupported_media_type(&format!(
+            "the body of the request was in an unknown format - accepted media types include: \
+             application/json, application/yaml, application/vnd.kubernetes.protobuf (got {content_type})"
+        ))
+        .into_response();
     } else {
         body
     };
@@ -452,7 +456,59 @@ fn parse_json(body: &Bytes) -> ApiResult<Value> {
     if body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e} (this simulator accepts JSON, also for apply patches)")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+/// An apply patch's body: YAML (JSON is YAML), as `application/apply-patch+yaml` says.
+fn parse_apply(body: &Bytes) -> ApiResult<Value> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request("the request body is empty"));
+    }
+    serde_yaml::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+}
+
+/// The kinds whose immediate deletion answers the deleted object (their registries set
+/// `ReturnDeletedObject`, kubernetes v1.36.3 `pkg/registry/**/storage.go`); any other answers a
+/// `Success` Status naming it. A deletion still pending (finalizers, a grace period) answers
+/// the object whatever the kind.
+const RETURNS_DELETED_OBJECT: &[(&str, &str)] = &[
+    ("", "namespaces"),
+    ("", "pods"),
+    ("", "services"),
+    ("", "serviceaccounts"),
+    ("", "persistentvolumes"),
+    ("", "persistentvolumeclaims"),
+    ("", "podtemplates"),
+    ("", "resourcequotas"),
+    ("storage.k8s.io", "storageclasses"),
+    ("storage.k8s.io", "csidrivers"),
+    ("storage.k8s.io", "csinodes"),
+    ("storage.k8s.io", "volumeattachments"),
+    ("storage.k8s.io", "volumeattributesclasses"),
+];
+
+/// What a DELETE of one object answers.
+fn deletion_answer(ty: &ResourceType, deleted: Value, pending: bool) -> Value {
+    let kept = RETURNS_DELETED_OBJECT.contains(&(ty.group.as_str(), ty.plural.as_str()));
+    if pending || kept || ty.group == "resource.k8s.io" {
+        return deleted;
+    }
+    let mut details = super::errors::details(
+        &ty.group,
+        &ty.plural,
+        deleted
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+    );
+    details["uid"] = deleted
+        .pointer("/metadata/uid")
+        .cloned()
+        .unwrap_or(Value::Null);
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+        "details": details})
 }
 
 fn dry_run(query: &HashMap<String, String>) -> bool {
@@ -643,6 +699,15 @@ async fn resource(
             if let Some(kind) = rbac {
                 escalation::check(&state.authorizer, user, kind, &namespace, &object)?;
             }
+            // A create is an update from nothing: its manager owns what it set (the real
+            // server's field manager records every write, not only applies).
+            super::apply::record_update(
+                &ty,
+                version,
+                &json!({}),
+                &mut object,
+                &manager(query, headers),
+            );
             let created = store.create(&ty, version, &namespace, object, dry_run(query))?;
             Ok(answer(StatusCode::CREATED, created))
         }
@@ -687,13 +752,21 @@ async fn resource(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             let mut kind = PatchKind::from_content_type(content_type)
-                .ok_or_else(|| ApiError::unsupported_media_type(content_type))?;
+                .ok_or_else(ApiError::unknown_patch_type)?;
             if let PatchKind::Apply { manager: m, force } = &mut kind {
                 *m = query.get("fieldManager").cloned().unwrap_or_default();
                 *force = query.get("force").is_some_and(|f| f == "true");
             }
             let existed = store.get(&ty, version, &namespace, name).is_ok();
-            let patch_body = parse_json(&body)?;
+            let patch_body = match &kind {
+                PatchKind::Apply { manager, .. } => {
+                    if manager.is_empty() {
+                        return Err(ApiError::apply_without_manager());
+                    }
+                    parse_apply(&body)?
+                }
+                _ => parse_json(&body)?,
+            };
             if let Some(rbac_kind) = rbac {
                 // The object the patch would store, without storing it.
                 let preview = patch(
@@ -717,7 +790,7 @@ async fn resource(
                 &namespace,
                 name,
                 &kind,
-                &parse_json(&body)?,
+                &patch_body,
                 status,
                 &manager(query, headers),
                 dry_run(query),
@@ -732,7 +805,11 @@ async fn resource(
         (Method::DELETE, Some(name)) => {
             let options = delete_options(query, &body)?;
             let deleted = store.delete(&ty, version, &namespace, name, &options)?;
-            Ok(answer(StatusCode::OK, deleted))
+            let pending = store.get(&ty, version, &namespace, name).is_ok();
+            Ok(answer(
+                StatusCode::OK,
+                deletion_answer(&ty, deleted, pending),
+            ))
         }
         (Method::DELETE, None) => {
             let (labels, fields) = selectors(query, &ty.plural)?;
@@ -789,7 +866,7 @@ fn subresource_write(
                 .unwrap_or("");
             let kind = PatchKind::from_content_type(content_type)
                 .filter(|k| matches!(k, PatchKind::Merge | PatchKind::Json))
-                .ok_or_else(|| ApiError::unsupported_media_type(content_type))?;
+                .ok_or_else(ApiError::unknown_patch_type)?;
             Ok(Some(SubresourceWrite::Patch(kind, parse_json(body)?)))
         }
         ref other => Err(ApiError::method_not_allowed(other.as_str(), path)),

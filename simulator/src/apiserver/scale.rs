@@ -150,12 +150,7 @@ pub(crate) fn write_scale(
         .map(|v| Value::clone(v))
         .ok_or_else(|| ApiError::not_found(&ty.group, &ty.plural, name))?;
     let current = Store::present(ty, version, &stored);
-    let scale = write.proposed(
-        &scale_of(&paths, ty.namespaced, &current),
-        "autoscaling",
-        "Scale",
-        name,
-    )?;
+    let scale = write.proposed(&scale_of(&paths, ty.namespaced, &current))?;
     if let Some(expected) = meta_str(&scale, "resourceVersion").filter(|rv| !rv.is_empty())
         && Some(expected) != meta_str(&stored, "resourceVersion")
     {

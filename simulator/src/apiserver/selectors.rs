@@ -63,6 +63,11 @@ fn split_top_level(text: &str) -> Result<Vec<&str>, String> {
 }
 
 impl LabelSelector {
+    /// Whether it selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Parses a selector; an empty string selects everything.
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut requirements = Vec::new();
@@ -178,6 +183,13 @@ fn selectable_fields(plural: &str) -> &'static [&'static str] {
 }
 
 impl FieldSelector {
+    /// Whether it selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FieldSelector {
     /// Parses a selector for `plural`; unsupported fields are refused, as by the API server.
     pub fn parse(text: &str, plural: &str) -> Result<Self, String> {
         let mut terms = Vec::new();
@@ -197,7 +209,11 @@ impl FieldSelector {
                 && field != "metadata.namespace"
                 && !selectable_fields(plural).contains(&field)
             {
-                return Err(format!("field label not supported: {field}"));
+                // kube-apiserver v1.36.3's words (apimachinery `fields.ParseAndTransform`
+                // through the registry's field label conversion).
+                return Err(format!(
+                    "{field:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                ));
             }
             // The JSON pointer is made once here, not for every object matched.
             let pointer = format!("/{}", field.replace('.', "/"));

@@ -486,10 +486,8 @@ fn start_apiserver(
         arg("allow-privileged", true),
         arg("authorization-mode", "Node,RBAC"),
         arg("enable-admission-plugins", "NodeRestriction"),
-        arg(
-            "service-account-issuer",
-            format!("https://127.0.0.1:{port}"),
-        ),
+        // A cluster's usual issuer (and so the tokens' default audience), as our simulator's.
+        arg("service-account-issuer", "https://kubernetes.default.svc"),
         arg("service-account-key-file", sa_pub.display()),
         arg("service-account-signing-key-file", sa_key.display()),
         arg("profiling", false),

@@ -707,7 +707,11 @@ impl Store {
                 }
             };
             metadata["continue"] = json!(format!("{id}:{end}"));
-            metadata["remainingItemCount"] = json!(items.len() - end);
+            // A selected list cannot count what is left without reading it all: the real
+            // server says nothing then (etcd3 store `GetList`).
+            if labels.is_empty() && fields.is_empty() {
+                metadata["remainingItemCount"] = json!(items.len() - end);
+            }
         }
         drop(inner);
         let api_version = ty.api_version(version);
@@ -723,11 +727,19 @@ impl Store {
                 }
             })
             .collect();
+        // A custom resource list is unstructured: its metadata says `continue` even when empty,
+        // and its items carry their apiVersion and kind; a built-in list is typed, and its
+        // items' TypeMeta is empty (kube-apiserver v1.36.3).
+        let bare_items = ty.schemas.is_none();
+        if !bare_items && metadata.get("continue").is_none() {
+            metadata["continue"] = json!("");
+        }
         Ok(ListPage {
             api_version,
             kind: format!("{}List", ty.kind),
             metadata,
             items: page,
+            bare_items,
         })
     }
 
@@ -751,12 +763,48 @@ pub struct ListPage {
     pub metadata: Value,
     /// The objects as the client reads them.
     pub items: Vec<Arc<Value>>,
+    /// Whether the items are written without their apiVersion and kind (a built-in kind's
+    /// list, whose items are typed).
+    pub bare_items: bool,
+}
+
+/// A list item as written: without apiVersion and kind when `bare`.
+struct Item<'a> {
+    object: &'a Value,
+    bare: bool,
+}
+
+impl serde::Serialize for Item<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Value::Object(fields) = self.object else {
+            return self.object.serialize(serializer);
+        };
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in fields {
+            if !(self.bare && matches!(key.as_str(), "apiVersion" | "kind")) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.end()
+    }
 }
 
 impl ListPage {
     /// The list as one JSON value (a copy of each item).
     pub fn into_value(self) -> Value {
-        let items: Vec<Value> = self.items.iter().map(|item| Value::clone(item)).collect();
+        let items: Vec<Value> = self
+            .items
+            .iter()
+            .map(|item| {
+                let mut item = Value::clone(item);
+                if let (true, Value::Object(fields)) = (self.bare_items, &mut item) {
+                    fields.remove("apiVersion");
+                    fields.remove("kind");
+                }
+                item
+            })
+            .collect();
         json!({
             "apiVersion": self.api_version,
             "kind": self.kind,
@@ -773,7 +821,14 @@ impl serde::Serialize for ListPage {
         map.serialize_entry("apiVersion", &self.api_version)?;
         map.serialize_entry("kind", &self.kind)?;
         map.serialize_entry("metadata", &self.metadata)?;
-        let items: Vec<&Value> = self.items.iter().map(|item| item.as_ref()).collect();
+        let items: Vec<Item> = self
+            .items
+            .iter()
+            .map(|item| Item {
+                object: item.as_ref(),
+                bare: self.bare_items,
+            })
+            .collect();
         map.serialize_entry("items", &items)?;
         map.end()
     }

@@ -42,7 +42,7 @@ impl Store {
             valid_subdomain(name)
         };
         if !name_ok && ty.plural != "events" {
-            causes.push(("metadata.name", format!("Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'")));
+            causes.push(("metadata.name", format!("Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")));
         }
         if let Some(labels) = object
             .pointer("/metadata/labels")
@@ -261,10 +261,10 @@ impl Store {
         Self::check_kind(ty, &body)?;
         let body = Self::stored_shape(ty, body);
         Self::check_namespace(ty, &body, namespace)?;
-        if meta_str(&body, "name").is_some_and(|n| n != name) {
-            return Err(ApiError::bad_request(
-                "the name of the object does not match the name on the URL",
-            ));
+        if let Some(given) = meta_str(&body, "name").filter(|n| *n != name) {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({given}) does not match the name on the URL ({name})"
+            )));
         }
         let key = Self::key(ty, namespace, name);
         let Some(current) = inner.objects.get(&key).map(|v| Value::clone(v)) else {

@@ -7,9 +7,9 @@
 //!
 //! Guarantees: a field already set is never changed; only absent ones are filled.
 //!
-//! Caveats: only the admission-registration kinds so far (kubernetes v1.36.3
-//! `pkg/apis/admissionregistration/v1/defaults.go`); Pods, Deployments and the rest are
-//! stored as written (docs/engineering/fidelity.md).
+//! Caveats: only the admission-registration kinds (kubernetes v1.36.3
+//! `pkg/apis/admissionregistration/v1/defaults.go`) and the Namespace's name label so far;
+//! Pods, Deployments and the rest are stored as written (docs/engineering/fidelity.md).
 
 use serde_json::{Value, json};
 
@@ -17,6 +17,10 @@ use super::admission::GROUP;
 
 /// Fills the absent defaulted fields of `object`, a `group`/`plural` object.
 pub(crate) fn apply(group: &str, plural: &str, object: &mut Value) {
+    if group.is_empty() && plural == "namespaces" {
+        name_label(object);
+        return;
+    }
     if group != GROUP {
         return;
     }
@@ -37,6 +41,23 @@ pub(crate) fn apply(group: &str, plural: &str, object: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+/// A Namespace always carries its name as the label `kubernetes.io/metadata.name`, set on
+/// every write whatever was sent (kubernetes v1.36.3 `pkg/registry/core/namespace/
+/// strategy.go`, `PrepareForCreate` and `PrepareForUpdate`).
+fn name_label(object: &mut Value) {
+    let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) else {
+        return;
+    };
+    let name = name.to_owned();
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+    if let Some(labels) = labels.as_object_mut() {
+        labels.insert("kubernetes.io/metadata.name".into(), json!(name));
     }
 }
 
