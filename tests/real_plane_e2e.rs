@@ -198,3 +198,101 @@ async fn baremend_runs_as_its_service_account_on_the_real_server_with_nothing_fo
     }
     let _ = child.kill().await;
 }
+
+/// Upstream's aggregating role of OpenShift's machine-api controllers and its binding
+/// (machine-api-operator `install/0000_30_machine-api-operator_09_rbac.yaml`): what a cluster
+/// has before baremend, and what deploy/'s labelled ClusterRole joins.
+const MACHINE_API_EXT_REMEDIATION: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: machine-api-operator-ext-remediation
+aggregationRule:
+  clusterRoleSelectors:
+    - matchLabels:
+        rbac.ext-remediation/aggregate-to-ext-remediation: "true"
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: machine-api-operator-ext-remediation
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: machine-api-operator-ext-remediation
+subjects:
+  - kind: ServiceAccount
+    name: machine-api-controllers
+    namespace: openshift-machine-api
+"#;
+
+/// The MachineHealthCheck controller's account creates our request through upstream's role
+/// aggregation (the aggregation controller fills the role with deploy/'s rules); a tenant's
+/// same request is refused with the server's words. On both servers.
+async fn the_health_checks_account_may_create_our_requests_and_a_tenant_may_not(
+    server: common::servers::ServerKind,
+) {
+    let c = common::kubectl::cluster_on(server).await;
+    let crds = common::repo_root().join("crds");
+    c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
+    common::kubectl::established(&c).await;
+    c.ok(&["create", "namespace", "openshift-machine-api"], None)
+        .await;
+    c.ok(&["apply", "-f", "-"], Some(MACHINE_API_EXT_REMEDIATION))
+        .await;
+    let rbac = common::repo_root().join("deploy/base/rbac-health-checks.yaml");
+    c.ok(&["apply", "-f", rbac.to_str().unwrap()], None).await;
+    let request = serde_json::json!({
+        "apiVersion": "baremend.io/v1alpha1", "kind": "MachineRemediation",
+        "metadata": {"name": "worker-0", "namespace": "openshift-machine-api"},
+        "spec": {}});
+    let api_of = |kubeconfig: String| async move {
+        let client = Server::client_of(&kubeconfig).await;
+        let resource = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "baremend.io",
+            "v1alpha1",
+            "MachineRemediation",
+        ));
+        Api::<kube::api::DynamicObject>::namespaced_with(client, "openshift-machine-api", &resource)
+    };
+    let as_object: kube::api::DynamicObject = serde_json::from_value(request).unwrap();
+    let health_check = api_of(c.kubeconfig_of(
+        "system:serviceaccount:openshift-machine-api:machine-api-controllers",
+        &[
+            "system:serviceaccounts",
+            "system:serviceaccounts:openshift-machine-api",
+        ],
+    ))
+    .await;
+    // The aggregation controller fills the role a moment after the labelled role appears.
+    eventually(
+        "the MachineHealthCheck's account creates the request",
+        Duration::from_secs(30),
+        async || {
+            health_check
+                .create(&PostParams::default(), &as_object)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    let tenant = api_of(c.kubeconfig_of("tenant", &["tenants"])).await;
+    let mut second = as_object.clone();
+    second.metadata.name = Some("worker-1".into());
+    match tenant.create(&PostParams::default(), &second).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{status:?}");
+            assert_eq!(
+                status.message,
+                "machineremediations.baremend.io is forbidden: User \"tenant\" cannot create \
+                 resource \"machineremediations\" in API group \"baremend.io\" in the namespace \
+                 \"openshift-machine-api\"",
+            );
+        }
+        other => panic!("the tenant's request was not refused: {other:?}"),
+    }
+}
+
+on_both_servers!(the_health_checks_account_may_create_our_requests_and_a_tenant_may_not);

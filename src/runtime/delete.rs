@@ -6,13 +6,23 @@ use kube::api::{Api, DeleteParams, Preconditions};
 use crate::leader::Leadership;
 use crate::{Error, Result};
 
+/// What a deletion found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deletion {
+    /// This call deleted it (or began its deletion).
+    Deleted,
+    /// It was gone already, or replaced by a new object of the same name: done, by someone
+    /// else (another pass, another writer).
+    AlreadyGone,
+}
+
 /// Deletes the object `name` if it still has `uid`; gone already, or replaced, is done.
 pub async fn delete_exactly<K>(
     api: &Api<K>,
     name: &str,
     uid: Option<String>,
     op: &'static str,
-) -> Result<()>
+) -> Result<Deletion>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -24,16 +34,17 @@ where
         ..DeleteParams::default()
     };
     match api.delete(name, &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Ok(_) => Ok(Deletion::Deleted),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Deletion::AlreadyGone),
         // A UID mismatch: the old object is gone already; the one there now is new.
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Deletion::AlreadyGone),
         Err(error) => Err(Error::kube(op)(error)),
     }
 }
 
 /// Deletes each object exactly (its UID as a precondition), leadership checked right before
-/// each delete; stops at the first failure. Returns the names deleted and the outcome.
+/// each delete; stops at the first failure. Returns the names this call deleted (not those
+/// found gone: two passes over the same objects count each once) and the outcome.
 pub async fn delete_each<'a, K>(
     api: &Api<K>,
     objects: impl IntoIterator<Item = &'a K>,
@@ -50,10 +61,11 @@ where
             Ok(()) => delete_exactly(api, &name, object.meta().uid.clone(), op).await,
             Err(error) => Err(error),
         };
-        if outcome.is_err() {
-            return (deleted, outcome);
+        match outcome {
+            Ok(Deletion::Deleted) => deleted.push(name),
+            Ok(Deletion::AlreadyGone) => {}
+            Err(error) => return (deleted, Err(error)),
         }
-        deleted.push(name);
     }
     (deleted, Ok(()))
 }

@@ -83,18 +83,10 @@ impl Kubectl {
     }
 }
 
-/// The API server kubectl talks to.
-pub enum Server {
-    /// Ours.
-    Simulated(ApiServer),
-    /// A real kube-apiserver with etcd and kube-controller-manager.
-    Real(Box<ControlPlane>),
-}
-
 /// An API server over HTTPS and kubectl on an administrator's kubeconfig of it.
 pub struct Cluster {
     /// The API server.
-    pub server: Server,
+    pub server: super::servers::Server,
     /// kubectl on its kubeconfig.
     pub kubectl: Kubectl,
     /// The kubeconfig file kubectl uses.
@@ -115,7 +107,7 @@ pub async fn cluster() -> Cluster {
     let kubectl = Kubectl::new(&dir, &server.kubeconfig());
     let kubeconfig = kubectl.kubeconfig().to_path_buf();
     Cluster {
-        server: Server::Simulated(server),
+        server: super::servers::Server::Simulated(server),
         kubectl,
         kubeconfig,
         dir,
@@ -141,7 +133,7 @@ pub async fn real_cluster() -> Cluster {
     let kubectl = Kubectl::new(&dir, &plane.admin_kubeconfig());
     let kubeconfig = kubectl.kubeconfig().to_path_buf();
     Cluster {
-        server: Server::Real(Box::new(plane)),
+        server: super::servers::Server::Real(Box::new(plane)),
         kubectl,
         kubeconfig,
         dir,
@@ -151,18 +143,17 @@ pub async fn real_cluster() -> Cluster {
 impl Cluster {
     /// The simulated API server (the test is one of the simulator's own).
     pub fn sim(&self) -> &ApiServer {
-        match &self.server {
-            Server::Simulated(server) => server,
-            Server::Real(_) => panic!("this test needs the simulated API server"),
-        }
+        self.server.sim()
+    }
+
+    /// A kubeconfig of `user` in `groups`.
+    pub fn kubeconfig_of(&self, user: &str, groups: &[&str]) -> String {
+        self.server.kubeconfig_of(user, groups)
     }
 
     /// The real control plane, when it is one.
     pub fn plane(&self) -> Option<&ControlPlane> {
-        match &self.server {
-            Server::Real(plane) => Some(plane),
-            Server::Simulated(_) => None,
-        }
+        self.server.plane()
     }
 
     /// Runs kubectl: whether it succeeded, its stdout and stderr.

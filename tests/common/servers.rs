@@ -53,6 +53,22 @@ impl Server {
         }
     }
 
+    /// The simulated API server (the test is one of the simulator's own).
+    pub fn sim(&self) -> &ApiServer {
+        match self {
+            Server::Simulated(server) => server,
+            Server::Real(_) => panic!("this test needs the simulated API server"),
+        }
+    }
+
+    /// The real control plane, when it is one.
+    pub fn plane(&self) -> Option<&ControlPlane> {
+        match self {
+            Server::Real(plane) => Some(plane),
+            Server::Simulated(_) => None,
+        }
+    }
+
     /// Which kind it is.
     pub fn kind(&self) -> ServerKind {
         match self {

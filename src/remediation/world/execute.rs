@@ -55,6 +55,7 @@ pub(crate) async fn delete_node(proof: ConfirmedOff, nodes: &NodeApi) -> Result<
         "DeleteNode",
     )
     .await
+    .map(|_| ())
 }
 
 /// Refuses a release through the API of another cluster than the one the proof names: a
@@ -86,7 +87,9 @@ pub async fn delete_machine(
     name: &str,
     uid: Option<String>,
 ) -> Result<()> {
-    delete_exactly(machines, name, uid, "DeleteMachine").await
+    delete_exactly(machines, name, uid, "DeleteMachine")
+        .await
+        .map(|_| ())
 }
 
 fn taints_of(node: &Node) -> Vec<Value> {
