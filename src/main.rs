@@ -114,8 +114,11 @@ async fn main() -> ExitCode {
     let cli = parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(&cli.command)));
+    // Colour only for a person at a terminal: a log written to a file or read by a collector
+    // carries no escape codes.
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => logs.init(),

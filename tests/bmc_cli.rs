@@ -631,3 +631,25 @@ fn password_file(name: &str, file: &str) -> String {
     std::fs::write(&path, format!("{PASSWORD}\n")).unwrap();
     path.to_string_lossy().into_owned()
 }
+
+/// A log read from a pipe or a file carries no colour escape codes (they are for a terminal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_written_to_a_pipe_carry_no_colour_codes() {
+    let sim = sim(TlsMode::Plain).await;
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
+        .args(["bmc", "--address", &sim.bmc_address("1")])
+        .args(["--username", "admin", "status"])
+        .env("BMC_PASSWORD", PASSWORD)
+        .env("RUST_LOG", "debug")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("baremend runs");
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    assert!(err.contains("DEBUG"), "no log lines: {err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "colour codes in a piped log: {err:?}"
+    );
+}
