@@ -1,4 +1,5 @@
-//! Durations on the command line: `90`, `90s`, `500ms`, `2m`, `1h`.
+//! Durations on the command line (`90`, `90s`, `500ms`, `2m`, `1h`), and in the words a user
+//! reads (`3m0s`: whole seconds, as Kubernetes and Go print a duration).
 
 use std::time::Duration;
 
@@ -43,6 +44,20 @@ pub fn parse_duration_or_off(text: &str) -> Result<Duration, String> {
     parse_duration(text)
 }
 
+/// A duration as a user reads it in a condition, an Event or an error: whole seconds
+/// (rounded), in Go's form — `45s`, `3m0s`, `1h2m5s` — never `180.169670813s`.
+pub fn spoken(duration: Duration) -> String {
+    let total = duration.as_secs() + u64::from(duration.subsec_millis() >= 500);
+    let (hours, minutes, seconds) = (total / 3600, total / 60 % 60, total % 60);
+    if hours > 0 {
+        format!("{hours}h{minutes}m{seconds}s")
+    } else if minutes > 0 {
+        format!("{minutes}m{seconds}s")
+    } else {
+        format!("{seconds}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +90,14 @@ mod tests {
         for bad in ["", "0x", "-1s", "abc"] {
             assert!(parse_duration_or_off(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn spoken_durations_are_whole_seconds_in_gos_form() {
+        use super::spoken;
+        assert_eq!(spoken(Duration::from_secs_f64(180.169_670_813)), "3m0s");
+        assert_eq!(spoken(Duration::from_millis(44_500)), "45s");
+        assert_eq!(spoken(Duration::from_millis(400)), "0s");
+        assert_eq!(spoken(Duration::from_secs(3725)), "1h2m5s");
     }
 }

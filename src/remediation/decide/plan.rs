@@ -380,7 +380,10 @@ fn powering_off(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> 
         Err(not_yet) if waited >= policy.power_off_timeout => escalate_or_fail(
             state,
             policy,
-            format!("not proven off after {waited:?}: {not_yet}"),
+            format!(
+                "not proven off after {}: {not_yet}",
+                crate::duration::spoken(waited)
+            ),
         ),
         // Look soon after the request (a quick BMC is off in a fraction of a second),
         // then less and less often, up to the policy's poll interval. A missing request is
