@@ -33,9 +33,9 @@ use crate::{Error, Result};
 /// Arguments of `baremend run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// A kubeconfig file; without it, the in-cluster configuration (or KUBECONFIG).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
+    /// The cluster: `--kubeconfig` and `--context`, as the admin commands take them.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// The Events' reporting instance; defaults to the pod name.
     #[arg(long, env = "POD_NAME", default_value = "baremend")]
     pub instance: String,
@@ -183,30 +183,9 @@ pub struct RunArgs {
     pub peer_selector: String,
 }
 
-/// A client of the cluster `kubeconfig` names; without it, the in-cluster configuration (or
-/// KUBECONFIG). It does not retry on its own.
-pub async fn cluster_client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
-    let invalid = |reason: String| Error::Invalid {
-        object: "the cluster configuration".into(),
-        reason,
-    };
-    let mut config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| invalid(e.to_string()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| invalid(e.to_string()))?
-        }
-        None => Config::infer().await.map_err(|e| invalid(e.to_string()))?,
-    };
-    // kube would retry 429 and 503 itself for minutes; the controller requeues instead.
-    config.default_retry = false;
-    Client::try_from(config).map_err(Error::kube("Connect"))
-}
-
-/// Where an admin command (`check`, `status`, `retry`, `ack`, `gather`) finds the cluster: the
-/// flags kubectl's plugins are expected to accept, so that `kubectl baremend … --context X`
-/// reaches the cluster `kubectl … --context X` does.
+/// Where `run` and the admin commands (`check`, `status`, `retry`, `ack`, `gather`) find the
+/// cluster: the flags kubectl's plugins are expected to accept, so that
+/// `kubectl baremend … --context X` reaches the cluster `kubectl … --context X` does.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ClusterArgs {
     /// A kubeconfig file; without it, KUBECONFIG or ~/.kube/config, and inside a pod the
@@ -219,27 +198,31 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    /// A client of the cluster these flags name (it does not retry on its own).
+    /// A client of the cluster these flags name (it does not retry on its own): the
+    /// kubeconfig file, else KUBECONFIG or ~/.kube/config when a context is named, else the
+    /// in-cluster configuration first (as a pod runs it).
     pub async fn client(&self) -> Result<Client> {
-        let Some(context) = &self.context else {
-            return cluster_client(self.kubeconfig.as_deref()).await;
-        };
         let invalid = |reason: String| Error::Invalid {
             object: "the cluster configuration".into(),
             reason,
         };
         let options = KubeConfigOptions {
-            context: Some(context.clone()),
+            context: self.context.clone(),
             ..KubeConfigOptions::default()
         };
-        let mut config = match &self.kubeconfig {
-            Some(path) => {
+        let mut config = match (&self.kubeconfig, &self.context) {
+            (Some(path), _) => {
                 let kubeconfig = Kubeconfig::read_from(path).map_err(|e| invalid(e.to_string()))?;
-                Config::from_custom_kubeconfig(kubeconfig, &options).await
+                Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(|e| invalid(e.to_string()))?
             }
-            None => Config::from_kubeconfig(&options).await,
-        }
-        .map_err(|e| invalid(e.to_string()))?;
+            (None, Some(_)) => Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| invalid(e.to_string()))?,
+            (None, None) => Config::infer().await.map_err(|e| invalid(e.to_string()))?,
+        };
+        // kube would retry 429 and 503 itself for minutes; the controller requeues instead.
         config.default_retry = false;
         Client::try_from(config).map_err(Error::kube("Connect"))
     }
@@ -247,7 +230,7 @@ impl ClusterArgs {
 
 /// Runs the controller until SIGINT or SIGTERM.
 pub async fn run(args: RunArgs) -> Result<()> {
-    let client = cluster_client(args.kubeconfig.as_deref()).await?;
+    let client = args.cluster.client().await?;
     let metrics = Arc::new(Metrics::new());
     serve_endpoints(&args, &client, &metrics).await?;
     let shutdown = async {

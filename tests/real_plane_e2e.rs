@@ -135,14 +135,29 @@ async fn drain(pipe: &mut tokio::process::ChildStderr, into: &mut Vec<u8>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baremend_runs_as_its_service_account_on_the_real_server_with_nothing_forbidden() {
     let c = installed().await;
+    // The kubeconfig's current context is another cluster, unreachable: `--context` picks
+    // the plane's, as it does for kubectl.
+    let mut config: serde_json::Value =
+        serde_json::from_str(&controller_kubeconfig(&c).await).unwrap();
+    config["clusters"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!(
+        {"name": "elsewhere", "cluster": {"server": "https://127.0.0.1:1"}}));
+    config["contexts"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!(
+        {"name": "elsewhere", "context": {"cluster": "elsewhere", "user": "user"}}));
+    config["current-context"] = serde_json::json!("elsewhere");
     let kubeconfig = c.dir.join("controller.kubeconfig");
-    std::fs::write(&kubeconfig, controller_kubeconfig(&c).await).unwrap();
+    std::fs::write(&kubeconfig, config.to_string()).unwrap();
     let port = || format!("127.0.0.1:{}", common::free_port());
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
         .arg("run")
         .arg("--kubeconfig")
         .arg(&kubeconfig)
-        .args(["--instance", "baremend-real-plane"])
+        .args(["--context", "plane", "--instance", "baremend-real-plane"])
         .args(["--metrics-secure=false", "--power-poll", "0s"])
         .args(["--metrics-listen", &port(), "--probe-listen", &port()])
         .env("RUST_LOG", "info")
