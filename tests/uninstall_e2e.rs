@@ -179,7 +179,10 @@ async fn an_uninstall_as_documented_leaves_nothing_of_baremend_on_any_object() {
         .await;
     lab.stop().await;
     kubectl
-        .ok(&["delete", "-k", overlay, "--wait=true"], None)
+        .ok(
+            &["delete", "-k", overlay, "--ignore-not-found", "--wait=true"],
+            None,
+        )
         .await;
     kubectl
         .ok(&["delete", "-f", crds, "--wait=true"], None)
@@ -281,4 +284,123 @@ fn the_sweep_sees_each_kind_of_leftover() {
         "metadata": {"name": "worker-0", "labels": {"node-role.kubernetes.io/worker": ""}},
         "spec": {}});
     assert!(leftovers(&clean).is_empty());
+}
+
+/// The same uninstall on a real kube-apiserver (the real namespace and garbage collectors):
+/// deploy/ installed as the install guide says, `baremend run` as its ServiceAccount until it
+/// holds its Lease, then the guide's steps that apply without machines — pause, delete the
+/// kustomization, delete the CRDs — and the sweep of every object of every listable kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_real_server_the_uninstall_leaves_nothing_of_baremend_on_any_object() {
+    let c = common::real::installed().await;
+    let kubeconfig = c.dir.join("controller.kubeconfig");
+    std::fs::write(&kubeconfig, common::real::controller_kubeconfig(&c).await).unwrap();
+    let port = || format!("127.0.0.1:{}", common::free_port());
+    let mut controller = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--instance", "baremend-uninstall"])
+        .args(["--metrics-secure=false", "--power-poll", "0s"])
+        .args(["--metrics-listen", &port(), "--probe-listen", &port()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("baremend runs");
+    eventually(
+        "baremend holds its Lease",
+        Duration::from_secs(60),
+        async || {
+            let (_, out, _) = c
+                .kubectl(
+                    &[
+                        "get",
+                        "lease",
+                        "-n",
+                        "baremend",
+                        "-o",
+                        "jsonpath={.items[*].spec.holderIdentity}",
+                    ],
+                    None,
+                )
+                .await;
+            out.contains("baremend-uninstall")
+        },
+    )
+    .await;
+    // 1. Stop new remediations, of both kinds; then the controller goes with its Deployment.
+    let pause = r#"{"spec":{"paused":true}}"#;
+    let observe = r#"{"spec":{"mode":"Observe"}}"#;
+    for (kind, patch) in [("remediationpolicy", pause), ("driftpolicy", observe)] {
+        c.ok(
+            &["patch", kind, "default", "--type", "merge", "-p", patch],
+            None,
+        )
+        .await;
+    }
+    let _ = controller.kill().await;
+    let mine = c.dir.join("mine");
+    let crds = common::repo_root().join("crds");
+    c.ok(
+        &[
+            "delete",
+            "-k",
+            mine.to_str().unwrap(),
+            "--ignore-not-found",
+            "--wait=true",
+        ],
+        None,
+    )
+    .await;
+    c.ok(
+        &["delete", "-f", crds.to_str().unwrap(), "--wait=true"],
+        None,
+    )
+    .await;
+    // The real namespace controller empties the namespace before it goes.
+    eventually(
+        "the namespace baremend gone",
+        Duration::from_secs(60),
+        async || {
+            let (found, _, _) = c.kubectl(&["get", "namespace", "baremend"], None).await;
+            !found
+        },
+    )
+    .await;
+    let kinds = c
+        .ok(&["api-resources", "--verbs=list", "-o", "name"], None)
+        .await;
+    let kinds: Vec<&str> = kinds
+        .lines()
+        .filter(|k| !k.is_empty() && *k != "events" && *k != "events.events.k8s.io")
+        .collect();
+    let all = c
+        .ok(&["get", &kinds.join(","), "-A", "-o", "json"], None)
+        .await;
+    let all: Value = serde_json::from_str(&all).unwrap();
+    let items = all["items"].as_array().unwrap();
+    for kind in [
+        "Namespace",
+        "ClusterRole",
+        "ServiceAccount",
+        "CustomResourceDefinition",
+    ] {
+        assert!(
+            items.iter().any(|o| o["kind"] == kind),
+            "the sweep saw no {kind}"
+        );
+    }
+    let left: Vec<String> = items.iter().flat_map(leftovers).collect();
+    assert!(
+        left.is_empty(),
+        "left after the uninstall on a real server:\n{}",
+        left.join("\n")
+    );
+    println!(
+        "uninstall on a real server: {} objects of {} kinds swept, nothing of baremend left",
+        items.len(),
+        kinds.len()
+    );
 }

@@ -11,6 +11,7 @@ pub mod lab;
 pub mod leader;
 pub mod prometheus;
 pub mod rbac;
+pub mod real;
 pub mod remediation;
 pub mod servers;
 mod wait;

@@ -589,7 +589,37 @@ fn after_delete(
         inner.registry.unregister(&defined.group, &defined.plural);
         super::apiservices::sync(store, inner);
     }
+    if ty.group.is_empty() && ty.plural == "serviceaccounts" {
+        delete_token_secrets(store, inner, key, gone);
+    }
     collect_dependents(store, inner, key, gone, false);
+}
+
+/// kube-controller-manager's token controller: a deleted ServiceAccount's legacy token
+/// Secrets (`kubernetes.io/service-account-token`, annotated with its name) go with it, at
+/// once (kubernetes v1.36.3 `pkg/controller/serviceaccount/tokens_controller.go`,
+/// `deleteTokens`). A `kubectl delete -k` of deploy/ then finds its token Secret gone.
+fn delete_token_secrets(store: &Store, inner: &mut Inner, key: &ObjectKey, gone: &Value) {
+    let account = meta_str(gone, "name").unwrap_or_default().to_owned();
+    let tokens: Vec<ObjectKey> = inner
+        .objects
+        .iter()
+        .filter(|(k, secret)| {
+            k.group.is_empty()
+                && k.plural == "secrets"
+                && k.namespace == key.namespace
+                && secret.pointer("/type").and_then(Value::as_str)
+                    == Some("kubernetes.io/service-account-token")
+                && secret
+                    .pointer("/metadata/annotations/kubernetes.io~1service-account.name")
+                    .and_then(Value::as_str)
+                    == Some(account.as_str())
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    for token in tokens {
+        store.commit(inner, token, None, EventType::Deleted);
+    }
 }
 
 fn collect_dependents(

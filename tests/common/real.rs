@@ -1,0 +1,53 @@
+//! deploy/ installed on a real control plane as the install guide says, for the tests that
+//! judge it there (`real_plane_e2e`, `uninstall_e2e`).
+
+use baremend::lab::setup::LAB_HELPER_IMAGE;
+
+use super::helper_policy::HELPERS;
+use super::kubectl::{
+    Cluster, documented_kustomizations, install_prerequisites, own_kustomization, real_cluster,
+};
+
+/// The install guide's kustomization that names the image (its first with `images:`), naming
+/// the labs' digest-pinned image instead of the guide's placeholder.
+pub fn guide_kustomization_with_lab_image() -> String {
+    let text = documented_kustomizations()
+        .into_iter()
+        .find(|k| k.contains("images:") && k.contains("overlays/openshift"))
+        .expect("docs/guides/install.md shows an OpenShift kustomization with images:");
+    let digest = LAB_HELPER_IMAGE.split_once('@').unwrap().1;
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("newName:"))
+        .map(|l| match l.find("digest:") {
+            Some(at) => format!("{}digest: {digest}", &l[..at]),
+            None => l.to_owned(),
+        })
+        .collect();
+    let out = lines.join("\n") + "\n";
+    assert!(out.contains(digest), "{out}");
+    out
+}
+
+/// A real control plane with the OpenShift kinds, our CRDs and the guide's OpenShift
+/// kustomization applied with kubectl (in `<dir>/mine`), and the shipped policies created.
+pub async fn installed() -> Cluster {
+    let c = real_cluster().await;
+    install_prerequisites(&c).await;
+    let mine = own_kustomization(&c.dir, &guide_kustomization_with_lab_image());
+    c.ok(&["apply", "-k", mine.to_str().unwrap()], None).await;
+    let policies = super::repo_root().join("deploy/policies.yaml");
+    c.ok(&["create", "-f", policies.to_str().unwrap()], None)
+        .await;
+    c
+}
+
+/// A kubeconfig of deploy/'s controller ServiceAccount with a token the server issued.
+pub async fn controller_kubeconfig(c: &Cluster) -> String {
+    let plane = c.plane().expect("a real plane");
+    let token = plane
+        .token(HELPERS, "baremend")
+        .await
+        .expect("a TokenRequest for baremend/baremend");
+    plane.kubeconfig_with_token(&token)
+}
