@@ -7,10 +7,8 @@
 //! or the rule, and every object of baremend's kinds that deploy/ ships is still accepted.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -24,33 +22,8 @@ use common::servers::{Server, ServerKind};
 /// An API server of `kind` with every CRD of `crds/` established, and an admin client of it.
 async fn start(kind: ServerKind) -> (Server, Client) {
     let server = Server::start(kind).await;
+    server.install_crds().await;
     let client = server.admin().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for file in yaml_files(&repo().join("crds")) {
-        let crd: CustomResourceDefinition =
-            serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    common::eventually(
-        "every CRD established",
-        Duration::from_secs(30),
-        async || {
-            let list = crds.list(&Default::default()).await.ok()?;
-            list.items
-                .iter()
-                .all(|crd| {
-                    crd.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| {
-                            c.iter()
-                                .any(|c| c.type_ == "Established" && c.status == "True")
-                        })
-                })
-                .then_some(())
-        },
-    )
-    .await;
     (server, client)
 }
 

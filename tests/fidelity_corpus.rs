@@ -211,13 +211,11 @@ fn corpus() -> Vec<Request> {
         req("configmap-get", "GET", &format!("{CM}/one")),
         req("configmap-missing", "GET", &format!("{CM}/none")),
         req("configmap-in-missing-namespace", "GET", "/api/v1/namespaces/nowhere/configmaps/x"),
-        req("configmap-list", "GET", CM),
         req("configmap-list-page-by-label", "GET", &format!("{CM}?limit=1&labelSelector=tier%3Da")),
         req("configmap-list-by-label", "GET", &format!("{CM}?labelSelector=tier%3Da")),
         req("configmap-list-by-bad-label", "GET", &format!("{CM}?labelSelector=tier%3D%3D%3Da")),
         req("configmap-list-by-field", "GET", &format!("{CM}?fieldSelector=metadata.name%3Dtwo")),
         req("configmap-list-by-unknown-field", "GET", &format!("{CM}?fieldSelector=data.a%3D1")),
-        req("configmap-list-page", "GET", &format!("{CM}?limit=1")),
         req("configmap-merge-patch", "PATCH", &format!("{CM}/one"))
             .typed("application/merge-patch+json")
             .body(json!({"data": {"b": "2", "a": null}})),
@@ -329,13 +327,11 @@ fn kept() -> BTreeMap<String, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_simulator_answers_the_corpus_as_the_real_server_does() {
-    let crds = common::repo_root().join("crds");
     let mut endpoints = Vec::new();
     let mut servers = Vec::new();
     for kind in [ServerKind::Simulated, ServerKind::Real] {
         let server = Server::start(kind).await;
-        let client = server.admin().await;
-        install_crds(&client, &crds).await;
+        server.install_crds().await;
         endpoints.push(Endpoint::of(&server));
         servers.push(server);
     }
@@ -380,36 +376,4 @@ async fn the_simulator_answers_the_corpus_as_the_real_server_does() {
         no_longer.is_empty(),
         "listed in the fidelity doc but answered alike now (take them off): {no_longer:?}"
     );
-}
-
-/// Creates our CRDs and waits until the server serves them.
-async fn install_crds(client: &kube::Client, dir: &std::path::Path) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{Api, PostParams};
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for file in common::yaml_files(dir) {
-        let crd: CustomResourceDefinition =
-            serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    common::eventually(
-        "every CRD established",
-        std::time::Duration::from_secs(30),
-        async || {
-            let list = crds.list(&Default::default()).await.ok()?;
-            list.items
-                .iter()
-                .all(|crd| {
-                    crd.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| {
-                            c.iter()
-                                .any(|c| c.type_ == "Established" && c.status == "True")
-                        })
-                })
-                .then_some(())
-        },
-    )
-    .await;
 }

@@ -106,19 +106,10 @@ async fn baremend_runs_as_its_service_account_on_the_real_server_with_nothing_fo
     config["current-context"] = serde_json::json!("elsewhere");
     let kubeconfig = c.dir.join("controller.kubeconfig");
     std::fs::write(&kubeconfig, config.to_string()).unwrap();
-    let port = || format!("127.0.0.1:{}", common::free_port());
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--context", "plane", "--instance", "baremend-real-plane"])
-        .args(["--metrics-secure=false", "--power-poll", "0s"])
-        .args(["--metrics-listen", &port(), "--probe-listen", &port()])
+    let mut child = common::real::run_command(&kubeconfig, "baremend-real-plane")
+        .args(["--context", "plane"])
         .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .expect("baremend runs");
     let mut stderr = child.stderr.take().unwrap();

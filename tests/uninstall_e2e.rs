@@ -103,6 +103,37 @@ fn ended(line: &str) -> bool {
     }
 }
 
+/// The sweep: every object of every listable kind (Events apart), in every namespace, must
+/// carry nothing of baremend; the sweep must have seen each of `expected` kinds (so that it
+/// can fail). Returns how many objects and kinds it read.
+async fn sweep(kubectl: &Kubectl, expected: &[&str]) -> (usize, usize) {
+    let kinds = kubectl
+        .ok(&["api-resources", "--verbs=list", "-o", "name"], None)
+        .await;
+    let kinds: Vec<&str> = kinds
+        .lines()
+        .filter(|k| !k.is_empty() && *k != "events" && *k != "events.events.k8s.io")
+        .collect();
+    let all = kubectl
+        .ok(&["get", &kinds.join(","), "-A", "-o", "json"], None)
+        .await;
+    let all: Value = serde_json::from_str(&all).unwrap();
+    let items = all["items"].as_array().unwrap();
+    for kind in expected {
+        assert!(
+            items.iter().any(|o| o["kind"] == *kind),
+            "the sweep saw no {kind}"
+        );
+    }
+    let left: Vec<String> = items.iter().flat_map(leftovers).collect();
+    assert!(
+        left.is_empty(),
+        "left after the uninstall:\n{}",
+        left.join("\n")
+    );
+    (items.len(), kinds.len())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uninstall_as_documented_leaves_nothing_of_baremend_on_any_object() {
     // The whole controller (machines and drift) under deploy/'s ServiceAccount, on a cluster
@@ -198,37 +229,17 @@ async fn an_uninstall_as_documented_leaves_nothing_of_baremend_on_any_object() {
     .await;
 
     // The sweep: every listable kind, every namespace.
-    let kinds = kubectl
-        .ok(&["api-resources", "--verbs=list", "-o", "name"], None)
-        .await;
-    let kinds: Vec<&str> = kinds
-        .lines()
-        .filter(|k| !k.is_empty() && *k != "events" && *k != "events.events.k8s.io")
-        .collect();
-    assert!(kinds.contains(&"nodes") && kinds.contains(&"machines.machine.openshift.io"));
-    let all = kubectl
-        .ok(&["get", &kinds.join(","), "-A", "-o", "json"], None)
-        .await;
-    let all: Value = serde_json::from_str(&all).unwrap();
-    let items = all["items"].as_array().unwrap();
-    for kind in [
-        "Node",
-        "Machine",
-        "BareMetalHost",
-        "MachineConfigPool",
-        "Secret",
-    ] {
-        assert!(
-            items.iter().any(|o| o["kind"] == kind),
-            "the sweep saw no {kind}"
-        );
-    }
-    let left: Vec<String> = items.iter().flat_map(leftovers).collect();
-    assert!(
-        left.is_empty(),
-        "left after the uninstall:\n{}",
-        left.join("\n")
-    );
+    let (items, kinds) = sweep(
+        &kubectl,
+        &[
+            "Node",
+            "Machine",
+            "BareMetalHost",
+            "MachineConfigPool",
+            "Secret",
+        ],
+    )
+    .await;
     // The guide's own check says the same.
     let guide =
         std::fs::read_to_string(common::repo_root().join("docs/guides/operate.md")).unwrap();
@@ -253,12 +264,8 @@ async fn an_uninstall_as_documented_leaves_nothing_of_baremend_on_any_object() {
     assert_eq!(count(check), 0, "{check}");
     // And it reads the cluster: the same pipeline counts the objects it saw.
     let kinds_seen = count(&check.replace("grep -c baremend", "grep -c '\"kind\"'"));
-    assert!(kinds_seen > items.len(), "{kinds_seen} lines of kind");
-    println!(
-        "uninstall: {} objects of {} kinds swept, nothing of baremend left",
-        items.len(),
-        kinds.len()
-    );
+    assert!(kinds_seen > items, "{kinds_seen} lines of kind");
+    println!("uninstall: {items} objects of {kinds} kinds swept, nothing of baremend left");
 }
 
 #[test]
@@ -295,18 +302,8 @@ async fn on_a_real_server_the_uninstall_leaves_nothing_of_baremend_on_any_object
     let c = common::real::installed().await;
     let kubeconfig = c.dir.join("controller.kubeconfig");
     std::fs::write(&kubeconfig, common::real::controller_kubeconfig(&c).await).unwrap();
-    let port = || format!("127.0.0.1:{}", common::free_port());
-    let mut controller = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--instance", "baremend-uninstall"])
-        .args(["--metrics-secure=false", "--power-poll", "0s"])
-        .args(["--metrics-listen", &port(), "--probe-listen", &port()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+    let mut controller = common::real::run_command(&kubeconfig, "baremend-uninstall")
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .expect("baremend runs");
     eventually(
@@ -369,38 +366,17 @@ async fn on_a_real_server_the_uninstall_leaves_nothing_of_baremend_on_any_object
         },
     )
     .await;
-    let kinds = c
-        .ok(&["api-resources", "--verbs=list", "-o", "name"], None)
-        .await;
-    let kinds: Vec<&str> = kinds
-        .lines()
-        .filter(|k| !k.is_empty() && *k != "events" && *k != "events.events.k8s.io")
-        .collect();
-    let all = c
-        .ok(&["get", &kinds.join(","), "-A", "-o", "json"], None)
-        .await;
-    let all: Value = serde_json::from_str(&all).unwrap();
-    let items = all["items"].as_array().unwrap();
-    for kind in [
-        "Namespace",
-        "ClusterRole",
-        "ServiceAccount",
-        "CustomResourceDefinition",
-    ] {
-        assert!(
-            items.iter().any(|o| o["kind"] == kind),
-            "the sweep saw no {kind}"
-        );
-    }
-    let left: Vec<String> = items.iter().flat_map(leftovers).collect();
-    assert!(
-        left.is_empty(),
-        "left after the uninstall on a real server:\n{}",
-        left.join("\n")
-    );
+    let (items, kinds) = sweep(
+        &c.kubectl,
+        &[
+            "Namespace",
+            "ClusterRole",
+            "ServiceAccount",
+            "CustomResourceDefinition",
+        ],
+    )
+    .await;
     println!(
-        "uninstall on a real server: {} objects of {} kinds swept, nothing of baremend left",
-        items.len(),
-        kinds.len()
+        "uninstall on a real server: {items} objects of {kinds} kinds swept, nothing of baremend left"
     );
 }

@@ -51,3 +51,22 @@ pub async fn controller_kubeconfig(c: &Cluster) -> String {
         .expect("a TokenRequest for baremend/baremend");
     plane.kubeconfig_with_token(&token)
 }
+
+/// `baremend run` as a user starts it outside the cluster, with `kubeconfig`, reporting as
+/// `instance`, its endpoints on free loopback ports and plain metrics, standard input and
+/// output closed (the caller chooses what becomes of standard error).
+pub fn run_command(kubeconfig: &std::path::Path, instance: &str) -> tokio::process::Command {
+    let port = || format!("127.0.0.1:{}", super::free_port());
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"));
+    command
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--instance", instance])
+        .args(["--metrics-secure=false", "--power-poll", "0s"])
+        .args(["--metrics-listen", &port(), "--probe-listen", &port()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true);
+    command
+}

@@ -117,6 +117,39 @@ impl Server {
         kube::Client::try_from(config).expect("a client")
     }
 
+    /// Creates every CRD of `crds/` and waits until the server serves them (a real server
+    /// establishes a new kind a moment after its CRD).
+    pub async fn install_crds(&self) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        use kube::api::{Api, PostParams};
+        let crds: Api<CustomResourceDefinition> = Api::all(self.admin().await);
+        for file in super::yaml_files(&super::repo_root().join("crds")) {
+            let crd: CustomResourceDefinition =
+                serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+            crds.create(&PostParams::default(), &crd).await.unwrap();
+        }
+        super::eventually(
+            "every CRD established",
+            std::time::Duration::from_secs(30),
+            async || {
+                let list = crds.list(&Default::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .all(|crd| {
+                        crd.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter()
+                                    .any(|c| c.type_ == "Established" && c.status == "True")
+                            })
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
     /// The administrator's kube client.
     pub async fn admin(&self) -> kube::Client {
         Self::client_of(&self.admin_kubeconfig()).await
