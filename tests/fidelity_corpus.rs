@@ -207,6 +207,9 @@ fn corpus() -> Vec<Request> {
         req("configmap-create", "POST", CM).body(configmap("one", json!({"a": "1"}))),
         req("configmap-create-again", "POST", CM).body(configmap("one", json!({"a": "1"}))),
         req("configmap-create-two", "POST", CM).body(configmap("two", json!({"b": "2"}))),
+        req("configmap-create-as-text", "POST", CM)
+            .typed("text/plain")
+            .body(configmap("text", json!({}))),
         req("configmap-bad-name", "POST", CM).body(configmap("Not_A_Name", json!({}))),
         req("configmap-get", "GET", &format!("{CM}/one")),
         req("configmap-missing", "GET", &format!("{CM}/none")),
