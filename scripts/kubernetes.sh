@@ -64,6 +64,8 @@ build etcd go.etcd.io/etcd/server/v3 "-s -w"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags"
 build kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
-"$dir/kubectl" version --client 2>/dev/null | grep -q "$kube_version" \
-    || die "$dir/kubectl does not report $kube_version"
+# Read whole before matching: `grep -q` would stop reading at the first match, and under
+# pipefail kubectl's broken pipe would fail the check at random.
+reported=$("$dir/kubectl" version --client 2>/dev/null || true)
+[[ $reported == *"$kube_version"* ]] || die "$dir/kubectl does not report $kube_version (it says: $reported)"
 echo "$dir"
