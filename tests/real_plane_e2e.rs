@@ -114,31 +114,7 @@ async fn baremend_runs_as_its_service_account_on_the_real_server_with_nothing_fo
         .expect("baremend runs");
     let mut stderr = child.stderr.take().unwrap();
     // It takes deploy/'s Lease in its namespace.
-    let holder = eventually(
-        "baremend holds its Lease",
-        Duration::from_secs(60),
-        async || {
-            let (ok, out, err) = c
-                .kubectl(
-                    &[
-                        "get",
-                        "lease",
-                        "-n",
-                        HELPERS,
-                        "-o",
-                        "jsonpath={.items[*].spec.holderIdentity}",
-                    ],
-                    None,
-                )
-                .await;
-            if ok && out.contains("baremend-real-plane") {
-                Ok(out)
-            } else {
-                Err(format!("{out}{err}"))
-            }
-        },
-    )
-    .await;
+    let holder = common::real::lease_held_by(&c, "baremend-real-plane").await;
     assert!(holder.contains("baremend-real-plane"), "{holder}");
     // Let it fill its caches and make its first passes; then it is still running and the
     // server refused it nothing.

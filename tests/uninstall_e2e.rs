@@ -306,27 +306,7 @@ async fn on_a_real_server_the_uninstall_leaves_nothing_of_baremend_on_any_object
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("baremend runs");
-    eventually(
-        "baremend holds its Lease",
-        Duration::from_secs(60),
-        async || {
-            let (_, out, _) = c
-                .kubectl(
-                    &[
-                        "get",
-                        "lease",
-                        "-n",
-                        "baremend",
-                        "-o",
-                        "jsonpath={.items[*].spec.holderIdentity}",
-                    ],
-                    None,
-                )
-                .await;
-            out.contains("baremend-uninstall")
-        },
-    )
-    .await;
+    common::real::lease_held_by(&c, "baremend-uninstall").await;
     // 1. Stop new remediations, of both kinds; then the controller goes with its Deployment.
     let pause = r#"{"spec":{"paused":true}}"#;
     let observe = r#"{"spec":{"mode":"Observe"}}"#;

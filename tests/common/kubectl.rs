@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use baremend_sim::apiserver::{ApiServer, ApiServerConfig};
-use baremend_sim::plane::{Binaries, ControlPlane, PlaneOptions};
+use baremend_sim::apiserver::ApiServer;
+use baremend_sim::plane::{Binaries, ControlPlane};
 use tokio::io::AsyncWriteExt;
 
 use super::scratch;
@@ -97,43 +97,24 @@ pub struct Cluster {
 
 /// A fresh simulated API server (TLS) and kubectl on it, in a scratch folder.
 pub async fn cluster() -> Cluster {
-    let server = ApiServer::start(ApiServerConfig {
-        tls: true,
-        ..ApiServerConfig::default()
-    })
-    .await
-    .unwrap();
-    let dir = scratch("kubectl");
-    let kubectl = Kubectl::new(&dir, &server.kubeconfig());
-    let kubeconfig = kubectl.kubeconfig().to_path_buf();
-    Cluster {
-        server: super::servers::Server::Simulated(server),
-        kubectl,
-        kubeconfig,
-        dir,
-    }
-}
-
-/// A fresh API server of `kind` and kubectl on it.
-pub async fn cluster_on(kind: super::servers::ServerKind) -> Cluster {
-    match kind {
-        super::servers::ServerKind::Simulated => cluster().await,
-        super::servers::ServerKind::Real => real_cluster().await,
-    }
+    cluster_on(super::servers::ServerKind::Simulated).await
 }
 
 /// A fresh real control plane (etcd, kube-apiserver, kube-controller-manager) and kubectl on
 /// its administrator's kubeconfig, in a scratch folder.
 pub async fn real_cluster() -> Cluster {
-    let dir = scratch("kubectl-real");
-    let plane = ControlPlane::start(&binaries(), &dir, PlaneOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("the control plane did not start: {e}"));
-    eprintln!("control plane ready in {:?}", plane.started_in());
-    let kubectl = Kubectl::new(&dir, &plane.admin_kubeconfig());
+    cluster_on(super::servers::ServerKind::Real).await
+}
+
+/// A fresh API server of `kind` (`servers::Server::start`) and kubectl on its
+/// administrator's kubeconfig, in a scratch folder.
+pub async fn cluster_on(kind: super::servers::ServerKind) -> Cluster {
+    let server = super::servers::Server::start(kind).await;
+    let dir = scratch("kubectl");
+    let kubectl = Kubectl::new(&dir, &server.admin_kubeconfig());
     let kubeconfig = kubectl.kubeconfig().to_path_buf();
     Cluster {
-        server: super::servers::Server::Real(Box::new(plane)),
+        server,
         kubectl,
         kubeconfig,
         dir,

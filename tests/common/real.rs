@@ -70,3 +70,33 @@ pub fn run_command(kubeconfig: &std::path::Path, instance: &str) -> tokio::proce
         .kill_on_drop(true);
     command
 }
+
+/// Waits until `baremend run` reporting as `instance` holds its Lease in deploy/'s namespace;
+/// the holders seen.
+pub async fn lease_held_by(c: &Cluster, instance: &str) -> String {
+    super::eventually(
+        "baremend holds its Lease",
+        std::time::Duration::from_secs(60),
+        async || {
+            let (ok, out, err) = c
+                .kubectl(
+                    &[
+                        "get",
+                        "lease",
+                        "-n",
+                        HELPERS,
+                        "-o",
+                        "jsonpath={.items[*].spec.holderIdentity}",
+                    ],
+                    None,
+                )
+                .await;
+            if ok && out.contains(instance) {
+                Ok(out)
+            } else {
+                Err(format!("{out}{err}"))
+            }
+        },
+    )
+    .await
+}
