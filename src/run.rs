@@ -25,6 +25,7 @@ use crate::metrics::{Metrics, serve_plain, serve_probes, serve_secure};
 use crate::remediation::controller::{ControllerOptions, Placement, run_machines, until_stopped};
 use crate::runtime::clock::{Clock, SystemClock};
 use crate::runtime::node_watch::watch_nodes;
+use crate::runtime::read::GetPresent;
 use crate::runtime::tasks::Background;
 use crate::shard::announcement;
 use crate::shard::check::{Shard, ShardCheck};
@@ -357,7 +358,7 @@ async fn helper_image(client: &Client, args: &RunArgs) -> String {
     let mut running = None;
     // The kubelet reports the running container's image ID a moment after it starts.
     for _ in 0..10 {
-        let pod = match pods.get_opt(&args.instance).await {
+        let pod = match pods.get_present(&args.instance).await {
             Ok(Some(pod)) => pod,
             // Not run as deploy/'s pod (a kubeconfig from outside the cluster).
             Ok(None) => break,

@@ -14,6 +14,7 @@ use super::pass::Pass;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::api::{DriftEventReason, DriftRemediation};
 use crate::runtime::events::Severity;
+use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
 /// The guard's decision for `node`, whose DriftRemediations are `remediations` (oldest first).
@@ -187,7 +188,11 @@ impl Pass {
         let (namespace, name) = (namespace.as_str(), name.as_str());
         let api: Api<crate::api::slim::Machine> =
             Api::namespaced(self.context.client.clone(), namespace);
-        let Some(machine) = api.get_opt(name).await.map_err(Error::kube("GetMachine"))? else {
+        let Some(machine) = api
+            .get_present(name)
+            .await
+            .map_err(Error::kube("GetMachine"))?
+        else {
             return Ok(None);
         };
         if !machine.annotations().contains_key(EXTERNAL_REMEDIATION) {

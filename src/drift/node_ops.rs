@@ -13,6 +13,7 @@ use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{DriftEventReason, DriftRemediation};
 use crate::runtime::clock::rfc3339;
 use crate::runtime::events::Severity;
+use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
 impl Pass {
@@ -109,7 +110,7 @@ impl Pass {
             Api::namespaced(self.context.client.clone(), &self.policy.helper_namespace);
         let name = helper::helper_name(&remediation.name_any(), op);
         match pods
-            .get_opt(&name)
+            .get_present(&name)
             .await
             .map_err(Error::kube("GetHelperPod"))?
         {
@@ -160,7 +161,7 @@ impl Pass {
             Api::namespaced(self.context.client.clone(), &self.policy.helper_namespace);
         let name = helper::helper_name(&remediation.name_any(), &HelperOp::Unforce);
         let Some(pod) = pods
-            .get_opt(&name)
+            .get_present(&name)
             .await
             .map_err(Error::kube("GetHelperPod"))?
         else {
@@ -219,7 +220,7 @@ impl Pass {
             Api::namespaced(self.context.client.clone(), &self.policy.helper_namespace);
         let name = helper::helper_name(&remediation.name_any(), &HelperOp::Force);
         let Some(pod) = pods
-            .get_opt(&name)
+            .get_present(&name)
             .await
             .map_err(Error::kube("GetHelperPod"))?
         else {

@@ -22,6 +22,7 @@ use crate::metrics::Metrics;
 use crate::remediation::controller::ControllerOptions;
 use crate::run::run_controllers as run_controller;
 use crate::runtime::clock::{SystemClock, parse_rfc3339, since_epoch};
+use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
 const TARGET: &str = "worker-1";
@@ -183,7 +184,7 @@ pub async fn run(timeout: Duration, serving: Serving) -> Result<()> {
             reason: e.message,
         })?;
         let remediation = remediations
-            .get_opt(&format!("{TARGET}-1"))
+            .get_present(&format!("{TARGET}-1"))
             .await
             .map_err(Error::kube("GetDriftRemediation"))?;
         let status = remediation.as_ref().and_then(|r| r.status.clone());

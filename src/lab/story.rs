@@ -22,6 +22,7 @@ use crate::api::slim::MachineApi;
 use crate::api::{Remediation, RemediationPhase, RemediationStatus};
 use crate::metrics::Metrics;
 use crate::runtime::clock::{parse_rfc3339, since_epoch};
+use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
 /// How a target's remediation must end.
@@ -416,7 +417,7 @@ pub async fn run(scenario: Scenario, timeout: Duration, serving: Serving) -> Res
         for (target, expected) in &plan.targets {
             let name = format!("{target}-1");
             let status = remediations
-                .get_opt(&name)
+                .get_present(&name)
                 .await
                 .map_err(Error::kube("GetRemediation"))?
                 .and_then(|r| r.status);

@@ -17,6 +17,9 @@ pub struct ApiError {
     pub details: Option<Value>,
     /// A `Retry-After` header, in seconds.
     pub retry_after: Option<u64>,
+    /// Answered as Go's `http.NotFound` does (plain text `404 page not found`), not as a
+    /// Status: what kube-apiserver's mux answers for a path that names no API.
+    pub plain_text: bool,
 }
 
 impl ApiError {
@@ -27,6 +30,7 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after: None,
+            plain_text: false,
         }
     }
 
@@ -44,11 +48,17 @@ impl ApiError {
 
     /// 404 for a path that names no resource.
     pub fn no_route(path: &str) -> Self {
-        ApiError::new(
+        let mut error = ApiError::new(
             404,
             "NotFound",
             format!("the server could not find the requested resource ({path})"),
-        )
+        );
+        // kube-apiserver v1.36.3 answers a group, version or resource it does not serve from
+        // its mux's not-found handler: `404 page not found`, text/plain, no Status (found by
+        // the fidelity corpus's `unknown-group` and `unknown-kind`; a client that looks for a
+        // `NotFound` reason misses it).
+        error.plain_text = true;
+        error
     }
 
     /// 409 AlreadyExists.
@@ -209,6 +219,45 @@ impl ApiError {
         error
     }
 
+    /// The error a server's `Status` answer describes (an API server's refusal read by a
+    /// client): its code, reason, message and details.
+    pub fn from_status(code: u16, status: &Value) -> Self {
+        const REASONS: [&str; 18] = [
+            "NotFound",
+            "AlreadyExists",
+            "Conflict",
+            "Invalid",
+            "Forbidden",
+            "Unauthorized",
+            "BadRequest",
+            "MethodNotAllowed",
+            "Gone",
+            "Expired",
+            "TooManyRequests",
+            "InternalError",
+            "ServiceUnavailable",
+            "Timeout",
+            "UnsupportedMediaType",
+            "NotAcceptable",
+            "RequestEntityTooLarge",
+            "ServerTimeout",
+        ];
+        let said = status["reason"].as_str().unwrap_or_default();
+        let reason = REASONS
+            .into_iter()
+            .find(|r| *r == said)
+            .unwrap_or("Unknown");
+        let message = status["message"]
+            .as_str()
+            .map_or_else(|| format!("the server answered {code}"), str::to_owned);
+        let mut error = ApiError::new(code, reason, message);
+        error.details = status.get("details").cloned();
+        error.retry_after = status
+            .pointer("/details/retryAfterSeconds")
+            .and_then(Value::as_u64);
+        error
+    }
+
     /// The `Status` object.
     pub fn status(&self) -> Value {
         let mut status = json!({
@@ -245,6 +294,13 @@ pub fn qualified(group: &str, plural: &str) -> String {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if self.plain_text {
+            let headers = [
+                (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            ];
+            return (status, headers, "404 page not found\n").into_response();
+        }
         let mut response = (status, axum::Json(self.status())).into_response();
         if let Some(seconds) = self.retry_after
             && let Ok(value) = HeaderValue::from_str(&seconds.to_string())

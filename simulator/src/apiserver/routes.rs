@@ -201,6 +201,7 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
                 message: "the request body is too large".into(),
                 details: None,
                 retry_after: None,
+                plain_text: false,
             }
             .into_response();
         }

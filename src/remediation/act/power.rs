@@ -29,6 +29,7 @@ use crate::remediation::decide::plan::{Persisted, Phase};
 use crate::remediation::pass::Pass;
 use crate::remediation::world::metered::Metered;
 use crate::runtime::clock::since_epoch;
+use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
 /// Where a Machine's BMC is for direct access, and how to check its certificate: a HostBmc
@@ -288,7 +289,7 @@ impl Pass {
         let hosts: Api<slim::BareMetalHost> =
             Api::namespaced(self.context.client.clone(), &host_ref.namespace);
         let host = hosts
-            .get_opt(&host_ref.name)
+            .get_present(&host_ref.name)
             .await
             .map_err(|e| NotFenced::NotYet(format!("cannot read BareMetalHost {host_ref}: {e}")))?
             .ok_or_else(|| {

@@ -24,13 +24,14 @@ use crate::remediation::pass::context::host_resource;
 use crate::remediation::world::metered::Metered;
 use crate::remediation::world::witnessed::Witness;
 use crate::runtime::clock::since_epoch;
+use crate::runtime::read::GetPresent;
 
 /// The reboot API's probe of `host`: the BareMetalHost and its credentials Secret read now.
 pub async fn probe_host(client: &Client, host: &HostRef, reboot_key: &str) -> Verdict {
     let path = || Some(FencingPath::RebootApi(host.clone()));
     let hosts: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &host.namespace, &host_resource());
-    let object = match hosts.get_opt(&host.name).await {
+    let object = match hosts.get_present(&host.name).await {
         Ok(Some(object)) => object,
         Ok(None) => {
             let detail = format!("BareMetalHost {host} not found");
@@ -45,7 +46,7 @@ pub async fn probe_host(client: &Client, host: &HostRef, reboot_key: &str) -> Ve
     let mut facts = host_facts(host, &json, reboot_key);
     if let Some(name) = &facts.credentials_name {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &host.namespace);
-        facts.secret_version = match secrets.get_opt(name).await {
+        facts.secret_version = match secrets.get_present(name).await {
             Ok(secret) => secret.and_then(|s| s.metadata.resource_version),
             Err(error) => {
                 let detail = format!("cannot read Secret {}/{name}: {error}", host.namespace);

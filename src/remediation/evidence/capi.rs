@@ -22,6 +22,7 @@ use crate::remediation::decide::gates::Held;
 use crate::remediation::decide::observe::{HostRef, Unusable, machine_host};
 use crate::remediation::decide::trust::host_consumed_by;
 use crate::remediation::pass::Pass;
+use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
 /// The kind a Cluster API Machine names for bare metal.
@@ -58,7 +59,7 @@ impl Pass {
             &metal3_machine_resource(),
         );
         let Some(object) = api
-            .get_opt(&name)
+            .get_present(&name)
             .await
             .map_err(Error::kube("GetMetal3Machine"))?
         else {
@@ -202,7 +203,7 @@ pub async fn hosts_of_machines(
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(client.clone(), &namespace, &metal3_machine_resource());
                 match api
-                    .get_opt(&name)
+                    .get_present(&name)
                     .await
                     .map_err(Error::kube("GetMetal3Machine"))?
                 {

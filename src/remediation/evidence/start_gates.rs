@@ -27,6 +27,7 @@ use crate::remediation::pass::subject::{node_is_control_plane, node_key, subject
 use crate::remediation::requests::admission::Verdict;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
+use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 use baremend_drivers::BmcAddress;
 
@@ -186,7 +187,7 @@ impl Pass {
         let hosts: Api<slim::BareMetalHost> =
             Api::namespaced(self.context.client.clone(), &host.namespace);
         let fresh = hosts
-            .get_opt(&host.name)
+            .get_present(&host.name)
             .await
             .map_err(Error::kube("GetBareMetalHost"))?;
         Ok(Some(fresh))
@@ -453,7 +454,7 @@ impl Pass {
         let api: Api<DynamicObject> = Api::all_with(self.context.client.clone(), &resource);
         // A kind not served answers 404 too: no ClusterVersion, no upgrade.
         let version = api
-            .get_opt(CLUSTER_VERSION_NAME)
+            .get_present(CLUSTER_VERSION_NAME)
             .await
             .map_err(Error::kube("GetClusterVersion"))?;
         Ok(version.and_then(|v| progressing(&v.data)))

@@ -29,6 +29,7 @@ use crate::remediation::decide::workload::{ClusterRef, workload_cluster_of};
 use crate::remediation::world::workload::NodeApi;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
+use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
 /// The merge patch that brings `remediation`'s [`OUTCOME_LABEL`] in step with its phase (the
@@ -193,7 +194,7 @@ impl Pass {
             return Ok(None);
         };
         let machine = machines
-            .get_opt(&self.name)
+            .get_present(&self.name)
             .await
             .map_err(Error::kube("GetMachine"))?;
         Ok(machine.map(|m| m.metadata.annotations.unwrap_or_default()))

@@ -31,6 +31,7 @@ use crate::api::{
 };
 use crate::remediation::decide::trust::narrow;
 use crate::remediation::pass::Pass;
+use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
 /// The trigger a Machine carries now: its request if there is one it may act on (it has a
@@ -208,7 +209,7 @@ impl Pass {
             let machines: Api<MachineRemediation> =
                 Api::namespaced(self.context.client.clone(), &self.namespace);
             let machine = machines
-                .get_opt(&self.name)
+                .get_present(&self.name)
                 .await
                 .map_err(Error::kube("GetMachineRemediation"))?;
             if let Some(fresh) = machine.filter(|r| r.metadata.deletion_timestamp.is_none()) {
@@ -224,7 +225,7 @@ impl Pass {
         let nodes: Api<NodeRemediation> =
             Api::namespaced(self.context.client.clone(), &cached.namespace);
         let node = nodes
-            .get_opt(&cached.name)
+            .get_present(&cached.name)
             .await
             .map_err(Error::kube("GetNodeRemediation"))?;
         let Some(fresh) = node.filter(|r| {

@@ -45,6 +45,7 @@ use crate::api::slim;
 use crate::remediation::decide::workload::ClusterRef;
 use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::informer::watch_config;
+use crate::runtime::read::GetPresent;
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
@@ -473,7 +474,7 @@ async fn read_kubeconfig(
 ) -> std::result::Result<Vec<u8>, String> {
     let name = cluster.kubeconfig_secret();
     let secrets: Api<Secret> = Api::namespaced(management.clone(), &cluster.namespace);
-    let secret = match secrets.get_opt(&name).await {
+    let secret = match secrets.get_present(&name).await {
         Ok(Some(secret)) => secret,
         Ok(None) => {
             return Err(format!(

@@ -105,6 +105,7 @@ pub fn forbidden(username: &str, attributes: &Attributes, reason: &str) -> ApiEr
             message,
             details: Some(json!({})),
             retry_after: None,
+            plain_text: false,
         };
     };
     let mut shown = resource.resource.clone();
@@ -140,6 +141,7 @@ pub fn forbidden(username: &str, attributes: &Attributes, reason: &str) -> ApiEr
         message,
         details: Some(serde_json::Value::Object(details)),
         retry_after: None,
+        plain_text: false,
     }
 }
 

@@ -176,6 +176,7 @@ impl Store {
                         ),
                         details: None,
                         retry_after: None,
+                        plain_text: false,
                     });
                 }
                 Some(_) => {}

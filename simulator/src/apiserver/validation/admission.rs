@@ -262,6 +262,7 @@ fn evaluate(policy: &Value, binding: &Value, request: &AdmissionRequest) -> Resu
         ),
         details: Some(json!({"name": target, "group": request.group, "kind": request.resource})),
         retry_after: None,
+        plain_text: false,
     };
     let mut variables = vec![
         ("object", to_cel(request.object)),

@@ -183,6 +183,7 @@ pub fn invalid(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Ap
             })).collect::<Vec<_>>(),
         })),
         retry_after: None,
+        plain_text: false,
     }
 }
 
