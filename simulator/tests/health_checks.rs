@@ -137,7 +137,7 @@ async fn a_custom_machine_health_check_disables_the_node_health_check() {
 
 /// Patches `node`'s conditions to Ready=Unknown plus `TestFault` with `status` since `ago`.
 fn set_test_fault(api: &Local, node: &str, status: &str, ago: Duration) {
-    let since = format_time(api.store().wall_time() - ago);
+    let since = format_time(api.wall_time() - ago);
     let conditions = json!([
         {"type": "Ready", "status": "Unknown", "lastTransitionTime": since},
         {"type": "TestFault", "status": status, "lastTransitionTime": since},
@@ -252,7 +252,7 @@ async fn a_single_template_request_is_named_owned_and_times_out_through_the_leas
         },
     )
     .await;
-    let started = api.store().wall_time();
+    let started = api.wall_time();
     assert!(
         api.get(LEASES, LEASE_NAMESPACE, "node-worker-0").is_err(),
         "the lease invalidated"

@@ -15,6 +15,22 @@ pub fn guide_kustomization_with_lab_image() -> String {
         .into_iter()
         .find(|k| k.contains("images:") && k.contains("overlays/openshift"))
         .expect("docs/guides/install.md shows an OpenShift kustomization with images:");
+    with_lab_image(&text)
+}
+
+/// The install guide's kustomization that uses `component` (its first), with the `images:`
+/// of the guide's first kustomization naming the labs' image (the guide says to add them).
+pub fn guide_kustomization_with(component: &str) -> String {
+    let text = documented_kustomizations()
+        .into_iter()
+        .find(|k| k.contains(&format!("deploy/components/{component}")))
+        .unwrap_or_else(|| panic!("docs/guides/install.md shows a kustomization with {component}"));
+    let images = guide_kustomization_with_lab_image();
+    let images = &images[images.find("images:").expect("images:")..];
+    with_lab_image(&format!("{text}{images}"))
+}
+
+fn with_lab_image(text: &str) -> String {
     let digest = LAB_HELPER_IMAGE.split_once('@').unwrap().1;
     let lines: Vec<String> = text
         .lines()
@@ -32,9 +48,14 @@ pub fn guide_kustomization_with_lab_image() -> String {
 /// A real control plane with the OpenShift kinds, our CRDs and the guide's OpenShift
 /// kustomization applied with kubectl (in `<dir>/mine`), and the shipped policies created.
 pub async fn installed() -> Cluster {
+    installed_with(&guide_kustomization_with_lab_image()).await
+}
+
+/// [`installed`] with the kustomization `kustomization` instead of the guide's OpenShift one.
+pub async fn installed_with(kustomization: &str) -> Cluster {
     let c = real_cluster().await;
     install_prerequisites(&c).await;
-    let mine = own_kustomization(&c.dir, &guide_kustomization_with_lab_image());
+    let mine = own_kustomization(&c.dir, kustomization);
     c.ok(&["apply", "-k", mine.to_str().unwrap()], None).await;
     let policies = super::repo_root().join("deploy/policies.yaml");
     c.ok(&["create", "-f", policies.to_str().unwrap()], None)

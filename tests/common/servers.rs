@@ -43,10 +43,9 @@ impl Server {
             ),
             ServerKind::Real => {
                 let dir = super::scratch("plane");
-                let plane =
-                    ControlPlane::start(&super::kubectl::binaries(), &dir, PlaneOptions::default())
-                        .await
-                        .unwrap_or_else(|e| panic!("the control plane did not start: {e}"));
+                let plane = ControlPlane::start(&super::kubectl::binaries(), &dir, plane_options())
+                    .await
+                    .unwrap_or_else(|e| panic!("the control plane did not start: {e}"));
                 eprintln!("control plane ready in {:?}", plane.started_in());
                 Server::Real(Box::new(plane))
             }
@@ -172,4 +171,17 @@ macro_rules! on_both_servers {
             }
         }
     )+};
+}
+
+/// The plane every real-server test starts: kube-controller-manager's node monitor as quick
+/// as the simulated kubelets' leases (4 s without a renewal makes a Node `Unknown`; 50 s
+/// upstream), so a hung host is seen in seconds.
+pub fn plane_options() -> PlaneOptions {
+    PlaneOptions {
+        node_monitor: Some((
+            std::time::Duration::from_secs(4),
+            std::time::Duration::from_secs(1),
+        )),
+        ..PlaneOptions::default()
+    }
 }

@@ -18,15 +18,18 @@
 //! another account; metal3's own install is followed here. The NodeHealthCheck is installed as
 //! OLM does (its manager role without the aggregation label a kustomize install adds).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::local::{Local, NAMESPACES, Refusals, manifest_gvr};
+use super::remote::{Credential, Endpoint, Remote};
 use crate::apiserver::auth::AUTHENTICATED;
 use crate::apiserver::auth::node::NODES_GROUP;
 use crate::apiserver::{ApiError, Authorizer, Store, UserInfo};
+use crate::tls::TlsIdentity;
 
 /// The upstream accounts and roles, per upstream install.
 const MACHINE_API_RBAC: &str = include_str!("upstream_rbac/machine-api.yaml");
@@ -129,42 +132,161 @@ pub fn kubelet_user(node: &str) -> UserInfo {
     )
 }
 
-/// The actors' clients over one store.
+/// The actors' clients of one API server.
 #[derive(Debug, Clone)]
 pub struct Accounts {
-    store: Arc<Store>,
-    authorizer: Arc<Authorizer>,
+    server: Server,
     refusals: Arc<Refusals>,
+}
+
+/// The API server the actors call.
+#[derive(Debug, Clone)]
+enum Server {
+    /// The simulated store, in-process, each call authorized by the simulated authorizer.
+    Store {
+        store: Arc<Store>,
+        authorizer: Arc<Authorizer>,
+    },
+    /// Any API server over HTTPS, each actor with the credential its upstream install gives
+    /// it.
+    Remote(Arc<RemoteAccounts>),
+}
+
+/// Each actor's credential for a remote API server.
+#[derive(Debug)]
+pub struct RemoteAccounts {
+    endpoint: Endpoint,
+    /// Per actor: its client, with its ServiceAccount's token or a client certificate
+    /// (kube-controller-manager).
+    actors: Vec<(Actor, Remote)>,
+    /// Per Node name: its kubelet's client, with a client certificate (`system:node:<name>`
+    /// in `system:nodes`).
+    kubelets: HashMap<String, Remote>,
+    /// The administrator's client (the installer's, and a self-hosted cluster's kubeconfig).
+    admin: Remote,
+}
+
+impl RemoteAccounts {
+    /// Credentials for `actors` and the kubelets of `nodes` from the server at `endpoint`:
+    /// a ServiceAccount's token by TokenRequest (the accounts must exist: [`install`]), any
+    /// other user's client certificate from `issuer`.
+    pub fn issue(
+        endpoint: Endpoint,
+        admin: Credential,
+        issuer: &dyn Issuer,
+        actors: &[Actor],
+        nodes: &[&str],
+    ) -> crate::Result<Self> {
+        let installer = Remote::new(&endpoint, &admin)?;
+        let mut clients = Vec::new();
+        for actor in actors {
+            let user = actor.user();
+            let credential = match service_account(&user.username) {
+                Some((namespace, name)) => Credential::Token(
+                    installer
+                        .token(namespace, name)
+                        .map_err(|e| crate::Error::Config(format!("{actor:?}: {}", e.message)))?,
+                ),
+                None => Credential::Certificate(issuer.client(&user.username, &user.groups)?),
+            };
+            clients.push((*actor, Remote::new(&endpoint, &credential)?));
+        }
+        let mut kubelets = HashMap::new();
+        for node in nodes {
+            let user = kubelet_user(node);
+            let identity = issuer.client(&user.username, &user.groups)?;
+            let credential = Credential::Certificate(identity);
+            kubelets.insert((*node).to_owned(), Remote::new(&endpoint, &credential)?);
+        }
+        Ok(RemoteAccounts {
+            endpoint,
+            actors: clients,
+            kubelets,
+            admin: installer,
+        })
+    }
+
+    /// The server's address and CA.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The administrator's client, as field manager `manager`.
+    pub fn admin(&self, manager: &'static str) -> Local {
+        Local::remote(self.admin.clone(), "admin", manager)
+    }
+}
+
+/// `(namespace, name)` of a ServiceAccount's user name.
+fn service_account(username: &str) -> Option<(&str, &str)> {
+    username
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+}
+
+/// Who signs client certificates the API server trusts (the control plane's CA).
+pub trait Issuer {
+    /// A client certificate for `user` in `groups`.
+    fn client(&self, user: &str, groups: &[String]) -> crate::Result<TlsIdentity>;
 }
 
 impl Accounts {
     /// Clients authorized by `authorizer` (the API server's), telling `refusals`.
     pub fn new(store: Arc<Store>, authorizer: Arc<Authorizer>, refusals: Arc<Refusals>) -> Self {
         Accounts {
-            store,
-            authorizer,
+            server: Server::Store { store, authorizer },
+            refusals,
+        }
+    }
+
+    /// Clients of a remote API server with the credentials of `accounts`, telling `refusals`.
+    pub fn remote(accounts: RemoteAccounts, refusals: Arc<Refusals>) -> Self {
+        Accounts {
+            server: Server::Remote(Arc::new(accounts)),
             refusals,
         }
     }
 
     /// The client of `actor`.
     pub fn local(&self, actor: Actor) -> Local {
-        Local::new(self.store.clone(), actor.manager())
-            .as_user(self.authorizer.clone(), actor.user())
-            .reporting(self.refusals.clone())
+        let local = match &self.server {
+            Server::Store { store, authorizer } => {
+                Local::new(store.clone(), actor.manager()).as_user(authorizer.clone(), actor.user())
+            }
+            Server::Remote(remote) => {
+                let client = remote
+                    .actors
+                    .iter()
+                    .find(|(a, _)| *a == actor)
+                    .map_or(&remote.admin, |(_, c)| c);
+                Local::remote(client.clone(), &actor.user().username, actor.manager())
+            }
+        };
+        local.reporting(self.refusals.clone())
     }
 
     /// The client of `node`'s kubelet (and of what writes with its credentials).
     pub fn kubelet(&self, node: &str, manager: &'static str) -> Local {
-        Local::new(self.store.clone(), manager)
-            .as_user(self.authorizer.clone(), kubelet_user(node))
-            .reporting(self.refusals.clone())
+        let user = kubelet_user(node);
+        let local = match &self.server {
+            Server::Store { store, authorizer } => {
+                Local::new(store.clone(), manager).as_user(authorizer.clone(), user)
+            }
+            Server::Remote(remote) => {
+                let client = remote.kubelets.get(node).unwrap_or(&remote.admin);
+                Local::remote(client.clone(), &user.username, manager)
+            }
+        };
+        local.reporting(self.refusals.clone())
     }
 
     /// Cluster API's view of a workload cluster through its kubeconfig Secret: the workload
     /// cluster's admin (here the same API server, a self-hosted cluster).
     pub fn workload_admin(&self) -> Local {
-        Local::new(self.store.clone(), "capi-manager")
+        match &self.server {
+            Server::Store { store, .. } => Local::new(store.clone(), "capi-manager"),
+            Server::Remote(remote) => remote.admin("capi-manager"),
+        }
     }
 
     /// The refusals so far.

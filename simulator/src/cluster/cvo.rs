@@ -28,7 +28,7 @@ fn condition(kind: &str, on: bool, reason: &str, message: &str, at: &str) -> Val
 
 /// Creates `version` at [`INITIAL_VERSION`], settled.
 pub fn install(api: &Local) -> Result<(), ApiError> {
-    let now = crate::apiserver::time::format_time(api.store().wall_time());
+    let now = crate::apiserver::time::format_time(api.wall_time());
     let version = INITIAL_VERSION;
     api.create(
         CLUSTER_VERSIONS,
@@ -65,7 +65,7 @@ pub fn install(api: &Local) -> Result<(), ApiError> {
 /// finishes the one under way (`Progressing` False, the entry `Completed`).
 pub fn set_upgrading(api: &Local, to: Option<&str>) -> Result<(), ApiError> {
     let object = api.get(CLUSTER_VERSIONS, "", NAME)?;
-    let now = crate::apiserver::time::format_time(api.store().wall_time());
+    let now = crate::apiserver::time::format_time(api.wall_time());
     let mut history: Vec<Value> = object
         .pointer("/status/history")
         .and_then(Value::as_array)

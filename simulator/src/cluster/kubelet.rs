@@ -96,6 +96,13 @@ pub struct NodeIdentity {
     pub role: String,
     /// The Node's Machine.
     pub machine: MachineLink,
+    /// Whether the kubelet labels its own Node with its role (`node-role.kubernetes.io/…`):
+    /// OpenShift's kubelet does (the MCO passes `--node-labels=node-role.kubernetes.io/<role>`
+    /// and OpenShift's NodeRestriction admits it); upstream NodeRestriction refuses a kubelet
+    /// every `kubernetes.io` label outside its allowed set (kubernetes v1.36.3
+    /// `plugin/pkg/admission/noderestriction/admission.go`, `getForbiddenLabels`), so on an
+    /// upstream API server the installer labels each Node instead.
+    pub labels_own_role: bool,
 }
 
 /// The boot ID of a host's `boot`-th boot, UUID-shaped like `/proc/sys/kernel/random/boot_id`:
@@ -164,15 +171,13 @@ fn machine_fields(identity: &NodeIdentity) -> (Value, Value) {
 }
 
 fn node_object(identity: &NodeIdentity, now: &str, boot_id: &str) -> Value {
-    let role_label = format!("node-role.kubernetes.io/{}", identity.role);
     let mut labels = json!({
         "kubernetes.io/hostname": identity.name,
         "kubernetes.io/os": "linux",
         "beta.kubernetes.io/os": "linux",
-        role_label: "",
     });
-    if identity.role == "master" {
-        labels["node-role.kubernetes.io/control-plane"] = json!("");
+    if identity.labels_own_role {
+        labels = role_labels(&identity.role, labels);
     }
     let (annotations, spec) = machine_fields(identity);
     json!({
@@ -190,6 +195,16 @@ fn node_object(identity: &NodeIdentity, now: &str, boot_id: &str) -> Value {
     })
 }
 
+/// `labels` with a Node's role labels added (`node-role.kubernetes.io/<role>`, and
+/// `…/control-plane` for a master).
+pub fn role_labels(role: &str, mut labels: Value) -> Value {
+    labels[format!("node-role.kubernetes.io/{role}")] = json!("");
+    if role == "master" {
+        labels["node-role.kubernetes.io/control-plane"] = json!("");
+    }
+    labels
+}
+
 fn conditions(heartbeat: &str, transition: &str) -> Value {
     let condition = |kind: &str, status: &str, reason: &str| json!({"type": kind, "status": status, "reason": reason, "message": reason, "lastHeartbeatTime": heartbeat, "lastTransitionTime": transition});
     json!([
@@ -200,7 +215,8 @@ fn conditions(heartbeat: &str, transition: &str) -> Value {
     ])
 }
 
-fn is_ready(node: &Value) -> bool {
+/// Whether a Node's `Ready` condition is `True`.
+pub fn ready(node: &Value) -> bool {
     node.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|c| {
@@ -255,7 +271,7 @@ pub async fn run(
         }
         // Per host: Nodes of two workload clusters may share a name.
         let boot = boot_id(&identity.machine_name, offs_seen);
-        let now = format_time(api.store().wall_time());
+        let now = format_time(api.wall_time());
         // Node status at start, then at most every 10 heartbeats unless it needs a change.
         let node = api.get_shared(NODES, "", &identity.name);
         match node {
@@ -270,10 +286,10 @@ pub async fn run(
             }
             Ok(node)
                 if !boot_reported
-                    || !is_ready(&node)
+                    || !ready(&node)
                     || last_status.elapsed() >= timing.heartbeat * 10 =>
             {
-                let transition = if is_ready(&node) {
+                let transition = if ready(&node) {
                     node.pointer("/status/conditions")
                         .and_then(Value::as_array)
                         .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
@@ -305,7 +321,7 @@ pub async fn run(
 }
 
 fn renew_lease(api: &Local, node: &str, timing: &Timing) {
-    let renew = format_micro_time(api.store().wall_time());
+    let renew = format_micro_time(api.wall_time());
     let seconds = timing.node_grace.as_secs().max(1);
     match api.get_shared(LEASES, "kube-node-lease", node) {
         Ok(_) => {

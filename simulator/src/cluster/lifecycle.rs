@@ -77,7 +77,7 @@ pub async fn run(api: ControllerManager, timing: Timing, phase: Duration) {
 /// One pass over every Node and pod; `missing` remembers since when a pod's Node is gone.
 pub fn pass(kcm: &ControllerManager, grace: Duration, missing: &mut HashMap<String, Duration>) {
     let api = &kcm.writes;
-    let now = api.store().wall_time();
+    let now = api.wall_time();
     let stamp = format_time(now);
     let leases = kcm.informers.list_shared(LEASES, Some("kube-node-lease"));
     let nodes = kcm.informers.list_shared(NODES, None);

@@ -13,125 +13,8 @@ use crate::apiserver::selectors::{FieldSelector, LabelSelector};
 use crate::apiserver::store::DeleteOptions;
 use crate::apiserver::{Authorizer, Store, UserInfo};
 
-/// A group, version and plural.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gvr {
-    /// API group.
-    pub group: &'static str,
-    /// Version.
-    pub version: &'static str,
-    /// Plural.
-    pub plural: &'static str,
-}
-
-/// Nodes.
-pub const NODES: Gvr = Gvr {
-    group: "",
-    version: "v1",
-    plural: "nodes",
-};
-/// Pods.
-pub const PODS: Gvr = Gvr {
-    group: "",
-    version: "v1",
-    plural: "pods",
-};
-/// Secrets.
-pub const SECRETS: Gvr = Gvr {
-    group: "",
-    version: "v1",
-    plural: "secrets",
-};
-/// Namespaces.
-pub const NAMESPACES: Gvr = Gvr {
-    group: "",
-    version: "v1",
-    plural: "namespaces",
-};
-/// Events (core).
-pub const EVENTS: Gvr = Gvr {
-    group: "",
-    version: "v1",
-    plural: "events",
-};
-/// Leases.
-pub const LEASES: Gvr = Gvr {
-    group: "coordination.k8s.io",
-    version: "v1",
-    plural: "leases",
-};
-/// PodDisruptionBudgets.
-pub const PDBS: Gvr = Gvr {
-    group: "policy",
-    version: "v1",
-    plural: "poddisruptionbudgets",
-};
-/// CRDs.
-pub const CRDS: Gvr = Gvr {
-    group: "apiextensions.k8s.io",
-    version: "v1",
-    plural: "customresourcedefinitions",
-};
-/// Machines.
-pub const MACHINES: Gvr = Gvr {
-    group: "machine.openshift.io",
-    version: "v1beta1",
-    plural: "machines",
-};
-/// MachineHealthChecks.
-pub const MHCS: Gvr = Gvr {
-    group: "machine.openshift.io",
-    version: "v1beta1",
-    plural: "machinehealthchecks",
-};
-/// Cluster API Machines.
-pub const CAPI_MACHINES: Gvr = Gvr {
-    group: "cluster.x-k8s.io",
-    version: "v1beta1",
-    plural: "machines",
-};
-/// Cluster API Clusters.
-pub const CAPI_CLUSTERS: Gvr = Gvr {
-    group: "cluster.x-k8s.io",
-    version: "v1beta1",
-    plural: "clusters",
-};
-/// Cluster API MachineHealthChecks.
-pub const CAPI_MHCS: Gvr = Gvr {
-    group: "cluster.x-k8s.io",
-    version: "v1beta1",
-    plural: "machinehealthchecks",
-};
-/// metal3's Metal3Machines.
-pub const METAL3_MACHINES: Gvr = Gvr {
-    group: "infrastructure.cluster.x-k8s.io",
-    version: "v1beta1",
-    plural: "metal3machines",
-};
-/// baremend's Cluster API remediation templates.
-pub const MACHINE_REMEDIATION_TEMPLATES: Gvr = Gvr {
-    group: "baremend.io",
-    version: "v1alpha1",
-    plural: "machineremediationtemplates",
-};
-/// baremend's Cluster API remediation requests.
-pub const MACHINE_REMEDIATIONS: Gvr = Gvr {
-    group: "baremend.io",
-    version: "v1alpha1",
-    plural: "machineremediations",
-};
-/// baremend's HostBmcs (a host's BMC, for hosts without a BareMetalHost).
-pub const HOST_BMCS: Gvr = Gvr {
-    group: "baremend.io",
-    version: "v1alpha1",
-    plural: "hostbmcs",
-};
-/// BareMetalHosts.
-pub const BMHS: Gvr = Gvr {
-    group: "metal3.io",
-    version: "v1alpha1",
-    plural: "baremetalhosts",
-};
+pub use super::gvr::*;
+pub use super::remote::Remote;
 
 /// The kind of an identity, RBAC or admission manifest (`kubectl create -f` of a
 /// ServiceAccount, its Secret, roles and bindings, their namespace, a
@@ -165,32 +48,6 @@ pub fn manifest_gvr(kind: &str) -> Option<Gvr> {
     })
 }
 
-/// OpenShift's ClusterVersion (cluster-scoped, the one named `version`).
-pub const CLUSTER_VERSIONS: Gvr = Gvr {
-    group: "config.openshift.io",
-    version: "v1",
-    plural: "clusterversions",
-};
-
-/// MachineConfigPools.
-pub const MCPS: Gvr = Gvr {
-    group: "machineconfiguration.openshift.io",
-    version: "v1",
-    plural: "machineconfigpools",
-};
-/// MachineConfigs.
-pub const MCS: Gvr = Gvr {
-    group: "machineconfiguration.openshift.io",
-    version: "v1",
-    plural: "machineconfigs",
-};
-/// MachineConfigNodes.
-pub const MCNS: Gvr = Gvr {
-    group: "machineconfiguration.openshift.io",
-    version: "v1",
-    plural: "machineconfignodes",
-};
-
 /// (namespace, name) of an object ("" for what is missing).
 pub fn namespace_and_name(object: &Value) -> (&str, &str) {
     let field = |f: &str| {
@@ -202,16 +59,33 @@ pub fn namespace_and_name(object: &Value) -> (&str, &str) {
     (field("namespace"), field("name"))
 }
 
-/// The store, seen by an in-process actor.
+/// An API server, seen by a simulated actor: the store in-process (the shortcut the simulated
+/// cluster takes), or any API server over HTTPS with the actor's own credentials
+/// ([`Remote`]). The actors call the same methods either way.
 #[derive(Clone)]
 pub struct Local {
-    store: Arc<Store>,
+    backend: Backend,
     manager: &'static str,
-    /// The user the calls are authorized as; None: the privileged in-process path (like the
-    /// control plane's loopback client, allowed everything).
-    caller: Option<(Arc<Authorizer>, UserInfo)>,
     /// Where refusals are told, when someone listens.
     refusals: Option<Arc<Refusals>>,
+}
+
+/// Which API server answers.
+#[derive(Clone)]
+enum Backend {
+    /// The simulated store, in-process.
+    Store {
+        store: Arc<Store>,
+        /// The user the calls are authorized as; None: the privileged in-process path (like
+        /// the control plane's loopback client, allowed everything).
+        caller: Option<(Arc<Authorizer>, UserInfo)>,
+    },
+    /// Any API server, over HTTPS: the server authenticates, authorizes and admits.
+    Remote {
+        remote: Remote,
+        /// Who the credential names (for the refusals' report).
+        user: String,
+    },
 }
 
 /// The refusals simulated actors met. An actor that runs as its upstream account and is
@@ -263,10 +137,8 @@ impl std::fmt::Debug for Local {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Local")
             .field("manager", &self.manager)
-            .field(
-                "user",
-                &self.caller.as_ref().map(|(_, user)| &user.username),
-            )
+            .field("user", &self.username())
+            .field("remote", &matches!(self.backend, Backend::Remote { .. }))
             .finish()
     }
 }
@@ -275,21 +147,41 @@ impl Local {
     /// Access as field manager `manager`.
     pub fn new(store: Arc<Store>, manager: &'static str) -> Self {
         Local {
-            store,
+            backend: Backend::Store {
+                store,
+                caller: None,
+            },
             manager,
-            caller: None,
+            refusals: None,
+        }
+    }
+
+    /// Access to any API server through `remote`, whose credential names `user`, as field
+    /// manager `manager`.
+    pub fn remote(remote: Remote, user: &str, manager: &'static str) -> Self {
+        Local {
+            backend: Backend::Remote {
+                remote,
+                user: user.to_owned(),
+            },
+            manager,
             refusals: None,
         }
     }
 
     /// The same access, authorized as `user` by `authorizer` (the API server's,
     /// [`crate::apiserver::ApiServer::authorizer`]): a call RBAC refuses fails with the
-    /// 403 the HTTP API gives; a refused list is empty.
+    /// 403 the HTTP API gives; a refused list is empty. A remote access is authorized by its
+    /// server, as its credential's user: it stays as it is.
     pub fn as_user(self, authorizer: Arc<Authorizer>, user: UserInfo) -> Self {
-        Local {
-            caller: Some((authorizer, user)),
-            ..self
-        }
+        let backend = match self.backend {
+            Backend::Store { store, .. } => Backend::Store {
+                store,
+                caller: Some((authorizer, user)),
+            },
+            remote @ Backend::Remote { .. } => remote,
+        };
+        Local { backend, ..self }
     }
 
     /// The same access, telling `refusals` of every call RBAC or admission refuses (Events
@@ -301,9 +193,21 @@ impl Local {
         }
     }
 
-    /// The user the calls are made as (None: the privileged in-process path).
+    /// The user the calls are made as, in-process (None: the privileged in-process path, or
+    /// a remote access, which the server authorizes).
     pub fn user(&self) -> Option<&UserInfo> {
-        self.caller.as_ref().map(|(_, user)| user)
+        match &self.backend {
+            Backend::Store { caller, .. } => caller.as_ref().map(|(_, user)| user),
+            Backend::Remote { .. } => None,
+        }
+    }
+
+    /// The name of the user the calls are made as ("" for the privileged in-process path).
+    fn username(&self) -> &str {
+        match &self.backend {
+            Backend::Store { caller, .. } => caller.as_ref().map_or("", |(_, u)| &u.username),
+            Backend::Remote { user, .. } => user,
+        }
     }
 
     /// Tells the listener of a refused call.
@@ -312,7 +216,7 @@ impl Local {
             && error.code == 403
             && gvr.plural != EVENTS.plural
         {
-            let user = self.user().map_or("", |u| u.username.as_str());
+            let user = self.username();
             tracing::warn!(actor = self.manager, user, "refused: {}", error.message);
             refusals.record(format!("{} ({user}): {}", self.manager, error.message));
         }
@@ -325,7 +229,7 @@ impl Local {
             .map(crate::apiserver::validation::admission::UserScope::of)
     }
 
-    /// Ok when the caller may `verb` the object (`name` "" for a collection).
+    /// Ok when the in-process caller may `verb` the object (`name` "" for a collection).
     fn allowed(
         &self,
         verb: &str,
@@ -334,7 +238,11 @@ impl Local {
         namespace: &str,
         name: &str,
     ) -> ApiResult<()> {
-        let Some((authorizer, user)) = &self.caller else {
+        let Backend::Store {
+            caller: Some((authorizer, user)),
+            ..
+        } = &self.backend
+        else {
             return Ok(());
         };
         let attributes = Attributes::resource(
@@ -352,35 +260,57 @@ impl Local {
         self.refused(checked, gvr)
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
+    /// The time the API server's clock says (the simulated store's wall clock, which a test
+    /// may move; a remote server's is this machine's).
+    pub fn wall_time(&self) -> std::time::Duration {
+        match &self.backend {
+            Backend::Store { store, .. } => store.wall_time(),
+            Backend::Remote { .. } => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default(),
+        }
     }
 
-    fn ty(&self, gvr: Gvr) -> ApiResult<Arc<ResourceType>> {
-        self.store
-            .resource_type(gvr.group, gvr.version, gvr.plural)
-            .ok_or_else(|| ApiError::no_route(gvr.plural))
+    /// The in-process store and its type for `gvr`, or the remote client.
+    fn target(&self, gvr: Gvr) -> ApiResult<Target<'_>> {
+        match &self.backend {
+            Backend::Store { store, .. } => {
+                let ty = store
+                    .resource_type(gvr.group, gvr.version, gvr.plural)
+                    .ok_or_else(|| ApiError::no_route(gvr.plural))?;
+                Ok(Target::Store(store, ty))
+            }
+            Backend::Remote { remote, .. } => Ok(Target::Remote(remote)),
+        }
     }
 
     /// Whether the API serves the kind (its CRD is installed, for a custom one).
     pub fn serves(&self, gvr: Gvr) -> bool {
-        self.ty(gvr).is_ok()
+        match &self.backend {
+            Backend::Store { .. } => self.target(gvr).is_ok(),
+            Backend::Remote { remote, .. } => remote.serves(gvr),
+        }
     }
 
     /// Reads an object.
     pub fn get(&self, gvr: Gvr, namespace: &str, name: &str) -> ApiResult<Value> {
         self.allowed("get", gvr, "", namespace, name)?;
-        self.store
-            .get(&*self.ty(gvr)?, gvr.version, namespace, name)
+        let read = match self.target(gvr)? {
+            Target::Store(store, ty) => store.get(&ty, gvr.version, namespace, name),
+            Target::Remote(remote) => remote.get(gvr, namespace, name),
+        };
+        self.refused(read, gvr)
     }
 
     /// [`Local::get`] without a copy of the object (the store's own, where reading changes
     /// nothing): for actors that read theirs every heartbeat.
     pub fn get_shared(&self, gvr: Gvr, namespace: &str, name: &str) -> ApiResult<Arc<Value>> {
         self.allowed("get", gvr, "", namespace, name)?;
-        self.store
-            .get_shared(&*self.ty(gvr)?, gvr.version, namespace, name)
+        let read = match self.target(gvr)? {
+            Target::Store(store, ty) => store.get_shared(&ty, gvr.version, namespace, name),
+            Target::Remote(remote) => remote.get(gvr, namespace, name).map(Arc::new),
+        };
+        self.refused(read, gvr)
     }
 
     /// Lists objects (all namespaces when `namespace` is None).
@@ -388,8 +318,8 @@ impl Local {
         self.list_selected(gvr, namespace, "")
     }
 
-    /// The stored objects, shared (no copy, no apiVersion or kind added): for passes over
-    /// thousands of objects.
+    /// The stored objects, shared (in-process: no copy, no apiVersion or kind added): for
+    /// passes over thousands of objects.
     pub fn list_shared(&self, gvr: Gvr, namespace: Option<&str>) -> Vec<Arc<Value>> {
         if self
             .allowed("list", gvr, "", namespace.unwrap_or_default(), "")
@@ -397,13 +327,19 @@ impl Local {
         {
             return Vec::new();
         }
-        match self.ty(gvr) {
-            Ok(ty) => self.store.shared(&ty, namespace),
+        match self.target(gvr) {
+            Ok(Target::Store(store, ty)) => store.shared(&ty, namespace),
+            Ok(Target::Remote(_)) => self
+                .list_selected(gvr, namespace, "")
+                .into_iter()
+                .map(Arc::new)
+                .collect(),
             Err(_) => Vec::new(),
         }
     }
 
-    /// Lists objects with a field selector.
+    /// Lists objects with a field selector (a refused or failed list is empty, as an
+    /// informer that cannot list sees nothing).
     pub fn list_selected(&self, gvr: Gvr, namespace: Option<&str>, fields: &str) -> Vec<Value> {
         if self
             .allowed("list", gvr, "", namespace.unwrap_or_default(), "")
@@ -411,34 +347,41 @@ impl Local {
         {
             return Vec::new();
         }
-        let Ok(ty) = self.ty(gvr) else {
-            return Vec::new();
-        };
-        let Ok(fields) = FieldSelector::parse(fields, gvr.plural) else {
-            return Vec::new();
-        };
-        self.store
-            .list(
-                &ty,
-                gvr.version,
-                namespace,
-                &LabelSelector::default(),
-                &fields,
-                None,
-                None,
-            )
-            .ok()
-            .and_then(|list| list.get("items").and_then(Value::as_array).cloned())
-            .unwrap_or_default()
+        match self.target(gvr) {
+            Ok(Target::Store(store, ty)) => {
+                let Ok(fields) = FieldSelector::parse(fields, gvr.plural) else {
+                    return Vec::new();
+                };
+                store
+                    .list(
+                        &ty,
+                        gvr.version,
+                        namespace,
+                        &LabelSelector::default(),
+                        &fields,
+                        None,
+                        None,
+                    )
+                    .ok()
+                    .and_then(|list| list.get("items").and_then(Value::as_array).cloned())
+                    .unwrap_or_default()
+            }
+            Ok(Target::Remote(remote)) => {
+                let listed = remote.list(gvr, namespace, fields);
+                self.refused(listed, gvr).unwrap_or_default()
+            }
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Creates an object.
     pub fn create(&self, gvr: Gvr, namespace: &str, body: Value) -> ApiResult<Value> {
         self.allowed("create", gvr, "", namespace, "")?;
         let _admission = self.admission_scope();
-        let created = self
-            .store
-            .create(&*self.ty(gvr)?, gvr.version, namespace, body, false);
+        let created = match self.target(gvr)? {
+            Target::Store(store, ty) => store.create(&ty, gvr.version, namespace, body, false),
+            Target::Remote(remote) => remote.create(gvr, namespace, &body, self.manager),
+        };
         self.refused(created, gvr)
     }
 
@@ -454,18 +397,23 @@ impl Local {
         let subresource = if status { "status" } else { "" };
         self.allowed("patch", gvr, subresource, namespace, name)?;
         let _admission = self.admission_scope();
-        let patched = patch(
-            &self.store,
-            &*self.ty(gvr)?,
-            gvr.version,
-            namespace,
-            name,
-            &PatchKind::Merge,
-            body,
-            status,
-            self.manager,
-            false,
-        );
+        let patched = match self.target(gvr)? {
+            Target::Store(store, ty) => patch(
+                store,
+                &ty,
+                gvr.version,
+                namespace,
+                name,
+                &PatchKind::Merge,
+                body,
+                status,
+                self.manager,
+                false,
+            ),
+            Target::Remote(remote) => {
+                remote.merge(gvr, namespace, name, body, status, self.manager)
+            }
+        };
         self.refused(patched, gvr)
     }
 
@@ -478,14 +426,17 @@ impl Local {
         grace: Option<i64>,
     ) -> ApiResult<Value> {
         self.allowed("delete", gvr, "", namespace, name)?;
-        let options = DeleteOptions {
-            grace_period_seconds: grace,
-            ..DeleteOptions::default()
-        };
         let _admission = self.admission_scope();
-        let deleted = self
-            .store
-            .delete(&*self.ty(gvr)?, gvr.version, namespace, name, &options);
+        let deleted = match self.target(gvr)? {
+            Target::Store(store, ty) => {
+                let options = DeleteOptions {
+                    grace_period_seconds: grace,
+                    ..DeleteOptions::default()
+                };
+                store.delete(&ty, gvr.version, namespace, name, &options)
+            }
+            Target::Remote(remote) => remote.delete(gvr, namespace, name, grace),
+        };
         self.refused(deleted, gvr)
     }
 
@@ -511,12 +462,15 @@ impl Local {
     pub fn evict(&self, namespace: &str, name: &str) -> ApiResult<()> {
         self.allowed("create", PODS, "eviction", namespace, name)?;
         let _admission = self.admission_scope();
-        let evicted = crate::apiserver::eviction::evict(
-            &self.store,
-            namespace,
-            name,
-            &serde_json::json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}),
-        );
+        let evicted = match self.target(PODS)? {
+            Target::Store(store, _) => crate::apiserver::eviction::evict(
+                store,
+                namespace,
+                name,
+                &serde_json::json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}),
+            ),
+            Target::Remote(remote) => remote.evict(namespace, name).map(|_| ()),
+        };
         self.refused(evicted, PODS)
     }
 
@@ -535,7 +489,7 @@ impl Local {
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let now = crate::apiserver::time::format_time(self.store.wall_time());
+        let now = crate::apiserver::time::format_time(self.wall_time());
         let event = serde_json::json!({
             "metadata": {"generateName": format!("{name}.")},
             "involvedObject": {
@@ -567,4 +521,12 @@ impl Local {
             ));
         }
     }
+}
+
+/// Where one call goes.
+enum Target<'a> {
+    /// The in-process store, and the call's resource type.
+    Store(&'a Arc<Store>, Arc<ResourceType>),
+    /// A remote API server.
+    Remote(&'a Remote),
 }

@@ -230,7 +230,7 @@ fn by_name(nodes: Vec<Arc<Value>>) -> HashMap<String, Arc<Value>> {
 /// nothing withdrawn, its status kept — as Cluster API's requeues when its cluster cache has
 /// no connection (a Node it cannot read is not a Node gone).
 pub fn pass(api: &Local, node_reader: &NodeReader, flavour: Flavour) {
-    let now = api.store().wall_time();
+    let now = api.wall_time();
     // Read, not copied: thousands of Machines and Nodes every period.
     let direct = match node_reader {
         NodeReader::Direct(reader) => by_name(reader.list_shared(NODES, None)),

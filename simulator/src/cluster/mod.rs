@@ -13,6 +13,7 @@ mod bmo;
 pub mod control;
 pub mod cvo;
 pub mod fixtures;
+pub mod gvr;
 mod kubelet;
 mod lifecycle;
 pub mod local;
@@ -20,6 +21,8 @@ pub mod mco;
 mod mhc;
 pub mod nhc;
 pub mod nhc_rules;
+pub mod on_server;
+pub mod remote;
 pub mod scenario;
 pub mod timing;
 pub mod workload;
@@ -142,188 +145,46 @@ impl SimCluster {
             ..ApiServerConfig::default()
         })
         .await?;
-        let api = Local::new(server.store().clone(), "baremend-sim-installer");
-        let fail =
-            |e: crate::apiserver::ApiError| Error::Config(format!("cluster set-up: {}", e.message));
-        for crd in fixtures::all() {
-            api.create(CRDS, "", crd).map_err(fail)?;
-        }
-        if spec.cluster_api {
-            for crd in fixtures::cluster_api_crds() {
-                api.create(CRDS, "", crd).map_err(fail)?;
-            }
-        }
-        if spec.node_health_check {
-            api.create(CRDS, "", fixtures::node_health_check_crd())
-                .map_err(fail)?;
-            api.create(NAMESPACES, "", json!({"metadata": {"name": NHC_NAMESPACE}}))
-                .map_err(fail)?;
-        }
-        api.create(
-            NAMESPACES,
-            "",
-            json!({"metadata": {"name": MACHINE_NAMESPACE}}),
-        )
-        .map_err(fail)?;
+        let api = Local::new(server.store().clone(), INSTALLER);
+        install_kinds(&api, &spec)?;
         let refusals = Arc::new(local::Refusals::default());
         let workloads = Self::start_workload_clusters(&api, &spec, &refusals).await?;
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-        let names = host_plans(&spec);
-        let sim_hosts: Vec<Arc<SimHost>> = names
-            .iter()
-            .map(|(name, ..)| {
-                Arc::new(SimHost::new(
-                    name,
-                    Power::On,
-                    spec.timing.power_delay,
-                    clock.clone(),
-                ))
-            })
-            .collect();
-        let bmc_password = spec.bmc_password.clone();
-        let redfish = RedfishSim::start_with_hosts(
-            RedfishSimConfig {
-                username: BMC_USERNAME.into(),
-                password: bmc_password.clone(),
-                power_delay: spec.timing.power_delay,
-                ..RedfishSimConfig::default()
-            },
-            sim_hosts.clone(),
-            clock.clone(),
-        )
-        .await?;
-        let mut ipmi = Vec::new();
-        let mut hosts = Vec::new();
-        for ((name, node_name, role, cluster), host) in names.iter().zip(&sim_hosts) {
-            let ipmi_address = if spec.ipmi {
-                let users = vec![IpmiUser {
-                    username: BMC_USERNAME.into(),
-                    password: bmc_password.clone(),
-                    max_privilege: privilege::ADMINISTRATOR,
-                }];
-                let sim = IpmiSim::start(
-                    IpmiSimConfig {
-                        users,
-                        ..IpmiSimConfig::default()
-                    },
-                    host.clone(),
-                    clock.clone(),
-                )
-                .await?;
-                let address = sim.bmc_address();
-                ipmi.push(sim);
-                Some(address)
-            } else {
-                None
-            };
-            hosts.push(HostInfo {
-                name: name.clone(),
-                node_name: node_name.clone(),
-                cluster: cluster.clone(),
-                role: (*role).to_owned(),
-                host: host.clone(),
-                faults: Arc::new(NodeFaults::default()),
-                redfish_address: redfish.bmc_address(name),
-                ipmi_address,
-            });
-        }
-        for info in &hosts {
-            Self::create_bmc_secret(&api, info, &bmc_password).map_err(fail)?;
-            if spec.platform_none {
-                continue;
-            }
-            Self::register(&api, info, &spec).map_err(fail)?;
-            if spec.cluster_api {
-                Self::as_cluster_api(&api, info).map_err(fail)?;
-            }
-        }
-        if spec.node_health_check {
-            api.create(nhc::NHCS, "", node_health_check(&spec))
-                .map_err(fail)?;
-        } else if spec.platform_none {
-            // No Machines, so no MachineHealthCheck: the requests come from elsewhere.
-        } else if spec.cluster_api && workloads.is_empty() {
-            let mhc = capi_health_check(&spec, CAPI_CLUSTER_NAME, "workers");
-            api.create(CAPI_MHCS, MACHINE_NAMESPACE, mhc)
-                .map_err(fail)?;
-        } else if spec.cluster_api {
-            for cluster in &workloads {
-                let mhc = capi_health_check(&spec, cluster.name(), &deployment(cluster.name()));
-                api.create(CAPI_MHCS, MACHINE_NAMESPACE, mhc)
-                    .map_err(fail)?;
-            }
-        } else {
-            api.create(MHCS, MACHINE_NAMESPACE, machine_api_health_check(&spec))
-                .map_err(fail)?;
-        }
-        // The pods run where their Nodes are: in the one cluster, or in each workload cluster.
-        if workloads.is_empty() {
-            Self::place_workloads(&api, &hosts, &spec.workloads).map_err(fail)?;
-        }
+        let fleet = Fleet::start(&spec).await?;
+        populate(&api, &fleet.hosts, &spec, true)?;
         for cluster in &workloads {
-            let installer = Local::new(
-                cluster.api_server().store().clone(),
-                "baremend-sim-installer",
-            );
-            let own: Vec<HostInfo> = hosts
+            let installer = Local::new(cluster.api_server().store().clone(), INSTALLER);
+            let own: Vec<HostInfo> = fleet
+                .hosts
                 .iter()
                 .filter(|h| h.cluster.as_deref() == Some(cluster.name()))
                 .cloned()
                 .collect();
-            Self::place_workloads(&installer, &own, &spec.workloads).map_err(fail)?;
+            Self::place_workloads(&installer, &own, &spec.workloads).map_err(set_up)?;
         }
         let mco = if spec.mco {
             // An OpenShift cluster: its ClusterVersion too.
             api.create(CRDS, "", fixtures::cluster_version_crd())
-                .map_err(fail)?;
-            cvo::install(&api).map_err(fail)?;
-            Some(mco::SimMco::install(&api, &hosts, &spec.mco_max_unavailable).map_err(fail)?)
+                .map_err(set_up)?;
+            cvo::install(&api).map_err(set_up)?;
+            let hosts = &fleet.hosts;
+            Some(mco::SimMco::install(&api, hosts, &spec.mco_max_unavailable).map_err(set_up)?)
         } else {
             None
         };
         // Every actor runs as its upstream account, with its upstream rights.
-        accounts::install(&api, &spec.actors()).map_err(fail)?;
+        accounts::install(&api, &spec.actors()).map_err(set_up)?;
         let accounts = accounts::Accounts::new(
             server.store().clone(),
             server.authorizer().clone(),
             refusals,
         );
-        let mut actors = Vec::new();
-        let mut seed = spec.seed.max(1);
-        for info in &hosts {
-            let identity = kubelet::NodeIdentity {
-                name: info.node_name.clone(),
-                machine_name: info.name.clone(),
-                cluster_name: info
-                    .cluster
-                    .as_deref()
-                    .unwrap_or(CAPI_CLUSTER_NAME)
-                    .to_owned(),
-                role: info.role.clone(),
-                machine: spec.machine_link(),
-            };
-            // Its kubelet registers in its own cluster's API server.
-            let own = workloads
+        let disks = |name: &str| mco.as_ref().and_then(|m| m.disks.get(name).cloned());
+        let mut actors = start_kubelets(&fleet.hosts, &spec, true, &disks, |info| {
+            workloads
                 .iter()
                 .find(|c| info.cluster.as_deref() == Some(c.name()))
-                .map_or(&accounts, WorkloadCluster::accounts);
-            // Spread heartbeats over the interval, deterministically for a seed (xorshift).
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let phase = spec.timing.heartbeat.mul_f64((seed % 1000) as f64 / 1000.0);
-            actors.push(tokio::spawn(kubelet::run(
-                own.kubelet(&info.node_name, "kubelet"),
-                kubelet::Machine {
-                    host: info.host.clone(),
-                    faults: info.faults.clone(),
-                    disk: mco.as_ref().and_then(|m| m.disks.get(&info.name).cloned()),
-                },
-                identity,
-                spec.timing.clone(),
-                phase,
-            )));
-        }
+                .map_or(&accounts, WorkloadCluster::accounts)
+        });
         // Each cluster's controller-manager watches its own Nodes, their passes spread over
         // the period.
         let clusters = 1 + workloads.len();
@@ -341,17 +202,15 @@ impl SimCluster {
                 phase,
             )));
         }
-        if !spec.platform_none {
-            actors.push(tokio::spawn(bmo::run(
-                accounts.local(accounts::Actor::BareMetalOperator),
-                spec.timing.clone(),
-                spec.bmo_options(),
-            )));
-        }
+        actors.extend(start_operator(&spec, &accounts));
         if let Some(mco) = &mco {
-            actors.extend(mco.start(&accounts, &hosts, &spec.timing));
+            actors.extend(mco.start(&accounts, &fleet.hosts, &spec.timing));
         }
-        let faults = spec.faults.clone();
+        let Fleet {
+            redfish,
+            ipmi,
+            hosts,
+        } = fleet;
         let mut cluster = SimCluster {
             server,
             workloads,
@@ -359,7 +218,7 @@ impl SimCluster {
             ipmi,
             hosts,
             actors,
-            bmc_password,
+            bmc_password: spec.bmc_password.clone(),
             spec,
             mco,
             accounts,
@@ -370,38 +229,16 @@ impl SimCluster {
         while Instant::now() < deadline && cluster.ready_nodes() < cluster.hosts.len() {
             tokio::time::sleep(look).await;
         }
-        // Machines carry their nodeRef from the start here (in OpenShift it appears when the
-        // Node registers), so the health check starts once the Nodes are up; before, it would
-        // take a Node still registering for a missing one.
-        if cluster.spec.node_health_check {
-            cluster.actors.push(tokio::spawn(nhc::run(
-                cluster.accounts.local(accounts::Actor::NodeHealthCheck),
-                cluster.spec.timing.clone(),
-            )));
-        }
-        if !cluster.spec.platform_none {
-            // OpenShift's health check reads Nodes with its own account; Cluster API's through
-            // the workload cluster's kubeconfig.
-            let (health_check, nodes, flavour) = if cluster.spec.cluster_api {
-                let manager = cluster.accounts.local(accounts::Actor::ClusterApi);
-                let nodes = if cluster.workloads.is_empty() {
-                    mhc::NodeReader::Direct(cluster.accounts.workload_admin())
-                } else {
-                    mhc::NodeReader::Workload(workload::ClusterCache::new(&cluster.workloads))
-                };
-                (manager, nodes, mhc::Flavour::ClusterApi)
-            } else {
-                let controllers = cluster.accounts.local(accounts::Actor::MachineApi);
-                let nodes = mhc::NodeReader::Direct(controllers.clone());
-                (controllers, nodes, mhc::Flavour::MachineApi)
-            };
-            cluster.actors.push(tokio::spawn(mhc::run(
-                health_check,
-                nodes,
-                flavour,
-                cluster.spec.timing.clone(),
-            )));
-        }
+        let nodes = if cluster.spec.cluster_api && !cluster.workloads.is_empty() {
+            mhc::NodeReader::Workload(workload::ClusterCache::new(&cluster.workloads))
+        } else if cluster.spec.cluster_api {
+            mhc::NodeReader::Direct(cluster.accounts.workload_admin())
+        } else {
+            mhc::NodeReader::Direct(cluster.accounts.local(accounts::Actor::MachineApi))
+        };
+        let checks = start_health_checks(&cluster.spec, &cluster.accounts, nodes);
+        cluster.actors.extend(checks);
+        let faults = cluster.spec.faults.clone();
         if !faults.is_empty() {
             let hosts = cluster.hosts.clone();
             let switches = cluster
@@ -515,7 +352,7 @@ impl SimCluster {
         if !self.spec.platform_none {
             return Ok(0);
         }
-        let api = Local::new(self.server.store().clone(), "baremend-sim-installer");
+        let api = Local::new(self.server.store().clone(), INSTALLER);
         for info in &self.hosts {
             let object = host_bmc(info, self.spec.bmh_uses_ipmi);
             api.create(HOST_BMCS, MACHINE_NAMESPACE, object)
@@ -598,7 +435,12 @@ impl SimCluster {
         if workers.is_empty() || workloads.pods_per_worker == 0 {
             return Ok(());
         }
-        api.create(NAMESPACES, "", json!({"metadata": {"name": "workloads"}}))?;
+        // The namespace may be there already (a real server's installer waits in it for
+        // its default ServiceAccount).
+        match api.create(NAMESPACES, "", json!({"metadata": {"name": "workloads"}})) {
+            Err(error) if error.code != 409 => return Err(error),
+            _ => {}
+        }
         for worker in &workers {
             for index in 0..workloads.pods_per_worker {
                 api.create(local::PODS, "workloads", json!({
@@ -845,6 +687,247 @@ impl Drop for SimCluster {
             actor.abort();
         }
     }
+}
+
+/// The field manager of what the simulated cluster installs.
+const INSTALLER: &str = "baremend-sim-installer";
+
+/// A set-up step's refusal, as the start's error.
+fn set_up(error: crate::apiserver::ApiError) -> Error {
+    Error::Config(format!("cluster set-up: {}", error.message))
+}
+
+/// The hosts, each with its BMCs (Redfish for all, IPMI each when the spec asks).
+struct Fleet {
+    redfish: RedfishSim,
+    ipmi: Vec<IpmiSim>,
+    hosts: Vec<HostInfo>,
+}
+
+impl Fleet {
+    /// Powers the spec's hosts on and starts their BMCs.
+    async fn start(spec: &ClusterSpec) -> Result<Self> {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let names = host_plans(spec);
+        let sim_hosts: Vec<Arc<SimHost>> = names
+            .iter()
+            .map(|(name, ..)| {
+                let delay = spec.timing.power_delay;
+                Arc::new(SimHost::new(name, Power::On, delay, clock.clone()))
+            })
+            .collect();
+        let redfish = RedfishSim::start_with_hosts(
+            RedfishSimConfig {
+                username: BMC_USERNAME.into(),
+                password: spec.bmc_password.clone(),
+                power_delay: spec.timing.power_delay,
+                ..RedfishSimConfig::default()
+            },
+            sim_hosts.clone(),
+            clock.clone(),
+        )
+        .await?;
+        let mut ipmi = Vec::new();
+        let mut hosts = Vec::new();
+        for ((name, node_name, role, cluster), host) in names.iter().zip(&sim_hosts) {
+            let ipmi_address = if spec.ipmi {
+                let users = vec![IpmiUser {
+                    username: BMC_USERNAME.into(),
+                    password: spec.bmc_password.clone(),
+                    max_privilege: privilege::ADMINISTRATOR,
+                }];
+                let config = IpmiSimConfig {
+                    users,
+                    ..IpmiSimConfig::default()
+                };
+                let sim = IpmiSim::start(config, host.clone(), clock.clone()).await?;
+                let address = sim.bmc_address();
+                ipmi.push(sim);
+                Some(address)
+            } else {
+                None
+            };
+            hosts.push(HostInfo {
+                name: name.clone(),
+                node_name: node_name.clone(),
+                cluster: cluster.clone(),
+                role: (*role).to_owned(),
+                host: host.clone(),
+                faults: Arc::new(NodeFaults::default()),
+                redfish_address: redfish.bmc_address(name),
+                ipmi_address,
+            });
+        }
+        Ok(Fleet {
+            redfish,
+            ipmi,
+            hosts,
+        })
+    }
+}
+
+/// Installs the kinds the spec's actors serve (the fixtures' CRDs) and their namespaces;
+/// what exists already (installed by the user beforehand) is kept.
+fn install_kinds(api: &Local, spec: &ClusterSpec) -> Result<()> {
+    let mut crds = fixtures::all();
+    if spec.cluster_api {
+        crds.extend(fixtures::cluster_api_crds());
+    }
+    let mut namespaces = vec![MACHINE_NAMESPACE];
+    if spec.node_health_check {
+        crds.push(fixtures::node_health_check_crd());
+        namespaces.push(NHC_NAMESPACE);
+    }
+    for crd in crds {
+        kept_if_exists(api.create(CRDS, "", crd))?;
+    }
+    for name in namespaces {
+        kept_if_exists(api.create(NAMESPACES, "", json!({"metadata": {"name": name}})))?;
+    }
+    Ok(())
+}
+
+/// A creation's result, an object that exists already being no error.
+fn kept_if_exists(created: std::result::Result<Value, crate::apiserver::ApiError>) -> Result<()> {
+    match created {
+        Err(error) if error.code != 409 => Err(set_up(error)),
+        _ => Ok(()),
+    }
+}
+
+/// Writes what an installed cluster holds about its hosts: BMC Secrets, BareMetalHosts and
+/// Machines, the health check (unless `health_checks` is false: the user installs theirs),
+/// and (in the one cluster) the workload pods.
+fn populate(
+    api: &Local,
+    hosts: &[HostInfo],
+    spec: &ClusterSpec,
+    health_checks: bool,
+) -> Result<()> {
+    for info in hosts {
+        SimCluster::create_bmc_secret(api, info, &spec.bmc_password).map_err(set_up)?;
+        if spec.platform_none {
+            continue;
+        }
+        SimCluster::register(api, info, spec).map_err(set_up)?;
+        if spec.cluster_api {
+            SimCluster::as_cluster_api(api, info).map_err(set_up)?;
+        }
+    }
+    let workload_clusters = spec.workload_cluster_names();
+    if !health_checks {
+        // The user's own health checks (with the simulated controllers acting on them).
+    } else if spec.node_health_check {
+        api.create(nhc::NHCS, "", node_health_check(spec))
+            .map_err(set_up)?;
+    } else if spec.platform_none {
+        // No Machines, so no MachineHealthCheck: the requests come from elsewhere.
+    } else if spec.cluster_api && workload_clusters.is_empty() {
+        let mhc = capi_health_check(spec, CAPI_CLUSTER_NAME, "workers");
+        api.create(CAPI_MHCS, MACHINE_NAMESPACE, mhc)
+            .map_err(set_up)?;
+    } else if spec.cluster_api {
+        for cluster in &workload_clusters {
+            let mhc = capi_health_check(spec, cluster, &deployment(cluster));
+            api.create(CAPI_MHCS, MACHINE_NAMESPACE, mhc)
+                .map_err(set_up)?;
+        }
+    } else {
+        api.create(MHCS, MACHINE_NAMESPACE, machine_api_health_check(spec))
+            .map_err(set_up)?;
+    }
+    // The pods run where their Nodes are: here in the one cluster (each workload cluster
+    // gets its own from the caller).
+    if workload_clusters.is_empty() {
+        SimCluster::place_workloads(api, hosts, &spec.workloads).map_err(set_up)?;
+    }
+    Ok(())
+}
+
+/// Starts each host's kubelet, in the cluster `accounts_of` gives for it, its disk from
+/// `disk_of` (with the simulated MCO), labelling its Node with its role or not.
+fn start_kubelets<'a>(
+    hosts: &[HostInfo],
+    spec: &ClusterSpec,
+    labels_own_role: bool,
+    disk_of: &dyn Fn(&str) -> Option<Arc<mco::disk::NodeDisk>>,
+    accounts_of: impl Fn(&HostInfo) -> &'a accounts::Accounts,
+) -> Vec<JoinHandle<()>> {
+    let mut seed = spec.seed.max(1);
+    let mut actors = Vec::new();
+    for info in hosts {
+        let identity = kubelet::NodeIdentity {
+            name: info.node_name.clone(),
+            machine_name: info.name.clone(),
+            cluster_name: info
+                .cluster
+                .as_deref()
+                .unwrap_or(CAPI_CLUSTER_NAME)
+                .to_owned(),
+            role: info.role.clone(),
+            machine: spec.machine_link(),
+            labels_own_role,
+        };
+        // Spread heartbeats over the interval, deterministically for a seed (xorshift).
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let phase = spec.timing.heartbeat.mul_f64((seed % 1000) as f64 / 1000.0);
+        actors.push(tokio::spawn(kubelet::run(
+            accounts_of(info).kubelet(&info.node_name, "kubelet"),
+            kubelet::Machine {
+                host: info.host.clone(),
+                faults: info.faults.clone(),
+                disk: disk_of(&info.name),
+            },
+            identity,
+            spec.timing.clone(),
+            phase,
+        )));
+    }
+    actors
+}
+
+/// Starts the BareMetal Operator (not on platform none, which has no BareMetalHosts).
+fn start_operator(spec: &ClusterSpec, accounts: &accounts::Accounts) -> Option<JoinHandle<()>> {
+    (!spec.platform_none).then(|| {
+        tokio::spawn(bmo::run(
+            accounts.local(accounts::Actor::BareMetalOperator),
+            spec.timing.clone(),
+            spec.bmo_options(),
+        ))
+    })
+}
+
+/// Starts the spec's health checks once the Nodes are up: Machines carry their nodeRef from
+/// the start here (in OpenShift it appears when the Node registers), so a health check
+/// started earlier would take a Node still registering for a missing one. `nodes` is how
+/// a MachineHealthCheck reads Nodes (OpenShift's with its own account; Cluster API's through
+/// the workload cluster's kubeconfig).
+fn start_health_checks(
+    spec: &ClusterSpec,
+    accounts: &accounts::Accounts,
+    nodes: mhc::NodeReader,
+) -> Vec<JoinHandle<()>> {
+    let mut actors = Vec::new();
+    if spec.node_health_check {
+        actors.push(tokio::spawn(nhc::run(
+            accounts.local(accounts::Actor::NodeHealthCheck),
+            spec.timing.clone(),
+        )));
+    }
+    if !spec.platform_none {
+        let (health_check, flavour) = if spec.cluster_api {
+            let manager = accounts.local(accounts::Actor::ClusterApi);
+            (manager, mhc::Flavour::ClusterApi)
+        } else {
+            let controllers = accounts.local(accounts::Actor::MachineApi);
+            (controllers, mhc::Flavour::MachineApi)
+        };
+        let timing = spec.timing.clone();
+        actors.push(tokio::spawn(mhc::run(health_check, nodes, flavour, timing)));
+    }
+    actors
 }
 
 /// A host's `HostBmc` (baremend.io/v1alpha1): its Node, BMC address and credentials Secret.

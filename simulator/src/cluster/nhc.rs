@@ -177,7 +177,7 @@ fn reports(request: &Value, type_: &str, status: &str) -> bool {
 
 /// One pass over every NodeHealthCheck.
 pub fn pass(api: &Local, lease: LeaseTiming) {
-    let now = api.store().wall_time();
+    let now = api.wall_time();
     let conflict = mhc_conflict(&api.list(MHCS, None));
     let nodes: HashMap<String, Arc<Value>> = api
         .list_shared(NODES, None)

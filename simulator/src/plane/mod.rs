@@ -97,13 +97,35 @@ pub struct PlaneOptions {
     /// Start kube-controller-manager too (default): without it nothing collects garbage,
     /// deletes namespaces or makes ServiceAccounts.
     pub controller_manager: bool,
+    /// kube-controller-manager's `--node-monitor-grace-period` (how long a Node's Lease may
+    /// go unrenewed before the node lifecycle controller marks it `Unknown`; 50 s upstream),
+    /// and its `--node-monitor-period`: a test with simulated kubelets shortens both.
+    pub node_monitor: Option<(Duration, Duration)>,
 }
 
 impl Default for PlaneOptions {
     fn default() -> Self {
         PlaneOptions {
             controller_manager: true,
+            node_monitor: None,
         }
+    }
+}
+
+/// A duration as Go's flags read it (`1500ms`).
+fn go_duration(duration: Duration) -> String {
+    format!("{}ms", duration.as_millis())
+}
+
+impl crate::cluster::accounts::Issuer for ControlPlane {
+    fn client(&self, user: &str, groups: &[String]) -> Result<TlsIdentity> {
+        // The server adds `system:authenticated` itself.
+        let groups: Vec<&str> = groups
+            .iter()
+            .map(String::as_str)
+            .filter(|g| *g != crate::apiserver::auth::AUTHENTICATED)
+            .collect();
+        self.ca.client(user, &groups)
     }
 }
 
@@ -256,7 +278,7 @@ impl ControlPlane {
             kubectl: binaries.kubectl(),
         };
         if options.controller_manager {
-            let mut kcm = plane.start_controller_manager(binaries)?;
+            let mut kcm = plane.start_controller_manager(binaries, options.node_monitor)?;
             // The ServiceAccount controller has run once the default namespace has its account.
             let default_account = format!(
                 "{}/api/v1/namespaces/default/serviceaccounts/default",
@@ -269,13 +291,17 @@ impl ControlPlane {
         Ok(plane)
     }
 
-    fn start_controller_manager(&self, binaries: &Binaries) -> Result<Process> {
+    fn start_controller_manager(
+        &self,
+        binaries: &Binaries,
+        node_monitor: Option<(Duration, Duration)>,
+    ) -> Result<Process> {
         let dir = &self.dir.0;
         let identity = self.ca.client("system:kube-controller-manager", &[])?;
         let kubeconfig = write(dir, "kcm.kubeconfig", &self.kubeconfig_for(&identity))?;
         let ca_cert = dir.join("ca.crt");
         let ca_key = write(dir, "ca.key", &self.ca.identity.key_pem)?;
-        let args = vec![
+        let mut args = vec![
             arg("kubeconfig", kubeconfig.display()),
             arg(
                 "service-account-private-key-file",
@@ -291,6 +317,10 @@ impl ControlPlane {
             arg("controllers", "*"),
             arg("service-cluster-ip-range", SERVICE_RANGE),
         ];
+        if let Some((grace, period)) = node_monitor {
+            args.push(arg("node-monitor-grace-period", go_duration(grace)));
+            args.push(arg("node-monitor-period", go_duration(period)));
+        }
         Process::spawn(
             "kube-controller-manager",
             &binaries.path("kube-controller-manager"),
@@ -328,6 +358,11 @@ impl ControlPlane {
     /// needs (a tenant, a Node, an operator's account).
     pub fn identity(&self, user: &str, groups: &[&str]) -> Result<TlsIdentity> {
         self.ca.client(user, groups)
+    }
+
+    /// The administrator's client certificate (`system:masters`).
+    pub fn admin_identity(&self) -> &TlsIdentity {
+        &self.admin
     }
 
     /// A kubeconfig of the cluster administrator (`system:masters`).

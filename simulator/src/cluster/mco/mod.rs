@@ -54,7 +54,7 @@ pub fn set_mcn_condition(api: &Local, node: &str, kind: &str, status: &str, mess
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let now = crate::apiserver::time::format_time(api.store().wall_time());
+    let now = crate::apiserver::time::format_time(api.wall_time());
     match conditions.iter_mut().find(|c| c["type"] == kind) {
         Some(c) if c["status"] == status && c["message"] == message => return,
         Some(c) => {

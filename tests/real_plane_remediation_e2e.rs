@@ -1,0 +1,376 @@
+//! A hung worker remediated to `Succeeded` on a real kube-apiserver (with etcd and
+//! kube-controller-manager, the release pinned in `tools/kubernetes/`):
+//!
+//! - deploy/ installed with the install guide's kustomizations, the shipped policies switched
+//!   to `Remediate` with `kubectl patch` as the guide says;
+//! - the simulated world (`RemoteCluster`: hosts with Redfish and IPMI BMCs, kubelets, the
+//!   BareMetal Operator, the health-check controllers) driving the real server with its
+//!   upstream credentials — kubelets by client certificate as `system:node:<name>`, the
+//!   operators by ServiceAccount tokens the server issued;
+//! - the node lifecycle is the real controller-manager's: the hung Node turns `Unknown` by
+//!   its hand;
+//! - `baremend run` as deploy/'s ServiceAccount with a token the server issued.
+//!
+//! One test per fence path (the BareMetalHost reboot API, Redfish, IPMI) and per trigger (the
+//! Machine annotation, a MachineHealthCheck's template, a NodeHealthCheck's); each ends
+//! `Succeeded` with the host really power-cycled, and with nothing refused: no `Forbidden`
+//! in baremend's log and no refusal met by a simulated actor.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use baremend_sim::cluster::ClusterSpec;
+use baremend_sim::cluster::on_server::{RemoteCluster, RemoteOptions};
+use baremend_sim::cluster::remote::{Credential, Endpoint};
+use baremend_sim::cluster::timing::Timing;
+use baremend_sim::host::Power;
+use serde_json::{Value, json};
+
+mod common;
+
+use common::eventually;
+use common::kubectl::Cluster;
+use common::real::{controller_kubeconfig, guide_kustomization_with, installed_with};
+
+/// The simulated world's pace against a real server: heartbeats every 300 ms, Leases of 4 s
+/// (the plane's node monitor grace), hosts that power and boot in well under a second.
+fn timing() -> Timing {
+    Timing {
+        heartbeat: Duration::from_millis(300),
+        node_grace: Duration::from_secs(4),
+        mhc_period: Duration::from_millis(300),
+        bmo_period: Duration::from_millis(300),
+        ..Timing::fast()
+    }
+}
+
+/// One control-plane host and three workers (the shipped health checks' budgets let one of
+/// three be remediated), the shipped health checks installed by the user.
+fn spec() -> ClusterSpec {
+    ClusterSpec {
+        masters: 1,
+        workers: 3,
+        timing: timing(),
+        ready_timeout: Duration::from_secs(60),
+        ..ClusterSpec::default()
+    }
+}
+
+/// A kustomization patch that shortens a shipped health check's unhealthy timeouts to 2 s
+/// (`field` is `timeout` for a MachineHealthCheck, `duration` for a NodeHealthCheck), as a
+/// user's own kustomization would patch the shipped one.
+fn quick(group: &str, kind: &str, name: &str, field: &str) -> String {
+    format!(
+        "  - target:\n      group: {group}\n      kind: {kind}\n      name: {name}\n    patch: |-\n      \
+         - op: replace\n        path: /spec/unhealthyConditions/0/{field}\n        value: 2s\n      \
+         - op: replace\n        path: /spec/unhealthyConditions/1/{field}\n        value: 2s\n"
+    )
+}
+
+/// The guide's kustomization with `component`, and `patches`.
+fn kustomization(component: &str, patches: &[String]) -> String {
+    format!(
+        "{}patches:\n{}",
+        guide_kustomization_with(component),
+        patches.concat()
+    )
+}
+
+/// The shipped policy switched to `Remediate` as the guide says (`kubectl patch`), with
+/// quick timeouts and `extra` fields; the simulated BMCs speak plain HTTP
+/// (`allowInsecureBmc`).
+async fn switch_to_remediate(c: &Cluster, extra: Value) {
+    let mut spec = json!({"mode": "Remediate", "allowInsecureBmc": true,
+        "timeouts": {"powerOffSeconds": 20, "nodeReadySeconds": 60, "readyGraceSeconds": 1}});
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        spec[key] = value.clone();
+    }
+    let patch = json!({ "spec": spec }).to_string();
+    c.ok(
+        &[
+            "patch",
+            "remediationpolicy",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ],
+        None,
+    )
+    .await;
+}
+
+/// deploy/ with the annotation health checks (quick), remediating with `policy` added.
+async fn by_annotation(policy: Value) -> Cluster {
+    let patches = [quick(
+        "machine.openshift.io",
+        "MachineHealthCheck",
+        "baremend-workers",
+        "timeout",
+    )];
+    let c = installed_with(&kustomization("machine-api-annotation", &patches)).await;
+    switch_to_remediate(&c, policy).await;
+    c
+}
+
+/// What the guide says a policy needs for the shipped templates, which keep the Nodes
+/// (`nodeRelease: OutOfService`) where the policy deletes them.
+static TRUSTED_NODE_RELEASE: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| json!({"trust": {"requestMayChooseNodeRelease": true}}));
+
+/// The simulated world on `c`'s plane.
+async fn world(c: &Cluster, spec: ClusterSpec) -> RemoteCluster {
+    let plane = c.plane().expect("a real plane");
+    let endpoint = Endpoint {
+        url: plane.url().to_owned(),
+        ca_pem: plane.ca_pem().to_owned(),
+    };
+    let admin = Credential::Certificate(plane.admin_identity().clone());
+    let options = RemoteOptions {
+        create_health_checks: false,
+    };
+    let world = RemoteCluster::start(spec, endpoint, admin, plane, options)
+        .await
+        .expect("the simulated world starts on the real server");
+    assert_eq!(
+        world.ready_nodes(),
+        world.hosts().len(),
+        "every Node registered and Ready on the real server"
+    );
+    world
+}
+
+/// `baremend run` as deploy/'s ServiceAccount, its log in `<dir>/baremend.log`.
+async fn run_baremend(c: &Cluster) -> (tokio::process::Child, std::path::PathBuf) {
+    let kubeconfig = c.dir.join("controller.kubeconfig");
+    std::fs::write(&kubeconfig, controller_kubeconfig(c).await).unwrap();
+    let log = c.dir.join("baremend.log");
+    let child = common::real::run_command(&kubeconfig, "baremend-remediates")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .spawn()
+        .expect("baremend runs");
+    common::real::lease_held_by(c, "baremend-remediates").await;
+    (child, log)
+}
+
+/// Waits (up to 2 minutes) for the Remediation of Node `node` to end `Succeeded`; fails at
+/// once on `Failed`, and on the deadline with the last status and the requests seen.
+async fn succeeded(c: &Cluster, node: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut seen = String::from("no Remediation");
+    while std::time::Instant::now() < deadline {
+        let out = c
+            .ok(
+                &["get", "remediations.baremend.io", "-A", "-o", "json"],
+                None,
+            )
+            .await;
+        let list: Value = serde_json::from_str(&out).unwrap();
+        let mine = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["spec"]["nodeName"] == node)
+            .cloned();
+        if let Some(r) = mine {
+            match r["status"]["phase"].as_str() {
+                Some("Succeeded") => return r,
+                Some("Failed") => panic!("the remediation failed: {:#}", r["status"]),
+                _ => seen = format!("{:#}", r["status"]),
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (_, requests, _) = c
+        .kubectl(
+            &[
+                "get",
+                "machineremediations,noderemediations",
+                "-A",
+                "-o",
+                "yaml",
+            ],
+            None,
+        )
+        .await;
+    panic!(
+        "the remediation of {node} did not succeed in 2 minutes; last seen:\n{seen}\nrequests:\n{requests}"
+    )
+}
+
+/// Hangs `node`'s host and waits for its remediation; checks the host went off and on, and
+/// that nothing was refused to baremend or to a simulated actor.
+async fn hang_and_remediate(c: &Cluster, world: &RemoteCluster, node: &str) -> Value {
+    let (mut baremend, log) = run_baremend(c).await;
+    let host = world.host(node).expect("the host");
+    host.faults
+        .hung
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    marked_unknown_by_the_real_node_lifecycle(c, node).await;
+    let done = succeeded(c, node).await;
+    let powers: Vec<Power> = host.host.history().iter().map(|c| c.power).collect();
+    assert_eq!(
+        powers,
+        vec![Power::Off, Power::On],
+        "{node}'s power history"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    for refused in ["Forbidden", "forbidden", " 403"] {
+        assert!(
+            !text.contains(refused),
+            "the real server refused baremend ({refused}):\n{text}"
+        );
+    }
+    assert!(
+        baremend.try_wait().unwrap().is_none(),
+        "baremend exited:\n{text}"
+    );
+    assert_eq!(world.actor_refusals(), Vec::<String>::new());
+    let _ = baremend.kill().await;
+    done
+}
+
+/// Waits until the real controller-manager's node lifecycle marks `node` `Unknown` with its
+/// own words (nothing simulated runs a node lifecycle on the real plane).
+async fn marked_unknown_by_the_real_node_lifecycle(c: &Cluster, node: &str) {
+    eventually(
+        &format!("kube-controller-manager marks {node} Unknown"),
+        Duration::from_secs(60),
+        async || {
+            let (_, out, err) = c.kubectl(&["get", "node", node, "-o", "json"], None).await;
+            let node: Value = serde_json::from_str(&out).map_err(|_| err.clone())?;
+            let ready = node["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .cloned()
+                .unwrap_or_default();
+            if ready["status"] == "Unknown"
+                && ready["message"] == "Kubelet stopped posting node status."
+            {
+                Ok(())
+            } else {
+                Err(ready.to_string())
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_machine_annotation_fences_through_the_baremetalhost_reboot_api() {
+    let c = by_annotation(json!({})).await;
+    let world = world(&c, spec()).await;
+    let done = hang_and_remediate(&c, &world, "worker-1").await;
+    assert_eq!(
+        done["status"]["strategy"], "BareMetalHostRebootApi",
+        "{done:#}"
+    );
+    assert_eq!(
+        done["spec"]["trigger"]["kind"], "MachineAnnotation",
+        "{done:#}"
+    );
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_host_is_fenced_through_redfish() {
+    let c = by_annotation(json!({"strategies": ["DirectBmc"]})).await;
+    let spec = ClusterSpec {
+        hosts_detached: true,
+        ..spec()
+    };
+    let world = world(&c, spec).await;
+    let done = hang_and_remediate(&c, &world, "worker-0").await;
+    assert_eq!(done["status"]["strategy"], "DirectBmc", "{done:#}");
+    let driver = done["status"]["driver"].as_str().unwrap_or_default();
+    assert!(driver.starts_with("redfish"), "{done:#}");
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_host_is_fenced_through_ipmi() {
+    let c = by_annotation(json!({"strategies": ["DirectBmc"]})).await;
+    let spec = ClusterSpec {
+        hosts_detached: true,
+        ipmi: true,
+        bmh_uses_ipmi: true,
+        ..spec()
+    };
+    let world = world(&c, spec).await;
+    let done = hang_and_remediate(&c, &world, "worker-2").await;
+    assert_eq!(done["status"]["driver"], "ipmi", "{done:#}");
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_health_checks_template_request_is_remediated() {
+    // The shipped template's health check selects infra Machines; here the workers.
+    let mut selector = quick(
+        "machine.openshift.io",
+        "MachineHealthCheck",
+        "baremend-infra",
+        "timeout",
+    );
+    selector.push_str(
+        "      - op: replace\n        path: /spec/selector/matchLabels/machine.openshift.io~1cluster-api-machine-role\n        value: worker\n",
+    );
+    let c = installed_with(&kustomization("machine-api-template", &[selector])).await;
+    // The shipped template keeps the Nodes (OutOfService): the guide says to let requests
+    // choose that.
+    switch_to_remediate(&c, TRUSTED_NODE_RELEASE.clone()).await;
+    let world = world(&c, spec()).await;
+    let done = hang_and_remediate(&c, &world, "worker-1").await;
+    // It was asked by the request the health check made from the template (the health check
+    // deleted it once the Machine was healthy again).
+    assert_eq!(
+        done["spec"]["trigger"]["kind"], "MachineRemediation",
+        "{done:#}"
+    );
+    assert_eq!(done["spec"]["trigger"]["name"], "worker-1", "{done:#}");
+    let (_, left, _) = c
+        .kubectl(
+            &["get", "machineremediations.baremend.io", "-A", "-o", "name"],
+            None,
+        )
+        .await;
+    assert_eq!(
+        left.trim(),
+        "",
+        "the health check deletes its request once healthy"
+    );
+    assert_eq!(done["spec"]["nodeName"], "worker-1");
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_health_checks_template_request_is_remediated() {
+    let patches = [quick(
+        "remediation.medik8s.io",
+        "NodeHealthCheck",
+        "baremend-workers",
+        "duration",
+    )];
+    let c = installed_with(&kustomization("nodehealthcheck", &patches)).await;
+    switch_to_remediate(&c, TRUSTED_NODE_RELEASE.clone()).await;
+    let spec = ClusterSpec {
+        node_health_check: true,
+        ..spec()
+    };
+    let world = world(&c, spec).await;
+    let done = hang_and_remediate(&c, &world, "worker-0").await;
+    assert_eq!(
+        done["spec"]["trigger"]["kind"], "NodeRemediation",
+        "{done:#}"
+    );
+    assert_eq!(done["spec"]["trigger"]["name"], "worker-0", "{done:#}");
+    assert_eq!(
+        done["spec"]["trigger"]["namespace"], "openshift-workload-availability",
+        "the request is made in the shipped template's namespace: {done:#}"
+    );
+    assert_eq!(done["spec"]["nodeName"], "worker-0");
+    world.stop().await;
+}
