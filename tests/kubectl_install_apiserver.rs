@@ -299,18 +299,7 @@ async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once(ser
         .kubectl(&["create", "-f", policies.to_str().unwrap()], None)
         .await;
     assert!(!ok && err.contains("AlreadyExists"), "{err}");
-    let mode = c
-        .ok(
-            &[
-                "get",
-                "remediationpolicy",
-                "default",
-                "-o",
-                "jsonpath={.spec.mode}",
-            ],
-            None,
-        )
-        .await;
+    let mode = policy_mode(&c).await;
     assert_eq!(mode.trim(), "Remediate");
     let replicas = c
         .ok(
@@ -558,9 +547,45 @@ async fn kubectl_applies_every_example_of_the_install_guide(server: ServerKind) 
     }
 }
 
+/// The mode of the RemediationPolicy `default`.
+async fn policy_mode(c: &common::kubectl::Cluster) -> String {
+    let args = [
+        "get",
+        "remediationpolicy",
+        "default",
+        "-o",
+        "jsonpath={.spec.mode}",
+    ];
+    c.ok(&args, None).await.trim().to_owned()
+}
+
+/// A policy that leaves `mode` out is a dry run, and one that misspells it is refused by
+/// kubectl's strict field validation (the server names the unknown field): neither is live.
+async fn a_policy_without_a_mode_is_a_dry_run_and_a_misspelled_mode_is_refused(server: ServerKind) {
+    let c = cluster_on(server).await;
+    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    c.ok(&["apply", "-f", crds.to_str().unwrap()], None).await;
+    established(&c).await;
+    let policy = |spec: &str| {
+        format!(
+            "apiVersion: baremend.io/v1alpha1\nkind: RemediationPolicy\nmetadata:\n  name: default\nspec:\n{spec}"
+        )
+    };
+    let (ok, out, err) = c
+        .kubectl(&["apply", "-f", "-"], Some(&policy("  mdoe: Remediate\n")))
+        .await;
+    assert!(!ok, "a misspelled field was accepted: {out}");
+    assert!(err.contains(r#"unknown field "spec.mdoe""#), "{err}");
+    c.ok(&["apply", "-f", "-"], Some(&policy("  paused: false\n")))
+        .await;
+    let mode = policy_mode(&c).await;
+    assert_eq!(mode, "DryRun");
+}
+
 on_both_servers!(
     our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_age,
     kubectl_applies_the_openshift_overlay_and_creates_the_policies_once,
     kubectl_applies_every_documented_combination_of_base_and_components,
     kubectl_applies_every_example_of_the_install_guide,
+    a_policy_without_a_mode_is_a_dry_run_and_a_misspelled_mode_is_refused,
 );

@@ -34,8 +34,9 @@ use super::retention::Retention;
 #[serde(rename_all = "camelCase")]
 pub struct RemediationPolicySpec {
     /// `Remediate` (fence, release, power on) or `DryRun` (decide and record what would be
-    /// done, change nothing). Read when a remediation would start: one already past its
-    /// start finishes under the mode it started with.
+    /// done, change nothing; the default: only a policy that says `Remediate` acts). Read
+    /// when a remediation would start: one already past its start finishes under the mode it
+    /// started with.
     #[serde(default)]
     pub mode: RemediationMode,
     /// Start nothing new (a held start says `Paused`); remediations past their start
@@ -160,15 +161,17 @@ impl Default for RemediationPolicySpec {
     }
 }
 
-/// What the controller does with a triggered Machine.
+/// What the controller does with a triggered Machine. The default is the dry run: a policy
+/// that leaves `mode` out, or misspells it (`mdoe`, which the API server prunes), changes
+/// nothing; only one that says `Remediate` power-cycles hosts.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema, Default)]
 pub enum RemediationMode {
     /// Fence the host, release its Node, power it on and restore the Node.
-    #[default]
     Remediate,
     /// Make every decision of a start — the gates, the strategy, the host or BMC — probe the
     /// fencing path without disrupting it, record it all in the Remediation (phase `DryRun`)
     /// and its Events, and change nothing.
+    #[default]
     DryRun,
 }
 
@@ -362,8 +365,8 @@ mod tests {
         assert_eq!(spec.max_concurrent, 1);
         assert_eq!(spec.reboot_key, "capbm-requested-power-off");
         assert_eq!(spec.node_release, NodeReleaseMode::Delete);
-        // A policy stored before `mode` and `paused` existed keeps its meaning.
-        assert_eq!(spec.mode, RemediationMode::Remediate);
+        // Leaving `mode` out (or misspelling it) is a dry run: only `Remediate` acts.
+        assert_eq!(spec.mode, RemediationMode::DryRun);
         assert!(!spec.paused);
         assert_eq!(spec.retention.keep_finished, 5);
     }

@@ -199,12 +199,17 @@ impl LabCluster {
     /// Creates the policy `default` with this spec. The simulated cluster's Redfish BMCs
     /// speak plain HTTP on the loopback interface, which a policy must allow before their
     /// reads prove anything (`allowInsecureBmc`): the lab allows it, as the operator of such
-    /// a cluster would, unless the spec says otherwise.
+    /// a cluster would, unless the spec says otherwise. The lab remediates (`mode:
+    /// Remediate`) unless the spec says `DryRun`: a playground's hosts are there to be
+    /// power-cycled, where a policy that leaves `mode` out is a dry run.
     pub async fn install_policy(&self, mut spec: Value) -> Result<()> {
         if let Some(fields) = spec.as_object_mut() {
             fields
                 .entry("allowInsecureBmc")
                 .or_insert(Value::Bool(true));
+            fields
+                .entry("mode")
+                .or_insert(Value::String("Remediate".into()));
         }
         let policy: RemediationPolicy =
             serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": spec}))

@@ -339,6 +339,46 @@ impl Schema {
         }
     }
 
+    /// The fields [`Schema::prune`] would drop, as dotted paths (`spec.mdoe`), in the order
+    /// met: what strict field validation refuses.
+    pub fn unknown_fields(&self, value: &Value, root: bool, at: &str, found: &mut Vec<String>) {
+        let path = |key: &str| {
+            if at.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{at}.{key}")
+            }
+        };
+        match value {
+            Value::Object(map) => {
+                let keep_meta = root || self.embedded;
+                let unknown_kept = self.preserve_unknown || self.additional.is_some();
+                for (key, child) in map {
+                    let meta =
+                        keep_meta && matches!(key.as_str(), "apiVersion" | "kind" | "metadata");
+                    if !unknown_kept && !self.properties.contains_key(key) && !meta {
+                        found.push(path(key));
+                        continue;
+                    }
+                    if meta && !self.properties.contains_key(key) {
+                        continue;
+                    }
+                    if let Some(schema) = self.child(key) {
+                        schema.unknown_fields(child, false, &path(key), found);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                if let Some(schema) = &self.items {
+                    for (index, item) in items.iter().enumerate() {
+                        schema.unknown_fields(item, false, &format!("{at}[{index}]"), found);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Fills in `default`s of absent properties, replaces the nulls of non-nullable
     /// properties by their default or drops them, and descends.
     pub fn default_values(&self, value: &mut Value) {
