@@ -22,7 +22,6 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
 /// Where and how to elect a leader.
@@ -245,7 +244,7 @@ impl Elector {
             return;
         }
         self.leadership.set(None);
-        let Ok(Some(mut lease)) = self.api.get_present(&self.config.name).await else {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
             return;
         };
         let spec = lease.spec.get_or_insert_with(Default::default);
@@ -275,7 +274,7 @@ impl Elector {
             i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
         let current = self
             .api
-            .get_present(&self.config.name)
+            .get_opt(&self.config.name)
             .await
             .map_err(Error::kube("GetLease"))?;
         let Some(mut lease) = current else {
