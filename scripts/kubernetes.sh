@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the pinned control plane the real-plane tests run — kube-apiserver,
 # kube-controller-manager and kubectl of Kubernetes v1.36.3, and the etcd that
-# release requires — from the Go module in tools/kubernetes/, into a cache
-# outside the work tree keyed by what decides the binaries (the module's
+# release requires — from the Go module in tools/kubernetes/, and the real
+# OpenShift MachineHealthCheck controller from tools/machine-healthcheck/, into a
+# cache outside the work tree keyed by what decides the binaries (the modules'
 # go.mod and go.sum, and the Go toolchain). A second run finds them and builds
 # nothing.
 #
@@ -13,6 +14,7 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 module=tools/kubernetes
+mhc_module=tools/machine-healthcheck
 
 die() {
     printf '\nkubernetes.sh: FAILED: %s\n' "$*" >&2
@@ -26,7 +28,8 @@ kube_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$m
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ {print $2; exit}' "$module/go.sum")
 [[ -n $kube_version && -n $etcd_version ]] || die "cannot read the pinned versions from $module/go.mod and go.sum"
 go_version=$(go env GOVERSION)
-key=$(cat "$module/go.mod" "$module/go.sum" <(echo "$go_version") | sha256sum | cut -c1-12)
+key=$(cat "$module/go.mod" "$module/go.sum" "$mhc_module/go.mod" "$mhc_module/go.sum" <(echo "$go_version") \
+    | sha256sum | cut -c1-12)
 root=${BAREMEND_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/baremend/kubernetes}
 dir=$root/$kube_version-etcd$etcd_version-$key
 
@@ -42,7 +45,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 build() {
-    local name=$1 pkg=$2 flags=$3 started elapsed
+    local name=$1 pkg=$2 flags=$3 from=${4:-$module} started elapsed
     if [[ -x $dir/$name ]]; then
         echo "$name: cached ($dir/$name)"
         return
@@ -50,7 +53,7 @@ build() {
     echo "$name: building $pkg ..."
     started=$SECONDS
     # Upstream's flags: static, no test code, SELinux labels compiled in.
-    (cd "$module" && CGO_ENABLED=0 go build -mod=readonly -trimpath -tags selinux,notest \
+    (cd "$from" && CGO_ENABLED=0 go build -mod=readonly -trimpath -tags selinux,notest \
         -ldflags "$flags" -o "$dir/.$name.partial" "$pkg") \
         || die "go build $pkg failed (is the Go module proxy reachable? 'go env GOPROXY' says $(go env GOPROXY))"
     mv "$dir/.$name.partial" "$dir/$name"
@@ -64,6 +67,7 @@ build etcd go.etcd.io/etcd/server/v3 "-s -w"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags"
 build kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
+build machine-healthcheck github.com/openshift/machine-api-operator/cmd/machine-healthcheck "-s -w" "$mhc_module"
 # Read whole before matching: `grep -q` would stop reading at the first match, and under
 # pipefail kubectl's broken pipe would fail the check at random.
 reported=$("$dir/kubectl" version --client 2>/dev/null || true)

@@ -114,22 +114,48 @@ async fn by_annotation(policy: Value) -> Cluster {
     c
 }
 
+/// deploy/ with the template health check (quick, and on the workers: the shipped one
+/// selects infra Machines), remediating with the Node release the template asks for.
+async fn by_template() -> Cluster {
+    let mut selector = quick(
+        "machine.openshift.io",
+        "MachineHealthCheck",
+        "baremend-infra",
+        "timeout",
+    );
+    selector.push_str(
+        "      - op: replace\n        path: /spec/selector/matchLabels/machine.openshift.io~1cluster-api-machine-role\n        value: worker\n",
+    );
+    let c = installed_with(&kustomization("machine-api-template", &[selector])).await;
+    // The shipped template keeps the Nodes (OutOfService): the guide says to let requests
+    // choose that.
+    switch_to_remediate(&c, TRUSTED_NODE_RELEASE.clone()).await;
+    c
+}
+
 /// What the guide says a policy needs for the shipped templates, which keep the Nodes
 /// (`nodeRelease: OutOfService`) where the policy deletes them.
 static TRUSTED_NODE_RELEASE: std::sync::LazyLock<Value> =
     std::sync::LazyLock::new(|| json!({"trust": {"requestMayChooseNodeRelease": true}}));
 
-/// The simulated world on `c`'s plane.
+/// The simulated world on `c`'s plane, with the user's (shipped) health checks and the
+/// simulated health-check controllers.
 async fn world(c: &Cluster, spec: ClusterSpec) -> RemoteCluster {
+    let options = RemoteOptions {
+        create_health_checks: false,
+        ..RemoteOptions::default()
+    };
+    world_with(c, spec, options).await
+}
+
+/// The simulated world on `c`'s plane, every Node Ready.
+async fn world_with(c: &Cluster, spec: ClusterSpec, options: RemoteOptions) -> RemoteCluster {
     let plane = c.plane().expect("a real plane");
     let endpoint = Endpoint {
         url: plane.url().to_owned(),
         ca_pem: plane.ca_pem().to_owned(),
     };
     let admin = Credential::Certificate(plane.admin_identity().clone());
-    let options = RemoteOptions {
-        create_health_checks: false,
-    };
     let world = RemoteCluster::start(spec, endpoint, admin, plane, options)
         .await
         .expect("the simulated world starts on the real server");
@@ -308,20 +334,7 @@ async fn a_detached_host_is_fenced_through_ipmi() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_health_checks_template_request_is_remediated() {
-    // The shipped template's health check selects infra Machines; here the workers.
-    let mut selector = quick(
-        "machine.openshift.io",
-        "MachineHealthCheck",
-        "baremend-infra",
-        "timeout",
-    );
-    selector.push_str(
-        "      - op: replace\n        path: /spec/selector/matchLabels/machine.openshift.io~1cluster-api-machine-role\n        value: worker\n",
-    );
-    let c = installed_with(&kustomization("machine-api-template", &[selector])).await;
-    // The shipped template keeps the Nodes (OutOfService): the guide says to let requests
-    // choose that.
-    switch_to_remediate(&c, TRUSTED_NODE_RELEASE.clone()).await;
+    let c = by_template().await;
     let world = world(&c, spec()).await;
     let done = hang_and_remediate(&c, &world, "worker-1").await;
     // It was asked by the request the health check made from the template (the health check
@@ -372,5 +385,110 @@ async fn a_node_health_checks_template_request_is_remediated() {
         "the request is made in the shipped template's namespace: {done:#}"
     );
     assert_eq!(done["spec"]["nodeName"], "worker-0");
+    world.stop().await;
+}
+
+/// The real OpenShift MachineHealthCheck controller (machine-api-operator's
+/// `cmd/machine-healthcheck`, built by `scripts/kubernetes.sh`), run as its upstream account
+/// (`openshift-machine-api/machine-api-controllers`, with a token the server issued) and
+/// watching its upstream namespace; its log in `<dir>/machine-healthcheck.log`.
+async fn run_real_machine_health_check(c: &Cluster) -> tokio::process::Child {
+    let plane = c.plane().expect("a real plane");
+    let token = plane
+        .token("openshift-machine-api", "machine-api-controllers")
+        .await
+        .expect("a TokenRequest for the MachineHealthCheck controller");
+    let kubeconfig = c.dir.join("machine-healthcheck.kubeconfig");
+    std::fs::write(&kubeconfig, plane.kubeconfig_with_token(&token)).unwrap();
+    let log = std::fs::File::create(c.dir.join("machine-healthcheck.log")).unwrap();
+    let binary = common::kubectl::binaries().path("machine-healthcheck");
+    assert!(
+        binary.is_file(),
+        "{} is missing: run scripts/kubernetes.sh (bash scripts/test.sh does)",
+        binary.display()
+    );
+    tokio::process::Command::new(binary)
+        .args(["--namespace", "openshift-machine-api"])
+        // Nothing to serve: controller-runtime turns an address of 0 off.
+        .args([
+            "--metrics-bind-address",
+            "0",
+            "--health-addr",
+            "0",
+            "-v",
+            "2",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the MachineHealthCheck controller runs")
+}
+
+/// The world with the shipped health checks and no simulated health-check controller: the
+/// real one acts.
+async fn world_for_the_real_health_check(c: &Cluster) -> RemoteCluster {
+    let options = RemoteOptions {
+        create_health_checks: false,
+        run_health_check_controllers: false,
+    };
+    world_with(c, spec(), options).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_openshift_machine_health_check_annotates_and_baremend_remediates() {
+    let c = by_annotation(json!({})).await;
+    let world = world_for_the_real_health_check(&c).await;
+    let mut mhc = run_real_machine_health_check(&c).await;
+    let done = hang_and_remediate(&c, &world, "worker-2").await;
+    assert_eq!(
+        done["spec"]["trigger"]["kind"], "MachineAnnotation",
+        "{done:#}"
+    );
+    // The real controller took the annotation off once the Machine was healthy again.
+    let (_, annotations, _) = c
+        .kubectl(
+            &[
+                "get",
+                "machine",
+                "worker-2",
+                "-n",
+                "openshift-machine-api",
+                "-o",
+                "jsonpath={.metadata.annotations}",
+            ],
+            None,
+        )
+        .await;
+    assert!(
+        !annotations.contains("host.metal3.io/external-remediation"),
+        "{annotations}"
+    );
+    assert!(
+        mhc.try_wait().unwrap().is_none(),
+        "the MachineHealthCheck controller exited"
+    );
+    let _ = mhc.kill().await;
+    world.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_openshift_machine_health_check_requests_through_baremends_template() {
+    let c = by_template().await;
+    let world = world_for_the_real_health_check(&c).await;
+    let mut mhc = run_real_machine_health_check(&c).await;
+    let done = hang_and_remediate(&c, &world, "worker-1").await;
+    assert_eq!(
+        done["spec"]["trigger"]["kind"], "MachineRemediation",
+        "{done:#}"
+    );
+    assert_eq!(done["spec"]["trigger"]["name"], "worker-1", "{done:#}");
+    assert!(
+        mhc.try_wait().unwrap().is_none(),
+        "the MachineHealthCheck controller exited"
+    );
+    let _ = mhc.kill().await;
     world.stop().await;
 }

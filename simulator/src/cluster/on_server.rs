@@ -48,12 +48,17 @@ pub struct RemoteOptions {
     /// simulated cluster's); false when the user installs their own (baremend's `deploy/`
     /// components), which the simulated health-check controllers then act on.
     pub create_health_checks: bool,
+    /// Run the simulated health-check controllers (the MachineHealthCheck's, the
+    /// NodeHealthCheck's); false when the real ones run beside the world (the real OpenShift
+    /// MachineHealthCheck controller, built by `scripts/kubernetes.sh`).
+    pub run_health_check_controllers: bool,
 }
 
 impl Default for RemoteOptions {
     fn default() -> Self {
         RemoteOptions {
             create_health_checks: true,
+            run_health_check_controllers: true,
         }
     }
 }
@@ -148,8 +153,10 @@ impl RemoteCluster {
         } else {
             mhc::NodeReader::Direct(cluster.accounts.local(Actor::MachineApi))
         };
-        let checks = start_health_checks(&cluster.spec, &cluster.accounts, nodes);
-        cluster.actors.extend(checks);
+        if options.run_health_check_controllers {
+            let checks = start_health_checks(&cluster.spec, &cluster.accounts, nodes);
+            cluster.actors.extend(checks);
+        }
         let faults = cluster.spec.faults.clone();
         if !faults.is_empty() {
             let hosts = cluster.hosts.clone();
