@@ -229,7 +229,18 @@ async fn succeeded(c: &Cluster, node: &str) -> Value {
 /// Hangs `node`'s host and waits for its remediation; checks the host went off and on, and
 /// that nothing was refused to baremend or to a simulated actor.
 async fn hang_and_remediate(c: &Cluster, world: &RemoteCluster, node: &str) -> Value {
-    let (mut baremend, log) = run_baremend(c).await;
+    let running = run_baremend(c).await;
+    remediate_hung(c, world, node, running).await
+}
+
+/// [`hang_and_remediate`] with baremend already `running` (and its log).
+async fn remediate_hung(
+    c: &Cluster,
+    world: &RemoteCluster,
+    node: &str,
+    running: (tokio::process::Child, std::path::PathBuf),
+) -> Value {
+    let (mut baremend, log) = running;
     let host = world.host(node).expect("the host");
     host.faults
         .hung
@@ -490,5 +501,129 @@ async fn the_real_openshift_machine_health_check_requests_through_baremends_temp
         "the MachineHealthCheck controller exited"
     );
     let _ = mhc.kill().await;
+    world.stop().await;
+}
+
+/// A tenant: namespace `tenant-a` and a ServiceAccount there with every right on baremend's
+/// kinds in it and none elsewhere; kubectl with a token the server issued for it.
+async fn tenant(c: &Cluster) -> common::kubectl::Kubectl {
+    let manifest = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: tenant-a}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: tenant, namespace: tenant-a}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: tenant, namespace: tenant-a}
+rules:
+  - {apiGroups: [baremend.io], resources: ["*"], verbs: ["*"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: tenant, namespace: tenant-a}
+subjects: [{kind: ServiceAccount, name: tenant, namespace: tenant-a}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant}
+"#;
+    c.ok(&["apply", "-f", "-"], Some(manifest)).await;
+    let plane = c.plane().expect("a real plane");
+    let token = plane
+        .token("tenant-a", "tenant")
+        .await
+        .expect("a tenant token");
+    let dir = c.dir.join("tenant");
+    std::fs::create_dir_all(&dir).unwrap();
+    common::kubectl::Kubectl::new(&dir, &plane.kubeconfig_with_token(&token))
+}
+
+/// A `NodeRemediation` named after `node` in `namespace`.
+fn node_request(namespace: &str, node: &str) -> String {
+    format!(
+        "apiVersion: baremend.io/v1alpha1\nkind: NodeRemediation\nmetadata:\n  name: {node}\n  namespace: {namespace}\nspec: {{}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_node_remediations_are_refused_by_the_real_server_and_by_baremend() {
+    let patches = [quick(
+        "remediation.medik8s.io",
+        "NodeHealthCheck",
+        "baremend-workers",
+        "duration",
+    )];
+    let c = installed_with(&kustomization("nodehealthcheck", &patches)).await;
+    // Four machines and a 50 % storm gate: the three refused requests counted beside one
+    // real failure would hold it.
+    let mut policy = TRUSTED_NODE_RELEASE.clone();
+    policy["storm"] = json!({"maxUnhealthyPercent": 50});
+    switch_to_remediate(&c, policy).await;
+    let spec = ClusterSpec {
+        node_health_check: true,
+        ..spec()
+    };
+    let world = world(&c, spec).await;
+    let running = run_baremend(&c).await;
+    let tenant = tenant(&c).await;
+    // The real server's RBAC: not where the health check puts its requests.
+    let (ok, _, err) = tenant
+        .run(
+            &["create", "-f", "-"],
+            Some(&node_request("openshift-workload-availability", "worker-1")),
+        )
+        .await;
+    assert!(!ok && err.contains("forbidden"), "{err}");
+    // In its own namespace the server accepts them; baremend refuses them.
+    let healthy = ["worker-1", "worker-2", "master-0"];
+    for node in healthy {
+        let (ok, out, err) = tenant
+            .run(
+                &["create", "-f", "-"],
+                Some(&node_request("tenant-a", node)),
+            )
+            .await;
+        assert!(ok, "{out}{err}");
+    }
+    for node in healthy {
+        eventually(
+            &format!("tenant-a/{node} Accepted=False NamespaceNotTrusted"),
+            Duration::from_secs(30),
+            async || {
+                let (_, out, _) = c
+                    .kubectl(
+                        &[
+                            "get",
+                            "noderemediation",
+                            node,
+                            "-n",
+                            "tenant-a",
+                            "-o",
+                            "jsonpath={.status.conditions[?(@.type==\"Accepted\")].reason}",
+                        ],
+                        None,
+                    )
+                    .await;
+                if out.trim() == "NamespaceNotTrusted" {
+                    Ok(())
+                } else {
+                    Err(out)
+                }
+            },
+        )
+        .await;
+    }
+    // A real failure is remediated: the refused requests hold nothing back, and the healthy
+    // hosts were never powered.
+    let done = remediate_hung(&c, &world, "worker-0", running).await;
+    assert_eq!(
+        done["spec"]["trigger"]["kind"], "NodeRemediation",
+        "{done:#}"
+    );
+    for node in healthy {
+        let host = world.host(node).expect("the host");
+        assert!(host.host.history().is_empty(), "{node} was powered");
+    }
     world.stop().await;
 }
