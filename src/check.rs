@@ -158,7 +158,10 @@ async fn list(client: &Client, machine_api: MachineApi) -> Result<Listed> {
         &mut notes,
     )
     .await?;
-    let policies = list_all::<RemediationPolicy>(client, "List RemediationPolicies").await?;
+    let policies = match list_all::<RemediationPolicy>(client, "List RemediationPolicies").await {
+        Err(error) if not_served(&error) => return Err(crate::installed::not_installed()),
+        other => other?,
+    };
     let host_bmcs: Vec<Arc<HostBmc>> = list_all(client, "List HostBmcs").await?;
     let node_labels = if host_bmcs.iter().any(|m| machineless_node(m).is_some()) {
         // Their metadata only: labels are all the check reads of them.

@@ -21,6 +21,7 @@ pub mod drift;
 pub mod duration;
 pub mod gather;
 pub mod hostfile;
+pub mod installed;
 #[cfg(feature = "lab")]
 pub mod lab;
 pub mod leader;

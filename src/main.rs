@@ -65,9 +65,11 @@ enum Command {
     HostFile(baremend::hostfile::HostFileArgs),
 }
 
-/// The log filter without `RUST_LOG`: warnings, except where the command's output is a verdict
-/// over many controllers under injected faults (the chaos and scale labs) — their retries on
-/// purpose would drown it. `RUST_LOG` shows them.
+/// The log filter without `RUST_LOG`: for `run`, what a controller's operator reads (`info`:
+/// leadership taken or lost, caches filled, each remediation's steps); for the other
+/// commands warnings, except where the command's output is a verdict over many controllers
+/// under injected faults (the chaos and scale labs) — their retries on purpose would drown
+/// it. `RUST_LOG` shows them.
 fn default_log_filter(command: &Command) -> &'static str {
     match command {
         #[cfg(feature = "lab")]
@@ -79,6 +81,7 @@ fn default_log_filter(command: &Command) -> &'static str {
         {
             "off"
         }
+        Command::Run(_) => "info",
         _ => "warn",
     }
 }

@@ -229,11 +229,15 @@ impl ClusterArgs {
     }
 }
 
+/// How often `run` says again that baremend's kinds are not installed while it waits.
+const NOT_INSTALLED_RETELL: Duration = Duration::from_secs(30);
+
 /// Runs the controller until SIGINT or SIGTERM.
 pub async fn run(args: RunArgs) -> Result<()> {
     let client = args.cluster.client().await?;
     let metrics = Arc::new(Metrics::new());
     serve_endpoints(&args, &client, &metrics).await?;
+    crate::installed::wait_until_served(&client, NOT_INSTALLED_RETELL).await;
     let shutdown = async {
         let terminate = async {
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

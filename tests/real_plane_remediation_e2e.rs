@@ -172,8 +172,9 @@ async fn run_baremend(c: &Cluster) -> (tokio::process::Child, std::path::PathBuf
     let kubeconfig = c.dir.join("controller.kubeconfig");
     std::fs::write(&kubeconfig, controller_kubeconfig(c).await).unwrap();
     let log = c.dir.join("baremend.log");
+    // Its default log level: what an operator reads.
     let child = common::real::run_command(&kubeconfig, "baremend-remediates")
-        .env("RUST_LOG", "info")
+        .env_remove("RUST_LOG")
         .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .spawn()
         .expect("baremend runs");
@@ -264,6 +265,19 @@ async fn remediate_hung(
         baremend.try_wait().unwrap().is_none(),
         "baremend exited:\n{text}"
     );
+    // Each step is in the log at the default level.
+    for step in [
+        "PowerOffRequested",
+        "Fenced",
+        "PowerOnRequested",
+        "Succeeded",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains("remediation step") && l.contains(step)),
+            "no step {step} in the log:\n{text}"
+        );
+    }
     assert_eq!(world.actor_refusals(), Vec::<String>::new());
     let _ = baremend.kill().await;
     done

@@ -92,7 +92,15 @@ impl Pass {
         tell: Option<Tell>,
     ) -> Result<()> {
         record_step(&mut status, step, phase, now);
+        let attempt = status.attempt.unwrap_or(1);
         self.persist(remediation, status).await?;
+        // What an operator follows in the log at the default level: each step, once stored.
+        info!(
+            remediation = %remediation.name_any(),
+            step = step.as_str(),
+            attempt,
+            "remediation step"
+        );
         if let Some(tell) = tell {
             self.tell(remediation, tell).await;
         }
