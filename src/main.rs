@@ -63,6 +63,16 @@ enum Command {
     /// On a node (in the drift coordinator's helper pod): create or remove the MCO's
     /// forcefile, or write a file back with its expected bytes and mode.
     HostFile(baremend::hostfile::HostFileArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell, e.g.
+    /// `source <(baremend completion bash)`.
+    Completion(CompletionArgs),
+}
+
+#[derive(clap::Args)]
+struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
 }
 
 /// The log filter without `RUST_LOG`: for `run`, what a controller's operator reads (`info`:
@@ -143,6 +153,11 @@ async fn main() -> ExitCode {
         Command::Run(args) => baremend::run::run(*args).await,
         Command::Crds(args) => baremend::api::run_crds(args),
         Command::HostFile(args) => baremend::hostfile::run(&args).map(|done| println!("{done}")),
+        Command::Completion(args) => {
+            let mut command = Cli::command();
+            clap_complete::generate(args.shell, &mut command, "baremend", &mut std::io::stdout());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
