@@ -163,7 +163,9 @@ impl From<baremend_sim::Error> for Error {
 
 /// A failed API call as a user reads it: the server's own message, reason and code (the
 /// client's rendering repeats the Status object in Rust's debug notation).
-fn kube_text(error: &kube::Error) -> String {
+/// A failed Kubernetes API call in one line of words: the server's message, reason and code
+/// (kube's own `Display` of an API error appends the whole `Status` as `Debug`).
+pub fn kube_text(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) => {
             format!("{} ({}, {})", status.message, status.reason, status.code)

@@ -123,7 +123,11 @@ async fn malformed_machines_and_secrets_get_an_error_and_an_event_and_nothing_is
     }
     for (worker, expected) in [
         ("worker-0", "no HostBmc and no BareMetalHost names its BMC"),
-        ("worker-1", "Secret no-such-secret"),
+        // One line in words, not kube's Debug dump of the Status.
+        (
+            "worker-1",
+            r#"Secret no-such-secret: secrets "no-such-secret" not found (NotFound, 404)"#,
+        ),
         ("worker-2", "Secret half-secret: data.password: is missing"),
     ] {
         lab.failed_untouched(worker, expected).await;

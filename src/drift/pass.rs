@@ -289,7 +289,10 @@ impl Pass {
         let config = configs
             .get(&remediation.spec.rendered_config)
             .await
-            .map_err(|e| format!("cannot read {}: {e}", remediation.spec.rendered_config))?;
+            .map_err(|e| {
+                let why = crate::kube_text(&e);
+                format!("cannot read {}: {why}", remediation.spec.rendered_config)
+            })?;
         let ignition = config.spec.map(|s| s.config).unwrap_or_default();
         let state = super::content::ExpectedState::from_configs([&ignition])
             .map_err(|e| format!("{}: {e}", remediation.spec.rendered_config))?;

@@ -121,7 +121,7 @@ pub async fn bmc_driver_config(
     let secret = secrets
         .get(&bmc.credentials_name)
         .await
-        .map_err(|e| format!("Secret {}: {e}", bmc.credentials_name))?;
+        .map_err(|e| format!("Secret {}: {}", bmc.credentials_name, crate::kube_text(&e)))?;
     let credentials = observe::secret_credentials(&secret)
         .map_err(|e| format!("Secret {}: {e}", bmc.credentials_name))?;
     let ca_bundle_pem = match &bmc.tls.ca_bundle {
@@ -153,10 +153,12 @@ async fn read_ca_bundle(
         CaBundleKind::ConfigMap => Api::<ConfigMap>::namespaced(client, namespace)
             .get(&named.name)
             .await
+            .map_err(|e| crate::kube_text(&e))
             .map(|config_map| observe::config_map_ca_bundle(&config_map, &named.key)),
         CaBundleKind::Secret => Api::<Secret>::namespaced(client, namespace)
             .get(&named.name)
             .await
+            .map_err(|e| crate::kube_text(&e))
             .map(|secret| observe::secret_ca_bundle(&secret, &named.key)),
     };
     pem.map_err(|e| unusable(&e))?.map_err(|e| unusable(&e))
