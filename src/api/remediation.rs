@@ -40,6 +40,9 @@ pub const HOLDS_NOTHING: [RemediationPhase; 2] =
     shortname = "brem",
     category = "baremend",
     validation = "has(self.spec.machineName) || (has(self.spec.nodeName) && has(self.spec.hostBmc))",
+    // Written once, at the start: a Remediation edited under way (another host, another
+    // Node) would be carried out past every start gate. The API server keeps it as written.
+    validation = kube::core::Rule::new("self.spec == oldSelf.spec").message("spec is written once, when the remediation starts, and cannot change"),
     printcolumn = r#"{"name":"Machine","type":"string","jsonPath":".spec.machineName"}"#,
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
