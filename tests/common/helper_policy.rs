@@ -172,12 +172,51 @@ pub fn deviations(image: &str) -> Vec<(&'static str, Tamper, String)> {
             "a helper pod reads no environment (no Secret or ConfigMap through env)".to_owned(),
         ),
         (
+            "an exec liveness probe",
+            |p| {
+                p["spec"]["containers"][0]["livenessProbe"] =
+                    json!({"exec": {"command": ["sh", "-c", "chroot /host"]}})
+            },
+            RUNS_NOTHING_ELSE.to_owned(),
+        ),
+        (
+            "a postStart hook",
+            |p| {
+                p["spec"]["containers"][0]["lifecycle"] =
+                    json!({"postStart": {"exec": {"command": ["sh", "-c", "chroot /host"]}}})
+            },
+            RUNS_NOTHING_ELSE.to_owned(),
+        ),
+        (
+            "a working directory",
+            |p| p["spec"]["containers"][0]["workingDir"] = json!("/host/etc"),
+            RUNS_NOTHING_ELSE.to_owned(),
+        ),
+        (
+            "the node's / mounted elsewhere",
+            |p| p["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] = json!("/etc"),
+            MOUNTED_AS_BUILT.to_owned(),
+        ),
+        (
+            "a subPath of the node's /",
+            |p| p["spec"]["containers"][0]["volumeMounts"][0]["subPath"] = json!("etc/kubernetes"),
+            MOUNTED_AS_BUILT.to_owned(),
+        ),
+        (
             "the host's PID namespace",
             |p| p["spec"]["hostPID"] = json!(true),
             "a helper pod shares no host namespace".to_owned(),
         ),
     ]
 }
+
+/// What the policy says to a helper that would run more than its command.
+const RUNS_NOTHING_ELSE: &str =
+    "a helper pod runs nothing but its command: no lifecycle hooks, probes or working directory";
+
+/// What the policy says to a helper mounted otherwise than the controller mounts it.
+const MOUNTED_AS_BUILT: &str =
+    "a helper pod mounts the node's / at /host and its content Secret read-only at /content, whole";
 
 /// A change to a helper pod (JSON).
 pub type Tamper = fn(&mut Value);
