@@ -571,7 +571,8 @@ async fn baremends_remediation_policy_refuses_a_bogus_mode_and_defaults_the_rest
     assert_eq!(causes(&body)[0].0, "spec.maxConcurrent");
     let (status, body) = api.post(path, policy(json!({}))).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(body["spec"]["mode"], "Remediate");
+    // Left out, the mode is a dry run: only a policy that says Remediate acts.
+    assert_eq!(body["spec"]["mode"], "DryRun");
     assert_eq!(body["spec"]["maxConcurrent"], 1);
     assert_eq!(body["spec"]["timeouts"]["powerOffSeconds"], 180);
     assert_eq!(
