@@ -155,7 +155,6 @@ enum Server {
 /// Each actor's credential for a remote API server.
 #[derive(Debug)]
 pub struct RemoteAccounts {
-    endpoint: Endpoint,
     /// Per actor: its client, with its ServiceAccount's token or a client certificate
     /// (kube-controller-manager).
     actors: Vec<(Actor, Remote)>,
@@ -171,13 +170,13 @@ impl RemoteAccounts {
     /// a ServiceAccount's token by TokenRequest (the accounts must exist: [`install`]), any
     /// other user's client certificate from `issuer`.
     pub fn issue(
-        endpoint: Endpoint,
+        endpoint: &Endpoint,
         admin: Credential,
         issuer: &dyn Issuer,
         actors: &[Actor],
         nodes: &[&str],
     ) -> crate::Result<Self> {
-        let installer = Remote::new(&endpoint, &admin)?;
+        let installer = Remote::new(endpoint, &admin)?;
         let mut clients = Vec::new();
         for actor in actors {
             let user = actor.user();
@@ -189,26 +188,20 @@ impl RemoteAccounts {
                 ),
                 None => Credential::Certificate(issuer.client(&user.username, &user.groups)?),
             };
-            clients.push((*actor, Remote::new(&endpoint, &credential)?));
+            clients.push((*actor, Remote::new(endpoint, &credential)?));
         }
         let mut kubelets = HashMap::new();
         for node in nodes {
             let user = kubelet_user(node);
             let identity = issuer.client(&user.username, &user.groups)?;
             let credential = Credential::Certificate(identity);
-            kubelets.insert((*node).to_owned(), Remote::new(&endpoint, &credential)?);
+            kubelets.insert((*node).to_owned(), Remote::new(endpoint, &credential)?);
         }
         Ok(RemoteAccounts {
-            endpoint,
             actors: clients,
             kubelets,
             admin: installer,
         })
-    }
-
-    /// The server's address and CA.
-    pub fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
     }
 
     /// The administrator's client, as field manager `manager`.

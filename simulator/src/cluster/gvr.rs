@@ -23,6 +23,12 @@ pub const PODS: Gvr = Gvr {
     version: "v1",
     plural: "pods",
 };
+/// ServiceAccounts.
+pub const SERVICE_ACCOUNTS: Gvr = Gvr {
+    group: "",
+    version: "v1",
+    plural: "serviceaccounts",
+};
 /// Secrets.
 pub const SECRETS: Gvr = Gvr {
     group: "",

@@ -1,5 +1,6 @@
-//! In-process access to the store for the simulated actors (like the controllers that run
-//! next to a real API server): the same write rules and watch events as HTTP clients get.
+//! The simulated actors' access to an API server: in-process to the simulated store (like the
+//! controllers that run next to a real API server: the same write rules and watch events as
+//! HTTP clients get), or over HTTPS to any API server ([`Remote`]).
 
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use crate::apiserver::store::DeleteOptions;
 use crate::apiserver::{Authorizer, Store, UserInfo};
 
 pub use super::gvr::*;
-pub use super::remote::Remote;
+use super::remote::Remote;
 
 /// The kind of an identity, RBAC or admission manifest (`kubectl create -f` of a
 /// ServiceAccount, its Secret, roles and bindings, their namespace, a
@@ -32,11 +33,7 @@ pub fn manifest_gvr(kind: &str) -> Option<Gvr> {
     };
     Some(match kind {
         "Namespace" => NAMESPACES,
-        "ServiceAccount" => Gvr {
-            group: "",
-            version: "v1",
-            plural: "serviceaccounts",
-        },
+        "ServiceAccount" => SERVICE_ACCOUNTS,
         "Secret" => SECRETS,
         "ClusterRole" => rbac("clusterroles"),
         "ClusterRoleBinding" => rbac("clusterrolebindings"),

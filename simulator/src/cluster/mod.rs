@@ -353,17 +353,7 @@ impl SimCluster {
             return Ok(0);
         }
         let api = Local::new(self.server.store().clone(), INSTALLER);
-        for info in &self.hosts {
-            let object = host_bmc(info, self.spec.bmh_uses_ipmi);
-            api.create(HOST_BMCS, MACHINE_NAMESPACE, object)
-                .map_err(|e| {
-                    Error::Config(format!(
-                        "HostBmc {} not created (is baremend's HostBmc CRD installed?): {}",
-                        info.name, e.message
-                    ))
-                })?;
-        }
-        Ok(self.hosts.len())
+        create_host_bmcs(&api, &self.hosts, self.spec.bmh_uses_ipmi)
     }
 
     /// Waits, looking `every` so often, until the `HostBmc` kind is served, then creates the
@@ -473,14 +463,7 @@ impl SimCluster {
     pub fn ready_nodes(&self) -> usize {
         self.stores()
             .flat_map(|(_, store)| Local::new(store.clone(), "reader").list(NODES, None))
-            .filter(|n| {
-                n.pointer("/status/conditions")
-                    .and_then(Value::as_array)
-                    .is_some_and(|c| {
-                        c.iter()
-                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                    })
-            })
+            .filter(kubelet::ready)
             .count()
     }
 
@@ -769,22 +752,45 @@ impl Fleet {
 /// Installs the kinds the spec's actors serve (the fixtures' CRDs) and their namespaces;
 /// what exists already (installed by the user beforehand) is kept.
 fn install_kinds(api: &Local, spec: &ClusterSpec) -> Result<()> {
-    let mut crds = fixtures::all();
-    if spec.cluster_api {
-        crds.extend(fixtures::cluster_api_crds());
-    }
     let mut namespaces = vec![MACHINE_NAMESPACE];
     if spec.node_health_check {
-        crds.push(fixtures::node_health_check_crd());
         namespaces.push(NHC_NAMESPACE);
     }
-    for crd in crds {
+    for crd in fixture_crds(spec) {
         kept_if_exists(api.create(CRDS, "", crd))?;
     }
     for name in namespaces {
         kept_if_exists(api.create(NAMESPACES, "", json!({"metadata": {"name": name}})))?;
     }
     Ok(())
+}
+
+/// The fixtures' CRDs the spec's actors need: the Machine API and metal3 kinds, Cluster
+/// API's in that flavour, NodeHealthCheck's with one.
+fn fixture_crds(spec: &ClusterSpec) -> Vec<Value> {
+    let mut crds = fixtures::all();
+    if spec.cluster_api {
+        crds.extend(fixtures::cluster_api_crds());
+    }
+    if spec.node_health_check {
+        crds.push(fixtures::node_health_check_crd());
+    }
+    crds
+}
+
+/// Creates each host's `HostBmc` (in the platform-none flavour: [`host_bmc`]) with `api`;
+/// returns how many.
+fn create_host_bmcs(api: &Local, hosts: &[HostInfo], use_ipmi: bool) -> Result<usize> {
+    for info in hosts {
+        api.create(HOST_BMCS, MACHINE_NAMESPACE, host_bmc(info, use_ipmi))
+            .map_err(|e| {
+                Error::Config(format!(
+                    "HostBmc {} not created (is baremend's HostBmc CRD installed?): {}",
+                    info.name, e.message
+                ))
+            })?;
+    }
+    Ok(hosts.len())
 }
 
 /// A creation's result, an object that exists already being no error.

@@ -1,12 +1,12 @@
 //! The simulated world on any API server — a real kube-apiserver with its
-//! kube-controller-manager, typically ([`crate::plane::ControlPlane`]): the hosts and their
+//! kube-controller-manager, typically (the `plane` module's `ControlPlane`): the hosts and their
 //! BMCs, and the actors around the controller under test (kubelets, the BareMetal Operator,
 //! the health checks), each calling the server over HTTPS with the credential its upstream
 //! install gives it. The same actors, set-up and fixtures as [`super::SimCluster`]; what the
 //! real control plane does itself is left to it.
 //!
 //! Expected flow: [`RemoteCluster::start`] installs the fixtures' kinds and waits until the
-//! server serves them, writes the hosts' Secrets, BareMetalHosts, Machines and health check
+//! server has established them, writes the hosts' Secrets, BareMetalHosts, Machines and health check
 //! as an installer, creates the actors' upstream accounts, has the server issue their
 //! credentials (TokenRequest for ServiceAccounts, client certificates of the plane's CA for
 //! kubelets and kube-controller-manager's user), starts the kubelets and the operator, waits
@@ -28,17 +28,17 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use super::accounts::{self, Actor, Issuer, RemoteAccounts};
-use super::local::{self, Local, NODES};
+use super::local::{self, CRDS, Local, NODES, SERVICE_ACCOUNTS};
 use super::remote::{Credential, Endpoint, Remote};
 use super::{
-    ClusterSpec, Fleet, HostInfo, INSTALLER, fixtures, install_kinds, kubelet, mhc, populate,
-    scenario, set_up, start_health_checks, start_kubelets, start_operator,
+    ClusterSpec, Fleet, HostInfo, INSTALLER, create_host_bmcs, fixture_crds, install_kinds,
+    kubelet, mhc, populate, scenario, set_up, start_health_checks, start_kubelets, start_operator,
 };
 use crate::ipmi::IpmiSim;
 use crate::redfish::RedfishSim;
 use crate::{Error, Result};
 
-/// How long the server may take to serve a kind once its CRD is created.
+/// How long the server may take to establish a CRD, or to give a namespace its account.
 const SERVED_WITHIN: Duration = Duration::from_secs(30);
 
 /// What to set up beside the hosts.
@@ -101,7 +101,7 @@ impl RemoteCluster {
         let started = Instant::now();
         let installer = Local::remote(Remote::new(&endpoint, &admin)?, "admin", INSTALLER);
         install_kinds(&installer, &spec)?;
-        wait_until_served(&installer, &spec).await?;
+        wait_until_established(&installer, &spec).await?;
         let fleet = Fleet::start(&spec).await?;
         wait_for_default_account(&installer, "workloads", &spec).await?;
         populate(
@@ -118,7 +118,7 @@ impl RemoteCluster {
             .collect();
         accounts::install(&installer, &actors).map_err(set_up)?;
         let nodes: Vec<&str> = fleet.hosts.iter().map(|h| h.node_name.as_str()).collect();
-        let credentials = RemoteAccounts::issue(endpoint.clone(), admin, issuer, &actors, &nodes)?;
+        let credentials = RemoteAccounts::issue(&endpoint, admin, issuer, &actors, &nodes)?;
         let refusals = Arc::new(local::Refusals::default());
         let accounts = accounts::Accounts::remote(credentials, refusals);
         let no_disk = |_: &str| None;
@@ -227,17 +227,9 @@ impl RemoteCluster {
         if !self.spec.platform_none {
             return Ok(0);
         }
-        for info in &self.hosts {
-            let object = super::host_bmc(info, self.spec.bmh_uses_ipmi);
-            self.installer
-                .create(local::HOST_BMCS, super::MACHINE_NAMESPACE, object)
-                .map_err(|e| Error::Config(format!("HostBmc {}: {}", info.name, e.message)))?;
-        }
-        Ok(self.hosts.len())
+        create_host_bmcs(&self.installer, &self.hosts, self.spec.bmh_uses_ipmi)
     }
-}
 
-impl RemoteCluster {
     /// Stops the actors and waits until each has (one in the middle of a request finishes
     /// it first): after this nothing of the world calls the server.
     pub async fn stop(mut self) {
@@ -273,52 +265,32 @@ fn refuse_what_one_server_cannot_hold(spec: &ClusterSpec) -> Result<()> {
     Ok(())
 }
 
-/// Waits until the server serves every kind whose CRD `install_kinds` created (a real API
-/// server takes a moment to establish a CRD and publish it).
-async fn wait_until_served(api: &Local, spec: &ClusterSpec) -> Result<()> {
-    let mut crds = fixtures::all();
-    if spec.cluster_api {
-        crds.extend(fixtures::cluster_api_crds());
-    }
-    if spec.node_health_check {
-        crds.push(fixtures::node_health_check_crd());
-    }
+/// Waits until the server has established every CRD `install_kinds` created (a real API
+/// server takes a moment to accept a new CRD's kind; its `Established` condition says when).
+async fn wait_until_established(api: &Local, spec: &ClusterSpec) -> Result<()> {
     let deadline = Instant::now() + SERVED_WITHIN;
-    for crd in &crds {
-        for gvr in served_resources(crd) {
-            while !api.serves(gvr) {
-                if Instant::now() > deadline {
-                    let name = crd.pointer("/metadata/name").cloned().unwrap_or_default();
-                    return Err(Error::Config(format!(
-                        "the API server does not serve CRD {name} after {SERVED_WITHIN:?}"
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+    for crd in fixture_crds(spec) {
+        let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+        while !api.get(CRDS, "", name).is_ok_and(|crd| established(&crd)) {
+            if Instant::now() > deadline {
+                return Err(Error::Config(format!(
+                    "the API server has not established CRD {name} after {SERVED_WITHIN:?}"
+                )));
             }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     Ok(())
 }
 
-/// The group, versions and plural a CRD serves.
-fn served_resources(crd: &Value) -> Vec<local::Gvr> {
-    // A Gvr names static strings (the actors' kinds are constants); these few, once per
-    // start, are kept for the process's life.
-    let leak = |text: &str| -> &'static str { Box::leak(text.to_owned().into_boxed_str()) };
-    let group = crd["spec"]["group"].as_str().unwrap_or_default();
-    let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
-    crd["spec"]["versions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|v| v["served"] == json!(true))
-        .filter_map(|v| v["name"].as_str())
-        .map(|version| local::Gvr {
-            group: leak(group),
-            version: leak(version),
-            plural: leak(plural),
+/// Whether a CRD's `Established` condition is `True`.
+fn established(crd: &Value) -> bool {
+    crd.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
         })
-        .collect()
 }
 
 /// Creates the workload pods' namespace and waits until the real ServiceAccount controller
@@ -333,13 +305,8 @@ async fn wait_for_default_account(api: &Local, namespace: &str, spec: &ClusterSp
         Err(e) if e.code == 409 => {}
         Err(e) => return Err(set_up(e)),
     }
-    let accounts = local::Gvr {
-        group: "",
-        version: "v1",
-        plural: "serviceaccounts",
-    };
     let deadline = Instant::now() + SERVED_WITHIN;
-    while api.get(accounts, namespace, "default").is_err() {
+    while api.get(SERVICE_ACCOUNTS, namespace, "default").is_err() {
         if Instant::now() > deadline {
             return Err(Error::Config(format!(
                 "no ServiceAccount default in {namespace} after {SERVED_WITHIN:?}: is \

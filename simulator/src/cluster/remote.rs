@@ -5,8 +5,7 @@
 //!
 //! Expected flow: an [`Endpoint`] (URL and CA) and a [`Credential`] (a ServiceAccount token
 //! the server issued, or a client certificate of its CA, as a kubelet has) make a [`Remote`];
-//! [`super::local::Local::remote`] wraps it so that an actor's calls are the same whichever
-//! server answers.
+//! `Local::remote` wraps it so that an actor's calls are the same whichever server answers.
 //!
 //! Guarantees: every call is a real request, with the actor's identity, so the server's
 //! authentication, RBAC, Node authorizer, admission and validation judge it; a refusal comes
@@ -26,7 +25,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::gvr::{Gvr, PODS};
+use super::gvr::{Gvr, PODS, SERVICE_ACCOUNTS};
 use crate::apiserver::errors::{ApiError, ApiResult};
 use crate::tls::TlsIdentity;
 
@@ -140,13 +139,18 @@ impl Remote {
         })
     }
 
-    /// The path of a collection (`namespace` "" or None: cluster-wide or cluster-scoped).
-    fn collection(gvr: Gvr, namespace: Option<&str>) -> String {
-        let prefix = if gvr.group.is_empty() {
+    /// The path of a resource's group and version (`/api/v1`, `/apis/<group>/<version>`).
+    fn group_version(gvr: Gvr) -> String {
+        if gvr.group.is_empty() {
             format!("/api/{}", gvr.version)
         } else {
             format!("/apis/{}/{}", gvr.group, gvr.version)
-        };
+        }
+    }
+
+    /// The path of a collection (`namespace` "" or None: cluster-wide or cluster-scoped).
+    fn collection(gvr: Gvr, namespace: Option<&str>) -> String {
+        let prefix = Self::group_version(gvr);
         match namespace {
             Some(namespace) if !namespace.is_empty() => {
                 format!("{prefix}/namespaces/{namespace}/{}", gvr.plural)
@@ -183,7 +187,7 @@ impl Remote {
         if let Some((content_type, bytes)) = body {
             request = request.header("Content-Type", content_type).body(bytes);
         }
-        wait(async move { answer(request).await })
+        wait(answer(request))
     }
 
     /// Reads an object.
@@ -233,9 +237,8 @@ impl Remote {
         manager: &str,
     ) -> ApiResult<Value> {
         let path = Self::collection(gvr, Some(namespace));
-        let body = ("application/json", body.to_string().into_bytes());
         let query = vec![("fieldManager", manager.to_owned())];
-        self.send(reqwest::Method::POST, &path, query, Some(body))
+        self.send(reqwest::Method::POST, &path, query, Some(json_body(body)))
     }
 
     /// JSON-merge-patches an object or its status as field manager `manager`.
@@ -270,8 +273,12 @@ impl Remote {
         if let Some(seconds) = grace {
             options["gracePeriodSeconds"] = json!(seconds);
         }
-        let body = ("application/json", options.to_string().into_bytes());
-        self.send(reqwest::Method::DELETE, &path, Vec::new(), Some(body))
+        self.send(
+            reqwest::Method::DELETE,
+            &path,
+            Vec::new(),
+            Some(json_body(&options)),
+        )
     }
 
     /// Evicts a pod (the server weighs its PodDisruptionBudgets).
@@ -279,18 +286,22 @@ impl Remote {
         let path = Self::object(PODS, namespace, name, "eviction");
         let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace}});
-        let body = ("application/json", eviction.to_string().into_bytes());
-        self.send(reqwest::Method::POST, &path, Vec::new(), Some(body))
+        self.send(
+            reqwest::Method::POST,
+            &path,
+            Vec::new(),
+            Some(json_body(&eviction)),
+        )
     }
 
     /// A token for ServiceAccount `namespace/name` (TokenRequest, valid for a day: the
     /// simulated actors run for a test or an afternoon's playground).
     pub fn token(&self, namespace: &str, name: &str) -> ApiResult<String> {
-        let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token");
+        let path = Self::object(SERVICE_ACCOUNTS, namespace, name, "token");
         let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
             "spec": {"expirationSeconds": 86_400}});
-        let body = ("application/json", request.to_string().into_bytes());
-        let answer = self.send(reqwest::Method::POST, &path, Vec::new(), Some(body))?;
+        let body = Some(json_body(&request));
+        let answer = self.send(reqwest::Method::POST, &path, Vec::new(), body)?;
         answer
             .pointer("/status/token")
             .and_then(Value::as_str)
@@ -302,16 +313,21 @@ impl Remote {
 
     /// Whether the server serves the resource (its discovery document names it).
     pub fn serves(&self, gvr: Gvr) -> bool {
-        let path = if gvr.group.is_empty() {
-            format!("/api/{}", gvr.version)
-        } else {
-            format!("/apis/{}/{}", gvr.group, gvr.version)
-        };
-        self.send(reqwest::Method::GET, &path, Vec::new(), None)
-            .ok()
-            .and_then(|list| list.get("resources").and_then(Value::as_array).cloned())
-            .is_some_and(|resources| resources.iter().any(|r| r["name"] == gvr.plural))
+        self.send(
+            reqwest::Method::GET,
+            &Self::group_version(gvr),
+            Vec::new(),
+            None,
+        )
+        .ok()
+        .and_then(|list| list.get("resources").and_then(Value::as_array).cloned())
+        .is_some_and(|resources| resources.iter().any(|r| r["name"] == gvr.plural))
     }
+}
+
+/// A JSON request body.
+fn json_body(value: &Value) -> (&'static str, Vec<u8>) {
+    ("application/json", value.to_string().into_bytes())
 }
 
 /// The answer to a request: its JSON body, or the server's Status as an error.
