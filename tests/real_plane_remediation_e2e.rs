@@ -114,6 +114,19 @@ async fn by_annotation(policy: Value) -> Cluster {
     c
 }
 
+/// deploy/ with the NodeHealthCheck component (quick), remediating with `policy` added.
+async fn by_node_health_check(policy: Value) -> Cluster {
+    let patches = [quick(
+        "remediation.medik8s.io",
+        "NodeHealthCheck",
+        "baremend-workers",
+        "duration",
+    )];
+    let c = installed_with(&kustomization("nodehealthcheck", &patches)).await;
+    switch_to_remediate(&c, policy).await;
+    c
+}
+
 /// deploy/ with the template health check (quick, and on the workers: the shipped one
 /// selects infra Machines), remediating with the Node release the template asks for.
 async fn by_template() -> Cluster {
@@ -254,7 +267,34 @@ async fn remediate_hung(
         vec![Power::Off, Power::On],
         "{node}'s power history"
     );
-    let text = std::fs::read_to_string(&log).unwrap();
+    // Each step is in the log at the default level. The last line follows the status write
+    // the test has just read, so it may be a moment behind.
+    let text = eventually(
+        "each remediation step in baremend's log",
+        Duration::from_secs(10),
+        async || {
+            let text = std::fs::read_to_string(&log).unwrap();
+            let missing: Vec<&str> = [
+                "PowerOffRequested",
+                "Fenced",
+                "PowerOnRequested",
+                "Succeeded",
+            ]
+            .into_iter()
+            .filter(|step| {
+                !text
+                    .lines()
+                    .any(|l| l.contains("remediation step") && l.contains(step))
+            })
+            .collect();
+            if missing.is_empty() {
+                Ok(text)
+            } else {
+                Err(format!("no step {missing:?} in the log:\n{text}"))
+            }
+        },
+    )
+    .await;
     for refused in ["Forbidden", "forbidden", " 403"] {
         assert!(
             !text.contains(refused),
@@ -265,19 +305,6 @@ async fn remediate_hung(
         baremend.try_wait().unwrap().is_none(),
         "baremend exited:\n{text}"
     );
-    // Each step is in the log at the default level.
-    for step in [
-        "PowerOffRequested",
-        "Fenced",
-        "PowerOnRequested",
-        "Succeeded",
-    ] {
-        assert!(
-            text.lines()
-                .any(|l| l.contains("remediation step") && l.contains(step)),
-            "no step {step} in the log:\n{text}"
-        );
-    }
     assert_eq!(world.actor_refusals(), Vec::<String>::new());
     let _ = baremend.kill().await;
     done
@@ -386,14 +413,7 @@ async fn a_machine_health_checks_template_request_is_remediated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_health_checks_template_request_is_remediated() {
-    let patches = [quick(
-        "remediation.medik8s.io",
-        "NodeHealthCheck",
-        "baremend-workers",
-        "duration",
-    )];
-    let c = installed_with(&kustomization("nodehealthcheck", &patches)).await;
-    switch_to_remediate(&c, TRUSTED_NODE_RELEASE.clone()).await;
+    let c = by_node_health_check(TRUSTED_NODE_RELEASE.clone()).await;
     let spec = ClusterSpec {
         node_health_check: true,
         ..spec()
@@ -562,18 +582,11 @@ fn node_request(namespace: &str, node: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_node_remediations_are_refused_by_the_real_server_and_by_baremend() {
-    let patches = [quick(
-        "remediation.medik8s.io",
-        "NodeHealthCheck",
-        "baremend-workers",
-        "duration",
-    )];
-    let c = installed_with(&kustomization("nodehealthcheck", &patches)).await;
     // Four machines and a 50 % storm gate: the three refused requests counted beside one
     // real failure would hold it.
     let mut policy = TRUSTED_NODE_RELEASE.clone();
     policy["storm"] = json!({"maxUnhealthyPercent": 50});
-    switch_to_remediate(&c, policy).await;
+    let c = by_node_health_check(policy).await;
     let spec = ClusterSpec {
         node_health_check: true,
         ..spec()
