@@ -30,6 +30,21 @@ die() {
 command -v cargo >/dev/null || die "cargo not found (install Rust with rustup)"
 command -v python3 >/dev/null || die "python3 not found"
 
+# A fresh build gains nothing from incremental compilation, which would double
+# target/'s size; a developer's own CARGO_INCREMENTAL is kept.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+
+# The build and the tests write about 7 GiB under target/ (measured on a fresh
+# clone); a full disk fails deep in the build with a linker's error, so it is
+# said here first.
+need_gib=8
+mkdir -p target
+free_gib=$(df -Pk target | awk 'NR == 2 { print int($4 / 1048576) }')
+if ((free_gib < need_gib)); then
+    echo "warning: ${free_gib} GiB free under $repo_root/target; the build and the tests need about ${need_gib} GiB" >&2
+    echo "         (free space with 'cargo clean' in other checkouts, or remove old target/ directories)" >&2
+fi
+
 # ---------------------------------------------------------------------------
 step "system packages"
 # Debian's own python3 ships venv without ensurepip; python3-venv adds it.
