@@ -204,20 +204,7 @@ async fn a_rotated_kubeconfig_secret_is_read_again_and_one_that_would_run_a_comm
     let name = kubeconfig_secret_name("wc-0");
     let good = lab.api.get(SECRETS, MACHINE_NAMESPACE, &name).unwrap();
     let kubeconfig = lab.cluster.workload_kubeconfig("wc-0").unwrap();
-    let exec = kubeconfig_with_exec_user(&kubeconfig);
-    let encoded = {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(exec)
-    };
-    lab.api
-        .merge(
-            SECRETS,
-            MACHINE_NAMESPACE,
-            &name,
-            &json!({"data": {"value": encoded}}),
-            false,
-        )
-        .unwrap();
+    point_secret(&lab, "wc-0", &kubeconfig_with_exec_user(&kubeconfig));
     // A kubeconfig rotated in place is read again within the recheck period (1 s here); the
     // connection made with the old one serves until then.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -360,4 +347,153 @@ async fn a_workload_api_back_within_the_release_deadline_is_used_in_time() {
         .reach("wc-0-worker-0-1", RemediationPhase::Succeeded)
         .await;
     assert!(steps(&done).contains(&"NodeDeleted".to_string()));
+}
+
+/// The peak resident memory of this process so far (`VmHWM`), in MiB.
+fn peak_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb / 1024)
+}
+
+/// Points `cluster`'s kubeconfig Secret at `kubeconfig`.
+fn point_secret(lab: &Lab, cluster: &str, kubeconfig: &str) {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(kubeconfig);
+    let name = kubeconfig_secret_name(cluster);
+    lab.api
+        .merge(
+            SECRETS,
+            MACHINE_NAMESPACE,
+            &name,
+            &json!({"data": {"value": encoded}}),
+            false,
+        )
+        .unwrap();
+}
+
+/// Issue 39, "bounded outside connections". Before: a workload cluster's client read whole
+/// bodies and watch lines with no limit and only a per-read timeout, so a server named by a
+/// `<cluster>-kubeconfig` Secret that sends an endless body had the controller take in all of
+/// it (3.6–3.8 GB resident, tried by hand), and one that drips held a pass for ever. Now each
+/// answer is cut at its bound (8 MiB, 2 MiB a watch event, 30 s whole, 10 s an event), the
+/// cluster's starts are held with the cut as the reason, and another cluster's remediations
+/// go on in their usual time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_workload_api_server_costs_its_own_cluster_and_nothing_else() {
+    use baremend_sim::hostile::{HostileApiServer, Hostility};
+    let lab = start(fleet(2, 4), fast_policy(), None).await;
+    // The usual time of a remediation in wc-0, nothing hostile anywhere.
+    let timed = async |machine: &str| {
+        let began = std::time::Instant::now();
+        lab.cluster.hang(machine);
+        lab.reach(&format!("{machine}-1"), RemediationPhase::Succeeded)
+            .await;
+        began.elapsed()
+    };
+    let usual = timed("wc-0-worker-0").await;
+    let nodes = workload(&lab, "wc-1").list(NODES, None);
+    // wc-1's hung host: its starts meet the hostile server.
+    lab.cluster.hang("wc-1-worker-0");
+    lab.request("wc-1-worker-0");
+    // A server that answers the list well and then breaks its watch gives a start the
+    // moment between the two: the start may go ahead on that list (the host is hung: its
+    // power-off is right), and the release then needs the server. The cut is still seen.
+    let attacks = [
+        (
+            Hostility::HugeBody(1 << 30),
+            "the server's answer is larger than 8388608 bytes: cut",
+            "wc-0-worker-1",
+        ),
+        (
+            Hostility::Drip,
+            "its Nodes were not listed within 10 s",
+            "wc-0-worker-2",
+        ),
+        (
+            Hostility::EndlessLine(nodes),
+            "a watch event from the server is longer than 2097152 bytes: cut",
+            "wc-0-worker-3",
+        ),
+    ];
+    let mut figures = vec![format!(
+        "usual remediation in wc-0: {:.1} s; peak memory {} MiB",
+        usual.as_secs_f64(),
+        peak_mib()
+    )];
+    for (hostility, reason, other) in attacks {
+        let name = format!("{hostility:?}")
+            .split('(')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let holds = !matches!(hostility, Hostility::EndlessLine(_));
+        let before = peak_mib();
+        let server = HostileApiServer::start(hostility).await.unwrap();
+        point_secret(&lab, "wc-1", &server.kubeconfig());
+        let seen = async {
+            if holds {
+                lab.held_with("wc-1-worker-0-1", reason).await;
+            } else {
+                cut_seen(&lab, "wc-1-worker-0-1", reason).await;
+            }
+        };
+        let (took, ()) = tokio::join!(timed(other), seen);
+        let sent = server.most_sent();
+        figures.push(format!(
+            "{name}: remediation in wc-0 {:.1} s; most of one answer read {:.1} MiB; peak memory {before} -> {} MiB",
+            took.as_secs_f64(),
+            sent as f64 / (1 << 20) as f64,
+            peak_mib()
+        ));
+        assert!(
+            sent < 20 << 20,
+            "{name}: the controller read {sent} bytes of one answer"
+        );
+        assert!(
+            took < usual + Duration::from_secs(5),
+            "{name}: another cluster's remediation took {took:?} (usual {usual:?})"
+        );
+        if holds {
+            assert!(
+                lab.power_history("wc-1-worker-0").is_empty(),
+                "{name}: no power request while its cluster cannot be listed"
+            );
+        }
+    }
+    // Whatever the last server let the start do, no Node of wc-1 was released through it.
+    let wc1 = workload(&lab, "wc-1");
+    assert!(wc1.get(NODES, "", "worker-0").is_ok());
+    println!("{}", figures.join("\n"));
+}
+
+/// Waits until a condition or an Event of remediation `name` says `reason` (a start that
+/// went ahead reports a failing workload cluster in its Events); fails after 20 s.
+async fn cut_seen(lab: &Lab, name: &str, reason: &str) {
+    eventually(
+        &format!("{name}: {reason}"),
+        Duration::from_secs(20),
+        async || {
+            let conditions = lab
+                .remediation(name)
+                .and_then(|r| r.status)
+                .map(|s| s.conditions)
+                .unwrap_or_default();
+            let in_condition = conditions.iter().any(|c| c.message.contains(reason));
+            let events = lab.api.list(EVENTS, Some(MACHINE_NAMESPACE));
+            let in_event = events
+                .iter()
+                .filter_map(|e| e["note"].as_str().or(e["message"].as_str()))
+                .any(|note| note.contains(reason));
+            if in_condition || in_event {
+                Ok(())
+            } else {
+                Err(format!("{conditions:#?}"))
+            }
+        },
+    )
+    .await;
 }

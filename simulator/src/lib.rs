@@ -13,6 +13,7 @@ pub mod apiserver;
 pub mod clock;
 pub mod cluster;
 pub mod host;
+pub mod hostile;
 pub mod ipmi;
 pub mod lockout;
 pub mod plane;

@@ -6,6 +6,7 @@
 //! Nothing here knows about remediation or drift: both controllers import it, it imports
 //! neither.
 
+pub mod bounded;
 pub mod clock;
 pub mod conditions;
 pub mod delete;

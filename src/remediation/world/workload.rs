@@ -16,6 +16,13 @@
 //! - A kubeconfig that would run a command here (`exec`, `auth-provider`), skip the server's
 //!   certificate check, or speak plain HTTP is refused, never used: whoever may write the
 //!   Secret must not gain a shell in the controller, nor a forgeable channel.
+//! - A kubeconfig that names a file of this machine (a CA, a token, a client certificate) is
+//!   refused; a Secret not of Cluster API's type, or of a Cluster that does not exist, is not
+//!   read for a kubeconfig.
+//! - Every answer of a workload API server is held to [`ANSWER_LIMITS`] (size, watch event
+//!   size, whole-answer and per-event deadlines: `runtime::bounded`), and what it says is
+//!   cleaned and cut before it reaches a condition, an Event or a log: a hostile or broken
+//!   server costs its own cluster's remediations and a few MiB, nothing else.
 //! - The kubeconfig's content appears nowhere: errors name the Secret and the server's
 //!   address only.
 //! - A cluster whose watch is failing, whose probe failed, or whose first list has not
@@ -34,7 +41,8 @@ use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::Api;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -43,6 +51,7 @@ use kube::{Client, Config, ResourceExt};
 use crate::api::lean_node::LeanNode;
 use crate::api::slim;
 use crate::remediation::decide::workload::ClusterRef;
+use crate::runtime::bounded::{Bounded, Limits, outside_text};
 use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::informer::watch_config;
 use crate::runtime::read::GetPresent;
@@ -85,8 +94,19 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a pass's request to a workload cluster may wait for its answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Nodes a page when a workload cluster's Nodes are listed.
-const FIRST_LIST_PAGE: u32 = 500;
+/// Nodes a page when a workload cluster's Nodes are listed: a page of real Nodes (up to
+/// ~30 KB each with their images) fits [`ANSWER_LIMITS`].
+const FIRST_LIST_PAGE: u32 = 250;
+
+/// What a workload cluster's API server may make us read: 8 MiB an answer, 2 MiB a watch
+/// event, an answer whole within [`REQUEST_TIMEOUT`] and an event within 10 s of its first
+/// byte. A hostile or broken server then costs its own remediations, and a few MiB.
+pub const ANSWER_LIMITS: Limits = Limits {
+    body_bytes: 8 << 20,
+    line_bytes: 2 << 20,
+    request: REQUEST_TIMEOUT,
+    event: Duration::from_secs(10),
+};
 
 /// The key of the kubeconfig in Cluster API's Secret.
 pub const KUBECONFIG_KEY: &str = "value";
@@ -328,7 +348,9 @@ impl WorkloadClusters {
             }
             Err(why) => {
                 // Dropped: its watch stops, and the next ask after the pause starts afresh.
-                *slot = Slot::Unreachable(now, why.clone());
+                // The pause runs from the failure, not from the attempt: a server that fails
+                // slowly (one that drips) is not tried again at once by every pass waiting.
+                *slot = Slot::Unreachable(self.now(), why.clone());
                 Err(unreachable(cluster, why))
             }
         }
@@ -460,21 +482,46 @@ impl WorkloadClusters {
     }
 }
 
+/// The error of a cluster that cannot be used; `reason` may quote its server, so it is cleaned
+/// and cut before it reaches a condition or an Event.
 fn unreachable(cluster: &ClusterRef, reason: String) -> Error {
     Error::WorkloadCluster {
         cluster: cluster.to_string(),
-        reason,
+        reason: outside_text(&reason),
     }
 }
 
-/// The kubeconfig in the Cluster's Secret, as bytes.
+/// The type of the Secrets Cluster API writes for its Clusters: only such a Secret is taken
+/// for a Cluster's kubeconfig.
+pub const CLUSTER_SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
+
+/// The kubeconfig in the Cluster's Secret, as bytes: the Cluster must exist, and the Secret be
+/// of Cluster API's type (read at once: a connection costs one round trip).
 async fn read_kubeconfig(
     management: &Client,
     cluster: &ClusterRef,
 ) -> std::result::Result<Vec<u8>, String> {
     let name = cluster.kubeconfig_secret();
     let secrets: Api<Secret> = Api::namespaced(management.clone(), &cluster.namespace);
-    let secret = match secrets.get_present(&name).await {
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(management.clone(), &cluster.namespace, &cluster_resource());
+    let (secret, owner) = tokio::join!(
+        secrets.get_present(&name),
+        clusters.get_present(&cluster.name)
+    );
+    match owner {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err(format!("its Cluster {cluster} does not exist")),
+        Err(error) => {
+            return Err(read_failed(
+                cluster,
+                "Cluster",
+                &format!("Cluster {cluster}"),
+                &error,
+            ));
+        }
+    }
+    let secret = match secret {
         Ok(Some(secret)) => secret,
         Ok(None) => {
             return Err(format!(
@@ -482,20 +529,17 @@ async fn read_kubeconfig(
                 secret_ref(cluster)
             ));
         }
-        Err(kube::Error::Api(status)) if status.code == 403 => {
-            return Err(format!(
-                "reading its kubeconfig Secret {} is forbidden: grant baremend `get` on secrets in {}",
-                secret_ref(cluster),
-                cluster.namespace
-            ));
-        }
         Err(error) => {
-            return Err(format!(
-                "its kubeconfig Secret {} cannot be read: {error}",
-                secret_ref(cluster)
-            ));
+            let what = format!("kubeconfig Secret {}", secret_ref(cluster));
+            return Err(read_failed(cluster, "secrets", &what, &error));
         }
     };
+    if secret.type_.as_deref() != Some(CLUSTER_SECRET_TYPE) {
+        return Err(format!(
+            "its kubeconfig Secret {} is not of type {CLUSTER_SECRET_TYPE}: refused (Cluster API writes that type)",
+            secret_ref(cluster)
+        ));
+    }
     secret
         .data
         .and_then(|mut data| data.remove(KUBECONFIG_KEY))
@@ -507,6 +551,25 @@ async fn read_kubeconfig(
                 secret_ref(cluster)
             )
         })
+}
+
+/// Cluster API's Cluster (`cluster.x-k8s.io/v1beta1`, as its Machines are read).
+fn cluster_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"),
+        "clusters",
+    )
+}
+
+/// Why reading `what` (of `resource`, for the RBAC hint) failed, in one line.
+fn read_failed(cluster: &ClusterRef, resource: &str, what: &str, error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "reading its {what} is forbidden: grant baremend `get` on {resource} in {}",
+            cluster.namespace
+        ),
+        other => format!("its {what} cannot be read: {}", crate::kube_text(other)),
+    }
 }
 
 fn secret_ref(cluster: &ClusterRef) -> String {
@@ -534,8 +597,11 @@ async fn client_of(cluster: &ClusterRef, bytes: &[u8]) -> std::result::Result<Cl
         .map_err(|_| format!("the kubeconfig in Secret {secret} is unusable"))?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     let server = config.cluster_url.to_string();
+    // Every answer held to ANSWER_LIMITS: the server is whatever the Secret names.
     let client = |config: Config| {
-        Client::try_from(config).map_err(|error| format!("no client for {server}: {error}"))
+        ClientBuilder::try_from(config)
+            .map(|builder| builder.with_layer(&Bounded::layer(ANSWER_LIMITS)).build())
+            .map_err(|error| format!("no client for {server}: {error}"))
     };
     // The watch's requests last minutes by design; a pass's must not hang on a server that
     // stopped answering.
@@ -596,6 +662,11 @@ pub fn check_kubeconfig(kubeconfig: &Kubeconfig) -> std::result::Result<(), Stri
     if cluster.proxy_url.is_some() {
         return Err("names a proxy: refused".into());
     }
+    // The CA comes with the kubeconfig, or the server's certificate must chain to the
+    // system's roots: a path would read a file of the controller's own machine.
+    if cluster.certificate_authority.is_some() {
+        return Err("names a file of this machine (`certificate-authority`): refused".into());
+    }
     let user = context.user.as_deref().unwrap_or_default();
     if let Some(auth) = kubeconfig
         .auth_infos
@@ -641,7 +712,7 @@ async fn watch_nodes(
     wake: Option<tokio::sync::mpsc::Sender<WokenNode>>,
 ) {
     // The first list is on a start's path (see `check_or_open`): one page for a cluster of up
-    // to 500 Nodes (client-go's page), where the management cluster's watches take 100.
+    // to 250 Nodes, where the management cluster's watches take 100.
     // Decoded lean (`LeanNode`): a whole Node's managed fields and images cost more to
     // decode than the rest of the list's way.
     let events = watcher(api, watch_config().page_size(FIRST_LIST_PAGE))
@@ -691,8 +762,9 @@ async fn watch_nodes(
                 }
                 Err(error) => {
                     recovering = true;
+                    let error = outside_text(&error.to_string());
                     tracing::warn!(%cluster, %error, "workload cluster Node watch failed; retrying");
-                    watched.mark(Some(error.to_string()), false);
+                    watched.mark(Some(error), false);
                     Vec::new()
                 }
             };
@@ -733,6 +805,11 @@ mod tests {
             ),
             (fine, "{auth-provider: {name: gcp}}", "auth-provider"),
             (fine, "{tokenFile: /var/run/token}", "file of this machine"),
+            (
+                "{server: 'https://10.0.0.1:6443', certificate-authority: /etc/kubernetes/ca.crt}",
+                "{token: t}",
+                "`certificate-authority`",
+            ),
             (
                 fine,
                 "{client-certificate: /etc/cert}",
