@@ -414,7 +414,7 @@ async fn a_workload_clusters_machine_is_held_and_the_self_hosted_clusters_is_rem
     let held = lab
         .held_with(
             "worker-2-1",
-            "workload cluster openshift-machine-api/edge-1, where Node edge-1-worker-0 lives, cannot be reached: its kubeconfig Secret openshift-machine-api/edge-1-kubeconfig not found",
+            "workload cluster openshift-machine-api/edge-1, where Node edge-1-worker-0 lives, cannot be reached: its Cluster openshift-machine-api/edge-1 does not exist",
         )
         .await;
     assert_eq!(held.phase, RemediationPhase::Pending);

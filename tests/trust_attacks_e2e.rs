@@ -4,6 +4,8 @@
 //! (no power request on any host, no Node touched) and leave the documented condition and
 //! Warning Event where its author looks.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use baremend::api::slim::MachineApi;
@@ -14,7 +16,7 @@ use baremend::drift::helper::HelperOp;
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{
     CAPI_MACHINES, Gvr, MACHINE_REMEDIATION_TEMPLATES, MACHINES, METAL3_MACHINES, NAMESPACES,
-    NODES, PODS,
+    NODES, PODS, SECRETS,
 };
 use baremend_sim::cluster::nhc::NODE_REMEDIATIONS;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
@@ -30,7 +32,7 @@ use common::helper_policy::{
 };
 
 use common::eventually;
-use common::lab::{Lab, REMEDIATIONS, fast, metric, warning_in};
+use common::lab::{Lab, REMEDIATIONS, fast, metric, patch_policy, warning_in};
 
 /// The tenant's namespace.
 const TENANT: &str = "tenant-a";
@@ -426,6 +428,133 @@ async fn a_tenants_host_bmc_is_refused_and_two_trusted_ones_of_a_node_are_both_u
     lab.stop().await;
 }
 
+/// The tenant's API of `kind` (`gvr`) in its namespace.
+fn tenant_api(tenant: &Client, gvr: Gvr, kind: &str) -> Api<DynamicObject> {
+    let resource = kube::api::ApiResource {
+        group: gvr.group.into(),
+        version: gvr.version.into(),
+        api_version: format!("{}/{}", gvr.group, gvr.version),
+        kind: kind.into(),
+        plural: gvr.plural.into(),
+    };
+    Api::<DynamicObject>::namespaced_with(tenant.clone(), TENANT, &resource)
+}
+
+/// A listener that counts the connections made to it: an address no BMC answers at, where
+/// a controller that logs in for a HostBmc would show up.
+async fn counting_listener() -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    (
+        format!("redfish+http://{address}/redfish/v1/Systems/1"),
+        count,
+    )
+}
+
+/// Issue 39, "credentials go wherever a HostBmc points". Before: the power monitor (every
+/// 60 s by default, every second here) and the fencing readiness check logged in for every
+/// HostBmc naming a Machine, in any namespace, with the Secret it names: whoever may write a
+/// HostBmc beside a Machine sent that namespace's BMC credentials to an address of their
+/// choice. Now a HostBmc is used only in the policy's `trust.hostBmcNamespaces`; the same
+/// mapping in a listed namespace is logged in for at once (the test's own check that it can
+/// fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_host_bmc_for_its_own_machine_sends_no_credentials_anywhere() {
+    let spec = ClusterSpec {
+        cluster_api: true,
+        ..fast()
+    };
+    let mut lab = Lab::builder(spec)
+        .policy(fast_policy(json!({})))
+        .start()
+        .await;
+    let tenant = tenant(&lab).await;
+    let mut options = ControllerOptions {
+        machine_api: MachineApi::ClusterApi,
+        power_poll: Some(Duration::from_millis(500)),
+        fencing_check: Some(Duration::from_secs(1)),
+        ..lab.options()
+    };
+    options.power_poll_seed = 7;
+    lab.start_controller(options);
+    // The controller may read BMC Secrets in the tenant's namespace, as the install guide has
+    // it bound in every namespace with Machines (a Cluster API Cluster's own namespace).
+    lab.api
+        .create(
+            rbac("rolebindings"),
+            TENANT,
+            json!({
+                "metadata": {"name": "baremend-bmc-credentials"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "baremend-bmc-credentials"},
+                "subjects": [{"kind": "ServiceAccount", "name": "baremend", "namespace": "baremend"}],
+            }),
+        )
+        .unwrap();
+    // An administrator's BMC Secret in the tenant's namespace (the tenant's role reads it or
+    // not: what matters is where the controller sends it).
+    lab.api
+        .create(
+            SECRETS,
+            TENANT,
+            json!({"metadata": {"name": "rack-bmc"}, "stringData": {"username": "admin", "password": "rack-secret"}}),
+        )
+        .unwrap();
+    let (address, logins) = counting_listener().await;
+    let machines = tenant_api(&tenant, CAPI_MACHINES, "Machine");
+    let machine: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "Machine",
+        "metadata": {"name": "mine"},
+        "spec": {"clusterName": "sim", "bootstrap": {"dataSecretName": "x"}},
+    }))
+    .unwrap();
+    machines
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    create_as::<HostBmc>(
+        &tenant,
+        json!({
+            "apiVersion": "baremend.io/v1alpha1",
+            "kind": "HostBmc",
+            "metadata": {"name": "mine"},
+            "spec": {"machineName": "mine", "address": address, "credentialsName": "rack-bmc"},
+        }),
+    )
+    .await;
+    // Several monitor rounds and readiness checks.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        logins.load(Ordering::SeqCst),
+        0,
+        "the controller connected to the tenant's address with the namespace's BMC Secret"
+    );
+    // The same mapping believed (an administrator lists the namespace): logged in for.
+    patch_policy(
+        &lab,
+        json!({"trust": {"hostBmcNamespaces": ["baremend", MACHINE_NAMESPACE, TENANT]}}),
+    )
+    .await;
+    eventually(
+        "a connection to the listed namespace's HostBmc address",
+        Duration::from_secs(20),
+        async || match logins.load(Ordering::SeqCst) {
+            0 => Err("none yet".to_string()),
+            _ => Ok(()),
+        },
+    )
+    .await;
+    lab.stop().await;
+}
+
 /// Before: the Metal3Machine was read in the namespace `spec.infrastructureRef` names, the
 /// host in the namespace its annotation names, and the host's `spec.consumerRef` was never
 /// checked: a tenant's Machine could have another namespace's host powered off.
@@ -456,18 +585,8 @@ async fn a_metal3_machine_naming_another_namespaces_host_is_held_before_any_powe
         machine_api: MachineApi::ClusterApi,
         ..lab.options()
     });
-    let dynamic = |gvr: Gvr, kind: &str| {
-        let resource = kube::api::ApiResource {
-            group: gvr.group.into(),
-            version: gvr.version.into(),
-            api_version: format!("{}/{}", gvr.group, gvr.version),
-            kind: kind.into(),
-            plural: gvr.plural.into(),
-        };
-        Api::<DynamicObject>::namespaced_with(tenant.clone(), TENANT, &resource)
-    };
-    let metal3 = dynamic(METAL3_MACHINES, "Metal3Machine");
-    let machines = dynamic(CAPI_MACHINES, "Machine");
+    let metal3 = tenant_api(&tenant, METAL3_MACHINES, "Metal3Machine");
+    let machines = tenant_api(&tenant, CAPI_MACHINES, "Machine");
     // evil-a: its own Metal3Machine names worker-1's host in the Machines' namespace.
     // evil-b: its infrastructureRef names worker-2's Metal3Machine there directly.
     let m3: DynamicObject = serde_json::from_value(json!({

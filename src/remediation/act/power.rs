@@ -37,11 +37,15 @@ use crate::{Error, Result};
 /// CA bundle its `baremend.io/bmc-ca-bundle` annotation names). A host its BareMetal Operator
 /// manages is refused either way: the operator would power it back on (a HostBmc does not
 /// make a managed host safe to power directly).
+///
+/// A HostBmc is used only in a namespace `trusted` lists (the policy's
+/// `trust.hostBmcNamespaces`): whoever may write a HostBmc chooses where its Secret's
+/// credentials are sent, so only an administrator's namespaces are believed. Two HostBmcs for
+/// one Machine are an error naming both, never a choice.
 pub fn locate_bmc(
     host_bmcs: &[Arc<HostBmc>],
-    namespace: &str,
-    machine: &str,
-    node: Option<&str>,
+    trusted: &[String],
+    (namespace, machine, node): (&str, &str, Option<&str>),
     host: Option<(&HostRef, Option<&slim::BareMetalHost>)>,
 ) -> std::result::Result<BmcRef, NoBmc> {
     if let Some((host_ref, Some(host))) = host
@@ -51,11 +55,27 @@ pub fn locate_bmc(
             "BareMetalHost {host_ref} is managed by the BareMetal Operator, which would power it back on; direct BMC fencing needs it detached"
         )));
     }
-    let mapping = host_bmcs.iter().find(|m| {
+    let mut mappings = host_bmcs.iter().filter(|m| {
         m.namespace().as_deref() == Some(namespace)
             && (m.spec.machine_name.as_deref() == Some(machine)
                 || (m.spec.node_name.is_some() && m.spec.node_name.as_deref() == node))
     });
+    let mapping = mappings.next();
+    if let (Some(first), Some(second)) = (mapping, mappings.next()) {
+        return Err(NoBmc::Unusable(format!(
+            "HostBmcs {namespace}/{} and {namespace}/{} both name {machine}: keep one (neither is used)",
+            first.name_any(),
+            second.name_any()
+        )));
+    }
+    if let Some(mapping) = mapping
+        && !trusted.iter().any(|t| t == namespace)
+    {
+        return Err(NoBmc::Unusable(format!(
+            "HostBmc {namespace}/{} is not used: namespace {namespace} is not in the policy's trust.hostBmcNamespaces (whoever writes a HostBmc chooses where its Secret's credentials go; list the namespace if only administrators write there)",
+            mapping.name_any()
+        )));
+    }
     match (mapping, host) {
         (Some(mapping), _) => {
             let spec = &mapping.spec;
@@ -413,9 +433,12 @@ impl Pass {
         };
         locate_bmc(
             &mappings,
-            &self.namespace,
-            &self.name,
-            remediation.spec.node_name.as_deref(),
+            &self.context.policy().trust.host_bmc_namespaces,
+            (
+                &self.namespace,
+                &self.name,
+                remediation.spec.node_name.as_deref(),
+            ),
             host.as_ref().map(|(r, h)| (r, h.as_deref())),
         )
     }
@@ -672,9 +695,8 @@ mod tests {
         let managed = host(false);
         let refused = locate_bmc(
             &[mapping()],
-            "m",
-            "w0",
-            None,
+            &trusted(),
+            ("m", "w0", None),
             Some((&host_ref, Some(&managed))),
         )
         .unwrap_err()
@@ -686,9 +708,8 @@ mod tests {
         let detached = host(true);
         let bmc = locate_bmc(
             &[mapping()],
-            "m",
-            "w0",
-            None,
+            &trusted(),
+            ("m", "w0", None),
             Some((&host_ref, Some(&detached))),
         )
         .unwrap();
@@ -696,11 +717,44 @@ mod tests {
             bmc.address, "redfish://bmc-w0",
             "the HostBmc wins over spec.bmc"
         );
-        let bmc = locate_bmc(&[], "m", "w0", None, Some((&host_ref, Some(&detached)))).unwrap();
+        let bmc = locate_bmc(
+            &[],
+            &trusted(),
+            ("m", "w0", None),
+            Some((&host_ref, Some(&detached))),
+        )
+        .unwrap();
         assert_eq!(bmc.address, "redfish://bmc-h0");
         // Without a BareMetalHost (no operator), the HostBmc alone names the BMC.
-        let bmc = locate_bmc(&[mapping()], "m", "w0", None, None).unwrap();
+        let bmc = locate_bmc(&[mapping()], &trusted(), ("m", "w0", None), None).unwrap();
         assert_eq!(bmc.address, "redfish://bmc-w0");
+    }
+
+    /// The namespace of the tests' HostBmcs, trusted.
+    fn trusted() -> Vec<String> {
+        vec!["m".into()]
+    }
+
+    #[test]
+    fn a_host_bmc_is_used_only_from_a_trusted_namespace_and_alone() {
+        let refused = locate_bmc(&[mapping()], &["baremend".into()], ("m", "w0", None), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("not in the policy's trust.hostBmcNamespaces"),
+            "{refused}"
+        );
+        let mut second = (*mapping()).clone();
+        second.metadata.name = Some("w0-again".into());
+        let both = locate_bmc(
+            &[mapping(), Arc::new(second)],
+            &trusted(),
+            ("m", "w0", None),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(both.contains("m/w0 and m/w0-again both name w0"), "{both}");
     }
 
     fn mapping_with(tls: Value) -> Arc<HostBmc> {
@@ -717,9 +771,8 @@ mod tests {
             &[mapping_with(
                 json!({"caBundleRef": {"kind": "ConfigMap", "name": "bmc-ca"}}),
             )],
-            "m",
-            "w0",
-            None,
+            &trusted(),
+            ("m", "w0", None),
             None,
         )
         .unwrap();
@@ -742,7 +795,7 @@ mod tests {
                 "choose one",
             ),
         ] {
-            let error = locate_bmc(&[mapping_with(tls)], "m", "w0", None, None)
+            let error = locate_bmc(&[mapping_with(tls)], &trusted(), ("m", "w0", None), None)
                 .unwrap_err()
                 .to_string();
             assert!(error.starts_with("HostBmc m/w0: "), "{error}");

@@ -122,9 +122,12 @@ pub fn targets(fleet: &Fleet<'_>) -> Vec<Target> {
         let cached = host_ref.as_ref().and_then(|r| (fleet.host)(r));
         let bmc = locate_bmc(
             fleet.host_bmcs,
-            &namespace,
-            &name,
-            Some(node.as_str()).filter(|n| !n.is_empty()),
+            &fleet.policy.trust.host_bmc_namespaces,
+            (
+                &namespace,
+                &name,
+                Some(node.as_str()).filter(|n| !n.is_empty()),
+            ),
             host_ref.as_ref().map(|r| (r, cached.as_deref())),
         );
         targets.push(Target {
@@ -166,9 +169,8 @@ fn machineless_targets(fleet: &Fleet<'_>, remediating: &HashSet<(String, String)
             machineless: true,
             bmc: locate_bmc(
                 std::slice::from_ref(mapping),
-                &namespace,
-                &node,
-                Some(&node),
+                &fleet.policy.trust.host_bmc_namespaces,
+                (&namespace, &node, Some(&node)),
                 None,
             ),
             host: Ok(None),

@@ -85,6 +85,8 @@ pub(in crate::remediation) fn under_remediation(
 fn targets(context: &Context) -> Vec<Target> {
     let remediating = under_remediation(&context.remediations.state());
     let host_bmcs = context.host_bmcs.state();
+    // A HostBmc outside these namespaces is never logged in for (see `locate_bmc`).
+    let trusted = context.policy().trust.host_bmc_namespaces;
     let mut targets = Vec::new();
     for machine in context.machines.state() {
         let namespace = machine.namespace().unwrap_or_default();
@@ -104,9 +106,8 @@ fn targets(context: &Context) -> Vec<Target> {
         });
         let direct = locate_bmc(
             &host_bmcs,
-            &namespace,
-            &name,
-            node.as_deref(),
+            &trusted,
+            (&namespace, &name, node.as_deref()),
             host_ref.as_ref().map(|r| (r, host.as_deref())),
         );
         let target = match (direct, &host_ref, &host) {
@@ -164,9 +165,8 @@ fn machineless_targets(
         let namespace = mapping.namespace().unwrap_or_default();
         let Ok(bmc) = locate_bmc(
             std::slice::from_ref(mapping),
-            &namespace,
-            &node,
-            Some(&node),
+            &context.policy().trust.host_bmc_namespaces,
+            (&namespace, &node, Some(&node)),
             None,
         ) else {
             continue;
