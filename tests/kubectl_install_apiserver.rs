@@ -201,6 +201,8 @@ async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once(ser
         "deployment.apps/baremend created",
         "validatingadmissionpolicy.admissionregistration.k8s.io/baremend-drift-helpers created",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/baremend-drift-helpers created",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/baremend-records created",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/baremend-records created",
         "servicemonitor.monitoring.coreos.com/baremend created",
         "prometheusrule.monitoring.coreos.com/baremend created",
         "role.rbac.authorization.k8s.io/baremend-prometheus-k8s created",
@@ -582,7 +584,84 @@ async fn a_policy_without_a_mode_is_a_dry_run_and_a_misspelled_mode_is_refused(s
     assert_eq!(mode, "DryRun");
 }
 
+/// deploy/'s records policy (`deploy/base/records-admission.yaml`), judged by each server's
+/// own CEL: only the controller's account creates a Remediation or DriftRemediation or writes
+/// their status; an administrator may abort a DriftRemediation and label a record, never
+/// retarget one.
+async fn only_the_controller_writes_its_records(server: ServerKind) {
+    let c = cluster_on(server).await;
+    let root = common::repo_root();
+    c.ok(&["apply", "-f", root.join("crds").to_str().unwrap()], None)
+        .await;
+    established(&c).await;
+    // Records an earlier controller left, made before the policy exists.
+    let drift = "apiVersion: baremend.io/v1alpha1\nkind: DriftRemediation\nmetadata:\n  name: worker-2-1\nspec:\n  nodeName: worker-2\n  kind: Content\n  target: /etc/demo/rules.json\n  action: Force\n";
+    c.ok(&["create", "-f", "-"], Some(drift)).await;
+    let policy = root.join("deploy/base/records-admission.yaml");
+    c.ok(&["apply", "-f", policy.to_str().unwrap()], None).await;
+    let forged = "apiVersion: baremend.io/v1alpha1\nkind: Remediation\nmetadata:\n  name: worker-0-1\n  namespace: default\nspec:\n  machineName: worker-0\n";
+    // A policy takes effect once the server has compiled it: asked until it refuses.
+    common::eventually(
+        "the records policy refuses an administrator's Remediation",
+        std::time::Duration::from_secs(30),
+        async || {
+            let (ok, out, err) = c.kubectl(&["create", "-f", "-"], Some(forged)).await;
+            if ok {
+                c.ok(
+                    &["delete", "remediation", "worker-0-1", "-n", "default"],
+                    None,
+                )
+                .await;
+                return Err(format!("created: {out}"));
+            }
+            match err.contains("only baremend's controller creates Remediations") {
+                true => Ok(()),
+                false => Err(err),
+            }
+        },
+    )
+    .await;
+    let patch = |body: &'static str, status: bool| {
+        let mut args = vec![
+            "patch",
+            "driftremediation",
+            "worker-2-1",
+            "--type",
+            "merge",
+            "-p",
+            body,
+        ];
+        if status {
+            args.extend(["--subresource", "status"]);
+        }
+        args
+    };
+    let (ok, _, err) = c
+        .kubectl(&patch(r#"{"spec":{"nodeName":"worker-0"}}"#, false), None)
+        .await;
+    assert!(!ok, "an administrator retargeted a DriftRemediation");
+    assert!(
+        err.contains("only spec.abort of a DriftRemediation"),
+        "{err}"
+    );
+    let (ok, _, err) = c
+        .kubectl(&patch(r#"{"status":{"phase":"Succeeded"}}"#, true), None)
+        .await;
+    assert!(!ok, "an administrator wrote a record's status");
+    assert!(err.contains("writes the status of its records"), "{err}");
+    c.ok(&patch(r#"{"spec":{"abort":true}}"#, false), None)
+        .await;
+    c.ok(
+        &patch(r#"{"metadata":{"labels":{"team":"infra"}}}"#, false),
+        None,
+    )
+    .await;
+    c.ok(&["delete", "driftremediation", "worker-2-1"], None)
+        .await;
+}
+
 on_both_servers!(
+    only_the_controller_writes_its_records,
     our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_age,
     kubectl_applies_the_openshift_overlay_and_creates_the_policies_once,
     kubectl_applies_every_documented_combination_of_base_and_components,

@@ -804,3 +804,92 @@ async fn a_helper_shaped_pod_with_an_extra_host_path_is_refused_with_the_control
     .await;
     assert!(stored("attack-force"));
 }
+
+/// Issue 39, "our records, ours alone". Before: nothing but RBAC kept anyone from writing a
+/// Remediation or its status, and a Remediation is adopted by `spec.machineName`: one written
+/// by another account — an aggregated admin role, another operator — was carried out past
+/// every start gate. Now deploy/'s admission policy (`deploy/base/records-admission.yaml`)
+/// lets only the controller's account create them or write their status; metadata stays
+/// anyone's, and of a DriftRemediation's spec only `abort` (the operations guide's way to
+/// end one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_written_by_the_controller_alone() {
+    let lab = Lab::builder(fast())
+        .policy(fast_policy(json!({})))
+        .start()
+        .await;
+    let tenant = tenant(&lab).await;
+    let refused = |result: Result<Value, baremend_sim::apiserver::ApiError>, says: &str| {
+        let error = result.expect_err("refused");
+        assert_eq!(error.code, 403, "{error:?}");
+        assert!(error.message.contains(says), "{}", error.message);
+    };
+    // A cluster administrator (the in-process admin path: RBAC allows all) cannot make one.
+    let forged = json!({"metadata": {"name": "worker-0-1"}, "spec": {"machineName": "worker-0"}});
+    refused(
+        lab.api
+            .create(REMEDIATIONS, MACHINE_NAMESPACE, forged.clone()),
+        "only baremend's controller creates Remediations and DriftRemediations",
+    );
+    // Nor can the tenant, whose role allows every verb on baremend's kinds in its namespace.
+    let made: kube::Result<Remediation> = Api::namespaced(tenant.clone(), TENANT)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(forged.clone()).unwrap(),
+        )
+        .await;
+    match made {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403);
+            assert!(status.message.contains("baremend-records"), "{status:?}");
+        }
+        other => panic!("the tenant's Remediation was not refused: {other:?}"),
+    }
+    // A record the controller wrote: its status is the controller's, its labels anyone's.
+    lab.seed_remediation("worker-1", 1, "Pending", json!({}));
+    refused(
+        lab.api.merge(
+            REMEDIATIONS,
+            MACHINE_NAMESPACE,
+            "worker-1-1",
+            &json!({"status": {"phase": "PoweringOn"}}),
+            true,
+        ),
+        "only baremend's controller writes the status of its records",
+    );
+    lab.api
+        .merge(
+            REMEDIATIONS,
+            MACHINE_NAMESPACE,
+            "worker-1-1",
+            &json!({"metadata": {"labels": {"team": "infra"}}}),
+            false,
+        )
+        .unwrap();
+    // A DriftRemediation: aborted by an operator, never retargeted.
+    lab.seed_drift_remediation("worker-2", 1, "Pending", json!({}));
+    let drift = common::lab::DRIFT_REMEDIATIONS;
+    refused(
+        lab.api.merge(
+            drift,
+            "",
+            "worker-2-1",
+            &json!({"spec": {"nodeName": "worker-0"}}),
+            false,
+        ),
+        "only spec.abort of a DriftRemediation may be changed",
+    );
+    lab.api
+        .merge(
+            drift,
+            "",
+            "worker-2-1",
+            &json!({"spec": {"abort": true}}),
+            false,
+        )
+        .unwrap();
+    // Deleting stays open (the uninstall guide deletes them with the CRDs).
+    lab.api
+        .delete(REMEDIATIONS, MACHINE_NAMESPACE, "worker-1-1", None)
+        .unwrap();
+}

@@ -48,7 +48,7 @@ pub const CONTROLLER_ACCOUNT: &str = "baremend";
 /// The manifests of `deploy/` that make the controller's identity and rights (and the
 /// admission policy that limits its pods to the drift helpers' shape), read from the files an
 /// install applies (not a copy): a grant missing there is missing in every lab.
-const DEPLOY_IDENTITY: [(&str, &str); 5] = [
+const DEPLOY_IDENTITY: [(&str, &str); 6] = [
     (
         "base/namespace.yaml",
         include_str!("../../deploy/base/namespace.yaml"),
@@ -68,6 +68,10 @@ const DEPLOY_IDENTITY: [(&str, &str); 5] = [
     (
         "base/helper-admission.yaml",
         include_str!("../../deploy/base/helper-admission.yaml"),
+    ),
+    (
+        "base/records-admission.yaml",
+        include_str!("../../deploy/base/records-admission.yaml"),
     ),
 ];
 

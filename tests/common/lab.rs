@@ -536,15 +536,32 @@ impl Lab {
     }
 
     /// Creates `object`, then writes its status (a create ignores the status, as on a real
-    /// API server).
+    /// API server), as the controller's account: deploy/'s admission policy lets no one
+    /// else write baremend's records.
     fn seed(&self, gvr: Gvr, namespace: &str, object: Value, phase: &str, minute: u32) {
         let name = object["metadata"]["name"].as_str().unwrap().to_string();
-        self.api.create(gvr, namespace, object).unwrap();
+        let controller = self.as_controller();
+        controller.create(gvr, namespace, object).unwrap();
         let since = format!("2026-01-01T00:{minute:02}:00Z");
         let status = json!({"status": {"phase": phase, "phaseSince": since}});
-        self.api
+        controller
             .merge(gvr, namespace, &name, &status, true)
             .unwrap();
+    }
+
+    /// In-process access under the controller's ServiceAccount name, for seeding records as
+    /// an earlier controller would have left them: admission sees the controller; RBAC sees a
+    /// member of `system:masters` too, since seeding writes a status with a merge patch the
+    /// controller's role (update only) would not allow.
+    pub fn as_controller(&self) -> Local {
+        let server = self.cluster.api_server();
+        let mut user = baremend_sim::apiserver::auth::user::UserInfo::service_account(
+            baremend::lab::setup::DEPLOY_NAMESPACE,
+            "baremend",
+            "",
+        );
+        user.groups.push("system:masters".into());
+        Local::new(server.store().clone(), "baremend").as_user(server.authorizer().clone(), user)
     }
 }
 

@@ -199,18 +199,31 @@ pub fn admit(
     Ok(())
 }
 
-/// The `request` variable (an `admission.k8s.io` AdmissionRequest's fields).
+/// The `request` variable (an `admission.k8s.io` AdmissionRequest's fields). Its empty
+/// `name`, `namespace` and `subResource` are left out, as the real server's `omitempty` JSON
+/// tags leave them out: there `request.subResource` of a request to the object itself is an
+/// error ("no such key"), and a policy must ask `has(request.subResource)` first (found by
+/// kube-apiserver 1.36 refusing deploy/base/records-admission.yaml's first version,
+/// `tests/kubectl_install_apiserver.rs`, `only_the_controller_writes_its_records`).
 fn request_variable(request: &AdmissionRequest) -> Value {
-    json!({
+    let mut variable = json!({
         "operation": request.operation.name(),
         "userInfo": {"username": request.user.username, "groups": request.user.groups},
-        "name": request.name,
-        "namespace": request.namespace,
         "kind": {"group": request.group, "version": request.version, "kind": request.kind},
         "resource": {"group": request.group, "version": request.version, "resource": request.resource},
-        "subResource": request.subresource,
         "dryRun": false,
-    })
+    });
+    let present = [
+        ("name", request.name),
+        ("namespace", request.namespace),
+        ("subResource", request.subresource),
+    ];
+    for (field, value) in present {
+        if !value.is_empty() {
+            variable[field] = json!(value);
+        }
+    }
+    variable
 }
 
 /// Why a policy said no: its message and the Status reason and code.
