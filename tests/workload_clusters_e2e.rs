@@ -497,3 +497,43 @@ async fn cut_seen(lab: &Lab, name: &str, reason: &str) {
     )
     .await;
 }
+
+/// Issue 39, "names where identities belong". Before: a NodeRemediation (a NodeHealthCheck's
+/// request, from a trusted namespace) for Node `worker-0` triggered every Machine whose
+/// `nodeRef` is named `worker-0` — here one in each workload cluster, healthy hosts — since
+/// requests and Machines were joined by the bare name. A NodeHealthCheck watches the Nodes
+/// of the cluster it runs in: its request now triggers no Machine whose Node lives in a
+/// workload cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_request_here_triggers_no_workload_machine_of_that_node_name() {
+    let mut policy = fast_policy();
+    policy["trust"] = json!({"requestNamespaces": ["remediators"]});
+    let lab = start(fleet(2, 2), policy, None).await;
+    lab.api
+        .create(
+            baremend_sim::cluster::local::NAMESPACES,
+            "",
+            json!({"metadata": {"name": "remediators"}}),
+        )
+        .unwrap();
+    lab.api
+        .create(
+            baremend_sim::cluster::nhc::NODE_REMEDIATIONS,
+            "remediators",
+            json!({"metadata": {"name": "worker-0"}, "spec": {}}),
+        )
+        .unwrap();
+    // A pass of each Machine sees the request (the passes run every 100 ms here).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for machine in ["wc-0-worker-0", "wc-1-worker-0"] {
+        assert!(
+            lab.remediation(&format!("{machine}-1")).is_none(),
+            "{machine} was triggered by a request for another cluster's Node"
+        );
+        assert!(lab.power_history(machine).is_empty(), "{machine}");
+    }
+    // The same cluster's own health check still reaches them: wc-0's worker hangs.
+    lab.cluster.hang("wc-0-worker-0");
+    lab.reach("wc-0-worker-0-1", RemediationPhase::Succeeded)
+        .await;
+}

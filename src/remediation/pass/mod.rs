@@ -251,7 +251,7 @@ impl Pass {
     }
 
     /// The workload cluster of the Machine's Node as its Cluster says now (None: here).
-    pub(super) fn machine_node_cluster(&self) -> Option<ClusterRef> {
+    pub(in crate::remediation) fn machine_node_cluster(&self) -> Option<ClusterRef> {
         if self.context.machine_api != slim::MachineApi::ClusterApi {
             return None;
         }

@@ -147,11 +147,16 @@ impl Pass {
     }
 
     /// The `NodeRemediation`s naming the subject's Node, in the cache, not being deleted,
-    /// whatever baremend makes of them.
+    /// whatever baremend makes of them. None for a Machine whose Node lives in a workload
+    /// cluster: a NodeHealthCheck watches the Nodes of the cluster it runs in, so its request
+    /// names a Node here, never one of the same name elsewhere.
     pub(in crate::remediation) fn node_requests_of_subject(&self) -> Vec<Arc<NodeRemediation>> {
         let Some(node) = self.subject_node() else {
             return Vec::new();
         };
+        if self.machine_node_cluster().is_some() {
+            return Vec::new();
+        }
         self.context
             .node_requests
             .state()
