@@ -14,6 +14,26 @@
 
 pub mod access;
 pub mod drift;
+
+/// The longest label value a series carries of what users name (Machines, Nodes, BMC
+/// addresses): a longer one is cut and marked with a hash of the whole, so two values that
+/// share their first characters stay two series.
+pub const LABEL_VALUE_MAX: usize = 128;
+
+/// `value` as a label value: as it is up to [`LABEL_VALUE_MAX`] characters; longer, its first
+/// 111 characters, `~` and 16 hex digits of a hash of the whole (together the maximum).
+/// Whoever writes an object chooses its names and a `HostBmc` its address: the cap keeps
+/// one series from costing the scraper more than any other. Pure.
+pub fn label_value(value: &str) -> String {
+    use sha2::{Digest, Sha256};
+    if value.chars().count() <= LABEL_VALUE_MAX {
+        return value.to_owned();
+    }
+    let digest = Sha256::digest(value.as_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let kept: String = value.chars().take(LABEL_VALUE_MAX - 17).collect();
+    format!("{kept}~{hash}")
+}
 pub mod fencing;
 pub mod power;
 pub mod server;
@@ -651,6 +671,22 @@ pub async fn serve_secure(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_label_values_are_capped_and_stay_apart() {
+        assert_eq!(
+            label_value("openshift-machine-api/worker-0"),
+            "openshift-machine-api/worker-0"
+        );
+        let long = |tail: &str| format!("tenant-a/{}{tail}", "x".repeat(300));
+        let (a, b) = (label_value(&long("a")), label_value(&long("b")));
+        assert_eq!(a.chars().count(), LABEL_VALUE_MAX);
+        assert_eq!(b.chars().count(), LABEL_VALUE_MAX);
+        assert_ne!(a, b);
+        assert!(a.starts_with("tenant-a/xxx") && a.contains('~'), "{a}");
+        let exact = "y".repeat(LABEL_VALUE_MAX);
+        assert_eq!(label_value(&exact), exact);
+    }
 
     #[test]
     fn counters_and_gauges_appear_in_openmetrics_text() {

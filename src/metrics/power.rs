@@ -105,9 +105,9 @@ pub struct HostSeries {
 impl HostSeries {
     fn labels(&self, state: &str) -> HostLabels {
         HostLabels {
-            machine: self.machine.clone(),
-            node: self.node.clone(),
-            bmc: self.bmc.clone(),
+            machine: super::label_value(&self.machine),
+            node: super::label_value(&self.node),
+            bmc: super::label_value(&self.bmc),
             driver: self.driver.clone(),
             state: state.into(),
         }
@@ -115,9 +115,9 @@ impl HostSeries {
 
     fn id_labels(&self) -> HostIdLabels {
         HostIdLabels {
-            machine: self.machine.clone(),
-            node: self.node.clone(),
-            bmc: self.bmc.clone(),
+            machine: super::label_value(&self.machine),
+            node: super::label_value(&self.node),
+            bmc: super::label_value(&self.bmc),
             driver: self.driver.clone(),
         }
     }
@@ -215,11 +215,14 @@ impl PowerMetrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for gone in shown.iter().filter(|b| !bmcs.contains(b)) {
-            self.untrustworthy.remove(&BmcLabels { bmc: gone.clone() });
+            let bmc = super::label_value(gone);
+            self.untrustworthy.remove(&BmcLabels { bmc });
         }
         for bmc in bmcs {
             self.untrustworthy
-                .get_or_create(&BmcLabels { bmc: bmc.clone() })
+                .get_or_create(&BmcLabels {
+                    bmc: super::label_value(bmc),
+                })
                 .set(1);
         }
         *shown = bmcs.to_vec();

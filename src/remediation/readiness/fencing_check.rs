@@ -283,9 +283,9 @@ impl Memory {
             machine: if target.machineless {
                 String::new()
             } else {
-                target.key.clone()
+                crate::metrics::label_value(&target.key)
             },
-            node: target.node.clone(),
+            node: crate::metrics::label_value(&target.node),
             path: readiness.path_label().into(),
         };
         let metrics = &context.metrics.fencing;
