@@ -41,11 +41,86 @@ async fn our_crds_apply_and_remediations_print_machine_node_phase_strategy_and_a
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "MACHINE", "NODE", "PHASE", "STRATEGY", "AGE"]
+        [
+            "NAME", "MACHINE", "NODE", "PHASE", "SINCE", "STRATEGY", "AGE"
+        ]
     );
     assert!(
         table.contains("worker-1-1   worker-1   worker-1"),
         "{table}"
+    );
+    // Held in Pending for two hours, with an error: the time in the phase, the error wide.
+    let since = "2026-01-01T00:00:00Z";
+    let status = format!(
+        r#"{{"status":{{"phase":"Pending","phaseSince":"{since}","lastError":"the BMC refused the login"}}}}"#
+    );
+    c.ok(
+        &[
+            "patch",
+            "brem",
+            "worker-1-1",
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            &status,
+        ],
+        None,
+    )
+    .await;
+    let wide = c.ok(&["get", "brem", "-o", "wide"], None).await;
+    let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME", "MACHINE", "NODE", "PHASE", "SINCE", "STRATEGY", "ATTEMPT", "ERROR", "AGE"
+        ]
+    );
+    let row = wide.lines().nth(1).unwrap();
+    assert!(
+        row.contains("Pending") && row.contains("the BMC refused the login"),
+        "{wide}"
+    );
+    assert!(
+        !row.contains("<unknown>"),
+        "the phase's start prints as an age: {wide}"
+    );
+    // A HostBmc says whether it is used, and why not when wide.
+    c.ok(
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: baremend.io/v1alpha1\nkind: HostBmc\nmetadata:\n  name: worker-1\n  namespace: default\nspec:\n  nodeName: worker-1\n  address: redfish://10.0.0.9/redfish/v1/Systems/1\n  credentialsName: bmc-worker-1\n",
+        ),
+    )
+    .await;
+    let refused = r#"{"status":{"conditions":[{"type":"Accepted","status":"False","reason":"NamespaceNotTrusted","message":"m","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#;
+    c.ok(
+        &[
+            "patch",
+            "hbmc",
+            "worker-1",
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            refused,
+        ],
+        None,
+    )
+    .await;
+    let hosts = c.ok(&["get", "hbmc", "-o", "wide"], None).await;
+    let header: Vec<&str> = hosts.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME", "MACHINE", "NODE", "ADDRESS", "ACCEPTED", "REASON", "AGE"
+        ]
+    );
+    assert!(
+        hosts.contains("False") && hosts.contains("NamespaceNotTrusted"),
+        "{hosts}"
     );
     // The retry of a Failed remediation as docs/guides/operate.md shows it.
     let out = c

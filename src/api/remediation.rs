@@ -46,8 +46,10 @@ pub const HOLDS_NOTHING: [RemediationPhase; 2] =
     printcolumn = r#"{"name":"Machine","type":"string","jsonPath":".spec.machineName"}"#,
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Since","type":"date","description":"When the phase began","jsonPath":".status.phaseSince"}"#,
     printcolumn = r#"{"name":"Strategy","type":"string","jsonPath":".status.strategy"}"#,
     printcolumn = r#"{"name":"Attempt","type":"integer","jsonPath":".status.attempt","priority":1}"#,
+    printcolumn = r#"{"name":"Error","type":"string","description":"The last error","jsonPath":".status.lastError","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

@@ -29,7 +29,11 @@ fn age_of(object: &Value, now: Duration) -> String {
         .unwrap_or_else(|| "<unknown>".into())
 }
 
-/// Evaluates the simple JSONPath of printer columns: `.a.b`, `.a['x.y']`, `.a[0]`.
+/// Evaluates the simple JSONPath of printer columns: `.a.b`, `.a['x.y']`, `.a[0]`, and a
+/// filter `.a[?(@.type=="Ready")]`, which takes the first element whose field has that value
+/// (kube-apiserver prints the first match of a column's path: a printer column of
+/// `.status.conditions[?(@.type=="Accepted")].status` printed `<none>` here before,
+/// `tests/kubectl_install_apiserver.rs`).
 pub fn json_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
     let mut current = object;
     let mut rest = path.trim().trim_start_matches('{').trim_end_matches('}');
@@ -46,9 +50,18 @@ pub fn json_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
             let (inside, tail) = after.split_at(end);
             rest = &tail[1..];
             let key = inside.trim_matches(|c| c == '\'' || c == '"');
-            current = match inside.parse::<usize>() {
-                Ok(index) => current.get(index)?,
-                Err(_) => current.get(key)?,
+            current = if let Some(filter) = inside.strip_prefix("?(@.") {
+                let (field, wanted) = filter.strip_suffix(')')?.split_once("==")?;
+                let wanted = wanted.trim().trim_matches(|c| c == '\'' || c == '"');
+                current
+                    .as_array()?
+                    .iter()
+                    .find(|item| item.get(field.trim()).and_then(Value::as_str) == Some(wanted))?
+            } else {
+                match inside.parse::<usize>() {
+                    Ok(index) => current.get(index)?,
+                    Err(_) => current.get(key)?,
+                }
             };
         } else {
             return None;
@@ -393,6 +406,21 @@ pub fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filter_takes_the_first_element_with_that_value() {
+        let object = json!({"status": {"conditions": [
+            {"type": "Held", "status": "False"},
+            {"type": "Accepted", "status": "False", "reason": "NamespaceNotTrusted"},
+        ]}});
+        let path = r#".status.conditions[?(@.type=="Accepted")].reason"#;
+        assert_eq!(
+            json_path(&object, path),
+            Some(&json!("NamespaceNotTrusted"))
+        );
+        let missing = r#".status.conditions[?(@.type=='Ready')].status"#;
+        assert_eq!(json_path(&object, missing), None);
+    }
 
     #[test]
     fn printer_json_paths_and_ages_evaluate() {
