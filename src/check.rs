@@ -270,6 +270,14 @@ pub async fn run(args: CheckArgs) -> Result<()> {
     for warning in lease_warnings(&listed.policy, &listed.node_templates) {
         eprintln!("warning: {warning}");
     }
+    // A policy still in dry run beside a Node that stays down: decided, and nothing done.
+    if listed.policy.mode == crate::api::RemediationMode::DryRun {
+        let remediations: Vec<_> = listed.remediations.iter().map(|r| (**r).clone()).collect();
+        for row in crate::status::dry_runs_beside_nodes_down(&client, &remediations).await {
+            let line = row.to_string().replace(['\n', '\r'], " ");
+            eprintln!("warning: {line}");
+        }
+    }
     let lookup = |r: &HostRef| {
         listed
             .hosts

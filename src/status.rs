@@ -2,8 +2,8 @@
 //! annotations an admin sets on a failed remediation, without typing them.
 //!
 //! Expected flow: `status` lists the Remediations and DriftRemediations that are under way,
-//! held, or Failed and neither retried nor acknowledged, each with its reason and the runbook
-//! section for it; after reading the runbook and fixing the cause, `retry` asks for a new
+//! held, or Failed and neither retried nor acknowledged, and a dry run whose Node is still
+//! not Ready, each with its reason and the runbook section (or the command) for it; after reading the runbook and fixing the cause, `retry` asks for a new
 //! attempt (`baremend.io/retry: "true"`) or `ack` lets retention forget the failure
 //! (`baremend.io/acknowledged: "true"`). Guarantees: `retry` and `ack` refuse anything but a
 //! Failed remediation with a clear error, and write only their annotation (a merge patch):
@@ -178,6 +178,88 @@ pub fn remediation_row(remediation: &Remediation) -> Row {
     }
 }
 
+/// What `status` says of a dry-run Remediation whose Node is not Ready now (`node_ready`
+/// `Some(false)`): the policy decided a fence and did nothing, and the Node is still down, so
+/// an admin is needed. None when the Node is Ready, gone, or cannot be read (a workload
+/// cluster's). Pure.
+pub fn dry_run_row(remediation: &Remediation, node_ready: Option<bool>) -> Option<Row> {
+    let status = remediation.status.as_ref()?;
+    if status.phase != RemediationPhase::DryRun || node_ready != Some(false) {
+        return None;
+    }
+    let node = remediation.spec.node_name.as_deref().unwrap_or("-");
+    let would = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::DryRun.as_str())
+        .map(|c| c.message.clone())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| "a fence was decided".into());
+    let mut row = remediation_row(remediation);
+    row.reason = Some("DryRun".into());
+    row.needs_admin = true;
+    row.next = Some(format!(
+        "Node {node} is not Ready and the policy is a dry run ({would}); to remediate, switch the policy: `kubectl patch remediationpolicy default --type merge -p '{{\"spec\":{{\"mode\":\"Remediate\"}}}}'` (docs/guides/operate.md)"
+    ));
+    Some(row)
+}
+
+/// Whether each Node is Ready now, by name (None: the Nodes cannot be listed).
+async fn nodes_ready(client: &Client) -> Option<std::collections::HashMap<String, bool>> {
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .ok()?;
+    Some(
+        nodes
+            .items
+            .iter()
+            .map(|node| {
+                let ready = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                    .is_some_and(|c| c.status == "True");
+                (node.name_any(), ready)
+            })
+            .collect(),
+    )
+}
+
+/// The flagged dry runs of `remediations` (see [`dry_run_row`]): each subject's newest, when
+/// its Node is not Ready now. `baremend check` warns with them.
+pub async fn dry_runs_beside_nodes_down(client: &Client, remediations: &[Remediation]) -> Vec<Row> {
+    let Some(ready) = nodes_ready(client).await else {
+        return Vec::new();
+    };
+    newest_of_each_subject(remediations)
+        .into_iter()
+        .filter_map(|r| dry_run_row(r, ready.get(r.spec.node_name.as_deref()?).copied()))
+        .collect()
+}
+
+/// The newest Remediation of each subject (namespace and Machine or Node), as `status` reads
+/// them: a dry run is decided again while its trigger stays, each time a new Remediation.
+fn newest_of_each_subject(remediations: &[Remediation]) -> Vec<&Remediation> {
+    let mut newest: std::collections::HashMap<(String, String), &Remediation> =
+        std::collections::HashMap::new();
+    for remediation in remediations {
+        let key = (
+            remediation.namespace().unwrap_or_default(),
+            crate::remediation::pass::subject::subject_key(&remediation.spec),
+        );
+        let created = |r: &Remediation| r.metadata.creation_timestamp.clone();
+        match newest.get(&key) {
+            Some(seen) if created(seen) >= created(remediation) => {}
+            _ => {
+                newest.insert(key, remediation);
+            }
+        }
+    }
+    newest.into_values().collect()
+}
+
 /// What `status` says of a DriftRemediation.
 pub fn drift_row(drift: &DriftRemediation) -> Row {
     let name = drift.name_any();
@@ -222,10 +304,22 @@ where
 /// Prints one line per remediation that needs an admin (every one with `--all`).
 pub async fn status(args: StatusArgs) -> Result<()> {
     let client = args.cluster.client().await?;
-    let mut rows: Vec<Row> = list::<Remediation>(&client, "List Remediations")
-        .await?
+    let remediations = list::<Remediation>(&client, "List Remediations").await?;
+    // A subject's newest dry run beside its Node still down is flagged: the policy decided
+    // and did nothing.
+    let ready = nodes_ready(&client).await.unwrap_or_default();
+    let newest: Vec<&Remediation> = newest_of_each_subject(&remediations);
+    let mut rows: Vec<Row> = remediations
         .iter()
-        .map(remediation_row)
+        .map(|r| {
+            let node = r.spec.node_name.as_deref().unwrap_or_default();
+            newest
+                .iter()
+                .any(|n| std::ptr::eq(*n, r))
+                .then(|| dry_run_row(r, ready.get(node).copied()))
+                .flatten()
+                .unwrap_or_else(|| remediation_row(r))
+        })
         .collect();
     rows.extend(
         list::<DriftRemediation>(&client, "List DriftRemediations")
@@ -329,6 +423,34 @@ mod tests {
             "status": {"phase": phase, "conditions": [{"type": "Failed", "status": "True", "reason": "DrainTimeout", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_dry_run_beside_a_node_still_down_needs_an_admin() {
+        let remediation: Remediation = serde_json::from_value(json!({
+            "apiVersion": "baremend.io/v1alpha1", "kind": "Remediation",
+            "metadata": {"name": "worker-3-1", "namespace": "m"},
+            "spec": {"machineName": "worker-3", "nodeName": "worker-3"},
+            "status": {"phase": "DryRun", "conditions": [{"type": "DryRun", "status": "True", "reason": "WouldFence", "message": "dry run: would fence with BareMetalHostRebootApi", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+        }))
+        .unwrap();
+        let row = dry_run_row(&remediation, Some(false)).unwrap();
+        assert!(row.needs_admin);
+        let line = row.to_string();
+        assert!(
+            line.contains("DryRun") && line.contains("Node worker-3 is not Ready"),
+            "{line}"
+        );
+        assert!(
+            line.contains("would fence with BareMetalHostRebootApi"),
+            "{line}"
+        );
+        assert!(line.contains(r#"{"spec":{"mode":"Remediate"}}"#), "{line}");
+        // The Node is back, gone, or unreadable: nothing to flag.
+        for ready in [Some(true), None] {
+            assert!(dry_run_row(&remediation, ready).is_none());
+        }
+        assert!(!remediation_row(&remediation).needs_admin);
     }
 
     #[test]

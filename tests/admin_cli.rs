@@ -353,3 +353,45 @@ async fn gather_writes_a_bundle_of_what_is_involved_without_secrets_or_credentia
             .contains("exists and is not an empty directory")
     );
 }
+
+/// Issue 38, "state at a glance". Before: a dry run is an ended phase, so `baremend status`
+/// said "nothing needs you" while a hung Node was left alone by a policy still in dry run.
+/// Now the dry run of a Node that is still not Ready is a line with what would be done and
+/// the command that switches the policy; once the Node is Ready again it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_flags_a_dry_run_beside_a_node_still_down() {
+    let policy = json!({"mode": "DryRun", "timeouts": {"readyGraceSeconds": 1}});
+    let mut lab = Lab::builder(fast()).policy(policy).start().await;
+    lab.start_controller(lab.options());
+    lab.cluster.hang("worker-0");
+    lab.reach("worker-0-1", baremend::api::RemediationPhase::DryRun)
+        .await;
+    lab.node_ready_is("worker-0", "Unknown").await;
+    let status = lab.run_baremend(&["status"]).await;
+    let (stdout, stderr) = texts(&status);
+    assert!(status.status.success(), "{stdout}\n{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("Remediation openshift-machine-api/worker-0-"))
+        .unwrap_or_else(|| panic!("the dry run is not flagged: {stdout}"));
+    assert!(
+        line.contains("Machine worker-0 DryRun DryRun: Node worker-0 is not Ready and the policy is a dry run (dry run: would fence with"),
+        "{line}"
+    );
+    assert!(line.contains(r#"{"spec":{"mode":"Remediate"}}"#), "{line}");
+    // `check` warns of it beside its fencing lines.
+    let check = lab.run_baremend(&["check"]).await;
+    let (stdout, stderr) = texts(&check);
+    assert!(
+        stderr.contains("warning: Remediation openshift-machine-api/worker-0-")
+            && stderr.contains("Node worker-0 is not Ready and the policy is a dry run"),
+        "{stdout}\n{stderr}"
+    );
+    // Back: nothing to flag.
+    lab.cluster.recover("worker-0");
+    lab.node_ready_is("worker-0", "True").await;
+    let after = lab.run_baremend(&["status"]).await;
+    let (stdout, _) = texts(&after);
+    assert!(!stdout.contains("DryRun"), "{stdout}");
+    lab.stop().await;
+}
