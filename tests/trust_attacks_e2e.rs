@@ -440,6 +440,31 @@ fn tenant_api(tenant: &Client, gvr: Gvr, kind: &str) -> Api<DynamicObject> {
     Api::<DynamicObject>::namespaced_with(tenant.clone(), TENANT, &resource)
 }
 
+/// Waits until `logins` counts a connection (to `what`); fails after 20 s.
+async fn connected(logins: &AtomicUsize, what: &str) {
+    eventually(
+        &format!("a connection to {what}"),
+        Duration::from_secs(20),
+        async || match logins.load(Ordering::SeqCst) {
+            0 => Err("none yet".to_string()),
+            _ => Ok(()),
+        },
+    )
+    .await;
+}
+
+/// The lab's options with the power monitor every 500 ms and the readiness check every
+/// second: every BMC a mapping names is logged in to within moments, if it ever is.
+fn monitoring_often(lab: &Lab) -> ControllerOptions {
+    let mut options = ControllerOptions {
+        power_poll: Some(Duration::from_millis(500)),
+        fencing_check: Some(Duration::from_secs(1)),
+        ..lab.options()
+    };
+    options.power_poll_seed = 7;
+    options
+}
+
 /// A listener that counts the connections made to it: an address no BMC answers at, where
 /// a controller that logs in for a HostBmc would show up.
 async fn counting_listener() -> (String, Arc<AtomicUsize>) {
@@ -477,14 +502,10 @@ async fn a_tenants_host_bmc_for_its_own_machine_sends_no_credentials_anywhere() 
         .start()
         .await;
     let tenant = tenant(&lab).await;
-    let mut options = ControllerOptions {
+    lab.start_controller(ControllerOptions {
         machine_api: MachineApi::ClusterApi,
-        power_poll: Some(Duration::from_millis(500)),
-        fencing_check: Some(Duration::from_secs(1)),
-        ..lab.options()
-    };
-    options.power_poll_seed = 7;
-    lab.start_controller(options);
+        ..monitoring_often(&lab)
+    });
     // The controller may read BMC Secrets in the tenant's namespace, as the install guide has
     // it bound in every namespace with Machines (a Cluster API Cluster's own namespace).
     lab.api
@@ -543,15 +564,7 @@ async fn a_tenants_host_bmc_for_its_own_machine_sends_no_credentials_anywhere() 
         json!({"trust": {"hostBmcNamespaces": ["baremend", MACHINE_NAMESPACE, TENANT]}}),
     )
     .await;
-    eventually(
-        "a connection to the listed namespace's HostBmc address",
-        Duration::from_secs(20),
-        async || match logins.load(Ordering::SeqCst) {
-            0 => Err("none yet".to_string()),
-            _ => Ok(()),
-        },
-    )
-    .await;
+    connected(&logins, "the listed namespace's HostBmc address").await;
     lab.stop().await;
 }
 
@@ -892,4 +905,43 @@ async fn records_are_written_by_the_controller_alone() {
     lab.api
         .delete(REMEDIATIONS, MACHINE_NAMESPACE, "worker-1-1", None)
         .unwrap();
+}
+
+/// Issue 39, "the monitor and the corroborating reads also send credentials without the TLS
+/// check". Before: the power monitor (and the corroboration of an operator's report) logged
+/// in to a BMC over plain HTTP or unverified TLS whatever the policy said; only the proof
+/// refused such reads afterwards. Now no credentials go to an insecure BMC unless the policy
+/// allows insecure BMCs (`allowInsecureBmc`); allowed, the same BMC is logged in to at once
+/// (the test's own check that it can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_credentials_go_to_an_insecure_bmc_unless_the_policy_allows_it() {
+    let spec = ClusterSpec {
+        platform_none: true,
+        ..fast()
+    };
+    let mut lab = Lab::builder(spec)
+        .policy(fast_policy(json!({"allowInsecureBmc": false})))
+        .start()
+        .await;
+    lab.start_controller(monitoring_often(&lab));
+    // worker-0's HostBmc (an administrator's, in a trusted namespace) points at plain HTTP.
+    let (address, logins) = counting_listener().await;
+    lab.api
+        .merge(
+            baremend_sim::cluster::local::HOST_BMCS,
+            MACHINE_NAMESPACE,
+            "worker-0",
+            &json!({"spec": {"address": address}}),
+            false,
+        )
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        logins.load(Ordering::SeqCst),
+        0,
+        "a connection to a plain-HTTP BMC the policy does not allow"
+    );
+    patch_policy(&lab, json!({"allowInsecureBmc": true})).await;
+    connected(&logins, "a BMC the policy now allows").await;
+    lab.stop().await;
 }

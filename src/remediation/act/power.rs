@@ -131,12 +131,24 @@ impl std::fmt::Display for NoBmc {
 /// Everything needed to connect to `bmc`, read from the cluster now: its address parsed, the
 /// credentials from its Secret and the CA bundle from its ConfigMap or Secret (all in
 /// `namespace`). Errors name the object and the field at fault, never a value.
+///
+/// Every login goes through here — fencing, corroborating an operator, the power monitor,
+/// the probes — so a BMC reached over plain HTTP or unverified TLS gets no credentials unless
+/// the policy allows insecure BMCs (`allow_insecure`): the Secret is not even read.
 pub async fn bmc_driver_config(
     client: &kube::Client,
     namespace: &str,
     bmc: &BmcRef,
+    allow_insecure: bool,
 ) -> std::result::Result<DriverConfig, String> {
     let address = BmcAddress::parse(&bmc.address).map_err(|e| e.to_string())?;
+    if let Transport::Forgeable(why) = transport(&address, bmc.tls.insecure)
+        && !allow_insecure
+    {
+        return Err(format!(
+            "BMC {address}: {why}; the RemediationPolicy does not allow insecure BMCs (allowInsecureBmc), so no credentials are sent to it"
+        ));
+    }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = secrets
         .get(&bmc.credentials_name)
@@ -471,7 +483,8 @@ impl Pass {
         key: &str,
         feeds_series: bool,
     ) -> Result<DirectBmc> {
-        let config = bmc_driver_config(&self.context.client, namespace, bmc)
+        let allow_insecure = self.policy.allow_insecure_bmc;
+        let config = bmc_driver_config(&self.context.client, namespace, bmc, allow_insecure)
             .await
             .map_err(|reason| Error::Invalid {
                 object: format!("Machine {}/{}", self.namespace, self.name),

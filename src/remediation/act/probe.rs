@@ -166,7 +166,7 @@ pub async fn probe_bmc(
     }
     let misconfigured =
         |detail: String| Refusal::new(path.clone(), Reason::BmcMisconfigured, detail);
-    let config = bmc_driver_config(client, namespace, bmc)
+    let config = bmc_driver_config(client, namespace, bmc, terms.allow_insecure)
         .await
         .map_err(misconfigured)?;
     let kind = driver_kind(&config.address);

@@ -324,7 +324,8 @@ async fn connect(
     if !relogin && let Some(driver) = drivers.get(&target.key) {
         return Ok(witnessed(driver));
     }
-    let config = bmc_driver_config(&context.client, &target.namespace, bmc)
+    let allow_insecure = context.policy().allow_insecure_bmc;
+    let config = bmc_driver_config(&context.client, &target.namespace, bmc, allow_insecure)
         .await
         .map_err(|reason| crate::Error::Invalid {
             object: format!("the BMC of Machine {}", target.key),
