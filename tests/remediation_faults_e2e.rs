@@ -413,3 +413,54 @@ async fn a_request_removed_twice_fails_fence_lost_and_keeps_the_node() {
         "the Machine no longer claims a power-off nobody can prove"
     );
 }
+
+/// Issue 38, "failures that keep their cause". Before: a BareMetalHost whose BMC Secret has no
+/// password (the BareMetal Operator reports a registration error) started its remediation,
+/// sat in PoweringOff until the power-off deadline with no word of the error, then failed
+/// with the next strategy's unrelated refusal ("managed by the BareMetal Operator … needs it
+/// detached"). Now the operator's error is the cause, in its own words, within seconds: the
+/// reboot API escalates at once, and the failure names the error it escalated for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_its_operator_reports_in_error_fails_fast_with_the_operators_words() {
+    let mut policy = fast_policy();
+    policy["timeouts"]["powerOffSeconds"] = json!(60);
+    let lab = start_prepared(fast(), policy, |lab| {
+        lab.api
+            .merge(
+                baremend_sim::cluster::local::SECRETS,
+                MACHINE_NAMESPACE,
+                "worker-1-bmc-secret",
+                &json!({"data": {"password": null}}),
+                false,
+            )
+            .unwrap();
+    })
+    .await;
+    eventually(
+        "the BareMetal Operator reports worker-1 in error",
+        Duration::from_secs(20),
+        async || {
+            let host = lab.api.get(BMHS, MACHINE_NAMESPACE, "worker-1").unwrap();
+            match host.pointer("/status/errorType").and_then(|t| t.as_str()) {
+                Some("registration error") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    lab.cluster.hang("worker-1");
+    let began = std::time::Instant::now();
+    let failed = lab.failed("worker-1-1").await;
+    let took = began.elapsed();
+    let status = failed.status.unwrap();
+    let error = status.last_error.unwrap_or_default();
+    assert!(
+        error.contains("registration error") && error.contains("no password"),
+        "{error}"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "failed after {took:?}: {error}"
+    );
+    assert!(lab.node_exists("worker-1"));
+}

@@ -347,6 +347,10 @@ stored_names! {
         /// At power-on, a reboot-API key that is not ours keeps the host off (message: the
         /// key and who sets it).
         PowerOnBlocked,
+        /// The power cycle under way left a fencing strategy for the next (reason: the
+        /// strategy taken over; message: why the one before could not prove the host off).
+        /// A failure that follows names it: the first cause is the one to fix.
+        Escalated,
     }
 }
 

@@ -557,6 +557,14 @@ impl Pass {
         status.driver = Some(self.driver_name(remediation, name).await);
         status.last_error = Some(why.clone());
         status.phase_since = Some(rfc3339(now));
+        set_condition(
+            &mut status,
+            ConditionType::Escalated,
+            true,
+            name.as_str(),
+            &why,
+            now,
+        );
         let note = format!("{why}; trying {}", name.as_str());
         let step = (RemediationStep::Escalated, None);
         let tell = Tell::warning(EventReason::Escalated, note);
@@ -580,6 +588,21 @@ impl Pass {
         status.attempt = Some(attempt);
         let name = self.strategy_at(0);
         status.strategy = Some(name.into());
+        // A new power cycle starts from the first strategy: an escalation was the last one's.
+        if status
+            .conditions
+            .iter()
+            .any(|c| c.is_true(ConditionType::Escalated))
+        {
+            set_condition(
+                &mut status,
+                ConditionType::Escalated,
+                false,
+                "Retry",
+                "",
+                now,
+            );
+        }
         status.last_error = Some(why.clone());
         status.power_off_request_remade = false;
         remember_boot(&mut status, node.as_deref());
@@ -794,6 +817,17 @@ impl Pass {
             .find(|c| c.is_true(ConditionType::PowerOnBlocked));
         if let (FailReason::NodeNeverReady, Some(kept_off)) = (&reason, kept_off) {
             message = format!("{message}: {}", kept_off.message);
+        }
+        // A strategy taken over that could not do better: the first cause is the one to fix
+        // (a host in error whose next strategy is refused fails naming the error).
+        let escalated = status
+            .conditions
+            .iter()
+            .find(|c| c.is_true(ConditionType::Escalated));
+        if let (FailReason::PowerOffNotConfirmed(why), Some(escalated)) = (&reason, escalated)
+            && !why.contains(&escalated.message)
+        {
+            message = format!("{message}; escalated because {}", escalated.message);
         }
         let strategy = strategy_label(&status);
         status.last_error = Some(message.clone());

@@ -137,6 +137,8 @@ pub struct BareMetalHostView {
     pub(crate) disable_power_off: bool,
     /// Our power-off request annotation is present.
     pub(crate) power_off_requested: bool,
+    /// `status.errorType` and `status.errorMessage`, when the operator reports an error.
+    pub(crate) error: Option<(String, String)>,
 }
 
 impl BareMetalHostView {
@@ -399,6 +401,40 @@ fn evidence_kind(evidence: &PowerEvidence) -> &'static str {
     }
 }
 
+/// The error the operator reports on the host, in its own words: one that keeps it from
+/// managing the host's power at all (its BMC refused the registration, its credentials are
+/// unusable, its detach failed) makes the reboot API useless until an administrator fixes it,
+/// so the strategy escalates (or the remediation fails) at once with that cause, not after
+/// the power-off deadline with an unrelated one; any other error (a power operation that
+/// failed, which the operator retries) is waited out, its cause in the wait's words.
+fn host_error(host: &BareMetalHostView) -> Option<NotFenced> {
+    let in_error = host.operational_status.as_deref() == Some("error");
+    if !in_error && host.error.is_none() {
+        return None;
+    }
+    let (kind, message) = host.error.clone().unwrap_or_default();
+    let kind = if kind.is_empty() {
+        "operationalStatus error".to_string()
+    } else {
+        kind
+    };
+    let message = crate::runtime::bounded::outside_text(&message);
+    let said = if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    };
+    let what = format!("the BareMetalHost reports an error ({kind}){said}");
+    Some(match kind.as_str() {
+        "registration error" | "provisioned registration error" | "detach error" => {
+            NotFenced::Untrustworthy(format!(
+                "{what}; the BareMetal Operator cannot manage its power until that is fixed"
+            ))
+        }
+        _ => NotFenced::NotYet(what),
+    })
+}
+
 fn bare_metal_host_off(
     expected: Option<&HostRef>,
     host: &BareMetalHostView,
@@ -428,10 +464,8 @@ fn bare_metal_host_off(
             "the BareMetalHost has spec.disablePowerOff: it is rebooted, never powered off".into(),
         ));
     }
-    if host.operational_status.as_deref() == Some("error") {
-        return Err(NotFenced::NotYet(
-            "the BareMetalHost reports an error".into(),
-        ));
+    if let Some(why) = host_error(host) {
+        return Err(why);
     }
     if !host.power_off_requested {
         return Err(NotFenced::RequestMissing(
@@ -578,6 +612,13 @@ mod tests {
             with(|h| h.identity = None),
             with(|h| h.identity = Some(("m".into(), "other".into(), "u".into()))),
             with(|h| h.identity = Some(("n".into(), "h0".into(), "u".into()))),
+            with(|h| {
+                h.operational_status = Some("error".into());
+                h.error = Some((
+                    "registration error".into(),
+                    "the credentials Secret has no password".into(),
+                ));
+            }),
         ];
         for host in untrustworthy {
             let verdict = check(host.clone());
@@ -593,6 +634,13 @@ mod tests {
                 with(|h| h.operational_status = Some("error".into())),
                 "NotYet",
             ),
+            (
+                with(|h| {
+                    h.operational_status = Some("error".into());
+                    h.error = Some(("power management error".into(), "timeout".into()));
+                }),
+                "NotYet",
+            ),
             (with(|h| h.power_off_requested = false), "RequestMissing"),
         ];
         for (host, want) in cases {
@@ -604,6 +652,21 @@ mod tests {
             };
             assert_eq!(got, want, "{host:?}");
         }
+    }
+
+    #[test]
+    fn the_operators_error_is_told_in_its_own_words() {
+        let mut host = fenced_host();
+        host.operational_status = Some("error".into());
+        host.error = Some((
+            "registration error".into(),
+            "the credentials Secret has no password\nsecond line".into(),
+        ));
+        let why = check(host).unwrap_err().to_string();
+        assert_eq!(
+            why,
+            "the BareMetalHost reports an error (registration error): the credentials Secret has no password second line; the BareMetal Operator cannot manage its power until that is fixed"
+        );
     }
 
     #[test]

@@ -214,6 +214,12 @@ pub fn bare_metal_host_view(host: &Value, reboot_key: &str) -> BareMetalHostView
             .and_then(Value::as_bool)
             .unwrap_or(false),
         power_off_requested: has(&format!("{REBOOT_PREFIX}{reboot_key}")),
+        error: text(host, "/status/errorType")
+            .filter(|kind| !kind.is_empty())
+            .map(|kind| {
+                let message = text(host, "/status/errorMessage").unwrap_or_default();
+                (kind.to_string(), message.to_string())
+            }),
     }
 }
 
