@@ -399,8 +399,8 @@ fn fenced(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
     let lost = |why: String| Step::Fail(FailReason::FenceLost(why));
     if waited >= policy.power_off_timeout {
         return lost(format!(
-            "the Node was not released within {:?} of the proof",
-            policy.power_off_timeout
+            "the Node was not released within {} of the proof",
+            crate::duration::spoken(policy.power_off_timeout)
         ));
     }
     match &observed.fence {
