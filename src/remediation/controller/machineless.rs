@@ -197,13 +197,10 @@ async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Actio
     Ok(action)
 }
 
-/// Whether a Machine in the cache has `node` as its Node.
+/// Whether a Machine in the cache has `node`, a Node of this cluster, as its Node (a workload
+/// cluster's Node of that name is another Node).
 fn node_has_machine(context: &Context, node: &str) -> bool {
-    context
-        .machines
-        .state()
-        .iter()
-        .any(|m| m.node_name() == Some(node))
+    context.local_machine_nodes().contains(node)
 }
 
 /// Every `HostBmc` naming Machine-less Node `node`, with why it is refused (None: it is the

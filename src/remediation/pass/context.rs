@@ -215,6 +215,16 @@ pub struct Placement {
 }
 
 impl Context {
+    /// The Nodes of this cluster a Machine names (see [`super::subject::machine_nodes`]).
+    pub fn local_machine_nodes(&self) -> std::collections::HashSet<String> {
+        super::subject::machine_nodes(&self.machines.state(), self.machine_api, |name| {
+            let node = self
+                .nodes
+                .get(&kube::runtime::reflector::ObjectRef::new(name))?;
+            Some(node.spec.as_ref().and_then(|s| s.provider_id.clone()))
+        })
+    }
+
     /// The context of a controller over `caches`, configured by `options`.
     pub fn new(
         client: Client,
@@ -314,7 +324,7 @@ impl Context {
         self.metrics.set_counts(in_progress, &held);
         // The HostBmcs refused now (the ContestedNode alert reads it).
         let mappings = self.host_bmcs.state();
-        let machine_nodes = super::subject::machine_nodes(&self.machines.state());
+        let machine_nodes = self.local_machine_nodes();
         let trusted = self.policy().trust.host_bmc_namespaces;
         let claims = crate::remediation::decide::trust::machineless_claims(
             &mappings,

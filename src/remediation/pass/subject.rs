@@ -12,7 +12,7 @@
 //! Caveats: a Node subject has no Machine to mark, delete or read annotations from: those
 //! steps are skipped, and its Events go to the Node.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
 use crate::api::{HostBmc, slim};
+use crate::remediation::decide::workload::{cluster_of, workload_cluster_of};
 
 /// The label of a control-plane Node (Kubernetes' current and former names).
 const NODE_ROLE_CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
@@ -157,11 +158,31 @@ pub fn node_is_control_plane(labels: &BTreeMap<String, String>) -> bool {
     labels.contains_key(NODE_ROLE_CONTROL_PLANE) || labels.contains_key(NODE_ROLE_MASTER)
 }
 
-/// The Nodes of `machines` (their `status.nodeRef`): a Node among them is its Machine's to
-/// remediate, never a subject of its own.
-pub fn machine_nodes(machines: &[Arc<slim::Machine>]) -> HashSet<String> {
+/// The Nodes of this cluster that `machines` name (their `status.nodeRef`): a Node among
+/// them is its Machine's to remediate, never a subject of its own. On Cluster API, a Machine
+/// whose Cluster's Nodes live in a workload cluster names a Node *there*: a Node here of the
+/// same name is not its (see [`workload_cluster_of`]; `provider_id_of` says whether this
+/// cluster has a Node of that name, and its providerID). Decided once per Cluster.
+pub fn machine_nodes(
+    machines: &[Arc<slim::Machine>],
+    machine_api: slim::MachineApi,
+    provider_id_of: impl Fn(&str) -> Option<Option<String>>,
+) -> HashSet<String> {
+    let mut elsewhere: HashMap<(Option<String>, String), bool> = HashMap::new();
     machines
         .iter()
+        .filter(|m| {
+            if machine_api != slim::MachineApi::ClusterApi {
+                return true;
+            }
+            let Some(cluster) = cluster_of(m) else {
+                return true;
+            };
+            let key = (m.metadata.namespace.clone(), cluster.to_string());
+            !*elsewhere
+                .entry(key)
+                .or_insert_with(|| workload_cluster_of(m, machines, &provider_id_of).is_some())
+        })
         .filter_map(|m| m.node_name().map(str::to_string))
         .collect()
 }
@@ -196,6 +217,51 @@ pub(in crate::remediation) mod tests {
     use super::*;
     use crate::remediation::decide::trust::machineless_node;
     use crate::remediation::decide::trust::tests::mapping_at as mapping;
+
+    /// A Cluster API Machine of Cluster `cluster` naming Node `node`, its host `provider`.
+    fn capi_machine(name: &str, cluster: &str, node: &str, provider: &str) -> Arc<slim::Machine> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "capi"},
+                "spec": {"clusterName": cluster, "providerID": provider},
+                "status": {"nodeRef": {"name": node}},
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// Issue 39: a workload cluster's Node named like a Node here hid the Node here from the
+    /// Machine-less controller (a Node with a Machine is never a subject of its own). The
+    /// providerID tells them apart, as Cluster API and its Metal3 provider set it on both.
+    #[test]
+    fn a_workload_clusters_node_name_is_no_machine_of_the_node_here() {
+        let machines = [
+            capi_machine(
+                "wc-0-worker-0",
+                "wc-0",
+                "worker-0",
+                "metal3://capi/wc-0-host-0",
+            ),
+            capi_machine(
+                "self-master-0",
+                "self",
+                "master-0",
+                "metal3://capi/master-0",
+            ),
+        ];
+        // This cluster has the self-hosted Cluster's master-0, and a worker-0 of its own (a
+        // Machine-less Node, another host).
+        let here = |name: &str| match name {
+            "master-0" => Some(Some("metal3://capi/master-0".to_string())),
+            "worker-0" => Some(Some("metal3://hosts/upi-worker-0".to_string())),
+            _ => None,
+        };
+        let cluster_api = machine_nodes(&machines, slim::MachineApi::ClusterApi, here);
+        assert_eq!(cluster_api, HashSet::from(["master-0".to_string()]));
+        // OpenShift's Machines are all this cluster's.
+        let openshift = machine_nodes(&machines, slim::MachineApi::OpenShift, |_| None);
+        assert_eq!(openshift.len(), 2);
+    }
 
     #[test]
     fn only_a_mapping_that_names_a_node_and_no_machine_makes_a_node_subject() {

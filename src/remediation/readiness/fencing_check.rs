@@ -148,7 +148,15 @@ pub fn targets(fleet: &Fleet<'_>) -> Vec<Target> {
 /// The Nodes without a Machine baremend would remediate, each through the `HostBmc` that is
 /// its subject.
 fn machineless_targets(fleet: &Fleet<'_>, remediating: &HashSet<(String, String)>) -> Vec<Target> {
-    let machine_nodes = machine_nodes(fleet.machines);
+    // Machines' hosts resolved elsewhere are Cluster API's (see `Fleet::resolved_hosts`),
+    // whose Nodes may live in workload clusters; a Node here is known by its labels.
+    let machine_api = match fleet.resolved_hosts {
+        Some(_) => slim::MachineApi::ClusterApi,
+        None => slim::MachineApi::OpenShift,
+    };
+    let machine_nodes = machine_nodes(fleet.machines, machine_api, |name| {
+        (fleet.node_labels)(name).map(|_| None)
+    });
     let mut targets = Vec::new();
     for (node, mapping) in machineless_claims(
         fleet.host_bmcs,

@@ -32,7 +32,6 @@ use crate::remediation::decide::bmc_trust::Reader;
 use crate::remediation::decide::observe::{BmcRef, machine_host};
 use crate::remediation::decide::trust::machineless_claims;
 use crate::remediation::pass::context::Context;
-use crate::remediation::pass::subject::machine_nodes;
 use crate::remediation::world::bmc_cache::DriverCache;
 use crate::remediation::world::metered::Metered;
 
@@ -153,7 +152,7 @@ fn machineless_targets(
     host_bmcs: &[Arc<HostBmc>],
     remediating: &HashSet<(String, String)>,
 ) -> Vec<Target> {
-    let machine_nodes = machine_nodes(&context.machines.state());
+    let machine_nodes = context.local_machine_nodes();
     let mut targets = Vec::new();
     for (node, mapping) in machineless_claims(
         host_bmcs,
