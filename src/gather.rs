@@ -126,6 +126,28 @@ const CAPI_MACHINES: Kind = Kind::new("cluster.x-k8s.io", "v1beta1", "Machine", 
 const HOSTS: Kind = Kind::new("metal3.io", "v1alpha1", "BareMetalHost", "baremetalhosts");
 const NODES: Kind = Kind::new("", "v1", "Node", "nodes");
 const EVENTS: Kind = Kind::new("events.k8s.io", "v1", "Event", "events");
+/// The health checks that hand baremend its work: every one is gathered (there are few).
+const HEALTH_CHECKS: [Kind; 3] = [
+    Kind::new(
+        "machine.openshift.io",
+        "v1beta1",
+        "MachineHealthCheck",
+        "machinehealthchecks",
+    ),
+    Kind::new(
+        "cluster.x-k8s.io",
+        "v1beta1",
+        "MachineHealthCheck",
+        "machinehealthchecks",
+    ),
+    Kind::new(
+        "remediation.medik8s.io",
+        "v1alpha1",
+        "NodeHealthCheck",
+        "nodehealthchecks",
+    ),
+];
+const DEPLOYMENTS: Kind = Kind::new("apps", "v1", "Deployment", "deployments");
 
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
 type Key = (String, String);
@@ -363,6 +385,8 @@ async fn list(client: &Client, kind: Kind, bundle: &mut Bundle) -> Option<Vec<Va
                 })
                 .collect(),
         ),
+        // A kind this cluster does not serve has nothing to gather: not a problem.
+        Err(kube::Error::Api(status)) if status.code == 404 => None,
         Err(error) => {
             let said = Error::kube("List")(error).to_string();
             bundle.problems.push(format!(
@@ -451,6 +475,21 @@ pub async fn run(args: GatherArgs) -> Result<()> {
             gathered.insert((kind.kind.into(), namespace, name));
         }
         bundle.add_objects(format!("baremend/{}.yaml", kind.plural), kind, objects);
+    }
+    for checks in HEALTH_CHECKS {
+        if let Some(all) = list(&client, checks, &mut bundle).await {
+            let path = format!("cluster/{}.{}.yaml", checks.plural, checks.group);
+            bundle.add_objects(path, checks, all);
+        }
+    }
+    // The controller's Deployment, beside its pods' logs.
+    if let Some(all) = list(&client, DEPLOYMENTS, &mut bundle).await {
+        let namespace = args.controller_namespace.as_str();
+        let mine: Vec<Value> = all
+            .into_iter()
+            .filter(|d| text(d, "/metadata/namespace") == Some(namespace))
+            .collect();
+        bundle.add_objects("baremend/deployments.yaml".into(), DEPLOYMENTS, mine);
     }
     for machines in [MACHINES, CAPI_MACHINES] {
         let Some(all) = list(&client, machines, &mut bundle).await else {
