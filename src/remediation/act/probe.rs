@@ -74,8 +74,6 @@ pub fn host_facts(host: &HostRef, json: &Value, reboot_key: &str) -> HostFacts {
     HostFacts {
         host: host.clone(),
         view: bare_metal_host_view(json, reboot_key),
-        error_type: text("/status/errorType"),
-        error_message: text("/status/errorMessage"),
         credentials_name: text("/spec/bmc/credentialsName"),
         secret_version: None,
         good_credentials,
@@ -223,8 +221,10 @@ mod tests {
         });
         let facts = host_facts(&host, &json, "baremend");
         assert!(facts.view.paused);
-        assert_eq!(facts.error_type.as_deref(), Some("registration error"));
-        assert_eq!(facts.error_message.as_deref(), Some("401"));
+        assert_eq!(
+            facts.view.error,
+            Some(("registration error".into(), "401".into()))
+        );
         assert_eq!(facts.credentials_name.as_deref(), Some("bmc-h0"));
         assert_eq!(
             facts.good_credentials,

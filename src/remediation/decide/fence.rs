@@ -142,6 +142,30 @@ pub struct BareMetalHostView {
 }
 
 impl BareMetalHostView {
+    /// The operator's error on the host, if it reports one: its kind (`operationalStatus
+    /// error` when only the status says so) and its message, cleaned of control characters
+    /// and cut to 200 bytes — `(registration error): the credentials Secret has no password`.
+    pub fn operator_error(&self) -> Option<(String, String)> {
+        let in_error = self.operational_status.as_deref() == Some("error");
+        if !in_error && self.error.is_none() {
+            return None;
+        }
+        let (kind, message) = self.error.clone().unwrap_or_default();
+        let kind = if kind.is_empty() {
+            "operationalStatus error".to_string()
+        } else {
+            kind
+        };
+        let message = crate::runtime::bounded::outside_text(&message);
+        let message = crate::runtime::events::cut_to_bytes(&message, 200);
+        let said = if message.is_empty() {
+            String::new()
+        } else {
+            format!(": {message}")
+        };
+        Some((kind.clone(), format!("({kind}){said}")))
+    }
+
     /// `status.poweredOn`, if reported.
     pub fn powered_on(&self) -> Option<bool> {
         self.powered_on
@@ -408,23 +432,8 @@ fn evidence_kind(evidence: &PowerEvidence) -> &'static str {
 /// the power-off deadline with an unrelated one; any other error (a power operation that
 /// failed, which the operator retries) is waited out, its cause in the wait's words.
 fn host_error(host: &BareMetalHostView) -> Option<NotFenced> {
-    let in_error = host.operational_status.as_deref() == Some("error");
-    if !in_error && host.error.is_none() {
-        return None;
-    }
-    let (kind, message) = host.error.clone().unwrap_or_default();
-    let kind = if kind.is_empty() {
-        "operationalStatus error".to_string()
-    } else {
-        kind
-    };
-    let message = crate::runtime::bounded::outside_text(&message);
-    let said = if message.is_empty() {
-        String::new()
-    } else {
-        format!(": {message}")
-    };
-    let what = format!("the BareMetalHost reports an error ({kind}){said}");
+    let (kind, said) = host.operator_error()?;
+    let what = format!("the BareMetalHost reports an error {said}");
     Some(match kind.as_str() {
         "registration error" | "provisioned registration error" | "detach error" => {
             NotFenced::Untrustworthy(format!(

@@ -222,10 +222,6 @@ pub struct HostFacts {
     pub host: HostRef,
     /// Its power-relevant status and annotations.
     pub view: BareMetalHostView,
-    /// `status.errorType`, when set.
-    pub error_type: Option<String>,
-    /// `status.errorMessage`, when set.
-    pub error_message: Option<String>,
     /// `spec.bmc.credentialsName`.
     pub credentials_name: Option<String>,
     /// That Secret's resourceVersion (None: not found).
@@ -279,21 +275,8 @@ pub fn host_answer(facts: &HostFacts) -> Verdict {
 
 /// The operator's error on the host, in words, if it reports one.
 fn host_error(facts: &HostFacts) -> Option<String> {
-    let in_error = facts.view.operational_status.as_deref() == Some("error");
-    let kind = facts.error_type.as_deref().filter(|t| !t.is_empty());
-    if !in_error && kind.is_none() {
-        return None;
-    }
-    let message = facts
-        .error_message
-        .as_deref()
-        .filter(|m| !m.is_empty())
-        .map(|m| format!(": {}", crate::runtime::events::cut_to_bytes(m, 200)))
-        .unwrap_or_default();
-    Some(format!(
-        "is in error ({}){message}",
-        kind.unwrap_or("operationalStatus error")
-    ))
+    let (_, said) = facts.view.operator_error()?;
+    Some(format!("is in error {said}"))
 }
 
 /// Why the operator's validation does not cover the Secret as it is now, if it does not.
@@ -499,7 +482,6 @@ mod tests {
                 name: Some("bmc-h0".into()),
                 version: Some("42".into()),
             }),
-            ..HostFacts::default()
         }
     }
 
@@ -549,8 +531,7 @@ mod tests {
             (
                 with(&|f| {
                     f.view.operational_status = Some("error".into());
-                    f.error_type = Some("power management error".into());
-                    f.error_message = Some("BMC said no".into());
+                    f.view.error = Some(("power management error".into(), "BMC said no".into()));
                 }),
                 Reason::HostInError,
                 "is in error (power management error): BMC said no",
@@ -610,8 +591,7 @@ mod tests {
     #[test]
     fn a_long_operator_error_is_cut() {
         let mut f = facts();
-        f.error_type = Some("registration error".into());
-        f.error_message = Some("x".repeat(5000));
+        f.view.error = Some(("registration error".into(), "x".repeat(5000)));
         let refusal = refused(host_answer(&f));
         assert!(refusal.detail.len() < 400, "{}", refusal.detail.len());
     }
