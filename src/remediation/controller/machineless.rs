@@ -188,19 +188,13 @@ async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Actio
     }
     // A Node that has a Machine is its Machine's to remediate (the HostBmc then only tells
     // where its BMC is); one already under remediation as a Node finishes as one.
-    if node_has_machine(&context, &node) && !pass.under_way() {
+    if context.node_has_machine(&node) && !pass.under_way() {
         return Ok(Action::await_change());
     }
     let span = tracing::info_span!("remediate", node = %node, namespace = %namespace);
     let action = pass.run().instrument(span).await?;
     context.backoff.succeeded(&backoff_key(&mapping));
     Ok(action)
-}
-
-/// Whether a Machine in the cache has `node`, a Node of this cluster, as its Node (a workload
-/// cluster's Node of that name is another Node).
-fn node_has_machine(context: &Context, node: &str) -> bool {
-    context.local_machine_nodes().contains(node)
 }
 
 /// Every `HostBmc` naming Machine-less Node `node`, with why it is refused (None: it is the

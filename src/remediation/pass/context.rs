@@ -217,12 +217,29 @@ pub struct Placement {
 impl Context {
     /// The Nodes of this cluster a Machine names (see [`super::subject::machine_nodes`]).
     pub fn local_machine_nodes(&self) -> std::collections::HashSet<String> {
-        super::subject::machine_nodes(&self.machines.state(), self.machine_api, |name| {
-            let node = self
-                .nodes
-                .get(&kube::runtime::reflector::ObjectRef::new(name))?;
-            Some(node.spec.as_ref().and_then(|s| s.provider_id.clone()))
-        })
+        let provider_id_of = |name: &str| self.cached_provider_id(name);
+        super::subject::machine_nodes(&self.machines.state(), self.machine_api, provider_id_of)
+    }
+
+    /// Whether a Machine names `node`, a Node of this cluster (a workload cluster's Node of
+    /// that name is another Node): only the Machines naming it are looked at.
+    pub fn node_has_machine(&self, node: &str) -> bool {
+        let machines = self.machines.state();
+        machines
+            .iter()
+            .filter(|m| m.node_name() == Some(node))
+            .any(|m| {
+                let provider_id_of = |name: &str| self.cached_provider_id(name);
+                super::subject::names_node_here(m, &machines, self.machine_api, provider_id_of)
+            })
+    }
+
+    /// Whether the Node cache has `name` (None: no), and its providerID.
+    fn cached_provider_id(&self, name: &str) -> Option<Option<String>> {
+        let node = self
+            .nodes
+            .get(&kube::runtime::reflector::ObjectRef::new(name))?;
+        Some(node.spec.as_ref().and_then(|s| s.provider_id.clone()))
     }
 
     /// The context of a controller over `caches`, configured by `options`.

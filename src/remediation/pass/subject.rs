@@ -158,30 +158,36 @@ pub fn node_is_control_plane(labels: &BTreeMap<String, String>) -> bool {
     labels.contains_key(NODE_ROLE_CONTROL_PLANE) || labels.contains_key(NODE_ROLE_MASTER)
 }
 
-/// The Nodes of this cluster that `machines` name (their `status.nodeRef`): a Node among
-/// them is its Machine's to remediate, never a subject of its own. On Cluster API, a Machine
-/// whose Cluster's Nodes live in a workload cluster names a Node *there*: a Node here of the
-/// same name is not its (see [`workload_cluster_of`]; `provider_id_of` says whether this
-/// cluster has a Node of that name, and its providerID). Decided once per Cluster.
+/// Whether the Node `machine` names (its `status.nodeRef`) is one of this cluster's. On
+/// Cluster API, a Machine whose Cluster's Nodes live in a workload cluster names a Node
+/// *there*: a Node here of the same name is not its (see [`workload_cluster_of`];
+/// `provider_id_of` says whether this cluster has a Node of that name, and its providerID).
+pub fn names_node_here(
+    machine: &slim::Machine,
+    machines: &[Arc<slim::Machine>],
+    machine_api: slim::MachineApi,
+    provider_id_of: impl Fn(&str) -> Option<Option<String>>,
+) -> bool {
+    machine_api != slim::MachineApi::ClusterApi
+        || cluster_of(machine).is_none()
+        || workload_cluster_of(machine, machines, provider_id_of).is_none()
+}
+
+/// The Nodes of this cluster that `machines` name (see [`names_node_here`]): a Node among them
+/// is its Machine's to remediate, never a subject of its own. Decided once per Cluster.
 pub fn machine_nodes(
     machines: &[Arc<slim::Machine>],
     machine_api: slim::MachineApi,
     provider_id_of: impl Fn(&str) -> Option<Option<String>>,
 ) -> HashSet<String> {
-    let mut elsewhere: HashMap<(Option<String>, String), bool> = HashMap::new();
+    let mut here: HashMap<(Option<String>, Option<&str>), bool> = HashMap::new();
     machines
         .iter()
         .filter(|m| {
-            if machine_api != slim::MachineApi::ClusterApi {
-                return true;
-            }
-            let Some(cluster) = cluster_of(m) else {
-                return true;
-            };
-            let key = (m.metadata.namespace.clone(), cluster.to_string());
-            !*elsewhere
+            let key = (m.metadata.namespace.clone(), cluster_of(m));
+            *here
                 .entry(key)
-                .or_insert_with(|| workload_cluster_of(m, machines, &provider_id_of).is_some())
+                .or_insert_with(|| names_node_here(m, machines, machine_api, &provider_id_of))
         })
         .filter_map(|m| m.node_name().map(str::to_string))
         .collect()
