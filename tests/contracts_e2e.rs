@@ -227,10 +227,37 @@ async fn a_machine_with_a_request_and_the_annotation_is_remediated_once_and_neve
     );
     // A negative: for 2 s, many passes of a 100 ms poll, the request that stays starts no
     // second remediation; no condition to wait for proves that nothing happens.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.hold(Duration::from_secs(2)).await;
     assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
     let host = &lab.cluster.host("worker-0").unwrap().host;
     assert_eq!(host.power(), baremend_sim::host::Power::On);
+}
+
+/// The kit's own negative: the window above, with the controller dead (ended unseen, as a
+/// panic in its task would end it), fails instead of passing. Before the kit watched the
+/// task, the same two seconds passed: no second remediation, the host on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_controller_fails_the_negative_window_it_would_have_passed() {
+    let lab = start(fast(), fast_policy(), |_| {}).await;
+    lab.request("worker-0");
+    lab.cluster.hang("worker-0");
+    lab.request_reports("worker-0", RemediationPhase::Succeeded)
+        .await;
+    lab.die_unseen().await;
+    // What the window asserts still holds: a dead controller starts nothing either.
+    let window = tokio::spawn(async move {
+        lab.hold(Duration::from_secs(2)).await;
+        assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
+    });
+    let failed = window
+        .await
+        .expect_err("the window passed with the controller dead");
+    let message = failed.into_panic();
+    let message = message.downcast_ref::<String>().expect("a message");
+    assert!(
+        message.contains("the controller is not running: its task was cancelled"),
+        "{message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -753,7 +780,7 @@ async fn a_machine_asked_for_by_both_contracts_is_remediated_once_even_when_one_
     .await;
     // A negative: for 2 s, many passes of a 100 ms poll, the request that was there when the
     // remediation started starts no second one; no condition to wait for proves that.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.hold(Duration::from_secs(2)).await;
     assert_eq!(lab.remediations_of("worker-0"), vec!["worker-0-1"]);
     assert!(
         lab.api
@@ -922,7 +949,7 @@ async fn a_node_health_check_disabled_by_a_custom_machine_health_check_is_told_u
     // A hung worker is asked for by nobody while it is off.
     lab.cluster.hang("worker-0");
     lab.node_ready_is("worker-0", "Unknown").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.hold(Duration::from_secs(2)).await;
     assert!(
         lab.api
             .get(NODE_REMEDIATIONS, NHC_NAMESPACE, "worker-0")

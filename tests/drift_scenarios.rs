@@ -97,7 +97,7 @@ async fn degraded_nodes_that_are_not_drift_are_reported_and_left_alone() {
     .await;
     // A negative: for 2 s (two debounces) more, no DriftRemediation and no further NotDrift
     // Event; no condition to wait for proves that nothing comes.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.hold(Duration::from_secs(2)).await;
     let api: Api<DriftRemediation> = Api::all(lab.client.clone());
     assert!(
         api.list(&Default::default())
@@ -364,7 +364,7 @@ async fn a_forcefile_not_picked_up_is_removed_on_timeout_and_on_abort() {
     .await;
     // The node is left Degraded (the MCO's own state), and no new attempt starts for the
     // same drift after an abort. A negative: 2 s (two debounces) in which no attempt starts.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.hold(Duration::from_secs(2)).await;
     assert!(api.get_opt("worker-1-2").await.unwrap().is_none());
     assert_eq!(
         lab.api.get(NODES, "", "worker-1").unwrap()["metadata"]["annotations"][STATE],
@@ -383,7 +383,7 @@ async fn a_file_the_mco_does_not_manage_is_never_claimed_as_drift() {
     );
     // A negative: 3 s (three debounces) in which the file is never claimed as drift and the
     // node stays Done.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    lab.hold(Duration::from_secs(3)).await;
     let api: Api<DriftRemediation> = Api::all(lab.client.clone());
     assert!(
         api.list(&Default::default())

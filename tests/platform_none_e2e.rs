@@ -215,7 +215,7 @@ async fn two_host_bmcs_of_one_node_are_both_unused_until_one_is_deleted() {
     lab.cluster.hang("worker-0");
     lab.node_request_where("worker-0", "the NodeHealthCheck's request", |_| true)
         .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.hold(Duration::from_secs(2)).await;
     assert!(lab.remediations_of_node("worker-0").is_empty());
     assert!(!lab.power_history("worker-0").contains(&Power::Off));
     // The wrong one deleted, the other is the Node's subject again and remediates it once.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use baremend::api::RemediationPhase;
+use baremend::api::{Remediation, RemediationPhase};
 use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::cluster::local::{BMHS, EVENTS, MACHINES, NODES};
 use baremend_sim::cluster::timing::Timing;
@@ -18,7 +18,7 @@ use common::events::{told_on, told_on_times};
 use common::eventually;
 use common::lab::{Lab, direct_bmc_policy, fast, fast_policy, metric, steps};
 use common::remediation::{
-    assert_each_step_once, assert_in_order, condition, options, start, start_prepared,
+    NodeBefore, assert_each_step_once, assert_in_order, condition, options, start, start_prepared,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,7 +26,7 @@ async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_r
     let lab = start(fast(), fast_policy()).await;
     // A label an operator added, which the new Node will not have.
     lab.label("worker-0");
-    let old_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    let node = lab.node_before("worker-0");
     assert!(lab.cluster.hang("worker-0"));
     let done = lab.succeeded("worker-0-1").await;
     let steps = steps(&done);
@@ -45,13 +45,7 @@ async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_r
         position("NodeDeleted") < position("PowerOnRequested"),
         "{steps:?}"
     );
-    let node = lab.api.get(NODES, "", "worker-0").unwrap();
-    assert_ne!(node["metadata"]["uid"], old_uid, "a new Node registered");
-    assert_eq!(
-        node["metadata"]["labels"]["team"], "db",
-        "the label was restored"
-    );
-    lab.assert_machine_clean("worker-0");
+    lab.assert_main_path("worker-0", &node);
     let bmh = lab
         .api
         .get(
@@ -112,10 +106,32 @@ async fn a_hung_worker_is_fenced_through_the_reboot_api_deleted_powered_on_and_r
     .await;
 }
 
+/// A remediation fenced over the host's BMC by `driver`: every step in order, and the main
+/// path's outcome at the BMC, on the Node and on the Machine.
+fn assert_direct_main_path(lab: &Lab, done: &Remediation, driver: &str, node: &NodeBefore) {
+    assert_in_order(
+        done,
+        &[
+            "PowerOffRequested",
+            "Fenced",
+            "NodeDeleted",
+            "PowerOnRequested",
+            "Succeeded",
+        ],
+    );
+    let status = done.status.as_ref().unwrap();
+    assert_eq!(status.strategy.as_deref(), Some("DirectBmc"));
+    assert_eq!(status.driver.as_deref(), Some(driver));
+    let machine = done.spec.machine_name.as_deref().unwrap();
+    lab.assert_main_path(machine, node);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_host_is_fenced_directly_over_redfish() {
     let policy = direct_bmc_policy();
     let lab = start_prepared(fast(), policy, |lab| lab.detach("worker-1")).await;
+    lab.label("worker-1");
+    let node = lab.node_before("worker-1");
     let before = lab.cluster.redfish().service().stats();
     lab.cluster.hang("worker-1");
     let done = lab.succeeded("worker-1-1").await;
@@ -137,21 +153,7 @@ async fn a_detached_host_is_fenced_directly_over_redfish() {
         },
     )
     .await;
-    assert_in_order(
-        &done,
-        &[
-            "PowerOffRequested",
-            "Fenced",
-            "NodeDeleted",
-            "PowerOnRequested",
-            "Succeeded",
-        ],
-    );
-    let status = done.status.unwrap();
-    assert_eq!(status.strategy.as_deref(), Some("DirectBmc"));
-    // The host really went off and on through its BMC.
-    let history = lab.cluster.host("worker-1").unwrap().host.history();
-    assert!(history.len() >= 2, "{history:?}");
+    assert_direct_main_path(&lab, &done, "redfish+http", &node);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,10 +165,27 @@ async fn a_detached_host_is_fenced_directly_over_ipmi() {
         ..fast()
     };
     let lab = start_prepared(spec, policy, |lab| lab.detach("worker-2")).await;
+    lab.label("worker-2");
+    let node = lab.node_before("worker-2");
     lab.cluster.hang("worker-2");
     let done = lab.succeeded("worker-2-1").await;
-    assert_in_order(&done, &["Fenced", "NodeDeleted", "Succeeded"]);
-    assert_eq!(done.status.unwrap().driver.as_deref(), Some("ipmi"));
+    assert_direct_main_path(&lab, &done, "ipmi", &node);
+    // Every IPMI session the remediation opened was closed (none left to idle out).
+    eventually(
+        "every IPMI session closed",
+        Duration::from_secs(5),
+        async || {
+            let open: Vec<_> = lab.cluster.ipmi().iter().map(|bmc| bmc.stats()).collect();
+            let activated: u64 = open.iter().map(|s| s.sessions_activated).sum();
+            let left: usize = open.iter().map(|s| s.open_sessions).sum();
+            if activated > 0 && left == 0 {
+                Ok(())
+            } else {
+                Err(format!("{activated} activated, {left} still open"))
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,7 +335,7 @@ async fn a_node_that_never_returns_is_power_cycled_again_then_failed_with_the_ho
     // which the host is not powered on again (left off): a pass that asked for power-on
     // would have shown in them. No condition to wait for proves that nothing happens.
     let window = options(&lab).poll * 10 + lab.cluster.spec().timing.power_delay * 2;
-    tokio::time::sleep(window).await;
+    lab.hold(window).await;
     assert_eq!(
         lab.power_history("worker-0"),
         [Power::Off, Power::On, Power::Off, Power::On, Power::Off]
@@ -797,7 +816,7 @@ async fn a_node_held_by_a_finalizer_is_not_taken_as_back_until_it_has_gone() {
     )
     .await;
     // A negative: for 3 s (three ready graces), the lingering Node is not taken as back.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    lab.hold(Duration::from_secs(3)).await;
     let waiting = lab.remediation("worker-0-1").unwrap();
     let phase = waiting.status.as_ref().map(|s| s.phase);
     assert_ne!(

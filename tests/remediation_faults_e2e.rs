@@ -191,7 +191,7 @@ async fn a_machine_cache_lagging_behind_the_trigger_removal_starts_no_second_pow
     // A negative: 7 s, longer than the watch's 6 s delay, in which no second remediation
     // starts and the host is not powered off again; no condition to wait for proves that
     // nothing happens.
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    lab.hold(Duration::from_secs(7)).await;
     assert!(
         lab.remediation("worker-0-2").is_none(),
         "a second remediation started on a stale trigger: {:#?}",

@@ -349,7 +349,7 @@ async fn a_dry_run_probes_the_bmc_and_records_a_failed_probe_without_leaking_or_
     // One login per probe, the refused one not tried again: a policy change wakes every
     // Machine (the triggers stay), and ten of the controller's polls later nothing more.
     patch_policy(&lab, json!({"maxConcurrent": 3})).await;
-    tokio::time::sleep(options(&lab).poll * 10).await;
+    lab.hold(options(&lab).poll * 10).await;
     let after = lab.cluster.redfish().service().stats();
     let logins = after.logins - before.logins;
     let refused = after.authentication_failures - before.authentication_failures;

@@ -395,7 +395,7 @@ async fn a_shard_leaves_another_shards_remediation_under_way_alone() {
         ..lab.options()
     };
     lab.start_controller(options);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    lab.hold(Duration::from_secs(3)).await;
     let left = lab.remediation("worker-0-1").unwrap();
     let status = left.status.clone().unwrap_or_default();
     assert_eq!(status.phase, RemediationPhase::Pending, "{status:?}");

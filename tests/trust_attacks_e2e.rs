@@ -242,7 +242,7 @@ async fn a_tenants_node_remediations_for_healthy_nodes_are_refused_and_hold_noth
     .await;
     untouched(&lab, &healthy, &[MACHINE_NAMESPACE, TENANT]);
     // Told once each: a condition already saying so is not written again, nor counted.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.hold(Duration::from_secs(2)).await;
     metric(
         &lab,
         "baremend_requests_refused_total{kind=\"NodeRemediation\",reason=\"NamespaceNotTrusted\"} 3",
@@ -419,7 +419,7 @@ async fn a_tenants_host_bmc_is_refused_and_two_trusted_ones_of_a_node_are_both_u
     lab.cluster.hang("worker-1");
     lab.node_request_where("worker-1", "the NodeHealthCheck's request", |_| true)
         .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    lab.hold(Duration::from_secs(3)).await;
     untouched(
         &lab,
         &["worker-0", "worker-1"],
@@ -552,7 +552,7 @@ async fn a_tenants_host_bmc_for_its_own_machine_sends_no_credentials_anywhere() 
     )
     .await;
     // Several monitor rounds and readiness checks.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    lab.hold(Duration::from_secs(4)).await;
     assert_eq!(
         logins.load(Ordering::SeqCst),
         0,
@@ -680,7 +680,7 @@ async fn a_metal3_machine_naming_another_namespaces_host_is_held_before_any_powe
         assert_eq!(remediation.status.unwrap().phase, RemediationPhase::Pending);
     }
     metric(&lab, "baremend_remediations_held{gate=\"HostNotOwned\"} 2").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.hold(Duration::from_secs(2)).await;
     untouched(&lab, &["worker-1", "worker-2"], &[MACHINE_NAMESPACE]);
     let bmh = lab
         .api
@@ -935,7 +935,7 @@ async fn no_credentials_go_to_an_insecure_bmc_unless_the_policy_allows_it() {
             false,
         )
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    lab.hold(Duration::from_secs(4)).await;
     assert_eq!(
         logins.load(Ordering::SeqCst),
         0,

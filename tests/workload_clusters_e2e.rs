@@ -180,7 +180,7 @@ async fn a_workload_cluster_gone_after_the_power_off_never_counts_its_node_gone(
         "workload cluster openshift-machine-api/wc-0",
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    lab.hold(Duration::from_secs(3)).await;
     let waiting = lab.remediation("wc-0-worker-0-1").unwrap();
     let status = waiting.status.clone().unwrap();
     assert_eq!(status.phase, RemediationPhase::Fenced, "{status:?}");
@@ -524,7 +524,7 @@ async fn a_node_request_here_triggers_no_workload_machine_of_that_node_name() {
         )
         .unwrap();
     // A pass of each Machine sees the request (the passes run every 100 ms here).
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    lab.hold(Duration::from_secs(4)).await;
     for machine in ["wc-0-worker-0", "wc-1-worker-0"] {
         assert!(
             lab.remediation(&format!("{machine}-1")).is_none(),

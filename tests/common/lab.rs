@@ -121,7 +121,7 @@ impl LabBuilder {
         let lab = Lab {
             inner: cluster,
             metrics: Arc::new(Metrics::new()),
-            running: None,
+            running: Default::default(),
         };
         if mco {
             eventually("every node Done", Duration::from_secs(40), async || {
@@ -134,6 +134,28 @@ impl LabBuilder {
         }
         lab
     }
+}
+
+/// Fails the test with what ended a task that should still be running.
+async fn died(task: JoinHandle<()>) -> ! {
+    match task.await {
+        Ok(()) => panic!("the controller returned while the test expected it running"),
+        Err(ended) => panic!("the controller is not running: {}", why(ended)),
+    }
+}
+
+/// What ended a task: its panic's message, or that it was cancelled.
+fn why(ended: tokio::task::JoinError) -> String {
+    if ended.is_cancelled() {
+        return "its task was cancelled".into();
+    }
+    let payload = ended.into_panic();
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into());
+    format!("it panicked: {message}")
 }
 
 /// The controller or the coordinator in its task, with the signal that stops it.
@@ -150,7 +172,7 @@ pub struct Lab {
     /// The metrics of what `start_controller` and `start_coordinator` start (unless the
     /// options say otherwise).
     pub metrics: Arc<Metrics>,
-    running: Option<Running>,
+    running: std::sync::Mutex<Option<Running>>,
 }
 
 impl Deref for Lab {
@@ -216,23 +238,87 @@ impl Lab {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        assert!(self.running.is_none(), "one controller at a time");
+        let running = self.running.get_mut().unwrap();
+        assert!(running.is_none(), "one controller at a time");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(run(stopped));
-        self.running = Some(Running { stop, task });
+        *running = Some(Running { stop, task });
     }
 
-    /// Stops what runs and waits until it has stopped.
+    /// Stops what runs and waits until it has stopped. A controller that had already ended
+    /// on its own (a panic, an error, a return before it was told to stop) fails the test
+    /// here with what ended it: a test whose controller died proves nothing.
     pub async fn stop(&mut self) {
-        if let Some(Running { stop, task }) = self.running.take() {
+        if let Some(Running { stop, task }) = self.running.get_mut().unwrap().take() {
+            if task.is_finished() {
+                died(task).await;
+            }
             let _ = stop.send(());
-            let _ = task.await;
+            if let Err(ended) = task.await {
+                panic!("the controller failed while stopping: {}", why(ended));
+            }
+        }
+    }
+
+    /// A negative window: waits `window` in which the test expects nothing to happen, and
+    /// fails it if the controller or coordinator is not running all along (checked every
+    /// 50 ms and at the end). Without this, "nothing happened for N s" holds just as well
+    /// when the controller has panicked: a dead controller passes every negative.
+    pub async fn hold(&self, window: Duration) {
+        // The kit's proof that its negatives see a dead controller: with
+        // BAREMEND_KIT_DIE_AT_HOLD set, the controller is ended unseen (as a panic in its task
+        // would end it) as each window opens; every window must then fail.
+        if std::env::var_os("BAREMEND_KIT_DIE_AT_HOLD").is_some() {
+            self.die_unseen().await;
+        }
+        let until = tokio::time::Instant::now() + window;
+        loop {
+            self.alive().await;
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                return;
+            }
+            tokio::time::sleep((until - now).min(Duration::from_millis(50))).await;
+        }
+    }
+
+    /// Fails the test, with what ended it, when the controller or coordinator this lab started
+    /// is no longer running. Also fails when nothing was started: a negative window with no
+    /// controller is a mistake of the test.
+    pub async fn alive(&self) {
+        let ended = {
+            let mut running = self.running.lock().unwrap();
+            match running.as_ref() {
+                None => panic!("a negative window with no controller running"),
+                Some(now) if now.task.is_finished() => running.take().map(|r| r.task),
+                Some(_) => None,
+            }
+        };
+        if let Some(task) = ended {
+            died(task).await;
+        }
+    }
+
+    /// For the kit's own test: ends the controller's task as a crash would, but leaves the lab
+    /// believing it runs, as a test would whose controller panicked unseen.
+    pub async fn die_unseen(&self) {
+        let finished = || {
+            let running = self.running.lock().unwrap();
+            let task = &running.as_ref().expect("a controller runs").task;
+            task.abort();
+            task.is_finished()
+        };
+        while !finished() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
     /// Stops what runs at once, wherever it is (a crash): its task is aborted.
     pub async fn kill(&mut self) {
-        if let Some(Running { stop, task }) = self.running.take() {
+        if let Some(Running { stop, task }) = self.running.get_mut().unwrap().take() {
+            if task.is_finished() {
+                died(task).await;
+            }
             let _ = stop.send(());
             task.abort();
             let _ = task.await;

@@ -68,6 +68,41 @@ impl Lab {
         );
     }
 
+    /// What a Node is before its remediation (its UID and boot ID), to tell the Node that
+    /// comes back from it.
+    pub fn node_before(&self, node: &str) -> NodeBefore {
+        let node = self.api.get(NODES, "", node).unwrap();
+        NodeBefore {
+            uid: node["metadata"]["uid"].clone(),
+            boot_id: node["status"]["nodeInfo"]["bootID"].clone(),
+        }
+    }
+
+    /// The main path's outcome, whichever way the host was fenced: the host went Off and then
+    /// On once, at its BMC (not only as our status says); the Node is a new one (a new UID)
+    /// from a new boot (a new boot ID), Ready, with its label restored; the Machine carries
+    /// neither the trigger nor our power-off mark. What each path leaves elsewhere (a
+    /// session, a reboot annotation) its test checks.
+    pub fn assert_main_path(&self, machine: &str, before: &NodeBefore) {
+        self.assert_one_power_cycle(machine);
+        let node = self.api.get(NODES, "", machine).unwrap();
+        assert_ne!(node["metadata"]["uid"], before.uid, "{machine}: a new Node");
+        let boot_id = &node["status"]["nodeInfo"]["bootID"];
+        assert!(
+            boot_id.as_str().is_some_and(|b| !b.is_empty()) && *boot_id != before.boot_id,
+            "{machine}: a new boot ({} before, {boot_id} now)",
+            before.boot_id
+        );
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        assert!(ready, "{machine}: the new Node is Ready: {node}");
+        self.assert_label_restored(machine, machine);
+        self.assert_machine_clean(machine);
+    }
+
     /// The Node carries the `team=db` label again (see [`Lab::label`]).
     pub fn assert_label_restored(&self, node: &str, context: &str) {
         let node = self.api.get(NODES, "", node).unwrap();
@@ -121,6 +156,12 @@ impl Lab {
         let events = self.api.list(EVENTS, Some(MACHINE_NAMESPACE));
         serde_json::to_string(&events).unwrap()
     }
+}
+
+/// A Node's UID and boot ID before its remediation ([`Lab::node_before`]).
+pub struct NodeBefore {
+    uid: Value,
+    boot_id: Value,
 }
 
 /// Every step of a deleting remediation happened exactly once.
