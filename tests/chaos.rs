@@ -1,40 +1,27 @@
-//! The chaos suite as CI runs it: 200 seeded runs of BMC faults, API faults, controller
-//! crashes, leader changes, hangs, false alarms and triggers removed mid-flow — each seed's
-//! health check asking by the annotation, MachineRemediation or NodeRemediation requests —
-//! and, in a share of the seeds, the fleet world (two workload clusters, a shard each, a
-//! shard's leader killed and a workload cluster's API gone mid-remediation), each checked
-//! against the safety invariants (src/lab/chaos). Any number of seeds:
-//! `baremend lab --scenario chaos --seeds N [--first-seed S] [--jobs J]`.
+//! The chaos suite as CI runs it: a curated set of seeded runs of BMC faults, API faults,
+//! controller crashes, leader changes, hangs, false alarms and triggers removed mid-flow — each
+//! seed's health check asking by the annotation, MachineRemediation or NodeRemediation
+//! requests — and, in a share of the seeds, the fleet world (two workload clusters, a shard
+//! each, a shard's leader killed and a workload cluster's API gone mid-remediation), each
+//! checked against the safety invariants (src/lab/chaos), every invariant judging something.
+//! The wide runs are their own command (docs/engineering/chaos.md):
+//! `baremend lab --scenario chaos --seeds 1000 --jobs 3`; `--per-seed` prints what each seed
+//! judged, which is how the set below was picked.
 
 use std::time::Duration;
 
+/// The seeds CI runs. Picked (2026-11-29, `--per-seed` over seeds 0–99) to cover every
+/// invariant several times over, every invariant's rarest case in more than one seed (7: a
+/// remediation of a Node the MCO has in hand, in 19, 27, 32, 35, 40, 42, 48, 89, 95, 96; 12: a
+/// Node step due while its workload cluster's API is down, in 12, 18, 61, 66, 80, 90: both
+/// hang on timing, so one seed may miss its case in a given run), flapping BMCs lying both
+/// ways and the fleet's faults mid-remediation. Three runs of the set judged every invariant
+/// at least 4 times, in 32 s each.
+const CURATED: &str = "11,12,18,19,27,32,35,37,40,42,47,48,61,66,80,89,90,95,96";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_hundred_chaos_seeds_break_no_safety_invariant() {
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
-        .args([
-            "lab",
-            "--scenario",
-            "chaos",
-            "--seeds",
-            "200",
-            "--jobs",
-            "3",
-        ])
-        .env("RUST_LOG", "off")
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(900), run)
-        .await
-        .expect("200 seeds within 15 minutes")
-        .expect("baremend runs");
-    let out = String::from_utf8_lossy(&output.stdout);
-    let err = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{out}\n{err}");
-    assert!(out.contains("chaos: 200 seeds from 0"), "{out}");
-    assert!(
-        out.contains(": 0 with violations, 0 harness errors"),
-        "{out}"
-    );
+async fn the_curated_chaos_seeds_break_no_safety_invariant_and_judge_every_one() {
+    let out = seeds_pass(CURATED).await;
     // A flapping BMC's false Off released no Node, whether baremend read it or the BareMetal
     // Operator did (each would also be a violation of invariant 1).
     assert!(
@@ -185,31 +172,44 @@ async fn the_seeds_that_once_failed_pass_replay_after_replay() {
     // 914: a NodeHealthCheck's timeout before the proof, on a BMC that then refused the
     // credentials: the withdrawal of the power-off failed on every pass, and the remediation
     // stayed PoweringOff for ever; it now ends Failed, saying the host may be left off.
-    for seed in ["186", "1708", "86", "348", "470", "914"] {
-        for _ in 0..3 {
-            let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
-                .args([
-                    "lab",
-                    "--scenario",
-                    "chaos",
-                    "--first-seed",
-                    seed,
-                    "--seeds",
-                    "1",
-                ])
-                .env("RUST_LOG", "off")
-                .kill_on_drop(true)
-                .output();
-            let output = tokio::time::timeout(Duration::from_secs(120), run)
-                .await
-                .expect("a seed within 2 minutes")
-                .expect("baremend runs");
-            let out = String::from_utf8_lossy(&output.stdout);
-            assert!(output.status.success(), "seed {seed}: {out}");
-            assert!(
-                out.contains(": 0 with violations, 0 harness errors"),
-                "seed {seed}: {out}"
-            );
-        }
-    }
+    // Three times each, three at a time: a seed's three replays run beside other seeds, as
+    // in a wide run.
+    let seeds = ["186", "1708", "86", "348", "470", "914"];
+    let list: Vec<&str> = seeds.iter().flat_map(|seed| [*seed; 3]).collect();
+    seeds_pass(&list.join(",")).await;
+}
+
+/// Runs the listed seeds (comma-separated), three at a time, and returns the run's output
+/// once it has passed: every seed listed run, none broke an invariant, no harness error.
+async fn seeds_pass(list: &str) -> String {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
+        .args([
+            "lab",
+            "--scenario",
+            "chaos",
+            "--seed-list",
+            list,
+            "--jobs",
+            "3",
+        ])
+        .env("RUST_LOG", "off")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(300), run)
+        .await
+        .expect("the seeds within 5 minutes")
+        .expect("baremend runs");
+    let out = String::from_utf8_lossy(&output.stdout).into_owned();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{out}\n{err}");
+    let listed = list.split(',').count();
+    assert!(
+        out.contains(&format!("chaos: {listed} listed seeds")),
+        "{out}"
+    );
+    assert!(
+        out.contains(": 0 with violations, 0 harness errors"),
+        "{out}"
+    );
+    out
 }

@@ -122,6 +122,13 @@ pub struct LabArgs {
     /// chaos: the first seed.
     #[arg(long, default_value_t = 0)]
     pub first_seed: u64,
+    /// chaos: exactly these seeds (comma-separated), instead of --first-seed and --seeds.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["seeds", "first_seed"])]
+    pub seed_list: Vec<u64>,
+    /// chaos: print each seed's line as it ends (what it judged, how its remediations ended,
+    /// its faults): what a curated set of seeds is picked by.
+    #[arg(long)]
+    pub per_seed: bool,
     /// chaos: seeds run at once.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub jobs: u32,
@@ -170,7 +177,17 @@ pub async fn run(args: LabArgs) -> Result<()> {
     match args.scenario {
         Scenario::PowerDemo => power_demo::run(&args).await,
         Scenario::Scale => scale::run(&args).await,
-        Scenario::Chaos => chaos::run(args.first_seed, args.seeds, args.jobs as usize).await,
+        Scenario::Chaos => {
+            let seeds = if args.seed_list.is_empty() {
+                chaos::Seeds::Range {
+                    first: args.first_seed,
+                    count: args.seeds,
+                }
+            } else {
+                chaos::Seeds::List(args.seed_list.clone())
+            };
+            chaos::run(seeds, args.jobs as usize, args.per_seed).await
+        }
         Scenario::Drift => drift::run(args.timeout, serving).await,
         scenario => story::run(scenario, args.timeout, serving).await,
     }

@@ -48,7 +48,7 @@
 //! Machine's name, unique across clusters); invariant 4's counts are per workload cluster, as
 //! the gates count.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use baremend_sim::apiserver::{EventType, WatchEvent};
 use std::sync::Arc;
@@ -95,7 +95,7 @@ pub struct Checker {
     /// Per Machine, how many times its trigger has appeared.
     trigger_epoch: HashMap<String, u64>,
     /// Remediations already reported under invariant 10.
-    tenant_named: std::collections::HashSet<String>,
+    tenant_named: HashSet<String>,
     /// Per Machine, the trigger epoch its latest remediation started in, and that remediation.
     started_in: HashMap<String, (u64, String)>,
     /// Per Remediation deleted after it ended (retention, an operator), its last phase:
@@ -105,29 +105,33 @@ pub struct Checker {
     power_off_steps: HashMap<String, usize>,
     /// Per Node, as last committed: its planned-reboot mark, and how the MCO is busy on it.
     mco_nodes: HashMap<String, (Option<String>, Option<String>)>,
+    /// The Nodes that carried a planned-reboot mark or a re-apply under way at some time.
+    mco_touched: HashSet<String>,
+    /// The Remediations counted as cases of invariant 7 ([`Checker::mco_case`]).
+    mco_cases: HashSet<String>,
     /// Per Node, its newest DriftRemediation: attempt number and phase.
     latest_drift: HashMap<String, (u64, String)>,
     /// DriftRemediations that have recorded `ForceFileRemoved`.
-    force_file_removed: std::collections::HashSet<String>,
+    force_file_removed: HashSet<String>,
     /// The nodes' simulated disks (seeds that run the MCO).
     pub disks: HashMap<String, Arc<NodeDisk>>,
     /// Per Remediation, the UID of the request it recorded as its trigger.
     recorded_uid: HashMap<String, String>,
     /// Remediations whose latest power cycle is proven off (a `Fenced` step after it).
-    proven: std::collections::HashSet<String>,
+    proven: HashSet<String>,
     /// Per Remediation, how many power-off requests ([`POWER_OFF_REQUESTS`]) it recorded.
     power_off_requests: HashMap<String, usize>,
     /// NodeRemediations (by UID) seen timed out, and those whose remediation reported that
     /// it saw the timeout before the proof.
-    timed_out: std::collections::HashSet<String>,
-    saw_timeout: std::collections::HashSet<String>,
+    timed_out: HashSet<String>,
+    saw_timeout: HashSet<String>,
     /// Remediations whose request timed out: their Machine.
     stopped_by_timeout: HashMap<String, String>,
     /// Remediations that saw their request timed out: their power-off requests at that
     /// moment.
     saw_timeout_at: HashMap<String, usize>,
     /// Remediations whose request timed out and that are proven off: they must complete.
-    completing_after_timeout: std::collections::HashSet<String>,
+    completing_after_timeout: HashSet<String>,
     /// When the NodeHealthCheck's timeouts came.
     pub timeouts: TimeoutTally,
     /// How many cases each invariant judged.
@@ -139,7 +143,10 @@ pub struct Checker {
     /// The fleet world's clusters and shards (None: one cluster, one controller).
     pub fleet: Option<Fleet>,
     /// Workload clusters whose API is down now (invariant 12).
-    outages: std::collections::HashSet<String>,
+    outages: HashSet<String>,
+    /// Per workload cluster in an outage, the Remediations whose Node step came due (phase
+    /// `Fenced`) during it: each is one judgment of invariant 12 when the outage ends.
+    due_in_outage: HashMap<String, HashSet<String>>,
     /// Per host, its Node in its workload cluster as last committed: UID, and tainted
     /// out-of-service (invariant 12).
     workload_nodes: HashMap<String, (String, bool)>,
@@ -361,18 +368,39 @@ impl Checker {
 
     /// Workload cluster `cluster`'s API went away (`down`), or came back: invariant 12 judges
     /// the steps recorded meanwhile. Returns how many remediations of the cluster were under
-    /// way when it went (each a case judged).
+    /// way when it went (the fleet's summary counts them: exposure, not judgments).
     pub fn workload_api_down(&mut self, cluster: &str, down: bool) -> usize {
         if !down {
             self.outages.remove(cluster);
+            self.judge_outage(cluster);
             return 0;
         }
         self.outages.insert(cluster.to_owned());
-        let under_way = self.under_way_in(cluster);
-        for _ in 0..under_way {
+        let due: Vec<String> = self
+            .phases
+            .iter()
+            .filter(|(_, (machine, phase))| {
+                *phase == RemediationPhase::Fenced
+                    && self.cluster_of(machine).as_deref() == Some(cluster)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        self.due_in_outage
+            .entry(cluster.to_owned())
+            .or_default()
+            .extend(due);
+        // Being under way during an outage is exposure, not a judgment: invariant 12 judges
+        // each Node step recorded meanwhile (`check_outage_steps`).
+        self.under_way_in(cluster)
+    }
+
+    /// Invariant 12's judgments of an outage that ended (or of one still on at the end of
+    /// the run): each Remediation whose Node step came due during it was watched through it,
+    /// every step it recorded meanwhile checked against the cluster's store.
+    fn judge_outage(&mut self, cluster: &str) {
+        for _ in self.due_in_outage.remove(cluster).unwrap_or_default() {
             self.judged.add(12);
         }
-        under_way
     }
 
     /// How many remediations of workload cluster `cluster`'s Machines are under way.
@@ -472,12 +500,29 @@ impl Checker {
         }
     }
 
+    /// One case of invariant 7: the Remediation `key` was open while the MCO had its Node in
+    /// hand (a planned-reboot mark, a re-apply under way), or requested power-off of a Node
+    /// the MCO had had in hand; counted once per Remediation.
+    fn mco_case(&mut self, key: &str) {
+        if self.mco_cases.insert(key.to_owned()) {
+            self.judged.add(7);
+        }
+    }
+
     /// Invariant 7, when the Remediation `key` of `machine` requests power-off.
     fn check_no_planned_reboot(&mut self, machine: &str, key: &str) {
+        if !self.mco_nodes.contains_key(machine) {
+            return;
+        }
+        // A judgment only where the MCO had this Node in hand at some time of the run (a
+        // planned-reboot mark, a re-apply under way): on a Node it never touched the rule
+        // could not have been broken, and counting it would be exposure.
+        if self.mco_touched.contains(machine) {
+            self.mco_case(key);
+        }
         let Some((mark, busy)) = self.mco_nodes.get(machine) else {
             return;
         };
-        self.judged.add(7);
         let handed_over = self
             .latest_drift
             .get(machine)
@@ -662,8 +707,22 @@ impl Checker {
                     .and_then(|a| a.get(PLANNED_REBOOT))
                     .and_then(Value::as_str)
                     .map(str::to_owned);
-                self.mco_nodes
-                    .insert(name.to_string(), (mark, mco_busy(&event.object)));
+                let busy = mco_busy(&event.object);
+                if mark.is_some() || busy.is_some() {
+                    self.mco_touched.insert(name.to_string());
+                    // Every remediation of this Node not yet ended is a case: from now on
+                    // a power-off it requests is judged against the MCO's state.
+                    let open: Vec<String> = self
+                        .phases
+                        .iter()
+                        .filter(|(_, (machine, phase))| machine == name && !phase.is_terminal())
+                        .map(|(key, _)| key.clone())
+                        .collect();
+                    for key in open {
+                        self.mco_case(&key);
+                    }
+                }
+                self.mco_nodes.insert(name.to_string(), (mark, busy));
             }
         }
     }
@@ -695,6 +754,13 @@ impl Checker {
             return;
         }
         self.phases.insert(key.clone(), (machine.clone(), phase));
+        let mco_has_it = self
+            .mco_nodes
+            .get(&machine)
+            .is_some_and(|(mark, busy)| mark.is_some() || busy.is_some());
+        if mco_has_it && !phase.is_terminal() {
+            self.mco_case(&key);
+        }
         self.check_not_tenants(&key, &event.key.namespace, &remediation);
         let started = under_way(phase) && !before.is_some_and(under_way);
         if started {
@@ -825,6 +891,10 @@ impl Checker {
 
     /// The checks on the final state, after the cluster settled.
     pub fn finish(&mut self, remediations: &[Remediation], hosts: &HashMap<String, Arc<SimHost>>) {
+        let still_out: Vec<String> = self.due_in_outage.keys().cloned().collect();
+        for cluster in still_out {
+            self.judge_outage(&cluster);
+        }
         for remediation in remediations {
             let name = remediation.metadata.name.clone().unwrap_or_default();
             let status = remediation.status.clone().unwrap_or_default();
@@ -867,7 +937,11 @@ impl Checker {
         let mut disks: Vec<(&String, &Arc<NodeDisk>)> = self.disks.iter().collect();
         disks.sort_by_key(|(node, _)| *node);
         for (node, disk) in disks {
-            self.judged.add(8);
+            // Judged where a drift remediation ran: only there could the forcefile have been
+            // written and left; a disk no attempt touched is exposure.
+            if self.latest_drift.contains_key(node.as_str()) {
+                self.judged.add(8);
+            }
             if disk.get(FORCE_FILE).is_some() {
                 self.violations.push(format!(
                     "invariant 8: {FORCE_FILE} left on {node} at the end"
@@ -1062,6 +1136,12 @@ impl Checker {
         };
         if !self.outages.contains(&cluster) {
             return;
+        }
+        if remediation.status.as_ref().map(|s| s.phase) == Some(RemediationPhase::Fenced) {
+            self.due_in_outage
+                .entry(cluster.clone())
+                .or_default()
+                .insert(key.to_owned());
         }
         let recorded_uid = remediation.status.as_ref().and_then(|s| s.node_uid.clone());
         let node = self.workload_nodes.get(machine).cloned();

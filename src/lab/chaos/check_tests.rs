@@ -50,6 +50,17 @@ fn remediation(name: &str, machine: &str, phase: &str, steps: &[&str]) -> Value 
         "status": {"phase": phase, "steps": steps}})
 }
 
+/// Shows `checker` worker-0's Remediation `name` powering off (its first step recorded).
+fn see_powering_off(checker: &mut Checker, name: &str) {
+    see_remediation(
+        checker,
+        name,
+        "worker-0",
+        "PoweringOff",
+        &["PowerOffRequested"],
+    );
+}
+
 /// Shows `checker` a Remediation of `machine` modified to `phase`.
 fn see_remediation(checker: &mut Checker, name: &str, machine: &str, phase: &str, steps: &[&str]) {
     let object = remediation(name, machine, phase, steps);
@@ -93,13 +104,7 @@ fn a_node_released_while_its_host_is_on_is_a_violation_and_off_is_not() {
 #[test]
 fn the_cases_judged_are_counted_and_an_unreadable_object_is_told_not_skipped() {
     let mut checker = Checker::new(2);
-    see_remediation(
-        &mut checker,
-        "worker-0-1",
-        "worker-0",
-        "PoweringOff",
-        &["PowerOffRequested"],
-    );
+    see_powering_off(&mut checker, "worker-0-1");
     see_remediation(&mut checker, "worker-0-1", "worker-0", "Succeeded", &[]);
     see_remediation(&mut checker, "worker-0-2", "worker-0", "PoweringOff", &[]);
     // Two starts (4), the second one of a Machine that had one before (6).
@@ -583,13 +588,7 @@ fn a_power_off_request_on_a_marked_node_or_during_an_mco_re_apply_is_a_violation
         |desired: &str, applied: &str| json!({DESIRED_DRAIN: desired, LAST_APPLIED_DRAIN: applied});
     let power_off = |checker: &mut Checker, name: &str| {
         see_trigger(checker);
-        see_remediation(
-            checker,
-            name,
-            "worker-0",
-            "PoweringOff",
-            &["PowerOffRequested"],
-        );
+        see_powering_off(checker, name);
     };
     // Marked: whatever the MCO shows.
     let mut checker = Checker::new(2);
@@ -661,6 +660,40 @@ fn force_file_removed_with_the_forcefile_there_or_one_left_at_the_end_is_a_viola
     see_drift(&mut checker, "worker-0-2", "Failed", &["ForceFileRemoved"]);
     checker.finish(&[], &hosts(Power::On));
     assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+}
+
+#[test]
+fn invariants_7_and_8_count_judgments_not_exposure() {
+    // A Node's disk, then what `before` shows the checker, then worker-0's remediation
+    // powering off, and the run's end: the counts of invariants 7 and 8, and the violations.
+    let judged = |before: &dyn Fn(&mut Checker)| {
+        let mut checker = Checker::new(1);
+        checker
+            .disks
+            .insert("worker-0".into(), Arc::new(NodeDisk::default()));
+        before(&mut checker);
+        see_trigger(&mut checker);
+        see_powering_off(&mut checker, "worker-0-1");
+        checker.finish(&[], &hosts(Power::On));
+        (
+            checker.judged.of(7),
+            checker.judged.of(8),
+            checker.violations,
+        )
+    };
+    // A power-off of a Node the MCO never had in hand, and a disk no drift attempt touched:
+    // nothing judged, though both were seen.
+    let never = judged(&|checker| see_node(checker, json!({})));
+    assert_eq!(never, (0, 0, Vec::new()));
+    // The MCO once had the Node in hand (a re-apply, over by the power-off), and a drift
+    // attempt ran on it: each judged once, and both pass.
+    let once = judged(&|checker| {
+        let drain = |desired: &str| json!({DESIRED_DRAIN: desired, LAST_APPLIED_DRAIN: "uncordon-rendered-a"});
+        see_node(checker, drain("drain-rendered-a"));
+        see_node(checker, drain("uncordon-rendered-a"));
+        see_drift(checker, "worker-0-1", "Succeeded", &[]);
+    });
+    assert_eq!(once, (1, 1, Vec::new()));
 }
 
 /// A checker of the fleet world of `wc-0` and `wc-1`, each with a `worker-0` and
@@ -854,7 +887,8 @@ fn a_node_taken_for_gone_while_its_workload_api_is_down_is_a_violation() {
     // wc-0 goes away with its remediation under way; wc-1's outage judges nothing of wc-0.
     assert_eq!(checker.workload_api_down("wc-0", true), 1);
     assert_eq!(checker.workload_api_down("wc-1", true), 0);
-    assert_eq!(checker.judged.of(12), 1);
+    // Being under way is exposure: nothing judged yet.
+    assert_eq!(checker.judged.of(12), 0);
     // It records its Node gone while the Node of that UID is still in wc-0's store.
     let absent = fleet_remediation(
         "wc-0-worker-1-1",
@@ -869,7 +903,7 @@ fn a_node_taken_for_gone_while_its_workload_api_is_down_is_a_violation() {
         "{:?}",
         checker.violations
     );
-    assert_eq!(checker.judged.of(12), 2);
+    assert_eq!(checker.judged.of(12), 1);
 
     // The same step when its Node was gone before the outage: true, no violation; and the
     // step after the outage is not judged by invariant 12.
@@ -884,8 +918,11 @@ fn a_node_taken_for_gone_while_its_workload_api_is_down_is_a_violation() {
     checker.workload_api_down("wc-0", true);
     checker.observe(&absent, &hosts);
     assert!(checker.violations.is_empty(), "{:?}", checker.violations);
-    assert_eq!(checker.judged.of(12), 2);
+    assert_eq!(checker.judged.of(12), 1);
+    // The outage's end judges the remediation whose Node step came due during it (it was
+    // Fenced as the API went), watched through the outage.
     checker.workload_api_down("wc-0", false);
+    assert_eq!(checker.judged.of(12), 2);
     let deleted = fleet_remediation(
         "wc-0-worker-1-1",
         "wc-0-worker-1",

@@ -19,7 +19,9 @@
 //! shard's leader killed mid-remediation, a workload cluster's API gone mid-remediation.
 //!
 //! `baremend lab --scenario chaos --seeds N [--first-seed S] [--jobs J]` runs seeds S..S+N
-//! and prints a summary; a failing seed prints the command that replays it alone.
+//! (`--seed-list` exactly the seeds listed: CI's curated set, `tests/chaos.rs`) and prints a
+//! summary; a failing seed prints the command that replays it alone; `--per-seed` prints what
+//! each seed judged.
 
 pub mod check;
 mod drift;
@@ -125,6 +127,35 @@ pub struct SeedOutcome {
     pub fleet: Option<fleet::FleetTally>,
     /// How long it took.
     pub took: Duration,
+}
+
+impl SeedOutcome {
+    /// One seed's line: `seed 7: 3.5 s; judged 1: 1, 2: 1, …; ended Failed 1, Succeeded 2;
+    /// lied 0/1; fleet killed 1 (1 mid), outages 0 (0 mid)` (no fleet part for a single
+    /// cluster).
+    pub fn line(&self) -> String {
+        let mut ended: Vec<String> = self
+            .phases
+            .iter()
+            .map(|(phase, count)| format!("{phase} {count}"))
+            .collect();
+        ended.sort();
+        let fleet = self.fleet.as_ref().map_or(String::new(), |f| {
+            format!(
+                "; fleet killed {} ({} mid), outages {} ({} mid)",
+                f.leaders_killed, f.killed_mid_remediation, f.outages, f.outages_mid_remediation
+            )
+        });
+        format!(
+            "seed {}: {:.1} s; judged {}; ended {}; lied {}/{}{fleet}",
+            self.seed,
+            self.took.as_secs_f64(),
+            self.judged,
+            ended.join(", "),
+            self.lied_at_power_off.0,
+            self.lied_at_power_off.1,
+        )
+    }
 }
 
 /// Undoes a fault at its time (a fault that lasts `for_ms`).
@@ -744,11 +775,45 @@ impl TriggerTally {
     }
 }
 
-/// Runs `seeds` seeds from `first`, `jobs` at a time; prints failures as they come and a
-/// summary. An error when any seed broke an invariant.
-pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
+/// Which seeds a chaos run runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seeds {
+    /// `count` seeds from `first`.
+    Range {
+        /// The first seed.
+        first: u64,
+        /// How many.
+        count: u64,
+    },
+    /// Exactly these (a curated set: see `tests/chaos.rs`).
+    List(Vec<u64>),
+}
+
+impl Seeds {
+    /// The seeds, in order.
+    pub fn all(&self) -> Vec<u64> {
+        match self {
+            Seeds::Range { first, count } => (*first..first.saturating_add(*count)).collect(),
+            Seeds::List(list) => list.clone(),
+        }
+    }
+
+    /// How the summary names them: `200 seeds from 0`, or `12 listed seeds`.
+    fn describe(&self) -> String {
+        match self {
+            Seeds::Range { first, count } => format!("{count} seeds from {first}"),
+            Seeds::List(list) => format!("{} listed seeds", list.len()),
+        }
+    }
+}
+
+/// Runs the seeds, `jobs` at a time; prints failures as they come and a summary. An error
+/// when any seed broke an invariant.
+/// With `per_seed`, each seed's own line ([`SeedOutcome::line`]) is printed as it ends: what
+/// one picks a curated set by.
+pub async fn run(which: Seeds, jobs: usize, per_seed: bool) -> Result<()> {
     let started = Instant::now();
-    let outcomes: Vec<Result<SeedOutcome>> = futures_util::stream::iter(first..first + seeds)
+    let outcomes: Vec<Result<SeedOutcome>> = futures_util::stream::iter(which.all())
         .map(|seed| async move {
             let outcome = run_seed(seed).await;
             match &outcome {
@@ -762,6 +827,7 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
                     );
                 }
                 Err(error) => println!("seed {seed}: harness error: {error}"),
+                Ok(o) if per_seed => println!("{}", o.line()),
                 Ok(_) => {}
             }
             outcome
@@ -818,7 +884,8 @@ pub async fn run(first: u64, seeds: u64, jobs: usize) -> Result<()> {
     let mut phase_list: Vec<(String, usize)> = phases.into_iter().collect();
     phase_list.sort();
     println!(
-        "chaos: {seeds} seeds from {first} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; flapping BMCs told a false Off at power-off on {} host(s) fenced over their BMC and {} through their BareMetal Operator; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; cases judged per invariant: {judged} (none for {:?}); {}{}; fleet worlds {fleet_worlds}: shard leaders killed {} ({} mid-remediation), workload API outages {} ({} mid-remediation)",
+        "chaos: {} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; flapping BMCs told a false Off at power-off on {} host(s) fenced over their BMC and {} through their BareMetal Operator; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; cases judged per invariant: {judged} (none for {:?}); {}{}; fleet worlds {fleet_worlds}: shard leaders killed {} ({} mid-remediation), workload API outages {} ({} mid-remediation)",
+        which.describe(),
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64(),
         failed.len(),

@@ -286,7 +286,7 @@ impl Plan {
 }
 
 /// The share of seeds, in percent, that run the MCO with a config-drift scenario: each takes
-/// a few seconds longer, and the CI run of 200 seeds must stay within its time.
+/// a few seconds longer, and a wide run (1,000 seeds) must stay within an hour or so.
 const DRIFT_PERCENT: u64 = 25;
 
 /// Share of seeds (percent) whose plan adds a BMC that flaps while its host is fenced.
@@ -306,7 +306,7 @@ pub const FLEET_CLUSTERS: usize = 2;
 pub const FLEET_WORKERS: usize = 3;
 
 /// Share of seeds (percent) that run the fleet world: it starts three API servers and two
-/// controllers, and the CI run of 200 seeds must stay within its time.
+/// controllers, and a wide run (1,000 seeds) must stay within an hour or so.
 const FLEET_PERCENT: u64 = 25;
 
 /// Share of fleet seeds (percent) whose first hung worker hangs again once remediated.
