@@ -14,8 +14,21 @@ repo_root=$PWD
 # Prometheus (promtool and the server) that checks the alerts and the dashboard.
 APT_PACKAGES=(openipmi ipmitool freeipmi-tools prometheus)
 
-venv=$repo_root/target/venv
 requirements=scripts/requirements-interop.txt
+
+# What the test command installs that is not the project's build (the venv, the vendor
+# payloads, cargo-nextest, the control plane) is cached outside target/, each keyed by what
+# decides it, so that a fresh clone or a `cargo clean` does not pay for it again.
+cache=${BAREMEND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/baremend}
+mkdir -p "$cache"
+python_version=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
+venv_key=$( (cat "$requirements"; echo "$python_version") | sha256sum | cut -c1-16)
+venv=$cache/venv-$venv_key
+
+# cargo-nextest runs the tests (.config/nextest.toml): every test a process of its own, under
+# a timeout that ends it and whatever it started, the heavy labs one at a time, timings in a
+# JUnit report. Installed from crates.io at this version, once per machine.
+NEXTEST_VERSION=0.9.151
 
 step_no=0
 step() {
@@ -74,6 +87,8 @@ step "python venv for interop tests ($venv)"
 # The venv is rebuilt from scratch whenever the requirements change, so a
 # developer's venv never carries packages that a fresh CI machine lacks. The
 # stamp is written only after a successful install.
+# The folder is keyed by the requirements and the Python version; the stamp is written
+# only after a successful install, so a half-built venv is built again.
 stamp=$venv/.requirements.sha256
 want=$(sha256sum "$requirements" | cut -d' ' -f1)
 have=$(cat "$stamp" 2>/dev/null || true)
@@ -91,10 +106,12 @@ fi
 export BAREMEND_VENV=$venv
 
 # ---------------------------------------------------------------------------
-step "vendor Redfish payloads (target/vendor-payloads)"
+step "vendor Redfish payloads"
 # Real iDRAC, iLO 5, XCC and BlueField JSON published in public packages (docs/engineering/fidelity.md),
-# fetched with pip and cargo, never committed; stamped like the venv.
-export BAREMEND_VENDOR_PAYLOADS=$repo_root/target/vendor-payloads
+# fetched with pip and cargo, never committed; kept in the cache, keyed by the script that
+# pins them.
+export BAREMEND_VENDOR_PAYLOADS=$cache/vendor-payloads-$(sha256sum scripts/fetch-vendor-payloads.sh | cut -c1-16)
+echo "$BAREMEND_VENDOR_PAYLOADS"
 bash scripts/fetch-vendor-payloads.sh || die "fetching the vendor payloads failed (see above)"
 
 # ---------------------------------------------------------------------------
@@ -108,6 +125,22 @@ BAREMEND_KUBE_BIN=$(tail -n 1 "$kube_log")
 [[ -x $BAREMEND_KUBE_BIN/kube-apiserver ]] || die "scripts/kubernetes.sh did not name its folder last"
 export BAREMEND_KUBE_BIN
 export PATH=$BAREMEND_KUBE_BIN:$PATH
+
+# ---------------------------------------------------------------------------
+step "cargo-nextest $NEXTEST_VERSION"
+nextest_root=$cache/cargo-nextest-$NEXTEST_VERSION
+if [[ ! -x $nextest_root/bin/cargo-nextest ]]; then
+    echo "installing cargo-nextest $NEXTEST_VERSION from crates.io into $nextest_root (once per machine)"
+    rm -rf "$nextest_root.partial"
+    cargo install cargo-nextest --version "=$NEXTEST_VERSION" --locked --root "$nextest_root.partial" \
+        || die "cargo install cargo-nextest failed (is crates.io reachable?)"
+    rm -rf "$nextest_root"
+    mv "$nextest_root.partial" "$nextest_root"
+else
+    echo "cached ($nextest_root)"
+fi
+nextest=$nextest_root/bin/cargo-nextest
+"$nextest" nextest --version
 
 # ---------------------------------------------------------------------------
 step "cargo fmt --check"
@@ -166,21 +199,18 @@ cargo clippy --version >/dev/null 2>&1 || die "clippy missing: rustup component 
 cargo clippy --workspace --all-targets -- -D warnings || die "clippy found problems"
 
 # ---------------------------------------------------------------------------
-step "cargo test (BAREMEND_VENV=$BAREMEND_VENV)"
-# cargo test ends with the (empty) doc-test summaries, which reads like "no test
-# ran"; the totals over every test binary are printed last, as one plain line.
-log=$repo_root/target/test-output.log
-rc=0
-# Every binary runs even after one fails: a red run names all its failures at once.
-cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || rc=$?
-totals=$(awk '/^test result:/ {
-        for (i = 1; i <= NF; i++) {
-            if ($(i + 1) ~ /^passed/) passed += $i
-            if ($(i + 1) ~ /^failed/) failed += $i
-        }
-    } END { printf "%d %d", passed, failed }' "$log")
-read -r passed failed <<<"$totals"
-((rc == 0)) || die "tests failed ($failed failed; log in $log)"
-((passed > 0)) || die "no test ran"
-echo
-echo "all tests: $passed passed, $failed failed"
+step "the tests (cargo nextest, profile ci; BAREMEND_VENV=$BAREMEND_VENV)"
+# Every binary runs even after one fails: a red run names all its failures at once. The
+# JUnit report (each test's time) is target/nextest/ci/junit.xml; the heaviest binaries and
+# tests are printed after the run.
+junit=$repo_root/target/nextest/ci/junit.xml
+rm -f "$junit"
+"$nextest" nextest run --workspace --profile ci \
+    --no-fail-fast || rc=$?
+rc=${rc:-0}
+if [[ -f $junit ]]; then
+    python3 scripts/junit-times.py "$junit" || true
+fi
+((rc == 0)) || die "tests failed (the report above names them; timings in $junit)"
+# The doc tests, which nextest does not run.
+cargo test -p baremend --doc --quiet || die "the doc tests failed"
