@@ -182,6 +182,17 @@ impl Layout {
     /// `samples` workers spread evenly over the fleet (in cluster order, so over the clusters
     /// and the shards too).
     pub(super) fn targets(&self, lab: &LabCluster, samples: usize) -> Vec<Target> {
+        self.targets_from(lab, samples, 0)
+    }
+
+    /// The same spread of workers, each `shift` workers further on: hosts no other set of
+    /// the same spread touched (the floors' samples, beside ours).
+    pub(super) fn targets_from(
+        &self,
+        lab: &LabCluster,
+        samples: usize,
+        shift: usize,
+    ) -> Vec<Target> {
         let workers: Vec<_> = lab
             .cluster
             .hosts()
@@ -191,6 +202,7 @@ impl Layout {
         let stride = (workers.len() / samples.max(1)).max(1);
         workers
             .into_iter()
+            .skip(shift)
             .step_by(stride)
             .take(samples)
             .map(|h| {

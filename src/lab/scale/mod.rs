@@ -12,6 +12,11 @@
 //! - BMC requests per remediation (the simulator counts every request it answers);
 //! - the controllers' API requests during it (every simulated API server records them).
 //!
+//! After ours, two floors are measured on hosts of their own in the same world ([`floor`]):
+//! the fastest controller that could exist (a watch and the power-off) and the fastest safe
+//! one (plus the fresh reads and the writes our safety rules demand); the table states our
+//! fence latency as a ratio to the safe floor's, the goal that holds on any machine.
+//!
 //! Two worlds ([`layout`]): one OpenShift cluster (`--machines`, one controller, the trigger
 //! annotation), or with `--workload-clusters` a Cluster API management cluster whose
 //! Machines are spread over workload clusters (each with its own API server and Nodes) and
@@ -19,6 +24,7 @@
 //! fleet run first measures the one cluster of `--compare-machines` the same way, and prints
 //! both side by side.
 
+mod floor;
 mod layout;
 mod process;
 mod requests;
@@ -30,6 +36,7 @@ use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::cluster::local::BMHS;
 use serde_json::json;
 
+use self::floor::{Floor, FloorRun, fence_latency};
 use self::layout::Layout;
 use self::process::{ControllerProcess, Memory};
 use self::requests::ApiCounts;
@@ -61,6 +68,14 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// `a ÷ b` as `1.23×`; `—` when `b` is zero.
+fn ratio(a: Duration, b: Duration) -> String {
+    if b.is_zero() {
+        return "—".into();
+    }
+    format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64())
+}
+
 fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
@@ -85,6 +100,25 @@ struct Figures {
     controllers_ready: Duration,
     /// Controllers ready → every one idle (its first pass over its Machines done).
     controllers_settled: Duration,
+    /// The floors' fence latencies, measured in the same world after ours (sorted).
+    floors: Vec<(Floor, Vec<Duration>)>,
+}
+
+impl Figures {
+    /// Our fence latencies, sorted.
+    fn fence_latencies(&self) -> Vec<Duration> {
+        let mut values: Vec<Duration> = self.samples.iter().map(|s| s.fence_latency).collect();
+        values.sort();
+        values
+    }
+
+    /// A floor's fence latencies (sorted; empty when it was not measured).
+    fn floor(&self, which: Floor) -> &[Duration] {
+        self.floors
+            .iter()
+            .find(|(floor, _)| *floor == which)
+            .map_or(&[], |(_, values)| values.as_slice())
+    }
 }
 
 /// Runs the benchmark: one cluster, or the compared cluster and then the fleet.
@@ -225,6 +259,13 @@ async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
     }
     let memory = controllers.iter().map(ControllerProcess::memory).collect();
     drop(controllers);
+    let mut floors = Vec::new();
+    for (shift, floor) in [(1, Floor::Bare), (2, Floor::Safe)] {
+        floors.push((
+            floor,
+            measure_floor(&lab, &layout, args, floor, shift).await?,
+        ));
+    }
     if process::controller_log_level().is_some() {
         println!("  the controllers' logs are kept in {}", dir.display());
     } else {
@@ -240,7 +281,35 @@ async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
         prepared,
         controllers_ready,
         controllers_settled,
+        floors,
     })
+}
+
+/// A floor's fence latencies on `--samples` hosts of their own (sorted), our controllers
+/// stopped.
+async fn measure_floor(
+    lab: &LabCluster,
+    layout: &Layout,
+    args: &LabArgs,
+    floor: Floor,
+    shift: usize,
+) -> Result<Vec<Duration>> {
+    let targets = layout.targets_from(lab, args.samples as usize, shift);
+    let running = FloorRun::start(lab, floor, &targets).await?;
+    let mut values = Vec::new();
+    for target in &targets {
+        values.push(fence_latency(lab, target, args.timeout).await?);
+    }
+    drop(running);
+    values.sort();
+    println!(
+        "  {}: fence latency p50 {}, p99 {} over {} hosts",
+        floor.label(),
+        ms(percentile(&values, 50)),
+        ms(percentile(&values, 99)),
+        values.len()
+    );
+    Ok(values)
 }
 
 /// Checks that every BareMetalHost is detached (registered so: fenced directly, and nobody
@@ -299,9 +368,46 @@ fn print_table(columns: &[Figures]) {
             ms(percentile(&values, 99))
         )
     };
-    row("fence latency p50 / p99", "p99 ≤ 50 ms", &|f| {
-        p50_p99(f, |s| s.fence_latency)
-    });
+    row(
+        "fence latency p50 / p99",
+        "p99 ≤ 1.5 × the safe floor's",
+        &|f| p50_p99(f, |s| s.fence_latency),
+    );
+    for floor in [Floor::Bare, Floor::Safe] {
+        row(
+            &format!("the {}'s fence latency p50 / p99", floor.label()),
+            "",
+            &|f| {
+                let values = f.floor(floor);
+                format!(
+                    "{} / {}",
+                    ms(percentile(values, 50)),
+                    ms(percentile(values, 99))
+                )
+            },
+        );
+    }
+    row(
+        "fence latency × the safe floor, p50 / p99",
+        "p99 ≤ 1.5",
+        &|f| {
+            let ours = f.fence_latencies();
+            let safe = f.floor(Floor::Safe);
+            format!(
+                "{} / {}",
+                ratio(percentile(&ours, 50), percentile(safe, 50)),
+                ratio(percentile(&ours, 99), percentile(safe, 99))
+            )
+        },
+    );
+    if columns.len() == 2 && columns[1].layout.is_fleet() {
+        let one = percentile(&columns[0].fence_latencies(), 99);
+        let fleet = percentile(&columns[1].fence_latencies(), 99);
+        println!(
+            "| fence latency p99, the fleet ÷ one cluster | — | {} | ≤ 1.2 |",
+            ratio(fleet, one)
+        );
+    }
     row(
         "overhead over the physical floor p50 / p99",
         "p99 ≤ 1 s",

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::cluster::local::{CAPI_MACHINES, Gvr, Local, MACHINE_REMEDIATIONS, NODES};
-use baremend_sim::host::{Power, PowerAction};
+use baremend_sim::host::{Power, PowerAction, SimHost};
 use serde_json::{Value, json};
 
 use super::invalid;
@@ -61,7 +61,8 @@ pub(super) struct Sample {
     pub trace: Vec<Traced>,
 }
 
-fn set_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
+/// Stores `target`'s trigger as its health check would.
+pub(super) fn set_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
     match target.trigger {
         Trigger::Annotation => lab.set_trigger(&target.machine, true),
         Trigger::Request => {
@@ -91,6 +92,30 @@ fn set_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
     }
 }
 
+/// Withdraws `target`'s trigger as its health check would once it is answered.
+pub(super) fn clear_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
+    match target.trigger {
+        Trigger::Annotation => lab.set_trigger(&target.machine, false),
+        Trigger::Request => {
+            let _ = lab.api.delete(
+                MACHINE_REMEDIATIONS,
+                MACHINE_NAMESPACE,
+                &target.machine,
+                None,
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The simulated host of `worker`.
+pub(super) fn host_of(lab: &LabCluster, worker: &str) -> Result<std::sync::Arc<SimHost>> {
+    lab.cluster
+        .host(worker)
+        .map(|info| info.host.clone())
+        .ok_or_else(|| invalid(worker, "no such host"))
+}
+
 /// Remediates `target` once and measures it.
 pub(super) async fn remediate(
     lab: &LabCluster,
@@ -98,12 +123,7 @@ pub(super) async fn remediate(
     timeout: Duration,
 ) -> Result<Sample> {
     let worker = target.machine.as_str();
-    let host = lab
-        .cluster
-        .host(worker)
-        .ok_or_else(|| invalid(worker, "no such host"))?
-        .host
-        .clone();
+    let host = host_of(lab, worker)?;
     let redfish = lab.cluster.redfish().service().clone();
     let requests_before = redfish.stats().requests;
     let api_before = ApiCounts::now(lab);
@@ -172,9 +192,7 @@ pub(super) async fn remediate(
     if target.trigger == Trigger::Request {
         // Cluster API's health check deletes the request once the Machine is healthy again
         // (here paused, so the benchmark does it): the controller's answer to that counts.
-        let _ = lab
-            .api
-            .delete(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, worker, None);
+        clear_trigger(lab, target)?;
     }
     // The session is closed right after the end; let its DELETE arrive.
     tokio::time::sleep(Duration::from_millis(300)).await;

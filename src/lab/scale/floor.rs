@@ -1,0 +1,368 @@
+//! The floors of the remediation benchmark: the fastest controllers that could exist on the
+//! same simulated world, measured in the same run as ours so that our figures read as ratios
+//! to them on any machine.
+//!
+//! - [`Floor::Bare`]: a watch on the trigger and, on seeing it, the BMC's power-off at once —
+//!   no read, no write — over a connection opened beforehand, with Basic credentials read
+//!   beforehand.
+//! - [`Floor::Safe`]: the same plus what our safety rules demand before a power-off: the
+//!   fresh reads of a start (the Machine, its host, the Remediations that may already hold the
+//!   host; at once, as ours makes them), and the record persisted before acting (a Remediation
+//!   created, its `PowerOffRequested` step written to its status); then the power-off.
+//!
+//! Expected flow: [`FloorRun::start`] opens the watch and the BMC connection; each sample is
+//! [`fence_latency`]: hang the host, store the trigger, wait for the power-off at the BMC.
+//! Guarantees: a floor's latency is measured as ours is (trigger stored → the power-off
+//! request at the BMC, both in the simulator's records), on hosts ours did not touch, with
+//! our controllers stopped.
+//! Caveats: the floors run in this process, beside the simulated world, where ours run as
+//! processes of their own; on two cores that favours neither much (both wait for the same
+//! cores). They only power off: their hosts stay off.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use baremend_sim::cluster::MACHINE_NAMESPACE;
+use base64::Engine;
+use futures_util::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+
+use super::invalid;
+use super::sample::{Target, Trigger, clear_trigger, host_of, set_trigger};
+use crate::Result;
+use crate::lab::setup::LabCluster;
+use crate::runtime::clock::rfc3339;
+
+fn gvk(group: &str, version: &str, kind: &str) -> kube::api::GroupVersionKind {
+    kube::api::GroupVersionKind::gvk(group, version, kind)
+}
+
+/// Which floor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Floor {
+    /// The watch and the power-off, nothing else.
+    Bare,
+    /// The fresh reads and the writes our safety rules demand, then the power-off.
+    Safe,
+}
+
+impl Floor {
+    /// Its name in the table.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Floor::Bare => "bare floor",
+            Floor::Safe => "safe floor",
+        }
+    }
+}
+
+/// Where a host's power-off goes: its BMC's `host:port` and its Reset action's path.
+#[derive(Debug, Clone)]
+struct ResetTarget {
+    authority: String,
+    path: String,
+}
+
+/// A floor running: its watch task, aborted when dropped.
+pub(super) struct FloorRun {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FloorRun {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FloorRun {
+    /// Starts `floor` for `targets`: their BMCs resolved and connected, the watch of their
+    /// trigger opened (and its first list done) before it returns.
+    pub(super) async fn start(lab: &LabCluster, floor: Floor, targets: &[Target]) -> Result<Self> {
+        let mut resets = HashMap::new();
+        for target in targets {
+            let info = lab
+                .cluster
+                .host(&target.machine)
+                .ok_or_else(|| invalid(&target.machine, "no such host"))?;
+            resets.insert(target.machine.clone(), reset_target(&info.redfish_address)?);
+        }
+        let credentials = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            baremend_sim::cluster::BMC_USERNAME,
+            lab.cluster.bmc_password()
+        ));
+        let authority = resets
+            .values()
+            .next()
+            .map(|r| r.authority.clone())
+            .ok_or_else(|| invalid("the floor", "no target"))?;
+        let bmc = Arc::new(Bmc {
+            authority: authority.clone(),
+            credentials,
+            connection: Mutex::new(Some(connect(&authority).await?)),
+        });
+        let trigger = targets.first().map_or(Trigger::Annotation, |t| t.trigger);
+        let client = lab.controller_client.clone();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(watch(client, floor, trigger, resets, bmc, ready_tx));
+        tokio::time::timeout(Duration::from_secs(60), ready_rx)
+            .await
+            .map_err(|_| invalid("the floor's watch", "not ready within 60 s"))?
+            .map_err(|_| invalid("the floor's watch", "ended before it was ready"))?;
+        Ok(FloorRun { task })
+    }
+}
+
+/// `redfish+http://host:port/redfish/v1/Systems/id` → its authority and Reset path.
+fn reset_target(address: &str) -> Result<ResetTarget> {
+    let rest = address
+        .strip_prefix("redfish+http://")
+        .ok_or_else(|| invalid(address, "the floors speak plain HTTP to the lab's BMCs"))?;
+    let (authority, system) = rest
+        .split_once('/')
+        .ok_or_else(|| invalid(address, "no system path"))?;
+    Ok(ResetTarget {
+        authority: authority.to_owned(),
+        path: format!("/{system}/Actions/ComputerSystem.Reset"),
+    })
+}
+
+/// The BMC service, over one kept-alive connection.
+struct Bmc {
+    authority: String,
+    credentials: String,
+    connection: Mutex<Option<TcpStream>>,
+}
+
+impl Bmc {
+    /// Sends the power-off; a connection the BMC closed meanwhile is opened again once.
+    async fn power_off(&self, path: &str) -> Result<()> {
+        let mut connection = self.connection.lock().await;
+        for _ in 0..2 {
+            let stream = match connection.take() {
+                Some(stream) => stream,
+                None => connect(&self.authority).await?,
+            };
+            if let Ok(stream) = self.post_reset(stream, path).await {
+                *connection = Some(stream);
+                return Ok(());
+            }
+        }
+        Err(invalid(&self.authority, "the power-off failed twice"))
+    }
+
+    async fn post_reset(&self, mut stream: TcpStream, path: &str) -> std::io::Result<TcpStream> {
+        let body = br#"{"ResetType":"ForceOff"}"#;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            self.authority,
+            self.credentials,
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body).await?;
+        read_answer(&mut stream).await?;
+        Ok(stream)
+    }
+}
+
+async fn connect(authority: &str) -> Result<TcpStream> {
+    let stream = TcpStream::connect(authority)
+        .await
+        .map_err(|e| invalid(authority, format!("cannot connect: {e}")))?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Reads one HTTP answer (its head, then `Content-Length` bytes); an error answer is an error.
+async fn read_answer(stream: &mut TcpStream) -> std::io::Result<()> {
+    let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned());
+    let mut buffer = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let read = stream.read(&mut chunk).await?;
+        if read == 0 {
+            return Err(bad("closed"));
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        if buffer.len() > 64 * 1024 {
+            return Err(bad("a head over 64 KiB"));
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
+    if !head.starts_with("http/1.1 2") {
+        return Err(bad("not a success"));
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut left = (head_end + length).saturating_sub(buffer.len());
+    while left > 0 {
+        let read = stream.read(&mut chunk[..left.min(4096)]).await?;
+        if read == 0 {
+            return Err(bad("closed mid-body"));
+        }
+        left -= read;
+    }
+    Ok(())
+}
+
+/// The watch on the trigger's object: each target's first trigger is acted on once.
+async fn watch(
+    client: kube::Client,
+    floor: Floor,
+    trigger: Trigger,
+    resets: HashMap<String, ResetTarget>,
+    bmc: Arc<Bmc>,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
+    let resource = ApiResource::from_gvk(&match trigger {
+        Trigger::Annotation => gvk("machine.openshift.io", "v1beta1", "Machine"),
+        Trigger::Request => gvk("baremend.io", "v1alpha1", "MachineRemediation"),
+    });
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), MACHINE_NAMESPACE, &resource);
+    let mut ready = Some(ready);
+    let mut fired = std::collections::HashSet::new();
+    let mut events = watcher(api, watcher::Config::default()).boxed();
+    while let Some(event) = events.next().await {
+        let object = match event {
+            Ok(watcher::Event::InitDone) => {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(());
+                }
+                continue;
+            }
+            Ok(watcher::Event::Apply(object)) => object,
+            _ => continue,
+        };
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let asked = match trigger {
+            Trigger::Annotation => object
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(crate::api::annotations::EXTERNAL_REMEDIATION)),
+            Trigger::Request => true,
+        };
+        let Some(reset) = resets.get(&name).filter(|_| asked) else {
+            continue;
+        };
+        if !fired.insert(name.clone()) {
+            continue;
+        }
+        let (client, bmc, reset) = (client.clone(), bmc.clone(), reset.clone());
+        tokio::spawn(async move {
+            if floor == Floor::Safe
+                && let Err(error) = safe_start(&client, &name, trigger).await
+            {
+                eprintln!("  the safe floor's start of {name} failed: {error}");
+                return;
+            }
+            if let Err(error) = bmc.power_off(&reset.path).await {
+                eprintln!("  the floor's power-off of {name} failed: {error}");
+            }
+        });
+    }
+}
+
+/// What the safe floor does before a power-off: the fresh reads of a start, at once, and the
+/// record persisted.
+async fn safe_start(client: &kube::Client, machine: &str, trigger: Trigger) -> Result<()> {
+    let remediations: Api<crate::api::Remediation> =
+        Api::namespaced(client.clone(), MACHINE_NAMESPACE);
+    // The Machine of the trigger's kind: OpenShift's, or Cluster API's in the fleet.
+    let machine_kind = match trigger {
+        Trigger::Annotation => gvk("machine.openshift.io", "v1beta1", "Machine"),
+        Trigger::Request => gvk("cluster.x-k8s.io", "v1beta1", "Machine"),
+    };
+    let machines = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        MACHINE_NAMESPACE,
+        &ApiResource::from_gvk(&machine_kind),
+    );
+    let hosts = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        MACHINE_NAMESPACE,
+        &ApiResource::from_gvk(&gvk("metal3.io", "v1alpha1", "BareMetalHost")),
+    );
+    let kube_error = |what: &'static str| move |e: kube::Error| invalid(what, e);
+    let holding = ListParams::default().labels(&format!("floor-host={machine}"));
+    let (machine_read, host_read, held) = tokio::join!(
+        machines.get(machine),
+        hosts.get(machine),
+        remediations.list(&holding),
+    );
+    machine_read.map_err(kube_error("the Machine's fresh read"))?;
+    host_read.map_err(kube_error("the host's fresh read"))?;
+    held.map_err(kube_error("the Remediations that may hold the host"))?;
+    let name = format!("{machine}-floor");
+    let record: crate::api::Remediation = serde_json::from_value(json!({
+        "apiVersion": "baremend.io/v1alpha1",
+        "kind": "Remediation",
+        "metadata": {"name": name, "labels": {"floor-host": machine}},
+        "spec": {"machineName": machine, "host": format!("{MACHINE_NAMESPACE}/{machine}")},
+    }))
+    .map_err(|e| invalid(&name, e))?;
+    let mut created = remediations
+        .create(&PostParams::default(), &record)
+        .await
+        .map_err(kube_error("the record's creation"))?;
+    // The step persisted before the power-off, with the verb our controller writes status by
+    // (its role may update the status subresource, not patch it).
+    let status = json!({"phase": "PoweringOff", "steps": [
+        {"step": "PowerOffRequested", "attempt": 1, "time": rfc3339(SystemTime::now())}
+    ]});
+    created.status = Some(serde_json::from_value(status).map_err(|e| invalid(&name, e))?);
+    remediations
+        .replace_status(&name, &PostParams::default(), &created)
+        .await
+        .map_err(kube_error("the step's write"))?;
+    Ok(())
+}
+
+/// One floor sample: `target`'s host hung and its trigger stored, then the time from the
+/// trigger stored to the power-off request at the BMC.
+pub(super) async fn fence_latency(
+    lab: &LabCluster,
+    target: &Target,
+    timeout: Duration,
+) -> Result<Duration> {
+    use baremend_sim::host::PowerAction;
+    let worker = target.machine.as_str();
+    let host = host_of(lab, worker)?;
+    let seen = host.requests().len();
+    lab.cluster.hang(worker);
+    set_trigger(lab, target)?;
+    let stored = host.clock_ms();
+    let started = std::time::Instant::now();
+    loop {
+        let requests = host.requests();
+        if let Some(off) = requests[seen.min(requests.len())..]
+            .iter()
+            .find(|r| r.action == PowerAction::ForceOff)
+        {
+            let ms = off.at_ms.saturating_sub(stored);
+            // The trigger withdrawn, as a health check does once it is answered, so that a
+            // small world's host can serve the next floor too.
+            clear_trigger(lab, target)?;
+            return Ok(Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)));
+        }
+        if started.elapsed() > timeout {
+            return Err(invalid(worker, "the floor sent no power-off in time"));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
