@@ -205,9 +205,9 @@ step "the tests (cargo nextest, profile ci; BAREMEND_VENV=$BAREMEND_VENV)"
 # tests are printed after the run.
 junit=$repo_root/target/nextest/ci/junit.xml
 rm -f "$junit"
+rc=0
 "$nextest" nextest run --workspace --profile ci \
     --no-fail-fast || rc=$?
-rc=${rc:-0}
 if [[ -f $junit ]]; then
     python3 scripts/junit-times.py "$junit" || true
 fi
