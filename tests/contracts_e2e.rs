@@ -252,8 +252,7 @@ async fn a_dead_controller_fails_the_negative_window_it_would_have_passed() {
     let failed = window
         .await
         .expect_err("the window passed with the controller dead");
-    let message = failed.into_panic();
-    let message = message.downcast_ref::<String>().expect("a message");
+    let message = common::lab::why(failed);
     assert!(
         message.contains("the controller is not running: its task was cancelled"),
         "{message}"

@@ -145,7 +145,7 @@ async fn died(task: JoinHandle<()>) -> ! {
 }
 
 /// What ended a task: its panic's message, or that it was cancelled.
-fn why(ended: tokio::task::JoinError) -> String {
+pub fn why(ended: tokio::task::JoinError) -> String {
     if ended.is_cancelled() {
         return "its task was cancelled".into();
     }

@@ -500,6 +500,14 @@ impl Checker {
         }
     }
 
+    /// Whether the MCO has `node` in hand now, as last committed: a planned-reboot mark, or a
+    /// re-apply under way.
+    fn mco_holds(&self, node: &str) -> bool {
+        self.mco_nodes
+            .get(node)
+            .is_some_and(|(mark, busy)| mark.is_some() || busy.is_some())
+    }
+
     /// One case of invariant 7: the Remediation `key` was open while the MCO had its Node in
     /// hand (a planned-reboot mark, a re-apply under way), or requested power-off of a Node
     /// the MCO had had in hand; counted once per Remediation.
@@ -511,18 +519,15 @@ impl Checker {
 
     /// Invariant 7, when the Remediation `key` of `machine` requests power-off.
     fn check_no_planned_reboot(&mut self, machine: &str, key: &str) {
-        if !self.mco_nodes.contains_key(machine) {
+        let Some((mark, busy)) = self.mco_nodes.get(machine).cloned() else {
             return;
-        }
+        };
         // A judgment only where the MCO had this Node in hand at some time of the run (a
         // planned-reboot mark, a re-apply under way): on a Node it never touched the rule
         // could not have been broken, and counting it would be exposure.
         if self.mco_touched.contains(machine) {
             self.mco_case(key);
         }
-        let Some((mark, busy)) = self.mco_nodes.get(machine) else {
-            return;
-        };
         let handed_over = self
             .latest_drift
             .get(machine)
@@ -707,8 +712,9 @@ impl Checker {
                     .and_then(|a| a.get(PLANNED_REBOOT))
                     .and_then(Value::as_str)
                     .map(str::to_owned);
-                let busy = mco_busy(&event.object);
-                if mark.is_some() || busy.is_some() {
+                self.mco_nodes
+                    .insert(name.to_string(), (mark, mco_busy(&event.object)));
+                if self.mco_holds(name) {
                     self.mco_touched.insert(name.to_string());
                     // Every remediation of this Node not yet ended is a case: from now on
                     // a power-off it requests is judged against the MCO's state.
@@ -722,7 +728,6 @@ impl Checker {
                         self.mco_case(&key);
                     }
                 }
-                self.mco_nodes.insert(name.to_string(), (mark, busy));
             }
         }
     }
@@ -754,11 +759,7 @@ impl Checker {
             return;
         }
         self.phases.insert(key.clone(), (machine.clone(), phase));
-        let mco_has_it = self
-            .mco_nodes
-            .get(&machine)
-            .is_some_and(|(mark, busy)| mark.is_some() || busy.is_some());
-        if mco_has_it && !phase.is_terminal() {
+        if self.mco_holds(&machine) && !phase.is_terminal() {
             self.mco_case(&key);
         }
         self.check_not_tenants(&key, &event.key.namespace, &remediation);

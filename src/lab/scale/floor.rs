@@ -28,20 +28,21 @@ use base64::Engine;
 use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::runtime::watcher;
-use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use super::invalid;
-use super::sample::{Target, Trigger, clear_trigger, host_of, set_trigger};
+use super::sample::{Target, Trigger, clear_trigger, host_of, millis, set_trigger};
 use crate::Result;
+use crate::api::annotations::EXTERNAL_REMEDIATION;
+use crate::api::slim::{BareMetalHost, MachineApi};
+use crate::api::{
+    MachineRemediation, Remediation, RemediationPhase, RemediationSpec, RemediationStatus,
+    RemediationStep,
+};
 use crate::lab::setup::LabCluster;
-use crate::runtime::clock::rfc3339;
-
-fn gvk(group: &str, version: &str, kind: &str) -> kube::api::GroupVersionKind {
-    kube::api::GroupVersionKind::gvk(group, version, kind)
-}
+use crate::remediation::decide::state::record_step;
 
 /// Which floor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,10 +229,10 @@ async fn watch(
     bmc: Arc<Bmc>,
     ready: tokio::sync::oneshot::Sender<()>,
 ) {
-    let resource = ApiResource::from_gvk(&match trigger {
-        Trigger::Annotation => gvk("machine.openshift.io", "v1beta1", "Machine"),
-        Trigger::Request => gvk("baremend.io", "v1alpha1", "MachineRemediation"),
-    });
+    let resource = match trigger {
+        Trigger::Annotation => machine_api(trigger).resource(),
+        Trigger::Request => ApiResource::erase::<MachineRemediation>(&()),
+    };
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), MACHINE_NAMESPACE, &resource);
     let mut ready = Some(ready);
@@ -254,7 +255,7 @@ async fn watch(
                 .metadata
                 .annotations
                 .as_ref()
-                .is_some_and(|a| a.contains_key(crate::api::annotations::EXTERNAL_REMEDIATION)),
+                .is_some_and(|a| a.contains_key(EXTERNAL_REMEDIATION)),
             Trigger::Request => true,
         };
         let Some(reset) = resets.get(&name).filter(|_| asked) else {
@@ -279,24 +280,18 @@ async fn watch(
 }
 
 /// What the safe floor does before a power-off: the fresh reads of a start, at once, and the
-/// record persisted.
+/// record persisted (the step written as our controller writes it, with [`record_step`]).
 async fn safe_start(client: &kube::Client, machine: &str, trigger: Trigger) -> Result<()> {
-    let remediations: Api<crate::api::Remediation> =
-        Api::namespaced(client.clone(), MACHINE_NAMESPACE);
-    // The Machine of the trigger's kind: OpenShift's, or Cluster API's in the fleet.
-    let machine_kind = match trigger {
-        Trigger::Annotation => gvk("machine.openshift.io", "v1beta1", "Machine"),
-        Trigger::Request => gvk("cluster.x-k8s.io", "v1beta1", "Machine"),
-    };
+    let remediations: Api<Remediation> = Api::namespaced(client.clone(), MACHINE_NAMESPACE);
     let machines = Api::<DynamicObject>::namespaced_with(
         client.clone(),
         MACHINE_NAMESPACE,
-        &ApiResource::from_gvk(&machine_kind),
+        &machine_api(trigger).resource(),
     );
     let hosts = Api::<DynamicObject>::namespaced_with(
         client.clone(),
         MACHINE_NAMESPACE,
-        &ApiResource::from_gvk(&gvk("metal3.io", "v1alpha1", "BareMetalHost")),
+        &ApiResource::erase::<BareMetalHost>(&()),
     );
     let kube_error = |what: &'static str| move |e: kube::Error| invalid(what, e);
     let holding = ListParams::default().labels(&format!("floor-host={machine}"));
@@ -309,28 +304,42 @@ async fn safe_start(client: &kube::Client, machine: &str, trigger: Trigger) -> R
     host_read.map_err(kube_error("the host's fresh read"))?;
     held.map_err(kube_error("the Remediations that may hold the host"))?;
     let name = format!("{machine}-floor");
-    let record: crate::api::Remediation = serde_json::from_value(json!({
-        "apiVersion": "baremend.io/v1alpha1",
-        "kind": "Remediation",
-        "metadata": {"name": name, "labels": {"floor-host": machine}},
-        "spec": {"machineName": machine, "host": format!("{MACHINE_NAMESPACE}/{machine}")},
-    }))
-    .map_err(|e| invalid(&name, e))?;
+    let mut record = Remediation::new(
+        &name,
+        RemediationSpec {
+            host: Some(format!("{MACHINE_NAMESPACE}/{machine}")),
+            ..RemediationSpec::of_machine(machine)
+        },
+    );
+    record.metadata.labels = Some([("floor-host".to_owned(), machine.to_owned())].into());
     let mut created = remediations
         .create(&PostParams::default(), &record)
         .await
         .map_err(kube_error("the record's creation"))?;
     // The step persisted before the power-off, with the verb our controller writes status by
     // (its role may update the status subresource, not patch it).
-    let status = json!({"phase": "PoweringOff", "steps": [
-        {"step": "PowerOffRequested", "attempt": 1, "time": rfc3339(SystemTime::now())}
-    ]});
-    created.status = Some(serde_json::from_value(status).map_err(|e| invalid(&name, e))?);
+    let mut status = RemediationStatus::default();
+    record_step(
+        &mut status,
+        RemediationStep::PowerOffRequested,
+        Some(RemediationPhase::PoweringOff),
+        SystemTime::now(),
+    );
+    created.status = Some(status);
     remediations
         .replace_status(&name, &PostParams::default(), &created)
         .await
         .map_err(kube_error("the step's write"))?;
     Ok(())
+}
+
+/// The Machines a trigger is on: OpenShift's (the annotation), or Cluster API's in the fleet
+/// (a `MachineRemediation` request).
+fn machine_api(trigger: Trigger) -> MachineApi {
+    match trigger {
+        Trigger::Annotation => MachineApi::OpenShift,
+        Trigger::Request => MachineApi::ClusterApi,
+    }
 }
 
 /// One floor sample: `target`'s host hung and its trigger stored, then the time from the
@@ -358,7 +367,7 @@ pub(super) async fn fence_latency(
             // The trigger withdrawn, as a health check does once it is answered, so that a
             // small world's host can serve the next floor too.
             clear_trigger(lab, target)?;
-            return Ok(Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)));
+            return Ok(millis(ms));
         }
         if started.elapsed() > timeout {
             return Err(invalid(worker, "the floor sent no power-off in time"));

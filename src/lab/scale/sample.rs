@@ -108,6 +108,11 @@ pub(super) fn clear_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
     }
 }
 
+/// A span in the simulator's whole milliseconds, as a duration.
+pub(super) fn millis(ms: u128) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
 /// The simulated host of `worker`.
 pub(super) fn host_of(lab: &LabCluster, worker: &str) -> Result<std::sync::Arc<SimHost>> {
     lab.cluster
@@ -215,7 +220,6 @@ pub(super) async fn remediate(
         .map(|c| c.at_ms)
         .ok_or_else(|| invalid(worker, "the host never went off"))?;
     let node_back = node_back_ms.ok_or_else(|| invalid(worker, "the Node never came back"))?;
-    let millis = |ms: u128| Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
     let total = succeeded_at.saturating_sub(since_epoch(wall0));
     let floor = millis(off_reached.saturating_sub(off_request))
         + millis(node_back.saturating_sub(on_request));
