@@ -226,6 +226,22 @@ pub fn bmc_series(machine: String, node: Option<String>, address: &BmcAddress) -
     }
 }
 
+/// The power-state series of a host its BareMetal Operator manages: its reading is the
+/// BareMetalHost's `status.poweredOn`, not a BMC of ours.
+pub fn operator_series(machine: String, node: Option<String>, host: &HostRef) -> HostSeries {
+    HostSeries {
+        machine,
+        node: node.unwrap_or_default(),
+        bmc: format!("BareMetalHost {host}"),
+        driver: "baremetalhost".into(),
+    }
+}
+
+/// The power a BareMetalHost's `status.poweredOn` reports (None: not reported).
+pub fn operator_power(powered_on: Option<bool>) -> Option<PowerState> {
+    powered_on.map(|on| if on { PowerState::On } else { PowerState::Off })
+}
+
 /// A BareMetalHost read now, with the BMC it names.
 pub(in crate::remediation) struct FreshHost {
     /// What it says.
@@ -330,11 +346,28 @@ impl Pass {
                 NotFenced::Untrustworthy(format!("BareMetalHost {host_ref} not found"))
             })?;
         let json = serde_json::to_value(&host).unwrap_or(Value::Null);
+        let view = bare_metal_host_view(&json, &self.policy.reboot_key);
+        self.show_operator_power(host_ref, view.powered_on());
         Ok(FreshHost {
-            view: bare_metal_host_view(&json, &self.policy.reboot_key),
+            view,
             bmc: bare_metal_host_bmc(&json).map_err(|e| format!("BareMetalHost {host_ref}: {e}")),
             namespace: host_ref.namespace.clone(),
         })
+    }
+
+    /// While the power monitor runs, the operator's reading the remediation just fetched goes
+    /// to the host's series: the monitor reads that status from its cache once an interval,
+    /// and a host off for less than one would never show off while operators look at it.
+    fn show_operator_power(&self, host: &HostRef, powered_on: Option<bool>) {
+        if !self.context.power_monitored {
+            return;
+        }
+        if self.subject.machine().is_none() {
+            return;
+        }
+        let series = operator_series(self.machine_key(), self.subject_node(), host);
+        let state = operator_power(powered_on);
+        self.context.metrics.power.set_host_power(&series, state);
     }
 
     /// Our own reads of the BMC a BareMetalHost names, read-only, to hold its operator's Off

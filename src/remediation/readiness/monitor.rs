@@ -11,23 +11,26 @@
 //!
 //! A host under a remediation keeps its series, since that is when operators look at it: the
 //! monitor does not read its BMC (the remediation does, and its reads feed the series, see
-//! `Pass::read_power`), and a host the operator manages is read from its status as always.
+//! `Pass::read_power`), and a host the operator manages is read from its status as always,
+//! the remediation's fresh reads of that status feeding it too (`Pass::fresh_host`).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use baremend_drivers::{BmcAddress, CredentialUsed, PowerState};
+use baremend_drivers::{BmcAddress, CredentialUsed};
 use futures_util::StreamExt;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 
 use crate::api::annotations::BMH_DETACHED;
-use crate::api::{HostBmc, Remediation, RemediationPhase};
+use crate::api::{HostBmc, Remediation, RemediationPhase, slim};
 use crate::metrics::power::HostSeries;
-use crate::remediation::act::power::{bmc_driver_config, bmc_series, driver_kind, locate_bmc};
+use crate::remediation::act::power::{
+    bmc_driver_config, bmc_series, driver_kind, locate_bmc, operator_power, operator_series,
+};
 use crate::remediation::decide::bmc_trust::Reader;
 use crate::remediation::decide::observe::{BmcRef, machine_host};
 use crate::remediation::decide::trust::machineless_claims;
@@ -41,8 +44,9 @@ pub const READS_AT_ONCE: usize = 8;
 /// How the monitor reads a host's power.
 #[derive(Debug, Clone, PartialEq)]
 enum Source {
-    /// The BareMetal Operator's reading (`status.poweredOn`), no BMC request.
-    OperatorStatus(Option<bool>),
+    /// The BareMetal Operator's reading (`status.poweredOn`) of this host, from the cache
+    /// when it is read (not when the turn began): no BMC request.
+    OperatorStatus(ObjectRef<slim::BareMetalHost>),
     /// The BMC, directly.
     Bmc(BmcRef),
 }
@@ -128,13 +132,10 @@ fn targets(context: &Context) -> Vec<Target> {
                 Target {
                     key: format!("{namespace}/{name}"),
                     namespace: namespace.clone(),
-                    series: HostSeries {
-                        machine: format!("{namespace}/{name}"),
-                        node: node.clone().unwrap_or_default(),
-                        bmc: format!("BareMetalHost {host_ref}"),
-                        driver: "baremetalhost".into(),
-                    },
-                    source: Source::OperatorStatus(host.status.as_ref().and_then(|s| s.powered_on)),
+                    series: operator_series(format!("{namespace}/{name}"), node.clone(), host_ref),
+                    source: Source::OperatorStatus(
+                        ObjectRef::new(&host_ref.name).within(&host_ref.namespace),
+                    ),
                     remediating: under_remediation,
                 }
             }
@@ -266,9 +267,12 @@ async fn read(
 ) -> Option<BmcRef> {
     let metrics = &context.metrics.power;
     let bmc = match &target.source {
-        Source::OperatorStatus(powered_on) => {
-            let state = powered_on.map(|on| if on { PowerState::On } else { PowerState::Off });
-            metrics.set_host_power(&target.series, state);
+        Source::OperatorStatus(host) => {
+            let powered_on = context
+                .hosts
+                .get(host)
+                .and_then(|h| h.status.as_ref().and_then(|s| s.powered_on));
+            metrics.set_host_power(&target.series, operator_power(powered_on));
             return None;
         }
         Source::Bmc(bmc) => bmc,
