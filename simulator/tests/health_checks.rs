@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use baremend_sim::apiserver::time::format_time;
 use baremend_sim::cluster::local::{
-    EVENTS, LEASES, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES, MHCS,
-    NODES,
+    BMHS, EVENTS, LEASES, Local, MACHINE_REMEDIATION_TEMPLATES, MACHINE_REMEDIATIONS, MACHINES,
+    MHCS, NODES,
 };
 use baremend_sim::cluster::nhc::{
     DISABLED_BY_MHC, DISABLED_BY_MHC_MESSAGE, LEASE_NAMESPACE, NHCS, NODE_REMEDIATION_TEMPLATES,
@@ -429,4 +429,81 @@ async fn a_failed_machine_is_deleted_when_a_machine_set_owns_it_and_never_annota
         .into_iter()
         .any(|e| e["reason"] == "MachineDeleted");
     assert!(deleted);
+}
+
+/// OpenShift's legacy bare-metal remediation (cluster-api-provider-baremetal
+/// `actuator.go`, `remediateIfNeeded`) power-cycles a Machine the annotation health check
+/// hands over: its request on the host, the Node backed up and deleted, the Machine marked,
+/// the request withdrawn with a deadline, and once the Node is back its labels restored and
+/// every annotation removed, the trigger too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_legacy_actuator_power_cycles_an_annotated_machine_and_cleans_up() {
+    use baremend_sim::cluster::legacy::{self, Action};
+    let cluster = SimCluster::start(ClusterSpec {
+        legacy_actuator: true,
+        ..fast()
+    })
+    .await
+    .unwrap();
+    let api = Local::new(cluster.api_server().store().clone(), "test");
+    let label = json!({"metadata": {"labels": {"team.example/storage": "yes"}}});
+    api.merge(NODES, "", "worker-0", &label, false).unwrap();
+    let old_uid = api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    assert!(cluster.hang("worker-0"));
+    let annotations = |api: &Local| {
+        api.get(MACHINES, MACHINE_NAMESPACE, "worker-0").unwrap()["metadata"]["annotations"].clone()
+    };
+    eventually(
+        "the legacy remediation finished",
+        Duration::from_secs(60),
+        async || {
+            let done = cluster
+                .legacy_actions()
+                .contains(&("worker-0".to_owned(), Action::Finished));
+            done.then_some(())
+                .ok_or(format!("{:?}", cluster.legacy_actions()))
+        },
+    )
+    .await;
+    let steps: Vec<Action> = cluster
+        .legacy_actions()
+        .into_iter()
+        .filter(|(m, _)| m == "worker-0")
+        .map(|(_, a)| a)
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            Action::RequestedPowerOff,
+            Action::DeletedNode,
+            Action::MarkedPoweredOff,
+            Action::RequestedPowerOn,
+            Action::Finished,
+        ]
+    );
+    let node = api.get(NODES, "", "worker-0").unwrap();
+    assert_ne!(node["metadata"]["uid"], old_uid, "a new Node registered");
+    assert_eq!(node["metadata"]["labels"]["team.example/storage"], "yes");
+    let left = annotations(&api);
+    for key in [
+        EXTERNAL_REMEDIATION,
+        legacy::POWERED_OFF,
+        legacy::POWER_ON_TIMEOUT,
+        legacy::LABELS_BACKUP,
+        legacy::ANNOTATIONS_BACKUP,
+    ] {
+        assert!(left.get(key).is_none(), "{key} left on the Machine: {left}");
+    }
+    let host = api.get(BMHS, MACHINE_NAMESPACE, "worker-0").unwrap();
+    let request = host["metadata"]["annotations"].get(legacy::POWER_OFF_REQUEST);
+    assert!(request.is_none(), "its request left on the host: {host}");
+    let powers: Vec<_> = cluster
+        .host("worker-0")
+        .unwrap()
+        .host
+        .history()
+        .into_iter()
+        .map(|c| c.power)
+        .collect();
+    assert_eq!(powers.len(), 2, "one power cycle: {powers:?}");
 }

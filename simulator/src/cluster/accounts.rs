@@ -47,6 +47,9 @@ const MCO_NAMESPACE: &str = "openshift-machine-config-operator";
 pub enum Actor {
     /// OpenShift's MachineHealthCheck controller (machine-api-operator).
     MachineApi,
+    /// The bare-metal machine actuator of OpenShift's machine API (its legacy remediation),
+    /// in the same pod and account as the health check.
+    MachineController,
     /// Cluster API's manager (its MachineHealthCheck).
     ClusterApi,
     /// medik8s NodeHealthCheck.
@@ -68,7 +71,9 @@ impl Actor {
     pub fn user(self) -> UserInfo {
         let account = |namespace, name| UserInfo::service_account(namespace, name, "");
         match self {
-            Actor::MachineApi => account("openshift-machine-api", "machine-api-controllers"),
+            Actor::MachineApi | Actor::MachineController => {
+                account("openshift-machine-api", "machine-api-controllers")
+            }
             Actor::ClusterApi => account("capi-system", "capi-manager"),
             Actor::NodeHealthCheck => {
                 account(super::NHC_NAMESPACE, "node-healthcheck-controller-manager")
@@ -89,7 +94,7 @@ impl Actor {
     /// The upstream install that creates its account and roles.
     fn install_manifests(self) -> &'static str {
         match self {
-            Actor::MachineApi => MACHINE_API_RBAC,
+            Actor::MachineApi | Actor::MachineController => MACHINE_API_RBAC,
             Actor::ClusterApi => CLUSTER_API_RBAC,
             Actor::NodeHealthCheck => NODE_HEALTH_CHECK_RBAC,
             Actor::BareMetalOperator => BAREMETAL_OPERATOR_RBAC,
@@ -99,8 +104,9 @@ impl Actor {
     }
 
     /// Every actor.
-    pub const ALL: [Actor; 8] = [
+    pub const ALL: [Actor; 9] = [
         Actor::MachineApi,
+        Actor::MachineController,
         Actor::ClusterApi,
         Actor::NodeHealthCheck,
         Actor::BareMetalOperator,
@@ -114,6 +120,7 @@ impl Actor {
     fn manager(self) -> &'static str {
         match self {
             Actor::MachineApi => "machine-healthcheck-controller",
+            Actor::MachineController => "machine-controller",
             Actor::ClusterApi => "capi-manager",
             Actor::NodeHealthCheck => "node-healthcheck-controller",
             Actor::BareMetalOperator => "metal3-baremetal-controller",

@@ -15,6 +15,7 @@ pub mod cvo;
 pub mod fixtures;
 pub mod gvr;
 mod kubelet;
+pub mod legacy;
 mod lifecycle;
 pub mod local;
 pub mod mco;
@@ -117,6 +118,7 @@ pub struct SimCluster {
     spec: ClusterSpec,
     mco: Option<mco::SimMco>,
     accounts: accounts::Accounts,
+    legacy: legacy::Actions,
 }
 
 impl std::fmt::Debug for SimCluster {
@@ -150,7 +152,7 @@ impl SimCluster {
         let refusals = Arc::new(local::Refusals::default());
         let workloads = Self::start_workload_clusters(&api, &spec, &refusals).await?;
         let fleet = Fleet::start(&spec).await?;
-        populate(&api, &fleet.hosts, &spec, true)?;
+        populate(&api, &fleet.hosts, &spec, spec.health_checks)?;
         for cluster in &workloads {
             let installer = Local::new(cluster.api_server().store().clone(), INSTALLER);
             let own: Vec<HostInfo> = fleet
@@ -203,6 +205,8 @@ impl SimCluster {
             )));
         }
         actors.extend(start_operator(&spec, &accounts));
+        let legacy = legacy::Actions::default();
+        actors.extend(start_legacy_actuator(&spec, &accounts, &legacy));
         if let Some(mco) = &mco {
             actors.extend(mco.start(&accounts, &fleet.hosts, &spec.timing));
         }
@@ -222,6 +226,7 @@ impl SimCluster {
             spec,
             mco,
             accounts,
+            legacy,
         };
         let deadline = started + cluster.spec.ready_timeout;
         // Each look lists every Node: often enough for a small cluster, not a burden for a big one.
@@ -457,6 +462,12 @@ impl SimCluster {
                 .iter()
                 .map(|c| (Some(c.name()), c.api_server().store())),
         )
+    }
+
+    /// What the legacy bare-metal remediation did, Machine by Machine, in order (empty unless
+    /// the spec runs it: [`ClusterSpec::legacy_actuator`]).
+    pub fn legacy_actions(&self) -> Vec<(String, legacy::Action)> {
+        self.legacy.all()
     }
 
     /// How many Nodes are Ready, in every API server.
@@ -901,6 +912,22 @@ fn start_operator(spec: &ClusterSpec, accounts: &accounts::Accounts) -> Option<J
             accounts.local(accounts::Actor::BareMetalOperator),
             spec.timing.clone(),
             spec.bmo_options(),
+        ))
+    })
+}
+
+/// Starts OpenShift's legacy bare-metal remediation when the spec runs it, recording into
+/// `actions`.
+fn start_legacy_actuator(
+    spec: &ClusterSpec,
+    accounts: &accounts::Accounts,
+    actions: &legacy::Actions,
+) -> Option<JoinHandle<()>> {
+    spec.legacy_actuator.then(|| {
+        tokio::spawn(legacy::run(
+            accounts.local(accounts::Actor::MachineController),
+            spec.timing.clone(),
+            actions.clone(),
         ))
     })
 }

@@ -32,7 +32,8 @@ use super::local::{self, CRDS, Local, NODES, SERVICE_ACCOUNTS};
 use super::remote::{Credential, Endpoint, Remote};
 use super::{
     ClusterSpec, Fleet, HostInfo, INSTALLER, create_host_bmcs, fixture_crds, install_kinds,
-    kubelet, mhc, populate, scenario, set_up, start_health_checks, start_kubelets, start_operator,
+    kubelet, legacy, mhc, populate, scenario, set_up, start_health_checks, start_kubelets,
+    start_legacy_actuator, start_operator,
 };
 use crate::ipmi::IpmiSim;
 use crate::redfish::RedfishSim;
@@ -74,6 +75,7 @@ pub struct RemoteCluster {
     spec: ClusterSpec,
     accounts: accounts::Accounts,
     installer: Local,
+    legacy: legacy::Actions,
 }
 
 impl std::fmt::Debug for RemoteCluster {
@@ -108,7 +110,7 @@ impl RemoteCluster {
             &installer,
             &fleet.hosts,
             &spec,
-            options.create_health_checks,
+            options.create_health_checks && spec.health_checks,
         )?;
         // kube-controller-manager is the real one: only the simulated actors' accounts.
         let actors: Vec<Actor> = spec
@@ -129,6 +131,8 @@ impl RemoteCluster {
             spec.timing.heartbeat,
         )));
         running.extend(start_operator(&spec, &accounts));
+        let legacy = legacy::Actions::default();
+        running.extend(start_legacy_actuator(&spec, &accounts, &legacy));
         let Fleet {
             redfish,
             ipmi,
@@ -143,6 +147,7 @@ impl RemoteCluster {
             spec,
             accounts,
             installer,
+            legacy,
         };
         let deadline = started + cluster.spec.ready_timeout;
         while Instant::now() < deadline && cluster.ready_nodes() < cluster.hosts.len() {
@@ -164,6 +169,11 @@ impl RemoteCluster {
             cluster.actors.push(tokio::spawn(play));
         }
         Ok(cluster)
+    }
+
+    /// What the legacy bare-metal remediation did (empty unless the spec runs it).
+    pub fn legacy_actions(&self) -> Vec<(String, legacy::Action)> {
+        self.legacy.all()
     }
 
     /// How many Nodes are Ready.

@@ -108,6 +108,16 @@ pub struct ClusterSpec {
     /// takes over. The scale benchmark's tens of thousands of hosts need it: one process
     /// holding both ends of a BMC connection per host would pass the open-files limit.
     pub hosts_detached: bool,
+    /// Run OpenShift's legacy bare-metal remediation (cluster-api-provider-baremetal's machine
+    /// actuator, [`super::legacy`]) as IPI bare metal does, where it has no off switch: it
+    /// power-cycles every Machine carrying `host.metal3.io/external-remediation`. Only for
+    /// the machine API flavour with BareMetalHosts. Off by default: the other scenarios model
+    /// clusters whose Machines the actuator does not manage.
+    pub legacy_actuator: bool,
+    /// Create the cluster's own health check (the workers' MachineHealthCheck, or the
+    /// NodeHealthCheck); false when the user installs theirs (baremend's `deploy/`), which
+    /// the simulated health-check controllers act on all the same.
+    pub health_checks: bool,
 }
 
 /// Pods placed on the workers, so that drains and evictions meet real PDBs.
@@ -179,6 +189,8 @@ impl Default for ClusterSpec {
             platform_none: false,
             bmo_version: (0, 14),
             hosts_detached: false,
+            legacy_actuator: false,
+            health_checks: true,
         }
     }
 }
@@ -229,6 +241,9 @@ impl ClusterSpec {
                 Actor::MachineApi
             });
         }
+        if self.legacy_actuator {
+            actors.push(Actor::MachineController);
+        }
         if self.node_health_check {
             actors.push(Actor::NodeHealthCheck);
         }
@@ -261,6 +276,12 @@ impl ClusterSpec {
     /// (or a user's own health checker) creates the `NodeRemediation` requests.
     pub fn validate(&self) -> Result<(), String> {
         self.validate_workload_clusters()?;
+        if self.legacy_actuator && (self.cluster_api || self.platform_none) {
+            return Err(
+                "legacyActuator is OpenShift's machine API on IPI bare metal: not with clusterApi or platformNone"
+                    .into(),
+            );
+        }
         if !self.platform_none {
             return Ok(());
         }
