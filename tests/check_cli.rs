@@ -20,6 +20,16 @@ use common::texts;
 
 const WRONG: &str = "not-the-bmc-password";
 
+/// The simulated OpenShift cluster with its workers' health check asking through baremend's
+/// template `baremend`: its Machines carry `metal3.io/BareMetalHost` as IPI ones do, where an
+/// annotation health check fails `check` (`quick_start_e2e.rs` shows that failure).
+fn openshift() -> baremend_sim::cluster::ClusterSpec {
+    baremend_sim::cluster::ClusterSpec {
+        remediation_template: Some("baremend".into()),
+        ..fast()
+    }
+}
+
 /// A folder of its own for each call: the tests of this file run at once, each with its own
 /// cluster.
 fn call_dir() -> std::path::PathBuf {
@@ -41,7 +51,7 @@ fn line<'a>(stdout: &'a str, machine: &str) -> &'a str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_prints_one_line_per_machine_and_fails_when_one_is_not_ready() {
-    let lab = Lab::builder(fast()).start().await;
+    let lab = Lab::builder(openshift()).start().await;
     lab.detach("worker-1");
     // The simulated BareMetal Operator validates each host's credentials once it logs in.
     common::eventually(
@@ -221,7 +231,7 @@ async fn token_of_new_account(lab: &Lab, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_in_the_controllers_pod_runs_as_its_service_account_under_deploys_rbac() {
-    let lab = Lab::builder(fast()).start().await;
+    let lab = Lab::builder(openshift()).start().await;
     // The BareMetal Operator validates each host's credentials once it logs in.
     common::eventually(
         "every host's credentials validated",
@@ -381,7 +391,7 @@ async fn check_on_a_cluster_without_bare_metal_hosts_or_machines_says_so_and_che
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_runs_baremend_as_a_plugin_named_kubectl_baremend() {
     let kubectl = common::kubectl::binaries().kubectl();
-    let lab = Lab::builder(fast()).start().await;
+    let lab = Lab::builder(openshift()).start().await;
     let dir = call_dir();
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -460,7 +470,7 @@ async fn kubectl_runs_baremend_as_a_plugin_named_kubectl_baremend() {
 async fn check_warns_when_a_nodehealthcheck_templates_power_cycles_outlast_its_lease() {
     use baremend_sim::cluster::nhc::NODE_REMEDIATION_TEMPLATES;
     // A patient policy: four power cycles, more than NodeHealthCheck's lease leaves room for.
-    let lab = Lab::builder(fast())
+    let lab = Lab::builder(openshift())
         .policy(json!({"maxAttempts": 4}))
         .start()
         .await;

@@ -194,11 +194,13 @@ fn check_rendering(name: &str, documents: &[serde_json::Value]) {
     for document in documents {
         match document["kind"].as_str().unwrap() {
             "MachineRemediationTemplate" => {
+                // Read and written back, the request's spec is what was written: nothing
+                // dropped (the shipped one is empty: the policy decides).
                 let template: baremend::api::MachineRemediationTemplate =
                     serde_json::from_value(document.clone()).unwrap();
-                assert_ne!(
-                    template.spec.template.spec.overrides,
-                    baremend::api::PolicyOverrides::default(),
+                assert_eq!(
+                    serde_json::to_value(&template.spec.template.spec).unwrap(),
+                    document["spec"]["template"]["spec"],
                     "{name}: {document}"
                 );
             }
@@ -284,6 +286,7 @@ async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once(ser
         "rolebinding.rbac.authorization.k8s.io/baremend-prometheus-k8s created",
         "machinehealthcheck.machine.openshift.io/baremend-workers created",
         "machinehealthcheck.machine.openshift.io/baremend-control-plane created",
+        "machineremediationtemplate.baremend.io/baremend created",
     ] {
         assert!(out.contains(object), "missing {object:?} in:\n{out}");
     }
@@ -401,7 +404,7 @@ async fn kubectl_applies_every_documented_combination_of_base_and_components(ser
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(components.len(), 5, "{components:?}");
+    assert_eq!(components.len(), 6, "{components:?}");
     // The shipped overlay (the README's quick start) and every kustomization the guide shows.
     let overlay_text =
         std::fs::read_to_string(root.join("deploy/overlays/openshift/kustomization.yaml")).unwrap();
@@ -505,13 +508,13 @@ async fn kubectl_applies_every_documented_combination_of_base_and_components(ser
             roles.push(role);
         }
     }
-    // Every component is in some documented combination; workers, infra and the control plane
-    // each have a health check in one.
+    // Every component is in some documented combination; workers and the control plane each
+    // have a health check in one (infra Machines in deploy/examples/).
     let unused: Vec<&String> = components.iter().filter(|c| !used.contains(*c)).collect();
     assert!(unused.is_empty(), "never documented: {unused:?}");
     roles.sort();
     roles.dedup();
-    assert_eq!(roles, ["infra", "master", "worker"]);
+    assert_eq!(roles, ["master", "worker"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -547,13 +550,30 @@ async fn kustomize_refuses_a_node_health_check_beside_a_custom_machine_health_ch
             "{text}: {err}"
         );
     }
-    // Each alone, and the machine-api ones together, build.
+    // Each alone builds.
     for text in [
         kustomization("base", &["nodehealthcheck"]),
-        kustomization("base", &["machine-api-annotation", "machine-api-template"]),
+        kustomization("base", &["machine-api-annotation"]),
+        kustomization("base", &["machine-api-template"]),
     ] {
         let mine = own_kustomization(&c.dir.join("allowed"), &text);
         c.ok(&["kustomize", mine.to_str().unwrap()], None).await;
+    }
+    // The two machine-api ones hold health checks of the same names: one per Machine, never
+    // the annotation beside the template (which would let the legacy remediation act).
+    for text in [
+        kustomization("base", &["machine-api-annotation", "machine-api-template"]),
+        kustomization("overlays/openshift", &["machine-api-annotation"]),
+    ] {
+        let mine = own_kustomization(&c.dir.join("both"), &text);
+        let (ok, _, err) = c
+            .kubectl(&["kustomize", mine.to_str().unwrap()], None)
+            .await;
+        assert!(!ok, "{text}");
+        assert!(
+            err.contains("MachineHealthCheck") && err.contains("baremend-workers"),
+            "{text}: {err}"
+        );
     }
 }
 
@@ -566,7 +586,7 @@ async fn kubectl_applies_every_example_of_the_install_guide(server: ServerKind) 
     assert!(files.len() >= 3, "{files:?}");
     let guide = std::fs::read_to_string(root.join("docs/guides/install.md")).unwrap();
     let mut templates = Vec::new();
-    let mut capi_checks = Vec::new();
+    let mut health_checks = Vec::new();
     for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
@@ -589,7 +609,7 @@ async fn kubectl_applies_every_example_of_the_install_guide(server: ServerKind) 
         );
         for document in documents {
             match document["kind"].as_str().unwrap() {
-                "MachineHealthCheck" => capi_checks.push(document),
+                "MachineHealthCheck" => health_checks.push(document),
                 // Our kinds must read as our types (a misspelt field would be dropped).
                 "HostBmc" => {
                     let host: baremend::api::HostBmc =
@@ -611,10 +631,17 @@ async fn kubectl_applies_every_example_of_the_install_guide(server: ServerKind) 
             }
         }
     }
-    // The Cluster API health check names a template of ours that the examples define.
-    assert_eq!(capi_checks.len(), 1);
-    for check in &capi_checks {
-        assert_eq!(check["apiVersion"], "cluster.x-k8s.io/v1beta1", "{check}");
+    // A Cluster API health check and an OpenShift one, each naming a template of ours that
+    // the examples define.
+    let versions: Vec<&str> = health_checks
+        .iter()
+        .map(|c| c["apiVersion"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        versions,
+        ["cluster.x-k8s.io/v1beta1", "machine.openshift.io/v1beta1"]
+    );
+    for check in &health_checks {
         let template = &check["spec"]["remediationTemplate"];
         assert_eq!(template["kind"], "MachineRemediationTemplate", "{check}");
         assert!(

@@ -127,27 +127,21 @@ async fn by_node_health_check(policy: Value) -> Cluster {
     c
 }
 
-/// deploy/ with the template health check (quick, and on the workers: the shipped one
-/// selects infra Machines), remediating with the Node release the template asks for.
+/// deploy/ with the template health checks (quick).
 async fn by_template() -> Cluster {
-    let mut selector = quick(
+    let patches = [quick(
         "machine.openshift.io",
         "MachineHealthCheck",
-        "baremend-infra",
+        "baremend-workers",
         "timeout",
-    );
-    selector.push_str(
-        "      - op: replace\n        path: /spec/selector/matchLabels/machine.openshift.io~1cluster-api-machine-role\n        value: worker\n",
-    );
-    let c = installed_with(&kustomization("machine-api-template", &[selector])).await;
-    // The shipped template keeps the Nodes (OutOfService): the guide says to let requests
-    // choose that.
-    switch_to_remediate(&c, TRUSTED_NODE_RELEASE.clone()).await;
+    )];
+    let c = installed_with(&kustomization("machine-api-template", &patches)).await;
+    switch_to_remediate(&c, json!({})).await;
     c
 }
 
-/// What the guide says a policy needs for the shipped templates, which keep the Nodes
-/// (`nodeRelease: OutOfService`) where the policy deletes them.
+/// What the guide says a policy needs for the shipped NodeHealthCheck template, which keeps the
+/// Nodes (`nodeRelease: OutOfService`) where the policy deletes them.
 static TRUSTED_NODE_RELEASE: std::sync::LazyLock<Value> =
     std::sync::LazyLock::new(|| json!({"trust": {"requestMayChooseNodeRelease": true}}));
 

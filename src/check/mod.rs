@@ -5,6 +5,10 @@
 //! Run it on day one, before trusting remediation, and after any BMC or credentials change.
 //! A NodeHealthCheck that names baremend while it is Disabled gets a line first (it asks for
 //! no remediation: [`crate::remediation::requests::node_health_checks`]), and fails the check too.
+//! So does an OpenShift MachineHealthCheck that hands Machines over by the annotation where the
+//! legacy bare-metal remediation acts on it too (`legacy.rs`): two remediators on one host.
+
+mod legacy;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -73,6 +77,9 @@ struct Listed {
     /// What the cluster does not serve, told before the lines (a cluster without the
     /// BareMetal Operator, or without a Machine API, is checked for what it has).
     notes: Vec<String>,
+    /// Health checks that hand Machines over where the legacy bare-metal remediation acts on
+    /// them too (`legacy.rs`): failures, one line each.
+    legacy_conflicts: Vec<String>,
 }
 
 async fn list_all<K>(client: &Client, what: &'static str) -> Result<Vec<Arc<K>>>
@@ -177,6 +184,24 @@ async fn list(client: &Client, machine_api: MachineApi) -> Result<Listed> {
         HashMap::new()
     };
     let machines = machines(client, machine_api, &mut notes).await?;
+    let legacy_conflicts = match machine_api {
+        MachineApi::OpenShift => {
+            let checks = match list_all(client, "List MachineHealthChecks").await {
+                Ok(checks) => checks,
+                Err(error) if not_served(&error) => Vec::new(),
+                // Only this check needs them: the fencing paths are still checked.
+                Err(error) => {
+                    eprintln!(
+                        "warning: the health checks are not checked against the legacy bare-metal remediation: {error}"
+                    );
+                    Vec::new()
+                }
+            };
+            legacy::conflicts(&checks, &machines)
+        }
+        // Cluster API's health checks ask through templates only.
+        MachineApi::ClusterApi => Vec::new(),
+    };
     let resolved_hosts = match machine_api {
         MachineApi::OpenShift => None,
         MachineApi::ClusterApi => Some(hosts_of_machines(client, &machines).await?),
@@ -202,6 +227,7 @@ async fn list(client: &Client, machine_api: MachineApi) -> Result<Listed> {
                 Vec::new()
             }
         },
+        legacy_conflicts,
         policy: policies
             .iter()
             .find(|p| p.name_any() == POLICY_NAME)
@@ -265,6 +291,9 @@ pub async fn run(args: CheckArgs) -> Result<()> {
     let listed = list(&client, args.machine_api).await?;
     for note in &listed.notes {
         println!("{note}");
+    }
+    for conflict in &listed.legacy_conflicts {
+        println!("error: {conflict}");
     }
     // Warnings, not failures: the fencing paths may all be ready.
     for warning in lease_warnings(&listed.policy, &listed.node_templates) {
@@ -345,6 +374,15 @@ pub async fn run(args: CheckArgs) -> Result<()> {
     while let Some((line, ready)) = lines.next().await {
         println!("{}", line.replace(['\n', '\r'], " "));
         not_ready += usize::from(!ready);
+    }
+    if !listed.legacy_conflicts.is_empty() {
+        return Err(Error::Invalid {
+            object: "MachineHealthChecks".into(),
+            reason: format!(
+                "{} MachineHealthCheck(s) hand Machines to two remediators at once (above)",
+                listed.legacy_conflicts.len()
+            ),
+        });
     }
     if not_ready > 0 {
         return Err(Error::Invalid {
