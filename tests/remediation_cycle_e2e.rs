@@ -849,3 +849,46 @@ async fn a_node_held_by_a_finalizer_is_not_taken_as_back_until_it_has_gone() {
     );
     lab.assert_label_restored("worker-0", "restored on the new Node");
 }
+
+/// A Node back and Ready waits out the policy's ready grace before it is restored, and the
+/// Remediation says so: `ReadyGrace` True while `PoweringOn` with the Node Ready (naming the
+/// grace and when it ends), False once the Node was restored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ready_grace_is_said_as_the_wait_it_is() {
+    let mut policy = fast_policy();
+    policy["timeouts"]["readyGraceSeconds"] = json!(4);
+    let lab = start(fast(), policy).await;
+    assert!(lab.cluster.hang("worker-0"));
+    let waiting = eventually(
+        "worker-0-1 waits out its ready grace",
+        Duration::from_secs(60),
+        async || {
+            let status = lab.remediation("worker-0-1").and_then(|r| r.status)?;
+            let grace = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "ReadyGrace" && c.status == "True")
+                .cloned()?;
+            (status.phase == RemediationPhase::PoweringOn).then_some(grace)
+        },
+    )
+    .await;
+    assert_eq!(waiting.reason, "Waiting");
+    assert!(
+        waiting
+            .message
+            .starts_with("Node worker-0 is back from a new boot and Ready; it is restored once Ready for 4s (readyGraceSeconds), at "),
+        "{}",
+        waiting.message
+    );
+    let done = lab.succeeded("worker-0-1").await;
+    let grace = condition(done.status.as_ref().unwrap(), "ReadyGrace");
+    assert_eq!(
+        (
+            grace.status.as_str(),
+            grace.reason.as_str(),
+            grace.message.as_str()
+        ),
+        ("False", "Held", "Ready for 4s")
+    );
+}

@@ -351,6 +351,10 @@ stored_names! {
         /// strategy taken over; message: why the one before could not prove the host off).
         /// A failure that follows names it: the first cause is the one to fix.
         Escalated,
+        /// While powering on: the new Node is Ready and must stay Ready for the policy's
+        /// `readyGraceSeconds` before it is restored (True while it waits; message: until
+        /// when); False once it has, or when it is not Ready any more.
+        ReadyGrace,
     }
 }
 

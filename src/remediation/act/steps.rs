@@ -16,6 +16,7 @@ use crate::api::FenceStrategyName;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION};
 use crate::api::{ConditionType, EventReason, RemediationStep};
 use crate::api::{Remediation, RemediationSpec, RemediationStatus};
+use crate::duration::spoken;
 use crate::remediation::decide::fence::{ConfirmedOff, FencedHost};
 use crate::remediation::decide::gates::Held;
 use crate::remediation::decide::observe::node_view;
@@ -76,6 +77,9 @@ pub(in crate::remediation) struct Round<'a> {
     pub proof: &'a mut Option<ConfirmedOff>,
     pub node: Option<Arc<Node>>,
     pub now: SystemTime,
+    /// While powering on, how much longer the back and Ready Node must stay Ready
+    /// (`plan::ready_grace_left`).
+    pub ready_grace_left: Option<Duration>,
 }
 
 impl Pass {
@@ -166,10 +170,55 @@ impl Pass {
                 self.ensure_request(round.remediation, round.state, false)
                     .await?;
                 self.note_kept_off(round.remediation).await?;
+                self.note_ready_grace(round.remediation, round.ready_grace_left, round.now)
+                    .await?;
             }
             _ => {}
         }
         Ok(Some(Action::requeue(after)))
+    }
+
+    /// While the new Node must stay Ready a while before it is restored: said once in the
+    /// `ReadyGrace` condition with when it will be, so that `PoweringOn` past the Node's Ready
+    /// reads as the wait it is; turned False if the Node stops being Ready meanwhile.
+    async fn note_ready_grace(
+        &self,
+        remediation: &mut Remediation,
+        left: Option<Duration>,
+        now: SystemTime,
+    ) -> Result<()> {
+        let mut status = remediation.status.clone().unwrap_or_default();
+        let waiting = status
+            .conditions
+            .iter()
+            .any(|c| c.is_true(ConditionType::ReadyGrace));
+        let (truth, reason, message) = match left.filter(|l| !l.is_zero()) {
+            Some(_) if waiting => return Ok(()),
+            Some(left) => {
+                let grace = spoken(self.plan_policy().ready_grace);
+                let node = self.subject_node().unwrap_or_default();
+                let message = format!(
+                    "Node {node} is back from a new boot and Ready; it is restored once Ready for {grace} (readyGraceSeconds), at {}",
+                    rfc3339(now + left)
+                );
+                (true, "Waiting", message)
+            }
+            None if waiting => (
+                false,
+                "NotReady",
+                "the Node is not Ready any more".to_owned(),
+            ),
+            None => return Ok(()),
+        };
+        set_condition(
+            &mut status,
+            ConditionType::ReadyGrace,
+            truth,
+            reason,
+            &message,
+            now,
+        );
+        self.persist(remediation, status).await
     }
 
     /// Holds the start: the gate's condition and a Warning, once per reason.
@@ -464,6 +513,21 @@ impl Pass {
             now,
             ..
         } = round;
+        if status
+            .conditions
+            .iter()
+            .any(|c| c.is_true(ConditionType::ReadyGrace))
+        {
+            let held = format!("Ready for {}", spoken(self.plan_policy().ready_grace));
+            set_condition(
+                &mut status,
+                ConditionType::ReadyGrace,
+                false,
+                "Held",
+                &held,
+                now,
+            );
+        }
         if state.phase != Phase::Restoring {
             let note = "the Node is Ready: restoring its labels and taints, removing the trigger";
             let step = (RemediationStep::Restoring, Some(Phase::Restoring));

@@ -18,7 +18,7 @@ use crate::remediation::act::steps::Round;
 use crate::remediation::decide::fence::ConfirmedOff;
 use crate::remediation::decide::gates::{Held, ListFreshness};
 use crate::remediation::decide::observe::node_view;
-use crate::remediation::decide::plan::{Observed, Phase, Step, next_step};
+use crate::remediation::decide::plan::{Observed, Phase, Step, next_step, ready_grace_left};
 use crate::remediation::decide::state::{created_at, persisted, set_condition, strategy_label};
 use crate::remediation::evidence::start_gates::StartBasis;
 use crate::remediation::pass::context::Context;
@@ -220,6 +220,7 @@ impl Pass {
             proof: &mut proof,
             node,
             now,
+            ready_grace_left: ready_grace_left(&state, &observed, &self.plan_policy()),
         };
         let acted = match (step.clone(), basis) {
             (Step::RequestPowerOff { strategy }, Some(basis)) => {

@@ -437,19 +437,31 @@ fn remade_dwell(policy: &PlanPolicy) -> Duration {
     policy.power_off_timeout / 2
 }
 
-fn powering_on(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
-    let back = match &observed.node {
-        NodeView::Present {
-            ready_since: Some(since),
-            boot_id,
-        } => {
-            rebooted(state, *since, boot_id.as_deref())
-                // Readiness counts only from the power-on request on.
-                && observed.now.saturating_sub((*since).max(state.phase_since))
-                    >= policy.ready_grace
-        }
-        _ => false,
+/// While powering on, once the Node is back from a new boot and Ready: how much longer it
+/// must stay Ready (the policy's ready grace) before it is restored, zero once it has. None
+/// before that (not back, not Ready, or not powering on).
+pub fn ready_grace_left(
+    state: &Persisted,
+    observed: &Observed,
+    policy: &PlanPolicy,
+) -> Option<Duration> {
+    let NodeView::Present {
+        ready_since: Some(since),
+        boot_id,
+    } = &observed.node
+    else {
+        return None;
     };
+    if state.phase != Phase::PoweringOn || !rebooted(state, *since, boot_id.as_deref()) {
+        return None;
+    }
+    // Readiness counts only from the power-on request on.
+    let ready_for = observed.now.saturating_sub((*since).max(state.phase_since));
+    Some(policy.ready_grace.saturating_sub(ready_for))
+}
+
+fn powering_on(state: &Persisted, observed: &Observed, policy: &PlanPolicy) -> Step {
+    let back = ready_grace_left(state, observed, policy) == Some(Duration::ZERO);
     if back {
         Step::Restore
     } else if waited(state, observed) >= policy.node_timeout {

@@ -822,17 +822,22 @@ fn a_fenced_host_that_loses_its_proof_is_never_released() {
     ));
 }
 
-#[test]
-fn the_node_is_back_only_after_the_ready_grace_counted_from_power_on() {
-    let powering_on = state(Phase::PoweringOn);
-    let at = |secs: u64, ready_since: Option<u64>| Observed {
+/// At `secs`, the Node present (no boot ID) and Ready since `ready_since` (None: not Ready).
+fn ready_at(secs: u64, ready_since: Option<u64>) -> Observed {
+    Observed {
         now: Duration::from_secs(secs),
         node: NodeView::Present {
             ready_since: ready_since.map(Duration::from_secs),
             boot_id: None,
         },
         ..observed()
-    };
+    }
+}
+
+#[test]
+fn the_node_is_back_only_after_the_ready_grace_counted_from_power_on() {
+    let powering_on = state(Phase::PoweringOn);
+    let at = ready_at;
     let wait = Step::Wait {
         after: Duration::from_secs(5),
     };
@@ -862,6 +867,45 @@ fn the_node_is_back_only_after_the_ready_grace_counted_from_power_on() {
         next_step(&last, &at(1600, None), &policy()),
         Step::Fail(FailReason::NodeNeverReady)
     );
+}
+
+#[test]
+fn the_ready_grace_left_is_told_only_while_powering_on_with_the_node_back_and_ready() {
+    let powering_on = state(Phase::PoweringOn);
+    let at = ready_at;
+    let left = |s: &Persisted, o: &Observed| ready_grace_left(s, o, &policy());
+    // Ready at 1005, 30 s of grace: 25 s left at 1010, none left from 1035 on.
+    assert_eq!(
+        left(&powering_on, &at(1010, Some(1005))),
+        Some(Duration::from_secs(25))
+    );
+    assert_eq!(
+        left(&powering_on, &at(1035, Some(1005))),
+        Some(Duration::ZERO)
+    );
+    assert_eq!(
+        left(&powering_on, &at(1099, Some(1005))),
+        Some(Duration::ZERO)
+    );
+    // Not Ready, or not powering on: no grace running.
+    assert_eq!(left(&powering_on, &at(1010, None)), None);
+    for phase in [Phase::PoweringOff, Phase::Fenced, Phase::Restoring] {
+        assert_eq!(
+            left(&state(phase), &at(1010, Some(1005))),
+            None,
+            "{phase:?}"
+        );
+    }
+    // The same instant the planner restores at.
+    for now in 1005..1040 {
+        let observed = at(now, Some(1005));
+        let restores = next_step(&powering_on, &observed, &policy()) == Step::Restore;
+        assert_eq!(
+            restores,
+            left(&powering_on, &observed) == Some(Duration::ZERO),
+            "{now}"
+        );
+    }
 }
 
 #[test]
