@@ -2,12 +2,16 @@
 //! addresses, Machines and Secrets, wrong passwords, unreachable BMCs and rotated Secrets.
 //! Each is reported where a user looks, nothing is deleted, and no password leaks.
 
+use std::time::Duration;
+
+use baremend::api::RemediationPhase;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::json;
 
 mod common;
 
 use common::events::told_on;
+use common::eventually;
 use common::lab::{Lab, direct_bmc_policy, fast, fast_policy, steps};
 use common::remediation::{assert_in_order, start_prepared};
 
@@ -34,22 +38,28 @@ async fn a_malformed_bmc_address_is_reported_and_nothing_is_deleted() {
     assert!(lab.node_exists("worker-0"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_node_or_leaking() {
-    const WRONG: &str = "not-the-password-Xq9";
+/// A lab fencing directly, worker-0's BMC refusing the Secret's password (its own is `wrong`)
+/// and worker-1's unreachable, both detached; power-off proven within `power_off_seconds`.
+async fn bad_bmcs(power_off_seconds: u64, wrong: &str) -> Lab {
     let mut policy = direct_bmc_policy();
-    policy["timeouts"]["powerOffSeconds"] = json!(2);
+    policy["timeouts"]["powerOffSeconds"] = json!(power_off_seconds);
     policy["maxConcurrent"] = json!(2);
-    let lab = start_prepared(fast(), policy, |lab| {
+    start_prepared(fast(), policy, |lab| {
         lab.detach("worker-0");
         lab.detach("worker-1");
-        lab.bmc_password("worker-0", WRONG, None);
+        lab.bmc_password("worker-0", wrong, None);
         lab.set_bmc(
             "worker-1",
             json!({"address": "redfish+http://127.0.0.1:1/redfish/v1/Systems/1"}),
         );
     })
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_bmc_credentials_and_an_unreachable_bmc_fail_without_touching_the_node_or_leaking() {
+    const WRONG: &str = "not-the-password-Xq9";
+    let lab = bad_bmcs(2, WRONG).await;
     lab.trigger("worker-0", true);
     lab.trigger("worker-1", true);
     for name in ["worker-0-1", "worker-1-1"] {
@@ -240,4 +250,60 @@ async fn a_secret_rotated_before_its_redfish_bmc_fences_with_the_previous_passwo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_rotated_before_its_ipmi_bmc_fences_with_the_previous_password_and_says_so() {
     fence_after_secret_rotation(Protocol::Ipmi, "worker-2").await;
+}
+
+/// A refused login and an unreachable BMC are told within 10 s of the start, in their own
+/// words, while the power-off deadline (a minute) still runs: the `StepFailed` condition,
+/// `lastError` and a Warning Event name the cause, and the Strategy column the path in use —
+/// never only the later, general `PowerOffNotConfirmed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_login_and_an_unreachable_bmc_are_told_within_ten_seconds() {
+    const WRONG: &str = "not-the-password-Zr4";
+    let lab = bad_bmcs(60, WRONG).await;
+    let began = std::time::Instant::now();
+    lab.trigger("worker-0", true);
+    lab.trigger("worker-1", true);
+    for (name, says) in [
+        ("worker-0-1", "refused the credentials"),
+        ("worker-1-1", "is unreachable"),
+    ] {
+        let condition = eventually(
+            &format!("{name} tells {says:?}"),
+            Duration::from_secs(10),
+            async || {
+                let status = lab.remediation(name).and_then(|r| r.status)?;
+                let told = status
+                    .last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains(says));
+                let condition = status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "StepFailed" && c.status == "True")
+                    .filter(|c| c.message.contains(says))
+                    .cloned();
+                condition.filter(|_| told)
+            },
+        )
+        .await;
+        let event = told_on(
+            &lab.api,
+            MACHINE_NAMESPACE,
+            ("Remediation", name),
+            &condition.reason,
+            says,
+        )
+        .await;
+        assert_eq!(event["type"], "Warning", "{event}");
+        let took = began.elapsed();
+        assert!(took < Duration::from_secs(10), "{name} told after {took:?}");
+        let status = lab.remediation(name).unwrap().status.unwrap();
+        assert_eq!(status.phase, RemediationPhase::PoweringOff, "{status:?}");
+        assert_eq!(
+            status.strategy.as_ref().map(|s| s.as_str().to_owned()),
+            Some("DirectBmc".to_owned()),
+            "{status:?}"
+        );
+        assert!(!serde_json::to_string(&status).unwrap().contains(WRONG));
+    }
 }
