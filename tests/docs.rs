@@ -90,6 +90,59 @@ fn links(text: &str) -> Vec<String> {
     out
 }
 
+/// The repository paths a YAML comment names (`docs/…md`, `deploy/…`, `crds/…`, with an
+/// optional `#heading`), as a reader would follow them from the repository root.
+fn comment_references(text: &str) -> Vec<String> {
+    let roots = ["docs/", "deploy/", "crds/"];
+    text.lines()
+        .filter_map(|line| line.split_once('#').map(|(_, comment)| comment))
+        .flat_map(|comment| comment.split_whitespace())
+        .map(|word| word.trim_matches(|c: char| "()[]`'\",;:.".contains(c)))
+        .filter(|word| roots.iter().any(|r| word.starts_with(r)))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_file_a_comment_of_deploy_names_exists_with_its_heading() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    let mut files = Vec::new();
+    let mut folders = vec![repo_root().join("deploy")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|x| x == "yaml") {
+                files.push(path);
+            }
+        }
+    }
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file
+            .strip_prefix(repo_root())
+            .unwrap()
+            .display()
+            .to_string();
+        for reference in comment_references(&text) {
+            checked += 1;
+            let (path, anchor) = reference.split_once('#').unwrap_or((&reference, ""));
+            let target = repo_root().join(path);
+            if !target.exists() {
+                broken.push(format!("{name}: {reference}: no such file"));
+            } else if !anchor.is_empty()
+                && !anchors(&std::fs::read_to_string(&target).unwrap_or_default()).contains(anchor)
+            {
+                broken.push(format!("{name}: {reference}: no such heading"));
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} references seen");
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
 #[test]
 fn every_link_of_the_documentation_resolves_to_a_file_and_a_heading() {
     let mut broken = Vec::new();
@@ -321,5 +374,38 @@ fn the_policy_tables_name_every_field_of_the_crds_with_its_default() {
                 rows[&field]
             );
         }
+    }
+}
+
+/// The README's flow is drawn from the real phases: each phase of `RemediationPhase`, in its
+/// order, begins a line of the block (the ends on the last lines), and nothing else does.
+#[test]
+fn the_readmes_flow_names_every_phase_in_order_and_nothing_else() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let from = readme.find("How a remediation goes:").expect("the flow");
+    let block = &readme[from..];
+    let block = &block[block.find("```text\n").unwrap() + 8..];
+    let block = &block[..block.find("```").unwrap()];
+    // A line that starts with a word at the margin names a phase.
+    let named: Vec<&str> = block
+        .lines()
+        .skip(1)
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let main: Vec<String> = baremend::api::RemediationPhase::ALL
+        .iter()
+        .map(|p| {
+            serde_json::to_value(p)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .filter(|p| !["Failed", "Cancelled", "DryRun"].contains(&p.as_str()))
+        .collect();
+    assert_eq!(named, main, "{block}");
+    for end in ["Failed", "Cancelled", "DryRun"] {
+        assert!(block.contains(end), "{end} missing: {block}");
     }
 }
