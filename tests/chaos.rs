@@ -16,8 +16,10 @@ use std::time::Duration;
 /// Node step due while its workload cluster's API is down, in 12, 18, 61, 66, 80, 90: both
 /// hang on timing, so one seed may miss its case in a given run), flapping BMCs lying both
 /// ways and the fleet's faults mid-remediation. Three runs of the set judged every invariant
-/// at least 4 times, in 32 s each.
-const CURATED: &str = "11,12,18,19,27,32,35,37,40,42,47,48,61,66,80,89,90,95,96";
+/// at least 4 times, in 32 s each. 106, 112 and 128 (from seeds 100–159) added 2026-11-29: a
+/// CI run on a machine busy with a build saw none of 11, 12, 18 and 90 make invariant 6's
+/// second start (a hung worker hanging again once remediated), which also hangs on timing.
+const CURATED: &str = "11,12,18,19,27,32,35,37,40,42,47,48,61,66,80,89,90,95,96,106,112,128";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_curated_chaos_seeds_break_no_safety_invariant_and_judge_every_one() {

@@ -12,7 +12,7 @@ mod common;
 
 use common::events::told_on;
 use common::eventually;
-use common::lab::{Lab, direct_bmc_policy, fast, fast_policy, steps};
+use common::lab::{Lab, direct_bmc_policy, fast, fast_policy, patch_policy, steps};
 use common::remediation::{assert_in_order, start_prepared};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,45 +252,63 @@ async fn a_secret_rotated_before_its_ipmi_bmc_fences_with_the_previous_password_
     fence_after_secret_rotation(Protocol::Ipmi, "worker-2").await;
 }
 
-/// A refused login and an unreachable BMC are told within 10 s of the start, in their own
-/// words, while the power-off deadline (a minute) still runs: the `StepFailed` condition,
-/// `lastError` and a Warning Event name the cause, and the Strategy column the path in use —
-/// never only the later, general `PowerOffNotConfirmed`.
+/// A refused login, an unreachable BMC and a Secret that does not exist are told within 10 s
+/// of the start, in their own words, with a minute of power-off deadline: the first two while
+/// the deadline runs (the `StepFailed` condition, `lastError` and a Warning Event name the
+/// cause), the missing Secret by failing at once with it (`Succeeded=False`, `lastError`, the
+/// `Failed` Warning); the Strategy column shows the path in use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_login_and_an_unreachable_bmc_are_told_within_ten_seconds() {
+async fn a_refused_login_an_unreachable_bmc_and_a_missing_secret_are_told_within_ten_seconds() {
     const WRONG: &str = "not-the-password-Zr4";
     let lab = bad_bmcs(60, WRONG).await;
+    let all_three = json!({"maxConcurrent": 3, "storm": {"maxUnhealthyPercent": 100}});
+    patch_policy(&lab, all_three).await;
+    lab.detach("worker-2");
+    lab.set_bmc("worker-2", json!({"credentialsName": "no-such-secret"}));
     let began = std::time::Instant::now();
-    lab.trigger("worker-0", true);
-    lab.trigger("worker-1", true);
+    for worker in ["worker-0", "worker-1", "worker-2"] {
+        lab.trigger(worker, true);
+    }
     for (name, says) in [
         ("worker-0-1", "refused the credentials"),
         ("worker-1-1", "is unreachable"),
+        (
+            "worker-2-1",
+            r#"Secret no-such-secret: secrets "no-such-secret" not found (NotFound, 404)"#,
+        ),
     ] {
         let condition = eventually(
             &format!("{name} tells {says:?}"),
             Duration::from_secs(10),
             async || {
-                let status = lab.remediation(name).and_then(|r| r.status)?;
+                let Some(status) = lab.remediation(name).and_then(|r| r.status) else {
+                    return Err(format!("no {name} yet"));
+                };
                 let told = status
                     .last_error
                     .as_deref()
                     .is_some_and(|e| e.contains(says));
+                // A step that failed while the deadline runs, or the end at once.
                 let condition = status
                     .conditions
                     .iter()
-                    .find(|c| c.type_ == "StepFailed" && c.status == "True")
-                    .filter(|c| c.message.contains(says))
+                    .filter(|c| c.message.contains(says) && told)
+                    .find(|c| {
+                        (c.type_ == "StepFailed" && c.status == "True")
+                            || (c.type_ == "Succeeded" && c.status == "False")
+                    })
                     .cloned();
-                condition.filter(|_| told)
+                condition.ok_or(format!("{status:?}"))
             },
         )
         .await;
+        let ended = condition.type_ == "Succeeded";
+        let reason = if ended { "Failed" } else { &condition.reason };
         let event = told_on(
             &lab.api,
             MACHINE_NAMESPACE,
             ("Remediation", name),
-            &condition.reason,
+            reason,
             says,
         )
         .await;
@@ -298,7 +316,13 @@ async fn a_refused_login_and_an_unreachable_bmc_are_told_within_ten_seconds() {
         let took = began.elapsed();
         assert!(took < Duration::from_secs(10), "{name} told after {took:?}");
         let status = lab.remediation(name).unwrap().status.unwrap();
-        assert_eq!(status.phase, RemediationPhase::PoweringOff, "{status:?}");
+        // A BMC that may answer later is waited for; a Secret that is not there ends it.
+        let phase = if ended {
+            RemediationPhase::Failed
+        } else {
+            RemediationPhase::PoweringOff
+        };
+        assert_eq!(status.phase, phase, "{status:?}");
         assert_eq!(
             status.strategy.as_ref().map(|s| s.as_str().to_owned()),
             Some("DirectBmc".to_owned()),

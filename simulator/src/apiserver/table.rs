@@ -336,6 +336,21 @@ fn columns_and_cells(ty: &ResourceType, object: &Value, now: Duration) -> (Vec<V
                 age,
             ],
         ),
+        ("", "events") => (
+            vec![
+                column("Last Seen", "string", 0),
+                column("Type", "string", 0),
+                column("Reason", "string", 0),
+                column("Object", "string", 0),
+                column("Subobject", "string", 1),
+                column("Source", "string", 1),
+                column("Message", "string", 0),
+                column("First Seen", "string", 1),
+                column("Count", "string", 1),
+                column("Name", "string", 1),
+            ],
+            event_cells(object, now),
+        ),
         ("coordination.k8s.io", "leases") => (
             vec![
                 column("Name", "string", 0),
@@ -374,6 +389,64 @@ fn columns_and_cells(ty: &ResourceType, object: &Value, now: Duration) -> (Vec<V
     }
 }
 
+/// An Event's row as kube-apiserver prints it (`pkg/printers/internalversion/printers.go`,
+/// `printEvent`, with the server's `Wide`): last seen (the first seen without a last, a
+/// series' last observation when it has one), type, reason, `kind/name` in lower case, field
+/// path, source (`component, host`, else the reporting controller and instance), message,
+/// first seen (the event time without one), count (1 when unset), name.
+fn event_cells(event: &Value, now: Duration) -> Vec<Value> {
+    let text = |path: &str| {
+        event
+            .pointer(path)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let since = |path: &str| {
+        event
+            .pointer(path)
+            .and_then(Value::as_str)
+            .and_then(parse_time)
+            .map(|t| human_age(now.saturating_sub(t)))
+    };
+    let first = since("/firstTimestamp")
+        .or_else(|| since("/eventTime"))
+        .unwrap_or_else(|| "<unknown>".into());
+    let series = event.get("series").filter(|s| s.is_object());
+    let last = match series {
+        Some(_) => since("/series/lastObservedTime").unwrap_or_else(|| "<unknown>".into()),
+        None => since("/lastTimestamp").unwrap_or_else(|| first.clone()),
+    };
+    let count = match series {
+        Some(series) => series["count"].as_i64().unwrap_or_default(),
+        None => event["count"].as_i64().filter(|c| *c != 0).unwrap_or(1),
+    };
+    let kind = text("/involvedObject/kind").to_lowercase();
+    let target = match text("/involvedObject/name") {
+        "" => kind,
+        name => format!("{kind}/{name}"),
+    };
+    let first_non_empty = |a: &str, b: &str| if a.is_empty() { b } else { a }.to_owned();
+    let component = first_non_empty(text("/source/component"), text("/reportingComponent"));
+    let instance = first_non_empty(text("/source/host"), text("/reportingInstance"));
+    let source = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        json!(last),
+        json!(text("/type")),
+        json!(text("/reason")),
+        json!(target),
+        json!(text("/involvedObject/fieldPath")),
+        json!(source),
+        json!(text("/message").trim()),
+        json!(first),
+        json!(count),
+        json!(text("/metadata/name")),
+    ]
+}
+
 fn partial_metadata(object: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object.get("metadata").cloned().unwrap_or_default()})
 }
@@ -406,6 +479,66 @@ pub fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kube-apiserver 1.36's Event row (`printers.go`, `printEvent`): `kubectl get events`
+    /// printed only a name and an age here before (found by docs/guides/try-it.md).
+    #[test]
+    fn an_event_row_is_the_one_kube_apiserver_prints() {
+        let kinds = super::super::kinds::Registry::new();
+        let ty = kinds.get("", "v1", "events").unwrap();
+        let event = json!({
+            "metadata": {"name": "worker-1-1.18eca2", "namespace": "openshift-machine-api"},
+            "involvedObject": {"kind": "Remediation", "name": "worker-1-1"},
+            "reason": "Fenced", "message": "proven off \n", "type": "Normal",
+            "firstTimestamp": "2026-11-29T10:00:00Z", "lastTimestamp": "2026-11-29T10:00:30Z",
+            "count": 3, "source": {"component": "baremend", "host": "pod-a"},
+        });
+        let now = parse_time("2026-11-29T10:01:00Z").unwrap();
+        let (columns, cells) = columns_and_cells(&ty, &event, now);
+        let names: Vec<&str> = columns
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Last Seen",
+                "Type",
+                "Reason",
+                "Object",
+                "Subobject",
+                "Source",
+                "Message",
+                "First Seen",
+                "Count",
+                "Name"
+            ]
+        );
+        assert_eq!(
+            cells,
+            [
+                json!("30s"),
+                json!("Normal"),
+                json!("Fenced"),
+                json!("remediation/worker-1-1"),
+                json!(""),
+                json!("baremend, pod-a"),
+                json!("proven off"),
+                json!("60s"),
+                json!(3),
+                json!("worker-1-1.18eca2"),
+            ]
+        );
+        // The new API's singleton: no count, no timestamps but the event time, the reporting
+        // controller as the source.
+        let singleton = json!({"metadata": {"name": "e"}, "involvedObject": {"kind": "Node"},
+            "eventTime": "2026-11-29T10:00:50.000000Z", "reportingComponent": "kubelet"});
+        let (_, cells) = columns_and_cells(&ty, &singleton, now);
+        assert_eq!(cells[0], json!("10s"));
+        assert_eq!(cells[3], json!("node"));
+        assert_eq!(cells[5], json!("kubelet"));
+        assert_eq!(cells[8], json!(1));
+    }
 
     #[test]
     fn a_filter_takes_the_first_element_with_that_value() {
