@@ -1,7 +1,7 @@
 //! The legacy bare-metal remediation of OpenShift's machine API: the machine actuator of
 //! openshift/cluster-api-provider-baremetal (`pkg/cloud/baremetal/actuators/machine/actuator.go`,
-//! `remediateIfNeeded`, read August 2026; the flow is written up in the project's notes on
-//! remediation anchors). On IPI bare metal it runs in the `machine-api-controllers` pod on
+//! `remediateIfNeeded`, as the project's notes on remediation anchors record its flow from a
+//! 2026 snapshot). On IPI bare metal it runs in the `machine-api-controllers` pod on
 //! every Machine update and has no off switch: any Machine carrying
 //! `host.metal3.io/external-remediation` is power-cycled through its BareMetalHost.
 //!
