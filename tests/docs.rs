@@ -15,21 +15,33 @@ use common::repo_root;
 
 /// Every Markdown file of the documentation, the README first, as repository paths.
 fn documents() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                out.push(path);
-            }
-        }
-    }
     let root = repo_root();
     let mut out = vec![root.join("README.md")];
-    walk(&root.join("docs"), &mut out);
+    files_under(&root.join("docs"), "md", &mut out);
     out.sort();
     out
+}
+
+/// Every file under `dir`, at any depth, whose extension is `extension`, added to `out`.
+fn files_under(dir: &Path, extension: &str, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files_under(&path, extension, out);
+        } else if path.extension().is_some_and(|e| e == extension) {
+            out.push(path);
+        }
+    }
+}
+
+/// Why a reference to `target` (`#anchor`, if any) is broken, if it is: no such file, or no
+/// such heading in it.
+fn broken_reference(target: &Path, anchor: &str) -> Option<&'static str> {
+    if !target.exists() {
+        return Some("no such file");
+    }
+    let text = std::fs::read_to_string(target).unwrap_or_default();
+    (!anchor.is_empty() && !anchors(&text).contains(anchor)).then_some("no such heading")
 }
 
 /// The anchors a Markdown renderer makes of a document's headings (GitHub's rule: lower
@@ -108,17 +120,7 @@ fn every_file_a_comment_of_deploy_names_exists_with_its_heading() {
     let mut broken = Vec::new();
     let mut checked = 0;
     let mut files = Vec::new();
-    let mut folders = vec![repo_root().join("deploy")];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|x| x == "yaml") {
-                files.push(path);
-            }
-        }
-    }
+    files_under(&repo_root().join("deploy"), "yaml", &mut files);
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         let name = file
@@ -129,13 +131,8 @@ fn every_file_a_comment_of_deploy_names_exists_with_its_heading() {
         for reference in comment_references(&text) {
             checked += 1;
             let (path, anchor) = reference.split_once('#').unwrap_or((&reference, ""));
-            let target = repo_root().join(path);
-            if !target.exists() {
-                broken.push(format!("{name}: {reference}: no such file"));
-            } else if !anchor.is_empty()
-                && !anchors(&std::fs::read_to_string(&target).unwrap_or_default()).contains(anchor)
-            {
-                broken.push(format!("{name}: {reference}: no such heading"));
+            if let Some(why) = broken_reference(&repo_root().join(path), anchor) {
+                broken.push(format!("{name}: {reference}: {why}"));
             }
         }
     }
@@ -158,13 +155,8 @@ fn every_link_of_the_documentation_resolves_to_a_file_and_a_heading() {
             };
             checked += 1;
             let name = document.strip_prefix(repo_root()).unwrap().display();
-            if !target.exists() {
-                broken.push(format!("{name}: {link}: no such file"));
-            } else if !anchor.is_empty() {
-                let text = std::fs::read_to_string(&target).unwrap_or_default();
-                if !anchors(&text).contains(anchor) {
-                    broken.push(format!("{name}: {link}: no such heading"));
-                }
+            if let Some(why) = broken_reference(&target, anchor) {
+                broken.push(format!("{name}: {link}: {why}"));
             }
         }
     }
@@ -383,9 +375,10 @@ fn the_policy_tables_name_every_field_of_the_crds_with_its_default() {
 fn the_readmes_flow_names_every_phase_in_order_and_nothing_else() {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
     let from = readme.find("How a remediation goes:").expect("the flow");
-    let block = &readme[from..];
-    let block = &block[block.find("```text\n").unwrap() + 8..];
-    let block = &block[..block.find("```").unwrap()];
+    let block = common::fenced_blocks(&readme[from..], "text")
+        .into_iter()
+        .next()
+        .expect("the flow's block");
     // A line that starts with a word at the margin names a phase.
     let named: Vec<&str> = block
         .lines()

@@ -25,8 +25,10 @@ fn quick_start() -> Vec<Vec<String>> {
     let section = &readme[readme
         .find("## Quick start")
         .expect("README has a Quick start")..];
-    let block = &section[section.find("```bash\n").expect("a bash block") + 8..];
-    let block = &block[..block.find("```").unwrap()];
+    let block = common::fenced_blocks(section, "bash")
+        .into_iter()
+        .next()
+        .expect("a bash block");
     let commands: Vec<Vec<String>> = block
         .lines()
         .map(|l| l.split(" #").next().unwrap().trim())
@@ -83,11 +85,6 @@ async fn quick_health_check(kubectl: &Kubectl) {
         .await;
 }
 
-/// The physical power changes of a host so far.
-fn power_changes(lab: &Lab, host: &str) -> usize {
-    lab.cluster.host(host).unwrap().host.history().len()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quick_start_as_written_leaves_one_remediator_on_a_hung_worker() {
     let (mut lab, kubectl) = ipi_cluster("quick-start").await;
@@ -100,7 +97,7 @@ async fn the_quick_start_as_written_leaves_one_remediator_on_a_hung_worker() {
 
     // Day one, in dry run: the health check asks, baremend records what it would do, and
     // nobody touches the host — the legacy remediation included.
-    let before = power_changes(&lab, "worker-0");
+    let before = lab.power_history("worker-0");
     assert!(lab.cluster.hang("worker-0"));
     lab.reach("worker-0-1", RemediationPhase::DryRun).await;
     let listed = kubectl.ok(&["get", "brem", "-A"], None).await;
@@ -110,7 +107,7 @@ async fn the_quick_start_as_written_leaves_one_remediator_on_a_hung_worker() {
     );
     lab.hold(Duration::from_secs(3)).await;
     assert_eq!(
-        power_changes(&lab, "worker-0"),
+        lab.power_history("worker-0"),
         before,
         "a dry run powers nothing"
     );

@@ -14,14 +14,7 @@ use common::kubectl::binaries;
 /// The page's `bash` blocks, in order, as one script.
 fn script() -> String {
     let page = std::fs::read_to_string(common::repo_root().join("docs/guides/try-it.md")).unwrap();
-    let mut blocks = Vec::new();
-    let mut rest = page.as_str();
-    while let Some(start) = rest.find("```bash\n") {
-        let body = &rest[start + 8..];
-        let end = body.find("```").expect("a closed block");
-        blocks.push(body[..end].to_owned());
-        rest = &body[end + 3..];
-    }
+    let blocks = common::fenced_blocks(&page, "bash");
     assert!(blocks.len() >= 6, "{} blocks", blocks.len());
     blocks.join("\n")
 }

@@ -208,29 +208,23 @@ pub fn own_kustomization(scratch: &std::path::Path, text: &str) -> PathBuf {
 /// The kustomizations docs/guides/install.md shows (its YAML blocks of `kind: Kustomization`).
 pub fn documented_kustomizations() -> Vec<String> {
     let guide = std::fs::read_to_string(super::repo_root().join("docs/guides/install.md")).unwrap();
-    let mut blocks = Vec::new();
-    let mut rest = guide.as_str();
-    while let Some(at) = rest.find("```yaml\n") {
-        let body = &rest[at + "```yaml\n".len()..];
-        let end = body.find("```").expect("a closed code block");
-        let block = &body[..end];
-        // Indented when inside a list item: kustomize reads it unindented.
-        let indent = block
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| l.len() - l.trim_start().len())
-            .min()
-            .unwrap_or(0);
-        let text: String = block
-            .lines()
-            .map(|l| l.get(indent..).unwrap_or("").to_string() + "\n")
-            .collect();
-        if text.lines().any(|l| l == "kind: Kustomization") {
-            blocks.push(text);
-        }
-        rest = &body[end + 3..];
-    }
-    blocks
+    super::fenced_blocks(&guide, "yaml")
+        .iter()
+        .map(|block| {
+            // Indented when inside a list item: kustomize reads it unindented.
+            let indent = block
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| l.len() - l.trim_start().len())
+                .min()
+                .unwrap_or(0);
+            block
+                .lines()
+                .map(|l| l.get(indent..).unwrap_or("").to_string() + "\n")
+                .collect::<String>()
+        })
+        .filter(|text| text.lines().any(|l| l == "kind: Kustomization"))
+        .collect()
 }
 
 /// The Prometheus Operator's two kinds that deploy/ uses, as a cluster with it has them

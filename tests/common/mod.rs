@@ -129,6 +129,20 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// The bodies of a Markdown text's code blocks fenced as `lang` (```` ```bash ````), in order.
+pub fn fenced_blocks(text: &str, lang: &str) -> Vec<String> {
+    let open = format!("```{lang}\n");
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(&open) {
+        let body = &rest[at + open.len()..];
+        let end = body.find("```").expect("a closed code block");
+        blocks.push(body[..end].to_owned());
+        rest = &body[end + 3..];
+    }
+    blocks
+}
+
 /// The documents of a YAML text, as JSON (empty documents left out).
 pub fn yaml_documents(text: &str) -> Vec<serde_json::Value> {
     use serde::Deserialize;
