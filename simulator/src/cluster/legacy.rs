@@ -34,7 +34,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::MACHINE_NAMESPACE;
-use super::local::{BMHS, Local, MACHINES, MHCS, NODES, namespace_and_name};
+use super::local::{BMHS, Local, MACHINES, MHCS, NODES, annotation, namespace_and_name};
 use super::mhc::{EXTERNAL_REMEDIATION, every};
 use super::timing::{Timing, parse_go_duration};
 use crate::apiserver::errors::ApiResult;
@@ -96,13 +96,6 @@ pub async fn run(api: Local, timing: Timing, actions: Actions) {
         }
     })
     .await;
-}
-
-fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
-    object
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(key))
-        .and_then(Value::as_str)
 }
 
 /// One pass over one Machine; an error (a conflict, a refusal) waits for the next pass.

@@ -56,6 +56,14 @@ pub fn namespace_and_name(object: &Value) -> (&str, &str) {
     (field("namespace"), field("name"))
 }
 
+/// The value of an object's annotation `key`, if it has it (and it is a string).
+pub fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+}
+
 /// An API server, seen by a simulated actor: the store in-process (the shortcut the simulated
 /// cluster takes), or any API server over HTTPS with the actor's own credentials
 /// ([`Remote`]). The actors call the same methods either way.

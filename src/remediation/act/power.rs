@@ -359,10 +359,7 @@ impl Pass {
     /// to the host's series: the monitor reads that status from its cache once an interval,
     /// and a host off for less than one would never show off while operators look at it.
     fn show_operator_power(&self, host: &HostRef, powered_on: Option<bool>) {
-        if !self.context.power_monitored {
-            return;
-        }
-        if self.subject.machine().is_none() {
+        if !self.context.power_monitored || self.subject.machine().is_none() {
             return;
         }
         let series = operator_series(self.machine_key(), self.subject_node(), host);

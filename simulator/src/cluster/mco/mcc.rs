@@ -20,16 +20,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{DESIRED_DRAIN, LAST_APPLIED_DRAIN, MCO_NAMESPACE, STATE, set_mcn_condition};
-use crate::cluster::local::{Local, MCNS, MCPS, MCS, NODES, PODS, namespace_and_name};
+use crate::cluster::local::{Local, MCNS, MCPS, MCS, NODES, PODS, annotation, namespace_and_name};
 use crate::cluster::timing::Timing;
 
 const COMPONENT: &str = "machineconfigcontroller-draincontroller";
-
-fn annotation<'a>(node: &'a Value, key: &str) -> Option<&'a str> {
-    node.pointer("/metadata/annotations")
-        .and_then(|a| a.get(key))
-        .and_then(Value::as_str)
-}
 
 fn evicted_by_drain(pod: &Value) -> bool {
     let daemon = pod
