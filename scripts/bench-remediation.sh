@@ -14,10 +14,27 @@
 # beside one cluster of COMPARE_MACHINES (5000) measured first in the same run.
 #
 #   FLEET=1 bash scripts/bench-remediation.sh
+#
+# REAL_PLANE=1: each size twice in one run, on the simulated API server and then on a real
+# control plane (etcd, kube-apiserver, kube-controller-manager; built once by
+# scripts/kubernetes.sh, which needs Go and the Go module proxy) that the same simulated world
+# drives over HTTPS; the table has a column for each.
+#
+#   REAL_PLANE=1 SIZES=1000 bash scripts/bench-remediation.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 cargo build --release --bin baremend >&2
+real_plane=()
+if [[ "${REAL_PLANE:-0}" == 1 ]]; then
+    [[ "${FLEET:-0}" != 1 ]] || { echo "REAL_PLANE=1 and FLEET=1: a real plane holds one cluster" >&2; exit 2; }
+    kube_log=$(mktemp)
+    bash scripts/kubernetes.sh >"$kube_log" 2>&1 || { cat "$kube_log" >&2; exit 1; }
+    BAREMEND_KUBE_BIN=$(tail -n 1 "$kube_log")
+    rm -f "$kube_log"
+    export BAREMEND_KUBE_BIN
+    real_plane=(--real-plane)
+fi
 if [[ "${FLEET:-0}" == 1 ]]; then
     ./target/release/baremend lab --scenario scale \
         --machines "${FLEET_MACHINES:-20000}" --workload-clusters "${FLEET_CLUSTERS:-100}" \
@@ -30,6 +47,6 @@ SAMPLES=${SAMPLES:-30}
 for machines in $SIZES; do
     echo "## ${machines} machines"
     ./target/release/baremend lab --scenario scale --machines "$machines" \
-        --samples "$SAMPLES" --timeout 120s
+        --samples "$SAMPLES" --timeout 120s "${real_plane[@]}"
     echo
 done

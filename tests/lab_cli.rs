@@ -309,6 +309,100 @@ async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_
     }
 }
 
+/// The benchmark on a real control plane beside the simulated API server, small: the same
+/// world on both in one run, the real one an etcd, kube-apiserver and kube-controller-manager
+/// (`scripts/kubernetes.sh`'s) that the simulated world drives over HTTPS; the controller's
+/// requests there are counted from the server's audit log. The figures are the benchmark's
+/// (docs/engineering/benchmarks.md), not this test's: it checks that both columns are
+/// measured, and that the real server's counts are counts (a remediation makes requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scale_lab_measures_the_same_cluster_on_a_real_control_plane_beside_the_simulated_one()
+{
+    let output = baremend(
+        &[
+            "lab",
+            "--scenario",
+            "scale",
+            "--machines",
+            "8",
+            "--samples",
+            "2",
+            "--timeout",
+            "60s",
+            "--real-plane",
+        ],
+        None,
+    )
+    .await;
+    let (out, err) = texts(&output);
+    assert!(output.status.success(), "{out}\n{err}");
+    for line in [
+        "on the real kube-apiserver v1.36.3: 3 control-plane and 5 workers",
+        "real control plane (etcd, kube-apiserver, kube-controller-manager v1.36.3) up in",
+        "| measure | one cluster: 8 machines, 1 controller, 2 remediations, simulated API server | one cluster: 8 machines, 1 controller, 2 remediations, real kube-apiserver v1.36.3 | goal |",
+        "| fence latency p99, the real server ÷ the simulated | — |",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    let cells = |measure: &str| -> Vec<String> {
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(&format!("| {measure} |")))
+            .unwrap_or_else(|| panic!("no row {measure:?} in:\n{out}"));
+        row.split(" | ")
+            .skip(1)
+            .take(2)
+            .map(str::to_owned)
+            .collect()
+    };
+    for cell in cells("management-cluster API requests per remediation (mean / max)") {
+        let mean: f64 = cell.split(" / ").next().unwrap().parse().unwrap();
+        assert!(
+            mean >= 10.0,
+            "a remediation makes requests on both servers: {cell}"
+        );
+    }
+    let start =
+        cells("API requests at start, all controllers (management; workload; of which watches)");
+    for cell in &start {
+        let requests: u64 = cell.split(';').next().unwrap().parse().unwrap();
+        assert!(
+            requests >= 10,
+            "the start's lists and watches are counted: {cell}"
+        );
+    }
+}
+
+/// A fleet on a real control plane is refused before anything starts: one plane holds one
+/// cluster (a workload cluster would need a plane each).
+#[tokio::test]
+async fn the_scale_lab_refuses_a_fleet_on_a_real_control_plane_with_why() {
+    let output = baremend(
+        &[
+            "lab",
+            "--scenario",
+            "scale",
+            "--machines",
+            "40",
+            "--workload-clusters",
+            "4",
+            "--real-plane",
+        ],
+        None,
+    )
+    .await;
+    let (out, err) = texts(&output);
+    assert!(!output.status.success(), "{out}\n{err}");
+    assert!(
+        err.contains("--real-plane") && err.contains("a real control plane holds one cluster"),
+        "{err}"
+    );
+    assert!(
+        !out.contains("scale benchmark"),
+        "nothing was started: {out}"
+    );
+}
+
 /// The benchmark's fleet mode, small: a Cluster API management cluster of 4 workload clusters
 /// sharded over 2 controller processes (each its own `baremend run` with its own selector and
 /// Lease), printed beside one cluster measured first in the same run; each remediation reads
@@ -342,7 +436,7 @@ async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_clus
     for line in [
         "controller 0 (pid",
         "controller 1 (pid",
-        "| measure | one cluster: 8 machines, 1 controller, 4 remediations | fleet: 40 machines, 4 workload clusters, 2 shards, 4 remediations | goal |",
+        "| measure | one cluster: 8 machines, 1 controller, 4 remediations, simulated API server | fleet: 40 machines, 4 workload clusters, 2 shards, 4 remediations, simulated API server | goal |",
         "| fence latency p50 / p99 |",
         "| overhead over the physical floor p50 / p99 |",
         "| fence latency × the safe floor, p50 / p99 |",

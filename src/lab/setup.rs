@@ -138,9 +138,9 @@ async fn account_token(admin: &Client, namespace: &str, account: &str) -> Result
         })
 }
 
-/// A client from a kubeconfig of the simulated cluster, without kube's own retries (the
+/// A client from a kubeconfig of a lab's API server (simulated or real), without kube's own retries (the
 /// controller requeues by itself).
-async fn client_of(kubeconfig: &str) -> Result<Client> {
+pub(crate) async fn client_of(kubeconfig: &str) -> Result<Client> {
     let invalid = |reason: String| Error::Invalid {
         object: "the simulated cluster's kubeconfig".into(),
         reason,
@@ -153,38 +153,153 @@ async fn client_of(kubeconfig: &str) -> Result<Client> {
     Client::try_from(config).map_err(Error::kube("Connect"))
 }
 
+/// What an install leaves: the controller's identity on the server.
+pub(crate) struct Installed {
+    /// A kube client as the controller's ServiceAccount.
+    pub controller_client: Client,
+    /// Its kubeconfig.
+    pub controller_kubeconfig: String,
+}
+
+/// Installs baremend on an API server as an install does: its CRDs (through `client`, the
+/// administrator's; waited for until the server has established each), then `deploy/`'s
+/// namespace, ServiceAccounts, RBAC and admission policies (through `api`, the
+/// administrator's too), with the Cluster API component's rights when `cluster_api`. The
+/// controller's kubeconfig is `with_token` applied to a token the server issued its
+/// ServiceAccount.
+pub(crate) async fn install(
+    client: &Client,
+    api: &Local,
+    cluster_api: bool,
+    with_token: impl Fn(&str) -> String,
+) -> Result<Installed> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in all_crds() {
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .map_err(Error::kube("CreateCrd"))?;
+    }
+    for (_, crd) in all_crds() {
+        established(&crds, &crd.metadata.name.unwrap_or_default()).await?;
+    }
+    let mut manifests = DEPLOY_IDENTITY.to_vec();
+    if cluster_api {
+        manifests.push(DEPLOY_CLUSTER_API_RBAC);
+    }
+    for (file, text) in manifests {
+        apply_manifests(api, file, text)?;
+    }
+    let token = account_token(client, DEPLOY_NAMESPACE, CONTROLLER_ACCOUNT).await?;
+    let controller_kubeconfig = with_token(&token);
+    let controller_client = client_of(&controller_kubeconfig).await?;
+    Ok(Installed {
+        controller_client,
+        controller_kubeconfig,
+    })
+}
+
+/// Waits (up to 30 s) until the server has established CRD `name`: a real API server serves
+/// a new kind a moment after accepting its CRD (the simulated one at once).
+async fn established(crds: &Api<CustomResourceDefinition>, name: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let crd = crds.get(name).await.map_err(Error::kube("GetCrd"))?;
+        let served = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if served {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(Error::Invalid {
+                object: format!("CRD {name}"),
+                reason: "not established by the API server within 30 s".into(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates the policy `default` with this spec (see [`LabCluster::install_policy`]).
+pub(crate) async fn install_policy(client: &Client, mut spec: Value) -> Result<()> {
+    if let Some(fields) = spec.as_object_mut() {
+        fields
+            .entry("allowInsecureBmc")
+            .or_insert(Value::Bool(true));
+        fields
+            .entry("mode")
+            .or_insert(Value::String("Remediate".into()));
+    }
+    let policy: RemediationPolicy = serde_json::from_value(
+        json!({"metadata": {"name": "default"}, "spec": spec}),
+    )
+    .map_err(|e| Error::Invalid {
+        object: "lab policy".into(),
+        reason: e.to_string(),
+    })?;
+    Api::<RemediationPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .map_err(Error::kube("CreatePolicy"))?;
+    Ok(())
+}
+
+/// Sets (as a MachineHealthCheck does) or removes Machine `machine`'s external-remediation
+/// trigger through `api`.
+pub(crate) fn set_trigger(api: &Local, machine: &str, on: bool) -> Result<()> {
+    let value = if on { json!("") } else { Value::Null };
+    api.merge(
+        MACHINES,
+        MACHINE_NAMESPACE,
+        machine,
+        &json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: value}}}),
+        false,
+    )
+    .map(|_| ())
+    .map_err(|e| Error::Invalid {
+        object: format!("Machine {machine}"),
+        reason: e.message,
+    })
+}
+
+/// Creates through `api` the template `baremend` a health check names, empty: its requests
+/// get the policy's values.
+pub(crate) fn empty_template(api: &Local, templates: Gvr, namespace: &str) -> Result<()> {
+    api.create(
+        templates,
+        namespace,
+        json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
+    )
+    .map(|_| ())
+    .map_err(|e| Error::Invalid {
+        object: format!("{} baremend", templates.plural),
+        reason: e.message,
+    })
+}
+
 impl LabCluster {
     /// Starts the cluster and installs the CRDs (then, on a platform-none cluster, each
     /// host's `HostBmc`).
     pub async fn start(spec: ClusterSpec) -> Result<Self> {
         let cluster = SimCluster::start(spec).await?;
         let client = client_of(&cluster.kubeconfig()).await?;
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for (_, crd) in all_crds() {
-            crds.create(&PostParams::default(), &crd)
-                .await
-                .map_err(Error::kube("CreateCrd"))?;
-        }
+        let api = Local::new(cluster.api_server().store().clone(), "lab");
+        let admin_kubeconfig = cluster.kubeconfig();
+        let admin_token = cluster.api_server().token().to_owned();
+        let installed = install(&client, &api, cluster.spec().cluster_api, |token| {
+            admin_kubeconfig.replace(&admin_token, token)
+        })
+        .await?;
         // A platform-none cluster's hosts are described by HostBmcs: served from now on.
         cluster.create_host_bmcs()?;
-        let api = Local::new(cluster.api_server().store().clone(), "lab");
-        let mut manifests = DEPLOY_IDENTITY.to_vec();
-        if cluster.spec().cluster_api {
-            manifests.push(DEPLOY_CLUSTER_API_RBAC);
-        }
-        for (file, text) in manifests {
-            apply_manifests(&api, file, text)?;
-        }
-        let token = account_token(&client, DEPLOY_NAMESPACE, CONTROLLER_ACCOUNT).await?;
-        let controller_kubeconfig = cluster
-            .kubeconfig()
-            .replace(cluster.api_server().token(), &token);
-        let controller_client = client_of(&controller_kubeconfig).await?;
         Ok(LabCluster {
             cluster,
             client,
-            controller_client,
-            controller_kubeconfig,
+            controller_client: installed.controller_client,
+            controller_kubeconfig: installed.controller_kubeconfig,
             api,
         })
     }
@@ -206,60 +321,19 @@ impl LabCluster {
     /// a cluster would, unless the spec says otherwise. The lab remediates (`mode:
     /// Remediate`) unless the spec says `DryRun`: a playground's hosts are there to be
     /// power-cycled, where a policy that leaves `mode` out is a dry run.
-    pub async fn install_policy(&self, mut spec: Value) -> Result<()> {
-        if let Some(fields) = spec.as_object_mut() {
-            fields
-                .entry("allowInsecureBmc")
-                .or_insert(Value::Bool(true));
-            fields
-                .entry("mode")
-                .or_insert(Value::String("Remediate".into()));
-        }
-        let policy: RemediationPolicy =
-            serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": spec}))
-                .map_err(|e| Error::Invalid {
-                    object: "lab policy".into(),
-                    reason: e.to_string(),
-                })?;
-        Api::<RemediationPolicy>::all(self.client.clone())
-            .create(&PostParams::default(), &policy)
-            .await
-            .map_err(Error::kube("CreatePolicy"))?;
-        Ok(())
+    pub async fn install_policy(&self, spec: Value) -> Result<()> {
+        install_policy(&self.client, spec).await
     }
 
     /// Sets (as a MachineHealthCheck does) or removes the external-remediation trigger.
     pub fn set_trigger(&self, machine: &str, on: bool) -> Result<()> {
-        let value = if on { json!("") } else { Value::Null };
-        self.api
-            .merge(
-                MACHINES,
-                MACHINE_NAMESPACE,
-                machine,
-                &json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: value}}}),
-                false,
-            )
-            .map(|_| ())
-            .map_err(|e| Error::Invalid {
-                object: format!("Machine {machine}"),
-                reason: e.message,
-            })
+        set_trigger(&self.api, machine, on)
     }
 
     /// Creates the template `baremend` a health check names, empty: its requests get the
     /// policy's values.
     pub fn empty_template(&self, templates: Gvr, namespace: &str) -> Result<()> {
-        self.api
-            .create(
-                templates,
-                namespace,
-                json!({"metadata": {"name": "baremend"}, "spec": {"template": {"spec": {}}}}),
-            )
-            .map(|_| ())
-            .map_err(|e| Error::Invalid {
-                object: format!("{} baremend", templates.plural),
-                reason: e.message,
-            })
+        empty_template(&self.api, templates, namespace)
     }
 
     /// Detaches a BareMetalHost: its BareMetal Operator lets go of it (it is then fenced

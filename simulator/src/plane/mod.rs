@@ -101,6 +101,11 @@ pub struct PlaneOptions {
     /// go unrenewed before the node lifecycle controller marks it `Unknown`; 50 s upstream),
     /// and its `--node-monitor-period`: a test with simulated kubelets shortens both.
     pub node_monitor: Option<(Duration, Duration)>,
+    /// Users whose every request the API server's audit log records, one line per request as
+    /// it is received (stage `RequestReceived`, level `Metadata`: verb, URI, time; no bodies),
+    /// in [`ControlPlane::audit_log`]: how a benchmark counts a controller's requests on a
+    /// server it cannot instrument. Empty (default): no audit log.
+    pub audit_users: Vec<String>,
 }
 
 impl Default for PlaneOptions {
@@ -108,6 +113,7 @@ impl Default for PlaneOptions {
         PlaneOptions {
             controller_manager: true,
             node_monitor: None,
+            audit_users: Vec::new(),
         }
     }
 }
@@ -214,6 +220,7 @@ pub struct ControlPlane {
     http: reqwest::Client,
     started_in: Duration,
     kubectl: PathBuf,
+    audit_log: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -262,7 +269,14 @@ impl ControlPlane {
 
         let port = free_port()?;
         let url = format!("https://127.0.0.1:{port}");
-        let mut apiserver = start_apiserver(binaries, &dir, &ca, &etcd_url, port)?;
+        let audit_log = audit(&dir, &options.audit_users)?;
+        let mut args = apiserver_args(&dir, &ca, &etcd_url, port)?;
+        if let Some((policy, log)) = &audit_log {
+            args.push(arg("audit-policy-file", policy.display()));
+            args.push(arg("audit-log-path", log.display()));
+        }
+        let apiserver_binary = binaries.path("kube-apiserver");
+        let mut apiserver = Process::spawn("kube-apiserver", &apiserver_binary, &args, &dir)?;
         wait_ready(&http, &mut apiserver, &format!("{url}/readyz")).await?;
 
         let mut plane = ControlPlane {
@@ -276,6 +290,7 @@ impl ControlPlane {
             http,
             started_in: Duration::ZERO,
             kubectl: binaries.kubectl(),
+            audit_log: audit_log.map(|(_, log)| log),
         };
         if options.controller_manager {
             let mut kcm = plane.start_controller_manager(binaries, options.node_monitor)?;
@@ -358,6 +373,12 @@ impl ControlPlane {
     /// needs (a tenant, a Node, an operator's account).
     pub fn identity(&self, user: &str, groups: &[&str]) -> Result<TlsIdentity> {
         self.ca.client(user, groups)
+    }
+
+    /// The audit log of [`PlaneOptions::audit_users`]' requests (None when none were asked
+    /// for): JSON lines of `audit.k8s.io/v1` Events.
+    pub fn audit_log(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
     }
 
     /// The administrator's client certificate (`system:masters`).
@@ -493,13 +514,27 @@ async fn wait_etcd(http: &reqwest::Client, etcd: &mut Process, url: &str) -> Res
     wait_ready(http, etcd, &format!("{url}/health")).await
 }
 
-fn start_apiserver(
-    binaries: &Binaries,
-    dir: &Path,
-    ca: &ClusterCa,
-    etcd: &str,
-    port: u16,
-) -> Result<Process> {
+/// The audit policy for `users` (each request recorded once, as received, without bodies)
+/// and the log's path; None without users.
+fn audit(dir: &Path, users: &[String]) -> Result<Option<(PathBuf, PathBuf)>> {
+    if users.is_empty() {
+        return Ok(None);
+    }
+    let policy = json!({
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        // One event per request, when it arrives: a watch counts when opened, not when it ends.
+        "omitStages": ["ResponseStarted", "ResponseComplete", "Panic"],
+        "rules": [
+            {"level": "Metadata", "users": users},
+            {"level": "None"},
+        ],
+    });
+    let policy = write(dir, "audit-policy.json", &policy.to_string())?;
+    Ok(Some((policy, dir.join("audit.log"))))
+}
+
+fn apiserver_args(dir: &Path, ca: &ClusterCa, etcd: &str, port: u16) -> Result<Vec<String>> {
     let ca_cert = write(dir, "ca.crt", &ca.identity.cert_pem)?;
     let serving = ca.serving()?;
     let cert = write(dir, "apiserver.crt", &serving.cert_pem)?;
@@ -527,12 +562,7 @@ fn start_apiserver(
         arg("service-account-signing-key-file", sa_key.display()),
         arg("profiling", false),
     ];
-    Process::spawn(
-        "kube-apiserver",
-        &binaries.path("kube-apiserver"),
-        &args,
-        dir,
-    )
+    Ok(args)
 }
 
 /// Polls `url` until it answers 200, failing at once if the process exits.

@@ -13,8 +13,8 @@ use serde_json::json;
 
 use super::invalid;
 use super::sample::{Target, Trigger};
+use super::world::World;
 use crate::Result;
-use crate::lab::setup::LabCluster;
 
 /// The shape of one benchmark run.
 #[derive(Debug, Clone, Copy)]
@@ -161,18 +161,19 @@ impl Layout {
     /// (`cluster.x-k8s.io/paused`), because the benchmark writes each request itself at a
     /// known time: a running check would withdraw a request for a Machine whose Node still
     /// reads Ready (a hang is seen only after the Node's 40 s grace).
-    pub(super) fn prepare_requests(&self, lab: &LabCluster) -> Result<()> {
+    pub(super) fn prepare_requests(&self, world: &World) -> Result<()> {
         if !self.is_fleet() {
             return Ok(());
         }
-        lab.empty_template(MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE)?;
+        world.empty_template(MACHINE_REMEDIATION_TEMPLATES, MACHINE_NAMESPACE)?;
         let pause = json!({"metadata": {"annotations": {CAPI_PAUSED: ""}}});
-        for mhc in lab.api.list_shared(CAPI_MHCS, Some(MACHINE_NAMESPACE)) {
+        for mhc in world.api().list_shared(CAPI_MHCS, Some(MACHINE_NAMESPACE)) {
             let name = mhc
                 .pointer("/metadata/name")
                 .and_then(|n| n.as_str())
                 .unwrap_or_default();
-            lab.api
+            world
+                .api()
                 .merge(CAPI_MHCS, MACHINE_NAMESPACE, name, &pause, false)
                 .map_err(|e| invalid(&format!("MachineHealthCheck {name}"), e.message))?;
         }
@@ -181,20 +182,14 @@ impl Layout {
 
     /// `samples` workers spread evenly over the fleet (in cluster order, so over the clusters
     /// and the shards too).
-    pub(super) fn targets(&self, lab: &LabCluster, samples: usize) -> Vec<Target> {
-        self.targets_from(lab, samples, 0)
+    pub(super) fn targets(&self, world: &World, samples: usize) -> Vec<Target> {
+        self.targets_from(world, samples, 0)
     }
 
     /// The same spread of workers, each `shift` workers further on: hosts no other set of
     /// the same spread touched (the floors' samples, beside ours).
-    pub(super) fn targets_from(
-        &self,
-        lab: &LabCluster,
-        samples: usize,
-        shift: usize,
-    ) -> Vec<Target> {
-        let workers: Vec<_> = lab
-            .cluster
+    pub(super) fn targets_from(&self, world: &World, samples: usize, shift: usize) -> Vec<Target> {
+        let workers: Vec<_> = world
             .hosts()
             .iter()
             .filter(|h| h.role == "worker")
@@ -206,20 +201,11 @@ impl Layout {
             .step_by(stride)
             .take(samples)
             .map(|h| {
-                let (nodes, trigger) = match h
-                    .cluster
-                    .as_deref()
-                    .and_then(|c| lab.cluster.workload_cluster(c))
-                {
-                    Some(cluster) => (
-                        baremend_sim::cluster::local::Local::new(
-                            cluster.api_server().store().clone(),
-                            "lab",
-                        ),
-                        Trigger::Request,
-                    ),
-                    None => (lab.api.clone(), Trigger::Annotation),
-                };
+                let (nodes, trigger) =
+                    match h.cluster.as_deref().and_then(|c| world.workload_nodes(c)) {
+                        Some(nodes) => (nodes, Trigger::Request),
+                        None => (world.api().clone(), Trigger::Annotation),
+                    };
                 Target {
                     machine: h.name.clone(),
                     node: h.node_name.clone(),

@@ -29,6 +29,7 @@ mod layout;
 mod process;
 mod requests;
 mod sample;
+mod world;
 
 use std::time::{Duration, Instant};
 
@@ -41,8 +42,8 @@ use self::layout::Layout;
 use self::process::{ControllerProcess, Memory};
 use self::requests::ApiCounts;
 use self::sample::{Sample, remediate};
+use self::world::{ServerKind, World};
 use super::LabArgs;
-use super::setup::LabCluster;
 use crate::{Error, LocalError, Result};
 
 /// How long the benchmark waits for a controller to go idle after it is ready.
@@ -87,6 +88,10 @@ fn mb(kib: u64) -> f64 {
 /// What one run measured.
 struct Figures {
     layout: Layout,
+    /// The server it ran on.
+    server: ServerKind,
+    /// The real control plane's start (None on the simulated server).
+    plane_started: Option<Duration>,
     samples: Vec<Sample>,
     /// Each controller's memory at the end (after the remediations).
     memory: Vec<Memory>,
@@ -130,27 +135,43 @@ pub async fn run(args: &LabArgs) -> Result<()> {
     };
     main.validate()?;
     let mut runs = Vec::new();
-    if main.is_fleet() && args.compare_machines > 0 {
-        let compared = Layout::single(args.compare_machines as usize);
-        compared.validate()?;
-        runs.push(compared);
+    if args.real_plane {
+        if main.is_fleet() {
+            return Err(invalid(
+                "--real-plane",
+                "a real control plane holds one cluster: leave out --workload-clusters",
+            ));
+        }
+        // Before the first column: a missing plane should not cost a simulated run.
+        baremend_sim::plane::Binaries::locate()?;
+        // The same world on both servers, one after the other, in one run.
+        runs.push((main, ServerKind::Simulated));
+        runs.push((main, ServerKind::Real));
+    } else {
+        if main.is_fleet() && args.compare_machines > 0 {
+            let compared = Layout::single(args.compare_machines as usize);
+            compared.validate()?;
+            runs.push((compared, ServerKind::Simulated));
+        }
+        runs.push((main, ServerKind::Simulated));
     }
-    runs.push(main);
     let mut columns = Vec::new();
-    for layout in runs {
-        columns.push(bench(layout, args).await?);
+    for (layout, server) in runs {
+        columns.push(bench(layout, server, args).await?);
     }
     print_table(&columns);
     Ok(())
 }
 
-/// Brings one world up and measures `--samples` remediations in it, one after another.
-async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
+/// Brings one world up on `server` and measures `--samples` remediations in it, one after
+/// another.
+async fn bench(layout: Layout, server: ServerKind, args: &LabArgs) -> Result<Figures> {
     let spec = layout.spec();
     println!(
-        "scale benchmark, {}: {} control-plane and {} workers per cluster, {} remediations one after another, \
+        "scale benchmark, {} on the {}: {} control-plane and {} workers per cluster, {} remediations one after another, \
          simulated BMC power delay {:?}, boot {:?}",
         layout.label(),
+        server.label(),
         spec.masters,
         spec.workers,
         args.samples,
@@ -158,13 +179,16 @@ async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
         spec.timing.boot_delay
     );
     let started = Instant::now();
-    let lab = LabCluster::start(spec).await?;
+    let lab = match server {
+        ServerKind::Simulated => World::simulated(spec).await?,
+        ServerKind::Real => World::real(spec).await?,
+    };
     let cluster_up = started.elapsed();
-    let hosts = lab.cluster.hosts().len();
+    let hosts = lab.hosts().len();
     println!(
         "  cluster up in {} ({} of {hosts} Nodes Ready)",
         secs(cluster_up),
-        lab.cluster.ready_nodes()
+        lab.ready_nodes()
     );
     let started = Instant::now();
     prepare(&lab, &layout).await?;
@@ -174,21 +198,25 @@ async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
         secs(prepared)
     );
 
-    let dir = std::env::temp_dir().join(format!("baremend-scale-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "baremend-scale-{}-{}",
+        std::process::id(),
+        server.folder()
+    ));
     std::fs::create_dir_all(&dir).map_err(|source| LocalError::WriteFile {
         what: "benchmark directory",
         path: dir.clone(),
         source,
     })?;
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, &lab.controller_kubeconfig).map_err(|source| {
+    std::fs::write(&kubeconfig, lab.controller_kubeconfig()).map_err(|source| {
         LocalError::WriteFile {
             what: "kubeconfig",
             path: kubeconfig.clone(),
             source,
         }
     })?;
-    ApiCounts::record(&lab);
+    lab.record_requests();
     let started = Instant::now();
     let mut controllers = Vec::new();
     for (index, flags) in layout.controller_flags().iter().enumerate() {
@@ -199,7 +227,7 @@ async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
         controller.ready().await?;
     }
     let controllers_ready = started.elapsed();
-    let start_requests = ApiCounts::now(&lab);
+    let start_requests = lab.api_counts();
     for (index, controller) in controllers.iter().enumerate() {
         println!(
             "  controller {index} (pid {}) ready, caches filled: {:.1} MB resident",
@@ -266,14 +294,24 @@ async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
             measure_floor(&lab, &layout, args, floor, shift).await?,
         ));
     }
-    if process::controller_log_level().is_some() {
-        println!("  the controllers' logs are kept in {}", dir.display());
+    // Kept when asked for, and when a controller warned (at its default level, a warning is
+    // what explains an outlier).
+    let warnings = process::logged_lines(&dir);
+    if process::controller_log_level().is_some() || warnings > 0 {
+        println!(
+            "  the controllers' logs ({warnings} lines) are kept in {}",
+            dir.display()
+        );
     } else {
         let _ = std::fs::remove_dir_all(&dir);
     }
     println!();
+    let plane_started = lab.plane_started_in();
+    lab.stop().await;
     Ok(Figures {
         layout,
+        server,
+        plane_started,
         samples,
         memory,
         start_requests,
@@ -288,7 +326,7 @@ async fn bench(layout: Layout, args: &LabArgs) -> Result<Figures> {
 /// A floor's fence latencies on `--samples` hosts of their own (sorted), our controllers
 /// stopped.
 async fn measure_floor(
-    lab: &LabCluster,
+    lab: &World,
     layout: &Layout,
     args: &LabArgs,
     floor: Floor,
@@ -315,16 +353,16 @@ async fn measure_floor(
 /// Checks that every BareMetalHost is detached (registered so: fenced directly, and nobody
 /// else reads their BMCs, so every request the simulator counts is the controller's),
 /// prepares the requests' side and installs the policy.
-async fn prepare(lab: &LabCluster, layout: &Layout) -> Result<()> {
+async fn prepare(lab: &World, layout: &Layout) -> Result<()> {
     // Registered detached (`Layout::spec`), with the status the BareMetal Operator gives a
     // detached host: every one must read so before the controllers fence them directly.
     let detached = lab
-        .api
+        .api()
         .list_shared(BMHS, Some(MACHINE_NAMESPACE))
         .iter()
         .filter(|h| h.pointer("/status/operationalStatus") == Some(&json!("detached")))
         .count();
-    let hosts = lab.cluster.hosts().len();
+    let hosts = lab.hosts().len();
     if detached != hosts {
         return Err(invalid(
             "the simulated world",
@@ -351,7 +389,14 @@ fn mean_max(values: impl Iterator<Item = u64>) -> String {
 fn print_table(columns: &[Figures]) {
     let header: Vec<String> = columns
         .iter()
-        .map(|f| format!("{}, {} remediations", f.layout.label(), f.samples.len()))
+        .map(|f| {
+            format!(
+                "{}, {} remediations, {}",
+                f.layout.label(),
+                f.samples.len(),
+                f.server.label()
+            )
+        })
         .collect();
     println!("| measure | {} | goal |", header.join(" | "));
     println!("|---|{}---|", "---|".repeat(columns.len()));
@@ -406,6 +451,14 @@ fn print_table(columns: &[Figures]) {
         println!(
             "| fence latency p99, the fleet ÷ one cluster | — | {} | ≤ 1.2 |",
             ratio(fleet, one)
+        );
+    }
+    if columns.len() == 2 && columns[1].server == ServerKind::Real {
+        let simulated = percentile(&columns[0].fence_latencies(), 99);
+        let real = percentile(&columns[1].fence_latencies(), 99);
+        println!(
+            "| fence latency p99, the real server ÷ the simulated | — | {} | reported |",
+            ratio(real, simulated)
         );
     }
     row(
@@ -475,8 +528,11 @@ fn print_table(columns: &[Figures]) {
         "bring-up: cluster Ready / hosts detached / controllers ready / idle after",
         "",
         &|f| {
+            let plane = f.plane_started.map_or(String::new(), |d| {
+                format!(" (of which the plane {})", secs(d))
+            });
             format!(
-                "{} / {} / {} / {}",
+                "{}{plane} / {} / {} / {}",
                 secs(f.cluster_up),
                 secs(f.prepared),
                 secs(f.controllers_ready),

@@ -82,6 +82,15 @@ pub(super) fn controller_log_level() -> Option<String> {
         .filter(|level| !level.is_empty())
 }
 
+/// How many lines the controllers' logs in `dir` hold (`controller-<i>.log`).
+pub(super) fn logged_lines(dir: &Path) -> usize {
+    (0..)
+        .map(|index| dir.join(format!("controller-{index}.log")))
+        .map_while(|path| std::fs::read_to_string(path).ok())
+        .map(|text| text.lines().count())
+        .sum()
+}
+
 /// The controller as its own process.
 pub(super) struct ControllerProcess {
     child: tokio::process::Child,
@@ -115,6 +124,11 @@ impl ControllerProcess {
             // remediation's BMC requests.
             .arg("--power-poll=0s")
             .arg("--fencing-check-interval=0s")
+            // Pinned, so that its warning of an unpinned image leaves a quiet run's log empty.
+            .arg(format!(
+                "--helper-image={}",
+                crate::lab::setup::LAB_HELPER_IMAGE
+            ))
             .args(extra)
             .env(
                 "RUST_LOG",

@@ -29,16 +29,8 @@ fn counts_of(server: &ApiServer) -> (u64, u64) {
 }
 
 impl ApiCounts {
-    /// Starts recording on every API server of the lab.
-    pub(super) fn record(lab: &LabCluster) {
-        lab.cluster.api_server().record_requests();
-        for cluster in lab.cluster.workload_clusters() {
-            cluster.api_server().record_requests();
-        }
-    }
-
-    /// The requests recorded so far.
-    pub(super) fn now(lab: &LabCluster) -> Self {
+    /// The requests the simulated API servers of `lab` recorded so far.
+    pub(super) fn of_lab(lab: &LabCluster) -> Self {
         let (management, management_watches) = counts_of(lab.cluster.api_server());
         let (workload, workload_watches) = lab
             .cluster
@@ -75,7 +67,8 @@ pub(super) struct Traced {
     pub path: String,
 }
 
-/// Every request recorded from `from` on, first to last, on every API server of the lab.
+/// Every request recorded from `from` on, first to last, on every simulated API server of
+/// the lab.
 pub(super) fn timeline(lab: &LabCluster, from: Instant) -> Vec<Traced> {
     let servers = std::iter::once(("management", lab.cluster.api_server())).chain(
         lab.cluster

@@ -8,9 +8,9 @@ use baremend_sim::host::{Power, PowerAction, SimHost};
 use serde_json::{Value, json};
 
 use super::invalid;
-use super::requests::{ApiCounts, Traced, timeline};
+use super::requests::{ApiCounts, Traced};
+use super::world::{ServerKind, World};
 use crate::Result;
-use crate::lab::setup::LabCluster;
 use crate::runtime::clock::{parse_rfc3339, since_epoch};
 
 const REMEDIATIONS: Gvr = Gvr {
@@ -20,7 +20,8 @@ const REMEDIATIONS: Gvr = Gvr {
 };
 
 /// Set (to anything): each remediation's API requests up to its power-off request are kept
-/// and printed, with their times after the trigger.
+/// and printed, with their times after the trigger; set to `all`, every one of them to its
+/// end (what tells two servers' counts apart).
 pub(super) const TRACE: &str = "BAREMEND_SCALE_TRACE";
 
 /// A worker to remediate: its Machine (and host), and where its Node lives.
@@ -57,17 +58,17 @@ pub(super) struct Sample {
     /// cluster's API server and on the workload clusters' (summed).
     pub api: ApiCounts,
     /// With `BAREMEND_SCALE_TRACE`: the API requests from the trigger to the power-off
-    /// request, each with its time after the trigger.
+    /// request (`all`: to the end), each with its time after the trigger.
     pub trace: Vec<Traced>,
 }
 
 /// Stores `target`'s trigger as its health check would.
-pub(super) fn set_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
+pub(super) fn set_trigger(world: &World, target: &Target) -> Result<()> {
     match target.trigger {
-        Trigger::Annotation => lab.set_trigger(&target.machine, true),
+        Trigger::Annotation => world.set_trigger(&target.machine, true),
         Trigger::Request => {
-            let machine = lab
-                .api
+            let machine = world
+                .api()
                 .get(CAPI_MACHINES, MACHINE_NAMESPACE, &target.machine)
                 .map_err(|e| invalid(&target.machine, e.message))?;
             let request = json!({
@@ -84,7 +85,8 @@ pub(super) fn set_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
                 },
                 "spec": {},
             });
-            lab.api
+            world
+                .api()
                 .create(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, request)
                 .map(|_| ())
                 .map_err(|e| invalid(&format!("MachineRemediation {}", target.machine), e.message))
@@ -93,11 +95,11 @@ pub(super) fn set_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
 }
 
 /// Withdraws `target`'s trigger as its health check would once it is answered.
-pub(super) fn clear_trigger(lab: &LabCluster, target: &Target) -> Result<()> {
+pub(super) fn clear_trigger(world: &World, target: &Target) -> Result<()> {
     match target.trigger {
-        Trigger::Annotation => lab.set_trigger(&target.machine, false),
+        Trigger::Annotation => world.set_trigger(&target.machine, false),
         Trigger::Request => {
-            let _ = lab.api.delete(
+            let _ = world.api().delete(
                 MACHINE_REMEDIATIONS,
                 MACHINE_NAMESPACE,
                 &target.machine,
@@ -114,29 +116,25 @@ pub(super) fn millis(ms: u128) -> Duration {
 }
 
 /// The simulated host of `worker`.
-pub(super) fn host_of(lab: &LabCluster, worker: &str) -> Result<std::sync::Arc<SimHost>> {
-    lab.cluster
+pub(super) fn host_of(world: &World, worker: &str) -> Result<std::sync::Arc<SimHost>> {
+    world
         .host(worker)
         .map(|info| info.host.clone())
         .ok_or_else(|| invalid(worker, "no such host"))
 }
 
 /// Remediates `target` once and measures it.
-pub(super) async fn remediate(
-    lab: &LabCluster,
-    target: &Target,
-    timeout: Duration,
-) -> Result<Sample> {
+pub(super) async fn remediate(world: &World, target: &Target, timeout: Duration) -> Result<Sample> {
     let worker = target.machine.as_str();
-    let host = host_of(lab, worker)?;
-    let redfish = lab.cluster.redfish().service().clone();
+    let host = host_of(world, worker)?;
+    let redfish = world.redfish().service().clone();
     let requests_before = redfish.stats().requests;
-    let api_before = ApiCounts::now(lab);
+    let api_before = world.api_counts();
     let requests_seen = host.requests().len();
     let history_seen = host.history().len();
-    lab.cluster.hang(worker);
+    world.hang(worker)?;
     let before_write = host.clock_ms();
-    set_trigger(lab, target)?;
+    set_trigger(world, target)?;
     // "Written" is when the API server has stored it: the write itself may wait for the
     // simulator's store, which is the simulator's time, not the controller's.
     let wall0 = SystemTime::now();
@@ -153,6 +151,13 @@ pub(super) async fn remediate(
         .and_then(uid_of);
     let mut node_back_ms = None;
     let name = format!("{worker}-1");
+    // Every look is two reads: in the simulator's store, or over HTTPS to a real server,
+    // where looking as often would load the server the controller waits on. The Node's return
+    // is known to within one interval (it counts in the physical floor, so in the overhead).
+    let poll = match world.kind() {
+        ServerKind::Simulated => Duration::from_millis(5),
+        ServerKind::Real => Duration::from_millis(20),
+    };
     let succeeded_at = loop {
         let uid = target
             .nodes
@@ -162,8 +167,8 @@ pub(super) async fn remediate(
         if uid.is_some() && uid != old_uid && node_back_ms.is_none() {
             node_back_ms = Some(host.clock_ms());
         }
-        let status = lab
-            .api
+        let status = world
+            .api()
             .get(REMEDIATIONS, MACHINE_NAMESPACE, &name)
             .ok()
             .and_then(|r| r.get("status").cloned())
@@ -192,12 +197,12 @@ pub(super) async fn remediate(
                 format!("not done after {timeout:?}: {status}"),
             ));
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(poll).await;
     };
     if target.trigger == Trigger::Request {
         // Cluster API's health check deletes the request once the Machine is healthy again
         // (here paused, so the benchmark does it): the controller's answer to that counts.
-        clear_trigger(lab, target)?;
+        clear_trigger(world, target)?;
     }
     // The session is closed right after the end; let its DELETE arrive.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -224,9 +229,11 @@ pub(super) async fn remediate(
     let floor = millis(off_reached.saturating_sub(off_request))
         + millis(node_back.saturating_sub(on_request));
     let fence_latency = millis(off_request.saturating_sub(host0));
-    let trace = if std::env::var_os(TRACE).is_some() {
-        let mut trace = timeline(lab, started);
-        trace.retain(|t| t.after <= fence_latency);
+    let trace = if let Some(asked) = std::env::var_os(TRACE) {
+        let mut trace = world.timeline(started);
+        if asked != "all" {
+            trace.retain(|t| t.after <= fence_latency);
+        }
         trace
     } else {
         Vec::new()
@@ -237,7 +244,7 @@ pub(super) async fn remediate(
         overhead: total.saturating_sub(floor),
         total,
         bmc_requests: redfish.stats().requests - requests_before,
-        api: ApiCounts::now(lab).since(api_before),
+        api: world.api_counts().since(api_before),
         trace,
     })
 }
