@@ -54,7 +54,8 @@ const SERVICE_ACCOUNTS: Gvr = Gvr {
 };
 
 /// Makes namespace `tenant-a` and its tenant: a ServiceAccount with every right on baremend's
-/// kinds, Secrets, Cluster API Machines and Metal3Machines there, and none anywhere else.
+/// kinds, Secrets, Cluster API and OpenShift Machines and Metal3Machines there, and none
+/// anywhere else.
 /// Returns a client with that identity.
 async fn tenant(lab: &Lab) -> Client {
     lab.api
@@ -79,6 +80,7 @@ async fn tenant(lab: &Lab) -> Client {
                     everything(&[""], &["secrets"]),
                     everything(&["cluster.x-k8s.io"], &["machines", "machines/status"]),
                     everything(&["infrastructure.cluster.x-k8s.io"], &["metal3machines"]),
+                    everything(&["machine.openshift.io"], &["machines", "machines/status"]),
                 ],
             }),
         )
@@ -558,6 +560,9 @@ async fn a_tenants_host_bmc_for_its_own_machine_sends_no_credentials_anywhere() 
         0,
         "the controller connected to the tenant's address with the namespace's BMC Secret"
     );
+    // Said where its author looks.
+    let host_bmcs = baremend_sim::cluster::local::HOST_BMCS;
+    refused(&lab, host_bmcs, TENANT, "mine", "NamespaceNotTrusted").await;
     // The same mapping believed (an administrator lists the namespace): logged in for.
     patch_policy(
         &lab,
@@ -565,6 +570,138 @@ async fn a_tenants_host_bmc_for_its_own_machine_sends_no_credentials_anywhere() 
     )
     .await;
     connected(&logins, "the listed namespace's HostBmc address").await;
+    // A second HostBmc of the Machine: neither is used, each says why.
+    create_as::<HostBmc>(
+        &tenant,
+        json!({
+            "apiVersion": "baremend.io/v1alpha1",
+            "kind": "HostBmc",
+            "metadata": {"name": "mine-too"},
+            "spec": {"machineName": "mine", "address": address, "credentialsName": "rack-bmc"},
+        }),
+    )
+    .await;
+    for name in ["mine", "mine-too"] {
+        let condition = refused(&lab, host_bmcs, TENANT, name, "ContestedMachine").await;
+        let message = condition["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(
+                "2 HostBmcs name Machine tenant-a/mine (tenant-a/mine, tenant-a/mine-too)"
+            ),
+            "{message}"
+        );
+    }
+    metric(
+        &lab,
+        "baremend_host_bmcs_refused{kind=\"HostBmc\",reason=\"ContestedMachine\"} 2",
+    )
+    .await;
+    lab.stop().await;
+}
+
+/// Before: an OpenShift Machine's BareMetalHost was taken from wherever its `spec.providerID`
+/// or `metal3.io/BareMetalHost` annotation pointed, so whoever may write a Machine in any
+/// namespace (here a tenant allowed to, in its own) could have a host of the Machine API's
+/// powered off, and its Node released. Now a host outside the Machine's namespace counts only
+/// in a namespace `trust.machineHostNamespaces` lists; once the Machine API's is listed, the
+/// same attack reaches the host, which is how every namespace behaved before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openshift_machine_naming_another_namespaces_host_powers_nothing() {
+    let mut lab = Lab::builder(fast())
+        .policy(fast_policy(json!({"maxConcurrent": 3})))
+        .start()
+        .await;
+    let tenant = tenant(&lab).await;
+    lab.start_controller(lab.options());
+    let machines = tenant_api(&tenant, MACHINES, "Machine");
+    let attack = async |name: &str, host: &str| {
+        let machine: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "machine.openshift.io/v1beta1",
+            "kind": "Machine",
+            "metadata": {
+                "name": name,
+                "annotations": {
+                    "metal3.io/BareMetalHost": format!("{MACHINE_NAMESPACE}/{host}"),
+                    "host.metal3.io/external-remediation": "",
+                },
+            },
+            "spec": {"providerID": format!("baremetalhost:///{MACHINE_NAMESPACE}/{host}")},
+        }))
+        .unwrap();
+        machines
+            .create(&PostParams::default(), &machine)
+            .await
+            .unwrap();
+        let status =
+            json!({"status": {"phase": "Running", "nodeRef": {"kind": "Node", "name": host}}});
+        machines
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    };
+    attack("evil", "worker-1").await;
+    warning_in(
+        &lab,
+        TENANT,
+        ("Machine", "evil"),
+        "InvalidMachine",
+        "openshift-machine-api/worker-1 is outside the Machine's namespace tenant-a",
+    )
+    .await;
+    let failed = eventually("evil-1 Failed", Duration::from_secs(20), async || {
+        let object = lab
+            .api
+            .get(REMEDIATIONS, TENANT, "evil-1")
+            .map_err(|e| e.message)?;
+        let remediation: Remediation = serde_json::from_value(object).unwrap();
+        let status = remediation.status.unwrap_or_default();
+        (status.phase == RemediationPhase::Failed)
+            .then_some(status.last_error.clone().unwrap_or_default())
+            .ok_or(format!("{status:#?}"))
+    })
+    .await;
+    assert!(
+        failed.contains("trust.machineHostNamespaces does not list openshift-machine-api"),
+        "{failed}"
+    );
+    lab.hold(Duration::from_secs(2)).await;
+    untouched(&lab, &["worker-1"], &[MACHINE_NAMESPACE]);
+    let bmh = lab
+        .api
+        .get(
+            baremend_sim::cluster::local::BMHS,
+            MACHINE_NAMESPACE,
+            "worker-1",
+        )
+        .unwrap();
+    let annotations = bmh["metadata"]["annotations"].to_string();
+    assert!(!annotations.contains("reboot.metal3.io"), "{annotations}");
+    // The same attack on worker-2, the Machine API's namespace listed by an administrator.
+    patch_policy(
+        &lab,
+        json!({"trust": {"machineHostNamespaces": [MACHINE_NAMESPACE]}}),
+    )
+    .await;
+    attack("evil-too", "worker-2").await;
+    eventually(
+        "worker-2's host asked off through the listed namespace",
+        Duration::from_secs(20),
+        async || {
+            let bmh = lab
+                .api
+                .get(
+                    baremend_sim::cluster::local::BMHS,
+                    MACHINE_NAMESPACE,
+                    "worker-2",
+                )
+                .map_err(|e| e.message)?;
+            let annotations = bmh["metadata"]["annotations"].to_string();
+            (annotations.contains("reboot.metal3.io") || !lab.power_history("worker-2").is_empty())
+                .then_some(())
+                .ok_or(annotations)
+        },
+    )
+    .await;
     lab.stop().await;
 }
 

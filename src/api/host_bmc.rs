@@ -14,8 +14,9 @@ use super::bounds::{ADDRESS_MAX, CA_BUNDLE_MAX, CONFIG_MAP_KEY, DNS_SUBDOMAIN, D
 /// What baremend makes of a `HostBmc`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 pub struct HostBmcStatus {
-    /// `Accepted=False` (reason `NamespaceNotTrusted` or `ContestedNode`) while baremend does
-    /// not use it for a Node without a Machine (docs/reference/contracts.md, "Trust").
+    /// `Accepted=False` (reason `NamespaceNotTrusted`, `ContestedNode` or `ContestedMachine`)
+    /// while baremend does not use it, for its Machine or for its Node without a Machine
+    /// (docs/reference/contracts.md, "Trust").
     #[serde(default)]
     #[schemars(length(max = 8))]
     pub conditions: Vec<super::Condition>,

@@ -465,6 +465,8 @@ stored_names! {
         WidensPolicy,
         /// More than one HostBmc names one Node.
         ContestedNode,
+        /// More than one HostBmc names one Machine.
+        ContestedMachine,
     }
 }
 

@@ -297,6 +297,13 @@ pub struct TrustPolicy {
     #[serde(default = "default_host_bmc_namespaces")]
     #[schemars(length(max = 64), inner(length(min = 1, max = DNS_LABEL_MAX), regex(pattern = DNS_LABEL)))]
     pub host_bmc_namespaces: Vec<String>,
+    /// Namespaces besides its own where an OpenShift Machine's BareMetalHost (named by its
+    /// `spec.providerID` or `metal3.io/BareMetalHost` annotation) is honoured. Empty
+    /// (default): the Machine's own namespace only — whoever writes a Machine names its host,
+    /// and would otherwise choose any host of the cluster to power off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = DNS_LABEL_MAX), regex(pattern = DNS_LABEL)))]
+    pub machine_host_namespaces: Vec<String>,
     /// Whether a request may set `nodeRelease` to the other mode than the policy's; otherwise
     /// a request naming another release is refused.
     #[serde(default)]
@@ -308,6 +315,7 @@ impl Default for TrustPolicy {
         TrustPolicy {
             request_namespaces: None,
             host_bmc_namespaces: default_host_bmc_namespaces(),
+            machine_host_namespaces: Vec::new(),
             request_may_choose_node_release: false,
         }
     }

@@ -66,12 +66,13 @@ use crate::Result;
 
 /// Every reason a request or a `HostBmc` is refused for (`Accepted=False`), as the refusal
 /// metrics name it (docs/reference/contracts.md, "Trust").
-pub const REFUSAL_REASONS: [&str; 5] = [
+pub const REFUSAL_REASONS: [&str; 6] = [
     "NamespaceNotTrusted",
     "UnknownHealthCheck",
     "TemplateNotReferenced",
     "WidensPolicy",
     "ContestedNode",
+    "ContestedMachine",
 ];
 
 /// Every fencing strategy, as the remediation counters name it.

@@ -26,6 +26,7 @@ use crate::remediation::decide::observe::{
     self, BmcRef, BmcTls, CaBundle, HostRef, bare_metal_host_bmc, bare_metal_host_view,
 };
 use crate::remediation::decide::plan::{Persisted, Phase};
+use crate::remediation::decide::trust::trusted_machine_host;
 use crate::remediation::pass::Pass;
 use crate::remediation::world::metered::Metered;
 use crate::runtime::clock::since_epoch;
@@ -96,6 +97,7 @@ pub fn locate_bmc(
             Ok(BmcRef {
                 address: spec.address.clone(),
                 credentials_name: spec.credentials_name.clone(),
+                namespace: Some(namespace.to_owned()),
                 tls,
             })
         }
@@ -129,8 +131,9 @@ impl std::fmt::Display for NoBmc {
 }
 
 /// Everything needed to connect to `bmc`, read from the cluster now: its address parsed, the
-/// credentials from its Secret and the CA bundle from its ConfigMap or Secret (all in
-/// `namespace`). Errors name the object and the field at fault, never a value.
+/// credentials from its Secret and the CA bundle from its ConfigMap or Secret (all in the
+/// namespace of the object that named the BMC, [`BmcRef::namespace`], else in `namespace`).
+/// Errors name the object and the field at fault, never a value.
 ///
 /// Every login goes through here — fencing, corroborating an operator, the power monitor,
 /// the probes — so a BMC reached over plain HTTP or unverified TLS gets no credentials unless
@@ -149,6 +152,9 @@ pub async fn bmc_driver_config(
             "BMC {address}: {why}; the RemediationPolicy does not allow insecure BMCs (allowInsecureBmc), so no credentials are sent to it"
         ));
     }
+    // The Secret is beside the object that named the BMC (a detached BareMetalHost may be in
+    // another namespace than its Machine): never a Secret of the caller's choosing elsewhere.
+    let namespace = bmc.namespace.as_deref().unwrap_or(namespace);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = secrets
         .get(&bmc.credentials_name)
@@ -326,7 +332,13 @@ impl Pass {
     ) -> std::result::Result<FreshHost, NotFenced> {
         let Some(host_ref) = &target.host else {
             return Err(NotFenced::Untrustworthy(
-                match self.machine_json().map(|json| observe::machine_host(&json)) {
+                match self.machine_json().map(|json| {
+                    trusted_machine_host(
+                        &json,
+                        &self.namespace,
+                        &self.policy.trust.machine_host_namespaces,
+                    )
+                }) {
                     Some(Err(unusable)) => format!("Machine {}: {unusable}", self.name),
                     Some(Ok(_)) => "the Machine names no BareMetalHost".into(),
                     None => format!(

@@ -24,7 +24,7 @@ use tracing::{Instrument, warn};
 use crate::api::{HostBmc, NodeRemediation, Remediation, RemediationPolicy};
 use crate::remediation::decide::state::unblocked_by;
 use crate::remediation::decide::trust::machineless_node;
-use crate::remediation::decide::trust::{Refusal, machineless_claims};
+use crate::remediation::decide::trust::{Refusal, machine_claims, machineless_claims};
 use crate::remediation::pass::context::Context;
 use crate::remediation::pass::subject::Subject;
 use crate::remediation::pass::{Pass, requeue_after_failure};
@@ -154,12 +154,15 @@ fn node_subject(remediation: &Remediation) -> Option<&str> {
 /// Reconciles one `HostBmc`: a pass over the Node it makes a subject, once the caches hold a
 /// full picture.
 async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Action> {
-    let Some(node) = machineless_node(&mapping).map(str::to_string) else {
-        return Ok(Action::await_change());
-    };
     if !context.caches_ready() {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
+    if mapping.spec.machine_name.is_some() {
+        return tell_machine_claims(&context, &mapping).await;
+    }
+    let Some(node) = machineless_node(&mapping).map(str::to_string) else {
+        return Ok(Action::await_change());
+    };
     let namespace = mapping.namespace().unwrap_or_default();
     // Every mapping of the Node is told: a second one appearing wakes this pass only, and
     // the first is refused too.
@@ -195,6 +198,39 @@ async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Actio
     let action = pass.run().instrument(span).await?;
     context.backoff.succeeded(&backoff_key(&mapping));
     Ok(action)
+}
+
+/// Tells every `HostBmc` naming `mapping`'s Machine whether it is used (see
+/// [`machine_claims`], the rule `locate_bmc` applies): a second one appearing wakes this pass
+/// only, and the first is refused too. A refused one is looked at again in a while: the
+/// deletion of the one contesting it, or the policy listing its namespace, frees it.
+async fn tell_machine_claims(context: &Context, mapping: &HostBmc) -> Result<Action> {
+    let mappings = context.host_bmcs.state();
+    let trusted = context.policy().trust.host_bmc_namespaces;
+    let me = ObjectRef::from_obj(mapping);
+    let mut refused = false;
+    for (other, standing) in machine_claims(&mappings, &trusted) {
+        let same_machine = other.namespace() == mapping.namespace()
+            && other.spec.machine_name == mapping.spec.machine_name;
+        if !same_machine {
+            continue;
+        }
+        let conditions = other.status.as_ref().map(|s| s.conditions.as_slice());
+        let told = (
+            conditions.unwrap_or_default(),
+            standing.as_ref(),
+            "this HostBmc is not used for its Machine",
+        );
+        crate::remediation::requests::admission::tell_standing(context, &**other, told).await?;
+        if ObjectRef::from_obj(&**other) == me {
+            refused = standing.is_some();
+        }
+    }
+    Ok(if refused {
+        Action::requeue(REFUSED_RECHECK)
+    } else {
+        Action::await_change()
+    })
 }
 
 /// Every `HostBmc` naming Machine-less Node `node`, with why it is refused (None: it is the

@@ -29,6 +29,9 @@ pub struct BmcRef {
     pub address: String,
     /// The Secret (same namespace as the object that named it).
     pub credentials_name: String,
+    /// That object's namespace, where the Secret is read: a BareMetalHost's own, which may
+    /// not be the Machine's (None: the namespace of whoever locates the BMC).
+    pub namespace: Option<String>,
     /// How the BMC's certificate is checked.
     pub tls: BmcTls,
 }
@@ -305,6 +308,9 @@ pub fn bare_metal_host_bmc(host: &Value) -> Result<BmcRef, Unusable> {
     Ok(BmcRef {
         address: address.to_string(),
         credentials_name: credentials_name.to_string(),
+        namespace: text(host, "/metadata/namespace")
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned),
         tls,
     })
 }
@@ -606,6 +612,17 @@ mod tests {
             BmcTls::default(),
             "verified against the system roots"
         );
+        assert_eq!(bmc.namespace, None, "no namespace: the locator's");
+    }
+
+    #[test]
+    fn a_bmhs_credentials_are_read_in_the_bmhs_own_namespace() {
+        let bmc = bare_metal_host_bmc(&json!({
+            "metadata": {"name": "h", "namespace": "hosts"},
+            "spec": {"bmc": {"address": "ipmi://h", "credentialsName": "s"}},
+        }))
+        .unwrap();
+        assert_eq!(bmc.namespace.as_deref(), Some("hosts"));
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! of one Node both count for nothing ("oldest wins" would let whoever was first decide); a
 //! Cluster API Machine's BareMetalHost is in the Machine's namespace and names the Machine's
 //! Metal3Machine as its consumer (a Node's Machine is the one whose `status.nodeRef` names it:
-//! [`crate::api::slim::machine_of_node`]).
+//! [`crate::api::slim::machine_of_node`]); an OpenShift Machine's BareMetalHost is in the
+//! Machine's namespace or one `trust.machineHostNamespaces` lists.
 //! Caveats: a refused request or mapping is told (a condition, an Event, a metric) by the
 //! pass that meets it; this module only decides.
 
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::observe::{HostRef, Unusable, machine_host};
 use crate::api::{
     EventReason, FenceStrategyName, HostBmc, PolicyOverrides, RemediationPolicySpec, TrustPolicy,
     slim,
@@ -159,6 +161,18 @@ pub enum Refusal {
         /// Their `namespace/name`s.
         names: String,
     },
+    /// Another `HostBmc` names the same Machine: neither is used.
+    #[error(
+        "{count} HostBmcs name Machine {machine} ({names}): none is used until one is left; delete the wrong ones"
+    )]
+    ContestedMachine {
+        /// The Machine, `namespace/name`.
+        machine: String,
+        /// How many claim it.
+        count: usize,
+        /// Their `namespace/name`s.
+        names: String,
+    },
 }
 
 impl Refusal {
@@ -170,6 +184,7 @@ impl Refusal {
             Refusal::TemplateNotReferenced { .. } => EventReason::TemplateNotReferenced,
             Refusal::WidensPolicy { .. } => EventReason::WidensPolicy,
             Refusal::Contested { .. } => EventReason::ContestedNode,
+            Refusal::ContestedMachine { .. } => EventReason::ContestedMachine,
         }
     }
 }
@@ -341,6 +356,53 @@ pub fn machineless_claims<'a>(
     claims
 }
 
+/// The standing of each `HostBmc` that names a Machine, by the rule the fencing's `locate_bmc`
+/// applies when it uses them: one from a namespace outside `trusted`
+/// (`spec.trust.hostBmcNamespaces`) is refused, and every one of two or more naming one Machine
+/// (in the Machine's namespace, the only place one counts) is refused; the others are
+/// accepted (None). In `mappings`' order.
+pub fn machine_claims<'a>(
+    mappings: &'a [Arc<HostBmc>],
+    trusted: &[String],
+) -> Vec<(&'a Arc<HostBmc>, Option<Refusal>)> {
+    let mut by_machine: BTreeMap<(String, &str), Vec<&'a Arc<HostBmc>>> = BTreeMap::new();
+    for mapping in mappings {
+        if let Some(machine) = mapping.spec.machine_name.as_deref() {
+            let namespace = mapping.metadata.namespace.clone().unwrap_or_default();
+            by_machine
+                .entry((namespace, machine))
+                .or_default()
+                .push(mapping);
+        }
+    }
+    let mut standings = Vec::new();
+    for mapping in mappings {
+        let Some(machine) = mapping.spec.machine_name.as_deref() else {
+            continue;
+        };
+        let namespace = mapping.metadata.namespace.clone().unwrap_or_default();
+        let refusal = if !trusted.contains(&namespace) {
+            Some(Refusal::NamespaceNotTrusted {
+                kind: "HostBmc",
+                namespace: namespace.clone(),
+            })
+        } else {
+            let mut claimants = by_machine[&(namespace.clone(), machine)].clone();
+            (claimants.len() > 1).then(|| {
+                claimants.sort_by_key(|m| qualified(m));
+                let names: Vec<String> = claimants.iter().map(|m| qualified(m)).collect();
+                Refusal::ContestedMachine {
+                    machine: format!("{namespace}/{machine}"),
+                    count: claimants.len(),
+                    names: names.join(", "),
+                }
+            })
+        };
+        standings.push((mapping, refusal));
+    }
+    standings
+}
+
 fn qualified(mapping: &HostBmc) -> String {
     format!(
         "{}/{}",
@@ -389,3 +451,31 @@ pub fn host_consumed_by(
 #[cfg(test)]
 #[path = "trust_tests.rs"]
 pub(in crate::remediation) mod tests;
+
+/// The BareMetalHost an OpenShift Machine names (its `spec.providerID`, else its
+/// `metal3.io/BareMetalHost` annotation: [`machine_host`]), honoured only in the Machine's
+/// own namespace (`machine_namespace`) or one `trusted` lists (`trust.machineHostNamespaces`):
+/// whoever writes a Machine names its host, and would otherwise choose any host of the
+/// cluster to power off. `Ok(None)`: it names none.
+pub fn trusted_machine_host(
+    machine: &Value,
+    machine_namespace: &str,
+    trusted: &[String],
+) -> Result<Option<HostRef>, Unusable> {
+    let Some(host) = machine_host(machine)? else {
+        return Ok(None);
+    };
+    if host.namespace == machine_namespace || trusted.contains(&host.namespace) {
+        return Ok(Some(host));
+    }
+    Err(Unusable {
+        field: "its BareMetalHost".into(),
+        reason: format!(
+            "{host} is outside the Machine's namespace {machine_namespace}, and the policy's \
+             trust.machineHostNamespaces does not list {} (whoever writes a Machine would \
+             choose which host is powered off; list the namespace if only administrators write \
+             Machines that name hosts there)",
+            host.namespace
+        ),
+    })
+}

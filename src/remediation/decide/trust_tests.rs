@@ -423,3 +423,79 @@ pub(in crate::remediation) fn mapping_at(
     ));
     Arc::new(object)
 }
+
+#[test]
+fn an_openshift_machines_host_counts_in_its_own_namespace_or_a_listed_one() {
+    let machine = |host: &str| {
+        json!({
+            "metadata": {"name": "m", "namespace": "machines", "annotations": {"metal3.io/BareMetalHost": host}},
+            "spec": {},
+        })
+    };
+    let listed = vec!["hosts".to_string()];
+    let own = trusted_machine_host(&machine("machines/h"), "machines", &[]).unwrap();
+    assert_eq!(own.unwrap().to_string(), "machines/h");
+    let elsewhere = trusted_machine_host(&machine("hosts/h"), "machines", &[]).unwrap_err();
+    assert!(
+        elsewhere
+            .reason
+            .contains("hosts/h is outside the Machine's namespace machines"),
+        "{elsewhere}"
+    );
+    assert!(
+        elsewhere
+            .reason
+            .contains("trust.machineHostNamespaces does not list hosts"),
+        "{elsewhere}"
+    );
+    let listed_host = trusted_machine_host(&machine("hosts/h"), "machines", &listed).unwrap();
+    assert_eq!(listed_host.unwrap().to_string(), "hosts/h");
+    let other = trusted_machine_host(&machine("other/h"), "machines", &listed);
+    assert!(other.is_err(), "only the listed namespaces: {other:?}");
+    // The providerID wins over the annotation, and is judged the same way.
+    let by_provider = json!({
+        "metadata": {"annotations": {"metal3.io/BareMetalHost": "machines/h"}},
+        "spec": {"providerID": "baremetalhost:///hosts/h/uid"},
+    });
+    assert!(trusted_machine_host(&by_provider, "machines", &[]).is_err());
+    let none = json!({"metadata": {}, "spec": {}});
+    assert_eq!(trusted_machine_host(&none, "machines", &[]).unwrap(), None);
+    let malformed = machine("no-slash");
+    assert!(trusted_machine_host(&malformed, "machines", &listed).is_err());
+}
+
+#[test]
+fn machine_host_bmcs_are_refused_outside_trusted_namespaces_and_when_two_name_one_machine() {
+    let trusted = vec!["hosts".to_string()];
+    let mappings = vec![
+        mapping("hosts", "a", Some("m-1"), None),
+        mapping("tenant", "evil", Some("m-1"), None),
+        mapping("hosts", "b", Some("m-2"), None),
+        mapping("hosts", "c", Some("m-2"), None),
+        mapping("hosts", "node-only", None, Some("n-1")),
+    ];
+    let standings: Vec<(String, Option<Refusal>)> = machine_claims(&mappings, &trusted)
+        .into_iter()
+        .map(|(m, r)| (qualified(m), r))
+        .collect();
+    let names: Vec<&str> = standings.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["hosts/a", "tenant/evil", "hosts/b", "hosts/c"],
+        "every Machine's mapping, in order; a Node's is not one"
+    );
+    assert_eq!(
+        standings[0].1, None,
+        "the tenant's mapping of a same-named Machine in its own namespace contests nothing"
+    );
+    let untrusted = standings[1].1.as_ref().unwrap();
+    assert_eq!(untrusted.reason(), EventReason::NamespaceNotTrusted);
+    for (_, refusal) in &standings[2..] {
+        let refusal = refusal.as_ref().unwrap();
+        assert_eq!(refusal.reason(), EventReason::ContestedMachine);
+        assert_eq!(
+            refusal.to_string(),
+            "2 HostBmcs name Machine hosts/m-2 (hosts/b, hosts/c): none is used until one is left; delete the wrong ones"
+        );
+    }
+}

@@ -20,7 +20,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use crate::api::slim::{self, MachineApi};
 use crate::remediation::decide::gates::Held;
 use crate::remediation::decide::observe::{HostRef, Unusable, machine_host};
-use crate::remediation::decide::trust::host_consumed_by;
+use crate::remediation::decide::trust::{host_consumed_by, trusted_machine_host};
 use crate::remediation::pass::Pass;
 use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
@@ -44,7 +44,11 @@ impl Pass {
         machine_json: &serde_json::Value,
     ) -> Result<std::result::Result<Option<HostRef>, Unusable>> {
         if self.context.machine_api == MachineApi::OpenShift {
-            return Ok(machine_host(machine_json));
+            return Ok(trusted_machine_host(
+                machine_json,
+                &self.namespace,
+                &self.policy.trust.machine_host_namespaces,
+            ));
         }
         let Some((namespace, name)) = self
             .subject

@@ -339,7 +339,7 @@ impl Context {
             }
         }
         self.metrics.set_counts(in_progress, &held);
-        // The HostBmcs refused now (the ContestedNode alert reads it).
+        // The HostBmcs refused now, of Nodes and of Machines (the ContestedNode alert reads it).
         let mappings = self.host_bmcs.state();
         let machine_nodes = self.local_machine_nodes();
         let trusted = self.policy().trust.host_bmc_namespaces;
@@ -348,10 +348,13 @@ impl Context {
             &trusted,
             &machine_nodes,
         );
+        let of_machines = crate::remediation::decide::trust::machine_claims(&mappings, &trusted);
         let reasons: Vec<(&str, usize)> = claims
             .refused
             .iter()
-            .map(|(_, r)| (r.reason().as_str(), 1))
+            .map(|(_, r)| r)
+            .chain(of_machines.iter().filter_map(|(_, r)| r.as_ref()))
+            .map(|r| (r.reason().as_str(), 1))
             .collect();
         self.metrics.set_host_bmcs_refused(&reasons);
         self.metrics

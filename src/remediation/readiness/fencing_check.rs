@@ -27,11 +27,9 @@ use crate::metrics::fencing::FencingLabels;
 use crate::remediation::act::power::{NoBmc, locate_bmc};
 use crate::remediation::act::probe::{ProbeSite, ProbeTerms, ProbeWith};
 use crate::remediation::act::strategy::strategy;
-use crate::remediation::decide::observe::{
-    BmcRef, HostRef, machine_host, machine_is_control_plane,
-};
+use crate::remediation::decide::observe::{BmcRef, HostRef, machine_is_control_plane};
 use crate::remediation::decide::readiness::{Readiness, Reason, decide};
-use crate::remediation::decide::trust::machineless_claims;
+use crate::remediation::decide::trust::{machineless_claims, trusted_machine_host};
 use crate::remediation::pass::context::Context;
 use crate::remediation::pass::subject::{
     machine_nodes, machineless_strategies, node_is_control_plane, node_reference,
@@ -115,7 +113,12 @@ pub fn targets(fleet: &Fleet<'_>) -> Vec<Target> {
                 .unwrap_or(Ok(None)),
             None => {
                 let json = serde_json::to_value(&**machine).unwrap_or(Value::Null);
-                machine_host(&json).map_err(|e| format!("Machine {namespace}/{name}: {e}"))
+                trusted_machine_host(
+                    &json,
+                    &namespace,
+                    &fleet.policy.trust.machine_host_namespaces,
+                )
+                .map_err(|e| format!("Machine {namespace}/{name}: {e}"))
             }
         };
         let host_ref = host.as_ref().ok().cloned().flatten();

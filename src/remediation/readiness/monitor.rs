@@ -32,8 +32,9 @@ use crate::remediation::act::power::{
     bmc_driver_config, bmc_series, driver_kind, locate_bmc, operator_power, operator_series,
 };
 use crate::remediation::decide::bmc_trust::Reader;
-use crate::remediation::decide::observe::{BmcRef, machine_host};
+use crate::remediation::decide::observe::BmcRef;
 use crate::remediation::decide::trust::machineless_claims;
+use crate::remediation::decide::trust::trusted_machine_host;
 use crate::remediation::pass::context::Context;
 use crate::remediation::world::bmc_cache::DriverCache;
 use crate::remediation::world::metered::Metered;
@@ -90,6 +91,8 @@ fn targets(context: &Context) -> Vec<Target> {
     let host_bmcs = context.host_bmcs.state();
     // A HostBmc outside these namespaces is never logged in for (see `locate_bmc`).
     let trusted = context.policy().trust.host_bmc_namespaces;
+    // Nor for a Machine's BareMetalHost outside these (see `trusted_machine_host`).
+    let trusted_hosts = context.policy().trust.machine_host_namespaces;
     let mut targets = Vec::new();
     for machine in context.machines.state() {
         let namespace = machine.namespace().unwrap_or_default();
@@ -101,7 +104,9 @@ fn targets(context: &Context) -> Vec<Target> {
             .and_then(|s| s.node_ref.as_ref())
             .map(|n| n.name.clone());
         let json = serde_json::to_value(&*machine).unwrap_or(Value::Null);
-        let host_ref = machine_host(&json).ok().flatten();
+        let host_ref = trusted_machine_host(&json, &namespace, &trusted_hosts)
+            .ok()
+            .flatten();
         let host = host_ref.as_ref().and_then(|r| {
             context
                 .hosts
