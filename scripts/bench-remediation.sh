@@ -4,7 +4,9 @@
 # the per-remediation lines and a Markdown table: fence latency p50/p99, overhead over the
 # physical floor p50/p99, Redfish and API requests per remediation and the controller's memory,
 # beside two floors measured in the same run (the bare and the safe floor: the fastest
-# controllers that could exist) and our fence latency as a ratio to the safe floor's.
+# controllers that could exist) and our fence latency as a ratio to the safe floor's. Each
+# world is measured RUNS times (3), every world in turn; each figure is printed as the median
+# of the runs with their spread, flagged (⚑) past 20 %.
 #
 #   bash scripts/bench-remediation.sh              (1000 and 5000 machines, 30 remediations)
 #   SIZES="1000" SAMPLES=50 bash scripts/bench-remediation.sh
@@ -39,7 +41,7 @@ if [[ "${FLEET:-0}" == 1 ]]; then
     ./target/release/baremend lab --scenario scale \
         --machines "${FLEET_MACHINES:-20000}" --workload-clusters "${FLEET_CLUSTERS:-100}" \
         --shards "${FLEET_SHARDS:-4}" --compare-machines "${COMPARE_MACHINES:-5000}" \
-        --samples "${SAMPLES:-60}" --timeout 120s
+        --samples "${SAMPLES:-60}" --timeout 120s --runs "${RUNS:-3}"
     exit 0
 fi
 SIZES=${SIZES:-"1000 5000"}
@@ -47,6 +49,6 @@ SAMPLES=${SAMPLES:-30}
 for machines in $SIZES; do
     echo "## ${machines} machines"
     ./target/release/baremend lab --scenario scale --machines "$machines" \
-        --samples "$SAMPLES" --timeout 120s "${real_plane[@]}"
+        --samples "$SAMPLES" --timeout 120s --runs "${RUNS:-3}" "${real_plane[@]}"
     echo
 done

@@ -286,6 +286,8 @@ async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_
             "2",
             "--timeout",
             "60s",
+            "--runs",
+            "2",
         ],
         None,
     )
@@ -293,6 +295,9 @@ async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
     for line in [
+        "## run 1 of 2",
+        "## run 2 of 2",
+        "| measure | one cluster: 12 machines, 1 controller, 2 remediations, simulated API server, median of 2 runs | goal |",
         "caches filled",
         "controllers idle (first passes done)",
         "1. worker-0: trigger stored in",
@@ -307,6 +312,12 @@ async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_
     ] {
         assert!(out.contains(line), "missing {line:?} in:\n{out}");
     }
+    // Each figure is a median with the runs' spread beside it.
+    let fence = out
+        .lines()
+        .find(|l| l.starts_with("| fence latency p50 / p99 |"))
+        .unwrap();
+    assert_eq!(fence.matches(" ms ±").count(), 2, "{fence}");
 }
 
 /// The benchmark on a real control plane beside the simulated API server, small: the same
@@ -330,6 +341,8 @@ async fn the_scale_lab_measures_the_same_cluster_on_a_real_control_plane_beside_
             "--timeout",
             "60s",
             "--real-plane",
+            "--runs",
+            "1",
         ],
         None,
     )
@@ -363,9 +376,9 @@ async fn the_scale_lab_measures_the_same_cluster_on_a_real_control_plane_beside_
         );
     }
     let start =
-        cells("API requests at start, all controllers (management; workload; of which watches)");
+        cells("API requests at start, all controllers (management / workload / their watches)");
     for cell in &start {
-        let requests: u64 = cell.split(';').next().unwrap().parse().unwrap();
+        let requests: u64 = cell.split(" / ").next().unwrap().parse().unwrap();
         assert!(
             requests >= 10,
             "the start's lists and watches are counted: {cell}"
@@ -427,6 +440,8 @@ async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_clus
             "4",
             "--timeout",
             "60s",
+            "--runs",
+            "1",
         ],
         None,
     )
@@ -462,6 +477,6 @@ async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_clus
         .find(|l| l.starts_with("| resident memory of each controller"))
         .unwrap();
     // The one cluster's controller, then the fleet's two shards.
-    assert_eq!(table.matches(" MB").count(), 2, "{table}");
-    assert_eq!(table.matches(", ").count(), 1, "{table}");
+    assert_eq!(table.matches(" MB").count(), 3, "{table}");
+    assert_eq!(table.matches(" MB / ").count(), 1, "{table}");
 }

@@ -116,6 +116,10 @@ pub struct LabArgs {
     /// one controller, and print both side by side (0: the fleet only).
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(0..=20000))]
     pub compare_machines: u32,
+    /// scale: measure each world this many times (one after another, every world in turn)
+    /// and print each figure's median and spread, flagging a spread over 20 %.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub runs: u32,
     /// scale: measure the same cluster twice in one run, on the simulated API server and then
     /// on a real control plane (etcd, kube-apiserver and kube-controller-manager, built by
     /// `scripts/kubernetes.sh`, found through BAREMEND_KUBE_BIN) that the simulated world

@@ -29,6 +29,7 @@ mod layout;
 mod process;
 mod requests;
 mod sample;
+mod table;
 mod world;
 
 use std::time::{Duration, Instant};
@@ -67,14 +68,6 @@ fn percentile(sorted: &[Duration], percent: usize) -> Duration {
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
-}
-
-/// `a ÷ b` as `1.23×`; `—` when `b` is zero.
-fn ratio(a: Duration, b: Duration) -> String {
-    if b.is_zero() {
-        return "—".into();
-    }
-    format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64())
 }
 
 fn secs(d: Duration) -> String {
@@ -155,11 +148,18 @@ pub async fn run(args: &LabArgs) -> Result<()> {
         }
         runs.push((main, ServerKind::Simulated));
     }
-    let mut columns = Vec::new();
-    for (layout, server) in runs {
-        columns.push(bench(layout, server, args).await?);
+    // Run by run, every world in turn: a machine that slows for a while slows one run of
+    // each, not every run of one.
+    let mut columns: Vec<Vec<Figures>> = runs.iter().map(|_| Vec::new()).collect();
+    for run in 1..=args.runs {
+        for ((layout, server), column) in runs.iter().zip(&mut columns) {
+            if args.runs > 1 {
+                println!("## run {run} of {}", args.runs);
+            }
+            column.push(bench(*layout, *server, args).await?);
+        }
     }
-    print_table(&columns);
+    table::print(&columns);
     Ok(())
 }
 
@@ -375,169 +375,4 @@ async fn prepare(lab: &World, layout: &Layout) -> Result<()> {
         "timeouts": {"powerOffSeconds": 30, "nodeReadySeconds": 120, "readyGraceSeconds": 0},
     }))
     .await
-}
-
-/// Mean and max of a per-remediation count.
-fn mean_max(values: impl Iterator<Item = u64>) -> String {
-    let values: Vec<u64> = values.collect();
-    let max = values.iter().copied().max().unwrap_or(0);
-    let mean = values.iter().sum::<u64>() as f64 / values.len().max(1) as f64;
-    format!("{mean:.1} / {max}")
-}
-
-/// One Markdown table, a column per run.
-fn print_table(columns: &[Figures]) {
-    let header: Vec<String> = columns
-        .iter()
-        .map(|f| {
-            format!(
-                "{}, {} remediations, {}",
-                f.layout.label(),
-                f.samples.len(),
-                f.server.label()
-            )
-        })
-        .collect();
-    println!("| measure | {} | goal |", header.join(" | "));
-    println!("|---|{}---|", "---|".repeat(columns.len()));
-    let row = |measure: &str, goal: &str, cell: &dyn Fn(&Figures) -> String| {
-        let cells: Vec<String> = columns.iter().map(cell).collect();
-        println!("| {measure} | {} | {goal} |", cells.join(" | "));
-    };
-    let p50_p99 = |f: &Figures, of: fn(&Sample) -> Duration| {
-        let mut values: Vec<Duration> = f.samples.iter().map(of).collect();
-        values.sort();
-        format!(
-            "{} / {}",
-            ms(percentile(&values, 50)),
-            ms(percentile(&values, 99))
-        )
-    };
-    row(
-        "fence latency p50 / p99",
-        "p99 ≤ 1.5 × the safe floor's",
-        &|f| p50_p99(f, |s| s.fence_latency),
-    );
-    for floor in [Floor::Bare, Floor::Safe] {
-        row(
-            &format!("the {}'s fence latency p50 / p99", floor.label()),
-            "",
-            &|f| {
-                let values = f.floor(floor);
-                format!(
-                    "{} / {}",
-                    ms(percentile(values, 50)),
-                    ms(percentile(values, 99))
-                )
-            },
-        );
-    }
-    row(
-        "fence latency × the safe floor, p50 / p99",
-        "p99 ≤ 1.5",
-        &|f| {
-            let ours = f.fence_latencies();
-            let safe = f.floor(Floor::Safe);
-            format!(
-                "{} / {}",
-                ratio(percentile(&ours, 50), percentile(safe, 50)),
-                ratio(percentile(&ours, 99), percentile(safe, 99))
-            )
-        },
-    );
-    if columns.len() == 2 && columns[1].layout.is_fleet() {
-        let one = percentile(&columns[0].fence_latencies(), 99);
-        let fleet = percentile(&columns[1].fence_latencies(), 99);
-        println!(
-            "| fence latency p99, the fleet ÷ one cluster | — | {} | ≤ 1.2 |",
-            ratio(fleet, one)
-        );
-    }
-    if columns.len() == 2 && columns[1].server == ServerKind::Real {
-        let simulated = percentile(&columns[0].fence_latencies(), 99);
-        let real = percentile(&columns[1].fence_latencies(), 99);
-        println!(
-            "| fence latency p99, the real server ÷ the simulated | — | {} | reported |",
-            ratio(real, simulated)
-        );
-    }
-    row(
-        "overhead over the physical floor p50 / p99",
-        "p99 ≤ 1 s",
-        &|f| p50_p99(f, |s| s.overhead),
-    );
-    row(
-        "Redfish requests per remediation (mean / max)",
-        "≤ 12",
-        &|f| mean_max(f.samples.iter().map(|s| s.bmc_requests)),
-    );
-    row(
-        "controller resident memory, the largest (now / peak; heap and stacks)",
-        "≤ 100 MB per controller",
-        &|f| {
-            let largest = f
-                .memory
-                .iter()
-                .max_by_key(|m| m.peak)
-                .copied()
-                .unwrap_or_default();
-            format!(
-                "{:.1} MB / {:.1} MB; {:.1} MB",
-                mb(largest.rss),
-                mb(largest.peak),
-                mb(largest.anonymous)
-            )
-        },
-    );
-    row("resident memory of each controller (now)", "", &|f| {
-        let each: Vec<String> = f
-            .memory
-            .iter()
-            .map(|m| format!("{:.1}", mb(m.rss)))
-            .collect();
-        format!("{} MB", each.join(", "))
-    });
-    row(
-        "management-cluster API requests per remediation (mean / max)",
-        "reported",
-        &|f| mean_max(f.samples.iter().map(|s| s.api.management)),
-    );
-    row(
-        "workload-cluster API requests per remediation (mean / max)",
-        "reported",
-        &|f| {
-            if f.layout.is_fleet() {
-                mean_max(f.samples.iter().map(|s| s.api.workload))
-            } else {
-                "— (Nodes in the one API server)".into()
-            }
-        },
-    );
-    row(
-        "API requests at start, all controllers (management; workload; of which watches)",
-        "",
-        &|f| {
-            let s = f.start_requests;
-            format!(
-                "{}; {}; {} + {} watches",
-                s.management, s.workload, s.management_watches, s.workload_watches
-            )
-        },
-    );
-    row(
-        "bring-up: cluster Ready / hosts detached / controllers ready / idle after",
-        "",
-        &|f| {
-            let plane = f.plane_started.map_or(String::new(), |d| {
-                format!(" (of which the plane {})", secs(d))
-            });
-            format!(
-                "{}{plane} / {} / {} / {}",
-                secs(f.cluster_up),
-                secs(f.prepared),
-                secs(f.controllers_ready),
-                secs(f.controllers_settled)
-            )
-        },
-    );
 }
