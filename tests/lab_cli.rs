@@ -5,25 +5,43 @@ mod common;
 
 use common::{baremend, texts};
 
+/// Asserts that `out` holds every one of `lines`, naming the first it misses.
+fn says_all(out: &str, lines: &[&str]) {
+    for line in lines {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+}
+
+/// `baremend lab --scenario scale` with `args`, as a user runs it.
+async fn scale_lab(args: &[&str]) -> std::process::Output {
+    let args: Vec<&str> = ["lab", "--scenario", "scale"]
+        .iter()
+        .chain(args)
+        .copied()
+        .collect();
+    baremend(&args, None).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_lab_tells_the_whole_story_and_exits_zero() {
     let output = baremend(&["lab"], None).await;
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
-    for line in [
-        "external-remediation annotation set by the MachineHealthCheck",
-        "Remediation worker-0-1: PoweringOff",
-        "host worker-0: power Off",
-        "Node worker-0: absent",
-        "host worker-0: power On",
-        "external-remediation annotation removed",
-        "Remediation worker-0-1: Succeeded",
-        "| Fenced |",
-        "| NodeDeleted |",
-        "baremend_remediations_succeeded_total{strategy=\"BareMetalHostRebootApi\"} 1",
-    ] {
-        assert!(out.contains(line), "missing {line:?} in:\n{out}");
-    }
+    says_all(
+        &out,
+        &[
+            "external-remediation annotation set by the MachineHealthCheck",
+            "Remediation worker-0-1: PoweringOff",
+            "host worker-0: power Off",
+            "Node worker-0: absent",
+            "host worker-0: power On",
+            "external-remediation annotation removed",
+            "Remediation worker-0-1: Succeeded",
+            "| Fenced |",
+            "| NodeDeleted |",
+            "baremend_remediations_succeeded_total{strategy=\"BareMetalHostRebootApi\"} 1",
+        ],
+    );
     // The story is in order: off before the Node goes, the Node goes before power-on.
     let at = |needle: &str| out.find(needle).unwrap();
     assert!(at("host worker-0: power Off") < at("Node worker-0: absent"));
@@ -35,20 +53,21 @@ async fn the_cluster_api_lab_remediates_a_cluster_api_machine_through_its_reques
     let output = baremend(&["lab", "--scenario", "capi"], None).await;
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
-    for line in [
-        "cluster.x-k8s.io Machine of Cluster wc-0 with a Metal3Machine",
-        "its Node worker-0 lives in wc-0's own API server, reached through Secret wc-0-kubeconfig",
-        "MachineRemediation request created by the MachineHealthCheck",
-        "Remediation wc-0-worker-0-1: PoweringOff",
-        "host wc-0-worker-0: power Off",
-        "Node worker-0 of wc-0: absent",
-        "MachineRemediation request removed",
-        "Remediation wc-0-worker-0-1: Succeeded",
-        "| Fenced |",
-        "| NodeDeleted |",
-    ] {
-        assert!(out.contains(line), "missing {line:?} in:\n{out}");
-    }
+    says_all(
+        &out,
+        &[
+            "cluster.x-k8s.io Machine of Cluster wc-0 with a Metal3Machine",
+            "its Node worker-0 lives in wc-0's own API server, reached through Secret wc-0-kubeconfig",
+            "MachineRemediation request created by the MachineHealthCheck",
+            "Remediation wc-0-worker-0-1: PoweringOff",
+            "host wc-0-worker-0: power Off",
+            "Node worker-0 of wc-0: absent",
+            "MachineRemediation request removed",
+            "Remediation wc-0-worker-0-1: Succeeded",
+            "| Fenced |",
+            "| NodeDeleted |",
+        ],
+    );
     let at = |needle: &str| out.find(needle).unwrap();
     assert!(at("request created") < at("Remediation wc-0-worker-0-1: PoweringOff"));
     assert!(at("host wc-0-worker-0: power Off") < at("Node worker-0 of wc-0: absent"));
@@ -62,17 +81,18 @@ async fn the_cluster_api_fleet_lab_remediates_two_clusters_at_once_and_holds_a_s
     let output = baremend(&["lab", "--scenario", "capi-fleet"], None).await;
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
-    for line in [
-        "3 workload cluster(s)",
-        "Remediation wc-2-worker-1-1: held: storm: 3 of 5 machines are unhealthy",
-        "Node worker-1 of wc-0: absent",
-        "Node worker-1 of wc-1: absent",
-        "Remediation wc-0-worker-1-1: Succeeded",
-        "Remediation wc-1-worker-1-1: Succeeded",
-        "wc-2-worker-1-1 held (Storm), wc-2-worker-2-1 held (Storm), wc-2-worker-3-1 held (Storm)",
-    ] {
-        assert!(out.contains(line), "missing {line:?} in:\n{out}");
-    }
+    says_all(
+        &out,
+        &[
+            "3 workload cluster(s)",
+            "Remediation wc-2-worker-1-1: held: storm: 3 of 5 machines are unhealthy",
+            "Node worker-1 of wc-0: absent",
+            "Node worker-1 of wc-1: absent",
+            "Remediation wc-0-worker-1-1: Succeeded",
+            "Remediation wc-1-worker-1-1: Succeeded",
+            "wc-2-worker-1-1 held (Storm), wc-2-worker-2-1 held (Storm), wc-2-worker-3-1 held (Storm)",
+        ],
+    );
     // At once: the second cluster's power-off is requested before the first's remediation ends.
     let at = |needle: &str| out.find(needle).unwrap();
     assert!(
@@ -87,17 +107,18 @@ async fn the_node_health_check_lab_remediates_a_node_through_its_request() {
     let output = baremend(&["lab", "--scenario", "nhc"], None).await;
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
-    for line in [
-        "medik8s NodeHealthCheck: escalating remediations",
-        "NodeRemediation request created by the NodeHealthCheck",
-        "Remediation worker-0-1: PoweringOff",
-        "Node worker-0: absent",
-        "NodeRemediation request removed",
-        "Remediation worker-0-1: Succeeded",
-        "| Fenced |",
-    ] {
-        assert!(out.contains(line), "missing {line:?} in:\n{out}");
-    }
+    says_all(
+        &out,
+        &[
+            "medik8s NodeHealthCheck: escalating remediations",
+            "NodeRemediation request created by the NodeHealthCheck",
+            "Remediation worker-0-1: PoweringOff",
+            "Node worker-0: absent",
+            "NodeRemediation request removed",
+            "Remediation worker-0-1: Succeeded",
+            "| Fenced |",
+        ],
+    );
     let at = |needle: &str| out.find(needle).unwrap();
     assert!(at("request created") < at("Remediation worker-0-1: PoweringOff"));
 }
@@ -107,18 +128,19 @@ async fn the_platform_none_lab_remediates_a_node_without_a_machine_through_its_h
     let output = baremend(&["lab", "--scenario", "nhc-upi"], None).await;
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
-    for line in [
-        "platform none: no Machines, no BareMetalHosts; HostBmc worker-0",
-        "Node worker-0: NodeRemediation request created by the NodeHealthCheck",
-        "Remediation worker-0-1: PoweringOff",
-        "Node worker-0: absent",
-        "Remediation worker-0-1: Succeeded",
-        "baremend_remediations_succeeded_total{strategy=\"DirectBmc\"} 1",
-        "| Fenced |",
-        "| NodeDeleted |",
-    ] {
-        assert!(out.contains(line), "missing {line:?} in:\n{out}");
-    }
+    says_all(
+        &out,
+        &[
+            "platform none: no Machines, no BareMetalHosts; HostBmc worker-0",
+            "Node worker-0: NodeRemediation request created by the NodeHealthCheck",
+            "Remediation worker-0-1: PoweringOff",
+            "Node worker-0: absent",
+            "Remediation worker-0-1: Succeeded",
+            "baremend_remediations_succeeded_total{strategy=\"DirectBmc\"} 1",
+            "| Fenced |",
+            "| NodeDeleted |",
+        ],
+    );
     // The story looks at the host every so often and may miss the short Off: the table's
     // order is the remediation's own record.
     assert!(!out.contains("BareMetalHostRebootApi"), "{out}");
@@ -228,20 +250,21 @@ async fn the_drift_lab_reapplies_the_config_through_the_mco_and_exits_zero() {
     let output = baremend(&["lab", "--scenario", "drift"], None).await;
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
-    for line in [
-        "Node worker-1: MCO state Degraded (content mismatch for file \"/etc/sysctl.d/90-demo.conf\")",
-        "DriftRemediation worker-1-1: Debouncing",
-        "DriftRemediation worker-1-1: ForceRequested",
-        "Node worker-1: cordoned",
-        "Node worker-1: not Ready",
-        "Node worker-1: uncordoned",
-        "DriftRemediation worker-1-1: Succeeded",
-        "| Rebooted |",
-        "action started",
-        "mco_remediations_total{action=\"Force\",outcome=\"Succeeded\",reason=\"\"} 1",
-    ] {
-        assert!(out.contains(line), "missing {line:?} in:\n{out}");
-    }
+    says_all(
+        &out,
+        &[
+            "Node worker-1: MCO state Degraded (content mismatch for file \"/etc/sysctl.d/90-demo.conf\")",
+            "DriftRemediation worker-1-1: Debouncing",
+            "DriftRemediation worker-1-1: ForceRequested",
+            "Node worker-1: cordoned",
+            "Node worker-1: not Ready",
+            "Node worker-1: uncordoned",
+            "DriftRemediation worker-1-1: Succeeded",
+            "| Rebooted |",
+            "action started",
+            "mco_remediations_total{action=\"Force\",outcome=\"Succeeded\",reason=\"\"} 1",
+        ],
+    );
     let at = |needle: &str| out.find(needle).unwrap();
     assert!(at("ForceRequested") < at("Node worker-1: cordoned"));
     assert!(at("Node worker-1: not Ready") < at("Node worker-1: uncordoned"));
@@ -275,43 +298,38 @@ async fn a_chaos_run_prints_its_verdict_and_nothing_else() {
 /// benchmark's (docs/engineering/benchmarks.md), not this test's: it checks the lab still runs end to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_remediation() {
-    let output = baremend(
-        &[
-            "lab",
-            "--scenario",
-            "scale",
-            "--machines",
-            "12",
-            "--samples",
-            "2",
-            "--timeout",
-            "60s",
-            "--runs",
-            "2",
-        ],
-        None,
-    )
+    let output = scale_lab(&[
+        "--machines",
+        "12",
+        "--samples",
+        "2",
+        "--timeout",
+        "60s",
+        "--runs",
+        "2",
+    ])
     .await;
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
-    for line in [
-        "## run 1 of 2",
-        "## run 2 of 2",
-        "| measure | one cluster: 12 machines, 1 controller, 2 remediations, simulated API server, median of 2 runs | goal |",
-        "caches filled",
-        "controllers idle (first passes done)",
-        "1. worker-0: trigger stored in",
-        "| fence latency p50 / p99 |",
-        "bare floor: fence latency p50",
-        "safe floor: fence latency p50",
-        "| the bare floor's fence latency p50 / p99 |",
-        "| the safe floor's fence latency p50 / p99 |",
-        "| fence latency × the safe floor, p50 / p99 |",
-        "| Redfish requests per remediation (mean / max) |",
-        "| controller resident memory",
-    ] {
-        assert!(out.contains(line), "missing {line:?} in:\n{out}");
-    }
+    says_all(
+        &out,
+        &[
+            "## run 1 of 2",
+            "## run 2 of 2",
+            "| measure | one cluster: 12 machines, 1 controller, 2 remediations, simulated API server, median of 2 runs | goal |",
+            "caches filled",
+            "controllers idle (first passes done)",
+            "1. worker-0: trigger stored in",
+            "| fence latency p50 / p99 |",
+            "bare floor: fence latency p50",
+            "safe floor: fence latency p50",
+            "| the bare floor's fence latency p50 / p99 |",
+            "| the safe floor's fence latency p50 / p99 |",
+            "| fence latency × the safe floor, p50 / p99 |",
+            "| Redfish requests per remediation (mean / max) |",
+            "| controller resident memory",
+        ],
+    );
     // Each figure is a median with the runs' spread beside it.
     let fence = out
         .lines()
@@ -329,34 +347,29 @@ async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scale_lab_measures_the_same_cluster_on_a_real_control_plane_beside_the_simulated_one()
 {
-    let output = baremend(
-        &[
-            "lab",
-            "--scenario",
-            "scale",
-            "--machines",
-            "8",
-            "--samples",
-            "2",
-            "--timeout",
-            "60s",
-            "--real-plane",
-            "--runs",
-            "1",
-        ],
-        None,
-    )
+    let output = scale_lab(&[
+        "--machines",
+        "8",
+        "--samples",
+        "2",
+        "--timeout",
+        "60s",
+        "--real-plane",
+        "--runs",
+        "1",
+    ])
     .await;
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
-    for line in [
-        "on the real kube-apiserver v1.36.3: 3 control-plane and 5 workers",
-        "real control plane (etcd, kube-apiserver, kube-controller-manager v1.36.3) up in",
-        "| measure | one cluster: 8 machines, 1 controller, 2 remediations, simulated API server | one cluster: 8 machines, 1 controller, 2 remediations, real kube-apiserver v1.36.3 | goal |",
-        "| fence latency p99, the real server ÷ the simulated | — |",
-    ] {
-        assert!(out.contains(line), "missing {line:?} in:\n{out}");
-    }
+    says_all(
+        &out,
+        &[
+            "on the real kube-apiserver v1.36.3: 3 control-plane and 5 workers",
+            "real control plane (etcd, kube-apiserver, kube-controller-manager v1.36.3) up in",
+            "| measure | one cluster: 8 machines, 1 controller, 2 remediations, simulated API server | one cluster: 8 machines, 1 controller, 2 remediations, real kube-apiserver v1.36.3 | goal |",
+            "| fence latency p99, the real server ÷ the simulated | — |",
+        ],
+    );
     let cells = |measure: &str| -> Vec<String> {
         let row = out
             .lines()
@@ -390,19 +403,13 @@ async fn the_scale_lab_measures_the_same_cluster_on_a_real_control_plane_beside_
 /// cluster (a workload cluster would need a plane each).
 #[tokio::test]
 async fn the_scale_lab_refuses_a_fleet_on_a_real_control_plane_with_why() {
-    let output = baremend(
-        &[
-            "lab",
-            "--scenario",
-            "scale",
-            "--machines",
-            "40",
-            "--workload-clusters",
-            "4",
-            "--real-plane",
-        ],
-        None,
-    )
+    let output = scale_lab(&[
+        "--machines",
+        "40",
+        "--workload-clusters",
+        "4",
+        "--real-plane",
+    ])
     .await;
     let (out, err) = texts(&output);
     assert!(!output.status.success(), "{out}\n{err}");
@@ -423,45 +430,40 @@ async fn the_scale_lab_refuses_a_fleet_on_a_real_control_plane_with_why() {
 /// are the benchmark's (docs/engineering/benchmarks.md), not this test's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_cluster() {
-    let output = baremend(
-        &[
-            "lab",
-            "--scenario",
-            "scale",
-            "--machines",
-            "40",
-            "--workload-clusters",
-            "4",
-            "--shards",
-            "2",
-            "--compare-machines",
-            "8",
-            "--samples",
-            "4",
-            "--timeout",
-            "60s",
-            "--runs",
-            "1",
-        ],
-        None,
-    )
+    let output = scale_lab(&[
+        "--machines",
+        "40",
+        "--workload-clusters",
+        "4",
+        "--shards",
+        "2",
+        "--compare-machines",
+        "8",
+        "--samples",
+        "4",
+        "--timeout",
+        "60s",
+        "--runs",
+        "1",
+    ])
     .await;
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
-    for line in [
-        "controller 0 (pid",
-        "controller 1 (pid",
-        "| measure | one cluster: 8 machines, 1 controller, 4 remediations, simulated API server | fleet: 40 machines, 4 workload clusters, 2 shards, 4 remediations, simulated API server | goal |",
-        "| fence latency p50 / p99 |",
-        "| overhead over the physical floor p50 / p99 |",
-        "| fence latency × the safe floor, p50 / p99 |",
-        "| fence latency p99, the fleet ÷ one cluster | — |",
-        "| management-cluster API requests per remediation (mean / max) |",
-        "| workload-cluster API requests per remediation (mean / max) | — (Nodes in the one API server) |",
-        "| resident memory of each controller (now) |",
-    ] {
-        assert!(out.contains(line), "missing {line:?} in:\n{out}");
-    }
+    says_all(
+        &out,
+        &[
+            "controller 0 (pid",
+            "controller 1 (pid",
+            "| measure | one cluster: 8 machines, 1 controller, 4 remediations, simulated API server | fleet: 40 machines, 4 workload clusters, 2 shards, 4 remediations, simulated API server | goal |",
+            "| fence latency p50 / p99 |",
+            "| overhead over the physical floor p50 / p99 |",
+            "| fence latency × the safe floor, p50 / p99 |",
+            "| fence latency p99, the fleet ÷ one cluster | — |",
+            "| management-cluster API requests per remediation (mean / max) |",
+            "| workload-cluster API requests per remediation (mean / max) | — (Nodes in the one API server) |",
+            "| resident memory of each controller (now) |",
+        ],
+    );
     // The fleet's remediations: one in each workload cluster (so in both shards), each one
     // reading its Node through its workload cluster.
     for (index, cluster) in ["wc-0", "wc-1", "wc-2", "wc-3"].iter().enumerate() {

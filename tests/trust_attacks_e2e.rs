@@ -166,6 +166,16 @@ fn untouched(lab: &Lab, nodes: &[&str], namespaces: &[&str]) {
     }
 }
 
+/// The annotations of BareMetalHost `host` in the Machine API's namespace, as JSON text: where
+/// a reboot-API request (`reboot.metal3.io…`) would show.
+fn host_annotations(lab: &Lab, host: &str) -> Result<String, String> {
+    let bmh = lab
+        .api
+        .get(baremend_sim::cluster::local::BMHS, MACHINE_NAMESPACE, host)
+        .map_err(|e| e.message)?;
+    Ok(bmh["metadata"]["annotations"].to_string())
+}
+
 fn fast_policy(extra: Value) -> Value {
     let mut policy = json!({
         "timeouts": {"powerOffSeconds": 10, "nodeReadySeconds": 30, "readyGraceSeconds": 1},
@@ -666,15 +676,7 @@ async fn an_openshift_machine_naming_another_namespaces_host_powers_nothing() {
     );
     lab.hold(Duration::from_secs(2)).await;
     untouched(&lab, &["worker-1"], &[MACHINE_NAMESPACE]);
-    let bmh = lab
-        .api
-        .get(
-            baremend_sim::cluster::local::BMHS,
-            MACHINE_NAMESPACE,
-            "worker-1",
-        )
-        .unwrap();
-    let annotations = bmh["metadata"]["annotations"].to_string();
+    let annotations = host_annotations(&lab, "worker-1").unwrap();
     assert!(!annotations.contains("reboot.metal3.io"), "{annotations}");
     // The same attack on worker-2, the Machine API's namespace listed by an administrator.
     patch_policy(
@@ -687,15 +689,7 @@ async fn an_openshift_machine_naming_another_namespaces_host_powers_nothing() {
         "worker-2's host asked off through the listed namespace",
         Duration::from_secs(20),
         async || {
-            let bmh = lab
-                .api
-                .get(
-                    baremend_sim::cluster::local::BMHS,
-                    MACHINE_NAMESPACE,
-                    "worker-2",
-                )
-                .map_err(|e| e.message)?;
-            let annotations = bmh["metadata"]["annotations"].to_string();
+            let annotations = host_annotations(&lab, "worker-2")?;
             (annotations.contains("reboot.metal3.io") || !lab.power_history("worker-2").is_empty())
                 .then_some(())
                 .ok_or(annotations)
@@ -819,15 +813,7 @@ async fn a_metal3_machine_naming_another_namespaces_host_is_held_before_any_powe
     metric(&lab, "baremend_remediations_held{gate=\"HostNotOwned\"} 2").await;
     lab.hold(Duration::from_secs(2)).await;
     untouched(&lab, &["worker-1", "worker-2"], &[MACHINE_NAMESPACE]);
-    let bmh = lab
-        .api
-        .get(
-            baremend_sim::cluster::local::BMHS,
-            MACHINE_NAMESPACE,
-            "worker-1",
-        )
-        .unwrap();
-    let annotations = bmh["metadata"]["annotations"].to_string();
+    let annotations = host_annotations(&lab, "worker-1").unwrap();
     assert!(!annotations.contains("reboot.metal3.io"), "{annotations}");
     lab.stop().await;
 }
