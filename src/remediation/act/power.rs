@@ -26,7 +26,6 @@ use crate::remediation::decide::observe::{
     self, BmcRef, BmcTls, CaBundle, HostRef, bare_metal_host_bmc, bare_metal_host_view,
 };
 use crate::remediation::decide::plan::{Persisted, Phase};
-use crate::remediation::decide::trust::trusted_machine_host;
 use crate::remediation::pass::Pass;
 use crate::remediation::world::metered::Metered;
 use crate::runtime::clock::since_epoch;
@@ -332,13 +331,10 @@ impl Pass {
     ) -> std::result::Result<FreshHost, NotFenced> {
         let Some(host_ref) = &target.host else {
             return Err(NotFenced::Untrustworthy(
-                match self.machine_json().map(|json| {
-                    trusted_machine_host(
-                        &json,
-                        &self.namespace,
-                        &self.policy.trust.machine_host_namespaces,
-                    )
-                }) {
+                match self
+                    .machine_json()
+                    .map(|json| self.openshift_machine_host(&json))
+                {
                     Some(Err(unusable)) => format!("Machine {}: {unusable}", self.name),
                     Some(Ok(_)) => "the Machine names no BareMetalHost".into(),
                     None => format!(

@@ -44,11 +44,7 @@ impl Pass {
         machine_json: &serde_json::Value,
     ) -> Result<std::result::Result<Option<HostRef>, Unusable>> {
         if self.context.machine_api == MachineApi::OpenShift {
-            return Ok(trusted_machine_host(
-                machine_json,
-                &self.namespace,
-                &self.policy.trust.machine_host_namespaces,
-            ));
+            return Ok(self.openshift_machine_host(machine_json));
         }
         let Some((namespace, name)) = self
             .subject
@@ -74,6 +70,19 @@ impl Pass {
         };
         let json = serde_json::to_value(&object).unwrap_or_default();
         Ok(metal3_machine_host(&name, &json))
+    }
+
+    /// The BareMetalHost an OpenShift Machine (read as JSON) names, honoured only where the
+    /// policy trusts it (see [`trusted_machine_host`]).
+    pub(in crate::remediation) fn openshift_machine_host(
+        &self,
+        machine_json: &serde_json::Value,
+    ) -> std::result::Result<Option<HostRef>, Unusable> {
+        trusted_machine_host(
+            machine_json,
+            &self.namespace,
+            &self.policy.trust.machine_host_namespaces,
+        )
     }
 
     /// The `HostNotOwned` gate of a Cluster API Machine: its `spec.infrastructureRef` in its own
