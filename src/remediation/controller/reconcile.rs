@@ -32,6 +32,10 @@ use crate::{Error, Result};
 /// The most steps one pass takes before yielding (a safety net; a normal pass ends in Wait).
 const MAX_STEPS_PER_PASS: usize = 16;
 
+/// How soon a pass put back because its workload cluster's share of the workers is taken runs
+/// again (see `world::workload::PASSES_PER_CLUSTER`).
+const SHARE_TAKEN_WAIT: Duration = Duration::from_millis(250);
+
 impl Pass {
     /// Runs the pass.
     pub async fn run(self) -> Result<Action> {
@@ -114,6 +118,18 @@ impl Pass {
         // An outcome label on one under way (a hand's, a restore's) may hide it from a start's
         // fresh read until it is gone: taken off before the step.
         self.keep_outcome_label(&mut remediation).await;
+        // A workload cluster's steps take a bounded share of the workers: a server that holds
+        // each request to its deadline holds those passes, not every other cluster's.
+        let _share = match self.node_cluster(&remediation) {
+            Some(cluster) => match self.context.workloads.enter(&cluster) {
+                Some(share) => Some(share),
+                None => {
+                    tracing::debug!(%cluster, "the cluster's share of the workers is taken: put back");
+                    return Ok(Action::requeue(SHARE_TAKEN_WAIT));
+                }
+            },
+            None => None,
+        };
         for _ in 0..MAX_STEPS_PER_PASS {
             match self.step(&mut remediation).await? {
                 Some(action) => return Ok(action),

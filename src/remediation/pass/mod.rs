@@ -235,7 +235,10 @@ impl Pass {
     /// The workload cluster of the remediation's Node (None: the cluster baremend runs in):
     /// recorded at the power-off request (`status.nodeCluster`); before it, as the Machine's
     /// Cluster says now (see `decide::workload`).
-    pub(super) fn node_cluster(&self, remediation: &Remediation) -> Option<ClusterRef> {
+    pub(in crate::remediation) fn node_cluster(
+        &self,
+        remediation: &Remediation,
+    ) -> Option<ClusterRef> {
         if self.context.machine_api != slim::MachineApi::ClusterApi {
             return None;
         }

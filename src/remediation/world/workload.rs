@@ -30,6 +30,9 @@
 //!   says a Node is gone (the pass waits, or holds its start, instead).
 //! - A cluster found unreachable is not tried again for [`RETRY_UNREACHABLE`]: a fleet of
 //!   held passes does not turn into a storm of connection attempts.
+//! - At most [`PASSES_PER_CLUSTER`] passes of one workload cluster's remediations run at once
+//!   ([`WorkloadClusters::enter`]): a server that answers slowly holds those workers, never
+//!   all of the controller's, so other clusters' remediations go on.
 //!
 //! Caveats: a kubeconfig rotated in place is seen within [`RECHECK`]; a connection refused
 //! with the old one meanwhile is a failed pass, tried again on the backoff.
@@ -90,6 +93,58 @@ pub const REOPEN_FAILING: Duration = Duration::from_secs(1);
 
 /// How long a new connection waits for its first list of Nodes, and a probe for its answer.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many passes of one workload cluster's remediations run at once: a quarter of the
+/// controller's passes at once (16), so that a cluster whose server holds every request to
+/// its deadline (10 s a list, 30 s an answer) keeps three quarters of the workers for the
+/// others. Four such clusters at once would hold all of them, each for its deadlines.
+pub const PASSES_PER_CLUSTER: usize = 4;
+
+/// Passes running per cluster, each holding a [`Share`].
+#[derive(Debug, Default, Clone)]
+struct Places(Arc<Mutex<HashMap<ClusterRef, usize>>>);
+
+impl Places {
+    /// A place for one pass of `cluster`, if fewer than `most` hold one.
+    fn enter(&self, cluster: &ClusterRef, most: usize) -> Option<Share> {
+        let mut places = lock(&self.0);
+        let taken = places.entry(cluster.clone()).or_default();
+        if *taken >= most {
+            return None;
+        }
+        *taken += 1;
+        Some(Share {
+            cluster: cluster.clone(),
+            places: self.clone(),
+        })
+    }
+
+    /// How many passes of `cluster` hold a place.
+    #[cfg(test)]
+    fn taken(&self, cluster: &ClusterRef) -> usize {
+        lock(&self.0).get(cluster).copied().unwrap_or(0)
+    }
+}
+
+/// A place among the passes of one workload cluster ([`WorkloadClusters::enter`]), given back
+/// when dropped.
+#[derive(Debug)]
+pub struct Share {
+    cluster: ClusterRef,
+    places: Places,
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut places = lock(&self.places.0);
+        if let Some(taken) = places.get_mut(&self.cluster) {
+            *taken = taken.saturating_sub(1);
+            if *taken == 0 {
+                places.remove(&self.cluster);
+            }
+        }
+    }
+}
 
 /// How long a pass's request to a workload cluster may wait for its answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -289,6 +344,8 @@ pub struct WorkloadClusters {
     lifetimes: Lifetimes,
     slots: Mutex<HashMap<ClusterRef, Arc<tokio::sync::Mutex<Slot>>>>,
     wake: Mutex<Option<tokio::sync::mpsc::Sender<WokenNode>>>,
+    /// Passes running per cluster ([`WorkloadClusters::enter`]).
+    places: Places,
 }
 
 impl WorkloadClusters {
@@ -301,7 +358,14 @@ impl WorkloadClusters {
             lifetimes,
             slots: Mutex::new(HashMap::new()),
             wake: Mutex::new(None),
+            places: Places::default(),
         }
+    }
+
+    /// A place for one pass of `cluster`'s remediations, if fewer than
+    /// [`PASSES_PER_CLUSTER`] hold one (None: the pass should be put back and run later).
+    pub fn enter(&self, cluster: &ClusterRef) -> Option<Share> {
+        self.places.enter(cluster, PASSES_PER_CLUSTER)
     }
 
     /// The stream of changed workload Nodes (one taker: the controller).
@@ -785,6 +849,38 @@ async fn watch_nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_holds_at_most_its_share_of_places_and_gives_them_back() {
+        let places = Places::default();
+        let cluster = |name: &str| ClusterRef {
+            namespace: "capi".into(),
+            name: name.into(),
+        };
+        let (hostile, other) = (cluster("wc-1"), cluster("wc-0"));
+        let mut held: Vec<Share> = (0..PASSES_PER_CLUSTER)
+            .map(|_| places.enter(&hostile, PASSES_PER_CLUSTER).expect("a place"))
+            .collect();
+        assert!(places.enter(&hostile, PASSES_PER_CLUSTER).is_none());
+        // Another cluster's places are its own.
+        let theirs = places.enter(&other, PASSES_PER_CLUSTER);
+        assert!(theirs.is_some());
+        // One given back is one to take.
+        held.pop();
+        assert_eq!(places.taken(&hostile), PASSES_PER_CLUSTER - 1);
+        held.push(
+            places
+                .enter(&hostile, PASSES_PER_CLUSTER)
+                .expect("the freed place"),
+        );
+        drop(held);
+        drop(theirs);
+        assert_eq!(places.taken(&hostile), 0);
+        assert!(
+            lock(&places.0).is_empty(),
+            "nothing kept for clusters without passes"
+        );
+    }
 
     fn kubeconfig(cluster: &str, user: &str) -> Kubeconfig {
         let text = format!(
