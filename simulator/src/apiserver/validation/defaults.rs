@@ -8,7 +8,8 @@
 //! Guarantees: a field already set is never changed; only absent ones are filled.
 //!
 //! Caveats: only the admission-registration kinds (kubernetes v1.36.3
-//! `pkg/apis/admissionregistration/v1/defaults.go`) and the Namespace's name label so far;
+//! `pkg/apis/admissionregistration/v1/defaults.go`), the Namespace's name label and a
+//! Secret's `stringData` (merged into `data`) so far;
 //! Pods, Deployments and the rest are stored as written (docs/engineering/fidelity.md).
 
 use serde_json::{Value, json};
@@ -19,6 +20,10 @@ use super::admission::GROUP;
 pub(crate) fn apply(group: &str, plural: &str, object: &mut Value) {
     if group.is_empty() && plural == "namespaces" {
         name_label(object);
+        return;
+    }
+    if group.is_empty() && plural == "secrets" {
+        string_data(object);
         return;
     }
     if group != GROUP {
@@ -41,6 +46,33 @@ pub(crate) fn apply(group: &str, plural: &str, object: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+/// A Secret's `stringData` is write-only: the server merges it into `data` (base64 on the
+/// wire), its keys overwriting those of `data`, and never stores it (kubernetes v1.36.3
+/// `pkg/apis/core/v1/conversion.go`, `Convert_v1_Secret_To_core_Secret`: "StringData
+/// overwrites Data"). A value that is not a string is left for the decoder's refusal.
+fn string_data(object: &mut Value) {
+    use base64::Engine;
+    let Some(fields) = object.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = fields.remove("stringData") else {
+        return;
+    };
+    let data = fields.entry("data").or_insert_with(|| json!({}));
+    if data.is_null() {
+        *data = json!({});
+    }
+    let Some(data) = data.as_object_mut() else {
+        return;
+    };
+    for (key, value) in strings {
+        if let Some(text) = value.as_str() {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+            data.insert(key, json!(encoded));
+        }
     }
 }
 
@@ -84,6 +116,25 @@ fn match_resources(resources: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kubernetes v1.36.3 `pkg/apis/core/v1/conversion.go`: a Secret written with
+    /// `stringData` is stored with it merged into `data`; the chaos tenant's Secret written
+    /// that way had no credentials at all here.
+    #[test]
+    fn a_secrets_string_data_is_merged_into_data_and_never_stored() {
+        let mut secret = json!({"metadata": {"name": "bmc"},
+            "data": {"username": "b2xk", "kept": "eA=="},
+            "stringData": {"username": "admin", "password": "p@ss"}});
+        apply("", "secrets", &mut secret);
+        assert_eq!(
+            secret,
+            json!({"metadata": {"name": "bmc"},
+                "data": {"username": "YWRtaW4=", "kept": "eA==", "password": "cEBzcw=="}})
+        );
+        let mut only_strings = json!({"stringData": {"value": "x"}});
+        apply("", "secrets", &mut only_strings);
+        assert_eq!(only_strings, json!({"data": {"value": "eA=="}}));
+    }
 
     #[test]
     fn a_policy_gets_the_real_servers_defaults_and_keeps_what_it_sets() {
