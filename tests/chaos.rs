@@ -19,7 +19,9 @@ use std::time::Duration;
 /// at least 4 times, in 32 s each. 106, 112 and 128 (from seeds 100–159) added 2026-11-29: a
 /// CI run on a machine busy with a build saw none of 11, 12, 18 and 90 make invariant 6's
 /// second start (a hung worker hanging again once remediated), which also hangs on timing.
-const CURATED: &str = "11,12,18,19,27,32,35,37,40,42,47,48,61,66,80,89,90,95,96,106,112,128";
+/// 67 added 2026-11-30 with invariant 13: its hostile workload server sends an endless body
+/// (12 and 106 drip, 61 never ends a watch line); 19 and 37 have the tenant's `HostBmc`.
+const CURATED: &str = "11,12,18,19,27,32,35,37,40,42,47,48,61,66,67,80,89,90,95,96,106,112,128";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_curated_chaos_seeds_break_no_safety_invariant_and_judge_every_one() {
@@ -47,7 +49,7 @@ async fn the_curated_chaos_seeds_break_no_safety_invariant_and_judge_every_one()
     let (direct, operator) = verdict.lied;
     assert!(direct > 0 && operator > 0, "{direct} and {operator}: {out}");
     // Each invariant judged something: none passed for want of a case.
-    assert_eq!(verdict.judged.len(), 12, "{out}");
+    assert_eq!(verdict.judged.len(), 13, "{out}");
     for (invariant, count) in verdict.judged.iter().enumerate() {
         assert!(
             *count > 0,
@@ -57,8 +59,11 @@ async fn the_curated_chaos_seeds_break_no_safety_invariant_and_judge_every_one()
     }
     // The fleet world ran, and its faults struck while a remediation of their cluster was
     // under way.
-    let [worlds, killed, killed_mid, outages, outages_mid] = verdict.fleet;
-    assert!(worlds > 0 && killed > 0 && outages > 0, "{out}");
+    let [worlds, killed, killed_mid, outages, outages_mid, hostile] = verdict.fleet;
+    assert!(
+        worlds > 0 && killed > 0 && outages > 0 && hostile > 0,
+        "{out}"
+    );
     assert!(killed_mid > 0 && outages_mid > 0, "{out}");
 }
 
@@ -76,8 +81,8 @@ struct Verdict {
     /// through their BareMetal Operator.
     lied: (usize, usize),
     /// Fleet worlds, shard leaders killed (of them mid-remediation), workload API outages
-    /// (of them mid-remediation).
-    fleet: [usize; 5],
+    /// (of them mid-remediation), hostile workload API servers.
+    fleet: [usize; 6],
 }
 
 impl Verdict {
@@ -120,7 +125,7 @@ impl Verdict {
             .and_then(|rest| rest.split(' ').next())
             .unwrap_or_default();
         // `…; fleet worlds 50: shard leaders killed 30 (20 mid-remediation), workload API
-        // outages 31 (25 mid-remediation)`
+        // outages 31 (25 mid-remediation), hostile workload API servers 12`
         let fleet_part = part(line, "; fleet worlds ");
         let numbers: Vec<usize> = fleet_part
             .split([' ', '(', ':', ','])

@@ -40,6 +40,7 @@ pub struct HostileApiServer {
     url: String,
     ca: TestCa,
     most_sent: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -75,14 +76,16 @@ impl HostileApiServer {
         let most_sent = Arc::new(AtomicU64::new(0));
         let hostility = Arc::new(hostility);
         let sent = most_sent.clone();
+        let requests = Arc::new(AtomicU64::new(0));
+        let asked = requests.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let (acceptor, hostility, sent) =
                     (acceptor.clone(), hostility.clone(), sent.clone());
+                asked.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(async move {
                     if let Ok(stream) = acceptor.accept(stream).await {
-                        let total = answer(stream, &hostility).await;
-                        sent.fetch_max(total, Ordering::Relaxed);
+                        answer(stream, &hostility, &sent).await;
                     }
                 });
             }
@@ -91,6 +94,7 @@ impl HostileApiServer {
             url: format!("https://{address}"),
             ca,
             most_sent,
+            requests,
             task,
         })
     }
@@ -100,9 +104,15 @@ impl HostileApiServer {
         &self.url
     }
 
-    /// The most bytes of body it sent in one answer before the client hung up.
+    /// The most bytes of body it has sent in one answer so far (an answer still flowing
+    /// counts what it has sent).
     pub fn most_sent(&self) -> u64 {
         self.most_sent.load(Ordering::Relaxed)
+    }
+
+    /// How many connections it has accepted (each carries one request).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
     }
 
     /// A kubeconfig naming it, trusting its CA, with a bearer token.
@@ -116,13 +126,14 @@ impl HostileApiServer {
     }
 }
 
-/// Answers one connection's first request; returns the bytes of body it sent.
-async fn answer<S>(mut stream: S, hostility: &Hostility) -> u64
+/// Answers one connection's first request, raising `most` to the bytes of body sent so far
+/// as it goes (a flood is read while it lasts, not only once the client hung up).
+async fn answer<S>(mut stream: S, hostility: &Hostility, most: &AtomicU64)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let Some(target) = request_target(&mut stream).await else {
-        return 0;
+        return;
     };
     let watch = target.contains("watch=true") || target.contains("watch=1");
     let path = target.split('?').next().unwrap_or_default();
@@ -137,27 +148,24 @@ where
     };
     let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
     if stream.write_all(head.as_bytes()).await.is_err() {
-        return 0;
+        return;
     }
     if let Some(body) = fine {
         let _ = stream.write_all(&body).await;
         let _ = stream.shutdown().await;
-        return body.len() as u64;
+        most.fetch_max(body.len() as u64, Ordering::Relaxed);
+        return;
     }
     match hostility {
         Hostility::HugeBody(size) => {
-            flood(&mut stream, *size, b"[", b"{\"a\":\"xxxxxxxxxxxxxxxx\"},").await
+            let unit = b"{\"a\":\"xxxxxxxxxxxxxxxx\"},";
+            flood(&mut stream, *size, (b"[", unit), most).await;
         }
         Hostility::EndlessLine(_) => {
-            flood(
-                &mut stream,
-                u64::MAX,
-                b"{\"type\":\"ADDED\",\"object\":\"",
-                b"xxxxxxxxxxxxxxxx",
-            )
-            .await
+            let opening = b"{\"type\":\"ADDED\",\"object\":\"";
+            flood(&mut stream, u64::MAX, (opening, b"xxxxxxxxxxxxxxxx"), most).await;
         }
-        Hostility::Drip => drip(&mut stream).await,
+        Hostility::Drip => drip(&mut stream, most).await,
     }
 }
 
@@ -177,16 +185,16 @@ async fn request_target<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Opti
 }
 
 /// Sends `opening` then `unit` again and again, up to `size` bytes or until the client stops
-/// reading; returns the bytes sent.
+/// reading, raising `most` to the bytes sent after each block.
 async fn flood<S: tokio::io::AsyncWrite + Unpin>(
     stream: &mut S,
     size: u64,
-    opening: &[u8],
-    unit: &[u8],
-) -> u64 {
+    (opening, unit): (&[u8], &[u8]),
+    most: &AtomicU64,
+) {
     let mut sent = 0u64;
     if stream.write_all(opening).await.is_err() {
-        return 0;
+        return;
     }
     sent += opening.len() as u64;
     let block = unit.repeat((64 << 10) / unit.len());
@@ -195,19 +203,17 @@ async fn flood<S: tokio::io::AsyncWrite + Unpin>(
             break;
         }
         sent += block.len() as u64;
+        most.fetch_max(sent, Ordering::Relaxed);
     }
-    sent
 }
 
-/// One byte a second, for up to an hour.
-async fn drip<S: tokio::io::AsyncWrite + Unpin>(stream: &mut S) -> u64 {
-    let mut sent = 0u64;
-    for _ in 0..3600 {
+/// One byte a second, for up to an hour, raising `most` as it goes.
+async fn drip<S: tokio::io::AsyncWrite + Unpin>(stream: &mut S, most: &AtomicU64) {
+    for sent in 1..=3600u64 {
         if stream.write_all(b" ").await.is_err() || stream.flush().await.is_err() {
             break;
         }
-        sent += 1;
+        most.fetch_max(sent, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    sent
 }

@@ -32,8 +32,10 @@
 //!    seen completes its cycle) — completes the cycle: it is not cancelled, and it requests
 //!    power-on unless it failed;
 //! 10. nothing of a namespace the policy does not trust counts: no Remediation lives in the
-//!     chaos tenant's namespace or names a request or host there, and a request made there
-//!     is no trigger for invariant 6;
+//!     chaos tenant's namespace or names a request or host there, a request made there
+//!     is no trigger for invariant 6, and the tenant's `HostBmc` — an administrator's BMC
+//!     Secret of that namespace paired with an endpoint of the tenant's choosing — gets no
+//!     connection to that endpoint;
 //! 11. (the fleet world) a remediation is owned by its Machine's shard alone: each Remediation
 //!     is labelled with the shard of its Machine's workload cluster, and no Event about a
 //!     Machine, Remediation or request of a cluster is reported by a replica of another
@@ -41,7 +43,11 @@
 //! 12. (the fleet world) while a workload cluster's API is down, no Node of it is taken for
 //!     gone: a `NodeAbsent`, `NodeDeleted` or `NodeTainted` step recorded during the outage
 //!     must be true of the workload cluster's store at that instant (the Node of the
-//!     recorded UID absent, or tainted out-of-service).
+//!     recorded UID absent, or tainted out-of-service);
+//! 13. (the fleet world) a workload API server is held to its bounds: one that a Cluster's
+//!     Secret names for a while and that answers with an endless body, a byte a second or a
+//!     watch line that never ends gets the controller to read at most
+//!     [`HOSTILE_READ_LIMIT`] of one answer (and breaks none of the invariants above).
 //!
 //! In the fleet world ([`Fleet`]) a Node is `(cluster, name)`: the workload clusters' changes
 //! come through [`Checker::observe_workload`] and every Node is judged as its host (the
@@ -65,7 +71,13 @@ use crate::api::{Remediation, RemediationPhase};
 use baremend_sim::cluster::{MACHINE_NAMESPACE, NHC_NAMESPACE};
 
 use super::plan::TENANT_NAMESPACE;
+use super::tenant::TenantBmc;
 use crate::shard::SHARD_LABEL;
+
+/// The most of one answer a hostile workload API server may get the controller to read
+/// (invariant 13): the client stops at 8 MiB an answer and 2 MiB a watch event; what the
+/// server wrote into the sockets' buffers before the client hung up comes on top.
+pub const HOSTILE_READ_LIMIT: u64 = 20 << 20;
 
 /// The out-of-service taint's key.
 const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
@@ -96,6 +108,8 @@ pub struct Checker {
     trigger_epoch: HashMap<String, u64>,
     /// Remediations already reported under invariant 10.
     tenant_named: HashSet<String>,
+    /// The endpoints of the tenant's `HostBmc`s (invariant 10): none may be connected to.
+    pub tenant_bmcs: Vec<TenantBmc>,
     /// Per Machine, the trigger epoch its latest remediation started in, and that remediation.
     started_in: HashMap<String, (u64, String)>,
     /// Per Remediation deleted after it ended (retention, an operator), its last phase:
@@ -364,6 +378,21 @@ impl Checker {
                 .insert(host.clone(), (uid.unwrap_or_default().to_owned(), tainted));
         }
         self.node_change(&host, event, hosts);
+    }
+
+    /// What a hostile workload API server named by `cluster`'s Secret was asked
+    /// (`requests`) and the most of one answer it managed to send: invariant 13 judges each
+    /// one that was asked anything.
+    pub fn hostile_served(&mut self, cluster: &str, requests: u64, most_sent: u64) {
+        if requests == 0 {
+            return;
+        }
+        self.judged.add(13);
+        if most_sent > HOSTILE_READ_LIMIT {
+            self.violations.push(format!(
+                "invariant 13: a hostile API server named by {cluster}'s Secret was let send {most_sent} bytes of one answer (bound {HOSTILE_READ_LIMIT})"
+            ));
+        }
     }
 
     /// Workload cluster `cluster`'s API went away (`down`), or came back: invariant 12 judges
@@ -895,6 +924,16 @@ impl Checker {
         let still_out: Vec<String> = self.due_in_outage.keys().cloned().collect();
         for cluster in still_out {
             self.judge_outage(&cluster);
+        }
+        for bmc in std::mem::take(&mut self.tenant_bmcs) {
+            self.judged.add(10);
+            let connections = bmc.connections();
+            if connections > 0 {
+                self.violations.push(format!(
+                    "invariant 10: the tenant's HostBmc endpoint for {} was connected to {connections} time(s)",
+                    bmc.node
+                ));
+            }
         }
         for remediation in remediations {
             let name = remediation.metadata.name.clone().unwrap_or_default();

@@ -310,6 +310,53 @@ fn see_recording(checker: &mut Checker, phase: &str, steps: &[&str]) {
     checker.observe(&event, &HashMap::new());
 }
 
+/// Invariant 10's endpoint check: a connection to the tenant's BMC endpoint is a violation
+/// (in the seeds three layers keep the controller away from it: the namespace a `HostBmc`
+/// must share with its Machine, the policy's `hostBmcNamespaces`, and RBAC on Secrets, so
+/// only this test shows that the check can fail).
+#[tokio::test]
+async fn a_connection_to_the_tenants_bmc_endpoint_is_a_violation_and_none_is_not() {
+    use super::super::tenant::TenantBmc;
+    let (quiet, _) = TenantBmc::listen("worker-0").await.unwrap();
+    let (reached, port) = TenantBmc::listen("worker-1").await.unwrap();
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    drop(stream);
+    for _ in 0..200 {
+        if reached.connections() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut checker = Checker::new(1);
+    checker.tenant_bmcs = vec![quiet, reached];
+    checker.finish(&[], &HashMap::new());
+    assert_eq!(checker.judged.of(10), 2);
+    assert_eq!(
+        checker.violations,
+        ["invariant 10: the tenant's HostBmc endpoint for worker-1 was connected to 1 time(s)"]
+    );
+}
+
+/// Invariant 13: a hostile server that was let send more than the bound is a violation; one
+/// never asked judges nothing.
+#[test]
+fn a_hostile_server_let_send_past_the_bound_is_a_violation() {
+    let mut checker = Checker::new(1);
+    checker.hostile_served("wc-0", 0, 0);
+    assert_eq!(checker.judged.of(13), 0, "never asked: nothing judged");
+    checker.hostile_served("wc-0", 3, HOSTILE_READ_LIMIT);
+    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    checker.hostile_served("wc-1", 1, HOSTILE_READ_LIMIT + 1);
+    assert_eq!(checker.judged.of(13), 2);
+    assert_eq!(checker.violations.len(), 1, "{:?}", checker.violations);
+    assert!(
+        checker.violations[0]
+            .starts_with("invariant 13: a hostile API server named by wc-1's Secret")
+    );
+}
+
 #[test]
 fn a_tenants_request_is_no_trigger_and_a_remediation_naming_it_is_a_violation() {
     let mut checker = Checker::new(1);

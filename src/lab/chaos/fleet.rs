@@ -8,7 +8,7 @@
 //!
 //! Expected flow: [`spec`] the cluster → [`checker_map`] for the checker and
 //! [`watch_workloads`] to feed it each workload cluster's changes → [`start_shards`] → the
-//! faults through [`kill_shard_leader`], [`api_down`] and [`hang_again`] →
+//! faults through [`kill_shard_leader`], [`api_down`], [`hostile`] and [`hang_again`] →
 //! [`FleetRun::finish`] before the cluster settles (every outage over) → the counts in
 //! [`FleetTally`].
 //! Guarantees: a shard's leader is killed without releasing its Lease (its task aborted, as
@@ -19,15 +19,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baremend_sim::cluster::local::{LEASES, Local, NODES};
+use baremend_sim::cluster::local::{LEASES, Local, MACHINE_REMEDIATIONS, NODES, SECRETS};
 use baremend_sim::cluster::timing::Timing;
+use baremend_sim::cluster::workload::kubeconfig_secret_name;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use baremend_sim::host::SimHost;
-use serde_json::Value;
+use baremend_sim::hostile::{HostileApiServer, Hostility};
+use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use super::check::{Checker, Fleet};
-use super::plan::{FLEET_CLUSTERS, FLEET_WORKERS, MID_REMEDIATION_WAIT, shard_lease};
+use super::plan::{FLEET_CLUSTERS, FLEET_WORKERS, Hostile, MID_REMEDIATION_WAIT, shard_lease};
 use super::{REMEDIATIONS, Replica, Shard, start_replica};
 use crate::lab::setup::{DEPLOY_NAMESPACE, LabCluster};
 
@@ -136,6 +138,8 @@ pub struct FleetTally {
     pub outages: usize,
     /// Of those, begun while a remediation of their cluster was under way.
     pub outages_mid_remediation: usize,
+    /// Workload clusters whose Secret named a hostile API server for a while.
+    pub hostile: usize,
 }
 
 impl FleetTally {
@@ -145,6 +149,7 @@ impl FleetTally {
         self.killed_mid_remediation += other.killed_mid_remediation;
         self.outages += other.outages;
         self.outages_mid_remediation += other.outages_mid_remediation;
+        self.hostile += other.hostile;
     }
 }
 
@@ -284,6 +289,71 @@ pub(super) fn api_down(
     }));
 }
 
+/// Points workload cluster `cluster`'s kubeconfig Secret at a hostile API server for
+/// `for_ms` — the moment its health check asks for a Machine's remediation (before the start
+/// connects to the cluster), or when `within` is over — then back at its own, in a task of
+/// its own; invariant 13 then judges what the server managed to send (when it was asked
+/// anything).
+pub(super) fn hostile(
+    lab: &LabCluster,
+    (cluster, hostility, for_ms): (&str, Hostile, u64),
+    within: Duration,
+    run: &mut FleetRun,
+) {
+    let hostility = match hostility {
+        Hostile::HugeBody => Hostility::HugeBody(1 << 30),
+        Hostile::Drip => Hostility::Drip,
+        Hostile::EndlessLine => Hostility::EndlessLine(
+            workload_reader(lab, cluster)
+                .map(|nodes| nodes.list(NODES, None))
+                .unwrap_or_default(),
+        ),
+    };
+    let (api, cluster) = (lab.api.clone(), cluster.to_owned());
+    let (checker, tally) = (run.checker.clone(), run.tally.clone());
+    run.tasks.push(tokio::spawn(async move {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline && !requested_in(&api, &cluster) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let secret = kubeconfig_secret_name(&cluster);
+        let point = |value: &Value| {
+            let patch = json!({"data": {"value": value}});
+            api.merge(SECRETS, MACHINE_NAMESPACE, &secret, &patch, false)
+        };
+        let own = api
+            .get(SECRETS, MACHINE_NAMESPACE, &secret)
+            .map(|s| s["data"]["value"].clone());
+        let server = HostileApiServer::start(hostility).await;
+        let (own, server) = match (own, server) {
+            (Ok(own), Ok(server)) => (own, server),
+            (own, server) => {
+                let why = format!("{:?} {:?}", own.err(), server.err());
+                let mut checker = checker.lock().unwrap_or_else(|e| e.into_inner());
+                checker.unreadable.push(format!(
+                    "the hostile server of {cluster} cannot start: {why}"
+                ));
+                return;
+            }
+        };
+        use base64::Engine;
+        let hostile = base64::engine::general_purpose::STANDARD.encode(server.kubeconfig());
+        let pointed = point(&Value::String(hostile)).is_ok();
+        tokio::time::sleep(Duration::from_millis(for_ms)).await;
+        let restored = point(&own);
+        let mut checker = checker.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(error) = restored {
+            checker
+                .unreadable
+                .push(format!("{cluster}'s Secret cannot be put back: {error:?}"));
+        }
+        checker.hostile_served(&cluster, server.requests(), server.most_sent());
+        if pointed {
+            tally.lock().unwrap_or_else(|e| e.into_inner()).hostile += 1;
+        }
+    }));
+}
+
 /// How long [`hang_again`] waits for the host's first remediation to succeed and its Node
 /// to be Ready again.
 const REHANG_WAIT: Duration = Duration::from_secs(10);
@@ -330,6 +400,18 @@ pub(super) fn hang_again(lab: &LabCluster, host: &str, run: &mut FleetRun) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }));
+}
+
+/// Whether a Machine of `cluster` has a remediation request (its health check's
+/// `MachineRemediation`).
+fn requested_in(api: &Local, cluster: &str) -> bool {
+    api.list(MACHINE_REMEDIATIONS, Some(MACHINE_NAMESPACE))
+        .iter()
+        .any(|r| {
+            r.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .is_some_and(|m| m.starts_with(&format!("{cluster}-")))
+        })
 }
 
 /// Whether a remediation of a Machine of `cluster` is `PoweringOff` (has requested it).

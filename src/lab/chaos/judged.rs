@@ -2,7 +2,7 @@
 //! something: a Node released, a remediation started or ended, a host found off at the end, a
 //! power-off on a Node the MCO could be busy with, a forcefile step, a NodeHealthCheck
 //! timeout, a tenant's request or `HostBmc`, a shard's Remediation or Event, a Node step
-//! during a workload cluster's outage. A run whose invariants pass without judging anything proves nothing; the chaos
+//! during a workload cluster's outage, a hostile workload API server asked. A run whose invariants pass without judging anything proves nothing; the chaos
 //! test asserts every count is above zero over the CI seeds.
 //!
 //! Expected flow: the checker calls [`Judged::add`] where an invariant could have been
@@ -13,7 +13,7 @@
 use std::fmt;
 
 /// The number of invariants the checker judges.
-pub const INVARIANTS: usize = 12;
+pub const INVARIANTS: usize = 13;
 
 /// Per invariant (1 to [`INVARIANTS`]), how many cases it judged.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -84,10 +84,10 @@ mod tests {
         assert_eq!(one.of(0), 0);
         assert_eq!(one.of(10), 0);
         assert_eq!(one.of(11), 0);
-        assert_eq!(one.idle(), vec![2, 3, 5, 6, 7, 8, 10, 11, 12]);
+        assert_eq!(one.idle(), vec![2, 3, 5, 6, 7, 8, 10, 11, 12, 13]);
         assert_eq!(
             one.to_string(),
-            "1: 3, 2: 0, 3: 0, 4: 1, 5: 0, 6: 0, 7: 0, 8: 0, 9: 1, 10: 0, 11: 0, 12: 0"
+            "1: 3, 2: 0, 3: 0, 4: 1, 5: 0, 6: 0, 7: 0, 8: 0, 9: 1, 10: 0, 11: 0, 12: 0, 13: 0"
         );
     }
 }

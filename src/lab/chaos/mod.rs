@@ -58,6 +58,7 @@ use crate::drift::controller::HelperPods;
 use crate::leader::LeaseConfig;
 use crate::metrics::Metrics;
 use crate::remediation::controller::ControllerOptions;
+use crate::remediation::world::workload::Lifetimes;
 use crate::run::run_elected;
 use crate::runtime::clock::SystemClock;
 use crate::{Error, Result};
@@ -131,7 +132,7 @@ pub struct SeedOutcome {
 
 impl SeedOutcome {
     /// One seed's line: `seed 7: 3.5 s; judged 1: 1, 2: 1, …; ended Failed 1, Succeeded 2;
-    /// lied 0/1; fleet killed 1 (1 mid), outages 0 (0 mid)` (no fleet part for a single
+    /// lied 0/1; fleet killed 1 (1 mid), outages 0 (0 mid), hostile 1` (no fleet part for a single
     /// cluster).
     pub fn line(&self) -> String {
         let mut ended: Vec<String> = self
@@ -142,8 +143,12 @@ impl SeedOutcome {
         ended.sort();
         let fleet = self.fleet.as_ref().map_or(String::new(), |f| {
             format!(
-                "; fleet killed {} ({} mid), outages {} ({} mid)",
-                f.leaders_killed, f.killed_mid_remediation, f.outages, f.outages_mid_remediation
+                "; fleet killed {} ({} mid), outages {} ({} mid), hostile {}",
+                f.leaders_killed,
+                f.killed_mid_remediation,
+                f.outages,
+                f.outages_mid_remediation,
+                f.hostile
             )
         });
         format!(
@@ -208,6 +213,12 @@ fn start_replica(lab: &LabCluster, identity: String, shard: Option<Shard>) -> Re
                 bmc_distrust: Duration::from_secs(3),
                 machine_selector: machine_selector.clone(),
                 machine_api,
+                // A rewritten kubeconfig Secret is read within half a second of a pass
+                // asking for its cluster (`Fault::HostileWorkload`), at chaos speed.
+                workload_clusters: Lifetimes {
+                    recheck: Duration::from_millis(500),
+                    ..Lifetimes::default()
+                },
                 ..ControllerOptions::default()
             };
             let lease = LeaseConfig {
@@ -636,6 +647,11 @@ async fn apply(
         Fault::WorkloadApiDown { cluster, for_ms } => {
             fleet::api_down(lab, (cluster, *for_ms), FAULT_WINDOW, fleet_run);
         }
+        Fault::HostileWorkload {
+            cluster,
+            hostility,
+            for_ms,
+        } => fleet::hostile(lab, (cluster, *hostility, *for_ms), FAULT_WINDOW, fleet_run),
         Fault::RemoveTrigger(machine) => trigger::remove(&lab.api, check, machine),
         Fault::FalseAlarm(machine) => {
             if let Some(uid) = trigger::set(&lab.api, check, machine) {
@@ -654,7 +670,14 @@ async fn apply(
         // Played by `drift::play` (see `run_seed`), never applied here.
         Fault::LateMcoReboot(_) | Fault::PendingForceHelper { .. } => {}
         Fault::TenantRequest(node) => tenant::request(&lab.api, node),
-        Fault::TenantHostBmc(node) => tenant::claim(&lab.api, node),
+        Fault::TenantHostBmc(node) => {
+            let claimed = tenant::claim(&lab.api, node, lab.cluster.bmc_password()).await;
+            let mut checker = fleet_run.checker.lock().unwrap_or_else(|e| e.into_inner());
+            match claimed {
+                Ok(endpoint) => checker.tenant_bmcs.push(endpoint),
+                Err(error) => checker.unreadable.push(error),
+            }
+        }
         Fault::LaggingHostCache { host, ms } => {
             lab.cluster
                 .api_server()
@@ -884,7 +907,7 @@ pub async fn run(which: Seeds, jobs: usize, per_seed: bool) -> Result<()> {
     let mut phase_list: Vec<(String, usize)> = phases.into_iter().collect();
     phase_list.sort();
     println!(
-        "chaos: {} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; flapping BMCs told a false Off at power-off on {} host(s) fenced over their BMC and {} through their BareMetal Operator; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; cases judged per invariant: {judged} (none for {:?}); {}{}; fleet worlds {fleet_worlds}: shard leaders killed {} ({} mid-remediation), workload API outages {} ({} mid-remediation)",
+        "chaos: {} in {:.1} s ({jobs} at a time, slowest {:.1} s): {} with violations, {errors} harness errors; {faults} faults injected; remediations {}; at most {peak} under way at once; flapping BMCs told a false Off at power-off on {} host(s) fenced over their BMC and {} through their BareMetal Operator; {lies} Node(s) released on a flapping BMC's false Off read by baremend, {relayed} on one relayed by the BareMetal Operator; {remade} reboot request(s) made again after someone removed them, {lost} FenceLost; cases judged per invariant: {judged} (none for {:?}); {}{}; fleet worlds {fleet_worlds}: shard leaders killed {} ({} mid-remediation), workload API outages {} ({} mid-remediation), hostile workload API servers {}",
         which.describe(),
         started.elapsed().as_secs_f64(),
         slowest.as_secs_f64(),
@@ -903,6 +926,7 @@ pub async fn run(which: Seeds, jobs: usize, per_seed: bool) -> Result<()> {
         fleet_tally.killed_mid_remediation,
         fleet_tally.outages,
         fleet_tally.outages_mid_remediation,
+        fleet_tally.hostile,
     );
     if failed.is_empty() && errors == 0 {
         Ok(())

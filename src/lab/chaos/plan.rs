@@ -155,6 +155,31 @@ pub enum Fault {
         /// How long it stays away.
         for_ms: u64,
     },
+    /// Fleet world only: whoever writes workload cluster `cluster`'s kubeconfig Secret points
+    /// it at a hostile API server (`baremend_sim::hostile`) for `for_ms` — the moment the
+    /// health check asks for a remediation in that cluster, else when the fault window is
+    /// over — then puts it back. The start's connection meets the server; the shards also
+    /// read the Secret again within half a second of a pass asking for the cluster.
+    HostileWorkload {
+        /// The workload cluster (`wc-<k>`).
+        cluster: String,
+        /// How the server answers.
+        hostility: Hostile,
+        /// How long the Secret names it.
+        for_ms: u64,
+    },
+}
+
+/// How the server of [`Fault::HostileWorkload`] answers (`baremend_sim::hostile::Hostility`,
+/// drawn without its data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hostile {
+    /// An endless body to every request.
+    HugeBody,
+    /// A byte a second after the headers.
+    Drip,
+    /// The Node list well, then a watch line that never ends.
+    EndlessLine,
 }
 
 /// How long [`Fault::ShardLeaderDies`] waits for a remediation of its cluster to be under
@@ -171,12 +196,16 @@ pub fn shard_lease(cluster: &str) -> String {
 pub const TENANT_NAMESPACE: &str = "tenant-a";
 
 impl Fault {
-    /// Whether the fault is one of those drawn after the drift scenario (the flapping BMC at
-    /// power-off, the tenant's), which earlier seeds' plans did not have.
+    /// Whether the fault is one of those drawn after every other draw (the flapping BMC at
+    /// power-off, the tenant's, the hostile workload server), which earlier seeds' plans did
+    /// not have.
     pub fn drawn_last(&self) -> bool {
         matches!(
             self,
-            Fault::FlappingBmc { .. } | Fault::TenantRequest(_) | Fault::TenantHostBmc(_)
+            Fault::FlappingBmc { .. }
+                | Fault::TenantRequest(_)
+                | Fault::TenantHostBmc(_)
+                | Fault::HostileWorkload { .. }
         )
     }
 
@@ -311,6 +340,10 @@ const FLEET_PERCENT: u64 = 25;
 
 /// Share of fleet seeds (percent) whose first hung worker hangs again once remediated.
 const REHANG_PERCENT: u64 = 40;
+
+/// Share of fleet seeds (percent) in which a workload cluster's Secret names a hostile API
+/// server for a while.
+const HOSTILE_PERCENT: u64 = 50;
 
 /// Mixed into the seed for the fleet draw: a stream of its own, so that the seeds not drawn
 /// for the fleet keep the plans they had (ASCII "fleet").
@@ -630,6 +663,20 @@ fn fleet_plan(seed: u64) -> Plan {
         let for_ms = 300 + rng.below(1500);
         events.push((rng.within(1000), Fault::WorkloadApiDown { cluster, for_ms }));
     }
+    // Drawn last, so that the fleet seeds keep the plans they had before it.
+    if rng.chance(HOSTILE_PERCENT) {
+        let cluster = rng.pick(&struck).clone();
+        let hostility = *rng.pick(&[Hostile::HugeBody, Hostile::Drip, Hostile::EndlessLine]);
+        let for_ms = 300 + rng.below(1500);
+        events.push((
+            rng.within(1000),
+            Fault::HostileWorkload {
+                cluster,
+                hostility,
+                for_ms,
+            },
+        ));
+    }
     events.sort_by_key(|(at, _)| *at);
     Plan {
         seed,
@@ -807,7 +854,7 @@ mod tests {
 
     #[test]
     fn a_share_of_seeds_runs_the_fleet_world_with_a_fleet_fault_on_its_own_hosts() {
-        let (mut fleets, mut deaths, mut outages) = (0, 0, 0);
+        let (mut fleets, mut deaths, mut outages, mut hostile) = (0, 0, 0, 0);
         for seed in 0..1000 {
             let p = plan(seed);
             assert_eq!(p.fleet, fleet(seed), "seed {seed}");
@@ -815,7 +862,9 @@ mod tests {
                 assert!(
                     !p.events.iter().any(|(_, f)| matches!(
                         f,
-                        Fault::ShardLeaderDies { .. } | Fault::WorkloadApiDown { .. }
+                        Fault::ShardLeaderDies { .. }
+                            | Fault::WorkloadApiDown { .. }
+                            | Fault::HostileWorkload { .. }
                     )),
                     "seed {seed}: a fleet fault outside the fleet world"
                 );
@@ -837,6 +886,10 @@ mod tests {
                         } else {
                             outages += 1;
                         }
+                    }
+                    Fault::HostileWorkload { cluster: c, .. } => {
+                        struck.push(c.clone());
+                        hostile += 1;
                     }
                     Fault::Hang(h) => {
                         assert!(h.starts_with("wc-"), "{h}");
@@ -873,8 +926,8 @@ mod tests {
         }
         assert!((180..330).contains(&fleets), "{fleets} of 1000");
         assert!(
-            deaths > 100 && outages > 100,
-            "{deaths} deaths, {outages} outages"
+            deaths > 100 && outages > 100 && hostile > 80,
+            "{deaths} deaths, {outages} outages, {hostile} hostile servers"
         );
         for seed in REPLAYED {
             assert!(!fleet(seed), "seed {seed}");
@@ -915,6 +968,30 @@ mod tests {
         // Nor do they run the MCO: they replay exactly as they did.
         for (seed, _) in expected {
             assert!(plan(seed).drift().is_none(), "seed {seed}");
+        }
+    }
+}
+#[cfg(test)]
+mod tmp_list {
+    #[test]
+    fn tmp_list_seeds() {
+        let curated = [
+            11u64, 12, 18, 19, 27, 32, 35, 37, 40, 42, 47, 48, 61, 66, 80, 89, 90, 95, 96, 106,
+            112, 128,
+        ];
+        for seed in 0..200u64 {
+            let p = super::plan(seed);
+            for (at, f) in &p.events {
+                if matches!(
+                    f,
+                    super::Fault::HostileWorkload { .. } | super::Fault::TenantHostBmc(_)
+                ) {
+                    println!(
+                        "SEED {seed} {} {at:?} {f:?}",
+                        if curated.contains(&seed) { "C" } else { "" }
+                    );
+                }
+            }
         }
     }
 }
