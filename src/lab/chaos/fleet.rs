@@ -358,9 +358,16 @@ pub(super) fn hostile(
 /// to be Ready again.
 const REHANG_WAIT: Duration = Duration::from_secs(10);
 
-/// Hangs `host` again once a remediation of its Machine Succeeded and its Node is Ready in
-/// its workload cluster (not at all if that does not come within [`REHANG_WAIT`]), in a task
-/// the seed awaits before it settles.
+/// Hangs `host` again once a remediation of its Machine Succeeded, its Node is Ready in its
+/// workload cluster and its health check withdrew its request (not at all if that does not
+/// come within [`REHANG_WAIT`]), in a task the seed awaits before it settles.
+///
+/// The withdrawn request is what makes the second hang a new failure to the health check:
+/// Cluster API's MachineHealthCheck deletes its request only once it sees the Machine
+/// healthy, and keeps it while it does not. A host hung again before that (the check blind
+/// for a moment, as when its cluster's Secret names another server) is still the old,
+/// answered request, which starts nothing (invariant 6) — a stall the health check would
+/// end only by seeing the Machine healthy.
 pub(super) fn hang_again(lab: &LabCluster, host: &str, run: &mut FleetRun) {
     let Some(info) = lab.cluster.host(host) else {
         return;
@@ -393,7 +400,10 @@ pub(super) fn hang_again(lab: &LabCluster, host: &str, run: &mut FleetRun) {
             let ready = workload
                 .get(NODES, "", &node)
                 .is_ok_and(|n| super::check::node_ready(&n));
-            if succeeded && ready {
+            let withdrawn = api
+                .get(MACHINE_REMEDIATIONS, MACHINE_NAMESPACE, &host)
+                .is_err();
+            if succeeded && ready && withdrawn {
                 hang();
                 return;
             }

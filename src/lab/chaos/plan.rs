@@ -142,9 +142,10 @@ pub enum Fault {
         /// How long after the death the new replica starts.
         restart_ms: u64,
     },
-    /// Fleet world only: once the host's remediation Succeeded and its Node is Ready again in
-    /// its workload cluster, the host hangs again: its health check asks anew and a second
-    /// remediation of the Machine starts (the start invariant 6 judges).
+    /// Fleet world only: once the host's remediation Succeeded, its Node is Ready again in
+    /// its workload cluster and its health check withdrew its request, the host hangs again:
+    /// its health check asks anew and a second remediation of the Machine starts (the start
+    /// invariant 6 judges).
     HangAgain(String),
     /// Fleet world only: workload cluster `cluster`'s API server goes away for `for_ms` — the
     /// moment a remediation of that cluster requests power-off, else when the fault window
@@ -968,30 +969,6 @@ mod tests {
         // Nor do they run the MCO: they replay exactly as they did.
         for (seed, _) in expected {
             assert!(plan(seed).drift().is_none(), "seed {seed}");
-        }
-    }
-}
-#[cfg(test)]
-mod tmp_list {
-    #[test]
-    fn tmp_list_seeds() {
-        let curated = [
-            11u64, 12, 18, 19, 27, 32, 35, 37, 40, 42, 47, 48, 61, 66, 80, 89, 90, 95, 96, 106,
-            112, 128,
-        ];
-        for seed in 0..200u64 {
-            let p = super::plan(seed);
-            for (at, f) in &p.events {
-                if matches!(
-                    f,
-                    super::Fault::HostileWorkload { .. } | super::Fault::TenantHostBmc(_)
-                ) {
-                    println!(
-                        "SEED {seed} {} {at:?} {f:?}",
-                        if curated.contains(&seed) { "C" } else { "" }
-                    );
-                }
-            }
         }
     }
 }
