@@ -176,11 +176,19 @@ async fn world_with(c: &Cluster, spec: ClusterSpec, options: RemoteOptions) -> R
 
 /// `baremend run` as deploy/'s ServiceAccount, its log in `<dir>/baremend.log`.
 async fn run_baremend(c: &Cluster) -> (tokio::process::Child, std::path::PathBuf) {
+    run_baremend_polling(c, "0s").await
+}
+
+/// [`run_baremend`] with its power monitor reading every `power_poll`.
+async fn run_baremend_polling(
+    c: &Cluster,
+    power_poll: &str,
+) -> (tokio::process::Child, std::path::PathBuf) {
     let kubeconfig = c.dir.join("controller.kubeconfig");
     std::fs::write(&kubeconfig, controller_kubeconfig(c).await).unwrap();
     let log = c.dir.join("baremend.log");
     // Its default log level: what an operator reads.
-    let child = common::real::run_command(&kubeconfig, "baremend-remediates")
+    let child = common::real::run_command_polling(&kubeconfig, "baremend-remediates", power_poll)
         .env_remove("RUST_LOG")
         .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .spawn()
@@ -646,5 +654,196 @@ async fn a_tenants_node_remediations_are_refused_by_the_real_server_and_by_barem
         let host = world.host(node).expect("the host");
         assert!(host.host.history().is_empty(), "{node} was powered");
     }
+    world.stop().await;
+}
+
+/// `jsonpath` of `kind`/`name` in `namespace`, as kubectl prints it ("" when absent).
+async fn jsonpath(c: &Cluster, kind: &str, namespace: &str, name: &str, path: &str) -> String {
+    let (_, out, _) = c
+        .kubectl(
+            &[
+                "get",
+                kind,
+                name,
+                "-n",
+                namespace,
+                "-o",
+                &format!("jsonpath={path}"),
+            ],
+            None,
+        )
+        .await;
+    out.trim().to_owned()
+}
+
+/// Issue 39's attacks on the credentials and on the OpenShift Machine path, judged by the real
+/// server's RBAC and admission and by `baremend run` with deploy/'s identity: in namespace
+/// `tenant-a` (which the policy trusts for nothing), with the controller allowed to read BMC
+/// Secrets there as the install guide binds it beside Machines,
+/// - someone who may write Machines makes one naming `openshift-machine-api/worker-2`'s host
+///   and asks for its remediation: nothing is powered, its Remediation fails saying why;
+/// - the tenant (baremend's kinds only, its token issued by the server) pairs an
+///   administrator's BMC Secret with an address of its choosing in a `HostBmc` of that
+///   Machine: the power monitor (every second) never connects there, and the `HostBmc` says
+///   `NamespaceNotTrusted`.
+///
+/// A real failure is remediated meanwhile with nothing refused; then the namespace is listed
+/// in `trust.hostBmcNamespaces` and the same address is connected to (the test's own check
+/// that it can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_host_bmc_and_machine_move_nothing_on_the_real_server() {
+    let c = by_annotation(json!({})).await;
+    let world = world(&c, spec()).await;
+    let running = run_baremend_polling(&c, "1s").await;
+    let tenant = tenant(&c).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let logins = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = logins.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    let admin = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: baremend-bmc-credentials, namespace: tenant-a}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: baremend-bmc-credentials}
+subjects: [{kind: ServiceAccount, name: baremend, namespace: baremend}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: rack-bmc, namespace: tenant-a}
+stringData: {username: admin, password: rack-secret}
+---
+apiVersion: machine.openshift.io/v1beta1
+kind: Machine
+metadata:
+  name: evil
+  namespace: tenant-a
+  annotations:
+    metal3.io/BareMetalHost: openshift-machine-api/worker-2
+    host.metal3.io/external-remediation: ""
+spec: {providerID: "baremetalhost:///openshift-machine-api/worker-2"}
+"#;
+    c.ok(&["apply", "-f", "-"], Some(admin)).await;
+    c.ok(
+        &[
+            "patch",
+            "machines.machine.openshift.io",
+            "evil",
+            "-n",
+            "tenant-a",
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status": {"phase": "Running", "nodeRef": {"kind": "Node", "name": "worker-2"}}}"#,
+        ],
+        None,
+    )
+    .await;
+    let host_bmc = format!(
+        "apiVersion: baremend.io/v1alpha1\nkind: HostBmc\nmetadata: {{name: evil, namespace: tenant-a}}\nspec: {{machineName: evil, address: 'redfish+http://{address}/redfish/v1/Systems/1', credentialsName: rack-bmc}}\n"
+    );
+    let (ok, out, err) = tenant.run(&["create", "-f", "-"], Some(&host_bmc)).await;
+    assert!(ok, "the tenant's HostBmc: {out}{err}");
+    // The Machine's host is refused: its Remediation fails with the rule's words.
+    let failed = eventually(
+        "tenant-a/evil-1 Failed",
+        Duration::from_secs(60),
+        async || {
+            let phase = jsonpath(
+                &c,
+                "remediations.baremend.io",
+                "tenant-a",
+                "evil-1",
+                "{.status.phase}",
+            )
+            .await;
+            let error = jsonpath(
+                &c,
+                "remediations.baremend.io",
+                "tenant-a",
+                "evil-1",
+                "{.status.lastError}",
+            )
+            .await;
+            (phase == "Failed")
+                .then_some(error.clone())
+                .ok_or(format!("{phase}: {error}"))
+        },
+    )
+    .await;
+    assert!(
+        failed.contains("trust.machineHostNamespaces does not list openshift-machine-api"),
+        "{failed}"
+    );
+    // The HostBmc is told, where its author looks.
+    eventually(
+        "tenant-a/evil NamespaceNotTrusted",
+        Duration::from_secs(30),
+        async || {
+            let reason = jsonpath(
+                &c,
+                "hostbmcs.baremend.io",
+                "tenant-a",
+                "evil",
+                r#"{.status.conditions[?(@.type=="Accepted")].reason}"#,
+            )
+            .await;
+            (reason == "NamespaceNotTrusted")
+                .then_some(())
+                .ok_or(reason)
+        },
+    )
+    .await;
+    // A real failure is remediated meanwhile (the monitor reads every second all along).
+    remediate_hung(&c, &world, "worker-0", running).await;
+    assert_eq!(
+        logins.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the controller connected to the tenant's address with the namespace's BMC Secret"
+    );
+    let worker_2 = world.host("worker-2").expect("the host");
+    assert!(worker_2.host.history().is_empty(), "worker-2 was powered");
+    let annotations = jsonpath(
+        &c,
+        "baremetalhosts.metal3.io",
+        "openshift-machine-api",
+        "worker-2",
+        "{.metadata.annotations}",
+    )
+    .await;
+    assert!(!annotations.contains("reboot.metal3.io"), "{annotations}");
+    // The same HostBmc believed (an administrator lists the namespace): connected to.
+    let running = run_baremend_polling(&c, "1s").await;
+    let patch = json!({"spec": {"trust": {"hostBmcNamespaces": ["baremend", "openshift-machine-api", "tenant-a"]}}});
+    c.ok(
+        &[
+            "patch",
+            "remediationpolicy",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    )
+    .await;
+    eventually(
+        "the listed namespace's HostBmc address connected to",
+        Duration::from_secs(30),
+        async || {
+            let count = logins.load(std::sync::atomic::Ordering::SeqCst);
+            (count > 0).then_some(()).ok_or(count.to_string())
+        },
+    )
+    .await;
+    drop(running);
     world.stop().await;
 }

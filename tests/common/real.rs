@@ -74,9 +74,19 @@ pub async fn controller_kubeconfig(c: &Cluster) -> String {
 }
 
 /// `baremend run` as a user starts it outside the cluster, with `kubeconfig`, reporting as
-/// `instance`, its endpoints on free loopback ports and plain metrics, standard input and
-/// output closed (the caller chooses what becomes of standard error).
+/// `instance`, its endpoints on free loopback ports and plain metrics, its power monitor off,
+/// standard input and output closed (the caller chooses what becomes of standard error).
 pub fn run_command(kubeconfig: &std::path::Path, instance: &str) -> tokio::process::Command {
+    run_command_polling(kubeconfig, instance, "0s")
+}
+
+/// [`run_command`] with the power monitor reading every host every `power_poll` (`1s`;
+/// `0s`: off).
+pub fn run_command_polling(
+    kubeconfig: &std::path::Path,
+    instance: &str,
+    power_poll: &str,
+) -> tokio::process::Command {
     let port = || format!("127.0.0.1:{}", super::free_port());
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"));
     command
@@ -84,7 +94,7 @@ pub fn run_command(kubeconfig: &std::path::Path, instance: &str) -> tokio::proce
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--instance", instance])
-        .args(["--metrics-secure=false", "--power-poll", "0s"])
+        .args(["--metrics-secure=false", "--power-poll", power_poll])
         .args(["--metrics-listen", &port(), "--probe-listen", &port()])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
