@@ -355,19 +355,8 @@ async fn kubectl_applies_the_openshift_overlay_and_creates_the_policies_once(ser
     );
     // Switched to remediate, a second apply (an upgrade) changes nothing, and the policies
     // cannot be created over.
-    c.ok(
-        &[
-            "patch",
-            "remediationpolicy",
-            "default",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"mode":"Remediate"}}"#,
-        ],
-        None,
-    )
-    .await;
+    c.merge_policy(&serde_json::json!({"spec": {"mode": "Remediate"}}))
+        .await;
     let again = c
         .ok(&["apply", "-k", overlay.to_str().unwrap()], None)
         .await;

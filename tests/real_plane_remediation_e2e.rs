@@ -85,20 +85,7 @@ async fn switch_to_remediate(c: &Cluster, extra: Value) {
     for (key, value) in extra.as_object().into_iter().flatten() {
         spec[key] = value.clone();
     }
-    let patch = json!({ "spec": spec }).to_string();
-    c.ok(
-        &[
-            "patch",
-            "remediationpolicy",
-            "default",
-            "--type",
-            "merge",
-            "-p",
-            &patch,
-        ],
-        None,
-    )
-    .await;
+    c.merge_policy(&json!({ "spec": spec })).await;
 }
 
 /// deploy/ with the annotation health checks (quick), remediating with `policy` added.
@@ -696,16 +683,7 @@ async fn a_tenants_host_bmc_and_machine_move_nothing_on_the_real_server() {
     let world = world(&c, spec()).await;
     let running = run_baremend_polling(&c, "1s").await;
     let tenant = tenant(&c).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let logins = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = logins.clone();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            drop(socket);
-        }
-    });
+    let (address, logins) = common::counting_listener().await;
     let admin = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -747,7 +725,7 @@ spec: {providerID: "baremetalhost:///openshift-machine-api/worker-2"}
     )
     .await;
     let host_bmc = format!(
-        "apiVersion: baremend.io/v1alpha1\nkind: HostBmc\nmetadata: {{name: evil, namespace: tenant-a}}\nspec: {{machineName: evil, address: 'redfish+http://{address}/redfish/v1/Systems/1', credentialsName: rack-bmc}}\n"
+        "apiVersion: baremend.io/v1alpha1\nkind: HostBmc\nmetadata: {{name: evil, namespace: tenant-a}}\nspec: {{machineName: evil, address: '{address}', credentialsName: rack-bmc}}\n"
     );
     let (ok, out, err) = tenant.run(&["create", "-f", "-"], Some(&host_bmc)).await;
     assert!(ok, "the tenant's HostBmc: {out}{err}");
@@ -821,20 +799,8 @@ spec: {providerID: "baremetalhost:///openshift-machine-api/worker-2"}
     assert!(!annotations.contains("reboot.metal3.io"), "{annotations}");
     // The same HostBmc believed (an administrator lists the namespace): connected to.
     let running = run_baremend_polling(&c, "1s").await;
-    let patch = json!({"spec": {"trust": {"hostBmcNamespaces": ["baremend", "openshift-machine-api", "tenant-a"]}}});
-    c.ok(
-        &[
-            "patch",
-            "remediationpolicy",
-            "default",
-            "--type",
-            "merge",
-            "-p",
-            &patch.to_string(),
-        ],
-        None,
-    )
-    .await;
+    c.merge_policy(&json!({"spec": {"trust": {"hostBmcNamespaces": ["baremend", "openshift-machine-api", "tenant-a"]}}}))
+        .await;
     eventually(
         "the listed namespace's HostBmc address connected to",
         Duration::from_secs(30),

@@ -4,7 +4,6 @@
 //! (no power request on any host, no Node touched) and leave the documented condition and
 //! Warning Event where its author looks.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -477,25 +476,6 @@ fn monitoring_often(lab: &Lab) -> ControllerOptions {
     options
 }
 
-/// A listener that counts the connections made to it: an address no BMC answers at, where
-/// a controller that logs in for a HostBmc would show up.
-async fn counting_listener() -> (String, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let count = Arc::new(AtomicUsize::new(0));
-    let counted = count.clone();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            counted.fetch_add(1, Ordering::SeqCst);
-            drop(socket);
-        }
-    });
-    (
-        format!("redfish+http://{address}/redfish/v1/Systems/1"),
-        count,
-    )
-}
-
 /// Issue 39, "credentials go wherever a HostBmc points". Before: the power monitor (every
 /// 60 s by default, every second here) and the fencing readiness check logged in for every
 /// HostBmc naming a Machine, in any namespace, with the Secret it names: whoever may write a
@@ -540,7 +520,7 @@ async fn a_tenants_host_bmc_for_its_own_machine_sends_no_credentials_anywhere() 
             json!({"metadata": {"name": "rack-bmc"}, "stringData": {"username": "admin", "password": "rack-secret"}}),
         )
         .unwrap();
-    let (address, logins) = counting_listener().await;
+    let (address, logins) = common::counting_listener().await;
     let machines = tenant_api(&tenant, CAPI_MACHINES, "Machine");
     let machine: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta1",
@@ -1048,7 +1028,7 @@ async fn no_credentials_go_to_an_insecure_bmc_unless_the_policy_allows_it() {
         .await;
     lab.start_controller(monitoring_often(&lab));
     // worker-0's HostBmc (an administrator's, in a trusted namespace) points at plain HTTP.
-    let (address, logins) = counting_listener().await;
+    let (address, logins) = common::counting_listener().await;
     lab.api
         .merge(
             baremend_sim::cluster::local::HOST_BMCS,

@@ -146,6 +146,22 @@ impl Cluster {
     pub async fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
         self.kubectl.ok(args, stdin).await
     }
+
+    /// Merge-patches the `RemediationPolicy` `default` with `patch` (`kubectl patch … --type
+    /// merge`, as the install guide switches it), failing the test unless it succeeded.
+    pub async fn merge_policy(&self, patch: &serde_json::Value) {
+        let patch = patch.to_string();
+        let args = [
+            "patch",
+            "remediationpolicy",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ];
+        self.ok(&args, None).await;
+    }
 }
 
 /// Every CRD the documented combinations and the examples need: the Prometheus Operator's,

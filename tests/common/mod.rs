@@ -18,6 +18,8 @@ mod wait;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub use wait::eventually;
@@ -179,4 +181,24 @@ pub fn copy_of_deploy(dir: &Path) -> PathBuf {
     let deploy = dir.join("deploy");
     copy(&repo_root().join("deploy"), &deploy);
     deploy
+}
+
+/// A listener that counts the connections made to it: an address no BMC answers at, where
+/// a controller that logs in for a HostBmc would show up. Returns it as a Redfish BMC
+/// address over plain HTTP, and the count.
+pub async fn counting_listener() -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    (
+        format!("redfish+http://{address}/redfish/v1/Systems/1"),
+        count,
+    )
 }
