@@ -109,7 +109,12 @@ pub(crate) fn spawn_switchable(
                     Ok((stream, _peer)) => {
                         // Small request/response exchanges: do not wait for Nagle.
                         let _ = stream.set_nodelay(true);
-                        connections.spawn(serve_connection(stream, tls.clone(), router.clone()));
+                        connections.spawn(serve_connection(
+                            stream,
+                            tls.clone(),
+                            router.clone(),
+                            reachability.clone(),
+                        ));
                     }
                     Err(error) => {
                         // Out of file descriptors and the like: back off instead of spinning.
@@ -150,23 +155,34 @@ fn services_runtime() -> Option<&'static tokio::runtime::Runtime> {
         .as_ref()
 }
 
-async fn serve_connection(stream: tokio::net::TcpStream, tls: Option<TlsAcceptor>, router: Router) {
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+    reachability: Option<Reachability>,
+) {
     match tls {
-        None => serve_io(stream, router).await,
+        None => serve_io(stream, router, reachability).await,
         Some(acceptor) => match acceptor.accept(stream).await {
-            Ok(stream) => serve_io(stream, router).await,
+            Ok(stream) => serve_io(stream, router, reachability).await,
             Err(error) => tracing::debug!(%error, "TLS handshake failed"),
         },
     }
 }
 
-async fn serve_io<I>(io: I, router: Router)
+async fn serve_io<I>(io: I, router: Router, reachability: Option<Reachability>)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let router = router.clone();
+        // Gone for a request that arrives once the switch is off, on a connection the accept
+        // loop has yet to cut: a client's next request never reaches a server it cannot reach.
+        let gone = reachability.as_ref().is_some_and(|r| !r.is_reachable());
         async move {
+            if gone {
+                return Err(DroppedByFault);
+            }
             let response = router
                 .oneshot(request)
                 .await
