@@ -155,6 +155,9 @@ pub struct AuditRecord {
     pub label_selector: Option<String>,
     /// When it was read (authorized, its body whole, before it is served).
     pub at: std::time::Instant,
+    /// When its answer was ready (its head; a watch's or a list's body streams after);
+    /// None until then, or when recording restarted in between.
+    pub served: Option<std::time::Instant>,
 }
 
 pub(crate) struct ServerState {

@@ -264,20 +264,23 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
     } else {
         body
     };
-    if let Some(log) = state
+    let recorded = state
         .audit
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_mut()
-    {
-        log.push(super::AuditRecord {
-            method: parts.method.to_string(),
-            path: path.clone(),
-            watch: query.get("watch").is_some_and(|w| w == "true" || w == "1"),
-            label_selector: query.get("labelSelector").cloned(),
-            at: std::time::Instant::now(),
+        .map(|log| {
+            let at = std::time::Instant::now();
+            log.push(super::AuditRecord {
+                method: parts.method.to_string(),
+                path: path.clone(),
+                watch: query.get("watch").is_some_and(|w| w == "true" || w == "1"),
+                label_selector: query.get("labelSelector").cloned(),
+                at,
+                served: None,
+            });
+            (log.len() - 1, at)
         });
-    }
     let request = Call {
         user: &user,
         method: &parts.method,
@@ -285,10 +288,23 @@ pub(crate) async fn dispatch(State(state): State<Arc<ServerState>>, request: Req
         query: &query,
         headers: &parts.headers,
     };
-    match route(&state, request, body).await {
+    let response = match route(&state, request, body).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
+    };
+    // The same record: recording may have restarted meanwhile.
+    if let Some((index, at)) = recorded
+        && let Some(record) = state
+            .audit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .and_then(|log| log.get_mut(index))
+            .filter(|record| record.at == at)
+    {
+        record.served = Some(std::time::Instant::now());
     }
+    response
 }
 
 /// Who is calling (401 for an unknown token, or no token outside the public paths), as whom

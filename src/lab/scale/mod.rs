@@ -275,8 +275,12 @@ async fn bench(layout: Layout, server: ServerKind, args: &LabArgs) -> Result<Fig
             sample.api.workload
         );
         for traced in &sample.trace {
+            let took = traced
+                .took
+                .map(|took| format!(" ({:.1} ms)", took.as_secs_f64() * 1000.0))
+                .unwrap_or_default();
             println!(
-                "       +{:>6.1} ms {:<10} {:<6} {}",
+                "       +{:>6.1} ms {:<10} {:<6} {}{took}",
                 traced.after.as_secs_f64() * 1000.0,
                 traced.server,
                 traced.method,

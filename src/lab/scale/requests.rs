@@ -61,6 +61,8 @@ impl ApiCounts {
 pub(super) struct Traced {
     /// After the trigger was stored.
     pub after: Duration,
+    /// How long the server took to answer it (its head), when known.
+    pub took: Option<Duration>,
     /// `management`, or the workload cluster's name.
     pub server: String,
     pub method: String,
@@ -83,6 +85,7 @@ pub(super) fn timeline(lab: &LabCluster, from: Instant) -> Vec<Traced> {
                 .filter(|r| r.at >= from)
                 .map(move |r| Traced {
                     after: r.at - from,
+                    took: r.served.map(|served| served - r.at),
                     server: server.to_string(),
                     method: r.method,
                     path: r.path,

@@ -302,6 +302,7 @@ impl World {
                     .filter(|e| e.at >= wall_from)
                     .map(|e| Traced {
                         after: e.at - wall_from,
+                        took: None,
                         server: "management".into(),
                         method: e.verb,
                         path: e.uri,
