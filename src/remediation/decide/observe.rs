@@ -396,6 +396,14 @@ fn secret_text(secret: &Secret, key: &str) -> Result<Option<String>, Unusable> {
     Ok(Some(value))
 }
 
+/// Whether `node` is Ready and not being deleted: `node_view(Some(node)).is_ready()`, without
+/// building the view (a start's fleet health asks it of every Node, and the view's boot ID is
+/// a copy).
+pub fn node_is_ready(node: &Node) -> bool {
+    node.metadata.deletion_timestamp.is_none()
+        && crate::api::slim::ready_condition(node).is_some_and(|c| c.status == "True")
+}
+
 /// The Node as the planner sees it: missing, or present and Ready since when (time since the
 /// Unix epoch, the planner's clock). A Node being deleted (a finalizer holds it) counts as
 /// missing: its kubelet may still report it Ready on a new boot, but it is going away with
@@ -742,6 +750,8 @@ mod tests {
             .and_then(|c| c[0].last_transition_time.clone());
         terminating.metadata.finalizers = Some(vec!["metal3.io/capbm".into()]);
         assert_eq!(node_view(Some(&terminating)), NodeView::Missing);
+        assert!(node_is_ready(&node) && node_view(Some(&node)).is_ready());
+        assert!(!node_is_ready(&terminating));
         let not_ready: Node = serde_json::from_value(json!({
             "metadata": {"name": "n"},
             "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}
@@ -754,6 +764,7 @@ mod tests {
                 boot_id: None,
             }
         );
+        assert!(!node_is_ready(&not_ready));
     }
 
     #[test]

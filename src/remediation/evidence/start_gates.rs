@@ -18,7 +18,7 @@ use crate::remediation::decide::gates::{
     Candidate, Fleet, FleetHealth, ForeignObject, Held, Launched, ListFreshness, Listed,
     MachineConfigView, Quiet, QuietEvidence, may_start, quiet_gate, running_machines,
 };
-use crate::remediation::decide::observe::{machine_is_control_plane, node_view};
+use crate::remediation::decide::observe::{machine_is_control_plane, node_is_ready, node_view};
 use crate::remediation::decide::trust::machineless_claims;
 use crate::remediation::decide::workload::machine_cluster;
 use crate::remediation::pass::Pass;
@@ -282,7 +282,7 @@ impl Pass {
                 Some(workload) => workload.node(&node.name),
                 None => self.context.nodes.get(&ObjectRef::new(&node.name)),
             };
-            cached.map(|n| node_view(Some(&n)).is_ready())
+            cached.map(|n| node_is_ready(&n))
         };
         let mut health = FleetHealth {
             machines: machines.len(),
@@ -323,16 +323,23 @@ impl Pass {
             })
             .map(|r| crate::remediation::requests::node_of_request(r))
             .collect();
+        // What only Nodes without a Machine need is gathered only when there are such claims:
+        // this walk is on every start's path, and thousands of copies of names are
+        // milliseconds.
+        let mappings = self.context.host_bmcs.state();
         let mut machine_nodes = std::collections::HashSet::new();
         for machine in &machines {
             let ready = node_ready(machine);
-            let key = (machine.namespace().unwrap_or_default(), machine.name_any());
             let node = machine.status.as_ref().and_then(|s| s.node_ref.as_ref());
-            if let Some(node) = node {
+            if let Some(node) = node
+                && !mappings.is_empty()
+            {
                 machine_nodes.insert(node.name.clone());
             }
             if machine.annotations().contains_key(EXTERNAL_REMEDIATION)
-                || requested.contains(&key)
+                || (!requested.is_empty()
+                    && requested
+                        .contains(&(machine.namespace().unwrap_or_default(), machine.name_any())))
                 || node.is_some_and(|n| node_requested.contains(&n.name))
                 || ready == Some(false)
             {
@@ -350,12 +357,11 @@ impl Pass {
             // Nodes without a Machine are the cluster baremend runs in: not this Cluster's.
             return health;
         }
-        let mappings = self.context.host_bmcs.state();
         let trusted = &self.policy.trust.host_bmc_namespaces;
         let subjects = machineless_claims(&mappings, trusted, &machine_nodes).subjects;
         for node in subjects.into_keys() {
             let cached = self.context.nodes.get(&ObjectRef::new(&node));
-            let ready = cached.as_deref().map(|n| node_view(Some(n)).is_ready());
+            let ready = cached.as_deref().map(node_is_ready);
             health.machines += 1;
             if node_requested.contains(&node) || ready == Some(false) {
                 health.unhealthy += 1;
