@@ -62,6 +62,14 @@ pub trait PowerDriver: Send + Sync + fmt::Debug {
     /// Reads the current power state from the BMC.
     async fn power_state(&self) -> Result<PowerState>;
 
+    /// Opens what a command needs and asks nothing of the host: a Redfish service root and
+    /// session. A command that follows then sends fewer requests on its way (a start's
+    /// power-off: its read and the reset, not also the root and the login). The default opens
+    /// nothing; a failure is the command's to meet again and tell.
+    async fn connect(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Requests power off.
     async fn power_off(&self, mode: PowerOffMode) -> Result<()>;
 

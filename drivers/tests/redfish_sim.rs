@@ -383,6 +383,26 @@ async fn a_bmc_with_basic_auth_disabled_is_driven_through_a_session() {
 }
 
 #[tokio::test]
+async fn connecting_ahead_opens_the_session_and_asks_nothing_of_the_host() {
+    let sim = sim().await;
+    let driver = driver(&sim);
+    driver.connect().await.unwrap();
+    // The root and the login: no read of the system, no reset.
+    let stats = sim.service().stats();
+    assert_eq!((stats.requests, stats.sessions_created), (2, 1));
+    assert!(resets(&sim).is_empty());
+    assert_eq!(sim.host("1").unwrap().power(), Power::On);
+    // The power-off after it: the system's read and the reset, in the same session.
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    let stats = sim.service().stats();
+    assert_eq!((stats.requests, stats.sessions_created), (4, 1));
+    assert_eq!(resets(&sim), ["ForceOff"]);
+    // Connecting again opens nothing more.
+    driver.connect().await.unwrap();
+    assert_eq!(sim.service().stats().requests, 4);
+}
+
+#[tokio::test]
 async fn a_bmc_without_sessions_is_driven_with_basic_auth() {
     let sim = sim().await;
     sim.service().set_auth_settings(AuthSettings {

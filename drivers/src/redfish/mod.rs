@@ -562,6 +562,11 @@ impl PowerDriver for RedfishDriver {
         Ok(self.read_system(&mut state).await?.power_state())
     }
 
+    async fn connect(&self) -> Result<()> {
+        let mut state = self.state.lock().await;
+        self.ensure_logged_in(&mut state).await
+    }
+
     async fn power_off(&self, mode: PowerOffMode) -> Result<()> {
         self.change_power(PowerIntent::Off(mode)).await
     }

@@ -49,6 +49,11 @@ pub(in crate::remediation) trait FenceStrategy: Send + Sync {
     /// Asks for the host's power off (`off`) or takes the request back.
     async fn request_power(&self, pass: &Pass, remediation: &Remediation, off: bool) -> Result<()>;
 
+    /// Gets ready to ask, asking nothing of the host (a BMC's session opened): made beside a
+    /// start's record, so that the power-off after it has fewer round trips to make. Its
+    /// failure is left to the request, which meets it again and tells it.
+    async fn prepare(&self, _pass: &Pass, _remediation: &Remediation) {}
+
     /// Takes back the power-off request this strategy may have made, when `what` covers it
     /// and there is something to ask.
     async fn withdraw(&self, pass: &Pass, remediation: &Remediation, what: Withdraw) -> Result<()>;
@@ -192,6 +197,15 @@ impl FenceStrategy for DirectBmcStrategy {
             .unwrap_or_else(|| "unavailable".into())
     }
 
+    /// The BMC's Secret read, its driver made and its session opened.
+    async fn prepare(&self, pass: &Pass, remediation: &Remediation) {
+        if let Ok(bmc) = pass.direct_bmc(remediation).await
+            && let Err(error) = bmc.driver.connect().await
+        {
+            tracing::debug!(bmc = %bmc.address, %error, "cannot connect ahead of the power-off");
+        }
+    }
+
     async fn request_power(&self, pass: &Pass, remediation: &Remediation, off: bool) -> Result<()> {
         let bmc = pass.direct_bmc(remediation).await?;
         pass.context.leadership.ensure()?;
@@ -299,6 +313,15 @@ impl Pass {
         off: bool,
     ) -> Result<()> {
         strategy(name).request_power(self, remediation, off).await
+    }
+
+    /// Gets `name` ready to ask for the host's power (see [`FenceStrategy::prepare`]).
+    pub(in crate::remediation) async fn prepare_power(
+        &self,
+        remediation: &Remediation,
+        name: FenceStrategyName,
+    ) {
+        strategy(name).prepare(self, remediation).await
     }
 
     /// Withdraws every power-off request this remediation made, so the host comes back on.

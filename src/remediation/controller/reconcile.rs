@@ -274,6 +274,37 @@ impl Pass {
         // The driver's name may need the BMC's Secret: read before the lock.
         let name = self.strategy_at(strategy);
         let driver = self.driver_name(round.remediation, name).await;
+        // The strategy gets ready to ask (a BMC session opened) while the start is judged
+        // and recorded, never under the lock: a BMC that answers late holds only this start.
+        let snapshot = round.remediation.clone();
+        let mut prepared = std::pin::pin!(self.prepare_power(&snapshot, name));
+        let launched = alongside(
+            prepared.as_mut(),
+            self.record_start(round, strategy, driver, basis),
+        )
+        .await;
+        let remediation = match launched {
+            (Ok(remediation), ready) => {
+                // Ready: polled to its end already, and never again.
+                if ready.is_none() {
+                    prepared.await;
+                }
+                remediation
+            }
+            (Err(launch), _) => return launch,
+        };
+        Launch::Started(self.act_power_off(remediation, name).await)
+    }
+
+    /// [`Pass::launch`]'s judgment and record under the start lock: the remediation recorded
+    /// (its power-off next), or how the launch ended without one.
+    async fn record_start<'a>(
+        &self,
+        round: Round<'a>,
+        strategy: usize,
+        driver: String,
+        basis: StartBasis,
+    ) -> std::result::Result<&'a mut Remediation, Launch<'a>> {
         let mut launched = self.context.starts.lock().await;
         let verdict = self.gates(
             round.remediation,
@@ -284,7 +315,7 @@ impl Pass {
             &basis.health,
         );
         if let Err(held) = verdict {
-            return Launch::HeldAtLast(Box::new((held, round)));
+            return Err(Launch::HeldAtLast(Box::new((held, round))));
         }
         let remediation = round.remediation;
         let recorded = self
@@ -298,14 +329,13 @@ impl Pass {
             )
             .await;
         if let Err(error) = recorded {
-            return Launch::Started(Err(error));
+            return Err(Launch::Started(Err(error)));
         }
         launched.insert(
             (self.namespace.clone(), remediation.name_any()),
             self.name.clone(),
         );
-        drop(launched);
-        Launch::Started(self.act_power_off(remediation, name).await)
+        Ok(remediation)
     }
 
     /// What a step leaves behind in memory: a BMC proof it did not spend (it serves the
@@ -361,6 +391,24 @@ impl Pass {
     }
 }
 
+/// `main`'s outcome, and `side`'s if it ended first: `side` is polled first, so that what it
+/// sends is on its way before `main` runs, and goes on (when the caller polls it again) after
+/// `main` ended.
+async fn alongside<S: Future + ?Sized, M: Future>(
+    mut side: std::pin::Pin<&mut S>,
+    main: M,
+) -> (M::Output, Option<S::Output>) {
+    let mut main = std::pin::pin!(main);
+    let mut done = None;
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut side, if done.is_none() => done = Some(out),
+            out = &mut main => return (out, done),
+        }
+    }
+}
+
 /// How a launch ended: started (the step's outcome), or held by a start that overtook it.
 enum Launch<'a> {
     Started(Result<Option<Action>>),
@@ -402,4 +450,41 @@ pub(in crate::remediation) fn error_policy(
     let target = subject.event_target(context.machine_api.api_version(), None);
     report_failed_pass(&context.recorder, target, error);
     requeue_after_failure(&context, &subject, &key, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::alongside;
+
+    #[tokio::test]
+    async fn the_side_goes_first_and_is_handed_back_only_when_it_ended() {
+        let order = Mutex::new(Vec::new());
+        let note = |what: &'static str| order.lock().unwrap().push(what);
+        // A main at hand still comes after the side's first step.
+        let mut side = std::pin::pin!(async {
+            note("side sent");
+            tokio::task::yield_now().await;
+            note("side ended");
+            "session"
+        });
+        let (main, ended) = alongside(side.as_mut(), async {
+            note("main");
+            7
+        })
+        .await;
+        assert_eq!((main, ended), (7, None));
+        assert_eq!(*order.lock().unwrap(), ["side sent", "main"]);
+        // Not ended: the caller finishes it.
+        assert_eq!(side.await, "session");
+        // A side that ends first is handed back with the main's outcome.
+        let mut quick = std::pin::pin!(async { "ready" });
+        let (main, ended) = alongside(quick.as_mut(), async {
+            tokio::task::yield_now().await;
+            8
+        })
+        .await;
+        assert_eq!((main, ended), (8, Some("ready")));
+    }
 }

@@ -64,6 +64,10 @@ impl PowerDriver for Metered {
         self.timed("power_state", self.inner.power_state()).await
     }
 
+    async fn connect(&self) -> Result<()> {
+        self.timed("connect", self.inner.connect()).await
+    }
+
     async fn power_off(&self, mode: PowerOffMode) -> Result<()> {
         self.timed("power_off", self.inner.power_off(mode)).await
     }

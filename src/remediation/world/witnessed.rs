@@ -86,6 +86,11 @@ impl PowerDriver for Witnessed {
         Ok(state)
     }
 
+    /// Nothing to witness: it reads no power state and asks for none.
+    async fn connect(&self) -> Result<()> {
+        self.inner.connect().await
+    }
+
     async fn power_off(&self, mode: PowerOffMode) -> Result<()> {
         // Told before it is sent, whatever comes of it: the host may change from now on.
         let at = self.witness.now();
