@@ -15,10 +15,10 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub use baremend_core::duration;
 pub mod bmc;
 pub mod check;
 pub mod drift;
-pub mod duration;
 pub mod gather;
 pub mod hostfile;
 pub mod installed;

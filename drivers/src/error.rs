@@ -353,6 +353,7 @@ impl std::fmt::Display for DriverErrorCategory {
 }
 
 /// Cuts a BMC-supplied message to a length that is safe to put into an Event or a log line.
+#[cfg(feature = "io")]
 pub(crate) fn shorten(message: &str) -> String {
     const MAX: usize = 300;
     let message = message.trim();

@@ -19,27 +19,45 @@
 #![forbid(unsafe_code)]
 
 mod address;
+#[cfg(feature = "io")]
 mod config;
+#[cfg(feature = "io")]
 mod connector;
 mod credentials;
 mod error;
+#[cfg(feature = "io")]
 mod gate;
+#[cfg(feature = "io")]
 pub mod ipmi;
+#[cfg(feature = "io")]
 mod power;
+mod probe;
+#[cfg(feature = "io")]
 pub mod redfish;
+#[cfg(feature = "io")]
 mod retry;
+#[cfg(feature = "io")]
 mod rotation;
 mod state;
+#[cfg(feature = "io")]
 mod tls;
+#[cfg(feature = "io")]
 mod wait;
 
 pub use address::{BmcAddress, DriverKind};
+#[cfg(feature = "io")]
 pub use config::DriverConfig;
+#[cfg(feature = "io")]
 pub use connector::Connector;
 pub use credentials::{CredentialUsed, Credentials, Password};
 pub use error::{DriverErrorCategory, Error, Result};
-pub use power::{PowerDriver, PowerOffMode, ProbeReport};
+#[cfg(feature = "io")]
+pub use power::PowerDriver;
+pub use probe::{PowerOffMode, ProbeReport};
+#[cfg(feature = "io")]
 pub use retry::{RetryPolicy, retry, retry_observed};
 pub use state::PowerState;
+#[cfg(feature = "io")]
 pub use tls::TlsOptions;
+#[cfg(feature = "io")]
 pub use wait::{PowerOffOutcome, WaitOptions, power_off_confirmed, wait_for_power_state};

@@ -16,6 +16,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::api::DriftAction;
+
 /// A pool.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
@@ -62,9 +64,6 @@ pub struct DriftMetrics {
     held: Family<HeldLabels, Gauge>,
     reboots: Family<NodeLabels, Gauge>,
 }
-
-/// The actions a drift remediation takes (`DriftAction::ALL`, as a test checks).
-pub const ACTIONS: [&str; 2] = ["Force", "Restore"];
 
 /// The outcomes that carry no reason.
 pub const OUTCOMES_WITHOUT_REASON: [&str; 4] = ["Succeeded", "SelfHealed", "Aborted", "Escalated"];
@@ -133,7 +132,7 @@ impl DriftMetrics {
             "Drift remediations ended, by action, outcome and reason",
             outcomes.clone(),
         );
-        for action in ACTIONS {
+        for action in DriftAction::ALL.iter().map(|a| a.as_str()) {
             let labels = |outcome: &str, reason: &str| OutcomeLabels {
                 action: action.into(),
                 outcome: outcome.into(),
@@ -240,5 +239,24 @@ impl DriftMetrics {
                 pool: pool.into(),
             })
             .set(i64::try_from(reboots).unwrap_or(i64::MAX));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_held_and_failed_drift_series_is_a_drift_event_reason() {
+        use crate::api::DriftEventReason;
+        // The metrics start a series for these labels; the Events and conditions publish the
+        // enum's names: a label that is no reason would count nothing.
+        let unknown: Vec<&str> = HELD_REASONS
+            .iter()
+            .chain(FAILURE_REASONS.iter())
+            .copied()
+            .filter(|label| DriftEventReason::parse(label).is_none())
+            .collect();
+        assert!(unknown.is_empty(), "not a DriftEventReason: {unknown:?}");
     }
 }

@@ -63,28 +63,22 @@ use self::fencing::FencingMetrics;
 use self::power::PowerMetrics;
 use self::server::{ServerLimits, bind, serve_connections};
 use crate::Result;
+use crate::api::FenceStrategyName;
+use baremend_core::decide::plan::FailReason;
+use baremend_core::decide::trust::Refusal;
 
 /// Every reason a request or a `HostBmc` is refused for (`Accepted=False`), as the refusal
-/// metrics name it (docs/reference/contracts.md, "Trust").
-pub const REFUSAL_REASONS: [&str; 6] = [
-    "NamespaceNotTrusted",
-    "UnknownHealthCheck",
-    "TemplateNotReferenced",
-    "WidensPolicy",
-    "ContestedNode",
-    "ContestedMachine",
-];
+/// metrics name it (docs/reference/contracts.md, "Trust"): the refusal's own reasons.
+pub fn refusal_reasons() -> impl Iterator<Item = &'static str> {
+    Refusal::REASONS.iter().map(|reason| reason.as_str())
+}
 
 /// Every fencing strategy, as the remediation counters name it.
-pub const STRATEGIES: [&str; 2] = ["BareMetalHostRebootApi", "DirectBmc"];
-
-/// Every reason a remediation can fail with, as the failure counter names it.
-pub const FAILURE_REASONS: [&str; 4] = [
-    "PowerOffNotConfirmed",
-    "FenceLost",
-    "NodeNeverReady",
-    "RestoreTimedOut",
-];
+pub fn strategies() -> impl Iterator<Item = &'static str> {
+    FenceStrategyName::ALL
+        .iter()
+        .map(|strategy| strategy.as_str())
+}
 
 /// Every outcome of a dry run (the `DryRun` condition's reason).
 pub const DRY_RUN_OUTCOMES: [&str; 3] = ["WouldFence", "WouldHold", "ProbeFailed"];
@@ -146,7 +140,7 @@ pub struct FailureLabels {
 pub struct RefusalLabels {
     /// The refused object's kind (`NodeRemediation`, `MachineRemediation`, `HostBmc`).
     pub kind: String,
-    /// Why (see [`REFUSAL_REASONS`]).
+    /// Why (see [`refusal_reasons`]).
     pub reason: String,
 }
 
@@ -299,7 +293,7 @@ impl Metrics {
             "HostBmcs refused now, by reason (ContestedNode: two trusted HostBmcs name one Node and neither is used)",
             refused_now.clone(),
         );
-        for reason in REFUSAL_REASONS {
+        for reason in refusal_reasons() {
             for kind in ["NodeRemediation", "MachineRemediation", "HostBmc"] {
                 refused.get_or_create_owned(&RefusalLabels {
                     kind: kind.into(),
@@ -365,7 +359,7 @@ impl Metrics {
             node_health_checks_disabled.clone(),
         );
         let drift = Arc::new(crate::metrics::drift::DriftMetrics::register(&mut root));
-        for strategy in STRATEGIES {
+        for strategy in strategies() {
             let labels = StrategyLabels {
                 strategy: strategy.into(),
             };
@@ -373,7 +367,7 @@ impl Metrics {
             started.get_or_create_owned(&labels);
             succeeded.get_or_create_owned(&labels);
             duration.get_or_create_owned(&labels);
-            for reason in FAILURE_REASONS {
+            for reason in FailReason::labels() {
                 failed.get_or_create_owned(&FailureLabels {
                     strategy: strategy.into(),
                     reason: reason.into(),
@@ -470,7 +464,7 @@ impl Metrics {
 
     /// Sets how many `HostBmc`s are refused now, per reason.
     pub fn set_host_bmcs_refused(&self, by_reason: &[(&str, usize)]) {
-        for reason in REFUSAL_REASONS {
+        for reason in refusal_reasons() {
             let count = by_reason
                 .iter()
                 .filter(|(r, _)| *r == reason)
@@ -716,23 +710,24 @@ mod tests {
 
     #[test]
     fn counters_start_at_zero_for_every_known_label_so_the_first_failure_is_an_increase() {
-        use super::drift::{ACTIONS, FAILURE_REASONS as DRIFT_REASONS, OUTCOMES_WITHOUT_REASON};
+        use super::drift::{FAILURE_REASONS as DRIFT_REASONS, OUTCOMES_WITHOUT_REASON};
+        use crate::api::DriftAction;
         let text = Metrics::new().encode();
         let mut expected = Vec::new();
-        for strategy in STRATEGIES {
+        for strategy in strategies() {
             let s = format!("strategy=\"{strategy}\"");
             expected.push(format!("baremend_remediations_started_total{{{s}}} 0"));
             expected.push(format!("baremend_remediations_succeeded_total{{{s}}} 0"));
             expected.push(format!(
                 "baremend_remediation_duration_seconds_count{{{s}}} 0"
             ));
-            for reason in FAILURE_REASONS {
+            for reason in FailReason::labels() {
                 expected.push(format!(
                     "baremend_remediations_failed_total{{{s},reason=\"{reason}\"}} 0"
                 ));
             }
         }
-        for action in ACTIONS {
+        for action in DriftAction::ALL.iter().map(|a| a.as_str()) {
             let reasons = OUTCOMES_WITHOUT_REASON
                 .iter()
                 .map(|outcome| (*outcome, ""))

@@ -7,17 +7,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 /// The API server refuses an Event whose note is longer than this many bytes.
 pub const NOTE_LIMIT: usize = 1024;
 
-/// `text` cut to at most `limit` bytes, on a character boundary.
-pub fn cut_to_bytes(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
+pub use baremend_core::text::cut_to_bytes;
 
 /// How much an Event asks of the reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

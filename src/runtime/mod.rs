@@ -8,7 +8,6 @@
 
 pub mod bounded;
 pub mod clock;
-pub mod conditions;
 pub mod delete;
 pub mod events;
 pub mod informer;
@@ -18,5 +17,8 @@ pub mod read;
 pub mod requeue;
 pub mod retention;
 pub mod tasks;
+
+// The conditions live in `baremend-core`, beside the decisions that use them.
+pub use baremend_core::conditions;
 
 pub use clock::{Clock, SystemClock};

@@ -222,7 +222,7 @@ pub fn node_reference(name: &str, uid: Option<String>) -> ObjectReference {
 pub(in crate::remediation) mod tests {
     use super::*;
     use crate::remediation::decide::trust::machineless_node;
-    use crate::remediation::decide::trust::tests::mapping_at as mapping;
+    use baremend_core::testing::mapping_at as mapping;
 
     /// A Cluster API Machine of Cluster `cluster` naming Node `node`, its host `provider`.
     fn capi_machine(name: &str, cluster: &str, node: &str, provider: &str) -> Arc<slim::Machine> {

@@ -345,8 +345,8 @@ pub fn secret_ca_bundle(secret: &Secret, key: &str) -> Result<Vec<u8>, Unusable>
 
 /// `bytes` if they are PEM holding at least one certificate (and nothing unreadable).
 pub fn pem_certificates(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
     let mut count = 0usize;
     for certificate in CertificateDer::pem_slice_iter(&bytes) {
         certificate.map_err(|e| format!("is not a PEM certificate bundle ({e})"))?;

@@ -176,6 +176,17 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Every reason a refusal is told under, in the order of the variants (the metrics start
+    /// a series for each; a test holds it to [`Refusal::reason`]).
+    pub const REASONS: [EventReason; 6] = [
+        EventReason::NamespaceNotTrusted,
+        EventReason::UnknownHealthCheck,
+        EventReason::TemplateNotReferenced,
+        EventReason::WidensPolicy,
+        EventReason::ContestedNode,
+        EventReason::ContestedMachine,
+    ];
+
     /// The reason (condition reason, Event reason, metric label).
     pub fn reason(&self) -> EventReason {
         match self {
@@ -450,7 +461,7 @@ pub fn host_consumed_by(
 
 #[cfg(test)]
 #[path = "trust_tests.rs"]
-pub(in crate::remediation) mod tests;
+mod tests;
 
 /// The BareMetalHost an OpenShift Machine names (its `spec.providerID`, else its
 /// `metal3.io/BareMetalHost` annotation: [`machine_host`]), honoured only in the Machine's

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +24,10 @@ pub struct HostBmcStatus {
 
 /// Maps a Machine or a Node to its BMC. Lives in the Machine's namespace, beside the Secret.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    crates(kube_core = "::kube_core", kube = "::kube_derive"),
+    attr = "x_kube(crates(kube_core = \"::kube_core\"))"
+)]
 #[kube(
     group = "baremend.io",
     version = "v1alpha1",

@@ -20,7 +20,9 @@ where
 /// Implements `kube::Resource` for a cached kind of our own shape:
 /// `cached_kind!(Type, "group", "version", "Kind", "plural", Scope)`; with a last argument
 /// `[field.metadata]`, for a type that holds the object in `field` (another kind of the same
-/// shape, e.g. a Cluster API Machine held as a Machine).
+/// shape, e.g. a Cluster API Machine held as a Machine). Exported for the controller crate's
+/// own cached kinds; it names `kube_core` and `k8s_openapi` through this crate.
+#[macro_export]
 macro_rules! cached_kind {
     ($name:ident, $group:expr, $version:literal, $kind:literal, $plural:literal, $scope:ty) => {
         $crate::api::cached::cached_kind!(
@@ -28,7 +30,7 @@ macro_rules! cached_kind {
         );
     };
     ($name:ident, $group:expr, $version:literal, $kind:literal, $plural:literal, $scope:ty, [$($meta:ident).+]) => {
-        impl kube::Resource for $name {
+        impl $crate::kube_core::Resource for $name {
             type DynamicType = ();
             type Scope = $scope;
 
@@ -44,15 +46,15 @@ macro_rules! cached_kind {
             fn plural(_: &()) -> std::borrow::Cow<'_, str> {
                 std::borrow::Cow::Borrowed($plural)
             }
-            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            fn meta(&self) -> &$crate::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 &self.$($meta).+
             }
             fn meta_mut(
                 &mut self,
-            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            ) -> &mut $crate::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 &mut self.$($meta).+
             }
         }
     };
 }
-pub(crate) use cached_kind;
+pub use crate::cached_kind;

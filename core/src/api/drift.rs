@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +48,7 @@ pub const APPROVE_ANNOTATION: &str = "baremend.io/approve-drift-remediation";
 /// One drift remediation of one node. Written once at creation; the status carries the
 /// progress.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(crates(kube_core = "::kube_core"))]
 #[kube(
     group = "baremend.io",
     version = "v1alpha1",
@@ -131,10 +132,9 @@ impl DriftPhase {
     }
 }
 
-#[cfg(test)]
 impl DriftPhase {
     /// Every phase, in declaration order: what the sweeps iterate.
-    pub(crate) const ALL: [DriftPhase; 11] = [
+    pub const ALL: [DriftPhase; 11] = [
         DriftPhase::Debouncing,
         DriftPhase::Pending,
         DriftPhase::ForceRequested,
@@ -202,6 +202,7 @@ pub struct DriftRemediationStatus {
 
 /// The drift coordinator's policy; an empty `spec: {}` is complete and conservative.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(crates(kube_core = "::kube_core"))]
 #[kube(
     group = "baremend.io",
     version = "v1alpha1",

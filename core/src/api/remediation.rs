@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +32,10 @@ pub const HOLDS_NOTHING: [RemediationPhase; 2] =
 /// What is being remediated. Written once at creation; the status carries the progress.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core", kube = "::kube_derive"),
+    attr = "x_kube(crates(kube_core = \"::kube_core\"))"
+)]
+#[kube(
     group = "baremend.io",
     version = "v1alpha1",
     kind = "Remediation",
@@ -42,7 +46,7 @@ pub const HOLDS_NOTHING: [RemediationPhase; 2] =
     validation = "has(self.spec.machineName) || (has(self.spec.nodeName) && has(self.spec.hostBmc))",
     // Written once, at the start: a Remediation edited under way (another host, another
     // Node) would be carried out past every start gate. The API server keeps it as written.
-    validation = kube::core::Rule::new("self.spec == oldSelf.spec").message("spec is written once, when the remediation starts, and cannot change"),
+    validation = kube_core::Rule::new("self.spec == oldSelf.spec").message("spec is written once, when the remediation starts, and cannot change"),
     printcolumn = r#"{"name":"Machine","type":"string","jsonPath":".spec.machineName"}"#,
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,

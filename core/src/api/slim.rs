@@ -215,15 +215,16 @@ impl From<CapiMachine> for Machine {
 }
 
 /// Which Machine API a cluster's Machines come from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum MachineApi {
     /// OpenShift's Machine API (`machine.openshift.io/v1beta1`).
     #[default]
-    #[value(name = "openshift")]
+    #[cfg_attr(feature = "clap", value(name = "openshift"))]
     OpenShift,
     /// Cluster API (`cluster.x-k8s.io/v1beta1`, served by every Cluster API release since
     /// v1.0, beside v1beta2 from v1.11), with metal3's Metal3Machines.
-    #[value(name = "cluster-api")]
+    #[cfg_attr(feature = "clap", value(name = "cluster-api"))]
     ClusterApi,
 }
 
@@ -237,10 +238,10 @@ impl MachineApi {
     }
 
     /// The Machine resource, for reads and writes.
-    pub fn resource(self) -> kube::api::ApiResource {
+    pub fn resource(self) -> kube_core::ApiResource {
         match self {
-            MachineApi::OpenShift => kube::api::ApiResource::erase::<Machine>(&()),
-            MachineApi::ClusterApi => kube::api::ApiResource::erase::<CapiMachine>(&()),
+            MachineApi::OpenShift => kube_core::ApiResource::erase::<Machine>(&()),
+            MachineApi::ClusterApi => kube_core::ApiResource::erase::<CapiMachine>(&()),
         }
     }
 }
@@ -423,10 +424,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::remediation::decide::observe::{
+    use crate::decide::observe::{
         bare_metal_host_bmc, bare_metal_host_view, machine_host, node_view,
     };
-    use crate::remediation::decide::plan::NodeView;
+    use crate::decide::plan::NodeView;
 
     #[test]
     fn what_the_controller_reads_survives_and_the_rest_goes() {

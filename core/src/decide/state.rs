@@ -8,8 +8,8 @@ use super::plan::{Persisted, Phase};
 use crate::api::{
     ConditionType, FenceStrategyName, Remediation, RemediationStatus, RemediationStep, StepTime,
 };
-use crate::runtime::clock::{parse_rfc3339, rfc3339};
-use crate::runtime::conditions::upsert_condition;
+use crate::clock::{parse_rfc3339, rfc3339};
+use crate::conditions::upsert_condition;
 
 /// When a Remediation was created (time since the Unix epoch; a time before it reads as the
 /// epoch), if the server has said.

@@ -38,8 +38,10 @@
 //!   after the Node was released. One that contradicts itself is caught.
 //! - The proof is as fresh as its evidence: callers must spend it at once (a BMC proof is
 //!   reused for at most a second within one pass, see `run`).
-//! - Within this crate, evidence could be made up and passed in; the crate boundary is the
-//!   line this module draws, and the readers in `power` are the only callers.
+//! - Evidence is plain data, and [`confirm_powered_off`] is public (the readers that gather the
+//!   evidence do I/O and live in the controller crate): evidence could be made up and passed
+//!   in. The line is drawn by a test there: only the readers in `act::power` and
+//!   `act::strategy` name the evidence or this function.
 
 use std::fmt;
 
@@ -108,7 +110,7 @@ impl fmt::Display for NodeIdentity {
 /// What a remediation means to fence: the strategy, the host it names and the Node it may
 /// release.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FenceTarget {
+pub struct FenceTarget {
     /// The strategy in use.
     pub strategy: FenceStrategyName,
     /// The BareMetalHost the remediation names (reboot API).
@@ -124,21 +126,21 @@ pub(crate) struct FenceTarget {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BareMetalHostView {
     /// Namespace, name and UID of the object read.
-    pub(crate) identity: Option<(String, String, String)>,
+    pub identity: Option<(String, String, String)>,
     /// `status.poweredOn`.
-    pub(crate) powered_on: Option<bool>,
+    pub powered_on: Option<bool>,
     /// `status.operationalStatus`.
-    pub(crate) operational_status: Option<String>,
+    pub operational_status: Option<String>,
     /// The `baremetalhost.metal3.io/detached` annotation is set.
-    pub(crate) detached: bool,
+    pub detached: bool,
     /// The `baremetalhost.metal3.io/paused` annotation is set.
-    pub(crate) paused: bool,
+    pub paused: bool,
     /// `spec.disablePowerOff`.
-    pub(crate) disable_power_off: bool,
+    pub disable_power_off: bool,
     /// Our power-off request annotation is present.
-    pub(crate) power_off_requested: bool,
+    pub power_off_requested: bool,
     /// `status.errorType` and `status.errorMessage`, when the operator reports an error.
-    pub(crate) error: Option<(String, String)>,
+    pub error: Option<(String, String)>,
 }
 
 impl BareMetalHostView {
@@ -156,8 +158,8 @@ impl BareMetalHostView {
         } else {
             kind
         };
-        let message = crate::runtime::bounded::outside_text(&message);
-        let message = crate::runtime::events::cut_to_bytes(&message, 200);
+        let message = crate::text::outside_text(&message);
+        let message = crate::text::cut_to_bytes(&message, 200);
         let said = if message.is_empty() {
             String::new()
         } else {
@@ -180,7 +182,7 @@ impl BareMetalHostView {
 impl BareMetalHostView {
     /// Whether the operator reports the host off with our request in place: the one case in
     /// which the view may prove it off, and so the one worth corroborating.
-    pub(crate) fn reports_off(&self) -> bool {
+    pub fn reports_off(&self) -> bool {
         self.power_off_requested && self.powered_on == Some(false)
     }
 }
@@ -189,7 +191,7 @@ impl BareMetalHostView {
 /// The operator's `status.poweredOn` is its own reading of the BMC, made in another process:
 /// a BMC that contradicts itself there goes unseen unless we read it too.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Corroboration {
+pub enum Corroboration {
     /// Our consecutive reads of the BMC (oldest first), and what every other reading of it in
     /// the process around them says: nothing against them, or why the BMC is untrustworthy.
     Read {
@@ -208,7 +210,7 @@ pub(crate) enum Corroboration {
 
 /// Evidence that a host is off, for one strategy.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum PowerEvidence {
+pub enum PowerEvidence {
     /// The BareMetalHost as just read from the API server, and its BMC's word on it.
     BareMetalHost {
         /// The host read.
@@ -234,7 +236,7 @@ pub(crate) enum PowerEvidence {
 
 impl PowerEvidence {
     /// The strategy that reads this kind of evidence.
-    pub(crate) fn strategy(&self) -> FenceStrategyName {
+    pub fn strategy(&self) -> FenceStrategyName {
         match self {
             PowerEvidence::BareMetalHost { .. } => FenceStrategyName::BareMetalHostRebootApi,
             PowerEvidence::BmcReads { .. } => FenceStrategyName::DirectBmc,
@@ -268,12 +270,12 @@ impl fmt::Display for NotFenced {
 
 /// Proof that one host was confirmed powered off, naming the Node it may release.
 ///
-/// Only this module makes one, and it cannot be copied: outside the crate it cannot even be
-/// built, cloned or minted.
+/// Only this module makes one (through [`confirm_powered_off`], from evidence), and it cannot
+/// be copied: outside the crate it cannot be built field by field or cloned.
 ///
 /// ```compile_fail,E0451
-/// use baremend::api::FenceStrategyName;
-/// use baremend::remediation::decide::fence::{ConfirmedOff, FencedHost, NodeIdentity};
+/// use baremend_core::api::FenceStrategyName;
+/// use baremend_core::decide::fence::{ConfirmedOff, FencedHost, NodeIdentity};
 /// let forged = ConfirmedOff {
 ///     strategy: FenceStrategyName::DirectBmc,
 ///     host: FencedHost::Bmc { address: "redfish://bmc".into(), system: None },
@@ -282,22 +284,18 @@ impl fmt::Display for NotFenced {
 /// ```
 ///
 /// ```compile_fail,E0277
-/// use baremend::remediation::decide::fence::ConfirmedOff;
+/// use baremend_core::decide::fence::ConfirmedOff;
 /// fn copyable<T: Clone>() {}
 /// copyable::<ConfirmedOff>();
 /// ```
 ///
-/// ```compile_fail,E0603
-/// let _ = baremend::remediation::decide::fence::confirm_powered_off;
-/// ```
-///
 /// Stable rustdoc does not check the error codes above, so each failure has a twin that
 /// differs only in what is forbidden and compiles: the same values built into public types,
-/// a public type that is `Clone`, and a public function at the same path.
+/// and a public type that is `Clone`.
 ///
 /// ```
-/// use baremend::api::FenceStrategyName;
-/// use baremend::remediation::decide::fence::{ConfirmedOff, FencedHost, NodeIdentity};
+/// use baremend_core::api::FenceStrategyName;
+/// use baremend_core::decide::fence::{ConfirmedOff, FencedHost, NodeIdentity};
 /// let parts = (
 ///     FenceStrategyName::DirectBmc,
 ///     FencedHost::Bmc { address: "redfish://bmc".into(), system: None },
@@ -305,7 +303,7 @@ impl fmt::Display for NotFenced {
 /// );
 /// fn copyable<T: Clone>() {}
 /// copyable::<FencedHost>();
-/// let _ = baremend::remediation::decide::fence::ConfirmedOff::node;
+/// let _ = baremend_core::decide::fence::ConfirmedOff::node;
 /// fn inspectable<T: std::fmt::Debug>() {}
 /// inspectable::<ConfirmedOff>();
 /// ```
@@ -341,7 +339,7 @@ impl ConfirmedOff {
 }
 
 /// Decides whether the evidence proves the target's host off; see the module's Guarantees.
-pub(crate) fn confirm_powered_off(
+pub fn confirm_powered_off(
     target: &FenceTarget,
     evidence: &PowerEvidence,
 ) -> Result<ConfirmedOff, NotFenced> {
@@ -497,7 +495,7 @@ fn bare_metal_host_off(
 }
 
 /// Reads a BMC must give, in a row, all Off (and so the reads a BMC proof takes).
-pub(in crate::remediation) const BMC_READS: usize = 2;
+pub const BMC_READS: usize = 2;
 
 fn bmc_off(
     address: &str,
@@ -789,7 +787,7 @@ mod tests {
 
     #[test]
     fn a_forgeable_transport_proves_nothing_without_the_policy_s_consent() {
-        use crate::remediation::decide::bmc_trust::Insecurity;
+        use crate::decide::bmc_trust::Insecurity;
         let off = [PowerState::Off, PowerState::Off];
         for why in [Insecurity::PlainHttp, Insecurity::SkipVerify] {
             let mut evidence = bmc(&off);

@@ -3,9 +3,9 @@ use std::collections::HashSet;
 use serde_json::json;
 
 use super::*;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use crate::testing::mapping_at;
 
-use crate::api::{HostBmcSpec, NodeReleaseMode};
+use crate::api::NodeReleaseMode;
 
 fn check(name: &str, uid: &str, templates: &[(&str, &str)]) -> HealthCheck {
     HealthCheck {
@@ -109,7 +109,7 @@ fn a_node_request_counts_only_from_a_trusted_namespace_and_its_real_health_check
     for (bad, reason) in cases {
         let refused = node_request_origin(bad, &ok, &checks).unwrap_err();
         assert_eq!(refused.reason().as_str(), reason, "{bad:?}: {refused}");
-        assert!(crate::metrics::REFUSAL_REASONS.contains(&refused.reason().as_str()));
+        assert!(Refusal::REASONS.contains(&refused.reason()));
     }
     // The health check references templates in another namespace only.
     let elsewhere = trusted(&["wa", "wb"]);
@@ -395,33 +395,6 @@ fn a_cluster_api_host_must_be_in_the_machines_namespace_and_consumed_by_its_meta
         let refused = host_consumed_by("ns", "m3-0", host, consumer.as_ref()).unwrap_err();
         assert!(refused.contains(says), "{host:?} {consumer:?}: {refused}");
     }
-}
-
-/// A `HostBmc` `namespace/name` naming `machine` and `node`, created at second `at`.
-pub(in crate::remediation) fn mapping_at(
-    namespace: &str,
-    name: &str,
-    machine: Option<&str>,
-    node: Option<&str>,
-    at: i64,
-) -> Arc<HostBmc> {
-    let mut object = HostBmc::new(
-        name,
-        HostBmcSpec {
-            machine_name: machine.map(str::to_string),
-            node_name: node.map(str::to_string),
-            address: "redfish://bmc".into(),
-            credentials_name: "creds".into(),
-            ca_bundle: None,
-            ca_bundle_ref: None,
-            insecure_skip_verify: false,
-        },
-    );
-    object.metadata.namespace = Some(namespace.into());
-    object.metadata.creation_timestamp = Some(Time(
-        k8s_openapi::jiff::Timestamp::from_second(at).unwrap_or_default(),
-    ));
-    Arc::new(object)
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! the schema, so an empty `spec: {}` is a complete, conservative policy; the controller uses
 //! the object named `default` and the same defaults when there is none.
 
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +13,10 @@ use super::retention::Retention;
 
 /// The policy. See the policy table in docs/reference/metrics.md for what each field does.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    crates(kube_core = "::kube_core", kube = "::kube_derive"),
+    attr = "x_kube(crates(kube_core = \"::kube_core\"))"
+)]
 #[kube(
     group = "baremend.io",
     version = "v1alpha1",
@@ -361,7 +365,7 @@ fn default_ready_grace_seconds() -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use kube::CustomResourceExt;
+    use kube_core::CustomResourceExt;
     use serde_json::{Value, json};
 
     use super::*;

@@ -14,7 +14,7 @@
 //! trail, with the request recorded in its `spec.trigger`). Its spec may narrow the policy in
 //! force for that remediation ([`PolicyOverrides`]); its status mirrors the Remediation.
 
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +114,7 @@ pub struct RequestStatus {
 /// A Cluster API remediation request: created by a MachineHealthCheck from a
 /// [`MachineRemediationTemplate`], named after the unhealthy Machine, in its namespace.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(crates(kube_core = "::kube_core"))]
 #[kube(
     group = "baremend.io",
     version = "v1alpha1",
@@ -143,6 +144,7 @@ pub struct MachineRemediationTemplateResource {
 
 /// The template a Cluster API MachineHealthCheck names in `spec.remediationTemplate`.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(crates(kube_core = "::kube_core"))]
 #[kube(
     group = "baremend.io",
     version = "v1alpha1",
@@ -159,6 +161,7 @@ pub struct MachineRemediationTemplateSpec {
 /// A medik8s NodeHealthCheck remediation request: created from a [`NodeRemediationTemplate`],
 /// named after the unhealthy Node, in the template's namespace.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(crates(kube_core = "::kube_core"))]
 #[kube(
     group = "baremend.io",
     version = "v1alpha1",
@@ -199,6 +202,7 @@ pub struct TemplateStatus {
 /// The template a NodeHealthCheck names in `spec.remediationTemplate` or in an entry of
 /// `spec.escalatingRemediations`.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[kube(crates(kube_core = "::kube_core"))]
 #[kube(
     group = "baremend.io",
     version = "v1alpha1",
