@@ -4,6 +4,7 @@
 //!
 //! - [`api`]: the custom resources, the slim views of other systems' kinds, the names.
 //! - [`decide`]: the decisions, pure: objects and facts in, a view or a verdict out.
+//! - [`retention`]: which finished objects of one Machine or Node to delete.
 //! - [`clock`], [`conditions`], [`duration`], [`text`]: the small pure helpers they share.
 //!
 //! The crate's dependencies are the guarantee: no `kube` (its client and runtime), no
@@ -16,6 +17,7 @@ pub mod clock;
 pub mod conditions;
 pub mod decide;
 pub mod duration;
+pub mod retention;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;

@@ -15,10 +15,11 @@ pub mod node_watch;
 pub mod observed;
 pub mod read;
 pub mod requeue;
-pub mod retention;
+
 pub mod tasks;
 
-// The conditions live in `baremend-core`, beside the decisions that use them.
-pub use baremend_core::conditions;
+// The conditions and the retention decision live in `baremend-core`, beside the decisions
+// that use them.
+pub use baremend_core::{conditions, retention};
 
 pub use clock::{Clock, SystemClock};

@@ -5,6 +5,7 @@ pub mod fence;
 pub mod gates;
 pub mod lease_budget;
 pub mod observe;
+pub mod pass;
 pub mod plan;
 pub mod readiness;
 pub mod state;

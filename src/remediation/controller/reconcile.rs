@@ -1,5 +1,6 @@
-//! The thin reconcile that wires the stages of a pass, top to bottom: find or start the
-//! Machine's Remediation; then, step by step, *observe* (the persisted state, the cached
+//! The thin reconcile that wires the stages of a pass, top to bottom: what to do with the
+//! Machine's Remediations (the pure [`decide`]: carry on, leave to another shard, start,
+//! retry, look again after a dry run, or stay idle), carried out; then, step by step, *observe* (the persisted state, the cached
 //! objects and the fresh evidence: the power-off proof, the start gates confirmed on fresh
 //! reads), *plan* (the pure [`next_step`]) and *execute* (one function per step, in
 //! [`crate::remediation::act::steps`]), until the planner says wait.
@@ -18,6 +19,9 @@ use crate::remediation::act::steps::Round;
 use crate::remediation::decide::fence::ConfirmedOff;
 use crate::remediation::decide::gates::{Held, ListFreshness};
 use crate::remediation::decide::observe::node_view;
+use crate::remediation::decide::pass::{
+    Decision, Newest, connect_ahead, decide, unreachable_cluster_fails,
+};
 use crate::remediation::decide::plan::{Observed, Phase, Step, next_step, ready_grace_left};
 use crate::remediation::decide::state::{created_at, persisted, set_condition, strategy_label};
 use crate::remediation::evidence::start_gates::StartBasis;
@@ -26,7 +30,7 @@ use crate::remediation::pass::subject::Subject;
 use crate::remediation::pass::{Pass, outcome_label_patch, requeue_after_failure};
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::{Severity, report_failed_pass};
-use crate::runtime::retention::{RetryAsk, retry_ask};
+use crate::runtime::retention::retry_ask;
 use crate::{Error, Result};
 
 /// The most steps one pass takes before yielding (a safety net; a normal pass ends in Wait).
@@ -42,78 +46,48 @@ impl Pass {
         // A refused request is told on itself, and is no trigger below.
         self.tell_request_standing().await?;
         let existing = self.remediations_of_subject();
-        // A remediation under way that another shard made is that shard's to carry on (two
-        // leaders would otherwise act on one host); its changes wake this pass again.
-        if let Some(last) = existing.last()
-            && !last
-                .status
-                .as_ref()
-                .map(|s| s.phase)
-                .unwrap_or_default()
-                .is_terminal()
-            && !crate::shard::owned_by(last.labels(), self.context.leadership.shard())
-        {
-            tracing::warn!(
-                remediation = %last.name_any(),
-                "under way in another shard: left to it"
-            );
-            return Ok(Action::await_change());
-        }
-        if existing
-            .last()
-            .is_none_or(|last| last.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
-            && self.unanswered_trigger(&existing).is_some()
-        {
+        // Observe what the opening decides on, then decide (pure), then carry it out.
+        let newest = existing.last().map(|last| Newest {
+            phase: last.status.as_ref().map(|s| s.phase).unwrap_or_default(),
+            ours: crate::shard::owned_by(last.labels(), self.context.leadership.shard()),
+            retry: retry_ask(last.annotations()),
+        });
+        let unanswered = self.unanswered_trigger(&existing).is_some();
+        if connect_ahead(newest.as_ref(), unanswered) {
             self.connect_ahead();
         }
-        let mut remediation = match existing.last() {
-            Some(last)
-                if !last
-                    .status
-                    .as_ref()
-                    .map(|s| s.phase)
-                    .unwrap_or_default()
-                    .is_terminal() =>
-            {
-                (**last).clone()
+        let mut remediation = match (decide(newest.as_ref(), unanswered), existing.last()) {
+            (Decision::CarryOn, Some(last)) => (**last).clone(),
+            (Decision::LeaveToAnotherShard, Some(last)) => {
+                // Two leaders would otherwise act on one host; its changes wake this pass.
+                tracing::warn!(
+                    remediation = %last.name_any(),
+                    "under way in another shard: left to it"
+                );
+                return Ok(Action::await_change());
             }
-            // A Failed remediation keeps the trigger; an operator asks for another attempt
-            // with `baremend.io/retry` on it (or deletes it): it would otherwise loop on a
-            // host that cannot be fenced.
-            Some(last) if last.status.as_ref().map(|s| s.phase) == Some(Phase::Failed) => {
-                let retried = match retry_ask(last.annotations()) {
-                    RetryAsk::Retry => self.retry_failed(last, &existing).await?,
-                    RetryAsk::Malformed(value) => {
-                        self.refuse_retry(last, &value).await;
-                        None
-                    }
-                    RetryAsk::NotAsked => None,
-                };
-                match retried {
-                    Some(remediation) => remediation,
-                    None => return self.idle(&existing).await,
-                }
-            }
-            // A dry run is recorded once per appearance of the trigger, not once per pass.
-            Some(last) if last.status.as_ref().map(|s| s.phase) == Some(Phase::DryRun) => {
-                match self.after_dry_run(last).await? {
-                    // Dry runs pile up like any finished record: retention keeps the newest.
-                    Some(action) => {
-                        self.prune(&existing).await?;
-                        return Ok(action);
-                    }
-                    None => self.start(next_number(&existing, &self.name)).await?,
-                }
-            }
-            // No trigger, or only a request a remediation already answered (the health check
-            // keeps it until the Machine is healthy).
-            _ if self.unanswered_trigger(&existing).is_none() => {
+            (Decision::Retry, Some(last)) => match self.retry_failed(last, &existing).await? {
+                Some(remediation) => remediation,
+                None => return self.idle(&existing).await,
+            },
+            (Decision::RefuseRetry(value), Some(last)) => {
+                self.refuse_retry(last, &value).await;
                 return self.idle(&existing).await;
             }
+            (Decision::AfterDryRun, Some(last)) => match self.after_dry_run(last).await? {
+                // Dry runs pile up like any finished record: retention keeps the newest.
+                Some(action) => {
+                    self.prune(&existing).await?;
+                    return Ok(action);
+                }
+                None => self.start(next_number(&existing, &self.name)).await?,
+            },
             // The cached Machine may still show a trigger the last remediation removed (its
             // watch lags behind the Remediation's): a start rests only on a fresh read.
-            _ if !self.trigger_confirmed().await? => return self.idle(&existing).await,
-            _ => self.start(next_number(&existing, &self.name)).await?,
+            (Decision::Start, _) if self.trigger_confirmed().await? => {
+                self.start(next_number(&existing, &self.name)).await?
+            }
+            _ => return self.idle(&existing).await,
         };
         // An outcome label on one under way (a hand's, a restore's) may hide it from a start's
         // fresh read until it is gone: taken off before the step.
@@ -223,8 +197,7 @@ impl Pass {
         let mut step = next_step(&state, &observed, &self.plan_policy());
         tracing::debug!(remediation = %remediation.name_any(), ?step, "planned");
         if let Some(error) = unreachable
-            && state.phase != Phase::Pending
-            && matches!(step, Step::Wait { .. })
+            && unreachable_cluster_fails(state.phase, &step)
         {
             return Err(error);
         }
