@@ -12,12 +12,12 @@ use serde_json::Value;
 use super::fence::BareMetalHostView;
 use super::gates::{ForeignKind, ForeignObject};
 use super::plan::NodeView;
-use crate::api::CaBundleRef;
 use crate::api::annotations::{
     BMC_CA_BUNDLE, BMH_DETACHED, BMH_PAUSED, CAPI_CONTROL_PLANE, LEGACY_NODE_ANNOTATIONS_BACKUP,
     LEGACY_NODE_LABELS_BACKUP, LEGACY_POWER_ON_TIMEOUT, MACHINE_HOST, MACHINE_ROLE,
     MEDIK8S_NODE_NAME, REBOOT_PREFIX,
 };
+use crate::api::{CaBundleRef, slim};
 
 pub use super::fence::HostRef;
 
@@ -125,8 +125,18 @@ fn host_ref(namespace: &str, name: &str, field: &str) -> Result<HostRef, Unusabl
 /// The BareMetalHost of a Machine: from `spec.providerID` (`baremetalhost:///ns/name/uid`),
 /// else from the `metal3.io/BareMetalHost: ns/name` annotation. `Ok(None)` when the Machine
 /// names no host (direct BMC through a `HostBmc` may still apply).
-pub fn machine_host(machine: &Value) -> Result<Option<HostRef>, Unusable> {
-    let provider_id = text(machine, "/spec/providerID").unwrap_or_default();
+pub fn machine_host(machine: &slim::Machine) -> Result<Option<HostRef>, Unusable> {
+    let provider_id = machine.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    named_host(provider_id, machine.metadata.annotations.as_ref())
+}
+
+/// [`machine_host`] over the two fields that name a host: a Machine's, or a Cluster API
+/// Metal3Machine's (which carries them too).
+pub fn named_host(
+    provider_id: Option<&str>,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Result<Option<HostRef>, Unusable> {
+    let provider_id = provider_id.unwrap_or_default();
     if let Some(rest) = provider_id.strip_prefix("baremetalhost:///") {
         let parts: Vec<&str> = rest.split('/').collect();
         return match parts.as_slice() {
@@ -139,10 +149,7 @@ pub fn machine_host(machine: &Value) -> Result<Option<HostRef>, Unusable> {
             )),
         };
     }
-    let Some(annotation) = text(
-        machine,
-        &format!("/metadata/annotations/{}", pointer_escape(MACHINE_HOST)),
-    ) else {
+    let Some(annotation) = annotations.and_then(|a| a.get(MACHINE_HOST)) else {
         return Ok(None);
     };
     let field = format!("metadata.annotations[{MACHINE_HOST}]");
@@ -174,7 +181,10 @@ pub fn machine_is_control_plane(labels: &BTreeMap<String, String>) -> bool {
 /// OpenShift bare-metal provider): a MachineSet controls it, it is not a control-plane
 /// machine, and its BareMetalHost (if any) is not externally provisioned, which would leave
 /// no one to provision a replacement.
-pub fn reprovisionable(machine: &ObjectMeta, host: Option<&Value>) -> Result<(), String> {
+pub fn reprovisionable(
+    machine: &ObjectMeta,
+    host: Option<&slim::BareMetalHost>,
+) -> Result<(), String> {
     let owned_by_machine_set = machine
         .owner_references
         .iter()
@@ -187,8 +197,8 @@ pub fn reprovisionable(machine: &ObjectMeta, host: Option<&Value>) -> Result<(),
         return Err("it is a control-plane machine".into());
     }
     let external = host
-        .and_then(|h| h.pointer("/spec/externallyProvisioned"))
-        .and_then(Value::as_bool)
+        .and_then(|h| h.spec.as_ref())
+        .and_then(|spec| spec.externally_provisioned)
         .unwrap_or(false);
     if external {
         return Err("its BareMetalHost is externally provisioned".into());
@@ -197,31 +207,37 @@ pub fn reprovisionable(machine: &ObjectMeta, host: Option<&Value>) -> Result<(),
 }
 
 /// What the reboot-API strategy needs from a BareMetalHost.
-pub fn bare_metal_host_view(host: &Value, reboot_key: &str) -> BareMetalHostView {
-    let annotations = host.pointer("/metadata/annotations");
-    let has = |key: &str| annotations.and_then(|a| a.get(key)).is_some();
-    let identity = (|| {
-        let namespace = text(host, "/metadata/namespace")?;
-        let name = text(host, "/metadata/name")?;
-        let uid = text(host, "/metadata/uid")?;
-        Some((namespace.to_string(), name.to_string(), uid.to_string()))
-    })();
+pub fn bare_metal_host_view(host: &slim::BareMetalHost, reboot_key: &str) -> BareMetalHostView {
+    let annotations = host.metadata.annotations.as_ref();
+    let has = |key: &str| annotations.is_some_and(|a| a.contains_key(key));
+    let meta = &host.metadata;
+    let identity = match (&meta.namespace, &meta.name, &meta.uid) {
+        (Some(namespace), Some(name), Some(uid)) => {
+            Some((namespace.clone(), name.clone(), uid.clone()))
+        }
+        _ => None,
+    };
+    let status = host.status.as_ref();
     BareMetalHostView {
         identity,
-        powered_on: host.pointer("/status/poweredOn").and_then(Value::as_bool),
-        operational_status: text(host, "/status/operationalStatus").map(str::to_string),
+        powered_on: status.and_then(|s| s.powered_on),
+        operational_status: status.and_then(|s| s.operational_status.clone()),
         detached: has(BMH_DETACHED),
         paused: has(BMH_PAUSED),
         disable_power_off: host
-            .pointer("/spec/disablePowerOff")
-            .and_then(Value::as_bool)
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.disable_power_off)
             .unwrap_or(false),
         power_off_requested: has(&format!("{REBOOT_PREFIX}{reboot_key}")),
-        error: text(host, "/status/errorType")
+        error: status
+            .and_then(|s| s.error_type.as_deref())
             .filter(|kind| !kind.is_empty())
             .map(|kind| {
-                let message = text(host, "/status/errorMessage").unwrap_or_default();
-                (kind.to_string(), message.to_string())
+                let message = status
+                    .and_then(|s| s.error_message.clone())
+                    .unwrap_or_default();
+                (kind.to_string(), message)
             }),
     }
 }
@@ -280,35 +296,41 @@ pub fn foreign_object(kind: ForeignKind, object: &Value) -> Option<ForeignObject
 /// The BMC a BareMetalHost names (`spec.bmc.address`, `spec.bmc.credentialsName`,
 /// `spec.bmc.disableCertificateVerification`), with the CA bundle its annotation
 /// `baremend.io/bmc-ca-bundle` names.
-pub fn bare_metal_host_bmc(host: &Value) -> Result<BmcRef, Unusable> {
-    let address = text(host, "/spec/bmc/address")
+pub fn bare_metal_host_bmc(host: &slim::BareMetalHost) -> Result<BmcRef, Unusable> {
+    let bmc = host.spec.as_ref().and_then(|spec| spec.bmc.as_ref());
+    let address = bmc
+        .and_then(|b| b.address.as_deref())
         .filter(|a| !a.trim().is_empty())
         .ok_or_else(|| unusable("spec.bmc.address", "is missing"))?;
-    let credentials_name = text(host, "/spec/bmc/credentialsName")
+    let credentials_name = bmc
+        .and_then(|b| b.credentials_name.as_deref())
         .filter(|c| !c.is_empty())
         .ok_or_else(|| unusable("spec.bmc.credentialsName", "is missing"))?;
     let annotation = format!("metadata.annotations[{BMC_CA_BUNDLE}]");
     let ca_bundle = match host
-        .pointer("/metadata/annotations")
+        .metadata
+        .annotations
+        .as_ref()
         .and_then(|a| a.get(BMC_CA_BUNDLE))
     {
         None => None,
-        Some(Value::String(named)) => Some(CaBundle::Named(
+        Some(named) => Some(CaBundle::Named(
             named
                 .parse()
                 .map_err(|e: String| unusable(&annotation, e))?,
         )),
-        Some(_) => return Err(unusable(&annotation, "is not a string")),
     };
-    let insecure = host
-        .pointer("/spec/bmc/disableCertificateVerification")
-        .and_then(Value::as_bool)
+    let insecure = bmc
+        .and_then(|b| b.disable_certificate_verification)
         .unwrap_or(false);
     let tls = BmcTls::new(ca_bundle, insecure).map_err(|e| unusable(&annotation, e))?;
     Ok(BmcRef {
         address: address.to_string(),
         credentials_name: credentials_name.to_string(),
-        namespace: text(host, "/metadata/namespace")
+        namespace: host
+            .metadata
+            .namespace
+            .as_deref()
             .filter(|n| !n.is_empty())
             .map(str::to_owned),
         tls,
@@ -441,8 +463,20 @@ mod tests {
 
     use super::*;
 
-    fn machine(spec: Value, annotations: Value) -> Value {
-        json!({"metadata": {"name": "m", "annotations": annotations}, "spec": spec})
+    /// A BareMetalHost read from its JSON, as the watch and a GET read it (the API server
+    /// always sends `metadata`).
+    fn bmh(mut json: Value) -> slim::BareMetalHost {
+        if let Some(object) = json.as_object_mut() {
+            object.entry("metadata").or_insert_with(|| json!({}));
+        }
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn machine(spec: Value, annotations: Value) -> slim::Machine {
+        serde_json::from_value(
+            json!({"metadata": {"name": "m", "annotations": annotations}, "spec": spec}),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -499,20 +533,20 @@ mod tests {
 
     #[test]
     fn the_view_of_a_host_reads_power_status_and_every_distrust_mark() {
-        let host = json!({
+        let host = bmh(json!({
             "metadata": {"annotations": {
                 "reboot.metal3.io/capbm-requested-power-off": "{\"mode\":\"hard\"}",
                 "baremetalhost.metal3.io/paused": ""}},
             "spec": {"disablePowerOff": true},
             "status": {"poweredOn": false, "operationalStatus": "OK"}
-        });
+        }));
         let view = bare_metal_host_view(&host, "capbm-requested-power-off");
         assert_eq!(view.powered_on, Some(false));
         assert!(view.paused && view.disable_power_off && view.power_off_requested);
         assert!(!view.detached);
         assert!(!bare_metal_host_view(&host, "other-key").power_off_requested);
         // A host without status knows nothing about its power.
-        assert_eq!(bare_metal_host_view(&json!({}), "k").powered_on, None);
+        assert_eq!(bare_metal_host_view(&bmh(json!({})), "k").powered_on, None);
     }
 
     fn secret(pairs: &[(&str, &[u8])]) -> Secret {
@@ -607,12 +641,12 @@ mod tests {
 
     #[test]
     fn a_bmh_without_bmc_details_says_which_field_is_missing() {
-        let error =
-            bare_metal_host_bmc(&json!({"spec": {"bmc": {"address": "ipmi://h"}}})).unwrap_err();
+        let error = bare_metal_host_bmc(&bmh(json!({"spec": {"bmc": {"address": "ipmi://h"}}})))
+            .unwrap_err();
         assert_eq!(error.field, "spec.bmc.credentialsName");
-        let bmc = bare_metal_host_bmc(
-            &json!({"spec": {"bmc": {"address": "ipmi://h", "credentialsName": "s"}}}),
-        )
+        let bmc = bare_metal_host_bmc(&bmh(
+            json!({"spec": {"bmc": {"address": "ipmi://h", "credentialsName": "s"}}}),
+        ))
         .unwrap();
         assert_eq!(bmc.credentials_name, "s");
         assert_eq!(
@@ -625,10 +659,10 @@ mod tests {
 
     #[test]
     fn a_bmhs_credentials_are_read_in_the_bmhs_own_namespace() {
-        let bmc = bare_metal_host_bmc(&json!({
+        let bmc = bare_metal_host_bmc(&bmh(json!({
             "metadata": {"name": "h", "namespace": "hosts"},
             "spec": {"bmc": {"address": "ipmi://h", "credentialsName": "s"}},
-        }))
+        })))
         .unwrap();
         assert_eq!(bmc.namespace.as_deref(), Some("hosts"));
     }
@@ -636,9 +670,9 @@ mod tests {
     #[test]
     fn a_bmh_names_its_ca_bundle_in_an_annotation_never_together_with_insecure() {
         let host = |annotations: Value, insecure: bool| {
-            json!({"metadata": {"annotations": annotations},
+            bmh(json!({"metadata": {"annotations": annotations},
                 "spec": {"bmc": {"address": "redfish://h", "credentialsName": "s",
-                    "disableCertificateVerification": insecure}}})
+                    "disableCertificateVerification": insecure}}}))
         };
         let bmc = bare_metal_host_bmc(&host(
             json!({"baremend.io/bmc-ca-bundle": "Secret/bmc-ca/bundle.pem"}),
@@ -656,11 +690,6 @@ mod tests {
                 json!({"baremend.io/bmc-ca-bundle": "bmc-ca"}),
                 false,
                 "expected ConfigMap/<name>",
-            ),
-            (
-                json!({"baremend.io/bmc-ca-bundle": 7}),
-                false,
-                "is not a string",
             ),
             (
                 json!({"baremend.io/bmc-ca-bundle": "ConfigMap/bmc-ca"}),
@@ -789,7 +818,7 @@ mod tests {
         };
         let set = json!([{"apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
             "name": "workers", "uid": "u", "controller": true}]);
-        let host = json!({"spec": {"online": true}});
+        let host = bmh(json!({"spec": {"online": true}}));
         assert_eq!(
             reprovisionable(&machine(set.clone(), "worker"), Some(&host)),
             Ok(())
@@ -803,7 +832,7 @@ mod tests {
         assert!(reprovisionable(&machine(not_controller, "worker"), Some(&host)).is_err());
         assert!(reprovisionable(&machine(json!([]), "worker"), Some(&host)).is_err());
         assert!(reprovisionable(&machine(set.clone(), "master"), Some(&host)).is_err());
-        let external = json!({"spec": {"externallyProvisioned": true}});
+        let external = bmh(json!({"spec": {"externallyProvisioned": true}}));
         assert_eq!(
             reprovisionable(&machine(set, "worker"), Some(&external)),
             Err("its BareMetalHost is externally provisioned".into())

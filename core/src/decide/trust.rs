@@ -469,7 +469,7 @@ mod tests;
 /// whoever writes a Machine names its host, and would otherwise choose any host of the
 /// cluster to power off. `Ok(None)`: it names none.
 pub fn trusted_machine_host(
-    machine: &Value,
+    machine: &slim::Machine,
     machine_namespace: &str,
     trusted: &[String],
 ) -> Result<Option<HostRef>, Unusable> {

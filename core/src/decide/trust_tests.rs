@@ -399,11 +399,12 @@ fn a_cluster_api_host_must_be_in_the_machines_namespace_and_consumed_by_its_meta
 
 #[test]
 fn an_openshift_machines_host_counts_in_its_own_namespace_or_a_listed_one() {
+    let typed = |json: Value| -> slim::Machine { serde_json::from_value(json).unwrap() };
     let machine = |host: &str| {
-        json!({
+        typed(json!({
             "metadata": {"name": "m", "namespace": "machines", "annotations": {"metal3.io/BareMetalHost": host}},
             "spec": {},
-        })
+        }))
     };
     let listed = vec!["hosts".to_string()];
     let own = trusted_machine_host(&machine("machines/h"), "machines", &[]).unwrap();
@@ -426,12 +427,12 @@ fn an_openshift_machines_host_counts_in_its_own_namespace_or_a_listed_one() {
     let other = trusted_machine_host(&machine("other/h"), "machines", &listed);
     assert!(other.is_err(), "only the listed namespaces: {other:?}");
     // The providerID wins over the annotation, and is judged the same way.
-    let by_provider = json!({
+    let by_provider = typed(json!({
         "metadata": {"annotations": {"metal3.io/BareMetalHost": "machines/h"}},
         "spec": {"providerID": "baremetalhost:///hosts/h/uid"},
-    });
+    }));
     assert!(trusted_machine_host(&by_provider, "machines", &[]).is_err());
-    let none = json!({"metadata": {}, "spec": {}});
+    let none = typed(json!({"metadata": {}, "spec": {}}));
     assert_eq!(trusted_machine_host(&none, "machines", &[]).unwrap(), None);
     let malformed = machine("no-slash");
     assert!(trusted_machine_host(&malformed, "machines", &listed).is_err());

@@ -100,11 +100,8 @@ pub fn locate_bmc(
                 tls,
             })
         }
-        (None, Some((host_ref, Some(host)))) => {
-            let json = serde_json::to_value(host).unwrap_or(Value::Null);
-            bare_metal_host_bmc(&json)
-                .map_err(|e| NoBmc::Unusable(format!("BareMetalHost {host_ref}: {e}")))
-        }
+        (None, Some((host_ref, Some(host)))) => bare_metal_host_bmc(host)
+            .map_err(|e| NoBmc::Unusable(format!("BareMetalHost {host_ref}: {e}"))),
         _ => Err(NoBmc::NotNamed),
     }
 }
@@ -332,8 +329,9 @@ impl Pass {
         let Some(host_ref) = &target.host else {
             return Err(NotFenced::Untrustworthy(
                 match self
-                    .machine_json()
-                    .map(|json| self.openshift_machine_host(&json))
+                    .subject
+                    .machine()
+                    .map(|machine| self.openshift_machine_host(machine))
                 {
                     Some(Err(unusable)) => format!("Machine {}: {unusable}", self.name),
                     Some(Ok(_)) => "the Machine names no BareMetalHost".into(),
@@ -353,12 +351,11 @@ impl Pass {
             .ok_or_else(|| {
                 NotFenced::Untrustworthy(format!("BareMetalHost {host_ref} not found"))
             })?;
-        let json = serde_json::to_value(&host).unwrap_or(Value::Null);
-        let view = bare_metal_host_view(&json, &self.policy.reboot_key);
+        let view = bare_metal_host_view(&host, &self.policy.reboot_key);
         self.show_operator_power(host_ref, view.powered_on());
         Ok(FreshHost {
             view,
-            bmc: bare_metal_host_bmc(&json).map_err(|e| format!("BareMetalHost {host_ref}: {e}")),
+            bmc: bare_metal_host_bmc(&host).map_err(|e| format!("BareMetalHost {host_ref}: {e}")),
             namespace: host_ref.namespace.clone(),
         })
     }
@@ -461,8 +458,7 @@ impl Pass {
         let Some((_, Some(host))) = self.host(remediation) else {
             return None;
         };
-        let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
-        bare_metal_host_bmc(&json)
+        bare_metal_host_bmc(&host)
             .ok()
             .and_then(|bmc| BmcAddress::parse(&bmc.address).ok())
     }

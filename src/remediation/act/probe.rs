@@ -14,6 +14,7 @@ use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
 use super::power::{NoBmc, bmc_driver_config, driver_kind};
+use crate::api::slim;
 use crate::metrics::power::PowerMetrics;
 use crate::remediation::decide::bmc_trust::{Reader, Transport, transport};
 use crate::remediation::decide::observe::{BmcRef, HostRef, bare_metal_host_view};
@@ -58,7 +59,11 @@ pub async fn probe_host(client: &Client, host: &HostRef, reboot_key: &str) -> Ve
 }
 
 /// What a BareMetalHost (as JSON) says about its readiness; the Secret's version is read apart.
+/// The fields the fencing path reads come through the same typed view as a remediation's
+/// ([`slim::BareMetalHost`]); `status.goodCredentials`, which only this probe reads and the
+/// cache does not keep, is read from the JSON.
 pub fn host_facts(host: &HostRef, json: &Value, reboot_key: &str) -> HostFacts {
+    let typed: slim::BareMetalHost = serde_json::from_value(json.clone()).unwrap_or_default();
     let text = |pointer: &str| {
         json.pointer(pointer)
             .and_then(Value::as_str)
@@ -73,8 +78,11 @@ pub fn host_facts(host: &HostRef, json: &Value, reboot_key: &str) -> HostFacts {
         });
     HostFacts {
         host: host.clone(),
-        view: bare_metal_host_view(json, reboot_key),
-        credentials_name: text("/spec/bmc/credentialsName"),
+        view: bare_metal_host_view(&typed, reboot_key),
+        credentials_name: typed
+            .spec
+            .and_then(|spec| spec.bmc)
+            .and_then(|bmc| bmc.credentials_name),
         secret_version: None,
         good_credentials,
     }

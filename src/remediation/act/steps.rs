@@ -714,8 +714,8 @@ impl Pass {
 
     /// [`Pass::start`]'s creation.
     async fn create_remediation(&self, number: usize) -> Result<Remediation> {
-        let (host, unusable) = match self.machine_json() {
-            Some(json) => match self.host_of_machine(&json).await? {
+        let (host, unusable) = match self.subject.machine() {
+            Some(machine) => match self.host_of_machine(machine).await? {
                 Ok(host) => (host, None),
                 Err(unusable) => (None, Some(unusable)),
             },
@@ -939,15 +939,12 @@ impl Pass {
     /// Deletes the Machine so that its MachineSet replaces it, where that is safe: see
     /// [`crate::remediation::decide::observe::reprovisionable`].
     async fn delete_machine(&self, remediation: &mut Remediation) -> Result<()> {
-        let host = self
-            .host(remediation)
-            .and_then(|(_, host)| host)
-            .map(|h| serde_json::to_value(&*h).unwrap_or_default());
+        let host = self.host(remediation).and_then(|(_, host)| host);
         let Some(machine) = self.subject.machine() else {
             return Ok(());
         };
         if let Err(why) =
-            crate::remediation::decide::observe::reprovisionable(&machine.metadata, host.as_ref())
+            crate::remediation::decide::observe::reprovisionable(&machine.metadata, host.as_deref())
         {
             self.event(
                 remediation,

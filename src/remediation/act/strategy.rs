@@ -12,7 +12,6 @@
 use async_trait::async_trait;
 use baremend_drivers::{BmcAddress, PowerOffMode, PowerState};
 use kube::api::Api;
-use serde_json::Value;
 
 use super::power::{BmcProofReads, BmcReadRefused};
 use super::probe::{ProbeSite, ProbeWith, no_bmc, probe_bmc, probe_host};
@@ -138,8 +137,7 @@ impl FenceStrategy for RebootApiStrategy {
         let Some((_, Some(host))) = pass.host(remediation) else {
             return Ok(());
         };
-        let json = serde_json::to_value(&*host).unwrap_or(Value::Null);
-        let requested = bare_metal_host_view(&json, &pass.policy.reboot_key).power_off_requested();
+        let requested = bare_metal_host_view(&host, &pass.policy.reboot_key).power_off_requested();
         if off && !requested {
             self.request_power(pass, remediation, true).await?;
         } else if !off && requested {

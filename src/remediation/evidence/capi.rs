@@ -19,7 +19,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 
 use crate::api::slim::{self, MachineApi};
 use crate::remediation::decide::gates::Held;
-use crate::remediation::decide::observe::{HostRef, Unusable, machine_host};
+use crate::remediation::decide::observe::{HostRef, Unusable, named_host};
 use crate::remediation::decide::trust::{host_consumed_by, trusted_machine_host};
 use crate::remediation::pass::Pass;
 use crate::runtime::read::GetPresent;
@@ -41,10 +41,10 @@ impl Pass {
     /// Metal3Machine (Cluster API). `Ok(Ok(None))`: it names none.
     pub(in crate::remediation) async fn host_of_machine(
         &self,
-        machine_json: &serde_json::Value,
+        machine: &slim::Machine,
     ) -> Result<std::result::Result<Option<HostRef>, Unusable>> {
         if self.context.machine_api == MachineApi::OpenShift {
-            return Ok(self.openshift_machine_host(machine_json));
+            return Ok(self.openshift_machine_host(machine));
         }
         let Some((namespace, name)) = self
             .subject
@@ -68,18 +68,17 @@ impl Pass {
                 reason: format!("Metal3Machine {namespace}/{name} not found"),
             }));
         };
-        let json = serde_json::to_value(&object).unwrap_or_default();
-        Ok(metal3_machine_host(&name, &json))
+        Ok(metal3_machine_host(&name, &object))
     }
 
-    /// The BareMetalHost an OpenShift Machine (read as JSON) names, honoured only where the
-    /// policy trusts it (see [`trusted_machine_host`]).
+    /// The BareMetalHost an OpenShift Machine names, honoured only where the policy trusts it
+    /// (see [`trusted_machine_host`]).
     pub(in crate::remediation) fn openshift_machine_host(
         &self,
-        machine_json: &serde_json::Value,
+        machine: &slim::Machine,
     ) -> std::result::Result<Option<HostRef>, Unusable> {
         trusted_machine_host(
-            machine_json,
+            machine,
             &self.namespace,
             &self.policy.trust.machine_host_namespaces,
         )
@@ -184,16 +183,23 @@ pub fn metal3_machine_of(machine: &slim::Machine, namespace: &str) -> Option<(St
     Some((namespace.to_string(), reference.name.clone()))
 }
 
-/// The BareMetalHost a Metal3Machine (`name`, read as JSON) names. It carries the annotation
-/// the OpenShift Machine carries; its providerID (`metal3://…`) is not the BareMetalHost form
-/// and is passed over.
+/// The BareMetalHost a Metal3Machine (`name`) names. It carries the annotation the OpenShift
+/// Machine carries; its providerID (`metal3://…`) is not the BareMetalHost form and is passed
+/// over. A Metal3Machine is read untyped (we keep no type of it): its providerID is the one
+/// field read by path.
 pub fn metal3_machine_host(
     name: &str,
-    metal3_machine: &serde_json::Value,
+    metal3_machine: &DynamicObject,
 ) -> std::result::Result<Option<HostRef>, Unusable> {
-    machine_host(metal3_machine).map_err(|unusable| Unusable {
-        field: format!("Metal3Machine {name}: {}", unusable.field),
-        reason: unusable.reason,
+    let provider_id = metal3_machine
+        .data
+        .pointer("/spec/providerID")
+        .and_then(serde_json::Value::as_str);
+    named_host(provider_id, metal3_machine.metadata.annotations.as_ref()).map_err(|unusable| {
+        Unusable {
+            field: format!("Metal3Machine {name}: {}", unusable.field),
+            reason: unusable.reason,
+        }
     })
 }
 
@@ -221,10 +227,8 @@ pub async fn hosts_of_machines(
                     .map_err(Error::kube("GetMetal3Machine"))?
                 {
                     None => Err(format!("Metal3Machine {namespace}/{name} not found")),
-                    Some(object) => {
-                        let json = serde_json::to_value(&object).unwrap_or_default();
-                        metal3_machine_host(&name, &json).map_err(|e| format!("Machine {key}: {e}"))
-                    }
+                    Some(object) => metal3_machine_host(&name, &object)
+                        .map_err(|e| format!("Machine {key}: {e}")),
                 }
             }
         };

@@ -126,13 +126,6 @@ impl Pass {
         pass
     }
 
-    /// The Machine as JSON (None: a Node subject, which has no Machine).
-    pub(super) fn machine_json(&self) -> Option<Value> {
-        self.subject
-            .machine()
-            .map(|m| serde_json::to_value(m).unwrap_or(Value::Null))
-    }
-
     /// The subject's Node now (see [`Subject::node_name`]).
     pub(super) fn subject_node(&self) -> Option<String> {
         self.subject.node_name()

@@ -18,7 +18,6 @@ use baremend_drivers::Connector;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{Client, Resource, ResourceExt};
-use serde_json::Value;
 
 use super::monitor::{offset, under_remediation};
 use crate::api::slim;
@@ -111,15 +110,12 @@ pub fn targets(fleet: &Fleet<'_>) -> Vec<Target> {
                 .get(&format!("{namespace}/{name}"))
                 .cloned()
                 .unwrap_or(Ok(None)),
-            None => {
-                let json = serde_json::to_value(&**machine).unwrap_or(Value::Null);
-                trusted_machine_host(
-                    &json,
-                    &namespace,
-                    &fleet.policy.trust.machine_host_namespaces,
-                )
-                .map_err(|e| format!("Machine {namespace}/{name}: {e}"))
-            }
+            None => trusted_machine_host(
+                machine,
+                &namespace,
+                &fleet.policy.trust.machine_host_namespaces,
+            )
+            .map_err(|e| format!("Machine {namespace}/{name}: {e}")),
         };
         let host_ref = host.as_ref().ok().cloned().flatten();
         let cached = host_ref.as_ref().and_then(|r| (fleet.host)(r));

@@ -23,7 +23,6 @@ use baremend_drivers::{BmcAddress, CredentialUsed};
 use futures_util::StreamExt;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use serde_json::Value;
 
 use crate::api::annotations::BMH_DETACHED;
 use crate::api::{HostBmc, Remediation, RemediationPhase, slim};
@@ -103,8 +102,7 @@ fn targets(context: &Context) -> Vec<Target> {
             .as_ref()
             .and_then(|s| s.node_ref.as_ref())
             .map(|n| n.name.clone());
-        let json = serde_json::to_value(&*machine).unwrap_or(Value::Null);
-        let host_ref = trusted_machine_host(&json, &namespace, &trusted_hosts)
+        let host_ref = trusted_machine_host(&machine, &namespace, &trusted_hosts)
             .ok()
             .flatten();
         let host = host_ref.as_ref().and_then(|r| {
