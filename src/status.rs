@@ -360,7 +360,7 @@ pub async fn mark(mark: Mark, args: MarkArgs) -> Result<()> {
             let (namespace, name) = split_name(&args.name, args.namespace.as_deref(), &client);
             let api: Api<Remediation> = Api::namespaced(client.clone(), namespace);
             let found = api.get(name).await.map_err(Error::kube("GetRemediation"))?;
-            let phase = found.status.map(|s| s.phase).unwrap_or_default();
+            let phase = found.phase();
             let object = format!("Remediation {namespace}/{name}");
             if phase != RemediationPhase::Failed {
                 return Err(refused(&object, &format!("{phase:?}"), mark));
@@ -377,7 +377,7 @@ pub async fn mark(mark: Mark, args: MarkArgs) -> Result<()> {
                 .get(name)
                 .await
                 .map_err(Error::kube("GetDriftRemediation"))?;
-            let phase = found.status.map(|s| s.phase).unwrap_or_default();
+            let phase = found.phase();
             let object = format!("DriftRemediation {name}");
             if phase != DriftPhase::Failed {
                 return Err(refused(&object, &format!("{phase:?}"), mark));

@@ -25,7 +25,7 @@ fn decide(remediations: &[&DriftRemediation], node: &Node) -> Option<String> {
         .zip(&names)
         .map(|(r, name)| Attempt {
             name,
-            phase: r.status.as_ref().map(|s| s.phase).unwrap_or_default(),
+            phase: r.phase(),
             force_file_written: r.status.as_ref().is_some_and(|s| s.force_file_written),
         })
         .collect();

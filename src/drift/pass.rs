@@ -138,7 +138,7 @@ impl Pass {
                 let latest = all.last();
                 // An aborted remediation of the same drift is the admin's "leave it".
                 let aborted_same = latest.is_some_and(|r| {
-                    r.status.as_ref().map(|s| s.phase) == Some(DriftPhase::Aborted)
+                    r.phase() == DriftPhase::Aborted
                         && r.spec.kind == drift.kind
                         && r.spec.target == drift.target
                 });

@@ -24,7 +24,7 @@ use crate::runtime::retention::{RetryAsk, Standing, acknowledged, retry_ask};
 /// What a DriftRemediation's `baremend.io/retry` asks, if it is `Failed` (a retry of any
 /// other phase asks nothing).
 pub fn failed_retry_ask(remediation: &DriftRemediation) -> RetryAsk {
-    if remediation.status.as_ref().map(|s| s.phase) == Some(DriftPhase::Failed) {
+    if remediation.phase() == DriftPhase::Failed {
         retry_ask(remediation.annotations())
     } else {
         RetryAsk::NotAsked

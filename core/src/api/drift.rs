@@ -88,6 +88,13 @@ pub struct DriftRemediationSpec {
     pub abort: bool,
 }
 
+impl DriftRemediation {
+    /// Its phase: the status's, or the first one while it has no status yet.
+    pub fn phase(&self) -> DriftPhase {
+        self.status.as_ref().map(|s| s.phase).unwrap_or_default()
+    }
+}
+
 pub use super::names::DriftAction;
 
 /// Where a drift remediation is.

@@ -87,6 +87,14 @@ pub struct RemediationSpec {
     pub trigger: Option<super::TriggerRef>,
 }
 
+impl Remediation {
+    /// Its phase: the status's, or the first one while it has no status yet (one created a
+    /// moment ago).
+    pub fn phase(&self) -> RemediationPhase {
+        self.status.as_ref().map(|s| s.phase).unwrap_or_default()
+    }
+}
+
 impl RemediationSpec {
     /// What the remediation is for, by name: its Machine's, else (a Node without a Machine)
     /// its Node's. Remediations are numbered after it (`<name>-<n>`).

@@ -64,7 +64,7 @@ pub fn unblocked_by(
         return Vec::new();
     }
     let mut waiting = all();
-    waiting.retain(|r| r.status.as_ref().map(|s| s.phase).unwrap_or_default() == Phase::Pending);
+    waiting.retain(|r| r.phase() == Phase::Pending);
     waiting
 }
 

@@ -304,7 +304,7 @@ pub(super) fn latest_per_machine(remediations: &[Remediation]) -> HashMap<String
 pub(super) fn latest_failed(latest: &HashMap<String, &Remediation>, machine: &str) -> bool {
     latest
         .get(machine)
-        .is_some_and(|r| r.status.as_ref().map(|s| s.phase) == Some(RemediationPhase::Failed))
+        .is_some_and(|r| r.phase() == RemediationPhase::Failed)
 }
 
 impl Checker {
@@ -771,11 +771,7 @@ impl Checker {
                 return;
             }
         };
-        let phase = remediation
-            .status
-            .as_ref()
-            .map(|s| s.phase)
-            .unwrap_or_default();
+        let phase = remediation.phase();
         let machine = remediation.spec.subject_name().to_string();
         let before = self.phases.get(&key).map(|(_, p)| *p);
         if matches!(event.kind, EventType::Deleted) {
@@ -1177,7 +1173,7 @@ impl Checker {
         if !self.outages.contains(&cluster) {
             return;
         }
-        if remediation.status.as_ref().map(|s| s.phase) == Some(RemediationPhase::Fenced) {
+        if remediation.phase() == RemediationPhase::Fenced {
             self.due_in_outage
                 .entry(cluster.clone())
                 .or_default()

@@ -153,11 +153,7 @@ pub(in crate::remediation) fn next_number(existing: &[Arc<Remediation>], machine
 /// How retention sees a Remediation: under way → open; `Failed` and neither acknowledged nor
 /// retried → kept; otherwise finished.
 pub fn standing(remediation: &Remediation) -> Standing {
-    let phase = remediation
-        .status
-        .as_ref()
-        .map(|s| s.phase)
-        .unwrap_or_default();
+    let phase = remediation.phase();
     if !phase.is_terminal() {
         return Standing::Open;
     }

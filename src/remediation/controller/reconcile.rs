@@ -48,7 +48,7 @@ impl Pass {
         let existing = self.remediations_of_subject();
         // Observe what the opening decides on, then decide (pure), then carry it out.
         let newest = existing.last().map(|last| Newest {
-            phase: last.status.as_ref().map(|s| s.phase).unwrap_or_default(),
+            phase: last.phase(),
             ours: crate::shard::owned_by(last.labels(), self.context.leadership.shard()),
             retry: retry_ask(last.annotations()),
         });
@@ -318,8 +318,8 @@ impl Pass {
         if let Some(unspent) = unspent {
             self.remember_bmc_proof(unspent);
         }
-        let phase = remediation.status.as_ref().map(|s| s.phase);
-        if phase.is_some_and(Phase::is_terminal) {
+        // One without a status yet is under way (the first phase).
+        if remediation.phase().is_terminal() {
             self.context.bmc_drivers.release(&self.machine_key());
             self.context.bmc_drivers.release(&self.operator_bmc_key());
         }

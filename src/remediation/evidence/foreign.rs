@@ -268,7 +268,7 @@ pub fn kept_off_by(ours: &str, keys: &[String], host: &str) -> Option<String> {
 fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&HostRef>) -> bool {
     let Some(host) = host else { return false };
     ours.iter().any(|r| {
-        let phase = r.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        let phase = r.phase();
         (r.name_any(), r.namespace()) != (this.name_any(), this.namespace())
             && r.spec.host_ref().ok().flatten().as_ref() == Some(host)
             && phase != RemediationPhase::Pending

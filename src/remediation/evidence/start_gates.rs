@@ -396,7 +396,7 @@ impl Pass {
                 namespace: r.namespace().unwrap_or_default(),
                 name: r.name_any(),
                 machine: subject_key(&r.spec),
-                phase: r.status.as_ref().map(|s| s.phase).unwrap_or_default(),
+                phase: r.phase(),
             })
             .collect();
         let mut running = running_machines(&listed, launched, &remediation.name_any(), freshness);

@@ -35,10 +35,8 @@ use crate::{Error, Result};
 /// The merge patch that brings `remediation`'s [`OUTCOME_LABEL`] in step with its phase (the
 /// terminal phase once ended, no label while under way), or None when it is in step.
 pub(in crate::remediation) fn outcome_label_patch(remediation: &Remediation) -> Option<Value> {
-    let phase = remediation.status.as_ref().map(|s| s.phase);
-    let outcome = phase
-        .filter(|p| p.is_terminal())
-        .map(RemediationPhase::as_str);
+    let phase = remediation.phase();
+    let outcome = phase.is_terminal().then(|| phase.as_str());
     let label = remediation.labels().get(OUTCOME_LABEL).map(String::as_str);
     (label != outcome)
         .then(|| serde_json::json!({"metadata": {"labels": {OUTCOME_LABEL: outcome}}}))
@@ -64,13 +62,9 @@ fn remediations_of(context: &Context, subject: &Subject) -> Vec<Arc<Remediation>
 
 /// Whether `subject`'s latest Remediation in the cache is under way (not ended).
 fn under_way(context: &Context, subject: &Subject) -> bool {
-    remediations_of(context, subject).last().is_some_and(|r| {
-        !r.status
-            .as_ref()
-            .map(|s| s.phase)
-            .unwrap_or_default()
-            .is_terminal()
-    })
+    remediations_of(context, subject)
+        .last()
+        .is_some_and(|r| !r.phase().is_terminal())
 }
 
 /// When a failed pass of `subject` (its backoff under `key`) is looked at again: on the
@@ -236,7 +230,7 @@ impl Pass {
             return None;
         }
         let status = remediation.status.as_ref();
-        if status.map(|s| s.phase).unwrap_or_default() != RemediationPhase::Pending {
+        if remediation.phase() != RemediationPhase::Pending {
             let name = status.and_then(|s| s.node_cluster.clone())?;
             return Some(ClusterRef {
                 namespace: self.namespace.clone(),

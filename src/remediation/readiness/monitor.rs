@@ -77,7 +77,7 @@ pub(in crate::remediation) fn under_remediation(
     remediations
         .iter()
         .filter(|r| {
-            let phase = r.status.as_ref().map(|s| s.phase).unwrap_or_default();
+            let phase = r.phase();
             phase != RemediationPhase::Pending && !phase.is_terminal()
         })
         .filter_map(|r| Some((r.namespace()?, r.spec.subject_name().to_string())))

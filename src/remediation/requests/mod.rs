@@ -120,11 +120,7 @@ pub fn request_status(
     release: NodeReleaseMode,
     now: SystemTime,
 ) -> Option<RequestStatus> {
-    let phase = remediation
-        .status
-        .as_ref()
-        .map(|s| s.phase)
-        .unwrap_or_default();
+    let phase = remediation.phase();
     let mut wanted = RequestStatus {
         phase: Some(phase),
         remediation: Some(remediation.name_any()),
