@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::kinds::Registry;
 use super::store::{EventType, Inner, ObjectKey, Store};
+use super::validation::admission::RequestUser;
 
 /// The label of automanaged APIServices.
 const AUTOMANAGED: &str = "kube-aggregator.kubernetes.io/automanaged";
@@ -121,8 +122,15 @@ pub(crate) fn sync(store: &Store, inner: &mut Inner) {
         // Created, then its status written, as the aggregator's controllers do (creation
         // drops the status of a kind with a status subresource).
         let status = object.get("status").cloned();
-        if let Ok(mut created) = store.create_locked(inner, &ty, "v1", "", object, false)
-            && let Some(status) = status
+        if let Ok(mut created) = store.create_locked(
+            inner,
+            &RequestUser::in_process(),
+            &ty,
+            "v1",
+            "",
+            object,
+            false,
+        ) && let Some(status) = status
         {
             created["status"] = status;
             store.commit(inner, key, Some(created), EventType::Modified);

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use super::errors::{ApiError, ApiResult};
 use super::store::{DeleteOptions, Store};
+use super::validation::admission::RequestUser;
 
 /// More unconfirmed evictions than this in a budget's `disruptedPods` refuse new ones.
 const MAX_DISRUPTED_PODS: usize = 2000;
@@ -148,7 +149,13 @@ fn insufficient_pods(status: &mut Value, now: &str) {
 }
 
 /// `POST pods/{name}/eviction`.
-pub fn evict(store: &Store, namespace: &str, name: &str, body: &Value) -> ApiResult<()> {
+pub fn evict(
+    store: &Store,
+    caller: &RequestUser,
+    namespace: &str,
+    name: &str,
+    body: &Value,
+) -> ApiResult<()> {
     let dry_run = body
         .pointer("/deleteOptions/dryRun")
         .and_then(Value::as_array)
@@ -173,7 +180,7 @@ pub fn evict(store: &Store, namespace: &str, name: &str, body: &Value) -> ApiRes
         .cloned()
         .ok_or_else(|| ApiError::not_found("", "pods", name))?;
     // NodeRestriction: a kubelet evicts only the pods bound to it.
-    crate::apiserver::validation::restrict_node_delete("", "pods", "eviction", &pod, name)?;
+    crate::apiserver::validation::restrict_node_delete(caller, "", "pods", "eviction", &pod, name)?;
 
     let terminal = matches!(
         pod.pointer("/status/phase").and_then(Value::as_str),

@@ -50,7 +50,6 @@ pub mod selectors;
 pub(crate) mod store;
 mod table;
 pub mod time;
-mod tokens;
 pub(crate) mod validation;
 mod watch;
 
@@ -68,11 +67,13 @@ use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+pub use self::auth::user::{ADMIN_USER, API_AUDIENCE};
 pub use self::auth::{Authorizer, UserInfo};
 pub use self::errors::ApiError;
-pub use self::reviews::{ADMIN_USER, API_AUDIENCE, ReviewCounts};
+pub use self::reviews::ReviewCounts;
 pub use self::store::{EventType, ObjectKey, Store, WatchEvent};
 use self::time::{SystemWallClock, WallClock};
+use self::validation::admission::RequestUser;
 pub use crate::server::Reachability;
 use crate::tls::{self, TlsIdentity};
 use crate::{Error, Result};
@@ -171,7 +172,7 @@ pub(crate) struct ServerState {
     pub address: String,
     version: (u32, u32),
     /// Signs and checks the ServiceAccount tokens of TokenRequests.
-    pub tokens: tokens::TokenIssuer,
+    pub tokens: auth::tokens::TokenIssuer,
     /// The review counters.
     reviews: reviews::Reviews,
     /// The tokens besides the ServiceAccount ones (the admin's, minted ones).
@@ -200,11 +201,6 @@ impl ServerState {
                 self.wall.since_epoch().as_secs(),
             )
             .map(|found| found.user)
-    }
-
-    /// Names the caller as the user admission policies see, for as long as the scope lives.
-    fn admission_user(&self, user: &UserInfo) -> validation::admission::UserScope {
-        validation::admission::UserScope::of(user)
     }
 
     /// The first fault that matches the request, consumed.
@@ -326,7 +322,7 @@ impl ApiServer {
             wall,
             address: local.to_string(),
             version: config.kubernetes_version,
-            tokens: tokens::TokenIssuer::generate().map_err(Error::Config)?,
+            tokens: auth::tokens::TokenIssuer::generate().map_err(Error::Config)?,
             reviews: reviews::Reviews::default(),
             authenticator: auth::authn::Authenticator::new(&token),
             ca_pem: ca_pem.clone(),
@@ -513,7 +509,7 @@ fn bootstrap_policy(store: &Store) {
             _ => "clusterrolebindings",
         };
         if let Some(ty) = registry.get(auth::RBAC_GROUP, "v1", plural) {
-            let _ = store.create(&ty, "v1", "", object, false);
+            let _ = store.create(&RequestUser::in_process(), &ty, "v1", "", object, false);
         }
     }
 }

@@ -8,6 +8,7 @@ use super::kinds::ResourceType;
 use super::objects::meta_str;
 use super::patch::{JsonPatchError, json_patch, merge_patch, strategic_merge};
 use super::store::Store;
+use super::validation::admission::RequestUser;
 
 /// The four patch types.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +52,7 @@ impl PatchKind {
 #[allow(clippy::too_many_arguments)]
 pub fn patch(
     store: &Store,
+    caller: &RequestUser,
     ty: &ResourceType,
     version: &str,
     namespace: &str,
@@ -88,7 +90,8 @@ pub fn patch(
         if meta_str(&object, "name").is_none() {
             object["metadata"]["name"] = json!(name);
         }
-        let created = store.create_locked(&mut inner, ty, version, namespace, object, dry_run)?;
+        let created =
+            store.create_locked(&mut inner, caller, ty, version, namespace, object, dry_run)?;
         if !dry_run {
             store.settle(&mut inner, ty, namespace);
         }
@@ -136,7 +139,9 @@ pub fn patch(
         return Err(ApiError::stale(&ty.group, &ty.plural, name));
     }
     let next = Store::stored_shape(ty, next);
-    let result = store.write(&mut inner, ty, version, &key, stored, next, status, dry_run)?;
+    let result = store.write(
+        &mut inner, caller, ty, version, &key, stored, next, status, dry_run,
+    )?;
     if !dry_run {
         store.settle(&mut inner, ty, namespace);
     }

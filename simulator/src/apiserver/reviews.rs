@@ -32,10 +32,6 @@ use super::{ApiServer, ServerState};
 
 const AUTHENTICATION: &str = "authentication.k8s.io";
 const AUTHORIZATION: &str = "authorization.k8s.io";
-/// The audience of every token this server issues, as a real cluster's default.
-pub const API_AUDIENCE: &str = "https://kubernetes.default.svc";
-/// The user the kubeconfig's token belongs to.
-pub const ADMIN_USER: &str = "kubernetes-admin";
 /// How many reviews the server has answered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReviewCounts {

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::ServerState;
 use super::auth::escalation::{self, RbacKind};
+use super::auth::tokens::request_token;
 use super::auth::user::{ANONYMOUS, UserInfo};
 use super::auth::{authn, request_info};
 use super::csr::{stamp, update_approval};
@@ -31,7 +32,7 @@ use super::pod_logs;
 use super::scale::{ScaleTarget, get_scale, write_scale};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::DeleteOptions;
-use super::tokens::request_token;
+use super::validation::admission::RequestUser;
 use super::watch::{WatchRequest, start};
 
 /// Request bodies larger than this are refused (etcd's limit is about 1.5 MiB).
@@ -598,14 +599,15 @@ async fn resource(
         query,
         headers,
     } = call;
-    // Admission policies see the caller; nothing below awaits, so the scope is this request's.
-    let _admission = state.admission_user(user);
+    // NodeRestriction and admission policies judge the caller: passed with each write.
+    let caller = RequestUser::of(user);
     let target = parse_target(state, group, version, rest, path)?;
     // Writes of RBAC objects must not grant what the caller does not hold.
     let rbac = RbacKind::of(group, &target.ty.plural).filter(|_| target.subresource.is_none());
     match target.subresource.as_deref() {
         Some("scale") => {
-            return scale_request(state, method, &target, version, path, query, headers, &body);
+            let request = (method, path, query, headers, &body);
+            return scale_request(state, &caller, &target, version, request);
         }
         Some("approval") => {
             return approval_request(state, method, &target, path, query, headers, &body);
@@ -761,12 +763,13 @@ async fn resource(
                 &mut object,
                 &manager(query, headers),
             );
-            let created = store.create(&ty, version, &namespace, object, dry_run(query))?;
+            let created =
+                store.create(&caller, &ty, version, &namespace, object, dry_run(query))?;
             Ok(answer(StatusCode::CREATED, created))
         }
         (Method::POST, Some(name)) if target.subresource.as_deref() == Some("eviction") => {
             let eviction = parse_json(&body)?;
-            evict(store, &namespace, name, &eviction)?;
+            evict(store, &caller, &namespace, name, &eviction)?;
             Ok(json_response(
                 StatusCode::CREATED,
                 &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -790,6 +793,7 @@ async fn resource(
                 escalation::check(&state.authorizer, user, kind, &namespace, &object)?;
             }
             let updated = store.update(
+                &caller,
                 &ty,
                 version,
                 &namespace,
@@ -826,6 +830,7 @@ async fn resource(
                 // The object the patch would store, without storing it.
                 let preview = patch(
                     store,
+                    &caller,
                     &ty,
                     version,
                     &namespace,
@@ -840,6 +845,7 @@ async fn resource(
             }
             let patched = patch(
                 store,
+                &caller,
                 &ty,
                 version,
                 &namespace,
@@ -859,7 +865,7 @@ async fn resource(
         }
         (Method::DELETE, Some(name)) => {
             let options = delete_options(query, &body)?;
-            let deleted = store.delete(&ty, version, &namespace, name, &options)?;
+            let deleted = store.delete(&caller, &ty, version, &namespace, name, &options)?;
             let pending = store.get(&ty, version, &namespace, name).is_ok();
             Ok(answer(
                 StatusCode::OK,
@@ -888,7 +894,7 @@ async fn resource(
                     .as_str()
                     .unwrap_or_default()
                     .to_owned();
-                if let Ok(object) = store.delete(&ty, version, &ns, &name, &options) {
+                if let Ok(object) = store.delete(&caller, &ty, version, &ns, &name, &options) {
                     deleted.push(object);
                 }
             }
@@ -947,17 +953,22 @@ fn approval_request(
     Ok(json_response(StatusCode::OK, &updated))
 }
 
-/// `GET`, `PUT` and `PATCH …/scale` of a custom resource.
-#[allow(clippy::too_many_arguments)]
+/// An HTTP request's method, path, query, headers and body, for a subresource's handler.
+type SubresourceRequest<'a> = (
+    &'a Method,
+    &'a str,
+    &'a HashMap<String, String>,
+    &'a HeaderMap,
+    &'a Bytes,
+);
+
+/// `GET`, `PUT` and `PATCH …/scale` of a custom resource, by `caller`.
 fn scale_request(
     state: &ServerState,
-    method: &Method,
+    caller: &RequestUser,
     target: &Target,
     version: &str,
-    path: &str,
-    query: &HashMap<String, String>,
-    headers: &HeaderMap,
-    body: &Bytes,
+    (method, path, query, headers, body): SubresourceRequest<'_>,
 ) -> ApiResult<Response> {
     let scale_target = ScaleTarget {
         ty: &target.ty,
@@ -972,6 +983,7 @@ fn scale_request(
     };
     let scale = write_scale(
         &state.store,
+        caller,
         scale_target,
         &write,
         &manager(query, headers),

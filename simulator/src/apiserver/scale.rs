@@ -21,6 +21,7 @@ use super::kinds::{ResourceType, ScalePaths};
 use super::objects::meta_str;
 use super::operations::SubresourceWrite;
 use super::store::Store;
+use super::validation::admission::RequestUser;
 
 fn at<'a>(object: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter().try_fold(object, |value, step| value.get(step))
@@ -129,6 +130,7 @@ pub(crate) fn get_scale(store: &Store, target: ScaleTarget<'_>) -> ApiResult<Val
 /// `PUT` or `PATCH …/scale`: sets the spec replicas and answers the new Scale.
 pub(crate) fn write_scale(
     store: &Store,
+    caller: &RequestUser,
     target: ScaleTarget<'_>,
     write: &SubresourceWrite,
     updater: &str,
@@ -158,7 +160,9 @@ pub(crate) fn write_scale(
     }
     let mut next = with_replicas(&current, &paths.spec_replicas, replicas_of(&scale, name)?);
     apply::record_update(ty, version, &current, &mut next, updater);
-    let written = store.write(&mut inner, ty, version, &key, stored, next, false, dry_run)?;
+    let written = store.write(
+        &mut inner, caller, ty, version, &key, stored, next, false, dry_run,
+    )?;
     if !dry_run {
         store.settle(&mut inner, ty, namespace);
     }

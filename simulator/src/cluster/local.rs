@@ -12,6 +12,7 @@ use crate::apiserver::kinds::ResourceType;
 use crate::apiserver::operations::{PatchKind, patch};
 use crate::apiserver::selectors::{FieldSelector, LabelSelector};
 use crate::apiserver::store::DeleteOptions;
+use crate::apiserver::validation::admission::RequestUser;
 use crate::apiserver::{Authorizer, Store, UserInfo};
 
 pub use super::gvr::*;
@@ -228,10 +229,12 @@ impl Local {
         result
     }
 
-    /// Names the caller to admission (NodeRestriction, admission policies) while it writes.
-    fn admission_scope(&self) -> Option<crate::apiserver::validation::admission::UserScope> {
+    /// The caller as admission (NodeRestriction, admission policies) judges its writes: its
+    /// account, or no user for a writer without one.
+    fn caller(&self) -> RequestUser {
         self.user()
-            .map(crate::apiserver::validation::admission::UserScope::of)
+            .map(RequestUser::of)
+            .unwrap_or_else(RequestUser::in_process)
     }
 
     /// Ok when the in-process caller may `verb` the object (`name` "" for a collection).
@@ -382,9 +385,10 @@ impl Local {
     /// Creates an object.
     pub fn create(&self, gvr: Gvr, namespace: &str, body: Value) -> ApiResult<Value> {
         self.allowed("create", gvr, "", namespace, "")?;
-        let _admission = self.admission_scope();
         let created = match self.target(gvr)? {
-            Target::Store(store, ty) => store.create(&ty, gvr.version, namespace, body, false),
+            Target::Store(store, ty) => {
+                store.create(&self.caller(), &ty, gvr.version, namespace, body, false)
+            }
             Target::Remote(remote) => remote.create(gvr, namespace, &body, self.manager),
         };
         self.refused(created, gvr)
@@ -401,10 +405,10 @@ impl Local {
     ) -> ApiResult<Value> {
         let subresource = if status { "status" } else { "" };
         self.allowed("patch", gvr, subresource, namespace, name)?;
-        let _admission = self.admission_scope();
         let patched = match self.target(gvr)? {
             Target::Store(store, ty) => patch(
                 store,
+                &self.caller(),
                 &ty,
                 gvr.version,
                 namespace,
@@ -431,14 +435,13 @@ impl Local {
         grace: Option<i64>,
     ) -> ApiResult<Value> {
         self.allowed("delete", gvr, "", namespace, name)?;
-        let _admission = self.admission_scope();
         let deleted = match self.target(gvr)? {
             Target::Store(store, ty) => {
                 let options = DeleteOptions {
                     grace_period_seconds: grace,
                     ..DeleteOptions::default()
                 };
-                store.delete(&ty, gvr.version, namespace, name, &options)
+                store.delete(&self.caller(), &ty, gvr.version, namespace, name, &options)
             }
             Target::Remote(remote) => remote.delete(gvr, namespace, name, grace),
         };
@@ -466,10 +469,10 @@ impl Local {
     /// Evicts a pod through the eviction subresource (PodDisruptionBudgets respected).
     pub fn evict(&self, namespace: &str, name: &str) -> ApiResult<()> {
         self.allowed("create", PODS, "eviction", namespace, name)?;
-        let _admission = self.admission_scope();
         let evicted = match self.target(PODS)? {
             Target::Store(store, _) => crate::apiserver::eviction::evict(
                 store,
+                &self.caller(),
                 namespace,
                 name,
                 &serde_json::json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}),

@@ -25,11 +25,11 @@ use std::sync::Mutex;
 use axum::http::HeaderMap;
 
 use super::rbac::{Attributes, ResourceAttributes};
+use super::tokens::{TokenIssuer, identify};
+use super::user::{ADMIN_USER, API_AUDIENCE};
 use super::user::{ANONYMOUS, AUTHENTICATED, SUPERUSERS, UNAUTHENTICATED, UserInfo};
 use crate::apiserver::errors::{ApiError, ApiResult};
-use crate::apiserver::reviews::{ADMIN_USER, API_AUDIENCE};
 use crate::apiserver::store::Store;
-use crate::apiserver::tokens::{TokenIssuer, identify};
 
 /// The tokens the server knows besides the ServiceAccount ones it signs.
 #[derive(Debug)]

@@ -27,10 +27,11 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
+use super::tokens::legacy_claims;
 use super::user::RBAC_GROUP;
 use crate::apiserver::ServerState;
 use crate::apiserver::store::{EventType, Store};
-use crate::apiserver::tokens::legacy_claims;
+use crate::apiserver::validation::admission::RequestUser;
 
 /// The Secret type of legacy ServiceAccount tokens.
 pub(crate) const TOKEN_SECRET: &str = "kubernetes.io/service-account-token";
@@ -85,7 +86,16 @@ pub(crate) fn sync_aggregation(store: &Store) {
         // another pass.
         if let Ok(mut fresh) = store.get(&ty, "v1", "", name(role)) {
             fresh["rules"] = Value::from(rules);
-            let _ = store.update(&ty, "v1", "", name(role), fresh, false, false);
+            let _ = store.update(
+                &RequestUser::in_process(),
+                &ty,
+                "v1",
+                "",
+                name(role),
+                fresh,
+                false,
+                false,
+            );
         }
     }
 }
@@ -131,7 +141,16 @@ fn fill_token_secret(state: &ServerState, secret: &Value) {
     data.insert("namespace".into(), json!(STANDARD.encode(namespace)));
     fresh["data"] = Value::Object(data);
     fresh["metadata"]["annotations"][ACCOUNT_UID] = json!(uid);
-    let _ = store.update(&secrets, "v1", namespace, name(secret), fresh, false, false);
+    let _ = store.update(
+        &RequestUser::in_process(),
+        &secrets,
+        "v1",
+        namespace,
+        name(secret),
+        fresh,
+        false,
+        false,
+    );
 }
 
 /// Fills every legacy token Secret that waits for a token.

@@ -1,5 +1,6 @@
 //! Who is calling and what they may do: authentication of bearer tokens (and impersonation)
-//! into a [`UserInfo`], and the RBAC authorizer that decides every request from the stored
+//! into a [`UserInfo`] (ServiceAccount tokens are issued and identified by [`tokens`]), and
+//! the RBAC authorizer that decides every request from the stored
 //! Roles, ClusterRoles and bindings.
 //!
 //! Expected flow: `routes::dispatch` authenticates ([`authn`]) → maps the request to
@@ -23,6 +24,7 @@ pub(crate) mod escalation;
 pub mod node;
 pub mod rbac;
 pub mod request_info;
+pub(crate) mod tokens;
 pub mod user;
 
 pub use self::authorizer::Authorizer;

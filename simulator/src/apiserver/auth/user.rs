@@ -3,6 +3,10 @@
 use std::collections::BTreeMap;
 
 /// The API group of the RBAC kinds.
+/// The audience of every token this server issues, as a real cluster's default.
+pub const API_AUDIENCE: &str = "https://kubernetes.default.svc";
+/// The user the kubeconfig's token belongs to.
+pub const ADMIN_USER: &str = "kubernetes-admin";
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 /// The group the superuser authorizer allows everything.
 pub const SUPERUSERS: &str = "system:masters";

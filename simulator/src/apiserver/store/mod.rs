@@ -9,8 +9,11 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::{Value, json};
+
+use crate::apiserver::validation::admission::RequestUser;
 use tokio::sync::broadcast;
 
+pub(crate) mod admit;
 mod observers;
 mod writes;
 
@@ -298,13 +301,29 @@ impl Store {
         for name in SYSTEM_NAMESPACES {
             if let Some(ty) = inner.registry.get("", "v1", "namespaces") {
                 let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
-                let _ = store.create_locked(&mut inner, &ty, "v1", "", namespace, false);
+                let _ = store.create_locked(
+                    &mut inner,
+                    &RequestUser::in_process(),
+                    &ty,
+                    "v1",
+                    "",
+                    namespace,
+                    false,
+                );
             }
         }
         for (group, plural, object) in kubernetes_service().into_iter().chain(component_statuses())
         {
             if let Some(ty) = inner.registry.get(group, "v1", plural) {
-                let _ = store.create_locked(&mut inner, &ty, "v1", "default", object, false);
+                let _ = store.create_locked(
+                    &mut inner,
+                    &RequestUser::in_process(),
+                    &ty,
+                    "v1",
+                    "default",
+                    object,
+                    false,
+                );
             }
         }
         drop(inner);
@@ -532,7 +551,7 @@ impl Store {
             return crate::apiserver::objects::event_to_events_v1(object);
         }
         let mut object = object.clone();
-        crate::apiserver::validation::default_on_read(ty, version, &mut object);
+        admit::default_on_read(ty, version, &mut object);
         if let Value::Object(map) = &mut object {
             map.insert("apiVersion".into(), json!(ty.api_version(version)));
             map.insert("kind".into(), json!(ty.kind));

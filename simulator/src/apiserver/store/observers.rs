@@ -108,6 +108,7 @@ mod tests {
     use super::*;
     use crate::apiserver::store::DeleteOptions;
     use crate::apiserver::time::SystemWallClock;
+    use crate::apiserver::validation::admission::RequestUser;
 
     /// Records what it is told, in order.
     #[derive(Default)]
@@ -145,11 +146,13 @@ mod tests {
     #[test]
     fn observers_hear_every_settled_write_and_removal_and_no_controller_runs_unless_registered() {
         let store = Store::new(Arc::new(SystemWallClock), 64, 64);
+        let nobody = RequestUser::in_process();
         let recording = Arc::new(Recording::default());
         store.observe(recording.clone());
         let ty = store.resource_type("", "v1", "configmaps").unwrap();
         let owner = store
             .create(
+                &nobody,
                 &ty,
                 "v1",
                 "default",
@@ -160,6 +163,7 @@ mod tests {
         let uid = owner["metadata"]["uid"].clone();
         store
             .create(
+                &nobody,
                 &ty,
                 "v1",
                 "default",
@@ -170,6 +174,7 @@ mod tests {
         // A dry run settles nothing.
         store
             .create(
+                &nobody,
                 &ty,
                 "v1",
                 "default",
@@ -182,7 +187,7 @@ mod tests {
             ..DeleteOptions::default()
         };
         store
-            .delete(&ty, "v1", "default", "owner", &orphaning)
+            .delete(&nobody, &ty, "v1", "default", "owner", &orphaning)
             .unwrap();
         assert_eq!(
             *recording.0.lock().unwrap(),
@@ -203,6 +208,7 @@ mod tests {
     #[test]
     fn the_owner_index_follows_every_commit_of_owner_references() {
         let store = Store::new(Arc::new(SystemWallClock), 64, 64);
+        let nobody = RequestUser::in_process();
         let ty = store.resource_type("", "v1", "configmaps").unwrap();
         let create = |name: &str, owners: &[&Value]| {
             let refs: Vec<Value> = owners
@@ -213,6 +219,7 @@ mod tests {
                 .collect();
             store
                 .create(
+                    &nobody,
                     &ty,
                     "v1",
                     "default",
@@ -230,10 +237,17 @@ mod tests {
         let mut next = moved.clone();
         next["metadata"]["ownerReferences"][0]["uid"] = b.clone();
         store
-            .update(&ty, "v1", "default", "moved", next, false, false)
+            .update(&nobody, &ty, "v1", "default", "moved", next, false, false)
             .unwrap();
         store
-            .delete(&ty, "v1", "default", "one", &DeleteOptions::default())
+            .delete(
+                &nobody,
+                &ty,
+                "v1",
+                "default",
+                "one",
+                &DeleteOptions::default(),
+            )
             .unwrap();
         let names = |uid: &Value| -> Vec<String> {
             let inner = store.lock();
@@ -248,7 +262,7 @@ mod tests {
         let mut none = store.get(&ty, "v1", "default", "both").unwrap();
         none["metadata"]["ownerReferences"] = json!([]);
         store
-            .update(&ty, "v1", "default", "both", none, false, false)
+            .update(&nobody, &ty, "v1", "default", "both", none, false, false)
             .unwrap();
         assert!(names(&a).is_empty());
         assert!(!store.lock().dependents.contains_key(a.as_str().unwrap()));

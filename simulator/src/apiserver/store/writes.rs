@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::admit::Surroundings;
 use super::{DeleteOptions, EventType, Inner, ObjectKey, Removal, Store};
 use crate::apiserver::errors::{ApiError, ApiResult};
 use crate::apiserver::kinds::ResourceType;
@@ -10,7 +11,8 @@ use crate::apiserver::objects::{
     finalizers, meta_str, metadata_mut, valid_label_name, valid_label_value, valid_qualified_name,
     valid_subdomain,
 };
-use crate::apiserver::validation::{Surroundings, admission};
+use crate::apiserver::validation::admission;
+use crate::apiserver::validation::admission::RequestUser;
 
 impl Store {
     fn validate_metadata(ty: &ResourceType, object: &Value, name: &str) -> ApiResult<()> {
@@ -123,9 +125,10 @@ impl Store {
         }
     }
 
-    /// Creates an object.
+    /// Creates an object, as `caller` (whom NodeRestriction and admission policies judge).
     pub fn create(
         &self,
+        caller: &RequestUser,
         ty: &ResourceType,
         version: &str,
         namespace: &str,
@@ -133,16 +136,19 @@ impl Store {
         dry_run: bool,
     ) -> ApiResult<Value> {
         let mut inner = self.lock();
-        let created = self.create_locked(&mut inner, ty, version, namespace, body, dry_run)?;
+        let created =
+            self.create_locked(&mut inner, caller, ty, version, namespace, body, dry_run)?;
         if !dry_run {
             self.settle(&mut inner, ty, namespace);
         }
         Ok(created)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn create_locked(
         &self,
         inner: &mut Inner,
+        caller: &RequestUser,
         ty: &ResourceType,
         version: &str,
         namespace: &str,
@@ -226,7 +232,7 @@ impl Store {
         let rules = self.rules();
         rules.prepare_for_create(ty, &mut object, &now);
         let around = surroundings(inner, namespace);
-        crate::apiserver::validation::admit(ty, version, "", None, &mut object, &around)?;
+        super::admit::admit(caller, ty, version, "", None, &mut object, &around)?;
         rules.validate_create(ty, &object)?;
         let object = Self::present(ty, version, &object);
         let stored = if ty.group == "events.k8s.io" {
@@ -246,10 +252,11 @@ impl Store {
         self.wall.since_epoch()
     }
 
-    /// Replaces an object (PUT), or its status (PUT …/status).
+    /// Replaces an object (PUT), or its status (PUT …/status), as `caller`.
     #[allow(clippy::too_many_arguments)]
     pub fn update(
         &self,
+        caller: &RequestUser,
         ty: &ResourceType,
         version: &str,
         namespace: &str,
@@ -277,7 +284,7 @@ impl Store {
             return Err(ApiError::stale(&ty.group, &ty.plural, name));
         }
         let result = self.write(
-            &mut inner, ty, version, &key, current, body, status, dry_run,
+            &mut inner, caller, ty, version, &key, current, body, status, dry_run,
         )?;
         if !dry_run {
             self.settle(&mut inner, ty, namespace);
@@ -291,6 +298,7 @@ impl Store {
     pub(crate) fn write(
         &self,
         inner: &mut Inner,
+        caller: &RequestUser,
         ty: &ResourceType,
         version: &str,
         key: &ObjectKey,
@@ -354,7 +362,8 @@ impl Store {
         Self::validate_metadata(ty, &next, &key.name)?;
         let around = surroundings(inner, &key.namespace);
         let subresource = if status { "status" } else { "" };
-        crate::apiserver::validation::admit(
+        super::admit::admit(
+            caller,
             ty,
             version,
             subresource,
@@ -411,9 +420,11 @@ impl Store {
         Ok(Self::present(ty, version, &committed))
     }
 
-    /// Deletes an object, honouring preconditions, finalizers and pod grace periods.
+    /// Deletes an object, honouring preconditions, finalizers and pod grace periods, as
+    /// `caller`.
     pub fn delete(
         &self,
+        caller: &RequestUser,
         ty: &ResourceType,
         version: &str,
         namespace: &str,
@@ -424,7 +435,7 @@ impl Store {
         // NodeRestriction: a kubelet deletes only what is its own.
         if let Some(current) = inner.objects.get(&Self::key(ty, namespace, name)) {
             crate::apiserver::validation::restrict_node_delete(
-                &ty.group, &ty.plural, "", current, name,
+                caller, &ty.group, &ty.plural, "", current, name,
             )?;
         }
         let result = self.delete_locked(&mut inner, ty, version, namespace, name, options)?;

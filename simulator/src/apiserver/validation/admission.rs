@@ -23,7 +23,6 @@
 //! resource (`subResource` empty); variables are evaluated eagerly (one that fails is
 //! absent rather than an error where used); the policy's status (type checking) stays empty.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 
 use cel::objects::{Key, Map};
@@ -36,7 +35,8 @@ use crate::apiserver::errors::ApiError;
 /// The API group of the policy kinds.
 pub const GROUP: &str = "admissionregistration.k8s.io";
 
-/// Who sent the request being admitted.
+/// Who sent the request being admitted: passed with every write to the store, from the
+/// request's authentication down to admission (never held aside for the thread).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestUser {
     /// `userInfo.username`.
@@ -45,45 +45,21 @@ pub struct RequestUser {
     pub groups: Vec<String>,
 }
 
-thread_local! {
-    static CURRENT_USER: RefCell<Option<RequestUser>> = const { RefCell::new(None) };
-}
-
-/// Names the user of the request this thread is serving until dropped. The request handler
-/// reaches the store synchronously (no `.await` between), so the thread is the request's.
-#[derive(Debug)]
-pub struct UserScope {
-    previous: Option<RequestUser>,
-}
-
-impl UserScope {
-    /// Starts serving `user`'s request on this thread.
-    pub fn enter(user: RequestUser) -> Self {
-        let previous = CURRENT_USER.with(|current| current.replace(Some(user)));
-        UserScope { previous }
-    }
-
-    /// Starts serving the request of the authenticated `user` (an HTTP caller, or an
-    /// in-process actor calling as its account).
+impl RequestUser {
+    /// The authenticated `user` (an HTTP caller, or an in-process actor calling as its
+    /// account).
     pub fn of(user: &crate::apiserver::UserInfo) -> Self {
-        Self::enter(RequestUser {
+        RequestUser {
             username: user.username.clone(),
             groups: user.groups.clone(),
-        })
+        }
     }
-}
 
-impl Drop for UserScope {
-    fn drop(&mut self) {
-        let previous = self.previous.take();
-        CURRENT_USER.with(|current| *current.borrow_mut() = previous);
+    /// An in-process writer that is no user (a simulated controller writing the store
+    /// directly): it has no name, and no rule that names users holds it.
+    pub fn in_process() -> Self {
+        RequestUser::default()
     }
-}
-
-/// The user of the request this thread serves; an in-process writer (a simulated controller)
-/// has no name.
-pub fn current_user() -> RequestUser {
-    CURRENT_USER.with(|current| current.borrow().clone().unwrap_or_default())
 }
 
 /// The operations admitted.
@@ -566,18 +542,5 @@ mod tests {
             &json!({"spec": {"validations": [{"expression": "object.spec.replicas <="}]}}),
         );
         assert_eq!(errors[0].field, "spec.validations[0].expression");
-    }
-
-    #[test]
-    fn the_user_scope_is_restored() {
-        assert_eq!(current_user(), RequestUser::default());
-        {
-            let _scope = UserScope::enter(RequestUser {
-                username: "alice".into(),
-                groups: vec![],
-            });
-            assert_eq!(current_user().username, "alice");
-        }
-        assert_eq!(current_user(), RequestUser::default());
     }
 }

@@ -10,7 +10,7 @@
 //! object is 404; a token authenticates requests until it expires, while its ServiceAccount
 //! (same uid) and bound object exist; a legacy token (of a `service-account-token` Secret)
 //! while its Secret holds it and its ServiceAccount exists. Audiences default to the API's
-//! ([`super::reviews::API_AUDIENCE`]), as the real server's `--api-audiences`.
+//! ([`super::user::API_AUDIENCE`]), as the real server's `--api-audiences`.
 //!
 //! Caveats: the signing key is
 //! made per server start (tokens do not survive a restart); the issuer has no OIDC discovery
@@ -22,9 +22,9 @@ use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{self, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde_json::{Value, json};
 
-use super::auth::user::UserInfo;
-use super::errors::{ApiError, ApiResult};
-use super::store::Store;
+use super::user::UserInfo;
+use crate::apiserver::errors::{ApiError, ApiResult};
+use crate::apiserver::store::Store;
 
 /// The issuer and default audience, as a cluster's `--service-account-issuer` usually is.
 pub(crate) const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
@@ -98,7 +98,7 @@ pub(crate) fn plan(request: &Value, name: &str) -> ApiResult<TokenPlan> {
                 .collect()
         })
         .filter(|a: &Vec<String>| !a.is_empty())
-        .unwrap_or_else(|| vec![super::reviews::API_AUDIENCE.to_owned()]);
+        .unwrap_or_else(|| vec![super::user::API_AUDIENCE.to_owned()]);
     let bound = match spec.get("boundObjectRef").filter(|b| !b.is_null()) {
         None => None,
         Some(reference) => {
@@ -305,7 +305,7 @@ pub(crate) fn request_token(
     );
     let token = issuer.sign(&claims)?;
     let expires = claims["exp"].as_u64().unwrap_or(now);
-    let expiration = super::time::format_time(std::time::Duration::from_secs(expires));
+    let expiration = crate::apiserver::time::format_time(std::time::Duration::from_secs(expires));
     Ok(response(&plan, namespace, name, &token, &expiration))
 }
 
@@ -452,7 +452,7 @@ mod tests {
         assert_eq!(plan.expiration_seconds, 3600);
         assert_eq!(
             plan.audiences,
-            vec![super::super::reviews::API_AUDIENCE.to_owned()]
+            vec![super::super::user::API_AUDIENCE.to_owned()]
         );
         let short = super::plan(&json!({"spec": {"expirationSeconds": 599}}), "sa").unwrap_err();
         assert_eq!((short.code, short.reason), (422, "Invalid"));
