@@ -584,6 +584,8 @@ fn manager(query: &HashMap<String, String>, headers: &HeaderMap) -> String {
         })
 }
 
+/// A request on a served resource: its subresources that answer on their own (`scale`,
+/// `approval`, `log`), then one handler per verb.
 async fn resource(
     state: &Arc<ServerState>,
     call: Call<'_>,
@@ -602,8 +604,6 @@ async fn resource(
     // NodeRestriction and admission policies judge the caller: passed with each write.
     let caller = RequestUser::of(user);
     let target = parse_target(state, group, version, rest, path)?;
-    // Writes of RBAC objects must not grant what the caller does not hold.
-    let rbac = RbacKind::of(group, &target.ty.plural).filter(|_| target.subresource.is_none());
     match target.subresource.as_deref() {
         Some("scale") => {
             let request = (method, path, query, headers, &body);
@@ -625,287 +625,363 @@ async fn resource(
         }
         _ => {}
     }
-    let store = &state.store;
-    let ty = target.ty.clone();
-    let namespace = target.namespace.clone().unwrap_or_default();
-    let status = target.subresource.as_deref() == Some("status");
     let rendering = accept(headers).rendering()?;
-    let table = rendering == Rendering::Table;
-    let include_object = query.get("includeObject").is_some_and(|v| v == "Object");
     let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
-    if ty.is_read_only() && (*method != Method::GET || watch) {
+    if target.ty.is_read_only() && (*method != Method::GET || watch) {
         // ComponentStatus is served for get and list only, as by the real server.
         let verb = if watch { "watch" } else { method.as_str() };
-        return Err(ApiError::method_not_allowed(verb, &ty.plural));
+        return Err(ApiError::method_not_allowed(verb, &target.ty.plural));
     }
     let list = target.name.is_none() && matches!(*method, Method::GET | Method::DELETE) && !watch;
     check_shape(rendering, list)?;
-    let one = |object: Value| match rendering {
-        Rendering::Metadata(version) => partial_metadata(version, &object),
-        _ => object,
+    let served = Served {
+        state,
+        call,
+        caller,
+        version,
+        namespace: target.namespace.clone().unwrap_or_default(),
+        status: target.subresource.as_deref() == Some("status"),
+        // Writes of RBAC objects must not grant what the caller does not hold.
+        rbac: RbacKind::of(group, &target.ty.plural).filter(|_| target.subresource.is_none()),
+        rendering,
+        // Objects and lists in the client's encoding: protobuf when it prefers it (kubectl's
+        // typed clients), JSON otherwise and for what has no protobuf message.
+        protobuf: rendering == Rendering::Object && accept(headers).prefers_protobuf(),
+        target,
+        body,
     };
-    // Objects and lists in the client's encoding: protobuf when it prefers it (kubectl's
-    // typed clients), JSON otherwise and for what has no protobuf message.
-    let protobuf = rendering == Rendering::Object && accept(headers).prefers_protobuf();
-    let answer = |code: StatusCode, object: Value| -> Response {
-        let object = one(object);
-        match protobuf.then(|| super::protobuf::encode(&object)) {
+    let subresource = served.target.subresource.as_deref();
+    match (method.clone(), served.target.name.as_deref()) {
+        (Method::GET, None) if watch => served.watch(),
+        (Method::GET, None) => served.list(),
+        (Method::GET, Some(name)) => served.get(name),
+        (Method::POST, None) => served.create(),
+        (Method::POST, Some(name)) if subresource == Some("eviction") => served.evict(name),
+        (Method::POST, Some(name)) if subresource == Some("token") => served.issue_token(name),
+        (Method::PUT, Some(name)) => served.replace(name),
+        (Method::PATCH, Some(name)) => served.patch(name),
+        (Method::DELETE, Some(name)) => served.delete(name),
+        (Method::DELETE, None) => served.delete_collection(),
+        (method, _) => Err(ApiError::method_not_allowed(method.as_str(), path)),
+    }
+}
+
+/// One request on a served resource, past authentication and authorization, as each verb's
+/// handler reads it.
+struct Served<'a> {
+    state: &'a Arc<ServerState>,
+    call: Call<'a>,
+    /// Who writes, as NodeRestriction and admission policies judge it.
+    caller: RequestUser,
+    target: Target,
+    version: &'a str,
+    /// The path's namespace (empty for a cluster-scoped kind or an all-namespaces list).
+    namespace: String,
+    /// A write through the status subresource.
+    status: bool,
+    /// The RBAC kind written, for the escalation check.
+    rbac: Option<RbacKind>,
+    rendering: Rendering,
+    protobuf: bool,
+    body: Bytes,
+}
+
+impl Served<'_> {
+    fn ty(&self) -> &ResourceType {
+        &self.target.ty
+    }
+
+    fn query(&self) -> &HashMap<String, String> {
+        self.call.query
+    }
+
+    /// One object or list in the rendering and encoding the client asked for.
+    fn answer(&self, code: StatusCode, object: Value) -> Response {
+        let object = match self.rendering {
+            Rendering::Metadata(version) => partial_metadata(version, &object),
+            _ => object,
+        };
+        match self.protobuf.then(|| super::protobuf::encode(&object)) {
             Some(Ok(bytes)) => protobuf_response(code, bytes),
             _ => json_response(code, &object),
         }
-    };
-    match (method.clone(), target.name.as_deref()) {
-        (Method::GET, None) => {
-            let (labels, fields) = selectors(query, &ty.plural)?;
-            let namespace = target.namespace.clone();
-            if watch {
-                let scope = WatchScope {
-                    ty,
-                    version,
-                    namespace,
-                    labels,
-                    fields,
-                };
-                let request = watch_request(state, scope, query, rendering)?;
-                let wall = state.wall.clone();
-                return start(
-                    store.clone(),
-                    request,
-                    state.stop_watches.subscribe(),
-                    move || wall.since_epoch(),
-                );
-            }
-            let limit = query
-                .get("limit")
-                .and_then(|l| l.parse::<usize>().ok())
-                .filter(|l| *l > 0);
-            let page = store.list_page(
-                &ty,
-                version,
-                namespace.as_deref(),
-                &labels,
-                &fields,
-                limit,
-                query
-                    .get("continue")
-                    .map(String::as_str)
-                    .filter(|c| !c.is_empty()),
-            )?;
-            if rendering == Rendering::Object && !protobuf {
-                // The common answer, written from the store's objects as they are.
-                return Ok(json_response(StatusCode::OK, &page));
-            }
-            let list = page.into_value();
-            if table {
+    }
+
+    /// `objects` as a Table (`kubectl get`'s rendering).
+    fn table(&self, objects: &[Value], rv: &str, next: Option<&str>) -> Response {
+        let include_object = self
+            .query()
+            .get("includeObject")
+            .is_some_and(|v| v == "Object");
+        let table = super::table::table(
+            self.ty(),
+            objects,
+            rv,
+            next,
+            self.state.wall.since_epoch(),
+            include_object,
+        );
+        json_response(StatusCode::OK, &table)
+    }
+
+    /// `GET` of a collection with `watch`: the stream of changes.
+    fn watch(&self) -> ApiResult<Response> {
+        let (labels, fields) = selectors(self.query(), &self.ty().plural)?;
+        let scope = WatchScope {
+            ty: self.target.ty.clone(),
+            version: self.version,
+            namespace: self.target.namespace.clone(),
+            labels,
+            fields,
+        };
+        let request = watch_request(self.state, scope, self.query(), self.rendering)?;
+        let wall = self.state.wall.clone();
+        start(
+            self.state.store.clone(),
+            request,
+            self.state.stop_watches.subscribe(),
+            move || wall.since_epoch(),
+        )
+    }
+
+    /// `GET` of a collection: one page of the list.
+    fn list(&self) -> ApiResult<Response> {
+        let (labels, fields) = selectors(self.query(), &self.ty().plural)?;
+        let limit = self
+            .query()
+            .get("limit")
+            .and_then(|l| l.parse::<usize>().ok())
+            .filter(|l| *l > 0);
+        let page = self.state.store.list_page(
+            self.ty(),
+            self.version,
+            self.target.namespace.as_deref(),
+            &labels,
+            &fields,
+            limit,
+            self.query()
+                .get("continue")
+                .map(String::as_str)
+                .filter(|c| !c.is_empty()),
+        )?;
+        if self.rendering == Rendering::Object && !self.protobuf {
+            // The common answer, written from the store's objects as they are.
+            return Ok(json_response(StatusCode::OK, &page));
+        }
+        let list = page.into_value();
+        match self.rendering {
+            Rendering::Table => {
                 let items = list["items"].as_array().cloned().unwrap_or_default();
                 let rv = list["metadata"]["resourceVersion"]
                     .as_str()
                     .unwrap_or_default();
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &super::table::table(
-                        &ty,
-                        &items,
-                        rv,
-                        list["metadata"]["continue"].as_str(),
-                        state.wall.since_epoch(),
-                        include_object,
-                    ),
-                ));
+                Ok(self.table(&items, rv, list["metadata"]["continue"].as_str()))
             }
-            if let Rendering::MetadataList(version) = rendering {
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &partial_metadata_list(version, &list),
-                ));
-            }
-            Ok(answer(StatusCode::OK, list))
+            Rendering::MetadataList(version) => Ok(json_response(
+                StatusCode::OK,
+                &partial_metadata_list(version, &list),
+            )),
+            _ => Ok(self.answer(StatusCode::OK, list)),
         }
-        (Method::GET, Some(name)) => {
-            let object = store.get(&ty, version, &namespace, name)?;
-            if table && !status {
-                let rv = object["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &super::table::table(
-                        &ty,
-                        &[object],
-                        &rv,
-                        None,
-                        state.wall.since_epoch(),
-                        include_object,
-                    ),
-                ));
-            }
-            Ok(answer(StatusCode::OK, object))
+    }
+
+    /// `GET` of one object (or its status).
+    fn get(&self, name: &str) -> ApiResult<Response> {
+        let object = self
+            .state
+            .store
+            .get(self.ty(), self.version, &self.namespace, name)?;
+        if self.rendering == Rendering::Table && !self.status {
+            let rv = object["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            return Ok(self.table(&[object], &rv, None));
         }
-        (Method::POST, None) => {
-            if target.namespace.is_none() && ty.namespaced {
-                return Err(ApiError::method_not_allowed("POST", path));
-            }
-            let mut object = parse_json(&body)?;
-            strict_fields(&ty, version, query, &object)?;
-            if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
-                stamp(&mut object, user);
-            }
-            if let Some(kind) = rbac {
-                escalation::check(&state.authorizer, user, kind, &namespace, &object)?;
-            }
-            // A create is an update from nothing: its manager owns what it set (the real
-            // server's field manager records every write, not only applies).
-            super::apply::record_update(
-                &ty,
-                version,
-                &json!({}),
-                &mut object,
-                &manager(query, headers),
-            );
-            let created =
-                store.create(&caller, &ty, version, &namespace, object, dry_run(query))?;
-            Ok(answer(StatusCode::CREATED, created))
+        Ok(self.answer(StatusCode::OK, object))
+    }
+
+    /// `POST` to a collection: a create.
+    fn create(&self) -> ApiResult<Response> {
+        let ty = self.ty();
+        if self.target.namespace.is_none() && ty.namespaced {
+            return Err(ApiError::method_not_allowed("POST", self.call.path));
         }
-        (Method::POST, Some(name)) if target.subresource.as_deref() == Some("eviction") => {
-            let eviction = parse_json(&body)?;
-            evict(store, &caller, &namespace, name, &eviction)?;
-            Ok(json_response(
-                StatusCode::CREATED,
-                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-            ))
+        let mut object = parse_json(&self.body)?;
+        strict_fields(ty, self.version, self.query(), &object)?;
+        if ty.group == "certificates.k8s.io" && ty.plural == "certificatesigningrequests" {
+            stamp(&mut object, self.call.user);
         }
-        (Method::POST, Some(name)) if target.subresource.as_deref() == Some("token") => {
-            let issued = request_token(
-                store,
-                &state.tokens,
-                &namespace,
-                name,
-                &parse_json(&body)?,
-                state.wall.since_epoch().as_secs(),
-            )?;
-            Ok(json_response(StatusCode::CREATED, &issued))
-        }
-        (Method::PUT, Some(name)) => {
-            let object = parse_json(&body)?;
-            strict_fields(&ty, version, query, &object)?;
-            if let Some(kind) = rbac {
-                escalation::check(&state.authorizer, user, kind, &namespace, &object)?;
-            }
-            let updated = store.update(
-                &caller,
-                &ty,
-                version,
-                &namespace,
-                name,
+        self.no_escalation(&object)?;
+        // A create is an update from nothing: its manager owns what it set (the real
+        // server's field manager records every write, not only applies).
+        let manager = manager(self.query(), self.call.headers);
+        super::apply::record_update(ty, self.version, &json!({}), &mut object, &manager);
+        let created = self.state.store.create(
+            &self.caller,
+            ty,
+            self.version,
+            &self.namespace,
+            object,
+            dry_run(self.query()),
+        )?;
+        Ok(self.answer(StatusCode::CREATED, created))
+    }
+
+    /// The escalation check of a write of an RBAC object (none for other kinds).
+    fn no_escalation(&self, object: &Value) -> ApiResult<()> {
+        match self.rbac {
+            Some(kind) => escalation::check(
+                &self.state.authorizer,
+                self.call.user,
+                kind,
+                &self.namespace,
                 object,
-                status,
-                dry_run(query),
-            )?;
-            Ok(answer(StatusCode::OK, updated))
+            ),
+            None => Ok(()),
         }
-        (Method::PATCH, Some(name)) => {
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            let mut kind = PatchKind::from_content_type(content_type)
-                .ok_or_else(ApiError::unknown_patch_type)?;
-            if let PatchKind::Apply { manager: m, force } = &mut kind {
-                *m = query.get("fieldManager").cloned().unwrap_or_default();
-                *force = query.get("force").is_some_and(|f| f == "true");
+    }
+
+    /// `POST …/pods/<name>/eviction`.
+    fn evict(&self, name: &str) -> ApiResult<Response> {
+        let eviction = parse_json(&self.body)?;
+        evict(
+            &self.state.store,
+            &self.caller,
+            &self.namespace,
+            name,
+            &eviction,
+        )?;
+        Ok(json_response(
+            StatusCode::CREATED,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        ))
+    }
+
+    /// `POST …/serviceaccounts/<name>/token`.
+    fn issue_token(&self, name: &str) -> ApiResult<Response> {
+        let issued = request_token(
+            &self.state.store,
+            &self.state.tokens,
+            &self.namespace,
+            name,
+            &parse_json(&self.body)?,
+            self.state.wall.since_epoch().as_secs(),
+        )?;
+        Ok(json_response(StatusCode::CREATED, &issued))
+    }
+
+    /// `PUT` of one object (or its status).
+    fn replace(&self, name: &str) -> ApiResult<Response> {
+        let object = parse_json(&self.body)?;
+        strict_fields(self.ty(), self.version, self.query(), &object)?;
+        self.no_escalation(&object)?;
+        let updated = self.state.store.update(
+            &self.caller,
+            self.ty(),
+            self.version,
+            &self.namespace,
+            name,
+            object,
+            self.status,
+            dry_run(self.query()),
+        )?;
+        Ok(self.answer(StatusCode::OK, updated))
+    }
+
+    /// `PATCH` of one object (or its status): JSON, merge, strategic merge or apply.
+    fn patch(&self, name: &str) -> ApiResult<Response> {
+        let (query, ty) = (self.query(), self.ty());
+        let content_type = self
+            .call
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let mut kind =
+            PatchKind::from_content_type(content_type).ok_or_else(ApiError::unknown_patch_type)?;
+        if let PatchKind::Apply { manager: m, force } = &mut kind {
+            *m = query.get("fieldManager").cloned().unwrap_or_default();
+            *force = query.get("force").is_some_and(|f| f == "true");
+        }
+        let store = &self.state.store;
+        let existed = store.get(ty, self.version, &self.namespace, name).is_ok();
+        let patch_body = match &kind {
+            PatchKind::Apply { manager, .. } if manager.is_empty() => {
+                return Err(ApiError::apply_without_manager());
             }
-            let existed = store.get(&ty, version, &namespace, name).is_ok();
-            let patch_body = match &kind {
-                PatchKind::Apply { manager, .. } => {
-                    if manager.is_empty() {
-                        return Err(ApiError::apply_without_manager());
-                    }
-                    parse_apply(&body)?
-                }
-                _ => parse_json(&body)?,
-            };
-            strict_fields(&ty, version, query, &patch_body)?;
-            if let Some(rbac_kind) = rbac {
-                // The object the patch would store, without storing it.
-                let preview = patch(
-                    store,
-                    &caller,
-                    &ty,
-                    version,
-                    &namespace,
-                    name,
-                    &kind,
-                    &patch_body,
-                    status,
-                    &manager(query, headers),
-                    true,
-                )?;
-                escalation::check(&state.authorizer, user, rbac_kind, &namespace, &preview)?;
-            }
-            let patched = patch(
+            PatchKind::Apply { .. } => parse_apply(&self.body)?,
+            _ => parse_json(&self.body)?,
+        };
+        strict_fields(ty, self.version, query, &patch_body)?;
+        let manager = manager(query, self.call.headers);
+        let run = |dry_run: bool| {
+            patch(
                 store,
-                &caller,
-                &ty,
-                version,
-                &namespace,
+                &self.caller,
+                ty,
+                self.version,
+                &self.namespace,
                 name,
                 &kind,
                 &patch_body,
-                status,
-                &manager(query, headers),
-                dry_run(query),
-            )?;
-            let code = if existed {
-                StatusCode::OK
-            } else {
-                StatusCode::CREATED
-            };
-            Ok(answer(code, patched))
+                self.status,
+                &manager,
+                dry_run,
+            )
+        };
+        if self.rbac.is_some() {
+            // The object the patch would store, without storing it.
+            self.no_escalation(&run(true)?)?;
         }
-        (Method::DELETE, Some(name)) => {
-            let options = delete_options(query, &body)?;
-            let deleted = store.delete(&caller, &ty, version, &namespace, name, &options)?;
-            let pending = store.get(&ty, version, &namespace, name).is_ok();
-            Ok(answer(
-                StatusCode::OK,
-                deletion_answer(&ty, deleted, pending),
-            ))
-        }
-        (Method::DELETE, None) => {
-            let (labels, fields) = selectors(query, &ty.plural)?;
-            let options = delete_options(query, &body)?;
-            let list = store.list(
-                &ty,
-                version,
-                target.namespace.as_deref(),
-                &labels,
-                &fields,
-                None,
-                None,
-            )?;
-            let mut deleted = Vec::new();
-            for item in list["items"].as_array().cloned().unwrap_or_default() {
-                let name = item["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                let ns = item["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                if let Ok(object) = store.delete(&caller, &ty, version, &ns, &name, &options) {
-                    deleted.push(object);
-                }
+        let patched = run(dry_run(query))?;
+        let code = if existed {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        Ok(self.answer(code, patched))
+    }
+
+    /// `DELETE` of one object.
+    fn delete(&self, name: &str) -> ApiResult<Response> {
+        let store = &self.state.store;
+        let options = delete_options(self.query(), &self.body)?;
+        let deleted = store.delete(
+            &self.caller,
+            self.ty(),
+            self.version,
+            &self.namespace,
+            name,
+            &options,
+        )?;
+        let pending = store
+            .get(self.ty(), self.version, &self.namespace, name)
+            .is_ok();
+        Ok(self.answer(StatusCode::OK, deletion_answer(self.ty(), deleted, pending)))
+    }
+
+    /// `DELETE` of a collection: each object the selectors match, one by one.
+    fn delete_collection(&self) -> ApiResult<Response> {
+        let (store, ty, version) = (&self.state.store, self.ty(), self.version);
+        let (labels, fields) = selectors(self.query(), &ty.plural)?;
+        let options = delete_options(self.query(), &self.body)?;
+        let namespace = self.target.namespace.as_deref();
+        let list = store.list(ty, version, namespace, &labels, &fields, None, None)?;
+        let mut deleted = Vec::new();
+        for item in list["items"].as_array().cloned().unwrap_or_default() {
+            let name = item["metadata"]["name"].as_str().unwrap_or_default();
+            let ns = item["metadata"]["namespace"].as_str().unwrap_or_default();
+            if let Ok(object) = store.delete(&self.caller, ty, version, ns, name, &options) {
+                deleted.push(object);
             }
-            let list = json!({"apiVersion": ty.api_version(version), "kind": format!("{}List", ty.kind), "metadata": {"resourceVersion": store.revision().to_string()}, "items": deleted});
-            let list = match rendering {
-                Rendering::MetadataList(version) => partial_metadata_list(version, &list),
-                _ => list,
-            };
-            Ok(json_response(StatusCode::OK, &list))
         }
-        (method, _) => Err(ApiError::method_not_allowed(method.as_str(), path)),
+        let list = json!({"apiVersion": ty.api_version(version), "kind": format!("{}List", ty.kind), "metadata": {"resourceVersion": store.revision().to_string()}, "items": deleted});
+        let list = match self.rendering {
+            Rendering::MetadataList(version) => partial_metadata_list(version, &list),
+            _ => list,
+        };
+        Ok(json_response(StatusCode::OK, &list))
     }
 }
 
