@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::lab::{Lab, direct_bmc_policy, fast, steps};
 

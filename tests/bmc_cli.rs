@@ -1,6 +1,6 @@
 //! `baremend bmc` against the Redfish simulator, as an operator runs it.
 
-mod common;
+use baremend_testkit as common;
 
 use std::time::Duration;
 

@@ -12,7 +12,7 @@ use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::host::Faults;
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::lab::{Lab, REMEDIATIONS, fast, metric, patch_policy, warning_on};
 

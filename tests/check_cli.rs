@@ -13,7 +13,7 @@ use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::cluster::local::SECRETS;
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::lab::{Lab, fast};
 use common::texts;

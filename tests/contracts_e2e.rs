@@ -19,7 +19,7 @@ use baremend_sim::cluster::local::{
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::lab::{Lab, fast, request_has as has, steps};
@@ -70,7 +70,17 @@ fn with_template() -> ClusterSpec {
     }
 }
 
-impl Lab {
+/// What these tests ask of the lab beyond the kit.
+trait RequestChecks {
+    fn request_object(&self, machine: &str) -> Option<MachineRemediation>;
+    async fn request_reports(&self, machine: &str, phase: RemediationPhase) -> MachineRemediation;
+    fn remediations_of(&self, machine: &str) -> Vec<String>;
+    async fn request_deleted_while_powering_off(&self, machine: &str) -> Remediation;
+    async fn withdrawn_after_one_remediation(&self, machine: &str);
+    fn no_reboot_request(&self, host: &str) -> bool;
+}
+
+impl RequestChecks for Lab {
     /// The Machine's request, if it has one.
     fn request_object(&self, machine: &str) -> Option<MachineRemediation> {
         let value = self
@@ -483,7 +493,14 @@ async fn start_nhc(policy: Value, prepare: impl FnOnce(&Lab)) -> Lab {
     .await
 }
 
-impl Lab {
+/// What these tests ask of the lab beyond the kit.
+trait NodeRequestChecks {
+    fn time_out(&self, node: &str);
+    async fn succeeded_through(&self, name: &str, kind: TriggerKind) -> Remediation;
+    async fn told_of_the_timeout(&self, node: &str) -> NodeRemediation;
+}
+
+impl NodeRequestChecks for Lab {
     /// Marks the request timed out, as the NodeHealthCheck does when it escalates.
     fn time_out(&self, node: &str) {
         let patch = json!({"metadata": {"annotations": {"remediation.medik8s.io/nhc-timed-out": "2026-11-24T10:00:00Z"}}});
@@ -491,9 +508,6 @@ impl Lab {
             .merge(NODE_REMEDIATIONS, NHC_NAMESPACE, node, &patch, false)
             .unwrap();
     }
-}
-
-impl Lab {
     /// The Remediation once Succeeded, having recorded a trigger of `kind`.
     async fn succeeded_through(&self, name: &str, kind: TriggerKind) -> Remediation {
         let done = self.reach(name, RemediationPhase::Succeeded).await;

@@ -15,7 +15,8 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
+use baremend_testkit::on_both_servers;
 
 use common::servers::{Server, ServerKind};
 

@@ -35,7 +35,7 @@ use k8s_openapi::api::rbac::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::lab::Lab;

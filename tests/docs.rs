@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-mod common;
+use baremend_testkit as common;
 
 use common::repo_root;
 

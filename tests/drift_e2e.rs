@@ -14,7 +14,7 @@ use baremend_sim::cluster::mco::FORCE_FILE;
 use baremend_sim::cluster::timing::Timing;
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::drift::{self, steps};
 use common::eventually;

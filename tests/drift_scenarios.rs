@@ -14,7 +14,7 @@ use baremend_sim::cluster::{EXTERNAL_REMEDIATION, MACHINE_NAMESPACE};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::drift::{self, steps};
 use common::events::times_told;

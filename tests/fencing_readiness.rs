@@ -11,7 +11,7 @@ use baremend_sim::cluster::MACHINE_NAMESPACE;
 use baremend_sim::cluster::local::{BMHS, EVENTS};
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::lab::{Lab, fast, metric, patch_policy};

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::servers::{Server, ServerKind};
 

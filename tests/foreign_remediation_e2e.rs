@@ -11,7 +11,7 @@ use baremend_sim::cluster::local::{BMHS, Gvr, MACHINES, NAMESPACES, NODES};
 use baremend_sim::cluster::{MACHINE_NAMESPACE, REBOOT_PREFIX};
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::lab::{Lab, fast, metric, steps, warning_on};

@@ -16,7 +16,7 @@ use baremend_sim::cluster::nhc::NODE_REMEDIATIONS;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, NHC_NAMESPACE};
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::lab::{Lab, fast};

@@ -6,7 +6,7 @@
 //! The programs come from Debian's `openipmi`, `ipmitool` and `freeipmi-tools`, which
 //! `scripts/test.sh` installs; a missing one fails the test with the install command.
 
-mod common;
+use baremend_testkit as common;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -9,7 +9,7 @@
 //! The tools come from the venv that `scripts/test.sh` builds; a missing one fails the test
 //! with the install command.
 
-mod common;
+use baremend_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -2,7 +2,7 @@
 //! ServiceAccount tokens, CertificateSigningRequest approval, token and subject access reviews,
 //! and RBAC refusals that `kubectl auth can-i` reports as a real cluster does.
 
-mod common;
+use baremend_testkit as common;
 
 use common::kubectl::cluster;
 

@@ -3,7 +3,8 @@
 //! components, the OpenShift overlay and every example of the install guide — to the
 //! simulated API server and to a real kube-apiserver (each test runs on both).
 
-mod common;
+use baremend_testkit as common;
+use baremend_testkit::on_both_servers;
 
 use common::kubectl::{
     cluster, cluster_on, documented_kustomizations, established, install_prerequisites,

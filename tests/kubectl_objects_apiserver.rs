@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-mod common;
+use baremend_testkit as common;
+use baremend_testkit::on_both_servers;
 
 use common::eventually;
 use common::kubectl::{cluster, cluster_on};

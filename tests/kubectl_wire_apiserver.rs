@@ -1,7 +1,7 @@
 //! kubectl (the pinned v1.36.3, a real client) and kube-rs on the simulated API server's wire formats:
 //! aggregated discovery and protobuf bodies for every built-in kind kubectl creates.
 
-mod common;
+use baremend_testkit as common;
 
 use common::kubectl::cluster;
 

@@ -1,7 +1,7 @@
 //! `baremend lab`, the README's main command, as a user runs it: the default story and the
 //! scenario that must end Failed without touching the Node.
 
-mod common;
+use baremend_testkit as common;
 
 use common::{baremend, texts};
 

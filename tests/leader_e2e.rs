@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use baremend::lab::setup::DEPLOY_NAMESPACE;
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::lab::{Lab, fast};

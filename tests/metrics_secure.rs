@@ -4,7 +4,7 @@
 //! answers cached for the TTL; the probes plain and open on their own port; plain metrics only
 //! when asked for. The simulated API server answers the reviews, and counts them.
 
-mod common;
+use baremend_testkit as common;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -17,7 +17,7 @@ use baremend_sim::cluster::timing::Timing;
 use base64::Engine;
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::lab::{Lab, patch_policy};
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
-mod common;
+use baremend_testkit as common;
+use baremend_testkit::on_both_servers;
 
 use common::servers::{Server, ServerKind};
 

@@ -13,7 +13,7 @@ use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE, NHC_NAMESPACE};
 use baremend_sim::host::Power;
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::events::{told_on, told_on_times};
 use common::eventually;
@@ -37,7 +37,12 @@ async fn start(escalation: Duration, policy: Value, prepare: impl FnOnce(&Lab)) 
     lab
 }
 
-impl Lab {
+/// What these tests ask of the lab beyond the kit.
+trait PlatformNoneChecks {
+    fn remediations_of_node(&self, node: &str) -> Vec<String>;
+}
+
+impl PlatformNoneChecks for Lab {
     /// The names of the Remediations of Node subject `node`.
     fn remediations_of_node(&self, node: &str) -> Vec<String> {
         let mut names: Vec<String> = self

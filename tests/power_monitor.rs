@@ -12,7 +12,7 @@ use baremend::remediation::controller::ControllerOptions;
 use baremend_sim::host::Power;
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::lab::{Lab, fast};

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
-mod common;
+use baremend_testkit as common;
 
 use common::prometheus::{PrometheusApi, exported_metrics, prometheus, rules, value, write_rules};
 use common::{eventually, free_port, repo_root, scratch};

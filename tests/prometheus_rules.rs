@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use serde::Deserialize;
 use serde_json::Value;
 
-mod common;
+use baremend_testkit as common;
 
 use common::prometheus::{promtool, rules, write_rules};
 use common::{repo_root, scratch};

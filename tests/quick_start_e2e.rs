@@ -12,7 +12,7 @@ use baremend::api::RemediationPhase;
 use baremend_sim::cluster::ClusterSpec;
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::kubectl::{Kubectl, MONITORING_CRDS};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use baremend::api::RemediationPhase;
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::lab::{Lab, fast, warning_on};

@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use tokio::io::AsyncReadExt;
 
-mod common;
+use baremend_testkit as common;
+use baremend_testkit::on_both_servers;
 
 use common::eventually;
 use common::helper_policy::{

@@ -26,7 +26,7 @@ use baremend_sim::cluster::timing::Timing;
 use baremend_sim::host::Power;
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::kubectl::Cluster;

@@ -8,7 +8,7 @@ use baremend::api::RemediationPhase;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::events::told_on;
 use common::eventually;
@@ -160,7 +160,14 @@ enum Protocol {
     Ipmi,
 }
 
-impl Lab {
+/// What these tests ask of the lab beyond the kit.
+trait CredentialChecks {
+    fn lock_out_after(&self, protocol: Protocol, host: &str, threshold: u32);
+    fn bmc_lockout(&self, protocol: Protocol, host: &str) -> baremend_sim::lockout::LockoutStatus;
+    fn ipmi_bmc(&self, host: &str) -> &baremend_sim::ipmi::IpmiSim;
+}
+
+impl CredentialChecks for Lab {
     /// Turns account lock-out on for `host`'s BMC.
     fn lock_out_after(&self, protocol: Protocol, host: &str, threshold: u32) {
         let policy = baremend_sim::lockout::LockoutPolicy::after(threshold);

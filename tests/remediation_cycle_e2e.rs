@@ -12,7 +12,7 @@ use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::events::{told_on, told_on_times};
 use common::eventually;
@@ -540,7 +540,14 @@ async fn the_leader_fences_its_own_node_only_once_another_replica_is_ready_elsew
     lab.succeeded("worker-0-1").await;
 }
 
-impl Lab {
+/// What these tests ask of the lab beyond the kit.
+trait CycleChecks {
+    fn remediations_of(&self, machine: &str) -> Vec<String>;
+    async fn remediations_become(&self, machine: &str, expected: &[&str]);
+    fn annotate_remediation(&self, name: &str, key: &str, value: &str);
+}
+
+impl CycleChecks for Lab {
     /// The names of the Remediations of `machine` in the store, sorted.
     fn remediations_of(&self, machine: &str) -> Vec<String> {
         let mut names: Vec<String> = self

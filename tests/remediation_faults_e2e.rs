@@ -13,7 +13,7 @@ use baremend_sim::cluster::timing::Timing;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::events::told_on_times;
 use common::eventually;

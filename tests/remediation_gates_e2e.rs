@@ -9,7 +9,7 @@ use baremend_sim::cluster::local::{BMHS, NODES};
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::events::told_on_times;
 use common::eventually;

@@ -20,7 +20,7 @@ use baremend_sim::cluster::local::{BMHS, LEASES, Local, MACHINES};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-mod common;
+use baremend_testkit as common;
 
 use baremend_sim::cluster::ClusterSpec;
 use common::eventually;

@@ -13,7 +13,7 @@ use baremend_sim::cluster::{MACHINE_NAMESPACE, mco};
 use baremend_sim::host::{Faults, PowerAction};
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::lab::{Lab, REMEDIATIONS, fast, patch_policy, warning_on};

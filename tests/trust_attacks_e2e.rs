@@ -23,7 +23,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::helper_policy::{
     HELPER_POLICY, HELPERS, MOUNTS, POLICY_BINDINGS, admitted_ops, create_pod, deviations,

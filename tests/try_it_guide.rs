@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-mod common;
+use baremend_testkit as common;
 
 use common::kubectl::binaries;
 

@@ -10,7 +10,7 @@ use baremend_sim::cluster::local::NODES;
 use baremend_sim::cluster::timing::Timing;
 use serde_json::json;
 
-mod common;
+use baremend_testkit as common;
 
 use common::eventually;
 use common::lab::{Lab, fast, metric, warning_on};

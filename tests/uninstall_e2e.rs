@@ -13,7 +13,7 @@ use baremend::api::annotations::{
 use baremend::api::{DriftPhase, RemediationPhase};
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::kubectl::{Kubectl, MONITORING_CRDS};
 use common::{drift, eventually, scratch};

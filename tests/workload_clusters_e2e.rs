@@ -16,7 +16,7 @@ use baremend_sim::cluster::workload::kubeconfig_secret_name;
 use baremend_sim::cluster::{ClusterSpec, MACHINE_NAMESPACE};
 use serde_json::{Value, json};
 
-mod common;
+use baremend_testkit as common;
 
 use common::events::told_on;
 use common::eventually;

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-#[path = "../../../tests/common/wait.rs"]
+#[path = "../../../testkit/src/wait.rs"]
 mod wait;
 
 use std::time::Duration;

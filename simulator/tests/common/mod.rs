@@ -19,7 +19,7 @@ use tower::ServiceExt;
 
 pub mod apiserver;
 
-#[path = "../../../tests/common/wait.rs"]
+#[path = "../../../testkit/src/wait.rs"]
 mod wait;
 
 #[allow(unused_imports)] // not every test file waits

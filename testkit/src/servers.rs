@@ -155,19 +155,20 @@ impl Server {
     }
 }
 
-/// Runs `async fn NAME(server: ServerKind)` as two tests, `NAME::simulated` and `NAME::real`.
+/// Runs `async fn NAME(server: ServerKind)` as two tests, `NAME::simulated` and `NAME::real`
+/// (a test file imports it: `use baremend_testkit::on_both_servers;`).
 #[macro_export]
 macro_rules! on_both_servers {
     ($($name:ident),+ $(,)?) => {$(
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn simulated() {
-                super::$name($crate::common::servers::ServerKind::Simulated).await
+                super::$name($crate::servers::ServerKind::Simulated).await
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn real() {
-                super::$name($crate::common::servers::ServerKind::Real).await
+                super::$name($crate::servers::ServerKind::Real).await
             }
         }
     )+};

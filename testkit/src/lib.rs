@@ -1,7 +1,6 @@
 //! Helpers shared by the end-to-end tests: waiting on a condition, the lab, Prometheus, the
-//! Python tools venv, free ports, scratch folders and running the `baremend` binary.
-
-#![allow(dead_code)]
+//! Python tools venv, free ports, scratch folders and running the `baremend` binary. A test
+//! names it `common` (`use baremend_testkit as common;`).
 
 pub mod drift;
 pub mod events;
@@ -24,9 +23,35 @@ use std::time::Duration;
 
 pub use wait::eventually;
 
-/// The repository root.
+/// The repository root (the kit's folder is one below it).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let kit = Path::new(env!("CARGO_MANIFEST_DIR"));
+    kit.parent()
+        .expect("the kit is in the repository")
+        .to_path_buf()
+}
+
+/// The folder of the running test binary's profile (`target/debug`): the test binaries are in
+/// its `deps/`, the crate's binaries beside them.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("a test binary under target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The `baremend` binary cargo built for these tests (what `CARGO_BIN_EXE_baremend` names
+/// to an integration test).
+pub fn baremend_bin() -> PathBuf {
+    let bin = profile_dir().join("baremend");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests through cargo (cargo nextest run, cargo test), which \
+         builds it",
+        bin.display()
+    );
+    bin
 }
 
 /// The virtualenv that `scripts/test.sh` builds with the interop tools; a missing one fails the
@@ -67,7 +92,12 @@ pub fn scratch(name: &str) -> PathBuf {
             .map(|d| d.as_nanos())
             .unwrap_or(0)
     );
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(unique);
+    // cargo's per-test temporary directory (`CARGO_TARGET_TMPDIR`): `target/tmp`.
+    let tmp = profile_dir()
+        .parent()
+        .map(|target| target.join("tmp"))
+        .expect("a profile folder under target/");
+    let dir = tmp.join(unique);
     std::fs::create_dir_all(&dir).expect("scratch folder");
     dir
 }
@@ -82,7 +112,7 @@ pub fn free_port() -> u16 {
 
 /// Runs the `baremend` binary with a password in `BMC_PASSWORD`.
 pub async fn baremend(args: &[&str], password: Option<&str>) -> Output {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"));
+    let mut command = tokio::process::Command::new(baremend_bin());
     command
         .args(args)
         .env_remove("BMC_PASSWORD")

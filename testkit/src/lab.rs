@@ -907,7 +907,7 @@ impl Lab {
     pub async fn run_baremend(&self, args: &[&str]) -> std::process::Output {
         let kubeconfig = super::scratch("baremend-call").join("kubeconfig");
         std::fs::write(&kubeconfig, self.cluster.kubeconfig()).unwrap();
-        let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"))
+        let run = tokio::process::Command::new(super::baremend_bin())
             .args(args)
             .arg("--kubeconfig")
             .arg(&kubeconfig)

@@ -88,7 +88,7 @@ pub fn run_command_polling(
     power_poll: &str,
 ) -> tokio::process::Command {
     let port = || format!("127.0.0.1:{}", super::free_port());
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_baremend"));
+    let mut command = tokio::process::Command::new(super::baremend_bin());
     command
         .arg("run")
         .arg("--kubeconfig")
