@@ -11,7 +11,6 @@ use baremend_drivers::{
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
-use serde_json::Value;
 
 use crate::api::annotations::{BMH_DETACHED, REBOOT_PREFIX};
 use crate::api::slim;
@@ -201,11 +200,11 @@ async fn read_ca_bundle(
 /// Whether the BareMetal Operator has let go of a host: the `detached` annotation, or the
 /// `detached` operational status.
 fn detached(host: &slim::BareMetalHost) -> bool {
-    let json = serde_json::to_value(host).unwrap_or(Value::Null);
     host.annotations().contains_key(BMH_DETACHED)
-        || json
-            .pointer("/status/operationalStatus")
-            .and_then(Value::as_str)
+        || host
+            .status
+            .as_ref()
+            .and_then(|s| s.operational_status.as_deref())
             == Some("detached")
 }
 
@@ -700,7 +699,7 @@ impl Pass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn mapping() -> Arc<HostBmc> {
         Arc::new(
