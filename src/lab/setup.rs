@@ -19,7 +19,8 @@ use crate::api::annotations::{BMH_DETACHED, EXTERNAL_REMEDIATION};
 use crate::api::slim::MachineApi;
 use crate::api::{RemediationPolicy, all_crds};
 use crate::metrics::Metrics;
-use crate::remediation::controller::{ControllerOptions, run as run_controller};
+use crate::remediation::controller::ControllerOptions;
+use crate::run::run_controllers;
 use crate::runtime::clock::SystemClock;
 use crate::{Error, Result};
 
@@ -364,7 +365,9 @@ impl LabCluster {
         machine_api: MachineApi,
     ) -> RunningController {
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(run_controller(
+        // Wired as `baremend run` wires them (`run_controllers`), without the drift
+        // coordinator (no helper pods asked for).
+        let task = tokio::spawn(run_controllers(
             self.controller_client.clone(),
             Arc::new(SystemClock),
             ControllerOptions {

@@ -34,7 +34,7 @@ use crate::runtime::clock::Clock;
 use crate::runtime::informer::{
     Changes, informer, mapped_informer, shared_informer, slimmed_informer, watch_config,
 };
-use crate::runtime::node_watch::{NodeFeed, read_changes, watch_nodes};
+use crate::runtime::node_watch::{NodeFeed, read_changes};
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
@@ -70,22 +70,6 @@ async fn out_of_service_taint(client: &Client) -> bool {
         );
     }
     supported
-}
-
-/// Runs the Machine controller and the controller of Machine-less Nodes, on a watch of Nodes
-/// of their own, until `shutdown` resolves. Not the drift coordinator: `baremend run` composes
-/// both (`run_controllers` in `src/run.rs`, which reads `options.drift_helpers`).
-pub async fn run(
-    client: Client,
-    clock: Arc<dyn Clock>,
-    options: ControllerOptions,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) -> Result<()> {
-    let (mut feeds, node_watch) = watch_nodes(&client, 2)?;
-    let node_feeds = (feeds.remove(0), feeds.remove(0));
-    let result = run_machines(client, clock, options, node_feeds, shutdown).await;
-    drop(node_watch);
-    result
 }
 
 /// The watches of the machine controller: the caches its passes read, and the streams of
