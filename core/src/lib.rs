@@ -3,7 +3,8 @@
 //! what to do, and does it.
 //!
 //! - [`api`]: the custom resources, the slim views of other systems' kinds, the names.
-//! - [`decide`]: the decisions, pure: objects and facts in, a view or a verdict out.
+//! - [`decide`]: the remediation's decisions, pure: objects and facts in, a view or a verdict out.
+//! - [`drift`]: the drift coordinator's decisions, as pure.
 //! - [`retention`]: which finished objects of one Machine or Node to delete.
 //! - [`clock`], [`conditions`], [`duration`], [`text`]: the small pure helpers they share.
 //!
@@ -16,6 +17,7 @@ pub mod api;
 pub mod clock;
 pub mod conditions;
 pub mod decide;
+pub mod drift;
 pub mod duration;
 pub mod retention;
 #[cfg(any(test, feature = "testing"))]

@@ -13,19 +13,17 @@
 //! - [`plan`]: the pure state machine;
 //! - [`guard`]: whether the node carries the planned-reboot mark (pure).
 
-pub mod budget;
-pub mod classify;
-pub mod content;
 pub mod context;
 pub mod controller;
-pub mod guard;
 pub mod helper;
 mod housekeeping;
 mod mark;
 mod node_ops;
 pub mod observe;
 mod pass;
-pub mod pdb;
-pub mod plan;
 pub mod retention;
 mod steps;
+
+// The pure decisions (the budget, classification, expected content, PDB pre-flight, the
+// planned-reboot guard and the planner) live in `baremend-core`.
+pub use baremend_core::drift::{budget, classify, content, guard, pdb, plan};

@@ -17,6 +17,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::api::DriftAction;
+use baremend_core::drift::plan::FailReason as DriftFailure;
 
 /// A pool.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -67,20 +68,6 @@ pub struct DriftMetrics {
 
 /// The outcomes that carry no reason.
 pub const OUTCOMES_WITHOUT_REASON: [&str; 4] = ["Succeeded", "SelfHealed", "Aborted", "Escalated"];
-
-/// The reasons a drift remediation can end `Failed` with.
-pub const FAILURE_REASONS: [&str; 10] = [
-    "DriftRecurring",
-    "PickupTimeout",
-    "DrainTimeout",
-    "NodeNotReady",
-    "RestoreTimeout",
-    "DriftPersists",
-    "NodeGone",
-    "ApplyTimeout",
-    "RestoreUnsupported",
-    "HelperImageNotPinned",
-];
 
 /// The gates a start can be held by (each gets a series at 0).
 pub const HELD_REASONS: [&str; 8] = [
@@ -142,7 +129,7 @@ impl DriftMetrics {
             for outcome in OUTCOMES_WITHOUT_REASON {
                 outcomes.get_or_create_owned(&labels(outcome, ""));
             }
-            for reason in FAILURE_REASONS {
+            for reason in DriftFailure::every_failure() {
                 outcomes.get_or_create_owned(&labels("Failed", reason));
             }
         }
@@ -253,7 +240,7 @@ mod tests {
         // enum's names: a label that is no reason would count nothing.
         let unknown: Vec<&str> = HELD_REASONS
             .iter()
-            .chain(FAILURE_REASONS.iter())
+            .chain(DriftFailure::every_failure().iter())
             .copied()
             .filter(|label| DriftEventReason::parse(label).is_none())
             .collect();

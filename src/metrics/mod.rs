@@ -710,8 +710,9 @@ mod tests {
 
     #[test]
     fn counters_start_at_zero_for_every_known_label_so_the_first_failure_is_an_increase() {
-        use super::drift::{FAILURE_REASONS as DRIFT_REASONS, OUTCOMES_WITHOUT_REASON};
+        use super::drift::OUTCOMES_WITHOUT_REASON;
         use crate::api::DriftAction;
+        use baremend_core::drift::plan::FailReason as DriftFailure;
         let text = Metrics::new().encode();
         let mut expected = Vec::new();
         for strategy in strategies() {
@@ -731,7 +732,11 @@ mod tests {
             let reasons = OUTCOMES_WITHOUT_REASON
                 .iter()
                 .map(|outcome| (*outcome, ""))
-                .chain(DRIFT_REASONS.iter().map(|reason| ("Failed", *reason)));
+                .chain(
+                    DriftFailure::every_failure()
+                        .into_iter()
+                        .map(|reason| ("Failed", reason)),
+                );
             for (outcome, reason) in reasons {
                 expected.push(format!(
                     "mco_remediations_total{{action=\"{action}\",outcome=\"{outcome}\",reason=\"{reason}\"}} 0"

@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 
 use crate::api::mco::selector_matches;
 

@@ -289,6 +289,19 @@ impl FailReason {
         ]
     }
 
+    /// Every reason a drift remediation can end `Failed` with, as the outcome counter names
+    /// it: the planner's ([`FailReason::reasons`]), then the two the steps name themselves (a
+    /// restore the node's config cannot take, a helper image not pinned by digest).
+    pub fn every_failure() -> Vec<&'static str> {
+        let steps = [
+            DriftEventReason::RestoreUnsupported,
+            DriftEventReason::HelperImageNotPinned,
+        ];
+        let mut all = Self::reasons().to_vec();
+        all.extend(steps.iter().map(|reason| reason.as_str()));
+        all
+    }
+
     /// The reason for conditions, Events and metrics.
     pub fn reason(&self) -> DriftEventReason {
         match self {
