@@ -8,6 +8,7 @@ pub mod observe;
 pub mod pass;
 pub mod plan;
 pub mod readiness;
+pub mod requests;
 pub mod state;
 pub mod trust;
 pub mod workload;
