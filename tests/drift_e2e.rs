@@ -15,6 +15,7 @@ use baremend_sim::cluster::timing::Timing;
 use serde_json::json;
 
 use baremend_testkit as common;
+use common::drift::DriftLab;
 
 use common::drift::{self, steps};
 use common::eventually;

@@ -15,6 +15,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use baremend_testkit as common;
+use common::drift::DriftLab;
 
 use common::drift::{self, steps};
 use common::events::times_told;

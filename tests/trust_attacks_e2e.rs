@@ -24,6 +24,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use baremend_testkit as common;
+use common::drift::DriftLab;
 
 use common::helper_policy::{
     HELPER_POLICY, HELPERS, MOUNTS, POLICY_BINDINGS, admitted_ops, create_pod, deviations,

@@ -11,6 +11,7 @@ use baremend_sim::cluster::timing::Timing;
 use serde_json::json;
 
 use baremend_testkit as common;
+use common::drift::DriftLab;
 
 use common::eventually;
 use common::lab::{Lab, fast, metric, warning_on};

@@ -14,6 +14,7 @@ use baremend::api::{DriftPhase, RemediationPhase};
 use serde_json::{Value, json};
 
 use baremend_testkit as common;
+use common::drift::DriftLab;
 
 use common::kubectl::{Kubectl, MONITORING_CRDS};
 use common::{drift, eventually, scratch};

@@ -76,34 +76,49 @@ pub async fn whole(drift: Value) -> Lab {
     lab
 }
 
-impl Lab {
+/// The drift tests' questions to the lab: the node's disk, the MCO's forcefile and reboots,
+/// the Events (a test imports it: `use common::drift::DriftLab;`).
+#[allow(async_fn_in_trait)]
+pub trait DriftLab {
     /// Tampers with a file the MCO manages on the node.
-    pub fn drift(&self, node: &str) {
+    fn drift(&self, node: &str);
+
+    /// Whether the node's disk has the MCO's forcefile.
+    fn forcefile(&self, node: &str) -> bool;
+
+    /// How often the node's host went off.
+    fn reboots(&self, node: &str) -> usize;
+
+    /// Every Event, as JSON text.
+    fn events(&self) -> String;
+
+    /// Waits (up to 10 s) for an Event with `reason` about an object of `kind`: a step's
+    /// Events are published after its status is persisted, so a test that saw the phase
+    /// may be a moment ahead of them.
+    async fn wait_event(&self, reason: &str, kind: &str);
+}
+
+impl DriftLab for Lab {
+    fn drift(&self, node: &str) {
         self.cluster.disk(node).unwrap().put(
             "/etc/demo/rules.json",
             SimFile::regular(b"{\"tampered\": true}", 0o644),
         );
     }
 
-    /// Whether the node's disk has the MCO's forcefile.
-    pub fn forcefile(&self, node: &str) -> bool {
+    fn forcefile(&self, node: &str) -> bool {
         self.cluster.disk(node).unwrap().get(FORCE_FILE).is_some()
     }
 
-    /// How often the node's host went off.
-    pub fn reboots(&self, node: &str) -> usize {
+    fn reboots(&self, node: &str) -> usize {
         self.cluster.host(node).unwrap().host.power_offs()
     }
 
-    /// Every Event, as JSON text.
-    pub fn events(&self) -> String {
+    fn events(&self) -> String {
         serde_json::to_string(&self.api.list(EVENTS, None)).unwrap()
     }
 
-    /// Waits (up to 10 s) for an Event with `reason` about an object of `kind`: a step's
-    /// Events are published after its status is persisted, so a test that saw the phase
-    /// may be a moment ahead of them.
-    pub async fn wait_event(&self, reason: &str, kind: &str) {
+    async fn wait_event(&self, reason: &str, kind: &str) {
         eventually(
             &format!("a {reason} Event on a {kind}"),
             Duration::from_secs(10),
