@@ -988,7 +988,8 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
     };
     let lab = Lab::builder(spec)
         .policy(policy)
-        .drift_policy(json!({"debounceSeconds": 1, "retention": {"keepFinished": 1}}))
+        // A debounce of 3 s: the test takes the drifted node's daemon down within it.
+        .drift_policy(json!({"debounceSeconds": 3, "retention": {"keepFinished": 1}}))
         .start()
         .await;
     // Earlier failures an operator asked to retry (the retries mark them, a patch), and
@@ -1135,11 +1136,29 @@ async fn the_rbac_rules_are_exactly_what_the_controller_calls() {
         phase(lab.ended("master-0-1").await),
         Some(RemediationPhase::Succeeded)
     );
-    // Config drift on worker-2, force-reapplied through the MCO.
+    // Config drift on worker-2, force-reapplied through the MCO. Its daemon is held down while
+    // the forcefile is requested, so that the coordinator watches its helper (a `get` of the
+    // helper's Pod) whatever the load: on two busy cores the daemon could otherwise take the
+    // forcefile before any pass looked, and the helper's Pod was never read (CI, 2026-11-30).
+    let mco = lab.cluster.mco().unwrap().clone();
     lab.cluster
         .disk("worker-2")
         .unwrap()
         .put("/etc/demo/rules.json", SimFile::regular(b"[]", 0o644));
+    lab.reach("worker-2-3", DriftPhase::Debouncing).await;
+    mco.set_daemon_down("worker-2", true);
+    lab.reach("worker-2-3", DriftPhase::ForceRequested).await;
+    eventually(
+        "the force helper's Pod read",
+        Duration::from_secs(30),
+        async || {
+            used(server)
+                .iter()
+                .any(|a| a.resource == "pods" && a.verb == "get")
+        },
+    )
+    .await;
+    mco.set_daemon_down("worker-2", false);
     lab.reach("worker-2-3", DriftPhase::Succeeded).await;
     let granted = grants("baremend");
     // The calls that come last (the Lease's renewals, every 500 ms) may not have come yet.
