@@ -653,3 +653,63 @@ fn the_reader_resolves_use_trees_inline_modules_and_literals() {
         "a comment or a string counted as a path: {resolved:#?}"
     );
 }
+
+/// The Rust files under `dir`, recursively, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn only_the_power_readers_name_the_evidence_of_a_power_off() {
+    // `confirm_powered_off` is public in baremend-core, whose evidence is plain data (the
+    // readers that gather it do I/O, here): the line the fencing module draws is kept by
+    // naming the evidence and the judgment only in those readers.
+    const PROOF: [&str; 3] = ["confirm_powered_off", "PowerEvidence", "FenceTarget"];
+    const READERS: [&str; 2] = [
+        "src/remediation/act/power.rs",
+        "src/remediation/act/strategy.rs",
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut elsewhere = Vec::new();
+    let mut in_readers = BTreeSet::new();
+    for dir in ["src", "tests", "testkit"] {
+        for file in rust_files(&root.join(dir)) {
+            let relative = file
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&file).unwrap();
+            let named: BTreeSet<String> = tokens(&text)
+                .into_iter()
+                .filter(|t| PROOF.contains(&t.as_str()))
+                .collect();
+            if READERS.contains(&relative.as_str()) {
+                in_readers.extend(named);
+            } else if !named.is_empty() {
+                elsewhere.push(format!("{relative}: {named:?}"));
+            }
+        }
+    }
+    assert!(
+        in_readers.contains("confirm_powered_off"),
+        "the readers no longer judge the evidence: the test looks in the wrong place"
+    );
+    assert!(
+        elsewhere.is_empty(),
+        "only the power readers may name the evidence of a power-off: {elsewhere:#?}"
+    );
+}

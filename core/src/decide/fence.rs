@@ -40,8 +40,9 @@
 //!   reused for at most a second within one pass, see `run`).
 //! - Evidence is plain data, and [`confirm_powered_off`] is public (the readers that gather the
 //!   evidence do I/O and live in the controller crate): evidence could be made up and passed
-//!   in. The line is drawn by a test there: only the readers in `act::power` and
-//!   `act::strategy` name the evidence or this function.
+//!   in. The line is drawn by a test there (`layering_tests.rs`,
+//!   `only_the_power_readers_name_the_evidence_of_a_power_off`): only the readers in
+//!   `act::power` and `act::strategy` name the evidence, the target or this function.
 
 use std::fmt;
 
