@@ -181,6 +181,12 @@ impl BareMetalHostView {
 }
 
 impl BareMetalHostView {
+    /// Whether the BareMetal Operator has let go of the host: the `detached` annotation, or
+    /// the `detached` operational status. Its power is then not managed.
+    pub fn is_detached(&self) -> bool {
+        self.detached || self.operational_status.as_deref() == Some("detached")
+    }
+
     /// Whether the operator reports the host off with our request in place: the one case in
     /// which the view may prove it off, and so the one worth corroborating.
     pub fn reports_off(&self) -> bool {
@@ -457,7 +463,7 @@ fn bare_metal_host_off(
             "BareMetalHost {namespace}/{name} is not the host this remediation names"
         )));
     }
-    if host.detached || host.operational_status.as_deref() == Some("detached") {
+    if host.is_detached() {
         return Err(NotFenced::Untrustworthy(
             "the BareMetalHost is detached: its power is not managed".into(),
         ));

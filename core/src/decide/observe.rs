@@ -162,11 +162,6 @@ pub fn named_host(
     }
 }
 
-/// Escapes a key for a JSON pointer (`/` and `~`).
-pub fn pointer_escape(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
 /// Whether a Machine is a control-plane machine, from its labels (OpenShift's machine role,
 /// or Cluster API's control-plane label).
 pub fn machine_is_control_plane(labels: &BTreeMap<String, String>) -> bool {

@@ -243,7 +243,7 @@ pub fn host_answer(facts: &HostFacts) -> Verdict {
             format!("BareMetalHost {host} {why}"),
         ))
     };
-    if view.detached || view.operational_status.as_deref() == Some("detached") {
+    if view.is_detached() {
         let why = "is detached: the BareMetal Operator would not act on a reboot request";
         return refuse(Reason::HostDetached, why.into());
     }

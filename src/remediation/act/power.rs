@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 
-use crate::api::annotations::{BMH_DETACHED, REBOOT_PREFIX};
+use crate::api::annotations::REBOOT_PREFIX;
 use crate::api::slim;
 use crate::api::{CaBundleKind, CaBundleRef, FenceStrategyName, HostBmc, Remediation};
 use crate::metrics::power::HostSeries;
@@ -47,8 +47,9 @@ pub fn locate_bmc(
     (namespace, machine, node): (&str, &str, Option<&str>),
     host: Option<(&HostRef, Option<&slim::BareMetalHost>)>,
 ) -> std::result::Result<BmcRef, NoBmc> {
+    // The reboot key plays no part in whether the operator let go of the host.
     if let Some((host_ref, Some(host))) = host
-        && !detached(host)
+        && !bare_metal_host_view(host, "").is_detached()
     {
         return Err(NoBmc::Managed(format!(
             "BareMetalHost {host_ref} is managed by the BareMetal Operator, which would power it back on; direct BMC fencing needs it detached"
@@ -195,17 +196,6 @@ async fn read_ca_bundle(
             .map(|secret| observe::secret_ca_bundle(&secret, &named.key)),
     };
     pem.map_err(|e| unusable(&e))?.map_err(|e| unusable(&e))
-}
-
-/// Whether the BareMetal Operator has let go of a host: the `detached` annotation, or the
-/// `detached` operational status.
-fn detached(host: &slim::BareMetalHost) -> bool {
-    host.annotations().contains_key(BMH_DETACHED)
-        || host
-            .status
-            .as_ref()
-            .and_then(|s| s.operational_status.as_deref())
-            == Some("detached")
 }
 
 /// The driver kind as metrics and logs name it.
@@ -699,6 +689,7 @@ impl Pass {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::annotations::BMH_DETACHED;
     use serde_json::{Value, json};
 
     fn mapping() -> Arc<HostBmc> {
