@@ -117,13 +117,14 @@ impl Leadership {
                 .is_some_and(|until| Instant::now() < until)
     }
 
-    /// An error unless this replica may act now: called right before every write.
-    pub fn ensure(&self) -> Result<()> {
-        if self.is_leading() {
-            Ok(())
-        } else {
-            Err(Error::NotLeader)
-        }
+    /// Leave to write, while this replica leads: an error ([`Error::NotLeader`]) otherwise.
+    /// The only way to a [`Writes`], which every writer of the controllers takes.
+    pub fn writes(&self) -> Result<Writes> {
+        let writes = Writes {
+            leadership: self.clone(),
+        };
+        writes.check()?;
+        Ok(writes)
     }
 
     fn valid_until(&self) -> Option<Instant> {
@@ -132,6 +133,27 @@ impl Leadership {
 
     fn set(&self, until: Option<Instant>) {
         *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = until;
+    }
+}
+
+/// The capability to write to the cluster or to a host: minted only by
+/// [`Leadership::writes`], and taken by every function that writes (persisting a status,
+/// annotating, deleting or tainting a Node, asking a BMC for power...). Each writer checks it
+/// again right before its write ([`Writes::check`]), so a replica that lost its Lease while a
+/// pass ran writes nothing more. Not `Clone`: a writer borrows the one its pass was given.
+#[derive(Debug)]
+pub struct Writes {
+    leadership: Leadership,
+}
+
+impl Writes {
+    /// An error unless this replica still leads: called by each writer right before it writes.
+    pub fn check(&self) -> Result<()> {
+        if self.leadership.is_leading() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader)
+        }
     }
 }
 
@@ -401,12 +423,15 @@ mod tests {
     async fn leadership_expires_at_its_deadline_unless_extended() {
         let leadership = Leadership::elected();
         assert!(!leadership.is_leading());
-        assert!(matches!(leadership.ensure(), Err(Error::NotLeader)));
+        assert!(matches!(leadership.writes(), Err(Error::NotLeader)));
         leadership.set(Some(Instant::now() + Duration::from_millis(200)));
-        assert!(leadership.ensure().is_ok());
+        let writes = leadership.writes().expect("leading: leave to write");
         let shared = leadership.clone();
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert!(!shared.is_leading(), "a clone sees the same deadline");
+        // Leave taken while leading is checked again by each write: it does not outlive the
+        // Lease.
+        assert!(matches!(writes.check(), Err(Error::NotLeader)));
         shared.set(Some(Instant::now() + Duration::from_secs(60)));
         assert!(leadership.is_leading(), "and the same extension");
         assert!(Leadership::unconditional().is_leading());

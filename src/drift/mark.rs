@@ -13,6 +13,7 @@ use super::observe::{attempt_number, boot_id, ready};
 use super::pass::Pass;
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::api::{DriftEventReason, DriftRemediation};
+use crate::leader::Writes;
 use crate::runtime::events::Severity;
 use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
@@ -43,15 +44,29 @@ fn came_back(owner: &DriftRemediation, node: &Node) -> bool {
     ready(node) && before.is_some() && boot_id(node).is_some() && boot_id(node) != before
 }
 
-impl Pass {
+/// The drift pass's planned-reboot mark on the Machine. Made by `PlannedReboot::of(pass)` where
+/// needed, so that a call names the file it goes to.
+#[derive(Clone, Copy)]
+pub(crate) struct PlannedReboot<'p> {
+    pass: &'p Pass,
+    /// The leader's leave to write, which its writes take (and check again).
+    writes: &'p Writes,
+}
+
+impl<'p> PlannedReboot<'p> {
+    /// The PlannedReboot of `pass`, writing with the leader's `writes`.
+    pub(crate) fn of(pass: &'p Pass, writes: &'p Writes) -> Self {
+        PlannedReboot { pass, writes }
+    }
+
     /// Sets, keeps or lifts the planned-reboot mark as the guard decides, and returns the
     /// mark the node carries afterwards. `fresh` is a DriftRemediation this pass has just
     /// persisted: it stands for its cached copy, which may be older.
     pub(super) async fn guard_planned_reboot(
-        &self,
+        self,
         fresh: Option<&DriftRemediation>,
     ) -> Result<Option<String>> {
-        let cached = self.remediations();
+        let cached = self.pass.remediations();
         let mut mine: Vec<&DriftRemediation> = cached
             .iter()
             .map(AsRef::as_ref)
@@ -61,22 +76,22 @@ impl Pass {
             mine.push(fresh);
             mine.sort_by_key(|r| attempt_number(r));
         }
-        match decide(&mine, &self.node) {
+        match decide(&mine, &self.pass.node) {
             Some(name) => {
                 self.set_planned_reboot(Some(&name)).await?;
                 Ok(Some(name))
             }
-            None if !self.node.annotations().contains_key(PLANNED_REBOOT) => Ok(None),
+            None if !self.pass.node.annotations().contains_key(PLANNED_REBOOT) => Ok(None),
             None => self.lift_planned_reboot().await,
         }
     }
 
     /// Lifts the mark if fresh reads agree (else keeps it, or moves it to the attempt that
     /// holds it now); returns the mark left.
-    async fn lift_planned_reboot(&self) -> Result<Option<String>> {
+    async fn lift_planned_reboot(self) -> Result<Option<String>> {
         // A list by name, not a get: the controller may list Nodes, and needs no more.
-        let nodes: Api<Node> = Api::all(self.context.client.clone());
-        let by_name = ListParams::default().fields(&format!("metadata.name={}", self.name));
+        let nodes: Api<Node> = Api::all(self.pass.context.client.clone());
+        let by_name = ListParams::default().fields(&format!("metadata.name={}", self.pass.name));
         let Some(node) = nodes
             .list(&by_name)
             .await
@@ -89,14 +104,14 @@ impl Pass {
         let Some(marked) = node.annotations().get(PLANNED_REBOOT).cloned() else {
             return Ok(None);
         };
-        let api: Api<DriftRemediation> = Api::all(self.context.client.clone());
+        let api: Api<DriftRemediation> = Api::all(self.pass.context.client.clone());
         let mut listed: Vec<DriftRemediation> = api
             .list(&ListParams::default())
             .await
             .map_err(Error::kube("ListDriftRemediations"))?
             .items
             .into_iter()
-            .filter(|r| r.spec.node_name == self.name)
+            .filter(|r| r.spec.node_name == self.pass.name)
             .collect();
         listed.sort_by_key(attempt_number);
         let refs: Vec<&DriftRemediation> = listed.iter().collect();
@@ -113,38 +128,41 @@ impl Pass {
         {
             let note = format!(
                 "the health check took the planned reboot for a failure; {} is back Ready from it, so the trigger on Machine {machine} is cleared",
-                self.name
+                self.pass.name
             );
-            self.event(
-                owner,
-                Severity::Normal,
-                DriftEventReason::TriggerCleared,
-                note,
-            )
-            .await;
+            self.pass
+                .event(
+                    owner,
+                    Severity::Normal,
+                    DriftEventReason::TriggerCleared,
+                    note,
+                )
+                .await;
         }
         self.patch_planned_reboot(None).await?;
         let note = format!(
             "the Machine Config Operator is done with {}: the planned-reboot mark of {marked} is lifted",
-            self.name
+            self.pass.name
         );
         match owner {
             Some(owner) => {
-                self.event(
-                    owner,
-                    Severity::Normal,
-                    DriftEventReason::PlannedRebootLifted,
-                    note,
-                )
-                .await
+                self.pass
+                    .event(
+                        owner,
+                        Severity::Normal,
+                        DriftEventReason::PlannedRebootLifted,
+                        note,
+                    )
+                    .await
             }
             None => {
-                self.node_event(
-                    Severity::Normal,
-                    DriftEventReason::PlannedRebootLifted,
-                    note,
-                )
-                .await
+                self.pass
+                    .node_event(
+                        Severity::Normal,
+                        DriftEventReason::PlannedRebootLifted,
+                        note,
+                    )
+                    .await
             }
         }
         Ok(None)
@@ -152,8 +170,9 @@ impl Pass {
 
     /// Marks the Node as in a reboot a remediation planned (None: not any more), unless the
     /// cached Node shows that already.
-    async fn set_planned_reboot(&self, by: Option<&str>) -> Result<()> {
+    async fn set_planned_reboot(self, by: Option<&str>) -> Result<()> {
         let now = self
+            .pass
             .node
             .annotations()
             .get(PLANNED_REBOOT)
@@ -164,12 +183,16 @@ impl Pass {
         self.patch_planned_reboot(by).await
     }
 
-    async fn patch_planned_reboot(&self, by: Option<&str>) -> Result<()> {
-        let nodes: Api<Node> = Api::all(self.context.client.clone());
+    async fn patch_planned_reboot(self, by: Option<&str>) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.pass.context.client.clone());
         let patch = serde_json::json!({"metadata": {"annotations": {PLANNED_REBOOT: by}}});
-        self.context.leadership.ensure()?;
+        self.writes.check()?;
         nodes
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &self.pass.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
             .map_err(Error::kube("AnnotateNode"))?;
         Ok(())
@@ -180,14 +203,14 @@ impl Pass {
     /// it for the planned reboot. The node is back, so the trigger is cleared — before the
     /// mark goes, so the machine remediation cancels instead of fencing a healthy host.
     /// Returns the Machine whose trigger was cleared.
-    async fn clear_trigger_of_planned_reboot(&self, node: &Node) -> Result<Option<String>> {
+    async fn clear_trigger_of_planned_reboot(self, node: &Node) -> Result<Option<String>> {
         // The Machine whose status.nodeRef names the Node, never the Node's own annotation.
         let Some((namespace, name)) = self.machine_of_node(node).await? else {
             return Ok(None);
         };
         let (namespace, name) = (namespace.as_str(), name.as_str());
         let api: Api<crate::api::slim::Machine> =
-            Api::namespaced(self.context.client.clone(), namespace);
+            Api::namespaced(self.pass.context.client.clone(), namespace);
         let Some(machine) = api
             .get_present(name)
             .await
@@ -199,10 +222,29 @@ impl Pass {
             return Ok(None);
         }
         let patch = serde_json::json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: null}}});
-        self.context.leadership.ensure()?;
+        self.writes.check()?;
         api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(Error::kube("ClearTrigger"))?;
         Ok(Some(format!("{namespace}/{name}")))
+    }
+
+    /// The Machine of `node` as (namespace, name): the one Machine whose `status.nodeRef`
+    /// names it (see [`crate::api::slim::machine_of_node`]), listed from the API server now.
+    pub(super) async fn machine_of_node(self, node: &Node) -> Result<Option<(String, String)>> {
+        let api: Api<crate::api::slim::Machine> = Api::all(self.pass.context.client.clone());
+        let machines: Vec<std::sync::Arc<crate::api::slim::Machine>> = api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(Error::kube("ListMachines"))?
+            .items
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect();
+        let uid = node.uid();
+        Ok(
+            crate::api::slim::machine_of_node(&machines, &node.name_any(), uid.as_deref())
+                .map(|m| (m.namespace().unwrap_or_default(), m.name_any())),
+        )
     }
 }

@@ -21,6 +21,7 @@ mod mark;
 mod node_ops;
 pub mod observe;
 mod pass;
+mod reconcile;
 pub mod retention;
 mod steps;
 

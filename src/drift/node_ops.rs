@@ -2,7 +2,7 @@
 //! restore), removing a forcefile not picked up, and handing a node to the machine
 //! remediation.
 
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
@@ -11,12 +11,28 @@ use super::pass::{Pass, record};
 use crate::api::DriftStep;
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{DriftEventReason, DriftRemediation};
+use crate::drift::mark::PlannedReboot;
+use crate::leader::Writes;
 use crate::runtime::clock::rfc3339;
 use crate::runtime::events::Severity;
 use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
-impl Pass {
+/// The drift pass's operations on its Node: the helper pod, cordon, eviction. Made by
+/// `NodeOps::of(pass)` where needed, so that a call names the file it goes to.
+#[derive(Clone, Copy)]
+pub(crate) struct NodeOps<'p> {
+    pass: &'p Pass,
+    /// The leader's leave to write, which its writes take (and check again).
+    writes: &'p Writes,
+}
+
+impl<'p> NodeOps<'p> {
+    /// The NodeOps of `pass`, writing with the leader's `writes`.
+    pub(crate) fn of(pass: &'p Pass, writes: &'p Writes) -> Self {
+        NodeOps { pass, writes }
+    }
+
     pub(super) fn target<'a>(
         &'a self,
         remediation: &'a DriftRemediation,
@@ -25,14 +41,15 @@ impl Pass {
         HelperTarget {
             remediation: remediation.metadata.name.as_deref().unwrap_or_default(),
             uid,
-            node: &self.name,
-            namespace: &self.policy.helper_namespace,
+            node: &self.pass.name,
+            namespace: &self.pass.policy.helper_namespace,
             image: self
+                .pass
                 .policy
                 .helper_image
                 .as_deref()
-                .unwrap_or(&self.context.helpers.image),
-            pods: &self.context.helpers,
+                .unwrap_or(&self.pass.context.helpers.image),
+            pods: &self.pass.context.helpers,
         }
     }
 
@@ -40,12 +57,13 @@ impl Pass {
     /// such a `helperImage`; `--helper-image` is resolved to a digest at start, or left as it
     /// was when that failed). deploy/'s admission policy would refuse the pod too: the
     /// remediation fails before it asks, saying why.
-    pub(super) fn unpinned_helper_image(&self) -> Option<String> {
+    pub(super) fn unpinned_helper_image(self) -> Option<String> {
         let image = self
+            .pass
             .policy
             .helper_image
             .as_deref()
-            .unwrap_or(&self.context.helpers.image);
+            .unwrap_or(&self.pass.context.helpers.image);
         (!helper::pinned_by_digest(image)).then(|| {
             format!(
                 "the helper image {image} is not pinned by digest (<repository>@sha256:<64 hex>): \
@@ -58,7 +76,7 @@ impl Pass {
     /// Creates the helper pod for `op` (and the Secret carrying `content`); one that
     /// exists already is left as it is.
     pub(super) async fn start_helper(
-        &self,
+        self,
         remediation: &DriftRemediation,
         op: &HelperOp,
         content: Option<Vec<u8>>,
@@ -71,10 +89,10 @@ impl Pass {
         }
         let uid = remediation.uid().unwrap_or_default();
         let target = self.target(remediation, &uid);
-        let client = self.context.client.clone();
+        let client = self.pass.context.client.clone();
         if let Some(content) = content {
             let secrets: Api<Secret> = Api::namespaced(client.clone(), target.namespace);
-            self.context.leadership.ensure()?;
+            self.writes.check()?;
             match secrets
                 .create(
                     &PostParams::default(),
@@ -88,7 +106,7 @@ impl Pass {
             }
         }
         let pods: Api<Pod> = Api::namespaced(client, target.namespace);
-        self.context.leadership.ensure()?;
+        self.writes.check()?;
         match pods
             .create(&PostParams::default(), &helper::pod(&target, op))
             .await
@@ -102,12 +120,14 @@ impl Pass {
     /// While the forcefile is requested: the helper must exist (a crash may have come
     /// between the persisted request and the pod) and a failed helper is reported.
     pub(super) async fn watch_helper(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         op: &HelperOp,
     ) -> Result<()> {
-        let pods: Api<Pod> =
-            Api::namespaced(self.context.client.clone(), &self.policy.helper_namespace);
+        let pods: Api<Pod> = Api::namespaced(
+            self.pass.context.client.clone(),
+            &self.pass.policy.helper_namespace,
+        );
         let name = helper::helper_name(&remediation.name_any(), op);
         match pods
             .get_present(&name)
@@ -120,14 +140,15 @@ impl Pass {
                     let mut status = remediation.status.clone().unwrap_or_default();
                     if status.last_error.as_deref() != Some(message.as_str()) {
                         status.last_error = Some(message.clone());
-                        self.persist(remediation, status).await?;
-                        self.event(
-                            remediation,
-                            Severity::Warning,
-                            DriftEventReason::HelperFailed,
-                            message,
-                        )
-                        .await;
+                        self.pass.persist(self.writes, remediation, status).await?;
+                        self.pass
+                            .event(
+                                remediation,
+                                Severity::Warning,
+                                DriftEventReason::HelperFailed,
+                                message,
+                            )
+                            .await;
                     }
                 }
                 Ok(())
@@ -145,7 +166,7 @@ impl Pass {
     ///    forcefile after an unforce helper removed it).
     /// 3. The unforce helper runs; once it succeeded `ForceFileRemoved` is recorded and
     ///    `forceFileWritten` cleared, then the helpers are removed.
-    pub(super) async fn clean_up(&self, remediation: &DriftRemediation) -> Result<()> {
+    pub(super) async fn clean_up(self, remediation: &DriftRemediation) -> Result<()> {
         self.lift_own_cordon(remediation).await?;
         let written = remediation
             .status
@@ -157,8 +178,10 @@ impl Pass {
         if !self.force_helper_over(remediation).await? {
             return Ok(());
         }
-        let pods: Api<Pod> =
-            Api::namespaced(self.context.client.clone(), &self.policy.helper_namespace);
+        let pods: Api<Pod> = Api::namespaced(
+            self.pass.context.client.clone(),
+            &self.pass.policy.helper_namespace,
+        );
         let name = helper::helper_name(&remediation.name_any(), &HelperOp::Unforce);
         let Some(pod) = pods
             .get_present(&name)
@@ -173,15 +196,16 @@ impl Pass {
             Some(Ok(_)) => self.force_file_removed(remediation).await,
             // Failed: start again (the pod is deleted, a later pass recreates it).
             Some(Err(message)) => {
-                self.context.leadership.ensure()?;
+                self.writes.check()?;
                 let _ = pods.delete(&name, &DeleteParams::default()).await;
-                self.event(
-                    remediation,
-                    Severity::Warning,
-                    DriftEventReason::HelperFailed,
-                    message,
-                )
-                .await;
+                self.pass
+                    .event(
+                        remediation,
+                        Severity::Warning,
+                        DriftEventReason::HelperFailed,
+                        message,
+                    )
+                    .await;
                 Ok(())
             }
             None => Ok(()),
@@ -189,12 +213,12 @@ impl Pass {
     }
 
     /// Lifts the cordon we set for our own drain, unless an MCO drain is pending.
-    async fn lift_own_cordon(&self, remediation: &DriftRemediation) -> Result<()> {
+    async fn lift_own_cordon(self, remediation: &DriftRemediation) -> Result<()> {
         let ours = remediation
             .status
             .as_ref()
             .is_some_and(|s| s.cordoned_by_us);
-        let annotations = self.node.annotations();
+        let annotations = self.pass.node.annotations();
         let mco_draining = annotations.get(crate::api::mco::DESIRED_DRAIN)
             != annotations.get(crate::api::mco::LAST_APPLIED_DRAIN);
         if !ours || mco_draining {
@@ -207,17 +231,19 @@ impl Pass {
             &mut status,
             DriftStep::Uncordoned,
             None,
-            &rfc3339(self.context.clock.now()),
+            &rfc3339(self.pass.context.clock.now()),
         );
-        self.persist(&mut object, status).await?;
+        self.pass.persist(self.writes, &mut object, status).await?;
         self.set_unschedulable(false).await
     }
 
     /// Whether the force helper can no longer write the forcefile: it terminated, or its pod
     /// is gone. One still Pending or Running is deleted (once); false until it is gone.
-    async fn force_helper_over(&self, remediation: &DriftRemediation) -> Result<bool> {
-        let pods: Api<Pod> =
-            Api::namespaced(self.context.client.clone(), &self.policy.helper_namespace);
+    async fn force_helper_over(self, remediation: &DriftRemediation) -> Result<bool> {
+        let pods: Api<Pod> = Api::namespaced(
+            self.pass.context.client.clone(),
+            &self.pass.policy.helper_namespace,
+        );
         let name = helper::helper_name(&remediation.name_any(), &HelperOp::Force);
         let Some(pod) = pods
             .get_present(&name)
@@ -230,7 +256,7 @@ impl Pass {
             return Ok(true);
         }
         if pod.metadata.deletion_timestamp.is_none() {
-            self.context.leadership.ensure()?;
+            self.writes.check()?;
             match pods.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => return Ok(true),
@@ -242,7 +268,7 @@ impl Pass {
     }
 
     /// The unforce helper succeeded: recorded, told, the helpers removed.
-    async fn force_file_removed(&self, remediation: &DriftRemediation) -> Result<()> {
+    async fn force_file_removed(self, remediation: &DriftRemediation) -> Result<()> {
         let mut object = remediation.clone();
         let mut status = object.status.clone().unwrap_or_default();
         status.force_file_written = false;
@@ -250,28 +276,35 @@ impl Pass {
             &mut status,
             DriftStep::ForceFileRemoved,
             None,
-            &rfc3339(self.context.clock.now()),
+            &rfc3339(self.pass.context.clock.now()),
         );
-        self.persist(&mut object, status).await?;
+        self.pass.persist(self.writes, &mut object, status).await?;
         self.remove_helpers(&object).await?;
-        self.event(
-            &object,
-            Severity::Normal,
-            DriftEventReason::ForceFileRemoved,
-            format!("removed {} from {}", crate::api::mco::FORCE_FILE, self.name),
-        )
-        .await;
+        self.pass
+            .event(
+                &object,
+                Severity::Normal,
+                DriftEventReason::ForceFileRemoved,
+                format!(
+                    "removed {} from {}",
+                    crate::api::mco::FORCE_FILE,
+                    self.pass.name
+                ),
+            )
+            .await;
         // Nothing of ours is left on the node: the mark may go if the MCO is idle too.
-        self.guard_planned_reboot(Some(&object)).await?;
+        PlannedReboot::of(self.pass, self.writes)
+            .guard_planned_reboot(Some(&object))
+            .await?;
         Ok(())
     }
 
     /// Deletes every helper pod of the remediation and its content Secret (absent ones are
     /// fine).
-    pub(super) async fn remove_helpers(&self, remediation: &DriftRemediation) -> Result<()> {
-        let namespace = &self.policy.helper_namespace;
-        let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), namespace);
-        let secrets: Api<Secret> = Api::namespaced(self.context.client.clone(), namespace);
+    pub(super) async fn remove_helpers(self, remediation: &DriftRemediation) -> Result<()> {
+        let namespace = &self.pass.policy.helper_namespace;
+        let pods: Api<Pod> = Api::namespaced(self.pass.context.client.clone(), namespace);
+        let secrets: Api<Secret> = Api::namespaced(self.pass.context.client.clone(), namespace);
         let name = remediation.name_any();
         let install = HelperOp::Install {
             path: String::new(),
@@ -283,12 +316,12 @@ impl Pass {
             mode: 0,
         };
         for op in [HelperOp::Force, HelperOp::Unforce, chmod, install.clone()] {
-            self.context.leadership.ensure()?;
+            self.writes.check()?;
             let _ = pods
                 .delete(&helper::helper_name(&name, &op), &DeleteParams::default())
                 .await;
         }
-        self.context.leadership.ensure()?;
+        self.writes.check()?;
         let _ = secrets
             .delete(
                 &helper::helper_name(&name, &install),
@@ -302,51 +335,34 @@ impl Pass {
     /// `status.nodeRef` names this Node, by name and UID; never the Node's own
     /// `machine.openshift.io/machine` annotation, which its kubelet may write — gets the
     /// trigger.
-    pub(super) async fn escalate(&self) -> std::result::Result<String, String> {
-        let (namespace, name) = self
-            .machine_of_node(&self.node)
+    pub(super) async fn escalate(self) -> std::result::Result<String, String> {
+        let (namespace, name) = PlannedReboot::of(self.pass, self.writes)
+            .machine_of_node(&self.pass.node)
             .await
             .map_err(|e| e.to_string())?
             .ok_or("no Machine's status.nodeRef names the Node")?;
         let api: Api<crate::api::slim::Machine> =
-            Api::namespaced(self.context.client.clone(), &namespace);
+            Api::namespaced(self.pass.context.client.clone(), &namespace);
         let patch = serde_json::json!({"metadata": {"annotations": {EXTERNAL_REMEDIATION: ""}}});
-        self.context
-            .leadership
-            .ensure()
-            .map_err(|e| e.to_string())?;
+        self.writes.check().map_err(|e| e.to_string())?;
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|e| e.to_string())?;
         Ok(format!("{namespace}/{name}"))
     }
 
-    /// The Machine of `node` as (namespace, name): the one Machine whose `status.nodeRef`
-    /// names it (see [`crate::api::slim::machine_of_node`]), listed from the API server now.
-    pub(super) async fn machine_of_node(&self, node: &Node) -> Result<Option<(String, String)>> {
-        let api: Api<crate::api::slim::Machine> = Api::all(self.context.client.clone());
-        let machines: Vec<std::sync::Arc<crate::api::slim::Machine>> = api
-            .list(&kube::api::ListParams::default())
-            .await
-            .map_err(Error::kube("ListMachines"))?
-            .items
-            .into_iter()
-            .map(std::sync::Arc::new)
-            .collect();
-        let uid = node.uid();
-        Ok(
-            crate::api::slim::machine_of_node(&machines, &node.name_any(), uid.as_deref())
-                .map(|m| (m.namespace().unwrap_or_default(), m.name_any())),
-        )
-    }
-
     /// Cordons or uncordons the node (our own drain before a restore only).
-    pub(super) async fn set_unschedulable(&self, value: bool) -> Result<()> {
-        self.context.leadership.ensure()?;
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.context.client.clone());
+    pub(super) async fn set_unschedulable(self, value: bool) -> Result<()> {
+        self.writes.check()?;
+        let nodes: Api<k8s_openapi::api::core::v1::Node> =
+            Api::all(self.pass.context.client.clone());
         let patch = serde_json::json!({"spec": {"unschedulable": value}});
         nodes
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &self.pass.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
             .map_err(Error::kube(if value {
                 "CordonNode"
@@ -358,19 +374,22 @@ impl Pass {
 
     /// Evicts every pod a drain evicts from the node, through the Eviction API (a budget
     /// may refuse: the refusal is returned, nothing is forced).
-    pub(super) async fn evict_pods(&self) -> Result<Option<String>> {
-        self.context.leadership.ensure()?;
-        let all: Api<Pod> = Api::all(self.context.client.clone());
+    pub(super) async fn evict_pods(self) -> Result<Option<String>> {
+        self.writes.check()?;
+        let all: Api<Pod> = Api::all(self.pass.context.client.clone());
         let on_node = all
-            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={}", self.name)))
+            .list(
+                &kube::api::ListParams::default()
+                    .fields(&format!("spec.nodeName={}", self.pass.name)),
+            )
             .await
             .map_err(Error::kube("ListPodsOnNode"))?
             .items;
         let mut refused = None;
         for pod in on_node.iter().filter(|p| super::pdb::evicted_by_drain(p)) {
             let namespace = pod.namespace().unwrap_or_default();
-            let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &namespace);
-            self.context.leadership.ensure()?;
+            let pods: Api<Pod> = Api::namespaced(self.pass.context.client.clone(), &namespace);
+            self.writes.check()?;
             match pods.evict(&pod.name_any(), &Default::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 => {}

@@ -1,5 +1,5 @@
 //! *Execute*: one function per planned drift [`Step`], each persisting the step before it
-//! acts and telling what it did (Events, metrics); [`Pass::execute`] only dispatches.
+//! acts and telling what it did (Events, metrics); [`Steps::execute`] only dispatches.
 
 use std::time::{Duration, SystemTime};
 
@@ -12,6 +12,9 @@ use super::plan::{Milestone, NodeObservation, Noted, Step};
 use crate::Result;
 use crate::api::{ConditionType, DriftEventReason, DriftStep};
 use crate::api::{DriftPhase, DriftRemediation, DriftRemediationStatus};
+use crate::drift::mark::PlannedReboot;
+use crate::drift::node_ops::NodeOps;
+use crate::leader::Writes;
 use crate::runtime::clock::rfc3339;
 use crate::runtime::conditions::upsert_condition;
 use crate::runtime::events::Severity;
@@ -35,16 +38,29 @@ fn started(
     record(status, step, Some(phase), now);
 }
 
-impl Pass {
+/// The drift pass's executor: one function per planned step (one stage's methods, over the [`Pass`] they serve).
+#[derive(Clone, Copy)]
+pub(crate) struct Steps<'p> {
+    pass: &'p Pass,
+    /// The leader's leave to write, which its writes take (and check again).
+    writes: &'p Writes,
+}
+
+impl<'p> Steps<'p> {
+    /// The Steps of `pass`, writing with the leader's `writes`.
+    pub(crate) fn of(pass: &'p Pass, writes: &'p Writes) -> Self {
+        Steps { pass, writes }
+    }
+
     /// Carries `step` out, persisting it before it acts.
     pub(super) async fn execute(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         step: Step,
         node: &NodeObservation,
     ) -> Result<Action> {
-        self.context.leadership.ensure()?;
-        let now = rfc3339(self.context.clock.now());
+        self.writes.check()?;
+        let now = rfc3339(self.pass.context.clock.now());
         let status = remediation.status.clone().unwrap_or_default();
         let r = remediation;
         match step {
@@ -72,27 +88,29 @@ impl Pass {
     }
 
     /// Look again in a poll interval.
-    fn poll(&self) -> Action {
-        Action::requeue(self.context.poll)
+    fn poll(self) -> Action {
+        Action::requeue(self.pass.context.poll)
     }
 
     /// Waits; while a forcefile helper runs, it is watched.
     async fn wait(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         status: DriftRemediationStatus,
         after: Duration,
     ) -> Result<Action> {
         if status.phase == DriftPhase::ForceRequested {
-            self.watch_helper(remediation, &HelperOp::Force).await?;
+            NodeOps::of(self.pass, self.writes)
+                .watch_helper(remediation, &HelperOp::Force)
+                .await?;
         }
-        let at_most = self.context.poll.max(Duration::from_millis(200));
+        let at_most = self.pass.context.poll.max(Duration::from_millis(200));
         Ok(Action::requeue(after.min(at_most)))
     }
 
     /// The drift outlived the debounce: it is real.
     async fn end_debounce(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         now: &str,
@@ -103,13 +121,13 @@ impl Pass {
             Some(DriftPhase::Pending),
             now,
         );
-        self.persist(remediation, status).await?;
+        self.pass.persist(self.writes, remediation, status).await?;
         Ok(self.poll())
     }
 
     /// The node healed by itself: nothing was done.
     async fn self_healed(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         now: &str,
@@ -120,7 +138,7 @@ impl Pass {
             Some(DriftPhase::SelfHealed),
             now,
         );
-        let at = self.context.clock.now();
+        let at = self.pass.context.clock.now();
         upsert_condition(
             &mut status.conditions,
             ConditionType::Held,
@@ -129,23 +147,24 @@ impl Pass {
             "",
             at,
         );
-        self.persist(remediation, status).await?;
-        self.ended(remediation, "SelfHealed", None);
+        self.pass.persist(self.writes, remediation, status).await?;
+        self.pass.ended(remediation, "SelfHealed", None);
         let note = "the node healed by itself; nothing was done";
-        self.event(
-            remediation,
-            Severity::Normal,
-            DriftEventReason::SelfHealed,
-            note.into(),
-        )
-        .await;
+        self.pass
+            .event(
+                remediation,
+                Severity::Normal,
+                DriftEventReason::SelfHealed,
+                note.into(),
+            )
+            .await;
         Ok(self.poll())
     }
 
     /// Holds the start: the gate's condition and an Event, once per message (a Warning for a
     /// gate; Normal for what the admin chose: `Observe` mode or the annotation).
     async fn hold(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         message: String,
@@ -156,7 +175,7 @@ impl Pass {
             .iter()
             .any(|c| c.is_true(ConditionType::Held) && c.message == message);
         if !was {
-            let at = self.context.clock.now();
+            let at = self.pass.context.clock.now();
             upsert_condition(
                 &mut status.conditions,
                 ConditionType::Held,
@@ -165,7 +184,7 @@ impl Pass {
                 &message,
                 at,
             );
-            self.persist(remediation, status).await?;
+            self.pass.persist(self.writes, remediation, status).await?;
             let chosen = matches!(
                 reason,
                 DriftEventReason::ObserveOnly | DriftEventReason::DriftRemediationDisabled
@@ -175,20 +194,22 @@ impl Pass {
             } else {
                 Severity::Warning
             };
-            self.event(remediation, severity, reason, message).await;
+            self.pass
+                .event(remediation, severity, reason, message)
+                .await;
         }
-        Ok(Action::requeue(self.context.poll * 2))
+        Ok(Action::requeue(self.pass.context.poll * 2))
     }
 
     /// The Force action: the planned-reboot mark first, then the forcefile through a helper.
     async fn request_force(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         node: &NodeObservation,
         now: &str,
     ) -> Result<Action> {
-        if let Some(text) = self.unpinned_helper_image() {
+        if let Some(text) = NodeOps::of(self.pass, self.writes).unpinned_helper_image() {
             self.fail(
                 remediation,
                 status,
@@ -205,7 +226,7 @@ impl Pass {
             &remediation.name_any(),
             &HelperOp::Force,
         ));
-        let at = self.context.clock.now();
+        let at = self.pass.context.clock.now();
         started(
             &mut status,
             DriftStep::ForceRequested,
@@ -213,35 +234,39 @@ impl Pass {
             now,
             at,
         );
-        self.persist(remediation, status).await?;
+        self.pass.persist(self.writes, remediation, status).await?;
         // The mark first: the forcefile may be taken (and the node rebooted) at once.
-        self.guard_planned_reboot(Some(remediation)).await?;
-        self.start_helper(remediation, &HelperOp::Force, None)
+        PlannedReboot::of(self.pass, self.writes)
+            .guard_planned_reboot(Some(remediation))
+            .await?;
+        NodeOps::of(self.pass, self.writes)
+            .start_helper(remediation, &HelperOp::Force, None)
             .await?;
         let note = format!(
             "wrote {} on {}; the MCO re-applies its config and reboots the node",
             crate::api::mco::FORCE_FILE,
-            self.name
+            self.pass.name
         );
-        self.event(
-            remediation,
-            Severity::Normal,
-            DriftEventReason::ForceRequested,
-            note,
-        )
-        .await;
+        self.pass
+            .event(
+                remediation,
+                Severity::Normal,
+                DriftEventReason::ForceRequested,
+                note,
+            )
+            .await;
         Ok(self.poll())
     }
 
     /// Cordons the node before the restore's drain.
     async fn start_drain(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         now: &str,
     ) -> Result<Action> {
         status.cordoned_by_us = true;
-        let at = self.context.clock.now();
+        let at = self.pass.context.clock.now();
         started(
             &mut status,
             DriftStep::CordonRequested,
@@ -249,62 +274,68 @@ impl Pass {
             now,
             at,
         );
-        self.persist(remediation, status).await?;
-        self.set_unschedulable(true).await?;
+        self.pass.persist(self.writes, remediation, status).await?;
+        NodeOps::of(self.pass, self.writes)
+            .set_unschedulable(true)
+            .await?;
         let note = format!(
             "cordoned {}; draining it through the Eviction API before the restore",
-            self.name
+            self.pass.name
         );
-        self.event(
-            remediation,
-            Severity::Normal,
-            DriftEventReason::Cordoned,
-            note,
-        )
-        .await;
+        self.pass
+            .event(
+                remediation,
+                Severity::Normal,
+                DriftEventReason::Cordoned,
+                note,
+            )
+            .await;
         Ok(self.poll())
     }
 
     /// Evicts the node's pods; a refusal (a budget) is told once and looked at again later.
     async fn evict(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
     ) -> Result<Action> {
-        let Some(refused) = self.evict_pods().await? else {
+        let Some(refused) = NodeOps::of(self.pass, self.writes).evict_pods().await? else {
             return Ok(self.poll());
         };
         if status.last_error.as_deref() != Some(refused.as_str()) {
             status.last_error = Some(refused.clone());
-            self.persist(remediation, status).await?;
-            self.event(
-                remediation,
-                Severity::Warning,
-                DriftEventReason::EvictionRefused,
-                refused,
-            )
-            .await;
+            self.pass.persist(self.writes, remediation, status).await?;
+            self.pass
+                .event(
+                    remediation,
+                    Severity::Warning,
+                    DriftEventReason::EvictionRefused,
+                    refused,
+                )
+                .await;
         }
-        Ok(Action::requeue(self.context.poll * 4))
+        Ok(Action::requeue(self.pass.context.poll * 4))
     }
 
     /// Lifts our own cordon.
     async fn uncordon(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         now: &str,
     ) -> Result<Action> {
         status.cordoned_by_us = false;
         record(&mut status, DriftStep::Uncordoned, None, now);
-        self.persist(remediation, status).await?;
-        self.set_unschedulable(false).await?;
+        self.pass.persist(self.writes, remediation, status).await?;
+        NodeOps::of(self.pass, self.writes)
+            .set_unschedulable(false)
+            .await?;
         Ok(self.poll())
     }
 
     /// Records what the MCO was seen doing; once it picked the forcefile up, the helpers go.
     async fn record_milestone(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         milestone: Milestone,
@@ -317,19 +348,22 @@ impl Pass {
         }
         let phase = picked_up.then_some(DriftPhase::Applying);
         record(&mut status, milestone.step(), phase, now);
-        self.persist(remediation, status).await?;
+        self.pass.persist(self.writes, remediation, status).await?;
         if picked_up {
-            self.remove_helpers(remediation).await?;
+            NodeOps::of(self.pass, self.writes)
+                .remove_helpers(remediation)
+                .await?;
         }
-        let note = format!("{} on {}", milestone.step(), self.name);
-        self.event(remediation, Severity::Normal, milestone.reason(), note)
+        let note = format!("{} on {}", milestone.step(), self.pass.name);
+        self.pass
+            .event(remediation, Severity::Normal, milestone.reason(), note)
             .await;
         Ok(self.poll())
     }
 
     /// Notes when the node went NotReady or started draining (the deadlines count from it).
     async fn note(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         noted: Noted,
@@ -339,13 +373,13 @@ impl Pass {
             Noted::NotReady => status.not_ready_since = Some(now),
             Noted::Draining => status.draining_since = Some(now),
         }
-        self.persist(remediation, status).await?;
+        self.pass.persist(self.writes, remediation, status).await?;
         Ok(self.poll())
     }
 
     /// Verified Done on the pool's config: Succeeded, the mark and the helpers gone.
     async fn succeed(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         now: &str,
@@ -357,7 +391,7 @@ impl Pass {
             now,
         );
         let message = "Done on the pool's config, Ready and schedulable";
-        let at = self.context.clock.now();
+        let at = self.pass.context.clock.now();
         upsert_condition(
             &mut status.conditions,
             ConditionType::Succeeded,
@@ -366,29 +400,34 @@ impl Pass {
             message,
             at,
         );
-        self.persist(remediation, status).await?;
+        self.pass.persist(self.writes, remediation, status).await?;
         // Verified Done, so the MCO is idle: the mark goes (a health check's trigger left
         // during the reboot is cleared before).
-        self.guard_planned_reboot(Some(remediation)).await?;
-        self.remove_helpers(remediation).await?;
-        self.ended(remediation, "Succeeded", None);
+        PlannedReboot::of(self.pass, self.writes)
+            .guard_planned_reboot(Some(remediation))
+            .await?;
+        NodeOps::of(self.pass, self.writes)
+            .remove_helpers(remediation)
+            .await?;
+        self.pass.ended(remediation, "Succeeded", None);
         let note = format!(
             "{} is Done on {}",
-            self.name, remediation.spec.rendered_config
+            self.pass.name, remediation.spec.rendered_config
         );
-        self.event(
-            remediation,
-            Severity::Normal,
-            DriftEventReason::Succeeded,
-            note,
-        )
-        .await;
+        self.pass
+            .event(
+                remediation,
+                Severity::Normal,
+                DriftEventReason::Succeeded,
+                note,
+            )
+            .await;
         Ok(self.poll())
     }
 
     /// Aborted (by request or because the drift changed): cleaned up.
     async fn abort(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         why: String,
@@ -401,24 +440,29 @@ impl Pass {
             now,
         );
         status.last_error = Some(why.clone());
-        self.persist(remediation, status).await?;
+        self.pass.persist(self.writes, remediation, status).await?;
         // Kept while a forcefile may be there or the MCO is still at work.
-        self.guard_planned_reboot(Some(remediation)).await?;
-        self.ended(remediation, "Aborted", None);
-        self.event(
-            remediation,
-            Severity::Normal,
-            DriftEventReason::Aborted,
-            why,
-        )
-        .await;
-        self.clean_up(remediation).await?;
+        PlannedReboot::of(self.pass, self.writes)
+            .guard_planned_reboot(Some(remediation))
+            .await?;
+        self.pass.ended(remediation, "Aborted", None);
+        self.pass
+            .event(
+                remediation,
+                Severity::Normal,
+                DriftEventReason::Aborted,
+                why,
+            )
+            .await;
+        NodeOps::of(self.pass, self.writes)
+            .clean_up(remediation)
+            .await?;
         Ok(self.poll())
     }
 
     /// The node stayed NotReady after the reboot: handed to the machine remediation.
     async fn escalate_to_machine(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         now: &str,
@@ -429,41 +473,44 @@ impl Pass {
             Some(DriftPhase::Escalated),
             now,
         );
-        self.persist(remediation, status).await?;
+        self.pass.persist(self.writes, remediation, status).await?;
         // Handed over: the guard lifts the mark, so the machine remediation may take the
         // node once its Machine has the trigger.
-        self.guard_planned_reboot(Some(remediation)).await?;
-        let note = match self.escalate().await {
+        PlannedReboot::of(self.pass, self.writes)
+            .guard_planned_reboot(Some(remediation))
+            .await?;
+        let note = match NodeOps::of(self.pass, self.writes).escalate().await {
             Ok(machine) => format!(
                 "{} stayed NotReady; handed to the machine remediation ({machine})",
-                self.name
+                self.pass.name
             ),
             Err(error) => format!(
                 "{} stayed NotReady; cannot hand it to the machine remediation: {error}",
-                self.name
+                self.pass.name
             ),
         };
-        self.ended(remediation, "Escalated", None);
-        self.event(
-            remediation,
-            Severity::Warning,
-            DriftEventReason::Escalated,
-            note,
-        )
-        .await;
+        self.pass.ended(remediation, "Escalated", None);
+        self.pass
+            .event(
+                remediation,
+                Severity::Warning,
+                DriftEventReason::Escalated,
+                note,
+            )
+            .await;
         Ok(self.poll())
     }
 
     /// The restore action: the expected file from the rendered config, through a helper.
     async fn restore(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         now: &str,
     ) -> Result<Action> {
         use super::classify::DriftKind;
         use super::content::Expected;
-        let op = match (remediation.spec.kind, self.expected(remediation).await) {
+        let op = match (remediation.spec.kind, self.pass.expected(remediation).await) {
             (DriftKind::Content | DriftKind::Missing, Ok(Expected::File { bytes, mode })) => {
                 let sha256 = super::content::sha256_hex(&bytes);
                 Some((
@@ -498,7 +545,7 @@ impl Pass {
             .await?;
             return Ok(Action::await_change());
         };
-        if let Some(text) = self.unpinned_helper_image() {
+        if let Some(text) = NodeOps::of(self.pass, self.writes).unpinned_helper_image() {
             self.fail(
                 remediation,
                 status,
@@ -514,32 +561,35 @@ impl Pass {
             DriftStep::RestoreRequested,
             DriftPhase::Restoring,
             now,
-            self.context.clock.now(),
+            self.pass.context.clock.now(),
         );
-        self.persist(remediation, status).await?;
-        self.start_helper(remediation, &op, content).await?;
-        self.event(
-            remediation,
-            Severity::Normal,
-            DriftEventReason::RestoreRequested,
-            format!(
-                "writing {} back as the rendered config has it",
-                remediation.spec.target
-            ),
-        )
-        .await;
-        Ok(Action::requeue(self.context.poll))
+        self.pass.persist(self.writes, remediation, status).await?;
+        NodeOps::of(self.pass, self.writes)
+            .start_helper(remediation, &op, content)
+            .await?;
+        self.pass
+            .event(
+                remediation,
+                Severity::Normal,
+                DriftEventReason::RestoreRequested,
+                format!(
+                    "writing {} back as the rendered config has it",
+                    remediation.spec.target
+                ),
+            )
+            .await;
+        Ok(Action::requeue(self.pass.context.poll))
     }
 
     /// Ends the remediation Failed with a reason, and removes a forcefile not picked up.
     async fn fail(
-        &self,
+        self,
         remediation: &mut DriftRemediation,
         mut status: DriftRemediationStatus,
         reason: DriftEventReason,
         text: String,
     ) -> Result<()> {
-        let now = self.context.clock.now();
+        let now = self.pass.context.clock.now();
         record(
             &mut status,
             DriftStep::Failed,
@@ -563,13 +613,18 @@ impl Pass {
             "",
             now,
         );
-        self.persist(remediation, status).await?;
+        self.pass.persist(self.writes, remediation, status).await?;
         // Not lifted here: after a timeout the MCO may still drain and reboot the node; the
         // guard keeps the mark until it is done.
-        self.guard_planned_reboot(Some(remediation)).await?;
-        self.ended(remediation, "Failed", Some(reason));
-        self.event(remediation, Severity::Warning, reason, text)
+        PlannedReboot::of(self.pass, self.writes)
+            .guard_planned_reboot(Some(remediation))
+            .await?;
+        self.pass.ended(remediation, "Failed", Some(reason));
+        self.pass
+            .event(remediation, Severity::Warning, reason, text)
             .await;
-        self.clean_up(remediation).await
+        NodeOps::of(self.pass, self.writes)
+            .clean_up(remediation)
+            .await
     }
 }

@@ -15,8 +15,11 @@
 //! `docs/engineering/layout.md` is exactly the computed graph (`BAREMEND_BLESS=1 cargo test
 //! -p baremend --lib layering` rewrites it).
 //!
-//! Caveats: a method call through another group's `impl Pass` is no import and is not seen;
-//! the table orders whole groups, not the files inside one.
+//! A stage's methods are a type of their own file over the `Pass` they serve (`Steps::of(pass)`),
+//! never methods added to `Pass` from another group, so that every call into another group is a
+//! path this reader sees; [`no_type_has_methods_in_more_than_two_files`] keeps it so.
+//!
+//! Caveats: the table orders whole groups, not the files inside one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -398,24 +401,21 @@ fn graph(sources: &[Source]) -> (BTreeMap<(String, String), String>, Vec<String>
     (edges, stray)
 }
 
-/// The methods each file adds to `Pass`, in the order of the layers (files with none left
-/// out), and how many `impl Pass` blocks hold them.
-fn pass_methods(sources: &[Source]) -> Vec<(String, usize, Vec<String>)> {
+/// The types that hold a pass's methods, file by file in the order of the layers: `Pass`
+/// itself and each stage's type over it (`impl<'p> Steps<'p>`...), with their methods.
+fn pass_methods(sources: &[Source]) -> Vec<(String, String, Vec<String>)> {
     let mut out = Vec::new();
     for (group, _) in LAYERS {
         for source in sources.iter().filter(|s| s.group == *group) {
             let t = &source.tokens;
-            let (mut blocks, mut methods) = (0, Vec::new());
             let mut i = 0;
             while i + 2 < t.len() {
-                let opens = t[i] == "impl" && t[i + 1] == "Pass" && t[i + 2] == "{";
-                if !opens {
+                let Some((name, body)) = pass_stage_at(t, i) else {
                     i += 1;
                     continue;
-                }
-                blocks += 1;
-                let mut depth = 0;
-                i += 2;
+                };
+                let (mut depth, mut methods) = (0, Vec::new());
+                i = body;
                 while i < t.len() {
                     match t[i].as_str() {
                         "{" => depth += 1,
@@ -428,17 +428,34 @@ fn pass_methods(sources: &[Source]) -> Vec<(String, usize, Vec<String>)> {
                         break;
                     }
                 }
-            }
-            if blocks > 0 {
                 let file = source
                     .path
                     .trim_start_matches("src/remediation/")
                     .to_owned();
-                out.push((file, blocks, methods));
+                out.push((file, name, methods));
             }
         }
     }
     out
+}
+
+/// At `impl Pass {` or `impl<'p> Stage<'p> {` (a stage over a pass: its one lifetime), the
+/// type's name and the index of the opening brace.
+fn pass_stage_at(t: &[String], i: usize) -> Option<(String, usize)> {
+    if t[i] != "impl" {
+        return None;
+    }
+    if t[i + 1] == "Pass" && t[i + 2] == "{" {
+        return Some(("Pass".to_owned(), i + 2));
+    }
+    // `impl < p > Name < p > {`: the tokenizer keeps a lifetime's name without its quote.
+    let shape = ["<", "", ">", "", "<", "", ">", "{"];
+    let fits = t.len() > i + shape.len()
+        && shape
+            .iter()
+            .enumerate()
+            .all(|(k, s)| s.is_empty() || t[i + 1 + k] == *s);
+    fits.then(|| (t[i + 4].clone(), i + 8))
 }
 
 /// The "Module graph" table of the layout page, from the layers and the edges.
@@ -479,13 +496,14 @@ fn rendered(sources: &[Source], edges: &BTreeMap<(String, String), String>) -> S
         ));
     }
     out.push_str(
-        "\n`Pass` is one type whose methods each stage adds beside the code of its concern; the \
-         files that add methods, and the methods each adds:\n\n\
-         | file | `impl Pass` blocks | methods |\n|---|---|---|\n",
+        "\nA pass's methods are `Pass`'s (its primitives, and the controller's wiring of the \
+         stages) or a stage's: a type of its own file over the `Pass` it serves, so that a call \
+         names the file it goes to and the table above sees it:\n\n\
+         | file | type | methods |\n|---|---|---|\n",
     );
-    for (file, blocks, methods) in pass_methods(sources) {
+    for (file, name, methods) in pass_methods(sources) {
         out.push_str(&format!(
-            "| `{file}` | {blocks} | {} |\n",
+            "| `{file}` | `{name}` | {} |\n",
             methods.join(", ")
         ));
     }
@@ -711,5 +729,209 @@ fn only_the_power_readers_name_the_evidence_of_a_power_off() {
     assert!(
         elsewhere.is_empty(),
         "only the power readers may name the evidence of a power-off: {elsewhere:#?}"
+    );
+}
+
+/// Each type with inherent methods (`impl Name {`, `impl<..> Name<..> {`) in the workspace's
+/// library sources, with the files that hold them, per top-level module (`src/drift`,
+/// `simulator/src/apiserver`: two types of one name are two modules' own).
+fn inherent_impls() -> BTreeMap<(String, String), BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for folder in [
+        "src",
+        "core/src",
+        "drivers/src",
+        "simulator/src",
+        "testkit/src",
+    ] {
+        for path in rust_files(&root.join(folder)) {
+            let t = tokens(&std::fs::read_to_string(&path).unwrap());
+            for i in 0..t.len().saturating_sub(1) {
+                if let Some(name) = inherent_impl_at(&t, i) {
+                    let inside = path.strip_prefix(root.join(folder)).unwrap();
+                    let module = inside.components().next().unwrap().as_os_str();
+                    let module = format!("{folder}/{}", module.to_string_lossy());
+                    let file = path.strip_prefix(root).unwrap().display().to_string();
+                    out.entry((module, name)).or_default().insert(file);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// At an `impl` of inherent methods, the type's name (`impl Trait for Type` is not one).
+fn inherent_impl_at(t: &[String], i: usize) -> Option<String> {
+    if t[i] != "impl"
+        || !matches!(
+            t.get(i.wrapping_sub(1)).map(String::as_str),
+            None | Some("}" | "]" | ";" | "{")
+        )
+    {
+        return None;
+    }
+    let mut j = i + 1;
+    // The impl's own generics.
+    if t[j] == "<" {
+        let mut depth = 0;
+        while j < t.len() {
+            match t[j].as_str() {
+                "<" => depth += 1,
+                ">" => depth -= 1,
+                _ => {}
+            }
+            j += 1;
+            if depth == 0 {
+                break;
+            }
+        }
+    }
+    let name = t.get(j)?.clone();
+    let header_end = t[j..].iter().position(|s| s == "{")? + j;
+    let is_trait_impl = t[j..header_end].iter().any(|s| s == "for");
+    (!is_trait_impl && is_ident(&name)).then_some(name)
+}
+
+#[test]
+fn no_type_has_methods_in_more_than_two_files() {
+    let impls = inherent_impls();
+    assert!(
+        impls.contains_key(&("src/remediation".to_owned(), "Pass".to_owned())),
+        "the reader found no `impl Pass`: {:?}",
+        impls.keys().take(5).collect::<Vec<_>>()
+    );
+    let spread: Vec<String> = impls
+        .iter()
+        .filter(|(_, files)| files.len() > 2)
+        .map(|((module, name), files)| format!("{module}: {name} in {files:?}"))
+        .collect();
+    assert!(
+        spread.is_empty(),
+        "a type's methods are found by reading one or two files, not more (a stage is a type \
+         of its own over the `Pass` it serves): {spread:#?}"
+    );
+}
+
+#[test]
+fn the_impl_reader_tells_inherent_methods_from_trait_impls() {
+    let t = tokens(
+        "impl Pass { fn a() {} } impl<'p> Steps<'p> { } impl Display for Pass { } \
+         impl<T: Clone> Wrapper<T> where T: Send { } fn f() -> impl Future { }",
+    );
+    let found: Vec<String> = (0..t.len())
+        .filter_map(|i| inherent_impl_at(&t, i))
+        .collect();
+    assert_eq!(found, ["Pass", "Steps", "Wrapper"]);
+}
+
+/// The calls that change the cluster or a host, as the tokenizer sees their names after a `.`.
+const WRITES: [&str; 8] = [
+    "patch",
+    "patch_status",
+    "create",
+    "replace_status",
+    "delete",
+    "power_off",
+    "power_on",
+    "delete_exactly",
+];
+
+/// Each function of `t` (its name and its body's tokens, nested functions included in their
+/// parent's body too).
+fn functions(t: &[String]) -> Vec<(String, &[String])> {
+    let mut out = Vec::new();
+    for i in 0..t.len().saturating_sub(1) {
+        if t[i] != "fn" {
+            continue;
+        }
+        let Some(open) = t[i..].iter().position(|s| s == "{" || s == ";") else {
+            continue;
+        };
+        let open = i + open;
+        if t[open] == ";" {
+            continue;
+        }
+        let mut depth = 0;
+        let mut end = open;
+        for (k, token) in t.iter().enumerate().skip(open) {
+            match token.as_str() {
+                "{" => depth += 1,
+                "}" => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                end = k;
+                break;
+            }
+        }
+        out.push((t[i + 1].clone(), &t[open..=end]));
+    }
+    out
+}
+
+/// Whether `body` makes one of the [`WRITES`] calls, and whether it checks the leave to write
+/// (`writes.check()`) or hands it on to the writer it calls (`writes` in its arguments).
+fn writes_and_checks(body: &[String]) -> (bool, bool) {
+    let writes = body
+        .windows(3)
+        .any(|w| (w[0] == "." || w[0] == "::") && WRITES.contains(&w[1].as_str()) && w[2] == "(");
+    let checks = body.iter().any(|s| s == "writes");
+    (writes, checks)
+}
+
+#[test]
+fn every_write_of_the_controllers_takes_the_leaders_leave() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut unguarded = Vec::new();
+    let mut writers = 0;
+    for folder in ["src/remediation", "src/drift"] {
+        for path in rust_files(&root.join(folder)) {
+            let name = path.file_name().unwrap().to_string_lossy();
+            // Tests write to their simulated servers as they please. The drivers' wrappers
+            // (`metered`, `witnessed`) pass a power call through to the BMC: the fencing
+            // strategy that makes it holds the leave and checks it right before.
+            if name.ends_with("tests.rs") || name == "metered.rs" || name == "witnessed.rs" {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).unwrap();
+            let source = source.split("#[cfg(test)]").next().unwrap_or_default();
+            for (function, body) in functions(&tokens(source)) {
+                match writes_and_checks(body) {
+                    (true, true) => writers += 1,
+                    (true, false) => unguarded.push(format!(
+                        "{}: fn {function}",
+                        path.strip_prefix(root).unwrap().display()
+                    )),
+                    _ => {}
+                }
+            }
+        }
+    }
+    assert!(writers >= 20, "the reader found only {writers} writers");
+    assert!(
+        unguarded.is_empty(),
+        "a function writes without the leader's `Writes` (take one, and `writes.check()` right \
+         before the write): {unguarded:#?}"
+    );
+}
+
+#[test]
+fn the_write_reader_sees_a_write_and_its_leave() {
+    let t = tokens(
+        "fn guarded(writes: &Writes) { writes.check()?; api.patch(name, p, x).await } \
+         fn bare() { api.create(&p, &o).await } fn reads() { api.get(name).await }",
+    );
+    let seen: Vec<(String, (bool, bool))> = functions(&t)
+        .into_iter()
+        .map(|(name, body)| (name, writes_and_checks(body)))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("guarded".to_owned(), (true, true)),
+            ("bare".to_owned(), (true, false)),
+            ("reads".to_owned(), (false, false)),
+        ]
     );
 }

@@ -3,7 +3,7 @@
 
 use kube::api::{Api, DeleteParams, Preconditions};
 
-use crate::leader::Leadership;
+use crate::leader::Writes;
 use crate::{Error, Result};
 
 /// What a deletion found.
@@ -42,13 +42,13 @@ where
     }
 }
 
-/// Deletes each object exactly (its UID as a precondition), leadership checked right before
+/// Deletes each object exactly (its UID as a precondition), leave to write checked right before
 /// each delete; stops at the first failure. Returns the names this call deleted (not those
 /// found gone: two passes over the same objects count each once) and the outcome.
 pub async fn delete_each<'a, K>(
     api: &Api<K>,
     objects: impl IntoIterator<Item = &'a K>,
-    leadership: &Leadership,
+    writes: &Writes,
     op: &'static str,
 ) -> (Vec<String>, Result<()>)
 where
@@ -57,7 +57,7 @@ where
     let mut deleted = Vec::new();
     for object in objects {
         let name = object.meta().name.clone().unwrap_or_default();
-        let outcome = match leadership.ensure() {
+        let outcome = match writes.check() {
             Ok(()) => delete_exactly(api, &name, object.meta().uid.clone(), op).await,
             Err(error) => Err(error),
         };

@@ -27,19 +27,12 @@
 //! # Caveats
 //! A trigger removed and set again between two passes is one appearance: no pass saw it gone.
 
-use kube::ResourceExt;
-use kube::runtime::controller::Action;
-
 use super::probe::{self, ProbeSite, ProbeWith};
-use super::steps::{Round, Tell};
 use super::strategy::strategy;
-use crate::Result;
-use crate::api::{ConditionType, EventReason, FenceStrategyName, Remediation, RemediationStep};
-use crate::remediation::decide::gates::Held;
-use crate::remediation::decide::plan::{DryRun, Mode, Phase, Probe, ReleaseMode};
-use crate::remediation::decide::state::set_condition;
+use crate::api::{FenceStrategyName, Remediation};
+use crate::remediation::decide::plan::{DryRun, Probe, ReleaseMode};
+use crate::remediation::evidence::bmc::BmcLocator;
 use crate::remediation::pass::Pass;
-use crate::runtime::events::Severity;
 
 /// How long a BMC probe may take, login and close included.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -103,50 +96,48 @@ pub fn describe(dry: &DryRun, names: &[FenceStrategyName], node: Option<&str>) -
     }
 }
 
-impl Pass {
-    /// Whether this round is the start of a dry run: `Pending`, triggered, the policy in
-    /// `DryRun` and not paused (a paused policy starts nothing, not even a probe).
-    pub(in crate::remediation) fn dry_run_start(
-        &self,
-        phase: Phase,
-        triggered: bool,
-        may_start: &std::result::Result<(), Held>,
-    ) -> bool {
-        phase == Phase::Pending
-            && triggered
-            && self.policy.mode == Mode::DryRun
-            && *may_start != Err(Held::Paused)
+/// The pass's dry run: its start, the probes and its record. Made by `DryRuns::of(pass)` where
+/// needed, so that a call names the file it goes to.
+#[derive(Clone, Copy)]
+pub(crate) struct DryRuns<'p> {
+    pass: &'p Pass,
+}
+
+impl<'p> DryRuns<'p> {
+    /// The DryRuns of `pass`: its methods read and act through it.
+    pub(crate) fn of(pass: &'p Pass) -> Self {
+        DryRuns { pass }
     }
 
     /// The non-disruptive probes (shared with the readiness check, see `probe`), in the
     /// policy's order up to the first that answers (the order the escalation would take).
     pub(in crate::remediation) async fn probe_strategies(
-        &self,
+        self,
         remediation: &Remediation,
     ) -> Vec<Probe> {
-        let context = &self.context;
+        let context = &self.pass.context;
         let with = ProbeWith {
             client: &context.client,
             connector: &context.connector,
-            reboot_key: &self.policy.reboot_key,
+            reboot_key: &self.pass.policy.reboot_key,
             timeout: PROBE_TIMEOUT,
             terms: probe::ProbeTerms {
                 metrics: Some(context.metrics.power.clone()),
                 witness: Some(context.witness.clone()),
-                allow_insecure: self.policy.allow_insecure_bmc,
+                allow_insecure: self.pass.policy.allow_insecure_bmc,
             },
         };
-        let key = format!("{}/{}", self.namespace, self.name);
-        let host = Ok(self.host(remediation).map(|(host, _)| host));
-        let bmc = self.locate_direct_bmc(remediation);
+        let key = format!("{}/{}", self.pass.namespace, self.pass.name);
+        let host = Ok(self.pass.host(remediation).map(|(host, _)| host));
+        let bmc = BmcLocator::of(self.pass).locate_direct_bmc(remediation);
         let site = ProbeSite {
             key: &key,
-            namespace: &self.namespace,
+            namespace: &self.pass.namespace,
             host: &host,
             bmc: &bmc,
         };
         let mut probes = Vec::new();
-        for (index, name) in self.policy.strategies.iter().enumerate() {
+        for (index, name) in self.pass.policy.strategies.iter().enumerate() {
             let outcome = strategy(*name)
                 .probe(&with, &site)
                 .await
@@ -163,99 +154,12 @@ impl Pass {
         }
         probes
     }
-
-    /// After a dry run (`last`): `Some` when nothing starts now; `None` when a new
-    /// Remediation starts — the trigger appeared again after the dry run saw it gone, or the
-    /// policy is back in `Remediate` and the trigger is still there.
-    pub(in crate::remediation) async fn after_dry_run(
-        &self,
-        last: &Remediation,
-    ) -> Result<Option<Action>> {
-        let cleared = last.status.as_ref().is_some_and(|s| {
-            s.steps
-                .iter()
-                .any(|t| t.step == RemediationStep::TriggerCleared)
-        });
-        if !self.triggered() {
-            if !cleared {
-                let mut last = last.clone();
-                let status = last.status.clone().unwrap_or_default();
-                let now = self.context.clock.now();
-                let step = (RemediationStep::TriggerCleared, None);
-                self.take_step(&mut last, status, step, now, None).await?;
-            }
-            return Ok(Some(Action::await_change()));
-        }
-        let again = cleared || self.policy.mode == Mode::Remediate;
-        // A start rests on a fresh read of the trigger (see `run`).
-        if again && self.trigger_confirmed().await? {
-            Ok(None)
-        } else {
-            Ok(Some(Action::await_change()))
-        }
-    }
-
-    /// Records the dry run: the would-be strategy, the `DryRun` condition and phase; then
-    /// tells it, and counts it.
-    pub(in crate::remediation) async fn record_dry_run(
-        &self,
-        round: Round<'_>,
-        dry: DryRun,
-    ) -> Result<Option<Action>> {
-        let Round {
-            remediation,
-            mut status,
-            now,
-            ..
-        } = round;
-        let record = describe(
-            &dry,
-            &self.policy.strategies,
-            remediation.spec.node_name.as_deref(),
-        );
-        status.strategy = dry.strategy.map(|i| self.strategy_at(i).into());
-        set_condition(&mut status, ConditionType::Held, false, "DryRun", "", now);
-        set_condition(
-            &mut status,
-            ConditionType::DryRun,
-            true,
-            record.reason,
-            &record.message,
-            now,
-        );
-        let step = (RemediationStep::DryRun, Some(Phase::DryRun));
-        let tell = Tell::normal(EventReason::DryRun, record.message);
-        self.take_step(remediation, status, step, now, Some(tell))
-            .await?;
-        tracing::info!(remediation = %remediation.name_any(), outcome = record.reason, "dry run recorded");
-        if let Some(why) = record.warning {
-            let note = format!("dry run: no fencing path answered its probe: {why}");
-            self.event(
-                remediation,
-                Severity::Warning,
-                EventReason::DryRunProbeFailed,
-                note,
-            )
-            .await;
-        }
-        if !self.context.policy_configured() {
-            let note = "no RemediationPolicy named default exists: baremend records dry runs and changes nothing until one is created (kubectl create -f deploy/policies.yaml, then set its mode)";
-            self.event(
-                remediation,
-                Severity::Warning,
-                EventReason::PolicyMissing,
-                note.into(),
-            )
-            .await;
-        }
-        self.context.metrics.remediation_dry_run(record.reason);
-        Ok(Some(Action::await_change()))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::remediation::decide::gates::Held;
 
     fn dry(strategy: Option<usize>, held: Option<Held>, probes: Vec<Probe>) -> DryRun {
         DryRun {

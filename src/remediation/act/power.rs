@@ -14,7 +14,7 @@ use kube::api::Api;
 
 use crate::api::annotations::REBOOT_PREFIX;
 use crate::api::slim;
-use crate::api::{CaBundleKind, CaBundleRef, FenceStrategyName, HostBmc, Remediation};
+use crate::api::{CaBundleKind, CaBundleRef, FenceStrategyName, Remediation};
 use crate::metrics::power::HostSeries;
 use crate::remediation::decide::bmc_trust::{Reader, Request, Transport, transport};
 use crate::remediation::decide::fence::{
@@ -22,109 +22,16 @@ use crate::remediation::decide::fence::{
     NodeIdentity, NotFenced,
 };
 use crate::remediation::decide::observe::{
-    self, BmcRef, BmcTls, CaBundle, HostRef, bare_metal_host_bmc, bare_metal_host_view,
+    self, BmcRef, CaBundle, HostRef, bare_metal_host_bmc, bare_metal_host_view,
 };
-use crate::remediation::decide::plan::{Persisted, Phase};
+use crate::remediation::decide::plan::Persisted;
+use crate::remediation::evidence::bmc::BmcLocator;
+use crate::remediation::evidence::capi::CapiHosts;
 use crate::remediation::pass::Pass;
 use crate::remediation::world::metered::Metered;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
-
-/// Where a Machine's BMC is for direct access, and how to check its certificate: a HostBmc
-/// naming the Machine (or its Node), else a *detached* BareMetalHost's `spec.bmc` (with the
-/// CA bundle its `baremend.io/bmc-ca-bundle` annotation names). A host its BareMetal Operator
-/// manages is refused either way: the operator would power it back on (a HostBmc does not
-/// make a managed host safe to power directly).
-///
-/// A HostBmc is used only in a namespace `trusted` lists (the policy's
-/// `trust.hostBmcNamespaces`): whoever may write a HostBmc chooses where its Secret's
-/// credentials are sent, so only an administrator's namespaces are believed. Two HostBmcs for
-/// one Machine are an error naming both, never a choice.
-pub fn locate_bmc(
-    host_bmcs: &[Arc<HostBmc>],
-    trusted: &[String],
-    (namespace, machine, node): (&str, &str, Option<&str>),
-    host: Option<(&HostRef, Option<&slim::BareMetalHost>)>,
-) -> std::result::Result<BmcRef, NoBmc> {
-    // The reboot key plays no part in whether the operator let go of the host.
-    if let Some((host_ref, Some(host))) = host
-        && !bare_metal_host_view(host, "").is_detached()
-    {
-        return Err(NoBmc::Managed(format!(
-            "BareMetalHost {host_ref} is managed by the BareMetal Operator, which would power it back on; direct BMC fencing needs it detached"
-        )));
-    }
-    let mut mappings = host_bmcs.iter().filter(|m| {
-        m.namespace().as_deref() == Some(namespace)
-            && (m.spec.machine_name.as_deref() == Some(machine)
-                || (m.spec.node_name.is_some() && m.spec.node_name.as_deref() == node))
-    });
-    let mapping = mappings.next();
-    if let (Some(first), Some(second)) = (mapping, mappings.next()) {
-        return Err(NoBmc::Unusable(format!(
-            "HostBmcs {namespace}/{} and {namespace}/{} both name {machine}: keep one (neither is used)",
-            first.name_any(),
-            second.name_any()
-        )));
-    }
-    if let Some(mapping) = mapping
-        && !trusted.iter().any(|t| t == namespace)
-    {
-        return Err(NoBmc::Unusable(format!(
-            "HostBmc {namespace}/{} is not used: namespace {namespace} is not in the policy's trust.hostBmcNamespaces (whoever writes a HostBmc chooses where its Secret's credentials go; list the namespace if only administrators write there)",
-            mapping.name_any()
-        )));
-    }
-    match (mapping, host) {
-        (Some(mapping), _) => {
-            let spec = &mapping.spec;
-            let ca_bundle = match (&spec.ca_bundle, &spec.ca_bundle_ref) {
-                (Some(_), Some(_)) => {
-                    return Err(NoBmc::Unusable(format!(
-                        "HostBmc {namespace}/{}: caBundle and caBundleRef both name a CA bundle: keep one",
-                        mapping.name_any()
-                    )));
-                }
-                (Some(pem), None) => Some(CaBundle::Inline(pem.clone())),
-                (None, Some(named)) => Some(CaBundle::Named(named.clone())),
-                (None, None) => None,
-            };
-            let tls = BmcTls::new(ca_bundle, spec.insecure_skip_verify).map_err(|e| {
-                NoBmc::Unusable(format!("HostBmc {namespace}/{}: {e}", mapping.name_any()))
-            })?;
-            Ok(BmcRef {
-                address: spec.address.clone(),
-                credentials_name: spec.credentials_name.clone(),
-                namespace: Some(namespace.to_owned()),
-                tls,
-            })
-        }
-        (None, Some((host_ref, Some(host)))) => bare_metal_host_bmc(host)
-            .map_err(|e| NoBmc::Unusable(format!("BareMetalHost {host_ref}: {e}"))),
-        _ => Err(NoBmc::NotNamed),
-    }
-}
-
-/// Why a Machine has no BMC to fence directly.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NoBmc {
-    /// Its BareMetalHost is managed by the BareMetal Operator (which would power it back on).
-    Managed(String),
-    /// The HostBmc or BareMetalHost naming it is unusable.
-    Unusable(String),
-    /// Nothing names one.
-    NotNamed,
-}
-
-impl std::fmt::Display for NoBmc {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NoBmc::Managed(why) | NoBmc::Unusable(why) => f.write_str(why),
-            NoBmc::NotNamed => f.write_str("no HostBmc and no BareMetalHost names its BMC"),
-        }
-    }
-}
 
 /// Everything needed to connect to `bmc`, read from the cluster now: its address parsed, the
 /// credentials from its Secret and the CA bundle from its ConfigMap or Secret (all in the
@@ -281,12 +188,25 @@ pub(in crate::remediation) struct DirectBmc {
 /// How old BMC reads proving a host off may be when they authorize its Node's release.
 const PROOF_REUSE: Duration = Duration::from_secs(1);
 
-impl Pass {
+/// The pass's power reads and the host's BMC: the fencing target, the operator's and the direct
+/// BMC, the recent proofs. Made by `Power::of(pass)` where needed, so that a call names the
+/// file it goes to.
+#[derive(Clone, Copy)]
+pub(crate) struct Power<'p> {
+    pass: &'p Pass,
+}
+
+impl<'p> Power<'p> {
+    /// The Power of `pass`: its methods read and act through it.
+    pub(crate) fn of(pass: &'p Pass) -> Self {
+        Power { pass }
+    }
+
     /// What the remediation means to fence with `strategy`: the host it names and the Node
     /// the proof may release (by the UID recorded at the power-off request, else the cached
     /// Node's).
     pub(in crate::remediation) fn fence_target(
-        &self,
+        self,
         remediation: &Remediation,
         strategy: FenceStrategyName,
         node: Option<&Node>,
@@ -298,41 +218,42 @@ impl Pass {
             Some(NodeIdentity {
                 name: name.clone(),
                 uid,
-                cluster: self.node_cluster(remediation),
+                cluster: self.pass.node_cluster(remediation),
             })
         });
         FenceTarget {
             strategy,
-            host: self.host(remediation).map(|(host_ref, _)| host_ref),
+            host: self.pass.host(remediation).map(|(host_ref, _)| host_ref),
             node,
-            allow_insecure: self.policy.allow_insecure_bmc,
+            allow_insecure: self.pass.policy.allow_insecure_bmc,
         }
     }
 
     /// The BareMetalHost the target names, read from the API server now, and the BMC its
     /// `spec.bmc` names (or why none is usable).
     pub(in crate::remediation) async fn fresh_host(
-        &self,
+        self,
         target: &FenceTarget,
     ) -> std::result::Result<FreshHost, NotFenced> {
         let Some(host_ref) = &target.host else {
             return Err(NotFenced::Untrustworthy(
                 match self
+                    .pass
                     .subject
                     .machine()
-                    .map(|machine| self.openshift_machine_host(machine))
+                    .map(|machine| CapiHosts::of(self.pass).openshift_machine_host(machine))
                 {
-                    Some(Err(unusable)) => format!("Machine {}: {unusable}", self.name),
+                    Some(Err(unusable)) => format!("Machine {}: {unusable}", self.pass.name),
                     Some(Ok(_)) => "the Machine names no BareMetalHost".into(),
                     None => format!(
                         "Node {} has no Machine, hence no BareMetalHost: only its HostBmc's BMC can fence it",
-                        self.name
+                        self.pass.name
                     ),
                 },
             ));
         };
         let hosts: Api<slim::BareMetalHost> =
-            Api::namespaced(self.context.client.clone(), &host_ref.namespace);
+            Api::namespaced(self.pass.context.client.clone(), &host_ref.namespace);
         let host = hosts
             .get_present(&host_ref.name)
             .await
@@ -340,7 +261,7 @@ impl Pass {
             .ok_or_else(|| {
                 NotFenced::Untrustworthy(format!("BareMetalHost {host_ref} not found"))
             })?;
-        let view = bare_metal_host_view(&host, &self.policy.reboot_key);
+        let view = bare_metal_host_view(&host, &self.pass.policy.reboot_key);
         self.show_operator_power(host_ref, view.powered_on());
         Ok(FreshHost {
             view,
@@ -352,19 +273,23 @@ impl Pass {
     /// While the power monitor runs, the operator's reading the remediation just fetched goes
     /// to the host's series: the monitor reads that status from its cache once an interval,
     /// and a host off for less than one would never show off while operators look at it.
-    fn show_operator_power(&self, host: &HostRef, powered_on: Option<bool>) {
-        if !self.context.power_monitored || self.subject.machine().is_none() {
+    fn show_operator_power(self, host: &HostRef, powered_on: Option<bool>) {
+        if !self.pass.context.power_monitored || self.pass.subject.machine().is_none() {
             return;
         }
-        let series = operator_series(self.machine_key(), self.subject_node(), host);
+        let series = operator_series(self.machine_key(), self.pass.subject_node(), host);
         let state = operator_power(powered_on);
-        self.context.metrics.power.set_host_power(&series, state);
+        self.pass
+            .context
+            .metrics
+            .power
+            .set_host_power(&series, state);
     }
 
     /// Our own reads of the BMC a BareMetalHost names, read-only, to hold its operator's Off
     /// to the direct rule (`fence::Corroboration`). A BMC that cannot be read from here
     /// leaves the operator's word alone, and says why.
-    pub(in crate::remediation) async fn corroborate(&self, fresh: &FreshHost) -> Corroboration {
+    pub(in crate::remediation) async fn corroborate(self, fresh: &FreshHost) -> Corroboration {
         let bmc = match &fresh.bmc {
             Ok(bmc) => bmc,
             Err(why) => return Corroboration::Unavailable(why.clone()),
@@ -393,11 +318,11 @@ impl Pass {
     /// what every reading of it in the process from a window before the first says of them;
     /// none while the BMC is untrustworthy.
     pub(in crate::remediation) async fn read_bmc_proof(
-        &self,
+        self,
         bmc: &DirectBmc,
     ) -> std::result::Result<BmcProofReads, BmcReadRefused> {
-        let ledger = &self.context.witness.ledger;
-        let first_read = since_epoch(self.context.clock.now());
+        let ledger = &self.pass.context.witness.ledger;
+        let first_read = since_epoch(self.pass.context.clock.now());
         if let Some(mark) = ledger.distrusted(&bmc.address, first_read) {
             return Err(BmcReadRefused::Distrusted(mark.to_string()));
         }
@@ -413,7 +338,7 @@ impl Pass {
                 break;
             }
         }
-        let now = since_epoch(self.context.clock.now());
+        let now = since_epoch(self.pass.context.clock.now());
         let witnessed = ledger
             .check_proof(&bmc.address, first_read, now)
             .map_err(|mark| mark.to_string());
@@ -424,75 +349,37 @@ impl Pass {
     /// BMC's readings before that no longer count against the host's new state, and those
     /// after an Off request are judged (`bmc_trust`).
     pub(in crate::remediation) fn note_operator_request(
-        &self,
+        self,
         remediation: &Remediation,
         off: bool,
     ) {
-        let Some(address) = self.operator_bmc_address(remediation) else {
+        let Some(address) = BmcLocator::of(self.pass).operator_bmc_address(remediation) else {
             return;
         };
         let request = if off { Request::Off } else { Request::On };
-        let now = since_epoch(self.context.clock.now());
-        self.context
+        let now = since_epoch(self.pass.context.clock.now());
+        self.pass
+            .context
             .witness
             .ledger
             .requested(&address.to_string(), request, now);
-    }
-
-    /// The address of the BMC the cached BareMetalHost names, as the ledger keys it.
-    pub(in crate::remediation) fn operator_bmc_address(
-        &self,
-        remediation: &Remediation,
-    ) -> Option<BmcAddress> {
-        let Some((_, Some(host))) = self.host(remediation) else {
-            return None;
-        };
-        bare_metal_host_bmc(&host)
-            .ok()
-            .and_then(|bmc| BmcAddress::parse(&bmc.address).ok())
-    }
-
-    /// Where the BMC for direct fencing is (see [`locate_bmc`]).
-    pub(in crate::remediation) fn locate_direct_bmc(
-        &self,
-        remediation: &Remediation,
-    ) -> std::result::Result<BmcRef, NoBmc> {
-        let host = self.host(remediation);
-        // A Node subject's BMC is its own HostBmc's, never another naming the Node (one that
-        // appeared mid-cycle contests it, it does not replace it).
-        let mappings = match &self.subject {
-            crate::remediation::pass::subject::Subject::Node(mapping) => vec![mapping.clone()],
-            crate::remediation::pass::subject::Subject::Machine(_) => {
-                self.context.host_bmcs.state()
-            }
-        };
-        locate_bmc(
-            &mappings,
-            &self.context.policy().trust.host_bmc_namespaces,
-            (
-                &self.namespace,
-                &self.name,
-                remediation.spec.node_name.as_deref(),
-            ),
-            host.as_ref().map(|(r, h)| (r, h.as_deref())),
-        )
     }
 
     /// The BMC for direct fencing: from a `HostBmc` naming the Machine or Node, else from an
     /// unmanaged (detached) BareMetalHost. A managed host is refused: its operator would power
     /// it back on.
     pub(in crate::remediation) async fn direct_bmc(
-        &self,
+        self,
         remediation: &Remediation,
     ) -> Result<DirectBmc> {
         let invalid = |reason: String| Error::Invalid {
-            object: format!("Machine {}/{}", self.namespace, self.name),
+            object: format!("Machine {}/{}", self.pass.namespace, self.pass.name),
             reason,
         };
-        let bmc = self
+        let bmc = BmcLocator::of(self.pass)
             .locate_direct_bmc(remediation)
             .map_err(|e| invalid(e.to_string()))?;
-        self.connect_bmc(&bmc, &self.namespace, &self.machine_key(), true)
+        self.connect_bmc(&bmc, &self.pass.namespace, &self.machine_key(), true)
             .await
     }
 
@@ -500,17 +387,17 @@ impl Pass {
     /// and witnessed as a fencing reader; its reads go to the host's power-state series when
     /// `feeds_series`.
     async fn connect_bmc(
-        &self,
+        self,
         bmc: &BmcRef,
         namespace: &str,
         key: &str,
         feeds_series: bool,
     ) -> Result<DirectBmc> {
-        let allow_insecure = self.policy.allow_insecure_bmc;
-        let config = bmc_driver_config(&self.context.client, namespace, bmc, allow_insecure)
+        let allow_insecure = self.pass.policy.allow_insecure_bmc;
+        let config = bmc_driver_config(&self.pass.context.client, namespace, bmc, allow_insecure)
             .await
             .map_err(|reason| Error::Invalid {
-                object: format!("Machine {}/{}", self.namespace, self.name),
+                object: format!("Machine {}/{}", self.pass.namespace, self.pass.name),
                 reason,
             })?;
         let kind = driver_kind(&config.address);
@@ -518,20 +405,23 @@ impl Pass {
         let system = config.address.system_path().map(str::to_string);
         let transport = transport(&config.address, bmc.tls.insecure);
         let machine = self
+            .pass
             .subject
             .machine()
-            .map(|_| format!("{}/{}", self.namespace, self.name));
+            .map(|_| format!("{}/{}", self.pass.namespace, self.pass.name));
         let series = bmc_series(
             machine.unwrap_or_default(),
-            self.subject_node(),
+            self.pass.subject_node(),
             &config.address,
         );
-        let driver =
-            self.context
-                .bmc_drivers
-                .get_or_connect(key, config, &self.context.connector)?;
-        let driver = Metered::wrap(driver, kind, self.context.metrics.power.clone());
+        let driver = self.pass.context.bmc_drivers.get_or_connect(
+            key,
+            config,
+            &self.pass.context.connector,
+        )?;
+        let driver = Metered::wrap(driver, kind, self.pass.context.metrics.power.clone());
         let driver = self
+            .pass
             .context
             .witness
             .wrap(driver, shown.clone(), Reader::Fencing);
@@ -552,12 +442,12 @@ impl Pass {
     /// leaves a host under remediation to these reads, so its series stays current while
     /// operators look at it most.
     pub(in crate::remediation) async fn read_power(
-        &self,
+        self,
         bmc: &DirectBmc,
     ) -> baremend_drivers::Result<PowerState> {
         let read = bmc.driver.power_state().await;
-        if self.context.power_monitored && bmc.feeds_series {
-            let metrics = &self.context.metrics.power;
+        if self.pass.context.power_monitored && bmc.feeds_series {
+            let metrics = &self.pass.context.metrics.power;
             metrics.set_host_power(&bmc.series, read.as_ref().ok().cloned());
             metrics.set_credential_used(&bmc.series, bmc.driver.credential_used());
         }
@@ -567,7 +457,7 @@ impl Pass {
     /// A Warning when the BMC accepted only the previous password of its Secret: the rotation
     /// is half done, and the previous password must stay until the BMC has the new one.
     pub(in crate::remediation) async fn note_previous_password(
-        &self,
+        self,
         remediation: &Remediation,
         bmc: &DirectBmc,
     ) {
@@ -577,47 +467,54 @@ impl Pass {
         let note = format!(
             "BMC {} refused the password of Secret {}/{} and accepted its {}: set the BMC's password to the Secret's password, then remove {}",
             bmc.address,
-            self.namespace,
+            self.pass.namespace,
             bmc.credentials_name,
             observe::PREVIOUS_PASSWORD_KEY,
             observe::PREVIOUS_PASSWORD_KEY,
         );
-        self.event(
-            remediation,
-            crate::runtime::events::Severity::Warning,
-            crate::api::EventReason::BmcPreviousPasswordUsed,
-            note,
-        )
-        .await;
+        self.pass
+            .event(
+                remediation,
+                crate::runtime::events::Severity::Warning,
+                crate::api::EventReason::BmcPreviousPasswordUsed,
+                note,
+            )
+            .await;
     }
 
     /// The key of this Machine's cached BMC driver.
-    pub(in crate::remediation) fn machine_key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+    pub(in crate::remediation) fn machine_key(self) -> String {
+        format!("{}/{}", self.pass.namespace, self.pass.name)
     }
 
     /// The key of the cached driver that corroborates its operator's readings.
-    pub(in crate::remediation) fn operator_bmc_key(&self) -> String {
-        format!("{}/{}#operator-bmc", self.namespace, self.name)
+    pub(in crate::remediation) fn operator_bmc_key(self) -> String {
+        format!("{}/{}#operator-bmc", self.pass.namespace, self.pass.name)
     }
 
-    pub(in crate::remediation) fn reboot_annotation(&self) -> String {
-        format!("{REBOOT_PREFIX}{}", self.policy.reboot_key)
+    pub(in crate::remediation) fn reboot_annotation(self) -> String {
+        format!("{REBOOT_PREFIX}{}", self.pass.policy.reboot_key)
     }
 
     /// The strategies this remediation may have asked: the policy's up to the one in use (all
     /// of them when the policy no longer names it), and the one in use.
     pub(in crate::remediation) fn strategies_asked(
-        &self,
+        self,
         remediation: &Remediation,
         state: &Persisted,
     ) -> Vec<FenceStrategyName> {
         let upto = state
             .strategy
-            .map_or(self.policy.strategies.len(), |index| index + 1);
-        let mut asked: Vec<FenceStrategyName> =
-            self.policy.strategies.iter().take(upto).copied().collect();
-        let in_use = self.strategy_in_use(remediation);
+            .map_or(self.pass.policy.strategies.len(), |index| index + 1);
+        let mut asked: Vec<FenceStrategyName> = self
+            .pass
+            .policy
+            .strategies
+            .iter()
+            .take(upto)
+            .copied()
+            .collect();
+        let in_use = self.pass.strategy_in_use(remediation);
         if !asked.contains(&in_use) {
             asked.push(in_use);
         }
@@ -625,13 +522,14 @@ impl Pass {
     }
 
     /// Keeps a BMC proof this pass took and did not spend, for the release a moment later.
-    pub(in crate::remediation) fn remember_bmc_proof(&self, confirmed: ConfirmedOff) {
+    pub(in crate::remediation) fn remember_bmc_proof(self, confirmed: ConfirmedOff) {
         // Only BMC reads are kept: a BareMetalHost is read again for the release.
         if !matches!(confirmed.host(), FencedHost::Bmc { .. }) {
             return;
         }
-        let now = since_epoch(self.context.clock.now());
+        let now = since_epoch(self.pass.context.clock.now());
         *self
+            .pass
             .recent_proof
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((confirmed, now));
@@ -643,11 +541,12 @@ impl Pass {
     /// milliseconds after two reads proved it off, would only load a fragile BMC; anything
     /// older (a later pass, a restart) is read again. The proof is taken out: it is spent once.
     pub(in crate::remediation) fn recent_bmc_proof(
-        &self,
+        self,
         target: &FenceTarget,
     ) -> Option<ConfirmedOff> {
-        let now = since_epoch(self.context.clock.now());
+        let now = since_epoch(self.pass.context.clock.now());
         let (confirmed, at) = self
+            .pass
             .recent_proof
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -657,6 +556,7 @@ impl Pass {
             && confirmed.node() == target.node.as_ref();
         let uncontradicted = match confirmed.host() {
             FencedHost::Bmc { address, .. } => self
+                .pass
                 .context
                 .witness
                 .ledger
@@ -665,178 +565,5 @@ impl Pass {
             FencedHost::BareMetalHost { .. } => false,
         };
         (fits && uncontradicted).then_some(confirmed)
-    }
-
-    /// The proof, or why not, from fresh evidence: taken while fencing and before the release,
-    /// not in the phases between or after.
-    pub(in crate::remediation) async fn proof_for(
-        &self,
-        remediation: &Remediation,
-        phase: Phase,
-        node: Option<&Node>,
-    ) -> std::result::Result<ConfirmedOff, NotFenced> {
-        if !matches!(phase, Phase::PoweringOff | Phase::Fenced) {
-            return Err(NotFenced::NotYet("not checked in this phase".into()));
-        }
-        let target = self.fence_target(remediation, self.strategy_in_use(remediation), node);
-        match self.recent_bmc_proof(&target) {
-            Some(confirmed) => Ok(confirmed),
-            None => self.take_proof(remediation, &target).await,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::annotations::BMH_DETACHED;
-    use serde_json::{Value, json};
-
-    fn mapping() -> Arc<HostBmc> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "apiVersion": "baremend.io/v1alpha1",
-                "kind": "HostBmc",
-                "metadata": {"name": "w0", "namespace": "m"},
-                "spec": {
-                    "machineName": "w0",
-                    "address": "redfish://bmc-w0",
-                    "credentialsName": "bmc-w0",
-                },
-            }))
-            .unwrap(),
-        )
-    }
-
-    fn host(detached: bool) -> slim::BareMetalHost {
-        let annotations = if detached {
-            json!({BMH_DETACHED: ""})
-        } else {
-            json!({})
-        };
-        serde_json::from_value(json!({
-            "apiVersion": "metal3.io/v1alpha1",
-            "kind": "BareMetalHost",
-            "metadata": {"name": "h0", "namespace": "m", "annotations": annotations},
-            "spec": {"bmc": {"address": "redfish://bmc-h0", "credentialsName": "bmc-h0"}},
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_host_its_operator_manages_is_never_powered_directly_even_with_a_host_bmc() {
-        let host_ref = HostRef {
-            namespace: "m".into(),
-            name: "h0".into(),
-        };
-        let managed = host(false);
-        let refused = locate_bmc(
-            &[mapping()],
-            &trusted(),
-            ("m", "w0", None),
-            Some((&host_ref, Some(&managed))),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            refused.contains("managed by the BareMetal Operator"),
-            "{refused}"
-        );
-        let detached = host(true);
-        let bmc = locate_bmc(
-            &[mapping()],
-            &trusted(),
-            ("m", "w0", None),
-            Some((&host_ref, Some(&detached))),
-        )
-        .unwrap();
-        assert_eq!(
-            bmc.address, "redfish://bmc-w0",
-            "the HostBmc wins over spec.bmc"
-        );
-        let bmc = locate_bmc(
-            &[],
-            &trusted(),
-            ("m", "w0", None),
-            Some((&host_ref, Some(&detached))),
-        )
-        .unwrap();
-        assert_eq!(bmc.address, "redfish://bmc-h0");
-        // Without a BareMetalHost (no operator), the HostBmc alone names the BMC.
-        let bmc = locate_bmc(&[mapping()], &trusted(), ("m", "w0", None), None).unwrap();
-        assert_eq!(bmc.address, "redfish://bmc-w0");
-    }
-
-    /// The namespace of the tests' HostBmcs, trusted.
-    fn trusted() -> Vec<String> {
-        vec!["m".into()]
-    }
-
-    #[test]
-    fn a_host_bmc_is_used_only_from_a_trusted_namespace_and_alone() {
-        let refused = locate_bmc(&[mapping()], &["baremend".into()], ("m", "w0", None), None)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            refused.contains("not in the policy's trust.hostBmcNamespaces"),
-            "{refused}"
-        );
-        let mut second = (*mapping()).clone();
-        second.metadata.name = Some("w0-again".into());
-        let both = locate_bmc(
-            &[mapping(), Arc::new(second)],
-            &trusted(),
-            ("m", "w0", None),
-            None,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(both.contains("m/w0 and m/w0-again both name w0"), "{both}");
-    }
-
-    fn mapping_with(tls: Value) -> Arc<HostBmc> {
-        let mut value = serde_json::to_value(&*mapping()).unwrap();
-        for (key, field) in tls.as_object().unwrap() {
-            value["spec"][key] = field.clone();
-        }
-        Arc::new(serde_json::from_value(value).unwrap())
-    }
-
-    #[test]
-    fn a_host_bmc_names_one_ca_bundle_and_never_with_verification_off() {
-        let named = locate_bmc(
-            &[mapping_with(
-                json!({"caBundleRef": {"kind": "ConfigMap", "name": "bmc-ca"}}),
-            )],
-            &trusted(),
-            ("m", "w0", None),
-            None,
-        )
-        .unwrap();
-        assert_eq!(
-            named.tls.ca_bundle,
-            Some(CaBundle::Named("ConfigMap/bmc-ca/ca.crt".parse().unwrap()))
-        );
-        assert!(!named.tls.insecure);
-        for (tls, reason) in [
-            (
-                json!({"caBundle": "PEM", "caBundleRef": {"kind": "Secret", "name": "s"}}),
-                "keep one",
-            ),
-            (
-                json!({"insecureSkipVerify": true, "caBundleRef": {"kind": "Secret", "name": "s"}}),
-                "choose one",
-            ),
-            (
-                json!({"insecureSkipVerify": true, "caBundle": "PEM"}),
-                "choose one",
-            ),
-        ] {
-            let error = locate_bmc(&[mapping_with(tls)], &trusted(), ("m", "w0", None), None)
-                .unwrap_err()
-                .to_string();
-            assert!(error.starts_with("HostBmc m/w0: "), "{error}");
-            assert!(error.contains(reason), "{error}");
-        }
     }
 }

@@ -13,7 +13,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
-use super::power::{NoBmc, bmc_driver_config, driver_kind};
+use super::power::{bmc_driver_config, driver_kind};
 use crate::api::slim;
 use crate::metrics::power::PowerMetrics;
 use crate::remediation::decide::bmc_trust::{Reader, Transport, transport};
@@ -21,6 +21,7 @@ use crate::remediation::decide::observe::{BmcRef, HostRef, bare_metal_host_view}
 use crate::remediation::decide::readiness::{
     FencingPath, GoodCredentials, HostFacts, Reason, Refusal, Verdict, bmc_answer, host_answer,
 };
+use crate::remediation::evidence::bmc::NoBmc;
 use crate::remediation::pass::context::host_resource;
 use crate::remediation::world::metered::Metered;
 use crate::remediation::world::witnessed::Witness;

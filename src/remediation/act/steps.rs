@@ -1,6 +1,7 @@
 //! *Execute*: one function per planned [`Step`], each persisting the step before it acts,
-//! checking leadership right before every write, and telling what it did (Event, metric).
-//! [`Pass::execute`] only dispatches; what a step does reads on one screen.
+//! writing only with the leader's [`Writes`] (checked again right before every write), and
+//! telling what it did (Event, metric).
+//! [`Steps::execute`] only dispatches; what a step does reads on one screen.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -17,12 +18,21 @@ use crate::api::annotations::{EXTERNAL_REMEDIATION, POWERED_OFF_FOR_REMEDIATION}
 use crate::api::{ConditionType, EventReason, RemediationStep};
 use crate::api::{Remediation, RemediationSpec, RemediationStatus};
 use crate::duration::spoken;
+use crate::leader::Writes;
+use crate::remediation::act::dry_run::describe;
+use crate::remediation::act::power::Power;
+use crate::remediation::act::strategy::Strategies;
 use crate::remediation::decide::fence::{ConfirmedOff, FencedHost};
 use crate::remediation::decide::gates::Held;
 use crate::remediation::decide::observe::node_view;
-use crate::remediation::decide::plan::{FailReason, NodeView, Persisted, Phase, ReleaseMode, Step};
-use crate::remediation::decide::state::{record_step, set_condition, strategy_label};
-use crate::remediation::pass::Pass;
+use crate::remediation::decide::plan::{
+    DryRun, FailReason, NodeView, Persisted, Phase, ReleaseMode, Step,
+};
+use crate::remediation::decide::state::{set_condition, strategy_label};
+use crate::remediation::evidence::capi::CapiHosts;
+use crate::remediation::evidence::foreign::Foreign;
+use crate::remediation::pass::{Pass, Tell};
+use crate::remediation::requests::trigger::Triggers;
 use crate::remediation::world::execute;
 use crate::runtime::clock::rfc3339;
 use crate::runtime::events::Severity;
@@ -40,33 +50,6 @@ fn stop() -> Result<Next> {
     Ok(Some(Action::await_change()))
 }
 
-/// The Event a step tells once its record is persisted.
-pub(in crate::remediation) struct Tell {
-    severity: Severity,
-    reason: EventReason,
-    note: String,
-}
-
-impl Tell {
-    /// Progress: a step was taken.
-    pub(in crate::remediation) fn normal(reason: EventReason, note: impl Into<String>) -> Self {
-        Tell {
-            severity: Severity::Normal,
-            reason,
-            note: note.into(),
-        }
-    }
-
-    /// A step an operator may have to look at.
-    pub(in crate::remediation) fn warning(reason: EventReason, note: impl Into<String>) -> Self {
-        Tell {
-            severity: Severity::Warning,
-            reason,
-            note: note.into(),
-        }
-    }
-}
-
 /// What one step works on: the Remediation (updated by each persist), the status it starts
 /// from, the persisted state the plan read, the proof taken this round (spent by a release),
 /// the Node as cached and the time of the round.
@@ -82,49 +65,30 @@ pub(in crate::remediation) struct Round<'a> {
     pub ready_grace_left: Option<Duration>,
 }
 
-impl Pass {
-    /// The sequence every step goes through: `step` recorded in `status` (entering `phase`,
-    /// if any), the status persisted, then told. A step that acts between its record and its
-    /// Event passes no `tell` and calls [`Pass::tell`] after acting: the record always comes
-    /// before the act, the Event after it.
-    pub(in crate::remediation) async fn take_step(
-        &self,
-        remediation: &mut Remediation,
-        mut status: RemediationStatus,
-        (step, phase): (RemediationStep, Option<Phase>),
-        now: SystemTime,
-        tell: Option<Tell>,
-    ) -> Result<()> {
-        record_step(&mut status, step, phase, now);
-        let attempt = status.attempt.unwrap_or(1);
-        self.persist(remediation, status).await?;
-        // What an operator follows in the log at the default level: each step, once stored.
-        info!(
-            remediation = %remediation.name_any(),
-            step = step.as_str(),
-            attempt,
-            "remediation step"
-        );
-        if let Some(tell) = tell {
-            self.tell(remediation, tell).await;
-        }
-        Ok(())
-    }
+/// The pass's executor: one small function per step of the plan. Made by
+/// `Steps::of(pass, writes)`: it holds the leave to write ([`Writes`]) that only the leader
+/// election mints, and every write of a step takes it (and checks it again right before).
+#[derive(Clone, Copy)]
+pub(crate) struct Steps<'p> {
+    pass: &'p Pass,
+    /// The leader's leave to write, which every step's writes take (and check again).
+    writes: &'p Writes,
+}
 
-    /// Publishes a step's Event (see [`Pass::take_step`]).
-    pub(in crate::remediation) async fn tell(&self, remediation: &Remediation, tell: Tell) {
-        self.event(remediation, tell.severity, tell.reason, tell.note)
-            .await;
+impl<'p> Steps<'p> {
+    /// The Steps of `pass`, writing with the leader's `writes`.
+    pub(crate) fn of(pass: &'p Pass, writes: &'p Writes) -> Self {
+        Steps { pass, writes }
     }
 
     /// Carries `step` out. `None`: go on with the next step at once.
     pub(in crate::remediation) async fn execute(
-        &self,
+        self,
         step: Step,
         round: Round<'_>,
     ) -> Result<Next> {
-        // Only the leader acts; checked again right before each write.
-        self.context.leadership.ensure()?;
+        // Only the leader acts: a replica that lost its Lease does not even wait.
+        self.writes.check()?;
         match step {
             Step::Done => stop(),
             Step::Wait { after } => self.wait(round, after).await,
@@ -140,7 +104,7 @@ impl Pass {
                 // The proof was taken again from fresh evidence in this round: a host turned
                 // back on since the Fenced step is not off any more. It is spent here.
                 let Some(proof) = round.proof.take() else {
-                    return Ok(Some(Action::requeue(self.context.poll)));
+                    return Ok(Some(Action::requeue(self.pass.context.poll)));
                 };
                 self.release_node(round.remediation, round.status, mode, proof)
                     .await?;
@@ -160,16 +124,20 @@ impl Pass {
 
     /// Waits. A crash between persisting a request and making it leaves the phase without
     /// its request: it is made sure of while waiting.
-    async fn wait(&self, round: Round<'_>, after: Duration) -> Result<Next> {
+    async fn wait(self, round: Round<'_>, after: Duration) -> Result<Next> {
         match round.state.phase {
             Phase::PoweringOff => {
-                self.ensure_request(round.remediation, round.state, true)
+                Strategies::of(self.pass)
+                    .ensure_request(self.writes, round.remediation, round.state, true)
                     .await?
             }
             Phase::PoweringOn => {
-                self.ensure_request(round.remediation, round.state, false)
+                Strategies::of(self.pass)
+                    .ensure_request(self.writes, round.remediation, round.state, false)
                     .await?;
-                self.note_kept_off(round.remediation).await?;
+                Foreign::of(self.pass)
+                    .note_kept_off(self.writes, round.remediation)
+                    .await?;
                 self.note_ready_grace(round.remediation, round.ready_grace_left, round.now)
                     .await?;
             }
@@ -182,7 +150,7 @@ impl Pass {
     /// `ReadyGrace` condition with when it will be, so that `PoweringOn` past the Node's Ready
     /// reads as the wait it is; turned False if the Node stops being Ready meanwhile.
     async fn note_ready_grace(
-        &self,
+        self,
         remediation: &mut Remediation,
         left: Option<Duration>,
         now: SystemTime,
@@ -195,8 +163,8 @@ impl Pass {
         let (truth, reason, message) = match left.filter(|l| !l.is_zero()) {
             Some(_) if waiting => return Ok(()),
             Some(left) => {
-                let grace = spoken(self.plan_policy().ready_grace);
-                let node = self.subject_node().unwrap_or_default();
+                let grace = spoken(self.pass.plan_policy().ready_grace);
+                let node = self.pass.subject_node().unwrap_or_default();
                 let message = format!(
                     "Node {node} is back from a new boot and Ready; it is restored once Ready for {grace} (readyGraceSeconds), at {}",
                     rfc3339(now + left)
@@ -218,11 +186,11 @@ impl Pass {
             &message,
             now,
         );
-        self.persist(remediation, status).await
+        self.pass.persist(self.writes, remediation, status).await
     }
 
     /// Holds the start: the gate's condition and a Warning, once per reason.
-    async fn hold(&self, round: Round<'_>, held: Held) -> Result<Next> {
+    async fn hold(self, round: Round<'_>, held: Held) -> Result<Next> {
         let Round {
             remediation,
             mut status,
@@ -243,26 +211,27 @@ impl Pass {
                 &reason,
                 now,
             );
-            self.persist(remediation, status).await?;
+            self.pass.persist(self.writes, remediation, status).await?;
             // The gate is the action: a start held by one gate and then another is two
             // Events, each with its own note.
             let action = format!("HeldBy{}", held.gate());
-            self.event_action(
-                remediation,
-                Severity::Warning,
-                (EventReason::Held, &action),
-                reason,
-            )
-            .await;
+            self.pass
+                .event_action(
+                    remediation,
+                    Severity::Warning,
+                    (EventReason::Held, &action),
+                    reason,
+                )
+                .await;
         }
         // Gates open when other Machines change; their events do not reach this one, so
         // look again after a while (a finished remediation wakes held ones at once).
-        let recheck = (self.context.poll * 4).clamp(HELD_RECHECK_MIN, HELD_RECHECK_MAX);
+        let recheck = (self.pass.context.poll * 4).clamp(HELD_RECHECK_MIN, HELD_RECHECK_MAX);
         Ok(Some(Action::requeue(recheck)))
     }
 
     /// The trigger went away before anything was done.
-    async fn cancel(&self, round: Round<'_>) -> Result<Next> {
+    async fn cancel(self, round: Round<'_>) -> Result<Next> {
         let Round {
             remediation,
             status,
@@ -272,16 +241,19 @@ impl Pass {
         let note = "the trigger went away before anything was done";
         let step = (RemediationStep::Cancelled, Some(Phase::Cancelled));
         let tell = Tell::normal(EventReason::Cancelled, note);
-        self.take_step(remediation, status, step, now, Some(tell))
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
             .await?;
         stop()
     }
 
     /// Persists the power-off request with what the release will need (the Node's UID and
     /// boot ID), then makes it.
-    async fn request_power_off(&self, round: Round<'_>, strategy: usize) -> Result<Next> {
-        let name = self.strategy_at(strategy);
-        let driver = self.driver_name(round.remediation, name).await;
+    async fn request_power_off(self, round: Round<'_>, strategy: usize) -> Result<Next> {
+        let name = self.pass.strategy_at(strategy);
+        let driver = Strategies::of(self.pass)
+            .driver_name(round.remediation, name)
+            .await;
         let remediation = round.remediation;
         self.record_power_off(
             Round {
@@ -298,7 +270,7 @@ impl Pass {
     /// The start's record: `PoweringOff` with the strategy, the driver, the attempt and what
     /// the Node looked like, persisted before any request (a restart finds it and goes on).
     pub(in crate::remediation) async fn record_power_off(
-        &self,
+        self,
         round: Round<'_>,
         strategy: usize,
         driver: String,
@@ -311,46 +283,53 @@ impl Pass {
             now,
             ..
         } = round;
-        let name = self.strategy_at(strategy);
+        let name = self.pass.strategy_at(strategy);
         status.strategy = Some(name.into());
         status.driver = Some(driver);
         status.attempt = Some(state.attempt);
         remember_boot(&mut status, node.as_deref());
         remember_node_uid(&mut status, node.as_deref());
         // Where that Node is: the proof releases it there only.
-        status.node_cluster = self.node_cluster(remediation).map(|c| c.name);
+        status.node_cluster = self.pass.node_cluster(remediation).map(|c| c.name);
         set_condition(&mut status, ConditionType::Held, false, "Started", "", now);
         // Told once the request is made (`act_power_off`).
         let step = (RemediationStep::PowerOffRequested, Some(Phase::PoweringOff));
-        self.take_step(remediation, status, step, now, None).await
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, None)
+            .await
     }
 
     /// The power-off request of a start just recorded, and the Event that tells it.
     pub(in crate::remediation) async fn act_power_off(
-        &self,
+        self,
         remediation: &mut Remediation,
         name: FenceStrategyName,
     ) -> Result<Next> {
         // The request first: every moment before it, the hung host may still write to
         // shared storage.
-        let requested = self.request_power(remediation, name, true).await;
+        let requested = Strategies::of(self.pass)
+            .request_power(self.writes, remediation, name, true)
+            .await;
         let note = format!("fencing with {}", name.as_str());
-        self.event(
-            remediation,
-            Severity::Normal,
-            EventReason::PowerOffRequested,
-            note,
-        )
-        .await;
-        self.context.metrics.remediation_started(name.as_str());
+        self.pass
+            .event(
+                remediation,
+                Severity::Normal,
+                EventReason::PowerOffRequested,
+                note,
+            )
+            .await;
+        self.pass.context.metrics.remediation_started(name.as_str());
         if let Err(error) = requested {
-            self.note_error(remediation, &error).await?;
+            self.pass
+                .note_error(self.writes, remediation, &error)
+                .await?;
         }
         Ok(None)
     }
 
     /// The trigger went away before the proof: every request is withdrawn.
-    async fn withdraw_power_off(&self, round: Round<'_>) -> Result<Next> {
+    async fn withdraw_power_off(self, round: Round<'_>) -> Result<Next> {
         let Round {
             remediation,
             status,
@@ -358,15 +337,15 @@ impl Pass {
             now,
             ..
         } = round;
-        if let Err(error) = self
-            .withdraw_all(remediation, state, Withdraw::Everything)
+        if let Err(error) = Strategies::of(self.pass)
+            .withdraw_all(self.writes, remediation, state, Withdraw::Everything)
             .await
         {
             // A BMC that refuses us, or stays out of reach past the power-off deadline, cannot
             // take the request back: the remediation ends Failed and says the host may be left
             // off, instead of trying for ever (no phase without a deadline). No Node was
             // released: there is no proof.
-            let deadline = Duration::from_secs(self.policy.timeouts.power_off_seconds.into());
+            let deadline = Duration::from_secs(self.pass.policy.timeouts.power_off_seconds.into());
             let waited = crate::runtime::clock::since_epoch(now).saturating_sub(state.phase_since);
             if error.is_transient() && waited < deadline {
                 return Err(error);
@@ -386,13 +365,14 @@ impl Pass {
         let note = "the trigger went away before the host was proven off; power-off withdrawn";
         let step = (RemediationStep::PowerOffWithdrawn, Some(Phase::Cancelled));
         let tell = Tell::normal(EventReason::Cancelled, note);
-        self.take_step(remediation, status, step, now, Some(tell))
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
             .await?;
         stop()
     }
 
     /// Records the proof (not spent: the release takes it again) and marks the Machine.
-    async fn mark_fenced(&self, round: Round<'_>) -> Result<Next> {
+    async fn mark_fenced(self, round: Round<'_>) -> Result<Next> {
         let Round {
             remediation,
             mut status,
@@ -401,7 +381,7 @@ impl Pass {
             ..
         } = round;
         let Some(confirmed) = proof.as_ref() else {
-            return Ok(Some(Action::requeue(self.context.poll)));
+            return Ok(Some(Action::requeue(self.pass.context.poll)));
         };
         let host = confirmed.host().to_string();
         status.last_power_state = Some("Off".into());
@@ -416,22 +396,29 @@ impl Pass {
             now,
         );
         let step = (RemediationStep::Fenced, Some(Phase::Fenced));
-        self.take_step(remediation, status, step, now, None).await?;
-        self.context.leadership.ensure()?;
-        self.annotate_machine(POWERED_OFF_FOR_REMEDIATION, Some(""), "MarkMachine")
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, None)
+            .await?;
+        self.pass
+            .annotate_machine(
+                self.writes,
+                POWERED_OFF_FOR_REMEDIATION,
+                Some(""),
+                "MarkMachine",
+            )
             .await?;
         let note = match confirmed.corroborated() {
             Some(how) => format!("{host} is proven off ({how})"),
             None => format!("{host} is proven off"),
         };
         let tell = Tell::normal(EventReason::Fenced, note);
-        self.tell(remediation, tell).await;
+        self.pass.tell(remediation, tell).await;
         Ok(None)
     }
 
     /// Our power-off request vanished after the proof: made again, once, and the Fenced
     /// clock restarts (the proof must hold for a while from here).
-    async fn remake_power_off_request(&self, round: Round<'_>) -> Result<Next> {
+    async fn remake_power_off_request(self, round: Round<'_>) -> Result<Next> {
         let Round {
             remediation,
             mut status,
@@ -442,19 +429,22 @@ impl Pass {
         status.phase_since = Some(rfc3339(now));
         let note = format!(
             "our power-off request {} was removed from the host after it was fenced (by an admin, another controller or a restore of the object); made again, once: the Node is released only on a proof that holds for half the power-off deadline from now",
-            self.reboot_annotation()
+            Power::of(self.pass).reboot_annotation()
         );
         let step = (RemediationStep::PowerOffRequestRemade, None);
         let tell = Tell::warning(EventReason::PowerOffRequestRemoved, note);
-        self.take_step(remediation, status, step, now, Some(tell))
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
             .await?;
-        let strategy = self.strategy_in_use(remediation);
-        self.request_power(remediation, strategy, true).await?;
+        let strategy = self.pass.strategy_in_use(remediation);
+        Strategies::of(self.pass)
+            .request_power(self.writes, remediation, strategy, true)
+            .await?;
         Ok(None)
     }
 
     /// Saves the Node's labels, annotations and taints before it is released.
-    async fn back_up_node(&self, round: Round<'_>) -> Result<Next> {
+    async fn back_up_node(self, round: Round<'_>) -> Result<Next> {
         let Round {
             remediation,
             mut status,
@@ -466,7 +456,9 @@ impl Pass {
             return Ok(None);
         };
         let mut backup = execute::backup_of(node);
-        self.adopt_legacy_backup(remediation, &mut backup).await;
+        Foreign::of(self.pass)
+            .adopt_legacy_backup(remediation, &mut backup)
+            .await;
         let note = format!(
             "Node {} saved: {} label(s), {} annotation(s), {} taint(s)",
             node.name_any(),
@@ -477,15 +469,18 @@ impl Pass {
         status.node_backup = Some(backup);
         let step = (RemediationStep::NodeBackedUp, None);
         let tell = Tell::normal(EventReason::NodeBackedUp, note);
-        self.take_step(remediation, status, step, now, Some(tell))
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
             .await?;
         // Saved first: the Node's deletion, which the finalizer would block, comes next.
-        self.release_legacy_finalizer(remediation, node).await?;
+        Foreign::of(self.pass)
+            .release_legacy_finalizer(self.writes, remediation, node)
+            .await?;
         Ok(None)
     }
 
     /// The Node is released: the power-off requests are withdrawn, powering the host on.
-    async fn request_power_on(&self, round: Round<'_>) -> Result<Next> {
+    async fn request_power_on(self, round: Round<'_>) -> Result<Next> {
         let Round {
             remediation,
             status,
@@ -494,17 +489,20 @@ impl Pass {
             ..
         } = round;
         let step = (RemediationStep::PowerOnRequested, Some(Phase::PoweringOn));
-        self.take_step(remediation, status, step, now, None).await?;
-        self.withdraw_all(remediation, state, Withdraw::Everything)
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, None)
+            .await?;
+        Strategies::of(self.pass)
+            .withdraw_all(self.writes, remediation, state, Withdraw::Everything)
             .await?;
         let tell = Tell::normal(EventReason::PowerOnRequested, "powering the host on");
-        self.tell(remediation, tell).await;
+        self.pass.tell(remediation, tell).await;
         Ok(None)
     }
 
     /// The Node is back: its labels and taints restored, the requests, the mark and the
     /// trigger removed, and the remediation Succeeded.
-    async fn restore(&self, round: Round<'_>) -> Result<Next> {
+    async fn restore(self, round: Round<'_>) -> Result<Next> {
         let Round {
             remediation,
             mut status,
@@ -518,7 +516,7 @@ impl Pass {
             .iter()
             .any(|c| c.is_true(ConditionType::ReadyGrace))
         {
-            let held = format!("Ready for {}", spoken(self.plan_policy().ready_grace));
+            let held = format!("Ready for {}", spoken(self.pass.plan_policy().ready_grace));
             set_condition(
                 &mut status,
                 ConditionType::ReadyGrace,
@@ -532,14 +530,21 @@ impl Pass {
             let note = "the Node is Ready: restoring its labels and taints, removing the trigger";
             let step = (RemediationStep::Restoring, Some(Phase::Restoring));
             let tell = Tell::normal(EventReason::Restoring, note);
-            self.take_step(remediation, status, step, now, Some(tell))
+            self.pass
+                .take_step(self.writes, remediation, status, step, now, Some(tell))
                 .await?;
             status = remediation.status.clone().unwrap_or_default();
         }
         if let Some(node) = &node {
             self.restore_node(remediation, &status, node).await?;
         }
-        self.withdraw_all(remediation, state, Withdraw::RebootRequestsOnly)
+        Strategies::of(self.pass)
+            .withdraw_all(
+                self.writes,
+                remediation,
+                state,
+                Withdraw::RebootRequestsOnly,
+            )
             .await?;
         self.unmark_machine_and_remove_trigger().await?;
         set_condition(
@@ -553,32 +558,33 @@ impl Pass {
         let strategy = strategy_label(&status);
         let step = (RemediationStep::Succeeded, Some(Phase::Succeeded));
         let tell = Tell::normal(EventReason::Succeeded, "the Node is back");
-        self.take_step(remediation, status, step, now, Some(tell))
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
             .await?;
-        self.context
+        self.pass
+            .context
             .metrics
-            .remediation_succeeded(&strategy, self.age(remediation));
+            .remediation_succeeded(&strategy, self.pass.age(remediation));
         stop()
     }
 
     /// Puts the saved labels, annotations and taints back on the Node, and lifts the
     /// out-of-service taint.
     async fn restore_node(
-        &self,
+        self,
         remediation: &Remediation,
         status: &RemediationStatus,
         node: &Node,
     ) -> Result<()> {
-        let nodes = self.node_api(remediation).await?;
-        self.context.leadership.ensure()?;
+        let nodes = self.pass.node_api(remediation).await?;
         // The legacy actuator's backup too, when it saved the Node and baremend did not
         // (its Node was already gone when this remediation began).
         let mut backup = status.node_backup.clone();
-        if let Some(legacy) = self.legacy_backup(remediation).await {
+        if let Some(legacy) = Foreign::of(self.pass).legacy_backup(remediation).await {
             execute::adopt_backup(backup.get_or_insert_with(Default::default), legacy);
         }
         if let Some(backup) = &backup {
-            let restored = execute::restore_node(nodes.api(), node, backup).await?;
+            let restored = execute::restore_node(self.writes, nodes.api(), node, backup).await?;
             if restored != execute::Restored::default() {
                 let note = format!(
                     "Node {} restored: {} label(s) and annotation(s), {} taint(s) put back",
@@ -586,39 +592,47 @@ impl Pass {
                     restored.keys,
                     restored.taints
                 );
-                self.event(
-                    remediation,
-                    Severity::Normal,
-                    EventReason::NodeRestored,
-                    note,
-                )
-                .await;
+                self.pass
+                    .event(
+                        remediation,
+                        Severity::Normal,
+                        EventReason::NodeRestored,
+                        note,
+                    )
+                    .await;
             }
         }
-        execute::remove_out_of_service(&nodes, node).await?;
-        self.drop_legacy_backup().await
+        execute::remove_out_of_service(self.writes, &nodes, node).await?;
+        Foreign::of(self.pass).drop_legacy_backup(self.writes).await
     }
 
     /// Removes the Machine's powered-off mark and the health check's trigger.
-    async fn unmark_machine_and_remove_trigger(&self) -> Result<()> {
-        self.context.leadership.ensure()?;
+    async fn unmark_machine_and_remove_trigger(self) -> Result<()> {
         let mark = POWERED_OFF_FOR_REMEDIATION;
-        self.annotate_machine(mark, None, "UnmarkMachine").await?;
+        self.pass
+            .annotate_machine(self.writes, mark, None, "UnmarkMachine")
+            .await?;
         let trigger = EXTERNAL_REMEDIATION;
-        self.annotate_machine(trigger, None, "RemoveTrigger").await
+        self.pass
+            .annotate_machine(self.writes, trigger, None, "RemoveTrigger")
+            .await
     }
 
     /// The strategy in use could not prove the host off: the next one takes over.
-    async fn escalate(&self, round: Round<'_>, to: usize, why: String) -> Result<Next> {
+    async fn escalate(self, round: Round<'_>, to: usize, why: String) -> Result<Next> {
         let Round {
             remediation,
             mut status,
             now,
             ..
         } = round;
-        let name = self.strategy_at(to);
+        let name = self.pass.strategy_at(to);
         status.strategy = Some(name.into());
-        status.driver = Some(self.driver_name(remediation, name).await);
+        status.driver = Some(
+            Strategies::of(self.pass)
+                .driver_name(remediation, name)
+                .await,
+        );
         status.last_error = Some(why.clone());
         status.phase_since = Some(rfc3339(now));
         set_condition(
@@ -632,16 +646,14 @@ impl Pass {
         let note = format!("{why}; trying {}", name.as_str());
         let step = (RemediationStep::Escalated, None);
         let tell = Tell::warning(EventReason::Escalated, note);
-        self.take_step(remediation, status, step, now, Some(tell))
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
             .await?;
-        if let Err(error) = self.request_power(remediation, name, true).await {
-            self.note_error(remediation, &error).await?;
-        }
-        Ok(None)
+        self.power_off_anew(remediation, name).await
     }
 
     /// Another power cycle, from the first strategy, with the Node's identity taken again.
-    async fn retry(&self, round: Round<'_>, attempt: u32, why: String) -> Result<Next> {
+    async fn retry(self, round: Round<'_>, attempt: u32, why: String) -> Result<Next> {
         let Round {
             remediation,
             mut status,
@@ -650,7 +662,7 @@ impl Pass {
             ..
         } = round;
         status.attempt = Some(attempt);
-        let name = self.strategy_at(0);
+        let name = self.pass.strategy_at(0);
         status.strategy = Some(name.into());
         // A new power cycle starts from the first strategy: an escalation was the last one's.
         if status
@@ -675,31 +687,28 @@ impl Pass {
         let note = format!("{why}: power cycle {attempt}");
         let step = (RemediationStep::Retry, Some(Phase::PoweringOff));
         let tell = Tell::warning(EventReason::Retry, note);
-        self.take_step(remediation, status, step, now, Some(tell))
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
             .await?;
-        if let Err(error) = self.request_power(remediation, name, true).await {
-            self.note_error(remediation, &error).await?;
-        }
-        Ok(None)
+        self.power_off_anew(remediation, name).await
     }
 
-    /// Starts connecting the Machine's workload cluster, not waited for: a start may be
-    /// ahead, and the connection's first list of Nodes is the longest of its steps; the
-    /// trigger's fresh read and the Remediation's creation then run beside it. Harmless when
-    /// no start follows: an unused connection is dropped when idle. Once per pass (the pass
-    /// asks when it sees an unanswered trigger, and the start asks again).
-    pub(in crate::remediation) fn connect_ahead(&self) {
-        use std::sync::atomic::Ordering;
-        if self.connecting_ahead.swap(true, Ordering::Relaxed) {
-            return;
+    /// After an escalation's or a retry's record: the power-off asked of `name`. A refusal is
+    /// noted on the Remediation (its deadline still runs), not returned: the record stands.
+    async fn power_off_anew(
+        self,
+        remediation: &mut Remediation,
+        name: FenceStrategyName,
+    ) -> Result<Next> {
+        if let Err(error) = Strategies::of(self.pass)
+            .request_power(self.writes, remediation, name, true)
+            .await
+        {
+            self.pass
+                .note_error(self.writes, remediation, &error)
+                .await?;
         }
-        if let Some(cluster) = self.machine_node_cluster() {
-            let context = self.context.clone();
-            tokio::spawn(async move {
-                // Its failure is the start's gates' to tell, on their own ask.
-                let _ = context.workloads.connect(&cluster).await;
-            });
-        }
+        Ok(None)
     }
 
     /// Creates the subject's Remediation number `number`, owned by the Machine (or by the
@@ -707,41 +716,41 @@ impl Pass {
     /// connected meanwhile ([`Pass::connect_ahead`], not waited for): its round trips (the
     /// kubeconfig Secret, the probe, the first list of Nodes) overlap the creation's, then the
     /// start's fresh reads (see `step`), instead of coming before them.
-    pub(in crate::remediation) async fn start(&self, number: usize) -> Result<Remediation> {
-        self.connect_ahead();
+    pub(in crate::remediation) async fn start(self, number: usize) -> Result<Remediation> {
+        self.pass.connect_ahead();
         self.create_remediation(number).await
     }
 
-    /// [`Pass::start`]'s creation.
-    async fn create_remediation(&self, number: usize) -> Result<Remediation> {
-        let (host, unusable) = match self.subject.machine() {
-            Some(machine) => match self.host_of_machine(machine).await? {
+    /// [`Steps::start`]'s creation.
+    async fn create_remediation(self, number: usize) -> Result<Remediation> {
+        let (host, unusable) = match self.pass.subject.machine() {
+            Some(machine) => match CapiHosts::of(self.pass).host_of_machine(machine).await? {
                 Ok(host) => (host, None),
                 Err(unusable) => (None, Some(unusable)),
             },
             None => (None, None),
         };
-        let machine = self.subject.machine();
+        let machine = self.pass.subject.machine();
         let mut object = Remediation::new(
-            &format!("{}-{number}", self.name),
+            &format!("{}-{number}", self.pass.name),
             RemediationSpec {
                 machine_name: machine.map(|m| m.name_any()),
                 machine_uid: machine.and_then(|m| m.uid()),
-                host_bmc: self.subject.host_bmc().map(|m| m.name_any()),
-                node_name: self.subject_node(),
+                host_bmc: self.pass.subject.host_bmc().map(|m| m.name_any()),
+                node_name: self.pass.subject_node(),
                 host: host.map(|h| h.to_string()),
-                trigger: self.cached_trigger(),
+                trigger: Triggers::of(self.pass).cached_trigger(),
             },
         );
-        object.metadata.namespace = Some(self.namespace.clone());
+        object.metadata.namespace = Some(self.pass.namespace.clone());
         // Owned by this shard alone (see `crate::shard::owned_by`).
-        object.metadata.labels = crate::shard::owner_labels(self.context.leadership.shard());
-        object.metadata.owner_references = Some(vec![
-            self.subject
-                .owner_reference(self.context.machine_api.api_version()),
-        ]);
-        self.context.leadership.ensure()?;
-        let api = self.remediation_api();
+        object.metadata.labels = crate::shard::owner_labels(self.pass.context.leadership.shard());
+        object.metadata.owner_references =
+            Some(vec![self.pass.subject.owner_reference(
+                self.pass.context.machine_api.api_version(),
+            )]);
+        let api = self.pass.remediation_api();
+        self.writes.check()?;
         let created = match api.create(&PostParams::default(), &object).await {
             Ok(created) => created,
             // Created by an earlier pass whose store update has not arrived yet.
@@ -755,7 +764,12 @@ impl Pass {
         // of Remediations: never carry on with the other one's.
         if created.spec.of_machineless_node() != object.spec.of_machineless_node() {
             return Err(Error::Invalid {
-                object: format!("{} {}/{}", self.subject.kind(), self.namespace, self.name),
+                object: format!(
+                    "{} {}/{}",
+                    self.pass.subject.kind(),
+                    self.pass.namespace,
+                    self.pass.name
+                ),
                 reason: format!(
                     "Remediation {} already exists for a {} of the same name: rename one of them",
                     created.name_any(),
@@ -767,16 +781,17 @@ impl Pass {
                 ),
             });
         }
-        info!(machine = %self.name, remediation = %created.name_any(), "remediation started");
+        info!(machine = %self.pass.name, remediation = %created.name_any(), "remediation started");
         if let Some(unusable) = unusable {
             // Not fatal yet: a HostBmc may still name the BMC. The strategies say the rest.
-            self.event(
-                &created,
-                Severity::Warning,
-                EventReason::InvalidMachine,
-                format!("Machine {}: {unusable}", self.name),
-            )
-            .await;
+            self.pass
+                .event(
+                    &created,
+                    Severity::Warning,
+                    EventReason::InvalidMachine,
+                    format!("Machine {}: {unusable}", self.pass.name),
+                )
+                .await;
         }
         Ok(created)
     }
@@ -784,19 +799,20 @@ impl Pass {
     /// Releases the Node the proof names (deletes it, or taints it out-of-service), each step
     /// persisted before it acts, and spends the proof.
     async fn release_node(
-        &self,
+        self,
         remediation: &mut Remediation,
         status: RemediationStatus,
         mode: ReleaseMode,
         proof: ConfirmedOff,
     ) -> Result<()> {
-        let now = self.context.clock.now();
-        let nodes = self.node_api(remediation).await?;
+        let now = self.pass.context.clock.now();
+        let nodes = self.pass.node_api(remediation).await?;
         let Some((name, node)) = proof.node().map(|n| (n.name.clone(), n.to_string())) else {
             let step = (RemediationStep::NodeAbsent, Some(Phase::NodeReleased));
             let tell = Tell::normal(EventReason::NodeAbsent, "no Node to release");
             return self
-                .take_step(remediation, status, step, now, Some(tell))
+                .pass
+                .take_step(self.writes, remediation, status, step, now, Some(tell))
                 .await;
         };
         let host = proof.host().to_string();
@@ -816,7 +832,8 @@ impl Pass {
                 ),
             ),
         };
-        self.take_step(remediation, status, (before, None), now, None)
+        self.pass
+            .take_step(self.writes, remediation, status, (before, None), now, None)
             .await?;
         // The step's own persist (and the taint's read of the Node) take round trips: a
         // BareMetalHost is read once more after them, so that the proof is the last read
@@ -824,36 +841,36 @@ impl Pass {
         match mode {
             ReleaseMode::Delete => {
                 let proof = self.proof_right_before_release(remediation, proof).await?;
-                self.context.leadership.ensure()?;
-                execute::delete_node(proof, &nodes).await?;
+                execute::delete_node(self.writes, proof, &nodes).await?;
             }
             ReleaseMode::OutOfService => {
                 if let Some(node) = execute::read_node(&nodes, &name).await? {
                     let proof = self.proof_right_before_release(remediation, proof).await?;
-                    self.context.leadership.ensure()?;
-                    execute::taint_out_of_service(proof, &nodes, node).await?;
+                    execute::taint_out_of_service(self.writes, proof, &nodes, node).await?;
                 }
             }
         }
         let status = remediation.status.clone().unwrap_or_default();
         let step = (after, Some(Phase::NodeReleased));
         let tell = Tell::normal(reason, note);
-        self.take_step(remediation, status, step, now, Some(tell))
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
             .await
     }
     /// The proof to spend: a BMC's as given (two reads a moment ago), a BareMetalHost's taken
     /// again from a fresh GET for the same Node.
     async fn proof_right_before_release(
-        &self,
+        self,
         remediation: &Remediation,
         proof: ConfirmedOff,
     ) -> Result<ConfirmedOff> {
         if !matches!(proof.host(), FencedHost::BareMetalHost { .. }) {
             return Ok(proof);
         }
-        let mut target = self.fence_target(remediation, proof.strategy(), None);
+        let mut target = Power::of(self.pass).fence_target(remediation, proof.strategy(), None);
         target.node = proof.node().cloned();
-        self.take_proof(remediation, &target)
+        Strategies::of(self.pass)
+            .take_proof(remediation, &target)
             .await
             .map_err(|not_fenced| Error::Changed {
                 object: format!("Remediation {}", remediation.name_any()),
@@ -865,13 +882,13 @@ impl Pass {
     /// `deleteMachineOnFailure` a replaceable Machine is deleted. An unfenced host is left
     /// alone entirely.
     async fn fail(
-        &self,
+        self,
         remediation: &mut Remediation,
         mut status: RemediationStatus,
         state: &Persisted,
         reason: FailReason,
     ) -> Result<()> {
-        let now = self.context.clock.now();
+        let now = self.pass.context.clock.now();
         let label = reason.label();
         let mut message = failure_message(&reason, state.attempt);
         // What kept the host off, if something did: the failure names it, not only the Node.
@@ -914,23 +931,37 @@ impl Pass {
             );
             // The Machine's mark would claim a power-off nobody can prove any more. Removed
             // before Failed is persisted: a failed removal is tried again by the next pass.
-            self.context.leadership.ensure()?;
-            self.annotate_machine(POWERED_OFF_FOR_REMEDIATION, None, "UnmarkMachine")
+            self.pass
+                .annotate_machine(
+                    self.writes,
+                    POWERED_OFF_FOR_REMEDIATION,
+                    None,
+                    "UnmarkMachine",
+                )
                 .await?;
         }
         let step = (RemediationStep::Failed, Some(Phase::Failed));
         let tell = Tell::warning(EventReason::Failed, message);
-        self.take_step(remediation, status, step, now, Some(tell))
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
             .await?;
-        self.context.metrics.remediation_failed(&strategy, label);
+        self.pass
+            .context
+            .metrics
+            .remediation_failed(&strategy, label);
         if reason != FailReason::NodeNeverReady {
             return Ok(());
         }
-        let name = self.strategy_in_use(remediation);
-        if let Err(error) = self.request_power(remediation, name, true).await {
-            self.note_error(remediation, &error).await?;
+        let name = self.pass.strategy_in_use(remediation);
+        if let Err(error) = Strategies::of(self.pass)
+            .request_power(self.writes, remediation, name, true)
+            .await
+        {
+            self.pass
+                .note_error(self.writes, remediation, &error)
+                .await?;
         }
-        if self.policy.delete_machine_on_failure {
+        if self.pass.policy.delete_machine_on_failure {
             self.delete_machine(remediation).await?;
         }
         Ok(())
@@ -938,21 +969,22 @@ impl Pass {
 
     /// Deletes the Machine so that its MachineSet replaces it, where that is safe: see
     /// [`crate::remediation::decide::observe::reprovisionable`].
-    async fn delete_machine(&self, remediation: &mut Remediation) -> Result<()> {
-        let host = self.host(remediation).and_then(|(_, host)| host);
-        let Some(machine) = self.subject.machine() else {
+    async fn delete_machine(self, remediation: &mut Remediation) -> Result<()> {
+        let host = self.pass.host(remediation).and_then(|(_, host)| host);
+        let Some(machine) = self.pass.subject.machine() else {
             return Ok(());
         };
         if let Err(why) =
             crate::remediation::decide::observe::reprovisionable(&machine.metadata, host.as_deref())
         {
-            self.event(
-                remediation,
-                Severity::Normal,
-                EventReason::MachineKept,
-                format!("deleteMachineOnFailure: the Machine is kept: {why}"),
-            )
-            .await;
+            self.pass
+                .event(
+                    remediation,
+                    Severity::Normal,
+                    EventReason::MachineKept,
+                    format!("deleteMachineOnFailure: the Machine is kept: {why}"),
+                )
+                .await;
             return Ok(());
         }
         let status = remediation.status.clone().unwrap_or_default();
@@ -962,16 +994,76 @@ impl Pass {
             "deleteMachineOnFailure: deleting the Machine so that its MachineSet replaces it",
         );
         let step = (RemediationStep::MachineDeleting, None);
-        let now = self.context.clock.now();
-        self.take_step(remediation, status, step, now, Some(tell))
+        let now = self.pass.context.clock.now();
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
             .await?;
-        self.context.leadership.ensure()?;
-        let Some(machines) = self.machines_api() else {
+        let Some(machines) = self.pass.machines_api() else {
             return Ok(());
         };
-        execute::delete_machine(&machines, &self.name, machine.uid()).await?;
-        self.context.metrics.machine_deleted();
+        execute::delete_machine(self.writes, &machines, &self.pass.name, machine.uid()).await?;
+        self.pass.context.metrics.machine_deleted();
         Ok(())
+    }
+
+    /// Records the dry run: the would-be strategy, the `DryRun` condition and phase; then
+    /// tells it, and counts it.
+    pub(in crate::remediation) async fn record_dry_run(
+        self,
+        round: Round<'_>,
+        dry: DryRun,
+    ) -> Result<Option<Action>> {
+        let Round {
+            remediation,
+            mut status,
+            now,
+            ..
+        } = round;
+        let record = describe(
+            &dry,
+            &self.pass.policy.strategies,
+            remediation.spec.node_name.as_deref(),
+        );
+        status.strategy = dry.strategy.map(|i| self.pass.strategy_at(i).into());
+        set_condition(&mut status, ConditionType::Held, false, "DryRun", "", now);
+        set_condition(
+            &mut status,
+            ConditionType::DryRun,
+            true,
+            record.reason,
+            &record.message,
+            now,
+        );
+        let step = (RemediationStep::DryRun, Some(Phase::DryRun));
+        let tell = Tell::normal(EventReason::DryRun, record.message);
+        self.pass
+            .take_step(self.writes, remediation, status, step, now, Some(tell))
+            .await?;
+        tracing::info!(remediation = %remediation.name_any(), outcome = record.reason, "dry run recorded");
+        if let Some(why) = record.warning {
+            let note = format!("dry run: no fencing path answered its probe: {why}");
+            self.pass
+                .event(
+                    remediation,
+                    Severity::Warning,
+                    EventReason::DryRunProbeFailed,
+                    note,
+                )
+                .await;
+        }
+        if !self.pass.context.policy_configured() {
+            let note = "no RemediationPolicy named default exists: baremend records dry runs and changes nothing until one is created (kubectl create -f deploy/policies.yaml, then set its mode)";
+            self.pass
+                .event(
+                    remediation,
+                    Severity::Warning,
+                    EventReason::PolicyMissing,
+                    note.into(),
+                )
+                .await;
+        }
+        self.pass.context.metrics.remediation_dry_run(record.reason);
+        Ok(Some(Action::await_change()))
     }
 }
 

@@ -17,16 +17,21 @@ use super::power::{BmcProofReads, BmcReadRefused};
 use super::probe::{ProbeSite, ProbeWith, no_bmc, probe_bmc, probe_host};
 use crate::Result;
 use crate::api::{FenceStrategyName, Remediation};
+use crate::leader::Writes;
+use crate::remediation::act::power::Power;
 use crate::remediation::decide::fence::{
     ConfirmedOff, Corroboration, FenceTarget, NotFenced, PowerEvidence, confirm_powered_off,
 };
 use crate::remediation::decide::observe::bare_metal_host_view;
 use crate::remediation::decide::plan::Persisted;
+use crate::remediation::decide::plan::Phase;
 use crate::remediation::decide::readiness::{Reason, Refusal, Verdict};
+use crate::remediation::evidence::bmc::BmcLocator;
 use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::host_resource;
 use crate::remediation::world::execute;
 use crate::runtime::clock::since_epoch;
+use k8s_openapi::api::core::v1::Node;
 
 /// Which power-off requests to withdraw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +51,13 @@ pub(in crate::remediation) trait FenceStrategy: Send + Sync {
     async fn driver(&self, pass: &Pass, remediation: &Remediation) -> String;
 
     /// Asks for the host's power off (`off`) or takes the request back.
-    async fn request_power(&self, pass: &Pass, remediation: &Remediation, off: bool) -> Result<()>;
+    async fn request_power(
+        &self,
+        pass: &Pass,
+        writes: &Writes,
+        remediation: &Remediation,
+        off: bool,
+    ) -> Result<()>;
 
     /// Gets ready to ask, asking nothing of the host (a BMC's session opened): made beside a
     /// start's record, so that the power-off after it has fewer round trips to make. Its
@@ -55,12 +66,19 @@ pub(in crate::remediation) trait FenceStrategy: Send + Sync {
 
     /// Takes back the power-off request this strategy may have made, when `what` covers it
     /// and there is something to ask.
-    async fn withdraw(&self, pass: &Pass, remediation: &Remediation, what: Withdraw) -> Result<()>;
+    async fn withdraw(
+        &self,
+        pass: &Pass,
+        writes: &Writes,
+        remediation: &Remediation,
+        what: Withdraw,
+    ) -> Result<()>;
 
     /// Makes the power request again if a crash may have lost it (`off`: the power-off one).
     async fn ensure_request(
         &self,
         pass: &Pass,
+        writes: &Writes,
         remediation: &Remediation,
         state: &Persisted,
         off: bool,
@@ -97,7 +115,13 @@ impl FenceStrategy for RebootApiStrategy {
         "bmh-reboot-api".into()
     }
 
-    async fn request_power(&self, pass: &Pass, remediation: &Remediation, off: bool) -> Result<()> {
+    async fn request_power(
+        &self,
+        pass: &Pass,
+        writes: &Writes,
+        remediation: &Remediation,
+        off: bool,
+    ) -> Result<()> {
         let Some((host_ref, _)) = pass.host(remediation) else {
             // Nothing to ask; the evidence says why and the planner escalates.
             return Ok(());
@@ -107,29 +131,36 @@ impl FenceStrategy for RebootApiStrategy {
             &host_ref.namespace,
             &host_resource(),
         );
-        pass.context.leadership.ensure()?;
+        writes.check()?;
         let (value, action) = if off {
             (Some(r#"{"mode":"hard"}"#), "RequestPowerOff")
         } else {
             (None, "RequestPowerOn")
         };
-        let key = pass.reboot_annotation();
-        execute::set_annotation(&hosts, &host_ref.name, &key, value, action).await?;
-        pass.note_operator_request(remediation, off);
+        let key = Power::of(pass).reboot_annotation();
+        execute::set_annotation(writes, &hosts, &host_ref.name, &key, value, action).await?;
+        Power::of(pass).note_operator_request(remediation, off);
         Ok(())
     }
 
-    async fn withdraw(&self, pass: &Pass, remediation: &Remediation, _: Withdraw) -> Result<()> {
+    async fn withdraw(
+        &self,
+        pass: &Pass,
+        writes: &Writes,
+        remediation: &Remediation,
+        _: Withdraw,
+    ) -> Result<()> {
         if pass.host(remediation).is_none() {
             return Ok(());
         }
-        self.request_power(pass, remediation, false).await
+        self.request_power(pass, writes, remediation, false).await
     }
 
     /// At once: the cached host shows whether our annotation is there.
     async fn ensure_request(
         &self,
         pass: &Pass,
+        writes: &Writes,
         remediation: &Remediation,
         state: &Persisted,
         off: bool,
@@ -139,9 +170,10 @@ impl FenceStrategy for RebootApiStrategy {
         };
         let requested = bare_metal_host_view(&host, &pass.policy.reboot_key).power_off_requested();
         if off && !requested {
-            self.request_power(pass, remediation, true).await?;
+            self.request_power(pass, writes, remediation, true).await?;
         } else if !off && requested {
-            pass.withdraw_all(remediation, state, Withdraw::Everything)
+            Strategies::of(pass)
+                .withdraw_all(writes, remediation, state, Withdraw::Everything)
                 .await?;
         }
         Ok(())
@@ -155,9 +187,9 @@ impl FenceStrategy for RebootApiStrategy {
         _: &Remediation,
         target: &FenceTarget,
     ) -> std::result::Result<PowerEvidence, NotFenced> {
-        let fresh = pass.fresh_host(target).await?;
+        let fresh = Power::of(pass).fresh_host(target).await?;
         let corroboration = if pass.policy.corroborate_reboot_api && fresh.view.reports_off() {
-            pass.corroborate(&fresh).await
+            Power::of(pass).corroborate(&fresh).await
         } else {
             Corroboration::NotRead
         };
@@ -188,7 +220,8 @@ impl FenceStrategy for DirectBmcStrategy {
     /// The scheme of the BMC's address (`redfish+https`, `ipmi`...), from the address alone:
     /// the credentials are read when the BMC is asked, not for a name on the status.
     async fn driver(&self, pass: &Pass, remediation: &Remediation) -> String {
-        pass.locate_direct_bmc(remediation)
+        BmcLocator::of(pass)
+            .locate_direct_bmc(remediation)
             .ok()
             .and_then(|bmc| BmcAddress::parse(&bmc.address).ok())
             .map(|address| address.scheme().to_owned())
@@ -197,37 +230,54 @@ impl FenceStrategy for DirectBmcStrategy {
 
     /// The BMC's Secret read, its driver made and its session opened.
     async fn prepare(&self, pass: &Pass, remediation: &Remediation) {
-        if let Ok(bmc) = pass.direct_bmc(remediation).await
+        if let Ok(bmc) = Power::of(pass).direct_bmc(remediation).await
             && let Err(error) = bmc.driver.connect().await
         {
             tracing::debug!(bmc = %bmc.address, %error, "cannot connect ahead of the power-off");
         }
     }
 
-    async fn request_power(&self, pass: &Pass, remediation: &Remediation, off: bool) -> Result<()> {
-        let bmc = pass.direct_bmc(remediation).await?;
-        pass.context.leadership.ensure()?;
+    async fn request_power(
+        &self,
+        pass: &Pass,
+        writes: &Writes,
+        remediation: &Remediation,
+        off: bool,
+    ) -> Result<()> {
+        let bmc = Power::of(pass).direct_bmc(remediation).await?;
+        writes.check()?;
         if off {
             bmc.driver.power_off(PowerOffMode::Forced).await?;
         } else {
             bmc.driver.power_on().await?;
         }
-        pass.note_previous_password(remediation, &bmc).await;
+        Power::of(pass)
+            .note_previous_password(remediation, &bmc)
+            .await;
         Ok(())
     }
 
     /// Not when only the reboot requests go (the host is on already), nor without a BMC.
-    async fn withdraw(&self, pass: &Pass, remediation: &Remediation, what: Withdraw) -> Result<()> {
-        if what == Withdraw::RebootRequestsOnly || pass.direct_bmc(remediation).await.is_err() {
+    async fn withdraw(
+        &self,
+        pass: &Pass,
+        writes: &Writes,
+        remediation: &Remediation,
+        what: Withdraw,
+    ) -> Result<()> {
+        if what == Withdraw::RebootRequestsOnly
+            || Power::of(pass).direct_bmc(remediation).await.is_err()
+        {
             return Ok(());
         }
-        self.request_power(pass, remediation, false).await
+        self.request_power(pass, writes, remediation, false).await
     }
 
     /// After a quiet period: the BMC may still be acting on the first request.
     async fn ensure_request(
         &self,
         pass: &Pass,
+        writes: &Writes,
         remediation: &Remediation,
         state: &Persisted,
         off: bool,
@@ -237,9 +287,9 @@ impl FenceStrategy for DirectBmcStrategy {
         if waited < quiet {
             return Ok(());
         }
-        let bmc = pass.direct_bmc(remediation).await?;
-        let power = pass.read_power(&bmc).await?;
-        pass.context.leadership.ensure()?;
+        let bmc = Power::of(pass).direct_bmc(remediation).await?;
+        let power = Power::of(pass).read_power(&bmc).await?;
+        writes.check()?;
         if off && power == PowerState::On {
             bmc.driver.power_off(PowerOffMode::Forced).await?;
         } else if !off && power == PowerState::Off {
@@ -248,7 +298,7 @@ impl FenceStrategy for DirectBmcStrategy {
         Ok(())
     }
 
-    /// The proof reads (`Pass::read_bmc_proof`) — none while the BMC is untrustworthy — and
+    /// The proof reads (`Power::read_bmc_proof`) — none while the BMC is untrustworthy — and
     /// every other reading of it in the process around those reads weighed with them.
     async fn read_evidence(
         &self,
@@ -256,19 +306,19 @@ impl FenceStrategy for DirectBmcStrategy {
         remediation: &Remediation,
         _: &FenceTarget,
     ) -> std::result::Result<PowerEvidence, NotFenced> {
-        let bmc = pass
+        let bmc = Power::of(pass)
             .direct_bmc(remediation)
             .await
             .map_err(|e| NotFenced::Untrustworthy(e.to_string()))?;
-        let BmcProofReads { reads, witnessed } =
-            pass.read_bmc_proof(&bmc)
-                .await
-                .map_err(|refused| match refused {
-                    BmcReadRefused::Distrusted(mark) => {
-                        NotFenced::Untrustworthy(format!("BMC {}: {mark}", bmc.address))
-                    }
-                    BmcReadRefused::Failed(why) => NotFenced::NotYet(why),
-                })?;
+        let BmcProofReads { reads, witnessed } = Power::of(pass)
+            .read_bmc_proof(&bmc)
+            .await
+            .map_err(|refused| match refused {
+                BmcReadRefused::Distrusted(mark) => {
+                    NotFenced::Untrustworthy(format!("BMC {}: {mark}", bmc.address))
+                }
+                BmcReadRefused::Failed(why) => NotFenced::NotYet(why),
+            })?;
         Ok(PowerEvidence::BmcReads {
             address: bmc.address,
             system: bmc.system,
@@ -290,69 +340,108 @@ impl FenceStrategy for DirectBmcStrategy {
     }
 }
 
-impl Pass {
+/// The pass's calls into its fencing strategies: the power requests, their preparation and
+/// withdrawal, the proof. Made by `Strategies::of(pass)` where needed, so that a call names the
+/// file it goes to.
+#[derive(Clone, Copy)]
+pub(crate) struct Strategies<'p> {
+    pass: &'p Pass,
+}
+
+impl<'p> Strategies<'p> {
+    /// The Strategies of `pass`: its methods read and act through it.
+    pub(crate) fn of(pass: &'p Pass) -> Self {
+        Strategies { pass }
+    }
+
     /// Fresh evidence for `target` from its strategy, made into a proof or the reason why not.
     pub(in crate::remediation) async fn take_proof(
-        &self,
+        self,
         remediation: &Remediation,
         target: &FenceTarget,
     ) -> std::result::Result<ConfirmedOff, NotFenced> {
         let evidence = strategy(target.strategy)
-            .read_evidence(self, remediation, target)
+            .read_evidence(self.pass, remediation, target)
             .await?;
         confirm_powered_off(target, &evidence)
     }
 
     /// Asks `name` for the host's power off (`off`) or back on.
     pub(in crate::remediation) async fn request_power(
-        &self,
+        self,
+        writes: &Writes,
         remediation: &Remediation,
         name: FenceStrategyName,
         off: bool,
     ) -> Result<()> {
-        strategy(name).request_power(self, remediation, off).await
+        strategy(name)
+            .request_power(self.pass, writes, remediation, off)
+            .await
     }
 
     /// Gets `name` ready to ask for the host's power (see [`FenceStrategy::prepare`]).
     pub(in crate::remediation) async fn prepare_power(
-        &self,
+        self,
         remediation: &Remediation,
         name: FenceStrategyName,
     ) {
-        strategy(name).prepare(self, remediation).await
+        strategy(name).prepare(self.pass, remediation).await
     }
 
     /// Withdraws every power-off request this remediation made, so the host comes back on.
     pub(in crate::remediation) async fn withdraw_all(
-        &self,
+        self,
+        writes: &Writes,
         remediation: &Remediation,
         state: &Persisted,
         what: Withdraw,
     ) -> Result<()> {
-        for name in self.strategies_asked(remediation, state) {
-            strategy(name).withdraw(self, remediation, what).await?;
+        for name in Power::of(self.pass).strategies_asked(remediation, state) {
+            strategy(name)
+                .withdraw(self.pass, writes, remediation, what)
+                .await?;
         }
         Ok(())
     }
 
     /// Re-makes a power request of the strategy in use that a crash may have lost.
     pub(in crate::remediation) async fn ensure_request(
-        &self,
+        self,
+        writes: &Writes,
         remediation: &mut Remediation,
         state: &Persisted,
         off: bool,
     ) -> Result<()> {
-        strategy(self.strategy_in_use(remediation))
-            .ensure_request(self, remediation, state, off)
+        strategy(self.pass.strategy_in_use(remediation))
+            .ensure_request(self.pass, writes, remediation, state, off)
             .await
     }
 
     /// The driver `name` uses for this remediation, as status shows it.
     pub(in crate::remediation) async fn driver_name(
-        &self,
+        self,
         remediation: &Remediation,
         name: FenceStrategyName,
     ) -> String {
-        strategy(name).driver(self, remediation).await
+        strategy(name).driver(self.pass, remediation).await
+    }
+
+    /// The proof, or why not, from fresh evidence: taken while fencing and before the release,
+    /// not in the phases between or after.
+    pub(in crate::remediation) async fn proof_for(
+        self,
+        remediation: &Remediation,
+        phase: Phase,
+        node: Option<&Node>,
+    ) -> std::result::Result<ConfirmedOff, NotFenced> {
+        if !matches!(phase, Phase::PoweringOff | Phase::Fenced) {
+            return Err(NotFenced::NotYet("not checked in this phase".into()));
+        }
+        let power = Power::of(self.pass);
+        let target = power.fence_target(remediation, self.pass.strategy_in_use(remediation), node);
+        match power.recent_bmc_proof(&target) {
+            Some(confirmed) => Ok(confirmed),
+            None => self.take_proof(remediation, &target).await,
+        }
     }
 }

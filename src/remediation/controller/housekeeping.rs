@@ -11,6 +11,8 @@ use kube::{Resource, ResourceExt};
 use crate::Result;
 use crate::api::annotations::{RETRIED_BY, RETRY};
 use crate::api::{EventReason, Remediation, RemediationStatus, RemediationStep};
+use crate::leader::Writes;
+use crate::remediation::act::steps::Steps;
 use crate::remediation::decide::plan::Phase;
 use crate::remediation::decide::state::created_at;
 use crate::remediation::pass::{Pass, attempt_number};
@@ -24,10 +26,26 @@ use crate::runtime::retention::{Record, Standing, acknowledged, to_prune};
 /// an upgrade from a version without retention) is cleaned over a few passes.
 const PRUNE_BOUND: usize = 10;
 
-impl Pass {
-    /// Deletes the finished Remediations retention lets go (UID precondition, leadership
-    /// checked before each), and tells it once in an Event on the Machine.
-    pub(in crate::remediation) async fn prune(&self, existing: &[Arc<Remediation>]) -> Result<()> {
+/// The pass's housekeeping: pruning, retries and the backup carried over. Made by
+/// `Housekeeping::of(pass)` where needed, so that a call names the file it goes to.
+#[derive(Clone, Copy)]
+pub(crate) struct Housekeeping<'p> {
+    pass: &'p Pass,
+}
+
+impl<'p> Housekeeping<'p> {
+    /// The Housekeeping of `pass`: its methods read and act through it.
+    pub(crate) fn of(pass: &'p Pass) -> Self {
+        Housekeeping { pass }
+    }
+
+    /// Deletes the finished Remediations retention lets go (UID precondition, leave to
+    /// write checked before each), and tells it once in an Event on the Machine.
+    pub(in crate::remediation) async fn prune(
+        self,
+        writes: &Writes,
+        existing: &[Arc<Remediation>],
+    ) -> Result<()> {
         let records: Vec<Record<usize>> = existing
             .iter()
             .enumerate()
@@ -37,9 +55,12 @@ impl Pass {
                 finished_at: finished_at(r),
             })
             .collect();
-        let keep = usize::try_from(self.policy.retention.keep_finished).unwrap_or(usize::MAX);
+        let keep = usize::try_from(self.pass.policy.retention.keep_finished).unwrap_or(usize::MAX);
         let doomed = to_prune(&records, keep.max(1), PRUNE_BOUND);
-        let api = self.remediation_api();
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        let api = self.pass.remediation_api();
         let doomed: Vec<&Remediation> = doomed
             .iter()
             .filter_map(|key| existing.get(*key))
@@ -48,18 +69,20 @@ impl Pass {
         // The Event names the oldest pruned one as related: Events with the same reason,
         // object and related object fold into one series that keeps the first note.
         let oldest = doomed.first().map(|r| r.object_ref(&()));
-        let (pruned, outcome) =
-            delete_each(&api, doomed, &self.context.leadership, "DeleteRemediation").await;
+        let (pruned, outcome) = delete_each(&api, doomed, writes, "DeleteRemediation").await;
         if !pruned.is_empty() {
-            self.context.metrics.pruned("Remediation", pruned.len());
+            self.pass
+                .context
+                .metrics
+                .pruned("Remediation", pruned.len());
             let note = format!(
                 "retention (keepFinished {keep}): deleted {} finished Remediation(s): {}",
                 pruned.len(),
                 pruned.join(", ")
             );
-            let machine = self.event_target();
+            let machine = self.pass.event_target();
             crate::runtime::events::publish(
-                &self.context.recorder,
+                &self.pass.context.recorder,
                 Severity::Normal,
                 EventReason::Pruned.as_str(),
                 &note,
@@ -71,36 +94,29 @@ impl Pass {
     }
 
     /// Tells, with a Warning, that a retry annotation was not understood.
-    pub(in crate::remediation) async fn refuse_retry(&self, failed: &Remediation, value: &str) {
+    pub(in crate::remediation) async fn refuse_retry(self, failed: &Remediation, value: &str) {
         let note =
             format!("{RETRY} is {value:?}: only \"true\" asks for a retry, so nothing is done");
-        self.event(failed, Severity::Warning, EventReason::RetryIgnored, note)
+        self.pass
+            .event(failed, Severity::Warning, EventReason::RetryIgnored, note)
             .await;
     }
 
-    /// Starts a new Remediation for the Machine in place of `failed`, which asked for a retry:
-    /// the trigger is confirmed on a fresh read first, the failed one is marked (its new
-    /// attempt's name) before the new one is created, and the new one is `Pending` — every
-    /// start gate still decides. `None`: the trigger is gone, there is nothing to retry.
+    /// Starts Remediation `number` for the Machine in place of `failed`, which asked for a
+    /// retry (the pass decided so, and confirmed the trigger on a fresh read: see
+    /// `decide::pass`): the failed one is marked (its new attempt's name) before the new one
+    /// is created, and the new one is `Pending` — every start gate still decides.
     pub(in crate::remediation) async fn retry_failed(
-        &self,
+        self,
+        writes: &Writes,
         failed: &Remediation,
-        existing: &[Arc<Remediation>],
-    ) -> Result<Option<Remediation>> {
-        if !self.triggered() || !self.trigger_confirmed().await? {
-            let note = format!(
-                "{RETRY}: the Machine carries no host.metal3.io/external-remediation, so there is nothing to retry until it is unhealthy again"
-            );
-            self.event(failed, Severity::Normal, EventReason::RetryWaiting, note)
-                .await;
-            return Ok(None);
-        }
-        let number = next_number(existing, &self.name);
-        let next = format!("{}-{number}", self.name);
+        number: usize,
+    ) -> Result<Remediation> {
+        let next = format!("{}-{number}", self.pass.name);
         if failed.annotations().get(RETRIED_BY) != Some(&next) {
-            self.context.leadership.ensure()?;
             execute::set_annotation(
-                &self.remediation_api(),
+                writes,
+                &self.pass.remediation_api(),
                 &failed.name_any(),
                 RETRIED_BY,
                 Some(&next),
@@ -108,21 +124,38 @@ impl Pass {
             )
             .await?;
         }
-        let mut remediation = self.start(number).await?;
-        self.carry_backup_over(failed, &mut remediation).await?;
+        let mut remediation = Steps::of(self.pass, writes).start(number).await?;
+        self.carry_backup_over(writes, failed, &mut remediation)
+            .await?;
         let note = format!(
             "{RETRY}: Remediation {} failed; {next} starts in its place (the start gates still decide)",
             failed.name_any()
         );
-        self.event(&remediation, Severity::Normal, EventReason::Retried, note)
+        self.pass
+            .event(&remediation, Severity::Normal, EventReason::Retried, note)
             .await;
-        Ok(Some(remediation))
+        Ok(remediation)
+    }
+
+    /// Tells that the retry asked on `failed` waits for a trigger.
+    pub(in crate::remediation) async fn retry_waiting(self, failed: &Remediation) {
+        let note = format!(
+            "{RETRY}: the Machine carries no host.metal3.io/external-remediation, so there is nothing to retry until it is unhealthy again"
+        );
+        self.pass
+            .event(failed, Severity::Normal, EventReason::RetryWaiting, note)
+            .await;
     }
 
     /// A failed remediation that released the Node (deleted or tainted it) left its backup of
     /// the Node as it was before: the retry restores from that one, not from a Node that is
     /// gone or already stripped.
-    async fn carry_backup_over(&self, failed: &Remediation, new: &mut Remediation) -> Result<()> {
+    async fn carry_backup_over(
+        self,
+        writes: &Writes,
+        failed: &Remediation,
+        new: &mut Remediation,
+    ) -> Result<()> {
         let old = failed.status.clone().unwrap_or_default();
         let fresh = new.status.as_ref().is_none_or(|s| s.steps.is_empty());
         if !fresh || !released_node(&old) {
@@ -135,7 +168,7 @@ impl Pass {
             node_backup: Some(backup),
             ..new.status.clone().unwrap_or_default()
         };
-        self.persist(new, status).await
+        self.pass.persist(writes, new, status).await
     }
 }
 

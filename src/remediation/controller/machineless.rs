@@ -26,8 +26,9 @@ use crate::remediation::decide::state::unblocked_by;
 use crate::remediation::decide::trust::machineless_node;
 use crate::remediation::decide::trust::{Refusal, machine_claims, machineless_claims};
 use crate::remediation::pass::context::Context;
+use crate::remediation::pass::requeue_after_failure;
 use crate::remediation::pass::subject::Subject;
-use crate::remediation::pass::{Pass, requeue_after_failure};
+use crate::remediation::requests::trigger::pass_for;
 use crate::{Error, Result};
 
 /// What wakes the controller: its share of the Machine controller's watches.
@@ -167,6 +168,7 @@ async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Actio
     // Every mapping of the Node is told: a second one appearing wakes this pass only, and
     // the first is refused too.
     let mut refusal = None;
+    let writes = context.leadership.writes()?;
     for (other, standing) in standings_of_node(&context, &node) {
         let conditions = other.status.as_ref().map(|s| s.conditions.as_slice());
         let consequence = "this HostBmc is not used for its Node";
@@ -175,12 +177,13 @@ async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Actio
             standing.as_ref(),
             consequence,
         );
-        crate::remediation::requests::admission::tell_standing(&context, &*other, told).await?;
+        crate::remediation::requests::admission::tell_standing(&writes, &context, &*other, told)
+            .await?;
         if ObjectRef::from_obj(&*other) == ObjectRef::from_obj(&*mapping) {
             refusal = standing;
         }
     }
-    let pass = Pass::new(Subject::Node(mapping.clone()), context.clone());
+    let pass = pass_for(Subject::Node(mapping.clone()), context.clone());
     // A refused mapping is nobody's subject; one whose remediation is past its start when it
     // is refused (a second mapping appeared) finishes that cycle: stopping halfway is the
     // dangerous state.
@@ -209,6 +212,7 @@ async fn tell_machine_claims(context: &Context, mapping: &HostBmc) -> Result<Act
     let trusted = context.policy().trust.host_bmc_namespaces;
     let me = ObjectRef::from_obj(mapping);
     let mut refused = false;
+    let writes = context.leadership.writes()?;
     for (other, standing) in machine_claims(&mappings, &trusted) {
         let same_machine = other.namespace() == mapping.namespace()
             && other.spec.machine_name == mapping.spec.machine_name;
@@ -221,7 +225,8 @@ async fn tell_machine_claims(context: &Context, mapping: &HostBmc) -> Result<Act
             standing.as_ref(),
             "this HostBmc is not used for its Machine",
         );
-        crate::remediation::requests::admission::tell_standing(context, &**other, told).await?;
+        crate::remediation::requests::admission::tell_standing(&writes, context, &**other, told)
+            .await?;
         if ObjectRef::from_obj(&**other) == me {
             refused = standing.is_some();
         }

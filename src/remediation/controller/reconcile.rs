@@ -14,20 +14,29 @@ use tracing::Instrument;
 
 use super::housekeeping::next_number;
 use crate::api::{ConditionType, EventReason};
-use crate::api::{Remediation, slim};
+use crate::api::{Remediation, RemediationStep, slim};
+use crate::leader::Writes;
+use crate::remediation::act::dry_run::DryRuns;
+use crate::remediation::act::power::Power;
 use crate::remediation::act::steps::Round;
+use crate::remediation::act::steps::Steps;
+use crate::remediation::act::strategy::Strategies;
+use crate::remediation::controller::housekeeping::Housekeeping;
 use crate::remediation::decide::fence::ConfirmedOff;
 use crate::remediation::decide::gates::{Held, ListFreshness};
 use crate::remediation::decide::observe::node_view;
 use crate::remediation::decide::pass::{
-    Decision, Newest, connect_ahead, decide, unreachable_cluster_fails,
+    Decision, Newest, Start, connect_ahead, decide, dry_run_starts, unreachable_cluster_fails,
 };
 use crate::remediation::decide::plan::{Observed, Phase, Step, next_step, ready_grace_left};
 use crate::remediation::decide::state::{created_at, persisted, set_condition, strategy_label};
 use crate::remediation::evidence::start_gates::StartBasis;
+use crate::remediation::evidence::start_gates::StartGates;
 use crate::remediation::pass::context::Context;
 use crate::remediation::pass::subject::Subject;
 use crate::remediation::pass::{Pass, outcome_label_patch, requeue_after_failure};
+use crate::remediation::requests::trigger::Triggers;
+use crate::remediation::requests::trigger::pass_for;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::{Severity, report_failed_pass};
 use crate::runtime::retention::retry_ask;
@@ -43,55 +52,49 @@ const SHARE_TAKEN_WAIT: Duration = Duration::from_millis(250);
 impl Pass {
     /// Runs the pass.
     pub async fn run(self) -> Result<Action> {
+        // Only the leader passes; every write below takes this leave and checks it again.
+        let writes = self.context.leadership.writes()?;
+        let writes = &writes;
         // A refused request is told on itself, and is no trigger below.
-        self.tell_request_standing().await?;
+        Triggers::of(&self).tell_request_standing(writes).await?;
         let existing = self.remediations_of_subject();
         // Observe what the opening decides on, then decide (pure), then carry it out.
         let newest = existing.last().map(|last| Newest {
             phase: last.phase(),
             ours: crate::shard::owned_by(last.labels(), self.context.leadership.shard()),
             retry: retry_ask(last.annotations()),
+            trigger_cleared: trigger_cleared(last),
         });
-        let unanswered = self.unanswered_trigger(&existing).is_some();
-        if connect_ahead(newest.as_ref(), unanswered) {
+        let trigger = Triggers::of(&self).trigger(&existing);
+        if connect_ahead(newest.as_ref(), trigger) {
             self.connect_ahead();
         }
-        let mut remediation = match (decide(newest.as_ref(), unanswered), existing.last()) {
-            (Decision::CarryOn, Some(last)) => (**last).clone(),
-            (Decision::LeaveToAnotherShard, Some(last)) => {
-                // Two leaders would otherwise act on one host; its changes wake this pass.
-                tracing::warn!(
-                    remediation = %last.name_any(),
-                    "under way in another shard: left to it"
-                );
-                return Ok(Action::await_change());
-            }
-            (Decision::Retry, Some(last)) => match self.retry_failed(last, &existing).await? {
-                Some(remediation) => remediation,
-                None => return self.idle(&existing).await,
-            },
-            (Decision::RefuseRetry(value), Some(last)) => {
-                self.refuse_retry(last, &value).await;
-                return self.idle(&existing).await;
-            }
-            (Decision::AfterDryRun, Some(last)) => match self.after_dry_run(last).await? {
-                // Dry runs pile up like any finished record: retention keeps the newest.
-                Some(action) => {
-                    self.prune(&existing).await?;
-                    return Ok(action);
-                }
-                None => self.start(next_number(&existing, &self.name)).await?,
+        let mut remediation = match decide(newest.as_ref(), trigger, self.policy.mode) {
+            Decision::CarryOn => match existing.last() {
+                Some(last) => (**last).clone(),
+                None => return self.idle(writes, &existing).await,
             },
             // The cached Machine may still show a trigger the last remediation removed (its
             // watch lags behind the Remediation's): a start rests only on a fresh read.
-            (Decision::Start, _) if self.trigger_confirmed().await? => {
-                self.start(next_number(&existing, &self.name)).await?
+            Decision::Start(start) => {
+                if !StartGates::of(&self).trigger_confirmed().await? {
+                    return self.settle(writes, start.unconfirmed(), &existing).await;
+                }
+                let number = next_number(&existing, &self.name);
+                match (start, existing.last()) {
+                    (Start::Retry, Some(failed)) => {
+                        Housekeeping::of(&self)
+                            .retry_failed(writes, failed, number)
+                            .await?
+                    }
+                    _ => Steps::of(&self, writes).start(number).await?,
+                }
             }
-            _ => return self.idle(&existing).await,
+            decision => return self.settle(writes, decision, &existing).await,
         };
         // An outcome label on one under way (a hand's, a restore's) may hide it from a start's
         // fresh read until it is gone: taken off before the step.
-        self.keep_outcome_label(&mut remediation).await;
+        self.keep_outcome_label(writes, &mut remediation).await;
         // A workload cluster's steps take a bounded share of the workers: a server that holds
         // each request to its deadline holds those passes, not every other cluster's.
         let _share = match self.node_cluster(&remediation) {
@@ -105,7 +108,7 @@ impl Pass {
             None => None,
         };
         for _ in 0..MAX_STEPS_PER_PASS {
-            match self.step(&mut remediation).await? {
+            match self.step(writes, &mut remediation).await? {
                 Some(action) => return Ok(action),
                 None => continue,
             }
@@ -113,12 +116,58 @@ impl Pass {
         Ok(Action::requeue(Duration::ZERO))
     }
 
+    /// Carries out a decision that starts and steps nothing (see [`Decision`]).
+    async fn settle(
+        &self,
+        writes: &Writes,
+        decision: Decision,
+        existing: &[Arc<Remediation>],
+    ) -> Result<Action> {
+        let Some(last) = existing.last() else {
+            return self.idle(writes, existing).await;
+        };
+        match decision {
+            Decision::LeaveToAnotherShard => {
+                // Two leaders would otherwise act on one host; its changes wake this pass.
+                tracing::warn!(
+                    remediation = %last.name_any(),
+                    "under way in another shard: left to it"
+                );
+                Ok(Action::await_change())
+            }
+            Decision::RetryWaiting => {
+                Housekeeping::of(self).retry_waiting(last).await;
+                self.idle(writes, existing).await
+            }
+            Decision::RefuseRetry(value) => {
+                Housekeeping::of(self).refuse_retry(last, &value).await;
+                self.idle(writes, existing).await
+            }
+            Decision::RecordTriggerCleared | Decision::AwaitChange => {
+                if decision == Decision::RecordTriggerCleared {
+                    let mut last = (**last).clone();
+                    let status = last.status.clone().unwrap_or_default();
+                    let now = self.context.clock.now();
+                    let step = (RemediationStep::TriggerCleared, None);
+                    self.take_step(writes, &mut last, status, step, now, None)
+                        .await?;
+                }
+                // Dry runs pile up like any finished record: retention keeps the newest.
+                Housekeeping::of(self).prune(writes, existing).await?;
+                Ok(Action::await_change())
+            }
+            Decision::CarryOn | Decision::Start(_) | Decision::Idle => {
+                self.idle(writes, existing).await
+            }
+        }
+    }
+
     /// Nothing under way for the Machine: the housekeeping of its finished Remediations, and
     /// the request of the last one told how it ended if it does not say so (its last report
     /// may have failed, or been overwritten by a pass that acted on an older view).
-    async fn idle(&self, existing: &[Arc<Remediation>]) -> Result<Action> {
+    async fn idle(&self, writes: &Writes, existing: &[Arc<Remediation>]) -> Result<Action> {
         if let Some(last) = existing.last()
-            && let Err(error) = self.report_to_request(last).await
+            && let Err(error) = Triggers::of(self).report_to_request(writes, last).await
         {
             tracing::warn!(%error, "cannot report to the remediation request");
         }
@@ -126,16 +175,18 @@ impl Pass {
         // write failed) gets it here.
         for remediation in existing {
             if outcome_label_patch(remediation).is_some() {
-                self.keep_outcome_label(&mut (**remediation).clone()).await;
+                self.keep_outcome_label(writes, &mut (**remediation).clone())
+                    .await;
             }
         }
-        self.prune(existing).await?;
+        Housekeeping::of(self).prune(writes, existing).await?;
         Ok(Action::await_change())
     }
 
     /// One observe–plan–act round. `None`: go on with the next step at once.
     pub(in crate::remediation) async fn step(
         &self,
+        writes: &Writes,
         remediation: &mut Remediation,
     ) -> Result<Option<Action>> {
         // Observe: the persisted state, the cached Node and the fresh evidence.
@@ -150,7 +201,7 @@ impl Pass {
         // A start's fresh reads go out beside the wait for the Node (a workload cluster's
         // first list of Nodes, when it is still connecting).
         let mut reads = if state.phase == Phase::Pending {
-            Some(self.start_reads(remediation).await)
+            Some(StartGates::of(self).start_reads(remediation).await)
         } else {
             None
         };
@@ -164,9 +215,9 @@ impl Pass {
             Err(error) => return Err(error),
         };
         if state.strategy.is_none() && !state.phase.is_terminal() {
-            self.note_strategy_dropped(remediation).await?;
+            self.note_strategy_dropped(writes, remediation).await?;
         }
-        let proof = self
+        let proof = Strategies::of(self)
             .proof_for(remediation, state.phase, node.as_deref())
             .await;
         let (verdict, mut proof) = match proof {
@@ -175,13 +226,24 @@ impl Pass {
         };
         let (may, triggered, basis) = match reads {
             Some(reads) => {
-                self.judge_start(remediation, node.as_deref(), reads)
+                StartGates::of(self)
+                    .judge_start(remediation, node.as_deref(), reads)
                     .await?
             }
-            None => (Ok(()), self.still_triggered(remediation), None),
+            None => (
+                Ok(()),
+                Triggers::of(self).still_triggered(remediation),
+                None,
+            ),
         };
-        let probes = if self.dry_run_start(state.phase, triggered, &may) {
-            self.probe_strategies(remediation).await
+        let dry_run = dry_run_starts(
+            state.phase,
+            triggered,
+            self.policy.mode,
+            may.as_ref().map(|_| ()),
+        );
+        let probes = if dry_run {
+            DryRuns::of(self).probe_strategies(remediation).await
         } else {
             Vec::new()
         };
@@ -213,7 +275,7 @@ impl Pass {
         };
         let acted = match (step.clone(), basis) {
             (Step::RequestPowerOff { strategy }, Some(basis)) => {
-                match self.launch(round, strategy, basis).await {
+                match self.launch(writes, round, strategy, basis).await {
                     Launch::Started(acted) => acted,
                     Launch::HeldAtLast(held) => {
                         // Another start overtook this one between its fresh reads and the
@@ -221,18 +283,20 @@ impl Pass {
                         let (held, round) = *held;
                         observed.may_start = Err(held);
                         step = next_step(&state, &observed, &self.plan_policy());
-                        self.execute(step, round).await
+                        Steps::of(self, writes).execute(step, round).await
                     }
                 }
             }
-            (step, _) => self.execute(step, round).await,
+            (step, _) => Steps::of(self, writes).execute(step, round).await,
         };
         self.after_step(remediation, proof);
         // The request's status is the health check's view; a failure to write it never
         // holds the remediation (it is written again on the next step). A step that failed
         // may have left `remediation` older than the stored one (a conflict): not reported.
         if acted.is_ok()
-            && let Err(error) = self.report_to_request(remediation).await
+            && let Err(error) = Triggers::of(self)
+                .report_to_request(writes, remediation)
+                .await
         {
             tracing::warn!(%error, "cannot report to the remediation request");
         }
@@ -243,17 +307,25 @@ impl Pass {
     /// record persisted under the start lock, with every start this process made (so two
     /// Machines decided at once never both pass a gate that admits one), and the power-off is
     /// requested after the lock is released: a BMC that answers late holds only its own host.
-    async fn launch<'a>(&self, round: Round<'a>, strategy: usize, basis: StartBasis) -> Launch<'a> {
+    async fn launch<'a>(
+        &self,
+        writes: &Writes,
+        round: Round<'a>,
+        strategy: usize,
+        basis: StartBasis,
+    ) -> Launch<'a> {
         // The driver's name may need the BMC's Secret: read before the lock.
         let name = self.strategy_at(strategy);
-        let driver = self.driver_name(round.remediation, name).await;
+        let driver = Strategies::of(self)
+            .driver_name(round.remediation, name)
+            .await;
         // The strategy gets ready to ask (a BMC session opened) while the start is judged
         // and recorded, never under the lock: a BMC that answers late holds only this start.
         let snapshot = round.remediation.clone();
-        let mut prepared = std::pin::pin!(self.prepare_power(&snapshot, name));
+        let mut prepared = std::pin::pin!(Strategies::of(self).prepare_power(&snapshot, name));
         let launched = alongside(
             prepared.as_mut(),
-            self.record_start(round, strategy, driver, basis),
+            self.record_start(writes, round, strategy, driver, basis),
         )
         .await;
         let remediation = match launched {
@@ -266,20 +338,25 @@ impl Pass {
             }
             (Err(launch), _) => return launch,
         };
-        Launch::Started(self.act_power_off(remediation, name).await)
+        Launch::Started(
+            Steps::of(self, writes)
+                .act_power_off(remediation, name)
+                .await,
+        )
     }
 
     /// [`Pass::launch`]'s judgment and record under the start lock: the remediation recorded
     /// (its power-off next), or how the launch ended without one.
     async fn record_start<'a>(
         &self,
+        writes: &Writes,
         round: Round<'a>,
         strategy: usize,
         driver: String,
         basis: StartBasis,
     ) -> std::result::Result<&'a mut Remediation, Launch<'a>> {
         let mut launched = self.context.starts.lock().await;
-        let verdict = self.gates(
+        let verdict = StartGates::of(self).gates(
             round.remediation,
             round.node.as_deref(),
             &mut launched,
@@ -291,7 +368,7 @@ impl Pass {
             return Err(Launch::HeldAtLast(Box::new((held, round))));
         }
         let remediation = round.remediation;
-        let recorded = self
+        let recorded = Steps::of(self, writes)
             .record_power_off(
                 Round {
                     remediation: &mut *remediation,
@@ -316,12 +393,16 @@ impl Pass {
     /// any more).
     fn after_step(&self, remediation: &Remediation, unspent: Option<ConfirmedOff>) {
         if let Some(unspent) = unspent {
-            self.remember_bmc_proof(unspent);
+            Power::of(self).remember_bmc_proof(unspent);
         }
         // One without a status yet is under way (the first phase).
         if remediation.phase().is_terminal() {
-            self.context.bmc_drivers.release(&self.machine_key());
-            self.context.bmc_drivers.release(&self.operator_bmc_key());
+            self.context
+                .bmc_drivers
+                .release(&Power::of(self).machine_key());
+            self.context
+                .bmc_drivers
+                .release(&Power::of(self).operator_bmc_key());
         }
     }
 
@@ -329,6 +410,7 @@ impl Pass {
     /// strategy this remediation uses: it goes on with that strategy, never another.
     pub(in crate::remediation) async fn note_strategy_dropped(
         &self,
+        writes: &Writes,
         remediation: &mut Remediation,
     ) -> Result<()> {
         let mut status = remediation.status.clone().unwrap_or_default();
@@ -352,7 +434,7 @@ impl Pass {
             &message,
             now,
         );
-        self.persist(remediation, status).await?;
+        self.persist(writes, remediation, status).await?;
         self.event(
             remediation,
             Severity::Warning,
@@ -399,7 +481,7 @@ pub(in crate::remediation) async fn reconcile(
     if !context.caches_ready() {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
-    let action = Pass::new(Subject::Machine(machine), context.clone())
+    let action = pass_for(Subject::Machine(machine), context.clone())
         .run()
         .instrument(span)
         .await?;
@@ -423,6 +505,15 @@ pub(in crate::remediation) fn error_policy(
     let target = subject.event_target(context.machine_api.api_version(), None);
     report_failed_pass(&context.recorder, target, error);
     requeue_after_failure(&context, &subject, &key, error)
+}
+
+/// Whether `remediation`'s status records its trigger cleared (a dry run saw it go away).
+fn trigger_cleared(remediation: &Remediation) -> bool {
+    remediation.status.as_ref().is_some_and(|s| {
+        s.steps
+            .iter()
+            .any(|t| t.step == RemediationStep::TriggerCleared)
+    })
 }
 
 #[cfg(test)]

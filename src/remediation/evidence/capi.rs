@@ -8,7 +8,7 @@
 //! strategies say the rest), never a guess; the Metal3Machine is read in the Machine's
 //! namespace only, and no start passes the `HostNotOwned` gate unless the host is in the
 //! Machine's namespace and its `spec.consumerRef` names that Metal3Machine, read fresh
-//! ([`Pass::host_owner_gate`], whatever the strategy: the BMC of a host is the host's too). Caveats: a BareMetalHost's `consumerRef` names
+//! ([`CapiHosts::host_owner_gate`], whatever the strategy: the BMC of a host is the host's too). Caveats: a BareMetalHost's `consumerRef` names
 //! the Metal3Machine, not the Machine, so a host's changes do not wake the Machine's pass;
 //! the pass looks again at its poll interval while it waits for the host.
 
@@ -36,25 +36,38 @@ pub fn metal3_machine_resource() -> ApiResource {
     )
 }
 
-impl Pass {
+/// The pass's reads of a Machine's host through Cluster API or OpenShift, and their gates. Made
+/// by `CapiHosts::of(pass)` where needed, so that a call names the file it goes to.
+#[derive(Clone, Copy)]
+pub(crate) struct CapiHosts<'p> {
+    pass: &'p Pass,
+}
+
+impl<'p> CapiHosts<'p> {
+    /// The CapiHosts of `pass`: its methods read and act through it.
+    pub(crate) fn of(pass: &'p Pass) -> Self {
+        CapiHosts { pass }
+    }
+
     /// The BareMetalHost of the Machine: from the Machine itself (OpenShift), or through its
     /// Metal3Machine (Cluster API). `Ok(Ok(None))`: it names none.
     pub(in crate::remediation) async fn host_of_machine(
-        &self,
+        self,
         machine: &slim::Machine,
     ) -> Result<std::result::Result<Option<HostRef>, Unusable>> {
-        if self.context.machine_api == MachineApi::OpenShift {
+        if self.pass.context.machine_api == MachineApi::OpenShift {
             return Ok(self.openshift_machine_host(machine));
         }
         let Some((namespace, name)) = self
+            .pass
             .subject
             .machine()
-            .and_then(|m| metal3_machine_of(m, &self.namespace))
+            .and_then(|m| metal3_machine_of(m, &self.pass.namespace))
         else {
             return Ok(Ok(None));
         };
         let api: Api<DynamicObject> = Api::namespaced_with(
-            self.context.client.clone(),
+            self.pass.context.client.clone(),
             &namespace,
             &metal3_machine_resource(),
         );
@@ -74,13 +87,13 @@ impl Pass {
     /// The BareMetalHost an OpenShift Machine names, honoured only where the policy trusts it
     /// (see [`trusted_machine_host`]).
     pub(in crate::remediation) fn openshift_machine_host(
-        &self,
+        self,
         machine: &slim::Machine,
     ) -> std::result::Result<Option<HostRef>, Unusable> {
         trusted_machine_host(
             machine,
-            &self.namespace,
-            &self.policy.trust.machine_host_namespaces,
+            &self.pass.namespace,
+            &self.pass.policy.trust.machine_host_namespaces,
         )
     }
 
@@ -89,14 +102,15 @@ impl Pass {
     /// `spec.consumerRef` naming that Metal3Machine, read from the API server now. Other
     /// Machine APIs and Machines naming no Metal3Machine pass.
     pub(in crate::remediation) fn host_owner_gate(
-        &self,
+        self,
         remediation: &crate::api::Remediation,
         fresh_host: &Option<Option<slim::BareMetalHost>>,
     ) -> std::result::Result<(), Held> {
-        if self.context.machine_api != MachineApi::ClusterApi {
+        if self.pass.context.machine_api != MachineApi::ClusterApi {
             return Ok(());
         }
         let Some(reference) = self
+            .pass
             .subject
             .machine()
             .and_then(|m| m.spec.as_ref())
@@ -109,19 +123,19 @@ impl Pass {
         if let Some(other) = reference
             .namespace
             .as_deref()
-            .filter(|n| *n != self.namespace)
+            .filter(|n| *n != self.pass.namespace)
         {
             return held(format!(
                 "spec.infrastructureRef names Metal3Machine {other}/{}, outside the Machine's namespace {}",
-                reference.name, self.namespace
+                reference.name, self.pass.namespace
             ));
         }
-        let Some((host_ref, _)) = self.host(remediation) else {
+        let Some((host_ref, _)) = self.pass.host(remediation) else {
             // No host: nothing of a BareMetalHost to power.
             return Ok(());
         };
         let (host_namespace, host) = (host_ref.namespace.as_str(), host_ref.name.as_str());
-        let consumer = if host_namespace == self.namespace {
+        let consumer = if host_namespace == self.pass.namespace {
             let Some(Some(fresh)) = fresh_host else {
                 return held(format!("BareMetalHost {host_namespace}/{host} not found"));
             };
@@ -131,7 +145,7 @@ impl Pass {
             None
         };
         match host_consumed_by(
-            &self.namespace,
+            &self.pass.namespace,
             &reference.name,
             (host_namespace, host),
             consumer.as_ref(),
@@ -146,13 +160,13 @@ impl Pass {
     /// server probed, its Nodes listed): otherwise the Node could be neither released nor
     /// awaited, and powering the host off would only reboot it.
     pub(in crate::remediation) async fn workload_cluster_gate(
-        &self,
+        self,
         remediation: &crate::api::Remediation,
     ) -> std::result::Result<(), Held> {
-        let Some(cluster) = self.node_cluster(remediation) else {
+        let Some(cluster) = self.pass.node_cluster(remediation) else {
             return Ok(());
         };
-        match self.context.workloads.connect(&cluster).await {
+        match self.pass.context.workloads.connect(&cluster).await {
             Ok(_) => Ok(()),
             Err(error) => Err(Held::WorkloadCluster {
                 cluster: cluster.to_string(),

@@ -13,25 +13,38 @@ use crate::api::annotations::{LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS
 use crate::api::{
     ConditionType, EventReason, HOLDS_NOTHING, HostRef, NodeBackup, Remediation, RemediationPhase,
 };
+use crate::leader::Writes;
 use crate::remediation::decide::gates::{
     ForeignEvidence, ForeignKind, ForeignObject, Held, Target, foreign_remediation,
     reboot_key_owner,
 };
 use crate::remediation::decide::observe::{foreign_object, legacy_marks, reboot_keys};
 use crate::remediation::decide::state::set_condition;
-use crate::remediation::evidence::start_gates::FreshEvidence;
+use crate::remediation::evidence::fresh::FreshEvidence;
 use crate::remediation::pass::Pass;
 use crate::remediation::world::execute;
 use crate::runtime::events::Severity;
 use crate::{Error, Result};
 
-impl Pass {
+/// The pass's evidence of other remediators: the foreign objects and the legacy backup. Made by
+/// `Foreign::of(pass)` where needed, so that a call names the file it goes to.
+#[derive(Clone, Copy)]
+pub(crate) struct Foreign<'p> {
+    pass: &'p Pass,
+}
+
+impl<'p> Foreign<'p> {
+    /// The Foreign of `pass`: its methods read and act through it.
+    pub(crate) fn of(pass: &'p Pass) -> Self {
+        Foreign { pass }
+    }
+
     /// The `ForeignRemediation` gate, on evidence read now: the Machine, its BareMetalHost,
     /// and the other projects' remediation objects of the kinds the API server serves.
     /// `fresh.remediations`: every Remediation that may still hold a host, read fresh for the
     /// other gates too.
     pub(in crate::remediation) fn foreign_gate(
-        &self,
+        self,
         remediation: &Remediation,
         fresh: &FreshEvidence,
     ) -> std::result::Result<(), Held> {
@@ -41,7 +54,7 @@ impl Pass {
             .as_ref()
             .map(legacy_marks)
             .unwrap_or_default();
-        let host = self.host(remediation).map(|(host, _)| host);
+        let host = self.pass.host(remediation).map(|(host, _)| host);
         let reboot_keys = match &fresh.host {
             Some(Some(host)) => reboot_keys(host.annotations()),
             _ => Vec::new(),
@@ -56,12 +69,12 @@ impl Pass {
             .spec
             .node_name
             .clone()
-            .or_else(|| self.subject_node());
+            .or_else(|| self.pass.subject_node());
         let target = Target {
-            namespace: &self.namespace,
-            machine: &self.name,
+            namespace: &self.pass.namespace,
+            machine: &self.pass.name,
             node: node.as_deref(),
-            reboot_key: &self.policy.reboot_key,
+            reboot_key: &self.pass.policy.reboot_key,
         };
         foreign_remediation(&target, &evidence)
     }
@@ -69,8 +82,8 @@ impl Pass {
     /// Every object of the foreign kinds the API server serves now (discovery first: a kind
     /// not served is no evidence, not an error).
     /// Discovery, then each served kind's list at once.
-    pub(in crate::remediation) async fn foreign_objects(&self) -> Result<Vec<ForeignObject>> {
-        let client = &self.context.client;
+    pub(in crate::remediation) async fn foreign_objects(self) -> Result<Vec<ForeignObject>> {
+        let client = &self.pass.context.client;
         let groups = client
             .list_api_groups()
             .await
@@ -120,15 +133,16 @@ impl Pass {
     /// found or changed, and the condition turned False once it is gone; a `NodeNeverReady`
     /// failure repeats it. Read from the cached host: it only tells, never acts.
     pub(in crate::remediation) async fn note_kept_off(
-        &self,
+        self,
+        writes: &Writes,
         remediation: &mut Remediation,
     ) -> Result<()> {
-        let Some((host_ref, Some(host))) = self.host(remediation) else {
+        let Some((host_ref, Some(host))) = self.pass.host(remediation) else {
             return Ok(());
         };
         let keys = reboot_keys(host.annotations());
         let host_name = format!("{}/{}", host_ref.namespace, host_ref.name);
-        let kept_off = kept_off_by(&self.policy.reboot_key, &keys, &host_name);
+        let kept_off = kept_off_by(&self.pass.policy.reboot_key, &keys, &host_name);
         let mut status = remediation.status.clone().unwrap_or_default();
         let told = status
             .conditions
@@ -146,7 +160,7 @@ impl Pass {
         if unchanged {
             return Ok(());
         }
-        let now = self.context.clock.now();
+        let now = self.pass.context.clock.now();
         set_condition(
             &mut status,
             ConditionType::PowerOnBlocked,
@@ -155,16 +169,16 @@ impl Pass {
             message,
             now,
         );
-        self.context.leadership.ensure()?;
-        self.persist(remediation, status).await?;
+        self.pass.persist(writes, remediation, status).await?;
         if let Some(message) = kept_off {
-            self.event(
-                remediation,
-                Severity::Warning,
-                EventReason::PowerOnBlocked,
-                message,
-            )
-            .await;
+            self.pass
+                .event(
+                    remediation,
+                    Severity::Warning,
+                    EventReason::PowerOnBlocked,
+                    message,
+                )
+                .await;
         }
         Ok(())
     }
@@ -172,20 +186,21 @@ impl Pass {
     /// The legacy actuator's Node backup on this Machine, if any; a malformed one is told
     /// (Warning Event) and left in place.
     pub(in crate::remediation) async fn legacy_backup(
-        &self,
+        self,
         remediation: &Remediation,
     ) -> Option<NodeBackup> {
-        let annotations = self.subject.machine_annotations()?;
+        let annotations = self.pass.subject.machine_annotations()?;
         match execute::legacy_backup(annotations) {
             Ok(backup) => backup,
             Err(why) => {
-                self.event(
-                    remediation,
-                    Severity::Warning,
-                    EventReason::LegacyBackupUnreadable,
-                    why,
-                )
-                .await;
+                self.pass
+                    .event(
+                        remediation,
+                        Severity::Warning,
+                        EventReason::LegacyBackupUnreadable,
+                        why,
+                    )
+                    .await;
                 None
             }
         }
@@ -193,7 +208,7 @@ impl Pass {
 
     /// Adds the legacy actuator's backup to ours (ours, newer, wins a key both have).
     pub(in crate::remediation) async fn adopt_legacy_backup(
-        &self,
+        self,
         remediation: &Remediation,
         backup: &mut NodeBackup,
     ) {
@@ -204,16 +219,17 @@ impl Pass {
 
     /// After a restore: the legacy actuator's backup is on the Node again, so it leaves the
     /// Machine (an unreadable one stays, for an operator to read).
-    pub(in crate::remediation) async fn drop_legacy_backup(&self) -> Result<()> {
-        let Some(annotations) = self.subject.machine_annotations() else {
+    pub(in crate::remediation) async fn drop_legacy_backup(self, writes: &Writes) -> Result<()> {
+        let Some(annotations) = self.pass.subject.machine_annotations() else {
             return Ok(());
         };
         if !matches!(execute::legacy_backup(annotations), Ok(Some(_))) {
             return Ok(());
         }
         for key in [LEGACY_NODE_LABELS_BACKUP, LEGACY_NODE_ANNOTATIONS_BACKUP] {
-            self.context.leadership.ensure()?;
-            self.annotate_machine(key, None, "DropLegacyBackup").await?;
+            self.pass
+                .annotate_machine(writes, key, None, "DropLegacyBackup")
+                .await?;
         }
         Ok(())
     }
@@ -221,24 +237,25 @@ impl Pass {
     /// Removes the legacy actuator's finalizer from the Node about to be released, telling
     /// it: the deletion would otherwise never finish.
     pub(in crate::remediation) async fn release_legacy_finalizer(
-        &self,
+        self,
+        writes: &Writes,
         remediation: &Remediation,
         node: &Node,
     ) -> Result<()> {
-        let nodes = self.node_api(remediation).await?;
-        self.context.leadership.ensure()?;
-        if execute::remove_legacy_finalizer(nodes.api(), node).await? {
+        let nodes = self.pass.node_api(remediation).await?;
+        if execute::remove_legacy_finalizer(writes, nodes.api(), node).await? {
             let note = format!(
                 "Node {}: the legacy actuator's finalizer removed (that actuator no longer does)",
                 node.name_any()
             );
-            self.event(
-                remediation,
-                Severity::Normal,
-                EventReason::LegacyFinalizerRemoved,
-                note,
-            )
-            .await;
+            self.pass
+                .event(
+                    remediation,
+                    Severity::Normal,
+                    EventReason::LegacyFinalizerRemoved,
+                    note,
+                )
+                .await;
         }
         Ok(())
     }

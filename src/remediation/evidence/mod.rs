@@ -1,5 +1,7 @@
 //! The fresh evidence a start rests on: a Cluster API Machine's host, other remediators' traces, the start gates confirmed on fresh reads.
 
+pub mod bmc;
 pub mod capi;
 pub(super) mod foreign;
+pub(super) mod fresh;
 pub mod start_gates;

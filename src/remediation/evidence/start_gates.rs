@@ -15,16 +15,21 @@ use crate::api::{mco, slim};
 use crate::remediation::decide::bmc_trust::{BmcLedger, Transport, transport};
 use crate::remediation::decide::fence::HostRef;
 use crate::remediation::decide::gates::{
-    Candidate, Fleet, FleetHealth, ForeignObject, Held, Launched, ListFreshness, Listed,
-    MachineConfigView, Quiet, QuietEvidence, may_start, quiet_gate, running_machines,
+    Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, MachineConfigView, Quiet,
+    QuietEvidence, may_start, quiet_gate, running_machines,
 };
 use crate::remediation::decide::observe::{machine_is_control_plane, node_is_ready, node_view};
 use crate::remediation::decide::trust::machineless_claims;
 use crate::remediation::decide::workload::machine_cluster;
+use crate::remediation::evidence::bmc::BmcLocator;
+use crate::remediation::evidence::capi::CapiHosts;
+use crate::remediation::evidence::foreign::Foreign;
+use crate::remediation::evidence::fresh::{FreshEvidence, FreshTrigger};
 use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Placement;
 use crate::remediation::pass::subject::{node_is_control_plane, node_key, subject_key};
 use crate::remediation::requests::admission::Verdict;
+use crate::remediation::requests::trigger::Triggers;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
 use crate::runtime::read::GetPresent;
@@ -41,7 +46,19 @@ pub(in crate::remediation) fn may_hold_a_host() -> String {
     format!("{OUTCOME_LABEL} notin ({})", outcomes.join(","))
 }
 
-impl Pass {
+/// The pass's observer at a start: the fresh reads and the gates judged on them. Made by
+/// `StartGates::of(pass)` where needed, so that a call names the file it goes to.
+#[derive(Clone, Copy)]
+pub(crate) struct StartGates<'p> {
+    pass: &'p Pass,
+}
+
+impl<'p> StartGates<'p> {
+    /// The StartGates of `pass`: its methods read and act through it.
+    pub(crate) fn of(pass: &'p Pass) -> Self {
+        StartGates { pass }
+    }
+
     /// The gates for a start, decided on the caches and confirmed on fresh reads (the cache
     /// may lag behind a watch broken for seconds, and a start must never rest on it; nor may
     /// the power-off rest on a cached trigger, see `run`). Returns the verdict, whether the
@@ -49,13 +66,13 @@ impl Pass {
     /// under the start lock rests on. No lock is held across these reads: a slow API server
     /// or BMC delays this start only.
     pub(in crate::remediation) async fn judge_start(
-        &self,
+        self,
         remediation: &Remediation,
         node: Option<&Node>,
         reads: StartReads<'_>,
     ) -> Result<(std::result::Result<(), Held>, bool, Option<StartBasis>)> {
-        let triggered = self.triggered();
-        let cached = self.context.remediations.state();
+        let triggered = Triggers::of(self.pass).triggered();
+        let cached = self.pass.context.remediations.state();
         let StartReads {
             mut launched,
             mark,
@@ -97,35 +114,41 @@ impl Pass {
             },
             held => held,
         };
-        let may = may.and_then(|()| self.foreign_gate(remediation, &fresh));
+        let may = may.and_then(|()| Foreign::of(self.pass).foreign_gate(remediation, &fresh));
         let may = match may {
             Ok(()) => self.self_fence_gate(remediation).await?,
             held => held,
         };
-        let may = may.and_then(|()| self.host_owner_gate(remediation, &fresh.host));
+        let may =
+            may.and_then(|()| CapiHosts::of(self.pass).host_owner_gate(remediation, &fresh.host));
         let may = may.and_then(|()| self.host_watched_gate(remediation, &fresh.host));
         let may = match may {
-            Ok(()) => self.workload_cluster_gate(remediation).await,
+            Ok(()) => {
+                CapiHosts::of(self.pass)
+                    .workload_cluster_gate(remediation)
+                    .await
+            }
             held => held,
         };
         let may = may.and_then(|()| self.bmc_gate(remediation));
-        let remediate = self.policy.mode == crate::api::RemediationMode::Remediate;
+        let remediate = self.pass.policy.mode == crate::api::RemediationMode::Remediate;
         if let (Ok(()), Some(held), true) = (&may, bound_reached, remediate) {
             // Told when the start goes ahead (it leaves `Pending` in this pass), so once.
             let note = format!(
                 "the hold ended: the policy's upgradeHold.maxSeconds ({} s) has passed since the request, and the start goes ahead although {held}",
-                self.policy.upgrade_hold.max_seconds
+                self.pass.policy.upgrade_hold.max_seconds
             );
-            self.event_action(
-                remediation,
-                Severity::Warning,
-                (
-                    EventReason::HoldEnded,
-                    &format!("HoldEndedBy{}", held.gate()),
-                ),
-                note,
-            )
-            .await;
+            self.pass
+                .event_action(
+                    remediation,
+                    Severity::Warning,
+                    (
+                        EventReason::HoldEnded,
+                        &format!("HoldEndedBy{}", held.gate()),
+                    ),
+                    note,
+                )
+                .await;
         }
         let confirmed = fresh.trigger.confirmed;
         let basis = StartBasis {
@@ -139,14 +162,14 @@ impl Pass {
     /// The start lock's mark, and the reads a start's last gates judge on, ready to go out
     /// (after the mark) beside the waits before those gates: see [`FreshReads`].
     pub(in crate::remediation) async fn start_reads(
-        &self,
+        self,
         remediation: &Remediation,
-    ) -> StartReads<'_> {
+    ) -> StartReads<'p> {
         let (launched, mark) = {
-            let launched = self.context.starts.lock().await;
+            let launched = self.pass.context.starts.lock().await;
             (launched.clone(), launched.mark())
         };
-        let host = self.host(remediation).map(|(host, _)| host);
+        let host = self.pass.host(remediation).map(|(host, _)| host);
         StartReads {
             launched,
             mark,
@@ -158,13 +181,13 @@ impl Pass {
     }
 
     /// The reads a start's last gates judge on, made at once.
-    async fn read_fresh(&self, host: Option<HostRef>) -> Result<FreshEvidence> {
+    async fn read_fresh(self, host: Option<HostRef>) -> Result<FreshEvidence> {
         let (remediations, trigger, cluster_progressing, host, foreign) = tokio::try_join!(
             self.fresh_remediations(),
             self.fresh_trigger(),
             self.cluster_progressing(),
             self.recorded_host_now(host),
-            self.foreign_objects(),
+            Foreign::of(self.pass).foreign_objects(),
         )?;
         Ok(FreshEvidence {
             remediations,
@@ -178,14 +201,14 @@ impl Pass {
     /// The host recorded for the remediation, read now: None when none is recorded,
     /// `Some(None)` when it is not found.
     async fn recorded_host_now(
-        &self,
+        self,
         host: Option<HostRef>,
     ) -> Result<Option<Option<slim::BareMetalHost>>> {
         let Some(host) = host else {
             return Ok(None);
         };
         let hosts: Api<slim::BareMetalHost> =
-            Api::namespaced(self.context.client.clone(), &host.namespace);
+            Api::namespaced(self.pass.context.client.clone(), &host.namespace);
         let fresh = hosts
             .get_present(&host.name)
             .await
@@ -196,28 +219,30 @@ impl Pass {
     /// Whether the Machine carries a trigger (the annotation, or a Cluster API request named
     /// after it), read from the API server now (not from the cache). A Machine that is gone
     /// carries none.
-    pub(in crate::remediation) async fn trigger_confirmed(&self) -> Result<bool> {
+    pub(in crate::remediation) async fn trigger_confirmed(self) -> Result<bool> {
         Ok(self.fresh_trigger().await?.confirmed)
     }
 
     /// The Machine's annotations and its trigger, read from the API server now. A request
     /// the cache shows is read beside the Machine (one round trip on a start's path, not
     /// two); otherwise only when the Machine no longer carries the annotation.
-    pub(in crate::remediation) async fn fresh_trigger(&self) -> Result<FreshTrigger> {
-        if self.subject.machine().is_none() {
+    pub(in crate::remediation) async fn fresh_trigger(self) -> Result<FreshTrigger> {
+        if self.pass.subject.machine().is_none() {
             // A Node without a Machine is asked for by its NodeHealthCheck's request only.
-            let confirmed = self.request_confirmed().await?;
+            let confirmed = Triggers::of(self.pass).request_confirmed().await?;
             return Ok(FreshTrigger {
                 annotations: None,
                 confirmed,
             });
         }
-        let (annotations, request) = if self.cached_request().is_some() {
-            let (annotations, request) =
-                tokio::join!(self.fresh_machine_annotations(), self.request_confirmed());
+        let (annotations, request) = if Triggers::of(self.pass).cached_request().is_some() {
+            let (annotations, request) = tokio::join!(
+                self.pass.fresh_machine_annotations(),
+                Triggers::of(self.pass).request_confirmed()
+            );
             (annotations?, Some(request))
         } else {
-            (self.fresh_machine_annotations().await?, None)
+            (self.pass.fresh_machine_annotations().await?, None)
         };
         let confirmed = match &annotations {
             // A request counts only for a Machine that exists.
@@ -225,7 +250,7 @@ impl Pass {
             Some(annotations) if annotations.contains_key(EXTERNAL_REMEDIATION) => true,
             Some(_) => match request {
                 Some(request) => request?,
-                None => self.request_confirmed().await?,
+                None => Triggers::of(self.pass).request_confirmed().await?,
             },
         };
         Ok(FreshTrigger {
@@ -239,8 +264,8 @@ impl Pass {
     /// way, `Failed` (our request keeps its host off, which the foreign gate must know) and
     /// dry runs. The ones that hold nothing are left out on the server: the history retention
     /// keeps would otherwise make every start's read grow.
-    pub(in crate::remediation) async fn fresh_remediations(&self) -> Result<Vec<Arc<Remediation>>> {
-        let api: Api<Remediation> = Api::all(self.context.client.clone());
+    pub(in crate::remediation) async fn fresh_remediations(self) -> Result<Vec<Arc<Remediation>>> {
+        let api: Api<Remediation> = Api::all(self.pass.context.client.clone());
         let list = api
             .list(&ListParams::default().labels(&may_hold_a_host()))
             .await
@@ -256,19 +281,21 @@ impl Pass {
     /// counted, their Nodes read in the cluster they are in (a workload cluster that cannot be
     /// reached counts its Nodes as unknown, and its own start is held by `WorkloadCluster`).
     pub(in crate::remediation) async fn fleet_health(
-        &self,
+        self,
         remediation: &Remediation,
     ) -> FleetHealth {
         let domain = self
+            .pass
             .subject
             .machine()
-            .filter(|_| self.context.machine_api == slim::MachineApi::ClusterApi)
+            .filter(|_| self.pass.context.machine_api == slim::MachineApi::ClusterApi)
             .and_then(machine_cluster);
-        let workload = match self.node_cluster(remediation) {
-            Some(cluster) => self.context.workloads.connect(&cluster).await.ok(),
+        let workload = match self.pass.node_cluster(remediation) {
+            Some(cluster) => self.pass.context.workloads.connect(&cluster).await.ok(),
             None => None,
         };
         let machines: Vec<_> = self
+            .pass
             .context
             .machines
             .state()
@@ -280,7 +307,7 @@ impl Pass {
             let node = machine.status.as_ref()?.node_ref.as_ref()?;
             let cached = match &workload {
                 Some(workload) => workload.node(&node.name),
-                None => self.context.nodes.get(&ObjectRef::new(&node.name)),
+                None => self.pass.context.nodes.get(&ObjectRef::new(&node.name)),
             };
             cached.map(|n| node_is_ready(&n))
         };
@@ -295,21 +322,23 @@ impl Pass {
         // Machine unhealthy.
         // Only requests baremend accepts count: a refused one (a tenant's, a widening one)
         // must not make a storm that holds real remediation.
-        let policy = self.context.policy();
+        let policy = self.pass.context.policy();
         let requested: std::collections::HashSet<(String, String)> = self
+            .pass
             .context
             .machine_requests
             .state()
             .iter()
             .filter(|r| {
                 matches!(
-                    self.context.machine_request_verdict(r, &policy),
+                    self.pass.context.machine_request_verdict(r, &policy),
                     Verdict::Accepted(_)
                 )
             })
             .map(|r| (r.namespace().unwrap_or_default(), r.name_any()))
             .collect();
         let node_requested: std::collections::HashSet<String> = self
+            .pass
             .context
             .node_requests
             .state()
@@ -317,7 +346,7 @@ impl Pass {
             .filter(|r| {
                 !crate::remediation::requests::node_request(r).timed_out
                     && matches!(
-                        self.context.node_request_verdict(r, &policy),
+                        self.pass.context.node_request_verdict(r, &policy),
                         Verdict::Accepted(_)
                     )
             })
@@ -326,7 +355,7 @@ impl Pass {
         // What only Nodes without a Machine need is gathered only when there are such claims:
         // this walk is on every start's path, and thousands of copies of names are
         // milliseconds.
-        let mappings = self.context.host_bmcs.state();
+        let mappings = self.pass.context.host_bmcs.state();
         let mut machine_nodes = std::collections::HashSet::new();
         for machine in &machines {
             let ready = node_ready(machine);
@@ -357,10 +386,10 @@ impl Pass {
             // Nodes without a Machine are the cluster baremend runs in: not this Cluster's.
             return health;
         }
-        let trusted = &self.policy.trust.host_bmc_namespaces;
+        let trusted = &self.pass.policy.trust.host_bmc_namespaces;
         let subjects = machineless_claims(&mappings, trusted, &machine_nodes).subjects;
         for node in subjects.into_keys() {
-            let cached = self.context.nodes.get(&ObjectRef::new(&node));
+            let cached = self.pass.context.nodes.get(&ObjectRef::new(&node));
             let ready = cached.as_deref().map(node_is_ready);
             health.machines += 1;
             if node_requested.contains(&node) || ready == Some(false) {
@@ -379,7 +408,7 @@ impl Pass {
     /// The safety gates for a start, over `remediations` (`fresh`: read from the API server
     /// just now; otherwise the cache, which may lag).
     pub(in crate::remediation) fn gates(
-        &self,
+        self,
         remediation: &Remediation,
         node: Option<&Node>,
         launched: &mut Launched,
@@ -415,9 +444,9 @@ impl Pass {
                 .count(),
             control_plane: health.control_plane.len(),
             control_plane_ready: health.control_plane_ready,
-            out_of_service_taint: self.context.out_of_service_taint,
+            out_of_service_taint: self.pass.context.out_of_service_taint,
         };
-        let control_plane = match self.subject.machine() {
+        let control_plane = match self.pass.subject.machine() {
             Some(machine) => machine_is_control_plane(machine.labels()),
             None => node.is_some_and(|n| node_is_control_plane(n.labels())),
         };
@@ -425,14 +454,14 @@ impl Pass {
             control_plane,
             node_ready: node_view(node).is_ready(),
         };
-        may_start(candidate, fleet, &self.policy)
+        may_start(candidate, fleet, &self.pass.policy)
     }
 
     /// The quiet gates (`ClusterUpgrading`, `MachineConfigUpdating`): the ClusterVersion read
     /// now, the Node's machine-config annotations as cached (the daemon writes them well
     /// before it drains or reboots), the bound counted from the Remediation's creation.
     pub(in crate::remediation) fn quiet_gate(
-        &self,
+        self,
         remediation: &Remediation,
         node: Option<&Node>,
         fresh: &FreshEvidence,
@@ -441,15 +470,15 @@ impl Pass {
             cluster_progressing: fresh.cluster_progressing.clone(),
             node: node.map(|n| (n.name_any(), machine_config_view(n.annotations()))),
         };
-        let now = since_epoch(self.context.clock.now());
+        let now = since_epoch(self.pass.context.clock.now());
         let created = crate::remediation::decide::state::created_at(remediation).unwrap_or(now);
-        let bound = self.policy.upgrade_hold.max_seconds;
+        let bound = self.pass.policy.upgrade_hold.max_seconds;
         quiet_gate(&evidence, now.saturating_sub(created), bound)
     }
 
     /// The message of the ClusterVersion's `Progressing` condition when it is True; None
     /// when it is not, or where no ClusterVersion is served (not OpenShift).
-    async fn cluster_progressing(&self) -> Result<Option<String>> {
+    async fn cluster_progressing(self) -> Result<Option<String>> {
         let resource = ApiResource {
             group: "config.openshift.io".into(),
             version: "v1".into(),
@@ -457,7 +486,7 @@ impl Pass {
             kind: "ClusterVersion".into(),
             plural: "clusterversions".into(),
         };
-        let api: Api<DynamicObject> = Api::all_with(self.context.client.clone(), &resource);
+        let api: Api<DynamicObject> = Api::all_with(self.pass.context.client.clone(), &resource);
         // A kind not served answers 404 too: no ClusterVersion, no upgrade.
         let version = api
             .get_present(CLUSTER_VERSION_NAME)
@@ -469,16 +498,17 @@ impl Pass {
     /// The self-fence gate: the leader does not fence the Node it runs on unless another
     /// replica is Ready on another Node to finish the remediation once this one is off.
     pub(in crate::remediation) async fn self_fence_gate(
-        &self,
+        self,
         remediation: &Remediation,
     ) -> Result<std::result::Result<(), Held>> {
-        let Some(placement) = &self.context.placement else {
+        let Some(placement) = &self.pass.context.placement else {
             return Ok(Ok(()));
         };
         if remediation.spec.node_name.as_deref() != Some(placement.node.as_str()) {
             return Ok(Ok(()));
         }
-        let pods: Api<Pod> = Api::namespaced(self.context.client.clone(), &placement.namespace);
+        let pods: Api<Pod> =
+            Api::namespaced(self.pass.context.client.clone(), &placement.namespace);
         let peers = pods
             .list(&ListParams::default().labels(&placement.peers))
             .await
@@ -498,14 +528,14 @@ impl Pass {
     /// and says how to mend it. Not found, the start goes on as for any missing host (the
     /// strategies say why nothing can be powered).
     pub(in crate::remediation) fn host_watched_gate(
-        &self,
+        self,
         remediation: &Remediation,
         fresh_host: &Option<Option<slim::BareMetalHost>>,
     ) -> std::result::Result<(), Held> {
-        let Some(selector) = &self.context.host_selector else {
+        let Some(selector) = &self.pass.context.host_selector else {
             return Ok(());
         };
-        let Some((host, None)) = self.host(remediation) else {
+        let Some((host, None)) = self.pass.host(remediation) else {
             return Ok(());
         };
         match fresh_host {
@@ -528,14 +558,14 @@ impl Pass {
     /// corroborate (`corroborateRebootApi`), is held the same way while that BMC is
     /// untrustworthy: its reads would void any proof.
     pub(in crate::remediation) fn bmc_gate(
-        &self,
+        self,
         remediation: &Remediation,
     ) -> std::result::Result<(), Held> {
-        let strategies = &self.policy.strategies;
-        let ledger = &self.context.witness.ledger;
-        let now = since_epoch(self.context.clock.now());
+        let strategies = &self.pass.policy.strategies;
+        let ledger = &self.pass.context.witness.ledger;
+        let now = since_epoch(self.pass.context.clock.now());
         if strategies.contains(&FenceStrategyName::DirectBmc)
-            && let Ok(bmc) = self.locate_direct_bmc(remediation)
+            && let Ok(bmc) = BmcLocator::of(self.pass).locate_direct_bmc(remediation)
         {
             // An unusable address fails the proof with its own reason.
             let Ok(address) = BmcAddress::parse(&bmc.address) else {
@@ -545,45 +575,21 @@ impl Pass {
             return bmc_verdict(
                 &address,
                 insecure,
-                self.policy.allow_insecure_bmc,
+                self.pass.policy.allow_insecure_bmc,
                 ledger,
                 now,
             );
         }
         if !strategies.contains(&FenceStrategyName::BareMetalHostRebootApi)
-            || !self.policy.corroborate_reboot_api
+            || !self.pass.policy.corroborate_reboot_api
         {
             return Ok(());
         }
-        match self.operator_bmc_address(remediation) {
+        match BmcLocator::of(self.pass).operator_bmc_address(remediation) {
             Some(address) => distrust_verdict(&address, ledger, now),
             None => Ok(()),
         }
     }
-}
-
-/// The Machine's trigger as read now.
-pub(in crate::remediation) struct FreshTrigger {
-    /// The Machine's annotations (None: it is gone, or the subject is a Node, which has none).
-    pub(in crate::remediation) annotations: Option<std::collections::BTreeMap<String, String>>,
-    /// Whether it carries a trigger: the annotation, or a request that exists.
-    pub(in crate::remediation) confirmed: bool,
-}
-
-/// What a start's last gates judge on, read from the API servers at once when the start is
-/// decided, never from a cache.
-pub(in crate::remediation) struct FreshEvidence {
-    /// Every Remediation, read after the start lock's mark.
-    pub(in crate::remediation) remediations: Vec<Arc<Remediation>>,
-    /// The Machine's trigger and annotations.
-    pub(in crate::remediation) trigger: FreshTrigger,
-    /// The ClusterVersion's `Progressing` message while it is True (None: not, or no
-    /// ClusterVersion served).
-    pub(in crate::remediation) cluster_progressing: Option<String>,
-    /// The recorded host: None when none is recorded, `Some(None)` when it is not found.
-    pub(in crate::remediation) host: Option<Option<slim::BareMetalHost>>,
-    /// The other projects' remediation objects of the kinds the API server serves.
-    pub(in crate::remediation) foreign: Vec<ForeignObject>,
 }
 
 /// What a start's gates begin with: the start lock's mark, the starts launched up to it, and
@@ -642,7 +648,7 @@ pub(in crate::remediation) struct StartBasis {
     pub(in crate::remediation) health: FleetHealth,
 }
 
-/// Whether a BMC's Off could prove its host off now (see [`Pass::bmc_gate`]).
+/// Whether a BMC's Off could prove its host off now (see [`StartGates::bmc_gate`]).
 pub fn bmc_verdict(
     address: &BmcAddress,
     skip_verify: bool,

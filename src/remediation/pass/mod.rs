@@ -7,7 +7,7 @@ pub mod context;
 pub mod subject;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -16,15 +16,18 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use self::context::Context;
-use self::subject::{Subject, machineless_strategies};
+use self::subject::Subject;
 use crate::api::slim;
 use crate::api::{
     ConditionType, EventReason, FenceStrategyName, OUTCOME_LABEL, Remediation, RemediationPhase,
-    RemediationPolicySpec, RemediationStatus,
+    RemediationPolicySpec, RemediationStatus, RemediationStep,
 };
+use crate::leader::Writes;
 use crate::remediation::decide::fence::{ConfirmedOff, HostRef};
-use crate::remediation::decide::plan::PlanPolicy;
-use crate::remediation::decide::state::{created_at, set_condition, strategy_in_status};
+use crate::remediation::decide::plan::{Phase, PlanPolicy};
+use crate::remediation::decide::state::{
+    created_at, record_step, set_condition, strategy_in_status,
+};
 use crate::remediation::decide::workload::{ClusterRef, workload_cluster_of};
 use crate::remediation::world::workload::NodeApi;
 use crate::runtime::clock::since_epoch;
@@ -85,6 +88,33 @@ pub fn requeue_after_failure(
     }
 }
 
+/// The Event a step tells once its record is persisted.
+pub(in crate::remediation) struct Tell {
+    severity: Severity,
+    reason: EventReason,
+    note: String,
+}
+
+impl Tell {
+    /// Progress: a step was taken.
+    pub(in crate::remediation) fn normal(reason: EventReason, note: impl Into<String>) -> Self {
+        Tell {
+            severity: Severity::Normal,
+            reason,
+            note: note.into(),
+        }
+    }
+
+    /// A step an operator may have to look at.
+    pub(in crate::remediation) fn warning(reason: EventReason, note: impl Into<String>) -> Self {
+        Tell {
+            severity: Severity::Warning,
+            reason,
+            note: note.into(),
+        }
+    }
+}
+
 /// One reconcile of one subject.
 pub struct Pass {
     pub(super) subject: Subject,
@@ -100,10 +130,12 @@ pub struct Pass {
 }
 
 impl Pass {
-    /// A pass over `subject`.
-    pub fn new(subject: Subject, context: Arc<Context>) -> Self {
+    /// A pass over `subject` under the controller's policy as it stands. The policy in force
+    /// may be narrower (a health check's request, a Node without a Machine): a pass is made
+    /// through `requests::trigger::pass_for`, which narrows it.
+    pub(in crate::remediation) fn new(subject: Subject, context: Arc<Context>) -> Self {
         let policy = context.policy();
-        let mut pass = Pass {
+        Pass {
             name: subject.name(),
             namespace: subject.namespace(),
             subject,
@@ -111,23 +143,12 @@ impl Pass {
             policy,
             recent_proof: std::sync::Mutex::new(None),
             connecting_ahead: std::sync::atomic::AtomicBool::new(false),
-        };
-        // A health check's request may narrow the policy for its Machine (its template's spec).
-        pass.policy = pass.policy_for_machine(pass.policy.clone());
-        if pass.subject.machine().is_none() {
-            pass.policy.strategies = machineless_strategies(&pass.policy.strategies);
         }
-        pass
     }
 
     /// The subject's Node now (see [`Subject::node_name`]).
     pub(super) fn subject_node(&self) -> Option<String> {
         self.subject.node_name()
-    }
-
-    /// Whether the Machine carries a trigger (the annotation or a request), in the cache.
-    pub(super) fn triggered(&self) -> bool {
-        self.cached_trigger().is_some()
     }
 
     /// The subject's Remediations, oldest first.
@@ -159,6 +180,7 @@ impl Pass {
     /// has no Machine: nothing to do. `action` names the write in errors.
     pub(super) async fn annotate_machine(
         &self,
+        writes: &Writes,
         key: &str,
         value: Option<&str>,
         action: &'static str,
@@ -167,7 +189,7 @@ impl Pass {
             return Ok(());
         };
         crate::remediation::world::execute::set_annotation(
-            &machines, &self.name, key, value, action,
+            writes, &machines, &self.name, key, value, action,
         )
         .await
     }
@@ -295,22 +317,23 @@ impl Pass {
 
     pub(super) async fn persist(
         &self,
+        writes: &Writes,
         remediation: &mut Remediation,
         status: RemediationStatus,
     ) -> Result<()> {
-        self.context.leadership.ensure()?;
         let before = remediation.status.as_ref().map_or(0, |s| s.steps.len());
         let mut object = remediation.clone();
         object.status = Some(status);
         // replace_status carries the resourceVersion: a concurrent writer makes it fail with
         // 409 instead of being overwritten.
+        writes.check()?;
         let updated = self
             .remediation_api()
             .replace_status(&remediation.name_any(), &PostParams::default(), &object)
             .await
             .map_err(Error::kube("PersistRemediation"))?;
         *remediation = updated;
-        self.keep_outcome_label(remediation).await;
+        self.keep_outcome_label(writes, remediation).await;
         self.observe_step_durations(remediation, before);
         let last = remediation
             .status
@@ -329,12 +352,16 @@ impl Pass {
     /// Brings the Remediation's [`OUTCOME_LABEL`] in step with its phase, when it is not. A
     /// write that fails is only logged: an ended Remediation without the label is still in a
     /// start's fresh read (bytes, never safety), and the Machine's next idle pass writes it.
-    pub(in crate::remediation) async fn keep_outcome_label(&self, remediation: &mut Remediation) {
+    pub(in crate::remediation) async fn keep_outcome_label(
+        &self,
+        writes: &Writes,
+        remediation: &mut Remediation,
+    ) {
         let Some(patch) = outcome_label_patch(remediation) else {
             return;
         };
-        // Only the leader writes; a follower's pass leaves it to the leader.
-        if self.context.leadership.ensure().is_err() {
+        // Only the leader writes; a replica that lost its Lease leaves it to the leader.
+        if writes.check().is_err() {
             return;
         }
         let written = self
@@ -416,6 +443,7 @@ impl Pass {
 
     pub(super) async fn note_error(
         &self,
+        writes: &Writes,
         remediation: &mut Remediation,
         error: &Error,
     ) -> Result<()> {
@@ -432,7 +460,7 @@ impl Pass {
             &text,
             now,
         );
-        self.persist(remediation, status).await?;
+        self.persist(writes, remediation, status).await?;
         self.event(remediation, Severity::Warning, reason, text)
             .await;
         Ok(())
@@ -456,6 +484,60 @@ impl Pass {
     pub(super) fn age(&self, remediation: &Remediation) -> Duration {
         let created = created_at(remediation).unwrap_or_default();
         since_epoch(self.context.clock.now()).saturating_sub(created)
+    }
+
+    /// The sequence every step goes through: `step` recorded in `status` (entering `phase`,
+    /// if any), the status persisted, then told. A step that acts between its record and its
+    /// Event passes no `tell` and calls [`Pass::tell`] after acting: the record always comes
+    /// before the act, the Event after it.
+    pub(in crate::remediation) async fn take_step(
+        &self,
+        writes: &Writes,
+        remediation: &mut Remediation,
+        mut status: RemediationStatus,
+        (step, phase): (RemediationStep, Option<Phase>),
+        now: SystemTime,
+        tell: Option<Tell>,
+    ) -> Result<()> {
+        record_step(&mut status, step, phase, now);
+        let attempt = status.attempt.unwrap_or(1);
+        self.persist(writes, remediation, status).await?;
+        // What an operator follows in the log at the default level: each step, once stored.
+        tracing::info!(
+            remediation = %remediation.name_any(),
+            step = step.as_str(),
+            attempt,
+            "remediation step"
+        );
+        if let Some(tell) = tell {
+            self.tell(remediation, tell).await;
+        }
+        Ok(())
+    }
+
+    /// Publishes a step's Event (see [`Pass::take_step`]).
+    pub(in crate::remediation) async fn tell(&self, remediation: &Remediation, tell: Tell) {
+        self.event(remediation, tell.severity, tell.reason, tell.note)
+            .await;
+    }
+
+    /// Starts connecting the Machine's workload cluster, not waited for: a start may be
+    /// ahead, and the connection's first list of Nodes is the longest of its steps; the
+    /// trigger's fresh read and the Remediation's creation then run beside it. Harmless when
+    /// no start follows: an unused connection is dropped when idle. Once per pass (the pass
+    /// asks when it sees an unanswered trigger, and the start asks again).
+    pub(in crate::remediation) fn connect_ahead(&self) {
+        use std::sync::atomic::Ordering;
+        if self.connecting_ahead.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if let Some(cluster) = self.machine_node_cluster() {
+            let context = self.context.clone();
+            tokio::spawn(async move {
+                // Its failure is the start's gates' to tell, on their own ask.
+                let _ = context.workloads.connect(&cluster).await;
+            });
+        }
     }
 }
 

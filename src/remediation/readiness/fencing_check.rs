@@ -23,12 +23,12 @@ use super::monitor::{offset, under_remediation};
 use crate::api::slim;
 use crate::api::{EventReason, FenceStrategyName, HostBmc, Remediation, RemediationPolicySpec};
 use crate::metrics::fencing::FencingLabels;
-use crate::remediation::act::power::{NoBmc, locate_bmc};
 use crate::remediation::act::probe::{ProbeSite, ProbeTerms, ProbeWith};
 use crate::remediation::act::strategy::strategy;
 use crate::remediation::decide::observe::{BmcRef, HostRef, machine_is_control_plane};
 use crate::remediation::decide::readiness::{Readiness, Reason, decide};
 use crate::remediation::decide::trust::{machineless_claims, trusted_machine_host};
+use crate::remediation::evidence::bmc::{NoBmc, locate_bmc};
 use crate::remediation::pass::context::Context;
 use crate::remediation::pass::subject::{
     machine_nodes, machineless_strategies, node_is_control_plane, node_reference,

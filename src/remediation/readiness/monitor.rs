@@ -11,8 +11,8 @@
 //!
 //! A host under a remediation keeps its series, since that is when operators look at it: the
 //! monitor does not read its BMC (the remediation does, and its reads feed the series, see
-//! `Pass::read_power`), and a host the operator manages is read from its status as always,
-//! the remediation's fresh reads of that status feeding it too (`Pass::fresh_host`).
+//! `Power::read_power`), and a host the operator manages is read from its status as always,
+//! the remediation's fresh reads of that status feeding it too (`Power::fresh_host`).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -28,12 +28,13 @@ use crate::api::annotations::BMH_DETACHED;
 use crate::api::{HostBmc, Remediation, RemediationPhase, slim};
 use crate::metrics::power::HostSeries;
 use crate::remediation::act::power::{
-    bmc_driver_config, bmc_series, driver_kind, locate_bmc, operator_power, operator_series,
+    bmc_driver_config, bmc_series, driver_kind, operator_power, operator_series,
 };
 use crate::remediation::decide::bmc_trust::Reader;
 use crate::remediation::decide::observe::BmcRef;
 use crate::remediation::decide::trust::machineless_claims;
 use crate::remediation::decide::trust::trusted_machine_host;
+use crate::remediation::evidence::bmc::locate_bmc;
 use crate::remediation::pass::context::Context;
 use crate::remediation::world::bmc_cache::DriverCache;
 use crate::remediation::world::metered::Metered;

@@ -23,11 +23,11 @@ use crate::api::{
     Condition, ConditionType, MachineRemediation, NodeRemediation, RemediationPolicySpec,
     RequestStatus,
 };
+use crate::leader::Writes;
 use crate::remediation::decide::trust::{
     HEALTH_CHECK_KIND, Refusal, RequestOrigin, health_check, narrow, node_request_origin,
     request_namespaces,
 };
-use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Context;
 use crate::runtime::conditions::upsert_condition;
 use crate::runtime::events::Severity;
@@ -178,23 +178,6 @@ pub fn accepted_status(
     Some(wanted)
 }
 
-impl Pass {
-    /// Tells every request of the subject its standing when it changed (see
-    /// [`tell_standing`]).
-    pub(in crate::remediation) async fn tell_request_standing(&self) -> Result<()> {
-        let policy = self.context.policy();
-        for request in self.node_requests_of_subject() {
-            let verdict = self.context.node_request_verdict(&request, &policy);
-            tell_request(&self.context, &*request, request.status.as_ref(), verdict).await?;
-        }
-        if let Some(request) = self.machine_request_of_subject() {
-            let verdict = self.context.machine_request_verdict(&request, &policy);
-            tell_request(&self.context, &*request, request.status.as_ref(), verdict).await?;
-        }
-        Ok(())
-    }
-}
-
 /// An object that is told its standing: a namespaced kind of ours with a status.
 pub(in crate::remediation) trait Standing:
     Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
@@ -213,7 +196,8 @@ impl<K> Standing for K where
 }
 
 /// Tells a request (whose status is `status`) `verdict`, unless it is not known yet.
-async fn tell_request<K>(
+pub(in crate::remediation) async fn tell_request<K>(
+    writes: &Writes,
     context: &Context,
     request: &K,
     status: Option<&RequestStatus>,
@@ -229,13 +213,14 @@ where
     };
     let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let told = (conditions, refusal.as_ref(), "nothing is done for it");
-    tell_standing(context, request, told).await
+    tell_standing(writes, context, request, told).await
 }
 
 /// Tells `object` (a request or a `HostBmc`, whose status conditions are `conditions`) its
 /// standing when it changed: `Accepted=False` with the reason, a Warning Event saying it and
 /// `consequence`, and the count, for a refusal; `Accepted=True` over an earlier refusal.
 pub(in crate::remediation) async fn tell_standing<K>(
+    writes: &Writes,
     context: &Context,
     object: &K,
     (conditions, refusal, consequence): (&[Condition], Option<&Refusal>, &str),
@@ -250,7 +235,7 @@ where
     let Some(wanted) = accepted_status(&current, refusal, context.clock.now()) else {
         return Ok(());
     };
-    context.leadership.ensure()?;
+    writes.check()?;
     let api: Api<K> = Api::namespaced(
         context.client.clone(),
         &object.namespace().unwrap_or_default(),

@@ -320,6 +320,10 @@ async fn set_condition(context: &Context, key: &str, condition: Condition) {
     };
     let api: Api<NodeRemediationTemplate> = Api::namespaced(context.client.clone(), namespace);
     let patch = Patch::Merge(serde_json::json!({"status": {"conditions": [condition]}}));
+    // Only the leader writes (the watch runs beside the controllers, after the election).
+    if context.leadership.writes().is_err() {
+        return;
+    }
     match api
         .patch_status(name, &PatchParams::default(), &patch)
         .await

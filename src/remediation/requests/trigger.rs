@@ -22,15 +22,19 @@ use std::sync::Arc;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 
-use super::admission::Verdict;
+use super::admission::{Verdict, tell_request};
 use super::{RequestView, machine_request, node_of_request, node_request, request_status};
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::{
     MachineRemediation, NodeRemediation, Remediation, RemediationPolicySpec, TriggerKind,
     TriggerRef,
 };
+use crate::leader::Writes;
+use crate::remediation::decide::pass::Trigger;
 use crate::remediation::decide::trust::narrow;
 use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::Context;
+use crate::remediation::pass::subject::{Subject, machineless_strategies};
 use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 
@@ -95,11 +99,36 @@ pub fn still_there(recorded: Option<&TriggerRef>, present: &[TriggerRef], annota
     }
 }
 
-impl Pass {
+/// A pass over `subject` under the policy in force for it: the controller's, narrowed by
+/// the health check's request that asks for it (its template's spec), and for a Node without
+/// a Machine, to the strategies that need none.
+pub(crate) fn pass_for(subject: Subject, context: Arc<Context>) -> Pass {
+    let mut pass = Pass::new(subject, context);
+    pass.policy = Triggers::of(&pass).policy_for_machine(pass.policy.clone());
+    if pass.subject.machine().is_none() {
+        pass.policy.strategies = machineless_strategies(&pass.policy.strategies);
+    }
+    pass
+}
+
+/// The pass's view of what asks for a remediation: the annotation and the health checks'
+/// requests. Made by `Triggers::of(pass)` where needed, so that a call names the file it goes
+/// to.
+#[derive(Clone, Copy)]
+pub(crate) struct Triggers<'p> {
+    pass: &'p Pass,
+}
+
+impl<'p> Triggers<'p> {
+    /// The Triggers of `pass`: its methods read and act through it.
+    pub(crate) fn of(pass: &'p Pass) -> Self {
+        Triggers { pass }
+    }
+
     /// The Machine's request in the cache, not being deleted: a `MachineRemediation` of its
     /// name and namespace, else a `NodeRemediation` named after its Node (one not timed out
     /// first).
-    pub(in crate::remediation) fn cached_request(&self) -> Option<RequestView> {
+    pub(in crate::remediation) fn cached_request(self) -> Option<RequestView> {
         self.cached_requests().into_iter().next()
     }
 
@@ -107,13 +136,13 @@ impl Pass {
     /// `admission.rs`; a refused one is no trigger and changes nothing), the one to record
     /// first: its `MachineRemediation`, then the `NodeRemediation`s named after its Node
     /// (those not timed out first).
-    fn cached_requests(&self) -> Vec<RequestView> {
-        let policy = self.context.policy();
+    fn cached_requests(self) -> Vec<RequestView> {
+        let policy = self.pass.context.policy();
         let machine = self
             .machine_request_of_subject()
             .filter(|r| {
                 matches!(
-                    self.context.machine_request_verdict(r, &policy),
+                    self.pass.context.machine_request_verdict(r, &policy),
                     Verdict::Accepted(_)
                 )
             })
@@ -123,7 +152,7 @@ impl Pass {
             .into_iter()
             .filter(|r| {
                 matches!(
-                    self.context.node_request_verdict(r, &policy),
+                    self.pass.context.node_request_verdict(r, &policy),
                     Verdict::Accepted(_)
                 )
             })
@@ -137,12 +166,13 @@ impl Pass {
     /// being deleted, whatever baremend makes of it (a Node subject has no Machine one could
     /// be named after).
     pub(in crate::remediation) fn machine_request_of_subject(
-        &self,
+        self,
     ) -> Option<Arc<MachineRemediation>> {
-        self.subject.machine()?;
-        self.context
+        self.pass.subject.machine()?;
+        self.pass
+            .context
             .machine_requests
-            .get(&ObjectRef::new(&self.name).within(&self.namespace))
+            .get(&ObjectRef::new(&self.pass.name).within(&self.pass.namespace))
             .filter(|r| r.metadata.deletion_timestamp.is_none())
     }
 
@@ -150,14 +180,15 @@ impl Pass {
     /// whatever baremend makes of them. None for a Machine whose Node lives in a workload
     /// cluster: a NodeHealthCheck watches the Nodes of the cluster it runs in, so its request
     /// names a Node here, never one of the same name elsewhere.
-    pub(in crate::remediation) fn node_requests_of_subject(&self) -> Vec<Arc<NodeRemediation>> {
-        let Some(node) = self.subject_node() else {
+    pub(in crate::remediation) fn node_requests_of_subject(self) -> Vec<Arc<NodeRemediation>> {
+        let Some(node) = self.pass.subject_node() else {
             return Vec::new();
         };
-        if self.machine_node_cluster().is_some() {
+        if self.pass.machine_node_cluster().is_some() {
             return Vec::new();
         }
-        self.context
+        self.pass
+            .context
             .node_requests
             .state()
             .into_iter()
@@ -166,14 +197,14 @@ impl Pass {
     }
 
     /// The trigger the Machine carries in the cache.
-    pub(in crate::remediation) fn cached_trigger(&self) -> Option<TriggerRef> {
+    pub(in crate::remediation) fn cached_trigger(self) -> Option<TriggerRef> {
         trigger_of(self.annotated(), self.cached_request().as_ref())
     }
 
     /// The trigger the Machine carries in the cache that none of its `remediations` answered
     /// yet (see [`answered`]).
     pub(in crate::remediation) fn unanswered_trigger(
-        &self,
+        self,
         remediations: &[std::sync::Arc<Remediation>],
     ) -> Option<TriggerRef> {
         let request = self.cached_request();
@@ -182,14 +213,15 @@ impl Pass {
         (!answered(&trigger, created, remediations)).then_some(trigger)
     }
 
-    fn annotated(&self) -> bool {
-        self.subject
+    fn annotated(self) -> bool {
+        self.pass
+            .subject
             .machine_annotations()
             .is_some_and(|a| a.contains_key(EXTERNAL_REMEDIATION))
     }
 
     /// Whether the Machine is still asked for, for `remediation`, in the cache.
-    pub(in crate::remediation) fn still_triggered(&self, remediation: &Remediation) -> bool {
+    pub(in crate::remediation) fn still_triggered(self, remediation: &Remediation) -> bool {
         let present: Vec<TriggerRef> = self
             .cached_requests()
             .iter()
@@ -207,14 +239,14 @@ impl Pass {
     /// out), read from the API server now: the very request the cache shows (the start
     /// records that one; a request of its name with another UID was made again since, and the
     /// cache will show it soon).
-    pub(in crate::remediation) async fn request_confirmed(&self) -> Result<bool> {
+    pub(in crate::remediation) async fn request_confirmed(self) -> Result<bool> {
         let cached = self.cached_request();
         // A Node subject has no Machine a MachineRemediation could be named after.
-        if self.subject.machine().is_some() {
+        if self.pass.subject.machine().is_some() {
             let machines: Api<MachineRemediation> =
-                Api::namespaced(self.context.client.clone(), &self.namespace);
+                Api::namespaced(self.pass.context.client.clone(), &self.pass.namespace);
             let machine = machines
-                .get_present(&self.name)
+                .get_present(&self.pass.name)
                 .await
                 .map_err(Error::kube("GetMachineRemediation"))?;
             if let Some(fresh) = machine.filter(|r| r.metadata.deletion_timestamp.is_none()) {
@@ -228,7 +260,7 @@ impl Pass {
             return Ok(false);
         };
         let nodes: Api<NodeRemediation> =
-            Api::namespaced(self.context.client.clone(), &cached.namespace);
+            Api::namespaced(self.pass.context.client.clone(), &cached.namespace);
         let node = nodes
             .get_present(&cached.name)
             .await
@@ -241,16 +273,63 @@ impl Pass {
             return Ok(false);
         };
         // Its standing, on NodeHealthChecks read now (the one it claims may be gone).
-        self.context.refresh_health_checks().await?;
+        self.pass.context.refresh_health_checks().await?;
         let verdict = self
+            .pass
             .context
-            .node_request_verdict(&fresh, &self.context.policy());
+            .node_request_verdict(&fresh, &self.pass.context.policy());
         Ok(matches!(verdict, Verdict::Accepted(_)))
+    }
+
+    /// Tells every request of the subject its standing when it changed (see
+    /// [`super::admission::tell_standing`]).
+    pub(in crate::remediation) async fn tell_request_standing(self, writes: &Writes) -> Result<()> {
+        let policy = self.pass.context.policy();
+        for request in self.node_requests_of_subject() {
+            let verdict = self.pass.context.node_request_verdict(&request, &policy);
+            tell_request(
+                writes,
+                &self.pass.context,
+                &*request,
+                request.status.as_ref(),
+                verdict,
+            )
+            .await?;
+        }
+        if let Some(request) = self.machine_request_of_subject() {
+            let verdict = self.pass.context.machine_request_verdict(&request, &policy);
+            tell_request(
+                writes,
+                &self.pass.context,
+                &*request,
+                request.status.as_ref(),
+                verdict,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The subject's trigger in the cache, and whether one of `existing` (its Remediations)
+    /// answered it.
+    pub(in crate::remediation) fn trigger(self, existing: &[Arc<Remediation>]) -> Trigger {
+        if self.unanswered_trigger(existing).is_some() {
+            Trigger::Unanswered
+        } else if self.triggered() {
+            Trigger::Answered
+        } else {
+            Trigger::Absent
+        }
+    }
+
+    /// Whether the Machine carries a trigger (the annotation or a request), in the cache.
+    pub(in crate::remediation) fn triggered(self) -> bool {
+        self.cached_trigger().is_some()
     }
 
     /// The policy in force for this Machine: the policy, narrowed by its request's spec.
     pub(in crate::remediation) fn policy_for_machine(
-        &self,
+        self,
         policy: RemediationPolicySpec,
     ) -> RemediationPolicySpec {
         // The request was accepted (see `cached_requests`): its spec narrows the policy.
@@ -262,17 +341,19 @@ impl Pass {
 
     /// The request `trigger` records, in the cache (also when timed out: it is told why the
     /// remediation stopped).
-    fn recorded_request(&self, trigger: &TriggerRef) -> Option<RequestView> {
+    fn recorded_request(self, trigger: &TriggerRef) -> Option<RequestView> {
         let name = trigger.name.as_deref()?;
-        let namespace = trigger.namespace.as_deref().unwrap_or(&self.namespace);
+        let namespace = trigger.namespace.as_deref().unwrap_or(&self.pass.namespace);
         let view = match trigger.kind {
             TriggerKind::MachineAnnotation => return None,
             TriggerKind::MachineRemediation => self
+                .pass
                 .context
                 .machine_requests
                 .get(&ObjectRef::new(name).within(namespace))
                 .map(|r| machine_request(&r)),
             TriggerKind::NodeRemediation => self
+                .pass
                 .context
                 .node_requests
                 .get(&ObjectRef::new(name).within(namespace))
@@ -283,7 +364,8 @@ impl Pass {
 
     /// Reports the Remediation on the request that started it, when that changes its status.
     pub(in crate::remediation) async fn report_to_request(
-        &self,
+        self,
+        writes: &Writes,
         remediation: &Remediation,
     ) -> Result<()> {
         let Some(trigger) = &remediation.spec.trigger else {
@@ -292,15 +374,15 @@ impl Pass {
         let Some(request) = self.recorded_request(trigger) else {
             return Ok(());
         };
-        let now = self.context.clock.now();
-        let release = self.policy.node_release;
+        let now = self.pass.context.clock.now();
+        let release = self.pass.policy.node_release;
         let Some(status) = request_status(&request, remediation, release, now) else {
             return Ok(());
         };
-        self.context.leadership.ensure()?;
+        writes.check()?;
         let patch = Patch::Merge(serde_json::json!({"status": status}));
         let params = PatchParams::default();
-        let client = self.context.client.clone();
+        let client = self.pass.context.client.clone();
         let result = match request.kind {
             TriggerKind::NodeRemediation => {
                 Api::<NodeRemediation>::namespaced(client, &request.namespace)

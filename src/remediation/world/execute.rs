@@ -1,6 +1,7 @@
-//! The actions that change the world. Each is idempotent (a restart may run it again), and the
-//! two that take a Node away from its workloads consume a [`ConfirmedOff`] and act on the Node
-//! it names, and on no other.
+//! The actions that change the world. Each is idempotent (a restart may run it again), each
+//! takes the leader's [`Writes`] and checks it right before it writes, and the two that take a
+//! Node away from its workloads consume a [`ConfirmedOff`] and act on the Node it names, and on
+//! no other.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,7 @@ use crate::api::annotations::{
     OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE,
 };
 use crate::api::{NodeBackup, SavedTaint};
+use crate::leader::Writes;
 use crate::remediation::decide::fence::{ConfirmedOff, NodeIdentity};
 use crate::remediation::decide::workload::ClusterRef;
 use crate::remediation::world::workload::NodeApi;
@@ -21,6 +23,7 @@ use crate::{Error, Result};
 
 /// Sets (`Some`) or removes (`None`) one annotation with a merge patch.
 pub async fn set_annotation<K>(
+    writes: &Writes,
     api: &Api<K>,
     name: &str,
     key: &str,
@@ -31,6 +34,7 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let patch = json!({"metadata": {"annotations": {key: value}}});
+    writes.check()?;
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
@@ -43,11 +47,16 @@ where
 /// # Guarantees
 /// Nothing is deleted without a [`ConfirmedOff`], and only the Node object it names; a proof
 /// that names no Node deletes nothing; a missing Node is success.
-pub(crate) async fn delete_node(proof: ConfirmedOff, nodes: &NodeApi) -> Result<()> {
+pub(crate) async fn delete_node(
+    writes: &Writes,
+    proof: ConfirmedOff,
+    nodes: &NodeApi,
+) -> Result<()> {
     let Some(node) = proof.node() else {
         return Ok(());
     };
     same_cluster(node, nodes)?;
+    writes.check()?;
     delete_exactly(
         nodes.api(),
         &node.name,
@@ -83,10 +92,12 @@ fn release_through(node: &NodeIdentity, cluster: Option<&ClusterRef>) -> Result<
 /// was fenced and released; the caller checks that the Machine is replaceable). The UID
 /// precondition keeps a replacement of the same name safe.
 pub async fn delete_machine(
+    writes: &Writes,
     machines: &Api<DynamicObject>,
     name: &str,
     uid: Option<String>,
 ) -> Result<()> {
+    writes.check()?;
     delete_exactly(machines, name, uid, "DeleteMachine")
         .await
         .map(|_| ())
@@ -126,6 +137,7 @@ pub(crate) async fn read_node(nodes: &NodeApi, name: &str) -> Result<Option<Node
 /// resourceVersion, so a concurrent change is never overwritten (a conflict is an error and is
 /// retried).
 pub(crate) async fn taint_out_of_service(
+    writes: &Writes,
     proof: ConfirmedOff,
     nodes: &NodeApi,
     node: Node,
@@ -151,11 +163,11 @@ pub(crate) async fn taint_out_of_service(
     taints.push(
         json!({"key": OUT_OF_SERVICE_TAINT, "value": OUT_OF_SERVICE_VALUE, "effect": "NoExecute"}),
     );
-    write_taints(nodes.api(), &node, taints, "TaintNode").await
+    write_taints(writes, nodes.api(), &node, taints, "TaintNode").await
 }
 
 /// Removes our out-of-service taint.
-pub async fn remove_out_of_service(nodes: &NodeApi, node: &Node) -> Result<()> {
+pub async fn remove_out_of_service(writes: &Writes, nodes: &NodeApi, node: &Node) -> Result<()> {
     let taints = taints_of(node);
     let kept: Vec<Value> = taints
         .iter()
@@ -165,10 +177,11 @@ pub async fn remove_out_of_service(nodes: &NodeApi, node: &Node) -> Result<()> {
     if kept.len() == taints.len() {
         return Ok(());
     }
-    write_taints(nodes.api(), node, kept, "UntaintNode").await
+    write_taints(writes, nodes.api(), node, kept, "UntaintNode").await
 }
 
 async fn write_taints(
+    writes: &Writes,
     nodes: &Api<Node>,
     node: &Node,
     taints: Vec<Value>,
@@ -179,6 +192,7 @@ async fn write_taints(
         "metadata": {"resourceVersion": node.metadata.resource_version},
         "spec": {"taints": taints},
     });
+    writes.check()?;
     nodes
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -278,7 +292,11 @@ pub fn adopt_backup(backup: &mut NodeBackup, older: NodeBackup) {
 
 /// Removes the legacy actuator's finalizer from a Node that has it: with that actuator
 /// gone, nothing else would, and the Node's deletion would never finish.
-pub async fn remove_legacy_finalizer(nodes: &Api<Node>, node: &Node) -> Result<bool> {
+pub async fn remove_legacy_finalizer(
+    writes: &Writes,
+    nodes: &Api<Node>,
+    node: &Node,
+) -> Result<bool> {
     let finalizers = node.metadata.finalizers.clone().unwrap_or_default();
     if !finalizers.iter().any(|f| f == LEGACY_NODE_FINALIZER) {
         return Ok(false);
@@ -293,6 +311,7 @@ pub async fn remove_legacy_finalizer(nodes: &Api<Node>, node: &Node) -> Result<b
         "resourceVersion": node.metadata.resource_version,
     }});
     let name = node.metadata.name.clone().unwrap_or_default();
+    writes.check()?;
     nodes
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -311,7 +330,12 @@ pub struct Restored {
 
 /// Restores the saved labels, annotations and taints the new Node lacks; what the new Node
 /// has (its kubelet's view) wins. Taints are written with the Node's resourceVersion.
-pub async fn restore_node(nodes: &Api<Node>, node: &Node, backup: &NodeBackup) -> Result<Restored> {
+pub async fn restore_node(
+    writes: &Writes,
+    nodes: &Api<Node>,
+    node: &Node,
+    backup: &NodeBackup,
+) -> Result<Restored> {
     let labels = missing(node.metadata.labels.as_ref(), &backup.labels);
     let annotations = missing(node.metadata.annotations.as_ref(), &backup.annotations);
     let mut restored = Restored {
@@ -324,10 +348,11 @@ pub async fn restore_node(nodes: &Api<Node>, node: &Node, backup: &NodeBackup) -
         restored.taints = add.len();
         let mut taints = taints_of(node);
         taints.extend(add);
-        write_taints(nodes, node, taints, "RestoreNodeTaints").await?;
+        write_taints(writes, nodes, node, taints, "RestoreNodeTaints").await?;
     }
     if restored.keys > 0 {
         let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
+        writes.check()?;
         nodes
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
