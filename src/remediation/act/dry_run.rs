@@ -117,8 +117,8 @@ impl<'p> DryRuns<'p> {
     ) -> Vec<Probe> {
         let context = &self.pass.context;
         let with = ProbeWith {
-            client: &context.client,
-            connector: &context.connector,
+            client: &context.clients.kube,
+            connector: &context.clients.connector,
             reboot_key: &self.pass.policy.reboot_key,
             timeout: PROBE_TIMEOUT,
             terms: probe::ProbeTerms {

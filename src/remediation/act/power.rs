@@ -253,7 +253,7 @@ impl<'p> Power<'p> {
             ));
         };
         let hosts: Api<slim::BareMetalHost> =
-            Api::namespaced(self.pass.context.client.clone(), &host_ref.namespace);
+            Api::namespaced(self.pass.context.clients.kube.clone(), &host_ref.namespace);
         let host = hosts
             .get_present(&host_ref.name)
             .await
@@ -274,7 +274,7 @@ impl<'p> Power<'p> {
     /// to the host's series: the monitor reads that status from its cache once an interval,
     /// and a host off for less than one would never show off while operators look at it.
     fn show_operator_power(self, host: &HostRef, powered_on: Option<bool>) {
-        if !self.pass.context.power_monitored || self.pass.subject.machine().is_none() {
+        if !self.pass.context.settings.power_monitored || self.pass.subject.machine().is_none() {
             return;
         }
         let series = operator_series(self.machine_key(), self.pass.subject_node(), host);
@@ -394,12 +394,17 @@ impl<'p> Power<'p> {
         feeds_series: bool,
     ) -> Result<DirectBmc> {
         let allow_insecure = self.pass.policy.allow_insecure_bmc;
-        let config = bmc_driver_config(&self.pass.context.client, namespace, bmc, allow_insecure)
-            .await
-            .map_err(|reason| Error::Invalid {
-                object: format!("Machine {}/{}", self.pass.namespace, self.pass.name),
-                reason,
-            })?;
+        let config = bmc_driver_config(
+            &self.pass.context.clients.kube,
+            namespace,
+            bmc,
+            allow_insecure,
+        )
+        .await
+        .map_err(|reason| Error::Invalid {
+            object: format!("Machine {}/{}", self.pass.namespace, self.pass.name),
+            reason,
+        })?;
         let kind = driver_kind(&config.address);
         let shown = config.address.to_string();
         let system = config.address.system_path().map(str::to_string);
@@ -414,10 +419,10 @@ impl<'p> Power<'p> {
             self.pass.subject_node(),
             &config.address,
         );
-        let driver = self.pass.context.bmc_drivers.get_or_connect(
+        let driver = self.pass.context.clients.bmc_drivers.get_or_connect(
             key,
             config,
-            &self.pass.context.connector,
+            &self.pass.context.clients.connector,
         )?;
         let driver = Metered::wrap(driver, kind, self.pass.context.metrics.power.clone());
         let driver = self
@@ -446,7 +451,7 @@ impl<'p> Power<'p> {
         bmc: &DirectBmc,
     ) -> baremend_drivers::Result<PowerState> {
         let read = bmc.driver.power_state().await;
-        if self.pass.context.power_monitored && bmc.feeds_series {
+        if self.pass.context.settings.power_monitored && bmc.feeds_series {
             let metrics = &self.pass.context.metrics.power;
             metrics.set_host_power(&bmc.series, read.as_ref().ok().cloned());
             metrics.set_credential_used(&bmc.series, bmc.driver.credential_used());

@@ -104,7 +104,7 @@ impl<'p> Steps<'p> {
                 // The proof was taken again from fresh evidence in this round: a host turned
                 // back on since the Fenced step is not off any more. It is spent here.
                 let Some(proof) = round.proof.take() else {
-                    return Ok(Some(Action::requeue(self.pass.context.poll)));
+                    return Ok(Some(Action::requeue(self.pass.context.settings.poll)));
                 };
                 self.release_node(round.remediation, round.status, mode, proof)
                     .await?;
@@ -226,7 +226,8 @@ impl<'p> Steps<'p> {
         }
         // Gates open when other Machines change; their events do not reach this one, so
         // look again after a while (a finished remediation wakes held ones at once).
-        let recheck = (self.pass.context.poll * 4).clamp(HELD_RECHECK_MIN, HELD_RECHECK_MAX);
+        let recheck =
+            (self.pass.context.settings.poll * 4).clamp(HELD_RECHECK_MIN, HELD_RECHECK_MAX);
         Ok(Some(Action::requeue(recheck)))
     }
 
@@ -381,7 +382,7 @@ impl<'p> Steps<'p> {
             ..
         } = round;
         let Some(confirmed) = proof.as_ref() else {
-            return Ok(Some(Action::requeue(self.pass.context.poll)));
+            return Ok(Some(Action::requeue(self.pass.context.settings.poll)));
         };
         let host = confirmed.host().to_string();
         status.last_power_state = Some("Off".into());
@@ -747,7 +748,7 @@ impl<'p> Steps<'p> {
         object.metadata.labels = crate::shard::owner_labels(self.pass.context.leadership.shard());
         object.metadata.owner_references =
             Some(vec![self.pass.subject.owner_reference(
-                self.pass.context.machine_api.api_version(),
+                self.pass.context.settings.machine_api.api_version(),
             )]);
         let api = self.pass.remediation_api();
         self.writes.check()?;

@@ -127,7 +127,7 @@ impl FenceStrategy for RebootApiStrategy {
             return Ok(());
         };
         let hosts: Api<kube::api::DynamicObject> = Api::namespaced_with(
-            pass.context.client.clone(),
+            pass.context.clients.kube.clone(),
             &host_ref.namespace,
             &host_resource(),
         );
@@ -282,7 +282,7 @@ impl FenceStrategy for DirectBmcStrategy {
         state: &Persisted,
         off: bool,
     ) -> Result<()> {
-        let quiet = (pass.context.poll * 10).max(std::time::Duration::from_secs(5));
+        let quiet = (pass.context.settings.poll * 10).max(std::time::Duration::from_secs(5));
         let waited = since_epoch(pass.context.clock.now()).saturating_sub(state.phase_since);
         if waited < quiet {
             return Ok(());

@@ -82,7 +82,7 @@ impl<'p> Housekeeping<'p> {
             );
             let machine = self.pass.event_target();
             crate::runtime::events::publish(
-                &self.pass.context.recorder,
+                &self.pass.context.clients.recorder,
                 Severity::Normal,
                 EventReason::Pruned.as_str(),
                 &note,

@@ -77,7 +77,7 @@ pub(in crate::remediation) async fn run(
         let of_node = of_node.clone();
         move |node: Arc<Node>| of_node(&node.name_any())
     };
-    let remediations = context.remediations.clone();
+    let remediations = context.caches.remediations.clone();
     let of_remediation =
         move |r: Arc<Remediation>| subjects_of_remediation(&r, &remediations, &of_node);
     let same_node = {
@@ -107,7 +107,7 @@ pub(in crate::remediation) async fn run(
 
 /// The `HostBmc` that is Machine-less Node `node`'s subject, if any (the one trusted claim).
 fn subject_of_node(context: &Context, node: &str) -> Option<ObjectRef<HostBmc>> {
-    let mappings = context.host_bmcs.state();
+    let mappings = context.caches.host_bmcs.state();
     let trusted = context.policy().trust.host_bmc_namespaces;
     let claims = machineless_claims(&mappings, &trusted, &Default::default());
     claims
@@ -208,7 +208,7 @@ async fn reconcile(mapping: Arc<HostBmc>, context: Arc<Context>) -> Result<Actio
 /// only, and the first is refused too. A refused one is looked at again in a while: the
 /// deletion of the one contesting it, or the policy listing its namespace, frees it.
 async fn tell_machine_claims(context: &Context, mapping: &HostBmc) -> Result<Action> {
-    let mappings = context.host_bmcs.state();
+    let mappings = context.caches.host_bmcs.state();
     let trusted = context.policy().trust.host_bmc_namespaces;
     let me = ObjectRef::from_obj(mapping);
     let mut refused = false;
@@ -241,7 +241,7 @@ async fn tell_machine_claims(context: &Context, mapping: &HostBmc) -> Result<Act
 /// Every `HostBmc` naming Machine-less Node `node`, with why it is refused (None: it is the
 /// Node's subject) (see [`machineless_claims`]).
 fn standings_of_node(context: &Context, node: &str) -> Vec<(Arc<HostBmc>, Option<Refusal>)> {
-    let mappings = context.host_bmcs.state();
+    let mappings = context.caches.host_bmcs.state();
     let trusted = context.policy().trust.host_bmc_namespaces;
     let claims = machineless_claims(&mappings, &trusted, &Default::default());
     let subject = claims.subjects.get(node).map(|m| (*m).clone());
@@ -269,6 +269,7 @@ fn error_policy(mapping: Arc<HostBmc>, error: &Error, context: Arc<Context>) -> 
     let target = match mapping.spec.node_name.as_deref() {
         Some(node) => {
             let uid = context
+                .caches
                 .nodes
                 .get(&ObjectRef::new(node))
                 .and_then(|n| n.uid());
@@ -276,7 +277,7 @@ fn error_policy(mapping: Arc<HostBmc>, error: &Error, context: Arc<Context>) -> 
         }
         None => kube::Resource::object_ref(mapping.as_ref(), &()),
     };
-    crate::runtime::events::report_failed_pass(&context.recorder, target, error);
+    crate::runtime::events::report_failed_pass(&context.clients.recorder, target, error);
     let key = backoff_key(&mapping);
     requeue_after_failure(&context, &Subject::Node(mapping), &key, error)
 }

@@ -365,7 +365,7 @@ pub async fn run_machines(
     // A Node of a workload cluster wakes its Machine as a local one does.
     let machines_of_woken = machines.clone();
     let woken_machines =
-        futures_util::stream::unfold(context.workloads.wakes(), |mut woken| async move {
+        futures_util::stream::unfold(context.clients.workloads.wakes(), |mut woken| async move {
             woken.recv().await.map(|node| (node, woken))
         })
         .filter_map(move |woken| {
@@ -373,8 +373,8 @@ pub async fn run_machines(
         });
     let workload_sweep = {
         let context = context.clone();
-        Background::every(context.workloads.sweep_period(), move || {
-            let connected = context.workloads.sweep();
+        Background::every(context.clients.workloads.sweep_period(), move || {
+            let connected = context.clients.workloads.sweep();
             context.metrics.set_workload_clusters(connected);
         })
     };

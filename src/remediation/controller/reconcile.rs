@@ -98,7 +98,7 @@ impl Pass {
         // A workload cluster's steps take a bounded share of the workers: a server that holds
         // each request to its deadline holds those passes, not every other cluster's.
         let _share = match self.node_cluster(&remediation) {
-            Some(cluster) => match self.context.workloads.enter(&cluster) {
+            Some(cluster) => match self.context.clients.workloads.enter(&cluster) {
                 Some(share) => Some(share),
                 None => {
                     tracing::debug!(%cluster, "the cluster's share of the workers is taken: put back");
@@ -398,9 +398,11 @@ impl Pass {
         // One without a status yet is under way (the first phase).
         if remediation.phase().is_terminal() {
             self.context
+                .clients
                 .bmc_drivers
                 .release(&Power::of(self).machine_key());
             self.context
+                .clients
                 .bmc_drivers
                 .release(&Power::of(self).operator_bmc_key());
         }
@@ -502,8 +504,8 @@ pub(in crate::remediation) fn error_policy(
         machine.name_any()
     );
     let subject = Subject::Machine(machine);
-    let target = subject.event_target(context.machine_api.api_version(), None);
-    report_failed_pass(&context.recorder, target, error);
+    let target = subject.event_target(context.settings.machine_api.api_version(), None);
+    report_failed_pass(&context.clients.recorder, target, error);
     requeue_after_failure(&context, &subject, &key, error)
 }
 

@@ -150,7 +150,7 @@ impl<'p> BmcLocator<'p> {
         // appeared mid-cycle contests it, it does not replace it).
         let mappings = match &self.pass.subject {
             Subject::Node(mapping) => vec![mapping.clone()],
-            Subject::Machine(_) => self.pass.context.host_bmcs.state(),
+            Subject::Machine(_) => self.pass.context.caches.host_bmcs.state(),
         };
         locate_bmc(
             &mappings,

@@ -55,7 +55,7 @@ impl<'p> CapiHosts<'p> {
         self,
         machine: &slim::Machine,
     ) -> Result<std::result::Result<Option<HostRef>, Unusable>> {
-        if self.pass.context.machine_api == MachineApi::OpenShift {
+        if self.pass.context.settings.machine_api == MachineApi::OpenShift {
             return Ok(self.openshift_machine_host(machine));
         }
         let Some((namespace, name)) = self
@@ -67,7 +67,7 @@ impl<'p> CapiHosts<'p> {
             return Ok(Ok(None));
         };
         let api: Api<DynamicObject> = Api::namespaced_with(
-            self.pass.context.client.clone(),
+            self.pass.context.clients.kube.clone(),
             &namespace,
             &metal3_machine_resource(),
         );
@@ -106,7 +106,7 @@ impl<'p> CapiHosts<'p> {
         remediation: &crate::api::Remediation,
         fresh_host: &Option<Option<slim::BareMetalHost>>,
     ) -> std::result::Result<(), Held> {
-        if self.pass.context.machine_api != MachineApi::ClusterApi {
+        if self.pass.context.settings.machine_api != MachineApi::ClusterApi {
             return Ok(());
         }
         let Some(reference) = self
@@ -166,7 +166,7 @@ impl<'p> CapiHosts<'p> {
         let Some(cluster) = self.pass.node_cluster(remediation) else {
             return Ok(());
         };
-        match self.pass.context.workloads.connect(&cluster).await {
+        match self.pass.context.clients.workloads.connect(&cluster).await {
             Ok(_) => Ok(()),
             Err(error) => Err(Held::WorkloadCluster {
                 cluster: cluster.to_string(),

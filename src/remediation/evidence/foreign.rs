@@ -83,7 +83,7 @@ impl<'p> Foreign<'p> {
     /// not served is no evidence, not an error).
     /// Discovery, then each served kind's list at once.
     pub(in crate::remediation) async fn foreign_objects(self) -> Result<Vec<ForeignObject>> {
-        let client = &self.pass.context.client;
+        let client = &self.pass.context.clients.kube;
         let groups = client
             .list_api_groups()
             .await

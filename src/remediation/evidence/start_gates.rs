@@ -72,7 +72,7 @@ impl<'p> StartGates<'p> {
         reads: StartReads<'_>,
     ) -> Result<(std::result::Result<(), Held>, bool, Option<StartBasis>)> {
         let triggered = Triggers::of(self.pass).triggered();
-        let cached = self.pass.context.remediations.state();
+        let cached = self.pass.context.caches.remediations.state();
         let StartReads {
             mut launched,
             mark,
@@ -208,7 +208,7 @@ impl<'p> StartGates<'p> {
             return Ok(None);
         };
         let hosts: Api<slim::BareMetalHost> =
-            Api::namespaced(self.pass.context.client.clone(), &host.namespace);
+            Api::namespaced(self.pass.context.clients.kube.clone(), &host.namespace);
         let fresh = hosts
             .get_present(&host.name)
             .await
@@ -265,7 +265,7 @@ impl<'p> StartGates<'p> {
     /// dry runs. The ones that hold nothing are left out on the server: the history retention
     /// keeps would otherwise make every start's read grow.
     pub(in crate::remediation) async fn fresh_remediations(self) -> Result<Vec<Arc<Remediation>>> {
-        let api: Api<Remediation> = Api::all(self.pass.context.client.clone());
+        let api: Api<Remediation> = Api::all(self.pass.context.clients.kube.clone());
         let list = api
             .list(&ListParams::default().labels(&may_hold_a_host()))
             .await
@@ -288,15 +288,23 @@ impl<'p> StartGates<'p> {
             .pass
             .subject
             .machine()
-            .filter(|_| self.pass.context.machine_api == slim::MachineApi::ClusterApi)
+            .filter(|_| self.pass.context.settings.machine_api == slim::MachineApi::ClusterApi)
             .and_then(machine_cluster);
         let workload = match self.pass.node_cluster(remediation) {
-            Some(cluster) => self.pass.context.workloads.connect(&cluster).await.ok(),
+            Some(cluster) => self
+                .pass
+                .context
+                .clients
+                .workloads
+                .connect(&cluster)
+                .await
+                .ok(),
             None => None,
         };
         let machines: Vec<_> = self
             .pass
             .context
+            .caches
             .machines
             .state()
             .into_iter()
@@ -307,7 +315,12 @@ impl<'p> StartGates<'p> {
             let node = machine.status.as_ref()?.node_ref.as_ref()?;
             let cached = match &workload {
                 Some(workload) => workload.node(&node.name),
-                None => self.pass.context.nodes.get(&ObjectRef::new(&node.name)),
+                None => self
+                    .pass
+                    .context
+                    .caches
+                    .nodes
+                    .get(&ObjectRef::new(&node.name)),
             };
             cached.map(|n| node_is_ready(&n))
         };
@@ -326,6 +339,7 @@ impl<'p> StartGates<'p> {
         let requested: std::collections::HashSet<(String, String)> = self
             .pass
             .context
+            .caches
             .machine_requests
             .state()
             .iter()
@@ -340,6 +354,7 @@ impl<'p> StartGates<'p> {
         let node_requested: std::collections::HashSet<String> = self
             .pass
             .context
+            .caches
             .node_requests
             .state()
             .iter()
@@ -355,7 +370,7 @@ impl<'p> StartGates<'p> {
         // What only Nodes without a Machine need is gathered only when there are such claims:
         // this walk is on every start's path, and thousands of copies of names are
         // milliseconds.
-        let mappings = self.pass.context.host_bmcs.state();
+        let mappings = self.pass.context.caches.host_bmcs.state();
         let mut machine_nodes = std::collections::HashSet::new();
         for machine in &machines {
             let ready = node_ready(machine);
@@ -389,7 +404,7 @@ impl<'p> StartGates<'p> {
         let trusted = &self.pass.policy.trust.host_bmc_namespaces;
         let subjects = machineless_claims(&mappings, trusted, &machine_nodes).subjects;
         for node in subjects.into_keys() {
-            let cached = self.pass.context.nodes.get(&ObjectRef::new(&node));
+            let cached = self.pass.context.caches.nodes.get(&ObjectRef::new(&node));
             let ready = cached.as_deref().map(node_is_ready);
             health.machines += 1;
             if node_requested.contains(&node) || ready == Some(false) {
@@ -444,7 +459,7 @@ impl<'p> StartGates<'p> {
                 .count(),
             control_plane: health.control_plane.len(),
             control_plane_ready: health.control_plane_ready,
-            out_of_service_taint: self.pass.context.out_of_service_taint,
+            out_of_service_taint: self.pass.context.settings.out_of_service_taint,
         };
         let control_plane = match self.pass.subject.machine() {
             Some(machine) => machine_is_control_plane(machine.labels()),
@@ -486,7 +501,8 @@ impl<'p> StartGates<'p> {
             kind: "ClusterVersion".into(),
             plural: "clusterversions".into(),
         };
-        let api: Api<DynamicObject> = Api::all_with(self.pass.context.client.clone(), &resource);
+        let api: Api<DynamicObject> =
+            Api::all_with(self.pass.context.clients.kube.clone(), &resource);
         // A kind not served answers 404 too: no ClusterVersion, no upgrade.
         let version = api
             .get_present(CLUSTER_VERSION_NAME)
@@ -501,14 +517,14 @@ impl<'p> StartGates<'p> {
         self,
         remediation: &Remediation,
     ) -> Result<std::result::Result<(), Held>> {
-        let Some(placement) = &self.pass.context.placement else {
+        let Some(placement) = &self.pass.context.settings.placement else {
             return Ok(Ok(()));
         };
         if remediation.spec.node_name.as_deref() != Some(placement.node.as_str()) {
             return Ok(Ok(()));
         }
         let pods: Api<Pod> =
-            Api::namespaced(self.pass.context.client.clone(), &placement.namespace);
+            Api::namespaced(self.pass.context.clients.kube.clone(), &placement.namespace);
         let peers = pods
             .list(&ListParams::default().labels(&placement.peers))
             .await
@@ -532,7 +548,7 @@ impl<'p> StartGates<'p> {
         remediation: &Remediation,
         fresh_host: &Option<Option<slim::BareMetalHost>>,
     ) -> std::result::Result<(), Held> {
-        let Some(selector) = &self.pass.context.host_selector else {
+        let Some(selector) = &self.pass.context.settings.host_selector else {
             return Ok(());
         };
         let Some((host, None)) = self.pass.host(remediation) else {

@@ -122,58 +122,60 @@ pub struct Caches {
     pub node_requests: Store<NodeRemediation>,
 }
 
-/// What every reconcile shares.
-pub struct Context {
+/// Handles on the world a pass reads and writes through.
+pub struct Clients {
     /// The API client.
-    pub client: Client,
-    /// Machines (the controller's own store).
-    pub machines: Store<slim::Machine>,
-    /// BareMetalHosts.
-    pub hosts: Store<slim::BareMetalHost>,
-    /// Nodes.
-    pub nodes: Store<Node>,
-    /// Remediations.
-    pub remediations: Store<Remediation>,
-    /// Policies (the one named `default` applies).
-    pub policies: Store<RemediationPolicy>,
-    /// BMC mappings.
-    pub host_bmcs: Store<HostBmc>,
-    /// Cluster API remediation requests, a trigger like the Machine annotation.
-    pub machine_requests: Store<MachineRemediation>,
-    /// NodeHealthCheck remediation requests, named after the Machines' Nodes.
-    pub node_requests: Store<NodeRemediation>,
+    pub kube: Client,
+    /// Events.
+    pub recorder: Recorder,
     /// BMC drivers, one request gate per BMC.
     pub connector: Connector,
     /// The BMC drivers of remediations under way, one login each.
     pub bmc_drivers: DriverCache,
-    /// The clock.
-    pub clock: Arc<dyn Clock>,
-    /// Events.
-    pub recorder: Recorder,
+    /// The Cluster API workload clusters where Machines' Nodes live, connected on first need.
+    pub workloads: WorkloadClusters,
+}
+
+/// How this controller was configured (fixed for its life).
+pub struct Settings {
     /// How soon to look again while waiting for a BMC or a Node.
     pub poll: Duration,
     /// Told each step right after it is persisted (see [`PersistHook`]).
     pub after_persist: Option<PersistHook>,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
     /// Whether the power monitor runs: then the remediations' own BMC reads feed the power
     /// state of the hosts they remediate (the monitor leaves those hosts to them).
     pub power_monitored: bool,
-    /// Serializes start decisions and remembers the starts the cache may not show yet.
-    pub starts: tokio::sync::Mutex<Launched>,
     /// The API server knows the out-of-service taint (Kubernetes ≥ 1.28).
     pub out_of_service_taint: bool,
-    /// Whether this replica may write: checked right before every write.
-    pub leadership: Leadership,
     /// Where this replica runs, for the self-fence gate (None: not known, not checked).
     pub placement: Option<Placement>,
-    /// Failures in a row per Machine, for the requeue of transient ones.
-    pub backoff: Backoff,
     /// Which Machine API the Machines come from.
     pub machine_api: slim::MachineApi,
     /// The label selector of the BareMetalHosts watched (None: every host): a host outside it
     /// is absent from `hosts` although it exists (the `HostNotWatched` gate).
     pub host_selector: Option<String>,
+}
+
+/// What every reconcile shares: the watch caches, the handles on the world, the settings,
+/// and the state passes keep between them.
+pub struct Context {
+    /// The watch caches.
+    pub caches: Caches,
+    /// The API client, the Event recorder, the BMC drivers, the workload clusters.
+    pub clients: Clients,
+    /// How this controller was configured.
+    pub settings: Settings,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Whether this replica may write: the only source of the [`crate::leader::Writes`] every
+    /// writer takes.
+    pub leadership: Leadership,
+    /// Serializes start decisions and remembers the starts the cache may not show yet.
+    pub starts: tokio::sync::Mutex<Launched>,
+    /// Failures in a row per Machine, for the requeue of transient ones.
+    pub backoff: Backoff,
     /// The NodeHealthChecks last read (None: not read yet), for the trust of requests (see
     /// `admission.rs`).
     pub health_checks:
@@ -181,8 +183,6 @@ pub struct Context {
     /// Every BMC reading of the process, and the clock they are stamped with: every reader
     /// (fencing, monitor, probes) reads through it.
     pub witness: Witness,
-    /// The Cluster API workload clusters where Machines' Nodes live, connected on first need.
-    pub workloads: WorkloadClusters,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step
@@ -218,25 +218,35 @@ impl Context {
     /// The Nodes of this cluster a Machine names (see [`super::subject::machine_nodes`]).
     pub fn local_machine_nodes(&self) -> std::collections::HashSet<String> {
         let provider_id_of = |name: &str| self.cached_provider_id(name);
-        super::subject::machine_nodes(&self.machines.state(), self.machine_api, provider_id_of)
+        super::subject::machine_nodes(
+            &self.caches.machines.state(),
+            self.settings.machine_api,
+            provider_id_of,
+        )
     }
 
     /// Whether a Machine names `node`, a Node of this cluster (a workload cluster's Node of
     /// that name is another Node): only the Machines naming it are looked at.
     pub fn node_has_machine(&self, node: &str) -> bool {
-        let machines = self.machines.state();
+        let machines = self.caches.machines.state();
         machines
             .iter()
             .filter(|m| m.node_name() == Some(node))
             .any(|m| {
                 let provider_id_of = |name: &str| self.cached_provider_id(name);
-                super::subject::names_node_here(m, &machines, self.machine_api, provider_id_of)
+                super::subject::names_node_here(
+                    m,
+                    &machines,
+                    self.settings.machine_api,
+                    provider_id_of,
+                )
             })
     }
 
     /// Whether the Node cache has `name` (None: no), and its providerID.
     fn cached_provider_id(&self, name: &str) -> Option<Option<String>> {
         let node = self
+            .caches
             .nodes
             .get(&kube::runtime::reflector::ObjectRef::new(name))?;
         Some(node.spec.as_ref().and_then(|s| s.provider_id.clone()))
@@ -257,35 +267,32 @@ impl Context {
         let workloads =
             WorkloadClusters::new(client.clone(), clock.clone(), options.workload_clusters);
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            machines: caches.machines,
-            hosts: caches.hosts,
-            nodes: caches.nodes,
-            remediations: caches.remediations,
-            policies: caches.policies,
-            host_bmcs: caches.host_bmcs,
-            machine_requests: caches.machine_requests,
-            node_requests: caches.node_requests,
-            connector: Connector::new(),
-            bmc_drivers: DriverCache::default(),
-            poll: options.poll,
-            after_persist: options.after_persist,
-            power_monitored: options.power_poll.is_some(),
+            clients: Clients {
+                recorder: Recorder::new(client.clone(), reporter),
+                kube: client,
+                connector: Connector::new(),
+                bmc_drivers: DriverCache::default(),
+                workloads,
+            },
+            caches,
+            settings: Settings {
+                poll: options.poll,
+                after_persist: options.after_persist,
+                power_monitored: options.power_poll.is_some(),
+                out_of_service_taint,
+                placement: options.placement,
+                machine_api: options.machine_api,
+                host_selector: options.host_selector,
+            },
             metrics: options.metrics,
             starts: tokio::sync::Mutex::new(Launched::new()),
-            out_of_service_taint,
             leadership: options.leadership,
-            placement: options.placement,
             backoff: Backoff::default(),
-            machine_api: options.machine_api,
-            host_selector: options.host_selector,
             health_checks: std::sync::RwLock::new(None),
             witness: Witness {
                 ledger: Arc::new(BmcLedger::new(options.bmc_distrust)),
                 clock: clock.clone(),
             },
-            workloads,
             clock,
         }
     }
@@ -295,14 +302,14 @@ impl Context {
     /// without all Machines, on wrong storm and quorum counts. Checked without waiting, so the
     /// controller keeps polling the watches that fill the caches.
     pub fn caches_ready(&self) -> bool {
-        is_ready(&self.machines)
-            && is_ready(&self.hosts)
-            && is_ready(&self.nodes)
-            && is_ready(&self.remediations)
-            && is_ready(&self.policies)
-            && is_ready(&self.host_bmcs)
-            && is_ready(&self.machine_requests)
-            && is_ready(&self.node_requests)
+        is_ready(&self.caches.machines)
+            && is_ready(&self.caches.hosts)
+            && is_ready(&self.caches.nodes)
+            && is_ready(&self.caches.remediations)
+            && is_ready(&self.caches.policies)
+            && is_ready(&self.caches.host_bmcs)
+            && is_ready(&self.caches.machine_requests)
+            && is_ready(&self.caches.node_requests)
             // The requests' trust rests on the NodeHealthChecks: a request judged before they
             // were read would be passed over, and nothing would wake it again.
             && self
@@ -321,7 +328,7 @@ impl Context {
         }
         let mut in_progress = 0;
         let mut held: Vec<(&str, usize)> = Gate::ALL.iter().map(|g| (g.as_str(), 0)).collect();
-        for remediation in self.remediations.state() {
+        for remediation in self.caches.remediations.state() {
             let Some(status) = &remediation.status else {
                 continue;
             };
@@ -340,7 +347,7 @@ impl Context {
         }
         self.metrics.set_counts(in_progress, &held);
         // The HostBmcs refused now, of Nodes and of Machines (the ContestedNode alert reads it).
-        let mappings = self.host_bmcs.state();
+        let mappings = self.caches.host_bmcs.state();
         let machine_nodes = self.local_machine_nodes();
         let trusted = self.policy().trust.host_bmc_namespaces;
         let claims = crate::remediation::decide::trust::machineless_claims(
@@ -368,12 +375,12 @@ impl Context {
     /// The policy in force: the object named `default`; without one, the defaults in
     /// `DryRun` (see [`RemediationPolicySpec::unconfigured`]).
     pub fn policy(&self) -> RemediationPolicySpec {
-        policy_object(&self.policies, |p| &p.spec)
+        policy_object(&self.caches.policies, |p| &p.spec)
             .unwrap_or_else(RemediationPolicySpec::unconfigured)
     }
 
     /// Whether the policy object `default` exists.
     pub fn policy_configured(&self) -> bool {
-        policy_object(&self.policies, |p| &p.spec).is_some()
+        policy_object(&self.caches.policies, |p| &p.spec).is_some()
     }
 }

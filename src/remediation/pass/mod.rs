@@ -50,6 +50,7 @@ fn remediations_of(context: &Context, subject: &Subject) -> Vec<Arc<Remediation>
     let (name, namespace) = (subject.name(), subject.namespace());
     let node_subject = subject.machine().is_none();
     let mut all: Vec<Arc<Remediation>> = context
+        .caches
         .remediations
         .state()
         .into_iter()
@@ -80,7 +81,7 @@ pub fn requeue_after_failure(
     key: &str,
     error: &Error,
 ) -> kube::runtime::controller::Action {
-    let base = context.poll.max(Duration::from_secs(1));
+    let base = context.settings.poll.max(Duration::from_secs(1));
     if under_way(context, subject) {
         context.backoff.failed_under_way(key, error, base)
     } else {
@@ -162,7 +163,7 @@ impl Pass {
     }
 
     pub(super) fn remediation_api(&self) -> Api<Remediation> {
-        Api::namespaced(self.context.client.clone(), &self.namespace)
+        Api::namespaced(self.context.clients.kube.clone(), &self.namespace)
     }
 
     /// The API of the subject's Machine (None: a Node subject, which has no Machine to mark,
@@ -170,9 +171,9 @@ impl Pass {
     pub(super) fn machines_api(&self) -> Option<Api<DynamicObject>> {
         self.subject.machine()?;
         Some(Api::namespaced_with(
-            self.context.client.clone(),
+            self.context.clients.kube.clone(),
             &self.namespace,
-            &self.context.machine_api.resource(),
+            &self.context.settings.machine_api.resource(),
         ))
     }
 
@@ -218,7 +219,7 @@ impl Pass {
             ready_grace: Duration::from_secs(t.ready_grace_seconds.into()),
             max_attempts: self.policy.max_attempts,
             release: self.policy.node_release,
-            poll: self.context.poll,
+            poll: self.context.settings.poll,
             mode: self.policy.mode,
         }
     }
@@ -248,7 +249,7 @@ impl Pass {
         &self,
         remediation: &Remediation,
     ) -> Option<ClusterRef> {
-        if self.context.machine_api != slim::MachineApi::ClusterApi {
+        if self.context.settings.machine_api != slim::MachineApi::ClusterApi {
             return None;
         }
         let status = remediation.status.as_ref();
@@ -264,12 +265,12 @@ impl Pass {
 
     /// The workload cluster of the Machine's Node as its Cluster says now (None: here).
     pub(in crate::remediation) fn machine_node_cluster(&self) -> Option<ClusterRef> {
-        if self.context.machine_api != slim::MachineApi::ClusterApi {
+        if self.context.settings.machine_api != slim::MachineApi::ClusterApi {
             return None;
         }
         let machine = self.subject.machine()?;
-        let machines = self.context.machines.state();
-        let nodes = &self.context.nodes;
+        let machines = self.context.caches.machines.state();
+        let nodes = &self.context.caches.nodes;
         workload_cluster_of(machine, &machines, |name| {
             let node = nodes.get(&ObjectRef::new(name))?;
             Some(node.spec.as_ref().and_then(|s| s.provider_id.clone()))
@@ -279,8 +280,11 @@ impl Pass {
     /// The Node API of the cluster the remediation's Node is in (connected on first need).
     pub(super) async fn node_api(&self, remediation: &Remediation) -> Result<NodeApi> {
         match self.node_cluster(remediation) {
-            None => Ok(NodeApi::local(&self.context.client)),
-            Some(cluster) => Ok(self.context.workloads.connect(&cluster).await?.node_api()),
+            None => Ok(NodeApi::local(&self.context.clients.kube)),
+            Some(cluster) => {
+                let connected = self.context.clients.workloads.connect(&cluster).await?;
+                Ok(connected.node_api())
+            }
         }
     }
 
@@ -291,8 +295,11 @@ impl Pass {
             return Ok(None);
         };
         match self.node_cluster(remediation) {
-            None => Ok(self.context.nodes.get(&ObjectRef::new(name))),
-            Some(cluster) => Ok(self.context.workloads.connect(&cluster).await?.node(name)),
+            None => Ok(self.context.caches.nodes.get(&ObjectRef::new(name))),
+            Some(cluster) => {
+                let connected = self.context.clients.workloads.connect(&cluster).await?;
+                Ok(connected.node(name))
+            }
         }
     }
 
@@ -310,6 +317,7 @@ impl Pass {
         };
         let object = self
             .context
+            .caches
             .hosts
             .get(&ObjectRef::new(&host_ref.name).within(&host_ref.namespace));
         Some((host_ref, object))
@@ -340,7 +348,7 @@ impl Pass {
             .as_ref()
             .and_then(|s| s.steps.last())
             .map(|s| s.step.as_str());
-        if let Some(hook) = &self.context.after_persist
+        if let Some(hook) = &self.context.settings.after_persist
             && let Some(step) = last
             && (hook.0)(step).is_err()
         {
@@ -408,7 +416,7 @@ impl Pass {
         let remediation_ref = remediation.object_ref(&());
         let machine_ref = self.event_target();
         crate::runtime::events::publish_action(
-            &self.context.recorder,
+            &self.context.clients.recorder,
             severity,
             (reason.as_str(), action),
             &note,
@@ -472,12 +480,13 @@ impl Pass {
             Subject::Machine(_) => None,
             Subject::Node(_) => self
                 .context
+                .caches
                 .nodes
                 .get(&ObjectRef::new(&self.name))
                 .and_then(|n| n.uid()),
         };
         self.subject
-            .event_target(self.context.machine_api.api_version(), node_uid)
+            .event_target(self.context.settings.machine_api.api_version(), node_uid)
     }
 
     /// Time since the Remediation was created.
@@ -535,7 +544,7 @@ impl Pass {
             let context = self.context.clone();
             tokio::spawn(async move {
                 // Its failure is the start's gates' to tell, on their own ask.
-                let _ = context.workloads.connect(&cluster).await;
+                let _ = context.clients.workloads.connect(&cluster).await;
             });
         }
     }

@@ -310,7 +310,7 @@ impl Memory {
             let action = readiness.reason().map_or("Ready", Reason::as_str);
             let regarding = [(target.reference.clone(), None)];
             publish_action(
-                &context.recorder,
+                &context.clients.recorder,
                 severity,
                 (reason, action),
                 &note,
@@ -375,13 +375,16 @@ async fn round(
     started: tokio::time::Instant,
 ) {
     let policy = context.policy();
-    let machines = context.machines.state();
+    let machines = context.caches.machines.state();
     // A Cluster API Machine names its host through its Metal3Machine, read fresh each round.
-    let resolved = match context.machine_api {
+    let resolved = match context.settings.machine_api {
         slim::MachineApi::OpenShift => None,
         slim::MachineApi::ClusterApi => {
-            match crate::remediation::evidence::capi::hosts_of_machines(&context.client, &machines)
-                .await
+            match crate::remediation::evidence::capi::hosts_of_machines(
+                &context.clients.kube,
+                &machines,
+            )
+            .await
             {
                 Ok(resolved) => Some(resolved),
                 Err(error) => {
@@ -395,17 +398,17 @@ async fn round(
     let mut targets = {
         let lookup = |r: &HostRef| {
             let key = kube::runtime::reflector::ObjectRef::new(&r.name).within(&r.namespace);
-            context.hosts.get(&key)
+            context.caches.hosts.get(&key)
         };
         targets(&Fleet {
             machines: &machines,
             host: &lookup,
-            host_bmcs: &context.host_bmcs.state(),
-            remediations: &context.remediations.state(),
+            host_bmcs: &context.caches.host_bmcs.state(),
+            remediations: &context.caches.remediations.state(),
             policy: &policy,
             node_labels: &|name: &str| {
                 let key = kube::runtime::reflector::ObjectRef::new(name);
-                context.nodes.get(&key).map(|n| n.labels().clone())
+                context.caches.nodes.get(&key).map(|n| n.labels().clone())
             },
             resolved_hosts: resolved.as_ref(),
         })
@@ -415,8 +418,8 @@ async fn round(
     // Earliest first: a slot of the bounded stream is never held by a check that waits.
     targets.sort_by_key(|t| offset(seed, &t.key, interval));
     let probes = Probes {
-        client: &context.client,
-        connector: &context.connector,
+        client: &context.clients.kube,
+        connector: &context.clients.connector,
         strategies: &policy.strategies,
         reboot_key: &policy.reboot_key,
         timeout: PROBE_TIMEOUT.min(interval.max(Duration::from_secs(1))),

@@ -87,14 +87,14 @@ pub(in crate::remediation) fn under_remediation(
 
 /// The hosts to look at now, from the caches.
 fn targets(context: &Context) -> Vec<Target> {
-    let remediating = under_remediation(&context.remediations.state());
-    let host_bmcs = context.host_bmcs.state();
+    let remediating = under_remediation(&context.caches.remediations.state());
+    let host_bmcs = context.caches.host_bmcs.state();
     // A HostBmc outside these namespaces is never logged in for (see `locate_bmc`).
     let trusted = context.policy().trust.host_bmc_namespaces;
     // Nor for a Machine's BareMetalHost outside these (see `trusted_machine_host`).
     let trusted_hosts = context.policy().trust.machine_host_namespaces;
     let mut targets = Vec::new();
-    for machine in context.machines.state() {
+    for machine in context.caches.machines.state() {
         let namespace = machine.namespace().unwrap_or_default();
         let name = machine.name_any();
         let under_remediation = remediating.contains(&(namespace.clone(), name.clone()));
@@ -108,6 +108,7 @@ fn targets(context: &Context) -> Vec<Target> {
             .flatten();
         let host = host_ref.as_ref().and_then(|r| {
             context
+                .caches
                 .hosts
                 .get(&ObjectRef::new(&r.name).within(&r.namespace))
         });
@@ -273,6 +274,7 @@ async fn read(
     let bmc = match &target.source {
         Source::OperatorStatus(host) => {
             let powered_on = context
+                .caches
                 .hosts
                 .get(host)
                 .and_then(|h| h.status.as_ref().and_then(|s| s.powered_on));
@@ -332,13 +334,18 @@ async fn connect(
         return Ok(witnessed(driver));
     }
     let allow_insecure = context.policy().allow_insecure_bmc;
-    let config = bmc_driver_config(&context.client, &target.namespace, bmc, allow_insecure)
-        .await
-        .map_err(|reason| crate::Error::Invalid {
-            object: format!("the BMC of Machine {}", target.key),
-            reason,
-        })?;
-    let driver = drivers.get_or_connect(&target.key, config, &context.connector)?;
+    let config = bmc_driver_config(
+        &context.clients.kube,
+        &target.namespace,
+        bmc,
+        allow_insecure,
+    )
+    .await
+    .map_err(|reason| crate::Error::Invalid {
+        object: format!("the BMC of Machine {}", target.key),
+        reason,
+    })?;
+    let driver = drivers.get_or_connect(&target.key, config, &context.clients.connector)?;
     Ok(witnessed(driver))
 }
 

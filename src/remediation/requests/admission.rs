@@ -72,7 +72,8 @@ impl Context {
     /// Reads the NodeHealthChecks from the API server. A cluster that does not serve them
     /// has none (404): then only the policy's `spec.trust.requestNamespaces` trust anything.
     pub async fn refresh_health_checks(&self) -> Result<()> {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &health_check_resource());
+        let api: Api<DynamicObject> =
+            Api::all_with(self.clients.kube.clone(), &health_check_resource());
         let listed = match api.list(&ListParams::default()).await {
             Ok(list) => list
                 .items
@@ -237,7 +238,7 @@ where
     };
     writes.check()?;
     let api: Api<K> = Api::namespaced(
-        context.client.clone(),
+        context.clients.kube.clone(),
         &object.namespace().unwrap_or_default(),
     );
     // The conditions only: the list is written whole, the others in it kept. On the version
@@ -267,7 +268,7 @@ where
     let note = format!("refused: {refusal}; {consequence}");
     tracing::warn!(%kind, name = %object.name_any(), reason = refusal.reason().as_str(), "{note}");
     crate::runtime::events::publish(
-        &context.recorder,
+        &context.clients.recorder,
         Severity::Warning,
         refusal.reason().as_str(),
         &note,

@@ -318,7 +318,8 @@ async fn set_condition(context: &Context, key: &str, condition: Condition) {
     let Some((namespace, name)) = key.split_once('/') else {
         return;
     };
-    let api: Api<NodeRemediationTemplate> = Api::namespaced(context.client.clone(), namespace);
+    let api: Api<NodeRemediationTemplate> =
+        Api::namespaced(context.clients.kube.clone(), namespace);
     let patch = Patch::Merge(serde_json::json!({"status": {"conditions": [condition]}}));
     // Only the leader writes (the watch runs beside the controllers, after the election).
     if context.leadership.writes().is_err() {
@@ -401,7 +402,7 @@ async fn tell(context: &Context, notice: &Notice, uid: Option<String>) {
             warn!(node_health_check = %disabled.name, reason = %disabled.reason, "{note}");
             let pairs = [(reference(&disabled.name, uid), None)];
             publish(
-                &context.recorder,
+                &context.clients.recorder,
                 Severity::Warning,
                 REASON_DISABLED,
                 &note,
@@ -416,7 +417,7 @@ async fn tell(context: &Context, notice: &Notice, uid: Option<String>) {
             info!(node_health_check = %name, "{note}");
             let pairs = [(reference(name, uid), None)];
             publish(
-                &context.recorder,
+                &context.clients.recorder,
                 Severity::Normal,
                 REASON_ENABLED,
                 &note,
@@ -431,7 +432,7 @@ async fn tell(context: &Context, notice: &Notice, uid: Option<String>) {
 /// disabled one that names baremend; runs until dropped.
 pub async fn run(context: Arc<Context>) {
     loop {
-        match served(&context.client).await {
+        match served(&context.clients.kube).await {
             Ok(true) => watch(&context).await,
             Ok(false) => {}
             Err(error) => warn!(%error, "cannot tell whether the API serves NodeHealthChecks"),
@@ -442,7 +443,7 @@ pub async fn run(context: Arc<Context>) {
 
 /// The watch: after every change the whole set is decided again (NodeHealthChecks are few).
 async fn watch(context: &Context) {
-    let api: Api<DynamicObject> = Api::all_with(context.client.clone(), &resource());
+    let api: Api<DynamicObject> = Api::all_with(context.clients.kube.clone(), &resource());
     let writer = reflector::store::Writer::new(resource());
     let store = writer.as_reader();
     let mut changes = reflector(writer, watcher(api, watcher::Config::default()))
@@ -455,7 +456,7 @@ async fn watch(context: &Context) {
                 warn!(%error, "watching NodeHealthChecks");
                 // Their CRD removed (the operator uninstalled): back to looking for it now
                 // and then, rather than a watch that fails forever.
-                if matches!(served(&context.client).await, Ok(false)) {
+                if matches!(served(&context.clients.kube).await, Ok(false)) {
                     return;
                 }
                 continue;

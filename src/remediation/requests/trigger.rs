@@ -171,6 +171,7 @@ impl<'p> Triggers<'p> {
         self.pass.subject.machine()?;
         self.pass
             .context
+            .caches
             .machine_requests
             .get(&ObjectRef::new(&self.pass.name).within(&self.pass.namespace))
             .filter(|r| r.metadata.deletion_timestamp.is_none())
@@ -189,6 +190,7 @@ impl<'p> Triggers<'p> {
         }
         self.pass
             .context
+            .caches
             .node_requests
             .state()
             .into_iter()
@@ -244,7 +246,7 @@ impl<'p> Triggers<'p> {
         // A Node subject has no Machine a MachineRemediation could be named after.
         if self.pass.subject.machine().is_some() {
             let machines: Api<MachineRemediation> =
-                Api::namespaced(self.pass.context.client.clone(), &self.pass.namespace);
+                Api::namespaced(self.pass.context.clients.kube.clone(), &self.pass.namespace);
             let machine = machines
                 .get_present(&self.pass.name)
                 .await
@@ -260,7 +262,7 @@ impl<'p> Triggers<'p> {
             return Ok(false);
         };
         let nodes: Api<NodeRemediation> =
-            Api::namespaced(self.pass.context.client.clone(), &cached.namespace);
+            Api::namespaced(self.pass.context.clients.kube.clone(), &cached.namespace);
         let node = nodes
             .get_present(&cached.name)
             .await
@@ -349,12 +351,14 @@ impl<'p> Triggers<'p> {
             TriggerKind::MachineRemediation => self
                 .pass
                 .context
+                .caches
                 .machine_requests
                 .get(&ObjectRef::new(name).within(namespace))
                 .map(|r| machine_request(&r)),
             TriggerKind::NodeRemediation => self
                 .pass
                 .context
+                .caches
                 .node_requests
                 .get(&ObjectRef::new(name).within(namespace))
                 .map(|r| node_request(&r)),
@@ -382,7 +386,7 @@ impl<'p> Triggers<'p> {
         writes.check()?;
         let patch = Patch::Merge(serde_json::json!({"status": status}));
         let params = PatchParams::default();
-        let client = self.pass.context.client.clone();
+        let client = self.pass.context.clients.kube.clone();
         let result = match request.kind {
             TriggerKind::NodeRemediation => {
                 Api::<NodeRemediation>::namespaced(client, &request.namespace)
