@@ -20,7 +20,7 @@ use crate::api::{Remediation, RemediationSpec, RemediationStatus};
 use crate::duration::spoken;
 use crate::leader::Writes;
 use crate::remediation::act::dry_run::describe;
-use crate::remediation::act::power::Power;
+use crate::remediation::act::power::{DirectBmc, Power};
 use crate::remediation::act::strategy::Strategies;
 use crate::remediation::decide::fence::{ConfirmedOff, FencedHost};
 use crate::remediation::decide::gates::Held;
@@ -265,7 +265,7 @@ impl<'p> Steps<'p> {
             driver,
         )
         .await?;
-        self.act_power_off(remediation, name).await
+        self.act_power_off(remediation, name, None).await
     }
 
     /// The start's record: `PoweringOff` with the strategy, the driver, the attempt and what
@@ -305,11 +305,12 @@ impl<'p> Steps<'p> {
         self,
         remediation: &mut Remediation,
         name: FenceStrategyName,
+        prepared: Option<DirectBmc>,
     ) -> Result<Next> {
         // The request first: every moment before it, the hung host may still write to
         // shared storage.
         let requested = Strategies::of(self.pass)
-            .request_power(self.writes, remediation, name, true)
+            .power_off_prepared(self.writes, remediation, name, prepared)
             .await;
         let note = format!("fencing with {}", name.as_str());
         self.pass

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use baremend_drivers::{BmcAddress, PowerOffMode, PowerState};
 use kube::api::Api;
 
-use super::power::{BmcProofReads, BmcReadRefused};
+use super::power::{BmcProofReads, BmcReadRefused, DirectBmc};
 use super::probe::{ProbeSite, ProbeWith, no_bmc, probe_bmc, probe_host};
 use crate::Result;
 use crate::api::{FenceStrategyName, Remediation};
@@ -60,9 +60,24 @@ pub(in crate::remediation) trait FenceStrategy: Send + Sync {
     ) -> Result<()>;
 
     /// Gets ready to ask, asking nothing of the host (a BMC's session opened): made beside a
-    /// start's record, so that the power-off after it has fewer round trips to make. Its
-    /// failure is left to the request, which meets it again and tells it.
-    async fn prepare(&self, _pass: &Pass, _remediation: &Remediation) {}
+    /// start's record, so that the power-off after it has fewer round trips to make. What it
+    /// readied goes to [`FenceStrategy::power_off_prepared`]; its failure (None) is left to
+    /// the request, which meets it again and tells it.
+    async fn prepare(&self, _pass: &Pass, _remediation: &Remediation) -> Option<DirectBmc> {
+        None
+    }
+
+    /// A start's power-off, with what [`FenceStrategy::prepare`] readied for it a moment
+    /// before (the BMC's Secret read once for both).
+    async fn power_off_prepared(
+        &self,
+        pass: &Pass,
+        writes: &Writes,
+        remediation: &Remediation,
+        _prepared: Option<DirectBmc>,
+    ) -> Result<()> {
+        self.request_power(pass, writes, remediation, true).await
+    }
 
     /// Takes back the power-off request this strategy may have made, when `what` covers it
     /// and there is something to ask.
@@ -229,12 +244,31 @@ impl FenceStrategy for DirectBmcStrategy {
     }
 
     /// The BMC's Secret read, its driver made and its session opened.
-    async fn prepare(&self, pass: &Pass, remediation: &Remediation) {
-        if let Ok(bmc) = Power::of(pass).direct_bmc(remediation).await
-            && let Err(error) = bmc.driver.connect().await
-        {
-            tracing::debug!(bmc = %bmc.address, %error, "cannot connect ahead of the power-off");
+    async fn prepare(&self, pass: &Pass, remediation: &Remediation) -> Option<DirectBmc> {
+        let bmc = Power::of(pass).direct_bmc(remediation).await.ok()?;
+        match bmc.driver.connect().await {
+            Ok(()) => Some(bmc),
+            Err(error) => {
+                tracing::debug!(bmc = %bmc.address, %error, "cannot connect ahead of the power-off");
+                None
+            }
         }
+    }
+
+    /// The readied BMC, else one read again: the power-off makes no second read of the
+    /// Secret the session was opened with a moment before.
+    async fn power_off_prepared(
+        &self,
+        pass: &Pass,
+        writes: &Writes,
+        remediation: &Remediation,
+        prepared: Option<DirectBmc>,
+    ) -> Result<()> {
+        let bmc = match prepared {
+            Some(bmc) => bmc,
+            None => Power::of(pass).direct_bmc(remediation).await?,
+        };
+        power_with(pass, writes, remediation, &bmc, true).await
     }
 
     async fn request_power(
@@ -245,16 +279,7 @@ impl FenceStrategy for DirectBmcStrategy {
         off: bool,
     ) -> Result<()> {
         let bmc = Power::of(pass).direct_bmc(remediation).await?;
-        writes.check()?;
-        if off {
-            bmc.driver.power_off(PowerOffMode::Forced).await?;
-        } else {
-            bmc.driver.power_on().await?;
-        }
-        Power::of(pass)
-            .note_previous_password(remediation, &bmc)
-            .await;
-        Ok(())
+        power_with(pass, writes, remediation, &bmc, off).await
     }
 
     /// Not when only the reboot requests go (the host is on already), nor without a BMC.
@@ -340,6 +365,27 @@ impl FenceStrategy for DirectBmcStrategy {
     }
 }
 
+/// Asks `bmc` for the host's power off (`off`) or on, with the leader's leave checked right
+/// before; a password the BMC took that was the Secret's previous one is told.
+async fn power_with(
+    pass: &Pass,
+    writes: &Writes,
+    remediation: &Remediation,
+    bmc: &DirectBmc,
+    off: bool,
+) -> Result<()> {
+    writes.check()?;
+    if off {
+        bmc.driver.power_off(PowerOffMode::Forced).await?;
+    } else {
+        bmc.driver.power_on().await?;
+    }
+    Power::of(pass)
+        .note_previous_password(remediation, bmc)
+        .await;
+    Ok(())
+}
+
 /// The pass's calls into its fencing strategies: the power requests, their preparation and
 /// withdrawal, the proof. Made by `Strategies::of(pass)` where needed, so that a call names the
 /// file it goes to.
@@ -384,8 +430,21 @@ impl<'p> Strategies<'p> {
         self,
         remediation: &Remediation,
         name: FenceStrategyName,
-    ) {
+    ) -> Option<DirectBmc> {
         strategy(name).prepare(self.pass, remediation).await
+    }
+
+    /// A start's power-off asked of `name`, with what [`Strategies::prepare_power`] readied.
+    pub(in crate::remediation) async fn power_off_prepared(
+        self,
+        writes: &Writes,
+        remediation: &Remediation,
+        name: FenceStrategyName,
+        prepared: Option<DirectBmc>,
+    ) -> Result<()> {
+        strategy(name)
+            .power_off_prepared(self.pass, writes, remediation, prepared)
+            .await
     }
 
     /// Withdraws every power-off request this remediation made, so the host comes back on.

@@ -328,19 +328,18 @@ impl Pass {
             self.record_start(writes, round, strategy, driver, basis),
         )
         .await;
-        let remediation = match launched {
-            (Ok(remediation), ready) => {
-                // Ready: polled to its end already, and never again.
-                if ready.is_none() {
-                    prepared.await;
-                }
-                remediation
-            }
+        let (remediation, ready) = match launched {
+            (Ok(remediation), ready) => (remediation, ready),
             (Err(launch), _) => return launch,
+        };
+        // Ready: polled to its end already, and never again.
+        let ready = match ready {
+            Some(ready) => ready,
+            None => prepared.await,
         };
         Launch::Started(
             Steps::of(self, writes)
-                .act_power_off(remediation, name)
+                .act_power_off(remediation, name, ready)
                 .await,
         )
     }
