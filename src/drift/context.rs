@@ -71,18 +71,9 @@ pub struct DriftCaches {
 pub struct DriftContext {
     /// The API client.
     pub client: Client,
-    /// Nodes.
-    pub nodes: Store<Node>,
-    /// MachineConfigPools.
-    pub pools: Store<MachineConfigPool>,
-    /// MachineConfigNodes (empty where the API does not serve them).
-    pub mcns: Store<MachineConfigNode>,
-    /// Our drift remediations.
-    pub remediations: Store<DriftRemediation>,
-    /// Our machine remediations (a node under one is disrupted).
-    pub machine_remediations: Store<Remediation>,
-    /// Policies (the one named `default` applies).
-    pub policies: Store<DriftPolicy>,
+    /// The watch caches: Nodes, pools, MachineConfigNodes, our drift and machine
+    /// remediations, the policies.
+    pub caches: DriftCaches,
     /// The clock.
     pub clock: Arc<dyn Clock>,
     /// Events.
@@ -118,12 +109,7 @@ impl DriftContext {
         DriftContext {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            nodes: caches.nodes,
-            pools: caches.pools,
-            mcns: caches.mcns,
-            remediations: caches.remediations,
-            machine_remediations: caches.machine_remediations,
-            policies: caches.policies,
+            caches,
             clock,
             poll: options.poll,
             metrics: options.metrics,
@@ -138,16 +124,17 @@ impl DriftContext {
     /// The policy in force: the object named `default`; without one, the defaults in
     /// `Observe` (see [`DriftPolicySpec::unconfigured`]).
     pub fn policy(&self) -> DriftPolicySpec {
-        policy_object(&self.policies, |p| &p.spec).unwrap_or_else(DriftPolicySpec::unconfigured)
+        policy_object(&self.caches.policies, |p| &p.spec)
+            .unwrap_or_else(DriftPolicySpec::unconfigured)
     }
 
     /// Whether every cache holds a full list.
     pub fn caches_ready(&self) -> bool {
-        is_ready(&self.nodes)
-            && is_ready(&self.pools)
-            && is_ready(&self.remediations)
-            && is_ready(&self.machine_remediations)
-            && is_ready(&self.policies)
+        is_ready(&self.caches.nodes)
+            && is_ready(&self.caches.pools)
+            && is_ready(&self.caches.remediations)
+            && is_ready(&self.caches.machine_remediations)
+            && is_ready(&self.caches.policies)
     }
 
     /// Recounts the drift gauges per pool and the held starts from the caches.
@@ -155,10 +142,10 @@ impl DriftContext {
         if !self.caches_ready() {
             return;
         }
-        let missing = policy_object(&self.policies, |p| &p.spec).is_none();
+        let missing = policy_object(&self.caches.policies, |p| &p.spec).is_none();
         self.metrics.set_policy_missing(PolicyKind::Drift, missing);
-        let pools = self.pools.state();
-        let nodes = self.nodes.state();
+        let pools = self.caches.pools.state();
+        let nodes = self.caches.nodes.state();
         let mut per_pool: HashMap<String, (usize, usize)> =
             pools.iter().map(|p| (p.name_any(), (0, 0))).collect();
         for node in &nodes {
@@ -179,7 +166,7 @@ impl DriftContext {
         let now = crate::runtime::clock::since_epoch(self.clock.now());
         let day = Duration::from_secs(86_400);
         let mut reboots: HashMap<(String, String), usize> = HashMap::new();
-        for remediation in self.remediations.state() {
+        for remediation in self.caches.remediations.state() {
             let key = (
                 remediation.spec.node_name.clone(),
                 remediation.spec.pool.clone(),
@@ -199,7 +186,7 @@ impl DriftContext {
             self.metrics.drift.set_reboots(&node, &pool, count);
         }
         let mut held: Vec<(String, usize)> = Vec::new();
-        for remediation in self.remediations.state() {
+        for remediation in self.caches.remediations.state() {
             let Some(status) = &remediation.status else {
                 continue;
             };

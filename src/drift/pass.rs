@@ -64,6 +64,7 @@ impl Pass {
     pub(super) fn remediations(&self) -> Vec<Arc<DriftRemediation>> {
         let mut all: Vec<Arc<DriftRemediation>> = self
             .context
+            .caches
             .remediations
             .state()
             .into_iter()
@@ -168,7 +169,7 @@ impl Pass {
     ) {
         let own = remediation.object_ref(&());
         let node = self.node.object_ref(&());
-        let pools = self.context.pools.state();
+        let pools = self.context.caches.pools.state();
         let mut pairs = vec![(node.clone(), Some(own.clone())), (own.clone(), Some(node))];
         if let Some(pool) = pool_of(&self.node, &pools) {
             pairs.push((pool.object_ref(&()), Some(own)));

@@ -173,7 +173,7 @@ impl Pass {
         drift: &super::classify::Drift,
         attempt: u64,
     ) -> Result<()> {
-        let pools = self.context.pools.state();
+        let pools = self.context.caches.pools.state();
         let pool = pool_of(&self.node, &pools)
             .map(|p| p.name_any())
             .unwrap_or_default();
@@ -249,9 +249,10 @@ impl Pass {
     /// One observe–plan–execute round of an open remediation.
     async fn drive(&self, writes: &Writes, remediation: &mut DriftRemediation) -> Result<Action> {
         let context = &self.context;
-        let pools = context.pools.state();
+        let pools = context.caches.pools.state();
         let pool: Option<&MachineConfigPool> = pool_of(&self.node, &pools);
         let mcn = context
+            .caches
             .mcns
             .get(&kube::runtime::reflector::ObjectRef::new(&self.name));
         let mut node = node_observation(&self.node, remediation, pool, mcn.as_deref());
@@ -309,9 +310,9 @@ impl Pass {
     /// drift remediation under way or by a machine remediation count against it.
     fn pool_gates(&self, pool: &MachineConfigPool) -> std::result::Result<(), Deferred> {
         let context = &self.context;
-        let nodes = context.nodes.state();
+        let nodes = context.caches.nodes.state();
         let drift_busy = |n: &str| {
-            context.remediations.state().iter().any(|r| {
+            context.caches.remediations.state().iter().any(|r| {
                 r.spec.node_name == n
                     && r.status.as_ref().is_some_and(|s| {
                         matches!(
@@ -324,7 +325,7 @@ impl Pass {
             })
         };
         let machine_busy = |n: &str| {
-            context.machine_remediations.state().iter().any(|r| {
+            context.caches.machine_remediations.state().iter().any(|r| {
                 r.spec.node_name.as_deref() == Some(n)
                     && !r.status.as_ref().is_some_and(|s| s.phase.is_terminal())
             })
