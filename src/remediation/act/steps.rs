@@ -695,8 +695,9 @@ impl<'p> Steps<'p> {
         self.power_off_anew(remediation, name).await
     }
 
-    /// After an escalation's or a retry's record: the power-off asked of `name`. A refusal is
-    /// noted on the Remediation (its deadline still runs), not returned: the record stands.
+    /// After an escalation's, a retry's or a failure's record: the power-off asked of `name`.
+    /// A refusal is noted on the Remediation (its deadline still runs), not returned: the
+    /// record stands.
     async fn power_off_anew(
         self,
         remediation: &mut Remediation,
@@ -955,14 +956,7 @@ impl<'p> Steps<'p> {
             return Ok(());
         }
         let name = self.pass.strategy_in_use(remediation);
-        if let Err(error) = Strategies::of(self.pass)
-            .request_power(self.writes, remediation, name, true)
-            .await
-        {
-            self.pass
-                .note_error(self.writes, remediation, &error)
-                .await?;
-        }
+        self.power_off_anew(remediation, name).await?;
         if self.pass.policy.delete_machine_on_failure {
             self.delete_machine(remediation).await?;
         }

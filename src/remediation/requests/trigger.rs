@@ -203,18 +203,6 @@ impl<'p> Triggers<'p> {
         trigger_of(self.annotated(), self.cached_request().as_ref())
     }
 
-    /// The trigger the Machine carries in the cache that none of its `remediations` answered
-    /// yet (see [`answered`]).
-    pub(in crate::remediation) fn unanswered_trigger(
-        self,
-        remediations: &[std::sync::Arc<Remediation>],
-    ) -> Option<TriggerRef> {
-        let request = self.cached_request();
-        let trigger = trigger_of(self.annotated(), request.as_ref())?;
-        let created = request.and_then(|r| r.created);
-        (!answered(&trigger, created, remediations)).then_some(trigger)
-    }
-
     fn annotated(self) -> bool {
         self.pass
             .subject
@@ -313,14 +301,17 @@ impl<'p> Triggers<'p> {
     }
 
     /// The subject's trigger in the cache, and whether one of `existing` (its Remediations)
-    /// answered it.
+    /// answered it (see [`answered`]).
     pub(in crate::remediation) fn trigger(self, existing: &[Arc<Remediation>]) -> Trigger {
-        if self.unanswered_trigger(existing).is_some() {
-            Trigger::Unanswered
-        } else if self.triggered() {
+        let request = self.cached_request();
+        let Some(trigger) = trigger_of(self.annotated(), request.as_ref()) else {
+            return Trigger::Absent;
+        };
+        let created = request.and_then(|r| r.created);
+        if answered(&trigger, created, existing) {
             Trigger::Answered
         } else {
-            Trigger::Absent
+            Trigger::Unanswered
         }
     }
 
