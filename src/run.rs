@@ -145,9 +145,16 @@ pub struct RunArgs {
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub workload_cluster_recheck: Duration,
     /// Cluster API: how long a workload cluster's connection (its client and Node cache) is
-    /// kept once no remediation needs it.
+    /// kept once nothing needs it (no remediation; with the clusters kept connected, also
+    /// none of the watched Machines).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub workload_cluster_idle: Duration,
+    /// Cluster API: keep every workload cluster of the watched Machines connected, its Nodes
+    /// watched (as Cluster API's cluster cache does), so that a remediation's start does not
+    /// wait for a connection; false connects a cluster when a remediation first needs it
+    /// (fewer connections and Node caches, a slower start).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub keep_workload_clusters_connected: bool,
     /// Also coordinate the Machine Config Operator's config-drift remediation (where the API
     /// serves MachineConfigPools). With shards, turn it on in one shard only.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -268,6 +275,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         workload_clusters: crate::remediation::world::workload::Lifetimes {
             recheck: args.workload_cluster_recheck,
             idle: args.workload_cluster_idle,
+            keep_connected: args.keep_workload_clusters_connected,
         },
         // Replicas read in the same order; the pod name spreads different shards apart.
         power_poll_seed: args

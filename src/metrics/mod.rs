@@ -343,7 +343,7 @@ impl Metrics {
         let workload_clusters = Gauge::default();
         registry.register(
             "workload_clusters_connected",
-            "Cluster API workload clusters this replica holds a connection to (made on a remediation's first need, dropped when idle)",
+            "Cluster API workload clusters this replica holds a connection to (every cluster of its Machines, or with --keep-workload-clusters-connected=false made on a remediation's first need; dropped when idle)",
             workload_clusters.clone(),
         );
         let shard_overlap = Gauge::default();

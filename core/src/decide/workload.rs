@@ -89,8 +89,16 @@ pub fn cluster_nodes(
     let siblings = machines.iter().map(|m| m.as_ref()).filter(|m| {
         &m.metadata.namespace == namespace && cluster.is_some() && cluster_of(m) == cluster
     });
+    nodes_of(std::iter::once(machine).chain(siblings), provider_id_of)
+}
+
+/// Where the Nodes of one Cluster's `members` are (see [`cluster_nodes`]).
+fn nodes_of<'m>(
+    members: impl Iterator<Item = &'m slim::Machine>,
+    provider_id_of: impl Fn(&str) -> Option<Option<String>>,
+) -> ClusterNodes {
     let mut named = None;
-    for sibling in std::iter::once(machine).chain(siblings) {
+    for sibling in members {
         let Some(node) = sibling.node_name() else {
             continue;
         };
@@ -112,6 +120,32 @@ pub fn machine_cluster(machine: &slim::Machine) -> Option<ClusterRef> {
         namespace: machine.metadata.namespace.clone().unwrap_or_default(),
         name: cluster_of(machine)?.to_string(),
     })
+}
+
+/// The workload clusters the Nodes of `machines` live in, each once, in order: what a
+/// controller keeps connected so that a start does not wait for a connection (the Machines
+/// grouped by Cluster once, then each group decided as [`cluster_nodes`] decides).
+pub fn workload_clusters(
+    machines: &[std::sync::Arc<slim::Machine>],
+    provider_id_of: impl Fn(&str) -> Option<Option<String>>,
+) -> Vec<ClusterRef> {
+    let mut by_cluster: std::collections::BTreeMap<ClusterRef, Vec<&slim::Machine>> =
+        std::collections::BTreeMap::new();
+    for machine in machines {
+        if let Some(cluster) = machine_cluster(machine) {
+            by_cluster.entry(cluster).or_default().push(machine);
+        }
+    }
+    by_cluster
+        .into_iter()
+        .filter(|(_, members)| {
+            matches!(
+                nodes_of(members.iter().copied(), &provider_id_of),
+                ClusterNodes::Elsewhere(_)
+            )
+        })
+        .map(|(cluster, _)| cluster)
+        .collect()
 }
 
 /// The workload cluster of `machine`'s Node: None when its Nodes are here (or named by
@@ -205,6 +239,32 @@ mod tests {
             ClusterNodes::Elsewhere("worker-1".into())
         );
         assert_eq!(cluster_nodes(&mgmt, &fleet, &here), ClusterNodes::Here);
+    }
+
+    #[test]
+    fn the_workload_clusters_of_a_fleet_are_those_whose_nodes_live_elsewhere_each_once() {
+        let fleet = vec![
+            machine("e1-0", "edge-1", Some("worker-0"), "metal3://capi/e1-0"),
+            machine("e1-1", "edge-1", Some("worker-1"), "metal3://capi/e1-1"),
+            machine("m0", "mgmt", Some("worker-0"), "metal3://capi/h0"),
+            machine("e0-0", "edge-0", Some("worker-0"), "metal3://capi/e0-0"),
+            machine("new", "edge-2", None, "metal3://capi/n0"),
+        ];
+        let here = server(&[("worker-0", Some("metal3://capi/h0"))]);
+        let names: Vec<String> = workload_clusters(&fleet, &here)
+            .into_iter()
+            .map(|c| c.to_string())
+            .collect();
+        // The self-hosted one and the one naming no Node yet are not connected to.
+        assert_eq!(names, ["capi/edge-0", "capi/edge-1"]);
+        // The same Clusters as each Machine's own decision names.
+        for m in &fleet {
+            let own = workload_cluster_of(m, &fleet, &here).map(|c| c.to_string());
+            assert_eq!(
+                own.is_some(),
+                names.contains(&own.clone().unwrap_or_default())
+            );
+        }
     }
 
     #[test]

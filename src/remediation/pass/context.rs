@@ -23,6 +23,7 @@ use crate::leader::Leadership;
 use crate::metrics::{Metrics, PolicyKind};
 use crate::remediation::decide::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
 use crate::remediation::decide::gates::Launched;
+use crate::remediation::decide::workload::ClusterRef;
 use crate::remediation::world::bmc_cache::DriverCache;
 use crate::remediation::world::witnessed::Witness;
 use crate::remediation::world::workload::{Lifetimes, WorkloadClusters};
@@ -241,6 +242,15 @@ impl Context {
                     provider_id_of,
                 )
             })
+    }
+
+    /// The workload clusters the cached Machines' Nodes live in (see
+    /// [`crate::remediation::decide::workload::workload_clusters`]).
+    pub fn workload_clusters(&self) -> Vec<ClusterRef> {
+        let machines = self.caches.machines.state();
+        crate::remediation::decide::workload::workload_clusters(&machines, |name| {
+            self.cached_provider_id(name)
+        })
     }
 
     /// Whether the Node cache has `name` (None: no), and its providerID.

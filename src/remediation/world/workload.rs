@@ -9,7 +9,10 @@
 //! local one), and waits for its first list. Later asks reuse the connection; at most every
 //! [`RECHECK`] (by default) one reads the Secret again (a rotated kubeconfig makes a new
 //! connection) and probes the API server. A connection no pass asked for in [`IDLE`] is dropped
-//! ([`WorkloadClusters::sweep`]). A changed Node of a workload cluster is sent on the wake
+//! ([`WorkloadClusters::sweep`]). Unless told otherwise ([`Lifetimes::keep_connected`]), the
+//! controller asks for every workload cluster of its Machines every [`KEEP_CONNECTED_PERIOD`]
+//! ([`WorkloadClusters::keep_connected`]), as Cluster API's cluster cache keeps its clusters:
+//! a start then finds its cluster connected and listed. A changed Node of a workload cluster is sent on the wake
 //! channel, so the pass of its Machine runs as for a local Node.
 //!
 //! Guarantees:
@@ -74,6 +77,10 @@ pub struct Lifetimes {
     pub recheck: Duration,
     /// How long a connection no pass asked for is kept.
     pub idle: Duration,
+    /// Whether every workload cluster of the controller's Machines is kept connected (as
+    /// Cluster API's own cluster cache keeps them), so that a start never waits for a
+    /// connection and its first Node list; otherwise a cluster is connected on first need.
+    pub keep_connected: bool,
 }
 
 impl Default for Lifetimes {
@@ -81,9 +88,18 @@ impl Default for Lifetimes {
         Lifetimes {
             recheck: RECHECK,
             idle: IDLE,
+            keep_connected: true,
         }
     }
 }
+
+/// How often the clusters kept connected are looked at again (new ones connected, the others
+/// touched so that the idle sweep keeps them, and rechecked when due).
+pub const KEEP_CONNECTED_PERIOD: Duration = Duration::from_secs(5);
+
+/// How many connections the keeper opens at once: a controller that starts with a hundred
+/// workload clusters does not open them all in the same instant.
+const CONNECTING_AT_ONCE: usize = 4;
 
 /// How long a cluster found unreachable answers so without being tried again.
 pub const RETRY_UNREACHABLE: Duration = Duration::from_secs(1);
@@ -418,6 +434,23 @@ impl WorkloadClusters {
                 Err(unreachable(cluster, why))
             }
         }
+    }
+
+    /// Connects (or touches, and rechecks when due) each of `clusters`, a few at once; returns
+    /// how many answered. A cluster that cannot be reached is marked so, as for a pass that
+    /// asked, and tried again on the next call after its pause.
+    pub async fn keep_connected(&self, clusters: Vec<ClusterRef>) -> usize {
+        futures_util::stream::iter(clusters)
+            .map(|cluster| async move { self.connect(&cluster).await.is_ok() })
+            .buffer_unordered(CONNECTING_AT_ONCE)
+            .filter(|up| std::future::ready(*up))
+            .count()
+            .await
+    }
+
+    /// Whether every workload cluster of the controller's Machines is to be kept connected.
+    pub fn keeps_connected(&self) -> bool {
+        self.lifetimes.keep_connected
     }
 
     /// The Secret read again: the same kubeconfig keeps the connection (probed), another
