@@ -274,7 +274,7 @@ fn error_policy(node: Arc<Node>, error: &Error, context: Arc<DriftContext>) -> A
     let target = kube::Resource::object_ref(node.as_ref(), &());
     crate::runtime::events::report_failed_pass(&context.recorder, target, error);
     let base = context.poll.max(Duration::from_secs(1));
-    context.backoff.failed(&node.name_any(), error, base)
+    context.backoff.failed(&node.name_any(), error, base).into()
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use kube::runtime::controller::Action;
+use crate::runtime::runner::Action;
 use tracing::warn;
 
 use crate::Error;

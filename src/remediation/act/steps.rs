@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::runtime::runner::Action;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::PostParams;
-use kube::runtime::controller::Action;
 use tracing::info;
 
 use super::strategy::Withdraw;

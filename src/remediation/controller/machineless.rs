@@ -13,13 +13,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::runner::{self, Action, woken};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::runtime::Controller;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
-use tracing::{Instrument, warn};
+use tracing::Instrument;
 
 use crate::api::{HostBmc, NodeRemediation, Remediation, RemediationPolicy};
 use crate::remediation::decide::state::unblocked_by;
@@ -49,7 +48,7 @@ pub(in crate::remediation) struct Feeds {
 
 /// Passes at once: few clusters have many Machine-less Nodes failing together, and the
 /// gates decide starts one at a time anyway.
-const PASSES_AT_ONCE: u16 = 8;
+const PASSES_AT_ONCE: usize = 8;
 
 /// How soon a refused `HostBmc` is judged again.
 const REFUSED_RECHECK: Duration = Duration::from_secs(5);
@@ -88,21 +87,33 @@ pub(in crate::remediation) async fn run(
         .claims
         .map(|c| c.boxed())
         .unwrap_or_else(|| futures_util::stream::empty().boxed());
-    Controller::for_shared_stream(mapping_changes, mappings)
-        .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
-        .watches_shared_stream(feeds.requests, of_request)
-        .watches_shared_stream(claims, same_node)
-        .watches_shared_stream(feeds.nodes, of_changed_node)
-        .watches_shared_stream(feeds.remediations, of_remediation)
-        .reconcile_all_on(feeds.policies.map(|_| ()))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                warn!(%error, "reconcile of a Node without a Machine failed");
-            }
-        })
-        .await;
+    let all = mappings.clone();
+    let every_mapping = move |_| {
+        all.state()
+            .iter()
+            .map(|m| ObjectRef::from_obj(&**m))
+            .collect::<Vec<_>>()
+    };
+    let requests = futures_util::stream::select_all([
+        woken(mapping_changes, |m: Arc<HostBmc>| {
+            Some(ObjectRef::from_obj(&*m))
+        }),
+        woken(feeds.requests, of_request),
+        woken(claims, same_node),
+        woken(feeds.nodes, of_changed_node),
+        woken(feeds.remediations, of_remediation),
+        woken(feeds.policies, every_mapping),
+    ]);
+    runner::run(
+        mappings,
+        requests,
+        PASSES_AT_ONCE,
+        reconcile,
+        error_policy,
+        context,
+        shutdown,
+    )
+    .await;
 }
 
 /// The `HostBmc` that is Machine-less Node `node`'s subject, if any (the one trusted claim).

@@ -16,7 +16,6 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kube::runtime::Controller;
 use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
@@ -35,6 +34,7 @@ use crate::runtime::informer::{
     Changes, informer, mapped_informer, shared_informer, slimmed_informer, watch_config,
 };
 use crate::runtime::node_watch::{NodeFeed, read_changes};
+use crate::runtime::runner::{self, woken, woken_by_watch};
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
@@ -404,26 +404,40 @@ pub async fn run_machines(
         },
         until_stopped(stopped.clone()),
     );
+    // Every Machine when a policy or BMC mapping changes.
+    let all_machines = machines.clone();
+    let every_machine = move |()| {
+        all_machines
+            .state()
+            .iter()
+            .map(|m| ObjectRef::from_obj(&**m))
+            .collect::<Vec<_>>()
+    };
+    let requests = futures_util::stream::select_all([
+        woken_by_watch(machine_stream, |m: slim::Machine| {
+            Some(ObjectRef::from_obj(&m))
+        }),
+        woken_by_watch(watches.hosts.1, move |host| {
+            machine_of_host(host, &machines_of_hosts)
+        }),
+        woken_by_watch(watches.machine_requests.1, machine_of_request),
+        woken(watches.node_requests.for_machines, machine_of_node_request),
+        woken(read_changes(node_feed.changes), machine_of_changed_node),
+        woken(watches.remediations.for_machines, by_remediation),
+        woken(woken_machines, Some),
+        woken(reconcile_all, every_machine),
+    ]);
     // A bounded number of passes at once: at start every Machine is looked at, and thousands
     // of passes in flight would only hold memory (and API connections) for nothing.
-    let machine_controller = Controller::for_stream(machine_stream, machines)
-        .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
-        .watches_stream(watches.hosts.1, move |host| {
-            machine_of_host(host, &machines_of_hosts)
-        })
-        .watches_stream(watches.machine_requests.1, machine_of_request)
-        .watches_shared_stream(watches.node_requests.for_machines, machine_of_node_request)
-        .watches_shared_stream(read_changes(node_feed.changes), machine_of_changed_node)
-        .watches_shared_stream(watches.remediations.for_machines, by_remediation)
-        .reconcile_on(woken_machines)
-        .reconcile_all_on(reconcile_all)
-        .graceful_shutdown_on(until_stopped(stopped))
-        .run(reconcile, error_policy, context.clone())
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                warn!(%error, "reconcile failed");
-            }
-        });
+    let machine_controller = runner::run(
+        machines,
+        requests,
+        PASSES_AT_ONCE,
+        reconcile,
+        error_policy,
+        context.clone(),
+        until_stopped(stopped),
+    );
     tokio::join!(machine_controller, machineless);
     drop((
         observed,
@@ -482,7 +496,7 @@ pub async fn until_stopped(mut stopped: tokio::sync::watch::Receiver<bool>) {
 }
 
 /// Reconcile passes running at once.
-const PASSES_AT_ONCE: u16 = 16;
+const PASSES_AT_ONCE: usize = 16;
 
 /// How often the keeper of the workload clusters' connections looks whether the caches are
 /// filled, at start.

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::runner::Action;
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 use tracing::Instrument;
 
 use super::housekeeping::next_number;

@@ -80,7 +80,7 @@ pub fn requeue_after_failure(
     subject: &Subject,
     key: &str,
     error: &Error,
-) -> kube::runtime::controller::Action {
+) -> crate::runtime::runner::Action {
     let base = context.settings.poll.max(Duration::from_secs(1));
     if under_way(context, subject) {
         context.backoff.failed_under_way(key, error, base)
