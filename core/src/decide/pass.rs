@@ -10,9 +10,11 @@
 //!    policy's mode.
 //! 2. [`decide`] says what to do ([`Decision`]); [`connect_ahead`] whether a start may come,
 //!    so that a BMC session can be opened beside the start's reads.
-//! 3. The pass carries the decision out. A [`Decision::Start`] is confirmed on a fresh read
-//!    of the trigger first (a cache may lag behind the last remediation's cleanup); without
-//!    one it becomes [`Start::unconfirmed`]. At the start of a remediation, whether it is a
+//! 3. The pass carries the decision out. A [`Decision::Start`] that may follow a
+//!    remediation's cleanup is confirmed on a fresh read of the trigger first (a cache may lag
+//!    behind that cleanup: [`confirm_before_record`]); without one it becomes
+//!    [`Start::unconfirmed`]. A first start is confirmed by the start's own fresh reads, after
+//!    its record, and cancelled without them. At the start of a remediation, whether it is a
 //!    dry run's is [`dry_run_starts`].
 //!
 //! # Guarantees (swept over every phase, shard, retry ask, trigger, record and mode in the
@@ -24,11 +26,14 @@
 //!   and told, never guessed at.
 //! - A new start needs a trigger no remediation answered; a dry run is looked at again only
 //!   when its trigger went away and came back, or the policy now remediates.
-//! - Every start is confirmed on a fresh read; an unconfirmed one starts nothing.
+//! - Every start is confirmed on a fresh read; an unconfirmed one requests no power change.
+//!   One that may follow a cleanup is confirmed before its record is created.
 //!
 //! # Caveats
 //! - A remediation without a status reads as the default phase (`Pending`: under way), as the
 //!   API server may hold one created a moment ago.
+
+use std::time::Duration;
 
 use super::gates::Held;
 use super::plan::{Mode, Phase, Step};
@@ -165,6 +170,28 @@ pub fn dry_run_starts(
         && !matches!(may_start, Err(Held::Paused))
 }
 
+/// How long after a remediation ended its subject's cache may still show the trigger its
+/// cleanup removed (a Machine watch behind the Remediation watch; seconds when a watch broke):
+/// a start within it is confirmed before its record is created.
+pub const CLEANUP_LAG: Duration = Duration::from_secs(300);
+
+/// Whether a start reads the trigger fresh before its record is created, rather than with
+/// the start's own fresh reads after it. `since_newest`: how long ago the subject's newest
+/// remediation ended (None: it has none).
+///
+/// Before, for every start that may follow a remediation's cleanup — a retry, a start after
+/// a dry run, a new one within [`CLEANUP_LAG`] of the last end — whose cached trigger may be
+/// the one that cleanup removed: otherwise every remediation would be followed by a record
+/// cancelled at once. A subject's first start spares the round trip: should its trigger be
+/// gone already, the start's fresh reads see it and cancel the record before any power
+/// request (the power-off always rests on a fresh read).
+pub fn confirm_before_record(start: Start, since_newest: Option<Duration>) -> bool {
+    match start {
+        Start::New => since_newest.is_some_and(|since| since < CLEANUP_LAG),
+        Start::Retry | Start::AfterDryRun => true,
+    }
+}
+
 /// Whether a start may follow (none under way and a trigger unanswered): the BMC session is
 /// then opened ahead, beside the start's reads. Never a write: a session asks nothing of the
 /// host.
@@ -181,9 +208,21 @@ pub fn unreachable_cluster_fails(phase: Phase, step: &Step) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
+
+    #[test]
+    fn only_a_start_that_may_follow_a_cleanup_is_confirmed_before_its_record() {
+        let recent = Some(CLEANUP_LAG - Duration::from_secs(1));
+        let long_ago = Some(CLEANUP_LAG);
+        for since in [None, recent, long_ago, Some(Duration::ZERO)] {
+            assert!(confirm_before_record(Start::Retry, since));
+            assert!(confirm_before_record(Start::AfterDryRun, since));
+        }
+        assert!(!confirm_before_record(Start::New, None), "a first start");
+        assert!(confirm_before_record(Start::New, recent));
+        assert!(confirm_before_record(Start::New, Some(Duration::ZERO)));
+        assert!(!confirm_before_record(Start::New, long_ago));
+    }
 
     fn asks() -> [RetryAsk; 3] {
         [

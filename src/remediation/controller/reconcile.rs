@@ -26,7 +26,8 @@ use crate::remediation::decide::fence::ConfirmedOff;
 use crate::remediation::decide::gates::{Held, ListFreshness};
 use crate::remediation::decide::observe::node_view;
 use crate::remediation::decide::pass::{
-    Decision, Newest, Start, connect_ahead, decide, dry_run_starts, unreachable_cluster_fails,
+    Decision, Newest, Start, confirm_before_record, connect_ahead, decide, dry_run_starts,
+    unreachable_cluster_fails,
 };
 use crate::remediation::decide::plan::{Observed, Phase, Step, next_step, ready_grace_left};
 use crate::remediation::decide::state::{created_at, persisted, set_condition, strategy_label};
@@ -75,9 +76,14 @@ impl Pass {
                 None => return self.idle(writes, &existing).await,
             },
             // The cached Machine may still show a trigger the last remediation removed (its
-            // watch lags behind the Remediation's): a start rests only on a fresh read.
+            // watch lags behind the Remediation's): such a start is confirmed on a fresh read
+            // before its record; any other on the start's own fresh reads.
             Decision::Start(start) => {
-                if !StartGates::of(&self).trigger_confirmed().await? {
+                let now = since_epoch(self.context.clock.now());
+                let since_newest = existing.last().map(|last| since_phase(last, now));
+                if confirm_before_record(start, since_newest)
+                    && !StartGates::of(&self).trigger_confirmed().await?
+                {
                     return self.settle(writes, start.unconfirmed(), &existing).await;
                 }
                 let number = next_number(&existing, &self.name);
@@ -506,6 +512,18 @@ pub(in crate::remediation) fn error_policy(
     let target = subject.event_target(context.settings.machine_api.api_version(), None);
     report_failed_pass(&context.clients.recorder, target, error);
     requeue_after_failure(&context, &subject, &key, error)
+}
+
+/// How long `remediation` has been in its phase (for an ended one: since it ended); zero when
+/// its status does not say, as for one that just ended.
+fn since_phase(remediation: &Remediation, now: Duration) -> Duration {
+    remediation
+        .status
+        .as_ref()
+        .and_then(|s| s.phase_since.as_deref())
+        .map(crate::runtime::clock::parse_rfc3339)
+        .filter(|since| !since.is_zero())
+        .map_or(Duration::ZERO, |since| now.saturating_sub(since))
 }
 
 /// Whether `remediation`'s status records its trigger cleared (a dry run saw it go away).
