@@ -38,6 +38,15 @@ pub trait PowerDriver: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// [`PowerDriver::connect`], and what a power change decides on read ahead, still asking
+    /// nothing of the host (a Redfish system's state and the reset types it advertises): a
+    /// change that follows within a second sends its request only. A change uses what was
+    /// read ahead only to send a request; "no change needed" is decided on a fresh read. The
+    /// default connects.
+    async fn ready_to_change_power(&self) -> Result<()> {
+        self.connect().await
+    }
+
     /// Requests power off.
     async fn power_off(&self, mode: PowerOffMode) -> Result<()>;
 

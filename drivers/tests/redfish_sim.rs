@@ -402,6 +402,37 @@ async fn connecting_ahead_opens_the_session_and_asks_nothing_of_the_host() {
     assert_eq!(sim.service().stats().requests, 4);
 }
 
+/// Issue 41: the system read ahead of a start's power-off (beside its record), so that the
+/// power-off after it sends its reset only; "no change needed" is never decided on it.
+#[tokio::test]
+async fn a_power_change_readied_ahead_sends_only_its_reset_and_rereads_when_it_would_not() {
+    let sim = sim().await;
+    let driver = driver(&sim);
+    driver.ready_to_change_power().await.unwrap();
+    // The root, the login and the system's read: no reset.
+    let stats = sim.service().stats();
+    assert_eq!((stats.requests, stats.sessions_created), (3, 1));
+    assert!(resets(&sim).is_empty());
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    assert_eq!(sim.service().stats().requests, 4, "the reset alone");
+    assert_eq!(resets(&sim), ["ForceOff"]);
+    wait_for(driver.as_ref(), PowerState::Off, 5000)
+        .await
+        .unwrap();
+    // Read ahead while Off, then powered on by someone else: the read ahead says "already
+    // off", which is decided on a fresh read only, and that one sees the host on.
+    driver.ready_to_change_power().await.unwrap();
+    sim.host("1").unwrap().set_power(Power::On);
+    let before = sim.service().stats().requests;
+    driver.power_off(PowerOffMode::Forced).await.unwrap();
+    assert_eq!(
+        sim.service().stats().requests,
+        before + 2,
+        "read again, then the reset"
+    );
+    assert_eq!(resets(&sim), ["ForceOff", "ForceOff"]);
+}
+
 #[tokio::test]
 async fn a_bmc_without_sessions_is_driven_with_basic_auth() {
     let sim = sim().await;

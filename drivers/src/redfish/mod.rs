@@ -84,7 +84,21 @@ struct DriverState {
     auth: Auth,
     root: Option<ServiceRoot>,
     system_path: Option<String>,
+    /// The system read ahead of a power change ([`PowerDriver::ready_to_change_power`]).
+    ready: Option<ReadAhead>,
 }
+
+/// What a power change decides on, read ahead of it.
+#[derive(Debug)]
+struct ReadAhead {
+    at: Instant,
+    snapshot: SystemSnapshot,
+    advertised: Option<Vec<String>>,
+}
+
+/// How long a read ahead stands for a power change: the change follows its start's record,
+/// a millisecond later; a change later than this reads again.
+const READ_AHEAD_FRESH: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for RedfishDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -96,6 +110,7 @@ impl std::fmt::Debug for RedfishDriver {
 }
 
 /// A system resource just read, with the path it was read from.
+#[derive(Debug)]
 struct SystemSnapshot {
     path: String,
     system: ComputerSystem,
@@ -395,12 +410,37 @@ impl RedfishDriver {
             .and_then(|p| p.allowable_values))
     }
 
+    /// The system and its advertised reset types: read ahead, when that was a moment ago
+    /// and says to send a request (see [`PowerDriver::ready_to_change_power`]), else now.
+    async fn before_change(
+        &self,
+        state: &mut DriverState,
+        intent: PowerIntent,
+    ) -> Result<(SystemSnapshot, Option<Vec<String>>)> {
+        let ahead = state
+            .ready
+            .take()
+            .filter(|ahead| ahead.at.elapsed() < READ_AHEAD_FRESH)
+            .filter(|ahead| {
+                let current = ahead.snapshot.power_state();
+                matches!(
+                    decide_reset(intent, &current, ahead.advertised.as_deref()),
+                    ResetDecision::Send(_)
+                )
+            });
+        if let Some(ahead) = ahead {
+            return Ok((ahead.snapshot, ahead.advertised));
+        }
+        let snapshot = self.read_system(state).await?;
+        let advertised = self.advertised_reset_types(state, &snapshot).await?;
+        Ok((snapshot, advertised))
+    }
+
     async fn change_power(&self, intent: PowerIntent) -> Result<()> {
         let mut state = self.state.lock().await;
         let state = &mut *state;
-        let snapshot = self.read_system(state).await?;
+        let (snapshot, advertised) = self.before_change(state, intent).await?;
         let current = snapshot.power_state();
-        let advertised = self.advertised_reset_types(state, &snapshot).await?;
         let reset_type = match decide_reset(intent, &current, advertised.as_deref()) {
             ResetDecision::Send(value) => value,
             ResetDecision::AlreadyThere => {
@@ -565,6 +605,20 @@ impl PowerDriver for RedfishDriver {
     async fn connect(&self) -> Result<()> {
         let mut state = self.state.lock().await;
         self.ensure_logged_in(&mut state).await
+    }
+
+    async fn ready_to_change_power(&self) -> Result<()> {
+        let mut state = self.state.lock().await;
+        let state = &mut *state;
+        self.ensure_logged_in(state).await?;
+        let snapshot = self.read_system(state).await?;
+        let advertised = self.advertised_reset_types(state, &snapshot).await?;
+        state.ready = Some(ReadAhead {
+            at: Instant::now(),
+            snapshot,
+            advertised,
+        });
+        Ok(())
     }
 
     async fn power_off(&self, mode: PowerOffMode) -> Result<()> {

@@ -243,10 +243,11 @@ impl FenceStrategy for DirectBmcStrategy {
             .unwrap_or_else(|| "unavailable".into())
     }
 
-    /// The BMC's Secret read, its driver made and its session opened.
+    /// The BMC's Secret read, its driver made, its session opened and the system read ahead
+    /// of the power-off (which then sends its reset only).
     async fn prepare(&self, pass: &Pass, remediation: &Remediation) -> Option<DirectBmc> {
         let bmc = Power::of(pass).direct_bmc(remediation).await.ok()?;
-        match bmc.driver.connect().await {
+        match bmc.driver.ready_to_change_power().await {
             Ok(()) => Some(bmc),
             Err(error) => {
                 tracing::debug!(bmc = %bmc.address, %error, "cannot connect ahead of the power-off");

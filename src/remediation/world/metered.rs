@@ -68,6 +68,11 @@ impl PowerDriver for Metered {
         self.timed("connect", self.inner.connect()).await
     }
 
+    async fn ready_to_change_power(&self) -> Result<()> {
+        self.timed("ready_to_change_power", self.inner.ready_to_change_power())
+            .await
+    }
+
     async fn power_off(&self, mode: PowerOffMode) -> Result<()> {
         self.timed("power_off", self.inner.power_off(mode)).await
     }

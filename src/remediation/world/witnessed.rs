@@ -91,6 +91,12 @@ impl PowerDriver for Witnessed {
         self.inner.connect().await
     }
 
+    /// Nothing to witness: what it reads only decides whether a request is sent, and every
+    /// reading a proof or a verdict rests on is a [`PowerDriver::power_state`] of its own.
+    async fn ready_to_change_power(&self) -> Result<()> {
+        self.inner.ready_to_change_power().await
+    }
+
     async fn power_off(&self, mode: PowerOffMode) -> Result<()> {
         // Told before it is sent, whatever comes of it: the host may change from now on.
         let at = self.witness.now();
