@@ -20,7 +20,7 @@ use crate::remediation::decide::gates::{
 };
 use crate::remediation::decide::observe::{machine_is_control_plane, node_is_ready, node_view};
 use crate::remediation::decide::trust::machineless_claims;
-use crate::remediation::decide::workload::machine_cluster;
+use crate::remediation::decide::workload::{cluster_of, machine_cluster};
 use crate::remediation::evidence::bmc::BmcLocator;
 use crate::remediation::evidence::capi::CapiHosts;
 use crate::remediation::evidence::foreign::Foreign;
@@ -308,7 +308,14 @@ impl<'p> StartGates<'p> {
             .machines
             .state()
             .into_iter()
-            .filter(|m| domain.is_none() || machine_cluster(m) == domain)
+            // Compared in place: a ClusterRef made per Machine is two copies of names for
+            // every Machine of the fleet, on every start's path.
+            .filter(|m| {
+                domain.as_ref().is_none_or(|d| {
+                    cluster_of(m) == Some(d.name.as_str())
+                        && m.metadata.namespace.as_deref().unwrap_or_default() == d.namespace
+                })
+            })
             .collect();
         // The Node of a Machine: Some(Ready or not), None when it has none.
         let node_ready = |machine: &slim::Machine| {
