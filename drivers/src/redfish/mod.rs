@@ -428,9 +428,17 @@ impl RedfishDriver {
                     ResetDecision::Send(_)
                 )
             });
-        if let Some(ahead) = ahead {
-            return Ok((ahead.snapshot, ahead.advertised));
+        match ahead {
+            Some(ahead) => Ok((ahead.snapshot, ahead.advertised)),
+            None => self.read_for_change(state).await,
         }
+    }
+
+    /// What a power change decides on, read now: the system and its advertised reset types.
+    async fn read_for_change(
+        &self,
+        state: &mut DriverState,
+    ) -> Result<(SystemSnapshot, Option<Vec<String>>)> {
         let snapshot = self.read_system(state).await?;
         let advertised = self.advertised_reset_types(state, &snapshot).await?;
         Ok((snapshot, advertised))
@@ -611,8 +619,7 @@ impl PowerDriver for RedfishDriver {
         let mut state = self.state.lock().await;
         let state = &mut *state;
         self.ensure_logged_in(state).await?;
-        let snapshot = self.read_system(state).await?;
-        let advertised = self.advertised_reset_types(state, &snapshot).await?;
+        let (snapshot, advertised) = self.read_for_change(state).await?;
         state.ready = Some(ReadAhead {
             at: Instant::now(),
             snapshot,
