@@ -12,10 +12,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::runtime::runner::Action;
 use tracing::warn;
 
 use crate::Error;
+use crate::runtime::runner::Action;
 
 /// The longest wait between two tries of a transient failure: short, because the phases'
 /// deadlines are seconds to minutes and a pass that waits longer sees them late.

@@ -267,6 +267,21 @@ where
         .boxed()
 }
 
+/// Every object of `store`: what a change that may concern any of them wakes (a policy's).
+pub fn every_object<K, T>(store: Store<K>) -> impl Fn(T) -> Vec<ObjectRef<K>> + Send + 'static
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    move |_| {
+        store
+            .state()
+            .iter()
+            .map(|object| ObjectRef::from_obj(&**object))
+            .collect()
+    }
+}
+
 /// Like [`woken`] over a watch's changes: an error wakes nothing and is logged (the watch
 /// tries again on its backoff).
 pub fn woken_by_watch<T, K, I>(

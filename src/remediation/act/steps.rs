@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::runtime::runner::Action;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::PostParams;
@@ -36,6 +35,7 @@ use crate::remediation::requests::trigger::Triggers;
 use crate::remediation::world::execute;
 use crate::runtime::clock::rfc3339;
 use crate::runtime::events::Severity;
+use crate::runtime::runner::Action;
 use crate::{Error, Result};
 
 /// How soon a held start is looked at again, at least and at most.

@@ -13,7 +13,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::runtime::runner::{self, Action, woken};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -28,6 +27,7 @@ use crate::remediation::pass::context::Context;
 use crate::remediation::pass::requeue_after_failure;
 use crate::remediation::pass::subject::Subject;
 use crate::remediation::requests::trigger::pass_for;
+use crate::runtime::runner::{self, Action, every_object, woken};
 use crate::{Error, Result};
 
 /// What wakes the controller: its share of the Machine controller's watches.
@@ -87,13 +87,6 @@ pub(in crate::remediation) async fn run(
         .claims
         .map(|c| c.boxed())
         .unwrap_or_else(|| futures_util::stream::empty().boxed());
-    let all = mappings.clone();
-    let every_mapping = move |_| {
-        all.state()
-            .iter()
-            .map(|m| ObjectRef::from_obj(&**m))
-            .collect::<Vec<_>>()
-    };
     let requests = futures_util::stream::select_all([
         woken(mapping_changes, |m: Arc<HostBmc>| {
             Some(ObjectRef::from_obj(&*m))
@@ -102,7 +95,7 @@ pub(in crate::remediation) async fn run(
         woken(claims, same_node),
         woken(feeds.nodes, of_changed_node),
         woken(feeds.remediations, of_remediation),
-        woken(feeds.policies, every_mapping),
+        woken(feeds.policies, every_object(mappings.clone())),
     ]);
     runner::run(
         mappings,

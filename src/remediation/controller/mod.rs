@@ -34,7 +34,7 @@ use crate::runtime::informer::{
     Changes, informer, mapped_informer, shared_informer, slimmed_informer, watch_config,
 };
 use crate::runtime::node_watch::{NodeFeed, read_changes};
-use crate::runtime::runner::{self, woken, woken_by_watch};
+use crate::runtime::runner::{self, every_object, woken, woken_by_watch};
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
@@ -404,15 +404,6 @@ pub async fn run_machines(
         },
         until_stopped(stopped.clone()),
     );
-    // Every Machine when a policy or BMC mapping changes.
-    let all_machines = machines.clone();
-    let every_machine = move |()| {
-        all_machines
-            .state()
-            .iter()
-            .map(|m| ObjectRef::from_obj(&**m))
-            .collect::<Vec<_>>()
-    };
     let requests = futures_util::stream::select_all([
         woken_by_watch(machine_stream, |m: slim::Machine| {
             Some(ObjectRef::from_obj(&m))
@@ -425,7 +416,7 @@ pub async fn run_machines(
         woken(read_changes(node_feed.changes), machine_of_changed_node),
         woken(watches.remediations.for_machines, by_remediation),
         woken(woken_machines, Some),
-        woken(reconcile_all, every_machine),
+        woken(reconcile_all, every_object(machines.clone())),
     ]);
     // A bounded number of passes at once: at start every Machine is looked at, and thousands
     // of passes in flight would only hold memory (and API connections) for nothing.

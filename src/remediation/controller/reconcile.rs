@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::runtime::runner::Action;
 use kube::ResourceExt;
 use tracing::Instrument;
 
@@ -41,6 +40,7 @@ use crate::remediation::requests::trigger::pass_for;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::{Severity, report_failed_pass};
 use crate::runtime::retention::retry_ask;
+use crate::runtime::runner::Action;
 use crate::{Error, Result};
 
 /// The most steps one pass takes before yielding (a safety net; a normal pass ends in Wait).

@@ -254,7 +254,7 @@ impl Context {
     }
 
     /// Whether the Node cache has `name` (None: no), and its providerID.
-    fn cached_provider_id(&self, name: &str) -> Option<Option<String>> {
+    pub(in crate::remediation) fn cached_provider_id(&self, name: &str) -> Option<Option<String>> {
         let node = self
             .caches
             .nodes

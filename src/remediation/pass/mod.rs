@@ -270,10 +270,8 @@ impl Pass {
         }
         let machine = self.subject.machine()?;
         let machines = self.context.caches.machines.state();
-        let nodes = &self.context.caches.nodes;
         workload_cluster_of(machine, &machines, |name| {
-            let node = nodes.get(&ObjectRef::new(name))?;
-            Some(node.spec.as_ref().and_then(|s| s.provider_id.clone()))
+            self.context.cached_provider_id(name)
         })
     }
 
