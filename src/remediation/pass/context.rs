@@ -358,7 +358,13 @@ impl Context {
         self.metrics.set_counts(in_progress, &held);
         // The HostBmcs refused now, of Nodes and of Machines (the ContestedNode alert reads it).
         let mappings = self.caches.host_bmcs.state();
-        let machine_nodes = self.local_machine_nodes();
+        // Every Machine's Node, gathered each second only when a HostBmc may claim one: a
+        // walk of every Machine that competes with the starts for the CPU.
+        let machine_nodes = if mappings.is_empty() {
+            std::collections::HashSet::new()
+        } else {
+            self.local_machine_nodes()
+        };
         let trusted = self.policy().trust.host_bmc_namespaces;
         let claims = crate::remediation::decide::trust::machineless_claims(
             &mappings,
