@@ -13,6 +13,7 @@ pub mod events;
 pub mod informer;
 pub mod node_watch;
 pub mod observed;
+pub mod overlap;
 pub mod read;
 pub mod requeue;
 pub mod runner;

@@ -51,6 +51,9 @@ use super::fence::NotFenced;
 use super::gates::Held;
 
 /// The earliest look at the power after a power-off request.
+/// The strategy a start fences with: the policy's first (later ones follow on escalation).
+pub const START_STRATEGY: usize = 0;
+
 const FIRST_LOOK: Duration = Duration::from_millis(100);
 
 /// Where a remediation is: the phase persisted in the `Remediation` object.
@@ -359,7 +362,9 @@ fn pending(observed: &Observed, policy: &PlanPolicy) -> Step {
             probes: observed.probes.clone(),
         }),
         (true, Err(held), Mode::Remediate) => Step::Hold(held.clone()),
-        (true, Ok(()), Mode::Remediate) => Step::RequestPowerOff { strategy: 0 },
+        (true, Ok(()), Mode::Remediate) => Step::RequestPowerOff {
+            strategy: START_STRATEGY,
+        },
     }
 }
 

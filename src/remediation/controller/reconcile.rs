@@ -12,10 +12,11 @@ use kube::ResourceExt;
 use tracing::Instrument;
 
 use super::housekeeping::next_number;
-use crate::api::{ConditionType, EventReason};
+use crate::api::{ConditionType, EventReason, FenceStrategyName, RemediationMode};
 use crate::api::{Remediation, RemediationStep, slim};
 use crate::leader::Writes;
 use crate::remediation::act::dry_run::DryRuns;
+use crate::remediation::act::power::DirectBmc;
 use crate::remediation::act::power::Power;
 use crate::remediation::act::steps::Round;
 use crate::remediation::act::steps::Steps;
@@ -28,8 +29,11 @@ use crate::remediation::decide::pass::{
     Decision, Newest, Start, confirm_before_record, connect_ahead, decide, dry_run_starts,
     unreachable_cluster_fails,
 };
-use crate::remediation::decide::plan::{Observed, Phase, Step, next_step, ready_grace_left};
+use crate::remediation::decide::plan::{
+    Observed, Phase, START_STRATEGY, Step, next_step, ready_grace_left,
+};
 use crate::remediation::decide::state::{created_at, persisted, set_condition, strategy_label};
+use crate::remediation::evidence::health::HealthAhead;
 use crate::remediation::evidence::start_gates::StartBasis;
 use crate::remediation::evidence::start_gates::StartGates;
 use crate::remediation::pass::context::Context;
@@ -39,6 +43,7 @@ use crate::remediation::requests::trigger::Triggers;
 use crate::remediation::requests::trigger::pass_for;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::{Severity, report_failed_pass};
+use crate::runtime::overlap::Overlapped;
 use crate::runtime::retention::retry_ask;
 use crate::runtime::runner::Action;
 use crate::{Error, Result};
@@ -70,6 +75,8 @@ impl Pass {
         if connect_ahead(newest.as_ref(), trigger) {
             self.connect_ahead();
         }
+        // The fleet's health of a start, counted beside its creation (see `step`).
+        let mut health = None;
         let mut remediation = match decide(newest.as_ref(), trigger, self.policy.mode) {
             Decision::CarryOn => match existing.last() {
                 Some(last) => (**last).clone(),
@@ -93,7 +100,10 @@ impl Pass {
                             .retry_failed(writes, failed, number)
                             .await?
                     }
-                    _ => Steps::of(&self, writes).start(number).await?,
+                    _ => {
+                        health = Some(StartGates::of(&self).fleet_health_ahead());
+                        Steps::of(&self, writes).start(number).await?
+                    }
                 }
             }
             decision => return self.settle(writes, decision, &existing).await,
@@ -114,7 +124,7 @@ impl Pass {
             None => None,
         };
         for _ in 0..MAX_STEPS_PER_PASS {
-            match self.step(writes, &mut remediation).await? {
+            match self.step(writes, &mut remediation, health.take()).await? {
                 Some(action) => return Ok(action),
                 None => continue,
             }
@@ -189,11 +199,13 @@ impl Pass {
         Ok(Action::await_change())
     }
 
-    /// One observe–plan–act round. `None`: go on with the next step at once.
+    /// One observe–plan–act round. `None`: go on with the next step at once. `health`: the
+    /// fleet's health counted ahead for a start's first judgment (none: counted when needed).
     pub(in crate::remediation) async fn step(
         &self,
         writes: &Writes,
         remediation: &mut Remediation,
+        health: Option<HealthAhead>,
     ) -> Result<Option<Action>> {
         // Observe: the persisted state, the cached Node and the fresh evidence.
         let status = remediation.status.clone().unwrap_or_default();
@@ -232,8 +244,9 @@ impl Pass {
         };
         let (may, triggered, basis) = match reads {
             Some(reads) => {
+                let ahead = self.ready_ahead(remediation);
                 StartGates::of(self)
-                    .judge_start(remediation, node.as_deref(), reads)
+                    .judge_start(remediation, node.as_deref(), reads, (health, ahead))
                     .await?
             }
             None => (
@@ -309,6 +322,29 @@ impl Pass {
         acted
     }
 
+    /// What a start's power-off needs, made ready ahead of it (see
+    /// [`StartGates::judge_start`]): the BMC of the strategy a start fences with, its Secret
+    /// read, its session opened and its system read ahead. Nothing for a dry run, nor for a
+    /// BMC the BMC gate holds: no credentials go to a BMC before that gate agrees.
+    fn ready_ahead(&self, remediation: &Remediation) -> Overlapped<'_, Option<DirectBmc>> {
+        if self.policy.mode != RemediationMode::Remediate
+            || StartGates::of(self).bmc_gate(remediation).is_err()
+        {
+            return Overlapped::ended(None);
+        }
+        self.ready_power(remediation, self.strategy_at(START_STRATEGY))
+    }
+
+    /// `name` made ready to ask for the host's power, not yet begun.
+    fn ready_power(
+        &self,
+        remediation: &Remediation,
+        name: FenceStrategyName,
+    ) -> Overlapped<'_, Option<DirectBmc>> {
+        let snapshot = remediation.clone();
+        Overlapped::new(async move { Strategies::of(self).prepare_power(&snapshot, name).await })
+    }
+
     /// Starts a remediation the gates let start: the decision is judged once more and its
     /// record persisted under the start lock, with every start this process made (so two
     /// Machines decided at once never both pass a gate that admits one), and the power-off is
@@ -318,31 +354,29 @@ impl Pass {
         writes: &Writes,
         round: Round<'a>,
         strategy: usize,
-        basis: StartBasis,
+        (basis, ahead): (StartBasis, Option<Overlapped<'_, Option<DirectBmc>>>),
     ) -> Launch<'a> {
-        // The driver's name may need the BMC's Secret: read before the lock.
         let name = self.strategy_at(strategy);
-        let driver = Strategies::of(self)
-            .driver_name(round.remediation, name)
+        // Made ready beside the fresh reads for the strategy a start fences with (never
+        // under the lock: a BMC that answers late holds only this start); otherwise made
+        // ready now, beside the record.
+        let mut ahead = match (strategy, ahead) {
+            (START_STRATEGY, Some(ahead)) => ahead,
+            _ => self.ready_power(round.remediation, name),
+        };
+        ahead.start().await;
+        // The driver's name may need the BMC's Secret: read before the lock.
+        let driver = ahead
+            .beside(Strategies::of(self).driver_name(round.remediation, name))
             .await;
-        // The strategy gets ready to ask (a BMC session opened) while the start is judged
-        // and recorded, never under the lock: a BMC that answers late holds only this start.
-        let snapshot = round.remediation.clone();
-        let mut prepared = std::pin::pin!(Strategies::of(self).prepare_power(&snapshot, name));
-        let launched = alongside(
-            prepared.as_mut(),
-            self.record_start(writes, round, strategy, driver, basis),
-        )
-        .await;
-        let (remediation, ready) = match launched {
-            (Ok(remediation), ready) => (remediation, ready),
-            (Err(launch), _) => return launch,
+        let recorded = ahead
+            .beside(self.record_start(writes, round, strategy, driver, basis))
+            .await;
+        let remediation = match recorded {
+            Ok(remediation) => remediation,
+            Err(launch) => return launch,
         };
-        // Ready: polled to its end already, and never again.
-        let ready = match ready {
-            Some(ready) => ready,
-            None => prepared.await,
-        };
+        let ready = ahead.finish().await;
         Launch::Started(
             Steps::of(self, writes)
                 .act_power_off(remediation, name, ready)
@@ -453,24 +487,6 @@ impl Pass {
     }
 }
 
-/// `main`'s outcome, and `side`'s if it ended first: `side` is polled first, so that what it
-/// sends is on its way before `main` runs, and goes on (when the caller polls it again) after
-/// `main` ended.
-async fn alongside<S: Future + ?Sized, M: Future>(
-    mut side: std::pin::Pin<&mut S>,
-    main: M,
-) -> (M::Output, Option<S::Output>) {
-    let mut main = std::pin::pin!(main);
-    let mut done = None;
-    loop {
-        tokio::select! {
-            biased;
-            out = &mut side, if done.is_none() => done = Some(out),
-            out = &mut main => return (out, done),
-        }
-    }
-}
-
 /// How a launch ended: started (the step's outcome), or held by a start that overtook it.
 enum Launch<'a> {
     Started(Result<Option<Action>>),
@@ -533,41 +549,4 @@ fn trigger_cleared(remediation: &Remediation) -> bool {
             .iter()
             .any(|t| t.step == RemediationStep::TriggerCleared)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-
-    use super::alongside;
-
-    #[tokio::test]
-    async fn the_side_goes_first_and_is_handed_back_only_when_it_ended() {
-        let order = Mutex::new(Vec::new());
-        let note = |what: &'static str| order.lock().unwrap().push(what);
-        // A main at hand still comes after the side's first step.
-        let mut side = std::pin::pin!(async {
-            note("side sent");
-            tokio::task::yield_now().await;
-            note("side ended");
-            "session"
-        });
-        let (main, ended) = alongside(side.as_mut(), async {
-            note("main");
-            7
-        })
-        .await;
-        assert_eq!((main, ended), (7, None));
-        assert_eq!(*order.lock().unwrap(), ["side sent", "main"]);
-        // Not ended: the caller finishes it.
-        assert_eq!(side.await, "session");
-        // A side that ends first is handed back with the main's outcome.
-        let mut quick = std::pin::pin!(async { "ready" });
-        let (main, ended) = alongside(quick.as_mut(), async {
-            tokio::task::yield_now().await;
-            8
-        })
-        .await;
-        assert_eq!((main, ended), (8, Some("ready")));
-    }
 }

@@ -4,4 +4,5 @@ pub mod bmc;
 pub mod capi;
 pub(super) mod foreign;
 pub(super) mod fresh;
+pub(super) mod health;
 pub mod start_gates;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use kube::runtime::reflector::ObjectRef;
 
 use crate::api::annotations::{EXTERNAL_REMEDIATION, PLANNED_REBOOT};
 use crate::api::{EventReason, FenceStrategyName, HOLDS_NOTHING, OUTCOME_LABEL, Remediation};
@@ -18,20 +17,20 @@ use crate::remediation::decide::gates::{
     Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, MachineConfigView, Quiet,
     QuietEvidence, may_start, quiet_gate, running_machines,
 };
-use crate::remediation::decide::observe::{machine_is_control_plane, node_is_ready, node_view};
-use crate::remediation::decide::trust::machineless_claims;
-use crate::remediation::decide::workload::{cluster_of, machine_cluster};
+use crate::remediation::decide::observe::{machine_is_control_plane, node_view};
+use crate::remediation::decide::workload::{ClusterRef, machine_cluster};
 use crate::remediation::evidence::bmc::BmcLocator;
 use crate::remediation::evidence::capi::CapiHosts;
 use crate::remediation::evidence::foreign::Foreign;
 use crate::remediation::evidence::fresh::{FreshEvidence, FreshTrigger};
+use crate::remediation::evidence::health::{HealthAhead, HealthCount};
 use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Placement;
-use crate::remediation::pass::subject::{node_is_control_plane, node_key, subject_key};
-use crate::remediation::requests::admission::Verdict;
+use crate::remediation::pass::subject::{node_is_control_plane, subject_key};
 use crate::remediation::requests::trigger::Triggers;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
+use crate::runtime::overlap::Overlapped;
 use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
 use baremend_drivers::BmcAddress;
@@ -62,15 +61,25 @@ impl<'p> StartGates<'p> {
     /// The gates for a start, decided on the caches and confirmed on fresh reads (the cache
     /// may lag behind a watch broken for seconds, and a start must never rest on it; nor may
     /// the power-off rest on a cached trigger, see `run`). Returns the verdict, whether the
-    /// trigger is (still) there, and — when the gates let it start — what the last judgment
-    /// under the start lock rests on. No lock is held across these reads: a slow API server
-    /// or BMC delays this start only.
-    pub(in crate::remediation) async fn judge_start(
+    /// trigger is (still) there, and — when the cached gates let it start — what the last
+    /// judgment under the start lock rests on, with `ahead`. No lock is held across these
+    /// reads: a slow API server or BMC delays this start only.
+    ///
+    /// `health`: the fleet's health counted ahead (a start just created, see
+    /// [`StartGates::fleet_health_ahead`]); None: counted here. The fresh reads ride beside
+    /// the count while it is under way, as beside any wait of a start (see
+    /// [`StartReads::fresh`]).
+    ///
+    /// `ahead`: what the power-off will need (its BMC made ready), started once the cached
+    /// gates let a triggered start go, so that its round trips ride beside the fresh reads and
+    /// the record rather than after them; a start the cached gates hold never polls it.
+    pub(in crate::remediation) async fn judge_start<R: Send + 'p>(
         self,
         remediation: &Remediation,
         node: Option<&Node>,
-        reads: StartReads<'_>,
-    ) -> Result<(std::result::Result<(), Held>, bool, Option<StartBasis>)> {
+        reads: StartReads<'p>,
+        (health, ahead): (Option<HealthAhead>, Overlapped<'p, R>),
+    ) -> Result<Judged<'p, R>> {
         let triggered = Triggers::of(self.pass).triggered();
         let cached = self.pass.context.caches.remediations.state();
         let StartReads {
@@ -78,7 +87,13 @@ impl<'p> StartGates<'p> {
             mark,
             mut fresh,
         } = reads;
-        let health = fresh.beside(self.fleet_health(remediation)).await;
+        let health = match health {
+            Some(counted) => {
+                let again = self.fleet_health(remediation);
+                fresh.beside(counted.finish(again)).await
+            }
+            None => fresh.beside(self.fleet_health(remediation)).await,
+        };
         let held = self.gates(
             remediation,
             node,
@@ -90,21 +105,55 @@ impl<'p> StartGates<'p> {
         if let Err(held) = held {
             return Ok((Err(held), triggered, None));
         }
-        // Every fresh read at once; the gates below only judge.
-        let fresh = fresh.finish().await?;
-        let freshness = ListFreshness::ReadAfter(mark);
-        let remediations = &fresh.remediations;
-        let may = self.gates(
-            remediation,
-            node,
-            &mut launched,
-            remediations,
-            freshness,
-            &health,
-        );
+        // Only a start with a trigger gets its BMC ready (an untriggered one is withdrawn).
+        let mut ahead = triggered.then_some(ahead);
+        if let Some(ahead) = &mut ahead {
+            ahead.start().await;
+        }
+        // Every fresh read at once; the gates after them only judge.
+        let judged = async {
+            let fresh = fresh.finish().await?;
+            let freshness = ListFreshness::ReadAfter(mark);
+            let may = self.gates(
+                remediation,
+                node,
+                &mut launched,
+                &fresh.remediations,
+                freshness,
+                &health,
+            );
+            let may = self.judge_fresh(remediation, node, &fresh, may).await?;
+            Ok::<_, Error>((may, fresh))
+        };
+        let (may, fresh) = match &mut ahead {
+            Some(ahead) => ahead.beside(judged).await?,
+            None => judged.await?,
+        };
+        let basis = StartBasis {
+            fresh: fresh.remediations,
+            mark,
+            health,
+        };
+        Ok((
+            may,
+            triggered && fresh.trigger.confirmed,
+            Some((basis, ahead)),
+        ))
+    }
+
+    /// The gates a start's fresh reads decide, after the fleet's (`may`): the upgrade's
+    /// quiet, another remediator, the self-fence, the host's owner and watch, the workload
+    /// cluster and the BMC. A hold that ends on its bound lets the start go, told.
+    async fn judge_fresh(
+        self,
+        remediation: &Remediation,
+        node: Option<&Node>,
+        fresh: &FreshEvidence,
+        may: std::result::Result<(), Held>,
+    ) -> Result<std::result::Result<(), Held>> {
         let mut bound_reached = None;
         let may = match may {
-            Ok(()) => match self.quiet_gate(remediation, node, &fresh) {
+            Ok(()) => match self.quiet_gate(remediation, node, fresh) {
                 Quiet::Open => Ok(()),
                 Quiet::Hold(held) => Err(held),
                 Quiet::BoundReached(held) => {
@@ -114,7 +163,7 @@ impl<'p> StartGates<'p> {
             },
             held => held,
         };
-        let may = may.and_then(|()| Foreign::of(self.pass).foreign_gate(remediation, &fresh));
+        let may = may.and_then(|()| Foreign::of(self.pass).foreign_gate(remediation, fresh));
         let may = match may {
             Ok(()) => self.self_fence_gate(remediation).await?,
             held => held,
@@ -150,17 +199,11 @@ impl<'p> StartGates<'p> {
                 )
                 .await;
         }
-        let confirmed = fresh.trigger.confirmed;
-        let basis = StartBasis {
-            fresh: fresh.remediations,
-            mark,
-            health,
-        };
-        Ok((may, triggered && confirmed, Some(basis)))
+        Ok(may)
     }
 
     /// The start lock's mark, and the reads a start's last gates judge on, ready to go out
-    /// (after the mark) beside the waits before those gates: see [`FreshReads`].
+    /// (after the mark) beside the waits before those gates: see [`StartReads::fresh`].
     pub(in crate::remediation) async fn start_reads(
         self,
         remediation: &Remediation,
@@ -173,10 +216,7 @@ impl<'p> StartGates<'p> {
         StartReads {
             launched,
             mark,
-            fresh: FreshReads {
-                reads: Box::pin(self.read_fresh(host)),
-                done: None,
-            },
+            fresh: Overlapped::new(self.read_fresh(host)),
         }
     }
 
@@ -275,156 +315,48 @@ impl<'p> StartGates<'p> {
 
     /// The Machines' health, for the gates: taken once per step (it walks every Machine and
     /// its Node, milliseconds on a large cluster) and used for both the cached and the fresh
-    /// look at the Remediations.
-    ///
-    /// A Cluster API Machine's failure domain is its Cluster: only that Cluster's Machines are
-    /// counted, their Nodes read in the cluster they are in (a workload cluster that cannot be
-    /// reached counts its Nodes as unknown, and its own start is held by `WorkloadCluster`).
+    /// look at the Remediations. See [`HealthCount`].
     pub(in crate::remediation) async fn fleet_health(
         self,
         remediation: &Remediation,
     ) -> FleetHealth {
-        let domain = self
-            .pass
+        self.health_count(self.pass.node_cluster(remediation))
+            .await
+            .tally()
+    }
+
+    /// The fleet's health of a start about to be created, counted off the pass's task (the
+    /// walk on a thread of its own) while the pass creates the Remediation: the walk's
+    /// milliseconds of CPU ride beside the creation's round trip instead of following it.
+    /// What it counts is the caches' view, as [`StartGates::fleet_health`]'s a moment later
+    /// is.
+    pub(in crate::remediation) fn fleet_health_ahead(self) -> HealthAhead {
+        HealthAhead::begin(HealthCount::take(
+            self.pass.context.clone(),
+            self.pass.policy.clone(),
+            self.health_domain(),
+            self.pass.machine_node_cluster(),
+        ))
+    }
+
+    /// What [`HealthCount`] counts for this pass's subject in `cluster` (its Node's).
+    async fn health_count(self, cluster: Option<ClusterRef>) -> HealthCount {
+        HealthCount::take(
+            self.pass.context.clone(),
+            self.pass.policy.clone(),
+            self.health_domain(),
+            cluster,
+        )
+        .await
+    }
+
+    /// A Cluster API Machine's failure domain: its Cluster.
+    fn health_domain(self) -> Option<ClusterRef> {
+        self.pass
             .subject
             .machine()
             .filter(|_| self.pass.context.settings.machine_api == slim::MachineApi::ClusterApi)
-            .and_then(machine_cluster);
-        let workload = match self.pass.node_cluster(remediation) {
-            Some(cluster) => self
-                .pass
-                .context
-                .clients
-                .workloads
-                .connect(&cluster)
-                .await
-                .ok(),
-            None => None,
-        };
-        let machines: Vec<_> = self
-            .pass
-            .context
-            .caches
-            .machines
-            .state()
-            .into_iter()
-            // Compared in place: a ClusterRef made per Machine is two copies of names for
-            // every Machine of the fleet, on every start's path.
-            .filter(|m| {
-                domain.as_ref().is_none_or(|d| {
-                    cluster_of(m) == Some(d.name.as_str())
-                        && m.metadata.namespace.as_deref().unwrap_or_default() == d.namespace
-                })
-            })
-            .collect();
-        // The Node of a Machine: Some(Ready or not), None when it has none.
-        let node_ready = |machine: &slim::Machine| {
-            let node = machine.status.as_ref()?.node_ref.as_ref()?;
-            let cached = match &workload {
-                Some(workload) => workload.node(&node.name),
-                None => self
-                    .pass
-                    .context
-                    .caches
-                    .nodes
-                    .get(&ObjectRef::new(&node.name)),
-            };
-            cached.map(|n| node_is_ready(&n))
-        };
-        let mut health = FleetHealth {
-            machines: machines.len(),
-            members: domain
-                .is_some()
-                .then(|| machines.iter().map(|m| m.name_any()).collect()),
-            ..FleetHealth::default()
-        };
-        // A Cluster API request counts as the annotation does: a health check found the
-        // Machine unhealthy.
-        // Only requests baremend accepts count: a refused one (a tenant's, a widening one)
-        // must not make a storm that holds real remediation.
-        let policy = self.pass.context.policy();
-        let requested: std::collections::HashSet<(String, String)> = self
-            .pass
-            .context
-            .caches
-            .machine_requests
-            .state()
-            .iter()
-            .filter(|r| {
-                matches!(
-                    self.pass.context.machine_request_verdict(r, &policy),
-                    Verdict::Accepted(_)
-                )
-            })
-            .map(|r| (r.namespace().unwrap_or_default(), r.name_any()))
-            .collect();
-        let node_requested: std::collections::HashSet<String> = self
-            .pass
-            .context
-            .caches
-            .node_requests
-            .state()
-            .iter()
-            .filter(|r| {
-                !crate::remediation::requests::node_request(r).timed_out
-                    && matches!(
-                        self.pass.context.node_request_verdict(r, &policy),
-                        Verdict::Accepted(_)
-                    )
-            })
-            .map(|r| crate::remediation::requests::node_of_request(r))
-            .collect();
-        // What only Nodes without a Machine need is gathered only when there are such claims:
-        // this walk is on every start's path, and thousands of copies of names are
-        // milliseconds.
-        let mappings = self.pass.context.caches.host_bmcs.state();
-        let mut machine_nodes = std::collections::HashSet::new();
-        for machine in &machines {
-            let ready = node_ready(machine);
-            let node = machine.status.as_ref().and_then(|s| s.node_ref.as_ref());
-            if let Some(node) = node
-                && !mappings.is_empty()
-            {
-                machine_nodes.insert(node.name.clone());
-            }
-            if machine.annotations().contains_key(EXTERNAL_REMEDIATION)
-                || (!requested.is_empty()
-                    && requested
-                        .contains(&(machine.namespace().unwrap_or_default(), machine.name_any())))
-                || node.is_some_and(|n| node_requested.contains(&n.name))
-                || ready == Some(false)
-            {
-                health.unhealthy += 1;
-            }
-            // Each Machine's role is read once, from its labels, not per comparison.
-            if machine_is_control_plane(machine.labels()) {
-                health.control_plane.insert(machine.name_any());
-                if ready == Some(true) {
-                    health.control_plane_ready += 1;
-                }
-            }
-        }
-        if domain.is_some() {
-            // Nodes without a Machine are the cluster baremend runs in: not this Cluster's.
-            return health;
-        }
-        let trusted = &self.pass.policy.trust.host_bmc_namespaces;
-        let subjects = machineless_claims(&mappings, trusted, &machine_nodes).subjects;
-        for node in subjects.into_keys() {
-            let cached = self.pass.context.caches.nodes.get(&ObjectRef::new(&node));
-            let ready = cached.as_deref().map(node_is_ready);
-            health.machines += 1;
-            if node_requested.contains(&node) || ready == Some(false) {
-                health.unhealthy += 1;
-            }
-            if cached.is_some_and(|n| node_is_control_plane(n.labels())) {
-                health.control_plane.insert(node_key(&node));
-                if ready == Some(true) {
-                    health.control_plane_ready += 1;
-                }
-            }
-        }
-        health
+            .and_then(machine_cluster)
     }
 
     /// The safety gates for a start, over `remediations` (`fresh`: read from the API server
@@ -622,44 +554,22 @@ pub(in crate::remediation) struct StartReads<'a> {
     pub(in crate::remediation) launched: Launched,
     /// [`Launched::mark`] before the fresh reads.
     pub(in crate::remediation) mark: u64,
-    /// The fresh reads.
-    pub(in crate::remediation) fresh: FreshReads<'a>,
+    /// The fresh reads, sent beside the start's waits rather than after them (one after the
+    /// other, the wait for a workload cluster's first list of Nodes and the fresh reads were
+    /// most of a start's time). Never started: beside a wait that is at hand, as it is for a
+    /// held start looked at again, no read goes out before the cached gates have judged, and
+    /// a start they hold sends none.
+    pub(in crate::remediation) fresh: Overlapped<'a, Result<FreshEvidence>>,
 }
 
-/// A start's fresh reads, sent beside its waits rather than after them: one after the other,
-/// the wait for a workload cluster's first list of Nodes and the fresh reads were most of a
-/// start's time.
-///
-/// Guarantees: the reads are sent only while a wait they ride beside is pending (the wait is
-/// polled first): when what a start waits for is at hand, as it is for a held start looked
-/// at again, no read goes out before the cached gates have judged, and a start they hold
-/// sends none (dropped, the reads stop unfinished).
-pub(in crate::remediation) struct FreshReads<'a> {
-    reads: std::pin::Pin<Box<dyn Future<Output = Result<FreshEvidence>> + Send + 'a>>,
-    done: Option<Result<FreshEvidence>>,
-}
-
-impl FreshReads<'_> {
-    /// `wait`'s outcome, the reads going on beside it.
-    pub(in crate::remediation) async fn beside<T>(&mut self, wait: impl Future<Output = T>) -> T {
-        tokio::pin!(wait);
-        loop {
-            tokio::select! {
-                biased;
-                out = &mut wait => return out,
-                read = &mut self.reads, if self.done.is_none() => self.done = Some(read),
-            }
-        }
-    }
-
-    /// The reads, finished.
-    async fn finish(self) -> Result<FreshEvidence> {
-        match self.done {
-            Some(read) => read,
-            None => self.reads.await,
-        }
-    }
-}
+/// A start's verdict, whether its trigger is (still) there, and — when the cached gates let
+/// it start — what its last judgment rests on and what was made ready beside it (None:
+/// nothing, the cache showing no trigger; see [`StartGates::judge_start`]).
+pub(in crate::remediation) type Judged<'a, R> = (
+    std::result::Result<(), Held>,
+    bool,
+    Option<(StartBasis, Option<Overlapped<'a, R>>)>,
+);
 
 /// What the last judgment of a start rests on: the fresh reads its gates were confirmed on.
 pub(in crate::remediation) struct StartBasis {
@@ -876,60 +786,5 @@ mod tests {
         assert_eq!(held.unwrap_err().gate(), "BmcUntrustworthy");
         let later = now + Duration::from_secs(61);
         assert_eq!(bmc_verdict(&verified, false, false, &ledger, later), Ok(()));
-    }
-
-    /// Fresh reads whose sending is counted: `sent` goes up when the reads are first polled.
-    fn counted_reads(sent: &std::sync::atomic::AtomicUsize) -> FreshReads<'_> {
-        FreshReads {
-            reads: Box::pin(async move {
-                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                tokio::task::yield_now().await;
-                Ok(FreshEvidence {
-                    remediations: Vec::new(),
-                    trigger: FreshTrigger {
-                        annotations: None,
-                        confirmed: true,
-                    },
-                    cluster_progressing: None,
-                    host: None,
-                    foreign: Vec::new(),
-                })
-            }),
-            done: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn fresh_reads_go_out_only_beside_a_wait_that_is_pending() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        // What a start waits for is at hand: no read is sent, and none once dropped (a
-        // start the cached gates hold).
-        let sent = AtomicUsize::new(0);
-        let mut reads = counted_reads(&sent);
-        assert_eq!(reads.beside(std::future::ready(7)).await, 7);
-        assert_eq!(reads.beside(async { 8 }).await, 8);
-        drop(reads);
-        assert_eq!(sent.load(Ordering::SeqCst), 0);
-        // A wait that takes its time: the reads go out beside it, and finish on their own
-        // or are taken finished.
-        let sent = AtomicUsize::new(0);
-        let mut reads = counted_reads(&sent);
-        let waited = reads
-            .beside(async {
-                for _ in 0..3 {
-                    tokio::task::yield_now().await;
-                }
-                "listed"
-            })
-            .await;
-        assert_eq!(waited, "listed");
-        assert_eq!(sent.load(Ordering::SeqCst), 1);
-        assert!(reads.done.is_some(), "finished beside the wait");
-        assert!(reads.finish().await.unwrap().trigger.confirmed);
-        // Not sent beside a wait: sent when finished.
-        let sent = AtomicUsize::new(0);
-        let reads = counted_reads(&sent);
-        assert!(reads.finish().await.is_ok());
-        assert_eq!(sent.load(Ordering::SeqCst), 1);
     }
 }
