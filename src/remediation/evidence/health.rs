@@ -41,7 +41,7 @@ pub(in crate::remediation) struct HealthCount {
     domain: Option<ClusterRef>,
     /// The workload cluster the Machines' Nodes are in; None: the management cluster's.
     workload: Option<Arc<Connection>>,
-    /// The Machines in scope.
+    /// Every Machine (the tally counts the domain's).
     machines: Vec<Arc<slim::Machine>>,
     /// The management cluster's Nodes.
     nodes: Store<Node>,
@@ -67,20 +67,9 @@ impl HealthCount {
             Some(cluster) => context.clients.workloads.connect(&cluster).await.ok(),
             None => None,
         };
-        let machines = context
-            .caches
-            .machines
-            .state()
-            .into_iter()
-            // Compared in place: a ClusterRef made per Machine is two copies of names for
-            // every Machine of the fleet, on every start's path.
-            .filter(|m| {
-                domain.as_ref().is_none_or(|d| {
-                    cluster_of(m) == Some(d.name.as_str())
-                        && m.metadata.namespace.as_deref().unwrap_or_default() == d.namespace
-                })
-            })
-            .collect();
+        // Every Machine: the domain's are picked in the tally, off the pass's task (a compare
+        // per Machine of the fleet).
+        let machines = context.caches.machines.state();
         // A Cluster API request counts as the annotation does: a health check found the
         // Machine unhealthy. Only requests baremend accepts count: a refused one (a
         // tenant's, a widening one) must not make a storm that holds real remediation.
@@ -127,18 +116,30 @@ impl HealthCount {
     /// The count: every Machine in scope and its Node, then (outside a Cluster API domain)
     /// every Node without a Machine that a trusted `HostBmc` claims.
     pub(in crate::remediation) fn tally(self) -> FleetHealth {
+        // Compared in place: a ClusterRef made per Machine is two copies of names for every
+        // Machine of the fleet.
+        let machines: Vec<&Arc<slim::Machine>> = self
+            .machines
+            .iter()
+            .filter(|m| {
+                self.domain.as_ref().is_none_or(|d| {
+                    cluster_of(m) == Some(d.name.as_str())
+                        && m.metadata.namespace.as_deref().unwrap_or_default() == d.namespace
+                })
+            })
+            .collect();
         let mut health = FleetHealth {
-            machines: self.machines.len(),
+            machines: machines.len(),
             members: self
                 .domain
                 .is_some()
-                .then(|| self.machines.iter().map(|m| m.name_any()).collect()),
+                .then(|| machines.iter().map(|m| m.name_any()).collect()),
             ..FleetHealth::default()
         };
         // What only Nodes without a Machine need is gathered only when there are such claims:
         // thousands of copies of names are milliseconds.
         let mut machine_nodes = HashSet::new();
-        for machine in &self.machines {
+        for machine in machines {
             let ready = self.node_ready(machine);
             let node = machine.status.as_ref().and_then(|s| s.node_ref.as_ref());
             if let Some(node) = node
