@@ -50,10 +50,10 @@ use std::time::Duration;
 use super::fence::NotFenced;
 use super::gates::Held;
 
-/// The earliest look at the power after a power-off request.
 /// The strategy a start fences with: the policy's first (later ones follow on escalation).
 pub const START_STRATEGY: usize = 0;
 
+/// The earliest look at the power after a power-off request.
 const FIRST_LOOK: Duration = Duration::from_millis(100);
 
 /// Where a remediation is: the phase persisted in the `Remediation` object.

@@ -25,7 +25,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::api::annotations::EXTERNAL_REMEDIATION;
-use crate::api::{HostBmc, RemediationPolicySpec, slim};
+use crate::api::{HostBmc, slim};
 use crate::remediation::decide::gates::FleetHealth;
 use crate::remediation::decide::observe::{machine_is_control_plane, node_is_ready};
 use crate::remediation::decide::trust::machineless_claims;
@@ -56,10 +56,11 @@ pub(in crate::remediation) struct HealthCount {
 }
 
 impl HealthCount {
-    /// The snapshot, its workload cluster (`cluster`) connected first.
+    /// The snapshot, its workload cluster (`cluster`) connected first; `trusted`: the
+    /// namespaces whose `HostBmc`s the pass's policy trusts.
     pub(in crate::remediation) async fn take(
         context: Arc<Context>,
-        policy: RemediationPolicySpec,
+        trusted: Vec<String>,
         domain: Option<ClusterRef>,
         cluster: Option<ClusterRef>,
     ) -> Self {
@@ -109,7 +110,7 @@ impl HealthCount {
             requested,
             node_requested,
             mappings: context.caches.host_bmcs.state(),
-            trusted: policy.trust.host_bmc_namespaces,
+            trusted,
         }
     }
 

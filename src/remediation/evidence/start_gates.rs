@@ -331,23 +331,21 @@ impl<'p> StartGates<'p> {
     /// What it counts is the caches' view, as [`StartGates::fleet_health`]'s a moment later
     /// is.
     pub(in crate::remediation) fn fleet_health_ahead(self) -> HealthAhead {
-        HealthAhead::begin(HealthCount::take(
-            self.pass.context.clone(),
-            self.pass.policy.clone(),
-            self.health_domain(),
-            self.pass.machine_node_cluster(),
-        ))
+        HealthAhead::begin(self.health_count(self.pass.machine_node_cluster()))
     }
 
-    /// What [`HealthCount`] counts for this pass's subject in `cluster` (its Node's).
-    async fn health_count(self, cluster: Option<ClusterRef>) -> HealthCount {
+    /// What [`HealthCount`] counts for this pass's subject in `cluster` (its Node's), taken
+    /// when awaited: it borrows nothing of the pass, so it may be taken on a task of its own.
+    fn health_count(
+        self,
+        cluster: Option<ClusterRef>,
+    ) -> impl Future<Output = HealthCount> + Send + 'static {
         HealthCount::take(
             self.pass.context.clone(),
-            self.pass.policy.clone(),
+            self.pass.policy.trust.host_bmc_namespaces.clone(),
             self.health_domain(),
             cluster,
         )
-        .await
     }
 
     /// A Cluster API Machine's failure domain: its Cluster.
