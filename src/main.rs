@@ -42,6 +42,10 @@ enum Command {
     /// Run the story on simulated hardware, in this process.
     #[cfg(feature = "lab")]
     Lab(LabArgs),
+    /// One floor of `lab --scenario scale`, as a process of its own (the benchmark starts it).
+    #[cfg(feature = "lab")]
+    #[command(hide = true)]
+    LabFloor(baremend::lab::FloorArgs),
     /// Check every Machine's fencing path once, without disrupting it: one line per Machine,
     /// READY or NOT READY and why; the exit code is 1 when any is not ready.
     Check(baremend::check::CheckArgs),
@@ -145,6 +149,8 @@ async fn main() -> ExitCode {
         Command::Bmc(args) => baremend::bmc::run(args).await,
         #[cfg(feature = "lab")]
         Command::Lab(args) => baremend::lab::run(args).await,
+        #[cfg(feature = "lab")]
+        Command::LabFloor(args) => baremend::lab::serve_floor(args).await,
         Command::Check(args) => baremend::check::run(args).await,
         Command::Status(args) => baremend::status::status(args).await,
         Command::Retry(args) => baremend::status::mark(baremend::status::Mark::Retry, args).await,

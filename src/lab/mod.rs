@@ -13,6 +13,8 @@ pub mod chaos;
 mod drift;
 mod power_demo;
 mod scale;
+
+pub use scale::{FloorArgs, serve_floor};
 pub mod setup;
 mod story;
 

@@ -32,6 +32,8 @@ mod sample;
 mod table;
 mod world;
 
+pub use self::floor::{FloorArgs, serve as serve_floor};
+
 use std::time::{Duration, Instant};
 
 use baremend_sim::cluster::MACHINE_NAMESPACE;
@@ -274,19 +276,7 @@ async fn bench(layout: Layout, server: ServerKind, args: &LabArgs) -> Result<Fig
             sample.api.management,
             sample.api.workload
         );
-        for traced in &sample.trace {
-            let took = traced
-                .took
-                .map(|took| format!(" ({:.1} ms)", took.as_secs_f64() * 1000.0))
-                .unwrap_or_default();
-            println!(
-                "       +{:>6.1} ms {:<10} {:<6} {}{took}",
-                traced.after.as_secs_f64() * 1000.0,
-                traced.server,
-                traced.method,
-                traced.path
-            );
-        }
+        print_trace(&sample.trace);
         samples.push(sample);
     }
     let memory = controllers.iter().map(ControllerProcess::memory).collect();
@@ -295,7 +285,7 @@ async fn bench(layout: Layout, server: ServerKind, args: &LabArgs) -> Result<Fig
     for (shift, floor) in [(1, Floor::Bare), (2, Floor::Safe)] {
         floors.push((
             floor,
-            measure_floor(&lab, &layout, args, floor, shift).await?,
+            measure_floor(&lab, &layout, args, floor, (shift, &dir)).await?,
         ));
     }
     // Kept when asked for, and when a controller warned (at its default level, a warning is
@@ -327,6 +317,23 @@ async fn bench(layout: Layout, server: ServerKind, args: &LabArgs) -> Result<Fig
     })
 }
 
+/// Prints a sample's traced API requests (see `sample::TRACE`), one a line.
+fn print_trace(trace: &[requests::Traced]) {
+    for traced in trace {
+        let took = traced
+            .took
+            .map(|took| format!(" ({:.1} ms)", took.as_secs_f64() * 1000.0))
+            .unwrap_or_default();
+        println!(
+            "       +{:>6.1} ms {:<10} {:<6} {}{took}",
+            traced.after.as_secs_f64() * 1000.0,
+            traced.server,
+            traced.method,
+            traced.path
+        );
+    }
+}
+
 /// A floor's fence latencies on `--samples` hosts of their own (sorted), our controllers
 /// stopped.
 async fn measure_floor(
@@ -334,13 +341,31 @@ async fn measure_floor(
     layout: &Layout,
     args: &LabArgs,
     floor: Floor,
-    shift: usize,
+    (shift, dir): (usize, &std::path::Path),
 ) -> Result<Vec<Duration>> {
     let targets = layout.targets_from(lab, args.samples as usize, shift);
-    let running = FloorRun::start(lab, floor, &targets).await?;
+    let kubeconfig = dir.join("kubeconfig");
+    let running = FloorRun::start(lab, floor, &targets, (dir, &kubeconfig)).await?;
     let mut values = Vec::new();
     for target in &targets {
-        values.push(fence_latency(lab, target, args.timeout).await?);
+        let (latency, trace) = fence_latency(lab, target, args.timeout)
+            .await
+            .map_err(|error| {
+                invalid(
+                    floor.label(),
+                    format!("{error}; its log: {}", running.log.display()),
+                )
+            })?;
+        if !trace.is_empty() {
+            println!(
+                "  {}, {}: fence latency {}",
+                floor.label(),
+                target.machine,
+                ms(latency)
+            );
+            print_trace(&trace);
+        }
+        values.push(latency);
     }
     drop(running);
     values.sort();

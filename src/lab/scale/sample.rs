@@ -37,13 +37,26 @@ pub(super) struct Target {
 }
 
 /// How a health check asks for a Machine's remediation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(super) enum Trigger {
     /// OpenShift's MachineHealthCheck: the external-remediation annotation on the Machine.
     Annotation,
     /// Cluster API's MachineHealthCheck: a `MachineRemediation` named after the Machine,
     /// owned by it (from baremend's empty template).
     Request,
+}
+
+/// With [`TRACE`] set, the API requests from `started` (the trigger stored) on: up to
+/// `fence_latency`, or every one when it is `all`.
+pub(super) fn traced(world: &World, started: Instant, fence_latency: Duration) -> Vec<Traced> {
+    let Some(asked) = std::env::var_os(TRACE) else {
+        return Vec::new();
+    };
+    let mut trace = world.timeline(started);
+    if asked != "all" {
+        trace.retain(|t| t.after <= fence_latency);
+    }
+    trace
 }
 
 /// What one remediation measured.
@@ -229,15 +242,7 @@ pub(super) async fn remediate(world: &World, target: &Target, timeout: Duration)
     let floor = millis(off_reached.saturating_sub(off_request))
         + millis(node_back.saturating_sub(on_request));
     let fence_latency = millis(off_request.saturating_sub(host0));
-    let trace = if let Some(asked) = std::env::var_os(TRACE) {
-        let mut trace = world.timeline(started);
-        if asked != "all" {
-            trace.retain(|t| t.after <= fence_latency);
-        }
-        trace
-    } else {
-        Vec::new()
-    };
+    let trace = traced(world, started, fence_latency);
     Ok(Sample {
         write: millis(write),
         fence_latency,

@@ -67,7 +67,6 @@ pub(super) struct RealPlane {
     plane: ControlPlane,
     admin: Local,
     client: Client,
-    controller_client: Client,
     controller_kubeconfig: String,
     audit: PathBuf,
 }
@@ -148,7 +147,6 @@ impl World {
             plane,
             admin,
             client,
-            controller_client: installed.controller_client,
             controller_kubeconfig: installed.controller_kubeconfig,
             audit,
         })))
@@ -170,15 +168,8 @@ impl World {
         }
     }
 
-    /// A kube client as the controller's ServiceAccount (the floors run on it).
-    pub(super) fn controller_client(&self) -> Client {
-        match self {
-            World::Simulated(lab) => lab.controller_client.clone(),
-            World::Real(real) => real.controller_client.clone(),
-        }
-    }
-
-    /// That client's kubeconfig (the controllers' processes run on it).
+    /// The kubeconfig of the controller's ServiceAccount (our controllers' processes and the
+    /// floors' run on it).
     pub(super) fn controller_kubeconfig(&self) -> &str {
         match self {
             World::Simulated(lab) => &lab.controller_kubeconfig,
