@@ -18,6 +18,7 @@ use tracing::{Instrument, info, warn};
 use super::classify::{ConfigState, classify};
 pub use super::context::{DriftCaches, DriftContext, DriftOptions};
 pub use super::helper::HelperPods;
+use super::in_play::{self, Marked};
 use super::pass::Pass;
 use crate::api::annotations::PLANNED_REBOOT;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
@@ -87,11 +88,14 @@ pub async fn run(
     // (drifted, or with a remediation or a mark to carry on or clean up): on a large cluster
     // waking every Node at each of those changes kept thousands of passes busy. A policy
     // change (rare) may change what counts, so it wakes them all.
+    // The marked Nodes come from an index the Node stream keeps (`in_play.rs`), not a walk.
     let nodes = node_feed.store.clone();
     let open = remediations.clone();
+    let marked = Arc::new(Marked::default());
+    let index = marked.clone();
     let in_play = futures_util::stream::select(pool_stream.map(|_| ()), machine_stream.map(|_| ()))
         .flat_map(move |()| {
-            futures_util::stream::iter(nodes_in_play(&nodes.state(), &open.state()))
+            futures_util::stream::iter(nodes_in_play(&index.nodes(&nodes), &open.state()))
         });
     // A policy change (rare) may change what is done for any Node drift concerns.
     let nodes = node_feed.store.clone();
@@ -121,7 +125,9 @@ pub async fn run(
                 .is_ok_and(|reported| reported.contains_key(name))
                 || all.state().iter().any(|r| r.spec.node_name == name)
         };
-        std::future::ready(concerns_drift(node, has_history))
+        let is_marked = in_play::marked(node);
+        marked.saw(node, is_marked);
+        std::future::ready(is_marked || concerns_drift(node, has_history))
     });
     Controller::for_shared_stream(node_changes, node_feed.store)
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
@@ -226,9 +232,10 @@ fn concerns_drift(node: &Node, has_history: impl Fn(&str) -> bool) -> bool {
         || has_history(&node.name_any())
 }
 
-/// The Nodes a pool or machine-remediation change may concern: drifted ones, ones with an
-/// open remediation or with a terminal one that still owes a cleanup, and ones carrying our
-/// planned-reboot mark.
+/// The Nodes a pool or machine-remediation change may concern: drifted ones and ones
+/// carrying our planned-reboot mark (of `nodes`: the caller may pass only those, see
+/// [`Marked`]), and ones with an open remediation or with a terminal one that still owes a
+/// cleanup.
 fn nodes_in_play(
     nodes: &[Arc<Node>],
     remediations: &[Arc<DriftRemediation>],
@@ -245,10 +252,7 @@ fn nodes_in_play(
     names.extend(
         nodes
             .iter()
-            .filter(|n| {
-                n.annotations().contains_key(PLANNED_REBOOT)
-                    || matches!(classify(n.annotations()), ConfigState::Drifted(_))
-            })
+            .filter(|n| in_play::marked(n))
             .map(|n| n.name_any()),
     );
     names.iter().map(|name| ObjectRef::new(name)).collect()

@@ -17,6 +17,7 @@ pub mod context;
 pub mod controller;
 pub mod helper;
 mod housekeeping;
+mod in_play;
 mod mark;
 mod node_ops;
 pub mod observe;
