@@ -23,7 +23,7 @@ use crate::remediation::act::power::{DirectBmc, Power};
 use crate::remediation::act::strategy::Strategies;
 use crate::remediation::decide::fence::{ConfirmedOff, FencedHost};
 use crate::remediation::decide::gates::Held;
-use crate::remediation::decide::observe::node_view;
+use crate::remediation::decide::observe::{Unusable, node_view};
 use crate::remediation::decide::plan::{
     DryRun, FailReason, NodeView, Persisted, Phase, ReleaseMode, Step,
 };
@@ -66,6 +66,14 @@ pub(in crate::remediation) struct Round<'a> {
 }
 
 /// The pass's executor: one small function per step of the plan. Made by
+/// The Remediation a start will create ([`Steps::plan_start`]), not created yet.
+pub(in crate::remediation) struct PlannedStart {
+    /// The object to create.
+    pub object: Remediation,
+    /// Why the Machine's host could not be read from it, told once the object exists.
+    unusable: Option<Unusable>,
+}
+
 /// `Steps::of(pass, writes)`: it holds the leave to write ([`Writes`]) that only the leader
 /// election mints, and every write of a step takes it (and checks it again right before).
 #[derive(Clone, Copy)]
@@ -720,12 +728,14 @@ impl<'p> Steps<'p> {
     /// kubeconfig Secret, the probe, the first list of Nodes) overlap the creation's, then the
     /// start's fresh reads (see `step`), instead of coming before them.
     pub(in crate::remediation) async fn start(self, number: usize) -> Result<Remediation> {
-        self.pass.connect_ahead();
-        self.create_remediation(number).await
+        let planned = self.plan_start(number).await?;
+        self.create_planned(planned).await
     }
 
-    /// [`Steps::start`]'s creation.
-    async fn create_remediation(self, number: usize) -> Result<Remediation> {
+    /// [`Steps::start`] up to the creation: the Remediation it will create (so that what
+    /// needs only its spec, such as locating the BMC, can go beside the creation).
+    pub(in crate::remediation) async fn plan_start(self, number: usize) -> Result<PlannedStart> {
+        self.pass.connect_ahead();
         let (host, unusable) = match self.pass.subject.machine() {
             Some(machine) => match CapiHosts::of(self.pass).host_of_machine(machine).await? {
                 Ok(host) => (host, None),
@@ -752,6 +762,15 @@ impl<'p> Steps<'p> {
             Some(vec![self.pass.subject.owner_reference(
                 self.pass.context.settings.machine_api.api_version(),
             )]);
+        Ok(PlannedStart { object, unusable })
+    }
+
+    /// [`Steps::start`]'s creation of what [`Steps::plan_start`] planned.
+    pub(in crate::remediation) async fn create_planned(
+        self,
+        planned: PlannedStart,
+    ) -> Result<Remediation> {
+        let PlannedStart { object, unusable } = planned;
         let api = self.pass.remediation_api();
         self.writes.check()?;
         let created = match api.create(&PostParams::default(), &object).await {

@@ -59,11 +59,25 @@ pub(in crate::remediation) trait FenceStrategy: Send + Sync {
         off: bool,
     ) -> Result<()>;
 
+    /// What [`FenceStrategy::prepare`] does before it sends anything to the BMC (the BMC
+    /// located, its Secret read): it may go before the gates that let a BMC be contacted have
+    /// been judged, beside a start's creation. None: nothing to locate, or it failed
+    /// (`prepare` then does it again).
+    async fn locate(&self, _pass: &Pass, _remediation: &Remediation) -> Option<DirectBmc> {
+        None
+    }
+
     /// Gets ready to ask, asking nothing of the host (a BMC's session opened): made beside a
-    /// start's record, so that the power-off after it has fewer round trips to make. What it
-    /// readied goes to [`FenceStrategy::power_off_prepared`]; its failure (None) is left to
-    /// the request, which meets it again and tells it.
-    async fn prepare(&self, _pass: &Pass, _remediation: &Remediation) -> Option<DirectBmc> {
+    /// start's fresh reads and record, so that the power-off after it has fewer round trips to
+    /// make; from what [`FenceStrategy::locate`] found, if anything. What it readied goes to
+    /// [`FenceStrategy::power_off_prepared`]; its failure (None) is left to the request, which
+    /// meets it again and tells it.
+    async fn prepare(
+        &self,
+        _pass: &Pass,
+        _remediation: &Remediation,
+        _located: Option<DirectBmc>,
+    ) -> Option<DirectBmc> {
         None
     }
 
@@ -243,10 +257,23 @@ impl FenceStrategy for DirectBmcStrategy {
             .unwrap_or_else(|| "unavailable".into())
     }
 
-    /// The BMC's Secret read, its driver made, its session opened and the system read ahead
-    /// of the power-off (which then sends its reset only).
-    async fn prepare(&self, pass: &Pass, remediation: &Remediation) -> Option<DirectBmc> {
-        let bmc = Power::of(pass).direct_bmc(remediation).await.ok()?;
+    /// The BMC's Secret read and its driver made; no request to the BMC.
+    async fn locate(&self, pass: &Pass, remediation: &Remediation) -> Option<DirectBmc> {
+        Power::of(pass).direct_bmc(remediation).await.ok()
+    }
+
+    /// The BMC located (unless it was), its session opened and the system read ahead of the
+    /// power-off (which then sends its reset only).
+    async fn prepare(
+        &self,
+        pass: &Pass,
+        remediation: &Remediation,
+        located: Option<DirectBmc>,
+    ) -> Option<DirectBmc> {
+        let bmc = match located {
+            Some(bmc) => bmc,
+            None => Power::of(pass).direct_bmc(remediation).await.ok()?,
+        };
         match bmc.driver.ready_to_change_power().await {
             Ok(()) => Some(bmc),
             Err(error) => {
@@ -426,13 +453,27 @@ impl<'p> Strategies<'p> {
             .await
     }
 
-    /// Gets `name` ready to ask for the host's power (see [`FenceStrategy::prepare`]).
-    pub(in crate::remediation) async fn prepare_power(
+    /// Locates what `name` asks for the host's power through, asking it nothing (see
+    /// [`FenceStrategy::locate`]).
+    pub(in crate::remediation) async fn locate_power(
         self,
         remediation: &Remediation,
         name: FenceStrategyName,
     ) -> Option<DirectBmc> {
-        strategy(name).prepare(self.pass, remediation).await
+        strategy(name).locate(self.pass, remediation).await
+    }
+
+    /// Gets `name` ready to ask for the host's power, from what
+    /// [`Strategies::locate_power`] found (see [`FenceStrategy::prepare`]).
+    pub(in crate::remediation) async fn prepare_power(
+        self,
+        remediation: &Remediation,
+        name: FenceStrategyName,
+        located: Option<DirectBmc>,
+    ) -> Option<DirectBmc> {
+        strategy(name)
+            .prepare(self.pass, remediation, located)
+            .await
     }
 
     /// A start's power-off asked of `name`, with what [`Strategies::prepare_power`] readied.

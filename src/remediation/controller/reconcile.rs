@@ -48,6 +48,9 @@ use crate::runtime::retention::retry_ask;
 use crate::runtime::runner::Action;
 use crate::{Error, Result};
 
+/// A BMC being located or made ready beside a start's round trips (see [`Pass::ready_ahead`]).
+type Located<'p> = Overlapped<'p, Option<DirectBmc>>;
+
 /// The most steps one pass takes before yielding (a safety net; a normal pass ends in Wait).
 const MAX_STEPS_PER_PASS: usize = 16;
 
@@ -75,8 +78,10 @@ impl Pass {
         if connect_ahead(newest.as_ref(), trigger) {
             self.connect_ahead();
         }
-        // The fleet's health of a start, counted beside its creation (see `step`).
+        // The fleet's health of a start, counted beside its creation, and its BMC located
+        // there (see `step`).
         let mut health = None;
+        let mut located = None;
         let mut remediation = match decide(newest.as_ref(), trigger, self.policy.mode) {
             Decision::CarryOn => match existing.last() {
                 Some(last) => (**last).clone(),
@@ -102,7 +107,14 @@ impl Pass {
                     }
                     _ => {
                         health = Some(StartGates::of(&self).fleet_health_ahead());
-                        Steps::of(&self, writes).start(number).await?
+                        let planned = Steps::of(&self, writes).plan_start(number).await?;
+                        let mut locating = self.locate_ahead(&planned.object);
+                        locating.start().await;
+                        let created = locating
+                            .beside(Steps::of(&self, writes).create_planned(planned))
+                            .await?;
+                        located = Some(locating);
+                        created
                     }
                 }
             }
@@ -124,7 +136,8 @@ impl Pass {
             None => None,
         };
         for _ in 0..MAX_STEPS_PER_PASS {
-            match self.step(writes, &mut remediation, health.take()).await? {
+            let ahead = (health.take(), located.take());
+            match self.step(writes, &mut remediation, ahead).await? {
                 Some(action) => return Ok(action),
                 None => continue,
             }
@@ -199,13 +212,14 @@ impl Pass {
         Ok(Action::await_change())
     }
 
-    /// One observe–plan–act round. `None`: go on with the next step at once. `health`: the
-    /// fleet's health counted ahead for a start's first judgment (none: counted when needed).
-    pub(in crate::remediation) async fn step(
-        &self,
+    /// One observe–plan–act round. `None`: go on with the next step at once. `ahead`, for a
+    /// start's first judgment: the fleet's health counted, and its BMC located, beside its
+    /// creation (none: counted, located when needed).
+    pub(in crate::remediation) async fn step<'p>(
+        &'p self,
         writes: &Writes,
         remediation: &mut Remediation,
-        health: Option<HealthAhead>,
+        (health, located): (Option<HealthAhead>, Option<Located<'p>>),
     ) -> Result<Option<Action>> {
         // Observe: the persisted state, the cached Node and the fresh evidence.
         let status = remediation.status.clone().unwrap_or_default();
@@ -244,7 +258,7 @@ impl Pass {
         };
         let (may, triggered, basis) = match reads {
             Some(reads) => {
-                let ahead = self.ready_ahead(remediation);
+                let ahead = self.ready_ahead(remediation, located);
                 StartGates::of(self)
                     .judge_start(remediation, node.as_deref(), reads, (health, ahead))
                     .await?
@@ -322,27 +336,59 @@ impl Pass {
         acted
     }
 
-    /// What a start's power-off needs, made ready ahead of it (see
-    /// [`StartGates::judge_start`]): the BMC of the strategy a start fences with, its Secret
-    /// read, its session opened and its system read ahead. Nothing for a dry run, nor for a
-    /// BMC the BMC gate holds: no credentials go to a BMC before that gate agrees.
-    fn ready_ahead(&self, remediation: &Remediation) -> Overlapped<'_, Option<DirectBmc>> {
-        if self.policy.mode != RemediationMode::Remediate
-            || StartGates::of(self).bmc_gate(remediation).is_err()
-        {
-            return Overlapped::ended(None);
-        }
-        self.ready_power(remediation, self.strategy_at(START_STRATEGY))
+    /// Whether a start of `remediation` gets its power-off ready ahead: not a dry run's, nor
+    /// one whose BMC the BMC gate holds (no credentials go to a BMC before that gate agrees).
+    fn readies_ahead(&self, remediation: &Remediation) -> bool {
+        self.policy.mode == RemediationMode::Remediate
+            && StartGates::of(self).bmc_gate(remediation).is_ok()
     }
 
-    /// `name` made ready to ask for the host's power, not yet begun.
-    fn ready_power(
-        &self,
+    /// The first half of [`Pass::ready_ahead`], beside a start's creation (`planned`: the
+    /// Remediation being created): the BMC of the strategy a start fences with located and
+    /// its Secret read, nothing sent to the BMC, for the gates that let a start contact its
+    /// BMC are judged only after the creation.
+    fn locate_ahead(&self, planned: &Remediation) -> Located<'_> {
+        if !self.readies_ahead(planned) {
+            return Overlapped::ended(None);
+        }
+        let snapshot = planned.clone();
+        let name = self.strategy_at(START_STRATEGY);
+        Overlapped::new(async move { Strategies::of(self).locate_power(&snapshot, name).await })
+    }
+
+    /// What a start's power-off needs, made ready ahead of it (see
+    /// [`StartGates::judge_start`]): the BMC of the strategy a start fences with, its Secret
+    /// read (or what [`Pass::locate_ahead`] read, `located`), its session opened and its
+    /// system read ahead. Nothing where [`Pass::readies_ahead`] says no.
+    fn ready_ahead<'p>(
+        &'p self,
+        remediation: &Remediation,
+        located: Option<Located<'p>>,
+    ) -> Located<'p> {
+        if !self.readies_ahead(remediation) {
+            return Overlapped::ended(None);
+        }
+        self.ready_power(remediation, self.strategy_at(START_STRATEGY), located)
+    }
+
+    /// `name` made ready to ask for the host's power (from what was `located`, if anything),
+    /// not yet begun.
+    fn ready_power<'p>(
+        &'p self,
         remediation: &Remediation,
         name: FenceStrategyName,
-    ) -> Overlapped<'_, Option<DirectBmc>> {
+        located: Option<Located<'p>>,
+    ) -> Located<'p> {
         let snapshot = remediation.clone();
-        Overlapped::new(async move { Strategies::of(self).prepare_power(&snapshot, name).await })
+        Overlapped::new(async move {
+            let located = match located {
+                Some(located) => located.finish().await,
+                None => None,
+            };
+            Strategies::of(self)
+                .prepare_power(&snapshot, name, located)
+                .await
+        })
     }
 
     /// Starts a remediation the gates let start: the decision is judged once more and its
@@ -362,7 +408,7 @@ impl Pass {
         // ready now, beside the record.
         let mut ahead = match (strategy, ahead) {
             (START_STRATEGY, Some(ahead)) => ahead,
-            _ => self.ready_power(round.remediation, name),
+            _ => self.ready_power(round.remediation, name, None),
         };
         ahead.start().await;
         // The driver's name may need the BMC's Secret: read before the lock.

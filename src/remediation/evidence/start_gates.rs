@@ -72,7 +72,9 @@ impl<'p> StartGates<'p> {
     ///
     /// `ahead`: what the power-off will need (its BMC made ready), started once the cached
     /// gates let a triggered start go, so that its round trips ride beside the fresh reads and
-    /// the record rather than after them; a start the cached gates hold never polls it.
+    /// the record rather than after them; a start the cached gates hold never polls it, so
+    /// never contacts its BMC (what went before them, beside a new start's creation, sent
+    /// nothing to the BMC: see `Pass::locate_ahead`).
     pub(in crate::remediation) async fn judge_start<R: Send + 'p>(
         self,
         remediation: &Remediation,
