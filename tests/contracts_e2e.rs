@@ -331,13 +331,25 @@ async fn a_cluster_api_machine_is_resolved_through_its_metal3_machine_and_remedi
     })
     .await;
     let node_uid = lab.api.get(NODES, "", "worker-0").unwrap()["metadata"]["uid"].clone();
+    lab.cluster.api_server().record_requests();
     lab.cluster.hang("worker-0");
     let done = lab.reach("worker-0-1", RemediationPhase::Succeeded).await;
     assert_eq!(
         done.spec.host.as_deref(),
         Some("openshift-machine-api/worker-0"),
-        "found through the Metal3Machine's metal3.io/BareMetalHost"
+        "the host whose spec.consumerRef names the Machine's Metal3Machine"
     );
+    // Found in the hosts' cache: the start read no Metal3Machine before its creation (the
+    // fresh read of the host before the power-off judged the claim).
+    let metal3_reads: Vec<String> = lab
+        .cluster
+        .api_server()
+        .recorded_requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.contains("/metal3machines/"))
+        .map(|r| r.path)
+        .collect();
+    assert!(metal3_reads.is_empty(), "{metal3_reads:?}");
     assert_eq!(done.spec.node_name.as_deref(), Some("worker-0"));
     assert_eq!(trigger_of(&done).0, TriggerKind::MachineRemediation);
     let owner = &done.metadata.owner_references.clone().unwrap()[0];

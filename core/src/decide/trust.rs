@@ -459,6 +459,38 @@ pub fn host_consumed_by(
     }
 }
 
+/// The one BareMetalHost of `hosts` (a watch cache) that [`host_consumed_by`] accepts for
+/// Metal3Machine `metal3_machine` of `machine_namespace`: the host whose `spec.consumerRef`
+/// names it, in the Machine's namespace. It is the host a Cluster API Machine's remediation
+/// records, found without reading the Metal3Machine (a round trip before the creation). The
+/// fresh read of the host before any power request judges the same claim again
+/// ([`host_consumed_by`]). None when no host claims it or more than one does: the
+/// Metal3Machine is then read, and its `metal3.io/BareMetalHost` decides or says why none.
+pub fn host_consuming<'h>(
+    hosts: impl IntoIterator<Item = &'h slim::BareMetalHost>,
+    machine_namespace: &str,
+    metal3_machine: &str,
+) -> Option<HostRef> {
+    let mut claiming = hosts.into_iter().filter_map(|host| {
+        let namespace = host.metadata.namespace.as_deref()?;
+        let name = host.metadata.name.as_deref()?;
+        let consumer = host.spec.as_ref()?.consumer_ref.as_ref();
+        host_consumed_by(
+            machine_namespace,
+            metal3_machine,
+            (namespace, name),
+            consumer,
+        )
+        .ok()
+        .map(|()| HostRef {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        })
+    });
+    let first = claiming.next()?;
+    claiming.next().is_none().then_some(first)
+}
+
 #[cfg(test)]
 #[path = "trust_tests.rs"]
 mod tests;

@@ -398,6 +398,43 @@ fn a_cluster_api_host_must_be_in_the_machines_namespace_and_consumed_by_its_meta
 }
 
 #[test]
+fn the_host_a_metal3_machine_consumes_is_found_in_the_cache_only_when_one_alone_claims_it() {
+    let host = |namespace: &str, name: &str, consumer: Value| -> slim::BareMetalHost {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"consumerRef": consumer},
+        }))
+        .unwrap()
+    };
+    let ours = json!({"kind": "Metal3Machine", "name": "m3-0", "namespace": "ns"});
+    let implicit = json!({"kind": "Metal3Machine", "name": "m3-0"});
+    let other = json!({"kind": "Metal3Machine", "name": "m3-1", "namespace": "ns"});
+    let found = |hosts: &[slim::BareMetalHost]| host_consuming(hosts, "ns", "m3-0");
+    let h0 = HostRef {
+        namespace: "ns".into(),
+        name: "h0".into(),
+    };
+    assert_eq!(found(&[host("ns", "h0", ours.clone())]), Some(h0.clone()));
+    assert_eq!(
+        found(&[host("ns", "h1", other.clone()), host("ns", "h0", implicit)]),
+        Some(h0)
+    );
+    // No claim, another namespace's host (whatever it says), a claim of another kind.
+    assert_eq!(found(&[host("ns", "h1", other)]), None);
+    assert_eq!(found(&[host("other", "h0", ours.clone())]), None);
+    assert_eq!(
+        found(&[host("ns", "h0", json!({"kind": "Machine", "name": "m3-0"}))]),
+        None
+    );
+    assert_eq!(found(&[host("ns", "h0", Value::Null)]), None);
+    // Two hosts claim it: neither is taken from the cache (the Metal3Machine decides).
+    assert_eq!(
+        found(&[host("ns", "h0", ours.clone()), host("ns", "h1", ours)]),
+        None
+    );
+}
+
+#[test]
 fn an_openshift_machines_host_counts_in_its_own_namespace_or_a_listed_one() {
     let typed = |json: Value| -> slim::Machine { serde_json::from_value(json).unwrap() };
     let machine = |host: &str| {

@@ -20,7 +20,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use crate::api::slim::{self, MachineApi};
 use crate::remediation::decide::gates::Held;
 use crate::remediation::decide::observe::{HostRef, Unusable, named_host};
-use crate::remediation::decide::trust::{host_consumed_by, trusted_machine_host};
+use crate::remediation::decide::trust::{host_consumed_by, host_consuming, trusted_machine_host};
 use crate::remediation::pass::Pass;
 use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
@@ -50,7 +50,9 @@ impl<'p> CapiHosts<'p> {
     }
 
     /// The BareMetalHost of the Machine: from the Machine itself (OpenShift), or through its
-    /// Metal3Machine (Cluster API). `Ok(Ok(None))`: it names none.
+    /// Metal3Machine (Cluster API): the one host of the cache that it consumes
+    /// ([`host_consuming`]), else the host the Metal3Machine, read, names. `Ok(Ok(None))`: it
+    /// names none.
     pub(in crate::remediation) async fn host_of_machine(
         self,
         machine: &slim::Machine,
@@ -66,6 +68,12 @@ impl<'p> CapiHosts<'p> {
         else {
             return Ok(Ok(None));
         };
+        // The host that claims the Metal3Machine in the cache spares a read before the
+        // creation; the fresh read of the host before any power request judges the claim.
+        let hosts = self.pass.context.caches.hosts.state();
+        if let Some(host) = host_consuming(hosts.iter().map(|h| h.as_ref()), &namespace, &name) {
+            return Ok(Ok(Some(host)));
+        }
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.pass.context.clients.kube.clone(),
             &namespace,
