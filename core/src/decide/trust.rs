@@ -472,14 +472,19 @@ pub fn host_consuming<'h>(
     metal3_machine: &str,
 ) -> Option<HostRef> {
     let mut claiming = hosts.into_iter().filter_map(|host| {
+        // The names first: this walks every host of the cache, and the full judgment words a
+        // refusal for each host it refuses.
+        let consumer = host.spec.as_ref()?.consumer_ref.as_ref()?;
         let namespace = host.metadata.namespace.as_deref()?;
+        if consumer.name != metal3_machine || namespace != machine_namespace {
+            return None;
+        }
         let name = host.metadata.name.as_deref()?;
-        let consumer = host.spec.as_ref()?.consumer_ref.as_ref();
         host_consumed_by(
             machine_namespace,
             metal3_machine,
             (namespace, name),
-            consumer,
+            Some(consumer),
         )
         .ok()
         .map(|()| HostRef {
