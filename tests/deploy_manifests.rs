@@ -1395,12 +1395,16 @@ async fn on_cluster_api_the_controller_calls_only_what_the_rbac_and_its_cluster_
         );
     }
     // Every extra grant is called for, but the deletion of a Machine (deleteMachineOnFailure,
-    // as for OpenShift's Machines) and the read of a Cluster, made only for a Machine whose
-    // Node is in a workload cluster (tests/workload_clusters_e2e.rs runs with these grants).
+    // as for OpenShift's Machines), the read of a Cluster, made only for a Machine whose Node
+    // is in a workload cluster (tests/workload_clusters_e2e.rs runs with these grants), and
+    // the read of a Metal3Machine, made only when no host of the cache claims it
+    // (tests/trust_attacks_e2e.rs) and by `baremend check` (tests/check_cli.rs).
     for g in &extra {
         for group in g.rule.api_groups.iter().flatten() {
             for resource in g.rule.resources.iter().flatten() {
-                let unused_here = |verb: &str| verb == "delete" || resource == "clusters";
+                let unused_here = |verb: &str| {
+                    verb == "delete" || resource == "clusters" || resource == "metal3machines"
+                };
                 for verb in g.rule.verbs.iter().filter(|v| !unused_here(v)) {
                     assert!(
                         used.iter().any(|a| a.group == *group
