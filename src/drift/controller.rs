@@ -20,7 +20,6 @@ pub use super::context::{DriftCaches, DriftContext, DriftOptions};
 pub use super::helper::HelperPods;
 use super::in_play::{self, Marked};
 use super::pass::Pass;
-use crate::api::annotations::PLANNED_REBOOT;
 use crate::api::mco::{MachineConfigNode, MachineConfigPool};
 use crate::api::{DriftPolicy, DriftRemediation};
 use crate::metrics::Metrics;
@@ -125,9 +124,10 @@ pub async fn run(
                 .is_ok_and(|reported| reported.contains_key(name))
                 || all.state().iter().any(|r| r.spec.node_name == name)
         };
-        let is_marked = in_play::marked(node);
-        marked.saw(node, is_marked);
-        std::future::ready(is_marked || concerns_drift(node, has_history))
+        // Classified once for both: this runs on every status update of every Node.
+        let state = classify(node.annotations());
+        marked.saw(node, in_play::marked_as(node, &state));
+        std::future::ready(concerns_drift_as(node, &state, has_history))
     });
     Controller::for_shared_stream(node_changes, node_feed.store)
         .with_config(kube::runtime::controller::Config::default().concurrency(PASSES_AT_ONCE))
@@ -224,11 +224,13 @@ fn nodes_with_remediations(
 /// and the planned-reboot guard reads the last one's persisted state). On any other Node a pass
 /// has nothing to do.
 fn concerns_drift(node: &Node, has_history: impl Fn(&str) -> bool) -> bool {
-    node.annotations().contains_key(PLANNED_REBOOT)
-        || matches!(
-            classify(node.annotations()),
-            ConfigState::Drifted(_) | ConfigState::Degraded(_)
-        )
+    concerns_drift_as(node, &classify(node.annotations()), has_history)
+}
+
+/// [`concerns_drift`], for a Node whose annotations were classified already (`state`).
+fn concerns_drift_as(node: &Node, state: &ConfigState, has_history: impl Fn(&str) -> bool) -> bool {
+    in_play::marked_as(node, state)
+        || matches!(state, ConfigState::Degraded(_))
         || has_history(&node.name_any())
 }
 
@@ -286,6 +288,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::api::annotations::PLANNED_REBOOT;
 
     fn node(name: &str, annotations: serde_json::Value) -> Arc<Node> {
         Arc::new(

@@ -27,8 +27,12 @@ use crate::api::annotations::PLANNED_REBOOT;
 /// Whether a Node is in play by itself: it carries our planned-reboot mark, or the MCO reports
 /// it drifted.
 pub(super) fn marked(node: &Node) -> bool {
-    node.annotations().contains_key(PLANNED_REBOOT)
-        || matches!(classify(node.annotations()), ConfigState::Drifted(_))
+    marked_as(node, &classify(node.annotations()))
+}
+
+/// [`marked`], for a Node whose annotations were classified already (`state`).
+pub(super) fn marked_as(node: &Node, state: &ConfigState) -> bool {
+    node.annotations().contains_key(PLANNED_REBOOT) || matches!(state, ConfigState::Drifted(_))
 }
 
 /// The names of the Nodes [`marked`] when the feed last passed them.
