@@ -67,7 +67,8 @@ pub fn start(
     stop: broadcast::Receiver<()>,
     wall: impl Fn() -> Duration + Send + 'static,
 ) -> ApiResult<Response> {
-    let mut live = store.subscribe();
+    // The resource's own changes only, as the real server's per-resource cache serves them.
+    let mut live = store.subscribe_resource(storage_group(&request.ty), &request.ty.plural);
     let (backlog, revision) = match request.resource_version.filter(|rv| *rv > 0) {
         Some(rv) => match store.events_since(rv) {
             Ok(found) => found,

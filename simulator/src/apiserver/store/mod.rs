@@ -192,6 +192,9 @@ fn owner_uids(object: Option<&Value>) -> BTreeSet<&str> {
         .collect()
 }
 
+/// Where a resource's changes are broadcast to its watches.
+type Changes = broadcast::Sender<Arc<WatchEvent>>;
+
 /// Called with every change as it is committed, under the store's lock.
 pub type CommitHook = Arc<dyn Fn(&WatchEvent) + Send + Sync>;
 
@@ -204,6 +207,11 @@ pub struct Store {
     /// Told of every settled write, in the order registered.
     observers: RwLock<Vec<Arc<dyn WriteObserver>>>,
     sender: broadcast::Sender<Arc<WatchEvent>>,
+    /// Each resource's own changes, by storage group then plural: what a watch of that
+    /// resource subscribes to (see [`Store::subscribe_resource`]).
+    resources: Mutex<HashMap<String, HashMap<String, Changes>>>,
+    /// How far a watch may fall behind its resource's changes.
+    watch_buffer: usize,
     wall: Arc<dyn WallClock>,
     rng: SystemRandom,
 }
@@ -294,6 +302,8 @@ impl Store {
                 next_snapshot: 1,
             }),
             sender,
+            resources: Mutex::new(HashMap::new()),
+            watch_buffer: watch_buffer.max(16),
             wall,
             rng: SystemRandom::new(),
         });
@@ -418,6 +428,25 @@ impl Store {
         self.sender.subscribe()
     }
 
+    /// Subscribes to the future changes of one resource, by its storage group and plural (as
+    /// in [`ObjectKey`]). The real API server serves each resource's watches from that
+    /// resource's own cache (k8s.io/apiserver's `storage/cacher`: one `Cacher` per resource,
+    /// which dispatches its events to its watchers only): a watch is never woken by another
+    /// resource's writes, and only its own resource's changes can put it behind.
+    pub fn subscribe_resource(
+        &self,
+        group: &str,
+        plural: &str,
+    ) -> broadcast::Receiver<Arc<WatchEvent>> {
+        let mut resources = self.resources.lock().unwrap_or_else(|e| e.into_inner());
+        resources
+            .entry(group.to_owned())
+            .or_default()
+            .entry(plural.to_owned())
+            .or_insert_with(|| broadcast::channel(self.watch_buffer).0)
+            .subscribe()
+    }
+
     fn now(&self) -> String {
         format_time(self.wall.since_epoch())
     }
@@ -501,6 +530,15 @@ impl Store {
             inner
                 .snapshots
                 .retain(|_, snapshot| snapshot.revision >= through);
+        }
+        if let Some(sender) = self
+            .resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&event.key.group)
+            .and_then(|plurals| plurals.get(&event.key.plural))
+        {
+            let _ = sender.send(event.clone());
         }
         let _ = self.sender.send(event);
         value
@@ -850,5 +888,48 @@ impl serde::Serialize for ListPage {
             .collect();
         map.serialize_entry("items", &items)?;
         map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::time::SystemWallClock;
+
+    /// k8s.io/apiserver `pkg/storage/cacher`: the real server keeps one cache per resource
+    /// and dispatches each change to that resource's watchers; a watch of ConfigMaps never
+    /// hears of a Secret. Events written through `events.k8s.io` are stored as core Events,
+    /// and a watch of either hears them.
+    #[test]
+    fn a_resources_subscription_hears_that_resource_only_as_the_real_servers_cacher_does() {
+        let store = Store::new(Arc::new(SystemWallClock), 64, 64);
+        let nobody = RequestUser::in_process();
+        let mut configmaps = store.subscribe_resource("", "configmaps");
+        let mut events = store.subscribe_resource("", "events");
+        let mut everything = store.subscribe();
+        let create = |group: &str, version: &str, plural: &str, object: Value| {
+            let ty = store.resource_type(group, version, plural).unwrap();
+            store
+                .create(&nobody, &ty, version, "default", object, false)
+                .unwrap();
+        };
+        create("", "v1", "secrets", json!({"metadata": {"name": "s"}}));
+        create("", "v1", "configmaps", json!({"metadata": {"name": "c"}}));
+        create(
+            "events.k8s.io",
+            "v1",
+            "events",
+            json!({"metadata": {"name": "e"}, "eventTime": "2026-11-30T00:00:00.000000Z",
+                "reportingController": "x", "reportingInstance": "y", "action": "A",
+                "reason": "R", "regarding": {"kind": "Node", "name": "n"}, "type": "Normal"}),
+        );
+        let names = |receiver: &mut broadcast::Receiver<Arc<WatchEvent>>| {
+            std::iter::from_fn(|| receiver.try_recv().ok())
+                .map(|event| event.key.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&mut configmaps), ["c"]);
+        assert_eq!(names(&mut events), ["e"]);
+        assert_eq!(names(&mut everything), ["s", "c", "e"]);
     }
 }
