@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 
 use futures_util::stream::BoxStream;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::{FutureExt, StreamExt, TryStreamExt};
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -65,12 +65,16 @@ where
 
 /// One watch of a kind for several consumers (kube's shared reflector): one cache, and for
 /// each consumer its own stream of the objects that changed; `slim` is applied to every object
-/// before it is stored. The returned task drives the watch and stops it when dropped; a
+/// before it is stored, and `observe` sees every event (slimmed) just before the store does,
+/// to keep an index beside it. The returned task drives the watch and stops it when dropped; a
 /// consumer more than `buffer` changes behind holds the others back, so each must be polled.
 pub fn shared_informer<K>(
     api: Api<K>,
     config: watcher::Config,
-    slim: impl FnMut(&mut K) + Send + 'static,
+    (slim, observe): (
+        impl FnMut(&mut K) + Send + 'static,
+        impl FnMut(&watcher::Event<K>) + Send + 'static,
+    ),
     consumers: usize,
     buffer: usize,
 ) -> crate::Result<(Store<K>, Vec<reflector::ReflectHandle<K>>, Background)>
@@ -91,6 +95,7 @@ where
     let watch = watcher(api, config)
         .default_backoff()
         .modify(slim)
+        .inspect_ok(observe)
         .reflect_shared(writer)
         .for_each(move |event| {
             if let Err(error) = event {

@@ -1,6 +1,6 @@
 //! What both controllers run on: the injected clock and time conversions, status
-//! conditions, Events, the watch caches (one helper for every kind, and the one Node watch
-//! they share), the policy's observed generation, the Machine controller's runner, and background tasks that end with their
+//! conditions, Events, the watch caches (one helper for every kind, the one Node watch they
+//! share, and the index of its Nodes' readiness), the policy's observed generation, the Machine controller's runner, and background tasks that end with their
 //! owner.
 //!
 //! Nothing here knows about remediation or drift: both controllers import it, it imports
@@ -15,6 +15,7 @@ pub mod node_watch;
 pub mod observed;
 pub mod overlap;
 pub mod read;
+pub mod ready_index;
 pub mod requeue;
 pub mod runner;
 

@@ -16,6 +16,7 @@ use kube::{Client, ResourceExt};
 use crate::Result;
 use crate::api::slim;
 use crate::runtime::informer::{shared_informer, watch_config};
+use crate::runtime::ready_index::ReadyIndex;
 use crate::runtime::tasks::Background;
 
 /// How many Node changes the shared watch holds for a consumer that is behind (it waits
@@ -30,16 +31,20 @@ pub struct NodeFeed {
     pub store: Store<Node>,
     /// The Nodes that changed.
     pub changes: reflector::ReflectHandle<Node>,
+    /// Each cached Node's readiness, kept beside the cache.
+    pub ready: ReadyIndex,
 }
 
 /// Starts the Node watch for `consumers` consumers; the returned task drives it, and stops it
 /// when dropped.
 pub fn watch_nodes(client: &Client, consumers: usize) -> Result<(Vec<NodeFeed>, Background)> {
     let api = Api::<Node>::all(client.clone());
+    let ready = ReadyIndex::default();
+    let index = ready.clone();
     let (store, handles, task) = shared_informer(
         api,
         watch_config(),
-        slim::node,
+        (slim::node, move |event: &_| index.observe(event)),
         consumers,
         NODE_CHANGES_BUFFER,
     )?;
@@ -48,6 +53,7 @@ pub fn watch_nodes(client: &Client, consumers: usize) -> Result<(Vec<NodeFeed>, 
         .map(|changes| NodeFeed {
             store: store.clone(),
             changes,
+            ready: ready.clone(),
         })
         .collect();
     Ok((feeds, task))

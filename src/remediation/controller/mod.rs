@@ -17,6 +17,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, ReflectHandle, Store};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
@@ -119,7 +120,7 @@ where
     let (store, mut handles, task) = shared_informer(
         api,
         watch_config(),
-        |_: &mut K| {},
+        (|_: &mut K| {}, |_: &watcher::Event<K>| {}),
         if extra { 3 } else { 2 },
         SHARED_CHANGES_BUFFER,
     )?;
@@ -278,6 +279,7 @@ pub async fn run_machines(
         machines: machines.clone(),
         hosts: watches.hosts.0,
         nodes: node_feed.store.clone(),
+        node_ready: node_feed.ready.clone(),
         remediations: remediations.clone(),
         policies: watches.policies.store.clone(),
         host_bmcs: watches.host_bmcs.store.clone(),

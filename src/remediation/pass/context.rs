@@ -30,6 +30,7 @@ use crate::remediation::world::workload::{Lifetimes, WorkloadClusters};
 use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::conditions::held_by;
 use crate::runtime::informer::{is_ready, policy_object};
+use crate::runtime::ready_index::ReadyIndex;
 use crate::runtime::requeue::Backoff;
 
 /// The Machine resource (machine.openshift.io/v1beta1), for writes.
@@ -111,6 +112,8 @@ pub struct Caches {
     pub hosts: Store<slim::BareMetalHost>,
     /// Nodes (the shared watch's).
     pub nodes: Store<Node>,
+    /// Each of those Nodes' readiness, kept beside them.
+    pub node_ready: ReadyIndex,
     /// Remediations.
     pub remediations: Store<Remediation>,
     /// Policies.

@@ -61,6 +61,7 @@ use crate::runtime::bounded::{Bounded, Limits, outside_text};
 use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::informer::watch_config;
 use crate::runtime::read::GetPresent;
+use crate::runtime::ready_index::ReadyIndex;
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
@@ -286,6 +287,8 @@ pub struct Connection {
     cluster: ClusterRef,
     client: Client,
     nodes: Store<Node>,
+    /// Each of those Nodes' readiness, kept beside them.
+    ready: ReadyIndex,
     watched: Arc<Watched>,
     /// Of the kubeconfig's bytes: a rotated Secret makes a new connection.
     fingerprint: u64,
@@ -308,6 +311,11 @@ impl Connection {
     /// The cached Node of that name.
     pub fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.get(&ObjectRef::new(name))
+    }
+
+    /// Each cached Node's readiness.
+    pub fn node_ready(&self) -> &ReadyIndex {
+        &self.ready
     }
 
     /// Every cached Node.
@@ -517,11 +525,12 @@ impl WorkloadClusters {
         now: Duration,
     ) -> Arc<Connection> {
         let (nodes, writer) = reflector::store::<Node>();
+        let ready = ReadyIndex::default();
         let watched = Arc::new(Watched::default());
         let wake = lock(&self.wake).clone();
         let watch = watch_nodes(
             Api::all(clients.watch),
-            (nodes.clone(), writer),
+            (nodes.clone(), writer, ready.clone()),
             watched.clone(),
             cluster.clone(),
             wake,
@@ -530,6 +539,7 @@ impl WorkloadClusters {
             cluster: cluster.clone(),
             client: clients.requests,
             nodes,
+            ready,
             watched,
             fingerprint,
             checked: Mutex::new(now),
@@ -799,11 +809,11 @@ fn cached_node(event: watcher::Event<LeanNode>) -> watcher::Event<Node> {
     }
 }
 
-/// Watches a workload cluster's Nodes into `writer`'s store, keeping `watched` and sending
-/// each changed Node on `wake`.
+/// Watches a workload cluster's Nodes into `writer`'s store and `ready`, keeping `watched`
+/// and sending each changed Node on `wake`.
 async fn watch_nodes(
     api: Api<LeanNode>,
-    (nodes, writer): (Store<Node>, reflector::store::Writer<Node>),
+    (nodes, writer, ready): (Store<Node>, reflector::store::Writer<Node>, ReadyIndex),
     watched: Arc<Watched>,
     cluster: ClusterRef,
     wake: Option<tokio::sync::mpsc::Sender<WokenNode>>,
@@ -815,6 +825,7 @@ async fn watch_nodes(
     let events = watcher(api, watch_config().page_size(FIRST_LIST_PAGE))
         .default_backoff()
         .map_ok(cached_node)
+        .inspect_ok(move |event| ready.observe(event))
         .reflect(writer);
     // Re-listed after a failure: every Node wakes its Machine, whose pass may have been
     // waiting for the cluster to answer.
