@@ -107,6 +107,9 @@ impl<'p> StartGates<'p> {
         if let Err(held) = held {
             return Ok((Err(held), triggered, None));
         }
+        // The fresh reads on their way first: they are the start's next round trip, where the
+        // BMC's readying only has to be done by the power-off, after the record.
+        fresh.start().await;
         // Only a start with a trigger gets its BMC ready (an untriggered one is withdrawn).
         let mut ahead = triggered.then_some(ahead);
         if let Some(ahead) = &mut ahead {
