@@ -79,52 +79,62 @@ impl<'p> Foreign<'p> {
         foreign_remediation(&target, &evidence)
     }
 
-    /// Every object of the foreign kinds the API server serves now (discovery first: a kind
-    /// not served is no evidence, not an error).
-    /// Discovery, then each served kind's list at once.
+    /// Every object of the foreign kinds the API server serves now: discovery says which are
+    /// served (a kind not served is no evidence, not an error), and each served kind is listed.
+    /// The kinds served at the last start's discovery are listed beside this one's, so that
+    /// where they are served (a Cluster API management cluster serves `Metal3Remediation`)
+    /// the lists are not a round trip after it; a list is used only for a kind this discovery
+    /// says is served at that version, and a kind served now that was not listed is listed
+    /// after it. Every list is made after the start's mark, as before.
     pub(in crate::remediation) async fn foreign_objects(self) -> Result<Vec<ForeignObject>> {
-        let client = &self.pass.context.clients.kube;
-        let groups = client
-            .list_api_groups()
-            .await
-            .map_err(Error::kube("DiscoverApiGroups"))?;
-        let served = ForeignKind::ALL.into_iter().filter_map(|kind| {
-            let group = groups.groups.iter().find(|g| g.name == kind.group())?;
-            let version = group
-                .preferred_version
-                .as_ref()
-                .or(group.versions.first())?
-                .version
-                .clone();
-            let resource = ApiResource {
-                group: kind.group().into(),
-                api_version: format!("{}/{version}", kind.group()),
-                version,
-                kind: kind.kind().into(),
-                plural: kind.plural().into(),
-            };
-            Some((
-                kind,
-                Api::<DynamicObject>::all_with(client.clone(), &resource),
-            ))
-        });
-        let lists = served.map(|(kind, api)| async move {
-            match api.list(&ListParams::default()).await {
-                Ok(list) => Ok(list
-                    .items
-                    .iter()
-                    .filter_map(|object| {
-                        let json = serde_json::to_value(object).ok()?;
-                        foreign_object(kind, &json)
-                    })
-                    .collect::<Vec<_>>()),
-                // The group is served, this kind (at that version) is not.
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
-                Err(error) => Err(Error::kube("ListForeignRemediations")(error)),
-            }
-        });
+        let context = &self.pass.context;
+        let listed_before = lock(&context.foreign_served).clone();
+        let early = listed_before
+            .iter()
+            .map(|(kind, version)| self.list_foreign(*kind, version));
+        let (groups, early) = tokio::join!(
+            context.clients.kube.list_api_groups(),
+            futures_util::future::join_all(early)
+        );
+        let groups = groups.map_err(Error::kube("DiscoverApiGroups"))?;
+        let served = served_foreign_kinds(&groups);
+        *lock(&context.foreign_served) = served.clone();
+        let early = listed_before.into_iter().zip(early).collect();
+        let lists = paired_with_early(served, early).into_iter().map(
+            |((kind, version), listed)| async move {
+                match listed {
+                    Some(objects) => Ok(objects),
+                    None => self.list_foreign(kind, &version).await,
+                }
+            },
+        );
         let lists = futures_util::future::try_join_all(lists).await?;
         Ok(lists.into_iter().flatten().collect())
+    }
+
+    /// Every object of `kind` served at `version`, read now (a 404: the group is served, this
+    /// kind at that version is not: none).
+    async fn list_foreign(self, kind: ForeignKind, version: &str) -> Result<Vec<ForeignObject>> {
+        let resource = ApiResource {
+            group: kind.group().into(),
+            api_version: format!("{}/{version}", kind.group()),
+            version: version.into(),
+            kind: kind.kind().into(),
+            plural: kind.plural().into(),
+        };
+        let api = Api::<DynamicObject>::all_with(self.pass.context.clients.kube.clone(), &resource);
+        match api.list(&ListParams::default()).await {
+            Ok(list) => Ok(list
+                .items
+                .iter()
+                .filter_map(|object| {
+                    let json = serde_json::to_value(object).ok()?;
+                    foreign_object(kind, &json)
+                })
+                .collect()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+            Err(error) => Err(Error::kube("ListForeignRemediations")(error)),
+        }
     }
 
     /// At power-on: a reboot-API key that is not ours keeps the host off (the BareMetal
@@ -293,9 +303,97 @@ fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&H
     })
 }
 
+/// The foreign kinds `groups` serves, each at its group's preferred version.
+fn served_foreign_kinds(
+    groups: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList,
+) -> Vec<(ForeignKind, String)> {
+    ForeignKind::ALL
+        .into_iter()
+        .filter_map(|kind| {
+            let group = groups.groups.iter().find(|g| g.name == kind.group())?;
+            let version = group
+                .preferred_version
+                .as_ref()
+                .or(group.versions.first())?
+                .version
+                .clone();
+            Some((kind, version))
+        })
+        .collect()
+}
+
+/// Each kind `served` now, with its list made beside the discovery when one was made at that
+/// version and answered; a list of a kind no longer served, or at another version, is dropped
+/// (it is no evidence: the kind is listed again after the discovery, or not at all).
+fn paired_with_early<T>(
+    served: Vec<(ForeignKind, String)>,
+    mut early: Vec<((ForeignKind, String), Result<T>)>,
+) -> Vec<((ForeignKind, String), Option<T>)> {
+    served
+        .into_iter()
+        .map(|kind| {
+            let listed = early
+                .iter()
+                .position(|(was, list)| *was == kind && list.is_ok())
+                .and_then(|at| early.swap_remove(at).1.ok());
+            (kind, listed)
+        })
+        .collect()
+}
+
+/// `mutex` locked; a poisoned one still holds a usable list (of kinds last served).
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_made_beside_the_discovery_counts_only_for_a_kind_served_now_at_its_version() {
+        use ForeignKind::*;
+        let at = |kind: ForeignKind, version: &str| (kind, version.to_string());
+        let failed = || {
+            Err(Error::Invalid {
+                object: "a list".into(),
+                reason: "refused".into(),
+            })
+        };
+        let served = vec![
+            at(Metal3Remediation, "v1beta1"),
+            at(SelfNodeRemediation, "v1alpha2"),
+            at(FenceAgentsRemediation, "v1alpha1"),
+            at(MachineDeletionRemediation, "v1alpha1"),
+        ];
+        let early = vec![
+            (at(Metal3Remediation, "v1beta1"), Ok("metal3")),
+            // Served at another version now: listed again.
+            (
+                at(SelfNodeRemediation, "v1alpha1"),
+                Ok("self-node, old version"),
+            ),
+            // Failed beside the discovery: listed again.
+            (at(FenceAgentsRemediation, "v1alpha1"), failed()),
+        ];
+        let paired = paired_with_early(served, early);
+        let listed: Vec<_> = paired.iter().map(|(kind, list)| (kind.0, *list)).collect();
+        assert_eq!(
+            listed,
+            [
+                (Metal3Remediation, Some("metal3")),
+                (SelfNodeRemediation, None),
+                (FenceAgentsRemediation, None),
+                (MachineDeletionRemediation, None),
+            ]
+        );
+        // A kind listed before and no longer served is no evidence at all.
+        let gone = paired_with_early(
+            Vec::new(),
+            vec![(at(Metal3Remediation, "v1beta1"), Ok("m"))],
+        );
+        assert!(gone.is_empty());
+    }
 
     #[test]
     fn at_power_on_every_key_but_ours_is_named_with_its_owner() {

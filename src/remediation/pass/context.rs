@@ -22,7 +22,7 @@ use crate::drift::helper::HelperPods;
 use crate::leader::Leadership;
 use crate::metrics::{Metrics, PolicyKind};
 use crate::remediation::decide::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
-use crate::remediation::decide::gates::Launched;
+use crate::remediation::decide::gates::{ForeignKind, Launched};
 use crate::remediation::decide::workload::ClusterRef;
 use crate::remediation::world::bmc_cache::DriverCache;
 use crate::remediation::world::witnessed::Witness;
@@ -187,6 +187,10 @@ pub struct Context {
     /// Every BMC reading of the process, and the clock they are stamped with: every reader
     /// (fencing, monitor, probes) reads through it.
     pub witness: Witness,
+    /// The other projects' remediation kinds the API server served at the last start's
+    /// discovery, with their versions: listed beside the next start's discovery rather than
+    /// after it (see `Foreign::foreign_objects`); never evidence by itself.
+    pub foreign_served: std::sync::Mutex<Vec<(ForeignKind, String)>>,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step
@@ -302,6 +306,7 @@ impl Context {
             leadership: options.leadership,
             backoff: Backoff::default(),
             health_checks: std::sync::RwLock::new(None),
+            foreign_served: std::sync::Mutex::new(Vec::new()),
             witness: Witness {
                 ledger: Arc::new(BmcLedger::new(options.bmc_distrust)),
                 clock: clock.clone(),
