@@ -71,10 +71,8 @@ where
 pub fn shared_informer<K>(
     api: Api<K>,
     config: watcher::Config,
-    (slim, observe): (
-        impl FnMut(&mut K) + Send + 'static,
-        impl FnMut(&watcher::Event<K>) + Send + 'static,
-    ),
+    slim: impl FnMut(&mut K) + Send + 'static,
+    observe: impl FnMut(&watcher::Event<K>) + Send + 'static,
     consumers: usize,
     buffer: usize,
 ) -> crate::Result<(Store<K>, Vec<reflector::ReflectHandle<K>>, Background)>

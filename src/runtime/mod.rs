@@ -26,3 +26,9 @@ pub mod tasks;
 pub use baremend_core::{conditions, retention};
 
 pub use clock::{Clock, SystemClock};
+
+/// `mutex` locked; one whose holder panicked is still good: every writer of the controllers'
+/// shared state leaves whole values behind.
+pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -44,7 +44,8 @@ pub fn watch_nodes(client: &Client, consumers: usize) -> Result<(Vec<NodeFeed>, 
     let (store, handles, task) = shared_informer(
         api,
         watch_config(),
-        (slim::node, move |event: &_| index.observe(event)),
+        slim::node,
+        move |event: &_| index.observe(event),
         consumers,
         NODE_CHANGES_BUFFER,
     )?;

@@ -120,7 +120,8 @@ where
     let (store, mut handles, task) = shared_informer(
         api,
         watch_config(),
-        (|_: &mut K| {}, |_: &watcher::Event<K>| {}),
+        |_: &mut K| {},
+        |_: &watcher::Event<K>| {},
         if extra { 3 } else { 2 },
         SHARED_CHANGES_BUFFER,
     )?;

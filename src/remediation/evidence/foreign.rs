@@ -24,6 +24,7 @@ use crate::remediation::evidence::fresh::FreshEvidence;
 use crate::remediation::pass::Pass;
 use crate::remediation::world::execute;
 use crate::runtime::events::Severity;
+use crate::runtime::lock;
 use crate::{Error, Result};
 
 /// The pass's evidence of other remediators: the foreign objects and the legacy backup. Made by
@@ -339,11 +340,6 @@ fn paired_with_early<T>(
             (kind, listed)
         })
         .collect()
-}
-
-/// `mutex` locked; a poisoned one still holds a usable list (of kinds last served).
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -60,6 +60,7 @@ use crate::remediation::decide::workload::ClusterRef;
 use crate::runtime::bounded::{Bounded, Limits, outside_text};
 use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::informer::watch_config;
+use crate::runtime::lock;
 use crate::runtime::read::GetPresent;
 use crate::runtime::ready_index::ReadyIndex;
 use crate::runtime::tasks::Background;
@@ -275,11 +276,6 @@ impl Watched {
             changed.await;
         }
     }
-}
-
-/// A lock whose holder panicked is still good: every writer leaves whole values behind.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One workload cluster's client and Node cache.
