@@ -97,6 +97,10 @@ pub struct Faults {
 pub struct PowerRequest {
     /// When it arrived (clock time, milliseconds).
     pub at_ms: u128,
+    /// The same, in microseconds: a benchmark's figures of a few milliseconds are read to a
+    /// microsecond, not to ±1 ms.
+    #[serde(default)]
+    pub at_us: u128,
     /// What was asked.
     pub action: PowerAction,
 }
@@ -106,6 +110,9 @@ pub struct PowerRequest {
 pub struct PowerChange {
     /// When the power reached its new state (clock time, milliseconds).
     pub at_ms: u128,
+    /// The same, in microseconds.
+    #[serde(default)]
+    pub at_us: u128,
     /// The new power.
     pub power: Power,
 }
@@ -200,11 +207,11 @@ impl SimHost {
         {
             let to = pending.to;
             // Recorded when it happened, not when someone next looked.
-            let at_ms = pending_ms(pending.due);
+            let change = PowerChange::at(pending.due, to);
             state.pending = None;
             state.power = to;
             state.version += 1;
-            state.history.push(PowerChange { at_ms, power: to });
+            state.history.push(change);
         }
         state
     }
@@ -269,7 +276,8 @@ impl SimHost {
         let mut state = self.lock();
         let now = self.clock.now();
         state.requests.push(PowerRequest {
-            at_ms: pending_ms(now),
+            at_ms: now.as_millis(),
+            at_us: now.as_micros(),
             action,
         });
         if state.faults.stuck_power {
@@ -288,10 +296,7 @@ impl SimHost {
             PowerAction::ForceRestart => {
                 // Off now, on after the delay.
                 state.power = Power::Off;
-                state.history.push(PowerChange {
-                    at_ms: pending_ms(now),
-                    power: Power::Off,
-                });
+                state.history.push(PowerChange::at(now, Power::Off));
                 Power::On
             }
         };
@@ -302,10 +307,7 @@ impl SimHost {
         if self.power_delay.is_zero() {
             state.pending = None;
             state.power = target;
-            state.history.push(PowerChange {
-                at_ms: pending_ms(now),
-                power: target,
-            });
+            state.history.push(PowerChange::at(now, target));
         } else {
             state.pending = Some(Pending {
                 to: target,
@@ -321,10 +323,7 @@ impl SimHost {
         if state.power != power {
             state.power = power;
             state.version += 1;
-            state.history.push(PowerChange {
-                at_ms: pending_ms(self.clock.now()),
-                power,
-            });
+            state.history.push(PowerChange::at(self.clock.now(), power));
         }
     }
 
@@ -394,7 +393,12 @@ impl SimHost {
 
     /// The host's clock now, in the milliseconds its records use.
     pub fn clock_ms(&self) -> u128 {
-        pending_ms(self.clock.now())
+        self.clock.now().as_millis()
+    }
+
+    /// The host's clock now, in microseconds (the records' `at_us`).
+    pub fn clock_us(&self) -> u128 {
+        self.clock.now().as_micros()
     }
 
     /// The boot override: (target, enabled).
@@ -416,8 +420,15 @@ impl SimHost {
     }
 }
 
-fn pending_ms(at: Duration) -> u128 {
-    at.as_millis()
+impl PowerChange {
+    /// The power reached `power` at `at` (clock time).
+    fn at(at: Duration, power: Power) -> Self {
+        PowerChange {
+            at_ms: at.as_millis(),
+            at_us: at.as_micros(),
+            power,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -451,6 +462,24 @@ mod tests {
         assert_eq!(host.observe(), ObservedPower::PoweringOn);
         clock.advance(Duration::from_secs(1));
         assert_eq!(host.observe(), ObservedPower::On);
+    }
+
+    #[test]
+    fn the_records_are_read_to_the_microsecond_as_well_as_the_millisecond() {
+        let (clock, host) = host(1);
+        clock.advance(Duration::from_micros(2_750));
+        assert_eq!((host.clock_ms(), host.clock_us()), (2, 2_750));
+        host.request(PowerAction::ForceOff);
+        clock.advance(Duration::from_micros(1_500));
+        host.power();
+        let request = &host.requests()[0];
+        assert_eq!((request.at_ms, request.at_us), (2, 2_750));
+        // The change is recorded when it came due (2.75 ms + the 1 ms delay), not when seen.
+        let change = &host.history()[0];
+        assert_eq!(
+            (change.at_ms, change.at_us, change.power),
+            (3, 3_750, Power::Off)
+        );
     }
 
     #[test]

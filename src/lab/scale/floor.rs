@@ -44,7 +44,7 @@ use tokio::sync::Mutex;
 
 use super::invalid;
 use super::requests::Traced;
-use super::sample::{Target, Trigger, clear_trigger, host_of, millis, set_trigger, traced};
+use super::sample::{Target, Trigger, clear_trigger, host_of, micros, set_trigger, traced};
 use super::world::World;
 use crate::api::annotations::EXTERNAL_REMEDIATION;
 use crate::api::slim::{BareMetalHost, MachineApi};
@@ -514,7 +514,7 @@ pub(super) async fn fence_latency(
     let seen = host.requests().len();
     world.hang(worker)?;
     set_trigger(world, target)?;
-    let stored = host.clock_ms();
+    let stored = host.clock_us();
     let started = std::time::Instant::now();
     loop {
         let requests = host.requests();
@@ -522,7 +522,7 @@ pub(super) async fn fence_latency(
             .iter()
             .find(|r| r.action == PowerAction::ForceOff)
         {
-            let latency = millis(off.at_ms.saturating_sub(stored));
+            let latency = micros(off.at_us.saturating_sub(stored));
             let trace = traced(world, started, latency);
             // The trigger withdrawn, as a health check does once it is answered, so that a
             // small world's host can serve the next floor too.

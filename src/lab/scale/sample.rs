@@ -123,9 +123,9 @@ pub(super) fn clear_trigger(world: &World, target: &Target) -> Result<()> {
     }
 }
 
-/// A span in the simulator's whole milliseconds, as a duration.
-pub(super) fn millis(ms: u128) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+/// A span in the simulator's microseconds, as a duration.
+pub(super) fn micros(us: u128) -> Duration {
+    Duration::from_micros(u64::try_from(us).unwrap_or(u64::MAX))
 }
 
 /// The simulated host of `worker`.
@@ -146,12 +146,12 @@ pub(super) async fn remediate(world: &World, target: &Target, timeout: Duration)
     let requests_seen = host.requests().len();
     let history_seen = host.history().len();
     world.hang(worker)?;
-    let before_write = host.clock_ms();
+    let before_write = host.clock_us();
     set_trigger(world, target)?;
     // "Written" is when the API server has stored it: the write itself may wait for the
     // simulator's store, which is the simulator's time, not the controller's.
     let wall0 = SystemTime::now();
-    let host0 = host.clock_ms();
+    let host0 = host.clock_us();
     let write = host0.saturating_sub(before_write);
     let started = Instant::now();
     // The Node is back when one with another UID exists (a look may miss the gap between
@@ -162,7 +162,7 @@ pub(super) async fn remediate(world: &World, target: &Target, timeout: Duration)
         .get(NODES, "", &target.node)
         .ok()
         .and_then(uid_of);
-    let mut node_back_ms = None;
+    let mut node_back_us = None;
     let name = format!("{worker}-1");
     // Every look is two reads: in the simulator's store, or over HTTPS to a real server,
     // where looking as often would load the server the controller waits on. The Node's return
@@ -177,8 +177,8 @@ pub(super) async fn remediate(world: &World, target: &Target, timeout: Duration)
             .get(NODES, "", &target.node)
             .ok()
             .and_then(uid_of);
-        if uid.is_some() && uid != old_uid && node_back_ms.is_none() {
-            node_back_ms = Some(host.clock_ms());
+        if uid.is_some() && uid != old_uid && node_back_us.is_none() {
+            node_back_us = Some(host.clock_us());
         }
         let status = world
             .api()
@@ -224,27 +224,27 @@ pub(super) async fn remediate(world: &World, target: &Target, timeout: Duration)
     let off_request = new_requests
         .iter()
         .find(|r| r.action == PowerAction::ForceOff)
-        .map(|r| r.at_ms)
+        .map(|r| r.at_us)
         .ok_or_else(|| invalid(worker, "no power-off request reached the BMC"))?;
     let on_request = new_requests
         .iter()
-        .find(|r| r.action == PowerAction::On && r.at_ms >= off_request)
-        .map(|r| r.at_ms)
+        .find(|r| r.action == PowerAction::On && r.at_us >= off_request)
+        .map(|r| r.at_us)
         .ok_or_else(|| invalid(worker, "no power-on request reached the BMC"))?;
     let history = host.history();
     let off_reached = history[history_seen.min(history.len())..]
         .iter()
         .find(|c| c.power == Power::Off)
-        .map(|c| c.at_ms)
+        .map(|c| c.at_us)
         .ok_or_else(|| invalid(worker, "the host never went off"))?;
-    let node_back = node_back_ms.ok_or_else(|| invalid(worker, "the Node never came back"))?;
+    let node_back = node_back_us.ok_or_else(|| invalid(worker, "the Node never came back"))?;
     let total = succeeded_at.saturating_sub(since_epoch(wall0));
-    let floor = millis(off_reached.saturating_sub(off_request))
-        + millis(node_back.saturating_sub(on_request));
-    let fence_latency = millis(off_request.saturating_sub(host0));
+    let floor = micros(off_reached.saturating_sub(off_request))
+        + micros(node_back.saturating_sub(on_request));
+    let fence_latency = micros(off_request.saturating_sub(host0));
     let trace = traced(world, started, fence_latency);
     Ok(Sample {
-        write: millis(write),
+        write: micros(write),
         fence_latency,
         overhead: total.saturating_sub(floor),
         total,

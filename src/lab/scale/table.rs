@@ -11,8 +11,9 @@
 //! columns (the fleet ÷ one cluster, the real server ÷ the simulated) is taken run by run,
 //! then reduced.
 //!
-//! Caveats: the simulator's clock counts whole milliseconds, so a figure of a few
-//! milliseconds has a large spread by construction (a floor's 0–2 ms).
+//! Caveats: the p99 of `--samples` 30 is each run's slowest sample, so one slow moment of a
+//! shared machine is a run's p99. The simulator's records are read to the microsecond (until
+//! 2026-12-01 to the millisecond, which put ±1 ms on a floor of 2–3 ms).
 
 use std::time::Duration;
 
