@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &str)] = &[
     (
         "world",
-        "the handles on the world without a decision: the idempotent API writes, the BMC drivers as the controller uses them (cached, metered, witnessed)",
+        "the handles on the world without a decision: the idempotent API writes, the BMC drivers as the controller uses them (cached, metered, witnessed), the Machines' facts indexed for the health count",
     ),
     (
         "pass",

@@ -39,7 +39,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
-    slimmed_informer(api, config, |_: &mut K| {})
+    slimmed_informer(api, config, |_: &mut K| {}, |_: &watcher::Event<K>| {})
 }
 
 /// Like [`informer`], with `slim` applied to every object before it is stored: the caches
@@ -48,6 +48,7 @@ pub fn slimmed_informer<K>(
     api: Api<K>,
     config: watcher::Config,
     slim: impl FnMut(&mut K) + Send + 'static,
+    observe: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> (Store<K>, Changes<K>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -57,6 +58,7 @@ where
     let changes = watcher(api, config)
         .default_backoff()
         .modify(slim)
+        .inspect_ok(observe)
         .reflect(writer)
         .touched_objects()
         .boxed();
@@ -111,6 +113,7 @@ pub fn mapped_informer<K, T>(
     config: watcher::Config,
     map: fn(K) -> T,
     slim: impl FnMut(&mut T) + Send + 'static,
+    observe: impl FnMut(&watcher::Event<T>) + Send + 'static,
 ) -> (Store<T>, Changes<T>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -130,6 +133,7 @@ where
             watcher::Event::InitDone => watcher::Event::InitDone,
         })
         .modify(slim)
+        .inspect_ok(observe)
         .reflect(writer)
         .touched_objects()
         .boxed();

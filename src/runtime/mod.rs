@@ -10,6 +10,7 @@ pub mod bounded;
 pub mod clock;
 pub mod delete;
 pub mod events;
+pub mod fact_index;
 pub mod informer;
 pub mod node_watch;
 pub mod observed;

@@ -16,7 +16,7 @@ use kube::{Client, ResourceExt};
 use crate::Result;
 use crate::api::slim;
 use crate::runtime::informer::{shared_informer, watch_config};
-use crate::runtime::ready_index::ReadyIndex;
+use crate::runtime::ready_index::{ReadyIndex, ready_index};
 use crate::runtime::tasks::Background;
 
 /// How many Node changes the shared watch holds for a consumer that is behind (it waits
@@ -39,7 +39,7 @@ pub struct NodeFeed {
 /// when dropped.
 pub fn watch_nodes(client: &Client, consumers: usize) -> Result<(Vec<NodeFeed>, Background)> {
     let api = Api::<Node>::all(client.clone());
-    let ready = ReadyIndex::default();
+    let ready = ready_index();
     let index = ready.clone();
     let (store, handles, task) = shared_informer(
         api,

@@ -13,9 +13,9 @@ use super::fence::BareMetalHostView;
 use super::gates::{ForeignKind, ForeignObject};
 use super::plan::NodeView;
 use crate::api::annotations::{
-    BMC_CA_BUNDLE, BMH_DETACHED, BMH_PAUSED, CAPI_CONTROL_PLANE, LEGACY_NODE_ANNOTATIONS_BACKUP,
-    LEGACY_NODE_LABELS_BACKUP, LEGACY_POWER_ON_TIMEOUT, MACHINE_HOST, MACHINE_ROLE,
-    MEDIK8S_NODE_NAME, REBOOT_PREFIX,
+    BMC_CA_BUNDLE, BMH_DETACHED, BMH_PAUSED, CAPI_CONTROL_PLANE, EXTERNAL_REMEDIATION,
+    LEGACY_NODE_ANNOTATIONS_BACKUP, LEGACY_NODE_LABELS_BACKUP, LEGACY_POWER_ON_TIMEOUT,
+    MACHINE_HOST, MACHINE_ROLE, MEDIK8S_NODE_NAME, REBOOT_PREFIX,
 };
 use crate::api::{CaBundleRef, slim};
 
@@ -170,6 +170,39 @@ pub fn machine_is_control_plane(labels: &BTreeMap<String, String>) -> bool {
             labels.get(MACHINE_ROLE).map(String::as_str),
             Some("master" | "control-plane")
         )
+}
+
+/// What a count of the fleet's health asks of each Machine, read from the Machine once per
+/// change of it (by its watch, `runtime::fact_index`) rather than once per count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineFacts {
+    /// Its Cluster API Cluster's name ([`super::workload::cluster_of`]).
+    pub cluster: Option<String>,
+    /// Its Node's name, from its status.
+    pub node: Option<String>,
+    /// It carries the health check's remediation annotation.
+    pub annotated: bool,
+    /// It is a control-plane machine ([`machine_is_control_plane`]).
+    pub control_plane: bool,
+}
+
+/// The facts of `machine` a count of the fleet's health asks.
+pub fn machine_facts(machine: &slim::Machine) -> MachineFacts {
+    let empty = BTreeMap::new();
+    let metadata = &machine.metadata;
+    MachineFacts {
+        cluster: super::workload::cluster_of(machine).map(str::to_owned),
+        node: machine
+            .status
+            .as_ref()
+            .and_then(|s| s.node_ref.as_ref())
+            .map(|n| n.name.clone()),
+        annotated: metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(EXTERNAL_REMEDIATION)),
+        control_plane: machine_is_control_plane(metadata.labels.as_ref().unwrap_or(&empty)),
+    }
 }
 
 /// Whether deleting a Machine gets it replaced and nothing else (the rule of the older

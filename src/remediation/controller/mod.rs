@@ -29,6 +29,7 @@ use crate::remediation::decide::workload::cluster_of;
 pub use crate::remediation::pass::context::{
     Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement,
 };
+use crate::remediation::world::machine_index::MachineIndex;
 use crate::remediation::world::workload::{KEEP_CONNECTED_PERIOD, WokenNode};
 use crate::runtime::clock::Clock;
 use crate::runtime::informer::{
@@ -77,6 +78,8 @@ async fn out_of_service_taint(client: &Client) -> bool {
 /// changes that wake them.
 struct Watches {
     machines: (Store<slim::Machine>, Changes<slim::Machine>),
+    /// The Machines' facts, kept by their watch.
+    machine_facts: MachineIndex,
     hosts: (Store<slim::BareMetalHost>, Changes<slim::BareMetalHost>),
     machine_requests: (Store<MachineRemediation>, Changes<MachineRemediation>),
     /// Shared with the controller of Machine-less Nodes: one cache, a stream for each.
@@ -152,22 +155,34 @@ fn watch_kinds(client: &Client, options: &ControllerOptions) -> Result<Watches> 
     };
     let machine_config = selected(options.machine_selector.as_ref());
     let machine_api = options.machine_api;
+    // What a start's count of the fleet's health asks of each Machine, kept by its watch.
+    let machine_facts = MachineIndex::default();
+    let observe = {
+        let index = machine_facts.clone();
+        move |event: &watcher::Event<slim::Machine>| index.observe(event)
+    };
     Ok(Watches {
         machines: match machine_api {
-            slim::MachineApi::OpenShift => {
-                slimmed_informer(Api::all(client.clone()), machine_config, slim::machine)
-            }
+            slim::MachineApi::OpenShift => slimmed_informer(
+                Api::all(client.clone()),
+                machine_config,
+                slim::machine,
+                observe,
+            ),
             slim::MachineApi::ClusterApi => mapped_informer(
                 Api::<slim::CapiMachine>::all(client.clone()),
                 machine_config,
                 slim::Machine::from,
                 slim::machine,
+                observe,
             ),
         },
+        machine_facts,
         hosts: (slimmed_informer(
             Api::all(client.clone()),
             selected(options.host_selector.as_ref()),
             slim::bare_metal_host,
+            |_: &watcher::Event<slim::BareMetalHost>| {},
         )),
         machine_requests: (informer(Api::all(client.clone()), config)),
         remediations: shared(client, &mut tasks, false)?,
@@ -281,6 +296,7 @@ pub async fn run_machines(
         hosts: watches.hosts.0,
         nodes: node_feed.store.clone(),
         node_ready: node_feed.ready.clone(),
+        machine_facts: watches.machine_facts.clone(),
         remediations: remediations.clone(),
         policies: watches.policies.store.clone(),
         host_bmcs: watches.host_bmcs.store.clone(),

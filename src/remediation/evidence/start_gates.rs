@@ -318,9 +318,8 @@ impl<'p> StartGates<'p> {
         Ok(list.items.into_iter().map(Arc::new).collect())
     }
 
-    /// The Machines' health, for the gates: taken once per step (it walks every Machine and
-    /// its Node, milliseconds on a large cluster) and used for both the cached and the fresh
-    /// look at the Remediations. See [`HealthCount`].
+    /// The Machines' health, for the gates: taken once per step and used for both the cached
+    /// and the fresh look at the Remediations. See [`HealthCount`].
     pub(in crate::remediation) async fn fleet_health(
         self,
         remediation: &Remediation,
@@ -330,11 +329,10 @@ impl<'p> StartGates<'p> {
             .tally()
     }
 
-    /// The fleet's health of a start about to be created, counted off the pass's task (the
-    /// walk on a thread of its own) while the pass creates the Remediation: the walk's
-    /// milliseconds of CPU ride beside the creation's round trip instead of following it.
-    /// What it counts is the caches' view, as [`StartGates::fleet_health`]'s a moment later
-    /// is.
+    /// The fleet's health of a start about to be created, counted off the pass's task (on a
+    /// thread of its own) while the pass creates the Remediation: the count's CPU rides beside
+    /// the creation's round trip instead of following it. What it counts is the caches' view,
+    /// as [`StartGates::fleet_health`]'s a moment later is.
     pub(in crate::remediation) fn fleet_health_ahead(self) -> HealthAhead {
         HealthAhead::begin(self.health_count(self.pass.machine_node_cluster()))
     }

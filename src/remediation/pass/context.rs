@@ -25,6 +25,7 @@ use crate::remediation::decide::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
 use crate::remediation::decide::gates::{ForeignKind, Launched};
 use crate::remediation::decide::workload::ClusterRef;
 use crate::remediation::world::bmc_cache::DriverCache;
+use crate::remediation::world::machine_index::MachineIndex;
 use crate::remediation::world::witnessed::Witness;
 use crate::remediation::world::workload::{Lifetimes, WorkloadClusters};
 use crate::runtime::clock::{Clock, since_epoch};
@@ -114,6 +115,8 @@ pub struct Caches {
     pub nodes: Store<Node>,
     /// Each of those Nodes' readiness, kept beside them.
     pub node_ready: ReadyIndex,
+    /// What the count of the fleet's health asks of each Machine, kept beside them.
+    pub machine_facts: MachineIndex,
     /// Remediations.
     pub remediations: Store<Remediation>,
     /// Policies.

@@ -2,6 +2,7 @@
 
 pub mod bmc_cache;
 pub mod execute;
+pub mod machine_index;
 pub mod metered;
 pub mod witnessed;
 pub mod workload;

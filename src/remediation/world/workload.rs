@@ -62,7 +62,7 @@ use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::informer::watch_config;
 use crate::runtime::lock;
 use crate::runtime::read::GetPresent;
-use crate::runtime::ready_index::ReadyIndex;
+use crate::runtime::ready_index::{ReadyIndex, ready_index};
 use crate::runtime::tasks::Background;
 use crate::{Error, Result};
 
@@ -521,7 +521,7 @@ impl WorkloadClusters {
         now: Duration,
     ) -> Arc<Connection> {
         let (nodes, writer) = reflector::store::<Node>();
-        let ready = ReadyIndex::default();
+        let ready = ready_index();
         let watched = Arc::new(Watched::default());
         let wake = lock(&self.wake).clone();
         let watch = watch_nodes(
