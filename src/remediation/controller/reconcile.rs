@@ -108,8 +108,10 @@ impl Pass {
                     _ => {
                         health = Some(StartGates::of(&self).fleet_health_ahead());
                         let planned = Steps::of(&self, writes).plan_start(number).await?;
+                        // The creation's request on the wire first (`beside` polls it
+                        // first): it is the start's next round trip, where the BMC's Secret
+                        // only has to be read by the power-off.
                         let mut locating = self.locate_ahead(&planned.object);
-                        locating.start().await;
                         let created = locating
                             .beside(Steps::of(&self, writes).create_planned(planned))
                             .await?;
