@@ -266,6 +266,40 @@ fn has_step(remediation: &Option<Remediation>, step: &str) -> bool {
         .is_some_and(|r| steps(r).iter().any(|s| s == step))
 }
 
+/// The quorum guard's count is the caches': a Node watch lagging behind a second member going
+/// NotReady must not let a control-plane start go. The start reads its control plane's Nodes
+/// again before the guard judges (docs/engineering/safety.md, "Safety gates").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cache_lagging_behind_the_control_plane_cannot_break_etcd_quorum() {
+    let mut policy = fast_policy();
+    policy["maxConcurrent"] = json!(5);
+    policy["storm"] = json!({"maxUnhealthyPercent": 100});
+    let lab = start(fast(), policy).await;
+    // Its caches filled first (their first list is not the one to slow).
+    eventually(
+        "the controller ready",
+        Duration::from_secs(10),
+        async || lab.metrics.is_ready(),
+    )
+    .await;
+    // From now on the controller's Node watch is a minute late: its cache shows every master
+    // Ready throughout. Only the watch's next request is slowed, not the reads after it.
+    let slowed = std::time::Instant::now();
+    lab.cluster.api_server().slow_watch("v1/nodes", 60_000);
+    lab.cluster.hang("master-0");
+    lab.cluster.hang("master-1");
+    lab.node_ready_is("master-1", "Unknown").await;
+    lab.trigger("master-0", true);
+    let status = lab.held_with("master-0-1", "etcd quorum").await;
+    assert!(
+        slowed.elapsed() < Duration::from_secs(60),
+        "held only after the watch caught up"
+    );
+    assert_eq!(status.phase, RemediationPhase::Pending);
+    assert!(lab.power_history("master-0").is_empty());
+    assert!(lab.node_exists("master-0"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_bare_metal_host_cache_cannot_release_a_node() {
     let (lab, old_uid) = held_at_fenced().await;

@@ -148,6 +148,37 @@ pub struct FleetHealth {
     /// The Machines counted, by name, when they are one Cluster API Cluster's (the
     /// candidate's failure domain); None: every Machine in scope.
     pub members: Option<std::collections::HashSet<String>>,
+    /// The Node of each control-plane member that has one: what a control-plane start reads
+    /// again from the API server before the quorum guard judges (see
+    /// [`FleetHealth::with_fresh_control_plane`]).
+    pub control_plane_nodes: Vec<String>,
+    /// The candidate's Node readiness read from the API server (None: not read, the cached
+    /// Node's is used).
+    pub candidate_ready: Option<bool>,
+}
+
+impl FleetHealth {
+    /// The health with the control plane's readiness as read from the API server just now:
+    /// `ready` holds each Node of [`FleetHealth::control_plane_nodes`] that was found, and
+    /// whether it is Ready (one not found is not Ready); `candidate`: the candidate's Node.
+    ///
+    /// Why: the count is the caches', and a Node's watch may lag behind the request that
+    /// names another member: the quorum guard must not let a control-plane start go on a
+    /// member it still believes Ready.
+    pub fn with_fresh_control_plane(
+        mut self,
+        ready: &HashMap<String, bool>,
+        candidate: Option<&str>,
+    ) -> FleetHealth {
+        let is_ready = |node: &str| ready.get(node).copied().unwrap_or(false);
+        self.control_plane_ready = self
+            .control_plane_nodes
+            .iter()
+            .filter(|node| is_ready(node))
+            .count();
+        self.candidate_ready = Some(candidate.is_some_and(is_ready));
+        self
+    }
 }
 
 /// The machine that wants to start.
@@ -399,6 +430,13 @@ pub fn may_start(
         }
     }
     Ok(())
+}
+
+/// Whether the quorum guard judges a start of a candidate that is (`control_plane`) or is not
+/// a control-plane member: such a start reads its control plane's Nodes again from the API
+/// server before its last judgment (see [`FleetHealth::with_fresh_control_plane`]).
+pub fn quorum_guarded(control_plane: bool, policy: &RemediationPolicySpec) -> bool {
+    control_plane && policy.control_plane.enabled && policy.control_plane.quorum_guard
 }
 
 /// The remediation APIs of other projects the `ForeignRemediation` gate reads, where the

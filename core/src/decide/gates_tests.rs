@@ -690,6 +690,48 @@ mod gate_tests {
         assert_eq!(may_start(WORKER, two_hung, &policy), Ok(()));
     }
 
+    /// The count is the caches'; a control-plane start's Nodes read now replace its readiness,
+    /// the candidate's own included, whatever the cache said (a watch that lags behind the
+    /// request naming another member).
+    #[test]
+    fn the_control_planes_readiness_read_now_replaces_the_caches() {
+        let cached = FleetHealth {
+            machines: 3,
+            control_plane: ["m0", "m1", "m2"].map(String::from).into(),
+            control_plane_ready: 3,
+            control_plane_nodes: vec!["n0".into(), "n1".into(), "n2".into()],
+            ..FleetHealth::default()
+        };
+        // n1 went NotReady, n2 is gone: only the candidate's own Node is Ready now.
+        let read: HashMap<String, bool> = [("n0".into(), true), ("n1".into(), false)]
+            .into_iter()
+            .collect();
+        let fresh = cached.clone().with_fresh_control_plane(&read, Some("n0"));
+        assert_eq!(fresh.control_plane_ready, 1);
+        assert_eq!(fresh.candidate_ready, Some(true));
+        assert_eq!(fresh.control_plane, cached.control_plane);
+        // Every Node Ready: all three, and a candidate whose Node was not read is not Ready.
+        let all: HashMap<String, bool> = ["n0", "n1", "n2"]
+            .into_iter()
+            .map(|n| (n.to_string(), true))
+            .collect();
+        let fresh = cached.with_fresh_control_plane(&all, Some("elsewhere"));
+        assert_eq!(fresh.control_plane_ready, 3);
+        assert_eq!(fresh.candidate_ready, Some(false));
+    }
+
+    #[test]
+    fn only_a_control_plane_start_under_the_guard_reads_its_control_plane_again() {
+        let mut policy = RemediationPolicySpec::default();
+        assert!(quorum_guarded(true, &policy));
+        assert!(!quorum_guarded(false, &policy));
+        policy.control_plane.quorum_guard = false;
+        assert!(!quorum_guarded(true, &policy));
+        policy.control_plane.quorum_guard = true;
+        policy.control_plane.enabled = false;
+        assert!(!quorum_guarded(true, &policy));
+    }
+
     #[test]
     fn the_policy_can_disable_the_guard_or_control_plane_remediation() {
         let mut policy = RemediationPolicySpec {

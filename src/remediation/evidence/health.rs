@@ -157,6 +157,7 @@ impl HealthCount {
             }
             if facts.control_plane {
                 health.control_plane.insert(name.to_owned());
+                health.control_plane_nodes.extend(facts.node.clone());
                 if ready == Some(true) {
                     health.control_plane_ready += 1;
                 }
@@ -210,6 +211,7 @@ impl HealthCount {
             }
             if cached.is_some_and(|n| node_is_control_plane(n.labels())) {
                 health.control_plane.insert(node_key(&node));
+                health.control_plane_nodes.push(node.clone());
                 if ready == Some(true) {
                     health.control_plane_ready += 1;
                 }
@@ -338,6 +340,9 @@ mod tests {
             }
             if machine_is_control_plane(machine.labels()) {
                 health.control_plane.insert(machine.name_any());
+                health
+                    .control_plane_nodes
+                    .extend(node.map(|n| n.name.clone()));
                 if ready == Some(true) {
                     health.control_plane_ready += 1;
                 }
@@ -432,6 +437,15 @@ mod tests {
                                 "{context}"
                             );
                             assert_eq!(got.members, want.members, "{context}");
+                            let sorted = |mut nodes: Vec<String>| {
+                                nodes.sort();
+                                nodes
+                            };
+                            assert_eq!(
+                                sorted(got.control_plane_nodes),
+                                sorted(want.control_plane_nodes),
+                                "{context}"
+                            );
                             counted += 1;
                         }
                     }

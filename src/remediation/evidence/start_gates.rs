@@ -15,9 +15,9 @@ use crate::remediation::decide::bmc_trust::{BmcLedger, Transport, transport};
 use crate::remediation::decide::fence::HostRef;
 use crate::remediation::decide::gates::{
     Candidate, Fleet, FleetHealth, Held, Launched, ListFreshness, Listed, MachineConfigView, Quiet,
-    QuietEvidence, may_start, quiet_gate, running_machines,
+    QuietEvidence, may_start, quiet_gate, quorum_guarded, running_machines,
 };
-use crate::remediation::decide::observe::{machine_is_control_plane, node_view};
+use crate::remediation::decide::observe::{machine_is_control_plane, node_is_ready, node_view};
 use crate::remediation::decide::workload::{ClusterRef, machine_cluster};
 use crate::remediation::evidence::bmc::BmcLocator;
 use crate::remediation::evidence::capi::CapiHosts;
@@ -28,6 +28,7 @@ use crate::remediation::pass::Pass;
 use crate::remediation::pass::context::Placement;
 use crate::remediation::pass::subject::{node_is_control_plane, subject_key};
 use crate::remediation::requests::trigger::Triggers;
+use crate::remediation::world::execute::read_node;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
 use crate::runtime::overlap::Overlapped;
@@ -118,19 +119,30 @@ impl<'p> StartGates<'p> {
         // Every fresh read at once; the gates after them only judge.
         let judged = async {
             let fresh = fresh.finish().await?;
-            let freshness = ListFreshness::ReadAfter(mark);
-            let may = self.gates(
-                remediation,
-                node,
-                &mut launched,
-                &fresh.remediations,
-                freshness,
-                &health,
-            );
+            let mut fleet_gates = |health: &FleetHealth| {
+                let freshness = ListFreshness::ReadAfter(mark);
+                self.gates(
+                    remediation,
+                    node,
+                    &mut launched,
+                    &fresh.remediations,
+                    freshness,
+                    health,
+                )
+            };
+            let may = fleet_gates(&health);
             let may = self.judge_fresh(remediation, node, &fresh, may).await?;
-            Ok::<_, Error>((may, fresh))
+            // The quorum guard judges again on the control plane's Nodes read now.
+            let (may, health) = match may {
+                Ok(()) if self.quorum_guarded(node) => {
+                    let health = self.control_plane_read_now(remediation, health).await?;
+                    (fleet_gates(&health), health)
+                }
+                may => (may, health),
+            };
+            Ok::<_, Error>((may, fresh, health))
         };
-        let (may, fresh) = match &mut ahead {
+        let (may, fresh, health) = match &mut ahead {
             Some(ahead) => ahead.beside(judged).await?,
             None => judged.await?,
         };
@@ -401,15 +413,60 @@ impl<'p> StartGates<'p> {
             control_plane_ready: health.control_plane_ready,
             out_of_service_taint: self.pass.context.settings.out_of_service_taint,
         };
-        let control_plane = match self.pass.subject.machine() {
-            Some(machine) => machine_is_control_plane(machine.labels()),
-            None => node.is_some_and(|n| node_is_control_plane(n.labels())),
-        };
         let candidate = Candidate {
-            control_plane,
-            node_ready: node_view(node).is_ready(),
+            control_plane: self.candidate_is_control_plane(node),
+            // Read now for a control-plane start (`control_plane_read_now`).
+            node_ready: health
+                .candidate_ready
+                .unwrap_or_else(|| node_view(node).is_ready()),
         };
         may_start(candidate, fleet, &self.pass.policy)
+    }
+
+    /// Whether the candidate is a control-plane member whose start the quorum guard judges.
+    fn quorum_guarded(self, node: Option<&Node>) -> bool {
+        quorum_guarded(self.candidate_is_control_plane(node), &self.pass.policy)
+    }
+
+    /// Whether the candidate (the Machine, else its Node) is a control-plane member.
+    fn candidate_is_control_plane(self, node: Option<&Node>) -> bool {
+        match self.pass.subject.machine() {
+            Some(machine) => machine_is_control_plane(machine.labels()),
+            None => node.is_some_and(|n| node_is_control_plane(n.labels())),
+        }
+    }
+
+    /// `health` with the Nodes of the control plane and the candidate's own read from the API
+    /// server now, in the cluster they are in: the count is the caches', and a Node's watch
+    /// may lag behind the request that names another member (see
+    /// [`FleetHealth::with_fresh_control_plane`]). One round trip, for control-plane starts
+    /// only; the reads go out at once.
+    async fn control_plane_read_now(
+        self,
+        remediation: &Remediation,
+        health: FleetHealth,
+    ) -> Result<FleetHealth> {
+        let candidate = remediation.spec.node_name.as_deref();
+        let mut names: Vec<&str> = health
+            .control_plane_nodes
+            .iter()
+            .map(String::as_str)
+            .collect();
+        names.extend(candidate);
+        names.sort_unstable();
+        names.dedup();
+        let nodes = self.pass.node_api(remediation).await?;
+        // Each a list by name, as every fresh read of a Node (no `get` on Nodes is granted).
+        let reads = names.iter().map(|name| async {
+            let node = read_node(&nodes, name).await?;
+            Ok::<_, Error>(node.map(|n| (name.to_string(), node_is_ready(&n))))
+        });
+        let ready = futures_util::future::try_join_all(reads)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        Ok(health.with_fresh_control_plane(&ready, candidate))
     }
 
     /// The quiet gates (`ClusterUpgrading`, `MachineConfigUpdating`): the ClusterVersion read
