@@ -1,6 +1,7 @@
 //! A fact about each cached object, kept from its watch's own events: what a reader asks of
-//! every object of a kind (a start's count of the fleet's health asks it of every Machine and
-//! its Node) without a lookup in the cache, a key built and the object read for each.
+//! many objects of a kind (a start's count of the fleet's health asks each Machine's Node
+//! whether it is Ready) without a lookup in the cache, a key built and the object read for
+//! each; and [`Relisted`], how every such index follows its watch.
 //!
 //! Expected flow: the watch hands every event to [`FactIndex::observe`] just before its
 //! reflector applies it to the store; the index keeps `fact(object)` by namespace and name,
@@ -18,11 +19,67 @@
 //! start never rests on alone (see `evidence::start_gates`). A fact is computed once per event,
 //! so it must be a function of the object alone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
+
+/// One list of objects of kind `K` and its changes, as an index keeps it in tables of its own.
+pub trait Listed<K> {
+    /// An empty list kept the same way.
+    fn emptied(&self) -> Self;
+    /// `object` added or changed.
+    fn apply(&mut self, object: &K);
+    /// `object` gone.
+    fn delete(&mut self, object: &K);
+}
+
+/// A list kept from a watch's events as kube's reflector keeps its store: changes applied to
+/// the `live` list, a re-list gathered from `Init` and swapped in whole at `InitDone` (until
+/// then the last list and its changes stand). Every index beside a watch cache keeps its
+/// tables in one, so that they follow the store the same way.
+pub struct Relisted<T> {
+    /// The list the readers read.
+    pub live: T,
+    /// A re-list under way (from `Init` to `InitDone`).
+    relisting: Option<T>,
+}
+
+impl<T> Relisted<T> {
+    /// `live` to begin with, no re-list under way.
+    pub fn new(live: T) -> Self {
+        Relisted {
+            live,
+            relisting: None,
+        }
+    }
+
+    /// Applies one of the watch's events, as the reflector applies it to the store.
+    pub fn observe<K>(&mut self, event: &Event<K>)
+    where
+        T: Listed<K>,
+    {
+        match event {
+            Event::Apply(object) => self.live.apply(object),
+            Event::Delete(object) => self.live.delete(object),
+            Event::Init => self.relisting = Some(self.live.emptied()),
+            Event::InitApply(object) => {
+                let relisting = match self.relisting.take() {
+                    Some(relisting) => relisting,
+                    None => self.live.emptied(),
+                };
+                self.relisting.insert(relisting).apply(object);
+            }
+            Event::InitDone => {
+                self.live = match self.relisting.take() {
+                    Some(listed) => listed,
+                    None => self.live.emptied(),
+                };
+            }
+        }
+    }
+}
 
 /// The facts by namespace (empty for a cluster-scoped kind), then name.
 type ByName<F> = HashMap<String, HashMap<String, F>>;
@@ -32,48 +89,37 @@ type Key = (String, String);
 
 /// A fact `F` about each cached `K` (cheap to clone: one index shared by its watch and its
 /// readers).
-pub struct FactIndex<K, F> {
-    indexed: Arc<RwLock<Indexed<F>>>,
-    fact: fn(&K) -> F,
-    noted: fn(&F) -> bool,
-}
+pub struct FactIndex<K, F>(Arc<RwLock<Relisted<Facts<K, F>>>>);
 
 impl<K, F> Clone for FactIndex<K, F> {
     fn clone(&self) -> Self {
-        FactIndex {
-            indexed: self.indexed.clone(),
-            fact: self.fact,
-            noted: self.noted,
-        }
+        FactIndex(self.0.clone())
     }
-}
-
-/// The index's state.
-struct Indexed<F> {
-    live: Facts<F>,
-    /// A re-list under way (from `Init` to `InitDone`).
-    relisting: Option<Facts<F>>,
 }
 
 /// The facts of one list and its changes.
-struct Facts<F> {
+struct Facts<K, F> {
     by_name: ByName<F>,
     /// The objects whose fact is noted.
-    noted: std::collections::HashSet<Key>,
+    noted: HashSet<Key>,
+    fact: fn(&K) -> F,
+    is_noted: fn(&F) -> bool,
 }
 
-impl<F> Default for Facts<F> {
-    fn default() -> Self {
+impl<K: kube::Resource, F> Listed<K> for Facts<K, F> {
+    fn emptied(&self) -> Self {
         Facts {
             by_name: HashMap::new(),
-            noted: std::collections::HashSet::new(),
+            noted: HashSet::new(),
+            fact: self.fact,
+            is_noted: self.is_noted,
         }
     }
-}
 
-impl<F> Facts<F> {
-    fn insert(&mut self, (namespace, name): Key, fact: F, noted: bool) {
-        if noted {
+    fn apply(&mut self, object: &K) {
+        let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
+        let fact = (self.fact)(object);
+        if (self.is_noted)(&fact) {
             self.noted.insert((namespace.clone(), name.clone()));
         } else {
             self.noted.remove(&(namespace.clone(), name.clone()));
@@ -84,13 +130,14 @@ impl<F> Facts<F> {
             .insert(name, fact);
     }
 
-    fn remove(&mut self, key: &Key) {
-        self.noted.remove(key);
+    fn delete(&mut self, object: &K) {
+        let key = (object.namespace().unwrap_or_default(), object.name_any());
+        self.noted.remove(&key);
         let (namespace, name) = key;
-        if let Some(names) = self.by_name.get_mut(namespace) {
-            names.remove(name);
+        if let Some(names) = self.by_name.get_mut(&namespace) {
+            names.remove(&name);
             if names.is_empty() {
-                self.by_name.remove(namespace);
+                self.by_name.remove(&namespace);
             }
         }
     }
@@ -99,55 +146,31 @@ impl<F> Facts<F> {
 impl<K: kube::Resource, F> FactIndex<K, F> {
     /// An empty index of `fact`, the objects whose fact is `noted` kept apart.
     pub fn new(fact: fn(&K) -> F, noted: fn(&F) -> bool) -> Self {
-        FactIndex {
-            indexed: Arc::new(RwLock::new(Indexed {
-                live: Facts::default(),
-                relisting: None,
-            })),
+        FactIndex(Arc::new(RwLock::new(Relisted::new(Facts {
+            by_name: HashMap::new(),
+            noted: HashSet::new(),
             fact,
-            noted,
-        }
+            is_noted: noted,
+        }))))
     }
 
     /// Applies one of the watch's events, as the reflector applies it to the store.
     pub fn observe(&self, event: &Event<K>) {
-        let mut indexed = self.indexed.write().unwrap_or_else(|e| e.into_inner());
-        let key = |object: &K| (object.namespace().unwrap_or_default(), object.name_any());
-        match event {
-            Event::Apply(object) => {
-                let fact = (self.fact)(object);
-                let noted = (self.noted)(&fact);
-                indexed.live.insert(key(object), fact, noted);
-            }
-            Event::Delete(object) => indexed.live.remove(&key(object)),
-            Event::Init => indexed.relisting = Some(Facts::default()),
-            Event::InitApply(object) => {
-                let fact = (self.fact)(object);
-                let noted = (self.noted)(&fact);
-                indexed.relisting.get_or_insert_with(Facts::default).insert(
-                    key(object),
-                    fact,
-                    noted,
-                );
-            }
-            Event::InitDone => {
-                let listed = indexed.relisting.take().unwrap_or_default();
-                indexed.live = listed;
-            }
-        }
+        let mut indexed = self.0.write().unwrap_or_else(|e| e.into_inner());
+        indexed.observe(event);
     }
 
     /// The index as it is now, held for the reader's walk (writers wait meanwhile: take it for
     /// one walk, not across an await).
-    pub fn view(&self) -> FactView<'_, F> {
-        FactView(self.indexed.read().unwrap_or_else(|e| e.into_inner()))
+    pub fn view(&self) -> FactView<'_, K, F> {
+        FactView(self.0.read().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
 /// The index held for reading.
-pub struct FactView<'a, F>(RwLockReadGuard<'a, Indexed<F>>);
+pub struct FactView<'a, K, F>(RwLockReadGuard<'a, Relisted<Facts<K, F>>>);
 
-impl<F> FactView<'_, F> {
+impl<K, F> FactView<'_, K, F> {
     /// The fact of the object `namespace`/`name` (an empty namespace for a cluster-scoped
     /// kind); None when it is not cached.
     pub fn get(&self, namespace: &str, name: &str) -> Option<&F> {

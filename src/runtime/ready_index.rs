@@ -26,12 +26,12 @@ pub fn ready_index() -> ReadyIndex {
 }
 
 /// The Node's readiness in `view`: None when it is not cached.
-pub fn ready(view: &FactView<'_, bool>, node: &str) -> Option<bool> {
+pub fn ready(view: &FactView<'_, Node, bool>, node: &str) -> Option<bool> {
     view.get("", node).copied()
 }
 
 /// The cached Nodes in `view` that are not Ready (or are being deleted).
-pub fn not_ready<'v>(view: &'v FactView<'_, bool>) -> impl Iterator<Item = &'v str> {
+pub fn not_ready<'v>(view: &'v FactView<'_, Node, bool>) -> impl Iterator<Item = &'v str> {
     view.noted().map(|(_, name)| name)
 }
 

@@ -74,8 +74,7 @@ impl HealthCount {
             Some(cluster) => context.clients.workloads.connect(&cluster).await.ok(),
             None => None,
         };
-        // Every Machine: the domain's are picked in the tally, off the pass's task (a compare
-        // per Machine of the fleet).
+        // The Machines' index, read in the tally (the domain's Machines picked there).
         let machines = context.caches.machine_facts.clone();
         // A Cluster API request counts as the annotation does: a health check found the
         // Machine unhealthy. Only requests baremend accepts count: a refused one (a

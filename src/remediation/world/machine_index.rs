@@ -10,8 +10,8 @@
 //! control-plane role: [`MachineView::notable`]) and which are on a given Node
 //! ([`MachineView::on_node`]).
 //!
-//! Guarantees: the index applies the events as kube's reflector store does (a re-list is
-//! gathered from `Init` and swapped in whole at `InitDone`), so its answers are those of a walk
+//! Guarantees: the index applies the events as kube's reflector store does
+//! (`runtime::fact_index::Relisted`), so its answers are those of a walk
 //! over the store's Machines; the count built on it is swept against that walk in
 //! `evidence::health`'s tests.
 //!
@@ -26,20 +26,20 @@ use kube::runtime::watcher::Event;
 
 use crate::api::slim;
 use crate::remediation::decide::observe::{MachineFacts, machine_facts};
+use crate::runtime::fact_index::{Listed, Relisted};
 
 /// A Machine's namespace and name.
 type Key = (String, String);
 
 /// The Machines' facts, indexed for the count (cheap to clone: one index shared by the
 /// Machine watch and the counts).
-#[derive(Clone, Default)]
-pub struct MachineIndex(Arc<RwLock<Indexed>>);
+#[derive(Clone)]
+pub struct MachineIndex(Arc<RwLock<Relisted<Machines>>>);
 
-#[derive(Default)]
-struct Indexed {
-    live: Machines,
-    /// A re-list under way (from `Init` to `InitDone`).
-    relisting: Option<Machines>,
+impl Default for MachineIndex {
+    fn default() -> Self {
+        MachineIndex(Arc::new(RwLock::new(Relisted::new(Machines::default()))))
+    }
 }
 
 /// The facts of one list and its changes, and the indexes over them.
@@ -100,24 +100,30 @@ impl Machines {
     }
 }
 
+/// A Machine's key.
+fn key(machine: &slim::Machine) -> Key {
+    (machine.namespace().unwrap_or_default(), machine.name_any())
+}
+
+impl Listed<slim::Machine> for Machines {
+    fn emptied(&self) -> Self {
+        Machines::default()
+    }
+
+    fn apply(&mut self, machine: &slim::Machine) {
+        self.insert(key(machine), machine_facts(machine));
+    }
+
+    fn delete(&mut self, machine: &slim::Machine) {
+        self.remove(&key(machine));
+    }
+}
+
 impl MachineIndex {
     /// Applies one of the Machine watch's events, as the reflector applies it to the store.
     pub fn observe(&self, event: &Event<slim::Machine>) {
         let mut indexed = self.0.write().unwrap_or_else(|e| e.into_inner());
-        let key = |m: &slim::Machine| (m.namespace().unwrap_or_default(), m.name_any());
-        match event {
-            Event::Apply(machine) => indexed.live.insert(key(machine), machine_facts(machine)),
-            Event::Delete(machine) => indexed.live.remove(&key(machine)),
-            Event::Init => indexed.relisting = Some(Machines::default()),
-            Event::InitApply(machine) => indexed
-                .relisting
-                .get_or_insert_with(Machines::default)
-                .insert(key(machine), machine_facts(machine)),
-            Event::InitDone => {
-                let listed = indexed.relisting.take().unwrap_or_default();
-                indexed.live = listed;
-            }
-        }
+        indexed.observe(event);
     }
 
     /// The index as it is now, held for one count (writers wait meanwhile: not across an
@@ -131,7 +137,7 @@ impl MachineIndex {
 pub type Domain<'d> = Option<(&'d str, &'d str)>;
 
 /// The index held for one count.
-pub struct MachineView<'a>(RwLockReadGuard<'a, Indexed>);
+pub struct MachineView<'a>(RwLockReadGuard<'a, Relisted<Machines>>);
 
 impl MachineView<'_> {
     /// Whether the Machine `namespace`/`facts` is in `domain`.
