@@ -1,6 +1,6 @@
 //! What both controllers run on: the injected clock and time conversions, status
 //! conditions, Events, the watch caches (one helper for every kind, the one Node watch they
-//! share, and the index of its Nodes' readiness), the policy's observed generation, the Machine controller's runner, and background tasks that end with their
+//! share, the index of its Nodes' readiness, and the indexes an object's facts or keys are kept in beside its cache), the policy's observed generation, the Machine controller's runner, and background tasks that end with their
 //! owner.
 //!
 //! Nothing here knows about remediation or drift: both controllers import it, it imports
@@ -12,6 +12,7 @@ pub mod delete;
 pub mod events;
 pub mod fact_index;
 pub mod informer;
+pub mod key_index;
 pub mod node_watch;
 pub mod observed;
 pub mod overlap;

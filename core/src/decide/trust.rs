@@ -459,6 +459,19 @@ pub fn host_consumed_by(
     }
 }
 
+/// The host's namespace and the name its `spec.consumerRef` gives: [`host_consuming`] judges
+/// only the hosts whose pair is the Metal3Machine's, so an index of the cached hosts by this
+/// pair finds every host it would judge.
+pub fn host_consumer(host: &slim::BareMetalHost) -> Option<(String, String)> {
+    let (namespace, name) = host_consumer_ref(host)?;
+    Some((namespace.to_owned(), name.to_owned()))
+}
+
+fn host_consumer_ref(host: &slim::BareMetalHost) -> Option<(&str, &str)> {
+    let consumer = host.spec.as_ref()?.consumer_ref.as_ref()?;
+    Some((host.metadata.namespace.as_deref()?, consumer.name.as_str()))
+}
+
 /// The one BareMetalHost of `hosts` (a watch cache) that [`host_consumed_by`] accepts for
 /// Metal3Machine `metal3_machine` of `machine_namespace`: the host whose `spec.consumerRef`
 /// names it, in the Machine's namespace. It is the host a Cluster API Machine's remediation
@@ -472,13 +485,13 @@ pub fn host_consuming<'h>(
     metal3_machine: &str,
 ) -> Option<HostRef> {
     let mut claiming = hosts.into_iter().filter_map(|host| {
-        // The names first: this walks every host of the cache, and the full judgment words a
-        // refusal for each host it refuses.
-        let consumer = host.spec.as_ref()?.consumer_ref.as_ref()?;
-        let namespace = host.metadata.namespace.as_deref()?;
-        if consumer.name != metal3_machine || namespace != machine_namespace {
+        // The names first ([`host_consumer`]): the full judgment words a refusal for each host
+        // it refuses.
+        let (namespace, consumer_name) = host_consumer_ref(host)?;
+        if consumer_name != metal3_machine || namespace != machine_namespace {
             return None;
         }
+        let consumer = host.spec.as_ref()?.consumer_ref.as_ref()?;
         let name = host.metadata.name.as_deref()?;
         host_consumed_by(
             machine_namespace,

@@ -25,6 +25,7 @@ use self::reconcile::{error_policy, reconcile};
 use crate::api::slim;
 use crate::api::{HostBmc, MachineRemediation, NodeRemediation, Remediation, RemediationPolicy};
 use crate::remediation::decide::state::unblocked_by;
+use crate::remediation::decide::trust::host_consumer;
 use crate::remediation::decide::workload::cluster_of;
 pub use crate::remediation::pass::context::{
     Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement,
@@ -35,6 +36,7 @@ use crate::runtime::clock::Clock;
 use crate::runtime::informer::{
     Changes, informer, mapped_informer, shared_informer, slimmed_informer, watch_config,
 };
+use crate::runtime::key_index::KeyIndex;
 use crate::runtime::node_watch::{NodeFeed, read_changes};
 use crate::runtime::runner::{self, every_object, woken, woken_by_watch};
 use crate::runtime::tasks::Background;
@@ -81,6 +83,8 @@ struct Watches {
     /// The Machines' facts, kept by their watch.
     machine_facts: MachineIndex,
     hosts: (Store<slim::BareMetalHost>, Changes<slim::BareMetalHost>),
+    /// The hosts by their consumer, kept by their watch.
+    host_consumers: KeyIndex<slim::BareMetalHost>,
     machine_requests: (Store<MachineRemediation>, Changes<MachineRemediation>),
     /// Shared with the controller of Machine-less Nodes: one cache, a stream for each.
     remediations: Shared<Remediation>,
@@ -157,6 +161,8 @@ fn watch_kinds(client: &Client, options: &ControllerOptions) -> Result<Watches> 
     let machine_api = options.machine_api;
     // What a start's count of the fleet's health asks of each Machine, kept by its watch.
     let machine_facts = MachineIndex::default();
+    // The hosts by their consumer, for a start's lookup of a Cluster API Machine's host.
+    let host_consumers = KeyIndex::new(host_consumer);
     let observe = {
         let index = machine_facts.clone();
         move |event: &watcher::Event<slim::Machine>| index.observe(event)
@@ -182,8 +188,12 @@ fn watch_kinds(client: &Client, options: &ControllerOptions) -> Result<Watches> 
             Api::all(client.clone()),
             selected(options.host_selector.as_ref()),
             slim::bare_metal_host,
-            |_: &watcher::Event<slim::BareMetalHost>| {},
+            {
+                let index = host_consumers.clone();
+                move |event: &watcher::Event<slim::BareMetalHost>| index.observe(event)
+            },
         )),
+        host_consumers,
         machine_requests: (informer(Api::all(client.clone()), config)),
         remediations: shared(client, &mut tasks, false)?,
         policies: shared(client, &mut tasks, false)?,
@@ -294,6 +304,7 @@ pub async fn run_machines(
     let caches = Caches {
         machines: machines.clone(),
         hosts: watches.hosts.0,
+        host_consumers: watches.host_consumers.clone(),
         nodes: node_feed.store.clone(),
         node_ready: node_feed.ready.clone(),
         machine_facts: watches.machine_facts.clone(),

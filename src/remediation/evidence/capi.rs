@@ -16,6 +16,7 @@ use std::collections::HashMap;
 
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::ObjectRef;
 
 use crate::api::slim::{self, MachineApi};
 use crate::remediation::decide::gates::Held;
@@ -70,8 +71,15 @@ impl<'p> CapiHosts<'p> {
         };
         // The host that claims the Metal3Machine in the cache spares a read before the
         // creation; the fresh read of the host before any power request judges the claim.
-        let hosts = self.pass.context.caches.hosts.state();
-        if let Some(host) = host_consuming(hosts.iter().map(|h| h.as_ref()), &namespace, &name) {
+        // The claiming hosts are found by the index kept beside the cache, not a walk.
+        let caches = &self.pass.context.caches;
+        let claiming: Vec<_> = caches
+            .host_consumers
+            .naming(&(namespace.clone(), name.clone()))
+            .into_iter()
+            .filter_map(|(ns, host)| caches.hosts.get(&ObjectRef::new(&host).within(&ns)))
+            .collect();
+        if let Some(host) = host_consuming(claiming.iter().map(|h| h.as_ref()), &namespace, &name) {
             return Ok(Ok(Some(host)));
         }
         let api: Api<DynamicObject> = Api::namespaced_with(

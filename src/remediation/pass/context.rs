@@ -31,6 +31,7 @@ use crate::remediation::world::workload::{Lifetimes, WorkloadClusters};
 use crate::runtime::clock::{Clock, since_epoch};
 use crate::runtime::conditions::held_by;
 use crate::runtime::informer::{is_ready, policy_object};
+use crate::runtime::key_index::KeyIndex;
 use crate::runtime::ready_index::ReadyIndex;
 use crate::runtime::requeue::Backoff;
 
@@ -111,6 +112,8 @@ pub struct Caches {
     pub machines: Store<slim::Machine>,
     /// BareMetalHosts.
     pub hosts: Store<slim::BareMetalHost>,
+    /// Those hosts by the Metal3Machine that consumes them (`host_consumer`), kept beside them.
+    pub host_consumers: KeyIndex<slim::BareMetalHost>,
     /// Nodes (the shared watch's).
     pub nodes: Store<Node>,
     /// Each of those Nodes' readiness, kept beside them.
