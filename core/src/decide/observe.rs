@@ -180,6 +180,8 @@ pub struct MachineFacts {
     pub cluster: Option<String>,
     /// Its Node's name, from its status.
     pub node: Option<String>,
+    /// Its `spec.providerID` (where its Node lives is judged on it: `decide::workload`).
+    pub provider_id: Option<String>,
     /// It carries the health check's remediation annotation.
     pub annotated: bool,
     /// It is a control-plane machine ([`machine_is_control_plane`]).
@@ -197,6 +199,7 @@ pub fn machine_facts(machine: &slim::Machine) -> MachineFacts {
             .as_ref()
             .and_then(|s| s.node_ref.as_ref())
             .map(|n| n.name.clone()),
+        provider_id: machine.spec.as_ref().and_then(|s| s.provider_id.clone()),
         annotated: metadata
             .annotations
             .as_ref()

@@ -89,20 +89,32 @@ pub fn cluster_nodes(
     let siblings = machines.iter().map(|m| m.as_ref()).filter(|m| {
         &m.metadata.namespace == namespace && cluster.is_some() && cluster_of(m) == cluster
     });
-    nodes_of(std::iter::once(machine).chain(siblings), provider_id_of)
+    nodes_named(
+        std::iter::once(machine)
+            .chain(siblings)
+            .filter_map(named_node),
+        provider_id_of,
+    )
 }
 
-/// Where the Nodes of one Cluster's `members` are (see [`cluster_nodes`]).
-fn nodes_of<'m>(
-    members: impl Iterator<Item = &'m slim::Machine>,
+/// A Machine's Node as [`nodes_named`] reads it: the Node's name, and the Machine's providerID.
+pub type NamedNode<'m> = (&'m str, Option<&'m str>);
+
+/// The Node `machine` names in `status.nodeRef`, with its providerID (None: it names none).
+pub fn named_node(machine: &slim::Machine) -> Option<NamedNode<'_>> {
+    let provider_id = machine.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    Some((machine.node_name()?, provider_id))
+}
+
+/// Where the Nodes of one Cluster are, from the Node each of its Machines names (see
+/// [`cluster_nodes`]; a caller that keeps the Machines' Nodes indexed by Cluster gives them
+/// directly).
+pub fn nodes_named<'m>(
+    members: impl Iterator<Item = NamedNode<'m>>,
     provider_id_of: impl Fn(&str) -> Option<Option<String>>,
 ) -> ClusterNodes {
     let mut named = None;
-    for sibling in members {
-        let Some(node) = sibling.node_name() else {
-            continue;
-        };
-        let wanted = sibling.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    for (node, wanted) in members {
         match provider_id_of(node) {
             Some(found) if wanted.is_none() || found.is_none() || found.as_deref() == wanted => {
                 return ClusterNodes::Here;
@@ -140,7 +152,10 @@ pub fn workload_clusters(
         .into_iter()
         .filter(|(_, members)| {
             matches!(
-                nodes_of(members.iter().copied(), &provider_id_of),
+                nodes_named(
+                    members.iter().copied().filter_map(named_node),
+                    &provider_id_of
+                ),
                 ClusterNodes::Elsewhere(_)
             )
         })

@@ -263,7 +263,9 @@ mod tests {
     use crate::api::annotations::{CAPI_CONTROL_PLANE, EXTERNAL_REMEDIATION};
     use crate::api::slim;
     use crate::remediation::decide::observe::machine_is_control_plane;
-    use crate::remediation::decide::workload::cluster_of;
+    use crate::remediation::decide::workload::{
+        cluster_nodes, cluster_of, machine_cluster, named_node, nodes_named,
+    };
     use crate::runtime::ready_index::ready_index;
 
     /// A Machine `namespace`/`name` on `node`, in Cluster `cluster`, with the trigger or a
@@ -369,6 +371,38 @@ mod tests {
         all
     }
 
+    /// Where each cached Machine's Cluster's Nodes live, judged from the index as a pass
+    /// judges it (`Pass::machine_node_cluster`), is what the walk over every Machine judges.
+    fn same_placement(
+        store: &Store<slim::Machine>,
+        index: &MachineIndex,
+        nodes: &Store<Node>,
+        context: &str,
+    ) {
+        let provider_id_of = |name: &str| {
+            let node = nodes.get(&ObjectRef::new(name))?;
+            Some(node.spec.as_ref().and_then(|s| s.provider_id.clone()))
+        };
+        let view = index.view();
+        let all = store.state();
+        for machine in &all {
+            let Some(cluster) = machine_cluster(machine) else {
+                continue;
+            };
+            let members = view.named_nodes((&cluster.namespace, &cluster.name));
+            let indexed = nodes_named(
+                named_node(machine).into_iter().chain(members),
+                provider_id_of,
+            );
+            let walked = cluster_nodes(machine, &all, provider_id_of);
+            assert_eq!(
+                std::mem::discriminant(&indexed),
+                std::mem::discriminant(&walked),
+                "{context}: {indexed:?} / {walked:?}"
+            );
+        }
+    }
+
     #[test]
     fn the_indexed_count_is_the_walk_over_every_machine_after_every_sequence_of_changes() {
         let events = machine_events();
@@ -406,6 +440,12 @@ mod tests {
                     apply(Event::Apply(node("n1", ready)));
                 }
                 apply(Event::Apply(node("n2", n2)));
+                same_placement(
+                    &store,
+                    &index,
+                    &nodes,
+                    &format!("sequence {code}, {n1:?}/{n2}"),
+                );
                 for requested in &requests {
                     for node_requested in &node_requests {
                         for domain in &domains {

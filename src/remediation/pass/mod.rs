@@ -28,7 +28,9 @@ use crate::remediation::decide::plan::{Phase, PlanPolicy};
 use crate::remediation::decide::state::{
     created_at, record_step, set_condition, strategy_in_status,
 };
-use crate::remediation::decide::workload::{ClusterRef, workload_cluster_of};
+use crate::remediation::decide::workload::{
+    ClusterNodes, ClusterRef, machine_cluster, named_node, nodes_named,
+};
 use crate::remediation::world::workload::NodeApi;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
@@ -128,6 +130,9 @@ pub struct Pass {
     /// Whether this pass has started connecting the Machine's workload cluster ahead of a
     /// start (once per pass is enough: a second ask would only queue behind the first).
     pub(super) connecting_ahead: std::sync::atomic::AtomicBool,
+    /// The workload cluster of the Machine's Node, once judged (see
+    /// [`Pass::machine_node_cluster`]).
+    machine_node_cluster: std::sync::OnceLock<Option<ClusterRef>>,
 }
 
 impl Pass {
@@ -144,6 +149,7 @@ impl Pass {
             policy,
             recent_proof: std::sync::Mutex::new(None),
             connecting_ahead: std::sync::atomic::AtomicBool::new(false),
+            machine_node_cluster: std::sync::OnceLock::new(),
         }
     }
 
@@ -263,16 +269,31 @@ impl Pass {
         self.machine_node_cluster()
     }
 
-    /// The workload cluster of the Machine's Node as its Cluster says now (None: here).
+    /// The workload cluster of the Machine's Node as its Cluster says at the pass's first ask
+    /// (None: here). Asked many times by a start (its triggers, its gates, its count, the
+    /// Node it reads): judged once per pass.
     pub(in crate::remediation) fn machine_node_cluster(&self) -> Option<ClusterRef> {
+        self.machine_node_cluster
+            .get_or_init(|| self.judge_machine_node_cluster())
+            .clone()
+    }
+
+    /// [`Pass::machine_node_cluster`], judged as `decide::workload::cluster_nodes` judges over
+    /// the Nodes the Cluster's Machines name, from the Machines' index (not a walk over every
+    /// cached Machine).
+    fn judge_machine_node_cluster(&self) -> Option<ClusterRef> {
         if self.context.settings.machine_api != slim::MachineApi::ClusterApi {
             return None;
         }
         let machine = self.subject.machine()?;
-        let machines = self.context.caches.machines.state();
-        workload_cluster_of(machine, &machines, |name| {
-            self.context.cached_provider_id(name)
-        })
+        let cluster = machine_cluster(machine)?;
+        let machines = self.context.caches.machine_facts.view();
+        let members = machines.named_nodes((&cluster.namespace, &cluster.name));
+        let nodes = named_node(machine).into_iter().chain(members);
+        match nodes_named(nodes, |name| self.context.cached_provider_id(name)) {
+            ClusterNodes::Elsewhere(_) => Some(cluster),
+            ClusterNodes::Here | ClusterNodes::Unnamed => None,
+        }
     }
 
     /// The Node API of the cluster the remediation's Node is in (connected on first need).

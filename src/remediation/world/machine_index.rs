@@ -26,6 +26,7 @@ use kube::runtime::watcher::Event;
 
 use crate::api::slim;
 use crate::remediation::decide::observe::{MachineFacts, machine_facts};
+use crate::remediation::decide::workload::NamedNode;
 use crate::runtime::fact_index::{Listed, Relisted};
 
 /// A Machine's namespace and name.
@@ -167,6 +168,24 @@ impl MachineView<'_> {
             .get(&(namespace.to_owned(), cluster.to_owned()))
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// The Node each Machine of a Cluster (`namespace`, `cluster`) names, with the Machine's
+    /// providerID: where the Cluster's Nodes live is judged on them
+    /// (`decide::workload::nodes_named`).
+    pub fn named_nodes(&self, (namespace, cluster): (&str, &str)) -> Vec<NamedNode<'_>> {
+        let machines = &self.0.live;
+        let Some(names) = machines
+            .domains
+            .get(&(namespace.to_owned(), cluster.to_owned()))
+        else {
+            return Vec::new();
+        };
+        names
+            .iter()
+            .filter_map(|name| machines.facts.get(&(namespace.to_owned(), name.clone())))
+            .filter_map(|facts| Some((facts.node.as_deref()?, facts.provider_id.as_deref())))
+            .collect()
     }
 
     /// The Machine `namespace`/`name`'s facts, if it is cached.
