@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use baremend::api::{Remediation, RemediationPhase};
 use baremend::remediation::controller::ControllerOptions;
-use baremend_sim::cluster::local::{BMHS, EVENTS, MACHINE_REMEDIATIONS, MACHINES, NODES};
+use baremend_sim::cluster::local::{BMHS, CRDS, EVENTS, MACHINE_REMEDIATIONS, MACHINES, NODES};
 use baremend_sim::cluster::scenario::ClusterSpec;
-use baremend_sim::cluster::{MACHINE_NAMESPACE, mco};
+use baremend_sim::cluster::{MACHINE_NAMESPACE, cvo, fixtures, mco};
 use baremend_sim::host::{Faults, PowerAction};
 use serde_json::json;
 
@@ -325,6 +325,43 @@ async fn a_machine_config_roll_with_slow_reboots_is_not_power_cycled_and_a_hang_
         "after the roll, worker-1's hang was remediated ({})",
         succeeded.metadata.name.unwrap_or_default()
     );
+}
+
+/// A cluster that serves no ClusterVersion (not OpenShift) spares each start its read, as the
+/// last start's discovery said; a ClusterVersion served since is still read by the next start
+/// once its own discovery finds it, and an upgrade under way holds that start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_version_served_after_the_last_start_holds_the_next_one_while_upgrading() {
+    let policy = json!({
+        "maxConcurrent": 5,
+        "storm": {"maxUnhealthyPercent": 100},
+        "timeouts": {"powerOffSeconds": 60, "nodeReadySeconds": 60, "readyGraceSeconds": 1},
+    });
+    let mut lab = Lab::builder(fast()).policy(policy).start().await;
+    lab.start_controller(options(&lab));
+    // A first start: its discovery finds no config.openshift.io.
+    lab.cluster.hang("worker-0");
+    lab.trigger("worker-0", true);
+    eventually(
+        "worker-0's power-off",
+        Duration::from_secs(20),
+        async || power_off_received(&lab, "worker-0"),
+    )
+    .await;
+    // OpenShift's ClusterVersion served from now on, an upgrade under way.
+    lab.api
+        .create(CRDS, "", fixtures::cluster_version_crd())
+        .unwrap();
+    cvo::install(&lab.api).unwrap();
+    lab.cluster.set_upgrading(Some("4.17.3")).unwrap();
+    lab.cluster.hang("worker-1");
+    lab.trigger("worker-1", true);
+    lab.held_with(
+        "worker-1-1",
+        "the cluster is upgrading (ClusterVersion version Progressing: Working towards 4.17.3",
+    )
+    .await;
+    assert!(!power_off_received(&lab, "worker-1"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -100,6 +100,8 @@ impl<'p> Foreign<'p> {
         let groups = groups.map_err(Error::kube("DiscoverApiGroups"))?;
         let served = served_foreign_kinds(&groups);
         *lock(&context.foreign_served) = served.clone();
+        *lock(&context.served_groups) =
+            Some(groups.groups.iter().map(|g| g.name.clone()).collect());
         let early = listed_before.into_iter().zip(early).collect();
         let lists = paired_with_early(served, early).into_iter().map(
             |((kind, version), listed)| async move {

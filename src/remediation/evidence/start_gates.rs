@@ -31,6 +31,7 @@ use crate::remediation::requests::trigger::Triggers;
 use crate::remediation::world::execute::read_node;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
+use crate::runtime::lock;
 use crate::runtime::overlap::Overlapped;
 use crate::runtime::read::GetPresent;
 use crate::{Error, Result};
@@ -38,6 +39,9 @@ use baremend_drivers::BmcAddress;
 
 /// The ClusterVersion (OpenShift's `config.openshift.io/v1`, cluster-scoped, one object).
 const CLUSTER_VERSION_NAME: &str = "version";
+
+/// The ClusterVersion's API group.
+const CLUSTER_VERSION_GROUP: &str = "config.openshift.io";
 
 /// The label selector of the Remediations that may still hold a host:
 /// `baremend.io/outcome notin (Succeeded,Cancelled)`, which also selects the unlabelled ones.
@@ -237,15 +241,31 @@ impl<'p> StartGates<'p> {
         }
     }
 
-    /// The reads a start's last gates judge on, made at once.
+    /// The reads a start's last gates judge on, made at once. The ClusterVersion is read
+    /// beside them where the last start's discovery found its group served; where it did not
+    /// (a cluster that is not OpenShift: the read would only answer 404), only once this
+    /// start's discovery (`Foreign::foreign_objects`) has found it served.
     async fn read_fresh(self, host: Option<HostRef>) -> Result<FreshEvidence> {
-        let (remediations, trigger, cluster_progressing, host, foreign) = tokio::try_join!(
+        let version_served = || self.cluster_version_served();
+        let early = version_served();
+        let (remediations, trigger, progressing, host, foreign) = tokio::try_join!(
             self.fresh_remediations(),
             self.fresh_trigger(),
-            self.cluster_progressing(),
+            async {
+                if early {
+                    self.cluster_progressing().await.map(Some)
+                } else {
+                    Ok(None)
+                }
+            },
             self.recorded_host_now(host),
             Foreign::of(self.pass).foreign_objects(),
         )?;
+        let cluster_progressing = match progressing {
+            Some(read) => read,
+            None if version_served() => self.cluster_progressing().await?,
+            None => None,
+        };
         Ok(FreshEvidence {
             remediations,
             trigger,
@@ -488,11 +508,19 @@ impl<'p> StartGates<'p> {
         quiet_gate(&evidence, now.saturating_sub(created), bound)
     }
 
+    /// Whether the last start's discovery found the ClusterVersion's group served (or none
+    /// has looked yet).
+    fn cluster_version_served(self) -> bool {
+        lock(&self.pass.context.served_groups)
+            .as_ref()
+            .is_none_or(|groups| groups.iter().any(|g| g == CLUSTER_VERSION_GROUP))
+    }
+
     /// The message of the ClusterVersion's `Progressing` condition when it is True; None
     /// when it is not, or where no ClusterVersion is served (not OpenShift).
     async fn cluster_progressing(self) -> Result<Option<String>> {
         let resource = ApiResource {
-            group: "config.openshift.io".into(),
+            group: CLUSTER_VERSION_GROUP.into(),
             version: "v1".into(),
             api_version: "config.openshift.io/v1".into(),
             kind: "ClusterVersion".into(),

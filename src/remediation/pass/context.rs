@@ -197,6 +197,11 @@ pub struct Context {
     /// discovery, with their versions: listed beside the next start's discovery rather than
     /// after it (see `Foreign::foreign_objects`); never evidence by itself.
     pub foreign_served: std::sync::Mutex<Vec<(ForeignKind, String)>>,
+    /// The API groups the last start's discovery found served (None: no start has looked):
+    /// a start reads what only some clusters serve (OpenShift's ClusterVersion) beside its
+    /// own discovery only where the last one found it, and after it where this one does
+    /// (see `StartGates::read_fresh`); never evidence by itself.
+    pub served_groups: std::sync::Mutex<Option<Vec<String>>>,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step
@@ -313,6 +318,7 @@ impl Context {
             backoff: Backoff::default(),
             health_checks: std::sync::RwLock::new(None),
             foreign_served: std::sync::Mutex::new(Vec::new()),
+            served_groups: std::sync::Mutex::new(None),
             witness: Witness {
                 ledger: Arc::new(BmcLedger::new(options.bmc_distrust)),
                 clock: clock.clone(),
