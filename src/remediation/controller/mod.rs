@@ -27,6 +27,7 @@ use crate::api::{HostBmc, MachineRemediation, NodeRemediation, Remediation, Reme
 use crate::remediation::decide::state::unblocked_by;
 use crate::remediation::decide::trust::host_consumer;
 use crate::remediation::decide::workload::cluster_of;
+use crate::remediation::evidence::foreign::discover_at_start;
 pub use crate::remediation::pass::context::{
     Caches, Context, ControllerOptions, PersistFn, PersistHook, Placement,
 };
@@ -409,6 +410,12 @@ pub async fn run_machines(
         })
     };
     let keeper = keep_clusters_connected(&context);
+    // What the API server serves, discovered once now: the first start reads the other
+    // remediators' kinds beside its own discovery, as every later start does.
+    let discovery = {
+        let context = context.clone();
+        Background::spawn(async move { discover_at_start(&context).await })
+    };
     // A policy or BMC mapping change may unblock anything: look at every Machine again.
     let reconcile_all = futures_util::stream::select(
         watches
@@ -469,6 +476,7 @@ pub async fn run_machines(
         node_health_checks,
         workload_sweep,
         keeper,
+        discovery,
         signal,
         watches.tasks,
     ));

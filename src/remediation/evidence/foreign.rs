@@ -22,6 +22,7 @@ use crate::remediation::decide::observe::{foreign_object, legacy_marks, reboot_k
 use crate::remediation::decide::state::set_condition;
 use crate::remediation::evidence::fresh::FreshEvidence;
 use crate::remediation::pass::Pass;
+use crate::remediation::pass::context::Context;
 use crate::remediation::world::execute;
 use crate::runtime::events::Severity;
 use crate::runtime::lock;
@@ -98,10 +99,7 @@ impl<'p> Foreign<'p> {
             futures_util::future::join_all(early)
         );
         let groups = groups.map_err(Error::kube("DiscoverApiGroups"))?;
-        let served = served_foreign_kinds(&groups);
-        *lock(&context.foreign_served) = served.clone();
-        *lock(&context.served_groups) =
-            Some(groups.groups.iter().map(|g| g.name.clone()).collect());
+        let served = note_served(context, &groups);
         let early = listed_before.into_iter().zip(early).collect();
         let lists = paired_with_early(served, early).into_iter().map(
             |((kind, version), listed)| async move {
@@ -307,6 +305,31 @@ fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&H
 }
 
 /// The foreign kinds `groups` serves, each at its group's preferred version.
+/// Notes what `groups` (a discovery's answer) serve for the next start to read beside its own
+/// discovery (see [`Foreign::foreign_objects`]); returns the foreign kinds served.
+fn note_served(
+    context: &Context,
+    groups: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList,
+) -> Vec<(ForeignKind, String)> {
+    let served = served_foreign_kinds(groups);
+    *lock(&context.foreign_served) = served.clone();
+    *lock(&context.served_groups) = Some(groups.groups.iter().map(|g| g.name.clone()).collect());
+    served
+}
+
+/// One discovery when the controller starts, noted as a start's is: the first start after a
+/// controller (re)start — a failover in a storm — then reads the kinds served beside its own
+/// discovery, as every later one does, instead of after it. Evidence of nothing by itself: each
+/// start discovers again. A failure is only logged (the first start then discovers first).
+pub(in crate::remediation) async fn discover_at_start(context: &Context) {
+    match context.clients.kube.list_api_groups().await {
+        Ok(groups) => {
+            note_served(context, &groups);
+        }
+        Err(error) => tracing::debug!(%error, "the API groups not discovered at start"),
+    }
+}
+
 fn served_foreign_kinds(
     groups: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList,
 ) -> Vec<(ForeignKind, String)> {
