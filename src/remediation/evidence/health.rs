@@ -263,9 +263,7 @@ mod tests {
     use crate::api::annotations::{CAPI_CONTROL_PLANE, EXTERNAL_REMEDIATION};
     use crate::api::slim;
     use crate::remediation::decide::observe::machine_is_control_plane;
-    use crate::remediation::decide::workload::{
-        cluster_nodes, cluster_of, machine_cluster, named_node, nodes_named,
-    };
+    use crate::remediation::decide::workload::{cluster_nodes, cluster_of};
     use crate::runtime::ready_index::ready_index;
 
     /// A Machine `namespace`/`name` on `node`, in Cluster `cluster`, with the trigger or a
@@ -372,7 +370,7 @@ mod tests {
     }
 
     /// Where each cached Machine's Cluster's Nodes live, judged from the index as a pass
-    /// judges it (`Pass::machine_node_cluster`), is what the walk over every Machine judges.
+    /// judges it (`MachineView::cluster_nodes`), is what the walk over every Machine judges.
     fn same_placement(
         store: &Store<slim::Machine>,
         index: &MachineIndex,
@@ -386,14 +384,7 @@ mod tests {
         let view = index.view();
         let all = store.state();
         for machine in &all {
-            let Some(cluster) = machine_cluster(machine) else {
-                continue;
-            };
-            let members = view.named_nodes((&cluster.namespace, &cluster.name));
-            let indexed = nodes_named(
-                named_node(machine).into_iter().chain(members),
-                provider_id_of,
-            );
+            let indexed = view.cluster_nodes(machine, provider_id_of);
             let walked = cluster_nodes(machine, &all, provider_id_of);
             assert_eq!(
                 std::mem::discriminant(&indexed),

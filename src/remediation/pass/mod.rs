@@ -28,9 +28,7 @@ use crate::remediation::decide::plan::{Phase, PlanPolicy};
 use crate::remediation::decide::state::{
     created_at, record_step, set_condition, strategy_in_status,
 };
-use crate::remediation::decide::workload::{
-    ClusterNodes, ClusterRef, machine_cluster, named_node, nodes_named,
-};
+use crate::remediation::decide::workload::{ClusterNodes, ClusterRef, machine_cluster};
 use crate::remediation::world::workload::NodeApi;
 use crate::runtime::clock::since_epoch;
 use crate::runtime::events::Severity;
@@ -278,9 +276,8 @@ impl Pass {
             .clone()
     }
 
-    /// [`Pass::machine_node_cluster`], judged as `decide::workload::cluster_nodes` judges over
-    /// the Nodes the Cluster's Machines name, from the Machines' index (not a walk over every
-    /// cached Machine).
+    /// [`Pass::machine_node_cluster`], judged from the Machines' index (not a walk over every
+    /// cached Machine: see `MachineView::cluster_nodes`).
     fn judge_machine_node_cluster(&self) -> Option<ClusterRef> {
         if self.context.settings.machine_api != slim::MachineApi::ClusterApi {
             return None;
@@ -288,9 +285,7 @@ impl Pass {
         let machine = self.subject.machine()?;
         let cluster = machine_cluster(machine)?;
         let machines = self.context.caches.machine_facts.view();
-        let members = machines.named_nodes((&cluster.namespace, &cluster.name));
-        let nodes = named_node(machine).into_iter().chain(members);
-        match nodes_named(nodes, |name| self.context.cached_provider_id(name)) {
+        match machines.cluster_nodes(machine, |name| self.context.cached_provider_id(name)) {
             ClusterNodes::Elsewhere(_) => Some(cluster),
             ClusterNodes::Here | ClusterNodes::Unnamed => None,
         }

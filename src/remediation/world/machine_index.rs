@@ -26,7 +26,9 @@ use kube::runtime::watcher::Event;
 
 use crate::api::slim;
 use crate::remediation::decide::observe::{MachineFacts, machine_facts};
-use crate::remediation::decide::workload::NamedNode;
+use crate::remediation::decide::workload::{
+    ClusterNodes, NamedNode, machine_cluster, named_node, nodes_named,
+};
 use crate::runtime::fact_index::{Listed, Relisted};
 
 /// A Machine's namespace and name.
@@ -170,10 +172,28 @@ impl MachineView<'_> {
             .unwrap_or_default()
     }
 
+    /// Where the Nodes of `machine`'s Cluster live: what `decide::workload::cluster_nodes`
+    /// judges over every cached Machine, judged over the Nodes this index keeps for the
+    /// Cluster's Machines (`provider_id_of`: whether this cluster has a Node of that name, and
+    /// its providerID).
+    pub fn cluster_nodes(
+        &self,
+        machine: &slim::Machine,
+        provider_id_of: impl Fn(&str) -> Option<Option<String>>,
+    ) -> ClusterNodes {
+        let members = match machine_cluster(machine) {
+            Some(cluster) => self.named_nodes((&cluster.namespace, &cluster.name)),
+            None => Vec::new(),
+        };
+        nodes_named(
+            named_node(machine).into_iter().chain(members),
+            provider_id_of,
+        )
+    }
+
     /// The Node each Machine of a Cluster (`namespace`, `cluster`) names, with the Machine's
-    /// providerID: where the Cluster's Nodes live is judged on them
-    /// (`decide::workload::nodes_named`).
-    pub fn named_nodes(&self, (namespace, cluster): (&str, &str)) -> Vec<NamedNode<'_>> {
+    /// providerID.
+    fn named_nodes(&self, (namespace, cluster): (&str, &str)) -> Vec<NamedNode<'_>> {
         let machines = &self.0.live;
         let Some(names) = machines
             .domains
