@@ -90,7 +90,10 @@ impl<'p> Foreign<'p> {
     /// after it. Every list is made after the start's mark, as before.
     pub(in crate::remediation) async fn foreign_objects(self) -> Result<Vec<ForeignObject>> {
         let context = &self.pass.context;
-        let listed_before = lock(&context.foreign_served).clone();
+        let listed_before = lock(&context.discovered)
+            .as_ref()
+            .map(served_foreign_kinds)
+            .unwrap_or_default();
         let early = listed_before
             .iter()
             .map(|(kind, version)| self.list_foreign(*kind, version));
@@ -99,7 +102,8 @@ impl<'p> Foreign<'p> {
             futures_util::future::join_all(early)
         );
         let groups = groups.map_err(Error::kube("DiscoverApiGroups"))?;
-        let served = note_served(context, &groups);
+        let served = served_foreign_kinds(&groups);
+        *lock(&context.discovered) = Some(groups);
         let early = listed_before.into_iter().zip(early).collect();
         let lists = paired_with_early(served, early).into_iter().map(
             |((kind, version), listed)| async move {
@@ -304,32 +308,18 @@ fn ours_requested(ours: &[Arc<Remediation>], this: &Remediation, host: Option<&H
     })
 }
 
-/// The foreign kinds `groups` serves, each at its group's preferred version.
-/// Notes what `groups` (a discovery's answer) serve for the next start to read beside its own
-/// discovery (see [`Foreign::foreign_objects`]); returns the foreign kinds served.
-fn note_served(
-    context: &Context,
-    groups: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList,
-) -> Vec<(ForeignKind, String)> {
-    let served = served_foreign_kinds(groups);
-    *lock(&context.foreign_served) = served.clone();
-    *lock(&context.served_groups) = Some(groups.groups.iter().map(|g| g.name.clone()).collect());
-    served
-}
-
 /// One discovery when the controller starts, noted as a start's is: the first start after a
 /// controller (re)start — a failover in a storm — then reads the kinds served beside its own
 /// discovery, as every later one does, instead of after it. Evidence of nothing by itself: each
 /// start discovers again. A failure is only logged (the first start then discovers first).
 pub(in crate::remediation) async fn discover_at_start(context: &Context) {
     match context.clients.kube.list_api_groups().await {
-        Ok(groups) => {
-            note_served(context, &groups);
-        }
+        Ok(groups) => *lock(&context.discovered) = Some(groups),
         Err(error) => tracing::debug!(%error, "the API groups not discovered at start"),
     }
 }
 
+/// The foreign kinds `groups` serves, each at its group's preferred version.
 fn served_foreign_kinds(
     groups: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList,
 ) -> Vec<(ForeignKind, String)> {

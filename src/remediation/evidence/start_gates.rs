@@ -511,9 +511,9 @@ impl<'p> StartGates<'p> {
     /// Whether the last start's discovery found the ClusterVersion's group served (or none
     /// has looked yet).
     fn cluster_version_served(self) -> bool {
-        lock(&self.pass.context.served_groups)
+        lock(&self.pass.context.discovered)
             .as_ref()
-            .is_none_or(|groups| groups.iter().any(|g| g == CLUSTER_VERSION_GROUP))
+            .is_none_or(|list| list.groups.iter().any(|g| g.name == CLUSTER_VERSION_GROUP))
     }
 
     /// The message of the ClusterVersion's `Progressing` condition when it is True; None

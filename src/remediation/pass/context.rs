@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use baremend_drivers::Connector;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList;
 use kube::Client;
 use kube::api::ApiResource;
 use kube::runtime::events::{Recorder, Reporter};
@@ -22,7 +23,7 @@ use crate::drift::helper::HelperPods;
 use crate::leader::Leadership;
 use crate::metrics::{Metrics, PolicyKind};
 use crate::remediation::decide::bmc_trust::{BmcLedger, DEFAULT_DISTRUST};
-use crate::remediation::decide::gates::{ForeignKind, Launched};
+use crate::remediation::decide::gates::Launched;
 use crate::remediation::decide::workload::ClusterRef;
 use crate::remediation::world::bmc_cache::DriverCache;
 use crate::remediation::world::machine_index::MachineIndex;
@@ -193,15 +194,12 @@ pub struct Context {
     /// Every BMC reading of the process, and the clock they are stamped with: every reader
     /// (fencing, monitor, probes) reads through it.
     pub witness: Witness,
-    /// The other projects' remediation kinds the API server served at the last start's
-    /// discovery, with their versions: listed beside the next start's discovery rather than
-    /// after it (see `Foreign::foreign_objects`); never evidence by itself.
-    pub foreign_served: std::sync::Mutex<Vec<(ForeignKind, String)>>,
-    /// The API groups the last start's discovery found served (None: no start has looked):
-    /// a start reads what only some clusters serve (OpenShift's ClusterVersion) beside its
-    /// own discovery only where the last one found it, and after it where this one does
-    /// (see `StartGates::read_fresh`); never evidence by itself.
-    pub served_groups: std::sync::Mutex<Option<Vec<String>>>,
+    /// The API groups the last discovery found served (None: none has been made yet): a start
+    /// makes the reads it would make after its own discovery beside it instead, where the last
+    /// one found their groups served — the other remediators' kinds (see
+    /// `Foreign::foreign_objects`), OpenShift's ClusterVersion (see `StartGates::read_fresh`);
+    /// never evidence by itself.
+    pub discovered: std::sync::Mutex<Option<APIGroupList>>,
 }
 
 /// An observer of persisted steps that tests and labs pass in: told the name of each step
@@ -317,8 +315,7 @@ impl Context {
             leadership: options.leadership,
             backoff: Backoff::default(),
             health_checks: std::sync::RwLock::new(None),
-            foreign_served: std::sync::Mutex::new(Vec::new()),
-            served_groups: std::sync::Mutex::new(None),
+            discovered: std::sync::Mutex::new(None),
             witness: Witness {
                 ledger: Arc::new(BmcLedger::new(options.bmc_distrust)),
                 clock: clock.clone(),
