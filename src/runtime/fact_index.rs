@@ -85,7 +85,13 @@ impl<T> Relisted<T> {
 type ByName<F> = HashMap<String, HashMap<String, F>>;
 
 /// An object's namespace and name.
-type Key = (String, String);
+pub type Key = (String, String);
+
+/// `object`'s namespace (empty for a cluster-scoped kind) and name: how every index beside a
+/// cache keys it.
+pub fn object_key<K: kube::Resource>(object: &K) -> Key {
+    (object.namespace().unwrap_or_default(), object.name_any())
+}
 
 /// A fact `F` about each cached `K` (cheap to clone: one index shared by its watch and its
 /// readers).
@@ -117,7 +123,7 @@ impl<K: kube::Resource, F> Listed<K> for Facts<K, F> {
     }
 
     fn apply(&mut self, object: &K) {
-        let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
+        let (namespace, name) = object_key(object);
         let fact = (self.fact)(object);
         if (self.is_noted)(&fact) {
             self.noted.insert((namespace.clone(), name.clone()));
@@ -131,7 +137,7 @@ impl<K: kube::Resource, F> Listed<K> for Facts<K, F> {
     }
 
     fn delete(&mut self, object: &K) {
-        let key = (object.namespace().unwrap_or_default(), object.name_any());
+        let key = object_key(object);
         self.noted.remove(&key);
         let (namespace, name) = key;
         if let Some(names) = self.by_name.get_mut(&namespace) {

@@ -19,13 +19,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
-use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 
-use crate::runtime::fact_index::{Listed, Relisted};
+use crate::runtime::fact_index::{Key, Listed, Relisted, object_key};
 
 /// A namespace and a name: an object's, or the key it names.
-pub type Named = (String, String);
+pub type Named = Key;
 
 /// The objects of kind `K` by the key each names (cheap to clone: one index shared by the
 /// watch and its readers).
@@ -60,11 +59,6 @@ impl<K> Keyed<K> {
     }
 }
 
-/// An object's namespace and name.
-fn named<K: kube::Resource>(object: &K) -> Named {
-    (object.namespace().unwrap_or_default(), object.name_any())
-}
-
 impl<K: kube::Resource> Listed<K> for Keyed<K> {
     fn emptied(&self) -> Self {
         Keyed {
@@ -75,7 +69,7 @@ impl<K: kube::Resource> Listed<K> for Keyed<K> {
     }
 
     fn apply(&mut self, object: &K) {
-        let name = named(object);
+        let name = object_key(object);
         self.forget(&name);
         if let Some(key) = (self.key_of)(object) {
             self.by_key
@@ -87,7 +81,7 @@ impl<K: kube::Resource> Listed<K> for Keyed<K> {
     }
 
     fn delete(&mut self, object: &K) {
-        self.forget(&named(object));
+        self.forget(&object_key(object));
     }
 }
 
@@ -122,6 +116,7 @@ impl<K: kube::Resource> KeyIndex<K> {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::ResourceExt;
     use serde_json::json;
 
     use super::*;
@@ -176,7 +171,7 @@ mod tests {
                             .state()
                             .iter()
                             .filter(|o| key_of(o).as_ref() == Some(&key))
-                            .map(|o| named(o.as_ref()))
+                            .map(|o| object_key(o.as_ref()))
                             .collect();
                         walked.sort();
                         assert_eq!(index.naming(&key), walked, "{a:?} {b:?} {c:?}");

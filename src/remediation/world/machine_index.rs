@@ -21,7 +21,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 
 use crate::api::slim;
@@ -29,10 +28,7 @@ use crate::remediation::decide::observe::{MachineFacts, machine_facts};
 use crate::remediation::decide::workload::{
     ClusterNodes, NamedNode, machine_cluster, named_node, nodes_named,
 };
-use crate::runtime::fact_index::{Listed, Relisted};
-
-/// A Machine's namespace and name.
-type Key = (String, String);
+use crate::runtime::fact_index::{Key, Listed, Relisted, object_key};
 
 /// The Machines' facts, indexed for the count (cheap to clone: one index shared by the
 /// Machine watch and the counts).
@@ -103,22 +99,17 @@ impl Machines {
     }
 }
 
-/// A Machine's key.
-fn key(machine: &slim::Machine) -> Key {
-    (machine.namespace().unwrap_or_default(), machine.name_any())
-}
-
 impl Listed<slim::Machine> for Machines {
     fn emptied(&self) -> Self {
         Machines::default()
     }
 
     fn apply(&mut self, machine: &slim::Machine) {
-        self.insert(key(machine), machine_facts(machine));
+        self.insert(object_key(machine), machine_facts(machine));
     }
 
     fn delete(&mut self, machine: &slim::Machine) {
-        self.remove(&key(machine));
+        self.remove(&object_key(machine));
     }
 }
 
