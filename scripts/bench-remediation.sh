@@ -8,11 +8,11 @@
 # world is measured RUNS times (3), every world in turn; each figure is printed as the median
 # of the runs with their spread, flagged (⚑) past 20 %.
 #
-#   bash scripts/bench-remediation.sh              (1000 and 5000 machines, 30 remediations)
+#   bash scripts/bench-remediation.sh              (1000 and 5000 machines, 100 remediations)
 #   SIZES="1000" SAMPLES=50 bash scripts/bench-remediation.sh
 #
 # FLEET=1: the Cluster API fleet instead — FLEET_MACHINES (20000) over FLEET_CLUSTERS (100)
-# workload clusters, FLEET_SHARDS (4) controller processes, SAMPLES (60) remediations, printed
+# workload clusters, FLEET_SHARDS (4) controller processes, SAMPLES (100) remediations, printed
 # beside one cluster of COMPARE_MACHINES (5000) measured first in the same run.
 #
 #   FLEET=1 bash scripts/bench-remediation.sh
@@ -41,11 +41,12 @@ if [[ "${FLEET:-0}" == 1 ]]; then
     ./target/release/baremend lab --scenario scale \
         --machines "${FLEET_MACHINES:-20000}" --workload-clusters "${FLEET_CLUSTERS:-100}" \
         --shards "${FLEET_SHARDS:-4}" --compare-machines "${COMPARE_MACHINES:-5000}" \
-        --samples "${SAMPLES:-60}" --timeout 120s --runs "${RUNS:-3}"
+        --samples "${SAMPLES:-100}" --timeout 120s --runs "${RUNS:-3}"
     exit 0
 fi
 SIZES=${SIZES:-"1000 5000"}
-SAMPLES=${SAMPLES:-30}
+# 100 remediations a run: below 100 a p99 is a run's slowest, one moment of the machine.
+SAMPLES=${SAMPLES:-100}
 for machines in $SIZES; do
     echo "## ${machines} machines"
     ./target/release/baremend lab --scenario scale --machines "$machines" \

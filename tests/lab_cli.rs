@@ -328,6 +328,7 @@ async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_
             "| fence latency × the safe floor, p50 / p99 |",
             "| Redfish requests per remediation (mean / max) |",
             "| controller resident memory",
+            "Each p99 is the slowest of a run's 2 remediations (nearest rank).",
         ],
     );
     // Each figure is a median with the runs' spread beside it.
@@ -349,7 +350,7 @@ async fn the_scale_lab_measures_the_same_cluster_on_a_real_control_plane_beside_
 {
     let output = scale_lab(&[
         "--machines",
-        "8",
+        "9",
         "--samples",
         "2",
         "--timeout",
@@ -364,9 +365,9 @@ async fn the_scale_lab_measures_the_same_cluster_on_a_real_control_plane_beside_
     says_all(
         &out,
         &[
-            "on the real kube-apiserver v1.36.3: 3 control-plane and 5 workers",
+            "on the real kube-apiserver v1.36.3: 3 control-plane and 6 workers",
             "real control plane (etcd, kube-apiserver, kube-controller-manager v1.36.3) up in",
-            "| measure | one cluster: 8 machines, 1 controller, 2 remediations, simulated API server | one cluster: 8 machines, 1 controller, 2 remediations, real kube-apiserver v1.36.3 | goal |",
+            "| measure | one cluster: 9 machines, 1 controller, 2 remediations, simulated API server | one cluster: 9 machines, 1 controller, 2 remediations, real kube-apiserver v1.36.3 | goal |",
             "| fence latency p99, the real server ÷ the simulated | — |",
         ],
     );
@@ -423,6 +424,57 @@ async fn the_scale_lab_refuses_a_fleet_on_a_real_control_plane_with_why() {
     );
 }
 
+/// Ours and each floor remediate hosts of their own: more remediations than a third of the
+/// workers is refused before anything starts, for either world of a fleet run (a floor on
+/// hosts ours remediated, or fewer samples than asked, would be a figure of another world).
+#[tokio::test]
+async fn the_scale_lab_refuses_more_samples_than_hosts_of_their_own_with_why() {
+    for (args, world) in [
+        (
+            &["--machines", "10", "--samples", "3"][..],
+            "one cluster: 10 machines",
+        ),
+        (
+            &[
+                "--machines",
+                "40",
+                "--workload-clusters",
+                "4",
+                "--compare-machines",
+                "40",
+                "--samples",
+                "10",
+            ][..],
+            "fleet: 40 machines",
+        ),
+        (
+            &[
+                "--machines",
+                "40",
+                "--workload-clusters",
+                "4",
+                "--compare-machines",
+                "14",
+                "--samples",
+                "4",
+            ][..],
+            "one cluster: 14 machines",
+        ),
+    ] {
+        let output = scale_lab(args).await;
+        let (out, err) = texts(&output);
+        assert!(!output.status.success(), "{args:?}: {out}\n{err}");
+        assert!(
+            err.contains("--samples") && err.contains(world) && err.contains("hosts of their own"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !out.contains("scale benchmark"),
+            "nothing was started: {out}"
+        );
+    }
+}
+
 /// The benchmark's fleet mode, small: a Cluster API management cluster of 4 workload clusters
 /// sharded over 2 controller processes (each its own `baremend run` with its own selector and
 /// Lease), printed beside one cluster measured first in the same run; each remediation reads
@@ -438,7 +490,7 @@ async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_clus
         "--shards",
         "2",
         "--compare-machines",
-        "8",
+        "15",
         "--samples",
         "4",
         "--timeout",
@@ -454,7 +506,7 @@ async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_clus
         &[
             "controller 0 (pid",
             "controller 1 (pid",
-            "| measure | one cluster: 8 machines, 1 controller, 4 remediations, simulated API server | fleet: 40 machines, 4 workload clusters, 2 shards, 4 remediations, simulated API server | goal |",
+            "| measure | one cluster: 15 machines, 1 controller, 4 remediations, simulated API server | fleet: 40 machines, 4 workload clusters, 2 shards, 4 remediations, simulated API server | goal |",
             "| fence latency p50 / p99 |",
             "| overhead over the physical floor p50 / p99 |",
             "| fence latency × the safe floor, p50 / p99 |",

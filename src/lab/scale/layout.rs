@@ -16,6 +16,10 @@ use super::sample::{Target, Trigger};
 use super::world::World;
 use crate::Result;
 
+/// The sets of workers a run remediates or powers off: ours, the bare floor's, the safe
+/// floor's.
+const SAMPLE_SETS: usize = 3;
+
 /// The shape of one benchmark run.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Layout {
@@ -83,6 +87,30 @@ impl Layout {
             ));
         }
         Ok(())
+    }
+
+    /// Checks that `samples` remediations and each floor's as many fit on workers of their
+    /// own: ours, the bare floor's and the safe floor's are three disjoint sets spread over the
+    /// same workers (see [`Layout::targets_from`]), so a spread of fewer than three workers per
+    /// sample would put a floor on hosts ours remediated, or measure fewer than asked.
+    pub(super) fn validate_samples(&self, samples: usize) -> Result<()> {
+        let workers = self.workers();
+        if samples.saturating_mul(SAMPLE_SETS) <= workers {
+            return Ok(());
+        }
+        Err(invalid(
+            "--samples",
+            format!(
+                "{samples} remediations for {} with {workers} workers: ours and the two floors' each need hosts of their own, so at most {} (or give more machines)",
+                self.label(),
+                workers / SAMPLE_SETS
+            ),
+        ))
+    }
+
+    /// Workers in all (every cluster's hosts but its 3 control-plane ones).
+    fn workers(&self) -> usize {
+        (self.per_cluster() - 3) * self.workload_clusters.max(1)
     }
 
     /// Hosts of each cluster (of the one cluster without workload clusters).

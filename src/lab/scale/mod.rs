@@ -150,6 +150,9 @@ pub async fn run(args: &LabArgs) -> Result<()> {
         }
         runs.push((main, ServerKind::Simulated));
     }
+    for (layout, _) in &runs {
+        layout.validate_samples(args.samples as usize)?;
+    }
     // Run by run, every world in turn: a machine that slows for a while slows one run of
     // each, not every run of one.
     let mut columns: Vec<Vec<Figures>> = runs.iter().map(|_| Vec::new()).collect();

@@ -11,9 +11,10 @@
 //! columns (the fleet ÷ one cluster, the real server ÷ the simulated) is taken run by run,
 //! then reduced.
 //!
-//! Caveats: the p99 of `--samples` 30 is each run's slowest sample, so one slow moment of a
-//! shared machine is a run's p99. The simulator's records are read to the microsecond (until
-//! 2026-12-01 to the millisecond, which put ±1 ms on a floor of 2–3 ms).
+//! Caveats: the p99 of fewer than 100 `--samples` is each run's slowest sample, so one slow
+//! moment of a shared machine is a run's p99; the table says under it which sample a p99
+//! is. The simulator's records are read to the microsecond (until 2026-12-01 to the
+//! millisecond, which put ±1 ms on a floor of 2–3 ms).
 
 use std::time::Duration;
 
@@ -223,6 +224,36 @@ pub(super) fn print(columns: &[Vec<Figures>]) {
         .iter()
         .any(|runs| runs.iter().any(|f| f.server == ServerKind::Real));
     resource_rows(&row, real);
+    if let Some(samples) = columns
+        .first()
+        .and_then(|runs| runs.first())
+        .map(|f| f.samples.len())
+    {
+        println!();
+        println!("{}", p99_caveat(samples));
+    }
+}
+
+/// Which sample a p99 of `samples` is, by nearest rank, counted from the slowest (1: the
+/// slowest); 0 without samples.
+fn p99_from_the_slowest(samples: usize) -> usize {
+    if samples == 0 {
+        return 0;
+    }
+    let rank = (samples * 99).div_ceil(100).max(1);
+    samples + 1 - rank
+}
+
+/// The line under the table saying what a p99 is here: below 100 samples a run's p99 is its
+/// slowest remediation, one moment of the machine, and its spread over the runs says so.
+fn p99_caveat(samples: usize) -> String {
+    let which = match p99_from_the_slowest(samples) {
+        1 => "the slowest".to_owned(),
+        2 => "the second slowest".to_owned(),
+        3 => "the third slowest".to_owned(),
+        k => format!("the {k}th slowest"),
+    };
+    format!("Each p99 is {which} of a run's {samples} remediations (nearest rank).")
 }
 
 /// A row's printer: the measure, the goal, and each run's figures.
@@ -376,6 +407,40 @@ mod tests {
             "90.0 ms ±11036% ⚑"
         );
         assert_eq!(reduced(&[2.5], Unit::Times), "2.50×");
+    }
+
+    #[test]
+    fn a_p99_names_which_sample_it_is() {
+        assert_eq!(p99_from_the_slowest(0), 0);
+        for (samples, from_the_slowest) in [
+            (1, 1),
+            (30, 1),
+            (99, 1),
+            (100, 2),
+            (199, 2),
+            (200, 3),
+            (201, 3),
+        ] {
+            assert_eq!(
+                p99_from_the_slowest(samples),
+                from_the_slowest,
+                "{samples} samples"
+            );
+            let mut sorted: Vec<Duration> =
+                (1..=samples as u64).map(Duration::from_millis).collect();
+            sorted.sort();
+            assert_eq!(
+                percentile(&sorted, 99),
+                sorted[samples - from_the_slowest],
+                "the caveat names the sample percentile() takes, {samples} samples"
+            );
+        }
+        assert_eq!(
+            p99_caveat(30),
+            "Each p99 is the slowest of a run's 30 remediations (nearest rank)."
+        );
+        assert!(p99_caveat(200).contains("the third slowest"));
+        assert!(p99_caveat(1000).contains("the 11th slowest"));
     }
 
     #[test]
