@@ -475,14 +475,28 @@ async fn the_scale_lab_refuses_more_samples_than_hosts_of_their_own_with_why() {
     }
 }
 
+/// The API requests traced (`BAREMEND_SCALE_TRACE`) for the first safe-floor sample of a
+/// world's section of the benchmark's output: each request's path.
+fn safe_floor_reads(section: &str) -> Vec<&str> {
+    section
+        .lines()
+        .skip_while(|l| !l.contains("safe floor, "))
+        .skip(1)
+        .take_while(|l| l.trim_start().starts_with('+'))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with('/')))
+        .collect()
+}
+
 /// The benchmark's fleet mode, small: a Cluster API management cluster of 4 workload clusters
 /// sharded over 2 controller processes (each its own `baremend run` with its own selector and
 /// Lease), printed beside one cluster measured first in the same run; each remediation reads
 /// its Node in its own workload cluster (so makes workload-cluster API requests). The figures
-/// are the benchmark's (docs/engineering/benchmarks.md), not this test's.
+/// are the benchmark's (docs/engineering/benchmarks.md), not this test's. Traced
+/// (`BAREMEND_SCALE_TRACE`): the safe floor makes the fresh reads ours makes at a start, the
+/// Cluster API request's among them in the fleet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_cluster() {
-    let output = scale_lab(&[
+    let args = [
         "--machines",
         "40",
         "--workload-clusters",
@@ -497,10 +511,44 @@ async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_clus
         "60s",
         "--runs",
         "1",
-    ])
-    .await;
+    ];
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        tokio::process::Command::new(common::baremend_bin())
+            .args(["lab", "--scenario", "scale"])
+            .args(args)
+            .env("BAREMEND_SCALE_TRACE", "1")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the lab finishes within 120 s")
+    .expect("baremend runs");
     let (out, err) = texts(&output);
     assert!(output.status.success(), "{out}\n{err}");
+    let (one, fleet) = out
+        .split_once("scale benchmark, fleet")
+        .unwrap_or_else(|| panic!("no fleet section in:\n{out}"));
+    for (world, section) in [("one cluster", one), ("fleet", fleet)] {
+        let reads = safe_floor_reads(section);
+        assert!(
+            reads.contains(&"/apis"),
+            "{world}: the safe floor discovers: {reads:?}"
+        );
+        for read in ["/machines/", "/baremetalhosts/", "/remediations"] {
+            assert!(
+                reads.iter().any(|r| r.contains(read)),
+                "{world}: the safe floor reads {read}: {reads:?}"
+            );
+        }
+    }
+    let reads = safe_floor_reads(fleet);
+    for read in ["/machineremediations/", "/metal3remediations"] {
+        assert!(
+            reads.iter().any(|r| r.contains(read)),
+            "fleet: the safe floor reads {read}: {reads:?}"
+        );
+    }
     says_all(
         &out,
         &[

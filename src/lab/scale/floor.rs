@@ -8,8 +8,9 @@
 //! - [`Floor::Safe`]: the same plus what our safety rules demand before a power-off: the
 //!   record persisted before acting (a Remediation created, its `PowerOffRequested` step
 //!   written to its status) and, between the two, the fresh reads of a start (the Machine, its
-//!   host, the Remediations that may already hold the host; at once, as ours makes them);
-//!   then the power-off.
+//!   host, the Remediations that may already hold the host, the discovery and the other
+//!   remediators' kinds it serves, and under Cluster API the request; at once, as ours makes
+//!   them); then the power-off.
 //!
 //! Expected flow: [`FloorRun::start`] runs the floor as a process of its own (`baremend
 //! lab-floor`, [`serve`]), which opens the BMC connection and the watch and says when it is
@@ -21,7 +22,10 @@
 //! same client built from the same kubeconfig: a controller that could exist talks to its
 //! API server over a socket from another process, and pays what that costs (the kernel's
 //! wakeups of a process that was idle), as ours does.
-//! Caveats: they only power off: their hosts stay off. Until 2026-12-01 the floors ran in the
+//! Caveats: they only power off: their hosts stay off. Until 2026-12-01 (afternoon) the safe
+//! floor made neither the discovery nor the other remediators' lists, nor the Cluster API
+//! request's read: the `ForeignRemediation` gate's evidence and the trigger's, which ours reads
+//! fresh at every start as the others. Until 2026-12-01 the floors ran in the
 //! benchmark's own process, beside the simulated API server; moved to processes of their own
 //! the safe floor's figures did not move (2 / 4–5 ms at p50 / p99 against 2 / 4 ms), so the
 //! ratios recorded before hold against this floor too.
@@ -52,7 +56,9 @@ use crate::api::{
     MachineRemediation, Remediation, RemediationPhase, RemediationSpec, RemediationStatus,
     RemediationStep,
 };
+use crate::remediation::decide::gates::ForeignKind;
 use crate::remediation::decide::state::record_step;
+use crate::remediation::evidence::foreign::{foreign_resource, served_foreign_kinds};
 use crate::{LocalError, Result};
 
 /// Which floor.
@@ -244,20 +250,22 @@ pub async fn serve(args: FloorArgs) -> Result<()> {
         context: None,
     };
     let client = cluster.client().await?;
+    // The other remediators' kinds served, discovered once as ours discovers at its start.
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(|e| invalid("the floor's discovery", e))?;
+    let reads = Arc::new(FreshReads {
+        trigger: spec.trigger,
+        foreign: served_foreign_kinds(&groups),
+    });
     let bmc = Arc::new(Bmc {
         connection: Mutex::new(Some(connect(&spec.authority).await?)),
         authority: spec.authority,
         credentials: spec.credentials,
     });
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let watching = tokio::spawn(watch(
-        client,
-        spec.floor,
-        spec.trigger,
-        spec.resets,
-        bmc,
-        ready_tx,
-    ));
+    let watching = tokio::spawn(watch(client, spec.floor, reads, spec.resets, bmc, ready_tx));
     ready_rx
         .await
         .map_err(|_| invalid("the floor's watch", "ended before it was ready"))?;
@@ -371,15 +379,24 @@ async fn read_answer(stream: &mut TcpStream) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What a safe start reads fresh beyond the Machine, its host and the Remediations.
+struct FreshReads {
+    /// How the remediation is asked for: under Cluster API the request is read too.
+    trigger: Trigger,
+    /// The other remediators' kinds served (at their versions), listed beside the discovery.
+    foreign: Vec<(ForeignKind, String)>,
+}
+
 /// The watch on the trigger's object: each target's first trigger is acted on once.
 async fn watch(
     client: kube::Client,
     floor: Floor,
-    trigger: Trigger,
+    reads: Arc<FreshReads>,
     resets: HashMap<String, ResetTarget>,
     bmc: Arc<Bmc>,
     ready: tokio::sync::oneshot::Sender<()>,
 ) {
+    let trigger = reads.trigger;
     let resource = match trigger {
         Trigger::Annotation => machine_api(trigger).resource(),
         Trigger::Request => ApiResource::erase::<MachineRemediation>(&()),
@@ -415,10 +432,11 @@ async fn watch(
         if !fired.insert(name.clone()) {
             continue;
         }
-        let (client, bmc, reset) = (client.clone(), bmc.clone(), reset.clone());
+        let (client, bmc, reset, reads) =
+            (client.clone(), bmc.clone(), reset.clone(), reads.clone());
         tokio::spawn(async move {
             if floor == Floor::Safe
-                && let Err(error) = safe_start(&client, &name, trigger).await
+                && let Err(error) = safe_start(&client, &name, &reads).await
             {
                 eprintln!("  the safe floor's start of {name} failed: {error}");
                 return;
@@ -439,7 +457,13 @@ async fn watch(
 /// (the watch cache must catch up with etcd's newest revision first: tens of milliseconds),
 /// and a write of that kind just before makes the cache current. Read first, the floor was
 /// 3× slower than ours there (84 against 23 ms at the median): no floor at all.
-async fn safe_start(client: &kube::Client, machine: &str, trigger: Trigger) -> Result<()> {
+///
+/// The reads are ours at a start: the Machine (its trigger), its host, the Remediations that
+/// may hold the host, the discovery and each other remediator's kind it served at the floor's
+/// start (the `ForeignRemediation` gate's evidence; a kind served since is not looked for,
+/// where ours would list it after its discovery) and, under Cluster API, the request.
+async fn safe_start(client: &kube::Client, machine: &str, reads: &FreshReads) -> Result<()> {
+    let trigger = reads.trigger;
     let remediations: Api<Remediation> = Api::namespaced(client.clone(), MACHINE_NAMESPACE);
     let machines = Api::<DynamicObject>::namespaced_with(
         client.clone(),
@@ -466,14 +490,40 @@ async fn safe_start(client: &kube::Client, machine: &str, trigger: Trigger) -> R
         .await
         .map_err(kube_error("the record's creation"))?;
     let holding = ListParams::default().labels(&format!("floor-host={machine}"));
-    let (machine_read, host_read, held) = tokio::join!(
+    let foreign = reads.foreign.iter().map(|(kind, version)| {
+        let api = Api::<DynamicObject>::all_with(client.clone(), &foreign_resource(*kind, version));
+        async move {
+            // As ours: a group served without this kind at that version answers 404 (none).
+            match api.list(&ListParams::default()).await {
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                listed => listed.map(|_| ()),
+            }
+        }
+    });
+    let request = async {
+        match trigger {
+            Trigger::Request => {
+                let requests: Api<MachineRemediation> =
+                    Api::namespaced(client.clone(), MACHINE_NAMESPACE);
+                requests.get(machine).await.map(|_| ())
+            }
+            Trigger::Annotation => Ok(()),
+        }
+    };
+    let (machine_read, host_read, held, discovered, listed, request_read) = tokio::join!(
         machines.get(machine),
         hosts.get(machine),
         remediations.list(&holding),
+        client.list_api_groups(),
+        futures_util::future::try_join_all(foreign),
+        request,
     );
     machine_read.map_err(kube_error("the Machine's fresh read"))?;
     host_read.map_err(kube_error("the host's fresh read"))?;
     held.map_err(kube_error("the Remediations that may hold the host"))?;
+    discovered.map_err(kube_error("the discovery"))?;
+    listed.map_err(kube_error("the other remediators' lists"))?;
+    request_read.map_err(kube_error("the request's fresh read"))?;
     // The step persisted before the power-off, with the verb our controller writes status by
     // (its role may update the status subresource, not patch it).
     let mut status = RemediationStatus::default();

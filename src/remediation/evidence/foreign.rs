@@ -120,13 +120,7 @@ impl<'p> Foreign<'p> {
     /// Every object of `kind` served at `version`, read now (a 404: the group is served, this
     /// kind at that version is not: none).
     async fn list_foreign(self, kind: ForeignKind, version: &str) -> Result<Vec<ForeignObject>> {
-        let resource = ApiResource {
-            group: kind.group().into(),
-            api_version: format!("{}/{version}", kind.group()),
-            version: version.into(),
-            kind: kind.kind().into(),
-            plural: kind.plural().into(),
-        };
+        let resource = foreign_resource(kind, version);
         let api = Api::<DynamicObject>::all_with(self.pass.context.clients.kube.clone(), &resource);
         match api.list(&ListParams::default()).await {
             Ok(list) => Ok(list
@@ -319,8 +313,19 @@ pub(in crate::remediation) async fn discover_at_start(context: &Context) {
     }
 }
 
+/// `kind`'s resource at `version`.
+pub(crate) fn foreign_resource(kind: ForeignKind, version: &str) -> ApiResource {
+    ApiResource {
+        group: kind.group().into(),
+        api_version: format!("{}/{version}", kind.group()),
+        version: version.into(),
+        kind: kind.kind().into(),
+        plural: kind.plural().into(),
+    }
+}
+
 /// The foreign kinds `groups` serves, each at its group's preferred version.
-fn served_foreign_kinds(
+pub(crate) fn served_foreign_kinds(
     groups: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList,
 ) -> Vec<(ForeignKind, String)> {
     ForeignKind::ALL

@@ -2,7 +2,7 @@
 
 pub mod bmc;
 pub mod capi;
-pub(super) mod foreign;
+pub(crate) mod foreign;
 pub(super) mod fresh;
 pub(super) mod health;
 pub mod start_gates;
