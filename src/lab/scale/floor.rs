@@ -20,15 +20,18 @@
 //! request at the BMC, both in the simulator's records), on hosts ours did not touch, with
 //! our controllers stopped; a floor is a process of its own, as our controller is, with the
 //! same client built from the same kubeconfig: a controller that could exist talks to its
-//! API server over a socket from another process, and pays what that costs (the kernel's
-//! wakeups of a process that was idle), as ours does.
-//! Caveats: they only power off: their hosts stay off. Until 2026-12-01 (afternoon) the safe
-//! floor made neither the discovery nor the other remediators' lists, nor the Cluster API
-//! request's read: the `ForeignRemediation` gate's evidence and the trigger's, which ours reads
-//! fresh at every start as the others. Until 2026-12-01 the floors ran in the
-//! benchmark's own process, beside the simulated API server; moved to processes of their own
-//! the safe floor's figures did not move (2 / 4–5 ms at p50 / p99 against 2 / 4 ms), so the
-//! ratios recorded before hold against this floor too.
+//! API server over a socket from another process, and pays what that costs, as ours does.
+//! Caveats: they only power off: their hosts stay off. A floor's samples run back to back
+//! after ours (100 in under a second, where ours' 100 whole remediations take minutes), so a
+//! slow stretch of a shared machine lands among ours' samples far more often than among a
+//! floor's, and a floor's process never idles between starts as ours does: its p99 is
+//! measured over other minutes than ours (docs/engineering/benchmarks.md, 2026-12-02). Until
+//! 2026-12-01 (afternoon) the safe floor made neither the discovery nor the other remediators'
+//! lists, nor the Cluster API request's read: the `ForeignRemediation` gate's evidence and the
+//! trigger's, which ours reads fresh at every start as the others. Until 2026-12-01 the floors
+//! ran in the benchmark's own process, beside the simulated API server; moved to processes of
+//! their own the safe floor's figures did not move (2 / 4–5 ms at p50 / p99 against 2 / 4 ms),
+//! so the ratios recorded before hold against this floor too.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
