@@ -326,17 +326,72 @@ async fn the_scale_lab_runs_the_controller_as_its_own_process_and_measures_each_
             "| the bare floor's fence latency p50 / p99 |",
             "| the safe floor's fence latency p50 / p99 |",
             "| fence latency × the safe floor, p50 / p99 |",
+            "| the safe floor's samples triggered apart (--floor-pace) |",
             "| Redfish requests per remediation (mean / max) |",
             "| controller resident memory",
             "Each p99 is the slowest of a run's 2 remediations (nearest rank).",
         ],
     );
+    // By default the safe floor is triggered at ours' cadence in the same world, and waits
+    // for it: its two samples span at least one interval. The bare floor runs back to back.
+    let ours: Vec<f64> = out
+        .lines()
+        .filter_map(|l| l.split_once("one triggered every ").map(|(_, s)| s))
+        .map(|s| s.trim_end_matches(" s").parse().unwrap())
+        .collect();
+    let safe: Vec<(f64, f64)> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("safe floor: fence latency"))
+        .map(|l| floor_spacing_and_span(l).unwrap_or_else(|| panic!("{l}")))
+        .collect();
+    assert_eq!(ours.len(), 2, "{out}");
+    assert_eq!(safe.len(), 2, "{out}");
+    for (cadence, (spacing, span)) in ours.iter().zip(&safe) {
+        assert!(*cadence >= 0.1, "a whole remediation takes time: {cadence}");
+        assert_eq!(cadence, spacing, "{out}");
+        assert!(*span >= *spacing, "{out}");
+    }
+    for line in out
+        .lines()
+        .filter(|l| l.contains("bare floor: fence latency"))
+    {
+        assert_eq!(
+            floor_spacing_and_span(line).map(|s| s.0),
+            Some(0.0),
+            "{line}"
+        );
+    }
     // Each figure is a median with the runs' spread beside it.
     let fence = out
         .lines()
         .find(|l| l.starts_with("| fence latency p50 / p99 |"))
         .unwrap();
     assert_eq!(fence.matches(" ms ±").count(), 2, "{fence}");
+}
+
+/// A floor's line's spacing and span, in seconds: "…, triggered 5.3 s apart (10.6 s in all)".
+fn floor_spacing_and_span(line: &str) -> Option<(f64, f64)> {
+    let (_, rest) = line.split_once("triggered ")?;
+    let (spacing, rest) = rest.split_once(" s apart (")?;
+    let (span, _) = rest.split_once(" s in all)")?;
+    Some((spacing.parse().ok()?, span.parse().ok()?))
+}
+
+/// A floor pace that is neither `ours` nor a duration is refused before anything starts,
+/// saying what it takes.
+#[tokio::test]
+async fn the_scale_lab_refuses_a_floor_pace_it_cannot_read_with_why() {
+    let output = scale_lab(&["--machines", "12", "--floor-pace", "soon"]).await;
+    let (out, err) = texts(&output);
+    assert!(!output.status.success(), "{out}\n{err}");
+    assert!(
+        err.contains("--floor-pace") && err.contains("`ours`") && err.contains("not a duration"),
+        "{err}"
+    );
+    assert!(
+        !out.contains("scale benchmark"),
+        "nothing was started: {out}"
+    );
 }
 
 /// The benchmark on a real control plane beside the simulated API server, small: the same
@@ -511,6 +566,9 @@ async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_clus
         "60s",
         "--runs",
         "1",
+        // Back to back: the pace is the first test's; here what is read and sharded.
+        "--floor-pace",
+        "0s",
     ];
     // Eight remediations and sixteen floor samples: about a minute beside CI's other tests, so
     // twice the helper's limit, inside nextest's four minutes.
@@ -556,6 +614,7 @@ async fn the_scale_lab_fleet_mode_shards_the_machines_and_prints_beside_one_clus
         &[
             "controller 0 (pid",
             "controller 1 (pid",
+            "over 4 hosts, triggered 0.0 s apart (",
             "| measure | one cluster: 15 machines, 1 controller, 4 remediations, simulated API server | fleet: 40 machines, 4 workload clusters, 2 shards, 4 remediations, simulated API server | goal |",
             "| fence latency p50 / p99 |",
             "| overhead over the physical floor p50 / p99 |",

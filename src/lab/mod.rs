@@ -123,6 +123,13 @@ pub struct LabArgs {
     /// and print each figure's median and spread, flagging a spread over 20 %.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub runs: u32,
+    /// scale: how far apart the safe floor's samples are triggered. `ours` (the default): at
+    /// our controllers' cadence in the same world (their remediations' span over their count),
+    /// so that the floor's p99 is taken over as many minutes of the machine as ours, by a
+    /// process that idles between starts as ours does; or a duration (`0s`: back to back, in
+    /// well under a second). The bare floor runs back to back.
+    #[arg(long, default_value = "ours", value_name = "ours|DURATION", value_parser = parse_floor_pace)]
+    pub floor_pace: FloorPace,
     /// scale: measure the same cluster twice in one run, on the simulated API server and then
     /// on a real control plane (etcd, kube-apiserver and kube-controller-manager, built by
     /// `scripts/kubernetes.sh`, found through BAREMEND_KUBE_BIN) that the simulated world
@@ -153,6 +160,25 @@ pub struct LabArgs {
     /// controller running, and the metrics served, this long (for a Prometheus to scrape).
     #[arg(long, default_value = "0s", value_parser = parse_duration_or_off)]
     pub linger: Duration,
+}
+
+/// How far apart the scale benchmark's safe floor triggers its samples (`--floor-pace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorPace {
+    /// At our controllers' mean interval between triggers, measured in the same world.
+    Ours,
+    /// A fixed interval (zero: back to back).
+    Every(Duration),
+}
+
+/// `ours`, or a duration (`0s` and the like: back to back).
+fn parse_floor_pace(text: &str) -> std::result::Result<FloorPace, String> {
+    if text.trim() == "ours" {
+        return Ok(FloorPace::Ours);
+    }
+    parse_duration_or_off(text)
+        .map(FloorPace::Every)
+        .map_err(|e| format!("{e}; or `ours`, our controllers' cadence"))
 }
 
 /// Where a story serves its controller's metrics, and how long after its end.
@@ -203,5 +229,24 @@ pub async fn run(args: LabArgs) -> Result<()> {
         }
         Scenario::Drift => drift::run(args.timeout, serving).await,
         scenario => story::run(scenario, args.timeout, serving).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_floor_pace_is_ours_or_a_duration_and_anything_else_says_both() {
+        assert_eq!(parse_floor_pace("ours"), Ok(FloorPace::Ours));
+        assert_eq!(
+            parse_floor_pace("2s"),
+            Ok(FloorPace::Every(Duration::from_secs(2)))
+        );
+        assert_eq!(parse_floor_pace("0s"), Ok(FloorPace::Every(Duration::ZERO)));
+        for bad in ["soon", "-1s", "2 weeks", ""] {
+            let error = parse_floor_pace(bad).unwrap_err();
+            assert!(error.contains("`ours`"), "{bad:?}: {error}");
+        }
     }
 }

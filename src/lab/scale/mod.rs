@@ -14,8 +14,9 @@
 //!
 //! After ours, two floors are measured on hosts of their own in the same world ([`floor`]):
 //! the fastest controller that could exist (a watch and the power-off) and the fastest safe
-//! one (plus the fresh reads and the writes our safety rules demand); the table states our
-//! fence latency as a ratio to the safe floor's, the goal that holds on any machine.
+//! one (plus the fresh reads and the writes our safety rules demand), the safe floor's samples
+//! triggered at ours' cadence (`--floor-pace`); the table states our fence latency as a ratio
+//! to the safe floor's, the goal that holds on any machine.
 //!
 //! Two worlds ([`layout`]): one OpenShift cluster (`--machines`, one controller, the trigger
 //! annotation), or with `--workload-clusters` a Cluster API management cluster whose
@@ -46,7 +47,7 @@ use self::process::{ControllerProcess, Memory};
 use self::requests::ApiCounts;
 use self::sample::{Sample, remediate};
 use self::world::{ServerKind, World};
-use super::LabArgs;
+use super::{FloorPace, LabArgs};
 use crate::{Error, LocalError, Result};
 
 /// How long the benchmark waits for a controller to go idle after it is ready.
@@ -102,6 +103,8 @@ struct Figures {
     controllers_settled: Duration,
     /// The floors' fence latencies, measured in the same world after ours (sorted).
     floors: Vec<(Floor, Vec<Duration>)>,
+    /// How far apart the safe floor's samples were triggered (`--floor-pace`).
+    safe_floor_spacing: Duration,
 }
 
 impl Figures {
@@ -261,6 +264,7 @@ async fn bench(layout: Layout, server: ServerKind, args: &LabArgs) -> Result<Fig
         secs(controllers_settled)
     );
     let mut samples = Vec::new();
+    let sampling = Instant::now();
     for (index, target) in layout
         .targets(&lab, args.samples as usize)
         .iter()
@@ -282,13 +286,28 @@ async fn bench(layout: Layout, server: ServerKind, args: &LabArgs) -> Result<Fig
         print_trace(&sample.trace);
         samples.push(sample);
     }
+    let sampled = sampling.elapsed();
+    let cadence = sampled / u32::try_from(samples.len().max(1)).unwrap_or(u32::MAX);
+    println!(
+        "  ours: {} remediations in {}, one triggered every {}",
+        samples.len(),
+        secs(sampled),
+        secs(cadence)
+    );
     let memory = controllers.iter().map(ControllerProcess::memory).collect();
     drop(controllers);
+    let safe_floor_spacing = match args.floor_pace {
+        FloorPace::Ours => cadence,
+        FloorPace::Every(spacing) => spacing,
+    };
     let mut floors = Vec::new();
-    for (shift, floor) in [(1, Floor::Bare), (2, Floor::Safe)] {
+    for (shift, floor, spacing) in [
+        (1, Floor::Bare, Duration::ZERO),
+        (2, Floor::Safe, safe_floor_spacing),
+    ] {
         floors.push((
             floor,
-            measure_floor(&lab, &layout, args, floor, (shift, &dir)).await?,
+            measure_floor(&lab, &layout, args, floor, (shift, spacing, &dir)).await?,
         ));
     }
     // Kept when asked for, and when a controller warned (at its default level, a warning is
@@ -317,6 +336,7 @@ async fn bench(layout: Layout, server: ServerKind, args: &LabArgs) -> Result<Fig
         controllers_ready,
         controllers_settled,
         floors,
+        safe_floor_spacing,
     })
 }
 
@@ -338,19 +358,24 @@ fn print_trace(trace: &[requests::Traced]) {
 }
 
 /// A floor's fence latencies on `--samples` hosts of their own (sorted), our controllers
-/// stopped.
+/// stopped, triggered `spacing` apart (from one trigger to the next; zero: back to back).
 async fn measure_floor(
     lab: &World,
     layout: &Layout,
     args: &LabArgs,
     floor: Floor,
-    (shift, dir): (usize, &std::path::Path),
+    (shift, spacing, dir): (usize, Duration, &std::path::Path),
 ) -> Result<Vec<Duration>> {
     let targets = layout.targets_from(lab, args.samples as usize, shift);
     let kubeconfig = dir.join("kubeconfig");
     let running = FloorRun::start(lab, floor, &targets, (dir, &kubeconfig)).await?;
     let mut values = Vec::new();
-    for target in &targets {
+    let began = tokio::time::Instant::now();
+    for (index, target) in targets.iter().enumerate() {
+        // Slots from the first trigger on: a slow sample eats into the next gap, as a slow
+        // remediation of ours delays our next trigger.
+        let slot = spacing.saturating_mul(u32::try_from(index).unwrap_or(u32::MAX));
+        tokio::time::sleep_until(began + slot).await;
         let (latency, trace) = fence_latency(lab, target, args.timeout)
             .await
             .map_err(|error| {
@@ -370,14 +395,17 @@ async fn measure_floor(
         }
         values.push(latency);
     }
+    let span = began.elapsed();
     drop(running);
     values.sort();
     println!(
-        "  {}: fence latency p50 {}, p99 {} over {} hosts",
+        "  {}: fence latency p50 {}, p99 {} over {} hosts, triggered {} apart ({} in all)",
         floor.label(),
         ms(percentile(&values, 50)),
         ms(percentile(&values, 99)),
-        values.len()
+        values.len(),
+        secs(spacing),
+        secs(span)
     );
     Ok(values)
 }

@@ -280,6 +280,11 @@ fn latency_rows(columns: &[Vec<Figures>], row: &Row<'_>) {
         );
     }
     row(
+        "the safe floor's samples triggered apart (--floor-pace)",
+        "",
+        &|f| Ok(vec![Figure::secs(f.safe_floor_spacing)]),
+    );
+    row(
         "fence latency × the safe floor, p50 / p99",
         "p99 ≤ 1.5",
         &|f| {
