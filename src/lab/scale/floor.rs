@@ -27,8 +27,8 @@
 //! shared machine as ours, by a process that idles between starts as ours does; back to back
 //! (100 in under a second, where ours' 100 whole remediations take minutes) a slow stretch
 //! lands among ours' samples far more often than among the floor's, and a warm process
-//! answers faster: 1.9–3.6 / 4.3–9.1 ms at p50 / p99 back to back against 4.0 / 6.5 paced
-//! (docs/engineering/benchmarks.md, 2026-12-02). The bare floor, which no goal is set
+//! answers faster: 1.9–3.6 ms at p50 back to back against 4.0–5.2 paced, over three runs of
+//! each world (docs/engineering/benchmarks.md, 2026-12-02). The bare floor, which no goal is set
 //! against, still runs back to back: the fastest figure there is, in under a second. Until
 //! 2026-12-01 (afternoon) the safe floor made neither the discovery nor the other remediators'
 //! lists, nor the Cluster API request's read: the `ForeignRemediation` gate's evidence and the
