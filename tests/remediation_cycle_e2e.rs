@@ -704,11 +704,23 @@ async fn finished_remediations_beyond_keep_finished_are_pruned_and_failed_ones_k
     lab.annotate_remediation("worker-0-2", "baremend.io/acknowledged", "true");
     lab.remediations_become("worker-0", &["worker-0-6", "worker-0-7"])
         .await;
-    let metrics = lab.metrics.encode();
-    assert!(
-        metrics.contains("baremend_pruned_total{kind=\"Remediation\"} 3"),
-        "{metrics}"
-    );
+    // The counter moves after the delete it counts, so it is awaited, not read once.
+    eventually(
+        "three Remediations counted as pruned",
+        Duration::from_secs(10),
+        async || {
+            let metrics = lab.metrics.encode();
+            let line = metrics
+                .lines()
+                .find(|l| l.starts_with("baremend_pruned_total{kind=\"Remediation\"}"))
+                .map(str::to_string);
+            match line {
+                Some(line) if line.ends_with(" 3") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     // Another Machine's Remediations are its own: worker-1 has none and lost none.
     assert!(lab.remediations_of("worker-1").is_empty());
 }
